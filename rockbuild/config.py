@@ -1,0 +1,334 @@
+"""One place that turns data files into typed, frozen values: YAML with line numbers, the GPU-family table, Job.
+
+Every later stage reads a :class:`Job` (made by :mod:`rockbuild.matrix`), never the YAML or the environment again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+OSES = ("linux", "windows")
+GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Where the data files are: inside the wheel (rockbuild/_data/...) or, in a source checkout, at the repository root.
+
+
+def data_path(*parts: str) -> Path:
+    """Path of a file shipped with rockbuild (``data_path("matrices", "nightly.yaml")``)."""
+    here = Path(__file__).resolve().parent
+    for base in (here / "_data", here.parent):
+        candidate = base.joinpath(*parts)
+        if candidate.exists():
+            return candidate
+    raise ConfigError(f"rockbuild's data file {'/'.join(parts)} is missing from this installation; reinstall rockbuild")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# YAML that remembers where each value came from, so errors can name file and line.
+
+
+class YDict(dict):
+    """A mapping from YAML with the 1-based line of itself (``line``) and of each key (``lines``)."""
+
+    line: int = 0
+    lines: dict[Any, int]
+
+
+class YList(list):
+    """A sequence from YAML with the 1-based line of itself and of each item."""
+
+    line: int = 0
+    lines: list[int]
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> YDict:
+    loader.flatten_mapping(node)
+    result = YDict()
+    result.line = node.start_mark.line + 1
+    result.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: mapping keys must be plain scalars")
+        if key in result:
+            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.lines[key] = key_node.start_mark.line + 1
+    return result
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> YList:
+    result = YList(loader.construct_object(child, deep=True) for child in node.value)
+    result.line = node.start_mark.line + 1
+    result.lines = [child.start_mark.line + 1 for child in node.value]
+    return result
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def load_yaml(path: Path) -> Any:
+    """Parse a YAML file into YDict/YList values; any problem is a one-line ConfigError with file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    loader = _LineLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        what = " ".join(filter(None, [exc.context, exc.problem]))
+        raise ConfigError(f"{path}{line}: invalid YAML: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def where(path: Path | str, node: Any, key: Any = None) -> str:
+    """``file:line`` for a YAML value (or one of its keys / items)."""
+    line = 0
+    if key is not None and isinstance(node, YDict):
+        line = node.lines.get(key, node.line)
+    elif key is not None and isinstance(node, YList) and isinstance(key, int) and key < len(node.lines):
+        line = node.lines[key]
+    elif isinstance(node, YDict | YList):
+        line = node.line
+    return f"{path}:{line}" if line else str(path)
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance counting a swap of neighbours as one edit (gfx1115 is one typo from gfx1151)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def suggest(name: str, known: Iterable[str], n: int = 3) -> str:
+    """' (did you mean a, b?)' with the closest known names, or '' when nothing is close."""
+    known = list(dict.fromkeys(known))
+    limit = max(2, len(name) // 3)
+    ranked = sorted(
+        (k for k in known if _edit_distance(name.lower(), k.lower()) <= limit),
+        key=lambda k: (_edit_distance(name.lower(), k.lower()), -difflib.SequenceMatcher(None, name, k).ratio()),
+    )
+    close = ranked[:n] or difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def check_keys(path: Path | str, node: YDict, allowed: Iterable[str], what: str) -> None:
+    allowed = list(allowed)
+    for key in node:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where(path, node, key)}: unknown key {key!r} in {what}{suggest(str(key), allowed)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+
+
+def expect_type(path: Path | str, parent: Any, key: Any, value: Any, types: type | tuple[type, ...], what: str) -> None:
+    if not isinstance(value, types):
+        names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        names = names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
+        raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# GPU families
+
+
+@dataclass(frozen=True)
+class Family:
+    """A TheRock GPU family: the gfx targets its tarball carries and the tarball group per OS."""
+
+    name: str  # TheRock's family/group name, e.g. gfx110X-all
+    short: str  # the name used in job ids and asset names, e.g. gfx110X
+    targets: tuple[str, ...]
+    gpus: Mapping[str, str]  # target -> products
+    groups: Mapping[str, str | None]  # os -> tarball group (None: not published for that OS)
+    legacy_groups: tuple[str, ...]
+    aliases: tuple[str, ...]
+    resolve_targets: bool  # may a single target resolve to this family?
+    note: str = ""
+
+    def group_for(self, os_name: str) -> str | None:
+        return self.groups.get(os_name)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a matrix entry (family, alias or single target) means."""
+
+    family: Family
+    targets: tuple[str, ...]
+    short: str  # name for ids/assets: the family's short name, or the single target
+
+
+@dataclass(frozen=True)
+class FamilyTable:
+    families: tuple[Family, ...]
+    source: str = ""
+    _by_name: Mapping[str, Family] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[str, Family] = {}
+        for fam in self.families:
+            for name in (fam.name, fam.short, *fam.aliases):
+                index.setdefault(name, fam)
+        object.__setattr__(self, "_by_name", index)
+
+    @property
+    def known_names(self) -> list[str]:
+        targets = {t for fam in self.families for t in fam.targets}
+        return sorted(set(self._by_name) | targets)
+
+    def family(self, name: str) -> Family | None:
+        return self._by_name.get(name)
+
+    def family_of_target(self, target: str) -> Family | None:
+        """The smallest published family whose tarball contains ``target``."""
+        candidates = [f for f in self.families if target in f.targets and f.resolve_targets]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda f: (len(f.targets), f.name))
+
+    def select(self, name: str, *, context: str = "") -> Selection:
+        fam = self.family(name)
+        if fam is not None:
+            # a family named after its only target (gfx1151) is the same as that target
+            return Selection(fam, fam.targets, fam.short)
+        if GFX_TARGET_RE.match(name):
+            fam = self.family_of_target(name)
+            if fam is not None:
+                return Selection(fam, (name,), name)
+        prefix = f"{context}: " if context else ""
+        raise ConfigError(f"{prefix}unknown GPU family or target {name!r}{suggest(name, self.known_names)}")
+
+    def groups_for_lookup(self, fam: Family, os_name: str) -> list[str]:
+        """Tarball groups to accept when reading an index: the current one, then legacy names."""
+        current = fam.group_for(os_name)
+        return [g for g in [current, *fam.legacy_groups] if g]
+
+
+def load_families(path: Path | None = None) -> FamilyTable:
+    path = path or data_path("matrices", "families.yaml")
+    doc = load_yaml(path)
+    if not isinstance(doc, YDict) or "families" not in doc:
+        raise ConfigError(f"{where(path, doc)}: expected a mapping with a 'families' key")
+    check_keys(path, doc, ["families"], "the family table")
+    fams = doc["families"]
+    expect_type(path, doc, "families", fams, YDict, "'families'")
+    out: list[Family] = []
+    for name, body in fams.items():
+        expect_type(path, fams, name, body, YDict, f"family {name!r}")
+        check_keys(
+            path, body, ["short", "targets", "groups", "legacy_groups", "aliases", "resolve_targets", "note"],
+            f"family {name!r}",
+        )
+        targets = body.get("targets")
+        expect_type(path, body, "targets", targets, YDict, f"{name}.targets (target: GPUs)")
+        for t in targets:
+            if not GFX_TARGET_RE.match(str(t)):
+                raise ConfigError(f"{where(path, targets, t)}: {t!r} is not a gfx target name")
+        groups = body.get("groups")
+        expect_type(path, body, "groups", groups, YDict, f"{name}.groups")
+        check_keys(path, groups, OSES, f"{name}.groups")
+        for os_name in OSES:
+            if os_name not in groups:
+                raise ConfigError(f"{where(path, groups)}: {name}.groups needs '{os_name}' (use null: not published)")
+            if groups[os_name] is not None and not isinstance(groups[os_name], str):
+                raise ConfigError(f"{where(path, groups, os_name)}: {name}.groups.{os_name} must be a name or null")
+        legacy = body.get("legacy_groups", YList())
+        aliases = body.get("aliases", YList())
+        expect_type(path, body, "legacy_groups", legacy, list, f"{name}.legacy_groups")
+        expect_type(path, body, "aliases", aliases, list, f"{name}.aliases")
+        short = body.get("short", name)
+        out.append(
+            Family(
+                name=str(name),
+                short=str(short),
+                targets=tuple(str(t) for t in targets),
+                gpus={str(t): str(v or "") for t, v in targets.items()},
+                groups={os_name: groups[os_name] for os_name in OSES},
+                legacy_groups=tuple(str(g) for g in legacy),
+                aliases=tuple(str(a) for a in aliases),
+                resolve_targets=bool(body.get("resolve_targets", True)),
+                note=str(body.get("note", "")),
+            )
+        )
+    if not out:
+        raise ConfigError(f"{where(path, fams)}: the family table is empty")
+    return FamilyTable(tuple(out), source=str(path))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A job: everything later stages need, resolved once.
+
+DEFAULT_RUNNERS = {"linux": "ubuntu-22.04", "windows": "windows-2022"}
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str  # stable: <os>-<short>, e.g. linux-gfx1151, windows-gfx110X
+    os: str
+    name: str  # the family short name or single target the job builds for (used in ids and asset names)
+    family: str  # TheRock family, e.g. gfx110X-all
+    group: str  # TheRock tarball group for this OS
+    legacy_groups: tuple[str, ...]
+    targets: tuple[str, ...]  # exactly the gfx targets compiled and shipped
+    required: bool
+    llama_ref: str
+    rocm_channel: str
+    rocm_version: str
+    cmake: tuple[tuple[str, str], ...]  # extra -D definitions, in order
+    runner: str
+
+    @property
+    def gpu_targets(self) -> str:
+        """The value for CMake's GPU_TARGETS."""
+        return ";".join(self.targets)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "os": self.os,
+            "name": self.name,
+            "family": self.family,
+            "group": self.group,
+            "legacy_groups": list(self.legacy_groups),
+            "targets": list(self.targets),
+            "gpu_targets": self.gpu_targets,
+            "required": self.required,
+            "llama_ref": self.llama_ref,
+            "rocm_channel": self.rocm_channel,
+            "rocm_version": self.rocm_version,
+            "cmake": dict(self.cmake),
+            "runner": self.runner,
+        }

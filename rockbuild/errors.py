@@ -1,0 +1,86 @@
+"""Every failure a user can hit, as one typed exception with its own exit code.
+
+The CLI catches :class:`RockbuildError`, prints ``message`` on one line (plus ``hint`` when there is one) and exits
+with ``exit_code``. A traceback is printed only with ``--debug``. Anything that is not a RockbuildError is a bug in
+rockbuild and is reported as such (exit code 70).
+"""
+
+from __future__ import annotations
+
+
+class RockbuildError(Exception):
+    """Base class: a failure written for the user, never a bug."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(RockbuildError):
+    """A matrix/family/config file is unreadable, malformed or names something unknown."""
+
+    exit_code = 2
+
+
+class UsageError(RockbuildError):
+    """The command line asks for something impossible or contradictory."""
+
+    exit_code = 2
+
+
+class NotImplementedYet(RockbuildError):
+    """A stage that exists in the CLI but has not been built yet: say so instead of pretending."""
+
+    exit_code = 3
+
+
+class FetchError(RockbuildError):
+    """A download or index lookup failed after retries (network, HTTP status, short body, timeout)."""
+
+    exit_code = 4
+
+
+class NotFoundError(FetchError):
+    """The requested ROCm version/group/file does not exist where we looked."""
+
+    exit_code = 4
+
+
+class ChecksumError(FetchError):
+    """Downloaded bytes do not match the expected size or sha256."""
+
+    exit_code = 5
+
+
+class UnsafeArchiveError(RockbuildError):
+    """An archive member would escape the destination or create something we never extract."""
+
+    exit_code = 6
+
+
+class LayoutError(RockbuildError):
+    """A ROCm root lacks what a build needs (compiler, headers, device libraries)."""
+
+    exit_code = 7
+
+
+class BuildError(RockbuildError):
+    """Configure or compile failed; the message carries the log tail and the log's path."""
+
+    exit_code = 1
+
+
+class StaleInputError(RockbuildError):
+    """The newest input (e.g. a ROCm nightly) is older than allowed."""
+
+    exit_code = 8
+
+
+BUG_EXIT_CODE = 70
+"""Exit code for an unexpected exception (a bug in rockbuild), after EX_SOFTWARE in sysexits.h."""

@@ -1,0 +1,360 @@
+"""Stage 1: OS x GPU-family YAML in, build jobs out.
+
+The matrix file has global ``options`` and a ``matrix`` with the axes ``os`` and ``target`` plus GitHub-style
+``include``/``exclude`` (same rules as GitHub Actions: an include whose axis values match existing combinations adds
+its options to them, otherwise it adds a new combination; original axis values are never overwritten).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import bracex
+
+from .config import (
+    DEFAULT_RUNNERS,
+    OSES,
+    FamilyTable,
+    Job,
+    YDict,
+    YList,
+    check_keys,
+    data_path,
+    expect_type,
+    load_families,
+    load_yaml,
+    suggest,
+    where,
+)
+from .console import warn
+from .errors import ConfigError, UsageError
+
+AXES = ("os", "target")
+OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner")
+ROCM_KEYS = ("channel", "version")
+ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
+CMAKE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BUILTIN_OPTIONS: dict[str, Any] = {
+    "llama_ref": "master",
+    "rocm": {"channel": "nightly", "version": "latest"},
+    "cmake": {},
+    "required": True,
+    "runner": dict(DEFAULT_RUNNERS),
+}
+
+
+def default_matrix_path() -> Path:
+    return data_path("matrices", "nightly.yaml")
+
+
+@dataclass
+class _Combo:
+    os: str
+    target: str  # short name after resolution (gfx110X, gfx1100)
+    options: dict[str, Any]
+    origin: str  # file:line that created it
+
+
+def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
+    """Validate option keys/values of ``node`` (global options or an include entry) and return them as plain data."""
+    out: dict[str, Any] = {}
+    for key in OPTION_KEYS:
+        if key not in node:
+            continue
+        value = node[key]
+        if key == "llama_ref":
+            if not isinstance(value, str | int) or not str(value).strip():
+                raise ConfigError(f"{where(path, node, key)}: {what}.llama_ref must be a tag, branch or commit")
+            out[key] = str(value).strip()
+        elif key == "required":
+            expect_type(path, node, key, value, bool, f"{what}.required")
+            out[key] = value
+        elif key == "rocm":
+            expect_type(path, node, key, value, YDict, f"{what}.rocm")
+            check_keys(path, value, ROCM_KEYS, f"{what}.rocm")
+            rocm: dict[str, str] = {}
+            if "channel" in value:
+                channel = value["channel"]
+                if channel not in ROCM_CHANNELS:
+                    raise ConfigError(
+                        f"{where(path, value, 'channel')}: unknown ROCm channel {channel!r}"
+                        f"{suggest(str(channel), ROCM_CHANNELS)}; known: {', '.join(ROCM_CHANNELS)}"
+                    )
+                rocm["channel"] = channel
+            if "version" in value:
+                version = value["version"]
+                if not isinstance(version, str | int | float) or not str(version).strip():
+                    raise ConfigError(
+                        f"{where(path, value, 'version')}: {what}.rocm.version must be 'latest' or a version"
+                    )
+                rocm["version"] = str(version).strip()
+            out[key] = rocm
+        elif key == "cmake":
+            expect_type(path, node, key, value, YDict, f"{what}.cmake (NAME: value)")
+            cmake: dict[str, str] = {}
+            for name, val in value.items():
+                if not isinstance(name, str) or not CMAKE_NAME_RE.match(name):
+                    raise ConfigError(f"{where(path, value, name)}: {name!r} is not a CMake variable name")
+                if isinstance(val, bool):
+                    cmake[name] = "ON" if val else "OFF"
+                elif isinstance(val, str | int | float):
+                    cmake[name] = str(val)
+                else:
+                    raise ConfigError(f"{where(path, value, name)}: cmake {name} must be a string, number or boolean")
+            out[key] = cmake
+        elif key == "runner":
+            if isinstance(value, str):
+                out[key] = value
+            else:
+                expect_type(path, node, key, value, (str, YDict), f"{what}.runner")
+                check_keys(path, value, OSES, f"{what}.runner")
+                out[key] = {k: str(v) for k, v in value.items()}
+    return out
+
+
+def _merge_options(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if key in ("rocm", "cmake", "runner") and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _axis_values(path: Path, matrix: YDict, key: str) -> YList:
+    values = matrix.get(key)
+    if values is None:
+        raise ConfigError(f"{where(path, matrix)}: the matrix needs a '{key}' list")
+    if isinstance(values, str):
+        values = YList([values])
+        values.line, values.lines = matrix.lines[key], [matrix.lines[key]]
+    expect_type(path, matrix, key, values, list, f"matrix.{key}")
+    return values
+
+
+def _check_os(path: Path | str, node: Any, key: Any, value: Any) -> str:
+    if value not in OSES:
+        raise ConfigError(
+            f"{where(path, node, key)}: unknown os {value!r}{suggest(str(value), OSES)}; known: linux, windows"
+        )
+    return str(value)
+
+
+def expand_matrix(
+    path: Path | None = None,
+    families: FamilyTable | None = None,
+    *,
+    os_override: Sequence[str] = (),
+    target_override: Sequence[str] = (),
+) -> list[Job]:
+    """Read a matrix file and return its jobs, in matrix order, with stable ids.
+
+    ``os_override``/``target_override`` replace the matrix's axes (the workflow's dispatch inputs); combinations they
+    create that TheRock does not publish are dropped with a warning instead of failing, and jobs outside them (added
+    by ``include``) are dropped too.
+    """
+    path = path or default_matrix_path()
+    families = families or load_families()
+    doc = load_yaml(path)
+    if doc is None:
+        raise ConfigError(f"{path}: the matrix file is empty")
+    if not isinstance(doc, YDict):
+        raise ConfigError(f"{where(path, doc)}: a matrix file is a mapping with 'options' and 'matrix'")
+    check_keys(path, doc, ("options", "matrix"), "the matrix file")
+    if "matrix" not in doc:
+        raise ConfigError(f"{where(path, doc)}: the matrix file needs a 'matrix' section")
+
+    options = BUILTIN_OPTIONS
+    if "options" in doc and doc["options"] is not None:
+        expect_type(path, doc, "options", doc["options"], YDict, "options")
+        check_keys(path, doc["options"], OPTION_KEYS, "options")
+        options = _merge_options(BUILTIN_OPTIONS, _check_options(path, doc["options"], "options"))
+
+    matrix = doc["matrix"]
+    expect_type(path, doc, "matrix", matrix, YDict, "matrix")
+    check_keys(path, matrix, (*AXES, "include", "exclude"), "matrix")
+
+    def resolve_target(node: Any, key: Any, value: Any) -> str:
+        if not isinstance(value, str | int):
+            raise ConfigError(f"{where(path, node, key)}: a target is a family or gfx name, not {type(value).__name__}")
+        return families.select(str(value), context=where(path, node, key)).short
+
+    os_node = _axis_values(path, matrix, "os")
+    os_values = [_check_os(path, os_node, i, x) for i, x in enumerate(os_node)]
+    target_node = _axis_values(path, matrix, "target")
+    targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
+    if os_override:
+        os_values = [_check_os("--os", None, None, o) for o in dict.fromkeys(os_override)]
+    if target_override:
+        targets = [families.select(t, context="--target").short for t in dict.fromkeys(target_override)]
+    combos = [
+        _Combo(o, t, dict(options), f"{path}:{target_node.line}") for o, t in itertools.product(os_values, targets)
+    ]
+
+    def axis_filter(entry: YDict, label: str) -> dict[str, str]:
+        wanted: dict[str, str] = {}
+        if "os" in entry:
+            wanted["os"] = _check_os(path, entry, "os", entry["os"])
+        if "target" in entry:
+            wanted["target"] = resolve_target(entry, "target", entry["target"])
+        return wanted
+
+    def matches(combo: _Combo, wanted: dict[str, str]) -> bool:
+        return all(getattr(combo, k) == v for k, v in wanted.items())
+
+    excludes = matrix.get("exclude") or YList()
+    expect_type(path, matrix, "exclude", excludes, list, "matrix.exclude")
+    for i, entry in enumerate(excludes):
+        expect_type(path, excludes, i, entry, YDict, "an exclude entry")
+        check_keys(path, entry, AXES, "an exclude entry")
+        if not entry:
+            raise ConfigError(f"{where(path, excludes, i)}: an empty exclude entry would remove every job")
+        wanted = axis_filter(entry, "exclude")
+        combos = [c for c in combos if not matches(c, wanted)]
+
+    includes = matrix.get("include") or YList()
+    expect_type(path, matrix, "include", includes, list, "matrix.include")
+    for i, entry in enumerate(includes):
+        expect_type(path, includes, i, entry, YDict, "an include entry")
+        check_keys(path, entry, (*AXES, *OPTION_KEYS), "an include entry")
+        wanted = axis_filter(entry, "include")
+        extra = _check_options(path, entry, "include")
+        hit = [c for c in combos if matches(c, wanted)]
+        if hit:
+            for combo in hit:
+                combo.options = _merge_options(combo.options, extra)
+            continue
+        missing = [a for a in AXES if a not in wanted]
+        if missing and (os_override or target_override):
+            continue  # options for jobs the override left out
+        if missing:
+            raise ConfigError(
+                f"{where(path, includes, i)}: this include matches no job, so it adds one, but it lacks "
+                f"{' and '.join(repr(m) for m in missing)}"
+            )
+        combos.append(_Combo(wanted["os"], wanted["target"], _merge_options(options, extra), where(path, includes, i)))
+
+    if os_override or target_override:
+        combos = [c for c in combos if c.os in os_values and c.target in targets]
+    if not combos:
+        raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
+
+    jobs: list[Job] = []
+    seen: dict[str, str] = {}
+    for combo in combos:
+        if (os_override or target_override) and families.select(combo.target).family.group_for(combo.os) is None:
+            warn(f"skipping {combo.os}-{combo.target}: TheRock publishes no {combo.os} tarball for it")
+            continue
+        job = _make_job(combo, families)
+        if job.id in seen:
+            raise ConfigError(f"{combo.origin}: job {job.id} is defined twice (also at {seen[job.id]})")
+        seen[job.id] = combo.origin
+        jobs.append(job)
+    if not jobs:
+        raise ConfigError(f"{path}: the matrix is empty: no job can be built for the requested OS and targets")
+    return jobs
+
+
+def _make_job(combo: _Combo, families: FamilyTable) -> Job:
+    sel = families.select(combo.target, context=combo.origin)
+    group = sel.family.group_for(combo.os)
+    if group is None:
+        raise ConfigError(
+            f"{combo.origin}: {combo.target} cannot be built for {combo.os}: TheRock publishes no {combo.os} tarball "
+            f"for {sel.family.name}; exclude {{os: {combo.os}, target: {combo.target}}}"
+        )
+    opts = combo.options
+    runner = opts["runner"]
+    if isinstance(runner, dict):
+        runner = runner.get(combo.os, DEFAULT_RUNNERS[combo.os])
+    return Job(
+        id=f"{combo.os}-{sel.short}",
+        os=combo.os,
+        name=sel.short,
+        family=sel.family.name,
+        group=group,
+        legacy_groups=sel.family.legacy_groups,
+        targets=sel.targets,
+        required=bool(opts["required"]),
+        llama_ref=str(opts["llama_ref"]),
+        rocm_channel=opts["rocm"]["channel"],
+        rocm_version=opts["rocm"]["version"],
+        cmake=tuple(opts["cmake"].items()),
+        runner=str(runner),
+    )
+
+
+def split_list(values: Iterable[str], aliases: dict[str, str] | None = None) -> list[str]:
+    """Flatten repeated and comma-separated CLI values (``--os windows,ubuntu``), trimmed and de-quoted."""
+    out: list[str] = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip().strip("'\"").strip()
+            if item:
+                out.append((aliases or {}).get(item, item))
+    return out
+
+
+def select_jobs(jobs: Sequence[Job], only: Iterable[str] = (), os_name: str | None = None) -> list[Job]:
+    """Keep jobs whose id matches any ``--only`` glob (fnmatch with ``{a,b}`` braces) and the ``os_name`` filter."""
+    selected = list(jobs)
+    patterns = [p for p in only if p]
+    if patterns:
+        keep: set[str] = set()
+        for pattern in patterns:
+            expanded = bracex.expand(pattern, limit=1000) or [pattern]
+            hits = {j.id for j in jobs if any(fnmatch.fnmatchcase(j.id, p) for p in expanded)}
+            if not hits:
+                ids = [j.id for j in jobs]
+                raise UsageError(f"--only {pattern!r} matches no job{suggest(pattern, ids)}; jobs: {', '.join(ids)}")
+            keep |= hits
+        selected = [j for j in selected if j.id in keep]
+    if os_name:
+        selected = [j for j in selected if j.os == os_name]
+    if not selected:
+        raise UsageError("no job is left after --only/--os; run `rockbuild matrix` to see the job ids")
+    return selected
+
+
+def find_job(jobs: Sequence[Job], job_id: str) -> Job:
+    for job in jobs:
+        if job.id == job_id:
+            return job
+    raise UsageError(f"no job {job_id!r} in the matrix{suggest(job_id, [j.id for j in jobs])}")
+
+
+def github_matrix(jobs: Sequence[Job]) -> dict[str, Any]:
+    """``{"include": [...]}`` for ``strategy.matrix: ${{ fromJson(...) }}``."""
+    return {"include": [job.to_dict() for job in jobs]}
+
+
+def write_github_output(jobs: Sequence[Job], output_file: str | os.PathLike[str]) -> None:
+    """Append ``matrix=<json>`` to the $GITHUB_OUTPUT file (one line: compact JSON has no newlines)."""
+    line = json.dumps(github_matrix(jobs), separators=(",", ":"))
+    with open(output_file, "a", encoding="utf-8") as fh:
+        fh.write(f"matrix={line}\n")
+
+
+def render_table(jobs: Sequence[Job]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"{len(jobs)} jobs", title_justify="left")
+    for column in ("id", "family", "tarball group", "gfx targets", "required", "llama.cpp", "ROCm", "runner"):
+        table.add_column(column, no_wrap=True)
+    for job in jobs:
+        rocm = f"{job.rocm_channel}/{job.rocm_version}"
+        extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
+        table.add_row(
+            job.id, job.family, job.group, ",".join(job.targets), "yes" if job.required else "no",
+            job.llama_ref + (f" {extra}" if extra else ""), rocm, job.runner,
+        )
+    return table

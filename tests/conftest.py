@@ -1,0 +1,53 @@
+"""Shared fixtures: the installed `rockbuild` entry point run as a real subprocess, and small file writers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+def rockbuild_exe() -> str:
+    """The console script installed next to this interpreter (what users run), not the source tree."""
+    exe = Path(sys.executable).with_name("rockbuild")
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("rockbuild")
+    if not found:
+        pytest.fail("the rockbuild console script is not installed; run: pip install '.[test]'")
+    return found
+
+
+@pytest.fixture
+def run_rockbuild(tmp_path):
+    """Run the installed `rockbuild` with args; returns CompletedProcess (text). Extra env merges over a clean one."""
+
+    def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60):
+        base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_OUTPUT", "GITHUB_ACTIONS", "ROCKBUILD_DEBUG")}
+        base.update(env or {})
+        return subprocess.run(
+            [rockbuild_exe(), *args], capture_output=True, text=True, env=base, cwd=cwd or tmp_path, timeout=timeout
+        )
+
+    return run
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write("name.yaml", text) -> Path, with the text dedented."""
+
+    def _write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+        return path
+
+    return _write

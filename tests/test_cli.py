@@ -1,0 +1,133 @@
+"""The installed `rockbuild` command, run as users run it: exit codes, one-line errors, formats, imports, workflows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from rockbuild import __version__
+
+STAGES = ["matrix", "fetch", "rocm", "build", "bundle", "audit", "smoke", "publish", "nightly", "doctor", "install"]
+
+
+def test_version(run_rockbuild):
+    result = run_rockbuild("--version")
+    assert result.returncode == 0 and __version__ in result.stdout
+
+
+def test_help_lists_every_stage_in_pipeline_order(run_rockbuild):
+    result = run_rockbuild("--help")
+    assert result.returncode == 0
+    positions = [result.stdout.index(f"  {stage} ") for stage in STAGES]
+    assert positions[:6] == sorted(positions[:6])
+
+
+@pytest.mark.parametrize("stage", ["resolve", "nightly", "doctor", "install", "smoke", "publish", "audit"])
+def test_stubs_say_not_implemented_and_fail(run_rockbuild, stage):
+    result = run_rockbuild(stage, "--some-flag", "value")
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: rockbuild {stage} is not implemented yet")
+
+
+def test_help_does_not_import_heavy_modules():
+    """`rockbuild --help` must stay fast: no requests, PyGithub, jinja2 or elftools behind it."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import sys; from rockbuild.cli import main; main(['--help'])"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "rockbuild.cli" in imported
+    for heavy in ("requests", "github", "jinja2", "elftools"):
+        assert not any(m == heavy or m.startswith(heavy + ".") for m in imported), f"--help imported {heavy}"
+
+
+def test_matrix_table_json_and_github(run_rockbuild, tmp_path):
+    table = run_rockbuild("matrix")
+    assert table.returncode == 0 and "linux-gfx1151" in table.stdout and "19 jobs" in table.stdout
+
+    as_json = json.loads(run_rockbuild("matrix", "--format", "json", "--os", "linux").stdout)
+    assert [j["id"] for j in as_json][:2] == ["linux-gfx1151", "linux-gfx1150"]
+    assert all(j["os"] == "linux" for j in as_json)
+
+    out = tmp_path / "gh_output"
+    result = run_rockbuild("matrix", "--format", "github", env={"GITHUB_OUTPUT": str(out)})
+    assert result.returncode == 0
+    printed = json.loads(result.stdout)
+    assert len(printed["include"]) >= 18
+    written = out.read_text().splitlines()
+    assert written == ["matrix=" + json.dumps(printed, separators=(",", ":"))]
+
+
+def test_matrix_takes_the_seed_dispatch_inputs(run_rockbuild):
+    result = run_rockbuild("matrix", "--format", "json", "--os", "windows,ubuntu", "--target", "gfx1151,gfx110X")
+    ids = [j["id"] for j in json.loads(result.stdout)]
+    assert ids == ["windows-gfx1151", "windows-gfx110X", "linux-gfx1151", "linux-gfx110X"]
+
+
+def test_matrix_only_with_braces(run_rockbuild):
+    result = run_rockbuild("matrix", "--format", "json", "--only", "linux-gfx11{50,51}")
+    assert [j["id"] for j in json.loads(result.stdout)] == ["linux-gfx1151", "linux-gfx1150"]
+
+
+def test_config_error_is_one_line_exit_2_and_traceback_only_with_debug(run_rockbuild, write):
+    path = write("m.yaml", "matrix:\n  os: [linux]\n  target: [gfx1160]\n")
+    result = run_rockbuild("matrix", "-c", str(path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {path}:3: unknown GPU family")
+    assert result.stdout == ""
+    debug = run_rockbuild("--debug", "matrix", "-c", str(path))
+    assert debug.returncode == 2 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+
+
+def test_click_usage_errors_exit_2(run_rockbuild):
+    result = run_rockbuild("matrix", "--format", "yaml")
+    assert result.returncode == 2 and "Invalid value" in result.stderr
+
+
+def test_python_dash_m_works(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "rockbuild", "--version"], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0 and __version__ in result.stdout
+
+
+def _actionlint() -> str:
+    exe = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
+    if not exe:
+        pytest.fail("actionlint is not installed; it comes with the test extra: pip install '.[test]'")
+    return exe
+
+
+@pytest.mark.parametrize("workflow", ["ci.yml", "nightly.yml"])
+def test_workflows_pass_actionlint(workflow):
+    path = REPO / ".github" / "workflows" / workflow
+    result = subprocess.run([_actionlint(), "-no-color", str(path)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    on = wf[True]  # PyYAML reads the bare key `on` as a boolean
+    inputs = on["workflow_dispatch"]["inputs"]
+    assert inputs["operating_systems"]["default"] == "windows,ubuntu"
+    assert inputs["gfx_target"]["default"] == "gfx1151,gfx1150,gfx120X,gfx110X,gfx103X,gfx90a,gfx908"
+    assert inputs["rocm_version"]["default"] == "latest" and inputs["llamacpp_version"]["default"] == "latest"
+    assert inputs["create_release"]["type"] == "boolean" and inputs["create_release"]["default"] is True
+    assert on["schedule"] == [{"cron": "0 13 * * *"}]
+    assert set(wf["jobs"]) == {"prepare", "build", "publish", "alert"}
+    assert wf["jobs"]["build"]["strategy"]["matrix"] == "${{ fromJson(needs.prepare.outputs.matrix) }}"
+    assert {wf["jobs"]["build"]["runs-on"]} == {"${{ matrix.runner }}"}
+
+
+def test_ci_run_calls_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ".venv/bin/pytest" in readme and ".venv/bin/pytest" in ci

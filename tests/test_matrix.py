@@ -1,0 +1,258 @@
+"""Stage 1: families table, matrix expansion, selectors, output formats and every error path."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import SHARED
+
+from rockbuild.config import load_families
+from rockbuild.errors import ConfigError, UsageError
+from rockbuild.matrix import expand_matrix, github_matrix, select_jobs, split_list, write_github_output
+
+SEED_TARGETS = ["gfx1151", "gfx1150", "gfx120X", "gfx110X", "gfx103X", "gfx90a", "gfx908"]
+
+
+@pytest.fixture(scope="module")
+def families():
+    return load_families()
+
+
+@pytest.fixture(scope="module")
+def default_jobs(families):
+    return expand_matrix(None, families)
+
+
+# --- the default matrix -------------------------------------------------------------------------------------------
+
+
+def test_default_matrix_has_the_seed_set_on_both_oses_plus_what_users_asked_for(default_jobs):
+    ids = [j.id for j in default_jobs]
+    assert len(ids) == len(set(ids)) >= 18
+    for os_name in ("linux", "windows"):
+        for target in [*SEED_TARGETS, "gfx1152", "gfx1153"]:
+            assert f"{os_name}-{target}" in ids
+    assert "linux-gfx942" in ids and "windows-gfx942" not in ids
+
+
+def test_default_matrix_groups_and_targets(default_jobs):
+    by_id = {j.id: j for j in default_jobs}
+    assert by_id["linux-gfx110X"].group == "gfx110X-all"
+    assert by_id["linux-gfx110X"].targets == ("gfx1100", "gfx1101", "gfx1102", "gfx1103")
+    assert by_id["linux-gfx110X"].legacy_groups == ("gfx110X-dgpu",)
+    # the whole TheRock family, not the seed's four (680M/660M users got "device kernel image is invalid")
+    assert by_id["windows-gfx103X"].targets == tuple(f"gfx103{i}" for i in range(7))
+    assert by_id["windows-gfx120X"].gpu_targets == "gfx1200;gfx1201"
+    assert by_id["linux-gfx942"].group == "gfx94X-dcgpu" and by_id["linux-gfx942"].targets == ("gfx942",)
+    assert by_id["linux-gfx908"].legacy_groups == ("gfx90X-dcgpu",)
+    assert by_id["linux-gfx1151"].runner == "ubuntu-22.04" and by_id["windows-gfx1151"].runner == "windows-2022"
+    assert by_id["linux-gfx1151"].required and not by_id["linux-gfx1152"].required
+    assert not by_id["windows-gfx1153"].required and not by_id["linux-gfx942"].required
+    assert all(j.rocm_channel == "nightly" and j.rocm_version == "latest" for j in default_jobs)
+
+
+def _therock_table_rows():
+    ref = SHARED / "reference" / "therock.md"
+    if not ref.exists():
+        pytest.skip(f"{ref} is not here (the shared reference folder sits beside the repository)")
+    text = ref.read_text(encoding="utf-8")
+    section = text.split("## 1. GPU families", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 17
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def test_every_row_of_therocks_family_table_is_in_families_yaml(families):
+    linux_groups = {f.group_for("linux"): f for f in families.families}
+    windows_groups = {f.group_for("windows") for f in families.families}
+    for first, linux, windows, legacy, *_ in _therock_table_rows():
+        linux_group = re.findall(r"`([^`]+)`", linux)[0]
+        assert linux_group in linux_groups, f"Linux group {linux_group} from therock.md is missing"
+        fam = linux_groups[linux_group]
+        if "not published" in windows:
+            if linux_group != "multiarch":
+                assert fam.group_for("windows") is None, f"{linux_group} must not have a Windows tarball"
+        else:
+            assert re.findall(r"`([^`]+)`", windows)[0] in windows_groups
+        for old in re.findall(r"`(gfx[^`]+)`", legacy):
+            assert old in fam.legacy_groups, f"legacy group {old} of {linux_group} is missing"
+        # the targets named in the first column
+        m = re.search(r"\((.+)\)", first)
+        if m and "gfx" in m.group(1):
+            spec = m.group(1)
+            if ".." in spec:  # gfx1030..gfx1036
+                lo, hi = re.findall(r"gfx(\d+)", spec)
+                expected = [f"gfx{n}" for n in range(int(lo), int(hi) + 1)]
+            else:
+                parts = spec.split(";")
+                head = re.match(r"(gfx\d+)", parts[0]).group(1)
+                expected = [head] + [f"gfx{p}" if not p.startswith("gfx") else p for p in parts[1:]]
+            assert list(fam.targets) == expected
+        elif first.startswith("gfx"):
+            assert list(fam.targets) == [first.split()[0]]
+
+
+# --- names: aliases and single targets ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "targets", "short"),
+    [
+        ("gfx110X", "gfx110X-all", ("gfx1100", "gfx1101", "gfx1102", "gfx1103"), "gfx110X"),
+        ("gfx110X-all", "gfx110X-all", ("gfx1100", "gfx1101", "gfx1102", "gfx1103"), "gfx110X"),
+        ("gfx103X", "gfx103X-all", tuple(f"gfx103{i}" for i in range(7)), "gfx103X"),
+        ("gfx120X", "gfx120X-all", ("gfx1200", "gfx1201"), "gfx120X"),
+        ("gfx115X", "gfx115X-all", ("gfx1150", "gfx1151", "gfx1152", "gfx1153"), "gfx115X"),
+        ("gfx1100", "gfx110X-all", ("gfx1100",), "gfx1100"),
+        ("gfx1036", "gfx103X-all", ("gfx1036",), "gfx1036"),
+        ("gfx1151", "gfx1151", ("gfx1151",), "gfx1151"),
+        ("gfx942", "gfx94X-dcgpu", ("gfx942",), "gfx942"),
+        ("gfx906", "gfx906", ("gfx906",), "gfx906"),
+    ],
+)
+def test_alias_and_single_target_resolution(families, name, family, targets, short):
+    sel = families.select(name)
+    assert (sel.family.name, sel.targets, sel.short) == (family, targets, short)
+
+
+def test_unknown_family_suggests_close_names(families):
+    with pytest.raises(ConfigError, match=r"unknown GPU family or target 'gfx1115'.*did you mean.*gfx1151"):
+        families.select("gfx1115")
+
+
+# --- include / exclude --------------------------------------------------------------------------------------------
+
+
+def test_include_adds_options_to_matching_jobs_and_new_jobs_otherwise(write, families):
+    path = write(
+        "m.yaml",
+        """
+        options:
+          llama_ref: b7000
+          cmake: {GGML_RPC: "ON"}
+        matrix:
+          os: [linux, windows]
+          target: [gfx1151, gfx110X]
+          exclude:
+            - {os: windows, target: gfx110X}
+          include:
+            - {target: gfx1151, required: false, cmake: {GGML_HIP_ROCWMMA_FATTN: true}}
+            - {os: linux, target: gfx1100, llama_ref: b7001, rocm: {version: 10.2.0a20261128}}
+        """,
+    )
+    jobs = {j.id: j for j in expand_matrix(path, families)}
+    assert list(jobs) == ["linux-gfx1151", "linux-gfx110X", "windows-gfx1151", "linux-gfx1100"]
+    assert not jobs["linux-gfx1151"].required and not jobs["windows-gfx1151"].required
+    assert dict(jobs["linux-gfx1151"].cmake) == {"GGML_RPC": "ON", "GGML_HIP_ROCWMMA_FATTN": "ON"}
+    assert jobs["linux-gfx110X"].required and jobs["linux-gfx110X"].llama_ref == "b7000"
+    assert jobs["linux-gfx1100"].llama_ref == "b7001" and jobs["linux-gfx1100"].targets == ("gfx1100",)
+    assert jobs["linux-gfx1100"].rocm_version == "10.2.0a20261128" and jobs["linux-gfx1100"].rocm_channel == "nightly"
+
+
+def test_include_never_overwrites_an_axis_value(write, families):
+    # {os: windows, target: gfx1151} cannot be merged into linux-gfx1151: it adds windows-gfx1151 instead
+    path = write(
+        "m.yaml",
+        """
+        matrix:
+          os: [linux]
+          target: [gfx1151]
+          include:
+            - {os: windows, target: gfx1151, required: false}
+        """,
+    )
+    jobs = {j.id: j for j in expand_matrix(path, families)}
+    assert jobs["linux-gfx1151"].required and not jobs["windows-gfx1151"].required
+
+
+def test_axis_overrides_replace_the_matrix_and_skip_unpublished(families, capsys):
+    jobs = expand_matrix(None, families, os_override=["windows", "linux"], target_override=["gfx942", "gfx1036"])
+    assert [j.id for j in jobs] == ["windows-gfx1036", "linux-gfx942", "linux-gfx1036"]
+    assert "skipping windows-gfx942" in capsys.readouterr().err
+
+
+# --- selectors ------------------------------------------------------------------------------------------------------
+
+
+def test_only_globs_with_braces(default_jobs):
+    ids = [j.id for j in select_jobs(default_jobs, ["linux-gfx11{50,51}"])]
+    assert ids == ["linux-gfx1151", "linux-gfx1150"]
+    ids = [j.id for j in select_jobs(default_jobs, ["*-gfx1{10,20}X", "windows-gfx90?"])]
+    assert ids == ["linux-gfx120X", "linux-gfx110X", "windows-gfx120X", "windows-gfx110X", "windows-gfx90a", "windows-gfx908"]
+    assert [j.id for j in select_jobs(default_jobs, ["*"], os_name="windows")][0] == "windows-gfx1151"
+
+
+def test_only_glob_matching_nothing_is_an_error(default_jobs):
+    with pytest.raises(UsageError, match=r"--only 'linux-gfx1160' matches no job \(did you mean linux-gfx1150"):
+        select_jobs(default_jobs, ["linux-gfx1160"])
+
+
+def test_split_list_accepts_the_seed_input_style():
+    assert split_list(['"windows, ubuntu"'], aliases={"ubuntu": "linux"}) == ["windows", "linux"]
+    assert split_list(["gfx1151,gfx110X", "gfx942"]) == ["gfx1151", "gfx110X", "gfx942"]
+
+
+# --- github format ----------------------------------------------------------------------------------------------
+
+
+def test_github_matrix_shape_and_output_file(default_jobs, tmp_path):
+    data = github_matrix(default_jobs[:2])
+    assert list(data) == ["include"]
+    first = data["include"][0]
+    assert first["id"] == "linux-gfx1151" and first["targets"] == ["gfx1151"] and first["runner"] == "ubuntu-22.04"
+    out = tmp_path / "github_output"
+    out.write_text("earlier=1\n")
+    write_github_output(default_jobs[:2], out)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "earlier=1" and lines[1].startswith("matrix=") and len(lines) == 2
+    assert json.loads(lines[1].removeprefix("matrix=")) == data
+
+
+# --- error paths: one line, file and line number --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("matrix:\n  os: [linux\n  target: [gfx1151]\n", r"m\.yaml:3: invalid YAML"),
+        ("matrix:\n  os: [linux]\n  target: [gfx1160]\n", r"m\.yaml:3: unknown GPU family or target 'gfx1160' \(did you mean"),
+        ("matrix:\n  os: [linux]\n  targets: [gfx1151]\n", r"m\.yaml:3: unknown key 'targets' in matrix \(did you mean target\?\)"),
+        ("options:\n  requird: false\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: unknown key 'requird'"),
+        ("options:\n  required: maybe\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: options\.required must be a bool"),
+        ("matrix:\n  os: [linux]\n  target: []\n", r"the matrix is empty"),
+        ("", r"the matrix file is empty"),
+        ("matrix:\n  os: [macos]\n  target: [gfx1151]\n", r"m\.yaml:2: unknown os 'macos'"),
+        ("matrix:\n  os: [windows]\n  target: [gfx942]\n", r"gfx942 cannot be built for windows.*exclude"),
+        ("matrix:\n  os: [linux]\n  target: [gfx110X, gfx110X-all]\n", r"job linux-gfx110X is defined twice"),
+        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {target: gfx1100}\n", r"m\.yaml:5: .*lacks 'os'"),
+        ("options:\n  rocm: {channel: nighty}\nmatrix: {os: [linux], target: [gfx1151]}\n", r"unknown ROCm channel 'nighty' \(did you mean nightly"),
+        ("options:\n  cmake: {'-DX': 1}\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: '-DX' is not a CMake variable name"),
+        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  os: [windows]\n", r"m\.yaml:4: duplicate key 'os'"),
+    ],
+)
+def test_matrix_errors_name_file_and_line(write, families, text, pattern):
+    path = write("m.yaml", text)
+    with pytest.raises(ConfigError, match=pattern) as info:
+        expand_matrix(path, families)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_matrix_file(tmp_path, families):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: no such file"):
+        expand_matrix(tmp_path / "nope.yaml", families)
+
+
+def test_broken_family_table_is_reported_with_line(write):
+    path = write(
+        "families.yaml",
+        """
+        families:
+          gfx1151:
+            targets: {gfx1151: x}
+            groups: {linux: gfx1151}
+        """,
+    )
+    with pytest.raises(ConfigError, match=r"families\.yaml:4: gfx1151\.groups needs 'windows'"):
+        load_families(path)
