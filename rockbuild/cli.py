@@ -104,6 +104,127 @@ def matrix(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Stage 2: ROCm
+
+def _host_os() -> str:
+    return "windows" if sys.platform.startswith("win") else "linux"
+
+
+def _selection(family: str | None, target: str | None) -> Any:
+    from .config import load_families
+    from .rocm.fetch import select_family
+
+    return select_family(load_families(), family, target)
+
+
+ROCM_SOURCE_OPTIONS = [
+    click.option("--family", default=None, help="GPU family (gfx110X, gfx110X-all, gfx1151, ...)."),
+    click.option("--target", default=None, help="A single gfx target; its family's tarball is used."),
+    click.option(
+        "--os", "os_name", type=click.Choice(["linux", "windows"]), default=None,
+        help="Tarball platform (default: this machine's).",
+    ),
+    click.option(
+        "--channel", type=click.Choice(["nightly", "dev", "prerelease", "stable"]), default="nightly",
+        show_default=True,
+    ),
+    click.option("--index-url", default=None, help="Read this index page or S3 listing instead of the channel's hosts."),
+]
+
+
+def _rocm_source_options(func: Any) -> Any:
+    for option in reversed(ROCM_SOURCE_OPTIONS):
+        func = option(func)
+    return func
+
+
+@cli.command(context_settings=CONTEXT)
+@_rocm_source_options
+@click.option("--version", "version", default="latest", show_default=True, help="'latest' or an exact version.")
+@click.option(
+    "--cache", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Cache folder (default: $ROCKBUILD_CACHE or ~/.cache/rockbuild).",
+)
+@click.option(
+    "--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Extract here (default: <cache>/rocm/<tarball name>).",
+)
+@click.option("--sha256", default=None, help="Expected sha256 of the tarball (refuse anything else).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def fetch(
+    family: str | None, target: str | None, os_name: str | None, channel: str, index_url: str | None,
+    version: str, cache: Path | None, dest: Path | None, sha256: str | None, as_json: bool,
+) -> None:
+    """Find, download and safely extract a TheRock ROCm tarball."""
+    from .rocm.fetch import fetch_rocm
+
+    result = fetch_rocm(
+        _selection(family, target), os_name=os_name or _host_os(), version=version, channel=channel,
+        index_url=index_url, cache=cache, dest=dest, sha256=sha256, quiet=as_json and not sys.stderr.isatty(),
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    from .console import human_bytes
+
+    click.echo(f"ROCm {result.version} ({result.name})")
+    click.echo(f"  root:        {result.root}")
+    click.echo(f"  sha256:      {result.sha256}")
+    click.echo(f"  size:        {human_bytes(result.size)}; downloaded now: {human_bytes(result.transferred)}")
+    click.echo(f"  extracted:   {'yes' if result.extracted else 'no (already in place)'} in {result.seconds:.1f}s")
+    if result.layout is not None:
+        click.echo(f"  clang:       {result.layout.clang}")
+        click.echo(f"  kernels for: {' '.join(result.layout.gfx_targets) or '(none found)'}")
+
+
+@cli.group(cls=_OrderedGroup, context_settings=CONTEXT)
+def rocm() -> None:
+    """List TheRock ROCm versions or describe a ROCm root."""
+
+
+@rocm.command("list", context_settings=CONTEXT)
+@_rocm_source_options
+@click.option("--limit", type=int, default=20, show_default=True, help="Show at most this many (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON on stdout.")
+def rocm_list(
+    family: str | None, target: str | None, os_name: str | None, channel: str, index_url: str | None,
+    limit: int, as_json: bool,
+) -> None:
+    """Available ROCm tarballs for a family, newest first."""
+    from .rocm.fetch import list_rocm_versions
+
+    entries = list_rocm_versions(
+        _selection(family, target), os_name=os_name or _host_os(), channel=channel, index_url=index_url
+    )
+    if limit > 0:
+        entries = entries[:limit]
+    if as_json:
+        emit_json([e.to_dict() for e in entries])
+        return
+    for e in entries:
+        day = e.name.date.isoformat() if e.name.date else "-"
+        size = f"{e.size / 1e9:.2f} GB" if e.size else ""
+        click.echo(f"{e.name.version.text:<28} {day:<10} {size:>9}  {e.name.filename}")
+
+
+@rocm.command("info", context_settings=CONTEXT)
+@click.argument("root", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def rocm_info(root: Path, as_json: bool) -> None:
+    """Describe the ROCm root at ROOT (TheRock tree, /opt/rocm, or a Debian/Ubuntu install)."""
+    from .rocm.layout import detect_layout
+
+    layout = detect_layout(root)
+    if as_json:
+        emit_json(layout.to_dict())
+        return
+    for key, value in layout.to_dict().items():
+        if isinstance(value, list):
+            value = ", ".join(str(v) if not isinstance(v, dict) else v.get("path", str(v)) for v in value) or "-"
+        click.echo(f"{key + ':':<18} {value if value is not None else '-'}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Stages not built yet: they exist so --help shows the whole pipeline, and they say so instead of pretending.
 
 
@@ -120,8 +241,6 @@ def _stub(name: str, summary: str, issue: str) -> None:
         raise NotImplementedYet(f"rockbuild {name} is not implemented yet ({issue})")
 
 
-_stub("fetch", "Find, download and safely extract a TheRock ROCm tarball", "ROCm provider issue")
-_stub("rocm", "List TheRock ROCm versions or describe a ROCm root", "ROCm provider issue")
 _stub("build", "Compile llama.cpp with GGML_HIP for a job's gfx targets", "Build driver issue")
 _stub("bundle", "Make a self-contained bundle from a build", "Lib-gatherer issue")
 _stub("audit", "Check that a bundle is self-contained", "Lib-gatherer issue")

@@ -6,6 +6,7 @@ Every later stage reads a :class:`Job` (made by :mod:`rockbuild.matrix`), never 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,15 @@ def data_path(*parts: str) -> Path:
         if candidate.exists():
             return candidate
     raise ConfigError(f"rockbuild's data file {'/'.join(parts)} is missing from this installation; reinstall rockbuild")
+
+
+def cache_dir() -> Path:
+    """Where tarballs, ROCm roots and clones are kept: $ROCKBUILD_CACHE, else $XDG_CACHE_HOME/rockbuild."""
+    explicit = os.environ.get("ROCKBUILD_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rockbuild"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,227 @@
+"""Running other programs: an explicit environment without secrets, timeouts, logs, and the log's tail on failure.
+
+Every child process rockbuild starts (cmake, ninja, git, patchelf, llama-cli...) goes through :func:`run` or
+:func:`spawn`. The environment is built, never inherited wholesale: a small allowlist of the parent's variables plus
+what the caller passes; anything that looks like a credential is dropped even when a caller passes it by mistake.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from .errors import RockbuildError
+
+# Variables a child may inherit from our environment. Everything else must be passed explicitly.
+INHERITED = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "TEMP", "TMP",
+    "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "PROGRAMDATA", "PROGRAMFILES", "PROGRAMFILES(X86)",
+    "LOCALAPPDATA", "APPDATA", "USERPROFILE", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
+    "CCACHE_DIR", "CCACHE_MAXSIZE", "CCACHE_BASEDIR", "SOURCE_DATE_EPOCH", "CI", "GITHUB_ACTIONS",
+)
+INHERITED_PREFIXES = ("LC_",)
+# Never handed to a child, whoever asks: the build and smoke steps need none of them.
+SECRET_NAMES = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ACTIONS_RUNTIME_TOKEN",
+                          "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "NPM_TOKEN", "PYPI_TOKEN", "TWINE_PASSWORD"})
+SECRET_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|APIKEY|PRIVATE_KEY)", re.I)
+
+
+def is_secret(name: str) -> bool:
+    return name.upper() in SECRET_NAMES or bool(SECRET_PATTERN.search(name))
+
+
+def child_env(
+    extra: Mapping[str, str] | None = None,
+    *,
+    inherit: Iterable[str] = INHERITED,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """An explicit environment: allowlisted variables of ``base`` (default: ours) plus ``extra``, minus secrets."""
+    source = os.environ if base is None else base
+    wanted = {name.upper() for name in inherit}
+    env = {
+        k: v for k, v in source.items() if k.upper() in wanted or k.upper().startswith(INHERITED_PREFIXES)
+    }
+    env.update(extra or {})
+    return {k: v for k, v in env.items() if not is_secret(k)}
+
+
+class ProcessError(RockbuildError):
+    """A child failed or timed out. The message names the command; ``tail`` holds its last output lines."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, tail: Sequence[str] = (), log: Path | None = None,
+                 returncode: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.tail = list(tail)
+        self.log = log
+        self.returncode = returncode
+
+
+@dataclass(frozen=True)
+class RunResult:
+    args: tuple[str, ...]
+    returncode: int
+    seconds: float
+    output: str  # combined stdout+stderr when captured (empty when only logged)
+    log: Path | None
+
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def _describe(args: Sequence[str]) -> str:
+    text = " ".join(" ".join(str(a).split()) for a in args)  # one line, even for a multi-line -c script
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a child and everything it started (it runs in its own process group)."""
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.terminate()
+        proc.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired, PermissionError):
+        try:
+            if os.name == "posix":
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+
+
+def run(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    log: Path | None = None,
+    capture: bool = True,
+    check: bool = True,
+    tail_lines: int = 40,
+    on_line: Callable[[str], None] | None = None,
+    stdin: IO[bytes] | int | None = subprocess.DEVNULL,
+) -> RunResult:
+    """Run ``args`` to completion with ``env`` (pass :func:`child_env` output; None means child_env()).
+
+    Output (stdout and stderr merged) is appended to ``log`` when given, kept in memory when ``capture``, and each
+    line is passed to ``on_line`` (progress parsing). A timeout kills the whole process group. With ``check``, a
+    non-zero exit or a timeout raises :class:`ProcessError` carrying the last ``tail_lines`` lines and the log path.
+    """
+    argv = [str(a) for a in args]
+    environment = dict(env) if env is not None else child_env()
+    environment = {k: v for k, v in environment.items() if not is_secret(k)}
+    start = time.monotonic()
+    tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
+    captured: list[str] = []
+    log_fh = open(log, "a", encoding="utf-8", errors="replace") if log else None  # noqa: SIM115
+    try:
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=environment, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=(os.name == "posix"),
+            )
+        except FileNotFoundError:
+            raise ProcessError(f"{argv[0]}: command not found", returncode=None) from None
+        except OSError as exc:
+            raise ProcessError(f"cannot run {argv[0]}: {exc.strerror}", returncode=None) from None
+        timed_out = threading.Event()
+        timer = None
+        if timeout is not None:
+            def expire() -> None:
+                timed_out.set()
+                _kill_tree(proc)
+
+            timer = threading.Timer(timeout, expire)
+            timer.daemon = True
+            timer.start()
+        assert proc.stdout is not None
+        try:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace")
+                if log_fh:
+                    log_fh.write(line)
+                if capture:
+                    captured.append(line)
+                stripped = line.rstrip("\r\n")
+                tail.append(stripped)
+                if on_line:
+                    on_line(stripped)
+            returncode = proc.wait()
+        except BaseException:
+            _kill_tree(proc)
+            raise
+        finally:
+            if timer:
+                timer.cancel()
+    finally:
+        if log_fh:
+            log_fh.close()
+    seconds = time.monotonic() - start
+    result = RunResult(tuple(argv), returncode, seconds, "".join(captured), log)
+    if timed_out.is_set():
+        raise ProcessError(
+            f"{_describe(argv)} timed out after {timeout:.0f}s" + (f"; log: {log}" if log else ""),
+            tail=list(tail), log=log, returncode=returncode,
+        )
+    if check and returncode != 0:
+        raise ProcessError(
+            f"{_describe(argv)} failed with exit code {returncode}" + (f"; log: {log}" if log else ""),
+            tail=list(tail), log=log, returncode=returncode,
+        )
+    return result
+
+
+def spawn(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Path,
+) -> subprocess.Popen[bytes]:
+    """Start a long-lived child (a server) in its own process group, output to ``log``; stop it with :func:`stop`."""
+    environment = dict(env) if env is not None else child_env()
+    environment = {k: v for k, v in environment.items() if not is_secret(k)}
+    log_fh = open(log, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            [str(a) for a in args], cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=log_fh,
+            stderr=subprocess.STDOUT, start_new_session=(os.name == "posix"),
+        )
+    finally:
+        log_fh.close()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    """Stop a child started by :func:`spawn` (and its children); its exit code."""
+    if proc.poll() is None:
+        _kill_tree(proc)
+    return proc.returncode
+
+
+def log_tail(path: Path, lines: int = 40) -> list[str]:
+    """The last ``lines`` lines of a log file (for error messages)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return data.splitlines()[-lines:]

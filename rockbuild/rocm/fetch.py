@@ -1,0 +1,196 @@
+"""Stage 2: provide ROCm: resolve a TheRock tarball, download it into the cache and extract it at the same time.
+
+The tarball streams from the network into the cache (``NAME.part``, hashed as it arrives) and, chunk by chunk, into
+the safe extractor (decompressed on the other core), so download, hashing, caching and extraction overlap. The tree is
+moved into place only when the download verified and the extraction finished; a marker inside it records which
+tarball (name + sha256) it came from, so a second fetch of the same version touches neither the tarball nor the tree.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from rockbuild import console
+from rockbuild.archive import StreamExtractor, read_marker
+from rockbuild.config import FamilyTable, Selection, cache_dir
+from rockbuild.downloader import Downloader, get_text
+from rockbuild.errors import LayoutError, UsageError
+
+from .index import TarballEntry, list_tarballs, resolve_tarball
+from .layout import RocmLayout, detect_layout
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """A ROCm root ready to build against, and where it came from."""
+
+    name: str  # tarball file name
+    url: str
+    version: str
+    group: str
+    platform: str
+    size: int
+    sha256: str
+    root: Path
+    transferred: int  # tarball bytes received over the network by this fetch
+    extracted: bool  # False: the tree from an earlier fetch was reused
+    seconds: float
+    layout: RocmLayout | None
+    layout_error: str | None = None
+    resumed_from: int = 0  # byte offset where a resumed download picked up (0: none)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "url": self.url,
+            "version": self.version,
+            "group": self.group,
+            "platform": self.platform,
+            "size": self.size,
+            "sha256": self.sha256,
+            "root": str(self.root),
+            "transferred": self.transferred,
+            "extracted": self.extracted,
+            "seconds": self.seconds,
+            "layout": self.layout.to_dict() if self.layout else None,
+            "layout_error": self.layout_error,
+            "resumed_from": self.resumed_from,
+        }
+
+
+def select_family(families: FamilyTable, family: str | None, target: str | None) -> Selection:
+    if bool(family) == bool(target):
+        raise UsageError("give exactly one of --family F or --target gfxN")
+    name = family or target
+    assert name is not None
+    return families.select(name, context="--family" if family else "--target")
+
+
+def tarball_groups(selection: Selection, os_name: str) -> list[str]:
+    """The group to look for on ``os_name`` (then its legacy names); a clear error when TheRock has none."""
+    fam = selection.family
+    current = fam.group_for(os_name)
+    if current is None:
+        raise UsageError(f"TheRock publishes no {os_name} tarball for {fam.name} ({selection.short})")
+    return [current, *fam.legacy_groups]
+
+
+def list_rocm_versions(
+    selection: Selection,
+    *,
+    os_name: str,
+    channel: str = "nightly",
+    index_url: str | None = None,
+) -> list[TarballEntry]:
+    """Tarballs available for the selection's group on the channel's current host, newest first."""
+    return list_tarballs(
+        platform=os_name, groups=tarball_groups(selection, os_name), channel=channel, index_url=index_url,
+        fetch_text=get_text,
+    )
+
+
+def _root_for(entry: TarballEntry, dest: Path | None, cache: Path) -> Path:
+    if dest is not None:
+        return dest
+    return cache / "rocm" / entry.name.filename.removesuffix(".tar.gz")
+
+
+def _reusable(root: Path, entry: TarballEntry, expected_sha256: str | None) -> dict[str, Any] | None:
+    marker = read_marker(root)
+    if not marker or marker.get("name") != entry.name.filename:
+        return None
+    if expected_sha256 and marker.get("sha256") != expected_sha256:
+        return None
+    return marker
+
+
+def fetch_rocm(
+    selection: Selection,
+    *,
+    os_name: str,
+    version: str = "latest",
+    channel: str = "nightly",
+    index_url: str | None = None,
+    cache: Path | None = None,
+    dest: Path | None = None,
+    sha256: str | None = None,
+    quiet: bool = False,
+    entry: TarballEntry | None = None,
+) -> FetchResult:
+    """Resolve (unless ``entry`` is given), download and extract the ROCm tarball for ``selection`` on ``os_name``."""
+    start = time.monotonic()
+    cache = cache or cache_dir()
+    if entry is None:
+        entry = resolve_tarball(
+            platform=os_name, groups=tarball_groups(selection, os_name), version=version, channel=channel,
+            index_url=index_url, fetch_text=get_text,
+        )
+    root = _root_for(entry, dest, cache)
+    if not quiet:
+        console.info(f"    ROCm {entry.name.version.text} ({entry.name.filename}) from {entry.url}")
+
+    # One fetch at a time per root: a second one waits, then finds the tree in place.
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root.parent / f".{root.name}.lock")):
+        marker = _reusable(root, entry, sha256)
+        if marker is not None:
+            if not quiet:
+                console.info(f"    {root}: already extracted from {entry.name.filename}; nothing to download")
+            return _result(entry, root, marker["sha256"], int(marker["size"]), 0, False, start)
+        if root.exists() and read_marker(root) is None:
+            raise UsageError(f"{root} exists and was not extracted by rockbuild; choose another --dest or remove it")
+        # durable=False: no fsync of the 1-3 GB tarball before the tree is usable; the tree itself is never fsynced
+        # either, and the tarball is re-hashed whenever it is read again (the downloader feeds cache hits through
+        # the hash), so a crash can cost a re-download but never a wrong tree.
+        with Downloader(cache / "tarballs", quiet=quiet, durable=False) as downloader:
+            extractor = StreamExtractor(root, replace=True, label=entry.name.filename)
+            try:
+                download = downloader.fetch(entry.url, name=entry.name.filename, sha256=sha256, sink=extractor.feed)
+                extractor.finish(
+                    marker={
+                        "name": entry.name.filename, "url": entry.url, "sha256": download.sha256,
+                        "size": download.size,
+                    }
+                )
+            except BaseException:
+                extractor.abort()
+                raise
+    return _result(
+        entry, root, download.sha256, download.size, download.transferred, True, start, download.resumed_from
+    )
+
+
+def _result(
+    entry: TarballEntry, root: Path, sha256: str, size: int, transferred: int, extracted: bool, start: float,
+    resumed_from: int = 0,
+) -> FetchResult:
+    layout: RocmLayout | None = None
+    layout_error: str | None = None
+    try:
+        layout = detect_layout(root)
+    except LayoutError as exc:
+        layout_error = exc.message
+        console.warn(f"{root} is not a usable ROCm root: {exc.message}")
+    return FetchResult(
+        name=entry.name.filename,
+        url=entry.url,
+        version=entry.name.version.text,
+        group=entry.name.group,
+        platform=entry.name.platform,
+        size=size,
+        sha256=sha256,
+        root=root,
+        transferred=transferred,
+        extracted=extracted,
+        seconds=round(time.monotonic() - start, 3),
+        layout=layout,
+        layout_error=layout_error,
+        resumed_from=resumed_from,
+    )
+
+

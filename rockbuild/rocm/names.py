@@ -1,0 +1,196 @@
+"""The grammar of TheRock's tarball names: ``therock-dist-<platform>-<group>[-tests]-<version>.tar.gz``.
+
+Groups contain hyphens (``gfx110X-all``, ``gfx94X-dcgpu``) and versions come in several shapes, so a name is parsed by
+matching the version at the anchored end, never by splitting on ``-``. See docs in therock.md §3 for the sources.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any
+
+PLATFORMS = ("linux", "windows")
+
+_NAME_RE = re.compile(
+    r"^therock-dist-(?P<platform>linux|windows)-(?P<slot>.+?)(?P<tests>-tests)?-"
+    r"(?P<version>\d+\.\d+\.\d+(?:a\d{8}(?:\+bkc\.\d{8})?|rc\d{8}|rc\d{1,3}|\.dev0\+[0-9a-f]+)?)\.tar\.gz$"
+)
+_VERSION_RE = re.compile(
+    r"^(?P<base>\d+\.\d+\.\d+)"
+    r"(?:a(?P<nightly>\d{8})(?:\+bkc\.(?P<bkc>\d{8}))?|rc(?P<rcdate>\d{8})|rc(?P<rc>\d{1,3})|\.dev0\+(?P<sha>[0-9a-f]+))?$"
+)
+# TheRock's group suffixes are lower case (-all, -dgpu, -dcgpu, -igpu); a suffix token that is not, such as the legacy
+# ``-ADHOCBUILD`` package suffix, starts a build variant, which is not a release and must never be picked as "latest".
+_GROUP_RE = re.compile(r"^(?P<group>[a-z][0-9A-Za-z]*(?:-[a-z][0-9a-z]*)*)(?:-(?P<variant>.+))?$")
+
+
+class VersionKind(enum.StrEnum):
+    NIGHTLY = "nightly"  # X.Y.ZaYYYYMMDD (since 2025-10-09)
+    NIGHTLY_RC = "nightly-rc"  # X.Y.ZrcYYYYMMDD (nightlies until 2025-10-08)
+    PRERELEASE = "prerelease"  # X.Y.ZrcN
+    DEV = "dev"  # X.Y.Z.dev0+<sha>
+    BKC = "bkc"  # X.Y.ZaYYYYMMDD+bkc.YYYYMMDD
+    STABLE = "stable"  # X.Y.Z
+
+
+# Release stage order within one base version, after PEP 440: dev < a < rc < final.
+_STAGE_RANK = {
+    VersionKind.DEV: 0,
+    VersionKind.NIGHTLY: 1,
+    VersionKind.BKC: 1,
+    VersionKind.NIGHTLY_RC: 2,
+    VersionKind.PRERELEASE: 2,
+    VersionKind.STABLE: 3,
+}
+
+
+def _date(yyyymmdd: str) -> datetime.date | None:
+    try:
+        return datetime.date(int(yyyymmdd[:4]), int(yyyymmdd[4:6]), int(yyyymmdd[6:]))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class RocmVersion:
+    """A TheRock package version such as ``10.2.0a20260915`` or ``7.14.0rc2``."""
+
+    text: str
+    kind: VersionKind
+    base: tuple[int, int, int]
+    date: datetime.date | None
+    """The build date: the nightly date, or for a BKC build the ``+bkc.`` date (its nightly's date is ``base_date``)."""
+    base_date: datetime.date | None = None
+    rc: int | None = None
+    sha: str | None = None
+
+    @property
+    def version_key(self) -> tuple[int, ...]:
+        """Orders versions numerically (10.2.0a… after 7.9.0rc…), then by stage and number within one base."""
+        if self.kind is VersionKind.BKC:
+            number = int(f"{self.base_date:%Y%m%d}{self.date:%Y%m%d}")
+        elif self.date is not None:
+            number = int(f"{self.date:%Y%m%d}")
+        else:
+            number = self.rc or 0
+        return (*self.base, _STAGE_RANK[self.kind], number)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "kind": str(self.kind),
+            "base": ".".join(map(str, self.base)),
+            "date": self.date.isoformat() if self.date else None,
+            "base_date": self.base_date.isoformat() if self.base_date else None,
+            "rc": self.rc,
+            "sha": self.sha,
+        }
+
+
+def parse_rocm_version(text: str) -> RocmVersion | None:
+    """The parsed version, or None when ``text`` is not one of TheRock's version shapes (or carries a bad date)."""
+    m = _VERSION_RE.match(text)
+    if not m:
+        return None
+    base = tuple(int(p) for p in m["base"].split("."))
+    assert len(base) == 3
+    if m["bkc"]:
+        date, base_date = _date(m["bkc"]), _date(m["nightly"])
+        if date is None or base_date is None:
+            return None
+        return RocmVersion(text, VersionKind.BKC, base, date, base_date=base_date)
+    if m["nightly"] or m["rcdate"]:
+        date = _date(m["nightly"] or m["rcdate"])
+        if date is None:
+            return None
+        kind = VersionKind.NIGHTLY if m["nightly"] else VersionKind.NIGHTLY_RC
+        return RocmVersion(text, kind, base, date, base_date=date)
+    if m["rc"]:
+        return RocmVersion(text, VersionKind.PRERELEASE, base, None, rc=int(m["rc"]))
+    if m["sha"]:
+        return RocmVersion(text, VersionKind.DEV, base, None, sha=m["sha"])
+    return RocmVersion(text, VersionKind.STABLE, base, None)
+
+
+@dataclass(frozen=True)
+class TarballName:
+    """One parsed ``therock-dist-…`` file name."""
+
+    filename: str
+    platform: str
+    group: str
+    """The GPU group (``gfx1151``, ``gfx110X-all``, ``multiarch``); for an unknown variant the part before it."""
+    tests: bool
+    """True for the ``-tests-`` twin, which carries test clients rather than a runtime."""
+    version: RocmVersion
+    variant: str | None = None
+    """An unknown suffix after the group (``ADHOCBUILD``): not a release; listings skip it."""
+
+    @property
+    def kind(self) -> VersionKind:
+        return self.version.kind
+
+    @property
+    def date(self) -> datetime.date | None:
+        return self.version.date
+
+    @property
+    def base_version(self) -> tuple[int, int, int]:
+        return self.version.base
+
+    @property
+    def is_release(self) -> bool:
+        """True for the runtime tarball of a real group: not a ``-tests-`` twin, not an ad-hoc variant."""
+        return not self.tests and self.variant is None
+
+    def sort_key(self, mtime: float | None = None) -> tuple[Any, ...]:
+        """Larger is newer: the date in the version, then the upload time, then the version.
+
+        Undated versions (stable, rcN, dev) compare by version before upload time, because a later upload of an older
+        patch release (7.14.1 after 10.0.0) is not the newer ROCm.
+        """
+        date = self.date or datetime.date.min
+        undated_version = self.version.version_key if self.date is None else ()
+        return (date, undated_version, mtime if mtime is not None else float("-inf"), self.version.version_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "filename": self.filename,
+            "platform": self.platform,
+            "group": self.group,
+            "tests": self.tests,
+            "variant": self.variant,
+            "version": self.version.text,
+            "kind": str(self.kind),
+            "date": self.date.isoformat() if self.date else None,
+            "base_version": ".".join(map(str, self.base_version)),
+        }
+
+
+def parse_tarball_name(filename: str) -> TarballName | None:
+    """The parsed name, or None when ``filename`` is not a TheRock dist tarball name."""
+    m = _NAME_RE.match(filename)
+    if not m:
+        return None
+    version = parse_rocm_version(m["version"])
+    if version is None:
+        return None
+    slot = m["slot"]
+    g = _GROUP_RE.match(slot)
+    group, variant = (g["group"], g["variant"]) if g else (slot, None)
+    return TarballName(
+        filename=filename,
+        platform=m["platform"],
+        group=group,
+        tests=m["tests"] is not None,
+        version=version,
+        variant=variant,
+    )
+
+
+def tarball_filename(platform: str, group: str, version: str, *, tests: bool = False) -> str:
+    """The file name TheRock gives a tarball (the inverse of :func:`parse_tarball_name`)."""
+    return f"therock-dist-{platform}-{group}{'-tests' if tests else ''}-{version}.tar.gz"

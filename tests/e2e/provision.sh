@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Provision the roots the end-to-end tests run in (see tests/e2e/README.md):
+#   $ROCKBUILD_E2E/rocm-root   Debian sid minbase + ROCm 7.2 from experimental (the build root)
+#   $ROCKBUILD_E2E/clean-root  Debian sid minbase without ROCm (the run root for bundles)
+#   $ROCKBUILD_E2E/../src/     the llama.cpp source the e2e test pins (llama-cpp-python sdist)
+# Each item is made once: a finished item leaves a stamp file, and a second run only reports what it finds.
+# Roots are built under "<name>.partial" and renamed when complete, so "<name>" never exists half-made.
+# Needs root (debootstrap, chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
+# ROCKBUILD_E2E_MIRROR (default: the first Debian mirror in the host's apt sources), ROCKBUILD_SRC
+# (default /var/cache/rockbuild/src).
+set -euo pipefail
+
+E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
+SRC=${ROCKBUILD_SRC:-/var/cache/rockbuild/src}
+ROCM=$E2E/rocm-root
+CLEAN=$E2E/clean-root
+
+# Only ROCm comes from experimental: `-t experimental` would also upgrade glibc, perl, openssl, cmake (proving-it-here.md §2).
+ROCM_PIN_REGEX='/^(hipcc|rocm-device-libs-[0-9]+|libamd-comgr.*|libamdhip64.*|libhip(blas|blaslt|rtc).*|libhsa-runtime.*|librocblas.*|librocsolver.*|libroctx64.*)$/'
+ROCM_PACKAGES=(hipcc libamdhip64-dev librocblas-dev libhipblas-dev libhipblaslt-dev)
+TOOL_PACKAGES=(cmake ninja-build ccache git python3 python3-venv patchelf file binutils)
+
+LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
+LLAMA_SDIST_REQ=llama-cpp-python==0.3.36
+LLAMA_SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+
+log() { printf '[provision %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { log "error: $*" >&2; exit 1; }
+
+# Runs "$@" and prints how long it took; the step name is the first argument.
+timed() {
+    local name=$1 start end
+    shift
+    start=$(date +%s.%N)
+    log "start: $name"
+    "$@"
+    end=$(date +%s.%N)
+    log "done:  $name in $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+}
+
+[[ $(id -u) -eq 0 ]] || die "must run as root (debootstrap, chroot and mount need it)"
+
+mirror_from_host() {
+    local m=""
+    if [[ -r /etc/apt/sources.list.d/debian.sources ]]; then
+        m=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+    fi
+    if [[ -z $m && -r /etc/apt/sources.list ]]; then
+        m=$(awk '$1=="deb" && $2 !~ /^\[/ {print $2; exit} $1=="deb" && $2 ~ /^\[/ {print $3; exit}' /etc/apt/sources.list)
+    fi
+    [[ -n $m ]] || die "no Debian mirror found in the host's apt sources; set ROCKBUILD_E2E_MIRROR"
+    echo "${m%/}"
+}
+MIRROR=${ROCKBUILD_E2E_MIRROR:-$(mirror_from_host)}
+
+mkdir -p "$E2E" "$SRC"
+# Two concurrent runs would debootstrap into the same directory.
+exec 9>"$E2E/.provision.lock"
+flock -n 9 || { log "another provision.sh holds $E2E/.provision.lock; waiting"; flock 9; }
+
+MOUNTED=()
+cleanup() {
+    local i
+    for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
+        umount "${MOUNTED[$i]}" 2>/dev/null || umount -l "${MOUNTED[$i]}" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+mount_proc() {
+    local root=$1
+    if ! mountpoint -q "$root/proc"; then
+        mount -t proc proc "$root/proc"
+        MOUNTED+=("$root/proc")
+    fi
+}
+
+umount_all_under() {
+    local root=$1 target
+    # Deepest first; findmnt escapes spaces as \x20, which a root path under $E2E never has.
+    while read -r target; do
+        umount "$target" 2>/dev/null || umount -l "$target"
+    done < <(findmnt -rno TARGET | awk -v r="$root" 'index($0, r "/") == 1 || $0 == r' | sort -r)
+}
+
+remove_partial() {
+    local dir=$1
+    [[ -e $dir ]] || return 0
+    log "removing the unfinished $dir from an earlier run"
+    umount_all_under "$dir"
+    rm -rf --one-file-system "$dir"
+}
+
+ensure_debootstrap() {
+    if ! command -v debootstrap >/dev/null; then
+        timed "host: apt-get install debootstrap" bash -c 'apt-get update && apt-get install -y debootstrap'
+    fi
+    [[ -e /usr/share/debootstrap/scripts/sid ]] || die "this debootstrap has no 'sid' script; upgrade debootstrap"
+}
+
+minbase() {
+    local dir=$1
+    debootstrap --variant=minbase sid "$dir" "$MIRROR"
+    # The mirror may be a frozen snapshot whose Release files have expired.
+    echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/99no-check-valid-until"
+}
+
+install_rocm() {
+    local dir=$1
+    echo "deb $MIRROR experimental main" >"$dir/etc/apt/sources.list.d/experimental.list"
+    cat >"$dir/etc/apt/preferences.d/rocm-experimental" <<EOF
+Package: $ROCM_PIN_REGEX
+Pin: release a=experimental
+Pin-Priority: 500
+EOF
+    mount_proc "$dir"  # hipcc and the loader's \$ORIGIN expansion read /proc/self/exe
+    chroot "$dir" apt-get update
+    chroot "$dir" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        "${ROCM_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
+    chroot "$dir" apt-get clean
+}
+
+size_of() { du -sx --block-size=1 "$1" | cut -f1; }
+
+report_rocm_root() {
+    local dir=$1
+    log "packages asked for (installed versions):"
+    chroot "$dir" dpkg-query -W -f '    ${Package} ${Version}\n' "${ROCM_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
+    log "packages taken from experimental:"
+    chroot "$dir" dpkg-query -W -f '${Package} ${Version}\n' | awk '$2 ~ /~exp/ {print "    " $0}'
+    log "packages in the root: $(chroot "$dir" dpkg-query -W -f '.\n' | wc -l)"
+}
+
+provision_rocm_root() {
+    local stamp=$E2E/.rocm-root.stamp
+    if [[ -f $stamp && -x $ROCM/usr/bin/hipconfig ]]; then
+        log "rocm-root: already provisioned, nothing to do ($ROCM; $(tr '\n' ' ' <"$stamp"))"
+        return
+    fi
+    rm -f "$stamp"
+    [[ -e $ROCM ]] && { log "rocm-root: $ROCM exists without a stamp; rebuilding it"; remove_partial "$ROCM"; }
+    local part=$ROCM.partial
+    remove_partial "$part"
+    timed "rocm-root: debootstrap --variant=minbase sid" minbase "$part"
+    timed "rocm-root: install ROCm 7.2 from experimental + build tools" install_rocm "$part"
+    report_rocm_root "$part"
+    local version
+    version=$(chroot "$part" hipconfig -v)
+    log "rocm-root: ROCm/HIP version (hipconfig -v): $version"
+    umount_all_under "$part"
+    mv "$part" "$ROCM"
+    local size
+    size=$(size_of "$ROCM")
+    log "rocm-root: $ROCM is $size bytes"
+    printf 'hip_version=%s\nbytes=%s\nmirror=%s\ncreated=%s\n' "$version" "$size" "$MIRROR" "$(date -u +%FT%TZ)" >"$stamp"
+}
+
+provision_clean_root() {
+    local stamp=$E2E/.clean-root.stamp
+    if [[ -f $stamp && -x $CLEAN/bin/sh ]]; then
+        log "clean-root: already provisioned, nothing to do ($CLEAN; $(tr '\n' ' ' <"$stamp"))"
+        return
+    fi
+    rm -f "$stamp"
+    [[ -e $CLEAN ]] && { log "clean-root: $CLEAN exists without a stamp; rebuilding it"; remove_partial "$CLEAN"; }
+    local part=$CLEAN.partial
+    remove_partial "$part"
+    timed "clean-root: debootstrap --variant=minbase sid" minbase "$part"
+    if chroot "$part" sh -c 'ls /usr/lib/x86_64-linux-gnu/libamdhip64.so* 2>/dev/null'; then
+        die "clean-root unexpectedly contains libamdhip64"
+    fi
+    mv "$part" "$CLEAN"
+    local size
+    size=$(size_of "$CLEAN")
+    log "clean-root: $CLEAN is $size bytes, $(chroot "$CLEAN" dpkg-query -W -f '.\n' | wc -l) packages, no ROCm"
+    printf 'bytes=%s\nmirror=%s\ncreated=%s\n' "$size" "$MIRROR" "$(date -u +%FT%TZ)" >"$stamp"
+}
+
+sdist_ok() { [[ -f $SRC/$LLAMA_SDIST ]] && echo "$LLAMA_SDIST_SHA256  $SRC/$LLAMA_SDIST" | sha256sum -c --quiet - 2>/dev/null; }
+
+provision_llama_source() {
+    if sdist_ok; then
+        log "llama.cpp source: already present, nothing to do ($SRC/$LLAMA_SDIST, sha256 $LLAMA_SDIST_SHA256)"
+        return
+    fi
+    local python=${PYTHON:-python3}
+    timed "llama.cpp source: pip download $LLAMA_SDIST_REQ" \
+        "$python" -m pip download --quiet --no-deps --no-binary :all: "$LLAMA_SDIST_REQ" -d "$SRC"
+    sdist_ok || die "$SRC/$LLAMA_SDIST does not have the pinned sha256 $LLAMA_SDIST_SHA256 (got $(sha256sum "$SRC/$LLAMA_SDIST" | cut -d' ' -f1))"
+    log "llama.cpp source: $SRC/$LLAMA_SDIST, $(stat -c %s "$SRC/$LLAMA_SDIST") bytes, sha256 $LLAMA_SDIST_SHA256"
+}
+
+log "E2E=$E2E SRC=$SRC mirror=$MIRROR"
+ensure_debootstrap
+provision_rocm_root
+provision_clean_root
+provision_llama_source
+log "ready in ${SECONDS} s: $ROCM, $CLEAN, $SRC/$LLAMA_SDIST"

@@ -1,0 +1,88 @@
+"""The subprocess runner: explicit environments without secrets, logs, tails, timeouts, process groups."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from rockbuild.process import ProcessError, child_env, is_secret, log_tail, run, spawn, stop
+
+PY = sys.executable
+
+
+def test_child_env_keeps_the_allowlist_and_drops_every_secret():
+    base = {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C", "GITHUB_TOKEN": "ghp_x", "GH_TOKEN": "x", "HF_TOKEN": "x",
+            "MY_API_KEY": "x", "AWS_SECRET_ACCESS_KEY": "x", "RANDOM_VAR": "y"}
+    env = child_env({"ROCM_PATH": "/opt/rocm", "HF_TOKEN": "passed-by-mistake"}, base=base)
+    assert env == {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C", "ROCM_PATH": "/opt/rocm"}
+    assert all(is_secret(k) for k in ("GITHUB_TOKEN", "gh_token", "HF_TOKEN", "DB_PASSWORD", "MY_API_KEY"))
+
+
+def test_a_child_never_sees_a_token_even_if_the_caller_passes_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret_value")
+    result = run([PY, "-c", "import os; print(sorted(os.environ))"], env={"PATH": "/usr/bin", "GH_TOKEN": "x"})
+    assert "GITHUB_TOKEN" not in result.output and "GH_TOKEN" not in result.output
+    default = run([PY, "-c", "import os; print(os.environ.get('GITHUB_TOKEN'))"])
+    assert default.output.strip() == "None"
+
+
+def test_output_goes_to_the_log_and_to_on_line(tmp_path):
+    log = tmp_path / "step.log"
+    seen: list[str] = []
+    result = run([PY, "-c", "import sys; print('one', flush=True); print('two', file=sys.stderr)"], log=log, on_line=seen.append)
+    assert result.returncode == 0 and seen == ["one", "two"]
+    assert log.read_text().splitlines() == ["one", "two"]
+
+
+def test_failure_carries_the_tail_and_the_log_path(tmp_path):
+    log = tmp_path / "fail.log"
+    script = "import sys\nfor i in range(100): print(f'line {i}')\nsys.exit(3)"
+    with pytest.raises(ProcessError) as info:
+        run([PY, "-c", script], log=log, tail_lines=5)
+    err = info.value
+    assert err.returncode == 3 and err.tail == [f"line {i}" for i in range(95, 100)]
+    assert "exit code 3" in err.message and str(log) in err.message and "\n" not in err.message
+    assert log_tail(log, 2) == ["line 98", "line 99"]
+    assert run([PY, "-c", "raise SystemExit(4)"], check=False).returncode == 4
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    start = time.monotonic()
+    with pytest.raises(ProcessError, match="timed out after 1s"):
+        run([PY, "-c", script], timeout=1)
+    assert time.monotonic() - start < 15
+    import os
+
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the grandchild outlived the timeout")
+
+
+def test_missing_command_is_one_line():
+    with pytest.raises(ProcessError, match="no-such-tool-xyz: command not found"):
+        run(["no-such-tool-xyz"])
+
+
+def test_spawn_and_stop(tmp_path):
+    log = tmp_path / "server.log"
+    proc = spawn([PY, "-c", "import time; print('up', flush=True); time.sleep(60)"], log=log)
+    for _ in range(50):
+        if "up" in log.read_text():
+            break
+        time.sleep(0.1)
+    assert stop(proc) != 0 and proc.poll() is not None
