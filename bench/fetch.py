@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -85,6 +86,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/var/cache/rockbuild/bench"))
     parser.add_argument("--keep", action="store_true", help="keep the extracted trees")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of baseline and rockbuild (median)")
     args = parser.parse_args()
 
     from rockbuild.config import load_families
@@ -93,7 +95,8 @@ def main() -> int:
     work: Path = args.workdir
     info = make_therock_tarball(work / NAME)
     size = int(info["size"])
-    print(f"tarball: {size / 1e9:.2f} GB gzip, {int(info['extracted_bytes']) / 1e9:.2f} GB in {info['members']} members")
+    extracted = int(info["extracted_bytes"]) / 1e9
+    print(f"tarball: {size / 1e9:.2f} GB gzip, {extracted:.2f} GB in {info['members']} members")
     for tool in ("curl", "tar"):
         if not shutil.which(tool):
             print(f"error: {tool} is needed for the baseline", file=sys.stderr)
@@ -104,19 +107,25 @@ def main() -> int:
         # warm the server's and the kernel's caches identically for both contenders
         subprocess.run(["curl", "-s", "-o", "/dev/null", server.urls["file"]], check=True)
 
-        base_dir = fresh(work / "baseline-tree")
-        baseline, _ = timed(
-            lambda: subprocess.run(
-                f"curl -s {server.urls['file']} | tar -xzf - -C {base_dir}", shell=True, check=True
+        # alternate the two contenders so that disk write-back and other load hit both alike; report medians
+        baselines: list[float] = []
+        ours_runs: list[float] = []
+        cache = work / "cache-a"
+        for _ in range(max(1, args.rounds)):
+            base_dir = fresh(work / "baseline-tree")
+            pipeline = f"curl -s {server.urls['file']} | tar -xzf - -C {base_dir}"
+            took, _ = timed(lambda cmd=pipeline: subprocess.run(cmd, shell=True, check=True))
+            baselines.append(took)
+            shutil.rmtree(base_dir)
+            subprocess.run(["sync"], check=True)
+            cache = fresh(work / "cache-a")
+            took, result = timed(
+                lambda c=cache: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=c, quiet=True)
             )
-        )
-        shutil.rmtree(base_dir)
-
-        cache = fresh(work / "cache-a")
-        ours, result = timed(
-            lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache, quiet=True)
-        )
-        assert result.extracted and result.sha256 == info["sha256"], result  # type: ignore[attr-defined]
+            ours_runs.append(took)
+            assert result.extracted and result.sha256 == info["sha256"], result  # type: ignore[attr-defined]
+            subprocess.run(["sync"], check=True)
+        baseline, ours = statistics.median(baselines), statistics.median(ours_runs)
 
         second, again = timed(
             lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache, quiet=True)
@@ -142,6 +151,8 @@ def main() -> int:
     figures = {
         "baseline_curl_pipe_tar_s": round(baseline, 2),
         "rockbuild_fetch_s": round(ours, 2),
+        "baseline_runs_s": [round(t, 2) for t in baselines],
+        "rockbuild_runs_s": [round(t, 2) for t in ours_runs],
         "ratio": round(ours / baseline, 3),
         "goal_ratio": GOAL_RATIO,
         "decompressor": decompressor,
@@ -159,7 +170,8 @@ def main() -> int:
     }
     print(json.dumps(figures, indent=2))
     print(
-        f"fetch: rockbuild {ours:.1f}s vs curl|tar {baseline:.1f}s -> ratio {ours / baseline:.2f}x "
+        f"fetch (median of {len(ours_runs)}): rockbuild {ours:.1f}s vs curl|tar {baseline:.1f}s "
+        f"-> ratio {ours / baseline:.2f}x "
         f"(goal <= {GOAL_RATIO}x); second fetch {second:.2f}s, {again.transferred} tarball bytes; "  # type: ignore[attr-defined]
         f"resume after a cut at 50%: {figures['resume_extra_bytes']:+,} bytes beyond the missing ones"
     )

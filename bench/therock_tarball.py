@@ -143,5 +143,6 @@ def make_therock_tarball(path: Path, *, scale: float = 1.0, seed: int = 7) -> di
 if __name__ == "__main__":
     import sys
 
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "/var/cache/rockbuild/bench/therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz")
+    default = "/var/cache/rockbuild/bench/therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else default)
     print(json.dumps(make_therock_tarball(target), indent=2))

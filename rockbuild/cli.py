@@ -128,7 +128,9 @@ ROCM_SOURCE_OPTIONS = [
         "--channel", type=click.Choice(["nightly", "dev", "prerelease", "stable"]), default="nightly",
         show_default=True,
     ),
-    click.option("--index-url", default=None, help="Read this index page or S3 listing instead of the channel's hosts."),
+    click.option(
+        "--index-url", default=None, help="Read this index page or S3 listing instead of the channel's hosts."
+    ),
 ]
 
 
@@ -241,7 +243,83 @@ def _stub(name: str, summary: str, issue: str) -> None:
         raise NotImplementedYet(f"rockbuild {name} is not implemented yet ({issue})")
 
 
-_stub("build", "Compile llama.cpp with GGML_HIP for a job's gfx targets", "Build driver issue")
+@cli.command(context_settings=CONTEXT)
+@click.option("--target", default=None, help="Build exactly this gfx target (gfx1151, ...).")
+@click.option("--family", default=None, help="Build every target of this GPU family (gfx110X, ...).")
+@click.option("--job", "job_id", default=None, help="Build this job of the matrix (linux-gfx1151, ...).")
+@MATRIX_FILE
+@click.option(
+    "--os", "os_name", type=click.Choice(["linux", "windows"]), default=None, help="Job OS (default: this machine's)."
+)
+@click.option(
+    "--rocm", "rocm_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Use this ROCm root (TheRock tree, /opt/rocm, or /usr with Debian's ROCm) instead of fetching one.",
+)
+@click.option("--rocm-version", default=None, help="Fetch this TheRock version (default: the job's, i.e. 'latest').")
+@click.option(
+    "--source", "source_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Build this llama.cpp tree instead of cloning one.",
+)
+@click.option("--ref", default=None, help="llama.cpp tag (bNNNN), branch or full commit to clone (default: the job's).")
+@click.option("--git-url", default=None, help="Clone from this URL (default: the upstream llama.cpp repository).")
+@click.option("--build-number", default=None, help="llama.cpp build number of a tree git cannot tell (11312, b11312).")
+@click.option("--commit", default=None, help="llama.cpp commit of a --source tree that is not a git checkout.")
+@click.option(
+    "--offline", is_flag=True,
+    help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time git clone).",
+)
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
+    help="Output folder; the job's files go to OUT/<job-id>/.",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: cores).")
+@click.option(
+    "--ccache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="ccache directory (default: <cache>/ccache).",
+)
+@click.option("--no-ccache", is_flag=True, help="Do not use ccache even when it is installed.")
+@click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout.")
+def build(
+    target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
+    rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None, git_url: str | None,
+    build_number: str | None, commit: str | None, offline: bool, out_dir: Path, jobs: int | None,
+    ccache_dir: Path | None, no_ccache: bool, as_json: bool,
+) -> None:
+    """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile."""
+    from .build.driver import BuildOptions, build_job, resolve_job
+    from .build.source import DEFAULT_GIT_URL
+
+    if rocm_dir is not None and rocm_version is not None:
+        from .errors import UsageError
+
+        raise UsageError("give --rocm DIR or --rocm-version V, not both")
+    job = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name)
+    result = build_job(job, BuildOptions(
+        out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
+        git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
+        use_ccache=not no_ccache, ccache_dir=ccache_dir,
+    ))
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    source = result.source
+    what = f"build {source.build_number}, commit {source.short_commit}" if source else "?"
+    click.echo(f"{job.id}: llama.cpp ({what}) built for {', '.join(job.targets)}")
+    click.echo(f"  binaries:   {result.build_dir / 'bin'}")
+    click.echo(f"  build.json: {result.build_json}")
+
+
+def _split_targets(values: tuple[str, ...] | str | None) -> list[str]:
+    items = [values] if isinstance(values, str) else list(values or ())
+    return [t.strip() for v in items for t in v.split(",") if t.strip()]
+
+
+POLICY_OPTION = click.option(
+    "--policy", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+    help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).",
+)
+
+
 _stub("bundle", "Make a self-contained bundle from a build", "Lib-gatherer issue")
 _stub("audit", "Check that a bundle is self-contained", "Lib-gatherer issue")
 _stub("smoke", "Run llama-cli, llama-server and llama-bench from a bundle", "Smoke and publisher issue")

@@ -129,7 +129,8 @@ def run(
     start = time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
     captured: list[str] = []
-    log_fh = open(log, "a", encoding="utf-8", errors="replace") if log else None  # noqa: SIM115
+    # line-buffered so that `tail -f build.log` follows a long build
+    log_fh = open(log, "a", encoding="utf-8", errors="replace", buffering=1) if log else None  # noqa: SIM115
     try:
         try:
             proc = subprocess.Popen(

@@ -1,0 +1,361 @@
+"""The CMake command line and the child environment for a llama.cpp HIP build, as pure functions of their inputs.
+
+Nothing here runs a build: the driver does. Everything a build depends on is computed here from the job, the ROCm
+layout and the source tree, so it can be tested without a GPU, without ROCm and (for Windows) without Windows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+from rockbuild.errors import BuildError, ConfigError
+from rockbuild.process import child_env, is_secret, run
+from rockbuild.rocm.layout import LayoutKind, RocmLayout
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The flags, as data. Order: seed flags, then --offline's swap, then what the job and the layout decide, then the
+# job's own extras from the matrix (which win over the seed flags and the offline swap).
+
+# What the seed pipeline passes (seed-pipeline.md 1.4), minus its mistakes: CMAKE_CROSSCOMPILING=ON (a native build
+# is not a cross build; it disables try_run) and -I/opt/rocm/include in CMAKE_CXX_FLAGS (the HIP package config adds
+# the include dir of the real prefix). LLAMA_USE_PREBUILT_UI=OFF: otherwise every build of llama-server downloads the
+# web UI from Hugging Face, keyed by the build number.
+SEED_DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("CMAKE_BUILD_TYPE", "Release"),
+    ("BUILD_SHARED_LIBS", "ON"),
+    ("GGML_HIP", "ON"),
+    ("GGML_NATIVE", "OFF"),  # CPU code for any x86-64 (AVX2) machine, not the build host's
+    ("GGML_RPC", "ON"),
+    ("GGML_OPENMP", "OFF"),  # no libomp to ship
+    ("GGML_HIP_ROCWMMA_FATTN", "OFF"),
+    ("GGML_STATIC", "OFF"),
+    ("LLAMA_BUILD_TESTS", "OFF"),
+    ("LLAMA_BUILD_BORINGSSL", "ON"),  # HTTPS in llama-server/-cli with BoringSSL linked statically
+    ("LLAMA_USE_PREBUILT_UI", "OFF"),
+)
+
+# BoringSSL comes from a FetchContent git clone at configure time, which fails without network; the system OpenSSL
+# (>= 3.0) gives the same HTTPS support, as a runtime dependency (libssl3) the bundle must then carry.
+OFFLINE_DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("LLAMA_BUILD_BORINGSSL", "OFF"),
+    ("LLAMA_OPENSSL", "ON"),
+)
+
+# Decided by the job and the ROCm layout; a matrix entry that sets them is a mistake (use `target` instead).
+RESERVED_DEFINITIONS = frozenset({
+    "GPU_TARGETS", "AMDGPU_TARGETS", "CMAKE_HIP_ARCHITECTURES", "CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER",
+    "CMAKE_HIP_COMPILER", "LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT",
+})
+
+# The programs a release ships. The RPC server was renamed: ggml-rpc-server now, rpc-server before.
+REQUIRED_TARGETS = ("llama-cli", "llama-server", "llama-bench")
+RPC_TARGETS = ("ggml-rpc-server", "rpc-server")
+OPTIONAL_TARGETS = ("llama-completion",)
+
+_SET_TARGET_RE = re.compile(r"^\s*set\s*\(\s*TARGET\s+([A-Za-z0-9_.+-]+)\s*\)", re.M | re.I)
+_ADD_EXECUTABLE_RE = re.compile(r"^\s*add_executable\s*\(\s*([A-Za-z0-9_.+-]+)", re.M | re.I)
+
+
+def executable_targets(source: Path) -> set[str]:
+    """Executable targets the tree's tools/ and examples/ define (``set(TARGET x)`` / ``add_executable(x``)."""
+    names: set[str] = set()
+    for top in ("tools", "examples"):
+        base = source / top
+        if not base.is_dir():
+            continue
+        for cmakelists in base.rglob("CMakeLists.txt"):
+            text = cmakelists.read_text(encoding="utf-8", errors="replace")
+            names.update(_SET_TARGET_RE.findall(text))
+            names.update(_ADD_EXECUTABLE_RE.findall(text))
+    return names
+
+
+def shipped_targets(source: Path) -> list[str]:
+    """The ninja targets to build in this tree: llama-cli/-server/-bench, the RPC server, llama-completion if any."""
+    available = executable_targets(source)
+    missing = [t for t in REQUIRED_TARGETS if t not in available]
+    rpc = next((t for t in RPC_TARGETS if t in available), "")
+    if not rpc:
+        missing.append(" or ".join(RPC_TARGETS))
+    if missing:
+        raise BuildError(
+            f"{source} defines no target {', '.join(missing)} under tools/ or examples/; "
+            "is it a llama.cpp tree from 2025 or later?"
+        )
+    return [*REQUIRED_TARGETS, rpc, *(t for t in OPTIONAL_TARGETS if t in available)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Toolchain: the layout's compilers and prefix, as the build (running on the layout's platform) must spell them.
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    platform: str  # linux | windows
+    kind: str  # therock | opt-rocm | debian
+    prefix: str  # the real ROCm prefix (/usr on Debian)
+    llvm_bin: str
+    c_compiler: str
+    cxx_compiler: str
+    device_lib_dir: str | None
+    device_lib_in_resource_dir: bool  # informational: where clang looks when ROCM_PATH is not set
+
+    @property
+    def windows(self) -> bool:
+        return self.platform == "windows"
+
+    def cmake_path(self, path: str) -> str:
+        """Forward slashes on Windows too: a backslash in a CMake string is an escape character."""
+        return PureWindowsPath(path).as_posix() if self.windows else path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform, "kind": self.kind, "prefix": self.prefix, "llvm_bin": self.llvm_bin,
+            "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "device_lib_dir": self.device_lib_dir,
+            "device_lib_in_resource_dir": self.device_lib_in_resource_dir,
+        }
+
+
+def toolchain_from_layout(layout: RocmLayout) -> Toolchain:
+    """The toolchain as a build running *in* the root sees it (a Debian chroot's /usr/lib/llvm-22/bin/clang)."""
+
+    def seen(path: Path) -> str:
+        return str(layout.in_root(path)) if layout.sysroot is not None else str(path)
+
+    resource = layout.llvm_dir / "lib" / "clang"
+    in_resource = layout.device_lib_dir is not None and layout.device_lib_dir.is_relative_to(resource)
+    return Toolchain(
+        platform=layout.platform,
+        kind=str(layout.kind),
+        prefix=seen(layout.prefix),
+        llvm_bin=seen(layout.llvm_dir / "bin"),
+        c_compiler=seen(layout.clang),
+        cxx_compiler=seen(layout.clangxx),
+        device_lib_dir=seen(layout.device_lib_dir) if layout.device_lib_dir is not None else None,
+        device_lib_in_resource_dir=in_resource,
+    )
+
+
+def check_runnable_here(layout: RocmLayout) -> None:
+    """A chroot's compiler runs only inside the chroot: say how to build there instead of failing in CMake."""
+    if layout.sysroot is not None:
+        raise ConfigError(
+            f"{layout.root} is a chroot: its compiler runs only inside it; run rockbuild in the root "
+            f"(chroot {layout.sysroot}) with --rocm {layout.in_root(layout.prefix)}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CMake command lines
+
+
+def cmake_definitions(
+    toolchain: Toolchain,
+    gpu_targets: Sequence[str],
+    *,
+    extra: Iterable[tuple[str, str]] = (),
+    offline: bool = False,
+    build_info: Mapping[str, str] | None = None,
+    ccache: bool = False,
+) -> list[tuple[str, str]]:
+    """Every -D definition of the configure step, in order, each name once (a later value replaces an earlier one)."""
+    if not gpu_targets:
+        raise ConfigError("a build needs at least one gfx target")
+    extra = list(extra)
+    for name, _value in extra:
+        if name.upper() in RESERVED_DEFINITIONS:
+            raise ConfigError(
+                f"the job's cmake option {name} is set by rockbuild (from the job's targets, the ROCm root or the "
+                "source); remove it from the matrix"
+            )
+    defs: dict[str, str] = dict(SEED_DEFINITIONS)
+    if offline:
+        defs.update(OFFLINE_DEFINITIONS)
+    cxx = toolchain.cmake_path(toolchain.cxx_compiler)
+    defs.update({
+        "CMAKE_C_COMPILER": toolchain.cmake_path(toolchain.c_compiler),
+        "CMAKE_CXX_COMPILER": cxx,
+        "CMAKE_HIP_COMPILER": cxx,
+        "GPU_TARGETS": ";".join(gpu_targets),
+        # llama.cpp puts ccache in front of every compiler (HIP too) when this is ON and ccache is on PATH
+        "GGML_CCACHE": "ON" if ccache else "OFF",
+    })
+    defs.update(build_info or {})
+    defs.update(extra)
+    return list(defs.items())
+
+
+def configure_command(
+    source: Path | str, build_dir: Path | str, definitions: Iterable[tuple[str, str]], *, cmake: str = "cmake"
+) -> list[str]:
+    return [cmake, "-S", str(source), "-B", str(build_dir), "-G", "Ninja", *(f"-D{k}={v}" for k, v in definitions)]
+
+
+def compile_command(
+    build_dir: Path | str, targets: Sequence[str], *, jobs: int | None = None, cmake: str = "cmake"
+) -> list[str]:
+    command = [cmake, "--build", str(build_dir), "--target", *targets]
+    if jobs:
+        command += ["--parallel", str(jobs)]
+    return command
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Environment
+
+
+def _find_key(env: Mapping[str, str], key: str, windows: bool) -> str | None:
+    if not windows:
+        return key if key in env else None
+    return next((k for k in env if k.upper() == key.upper()), None)
+
+
+def _put(env: dict[str, str], key: str, value: str, windows: bool) -> None:
+    """Set ``key``; on Windows, where names ignore case, drop every other spelling (``Path`` vs ``PATH``) first."""
+    if windows:
+        for k in [k for k in env if k.upper() == key.upper()]:
+            del env[k]
+    env[key] = value
+
+
+def _prepend_path(current: str, entries: Sequence[str], windows: bool) -> str:
+    sep = ";" if windows else ":"
+    parts = [p for p in current.split(sep) if p]
+    norm = (lambda p: p.rstrip("\\/").lower()) if windows else (lambda p: p.rstrip("/"))
+    new = [e for e in entries if norm(e) not in {norm(p) for p in parts}]
+    return sep.join([*dict.fromkeys(new), *parts])
+
+
+def toolchain_variables(toolchain: Toolchain, ccache_dir: Path | str | None = None) -> dict[str, str]:
+    """The variables rockbuild sets for the build (PATH aside).
+
+    A distro (Debian) layout gets no ROCM_PATH/HIP_PATH/HIP_DEVICE_LIB_PATH at all: clang, hipconfig and llama.cpp's
+    CMake find /usr and the bitcode in clang's resource dir by themselves, and ROCM_PATH=/usr even breaks clang
+    ("cannot find ROCm device library": with ROCM_PATH set it looks only under $ROCM_PATH/amdgcn/bitcode). A TheRock
+    or /opt/rocm tree gets its prefix, and HIP_DEVICE_LIB_PATH whenever ROCM_PATH points clang away from its default.
+    """
+    variables = {
+        "HIP_PLATFORM": "amd",
+        "NINJA_STATUS": "[%f/%t] ",  # the progress parser reads [finished/total]
+    }
+    if toolchain.kind != str(LayoutKind.DEBIAN):
+        variables["ROCM_PATH"] = variables["HIP_PATH"] = toolchain.prefix
+        if toolchain.device_lib_dir:
+            variables["HIP_DEVICE_LIB_PATH"] = toolchain.device_lib_dir
+    if ccache_dir is not None:
+        variables["CCACHE_DIR"] = str(ccache_dir)
+    return variables
+
+
+def toolchain_path_entries(toolchain: Toolchain) -> list[str]:
+    """Directories put in front of PATH: ROCm's clang before any other clang, then the ROCm tools (hipconfig)."""
+    if toolchain.windows:
+        return [toolchain.llvm_bin, str(PureWindowsPath(toolchain.prefix) / "bin")]
+    return [toolchain.llvm_bin, str(PurePosixPath(toolchain.prefix) / "bin")]
+
+
+def build_environment(
+    toolchain: Toolchain,
+    *,
+    base: Mapping[str, str] | None = None,
+    msvc: Mapping[str, str] | None = None,
+    ccache_dir: Path | str | None = None,
+) -> dict[str, str]:
+    """The complete environment of cmake and ninja: the allowlist of ``base``, the MSVC variables (Windows), the ROCm
+    variables and PATH. Secrets never survive, wherever they came from."""
+    windows = toolchain.windows
+    env = child_env(base=base)
+    for key, value in (msvc or {}).items():
+        _put(env, key, value, windows)
+    for key, value in toolchain_variables(toolchain, ccache_dir).items():
+        _put(env, key, value, windows)
+    path_key = _find_key(env, "PATH", windows) or "PATH"  # Windows keeps its spelling (Path)
+    _put(env, path_key, _prepend_path(env.get(path_key, ""), toolchain_path_entries(toolchain), windows), windows)
+    return {k: v for k, v in env.items() if not is_secret(k)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Windows: the MSVC environment (link.exe, the Windows SDK's headers and libraries) comes from vcvars64.bat, which only
+# changes the environment of the cmd.exe that runs it; a script runs it and prints `set` after a marker line.
+
+VSWHERE_RELATIVE = r"Microsoft Visual Studio\Installer\vswhere.exe"
+MSVC_COMPONENT = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
+SET_MARKER = "===rockbuild-msvc-environment==="
+
+
+def vswhere_command(program_files_x86: str) -> list[str]:
+    return [
+        str(PureWindowsPath(program_files_x86) / VSWHERE_RELATIVE), "-latest", "-products", "*",
+        "-requires", MSVC_COMPONENT, "-property", "installationPath",
+    ]
+
+
+def vcvars_from_vswhere(output: str) -> PureWindowsPath:
+    """vcvars64.bat of the first installation vswhere printed."""
+    paths = [line.strip() for line in output.splitlines() if line.strip()]
+    if not paths:
+        raise BuildError(
+            "vswhere found no Visual Studio with the C++ x64 tools; install the Build Tools with the "
+            f"'Desktop development with C++' workload ({MSVC_COMPONENT})"
+        )
+    return PureWindowsPath(paths[0]) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
+
+
+def vcvars_script(vcvars: PureWindowsPath | Path | str) -> str:
+    """A .cmd file: run vcvars64.bat, stop on failure, then print the resulting environment after a marker."""
+    return "\r\n".join([
+        "@echo off",
+        f'call "{vcvars}" >nul',
+        "if errorlevel 1 exit /b %errorlevel%",
+        f"echo {SET_MARKER}",
+        "set",
+        "",
+    ])
+
+
+def parse_set_output(text: str) -> dict[str, str]:
+    """``NAME=value`` lines printed by cmd's ``set`` (after the marker, if there is one)."""
+    if SET_MARKER in text:
+        text = text.split(SET_MARKER, 1)[1]
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.rstrip("\r")
+        if "=" not in line or line.startswith("="):
+            continue
+        key, value = line.split("=", 1)
+        env[key] = value
+    return env
+
+
+def msvc_delta(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str]:
+    """What vcvars added or changed (names compared without case, as Windows does), minus anything secret."""
+    upper_before = {k.upper(): v for k, v in before.items()}
+    return {
+        k: v for k, v in after.items() if upper_before.get(k.upper()) != v and not is_secret(k)
+    }
+
+
+def capture_msvc_environment(
+    scratch: Path, *, vcvars: Path | None = None, base: Mapping[str, str] | None = None, log: Path | None = None
+) -> dict[str, str]:
+    """Run vcvars64.bat (found via vswhere unless given) and return the variables it set. Windows only."""
+    start_env = child_env(base=base)
+    if vcvars is None:
+        program_files_x86 = start_env.get("PROGRAMFILES(X86)") or next(
+            (v for k, v in start_env.items() if k.upper() == "PROGRAMFILES(X86)"), r"C:\Program Files (x86)"
+        )
+        found = run(vswhere_command(program_files_x86), env=start_env, log=log, timeout=60)
+        vcvars_path: PureWindowsPath | Path = vcvars_from_vswhere(found.output)
+    else:
+        vcvars_path = vcvars
+    script = scratch / "rockbuild-vcvars.cmd"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(vcvars_script(vcvars_path), encoding="utf-8", newline="")
+    result = run(["cmd.exe", "/d", "/c", str(script)], env=start_env, log=None, timeout=300, check=False)
+    if result.returncode != 0 or SET_MARKER not in result.output:
+        raise BuildError(f"{vcvars_path} failed (exit code {result.returncode}); is the MSVC x64 toolset installed?")
+    return msvc_delta(start_env, parse_set_output(result.output))

@@ -1,0 +1,608 @@
+"""The build stage: provide ROCm -> llama.cpp source -> configure -> compile -> ``out/<job-id>/build.json``.
+
+Everything the build runs goes through :func:`rockbuild.process.run` with an environment computed from the ROCm
+layout (never the caller's whole environment, never a token); all of it is appended to ``out/<job-id>/build.log``.
+A re-run uses the same build directory, so it only recompiles what changed (and skips configure when the command and
+environment are the ones the build directory was configured with).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__, console
+from rockbuild.config import GFX_TARGET_RE, Job, cache_dir, load_families
+from rockbuild.errors import BuildError, LayoutError, UsageError
+from rockbuild.process import ProcessError, log_tail, run
+from rockbuild.rocm.layout import RocmLayout, detect_layout
+
+from .cmake import (
+    Toolchain,
+    build_environment,
+    capture_msvc_environment,
+    check_runnable_here,
+    cmake_definitions,
+    compile_command,
+    configure_command,
+    shipped_targets,
+    toolchain_from_layout,
+    toolchain_variables,
+)
+from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
+
+TAIL_LINES = 40
+SCHEMA = 1
+_CONFIGURE_STAMP = ".rockbuild-configure.json"
+
+# Output lines that change what ships although the build succeeds: said once as a warning, recorded in build.json.
+NOTICES: tuple[tuple[str, str], ...] = (
+    ("HTTPS support disabled",
+     "llama.cpp is built without HTTPS (OpenSSL not found): install the OpenSSL headers (libssl-dev) or build "
+     "without --offline (BoringSSL)"),
+    ("OpenMP not found", "OpenMP was asked for but not found; the CPU backend runs without it"),
+    ("ccache not found", "llama.cpp's CMake did not find ccache; rebuilds are not cached"),
+    # LLAMA_USE_PREBUILT_UI=OFF (no download at build time) and no npm build: llama-server serves the API only
+    ("UI: no assets available",
+     "llama-server is built without its embedded web UI (no prebuilt UI assets in tools/ui/dist)"),
+)
+
+
+class Notices:
+    """Collects the :data:`NOTICES` a build's output triggers, warning once each."""
+
+    def __init__(self, known: tuple[str, ...] = ()) -> None:
+        self.messages: list[str] = list(known)
+
+    def on_line(self, line: str) -> None:
+        for needle, message in NOTICES:
+            if needle in line and message not in self.messages:
+                self.messages.append(message)
+                console.warn(message)
+
+
+def host_os() -> str:
+    return "windows" if sys.platform.startswith("win") else "linux"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out_dir: Path = Path("out")
+    rocm_dir: Path | None = None  # an existing ROCm root; else fetch the job's (or rocm_version's) tarball
+    rocm_version: str | None = None
+    source_dir: Path | None = None  # an existing llama.cpp tree; else clone `ref` (default: the job's llama_ref)
+    ref: str | None = None
+    git_url: str = DEFAULT_GIT_URL
+    build_number: str | None = None  # known build number / commit of a tree git cannot tell (the pinned sdist)
+    commit: str | None = None
+    offline: bool = False  # system OpenSSL instead of BoringSSL's configure-time git clone
+    jobs: int | None = None
+    use_ccache: bool = True
+    ccache_dir: Path | None = None  # default <cache>/ccache
+    cache: Path | None = None  # default rockbuild.config.cache_dir()
+    vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
+    configure_timeout: float = 1800.0
+    compile_timeout: float = 6 * 3600.0
+
+
+def resolve_job(
+    *, target: str | None = None, family: str | None = None, job_id: str | None = None,
+    config: Path | None = None, os_name: str | None = None,
+) -> Job:
+    """The job to build: one of ``--target gfxN`` (exactly that target), ``--family F`` or ``--job ID``.
+
+    Target and family jobs come from the matrix too (``-c``), so its per-job cmake extras and ROCm pins apply.
+    """
+    from rockbuild.matrix import expand_matrix, find_job
+
+    given = [name for name, value in (("--target", target), ("--family", family), ("--job", job_id)) if value]
+    if len(given) != 1:
+        raise UsageError("give exactly one of --target gfxN, --family F or --job ID")
+    if job_id:
+        job = find_job(expand_matrix(config), job_id)
+        if os_name and job.os != os_name:
+            raise UsageError(f"job {job_id} is a {job.os} job, not {os_name}")
+        return job
+    os_name = os_name or host_os()
+    name = (target or family or "").strip()
+    families = load_families()
+    if target and not GFX_TARGET_RE.match(name):
+        raise UsageError(f"--target takes one gfx target such as gfx1151, not {name!r}; use --family for a family")
+    selection = families.select(name, context="--target" if target else "--family")
+    jobs = expand_matrix(config, families, os_override=[os_name], target_override=[name])
+    return find_job(jobs, f"{os_name}-{selection.short}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ccache
+
+
+@dataclass(frozen=True)
+class CcacheCounts:
+    hits: int
+    misses: int
+
+
+_PRINT_STATS_HITS = ("direct_cache_hit", "preprocessed_cache_hit")
+_TEXT_PATTERNS = {  # ccache 3.x / 4.x `-s` wording
+    "hits": (r"^cache hit \(direct\)\s+(\d+)", r"^cache hit \(preprocessed\)\s+(\d+)", r"^\s*Hits:\s+(\d+)"),
+    "misses": (r"^cache miss\s+(\d+)", r"^\s*Misses:\s+(\d+)"),
+}
+
+
+def parse_ccache_stats(text: str) -> CcacheCounts | None:
+    """Hits and misses from ``ccache --print-stats`` (``name<TAB>value`` lines) or, failing that, ``ccache -s``."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("\t")
+        if len(parts) == 2 and parts[1].strip().isdigit():
+            values[parts[0].strip()] = int(parts[1])
+    if "cache_miss" in values:
+        return CcacheCounts(sum(values.get(k, 0) for k in _PRINT_STATS_HITS), values["cache_miss"])
+    found: dict[str, int] = {}
+    for what, patterns in _TEXT_PATTERNS.items():
+        for pattern in patterns:
+            for match in re.finditer(pattern, text, re.M):
+                found[what] = found.get(what, 0) + int(match.group(1))
+            if what in found and pattern.startswith(r"^\s*"):
+                break
+    if "hits" in found or "misses" in found:
+        return CcacheCounts(found.get("hits", 0), found.get("misses", 0))
+    return None
+
+
+def ccache_counts(ccache: str, env: Mapping[str, str]) -> CcacheCounts | None:
+    for flag in ("--print-stats", "-s"):
+        result = run([ccache, flag], env=env, timeout=60, check=False)
+        if result.returncode == 0:
+            counts = parse_ccache_stats(result.output)
+            if counts is not None:
+                return counts
+    return None
+
+
+def ccache_report(before: CcacheCounts | None, after: CcacheCounts | None, ccache_dir: Path) -> dict[str, Any]:
+    """This build's share of the cache's counters (a build sharing the cache at the same time is counted too)."""
+    if before is None or after is None:
+        return {"enabled": True, "dir": str(ccache_dir), "hits": None, "misses": None, "hit_rate": None}
+    hits, misses = after.hits - before.hits, after.misses - before.misses
+    rate = round(hits / (hits + misses), 4) if hits + misses > 0 else None
+    return {"enabled": True, "dir": str(ccache_dir), "hits": hits, "misses": misses, "hit_rate": rate}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Ninja progress
+
+_NINJA_STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
+_OBJECT_RE = re.compile(r"^Building (\w+) object ")
+
+
+class NinjaProgress:
+    """Reads ninja's ``[n/N] ...`` lines: a live bar on a terminal, a plain line every ``every`` seconds elsewhere."""
+
+    def __init__(self, label: str = "compile", *, interactive: bool | None = None, every: float = 30.0) -> None:
+        self.label = label
+        self.finished = 0
+        self.total = 0
+        self.objects: Counter[str] = Counter()
+        self.no_work = False
+        self._every = every
+        self._start = self._last = time.monotonic()
+        self._bar: Any = None
+        self._task: Any = None
+        if console.interactive() if interactive is None else interactive:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("    {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[what]}"), console=_stderr_console(), transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=None, what="")
+
+    def on_line(self, line: str) -> None:
+        if line.startswith("ninja: no work to do"):
+            self.no_work = True
+            return
+        match = _NINJA_STATUS_RE.match(line)
+        if not match:
+            return
+        self.finished, self.total = max(self.finished, int(match.group(1))), int(match.group(2))
+        what = match.group(3)
+        obj = _OBJECT_RE.match(what)
+        if obj:
+            self.objects[obj.group(1)] += 1
+        if self._bar is not None:
+            short = what if len(what) <= 60 else "..." + what[-57:]
+            self._bar.update(self._task, completed=self.finished, total=self.total, what=short)
+            return
+        now = time.monotonic()
+        if now - self._last >= self._every:
+            self._last = now
+            self._plain_line()
+
+    def _plain_line(self) -> None:
+        pct = 100.0 * self.finished / self.total if self.total else 0.0
+        console.info(f"    {self.label}: [{self.finished}/{self.total}] {pct:.0f}% after {self.elapsed():.0f}s")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._start
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"steps": self.finished, "total": self.total, "objects": dict(sorted(self.objects.items())),
+                "no_work": self.no_work}
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The result
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    job: Job
+    status: str  # ok | failed
+    failed_step: str | None
+    job_dir: Path
+    build_dir: Path
+    log: Path
+    offline: bool
+    started: str
+    finished: str
+    durations: Mapping[str, float]
+    source: LlamaSource | None = None
+    rocm: Mapping[str, Any] | None = None
+    toolchain: Toolchain | None = None
+    build_targets: tuple[str, ...] = ()
+    compilers: Mapping[str, str] = field(default_factory=dict)
+    tools: Mapping[str, str] = field(default_factory=dict)
+    cmake_definitions: tuple[tuple[str, str], ...] = ()
+    cmake_command: tuple[str, ...] = ()
+    compile_command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    configure_skipped: bool = False
+    warnings: tuple[str, ...] = ()
+    ccache: Mapping[str, Any] | None = None
+    ninja: Mapping[str, Any] | None = None
+    binaries: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def build_json(self) -> Path:
+        return self.job_dir / "build.json"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "rockbuild_version": __version__,
+            "status": self.status,
+            "failed_step": self.failed_step,
+            "job": self.job.to_dict(),
+            "gpu_targets": list(self.job.targets),
+            "build_targets": list(self.build_targets),
+            "llama_cpp": self.source.to_dict() if self.source else None,
+            "rocm": dict(self.rocm) if self.rocm is not None else None,
+            "toolchain": self.toolchain.to_dict() if self.toolchain else None,
+            "compilers": dict(self.compilers),
+            "tools": dict(self.tools),
+            "offline": self.offline,
+            "cmake_definitions": dict(self.cmake_definitions),
+            "cmake_command": list(self.cmake_command),
+            "compile_command": list(self.compile_command),
+            "environment": dict(self.environment),
+            "configure_skipped": self.configure_skipped,
+            "warnings": list(self.warnings),
+            "durations": dict(self.durations),
+            "ccache": dict(self.ccache) if self.ccache is not None else None,
+            "ninja": dict(self.ninja) if self.ninja is not None else None,
+            "binaries": [dict(b) for b in self.binaries],
+            "paths": {"job_dir": str(self.job_dir), "build_dir": str(self.build_dir), "log": str(self.log),
+                      "bin_dir": str(self.build_dir / "bin")},
+            "started": self.started,
+            "finished": self.finished,
+        }
+
+
+class BuildFailed(BuildError):
+    """Configure or compile failed: a one-line message naming the log; ``tail`` holds the log's last lines."""
+
+    def __init__(self, message: str, *, step: str, log: Path, tail: list[str], hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step
+        self.log = log
+        self.tail = tail
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Steps
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _log_header(log: Path, text: str) -> None:
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"\n==> {text}\n")
+
+
+def _first_line(args: list[str], env: Mapping[str, str]) -> str:
+    try:
+        result = run(args, env=env, timeout=60, log=None)
+    except ProcessError as exc:
+        raise BuildError(f"cannot run {args[0]} {' '.join(args[1:])}: {exc.message}") from None
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def rocm_report(layout: RocmLayout, fetched: Any = None) -> dict[str, Any]:
+    tarball = None
+    if fetched is not None:
+        tarball = {"name": fetched.name, "url": fetched.url, "sha256": fetched.sha256, "size": fetched.size,
+                   "group": fetched.group}
+    return {
+        "root": str(layout.root),
+        "kind": str(layout.kind),
+        "platform": layout.platform,
+        "version": layout.version,
+        "version_source": layout.version_source,
+        "hip_version": layout.hip_version,
+        "package_version": layout.package_version,
+        "therock_commit": layout.therock_commit,
+        "tarball": tarball,
+    }
+
+
+def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, dict[str, Any]]:
+    if options.rocm_dir is not None:
+        layout = detect_layout(options.rocm_dir)
+        console.info(f"    {layout.root}: {layout.kind} ROCm {layout.version or '(version unknown)'}")
+        return layout, rocm_report(layout)
+    from rockbuild.rocm.fetch import fetch_rocm
+
+    selection = load_families().select(job.name, context=job.id)
+    fetched = fetch_rocm(
+        selection, os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,
+        cache=options.cache,
+    )
+    if fetched.layout is None:
+        raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
+    return fetched.layout, rocm_report(fetched.layout, fetched)
+
+
+def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
+    if options.source_dir is not None and options.ref:
+        raise UsageError("give --source DIR or --ref REF, not both")
+    if options.source_dir is not None:
+        source = describe_tree(options.source_dir, build_number=options.build_number, commit=options.commit, log=log)
+    else:
+        if options.commit:
+            raise UsageError("--commit describes a --source tree; a --ref clone knows its commit")
+        source = checkout_ref(
+            options.ref or job.llama_ref, url=options.git_url, cache=options.cache, build_number=options.build_number,
+            log=log,
+        )
+    console.info(f"    llama.cpp build {source.build_number}, commit {source.commit}, at {source.path}")
+    return source
+
+
+def _configure_fingerprint(command: list[str], env: Mapping[str, str], toolchain: Toolchain) -> dict[str, Any]:
+    keys = [*toolchain_variables(toolchain), "PATH", "Path", "INCLUDE", "LIB"]
+    return {"command": command, "env": {k: env[k] for k in keys if k in env}}
+
+
+def _list_binaries(build_dir: Path, job_dir: Path, targets: list[str], windows: bool) -> list[dict[str, Any]]:
+    bin_dir = build_dir / "bin"
+    suffix = ".exe" if windows else ""
+    missing = [t for t in targets if not (bin_dir / f"{t}{suffix}").is_file()]
+    if missing:
+        raise BuildError(f"the build finished but {', '.join(missing)} is missing from {bin_dir}")
+    out = []
+    for path in sorted(bin_dir.iterdir()) if bin_dir.is_dir() else []:
+        name = path.name
+        if name.removesuffix(suffix) in targets:
+            kind = "executable"
+        elif name.endswith(".dll") or ".so" in name or name.endswith(".dylib"):
+            kind = "library"
+        else:
+            continue
+        entry: dict[str, Any] = {"name": name, "path": str(path.relative_to(job_dir)), "kind": kind}
+        if path.is_symlink():
+            entry["link"] = os.readlink(path)
+        else:
+            entry["size"] = path.stat().st_size
+        out.append(entry)
+    return out
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
+    tail = log_tail(log, TAIL_LINES) or list(exc.tail)[-TAIL_LINES:]
+    console.info(f"---- last {len(tail)} lines of {log} ----")
+    for line in tail:
+        console.info(line)
+    console.info("----")
+    timed_out = re.search(r"timed out after \d+s", exc.message)
+    what = timed_out.group(0) if timed_out else f"exit code {exc.returncode}"
+    return BuildFailed(f"{step} failed ({what}); the log's last lines are above; full log: {log}",
+                       step=step, log=log, tail=tail)
+
+
+def build_job(job: Job, options: BuildOptions) -> BuildResult:
+    """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
+    if job.os != host_os():
+        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
+    started, start = _now(), time.monotonic()
+    job_dir = Path(options.out_dir).absolute() / job.id
+    build_dir = job_dir / "build"
+    log = job_dir / "build.log"
+    job_dir.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"rockbuild {__version__}: build {job.id} ({', '.join(job.targets)}), started {started}\n",
+                   encoding="utf-8")
+    durations: dict[str, float] = {}
+    state: dict[str, Any] = {}
+
+    def result(status: str, failed_step: str | None = None) -> BuildResult:
+        durations["total"] = round(time.monotonic() - start, 3)
+        return BuildResult(
+            job=job, status=status, failed_step=failed_step, job_dir=job_dir, build_dir=build_dir, log=log,
+            offline=options.offline, started=started, finished=_now(), durations=dict(durations), **state,
+        )
+
+    current = "rocm"
+    try:
+        t0 = time.monotonic()
+        with console.step(f"ROCm for {job.id}"):
+            layout, rocm = _provide_rocm(job, options)
+            if layout.platform != job.os:
+                raise LayoutError(f"{layout.root} is a {layout.platform} ROCm root; job {job.id} needs {job.os}")
+            check_runnable_here(layout)
+            toolchain = toolchain_from_layout(layout)
+            missing = [t for t in job.targets if layout.kernel_data and t not in layout.gfx_targets]
+            if missing:
+                console.warn(f"{layout.root} has no rocBLAS/hipBLASLt kernels for {', '.join(missing)}")
+        state.update(rocm=rocm, toolchain=toolchain)
+        durations["rocm"] = round(time.monotonic() - t0, 3)
+
+        current = "source"
+        t0 = time.monotonic()
+        with console.step("llama.cpp source"):
+            _log_header(log, "llama.cpp source")
+            source = _provide_source(options, job, log)
+            targets = shipped_targets(source.path)
+        state.update(source=source, build_targets=tuple(targets))
+        durations["source"] = round(time.monotonic() - t0, 3)
+
+        current = "configure"
+        t0 = time.monotonic()
+        with console.step(f"configure ({', '.join(job.targets)})"):
+            msvc = None
+            if toolchain.windows:
+                msvc = capture_msvc_environment(job_dir, vcvars=options.vcvars, log=log)
+            cache = options.cache or cache_dir()
+            env = build_environment(toolchain, msvc=msvc)
+            path = env.get("PATH") or env.get("Path") or ""
+            for tool, package in (("cmake", "cmake"), ("ninja", "ninja-build")):
+                if shutil.which(tool, path=path) is None:
+                    raise BuildError(f"{tool} is not installed (not on PATH); install {package}")
+            ccache = shutil.which("ccache", path=path) if options.use_ccache else None
+            ccache_dir = Path(options.ccache_dir or cache / "ccache").absolute()
+            if ccache:
+                ccache_dir.mkdir(parents=True, exist_ok=True)
+                env = build_environment(toolchain, msvc=msvc, ccache_dir=ccache_dir)
+            elif options.use_ccache:
+                console.info("    ccache not found: compiling without a cache (install ccache for fast rebuilds)")
+            tools = {
+                "cmake": _first_line(["cmake", "--version"], env),
+                "ninja": _first_line(["ninja", "--version"], env),
+            }
+            if ccache:
+                tools["ccache"] = _first_line([ccache, "--version"], env)
+            compilers = {
+                "c": _first_line([toolchain.c_compiler, "--version"], env),
+                "cxx": _first_line([toolchain.cxx_compiler, "--version"], env),
+            }
+            compilers["hip"] = compilers["cxx"]
+            definitions = cmake_definitions(
+                toolchain, job.targets, extra=job.cmake, offline=options.offline,
+                build_info=source.cmake_build_info(), ccache=bool(ccache),
+            )
+            command = configure_command(source.path, build_dir, definitions)
+            ours = [*toolchain_variables(toolchain, ccache_dir if ccache else None), "PATH", "Path"]
+            shown_env = {k: env[k] for k in ours if k in env}
+            state.update(
+                compilers=compilers, tools=tools, cmake_definitions=tuple(definitions), cmake_command=tuple(command),
+                environment=shown_env,
+            )
+            stamp = build_dir / _CONFIGURE_STAMP
+            fingerprint = _configure_fingerprint(command, env, toolchain)
+            configured = (build_dir / "CMakeCache.txt").is_file() and (build_dir / "build.ninja").is_file()
+            previous = json.loads(stamp.read_text(encoding="utf-8")) if configured and stamp.is_file() else {}
+            if {k: previous.get(k) for k in fingerprint} == fingerprint:
+                console.info(f"    {build_dir} is configured with this command already; not configuring again")
+                state["configure_skipped"] = True
+                notices = Notices(tuple(previous.get("warnings", ())))
+                for message in notices.messages:
+                    console.warn(message)
+                _log_header(log, "configure: skipped (same command and environment as the last configure)")
+            else:
+                stamp.unlink(missing_ok=True)
+                build_dir.mkdir(parents=True, exist_ok=True)
+                _log_header(log, "configure: " + " ".join(command))
+                notices = Notices()
+                try:
+                    run(command, env=env, log=log, capture=False, timeout=options.configure_timeout,
+                        on_line=notices.on_line)
+                except ProcessError as exc:
+                    state["warnings"] = tuple(notices.messages)
+                    raise _failure("configure", exc, log) from None
+                _write_json(stamp, {**fingerprint, "warnings": notices.messages})
+            state["warnings"] = tuple(notices.messages)
+        durations["configure"] = round(time.monotonic() - t0, 3)
+
+        current = "compile"
+        t0 = time.monotonic()
+        jobs = options.jobs or os.cpu_count() or 2
+        build = compile_command(build_dir, targets, jobs=jobs)
+        state["compile_command"] = tuple(build)
+        with console.step(f"compile ({len(targets)} programs, -j{jobs})"):
+            console.info(f"    targets: {' '.join(targets)}")
+            before = ccache_counts(ccache, env) if ccache else None
+            _log_header(log, "compile: " + " ".join(build))
+            progress = NinjaProgress("compile")
+
+            def on_line(line: str) -> None:
+                progress.on_line(line)
+                notices.on_line(line)
+
+            try:
+                run(build, env=env, log=log, capture=False, timeout=options.compile_timeout, on_line=on_line)
+            except ProcessError as exc:
+                progress.close()
+                state.update(ninja=progress.summary(), warnings=tuple(notices.messages))
+                raise _failure("compile", exc, log) from None
+            progress.close()
+            state.update(ninja=progress.summary(), warnings=tuple(notices.messages))
+            if ccache:
+                state["ccache"] = ccache_report(before, ccache_counts(ccache, env), ccache_dir)
+            else:
+                state["ccache"] = {"enabled": False, "dir": None, "hits": None, "misses": None, "hit_rate": None}
+            objects = ", ".join(f"{n} {lang}" for lang, n in sorted(progress.objects.items())) or "no"
+            rate = state["ccache"]["hit_rate"]
+            did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
+            console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
+            state["binaries"] = tuple(_list_binaries(build_dir, job_dir, targets, toolchain.windows))
+        durations["compile"] = round(time.monotonic() - t0, 3)
+    except Exception:
+        durations.setdefault(current, round(time.monotonic() - t0, 3))
+        _write_json(job_dir / "build.json", result("failed", current).to_dict())
+        raise
+
+    done = result("ok")
+    _write_json(done.build_json, done.to_dict())
+    console.info(f"    {job.id}: build.json and build.log in {job_dir}")
+    return done

@@ -1,0 +1,294 @@
+"""The llama.cpp tree a build compiles: an existing directory, or a shallow clone of exactly one ref, and what it is.
+
+What a tree *is* (full commit, build number ``bNNNN``) is recorded only when known: from git when the tree is its own
+checkout, from a ``bNNNN`` tag that points at the commit, from ``git rev-list --count`` only when the history is
+complete, or from the caller. Otherwise it is "unknown": a shallow clone counts 1 commit, and reporting "b1" is the
+lie the seed pipeline told.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from rockbuild import console
+from rockbuild.config import cache_dir
+from rockbuild.errors import FetchError, UsageError
+from rockbuild.process import ProcessError, child_env, run
+
+DEFAULT_GIT_URL = "https://github.com/ggml-org/llama.cpp"
+UNKNOWN = "unknown"
+
+FULL_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_SHORT_COMMIT_RE = re.compile(r"^[0-9a-f]{7,39}$")
+_BUILD_TAG_RE = re.compile(r"^b([0-9]+)$")
+_MARKER = "rockbuild-source.json"  # inside .git, so the work tree stays clean
+GIT_TIMEOUT = 1800.0  # a depth-1 fetch of llama.cpp is ~60 MB
+GIT_QUICK_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class LlamaSource:
+    """A llama.cpp source tree and what it is."""
+
+    path: Path
+    commit: str  # full commit (or what the caller gave), else "unknown"
+    commit_source: str  # git | given | unknown
+    build_number: str  # "b1234" or "unknown"
+    build_number_source: str  # "tag b1234" | rev-list | given | unknown
+    origin: str  # tree (--source) | clone (--ref)
+    ref: str | None = None
+    url: str | None = None
+    ref_kind: str | None = None  # tag | branch | commit (clones only)
+    shallow: bool | None = None  # None: not a git checkout
+    reused: bool = False  # a clone already in the cache was used without fetching
+
+    @property
+    def build_number_value(self) -> int | None:
+        match = _BUILD_TAG_RE.match(self.build_number)
+        return int(match.group(1)) if match else None
+
+    @property
+    def short_commit(self) -> str:
+        """What llama.cpp shows in ``--version`` (``git rev-parse --short``: 7 characters)."""
+        return self.commit[:7] if FULL_COMMIT_RE.match(self.commit) else self.commit
+
+    def cmake_build_info(self) -> dict[str, str]:
+        """LLAMA_BUILD_NUMBER/LLAMA_BUILD_COMMIT: always passed, so llama.cpp never counts a shallow history itself.
+
+        Unknown values are llama.cpp's own defaults for a tree without git (0 and "unknown").
+        """
+        number = self.build_number_value
+        return {
+            "LLAMA_BUILD_NUMBER": str(number) if number is not None else "0",
+            "LLAMA_BUILD_COMMIT": self.short_commit,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "commit": self.commit,
+            "commit_source": self.commit_source,
+            "build_number": self.build_number,
+            "build_number_source": self.build_number_source,
+            "origin": self.origin,
+            "ref": self.ref,
+            "url": self.url,
+            "ref_kind": self.ref_kind,
+            "shallow": self.shallow,
+            "reused": self.reused,
+        }
+
+
+def git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for git: never prompts for credentials (a private URL fails instead of hanging CI)."""
+    return child_env({"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}, base=base)
+
+
+def _git(
+    args: list[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None, log: Path | None = None,
+    timeout: float = GIT_QUICK_TIMEOUT, check: bool = True,
+) -> str:
+    # safe.directory: reading the commit of a tree unpacked by another user must not fail on "dubious ownership".
+    result = run(
+        ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env if env is not None else git_env(), log=log,
+        timeout=timeout, check=check,
+    )
+    return result.output.strip() if result.returncode == 0 else ""
+
+
+def normalize_build_number(value: str | int) -> str:
+    """``11312``, ``"11312"`` or ``"b11312"`` -> ``"b11312"``."""
+    text = str(value).strip()
+    digits = text[1:] if text[:1] in ("b", "B") else text
+    if not digits.isdigit():
+        raise UsageError(f"build number {value!r} is not a number like 11312 or b11312")
+    return f"b{int(digits)}"
+
+
+def build_number_from_tags(tags: list[str]) -> str | None:
+    """The highest ``bNNNN`` among tag names (two build tags on one commit: the later build)."""
+    numbers = [int(m.group(1)) for t in tags if (m := _BUILD_TAG_RE.match(t.strip()))]
+    return f"b{max(numbers)}" if numbers else None
+
+
+def check_llama_tree(path: Path) -> Path:
+    """The tree's real path. Never a symlink: llama.cpp makes build.ninja depend on ``<source>/../../.git/...``
+    (a submodule's gitdir) and ninja drops ``..`` textually, so through a symlink that file never exists and
+    ninja re-runs CMake forever ("manifest 'build.ninja' still dirty after 100 tries")."""
+    path = Path(path).resolve()
+    if not path.is_dir():
+        raise UsageError(f"llama.cpp source {path} does not exist or is not a directory")
+    if not (path / "CMakeLists.txt").is_file() or not (path / "ggml").is_dir():
+        raise UsageError(f"{path} is not a llama.cpp source tree (expected CMakeLists.txt and ggml/ at its top)")
+    return path
+
+
+def _apply_given(
+    source: LlamaSource, build_number: str | int | None, commit: str | None
+) -> LlamaSource:
+    """The caller's build number / commit win; a given commit that contradicts git is a mistake, not an override."""
+    fields = source.to_dict()
+    fields["path"] = source.path
+    if commit:
+        given = commit.strip().lower()
+        if source.commit_source == "git" and not source.commit.startswith(given):
+            raise UsageError(f"--commit {commit} does not match the tree's git commit {source.commit}")
+        if source.commit_source != "git":
+            fields.update(commit=given, commit_source="given")
+    if build_number is not None and str(build_number).strip():
+        fields.update(build_number=normalize_build_number(build_number), build_number_source="given")
+    return LlamaSource(**fields)
+
+
+def describe_tree(
+    path: Path, *, build_number: str | int | None = None, commit: str | None = None, log: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LlamaSource:
+    """What the llama.cpp tree at ``path`` is. Git facts count only when ``path`` is the top of its own checkout."""
+    path = check_llama_tree(path)
+    source = LlamaSource(path, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, "tree")
+    try:
+        lines = _git(
+            ["rev-parse", "--show-toplevel", "HEAD", "--is-shallow-repository"], cwd=path, env=env, log=log,
+            check=False,
+        ).splitlines()
+    except ProcessError as exc:  # git itself is missing
+        console.warn(f"cannot ask git about {path} ({exc.message}); commit and build number are unknown")
+        lines = []
+    top_ok = len(lines) == 3 and Path(lines[0]).resolve() == path.resolve() and FULL_COMMIT_RE.match(lines[1])
+    if top_ok:
+        head, shallow = lines[1], lines[2] == "true"
+        number = build_number_from_tags(
+            _git(["tag", "--points-at", "HEAD", "--list", "b[0-9]*"], cwd=path, env=env, log=log).splitlines()
+        )
+        number_source = f"tag {number}" if number else UNKNOWN
+        if number is None and not shallow:
+            count = _git(["rev-list", "--count", "HEAD"], cwd=path, env=env, log=log)
+            if count.isdigit():
+                number, number_source = f"b{count}", "rev-list"
+        source = LlamaSource(
+            path, head, "git", number or UNKNOWN, number_source, "tree", shallow=shallow,
+        )
+    return _apply_given(source, build_number, commit)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Clones of one ref
+
+
+def clone_dir_for(url: str, ref: str, cache: Path | None = None) -> Path:
+    """``<cache>/llama.cpp/<ref>-<hash of url and ref>``: one checkout per (url, ref), readable by people."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", ref).strip("._")[:48] or "ref"
+    digest = hashlib.sha256(f"{url}\n{ref}".encode()).hexdigest()[:10]
+    return (cache or cache_dir()) / "llama.cpp" / f"{slug}-{digest}"
+
+
+def ref_kind_from_fetch_head(text: str) -> str:
+    """git writes what it fetched into FETCH_HEAD: ``<sha>\\t\\ttag 'b1234' of URL`` / ``branch 'x' of`` / a sha."""
+    first = text.splitlines()[0] if text.strip() else ""
+    description = first.split("\t")[-1]
+    if description.startswith("tag '"):
+        return "tag"
+    if description.startswith("branch '"):
+        return "branch"
+    return "commit"
+
+
+def build_number_from_ls_remote(text: str, commit: str) -> str | None:
+    """The ``bNNNN`` tag of ``commit`` in ``git ls-remote --tags`` output (annotated tags via their ``^{}`` line)."""
+    tags = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or parts[0] != commit:
+            continue
+        name = parts[1].removeprefix("refs/tags/").removesuffix("^{}")
+        tags.append(name)
+    return build_number_from_tags(tags)
+
+
+def _read_marker(repo: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((repo / ".git" / _MARKER).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def checkout_ref(
+    ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path | None = None, build_number: str | int | None = None,
+    log: Path | None = None, env: Mapping[str, str] | None = None,
+) -> LlamaSource:
+    """A work tree at ``ref`` (tag, branch or full commit) from ``url``: ``git init`` + ``fetch --depth 1`` of the ref.
+
+    A re-run reuses the checkout: a tag or a commit is not fetched again; a branch is (it moves).
+    """
+    ref = ref.strip()
+    if not ref or ref.startswith("-"):
+        raise UsageError(f"--ref {ref!r} is not a tag, branch or commit")
+    env = env if env is not None else git_env()
+    repo = clone_dir_for(url, ref, cache)
+    repo.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(repo.parent / f".{repo.name}.lock")):
+        marker = _read_marker(repo)
+        reusable = (
+            marker.get("url") == url and marker.get("ref") == ref and marker.get("kind") in ("tag", "commit")
+            and FULL_COMMIT_RE.match(str(marker.get("commit", "")))
+        )
+        if reusable:
+            head = _git(["rev-parse", "HEAD"], cwd=repo, env=env, log=log, check=False)
+            dirty = _git(["status", "--porcelain", "--untracked-files=no"], cwd=repo, env=env, log=log, check=False)
+            if head == marker["commit"] and not dirty:
+                console.info(f"    {repo}: {ref} already checked out ({head[:12]}); not fetching")
+                source = LlamaSource(
+                    repo, head, "git", marker.get("build_number") or UNKNOWN,
+                    marker.get("build_number_source") or UNKNOWN, "clone", ref=ref, url=url,
+                    ref_kind=marker["kind"], shallow=True, reused=True,
+                )
+                return _apply_given(source, build_number, None)
+        if not (repo / ".git").is_dir():
+            repo.mkdir(parents=True, exist_ok=True)
+            _git(["init", "--quiet", str(repo)], env=env, log=log)
+        console.info(f"    fetching {ref} from {url} (depth 1)")
+        try:
+            _git(["fetch", "--depth", "1", "--no-tags", url, ref], cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
+        except ProcessError as exc:
+            hint = None
+            if _SHORT_COMMIT_RE.match(ref) and not _BUILD_TAG_RE.match(ref):
+                hint = "a shallow fetch needs the full 40-character commit, not an abbreviation"
+            tail = f": {exc.tail[-1]}" if exc.tail else ""
+            raise FetchError(f"cannot fetch {ref!r} from {url}{tail}", hint=hint) from None
+        kind = ref_kind_from_fetch_head((repo / ".git" / "FETCH_HEAD").read_text(encoding="utf-8", errors="replace"))
+        commit = _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=repo, env=env, log=log)
+        _git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
+             cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
+
+        number: str | None = None
+        number_source = UNKNOWN
+        if kind == "tag" and (tag_number := build_number_from_tags([ref])):
+            number, number_source = tag_number, f"tag {tag_number}"
+        else:
+            # A shallow clone has no history to count: only a build tag on this very commit can name its number.
+            try:
+                listing = _git(["ls-remote", "--tags", url, "b*"], env=env, log=log, timeout=GIT_QUICK_TIMEOUT)
+                number = build_number_from_ls_remote(listing, commit)
+                number_source = f"tag {number}" if number else UNKNOWN
+            except ProcessError:
+                console.warn(f"cannot list the tags of {url}; the build number of {commit[:12]} is unknown")
+        (repo / ".git" / _MARKER).write_text(
+            json.dumps({"url": url, "ref": ref, "kind": kind, "commit": commit, "build_number": number,
+                        "build_number_source": number_source}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+    source = LlamaSource(
+        repo, commit, "git", number or UNKNOWN, number_source, "clone", ref=ref, url=url, ref_kind=kind,
+        shallow=True, reused=False,
+    )
+    return _apply_given(source, build_number, None)

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# End to end, inside the Debian ROCm root made by provision.sh (see tests/e2e/README.md):
+#   rockbuild build --target gfx1151 --rocm /usr --source /src/llama.cpp --build-number 11312 --offline --out /e2e/out
+# with rockbuild installed from a copy of this working tree into a venv in the root.
+#
+#   tests/e2e/run.sh [build]   build (incremental: a second run has no work to do), then print the figures
+#   tests/e2e/run.sh cold      empty the ccache and the build dir first: a cold build (the benchmark's baseline)
+#   tests/e2e/run.sh warm      remove the build dir, keep the ccache: a warm rebuild (the benchmark's rebuild)
+#   tests/e2e/run.sh figures   print the figures of the last build without building
+#
+# Each mode leaves $E2E/bench/<mode>.json (a copy of build.json). Later stages (bundle, smoke, clean-root) are
+# functions called from main(). Needs root (chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
+# ROCKBUILD_SRC (default /var/cache/rockbuild/src), ROCKBUILD_E2E_TARGET (default gfx1151), ROCKBUILD_E2E_JOBS.
+set -euo pipefail
+
+E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
+SRC=${ROCKBUILD_SRC:-/var/cache/rockbuild/src}
+ROOT=$E2E/rocm-root
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TARGET=${ROCKBUILD_E2E_TARGET:-gfx1151}
+JOBS=${ROCKBUILD_E2E_JOBS:-$(nproc)}
+
+# The pinned llama.cpp: vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist (provision.sh downloads and checks it).
+LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
+LLAMA_SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_UNPACKED=$SRC/llama_cpp_python-0.3.36
+LLAMA_COMMIT=0c1e57098bba43ac29e6e3b677cdceebdd22334f
+LLAMA_BUILD_NUMBER=11312  # the sdist's git is shallow: git cannot tell it
+
+# Paths as the root sees them (all of them live under $ROOT, i.e. under $E2E).
+VENV=/opt/rockbuild-venv
+RB_SRC=/opt/rockbuild-src
+LLAMA_IN_ROOT=/src/llama.cpp
+OUT=/e2e/out
+CCACHE_DIR_IN_ROOT=/e2e/ccache
+JOB_ID=linux-$TARGET
+BENCH=$E2E/bench
+
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { log "error: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "must run as root (chroot and mount need it)"
+[[ -x $ROOT/usr/bin/hipconfig && -f $E2E/.rocm-root.stamp ]] || die "$ROOT is not provisioned; run tests/e2e/provision.sh"
+
+MOUNTED=()
+cleanup() {
+    local i
+    for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
+        umount "${MOUNTED[$i]}" 2>/dev/null || umount -l "${MOUNTED[$i]}" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+mount_root() {
+    # hipcc and the loader's $ORIGIN need /proc/self/exe (proving-it-here.md, gotcha 4)
+    if ! mountpoint -q "$ROOT/proc"; then
+        mount -t proc proc "$ROOT/proc"
+        MOUNTED+=("$ROOT/proc")
+    fi
+    # the unpacked sdist, whole: vendor/llama.cpp/.git points at ../../.git/modules/..., so git still names the commit
+    mkdir -p "$ROOT/src/llama_cpp_python-0.3.36"
+    if ! mountpoint -q "$ROOT/src/llama_cpp_python-0.3.36"; then
+        mount --bind "$LLAMA_UNPACKED" "$ROOT/src/llama_cpp_python-0.3.36"
+        MOUNTED+=("$ROOT/src/llama_cpp_python-0.3.36")
+    fi
+    ln -sfn llama_cpp_python-0.3.36/vendor/llama.cpp "$ROOT$LLAMA_IN_ROOT"
+}
+
+# Runs a command in the root with a clean environment (no token of ours can leak in).
+ROOT_ENV=(PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 "TERM=${TERM:-dumb}" PIP_DISABLE_PIP_VERSION_CHECK=1)
+[[ -n ${CI:-} ]] && ROOT_ENV+=("CI=$CI")
+in_root() {
+    chroot "$ROOT" /usr/bin/env -i "${ROOT_ENV[@]}" "$@"
+}
+
+ensure_source() {
+    if [[ -f $LLAMA_UNPACKED/vendor/llama.cpp/CMakeLists.txt ]]; then
+        log "llama.cpp source: $LLAMA_UNPACKED already unpacked"
+        return
+    fi
+    [[ -f $SRC/$LLAMA_SDIST ]] || die "$SRC/$LLAMA_SDIST is missing; run tests/e2e/provision.sh"
+    echo "$LLAMA_SDIST_SHA256  $SRC/$LLAMA_SDIST" | sha256sum -c --quiet - || die "$SRC/$LLAMA_SDIST: wrong sha256"
+    rm -rf "$LLAMA_UNPACKED.partial"
+    mkdir -p "$LLAMA_UNPACKED.partial"
+    tar -xzf "$SRC/$LLAMA_SDIST" -C "$LLAMA_UNPACKED.partial" --strip-components=1
+    mv "$LLAMA_UNPACKED.partial" "$LLAMA_UNPACKED"
+    log "llama.cpp source: unpacked $LLAMA_SDIST into $LLAMA_UNPACKED"
+}
+
+install_rockbuild() {
+    # a copy of the working tree (what is being tested, committed or not), without VCS data and build leftovers
+    rm -rf "$ROOT$RB_SRC"
+    mkdir -p "$ROOT$RB_SRC"
+    tar -C "$REPO" --exclude=.git --exclude=__pycache__ --exclude='*.egg-info' --exclude=.venv --exclude=out \
+        --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.pytest_cache -cf - . | tar -C "$ROOT$RB_SRC" -xf -
+    # the host may reach PyPI through its own CA bundle; give pip in the root the same one
+    if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+        mkdir -p "$ROOT/e2e"
+        cp /etc/ssl/certs/ca-certificates.crt "$ROOT/e2e/host-ca.crt"
+        ROOT_ENV+=(PIP_CERT=/e2e/host-ca.crt)
+    fi
+    if [[ ! -x $ROOT$VENV/bin/python ]]; then
+        log "creating $VENV in the root"
+        in_root python3 -m venv "$VENV"
+    fi
+    # editable: the copy above is what runs; pip only re-resolves the dependencies (quick when they are there)
+    in_root "$VENV/bin/pip" install --quiet --editable "$RB_SRC"
+    log "rockbuild in the root: $(in_root "$VENV/bin/rockbuild" --version)"
+}
+
+build_llama() {
+    local mode=$1
+    local job_dir=$ROOT$OUT/$JOB_ID
+    case $mode in
+        cold) rm -rf "${ROOT:?}$CCACHE_DIR_IN_ROOT" "$job_dir/build"; log "cold build: empty ccache, no build dir" ;;
+        warm) rm -rf "$job_dir/build"; log "warm rebuild: no build dir, the ccache of the last build" ;;
+        build) log "build (incremental)" ;;
+    esac
+    mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
+    local start end
+    start=$(date +%s.%N)
+    in_root "$VENV/bin/rockbuild" build --target "$TARGET" --rocm /usr --source "$LLAMA_IN_ROOT" \
+        --build-number "$LLAMA_BUILD_NUMBER" --offline --out "$OUT" --ccache-dir "$CCACHE_DIR_IN_ROOT" -j "$JOBS"
+    end=$(date +%s.%N)
+    log "rockbuild build took $(printf '%.1f' "$(echo "$end - $start" | bc)") s (wall, including configure)"
+    cp "$job_dir/build.json" "$BENCH/$mode.json"
+    check_build "$job_dir"
+}
+
+check_build() {
+    local job_dir=$1
+    python3 - "$job_dir/build.json" "$LLAMA_COMMIT" "$TARGET" <<'EOF'
+import json, sys
+data = json.load(open(sys.argv[1]))
+llama = data["llama_cpp"]
+problems = []
+if data["status"] != "ok": problems.append(f"status {data['status']}")
+if llama["commit"] != sys.argv[2]: problems.append(f"commit {llama['commit']} != {sys.argv[2]}")
+if llama["build_number"] != "b11312": problems.append(f"build number {llama['build_number']}")
+if data["cmake_definitions"].get("GPU_TARGETS") != sys.argv[3]: problems.append("GPU_TARGETS")
+for name in ("ROCM_PATH", "HIP_PATH", "HIP_DEVICE_LIB_PATH"):
+    if name in data["environment"]: problems.append(f"{name} set on a Debian layout")
+names = {b["name"] for b in data["binaries"]}
+for want in ("llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion", "libggml-hip.so"):
+    if want not in names: problems.append(f"{want} missing")
+if problems:
+    sys.exit("build.json check failed: " + "; ".join(problems))
+print("[e2e] build.json: commit, build number, GPU_TARGETS, environment and binaries as expected")
+EOF
+    { in_root "$OUT/$JOB_ID/build/bin/llama-server" --version 2>&1 || true; } | grep -E 'version|built with' \
+        | sed 's/^/[e2e]   llama-server --version: /' || true
+}
+
+figures() {
+    local job_dir=$ROOT$OUT/$JOB_ID
+    [[ -f $job_dir/build.json ]] || die "no build yet in $job_dir"
+    local hip_objects lib
+    hip_objects=$(find "$job_dir/build" -path '*ggml-hip.dir*' -name '*.cu.o' | wc -l)
+    lib=$(readlink -f "$job_dir/build/bin/libggml-hip.so")
+    python3 - "$job_dir/build.json" "$hip_objects" "$lib" "$(stat -c %s "$lib")" \
+        "$(du -sx --block-size=1 "$job_dir/build" | cut -f1)" \
+        "$(du -sx --block-size=1 "$ROOT$CCACHE_DIR_IN_ROOT" | cut -f1)" <<'EOF'
+import json, sys
+data = json.load(open(sys.argv[1]))
+d, ninja, cc = data["durations"], data["ninja"] or {}, data["ccache"] or {}
+rate = cc.get("hit_rate")
+rows = [
+    ("job", data["job"]["id"] + " (" + ", ".join(data["gpu_targets"]) + ")"),
+    ("llama.cpp", f"{data['llama_cpp']['build_number']} {data['llama_cpp']['commit']}"),
+    ("ROCm", f"{data['rocm']['kind']} {data['rocm']['version']} (HIP {data['rocm']['hip_version']})"),
+    ("compiler", data["compilers"]["cxx"]),
+    ("configure", "skipped (unchanged)" if data["configure_skipped"] else f"{d['configure']:.1f} s"),
+    ("compile", f"{d['compile']:.1f} s"),
+    ("total", f"{d['total']:.1f} s"),
+    ("ninja steps", f"{ninja.get('steps')} of {ninja.get('total')}" + (" (no work to do)" if ninja.get("no_work") else "")),
+    ("objects compiled", ", ".join(f"{n} {k}" for k, n in ninja.get("objects", {}).items()) or "none"),
+    ("HIP objects in build dir", sys.argv[2]),
+    ("ccache", f"{cc.get('hits')} hits / {cc.get('misses')} misses" + (f" ({rate:.1%})" if rate is not None else "")),
+    (sys.argv[3].rsplit("/", 1)[-1], f"{int(sys.argv[4]):,} bytes"),
+    ("build dir", f"{int(sys.argv[5]):,} bytes"),
+    ("ccache dir", f"{int(sys.argv[6]):,} bytes"),
+]
+width = max(len(k) for k, _ in rows)
+print("[e2e] figures")
+for key, value in rows:
+    print(f"    {key:<{width}}  {value}")
+EOF
+}
+
+main() {
+    local mode=${1:-build}
+    case $mode in
+        build | cold | warm | figures) ;;
+        *) die "unknown mode $mode (build, cold, warm, figures)" ;;
+    esac
+    if [[ $mode == figures ]]; then
+        figures
+        return
+    fi
+    ensure_source
+    mount_root
+    install_rockbuild
+    build_llama "$mode"
+    figures
+    log "done in ${SECONDS} s"
+}
+
+main "$@"
