@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 
 from rockbuild import console
-from rockbuild.errors import RockbuildError, UnsafeArchiveError
+from rockbuild.errors import CorruptArchiveError, ExtractionError, RockbuildError, UnsafeArchiveError
 
 MARKER_NAME = ".rockbuild-extracted.json"
 """JSON file written inside an extracted root to say what was extracted there (see :func:`write_marker`)."""
@@ -66,18 +66,6 @@ _MAX_SYMLINK_HOPS = 40  # Linux's limit
 
 _UNSAFE_HINT = "The archive is malformed or malicious: do not use it; download it again or report it to its publisher."
 _CORRUPT_HINT = "Delete the downloaded file and download it again."
-
-
-class CorruptArchiveError(RockbuildError):
-    """The compressed or tar stream is truncated or damaged (not an attack, but nothing usable was extracted)."""
-
-    exit_code = UnsafeArchiveError.exit_code
-
-
-class ExtractionError(RockbuildError):
-    """Extraction could not run or complete for a reason outside the archive: destination exists, disk full, ..."""
-
-    exit_code = 1
 
 
 @dataclasses.dataclass(frozen=True)

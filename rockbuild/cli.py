@@ -278,14 +278,18 @@ def _stub(name: str, summary: str, issue: str) -> None:
     help="ccache directory (default: <cache>/ccache).",
 )
 @click.option("--no-ccache", is_flag=True, help="Do not use ccache even when it is installed.")
+@click.option("--bundle/--no-bundle", "make_bundle", default=True, show_default=True,
+              help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
+@click.option("--prune-fatbin", is_flag=True,
+              help="Also drop other targets' device code from rocBLAS/rocSOLVER (unproven on a GPU: opt-in).")
 @click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout.")
 def build(
     target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
     rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None, git_url: str | None,
     build_number: str | None, commit: str | None, offline: bool, out_dir: Path, jobs: int | None,
-    ccache_dir: Path | None, no_ccache: bool, as_json: bool,
+    ccache_dir: Path | None, no_ccache: bool, make_bundle: bool, prune_fatbin: bool, as_json: bool,
 ) -> None:
-    """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile."""
+    """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
     from .build.driver import BuildOptions, build_job, resolve_job
     from .build.source import DEFAULT_GIT_URL
 
@@ -299,14 +303,27 @@ def build(
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
         use_ccache=not no_ccache, ccache_dir=ccache_dir,
     ))
+    bundled = None
+    if make_bundle:
+        from .bundle import make_bundle as bundle_build
+        from .console import step
+        from .rocm.layout import detect_layout
+
+        with step(f"bundle ({', '.join(job.targets)})"):
+            bundled = bundle_build(
+                result.build_dir / "bin", detect_layout(Path((result.rocm or {})["root"])), job.targets,
+                result.job_dir / "bundle", prune_fatbin=prune_fatbin, quiet=as_json,
+            )
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "bundle": bundled.to_dict() if bundled else None})
         return
     source = result.source
     what = f"build {source.build_number}, commit {source.short_commit}" if source else "?"
     click.echo(f"{job.id}: llama.cpp ({what}) built for {', '.join(job.targets)}")
     click.echo(f"  binaries:   {result.build_dir / 'bin'}")
     click.echo(f"  build.json: {result.build_json}")
+    if bundled is not None:
+        click.echo(f"  bundle:     {result.job_dir / 'bundle'} (audit passed)")
 
 
 def _split_targets(values: tuple[str, ...] | str | None) -> list[str]:
@@ -320,8 +337,72 @@ POLICY_OPTION = click.option(
 )
 
 
-_stub("bundle", "Make a self-contained bundle from a build", "Lib-gatherer issue")
-_stub("audit", "Check that a bundle is self-contained", "Lib-gatherer issue")
+@cli.command(context_settings=CONTEXT)
+@click.argument("build_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--rocm", "rocm_root", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root).")
+@click.option("--targets", required=True, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="The bundle folder.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (files, sources, patches, kernel data); write nothing.")
+@click.option("--strip", "strip_debug", is_flag=True, help="Strip debug sections from the shipped ELF files.")
+@click.option("--prune-fatbin", is_flag=True,
+              help="Drop other GPU targets' code from shipped fat binaries (rocBLAS, rocSOLVER), in place.")
+@POLICY_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the report (or with --dry-run the plan) as JSON.")
+def bundle(build_dir: Path, rocm_root: Path, targets: str, out: Path, dry_run: bool, strip_debug: bool,
+           prune_fatbin: bool, policy: Path | None, as_json: bool) -> None:
+    """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
+    from .bundle import BundleError
+    from .bundle.plan import make_bundle
+    from .bundle.policy import load_policy
+    from .rocm.layout import detect_layout
+
+    report = make_bundle(build_dir, detect_layout(rocm_root), _split_targets(targets), out, dry_run=dry_run,
+                         policy=load_policy(policy) if policy else None, strip=strip_debug, quiet=as_json,
+                         prune_fatbin=prune_fatbin)
+    if as_json:
+        emit_json(report.to_dict())
+    elif dry_run:
+        click.echo(report.plan.render())
+    else:
+        from .console import human_bytes
+
+        click.echo(f"bundle: {report.out} ({len(report.plan.files)} files, {human_bytes(report.plan.total_bytes)})")
+        if report.audit is not None:
+            click.echo(report.audit.render())
+    if dry_run and report.plan.errors:
+        raise BundleError(f"the plan has {len(report.plan.errors)} error(s): {report.plan.errors[0]}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (default: from bundle.json).")
+@click.option("--max-version", "max_versions", multiple=True, metavar="FAMILY=VERSION",
+              help="Fail if a file needs a newer symbol version, e.g. GLIBC=2.35, GLIBCXX=3.4.30. Repeatable.")
+@POLICY_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], policy: Path | None,
+          as_json: bool) -> None:
+    """Check that a bundle is self-contained and carries exactly the job's GPU code (non-zero exit on failure)."""
+    from .bundle import AuditError
+    from .bundle.audit import audit_bundle
+    from .bundle.policy import load_policy
+    from .errors import UsageError
+
+    ceilings = {}
+    for item in max_versions:
+        family, sep, version = item.partition("=")
+        if not sep or not version.replace(".", "").isdigit():
+            raise UsageError(f"--max-version {item!r}: write FAMILY=VERSION, e.g. GLIBC=2.35")
+        ceilings[family.strip().upper()] = version.strip()
+    report = audit_bundle(bundle_dir, _split_targets(targets) or None,
+                          policy=load_policy(policy) if policy else None, max_versions=ceilings)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
+    if not report.ok:
+        raise AuditError(f"{bundle_dir}: {len(report.failures)} audit failure(s), first: {report.failures[0]}")
 _stub("smoke", "Run llama-cli, llama-server and llama-bench from a bundle", "Smoke and publisher issue")
 _stub("publish", "Archives, SHA256SUMS, manifest.json, notes and the GitHub release", "Smoke and publisher issue")
 _stub("alert", "Report a failed nightly on the issue tracker", "Smoke and publisher issue")

@@ -7,6 +7,9 @@ rockbuild and is reported as such (exit code 70).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 
 class RockbuildError(Exception):
     """Base class: a failure written for the user, never a bug."""
@@ -64,6 +67,18 @@ class UnsafeArchiveError(RockbuildError):
     exit_code = 6
 
 
+class CorruptArchiveError(RockbuildError):
+    """The compressed or tar stream is truncated or damaged (not an attack, but nothing usable was extracted)."""
+
+    exit_code = 6
+
+
+class ExtractionError(RockbuildError):
+    """Extraction could not run or complete for a reason outside the archive: destination exists, disk full, ..."""
+
+    exit_code = 1
+
+
 class LayoutError(RockbuildError):
     """A ROCm root lacks what a build needs (compiler, headers, device libraries)."""
 
@@ -74,6 +89,41 @@ class BuildError(RockbuildError):
     """Configure or compile failed; the message carries the log tail and the log's path."""
 
     exit_code = 1
+
+
+class ProcessError(RockbuildError):
+    """A child process failed or timed out. The message names the command; ``tail`` holds its last output lines."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, tail: Sequence[str] = (), log: Path | None = None,
+                 returncode: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.tail = list(tail)
+        self.log = log
+        self.returncode = returncode
+
+
+class BuildFailed(BuildError):
+    """Configure or compile failed: a one-line message naming the log; ``tail`` holds the log's last lines."""
+
+    def __init__(self, message: str, *, step: str, log: Path, tail: list[str], hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step
+        self.log = log
+        self.tail = tail
+
+
+class BundleError(RockbuildError):
+    """The bundle cannot be made: a library is missing, two files claim one name, patchelf failed..."""
+
+    exit_code = 9
+
+
+class AuditError(BundleError):
+    """A bundle failed its audit; the report (bundle.json, --json) lists every failed check."""
+
+    exit_code = 10
 
 
 class StaleInputError(RockbuildError):

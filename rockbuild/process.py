@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .errors import RockbuildError
+from .errors import ProcessError
 
 # Variables a child may inherit from our environment. Everything else must be passed explicitly.
 INHERITED = (
@@ -53,19 +53,6 @@ def child_env(
     }
     env.update(extra or {})
     return {k: v for k, v in env.items() if not is_secret(k)}
-
-
-class ProcessError(RockbuildError):
-    """A child failed or timed out. The message names the command; ``tail`` holds its last output lines."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, *, tail: Sequence[str] = (), log: Path | None = None,
-                 returncode: int | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.tail = list(tail)
-        self.log = log
-        self.returncode = returncode
 
 
 @dataclass(frozen=True)

@@ -316,8 +316,11 @@ def test_cli_json_prints_build_json(world, run_rockbuild, tmp_path):
     assert data["cmake_definitions"]["GPU_TARGETS"] == "gfx1151"
     assert data["llama_cpp"]["build_number"] == "b42" and data["llama_cpp"]["commit"] == "unknown"
     assert data["cmake_definitions"]["LLAMA_BUILD_COMMIT"] == "unknown"
+    bundle = data.pop("bundle")  # `rockbuild build` ends with the bundle stage
     assert json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text()) == data
-    assert "==> configure" in result.stderr and "==> compile" in result.stderr
+    assert bundle["audit"]["ok"] is True
+    assert (tmp_path / "out" / "linux-gfx1151" / "bundle" / "bundle.json").is_file()
+    assert "==> configure" in result.stderr and "==> compile" in result.stderr and "==> bundle" in result.stderr
     assert not any(v in result.stdout + result.stderr for v in TOKENS.values())
 
 

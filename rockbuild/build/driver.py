@@ -23,7 +23,7 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.config import GFX_TARGET_RE, Job, cache_dir, load_families
-from rockbuild.errors import BuildError, LayoutError, UsageError
+from rockbuild.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -320,16 +320,6 @@ class BuildResult:
             "started": self.started,
             "finished": self.finished,
         }
-
-
-class BuildFailed(BuildError):
-    """Configure or compile failed: a one-line message naming the log; ``tail`` holds the log's last lines."""
-
-    def __init__(self, message: str, *, step: str, log: Path, tail: list[str], hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.step = step
-        self.log = log
-        self.tail = tail
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,385 @@
+"""The bundle audit: is this folder self-contained, and does it carry exactly the job's GPU code?
+
+Checks (each a named :class:`Check`; any failure makes the report fail and the CLI exit non-zero):
+
+* ``no-symlinks``: a bundle stores every library once under its loader name (zip and tar.gz hold the same bytes);
+* ``architecture``: every program and library is of one ELF class/machine (PE machine on Windows);
+* ``needed``: every DT_NEEDED / import / delay-load import resolves inside the bundle or is a host library by policy;
+* ``run-paths``: every shipped ELF has its own run path, and no entry is absolute or leads out of the bundle;
+* ``extras``: the required dlopen extras (comgr...) are there when what loads them is;
+* ``kernel-data``: every job target has files in each kernel folder a shipped library uses, and no stray
+  ``library/`` folder sits beside the libraries (it would win over ``rocblas/library``, bundling.md 4);
+* ``code-objects``: libggml-hip's ``.hip_fatbin`` holds device code for exactly the job's targets;
+* ``symbol-versions``: the highest GLIBC_/GLIBCXX_/CXXABI_/GCC_ version needed and by which file (the oldest distro
+  the bundle runs on); a failure only when a ceiling is given (``max_versions``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import BundleError
+from .elf import ELF_MAGIC, ElfInfo, highest_versions, read_elf, version_key
+from .fatbin import FatbinReport, read_fatbin
+from .kernels import target_order
+from .pe import PeInfo, is_pe, read_pe
+from .policy import BundlePolicy, PlatformPolicy, load_policy, name_matches
+
+GGML_HIP = ("libggml-hip.so*", "ggml-hip.dll")
+BUNDLE_JSON = "bundle.json"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    failures: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "failures": list(self.failures), "warnings": list(self.warnings),
+                "details": dict(self.details)}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    path: Path
+    platform: str
+    targets: tuple[str, ...]
+    checks: tuple[Check, ...]
+    versions: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # GLIBC -> (2.38, libamdhip64.so.7)
+    fat_binaries: tuple[FatbinReport, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        return tuple(f"{c.name}: {f}" for c in self.checks for f in c.failures)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(f"{c.name}: {w}" for c in self.checks for w in c.warnings)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "platform": self.platform, "ok": self.ok, "targets": list(self.targets),
+            "failures": list(self.failures), "warnings": list(self.warnings),
+            "versions": {k: {"version": v, "file": f} for k, (v, f) in self.versions.items()},
+            "fat_binaries": [f.to_dict() for f in self.fat_binaries],
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+    def render(self) -> str:
+        lines = [f"audit of {self.path}: {'OK' if self.ok else 'FAILED'} (targets {','.join(self.targets) or '?'})"]
+        for c in self.checks:
+            lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}")
+            lines.extend(f"         {f}" for f in c.failures)
+            lines.extend(f"         warning: {w}" for w in c.warnings)
+        for family, (version, file) in self.versions.items():
+            lines.append(f"  needs {family}_{version} (highest, from {file})")
+        for fat in self.fat_binaries:
+            lines.append(f"  {fat.path.name}: {len(fat.bundles)} offload bundles, targets {' '.join(fat.targets)}")
+        return "\n".join(lines)
+
+
+def _elf_machine(path: Path) -> int | None:
+    """e_machine from the header (cheap): tells host ELFs from AMDGPU code objects in the kernel folders."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return None
+    if head[:4] != ELF_MAGIC or len(head) < 20:
+        return None
+    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+
+
+def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
+    files, links = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                links.append(path)
+            elif name in filenames:
+                files.append(path)
+    return sorted(files), sorted(links)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or \
+        os.path.normpath(path) == os.path.normpath(root)
+
+
+def _load_meta(root: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((root / BUNDLE_JSON).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _check_run_paths(root: Path, elves: Mapping[Path, ElfInfo], policy: PlatformPolicy) -> Check:
+    failures, warnings = [], []
+    for path, info in elves.items():
+        rel = path.relative_to(root).as_posix()
+        entries = [("RPATH", e) for e in info.rpath] + [("RUNPATH", e) for e in info.runpath]
+        if info.rpath and info.runpath:
+            warnings.append(f"{rel} has both RPATH and RUNPATH (RPATH is then ignored)")
+        needs_bundle = [n for n in info.needed if policy.system_reason(n) is None]
+        if not entries and needs_bundle:
+            failures.append(f"{rel} has no RPATH/RUNPATH but needs {needs_bundle[0]} from the bundle")
+        for tag, entry in entries:
+            if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
+                kind = "an absolute" if entry.startswith("/") else "a relative"
+                failures.append(f"{rel} has {kind} {tag} entry {entry!r}")
+                continue
+            if "$LIB" in entry or "$PLATFORM" in entry or "${LIB}" in entry or "${PLATFORM}" in entry:
+                failures.append(f"{rel} has {tag} entry {entry!r} with $LIB/$PLATFORM")
+                continue
+            expanded = Path(os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace(
+                "$ORIGIN", str(path.parent))))
+            if not _inside(expanded, root):
+                failures.append(f"{rel} has {tag} entry {entry!r}, which points outside the bundle")
+    return Check("run-paths", not failures, tuple(failures), tuple(warnings))
+
+
+def _run_path_dirs(path: Path, info: ElfInfo, root: Path) -> list[Path]:
+    out = []
+    for entry in (info.rpath if not info.runpath else ()) + info.runpath:
+        if "ORIGIN" in entry:
+            expanded = Path(os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace(
+                "$ORIGIN", str(path.parent))))
+            if _inside(expanded, root):
+                out.append(expanded)
+    return out
+
+
+def _check_needed_elf(root: Path, elves: Mapping[Path, ElfInfo], policy: PlatformPolicy) -> Check:
+    failures = []
+    system: dict[str, str] = {}
+    for path, info in elves.items():
+        rel = path.relative_to(root).as_posix()
+        dirs = _run_path_dirs(path, info, root)
+        for name in info.needed:
+            reason = policy.system_reason(name)
+            if reason is not None:
+                system.setdefault(name, reason)
+                continue
+            hit = None
+            for directory in dirs:
+                candidate = directory / name
+                if candidate in elves and elves[candidate].compatible(info):
+                    hit = candidate
+                    break
+            if hit is None:
+                where = "; it is in the bundle but not on its run path" if (root / name).is_file() else ""
+                failures.append(f"{name} (needed by {rel}) does not resolve inside the bundle{where}")
+    return Check("needed", not failures, tuple(failures), details={"host_libraries": system})
+
+
+def _check_needed_pe(root: Path, pes: Mapping[Path, PeInfo], policy: PlatformPolicy) -> Check:
+    failures = []
+    present = {p.name.lower() for p in pes if p.parent == root}
+    system: dict[str, str] = {}
+    for path, info in pes.items():
+        rel = path.relative_to(root).as_posix()
+        for name in info.needed:
+            reason = policy.system_reason(name)
+            if reason is not None:
+                system.setdefault(name, reason)
+            elif name.lower() not in present:
+                kind = "delay-loads" if name in info.delay_imports else "imports"
+                failures.append(f"{name} ({rel} {kind} it) is not in the bundle's top folder")
+    return Check("needed", not failures, tuple(failures), details={"host_libraries": system})
+
+
+def _check_extras(root: Path, names: set[str], policy: PlatformPolicy, meta: Mapping[str, Any]) -> Check:
+    failures = []
+    rocm = meta.get("rocm") or {}
+    version = str(rocm.get("version") or "")
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else None
+    for extra in policy.extras_for(major, rocm.get("kind")):
+        if not extra.required or not extra.when:
+            continue
+        users = sorted(n for n in names if name_matches(n, extra.when, platform=policy.platform))
+        if users and not any(name_matches(n, extra.names, platform=policy.platform) for n in names):
+            failures.append(f"{' or '.join(extra.names)} is missing although {users[0]} is shipped: {extra.reason}")
+    return Check("extras", not failures, tuple(failures))
+
+
+def _check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy) -> Check:
+    from rockbuild.rocm.layout import kernel_file_target
+
+    failures, warnings = [], []
+    details: dict[str, Any] = {}
+    if (root / "library").is_dir():
+        failures.append("a library/ folder sits beside the libraries: rocBLAS would take it before rocblas/library")
+    if not targets:
+        failures.append("the job's targets are unknown (no bundle.json): pass --targets")
+    per_folder: list[tuple[Any, dict[str, int]]] = []
+    for rule in policy.kernel_data:
+        users = sorted(n for n in names if name_matches(n, rule.used_by, platform=policy.platform))
+        folder = root / rule.dest
+        if not folder.is_dir():
+            if users:
+                failures.append(f"{rule.dest}/ is missing although {users[0]} is shipped")
+            continue
+        per_target: dict[str, int] = {}
+        generic = 0
+        for _dirpath, _dirnames, filenames in os.walk(folder):
+            for filename in filenames:
+                target = kernel_file_target(filename)
+                if target is None:
+                    generic += 1
+                else:
+                    per_target[target] = per_target.get(target, 0) + 1
+        details[rule.dest] = {"generic": generic, "per_target": dict(sorted(per_target.items()))}
+        per_folder.append((rule, per_target))
+        extra = sorted(set(per_target) - set(targets), key=target_order)
+        if extra:
+            warnings.append(f"{rule.dest}/ also carries files for {', '.join(extra)} (not job targets)")
+        if not users:
+            warnings.append(f"{rule.dest}/ is shipped but no library that uses it ({', '.join(rule.used_by)})")
+        if rule.component == "kpack":
+            warnings.append(f"{rule.dest}/ placement for a flat bundle is unverified (split libraries look for "
+                            "../.kpack relative to themselves)")
+    packed = {t for rule, per_target in per_folder if rule.component == "kpack" for t in per_target}
+    for rule, per_target in per_folder:
+        for target in targets:
+            if not per_target.get(target) and target not in packed:
+                failures.append(f"{rule.dest}/ has no kernel files for {target}")
+    return Check("kernel-data", not failures, tuple(failures), tuple(warnings), details)
+
+
+def _check_code_objects(
+    root: Path, candidates: Sequence[Path], targets: Sequence[str], pruned: Sequence[str] = ()
+) -> tuple[Check, list]:
+    """libggml-hip (and every fat binary bundle.json says was pruned) must hold exactly the job's targets."""
+    failures, warnings = [], []
+    reports: list[FatbinReport] = []
+    ggml = [p for p in candidates if p.parent == root and (
+        name_matches(p.name, GGML_HIP, platform="linux") or p.name in pruned)]
+    if not any(name_matches(p.name, GGML_HIP, platform="linux") for p in ggml):
+        warnings.append("no libggml-hip in the bundle: the GPU code of the build was not checked")
+    for path in ggml:
+        try:
+            report = read_fatbin(path)
+        except BundleError as exc:
+            failures.append(f"{path.name}: {exc.message}")
+            continue
+        if report is None:
+            failures.append(f"{path.name} has no {'.hip_fatbin'} section: it carries no GPU code")
+            continue
+        reports.append(report)
+        got = set(report.targets)
+        want = set(targets)
+        if got != want:
+            parts = []
+            if want - got:
+                parts.append(f"lacks {', '.join(sorted(want - got, key=target_order))}")
+            if got - want:
+                parts.append(f"also has {', '.join(sorted(got - want, key=target_order))}")
+            failures.append(f"{path.name} has device code for {', '.join(report.targets) or 'nothing'}: "
+                            f"{' and '.join(parts)}")
+    details = {"files": [r.to_dict() for r in reports]}
+    return Check("code-objects", not failures, tuple(failures), tuple(warnings), details), reports
+
+
+def _other_fat_binaries(root: Path, candidates: Sequence[Path]) -> list[FatbinReport]:
+    """The GPU targets inside the other fat binaries (rocBLAS, rocSOLVER...): for the report, never a failure."""
+    out = []
+    for path in candidates:
+        if name_matches(path.name, GGML_HIP, platform="linux"):
+            continue
+        try:
+            report = read_fatbin(path)
+        except BundleError:
+            continue
+        if report is not None:
+            out.append(report)
+    return out
+
+
+def _check_versions(
+    elves: Mapping[Path, ElfInfo], max_versions: Mapping[str, str] | None
+) -> tuple[Check, dict[str, tuple[str, str]]]:
+    versions = highest_versions(elves.values())
+    failures = []
+    for family, ceiling in (max_versions or {}).items():
+        if family in versions and version_key(versions[family][0]) > version_key(ceiling):
+            version, file = versions[family]
+            failures.append(f"{file} needs {family}_{version}, above the allowed {family}_{ceiling}")
+    details = {k: {"version": v, "file": f} for k, (v, f) in versions.items()}
+    return Check("symbol-versions", not failures, tuple(failures), details=details), versions
+
+
+def audit_bundle(
+    path: Path, targets: Sequence[str] | None = None, *, platform: str | None = None,
+    policy: BundlePolicy | None = None, max_versions: Mapping[str, str] | None = None,
+) -> AuditReport:
+    """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json)."""
+    root = Path(path).absolute()
+    if not root.is_dir():
+        raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")
+    meta = _load_meta(root)
+    targets = tuple(targets) if targets else tuple(meta.get("targets") or ())
+    files, links = _bundle_files(root)
+    top = [p for p in files if p.parent == root]
+    if platform is None:
+        platform = meta.get("platform") or (
+            "windows" if any(p.suffix.lower() in (".exe", ".dll") for p in top) else "linux")
+    policy_all = policy or load_policy()
+    rules = policy_all.for_platform(platform)
+    checks = [Check("no-symlinks", not links,
+                    tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
+    names = {p.name for p in top}
+    versions: dict[str, tuple[str, str]] = {}
+    fat: list[FatbinReport] = []
+    if platform == "windows":
+        pes = {p: pe for p in top if is_pe(p) and (pe := read_pe(p)) is not None}
+        machines = {info.machine for info in pes.values()}
+        checks.append(Check("architecture", len(machines) <= 1,
+                            (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
+        checks.append(_check_needed_pe(root, pes, rules))
+        checks.append(_check_extras(root, {n.lower() for n in names}, rules, meta))
+        checks.append(_check_kernels(root, {n.lower() for n in names}, targets, rules))
+        code, fat = _check_code_objects(root, list(pes), targets)
+        checks.append(code)
+    else:
+        host_machines = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) files are kernel data
+        elves: dict[Path, ElfInfo] = {}
+        for p in files:
+            machine = _elf_machine(p)
+            if machine is None or (machine not in host_machines and p.parent != root):
+                continue
+            elf = read_elf(p)
+            if elf is not None and elf.is_loadable:
+                elves[p] = elf
+        reference = next((i for i in elves.values() if i.is_executable), next(iter(elves.values()), None))
+        mixed = [p.relative_to(root).as_posix() for p, i in elves.items() if reference and not i.compatible(reference)]
+        checks.append(Check("architecture", not mixed,
+                            tuple(f"{m} is not {reference.machine} ELF{reference.elf_class}" for m in mixed
+                                  if reference)))
+        checks.append(_check_needed_elf(root, elves, rules))
+        checks.append(_check_run_paths(root, elves, rules))
+        checks.append(_check_extras(root, names, rules, meta))
+        checks.append(_check_kernels(root, names, targets, rules))
+        pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
+        code, fat = _check_code_objects(root, [p for p in elves if p.parent == root], targets, pruned)
+        checks.append(code)
+        fat = fat + _other_fat_binaries(root, [p for p in elves if p.parent == root and p.name not in pruned])
+        version_check, versions = _check_versions(elves, max_versions)
+        checks.append(version_check)
+    return AuditReport(root, platform, targets, tuple(checks), versions, tuple(fat))

