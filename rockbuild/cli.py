@@ -403,9 +403,92 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
         click.echo(report.render())
     if not report.ok:
         raise AuditError(f"{bundle_dir}: {len(report.failures)} audit failure(s), first: {report.failures[0]}")
-_stub("smoke", "Run llama-cli, llama-server and llama-bench from a bundle", "Smoke and publisher issue")
-_stub("publish", "Archives, SHA256SUMS, manifest.json, notes and the GitHub release", "Smoke and publisher issue")
-_stub("alert", "Report a failed nightly on the issue tracker", "Smoke and publisher issue")
+@cli.command(context_settings=CONTEXT)
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny",
+              help="GGUF to run (default: the pinned Qwen3-0.6B-Q4_0, downloaded once). 'tiny': a random-weight "
+              "Qwen3 made here; it proves loading and generation, not quality.")
+@click.option("--vocab", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache).")
+@click.option("--expect-gpu", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
+              help="yes: fail unless the weights sit in a ROCm buffer; auto: yes when a GPU of the bundle's targets "
+              "is present.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write smoke.json here (default: the job folder, beside bundle/).")
+@click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
+def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, report_path: Path | None,
+          as_json: bool) -> None:
+    """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
+    from .model import load_smoke_config, provide_model
+    from .smoke import SmokeError, SmokeOptions, run_smoke
+
+    config = load_smoke_config()
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, config=config)
+    options = SmokeOptions.from_config(config, expect_gpu=expect_gpu)
+    report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
+        click.echo(f"  smoke.json: {report.report_path}")
+    if not report.ok:
+        raise SmokeError(f"smoke test of {report.bundle} failed: {report.failures[0]}",
+                         hint=f"details and log tails in {report.report_path}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=True,
+                type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="Release repository (default: $GITHUB_REPOSITORY).")
+@click.option("--api-url", default=None, metavar="URL",
+              help="GitHub API (default: https://api.github.com; GitHub Enterprise: https://HOST/api/v3).")
+@click.option("--tag", default=None, help="Use this tag (default: the next b#### after the highest tag or release).")
+@click.option("--tag-scheme", "scheme", type=click.Choice(["sequential", "llama"]), default=None,
+              help="sequential: b####; llama: b<llama.cpp build>-rocm<version> (default: publish.yaml's).")
+@click.option("--draft", is_flag=True, help="Leave the complete release as a draft (not shown as latest).")
+@click.option("--dry-run", is_flag=True, help="Write the archives, checksums, manifest and notes; no API writes.")
+@click.option("--keep", type=click.IntRange(min=1), default=None, metavar="N",
+              help="After publishing, delete rockbuild's published releases older than the newest N.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the release files (default: release/ beside the job folders).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def publish(job_dirs: tuple[Path, ...], repo: str | None, api_url: str | None, tag: str | None, scheme: str | None,
+            draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None, as_json: bool) -> None:
+    """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
+
+    The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
+    completes a draft; a published release is never changed.
+    """
+    from .publish import PublishOptions
+    from .publish import publish as publish_release
+
+    report = publish_release(PublishOptions(
+        job_dirs=job_dirs, repo=repo, api_url=api_url, tag=tag, scheme=scheme, draft=draft, dry_run=dry_run,
+        keep=keep, out=out_dir, quiet=as_json,
+    ))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=True,
+                type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--run-url", required=True, metavar="URL", help="The CI run that failed (linked from the issue).")
+@click.option("--repo", default=None, metavar="OWNER/NAME",
+              help="Repository of the issue (default: $GITHUB_REPOSITORY).")
+@click.option("--api-url", default=None, metavar="URL", help="GitHub API (default: https://api.github.com).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: str | None, as_json: bool) -> None:
+    """Comment on the open 'nightly-failure' issue (or open one) with each failed job, its step and log tail."""
+    from .publish import send_alert
+
+    report = send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.message)
 _stub("resolve", "Pin the night's inputs (llama.cpp commit, ROCm tarballs) into inputs.json", "nightly issue")
 _stub("nightly", "The whole night: resolve, build every job, publish, alert", "nightly issue")
 _stub("doctor", "Check this machine's AMD GPUs and a bundle for problems", "doctor/install issue")

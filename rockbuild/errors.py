@@ -126,6 +126,24 @@ class AuditError(BundleError):
     exit_code = 10
 
 
+class SmokeError(RockbuildError):
+    """A smoke test failed (the report, smoke.json, says which run and why) or cannot run at all."""
+
+    exit_code = 11
+
+
+class ModelError(SmokeError):
+    """The smoke model cannot be provided (download refused, vocab missing, gguf not installed...)."""
+
+    exit_code = 11
+
+
+class PublishError(RockbuildError):
+    """Publishing is refused or failed: gating, an oversized asset, a glibc floor, an immutable release, the API."""
+
+    exit_code = 12
+
+
 class StaleInputError(RockbuildError):
     """The newest input (e.g. a ROCm nightly) is older than allowed."""
 

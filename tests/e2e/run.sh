@@ -7,6 +7,10 @@
 #   tests/e2e/run.sh cold      empty the ccache and the build dir first: a cold build (the benchmark's baseline)
 #   tests/e2e/run.sh warm      remove the build dir, keep the ccache: a warm rebuild (the benchmark's rebuild)
 #   tests/e2e/run.sh figures   print the figures of the last build without building
+#   tests/e2e/run.sh clean     the bundle of the last build, in the clean root (no ROCm): rockbuild audit, then
+#                              rockbuild smoke (llama-cli, llama-server + one chat completion, llama-bench) on the
+#                              tiny Qwen3 model, with no LD_LIBRARY_PATH
+#   tests/e2e/run.sh all       build, then clean (the issue's whole proof for one target)
 #
 # Each mode leaves $E2E/bench/<mode>.json (a copy of build.json). Later stages (bundle, smoke, clean-root) are
 # functions called from main(). Needs root (chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
@@ -16,6 +20,7 @@ set -euo pipefail
 E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
 SRC=${ROCKBUILD_SRC:-/var/cache/rockbuild/src}
 ROOT=$E2E/rocm-root
+CLEAN=$E2E/clean-root
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TARGET=${ROCKBUILD_E2E_TARGET:-gfx1151}
 JOBS=${ROCKBUILD_E2E_JOBS:-$(nproc)}
@@ -187,11 +192,97 @@ for key, value in rows:
 EOF
 }
 
+# ---- the clean root: no ROCm, only python3 to run rockbuild's audit and smoke test --------------------------------
+
+CLEAN_VENV=/opt/rockbuild-venv
+BUNDLE_IN_CLEAN=/opt/bundle
+MODELS=$E2E/models
+
+in_clean() {
+    chroot "$CLEAN" /usr/bin/env -i "${ROOT_ENV[@]}" "$@"
+}
+
+mount_clean() {
+    if ! mountpoint -q "$CLEAN/proc"; then
+        mount -t proc proc "$CLEAN/proc"   # the loader expands $ORIGIN of the main program through /proc/self/exe
+        MOUNTED+=("$CLEAN/proc")
+    fi
+    # the bundle, read-only: nothing the smoke test does may change it
+    mkdir -p "$CLEAN$BUNDLE_IN_CLEAN"
+    if mountpoint -q "$CLEAN$BUNDLE_IN_CLEAN"; then umount "$CLEAN$BUNDLE_IN_CLEAN"; fi
+    mount --bind "$ROOT$OUT/$JOB_ID/bundle" "$CLEAN$BUNDLE_IN_CLEAN"
+    mount -o remount,bind,ro "$CLEAN$BUNDLE_IN_CLEAN"
+    MOUNTED+=("$CLEAN$BUNDLE_IN_CLEAN")
+    mkdir -p "$CLEAN/models" "$MODELS"
+    if ! mountpoint -q "$CLEAN/models"; then
+        mount --bind "$MODELS" "$CLEAN/models"
+        MOUNTED+=("$CLEAN/models")
+    fi
+}
+
+ensure_clean_python() {
+    # python3 is the only thing added to the clean root, and it is not ROCm: checked below
+    if [[ ! -x $CLEAN/usr/bin/python3 ]] || ! in_clean python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        log "installing python3 (only) into the clean root"
+        echo 'Acquire::Check-Valid-Until "false";' > "$CLEAN/etc/apt/apt.conf.d/99no-check-valid-until"
+        in_clean apt-get update -qq
+        in_clean env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            python3 python3-venv ca-certificates >/dev/null
+        in_clean apt-get clean
+    fi
+    if compgen -G "$CLEAN/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null \
+        || compgen -G "$CLEAN/usr/lib/x86_64-linux-gnu/librocblas*" >/dev/null || [[ -e $CLEAN/opt/rocm ]]; then
+        die "the clean root has ROCm in it; delete $CLEAN and its stamp, then run provision.sh"
+    fi
+    rm -rf "$CLEAN$RB_SRC"
+    mkdir -p "$CLEAN$RB_SRC"
+    tar -C "$ROOT$RB_SRC" -cf - . | tar -C "$CLEAN$RB_SRC" -xf -
+    [[ -x $CLEAN$CLEAN_VENV/bin/python ]] || in_clean python3 -m venv "$CLEAN_VENV"
+    in_clean "$CLEAN_VENV/bin/pip" install --quiet --editable "$RB_SRC"
+}
+
+ensure_tiny_model() {
+    # the random-weight Qwen3 GGUF of llama-source-and-tiny-model.md, made from the vocab in the pinned source tree
+    if [[ -f $MODELS/tiny-qwen3.gguf ]]; then
+        return
+    fi
+    mkdir -p "$ROOT/e2e/models"
+    local vocab=$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf
+    in_root "$VENV/bin/pip" install --quiet "gguf==0.19.0" "numpy<3"
+    in_root "$VENV/bin/python" -c "
+from pathlib import Path
+from rockbuild.model import generate_tiny_qwen3
+generate_tiny_qwen3(Path('$vocab'), Path('/e2e/models/tiny-qwen3.gguf'))
+"
+    cp "$ROOT/e2e/models/tiny-qwen3.gguf" "$MODELS/tiny-qwen3.gguf"
+    log "tiny model: $(sha256sum "$MODELS/tiny-qwen3.gguf" | cut -c1-16)..., $(stat -c %s "$MODELS/tiny-qwen3.gguf") bytes"
+}
+
+clean_root_checks() {
+    [[ -f $ROOT$OUT/$JOB_ID/bundle/bundle.json ]] || die "no bundle in $ROOT$OUT/$JOB_ID; run: $0 build"
+    [[ -d $CLEAN && -f $E2E/.clean-root.stamp ]] || die "$CLEAN is not provisioned; run tests/e2e/provision.sh"
+    ensure_tiny_model
+    ensure_clean_python
+    mount_clean
+    mkdir -p "$E2E/bench"
+    log "rockbuild audit in the clean root"
+    in_clean "$CLEAN_VENV/bin/rockbuild" audit "$BUNDLE_IN_CLEAN" --targets "$TARGET" --json > "$E2E/bench/audit-$TARGET.json"
+    log "rockbuild smoke in the clean root (no ROCm, no LD_LIBRARY_PATH)"
+    in_clean "$CLEAN_VENV/bin/rockbuild" smoke "$BUNDLE_IN_CLEAN" --model /models/tiny-qwen3.gguf --expect-gpu no \
+        --report "/tmp/smoke-$TARGET.json" --json > "$E2E/bench/smoke-$TARGET.json"
+    log "clean root: audit passed, smoke passed ($E2E/bench/smoke-$TARGET.json)"
+    # only the five never-ship libraries may come from the root (proving-it-here.md §5)
+    in_clean /usr/bin/env -i LD_DEBUG=libs "$BUNDLE_IN_CLEAN/llama-cli" --version 2>&1 \
+        | grep 'calling init:' | grep -v "$BUNDLE_IN_CLEAN" | sed 's/.*calling init: //' | sort -u \
+        > "$E2E/bench/from-root-$TARGET.txt" || true
+    log "libraries loaded from the clean root: $(tr '\n' ' ' < "$E2E/bench/from-root-$TARGET.txt")"
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
-        build | cold | warm | figures) ;;
-        *) die "unknown mode $mode (build, cold, warm, figures)" ;;
+        build | cold | warm | figures | clean | all) ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, clean, all)" ;;
     esac
     if [[ $mode == figures ]]; then
         figures
@@ -200,8 +291,13 @@ main() {
     ensure_source
     mount_root
     install_rockbuild
-    build_llama "$mode"
-    figures
+    if [[ $mode != clean ]]; then
+        build_llama "${mode/all/build}"
+        figures
+    fi
+    if [[ $mode == clean || $mode == all ]]; then
+        clean_root_checks
+    fi
     log "done in ${SECONDS} s"
 }
 

@@ -1,0 +1,329 @@
+"""The model a smoke test runs: the pinned default (downloaded), a local file, a URL, or a tiny generated Qwen3.
+
+The default model is pinned in ``matrices/smoke.yaml`` (URL at an immutable revision, size, sha256) and comes through
+the project's :class:`~rockbuild.downloader.Downloader` (cache, resume, verification). ``$HF_ENDPOINT`` replaces the
+``https://huggingface.co`` prefix; ``$HF_TOKEN`` goes out as a bearer token and is never logged.
+
+``tiny`` writes a random-weight Qwen3-architecture GGUF (2 layers, n_embd 64, 9.9 M parameters, ~16 MB) with the real
+Qwen2/Qwen3 tokenizer copied from a llama.cpp vocab file (``models/ggml-vocab-qwen2.gguf``). llama.cpp loads it like
+any Qwen3 and generates from it; the text is noise. It proves that a bundle loads and generates, not output quality.
+It needs the ``gguf`` package (and numpy), imported only here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild import console
+from rockbuild.config import cache_dir, data_path, load_yaml
+from rockbuild.errors import ConfigError, ModelError, UsageError
+
+HF_DEFAULT_ENDPOINT = "https://huggingface.co"
+TINY = "tiny"
+TINY_NOTE = "random-weight tiny Qwen3: proves the bundle loads a Qwen3 GGUF and generates, not output quality"
+
+# The Qwen2/Qwen3 special tokens the tiny model declares (ids of the vocab file's tokens).
+_BOS = 151643  # <|endoftext|>
+_EOS = 151645  # <|im_end|>
+
+
+
+@dataclass(frozen=True)
+class ModelPin:
+    name: str
+    url: str
+    sha256: str
+    size: int | None = None
+    repository: str = ""
+    revision: str = ""
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    name: str
+    seed: int
+    vocab_candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """The model a smoke run used."""
+
+    name: str
+    path: Path
+    sha256: str
+    size: int
+    source: str  # default | url | path | tiny
+    url: str | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "sha256": self.sha256, "size": self.size,
+                "source": self.source, "url": self.url, "note": self.note}
+
+
+def load_smoke_config(path: Path | None = None) -> dict[str, Any]:
+    path = path or data_path("matrices", "smoke.yaml")
+    doc = load_yaml(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict) or not isinstance(doc.get("run"), dict):
+        raise ConfigError(f"{path}: expected the keys 'model' and 'run' (see the shipped matrices/smoke.yaml)")
+    return dict(doc)
+
+
+def default_model_pin(config: Mapping[str, Any] | None = None) -> ModelPin:
+    model = (config or load_smoke_config())["model"]
+    sha = str(model.get("sha256") or "").lower()
+    if len(sha) != 64:
+        raise ConfigError("smoke.yaml: model.sha256 must be the 64-hex sha256 of the model file")
+    size = model.get("size")
+    return ModelPin(name=str(model["name"]), url=str(model["url"]), sha256=sha,
+                    size=int(size) if size is not None else None, repository=str(model.get("repository", "")),
+                    revision=str(model.get("revision", "")))
+
+
+def tiny_spec(config: Mapping[str, Any] | None = None) -> TinySpec:
+    tiny = (config or load_smoke_config()).get("tiny") or {}
+    return TinySpec(name=str(tiny.get("name", "tiny-qwen3.gguf")), seed=int(tiny.get("seed", 0)),
+                    vocab_candidates=tuple(str(v) for v in tiny.get("vocab") or ()))
+
+
+def endpoint_url(url: str, env: Mapping[str, str] | None = None) -> str:
+    """``url`` with its Hugging Face prefix replaced by ``$HF_ENDPOINT`` (a mirror) when that is set."""
+    endpoint = (env if env is not None else os.environ).get("HF_ENDPOINT", "").rstrip("/")
+    if endpoint and url.startswith(HF_DEFAULT_ENDPOINT + "/"):
+        return endpoint + url[len(HF_DEFAULT_ENDPOINT):]
+    return url
+
+
+def hf_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Authorization header for Hugging Face when ``$HF_TOKEN`` is set (the downloader never logs headers)."""
+    token = (env if env is not None else os.environ).get("HF_TOKEN", "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download_model(pin: ModelPin, *, cache: Path | None = None, quiet: bool = False,
+                   env: Mapping[str, str] | None = None) -> ModelFile:
+    """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
+    from rockbuild.downloader import Downloader
+
+    url = endpoint_url(pin.url, env)
+    folder = (cache or cache_dir()) / "models"
+    with Downloader(folder, quiet=quiet) as downloader:
+        got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size, headers=hf_headers(env))
+    return ModelFile(pin.name, got.path, got.sha256, got.size, "default", url=pin.url)
+
+
+def download_url(url: str, *, cache: Path | None = None, quiet: bool = False,
+                 env: Mapping[str, str] | None = None) -> ModelFile:
+    """A model given by URL (not pinned: its sha256 is recorded, not checked)."""
+    from rockbuild.downloader import Downloader, name_from_url
+
+    name = name_from_url(url)
+    parsed = urllib.parse.urlsplit(url)
+    headers = hf_headers(env) if parsed.hostname and parsed.hostname.endswith("huggingface.co") else {}
+    with Downloader((cache or cache_dir()) / "models", quiet=quiet) as downloader:
+        got = downloader.fetch(endpoint_url(url, env), name=name, headers=headers)
+    return ModelFile(name, got.path, got.sha256, got.size, "url", url=url)
+
+
+def find_vocab(explicit: Path | None = None, spec: TinySpec | None = None, cache: Path | None = None) -> Path:
+    """The Qwen2 vocab GGUF to build the tiny model from: ``explicit``, else the configured candidates."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ModelError(f"vocab file {explicit} does not exist",
+                             hint="pass models/ggml-vocab-qwen2.gguf from a llama.cpp source tree")
+        return explicit
+    spec = spec or tiny_spec()
+    base = cache or cache_dir()
+    for candidate in spec.vocab_candidates:
+        path = Path(candidate)
+        path = path if path.is_absolute() else base / path
+        if path.is_file():
+            return path
+    raise ModelError(
+        "no Qwen2 vocab file found for the tiny model (looked in: " + ", ".join(spec.vocab_candidates) + ")",
+        hint="pass --vocab PATH to models/ggml-vocab-qwen2.gguf of a llama.cpp source tree",
+    )
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_gguf_metadata(path: Path) -> dict[str, Any]:
+    """The key/value metadata of a GGUF file (v2/v3, little-endian), without its tensors. gguf's own GGUFReader
+    maps every array item through numpy and takes ~7 s for a 150k-token vocab; this takes a fraction of that."""
+    import struct
+
+    data = path.read_bytes()
+    if data[:4] != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file")
+    version, _tensors, count = struct.unpack_from("<IQQ", data, 4)
+    if version < 2:
+        raise ModelError(f"{path} is GGUF version {version}; versions 2 and 3 are read")
+    pos = 24
+
+    def string() -> str:
+        nonlocal pos
+        (length,) = struct.unpack_from("<Q", data, pos)
+        pos += 8 + length
+        return data[pos - length:pos].decode("utf-8", errors="replace")
+
+    def value(kind: int) -> Any:
+        nonlocal pos
+        if kind == 8:
+            return string()
+        if kind == 9:
+            (item_kind, n) = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+            if item_kind in _SCALARS:
+                item_fmt = _SCALARS[item_kind]
+                items = list(struct.unpack_from(f"<{n}{item_fmt[1]}", data, pos))
+                pos += struct.calcsize(item_fmt) * n
+                return items
+            return [value(item_kind) for _ in range(n)]
+        fmt = _SCALARS.get(kind)
+        if fmt is None:
+            raise ModelError(f"{path}: unknown GGUF value type {kind}")
+        (result,) = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return result
+
+    out: dict[str, Any] = {}
+    try:
+        for _ in range(count):
+            key = string()
+            (kind,) = struct.unpack_from("<I", data, pos)
+            pos += 4
+            out[key] = value(kind)
+    except struct.error:
+        raise ModelError(f"{path} is truncated or not a GGUF file") from None
+    return out
+
+
+def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None) -> Path:
+    """Write a random-weight Qwen3 GGUF to ``out`` with the tokenizer of ``vocab``; byte-identical for one seed
+    (same gguf and numpy versions). Shapes follow Qwen3: q/k norms, head_dim 64 != n_embd / n_head, tied output."""
+    try:
+        import gguf
+        import numpy as np
+    except ImportError:
+        raise ModelError("the tiny model needs the gguf package (and numpy)",
+                         hint="pip install gguf==0.19.0, or use the default model") from None
+
+    fields = read_gguf_metadata(vocab)
+
+    def field(name: str) -> Any:
+        return fields.get(name)
+
+    tokens = field("tokenizer.ggml.tokens")
+    token_types = field("tokenizer.ggml.token_type")
+    merges = field("tokenizer.ggml.merges")
+    if not tokens or not merges or field("tokenizer.ggml.model") != "gpt2":
+        raise ModelError(f"{vocab} is not a GPT-2-style BPE vocab with merges (expected ggml-vocab-qwen2.gguf)")
+    if len(tokens) <= _EOS:
+        raise ModelError(f"{vocab} has {len(tokens)} tokens; Qwen's special tokens need at least {_EOS + 1}")
+    template = chat_template.read_text(encoding="utf-8") if chat_template else field("tokenizer.chat_template")
+
+    n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer = len(tokens), 64, 4, 2, 64, 192, 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "qwen3")
+    writer.add_name("tiny-qwen3 (random weights, rockbuild smoke test)")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_key_length(head_dim)  # head_dim 64 keeps the GPU flash-attention kernels usable
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(1e6)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(str(field("tokenizer.ggml.pre") or "qwen2"))
+    writer.add_token_list(tokens)
+    if token_types is not None:
+        writer.add_token_types([int(t) for t in token_types])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(_BOS)
+    writer.add_eos_token_id(_EOS)
+    writer.add_pad_token_id(_BOS)
+    writer.add_add_bos_token(False)
+    if template:
+        writer.add_chat_template(template)
+
+    rng = np.random.default_rng(seed)
+
+    def linear(n_out: int, n_in: int) -> Any:
+        # std 1/sqrt(fan_in): with smaller weights greedy decoding only repeats the last prompt token
+        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float16)
+
+    def ones(n: int) -> Any:
+        return np.ones(n, dtype=np.float32)
+
+    embedding = (rng.standard_normal((n_vocab, n_embd)) * 0.05).astype(np.float32)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    writer.add_tensor("token_embd.weight", gguf.quants.quantize(embedding, q8), raw_dtype=q8)  # also the output
+    writer.add_tensor("output_norm.weight", ones(n_embd))
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", ones(n_embd))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", linear(n_head * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", linear(n_head_kv * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", linear(n_head_kv * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_q_norm.weight", ones(head_dim))
+        writer.add_tensor(f"blk.{i}.attn_k_norm.weight", ones(head_dim))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", linear(n_embd, n_head * head_dim))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones(n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", linear(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", linear(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", linear(n_embd, n_ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, out)
+    return out
+
+
+def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: TinySpec | None = None) -> ModelFile:
+    """The tiny model, generated once per vocab file into the cache."""
+    spec = spec or tiny_spec()
+    vocab_path = find_vocab(vocab, spec, cache)
+    vocab_sha = file_sha256(vocab_path)
+    stem = spec.name.removesuffix(".gguf")
+    out = (cache or cache_dir()) / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
+    if not out.is_file():
+        console.info(f"    generating the tiny model from {vocab_path}")
+        generate_tiny_qwen3(vocab_path, out, seed=spec.seed)
+    return ModelFile(spec.name, out, file_sha256(out), out.stat().st_size, TINY, note=TINY_NOTE)
+
+
+def provide_model(spec: str | None, *, vocab: Path | None = None, cache: Path | None = None, quiet: bool = False,
+                  config: Mapping[str, Any] | None = None) -> ModelFile:
+    """The model ``--model`` asks for: None (the pinned default), ``tiny``, an http(s) URL, or a local path."""
+    if spec is None or spec == "default":
+        return download_model(default_model_pin(config), cache=cache, quiet=quiet)
+    if spec == TINY:
+        return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(config))
+    if spec.startswith(("http://", "https://")):
+        return download_url(spec, cache=cache, quiet=quiet)
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise UsageError(f"--model {spec}: no such file; give a GGUF path, an https URL, or 'tiny'")
+    path = path.absolute()
+    return ModelFile(path.name, path, file_sha256(path), path.stat().st_size, "path")

@@ -1,0 +1,110 @@
+"""``rockbuild alert``: tell the issue tracker that a nightly failed, once per run.
+
+The open issue labelled ``nightly-failure`` gets a comment; when there is none, an issue "Nightly build failed
+(YYYY-MM-DD)" is opened with that label. Each failed job is listed with the failing step and its log tail. The text
+carries the run URL in a hidden marker, so running the alert twice for one run writes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild import console
+
+from . import PublishError
+from .config import PublishConfig, load_publish_config
+from .github import GitHub, redact, token_from_env
+from .jobs import JobRecord, env_run_url, load_job
+from .notes import marker, read_marker, render
+
+
+@dataclass(frozen=True)
+class AlertReport:
+    action: str  # commented | opened | already-reported | nothing-failed
+    message: str
+    issue_number: int | None = None
+    issue_url: str | None = None
+    failed: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "message": self.message, "issue": self.issue_number,
+                "issue_url": self.issue_url, "failed_jobs": list(self.failed)}
+
+
+def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: str | None = None) -> str:
+    jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": j.reason or "",
+             "log": str(j.log) if j.log else None, "tail": [redact(line, token) for line in j.log_tail]}
+            for j in failed]
+    text = render("alert.md.j2", failed=jobs, run_url=run_url, date=date, marker=marker({"run": run_url}))
+    return redact(text, token)
+
+
+def _reported(text: str | None, run_url: str) -> bool:
+    return (read_marker(text) or {}).get("run") == run_url
+
+
+def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
+               token: str | None = None, date: str | None = None, config: PublishConfig | None = None,
+               throttle: bool = True, quiet: bool = False) -> AlertReport:
+    config = config or load_publish_config()
+    say = (lambda m: None) if quiet else console.info
+    run_url = run_url or env_run_url() or ""
+    if not run_url:
+        raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")
+    jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in job_dirs]
+    failed = [j for j in jobs if not j.ok]
+    if not failed:
+        message = f"all {len(jobs)} jobs passed; no alert"
+        say(message)
+        return AlertReport("nothing-failed", message)
+    repo = repo or os.environ.get("GITHUB_REPOSITORY") or None
+    token = token if token is not None else token_from_env()
+    if not repo:
+        raise PublishError("no repository for the alert", hint="pass --repo OWNER/NAME")
+    if not token:
+        raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (issues: write)")
+    day = date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    body = alert_body(failed, run_url=run_url, date=day, token=token)
+    ids = tuple(j.id for j in failed)
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=throttle)
+    try:
+        label = config.alert_label
+        open_issues = gh.call(f"listing open '{label}' issues",
+                              lambda: list(gh.repo.get_issues(state="open", labels=[label])))
+        if open_issues:
+            issue = open_issues[0]
+            comments = gh.call("reading the issue's comments", lambda: list(issue.get_comments()))
+            if _reported(issue.body, run_url) or any(_reported(c.body, run_url) for c in comments):
+                message = f"run {run_url} is already reported on issue #{issue.number}; nothing written"
+                say(message)
+                return AlertReport("already-reported", message, issue.number, issue.html_url, ids)
+            gh.call(f"commenting on issue #{issue.number}", lambda: issue.create_comment(body))
+            message = f"commented on issue #{issue.number}: {len(failed)} failed job(s)"
+            say(message)
+            return AlertReport("commented", message, issue.number, issue.html_url, ids)
+        _ensure_label(gh, label, config.alert_label_color)
+        title = config.alert_title.format(date=day)
+        issue = gh.call("opening the alert issue", lambda: gh.repo.create_issue(title=title, body=body, labels=[label]))
+        message = f"opened issue #{issue.number} \"{title}\": {len(failed)} failed job(s)"
+        say(message)
+        return AlertReport("opened", message, issue.number, issue.html_url, ids)
+    finally:
+        gh.close()
+
+
+def _ensure_label(gh: GitHub, name: str, color: str) -> None:
+    from github import UnknownObjectException
+
+    try:
+        gh.repo.get_label(name)
+    except UnknownObjectException:
+        gh.call(f"creating the label {name}", lambda: gh.repo.create_label(
+            name, color, "A nightly rockbuild run failed (opened by rockbuild alert)"))
+    except Exception as exc:
+        with gh.errors(f"reading the label {name}"):
+            raise exc

@@ -1,0 +1,79 @@
+"""``matrices/publish.yaml`` as a frozen value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rockbuild.config import YDict, check_keys, data_path, load_yaml, where
+from rockbuild.errors import ConfigError
+
+GITHUB_ASSET_LIMIT = 2 * 1024**3  # GitHub: "each file must be under 2 GiB"
+
+
+@dataclass(frozen=True)
+class PublishConfig:
+    tag_scheme: str = "sequential"  # sequential | llama
+    tag_first: int = 1000
+    tag_width: int = 4
+    llama_tag: str = "b{build}-rocm{rocm}"
+    asset_name: str = "llama-{tag}-{os}-rocm-{name}-x64"
+    os_words: Mapping[str, str] = field(default_factory=lambda: {"linux": "ubuntu", "windows": "windows"})
+    tar_gz_for: tuple[str, ...] = ("linux",)
+    max_bytes: int = GITHUB_ASSET_LIMIT  # an asset of this size or more is refused
+    compress_level: int = 6
+    glibc_floor: Mapping[str, str] = field(default_factory=lambda: {"GLIBC": "2.35"})
+    make_latest: bool = True
+    protect: tuple[str, ...] = ()
+    alert_label: str = "nightly-failure"
+    alert_label_color: str = "d73a4a"
+    alert_title: str = "Nightly build failed ({date})"
+    alert_log_lines: int = 40
+    known_issues: tuple[str, ...] = ()
+    source: str = ""
+
+
+def load_publish_config(path: Path | None = None) -> PublishConfig:
+    path = path or data_path("matrices", "publish.yaml")
+    doc = load_yaml(path)
+    if not isinstance(doc, YDict):
+        raise ConfigError(f"{path}: expected a mapping (see the shipped matrices/publish.yaml)")
+    check_keys(path, doc, ["tags", "assets", "glibc_floor", "release", "retention", "alert", "known_issues"],
+               "the publish configuration")
+
+    def section(name: str) -> Mapping[str, Any]:
+        value = doc.get(name) or {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where(path, doc, name)}: '{name}' must be a mapping")
+        return value
+
+    tags, assets, release, retention, alert = (section(n) for n in ("tags", "assets", "release", "retention", "alert"))
+    scheme = str(tags.get("scheme", "sequential"))
+    if scheme not in ("sequential", "llama"):
+        raise ConfigError(f"{where(path, tags, 'scheme')}: tags.scheme must be 'sequential' or 'llama', not {scheme!r}")
+    floor = {str(k).upper(): str(v) for k, v in section("glibc_floor").items()}
+    for family, version in floor.items():
+        if not version.replace(".", "").isdigit():
+            raise ConfigError(f"{where(path, doc, 'glibc_floor')}: {family}: {version!r} is not a version like 2.35")
+    known = doc.get("known_issues") or []
+    if not isinstance(known, list):
+        raise ConfigError(f"{where(path, doc, 'known_issues')}: known_issues must be a list of texts")
+    max_bytes = int(assets.get("max_bytes", GITHUB_ASSET_LIMIT))
+    return PublishConfig(
+        tag_scheme=scheme, tag_first=int(tags.get("first", 1000)), tag_width=int(tags.get("width", 4)),
+        llama_tag=str(tags.get("llama", "b{build}-rocm{rocm}")),
+        asset_name=str(assets.get("name", "llama-{tag}-{os}-rocm-{name}-x64")),
+        os_words={str(k): str(v) for k, v in (assets.get("os_words") or {"linux": "ubuntu",
+                                                                           "windows": "windows"}).items()},
+        tar_gz_for=tuple(str(x) for x in assets.get("tar_gz_for") or ("linux",)),
+        max_bytes=min(max_bytes, GITHUB_ASSET_LIMIT), compress_level=int(assets.get("compress_level", 6)),
+        glibc_floor=floor, make_latest=bool(release.get("make_latest", True)),
+        protect=tuple(str(t) for t in retention.get("protect") or ()),
+        alert_label=str(alert.get("label", "nightly-failure")), alert_label_color=str(alert.get("label_color",
+                                                                                                  "d73a4a")),
+        alert_title=str(alert.get("title", "Nightly build failed ({date})")),
+        alert_log_lines=int(alert.get("log_lines", 40)),
+        known_issues=tuple(" ".join(str(k).split()) for k in known), source=str(path),
+    )

@@ -1,0 +1,114 @@
+"""The GitHub API through PyGithub: connect, read releases and tags, and the few writes the publisher makes.
+
+``api_url`` serves GitHub Enterprise (``https://HOST/api/v3``) and tests (a local server). Uploads go to the
+``upload_url`` the API returns for the release. The token comes from ``GITHUB_TOKEN`` or ``GH_TOKEN``; it is handed
+to PyGithub only, and every message that leaves this module passes :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from . import PublishError
+
+DEFAULT_API_URL = "https://api.github.com"
+T = TypeVar("T")
+
+
+def token_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if env is None else env
+    for name in ("GITHUB_TOKEN", "GH_TOKEN"):
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def redact(text: str, token: str | None) -> str:
+    return text.replace(token, "***") if token else text
+
+
+def describe(exc: BaseException, token: str | None) -> str:
+    """A one-line reason for an API failure, without the token."""
+    from github import GithubException
+
+    if isinstance(exc, GithubException):
+        data = exc.data if isinstance(exc.data, dict) else {}
+        message = str(data.get("message") or "")
+        errors = data.get("errors") or []
+        codes = ", ".join(str(e.get("code")) for e in errors if isinstance(e, dict) and e.get("code"))
+        text = f"HTTP {exc.status}" + (f" {message}" if message else "") + (f" ({codes})" if codes else "")
+    else:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        text = f"{type(exc).__name__}: {first}"[:300]
+    return redact(text, token)
+
+
+class GitHub:
+    """One repository on one GitHub API, with the error translation the publisher and the alert need."""
+
+    def __init__(self, repo: str, *, api_url: str | None = None, token: str | None = None, throttle: bool = True,
+                 timeout: int = 120) -> None:
+        from github import Auth, Github
+
+        if "/" not in repo or repo.count("/") != 1:
+            raise PublishError(f"--repo {repo!r}: write OWNER/NAME")
+        self.repo_name = repo
+        self.api_url = (api_url or DEFAULT_API_URL).rstrip("/")
+        self.token = token
+        kwargs: dict[str, Any] = {"base_url": self.api_url, "timeout": timeout, "per_page": 100}
+        if not throttle:
+            kwargs.update(seconds_between_requests=None, seconds_between_writes=None)
+        self._gh = Github(auth=Auth.Token(token) if token else None, **kwargs)
+        self._repo: Any = None
+
+    def close(self) -> None:
+        self._gh.close()
+
+    @contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        """Turn API and network failures into one-line PublishErrors naming ``what`` was being done."""
+        from github import GithubException
+
+        try:
+            yield
+        except PublishError:
+            raise
+        except (GithubException, OSError, ValueError, AssertionError) as exc:
+            raise PublishError(f"{what} failed: {describe(exc, self.token)}",
+                               hint="check --repo, --api-url and the token's permissions (contents: write)") from None
+        except Exception as exc:
+            import requests
+
+            if isinstance(exc, requests.RequestException):
+                raise PublishError(f"{what} failed: {describe(exc, self.token)}",
+                                   hint="the API could not be reached; try again") from None
+            raise
+
+    def call(self, what: str, func: Callable[[], T]) -> T:
+        with self.errors(what):
+            return func()
+
+    @property
+    def repo(self) -> Any:
+        if self._repo is None:
+            self._repo = self.call(f"reading the repository {self.repo_name}",
+                                   lambda: self._gh.get_repo(self.repo_name))
+        return self._repo
+
+    def releases(self) -> list[Any]:
+        """Every release, drafts included (drafts are only listed to a token with push access)."""
+        return self.call("listing releases", lambda: list(self.repo.get_releases()))
+
+    def tag_names(self, prefix: str = "") -> list[str]:
+        def read() -> list[str]:
+            refs = self.repo.get_git_matching_refs(f"tags/{prefix}")
+            return [ref.ref.removeprefix("refs/tags/") for ref in refs]
+
+        return self.call("listing tags", read)
+
+    def assets(self, release: Any) -> list[Any]:
+        return self.call(f"listing the assets of {release.tag_name}", lambda: list(release.get_assets()))

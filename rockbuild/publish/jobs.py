@@ -1,0 +1,189 @@
+"""A job folder ``out/<job-id>/`` as the publisher sees it: what was built from what, and whether it may ship.
+
+Read defensively: any of build.json, bundle/, bundle.json, smoke.json may be missing or written by an older rockbuild.
+A job whose build failed, whose bundle is missing or failed its audit, or whose smoke test failed is *failed* (with
+the step and the log tail for the alert); it is never an exception here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rockbuild.process import log_tail
+from rockbuild.rocm.names import parse_rocm_version, parse_tarball_name
+
+BUILD_JSON, BUNDLE_DIR, BUNDLE_JSON, SMOKE_JSON = "build.json", "bundle", "bundle.json", "smoke.json"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class RocmInfo:
+    version: str | None  # TheRock's package version (10.2.0a20261128) when known, else the ROCm version
+    date: str | None  # the nightly's date, YYYY-MM-DD
+    therock_commit: str | None
+    tarball: str | None
+    tarball_sha256: str | None
+    group: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "date": self.date, "therock_commit": self.therock_commit,
+                "tarball": self.tarball, "tarball_sha256": self.tarball_sha256, "group": self.group}
+
+
+def rocm_info(rocm: Mapping[str, Any]) -> RocmInfo:
+    tarball = _dict(rocm.get("tarball"))
+    name = parse_tarball_name(str(tarball.get("name") or "")) if tarball.get("name") else None
+    version = rocm.get("package_version") or (name.version.text if name else None) or rocm.get("version")
+    date = name.date.isoformat() if name is not None and name.date else None
+    for text in (rocm.get("package_version"), rocm.get("version")):
+        parsed = parse_rocm_version(str(text)) if text else None
+        if date is None and parsed is not None and parsed.date is not None:
+            date = parsed.date.isoformat()
+    return RocmInfo(str(version) if version else None, date, rocm.get("therock_commit"),
+                    tarball.get("name"), tarball.get("sha256"), tarball.get("group") or rocm.get("group"))
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    dir: Path
+    id: str
+    os: str  # linux | windows
+    name: str  # family short name or single target: the asset name's <name>
+    targets: tuple[str, ...]
+    required: bool
+    status: str  # ok | failed
+    failed_step: str | None = None
+    reason: str | None = None
+    log: Path | None = None
+    log_tail: tuple[str, ...] = ()
+    llama_commit: str | None = None
+    llama_build: str | None = None
+    rocm: RocmInfo = field(default_factory=lambda: RocmInfo(None, None, None, None, None, None))
+    cmake: Mapping[str, str] = field(default_factory=dict)
+    isas: tuple[str, ...] = ()  # GPU code really inside libggml-hip (audit), else the job's targets
+    bundle: Path | None = None
+    audit: Mapping[str, Any] | None = None
+    smoke: Mapping[str, Any] | None = None
+    finished: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def bench(self) -> list[dict[str, Any]]:
+        return list((self.smoke or {}).get("bench") or [])
+
+    def smoke_summary(self) -> str:
+        if self.smoke is None:
+            return "not run"
+        gpu = _dict(self.smoke.get("gpu"))
+        placement = gpu.get("placement")
+        verdict = {"gpu": "ROCm", "cpu": "CPU only", "partial": "partial offload"}.get(str(placement), "?")
+        return f"{'passed' if self.smoke.get('ok') else 'FAILED'} ({verdict})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "os": self.os, "name": self.name, "targets": list(self.targets),
+                "required": self.required, "status": self.status, "failed_step": self.failed_step,
+                "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
+                "rocm": self.rocm.to_dict(), "isas": list(self.isas), "cmake": dict(self.cmake)}
+
+
+def _isas(bundle_meta: Mapping[str, Any], targets: tuple[str, ...]) -> tuple[str, ...]:
+    audit = _dict(bundle_meta.get("audit"))
+    for fat in audit.get("fat_binaries") or []:
+        if isinstance(fat, dict) and str(fat.get("file", "")).startswith(("libggml-hip", "ggml-hip")):
+            found = tuple(str(t) for t in fat.get("targets") or ())
+            if found:
+                return found
+    return targets
+
+
+def _smoke_tail(smoke: Mapping[str, Any]) -> tuple[tuple[str, ...], Path | None]:
+    for run in _dict(smoke.get("runs")).values():
+        if isinstance(run, dict) and not run.get("ok"):
+            return tuple(str(x) for x in run.get("log_tail") or ()), Path(run["log"]) if run.get("log") else None
+    return (), None
+
+
+def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
+    """The job in ``job_dir`` (``out/<job-id>``), failed or not."""
+    job_dir = Path(job_dir).absolute()
+    build = _read_json(job_dir / BUILD_JSON)
+    bundle_dir = job_dir / BUNDLE_DIR
+    bundle_meta = _read_json(bundle_dir / BUNDLE_JSON) or {}
+    smoke = _read_json(job_dir / SMOKE_JSON)
+    job = _dict((build or {}).get("job"))
+    job_id = str(job.get("id") or job_dir.name)
+    os_name = str(job.get("os") or bundle_meta.get("platform") or job_id.split("-", 1)[0])
+    name = str(job.get("name") or (job_id.split("-", 1)[1] if "-" in job_id else job_id))
+    targets = tuple(str(t) for t in (job.get("targets") or (build or {}).get("gpu_targets")
+                                     or bundle_meta.get("targets") or ()))
+    llama = _dict((build or {}).get("llama_cpp"))
+    build_number = llama.get("build_number")
+    common: dict[str, Any] = dict(
+        dir=job_dir, id=job_id, os=os_name if os_name in ("linux", "windows") else "linux", name=name,
+        targets=targets, required=bool(job.get("required", True)),
+        llama_commit=llama.get("commit"), llama_build=str(build_number) if build_number is not None else None,
+        rocm=rocm_info(_dict((build or {}).get("rocm"))),
+        cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
+        isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"),
+    )
+    build_log = Path(_dict((build or {}).get("paths")).get("log") or job_dir / "build.log")
+
+    def failed(step: str, reason: str, log: Path | None, tail: tuple[str, ...] | None = None) -> JobRecord:
+        lines = tail if tail is not None else (tuple(log_tail(log, tail_lines)) if log else ())
+        return JobRecord(**common, status="failed", failed_step=step, reason=reason, log=log,
+                         log_tail=lines[-tail_lines:], bundle=bundle_dir if bundle_dir.is_dir() else None,
+                         audit=_dict(bundle_meta.get("audit")) or None)
+
+    if build is None and not bundle_dir.is_dir():
+        return failed("build", f"no {BUILD_JSON} and no {BUNDLE_DIR}/ in {job_dir}", None)
+    if build is not None and build.get("status") != "ok":
+        step = str(build.get("failed_step") or "build")
+        return failed(step, f"the build failed at step '{step}'", build_log)
+    if not bundle_dir.is_dir():
+        log = job_dir / "bundle.log"
+        return failed("bundle", f"no {BUNDLE_DIR}/ folder: the bundle step did not run or failed",
+                      log if log.exists() else None)
+    audit = _dict(bundle_meta.get("audit"))
+    if audit and audit.get("ok") is False:
+        failures = [str(f) for f in audit.get("failures") or []]
+        return failed("audit", "the bundle failed its audit: " + ("; ".join(failures[:3]) or "see bundle.json"),
+                      bundle_dir / BUNDLE_JSON, tuple(failures))
+    if smoke is not None and smoke.get("ok") is False:
+        failures = [str(f) for f in smoke.get("failures") or []]
+        tail, smoke_log = _smoke_tail(smoke)
+        return failed("smoke", "the smoke test failed: " + ("; ".join(failures[:3]) or "see smoke.json"), smoke_log,
+                      tail or tuple(failures))
+    return JobRecord(**common, status="ok", bundle=bundle_dir, audit=audit or None)
+
+
+def with_failure(job: JobRecord, step: str, reason: str) -> JobRecord:
+    """``job`` marked failed by the publisher itself (e.g. a glibc floor above the configured one)."""
+    from dataclasses import replace
+
+    return replace(job, status="failed", failed_step=step, reason=reason, log_tail=(reason,))
+
+
+def env_run_url(env: Mapping[str, str] | None = None) -> str | None:
+    """The GitHub Actions run URL when running there."""
+    env = os.environ if env is None else env
+    server, repo, run_id = env.get("GITHUB_SERVER_URL"), env.get("GITHUB_REPOSITORY"), env.get("GITHUB_RUN_ID")
+    return f"{server}/{repo}/actions/runs/{run_id}" if server and repo and run_id else None

@@ -1,0 +1,123 @@
+"""``SHA256SUMS`` and ``manifest.json``: what every asset holds and what it was built from.
+
+Both are deterministic for the same inputs (no wall-clock time inside), so a re-run produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__
+
+from .jobs import JobRecord
+
+SCHEMA = 1
+CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
+                 "SHA256SUMS": "text/plain"}
+
+
+@dataclass(frozen=True)
+class AssetFile:
+    name: str
+    path: Path
+    size: int
+    sha256: str
+    kind: str  # zip | tar.gz | manifest | checksums
+    job: str | None = None
+
+    @property
+    def content_type(self) -> str:
+        for suffix, value in CONTENT_TYPES.items():
+            if self.name.endswith(suffix):
+                return value
+        return "application/octet-stream"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind, "job": self.job}
+
+
+def fingerprint(jobs: Sequence[JobRecord]) -> str:
+    """What the release is made from, as one hash: llama.cpp commit and build, and per shipped job its targets,
+    ROCm tarball, CMake definitions. The same inputs on a re-run give the same fingerprint (the release is found)."""
+    data = [{"id": j.id, "targets": list(j.targets), "llama": [j.llama_commit, j.llama_build],
+             "rocm": [j.rocm.version, j.rocm.tarball, j.rocm.tarball_sha256],
+             "cmake": {k: v for k, v in sorted(j.cmake.items()) if not os.path.isabs(v)}}
+            for j in sorted(jobs, key=lambda j: j.id)]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sha256sums(assets: Sequence[AssetFile]) -> str:
+    """``sha256sum -c`` format, sorted by name."""
+    return "".join(f"{a.sha256}  {a.name}\n" for a in sorted(assets, key=lambda a: a.name))
+
+
+def bundle_files(bundle: Path) -> list[dict[str, Any]]:
+    out = []
+    for dirpath, dirnames, files in os.walk(bundle):
+        dirnames.sort()
+        for name in sorted(files):
+            path = Path(dirpath) / name
+            out.append({"path": path.relative_to(bundle).as_posix(), "size": path.stat().st_size})
+    return out
+
+
+def _smoke(job: JobRecord) -> dict[str, Any] | None:
+    smoke = job.smoke
+    if smoke is None:
+        return None
+    model: dict[str, Any] = smoke["model"] if isinstance(smoke.get("model"), dict) else {}
+    gpu: dict[str, Any] = smoke["gpu"] if isinstance(smoke.get("gpu"), dict) else {}
+    return {"ok": smoke.get("ok"), "gpu": gpu.get("summary"), "placement": gpu.get("placement"),
+            "model": {"name": model.get("name"), "sha256": model.get("sha256"), "source": model.get("source")}}
+
+
+def build_manifest(
+    *, tag: str, fingerprint_value: str, jobs: Sequence[JobRecord], failed: Sequence[JobRecord],
+    assets: Sequence[AssetFile], floors: Mapping[str, Mapping[str, tuple[str, str]]],
+    floor_config: Mapping[str, str], repo: str | None,
+) -> dict[str, Any]:
+    """The manifest of a release: every job that ships, with its assets, and every job that failed."""
+    by_job: dict[str, list[AssetFile]] = {}
+    for a in assets:
+        if a.job:
+            by_job.setdefault(a.job, []).append(a)
+    shipped = []
+    for job in jobs:
+        files = bundle_files(job.bundle) if job.bundle else []
+        entry: dict[str, Any] = {
+            **job.to_dict(),
+            "assets": [a.to_dict() for a in by_job.get(job.id, [])],
+            "bundle": {"files": files, "file_count": len(files), "total_bytes": sum(f["size"] for f in files)},
+            "audit": {"ok": (job.audit or {}).get("ok"), "failures": list((job.audit or {}).get("failures") or []),
+                      "warnings": list((job.audit or {}).get("warnings") or [])} if job.audit else None,
+            "smoke": _smoke(job),
+            "bench": job.bench,
+        }
+        if job.os == "linux":
+            entry["glibc_floor"] = {k: {"version": v, "file": f} for k, (v, f) in (floors.get(job.id) or {}).items()}
+        shipped.append(entry)
+    first = jobs[0] if jobs else None
+    return {
+        "schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__, "tag": tag, "repository": repo,
+        "fingerprint": fingerprint_value,
+        "llama_cpp": {"commit": first.llama_commit if first else None,
+                      "build_number": first.llama_build if first else None},
+        "glibc_floor_allowed": dict(floor_config),
+        "assets": [a.to_dict() for a in assets],
+        "jobs": shipped,
+        "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
+                        for j in failed],
+    }
+
+
+def write_json(path: Path, data: Any) -> Path:
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

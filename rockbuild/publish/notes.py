@@ -1,0 +1,91 @@
+"""Release notes, the GitHub step summary and the alert text, rendered from the jinja2 templates in ``templates/``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rockbuild.config import data_path
+from rockbuild.console import human_bytes
+
+from .jobs import JobRecord
+from .manifest import AssetFile
+
+MARKER = "rockbuild"
+_MARKER_RE = re.compile(r"<!--\s*rockbuild\s+(\{.*?\})\s*-->", re.S)
+
+
+def marker(data: Mapping[str, Any]) -> str:
+    """The hidden line that says a release (or an alert) was made by rockbuild, and from what."""
+    return f"<!-- {MARKER} {json.dumps(dict(data), sort_keys=True)} -->"
+
+
+def read_marker(body: str | None) -> dict[str, Any] | None:
+    m = _MARKER_RE.search(body or "")
+    if not m:
+        return None
+    try:
+        data = json.loads(m[1])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_path("templates"))), undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+    )
+
+
+def render(template: str, **context: Any) -> str:
+    return _environment().get_template(template).render(**context)
+
+
+def _bench(job: JobRecord, kind: str) -> str:
+    for b in job.bench:
+        if kind == "pp" and b.get("n_prompt") and not b.get("n_gen"):
+            return f"{float(b.get('tokens_per_second') or 0):.1f}"
+        if kind == "tg" and b.get("n_gen") and not b.get("n_prompt"):
+            return f"{float(b.get('tokens_per_second') or 0):.1f}"
+    return "-"
+
+
+def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, str]) -> dict[str, Any]:
+    smoke = job.smoke or {}
+    model: dict[str, Any] = smoke["model"] if isinstance(smoke.get("model"), dict) else {}
+    return {
+        "id": job.id, "os": os_words.get(job.os, job.os), "name": job.name, "isas": list(job.isas),
+        "rocm_version": job.rocm.version or "?", "rocm_date": job.rocm.date or "?",
+        "therock_commit": (job.rocm.therock_commit or "")[:10] or "?", "required": job.required,
+        "status": job.status, "step": job.failed_step, "reason": job.reason, "smoke": job.smoke_summary(),
+        "model": model.get("name") or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
+        "assets": [a.name for a in assets if a.job == job.id],
+        "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
+    }
+
+
+def notes_context(
+    *, tag: str, jobs: Sequence[JobRecord], failed: Sequence[JobRecord], assets: Sequence[AssetFile],
+    known_issues: Sequence[str], os_words: Mapping[str, str], fingerprint_value: str, repo: str | None,
+    run_url: str | None, release_url: str | None = None, state: str = "",
+) -> dict[str, Any]:
+    first = jobs[0] if jobs else (failed[0] if failed else None)
+    commit = (first.llama_commit if first else None) or "unknown"
+    finished = sorted(j.finished for j in jobs if j.finished)
+    return {
+        "tag": tag, "repo": repo, "run_url": run_url, "release_url": release_url, "state": state,
+        "build_date": (finished[-1].replace("T", " ").split("+")[0] + " UTC") if finished else "unknown",
+        "oses": sorted({os_words.get(j.os, j.os) for j in jobs}),
+        "names": list(dict.fromkeys(j.name for j in jobs)),
+        "llama": {"commit": commit, "short": commit[:7], "build": (first.llama_build if first else None) or "?"},
+        "jobs": [job_row(j, assets, os_words) for j in jobs],
+        "failed": [job_row(j, assets, os_words) for j in failed],
+        "assets": [{"name": a.name, "size": human_bytes(a.size), "sha256": a.sha256} for a in assets],
+        "known_issues": list(known_issues),
+        "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
+    }

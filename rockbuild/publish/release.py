@@ -1,0 +1,466 @@
+"""Publishing one night's jobs as one GitHub release that is never half and never changes once published.
+
+1. Read the job folders; gate: every required job must have passed (failed optional jobs are listed in the notes);
+   a Linux bundle above the glibc floor fails its job; llama.cpp must be the same build for every job.
+2. Pick the tag: the release already made from the same inputs (its notes carry a fingerprint), else ``--tag``, else
+   the next ``b####`` after the highest among tags and releases (or the llama.cpp-aligned tag).
+3. A *published* release is never touched: same inputs -> "nothing changed"; other assets under that tag -> refused.
+4. Write the archives (refusing any over 2 GiB), manifest.json, SHA256SUMS and the notes, all reproducible.
+5. Create the release as a draft (or reuse the draft a crashed run left), upload what is missing, replace what
+   differs (drafts only, our own names only), verify every asset (size, and sha256 where the API reports a digest),
+   then publish in one call, so ``releases/latest`` never shows a release that lacks an asset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rockbuild import console
+
+from . import PublishError
+from .archives import check_asset_size, collect_entries, sha256_file, write_tar_gz, write_zip
+from .config import PublishConfig, load_publish_config
+from .floor import bundle_floor, floor_violations
+from .github import GitHub, token_from_env
+from .jobs import JobRecord, env_run_url, load_job, with_failure
+from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_json
+from .notes import notes_context, read_marker, render
+from .tags import llama_tag, next_sequential_tag
+
+MANIFEST, CHECKSUMS, NOTES = "manifest.json", "SHA256SUMS", "release-notes.md"
+_DEFAULT_MTIME = 1_704_067_200  # 2024-01-01: used when a job does not say when it was built
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    job_dirs: tuple[Path, ...]
+    repo: str | None = None
+    api_url: str | None = None
+    tag: str | None = None
+    scheme: str | None = None  # sequential | llama (default: the config's)
+    draft: bool = False
+    dry_run: bool = False
+    keep: int | None = None
+    out: Path | None = None
+    token: str | None = None  # default: $GITHUB_TOKEN / $GH_TOKEN
+    run_url: str | None = None
+    step_summary: Path | None = None  # default: $GITHUB_STEP_SUMMARY
+    throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    tag: str
+    state: str  # published | draft | unchanged | dry-run
+    message: str
+    fingerprint: str
+    release_url: str | None = None
+    assets: tuple[AssetFile, ...] = ()
+    actions: tuple[tuple[str, str], ...] = ()  # (asset name, uploaded | replaced | kept | would upload ...)
+    jobs: tuple[str, ...] = ()
+    failed: tuple[JobRecord, ...] = ()
+    out_dir: Path | None = None
+    pruned: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tag": self.tag, "state": self.state, "message": self.message, "fingerprint": self.fingerprint,
+            "release_url": self.release_url, "assets": [a.to_dict() for a in self.assets],
+            "actions": [{"asset": n, "action": a} for n, a in self.actions], "jobs": list(self.jobs),
+            "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
+                            for j in self.failed],
+            "out_dir": str(self.out_dir) if self.out_dir else None, "pruned": list(self.pruned),
+            "warnings": list(self.warnings),
+        }
+
+    def render(self) -> str:
+        lines = [f"{self.tag}: {self.state}: {self.message}"]
+        if self.release_url:
+            lines.append(f"  release: {self.release_url}")
+        for name, action in self.actions:
+            lines.append(f"  {action:<14} {name}")
+        for job in self.failed:
+            lines.append(f"  not shipped: {job.id}{'' if job.required else ' (optional)'}: {job.failed_step}: "
+                         f"{job.reason}")
+        lines.extend(f"  pruned {tag}" for tag in self.pruned)
+        lines.extend(f"  warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Jobs and gating
+
+
+def gate_jobs(jobs: Sequence[JobRecord], config: PublishConfig) -> tuple[list[JobRecord], list[JobRecord],
+                                                                            dict[str, dict[str, tuple[str, str]]]]:
+    """(jobs that ship, jobs that failed, glibc floor per Linux job). Raises when a required job failed."""
+    ids = [j.id for j in jobs]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise PublishError(f"job {dupes[0]} is given twice; pass each job folder once")
+    floors: dict[str, dict[str, tuple[str, str]]] = {}
+    checked = []
+    for job in jobs:
+        if job.ok and job.os == "linux" and job.bundle is not None:
+            floors[job.id] = bundle_floor(job.bundle)
+            violations = floor_violations(floors[job.id], config.glibc_floor)
+            if violations:
+                job = with_failure(job, "glibc-floor", f"{violations[0]} (configured in publish.yaml glibc_floor)")
+        checked.append(job)
+    ok = [j for j in checked if j.ok]
+    failed = [j for j in checked if not j.ok]
+    required = [j for j in failed if j.required]
+    if required:
+        first = required[0]
+        more = f" (and {len(required) - 1} more: {', '.join(j.id for j in required[1:])})" if len(required) > 1 else ""
+        raise PublishError(f"required job {first.id} failed at {first.failed_step}: {first.reason}{more}; "
+                           "nothing was published", hint="fix the job, or mark it 'required: false' in the matrix")
+    if not ok:
+        raise PublishError("no job passed, so there is nothing to publish",
+                           hint="rockbuild alert reports the failures")
+    builds = {(j.llama_commit, j.llama_build) for j in ok}
+    if len(builds) > 1:
+        detail = "; ".join(f"{j.id}: {j.llama_commit} (build {j.llama_build})" for j in ok)
+        raise PublishError(f"the jobs were built from different llama.cpp commits ({detail}); one release holds one",
+                           hint="pin llama.cpp for the night (rockbuild resolve) and rebuild")
+    return ok, failed, floors
+
+
+def _job_mtime(job: JobRecord) -> int:
+    if job.finished:
+        with contextlib.suppress(ValueError):
+            return int(datetime.datetime.fromisoformat(job.finished).timestamp())
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return int(epoch) if epoch.isdigit() else _DEFAULT_MTIME
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Local files
+
+
+def asset_base(config: PublishConfig, tag: str, job: JobRecord) -> str:
+    return config.asset_name.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.name)
+
+
+def _cached(dest: Path, key: dict[str, Any]) -> bool:
+    sidecar = dest.with_name(dest.name + ".key.json")
+    try:
+        return dest.is_file() and json.loads(sidecar.read_text()) == key
+    except (OSError, ValueError):
+        return False
+
+
+def _remember(dest: Path, key: dict[str, Any]) -> None:
+    dest.with_name(dest.name + ".key.json").write_text(json.dumps(key))
+
+
+def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishConfig,
+                       quiet: bool = False) -> tuple[list[AssetFile], list[str]]:
+    """The job's zip (and tar.gz), refusing any over the size limit; (assets, notes about replaced symlinks)."""
+    assert job.bundle is not None
+    entries, notes = collect_entries(job.bundle)
+    mtime = _job_mtime(job)
+    key_base = {"entries": [[e.arcname, e.size, e.mode, e.source.stat().st_mtime_ns] for e in entries],
+                "mtime": mtime, "level": config.compress_level}
+    base = asset_base(config, tag, job)
+    kinds = [("zip", write_zip)] + ([("tar.gz", write_tar_gz)] if job.os in config.tar_gz_for else [])
+    out = []
+    for kind, writer in kinds:
+        dest = folder / f"{base}.{kind}"
+        key = {**key_base, "kind": kind}
+        if not _cached(dest, key):
+            with console.step(f"archive {dest.name}") if not quiet else contextlib.nullcontext():
+                writer(entries, dest, mtime=mtime, level=config.compress_level)
+            _remember(dest, key)
+        check_asset_size(dest, config.max_bytes)
+        out.append(AssetFile(dest.name, dest, dest.stat().st_size, sha256_file(dest), kind, job.id))
+    return out, notes
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tags
+
+
+def _rocm_for_tag(jobs: Sequence[JobRecord], warnings: list[str]) -> str | None:
+    from rockbuild.rocm.names import parse_rocm_version
+
+    versions = sorted({j.rocm.version for j in jobs if j.rocm.version})
+    if len(versions) <= 1:
+        return versions[0] if versions else None
+
+    def key(text: str) -> tuple[Any, ...]:
+        parsed = parse_rocm_version(text)
+        return parsed.version_key if parsed else ()
+
+    newest = max(versions, key=key)
+    warnings.append(f"the jobs used different ROCm versions ({', '.join(versions)}); the tag names the newest, "
+                    "the notes and manifest.json give each job's own")
+    return newest
+
+
+def choose_tag(options: PublishOptions, config: PublishConfig, jobs: Sequence[JobRecord], fp: str,
+               releases: Sequence[Any], tags: Sequence[str], warnings: list[str]) -> str:
+    if options.tag:
+        return options.tag
+    ours = [r for r in releases if (read_marker(r.body) or {}).get("fingerprint") == fp]
+    if ours:
+        # the release (or the draft a crashed run left) made from these very inputs
+        return sorted(ours, key=lambda r: (not r.draft, r.created_at))[-1].tag_name
+    scheme = options.scheme or config.tag_scheme
+    if scheme == "llama":
+        return llama_tag(config.llama_tag, build=jobs[0].llama_build, rocm=_rocm_for_tag(jobs, warnings))
+    return next_sequential_tag([*tags, *(r.tag_name for r in releases)], first=config.tag_first,
+                               width=config.tag_width)
+
+
+def _is_ours(name: str, tag: str, planned: set[str]) -> bool:
+    return name in planned or name in (MANIFEST, CHECKSUMS) or name.startswith(f"llama-{tag}-")
+
+
+def _digest(asset: Any) -> str | None:
+    value = getattr(asset, "digest", None)
+    if isinstance(value, str) and value.startswith("sha256:"):
+        return value.removeprefix("sha256:").lower()
+    return None
+
+
+def _matches(remote: Any, local: AssetFile) -> tuple[bool, str]:
+    """(same?, why not) for an uploaded asset against our file."""
+    if remote.state != "uploaded":
+        return False, f"state {remote.state} (an interrupted upload)"
+    if remote.size != local.size:
+        return False, f"{remote.size:,} bytes, ours {local.size:,}"
+    digest = _digest(remote)
+    if digest is None:
+        return False, "the API reports no digest, so its content cannot be verified"
+    if digest != local.sha256:
+        return False, f"sha256 {digest[:12]}..., ours {local.sha256[:12]}..."
+    return True, ""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The release
+
+
+def _write_summary(path: Path | None, text: str) -> None:
+    if path is None:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def publish(options: PublishOptions, config: PublishConfig | None = None) -> PublishReport:
+    """Publish the jobs in ``options.job_dirs`` (see the module docstring). Raises PublishError when refused."""
+    config = config or load_publish_config()
+    if not options.job_dirs:
+        raise PublishError("no job folders given; pass the out/<job-id> folders of the night's jobs")
+    say = (lambda m: None) if options.quiet else console.info
+    warnings: list[str] = []
+    jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in options.job_dirs]
+    shipped, failed, floors = gate_jobs(jobs, config)
+    for job in failed:
+        console.warn(f"{job.id} is left out (optional): {job.failed_step}: {job.reason}")
+    fp = fingerprint(shipped)
+    repo = options.repo or os.environ.get("GITHUB_REPOSITORY") or None
+    token = options.token if options.token is not None else token_from_env()
+    run_url = options.run_url or env_run_url()
+    summary_path = options.step_summary or (Path(os.environ["GITHUB_STEP_SUMMARY"])
+                                            if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    if repo is None and not options.dry_run:
+        raise PublishError("no repository to publish to", hint="pass --repo OWNER/NAME (or use --dry-run)")
+    if repo is not None and not token and not options.dry_run:
+        raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (contents: write)",
+                           hint="--dry-run shows what would be published without one")
+    gh = GitHub(repo, api_url=options.api_url, token=token, throttle=options.throttle) if repo else None
+    try:
+        releases = gh.releases() if gh else []
+        tags = gh.tag_names("b") if gh else []
+        tag = choose_tag(options, config, shipped, fp, releases, tags, warnings)
+        same_tag = [r for r in releases if r.tag_name == tag]
+        existing = sorted(same_tag, key=lambda r: (not r.draft, r.created_at))[-1] if same_tag else None
+        base_report: dict[str, Any] = dict(tag=tag, fingerprint=fp, jobs=tuple(j.id for j in shipped),
+                                           failed=tuple(failed))
+        same_inputs = (read_marker(existing.body) or {}).get("fingerprint") == fp if existing is not None else False
+        if existing is not None and not existing.draft and same_inputs and not options.tag:
+            # a re-run of a published night; with an explicit --tag the bytes are compared instead (below)
+            message = f"already published from these inputs (fingerprint {fp}); nothing changed"
+            say(f"{tag}: {message}")
+            return PublishReport(state="unchanged", message=message, release_url=existing.html_url,
+                                 warnings=tuple(warnings), **base_report)
+        out_dir = (options.out or Path(options.job_dirs[0]).absolute().parent / "release") / tag
+        out_dir.mkdir(parents=True, exist_ok=True)
+        assets: list[AssetFile] = []
+        for job in shipped:
+            made, link_notes = write_job_archives(job, tag, out_dir, config, options.quiet)
+            assets.extend(made)
+            for note in link_notes:
+                console.warn(f"{job.id}: {note}")
+                warnings.append(f"{job.id}: {note}")
+        manifest = build_manifest(tag=tag, fingerprint_value=fp, jobs=shipped, failed=failed, assets=assets,
+                                  floors=floors, floor_config=config.glibc_floor, repo=repo)
+        manifest_path = write_json(out_dir / MANIFEST, manifest)
+        assets.append(AssetFile(MANIFEST, manifest_path, manifest_path.stat().st_size, sha256_file(manifest_path),
+                                "manifest"))
+        sums_path = out_dir / CHECKSUMS
+        sums_path.write_text(sha256sums(assets), encoding="utf-8")
+        assets.append(AssetFile(CHECKSUMS, sums_path, sums_path.stat().st_size, sha256_file(sums_path), "checksums"))
+        context = notes_context(tag=tag, jobs=shipped, failed=failed, assets=assets, known_issues=config.known_issues,
+                                os_words=config.os_words, fingerprint_value=fp, repo=repo, run_url=run_url)
+        notes = render("release-notes.md.j2", **context)
+        (out_dir / NOTES).write_text(notes, encoding="utf-8")
+        base_report.update(assets=tuple(assets), out_dir=out_dir)
+
+        if existing is not None and not existing.draft:
+            return _published_elsewhere(gh, existing, assets, base_report, warnings, say)  # type: ignore[arg-type]
+        if options.dry_run or gh is None:
+            actions = _dry_actions(gh, existing, assets, tag)
+            verb = "would complete the draft" if existing is not None else "would create the draft"
+            where = f" in {repo}" if repo else ""
+            message = f"{verb} {tag}{where}, upload {sum(a != 'unchanged' for _, a in actions)} asset(s) " \
+                      f"and publish it; files in {out_dir}"
+            _write_summary(summary_path, render("step-summary.md.j2", **{**context, "state": "dry run"}))
+            return PublishReport(state="dry-run", message=message, actions=tuple(actions), warnings=tuple(warnings),
+                                 **base_report)
+        release, actions = _complete_draft(gh, existing, tag, notes, assets, warnings, say)
+        if options.draft:
+            state, message = "draft", f"draft {tag} holds every asset; run without --draft to publish it"
+        else:
+            release = gh.call(f"publishing {tag}", lambda: release.update_release(
+                name=tag, message=notes, draft=False, prerelease=False,
+                make_latest="true" if config.make_latest else "false"))
+            if release.draft:
+                raise PublishError(f"the API left {tag} a draft after publishing it", hint="look at the release page")
+            state, message = "published", f"published with {len(assets)} assets"
+        say(f"{tag}: {message}")
+        pruned: tuple[str, ...] = ()
+        if options.keep is not None and state == "published":
+            pruned = prune_releases(gh, options.keep, config.protect, keep_tag=tag, say=say)
+        _write_summary(summary_path, render("step-summary.md.j2", **{**context, "state": state,
+                                                                   "release_url": release.html_url}))
+        return PublishReport(state=state, message=message, release_url=release.html_url, actions=tuple(actions),
+                             pruned=pruned, warnings=tuple(warnings), **base_report)
+    finally:
+        if gh is not None:
+            gh.close()
+
+
+def _published_elsewhere(gh: GitHub, existing: Any, assets: Sequence[AssetFile], base_report: dict[str, Any],
+                         warnings: list[str], say: Any) -> PublishReport:
+    """A published release under our tag that was not made from these inputs: identical assets -> nothing to do;
+    anything else -> refused (published assets never change: consumers pin their sha256)."""
+    tag = existing.tag_name
+    remote = {a.name: a for a in gh.assets(existing)}
+    problems = []
+    for local in assets:
+        if local.name not in remote:
+            problems.append(f"{local.name} is not in it")
+            continue
+        same, why = _matches(remote[local.name], local)
+        if not same:
+            problems.append(f"{local.name} differs ({why})")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PublishError(f"release {tag} is already published and its assets are immutable: {problems[0]}{more}; "
+                           "nothing was changed", hint="publish under a new tag (leave out --tag for the next one)")
+    message = "already published with identical assets; nothing changed"
+    say(f"{tag}: {message}")
+    return PublishReport(state="unchanged", message=message, release_url=existing.html_url,
+                         warnings=tuple(warnings), **base_report)
+
+
+def _dry_actions(gh: GitHub | None, existing: Any, assets: Sequence[AssetFile], tag: str) -> list[tuple[str, str]]:
+    remote = {a.name: a for a in gh.assets(existing)} if gh is not None and existing is not None else {}
+    actions = []
+    for local in assets:
+        if local.name in remote:
+            same, _ = _matches(remote[local.name], local)
+            actions.append((local.name, "unchanged" if same else "would replace"))
+        else:
+            actions.append((local.name, "would upload"))
+    return actions
+
+
+def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Sequence[AssetFile],
+                    warnings: list[str], say: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """The draft for ``tag`` holding exactly our verified assets (created, or completed when a run left one)."""
+    if existing is None:
+        release = gh.call(f"creating the draft release {tag}", lambda: gh.repo.create_git_release(
+            tag, name=tag, message=notes, draft=True, prerelease=False))
+        say(f"{tag}: created a draft release")
+    else:
+        release = existing
+        say(f"{tag}: completing the draft a previous run left")
+        if (release.body or "") != notes or release.name != tag:
+            release = gh.call(f"updating the draft {tag}", lambda: release.update_release(
+                name=tag, message=notes, draft=True, prerelease=False))
+    planned = {a.name: a for a in assets}
+    actions: dict[str, str] = {}
+    for remote in gh.assets(release):
+        if remote.name in planned:
+            same, why = _matches(remote, planned[remote.name])
+            if same and remote.name not in actions:
+                actions[remote.name] = "kept"
+                continue
+            say(f"    replacing {remote.name} in the draft: {why or 'a duplicate'}")
+            gh.call(f"deleting {remote.name} from the draft {tag}", remote.delete_asset)
+            actions[remote.name] = "replaced"
+        elif _is_ours(remote.name, tag, set(planned)):
+            say(f"    deleting {remote.name} from the draft: not part of this release")
+            gh.call(f"deleting {remote.name} from the draft {tag}", remote.delete_asset)
+        else:
+            warnings.append(f"{remote.name} in the draft {tag} was not made by rockbuild; left as it is")
+    for local in assets:
+        if actions.get(local.name) == "kept":
+            continue
+        say(f"    uploading {local.name} ({local.size:,} bytes)")
+        uploaded = gh.call(
+            f"uploading {local.name} to the draft {tag} (the draft stays unpublished; run the same command again "
+            "to complete it)", _uploader(release, local))
+        same, why = _matches(uploaded, local)
+        if not same and _digest(uploaded) is not None:
+            raise PublishError(f"{local.name} was uploaded to the draft {tag} but the API reports {why}",
+                               hint="run the same command again; the draft stays unpublished")
+        actions[local.name] = "replaced" if actions.get(local.name) == "replaced" else "uploaded"
+    _verify_draft(gh, release, assets)
+    return release, [(a.name, actions[a.name]) for a in assets]
+
+
+def _uploader(release: Any, local: AssetFile) -> Any:
+    return lambda: release.upload_asset(str(local.path), label="", content_type=local.content_type, name=local.name)
+
+
+def _verify_draft(gh: GitHub, release: Any, assets: Sequence[AssetFile]) -> None:
+    """Every asset exactly once, uploaded, of our size, and of our sha256 when the API reports a digest."""
+    remote = gh.assets(release)
+    for local in assets:
+        found = [r for r in remote if r.name == local.name]
+        if len(found) != 1:
+            raise PublishError(f"the draft {release.tag_name} has {len(found)} copies of {local.name}; not published",
+                               hint="run the same command again to complete the draft")
+        r = found[0]
+        if r.state != "uploaded" or r.size != local.size or (_digest(r) not in (None, local.sha256)):
+            _, why = _matches(r, local)
+            raise PublishError(f"{local.name} in the draft {release.tag_name} does not match ours ({why}); "
+                               "not published", hint="run the same command again to complete the draft")
+
+
+def prune_releases(gh: GitHub, keep: int, protect: Sequence[str], *, keep_tag: str, say: Any) -> tuple[str, ...]:
+    """Delete published releases made by rockbuild beyond the newest ``keep`` (tags stay, so the sequence goes on;
+    releases of other tools and protected tags are never touched)."""
+    ours = [r for r in gh.releases() if not r.draft and read_marker(r.body) is not None and r.tag_name not in protect]
+    ours.sort(key=lambda r: (r.tag_name == keep_tag, r.published_at or r.created_at, r.id), reverse=True)
+    pruned = []
+    for release in ours[max(keep, 1):]:
+        gh.call(f"deleting the old release {release.tag_name}", release.delete_release)
+        say(f"    pruned the old release {release.tag_name}")
+        pruned.append(release.tag_name)
+    return tuple(pruned)

@@ -1,0 +1,346 @@
+"""Reading what llama-cli, llama-server and llama-bench print: buffers, offload lines, timings, replies, bench JSON.
+
+The GPU verdict never trusts ``offloaded N/N layers to GPU``: llama.cpp prints it whenever any offload device exists,
+an RPC client on a CPU-only build included. It comes from where the model buffers went (``ROCm0 model buffer size``)
+and from the generated text itself. ``</think>`` is never a criterion: with ``-v`` the log echoes the chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# "0.00.487.887 I " (default), "I " (--no-log-timestamps) or nothing (--no-log-prefix)
+LOG_PREFIX = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+ )?[IWEDT] (?=\S)")
+_TIMESTAMP_ANYWHERE = re.compile(r"\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] ")
+_BUFFER = re.compile(r"load_tensors:\s+(?P<device>\S+)\s+model buffer size\s*=\s*(?P<mib>[0-9.]+)\s*MiB")
+_OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
+_LOADING = re.compile(r"load_tensors: loading model tensors")
+_USING_DEVICE = re.compile(r"using device (?P<device>\S+) \((?P<desc>[^)]*)\)")
+_ROCM_DEVICE = re.compile(r"Device (?P<index>\d+): (?P<desc>.+?), (?P<isa>gfx[0-9a-f]+)")
+_CLI_RATES = re.compile(r"\[ Prompt: (?P<prompt>[0-9.]+|inf) t/s \| Generation: (?P<gen>[0-9.]+|inf) t/s \]")
+_SLOT_EVAL = re.compile(r"print_timing:.*?\|\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) tokens"
+                        r" \(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)")
+_PERF_EVAL = re.compile(r"common_perf_print:\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) runs"
+                        r"\s+\(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)")
+GPU_DEVICE = re.compile(r"^ROCm\d+$")
+
+
+def strip_log_prefix(line: str) -> str:
+    return LOG_PREFIX.sub("", line.rstrip("\r\n"), count=1)
+
+
+def _number(text: str) -> float | None:
+    return None if text == "inf" else float(text)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One ``<device> model buffer size = X MiB`` line: where part of the weights went."""
+
+    device: str  # CPU_Mapped, CPU, ROCm0, RPC0[127.0.0.1:49619], ...
+    mib: float
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(GPU_DEVICE.match(self.device))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "mib": self.mib}
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """The model load as the log tells it (the last load when there are several, e.g. llama-cli's fit probe)."""
+
+    buffers: tuple[Buffer, ...] = ()
+    offloaded: tuple[int, int] | None = None
+    devices: tuple[str, ...] = ()  # "ROCm0 (AMD Radeon Graphics)" from "using device ..." lines
+    isas: tuple[str, ...] = ()  # gfx targets of the devices ggml_cuda_init found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"buffers": [b.to_dict() for b in self.buffers],
+                "offloaded": f"{self.offloaded[0]}/{self.offloaded[1]}" if self.offloaded else None,
+                "devices": list(self.devices), "isas": list(self.isas)}
+
+
+def parse_load(text: str) -> LoadReport:
+    """Buffers and the offload line of the last model load in ``text``; devices seen anywhere."""
+    blocks: list[tuple[list[Buffer], tuple[int, int] | None]] = []
+    current: list[Buffer] = []
+    offloaded: tuple[int, int] | None = None
+    devices: list[str] = []
+    isas: list[str] = []
+    started = False
+    for raw in text.splitlines():
+        line = strip_log_prefix(raw)
+        if _LOADING.search(line):
+            if started and (current or offloaded):
+                blocks.append((current, offloaded))
+            current, offloaded, started = [], None, True
+            continue
+        if m := _OFFLOADED.search(line):
+            if current and offloaded is not None:  # a second load without a "loading model tensors" line
+                blocks.append((current, offloaded))
+                current = []
+            offloaded, started = (int(m["n"]), int(m["m"])), True
+        elif m := _BUFFER.search(line):
+            current.append(Buffer(m["device"], float(m["mib"])))
+            started = True
+        elif m := _USING_DEVICE.search(line):
+            devices.append(f"{m['device']} ({m['desc']})")
+        elif m := _ROCM_DEVICE.search(line):
+            isas.append(m["isa"])
+    if current or offloaded:
+        blocks.append((current, offloaded))
+    real = [b for b in blocks if any(buf.mib > 0 for buf in b[0])] or blocks
+    buffers, last_offload = real[-1] if real else ([], None)
+    return LoadReport(tuple(buffers), last_offload, tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(isas)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama-cli
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str | None
+    tokens: int | None
+    tokens_per_second: float | None
+    prompt_tokens_per_second: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "tokens": self.tokens, "tokens_per_second": self.tokens_per_second,
+                "prompt_tokens_per_second": self.prompt_tokens_per_second}
+
+
+def parse_cli(output: str, prompt: str | None = None) -> Generation:
+    """The reply of ``llama-cli -st``: the text between the echoed ``> prompt`` and the ``[ Prompt: ... ]`` line,
+    the generation rate of that line, and the token count of the server slot's timing (``-lv 4``).
+
+    On a merged stdout+stderr stream a log line can start in the middle of a reply line (stdout has no newline
+    there yet); the text before it is kept and the next text fragment continues it."""
+    text_lines: list[str] | None = None
+    done = join_next = False
+    prompt_rate = gen_rate = slot_rate = None
+    tokens = None
+    for raw in output.replace("\b", "").splitlines():
+        if m := _SLOT_EVAL.search(raw):
+            tokens, slot_rate = int(m["n"]), _number(m["tps"])
+        if m := _CLI_RATES.search(raw):
+            prompt_rate, gen_rate, done = _number(m["prompt"]), _number(m["gen"]), True
+            continue
+        cut = _TIMESTAMP_ANYWHERE.search(raw)
+        if done or (cut is not None and cut.start() == 0):
+            continue  # a whole log line of the embedded server
+        text = raw if cut is None else raw[: cut.start()]
+        if text_lines is None:
+            if text.startswith("> ") and (prompt is None or text[2:].strip() == prompt.strip()):
+                text_lines = []
+            continue
+        if join_next and text_lines:
+            text_lines[-1] += text
+        else:
+            text_lines.append(text)
+        join_next = cut is not None
+    text_out = "\n".join(text_lines).strip() if text_lines is not None else None
+    return Generation(text_out, tokens, gen_rate if gen_rate is not None else slot_rate, prompt_rate)
+
+
+def parse_completion_perf(output: str) -> Generation:
+    """Token count and rate from llama-completion's ``common_perf_print: eval time`` line (text is not parsed)."""
+    for raw in reversed(output.splitlines()):
+        if m := _PERF_EVAL.search(raw):
+            return Generation(None, int(m["n"]), _number(m["tps"]))
+    return Generation(None, None, None)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama-server
+
+
+def parse_server_reply(reply: Any) -> Generation:
+    """An OpenAI-style ``/v1/chat/completions`` answer: content, completion tokens, llama.cpp's timings."""
+    if not isinstance(reply, dict):
+        return Generation(None, None, None)
+    choices = reply.get("choices") or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(message, dict) and not content and message.get("reasoning_content"):
+        content = message.get("reasoning_content")  # a thinking model may answer only there at small -n
+    usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
+    timings: dict[str, Any] = reply["timings"] if isinstance(reply.get("timings"), dict) else {}
+    tokens = usage.get("completion_tokens", timings.get("predicted_n"))
+    rate = timings.get("predicted_per_second")
+    prompt_rate = timings.get("prompt_per_second")
+    return Generation(content if isinstance(content, str) else None, int(tokens) if tokens is not None else None,
+                      float(rate) if rate is not None else None,
+                      float(prompt_rate) if prompt_rate is not None else None)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama-bench
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    test: str  # pp64, tg16, pp64+tg16
+    n_prompt: int
+    n_gen: int
+    tokens_per_second: float
+    stddev: float
+    backends: str
+    gpu_info: str
+    n_gpu_layers: int | None
+    model_type: str
+    build: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"test": self.test, "n_prompt": self.n_prompt, "n_gen": self.n_gen,
+                "tokens_per_second": self.tokens_per_second, "stddev": self.stddev, "backends": self.backends,
+                "gpu_info": self.gpu_info, "n_gpu_layers": self.n_gpu_layers, "model_type": self.model_type,
+                "build": self.build}
+
+
+def _json_array(text: str) -> list[Any] | None:
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r"^\[", text, re.M):
+        try:
+            value, _ = decoder.raw_decode(text, m.start())
+        except ValueError:
+            continue
+        if isinstance(value, list):
+            return value
+    return None
+
+
+def parse_bench_json(output: str) -> list[BenchResult]:
+    """The results of ``llama-bench -o json`` (the JSON array may sit among log lines on the same stream)."""
+    data = _json_array(output)
+    if data is None:
+        return []
+    results = []
+    for item in data:
+        if not isinstance(item, dict):
+            continue
+        n_prompt, n_gen = int(item.get("n_prompt") or 0), int(item.get("n_gen") or 0)
+        parts = [f"pp{n_prompt}"] * bool(n_prompt) + [f"tg{n_gen}"] * bool(n_gen)
+        ngl = item.get("n_gpu_layers")
+        commit, number = item.get("build_commit", ""), item.get("build_number", "")
+        results.append(BenchResult(
+            test="+".join(parts) or "?", n_prompt=n_prompt, n_gen=n_gen,
+            tokens_per_second=float(item.get("avg_ts") or 0.0), stddev=float(item.get("stddev_ts") or 0.0),
+            backends=str(item.get("backends", "")), gpu_info=str(item.get("gpu_info", "")),
+            n_gpu_layers=int(ngl) if isinstance(ngl, int | float) else None,
+            model_type=str(item.get("model_type", "")), build=f"{commit} ({number})" if commit else str(number),
+        ))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Verdicts
+
+
+def text_problem(text: str | None) -> str | None:
+    """Why generated text cannot count as generation (None when it can): empty, or one symbol repeated, which is
+    what a GPU kernel producing NaNs or zeros decodes to. Random-weight output is noise but passes."""
+    if text is None:
+        return "no generated text found in the output"
+    stripped = text.strip()
+    if not stripped:
+        return "the generated text is empty"
+    compact = "".join(stripped.split())
+    if len(compact) >= 8 and len(set(compact)) <= 2:
+        return f"the generated text is one symbol repeated ({compact[:12]!r}...)"
+    words = stripped.split()
+    if len(words) >= 6 and len(set(words)) == 1:
+        return f"the generated text repeats one word ({words[0][:20]!r} x{len(words)})"
+    return None
+
+
+@dataclass(frozen=True)
+class GpuVerdict:
+    """Where the weights went, and whether that is what was expected."""
+
+    placement: str  # gpu | partial | cpu | unknown
+    expected: bool | None  # True: a GPU run was required; False: not; None: not decided
+    ok: bool
+    summary: str
+    gpu_mib: float = 0.0
+    host_mib: float = 0.0
+    offloaded: str | None = None
+    devices: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"placement": self.placement, "expected": self.expected, "ok": self.ok, "summary": self.summary,
+                "gpu_mib": round(self.gpu_mib, 2), "host_mib": round(self.host_mib, 2), "offloaded": self.offloaded,
+                "devices": list(self.devices), "notes": list(self.notes)}
+
+
+def _fmt(buffers: Iterable[Buffer]) -> str:
+    return ", ".join(f"{b.device} {b.mib:.2f} MiB" for b in buffers) or "none"
+
+
+def gpu_verdict(
+    loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = ()
+) -> GpuVerdict:
+    """Judge GPU use from the model buffers of every run that loaded the model (cli, server).
+
+    ``gpu``: every load put weights in a ``ROCmN`` buffer and offloaded all layers (when the line is there);
+    ``partial``: some weights on a ROCm device, not all layers; ``cpu``: no ROCm buffer (an ``offloaded N/N`` line
+    next to CPU or RPC buffers is noted, never believed); ``unknown``: no buffer lines at all (no ``-lv 4`` log).
+    """
+    notes: list[str] = []
+    with_buffers = [load for load in loads if load.buffers]
+    if not with_buffers:
+        placement, gpu_mib, host_mib = "unknown", 0.0, 0.0
+        offloaded = None
+    else:
+        placements = []
+        gpu_mib = max(sum(b.mib for b in load.buffers if b.is_gpu) for load in with_buffers)
+        host_mib = max(sum(b.mib for b in load.buffers if not b.is_gpu) for load in with_buffers)
+        for load in with_buffers:
+            on_gpu = any(b.is_gpu and b.mib > 0 for b in load.buffers)
+            full = load.offloaded is None or load.offloaded[0] == load.offloaded[1]
+            if on_gpu and full:
+                placements.append("gpu")
+            elif on_gpu:
+                placements.append("partial")
+            else:
+                placements.append("cpu")
+                if load.offloaded and load.offloaded[0] > 0:
+                    others = [b for b in load.buffers if not b.device.startswith("CPU")]
+                    where = f" (non-GPU device: {_fmt(others)})" if others else ""
+                    notes.append(f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
+                                 f"but no ROCm buffer holds weights{where}: not a GPU run")
+        placement = "gpu" if all(p == "gpu" for p in placements) else (
+            "cpu" if all(p == "cpu" for p in placements) else "partial")
+        last = with_buffers[-1]
+        offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last.offloaded else None
+    devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
+    problems = [p for t in texts if (p := text_problem(t))]
+    buffers_text = _fmt(with_buffers[-1].buffers) if with_buffers else "none"
+    if placement == "gpu":
+        summary = f"gpu: ROCm ({gpu_mib:.2f} MiB of weights on the GPU; offloaded {offloaded or '?'} layers)"
+    elif placement == "partial":
+        summary = f"gpu: partial offload ({buffers_text}; offloaded {offloaded or '?'} layers)"
+    elif placement == "cpu":
+        summary = "gpu: absent (CPU run proves library loading only)"
+    else:
+        summary = "gpu: unknown (no model buffer lines in the logs)"
+    ok = True
+    if expect_gpu:
+        if placement != "gpu":
+            ok = False
+            what = {"cpu": "silent CPU fallback", "partial": "not every layer on the GPU",
+                    "unknown": "no model buffer lines to prove GPU use"}[placement]
+            summary = f"gpu: FAILED, {what} (model buffers: {buffers_text})"
+        elif problems:
+            ok = False
+            summary = f"gpu: FAILED, weights on the GPU but {problems[0]}"
+    return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
+                      tuple(dict.fromkeys(notes)))

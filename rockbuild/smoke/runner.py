@@ -1,0 +1,493 @@
+"""Running the three smoke targets from a bundle and writing ``smoke.json``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__, console
+from rockbuild.model import ModelFile
+from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
+
+from . import SmokeError
+from .parse import (
+    BenchResult,
+    Generation,
+    GpuVerdict,
+    LoadReport,
+    gpu_verdict,
+    parse_bench_json,
+    parse_cli,
+    parse_load,
+    parse_server_reply,
+    text_problem,
+)
+
+SCHEMA = 1
+SMOKE_JSON = "smoke.json"
+TAIL_LINES = 30
+# PATH entries that would let a bundle find a ROCm install instead of its own libraries
+_ROCM_PATH_ENTRY = re.compile(r"rocm|therock|[\\/]hip[\\/]|amdgpu", re.I)
+_ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH", "HIP_DEVICE_LIB_PATH", "HSA_PATH", "LD_LIBRARY_PATH",
+                   "LD_PRELOAD", "DYLD_LIBRARY_PATH")
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    prompt: str = "I believe the meaning of life is"
+    n_predict: int = 16
+    ctx_size: int = 1024
+    threads: int = 1
+    seed: int = 42
+    gpu_layers: int = 99
+    bench_prompt: int = 64
+    bench_gen: int = 16
+    bench_repetitions: int = 1
+    timeouts: Mapping[str, float] = field(default_factory=lambda: {
+        "cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0})
+    expect_gpu: str = "auto"  # auto | yes | no
+    runs: tuple[str, ...] = ("cli", "server", "bench")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> SmokeOptions:
+        run_cfg = config.get("run") or {}
+        bench = run_cfg.get("bench") or {}
+        defaults = cls()
+        timeouts = {**defaults.timeouts, **{k: float(v) for k, v in (run_cfg.get("timeouts") or {}).items()}}
+        values: dict[str, Any] = dict(
+            prompt=str(run_cfg.get("prompt", defaults.prompt)),
+            n_predict=int(run_cfg.get("n_predict", defaults.n_predict)),
+            ctx_size=int(run_cfg.get("ctx_size", defaults.ctx_size)),
+            threads=int(run_cfg.get("threads", defaults.threads)), seed=int(run_cfg.get("seed", defaults.seed)),
+            gpu_layers=int(run_cfg.get("gpu_layers", defaults.gpu_layers)),
+            bench_prompt=int(bench.get("n_prompt", defaults.bench_prompt)),
+            bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
+            bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)), timeouts=timeouts,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One of the three runs: what was run, how it ended, what it printed that matters."""
+
+    name: str  # cli | server | bench
+    command: tuple[str, ...]
+    ok: bool
+    seconds: float
+    returncode: int | None = None
+    failure: str | None = None
+    log: str | None = None
+    log_tail: tuple[str, ...] = ()
+    generation: Generation | None = None
+    load: LoadReport | None = None
+    bench: tuple[BenchResult, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name, "command": list(self.command), "ok": self.ok, "seconds": round(self.seconds, 3),
+            "returncode": self.returncode, "failure": self.failure, "log": self.log,
+        }
+        if self.generation is not None:
+            out.update(self.generation.to_dict())
+        if self.load is not None:
+            out["load"] = self.load.to_dict()
+        if self.bench:
+            out["bench"] = [b.to_dict() for b in self.bench]
+        out.update(self.details)
+        if not self.ok:
+            out["log_tail"] = list(self.log_tail)
+        return out
+
+
+@dataclass(frozen=True)
+class SmokeReport:
+    bundle: Path
+    platform: str
+    targets: tuple[str, ...]
+    job_id: str | None
+    model: ModelFile
+    expect_gpu: str
+    expect_reason: str
+    gpu_devices: tuple[str, ...]
+    runs: tuple[RunRecord, ...]
+    gpu: GpuVerdict
+    env_removed: tuple[str, ...]
+    started: str
+    finished: str
+    seconds: float
+    report_path: Path | None = None
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        out = [f"{r.name}: {r.failure}" for r in self.runs if not r.ok]
+        if not self.gpu.ok:
+            out.append(self.gpu.summary)
+        return tuple(out)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def bench(self) -> tuple[BenchResult, ...]:
+        return tuple(b for r in self.runs for b in r.bench)
+
+    @property
+    def texts_agree(self) -> bool | None:
+        """llama-cli and llama-server got the same prompt at temperature 0: the same text is expected (recorded,
+        not required: GPU kernels need not be bit-identical across batch shapes)."""
+        texts = {r.name: r.generation.text for r in self.runs if r.generation is not None and r.generation.text}
+        return texts["cli"].strip() == texts["server"].strip() if {"cli", "server"} <= set(texts) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__, "ok": self.ok,
+            "failures": list(self.failures), "bundle": str(self.bundle), "platform": self.platform,
+            "targets": list(self.targets), "job_id": self.job_id, "model": self.model.to_dict(),
+            "expect_gpu": {"asked": self.expect_gpu, "reason": self.expect_reason,
+                           "devices_found": list(self.gpu_devices)},
+            "gpu": self.gpu.to_dict(), "runs": {r.name: r.to_dict() for r in self.runs},
+            "bench": [b.to_dict() for b in self.bench], "texts_agree": self.texts_agree,
+            "environment_removed": list(self.env_removed),
+            "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
+        }
+
+    def render(self) -> str:
+        lines = [f"smoke of {self.bundle}: {'OK' if self.ok else 'FAILED'} (model {self.model.name}, "
+                 f"sha256 {self.model.sha256[:12]}...)"]
+        if self.model.note:
+            lines.append(f"  note: {self.model.note}")
+        for r in self.runs:
+            gen = r.generation
+            rate = f", {gen.tokens_per_second:.1f} tokens/s" if gen and gen.tokens_per_second else ""
+            tokens = f", {gen.tokens} tokens" if gen and gen.tokens is not None else ""
+            lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds:.1f}s{tokens}{rate}"
+                         + (f": {r.failure}" if r.failure else ""))
+            for b in r.bench:
+                lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
+        lines.append(f"  {self.gpu.summary}")
+        lines.extend(f"  note: {n}" for n in self.gpu.notes)
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The bundle and the machine
+
+
+def locate_bundle(path: Path) -> tuple[Path, Path | None]:
+    """(bundle folder, job folder or None) for a bundle folder or a job folder ``out/<job-id>`` holding ``bundle/``."""
+    path = path.absolute()
+    if (path / "bundle").is_dir() and not (path / "bundle.json").exists():
+        return path / "bundle", path
+    parent = path.parent
+    if (parent / "build.json").exists() or path.name == "bundle":
+        return path, parent
+    return path, None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
+    """(platform, gfx targets, job id) from bundle.json / build.json, guessed from the files when absent."""
+    meta = _read_json(bundle / "bundle.json")
+    build = _read_json(job_dir / "build.json") if job_dir else {}
+    job: dict[str, Any] = build["job"] if isinstance(build.get("job"), dict) else {}
+    platform = str(meta.get("platform") or job.get("os") or "")
+    if not platform:
+        platform = "windows" if (bundle / "llama-cli.exe").exists() else "linux"
+    targets = meta.get("targets") or build.get("gpu_targets") or job.get("targets") or []
+    return platform, tuple(str(t) for t in targets), job.get("id") or (job_dir.name if job_dir else None)
+
+
+def kfd_gfx_targets(topology: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> list[str]:
+    """gfx names of the GPUs the amdgpu kernel driver exposes (``gfx_target_version`` 110501 -> gfx1151)."""
+    found = []
+    for props in sorted(topology.glob("*/properties")) if topology.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            for line in props.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "gfx_target_version" and int(value) > 0:
+                    v = int(value)
+                    major, minor, step = v // 10000, (v // 100) % 100, v % 100
+                    found.append(f"gfx{major}{minor:x}{step:x}")
+    return found
+
+
+def decide_expectation(asked: str, targets: Sequence[str], devices: Sequence[str]) -> tuple[bool, str]:
+    """(expect a GPU run?, why) for ``--expect-gpu auto|yes|no``."""
+    if asked == "yes":
+        return True, "--expect-gpu yes"
+    if asked == "no":
+        return False, "--expect-gpu no"
+    matching = [d for d in devices if d in targets]
+    if matching:
+        return True, f"auto: a ROCm device of this bundle's targets is present ({', '.join(matching)})"
+    if devices:
+        return False, (f"auto: ROCm devices present ({', '.join(devices)}) but none is a target of this bundle "
+                       f"({', '.join(targets) or '?'})")
+    return False, "auto: no ROCm device found"
+
+
+def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The children's environment: the allowlist of :func:`child_env`, no ROCm variables, no ROCm PATH entries.
+    Returns the environment and what was removed (for the report)."""
+    env = child_env(base=base)
+    removed = [name for name in _ROCM_VARIABLES if name in (base if base is not None else os.environ)]
+    for name in _ROCM_VARIABLES:
+        env.pop(name, None)
+    if "PATH" in env:
+        kept: list[str] = []
+        dropped: list[str] = []
+        for entry in env["PATH"].split(os.pathsep):
+            (dropped if _ROCM_PATH_ENTRY.search(entry) else kept).append(entry)
+        env["PATH"] = os.pathsep.join(kept)
+        removed.extend(f"PATH entry {d}" for d in dropped)
+    return env, removed
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _exe(bundle: Path, name: str, platform: str) -> Path:
+    return bundle / (f"{name}.exe" if platform == "windows" else name)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The three runs
+
+
+def _failed(name: str, command: Sequence[str], start: float, failure: str, log: Path, returncode: int | None = None,
+            **extra: Any) -> RunRecord:
+    tail = tuple(log_tail(log, TAIL_LINES))
+    return RunRecord(name, tuple(command), False, time.monotonic() - start, returncode, failure, str(log), tail,
+                     **extra)
+
+
+def _run_process(name: str, args: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
+                 log: Path) -> tuple[str | None, int | None, str | None, float]:
+    """(output, return code, failure, seconds) of one run to completion under a timeout."""
+    start = time.monotonic()
+    try:
+        result = run(args, cwd=cwd, env=env, timeout=timeout, log=log, check=False)
+    except ProcessError as exc:
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        reason = f"timed out after {timeout:.0f}s" if "timed out" in exc.message else exc.message
+        return text, exc.returncode, reason, time.monotonic() - start
+    failure = None if result.returncode == 0 else f"exit code {result.returncode}"
+    return result.output, result.returncode, failure, result.seconds
+
+
+def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
+            logs: Path) -> RunRecord:
+    log = logs / "llama-cli.log"
+    args = [str(exe), "-m", str(model.path), "-p", options.prompt, "-n", str(options.n_predict), "-st",
+            "-t", str(options.threads), "--temp", "0", "--seed", str(options.seed), "-c", str(options.ctx_size),
+            "-ngl", str(options.gpu_layers), "-lv", "4"]
+    start = time.monotonic()
+    output, rc, failure, seconds = _run_process("cli", args, cwd=cwd, env=env, timeout=options.timeouts["cli"],
+                                                log=log)
+    text = output or ""
+    generation, load = parse_cli(text, options.prompt), parse_load(text)
+    if failure is None:
+        if generation.tokens is not None and generation.tokens < 1:
+            failure = "no tokens generated"
+        elif problem := text_problem(generation.text):
+            failure = problem
+    if failure:
+        return _failed("cli", args, start, failure, log, rc, generation=generation, load=load)
+    return RunRecord("cli", tuple(args), True, seconds, rc, None, str(log), (), generation, load)
+
+
+def _http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
+    import requests
+
+    with requests.Session() as session:
+        session.trust_env = False  # never through a proxy: this is our own child on 127.0.0.1
+        resp = session.request(method, url, json=body, timeout=timeout)
+        try:
+            return resp.status_code, resp.json()
+        except ValueError:
+            return resp.status_code, resp.text
+
+
+def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
+               logs: Path) -> RunRecord:
+    """Start llama-server on a free 127.0.0.1 port, wait for /health, ask one chat completion, stop it by its PID."""
+    import requests
+
+    log = logs / "llama-server.log"
+    log.unlink(missing_ok=True)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = [str(exe), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port), "-t", str(options.threads),
+            "-c", str(options.ctx_size), "-ngl", str(options.gpu_layers), "-np", "1", "-lv", "4"]
+    start = time.monotonic()
+    try:
+        proc = spawn(args, cwd=cwd, env=env, log=log)
+    except OSError as exc:
+        return _failed("server", args, start, f"cannot start {exe.name}: {exc.strerror}", log)
+    details: dict[str, Any] = {"port": port, "pid": proc.pid}
+    failure: str | None = None
+    reply: Any = None
+    generation: Generation | None = None
+    try:
+        deadline = start + options.timeouts["server_start"]
+        healthy = False
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                failure = f"exited with code {proc.returncode} before /health answered"
+                break
+            try:
+                status, _ = _http_json("GET", f"{base}/health", timeout=2.0)
+                if status == 200:
+                    healthy = True
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        details["health_seconds"] = round(time.monotonic() - start, 3)
+        if not healthy and failure is None:
+            failure = f"/health did not answer 200 within {options.timeouts['server_start']:.0f}s"
+        if healthy:
+            body = {"messages": [{"role": "user", "content": options.prompt}], "max_tokens": options.n_predict,
+                    "temperature": 0, "seed": options.seed}
+            request_start = time.monotonic()
+            try:
+                status, reply = _http_json("POST", f"{base}/v1/chat/completions", body,
+                                           timeout=options.timeouts["request"])
+                details["request_seconds"] = round(time.monotonic() - request_start, 3)
+                if status != 200:
+                    failure = f"/v1/chat/completions answered HTTP {status}"
+                else:
+                    generation = parse_server_reply(reply)
+                    if not generation.tokens:
+                        failure = "the server answered without generating tokens"
+                    elif problem := text_problem(generation.text):
+                        failure = problem
+            except requests.Timeout:
+                failure = f"/v1/chat/completions did not answer within {options.timeouts['request']:.0f}s"
+            except requests.RequestException as exc:
+                failure = f"/v1/chat/completions failed: {type(exc).__name__}"
+    finally:
+        details["stop_returncode"] = stop(proc)
+    seconds = time.monotonic() - start
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    load = parse_load(text)
+    if isinstance(reply, dict):
+        details["reply_model"] = reply.get("model")
+        details["system_fingerprint"] = reply.get("system_fingerprint")
+    if failure:
+        return _failed("server", args, start, failure, log, proc.returncode, generation=generation, load=load,
+                       details=details)
+    return RunRecord("server", tuple(args), True, seconds, proc.returncode, None, str(log), (), generation, load,
+                     details=details)
+
+
+def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
+              logs: Path) -> RunRecord:
+    log = logs / "llama-bench.log"
+    args = [str(exe), "-m", str(model.path), "-p", str(options.bench_prompt), "-n", str(options.bench_gen),
+            "-r", str(options.bench_repetitions), "-t", str(options.threads), "-ngl", str(options.gpu_layers),
+            "-o", "json"]
+    start = time.monotonic()
+    output, rc, failure, seconds = _run_process("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
+                                                log=log)
+    results = tuple(parse_bench_json(output or ""))
+    if failure is None:
+        tests = {(b.n_prompt > 0, b.n_gen > 0) for b in results}
+        if not results:
+            failure = "no JSON results in the output"
+        elif (True, False) not in tests or (False, True) not in tests:
+            failure = "the results lack a pp or a tg test"
+        elif any(b.tokens_per_second <= 0 for b in results):
+            failure = "a test reports 0 tokens/s"
+    if failure:
+        return _failed("bench", args, start, failure, log, rc, bench=results)
+    return RunRecord("bench", tuple(args), True, seconds, rc, None, str(log), (), bench=results)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The whole smoke test
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def write_smoke_json(report: SmokeReport, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
+              report_path: Path | None = None, env: Mapping[str, str] | None = None,
+              kfd_topology: Path | None = None, quiet: bool = False) -> SmokeReport:
+    """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``.
+
+    Writes ``smoke.json`` (default: in the job folder) whatever the outcome and returns the report; the caller
+    decides what a failure means (the CLI exits non-zero). A Windows bundle cannot run on Linux and vice versa.
+    """
+    options = options or SmokeOptions()
+    bundle, job_dir = locate_bundle(Path(bundle_path))
+    if not bundle.is_dir():
+        raise SmokeError(f"{bundle} is not a folder; pass a bundle made by rockbuild bundle (or its job folder)")
+    platform, targets, job_id = bundle_facts(bundle, job_dir)
+    host = "windows" if sys.platform.startswith("win") else "linux"
+    if platform != host:
+        raise SmokeError(f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on {platform}")
+    missing = [name for name, run_name in (("llama-cli", "cli"), ("llama-server", "server"), ("llama-bench", "bench"))
+               if run_name in options.runs and not _exe(bundle, name, platform).is_file()]
+    if missing:
+        raise SmokeError(f"{bundle} has no {', '.join(missing)}; is it a llama.cpp bundle?")
+    if report_path is None:
+        report_path = (job_dir / SMOKE_JSON) if job_dir else bundle.parent / f"{bundle.name}.{SMOKE_JSON}"
+    logs = report_path.parent / "smoke-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
+    expect, reason = decide_expectation(options.expect_gpu, targets, devices)
+    child, removed = smoke_env(env)
+    started, t0 = _now(), time.monotonic()
+    runners = {"cli": ("llama-cli", run_cli), "server": ("llama-server", run_server),
+               "bench": ("llama-bench", run_bench)}
+    records = []
+    for name in options.runs:
+        exe_name, runner = runners[name]
+        with console.step(f"smoke: {exe_name}") if not quiet else contextlib.nullcontext():
+            record = runner(_exe(bundle, exe_name, platform), model, options, cwd=bundle, env=child, logs=logs)
+        if not record.ok and not quiet:
+            console.warn(f"{exe_name}: {record.failure}; last lines of {record.log}:")
+            for line in record.log_tail[-15:]:
+                console.info(f"    {line}")
+        records.append(record)
+    loads = [r.load for r in records if r.load is not None]
+    texts = [r.generation.text for r in records if r.generation is not None]
+    verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts)
+    report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
+                         tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path)
+    write_smoke_json(report, report_path)
+    return report

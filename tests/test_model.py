@@ -1,0 +1,123 @@
+"""The smoke model: the pinned default through the downloader (local HTTP server), paths, and the tiny Qwen3."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from rockbuild.errors import ChecksumError
+from rockbuild.model import (
+    TINY_NOTE,
+    ModelError,
+    ModelPin,
+    default_model_pin,
+    download_model,
+    endpoint_url,
+    find_vocab,
+    generate_tiny_qwen3,
+    provide_model,
+    read_gguf_metadata,
+    tiny_model,
+    tiny_spec,
+)
+
+VOCAB = Path("/var/cache/rockbuild/src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf")
+try:
+    import gguf  # noqa: F401 - the tiny model's writer
+
+    HAVE_GGUF = True
+except ImportError:
+    HAVE_GGUF = False
+needs_vocab = pytest.mark.skipif(not VOCAB.is_file() or not HAVE_GGUF,
+                                 reason="needs the gguf package and llama.cpp's ggml-vocab-qwen2.gguf in the cache")
+BODY = b"GGUF" + bytes(range(256)) * 64
+SHA = hashlib.sha256(BODY).hexdigest()
+
+
+def test_the_default_pin():
+    pin = default_model_pin()
+    assert pin.name == "Qwen3-0.6B-Q4_0.gguf"
+    assert pin.sha256 == "33bcc57074ec7b6eada5a90651ee546ec0c2b271002c22baf9f1b2dd1e8f75cb" and pin.size == 382156480
+    assert pin.url.startswith("https://huggingface.co/unsloth/Qwen3-0.6B-GGUF/resolve/" + pin.revision)
+
+
+def test_hf_endpoint_replaces_the_prefix_only():
+    url = "https://huggingface.co/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
+    assert endpoint_url(url, {"HF_ENDPOINT": "http://mirror:8080/"}) == \
+        "http://mirror:8080/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
+    assert endpoint_url("https://example.org/m.gguf", {"HF_ENDPOINT": "http://mirror"}) == "https://example.org/m.gguf"
+    assert endpoint_url(url, {}) == url
+
+
+def test_pinned_download_through_a_mirror_with_a_token(httpserver, tmp_path, capfd):
+    token = "hf_SecretToken123"
+    httpserver.expect_request("/unsloth/m/resolve/abc/model.gguf",
+                              headers={"Authorization": f"Bearer {token}"}).respond_with_data(BODY)
+    pin = ModelPin("model.gguf", "https://huggingface.co/unsloth/m/resolve/abc/model.gguf", SHA, len(BODY))
+    env = {"HF_ENDPOINT": httpserver.url_for("/").rstrip("/"), "HF_TOKEN": token}
+    got = download_model(pin, cache=tmp_path, env=env)
+    assert got.sha256 == SHA and got.path == tmp_path / "models" / "model.gguf" and got.source == "default"
+    assert got.url == pin.url
+    again = download_model(pin, cache=tmp_path, env=env)  # from the cache: no second request
+    assert again.path == got.path and len(httpserver.log) == 1
+    out, err = capfd.readouterr()
+    assert token not in out + err
+
+
+def test_a_wrong_download_is_refused(httpserver, tmp_path):
+    httpserver.expect_request("/m.gguf").respond_with_data(BODY)
+    pin = ModelPin("m.gguf", httpserver.url_for("/m.gguf"), "0" * 64, len(BODY))
+    with pytest.raises(ChecksumError):
+        download_model(pin, cache=tmp_path, env={})
+    assert not (tmp_path / "models" / "m.gguf").exists()
+
+
+def test_a_local_path(tmp_path):
+    path = tmp_path / "x.gguf"
+    path.write_bytes(BODY)
+    got = provide_model(str(path))
+    assert got.sha256 == SHA and got.source == "path" and got.size == len(BODY)
+    with pytest.raises(Exception, match="no such file"):
+        provide_model(str(tmp_path / "missing.gguf"))
+
+
+def test_missing_vocab_says_what_to_pass(tmp_path):
+    spec = tiny_spec()
+    with pytest.raises(ModelError, match="no Qwen2 vocab file found") as err:
+        find_vocab(None, type(spec)(spec.name, 0, (str(tmp_path / "nope.gguf"),)), tmp_path)
+    assert "--vocab" in err.value.hint
+    not_gguf = tmp_path / "v.gguf"
+    not_gguf.write_bytes(b"nope")
+    with pytest.raises(ModelError, match="not a GGUF file"):
+        generate_tiny_qwen3(not_gguf, tmp_path / "t.gguf")
+
+
+@needs_vocab
+def test_tiny_qwen3_is_a_reproducible_qwen3_gguf(tmp_path):
+    a = generate_tiny_qwen3(VOCAB, tmp_path / "a.gguf", seed=0)
+    b = generate_tiny_qwen3(VOCAB, tmp_path / "b.gguf", seed=0)
+    assert a.read_bytes() == b.read_bytes()
+    assert 16_000_000 < a.stat().st_size < 17_000_000
+    meta = read_gguf_metadata(a)
+    assert meta["general.architecture"] == "qwen3"
+    assert meta["qwen3.block_count"] == 2 and meta["qwen3.embedding_length"] == 64
+    assert meta["qwen3.attention.head_count"] == 4 and meta["qwen3.attention.head_count_kv"] == 2
+    assert meta["qwen3.attention.key_length"] == 64
+    assert meta["tokenizer.ggml.pre"] == "qwen2" and len(meta["tokenizer.ggml.tokens"]) == 151936
+    assert meta["tokenizer.ggml.eos_token_id"] == 151645 and meta["tokenizer.ggml.add_bos_token"] is False
+    assert "<|im_start|>" in meta["tokenizer.chat_template"]
+    vocab = read_gguf_metadata(VOCAB)
+    assert meta["tokenizer.ggml.merges"] == vocab["tokenizer.ggml.merges"]
+    c = generate_tiny_qwen3(VOCAB, tmp_path / "c.gguf", seed=1)
+    assert c.read_bytes() != a.read_bytes()
+
+
+@needs_vocab
+def test_tiny_model_is_made_once_in_the_cache(tmp_path):
+    first = tiny_model(vocab=VOCAB, cache=tmp_path)
+    assert first.source == "tiny" and first.note == TINY_NOTE and "not output quality" in first.note
+    mtime = first.path.stat().st_mtime_ns
+    second = provide_model("tiny", vocab=VOCAB, cache=tmp_path)
+    assert second.path == first.path and second.path.stat().st_mtime_ns == mtime and second.sha256 == first.sha256

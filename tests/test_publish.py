@@ -1,0 +1,386 @@
+"""The publisher against a local GitHub API server (tests/githubapi.py), with real archives of small real bundles."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+
+import pytest
+from githubapi import GitHubAPIServer
+from publishkit import TOKEN, compile_needing_glibc_236, config, make_job, smoke_ok
+
+from rockbuild.publish import PublishError, PublishOptions, publish
+from rockbuild.publish.notes import read_marker
+
+
+@pytest.fixture
+def gh():
+    with GitHubAPIServer(token=TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def night(tmp_path):
+    """Three jobs of one night: two Linux (one with a GPU smoke), one Windows."""
+    out = tmp_path / "out"
+    jobs = [
+        make_job(out, "linux-gfx1151", smoke=smoke_ok("gpu", 4100.0, 95.5)),
+        make_job(out, "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103"), rocm="7.2.0a20261127",
+                 smoke=smoke_ok()),
+        make_job(out, "windows-gfx1151"),
+    ]
+    return jobs
+
+
+def options(gh, jobs, tmp_path, **kw) -> PublishOptions:
+    return PublishOptions(job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN, throttle=False,
+                          out=tmp_path / "release", quiet=True, **kw)
+
+
+EXPECTED = {
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.zip", "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz",
+    "llama-b1000-ubuntu-rocm-gfx110X-x64.zip", "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
+    "llama-b1000-windows-rocm-gfx1151-x64.zip", "manifest.json", "SHA256SUMS",
+}
+
+
+def test_first_publish(gh, night, tmp_path):
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "published" and report.tag == "b1000"
+    rel = gh.state.release_by_tag("b1000")
+    assert not rel.draft and gh.state.latest().id == rel.id
+    assert {a.name for a in rel.assets} == EXPECTED
+    assert all(a.state == "uploaded" for a in rel.assets)
+    # SHA256SUMS covers every other asset, and matches what the server holds
+    sums = dict(reversed(line.split("  ")) for line in
+                next(a for a in rel.assets if a.name == "SHA256SUMS").data.decode().splitlines())
+    assert set(sums) == EXPECTED - {"SHA256SUMS"}
+    for asset in rel.assets:
+        if asset.name != "SHA256SUMS":
+            assert sums[asset.name] == hashlib.sha256(asset.data).hexdigest()
+    # one draft, the uploads, one publish: nothing else
+    methods = [m for m, _ in gh.writes]
+    assert methods.count("POST") == 1 + len(EXPECTED) and methods.count("PATCH") == 1 and "DELETE" not in methods
+    assert gh.writes[0] == ("POST", f"/api/v3/repos/{gh.full_name}/releases")
+    assert gh.writes[-1][0] == "PATCH"
+    # notes: each job's own ROCm version and date, the exact ISAs, bench numbers, known issues
+    body = rel.body
+    assert "7.2.0a20261128 (2026-11-28)" in body and "7.2.0a20261127 (2026-11-27)" in body
+    assert "gfx1100, gfx1101, gfx1102, gfx1103" in body
+    assert "| 4100.0 | 95.5 |" in body and "passed (ROCm)" in body and "passed (CPU only)" in body
+    assert "### Known issues" in body and "gfx1152 and gfx1153" in body
+    assert read_marker(body)["fingerprint"] == report.fingerprint
+    assert "0c1e570" in body and "build 11312" in body
+
+
+def test_manifest_lists_provenance_per_job(gh, night, tmp_path):
+    publish(options(gh, night, tmp_path))
+    manifest = json.loads(next(a for a in gh.state.release_by_tag("b1000").assets
+                               if a.name == "manifest.json").data)
+    jobs = {j["id"]: j for j in manifest["jobs"]}
+    assert manifest["llama_cpp"] == {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f", "build_number": "11312"}
+    j = jobs["linux-gfx110X"]
+    assert j["rocm"]["version"] == "7.2.0a20261127" and j["rocm"]["date"] == "2026-11-27"
+    assert j["rocm"]["tarball"] == "therock-dist-linux-gfx110X-7.2.0a20261127.tar.gz"
+    assert j["rocm"]["tarball_sha256"] == "ab" * 32 and j["rocm"]["therock_commit"] == "89553ce3a5a4c5b8d0e1"
+    assert j["isas"] == ["gfx1100", "gfx1101", "gfx1102", "gfx1103"]
+    assert j["cmake"]["GGML_HIP"] == "ON"
+    assert {f["path"] for f in j["bundle"]["files"]} >= {"llama-server", "rocblas/library/TensileLibrary_lazy_gfx1151.dat"}
+    assert j["audit"]["ok"] is True and j["smoke"]["ok"] is True
+    assert [b["test"] for b in j["bench"]] == ["pp64", "tg16"]
+    assert "glibc_floor" in j and "glibc_floor" not in jobs["windows-gfx1151"]
+    assert {a["name"] for a in j["assets"]} == {"llama-b1000-ubuntu-rocm-gfx110X-x64.zip",
+                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz"}
+    assert manifest["glibc_floor_allowed"]["GLIBC"] == "2.35"
+
+
+def test_identical_rerun_makes_no_api_writes(gh, night, tmp_path):
+    publish(options(gh, night, tmp_path))
+    before = len(gh.writes)
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "unchanged" and "nothing changed" in report.message
+    assert len(gh.writes) == before
+    assert len(gh.state.releases) == 1
+
+
+def test_crash_between_uploads_then_rerun_completes_the_draft(gh, night, tmp_path):
+    old = gh.state.add_release("b1294", body="the seed's last release")
+    gh.state.abort_upload_number = 3
+    with pytest.raises(PublishError, match="run the same command again"):
+        publish(options(gh, night, tmp_path))
+    draft = gh.state.release_by_tag("b1295")
+    assert draft.draft and gh.state.latest().id == old.id  # latest never shows the half release
+    states = sorted(a.state for a in draft.assets)
+    assert states == ["starter", "uploaded", "uploaded"]
+    complete = {a.name for a in draft.assets if a.state == "uploaded"}
+    gh.state.abort_upload_number = None
+    writes_before = len(gh.writes)
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "published" and report.tag == "b1295"
+    assert len(gh.state.releases) == 2  # no second release
+    rel = gh.state.release_by_tag("b1295")
+    names = [a.name for a in rel.assets]
+    assert sorted(names) == sorted({n.replace("b1000", "b1295") for n in EXPECTED}) and len(names) == len(set(names))
+    actions = dict(report.actions)
+    assert all(actions[n] == "kept" for n in complete)
+    assert list(actions.values()).count("replaced") == 1
+    new_writes = gh.writes[writes_before:]
+    uploads = [w for w in new_writes if w[1].startswith("/api/uploads/")]
+    assert len(uploads) == len(EXPECTED) - len(complete)  # the complete ones were not sent again
+    assert gh.state.latest().id == rel.id
+
+
+def test_rerun_on_a_published_release_with_changed_bundle_changes_nothing(gh, night, tmp_path):
+    publish(options(gh, night, tmp_path))
+    (night[0] / "bundle" / "llama-server").write_bytes(b"rebuilt, other bytes")
+    before = len(gh.writes)
+    # same inputs (the fingerprint names the inputs, not the bytes): the published release stands
+    assert publish(options(gh, night, tmp_path)).state == "unchanged"
+    # naming the tag explicitly is an attempt to change a published asset: refused
+    with pytest.raises(PublishError, match=r"b1000 is already published and its assets are immutable: "
+                                           r"llama-b1000-ubuntu-rocm-gfx1151-x64\.zip differs \(.*ours"):
+        publish(options(gh, night, tmp_path, tag="b1000"))
+    assert len(gh.writes) == before
+    original = hashlib.sha256(next(a.data for a in gh.state.release_by_tag("b1000").assets
+                                   if a.name.endswith("gfx1151-x64.zip") and "ubuntu" in a.name)).hexdigest()
+    assert original != hashlib.sha256((tmp_path / "release/b1000/llama-b1000-ubuntu-rocm-gfx1151-x64.zip")
+                                      .read_bytes()).hexdigest()
+
+
+def test_explicit_tag_of_a_published_release_with_identical_assets_is_a_no_op(gh, night, tmp_path):
+    publish(options(gh, night, tmp_path))
+    rel = gh.state.release_by_tag("b1000")
+    rel.body = "edited by a maintainer: no marker any more"
+    before = len(gh.writes)
+    report = publish(options(gh, night, tmp_path, tag="b1000"))
+    assert report.state == "unchanged" and "identical assets" in report.message
+    assert len(gh.writes) == before
+
+
+def test_oversize_asset_is_refused_before_any_upload(gh, night, tmp_path):
+    with pytest.raises(PublishError) as err:
+        publish(options(gh, night, tmp_path), config(max_bytes=700))
+    assert "llama-b1000-ubuntu-rocm-gfx1151-x64.zip is " in err.value.message
+    assert "bytes), over the 700 B limit" in err.value.message and "nothing was uploaded" in err.value.message
+    assert gh.writes == []
+
+
+def test_the_default_limit_is_githubs_2_gib(tmp_path):
+    from rockbuild.publish.archives import check_asset_size
+
+    limit = config().max_bytes
+    assert limit == 2 * 1024**3
+    asset = tmp_path / "llama-b1000-ubuntu-rocm-gfx90a-x64.zip"
+    with open(asset, "wb") as fh:  # sparse: no disk space used
+        fh.truncate(limit - 1)
+    check_asset_size(asset, limit)
+    with open(asset, "r+b") as fh:
+        fh.truncate(limit)
+    with pytest.raises(PublishError, match=r"^llama-b1000-ubuntu-rocm-gfx90a-x64\.zip is 2\.0 GiB \(2,147,483,648 "
+                                           r"bytes\), over the 2\.0 GiB limit"):
+        check_asset_size(asset, limit)
+
+
+def test_required_job_failure_blocks_and_optional_is_listed(gh, tmp_path):
+    out = tmp_path / "out"
+    ok = make_job(out, "linux-gfx1151")
+    optional = make_job(out, "linux-gfx1152", targets=("gfx1152",), required=False, status="failed",
+                        failed_step="compile")
+    report = publish(options(gh, [ok, optional], tmp_path))
+    assert report.state == "published"
+    rel = gh.state.release_by_tag("b1000")
+    assert "### Jobs that failed (not in this release)" in rel.body
+    assert "`linux-gfx1152` (optional): compile: the build failed at step 'compile'" in rel.body
+    assert not any("gfx1152" in a.name for a in rel.assets)
+    manifest = json.loads(next(a.data for a in rel.assets if a.name == "manifest.json"))
+    assert manifest["failed_jobs"] == [{"id": "linux-gfx1152", "required": False, "step": "compile",
+                                        "reason": "the build failed at step 'compile'"}]
+    required = make_job(out, "windows-gfx120X", status="failed", failed_step="configure")
+    before = len(gh.writes)
+    with pytest.raises(PublishError, match=r"required job windows-gfx120X failed at configure"):
+        publish(options(gh, [ok, required], tmp_path))
+    assert len(gh.writes) == before
+
+
+def test_a_job_folder_without_bundle_or_with_failed_audit_or_smoke_is_failed(tmp_path):
+    from rockbuild.publish.jobs import load_job
+
+    out = tmp_path / "out"
+    nobundle = out / "linux-gfx908"
+    nobundle.mkdir(parents=True)
+    (nobundle / "build.json").write_text(json.dumps({"status": "ok", "job": {"id": "linux-gfx908"}}))
+    assert load_job(nobundle).failed_step == "bundle"
+    empty = out / "linux-gfx90a"
+    empty.mkdir()
+    assert load_job(empty).failed_step == "build" and load_job(empty).reason.startswith("no build.json")
+    broken = out / "linux-gfx942"
+    broken.mkdir()
+    (broken / "build.json").write_text("{not json")
+    assert load_job(broken).ok is False
+    audit = make_job(out, "linux-gfx1150", audit_ok=False)
+    assert load_job(audit).failed_step == "audit" and "libfoo" in load_job(audit).reason
+    smoke = make_job(out, "linux-gfx1200", smoke={"ok": False, "failures": ["cli: timed out after 300s"],
+                                                  "runs": {"cli": {"ok": False, "log": "/x/cli.log",
+                                                                   "log_tail": ["Loading model..."]}}})
+    job = load_job(smoke)
+    assert job.failed_step == "smoke" and job.log_tail == ("Loading model...",)
+    failed_build = make_job(out, "linux-gfx1201", status="failed", failed_step="compile")
+    job = load_job(failed_build)
+    assert job.failed_step == "compile" and job.log_tail[-1] == "error: out of memory"
+
+
+def test_jobs_from_different_llama_commits_are_refused(gh, tmp_path):
+    out = tmp_path / "out"
+    a = make_job(out, "linux-gfx1151")
+    b = make_job(out, "linux-gfx1100", commit="f" * 40)
+    with pytest.raises(PublishError, match="different llama.cpp commits"):
+        publish(options(gh, [a, b], tmp_path))
+    assert gh.writes == []
+
+
+def test_glibc_floor_refusal_names_the_file(gh, tmp_path):
+    out = tmp_path / "out"
+    job = make_job(out, "linux-gfx1151")
+    compile_needing_glibc_236(job / "bundle" / "llama-floor")
+    with pytest.raises(PublishError, match=r"required job linux-gfx1151 failed at glibc-floor: llama-floor needs "
+                                           r"GLIBC_2\.36, above the floor GLIBC_2\.35"):
+        publish(options(gh, [job], tmp_path))
+    assert gh.writes == []
+    # with a floor that allows it, the manifest records the floor and the file
+    report = publish(options(gh, [job], tmp_path), config(glibc_floor={"GLIBC": "2.36"}))
+    manifest = json.loads((report.out_dir / "manifest.json").read_text())
+    assert manifest["jobs"][0]["glibc_floor"]["GLIBC"] == {"version": "2.36", "file": "llama-floor"}
+
+
+def test_glibc_floor_of_an_optional_job_leaves_it_out(gh, tmp_path):
+    out = tmp_path / "out"
+    ok = make_job(out, "linux-gfx1151")
+    optional = make_job(out, "linux-gfx1153", targets=("gfx1153",), required=False)
+    compile_needing_glibc_236(optional / "bundle" / "llama-floor")
+    report = publish(options(gh, [ok, optional], tmp_path))
+    assert [j.id for j in report.failed] == ["linux-gfx1153"]
+    assert report.failed[0].failed_step == "glibc-floor"
+
+
+def test_dry_run_writes_files_but_never_the_api(gh, night, tmp_path):
+    summary = tmp_path / "summary.md"
+    report = publish(options(gh, night, tmp_path, dry_run=True, step_summary=summary))
+    assert report.state == "dry-run" and gh.writes == []
+    assert {n for n, a in report.actions if a == "would upload"} == EXPECTED
+    assert (report.out_dir / "release-notes.md").read_text().startswith("**Build Number**: b1000")
+    assert "## rockbuild publish: b1000 (dry run)" in summary.read_text()
+
+
+def test_dry_run_without_a_repository(tmp_path, night, monkeypatch):
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    report = publish(PublishOptions(job_dirs=tuple(night), dry_run=True, quiet=True, token=""))
+    assert report.tag == "b1000" and report.out_dir == night[0].parent / "release" / "b1000"
+
+
+def test_draft_flag_then_publish(gh, night, tmp_path):
+    old = gh.state.add_release("b1100", body="older")
+    report = publish(options(gh, night, tmp_path, draft=True))
+    assert report.state == "draft" and gh.state.latest().id == old.id
+    before = len(gh.writes)
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "published" and report.tag == "b1101"
+    assert gh.writes[before:] == [("PATCH", f"/api/v3/repos/{gh.full_name}/releases/{gh.state.latest().id}")]
+
+
+def test_draft_with_a_wrong_asset_and_a_foreign_one(gh, night, tmp_path):
+    report = publish(options(gh, night, tmp_path, draft=True))
+    rel = gh.state.release_by_tag(report.tag)
+    wrong = next(a for a in rel.assets if a.name.endswith("windows-rocm-gfx1151-x64.zip"))
+    wrong.data = b"x" * len(wrong.data)  # same size, other bytes
+    from githubapi import Asset
+
+    rel.assets.append(Asset(999, "notes-by-hand.txt", "", "text/plain", b"hi"))
+    rel.assets.append(Asset(998, f"llama-{report.tag}-ubuntu-rocm-gfx9999-x64.zip", "", "application/zip", b"old"))
+    report = publish(options(gh, night, tmp_path))
+    actions = dict(report.actions)
+    assert actions[wrong.name] == "replaced"
+    names = {a.name for a in gh.state.release_by_tag(report.tag).assets}
+    assert "notes-by-hand.txt" in names  # not ours: left alone
+    assert f"llama-{report.tag}-ubuntu-rocm-gfx9999-x64.zip" not in names  # ours but stale: removed from the draft
+    assert any("notes-by-hand.txt" in w and "not made by rockbuild" in w for w in report.warnings)
+
+
+def test_keep_prunes_only_old_rockbuild_releases(gh, night, tmp_path):
+    from rockbuild.publish.notes import marker
+
+    mark = marker({"fingerprint": "0000", "tag": "x"})
+    for tag in ("b1290", "b1291", "b1292", "b1293"):
+        gh.state.add_release(tag, body=f"nightly\n{mark}")
+    gh.state.add_release("v1.0-manual", body="made by hand")
+    report = publish(options(gh, night, tmp_path, keep=2))
+    assert report.tag == "b1294"
+    assert sorted(report.pruned) == ["b1290", "b1291"]  # b1292 is protected (publish.yaml), b1293 is kept
+    left = {r.tag_name for r in gh.state.releases.values()}
+    assert left == {"b1292", "b1293", "b1294", "v1.0-manual"}
+    assert {"b1290", "b1291"} <= set(gh.state.tags)  # tags stay: the sequence never goes back
+
+
+def test_step_summary_and_per_job_rocm(gh, night, tmp_path):
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    publish(options(gh, night, tmp_path, step_summary=summary))
+    text = summary.read_text()
+    assert text.startswith("earlier step\n## rockbuild publish: b1000 (published)")
+    assert "| linux-gfx110X | yes | shipped | gfx1100, gfx1101, gfx1102, gfx1103 | 7.2.0a20261127 (2026-11-27)" in text
+    assert "| linux-gfx1151 | yes | shipped | gfx1151 | 7.2.0a20261128 (2026-11-28)" in text
+
+
+def test_llama_aligned_tags(gh, night, tmp_path):
+    report = publish(options(gh, night, tmp_path, scheme="llama"))
+    assert report.tag == "b11312-rocm7.2.0a20261128"  # the newest of the jobs' ROCm versions
+    assert any("different ROCm versions" in w for w in report.warnings)
+    assert "llama-b11312-rocm7.2.0a20261128-ubuntu-rocm-gfx1151-x64.zip" in {
+        a.name for a in gh.state.release_by_tag(report.tag).assets}
+
+
+def test_the_api_refusing_the_token_is_one_line_without_the_token(gh, night, tmp_path):
+    bad = PublishOptions(job_dirs=tuple(night), repo=gh.full_name, api_url=gh.api_url, token="wrong-" + TOKEN,
+                         throttle=False, out=tmp_path / "release", quiet=True)
+    with pytest.raises(PublishError) as err:
+        publish(bad)
+    assert "HTTP 401" in err.value.message and TOKEN not in err.value.message
+    assert gh.state.releases == {}
+
+
+def test_archives_are_reproducible(tmp_path):
+    from rockbuild.publish.archives import collect_entries, write_tar_gz, write_zip
+
+    job = make_job(tmp_path / "out", "linux-gfx1151")
+    entries, _ = collect_entries(job / "bundle")
+    a = write_zip(entries, tmp_path / "a.zip", mtime=1_700_000_000)
+    b = write_zip(entries, tmp_path / "b.zip", mtime=1_700_000_000)
+    assert a.read_bytes() == b.read_bytes()
+    c = write_tar_gz(entries, tmp_path / "c.tar.gz", mtime=1_700_000_000)
+    d = write_tar_gz(entries, tmp_path / "d.tar.gz", mtime=1_700_000_000)
+    assert c.read_bytes() == d.read_bytes()
+    with zipfile.ZipFile(a) as zf:
+        assert zf.namelist()[0] == "bundle.json" and "llama-server" in zf.namelist()
+
+
+@pytest.mark.parametrize("names,expected", [
+    ([], "b1000"), (["b1294", "b1000"], "b1295"), (["b9999"], "b10000"), (["b10000", "b9999"], "b10001"),
+    (["b1000-rocm7.2", "v2", "b12a", "latest"], "b1000"), (["b0042"], "b0043"),
+])
+def test_sequential_tags(names, expected):
+    from rockbuild.publish.tags import next_sequential_tag
+
+    assert next_sequential_tag(names) == expected
+
+
+def test_tag_sequence_uses_tags_and_releases(gh, night, tmp_path):
+    gh.state.add_release("b1294")
+    gh.state.add_tag("b1300")  # its release was deleted; the tag survives
+    gh.state.add_release("b1301", draft=True, body="someone's draft")
+    assert publish(options(gh, night, tmp_path, draft=True)).tag == "b1302"
+
+
+def test_tag_after_b9999(gh, night, tmp_path):
+    gh.state.add_release("b9999")
+    assert publish(options(gh, night, tmp_path)).tag == "b10000"
+    assert gh.state.latest().tag_name == "b10000"

@@ -1,0 +1,266 @@
+"""The smoke runner against real child processes: small Python programs that behave like llama-cli, llama-server
+(a real HTTP server with /health and /v1/chat/completions) and llama-bench, printing output captured from llama.cpp.
+
+The real binaries are exercised by tests/test_smoke_e2e.py (marked e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import rockbuild_exe
+
+from rockbuild.model import ModelFile
+from rockbuild.smoke import SmokeError, SmokeOptions, run_smoke
+from rockbuild.smoke.runner import decide_expectation, kfd_gfx_targets, locate_bundle, smoke_env
+
+FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
+
+COMMON = """
+import json, os, sys, time
+from pathlib import Path
+FIX = Path({fixtures!r})
+MODE = {mode!r}
+Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".env.json").write_text(json.dumps(dict(os.environ)))
+Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".argv.json").write_text(json.dumps(sys.argv))
+def arg(flag, default=None):
+    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
+LOAD = (FIX / ("rocm0-buffers.constructed.txt" if MODE.get("gpu") else "completion-lv4-cpu.txt")).read_text()
+"""
+
+CLI = """
+if MODE.get("cli") == "hang":
+    print("Loading model...", flush=True)
+    time.sleep(600)
+if MODE.get("cli") == "crash":
+    sys.stderr.write("error: failed to load model\\n")
+    sys.exit(1)
+sys.stderr.write(LOAD)
+out = (FIX / "cli-st-stdout.txt").read_text().replace("> hello", "> " + arg("-p"))
+if MODE.get("cli") == "empty":
+    out = out.replace(out.split("\\n")[6], "")
+sys.stdout.write(out)
+sys.stderr.write((FIX / "cli-lv4-stderr.txt").read_text())
+"""
+
+SERVER = """
+import http.server, signal
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+if MODE.get("server") == "die":
+    sys.stderr.write("error: cannot open model\\n")
+    sys.exit(3)
+sys.stderr.write(LOAD)
+sys.stderr.flush()
+START = time.monotonic()
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        sys.stderr.write("request: " + (a[0] % a[1:]) + "\\n")
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.path == "/health":
+            if time.monotonic() - START < 0.3:
+                return self._send(503, {{"error": {{"code": 503, "message": "Loading model"}}}})
+            return self._send(200, {{"status": "ok"}})
+        self._send(404, {{}})
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Path({envlog!r}).joinpath("request.json").write_text(json.dumps(body))
+        if MODE.get("server") == "slow":
+            time.sleep(600)
+        self._send(200, json.loads((FIX / "server-reply.json").read_text()))
+srv = http.server.HTTPServer(("127.0.0.1", int(arg("--port"))), H)
+Path({envlog!r}).joinpath("server.pid").write_text(str(os.getpid()))
+srv.serve_forever()
+"""
+
+BENCH = """
+sys.stderr.write("0.00.001.000 I llama-bench: loading\\n")
+if MODE.get("bench") == "garbage":
+    print("| model | size |")
+    sys.exit(0)
+sys.stdout.write((FIX / "bench.json.txt").read_text())
+"""
+
+
+def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",)) -> tuple[Path, Path]:
+    """out/<job>/bundle with fake llama binaries; returns (job dir, folder where the fakes record env/argv)."""
+    job = root / "out" / "linux-gfx1151"
+    bundle = job / "bundle"
+    bundle.mkdir(parents=True)
+    envlog = root / "envlog"
+    envlog.mkdir()
+    (job / "build.json").write_text(json.dumps({"status": "ok", "job": {"id": "linux-gfx1151", "os": "linux",
+                                                                         "targets": list(targets)}}))
+    (bundle / "bundle.json").write_text(json.dumps({"platform": "linux", "targets": list(targets)}))
+    head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
+    for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog))),
+                       ("llama-bench", BENCH)):
+        path = bundle / name
+        path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
+        path.chmod(0o755)
+    return job, envlog
+
+
+@pytest.fixture
+def model(tmp_path) -> ModelFile:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF fake")
+    return ModelFile("model.gguf", path, "0" * 64, 9, "path")
+
+
+FAST = SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 20, "bench": 20})
+
+
+def test_a_cpu_bundle_passes_and_reports_everything(tmp_path, model):
+    job, envlog = make_bundle(tmp_path)
+    env = {**os.environ, "LD_LIBRARY_PATH": "/opt/rocm/lib", "ROCM_PATH": "/opt/rocm", "GITHUB_TOKEN": "ghp_secret",
+           "HF_TOKEN": "hf_secret", "PATH": "/opt/rocm/bin:" + os.environ["PATH"] + ":/x/therock/bin"}
+    report = run_smoke(job, model, FAST, env=env, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    assert report.ok, report.failures
+    assert report.report_path == job / "smoke.json"
+    data = json.loads((job / "smoke.json").read_text())
+    assert data["ok"] is True and data["job_id"] == "linux-gfx1151"
+    assert data["model"]["name"] == "model.gguf" and data["model"]["sha256"] == "0" * 64
+    assert data["gpu"]["summary"] == "gpu: absent (CPU run proves library loading only)"
+    assert data["expect_gpu"]["reason"] == "auto: no ROCm device found"
+    assert data["runs"]["cli"]["tokens"] == 16 and data["runs"]["cli"]["tokens_per_second"] == 1489.0
+    assert data["runs"]["server"]["tokens"] == 16 and data["runs"]["server"]["text"].startswith(" Needle")
+    assert [b["test"] for b in data["bench"]] == ["pp64", "tg16"]
+    assert all(r["seconds"] > 0 and r["command"] for r in data["runs"].values())
+    assert "PATH entry /opt/rocm/bin" in data["environment_removed"] and "LD_LIBRARY_PATH" in data["environment_removed"]
+    # what the children really got
+    for name in ("llama-cli", "llama-server", "llama-bench"):
+        child = json.loads((envlog / f"{name}.env.json").read_text())
+        assert "LD_LIBRARY_PATH" not in child and "ROCM_PATH" not in child
+        assert "GITHUB_TOKEN" not in child and "HF_TOKEN" not in child
+        assert "rocm" not in child["PATH"].lower() and "therock" not in child["PATH"].lower()
+        argv = json.loads((envlog / f"{name}.argv.json").read_text())
+        assert argv[argv.index("-t") + 1] == "1" and argv[argv.index("-m") + 1] == str(model.path)
+    cli_argv = json.loads((envlog / "llama-cli.argv.json").read_text())
+    assert "-st" in cli_argv and cli_argv[cli_argv.index("-n") + 1] == "16" and "--temp" in cli_argv
+    request = json.loads((envlog / "request.json").read_text())
+    assert request["temperature"] == 0 and request["max_tokens"] == 16
+    # the server was stopped by its PID
+    pid = int((envlog / "server.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert data["runs"]["server"]["stop_returncode"] == 0
+
+
+def test_a_hang_fails_that_run_only_with_its_log_tail(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"cli": "hang"})
+    options = SmokeOptions(timeouts={"cli": 1.5, "server_start": 20, "request": 20, "bench": 20})
+    start = time.monotonic()
+    report = run_smoke(job, model, options, kfd_topology=tmp_path, quiet=True)
+    assert time.monotonic() - start < 15
+    assert not report.ok
+    runs = {r.name: r for r in report.runs}
+    assert not runs["cli"].ok and runs["cli"].failure == "timed out after 2s"
+    assert "Loading model..." in runs["cli"].log_tail
+    assert runs["server"].ok and runs["bench"].ok
+    assert report.failures == ("cli: timed out after 2s",)
+
+
+def test_expected_gpu_on_a_cpu_run_is_a_silent_fallback(tmp_path, model):
+    job, _ = make_bundle(tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
+                       quiet=True)
+    assert not report.ok and all(r.ok for r in report.runs)
+    assert "silent CPU fallback" in report.failures[0]
+
+
+def test_rocm0_buffers_pass_an_expected_gpu_run(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"gpu": True})
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
+                       quiet=True)
+    assert report.ok, report.failures
+    assert report.gpu.placement == "gpu" and report.gpu.summary.startswith("gpu: ROCm")
+
+
+def test_server_that_dies_and_a_bench_without_json(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"server": "die", "bench": "garbage"})
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
+    runs = {r.name: r for r in report.runs}
+    assert runs["cli"].ok
+    assert runs["server"].failure == "exited with code 3 before /health answered"
+    assert "error: cannot open model" in runs["server"].log_tail
+    assert runs["bench"].failure == "no JSON results in the output"
+
+
+def test_a_request_that_never_answers_times_out_and_the_server_is_stopped(tmp_path, model):
+    job, envlog = make_bundle(tmp_path, {"server": "slow"})
+    options = SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 1, "bench": 20}, runs=("server",))
+    report = run_smoke(job, model, options, kfd_topology=tmp_path, quiet=True)
+    assert report.runs[0].failure == "/v1/chat/completions did not answer within 1s"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((envlog / "server.pid").read_text()), 0)
+
+
+def test_empty_generation_fails_the_cli_run(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"cli": "empty"})
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path,
+                       quiet=True)
+    assert report.runs[0].failure == "the generated text is empty"
+
+
+def test_kfd_topology_and_auto_expectation(tmp_path):
+    for i, version in enumerate(["0", "110501", "90010"]):
+        node = tmp_path / str(i)
+        node.mkdir()
+        (node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nvendor_id 4098\n")
+    assert kfd_gfx_targets(tmp_path) == ["gfx1151", "gfx90a"]
+    assert decide_expectation("auto", ["gfx1151"], ["gfx1151"])[0] is True
+    expect, why = decide_expectation("auto", ["gfx1100", "gfx1101"], ["gfx1151"])
+    assert expect is False and "none is a target" in why
+    assert decide_expectation("yes", [], [])[0] is True and decide_expectation("no", ["gfx1151"], ["gfx1151"])[0] is False
+
+
+def test_locating_the_bundle_from_the_job_folder_or_the_bundle(tmp_path):
+    job, _ = make_bundle(tmp_path)
+    assert locate_bundle(job) == (job / "bundle", job)
+    assert locate_bundle(job / "bundle") == (job / "bundle", job)
+
+
+def test_env_keeps_the_allowlist_only():
+    env, removed = smoke_env({"PATH": "/usr/bin:/opt/rocm-7.2/bin", "HOME": "/root", "HIP_PATH": "/opt/rocm",
+                              "SOME_API_KEY": "x", "LD_PRELOAD": "/lib/x.so"})
+    assert env == {"PATH": "/usr/bin", "HOME": "/root"}
+    assert set(removed) == {"HIP_PATH", "LD_PRELOAD", "PATH entry /opt/rocm-7.2/bin"}
+
+
+def test_cli_exits_non_zero_and_writes_smoke_json(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"bench": "garbage"})
+    proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "no"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 11, proc.stderr
+    assert "error: smoke test of" in proc.stderr and "bench: no JSON results in the output" in proc.stderr
+    assert "[FAIL] bench" in proc.stdout and "[ok] cli" in proc.stdout
+    assert json.loads((job / "smoke.json").read_text())["ok"] is False
+
+
+def test_cli_json_on_success(tmp_path, model):
+    job, _ = make_bundle(tmp_path)
+    proc = subprocess.run([rockbuild_exe(), "smoke", str(job / "bundle"), "--model", str(model.path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] and data["model"]["source"] == "path"
+
+
+def test_a_windows_bundle_is_refused_on_linux(tmp_path, model):
+    job, _ = make_bundle(tmp_path)
+    (job / "bundle" / "bundle.json").write_text(json.dumps({"platform": "windows", "targets": ["gfx1151"]}))
+    with pytest.raises(SmokeError, match="windows bundle"):
+        run_smoke(job, model, FAST, quiet=True)
