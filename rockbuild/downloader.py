@@ -217,6 +217,15 @@ class Download:
         }
 
 
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    """The sha256 of a file on disk (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

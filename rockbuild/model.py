@@ -12,7 +12,6 @@ It needs the ``gguf`` package (and numpy), imported only here.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import urllib.parse
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.config import cache_dir, data_path, load_yaml
+from rockbuild.downloader import sha256_file
 from rockbuild.errors import ConfigError, ModelError, UsageError
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -105,14 +105,6 @@ def hf_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Authorization header for Hugging Face when ``$HF_TOKEN`` is set (the downloader never logs headers)."""
     token = (env if env is not None else os.environ).get("HF_TOKEN", "").strip()
     return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def download_model(pin: ModelPin, *, cache: Path | None = None, quiet: bool = False,
@@ -304,13 +296,13 @@ def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: Ti
     """The tiny model, generated once per vocab file into the cache."""
     spec = spec or tiny_spec()
     vocab_path = find_vocab(vocab, spec, cache)
-    vocab_sha = file_sha256(vocab_path)
+    vocab_sha = sha256_file(vocab_path)
     stem = spec.name.removesuffix(".gguf")
     out = (cache or cache_dir()) / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
     if not out.is_file():
         console.info(f"    generating the tiny model from {vocab_path}")
         generate_tiny_qwen3(vocab_path, out, seed=spec.seed)
-    return ModelFile(spec.name, out, file_sha256(out), out.stat().st_size, TINY, note=TINY_NOTE)
+    return ModelFile(spec.name, out, sha256_file(out), out.stat().st_size, TINY, note=TINY_NOTE)
 
 
 def provide_model(spec: str | None, *, vocab: Path | None = None, cache: Path | None = None, quiet: bool = False,
@@ -326,4 +318,4 @@ def provide_model(spec: str | None, *, vocab: Path | None = None, cache: Path | 
     if not path.is_file():
         raise UsageError(f"--model {spec}: no such file; give a GGUF path, an https URL, or 'tiny'")
     path = path.absolute()
-    return ModelFile(path.name, path, file_sha256(path), path.stat().st_size, "path")
+    return ModelFile(path.name, path, sha256_file(path), path.stat().st_size, "path")

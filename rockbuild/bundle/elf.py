@@ -32,11 +32,13 @@ from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.elf.structs import ELFStructs
 
+from rockbuild.paths import MAX_SYMLINK_HOPS as _MAX_SYMLINK_HOPS
+from rockbuild.paths import follow_in_root
+
 from . import MISSING, ROOT, SHIPS, SYSTEM, BundleError, Closure, Library
 from .policy import PlatformPolicy, name_matches
 
 ELF_MAGIC = b"\x7fELF"
-_MAX_SYMLINK_HOPS = 40
 _ORIGIN_RE = re.compile(r"\$(?:ORIGIN\b|\{ORIGIN\})")
 _OTHER_TOKEN_RE = re.compile(r"\$(?:\{?(LIB|PLATFORM)\}?)")
 TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu", "EM_386": "i386-linux-gnu"}
@@ -273,29 +275,8 @@ def _resolve_folder_in_root(folder: Path, sysroot: Path) -> Path | None:
 
 
 def _resolve_walk(path: Path, sysroot: Path) -> Path | None:
-    current = sysroot
-    pending = list(PurePosixPath(path.relative_to(sysroot).as_posix()).parts)
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part in ("", ".", "/"):
-            continue
-        if part == "..":
-            current = current.parent if current != sysroot else current
-            continue
-        candidate = current / part
-        if candidate.is_symlink():
-            hops += 1
-            if hops > _MAX_SYMLINK_HOPS:
-                return None
-            target = PurePosixPath(os.readlink(candidate))
-            if target.is_absolute():
-                current, pending = sysroot, list(target.parts[1:]) + pending
-            else:
-                pending = list(target.parts) + pending
-            continue
-        current = candidate
-    return current if current.exists() else None
+    real = follow_in_root(path, sysroot)
+    return real if real is not None and real.exists() else None
 
 
 def in_root(path: str, sysroot: Path | None) -> Path:

@@ -16,14 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rockbuild.rocm.layout import KernelData, kernel_file_target
+from rockbuild.rocm.layout import KernelData, kernel_file_target, target_order
 
 from .elf import resolve_in_root
 from .policy import PlatformPolicy, name_matches
-
-
-def target_order(target: str) -> tuple[int, str]:
-    return (len(target), target)  # gfx803 < gfx90a < gfx1100
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import shutil
 import stat
@@ -123,14 +122,6 @@ def write_tar_gz(entries: Sequence[Entry], dest: Path, *, mtime: int, level: int
                     tar.addfile(info, src)
     os.replace(tmp, dest)
     return dest
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_asset_size(path: Path, max_bytes: int) -> None:

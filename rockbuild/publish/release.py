@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.downloader import sha256_file
 
 from . import PublishError
-from .archives import check_asset_size, collect_entries, sha256_file, write_tar_gz, write_zip
+from .archives import check_asset_size, collect_entries, write_tar_gz, write_zip
 from .config import PublishConfig, load_publish_config
 from .floor import bundle_floor, floor_violations
 from .github import GitHub, token_from_env

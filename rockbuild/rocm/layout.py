@@ -16,12 +16,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rockbuild.errors import LayoutError
+from rockbuild.paths import follow_in_root
 
 # The GPU target a kernel file serves is the LAST token of its name (TensileLibrary_…_gfx90a-xnack+.dat); files
 # without a token (…_fallback.dat, hipblasltTransform.hsaco) are generic and serve every target.
 _TARGET_TOKEN_RE = re.compile(r"(gfx[0-9a-f]+)(?:-xnack[+-])?(?=[._-])")
 _HIP_VERSION_RE = re.compile(r"^\s*#\s*define\s+HIP_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)", re.M)
-_MAX_SYMLINK_HOPS = 40
 
 
 class LayoutKind(enum.StrEnum):
@@ -36,7 +36,7 @@ def kernel_file_target(filename: str) -> str | None:
     return tokens[-1] if tokens else None
 
 
-def _target_order(target: str) -> tuple[int, str]:
+def target_order(target: str) -> tuple[int, str]:
     return (len(target), target)  # gfx803 < gfx90a < gfx1100
 
 
@@ -93,11 +93,11 @@ class RocmLayout:
     @property
     def gfx_targets(self) -> tuple[str, ...]:
         """Every gfx target some kernel data covers."""
-        return tuple(sorted({t for k in self.kernel_data for t in k.targets}, key=_target_order))
+        return tuple(sorted({t for k in self.kernel_data for t in k.targets}, key=target_order))
 
     def targets_of(self, component: str) -> tuple[str, ...]:
         return tuple(
-            sorted({t for k in self.kernel_data if k.component == component for t in k.targets}, key=_target_order)
+            sorted({t for k in self.kernel_data if k.component == component for t in k.targets}, key=target_order)
         )
 
     def in_root(self, path: Path) -> PurePosixPath:
@@ -146,31 +146,7 @@ class _Root:
                 return path.resolve()
             except (OSError, RuntimeError):
                 return None
-        current = self.sysroot
-        pending = list(PurePosixPath(path.relative_to(self.sysroot).as_posix()).parts)
-        hops = 0
-        while pending:
-            part = pending.pop(0)
-            if part in ("", ".", "/"):
-                continue
-            if part == "..":
-                # `current` never contains a symlink, so its parent is the real parent; never climb above the root.
-                current = current.parent if current != self.sysroot else current
-                continue
-            candidate = current / part
-            if candidate.is_symlink():
-                hops += 1
-                if hops > _MAX_SYMLINK_HOPS:
-                    return None
-                target = PurePosixPath(os.readlink(candidate))
-                if target.is_absolute():
-                    current = self.sysroot
-                    pending = list(target.parts[1:]) + pending
-                else:
-                    pending = list(target.parts) + pending
-                continue
-            current = candidate
-        return current
+        return follow_in_root(path, self.sysroot)
 
     def is_file(self, path: Path) -> bool:
         real = self.resolve(path)
@@ -214,7 +190,7 @@ def _scan_kernel_dir(fs: _Root, component: str, path: Path) -> KernelData:
                 generic += 1
             else:
                 targets.add(target)
-    return KernelData(component, path, tuple(sorted(targets, key=_target_order)), files, generic)
+    return KernelData(component, path, tuple(sorted(targets, key=target_order)), files, generic)
 
 
 def _hip_header_version(fs: _Root, include_dir: Path | None) -> str | None:
