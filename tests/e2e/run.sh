@@ -78,6 +78,16 @@ in_root() {
     chroot "$ROOT" /usr/bin/env -i "${ROOT_ENV[@]}" "$@"
 }
 
+# The host may reach PyPI through its own CA bundle; pip in both roots gets the same one.
+if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+    for r in "$ROOT" "$E2E/clean-root"; do
+        [[ -d $r ]] || continue
+        mkdir -p "$r/e2e"
+        cp /etc/ssl/certs/ca-certificates.crt "$r/e2e/host-ca.crt"
+    done
+    ROOT_ENV+=(PIP_CERT=/e2e/host-ca.crt)
+fi
+
 ensure_source() {
     if [[ -f $LLAMA_UNPACKED/vendor/llama.cpp/CMakeLists.txt ]]; then
         log "llama.cpp source: $LLAMA_UNPACKED already unpacked"
@@ -92,18 +102,16 @@ ensure_source() {
     log "llama.cpp source: unpacked $LLAMA_SDIST into $LLAMA_UNPACKED"
 }
 
-install_rockbuild() {
+copy_repo() {
     # a copy of the working tree (what is being tested, committed or not), without VCS data and build leftovers
-    rm -rf "$ROOT$RB_SRC"
-    mkdir -p "$ROOT$RB_SRC"
+    rm -rf "$1"
+    mkdir -p "$1"
     tar -C "$REPO" --exclude=.git --exclude=__pycache__ --exclude='*.egg-info' --exclude=.venv --exclude=out \
-        --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.pytest_cache -cf - . | tar -C "$ROOT$RB_SRC" -xf -
-    # the host may reach PyPI through its own CA bundle; give pip in the root the same one
-    if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
-        mkdir -p "$ROOT/e2e"
-        cp /etc/ssl/certs/ca-certificates.crt "$ROOT/e2e/host-ca.crt"
-        ROOT_ENV+=(PIP_CERT=/e2e/host-ca.crt)
-    fi
+        --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.pytest_cache -cf - . | tar -C "$1" -xf -
+}
+
+install_rockbuild() {
+    copy_repo "$ROOT$RB_SRC"
     if [[ ! -x $ROOT$VENV/bin/python ]]; then
         log "creating $VENV in the root"
         in_root python3 -m venv "$VENV"
@@ -234,9 +242,7 @@ ensure_clean_python() {
         || compgen -G "$CLEAN/usr/lib/x86_64-linux-gnu/librocblas*" >/dev/null || [[ -e $CLEAN/opt/rocm ]]; then
         die "the clean root has ROCm in it; delete $CLEAN and its stamp, then run provision.sh"
     fi
-    rm -rf "$CLEAN$RB_SRC"
-    mkdir -p "$CLEAN$RB_SRC"
-    tar -C "$ROOT$RB_SRC" -cf - . | tar -C "$CLEAN$RB_SRC" -xf -
+    copy_repo "$CLEAN$RB_SRC"
     [[ -x $CLEAN$CLEAN_VENV/bin/python ]] || in_clean python3 -m venv "$CLEAN_VENV"
     in_clean "$CLEAN_VENV/bin/pip" install --quiet --editable "$RB_SRC"
 }
@@ -246,9 +252,9 @@ ensure_tiny_model() {
     if [[ -f $MODELS/tiny-qwen3.gguf ]]; then
         return
     fi
-    mkdir -p "$ROOT/e2e/models"
+    mkdir -p "$ROOT/e2e/models" "$MODELS"
     local vocab=$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf
-    in_root "$VENV/bin/pip" install --quiet "gguf==0.19.0" "numpy<3"
+    in_root "$VENV/bin/python" -c 'import gguf' 2>/dev/null || in_root "$VENV/bin/pip" install --quiet "gguf>=0.19"
     in_root "$VENV/bin/python" -c "
 from pathlib import Path
 from rockbuild.model import generate_tiny_qwen3
@@ -276,21 +282,74 @@ clean_root_checks() {
         | grep 'calling init:' | grep -v "$BUNDLE_IN_CLEAN" | sed 's/.*calling init: //' | sort -u \
         > "$E2E/bench/from-root-$TARGET.txt" || true
     log "libraries loaded from the clean root: $(tr '\n' ' ' < "$E2E/bench/from-root-$TARGET.txt")"
+    # what a release asset of this bundle weighs (gzip, as the Linux .tar.gz)
+    local gz=gzip
+    command -v pigz >/dev/null && gz=pigz
+    tar -C "$ROOT$OUT/$JOB_ID/bundle" -cf - . | "$gz" -6 | wc -c > "$E2E/bench/archive-$TARGET.bytes"
+    cp "$ROOT$OUT/$JOB_ID/bundle/bundle.json" "$E2E/bench/bundle-$TARGET.json"
+    summary
+}
+
+summary() {
+    # one table for every target proven so far (the figures of issue 6)
+    python3 - "$E2E/bench" <<'PYEOF'
+import glob, json, os, sys
+bench = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(bench, name)))
+    except (OSError, ValueError):
+        return None
+targets = sorted({os.path.basename(p)[len("smoke-"):-len(".json")] for p in glob.glob(os.path.join(bench, "smoke-*.json"))})
+cold, warm = load("cold.json"), load("warm.json")
+print("[e2e] summary")
+if cold:
+    print(f"    cold build ({', '.join(cold['gpu_targets'])}): {cold['durations']['total']:.0f} s, "
+          f"{(cold.get('ninja') or {}).get('objects', {}).get('HIP', '?')} HIP objects")
+if warm:
+    print(f"    warm rebuild (fresh build dir, same ccache): {warm['durations']['total']:.1f} s, "
+          f"ccache hit rate {((warm.get('ccache') or {}).get('hit_rate') or 0):.0%}")
+for t in targets:
+    smoke, bundle, audit = load(f"smoke-{t}.json"), load(f"bundle-{t}.json") or {}, load(f"audit-{t}.json") or {}
+    try:
+        archive = int(open(os.path.join(bench, f"archive-{t}.bytes")).read())
+    except (OSError, ValueError):
+        archive = 0
+    kernels = bundle.get("kernels") or {}
+    kept = (kernels.get("kept") or {}).get("files", "?")
+    dropped = (kernels.get("dropped") or {}).get("files", "?")
+    runs = (smoke or {}).get("runs", {})
+    cli = runs.get("cli", {})
+    tg = next((b["tokens_per_second"] for b in runs.get("bench", {}).get("bench", []) if b.get("n_gen")), None)
+    count = lambda v: v if isinstance(v, int) else len(v or [])  # noqa: E731
+    print(f"    {t}: bundle {count(bundle.get('files'))} files + {count(bundle.get('data_files'))} kernel files, "
+          f"{bundle.get('total_bytes', 0):,} bytes; .tar.gz {archive:,} bytes; kernel files kept/dropped {kept}/{dropped}")
+    print(f"    {t}: audit {'passed' if audit.get('ok') else 'FAILED'}; smoke {'passed' if (smoke or {}).get('ok') else 'FAILED'}: "
+          f"llama-cli {cli.get('tokens')} tokens at {cli.get('tokens_per_second')} t/s (CPU), server answered: "
+          f"{runs.get('server', {}).get('ok')}, llama-bench tg16 {tg} t/s; {(smoke or {}).get('gpu', {}).get('summary')}")
+PYEOF
 }
 
 main() {
     local mode=${1:-build}
     case $mode in
-        build | cold | warm | figures | clean | all) ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, clean, all)" ;;
+        build | cold | warm | figures | clean | all | summary) ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, clean, all, summary)" ;;
     esac
     if [[ $mode == figures ]]; then
         figures
         return
     fi
+    if [[ $mode == summary ]]; then
+        summary
+        return
+    fi
     ensure_source
     mount_root
-    install_rockbuild
+    # `clean` alone reuses the root's rockbuild when there is one (a build of another target may be using it)
+    if [[ $mode != clean || ! -x $ROOT$VENV/bin/rockbuild ]]; then
+        install_rockbuild
+    fi
     if [[ $mode != clean ]]; then
         build_llama "${mode/all/build}"
         figures
