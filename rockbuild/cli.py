@@ -282,12 +282,15 @@ def _stub(name: str, summary: str, issue: str) -> None:
               help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
 @click.option("--prune-fatbin", is_flag=True,
               help="Also drop other targets' device code from rocBLAS/rocSOLVER (unproven on a GPU: opt-in).")
+@click.option("--inputs", "inputs_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
 @click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout.")
 def build(
     target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
     rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None, git_url: str | None,
     build_number: str | None, commit: str | None, offline: bool, out_dir: Path, jobs: int | None,
-    ccache_dir: Path | None, no_ccache: bool, make_bundle: bool, prune_fatbin: bool, as_json: bool,
+    ccache_dir: Path | None, no_ccache: bool, make_bundle: bool, prune_fatbin: bool, inputs_file: Path | None,
+    as_json: bool,
 ) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
     from .build.driver import BuildOptions, build_job, resolve_job
@@ -297,12 +300,27 @@ def build(
         from .errors import UsageError
 
         raise UsageError("give --rocm DIR or --rocm-version V, not both")
-    job = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name)
-    result = build_job(job, BuildOptions(
+    build_options = BuildOptions(
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
         use_ccache=not no_ccache, ccache_dir=ccache_dir,
-    ))
+    )
+    if inputs_file is not None:
+        from .errors import UsageError
+        from .nightly import build_with_inputs, load_inputs
+
+        if ref or rocm_version or git_url:
+            raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
+        inputs = load_inputs(inputs_file)
+        if job_id:
+            job = inputs.job(job_id)
+        else:
+            wanted = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name)
+            job = inputs.job(wanted.id)
+        result = build_with_inputs(job, inputs, build_options, quiet=as_json)
+    else:
+        job = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name)
+        result = build_job(job, build_options)
     bundled = None
     if make_bundle:
         from .bundle import make_bundle as bundle_build
@@ -437,8 +455,11 @@ def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_g
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=True,
+@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--inputs", "inputs_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The night's inputs.json: every job in it counts (one without a folder as failed); a folder built "
+              "from another commit is refused. JOB_DIRs default to out/<job-id>.")
 @click.option("--repo", default=None, metavar="OWNER/NAME", help="Release repository (default: $GITHUB_REPOSITORY).")
 @click.option("--api-url", default=None, metavar="URL",
               help="GitHub API (default: https://api.github.com; GitHub Enterprise: https://HOST/api/v3).")
@@ -452,8 +473,9 @@ def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_g
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for the release files (default: release/ beside the job folders).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-def publish(job_dirs: tuple[Path, ...], repo: str | None, api_url: str | None, tag: str | None, scheme: str | None,
-            draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None, as_json: bool) -> None:
+def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | None, api_url: str | None,
+            tag: str | None, scheme: str | None, draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None,
+            as_json: bool) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
 
     The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
@@ -462,6 +484,14 @@ def publish(job_dirs: tuple[Path, ...], repo: str | None, api_url: str | None, t
     from .publish import PublishOptions
     from .publish import publish as publish_release
 
+    if inputs_file is not None:
+        from .nightly import load_inputs, publish_dirs_for_inputs
+
+        job_dirs = publish_dirs_for_inputs(load_inputs(inputs_file), job_dirs)
+    elif not job_dirs:
+        from .errors import UsageError
+
+        raise UsageError("give the job folders to publish (out/<job-id>), or --inputs inputs.json")
     report = publish_release(PublishOptions(
         job_dirs=job_dirs, repo=repo, api_url=api_url, tag=tag, scheme=scheme, draft=draft, dry_run=dry_run,
         keep=keep, out=out_dir, quiet=as_json,
@@ -489,10 +519,170 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: s
         emit_json(report.to_dict())
     else:
         click.echo(report.message)
-_stub("resolve", "Pin the night's inputs (llama.cpp commit, ROCm tarballs) into inputs.json", "nightly issue")
-_stub("nightly", "The whole night: resolve, build every job, publish, alert", "nightly issue")
-_stub("doctor", "Check this machine's AMD GPUs and a bundle for problems", "doctor/install issue")
-_stub("install", "Download the release asset that fits this machine's GPU", "doctor/install issue")
+
+
+@cli.command(context_settings=CONTEXT)
+@MATRIX_FILE
+@click.option("--only", multiple=True, metavar="GLOB", help="Keep jobs whose id matches (fnmatch, {a,b}). Repeatable.")
+@click.option("--os", "oses", multiple=True, metavar="OS[,OS]", help="Only these OSes (linux, windows).")
+@click.option("--target", "targets", multiple=True, metavar="NAME[,NAME]", help="Only these families/targets.")
+@click.option("--llama-ref", default=None, metavar="REF",
+              help="llama.cpp tag, branch or full commit (default: the matrix's llama_ref; latest = master).")
+@click.option("--rocm-version", default=None, metavar="V", help="'latest' or an exact TheRock version for every job.")
+@click.option("--max-age-days", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Fail a job whose newest ROCm tarball ('latest') is older than this.")
+@click.option("--index-url", default=None, help="Read this TheRock index page instead of the channels' hosts.")
+@click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one).")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("inputs.json"),
+              show_default=True, help="Write the inputs here.")
+@click.option("--json", "as_json", is_flag=True, help="Also print the inputs as JSON on stdout.")
+def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
+            llama_ref: str | None, rocm_version: str | None, max_age_days: int, index_url: str | None,
+            git_url: str | None, out_file: Path, as_json: bool) -> None:
+    """Pin the night's inputs once for every job: the llama.cpp commit and each group's ROCm tarball (inputs.json).
+
+    A group whose newest tarball is older than --max-age-days fails its own jobs (building them with --inputs
+    refuses, naming the group and the date found); the other jobs go on.
+    """
+    from . import matrix as matrix_mod
+    from .nightly import resolve_inputs
+
+    jobs = matrix_mod.expand_matrix(
+        config, os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
+        target_override=matrix_mod.split_list(targets),
+    )
+    jobs = matrix_mod.select_jobs(jobs, only)
+    inputs = resolve_inputs(jobs, llama_ref=llama_ref, rocm_version=rocm_version, max_age_days=max_age_days,
+                            index_url=index_url, git_url=git_url, quiet=as_json)
+    path = inputs.write(out_file)
+    if as_json:
+        emit_json(inputs.to_dict())
+        return
+    failed = [j.id for j in inputs.jobs if inputs.rocm_for(j.id).error]
+    click.echo(f"{path}: llama.cpp {inputs.llama.commit[:12]} (build {inputs.llama.build_number or 'unknown'}), "
+               f"{len(inputs.jobs)} jobs, {len(inputs.rocm)} ROCm tarball(s)")
+    if failed:
+        click.echo(f"  no usable ROCm (these jobs will fail): {', '.join(failed)}")
+
+
+@cli.command(context_settings=CONTEXT)
+@MATRIX_FILE
+@click.option("--only", multiple=True, metavar="GLOB", help="Keep jobs whose id matches (fnmatch, {a,b}). Repeatable.")
+@click.option("--os", "oses", multiple=True, metavar="OS[,OS]", help="Only these OSes (linux, windows).")
+@click.option("--target", "targets", multiple=True, metavar="NAME[,NAME]", help="Only these families/targets.")
+@click.option("--publish/--no-publish", "publish_release", default=None,
+              help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY).")
+@click.option("-j", "--jobs", "parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Jobs to run at the same time.")
+@click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles per job.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
+              show_default=True, help="Job folders, inputs.json and release files go here; a re-run resumes.")
+@click.option("--llama-ref", default=None, metavar="REF", help="llama.cpp tag, branch or full commit.")
+@click.option("--rocm-version", default=None, metavar="V", help="'latest' or an exact TheRock version.")
+@click.option("--max-age-days", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Fail a job whose newest ROCm tarball is older than this.")
+@click.option("--index-url", default=None, help="Read this TheRock index page instead of the channels' hosts.")
+@click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one).")
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="Release repository (default: $GITHUB_REPOSITORY).")
+@click.option("--api-url", default=None, metavar="URL", help="GitHub API (default: https://api.github.com).")
+@click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
+              help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
+@click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny", help="Smoke model (see rockbuild smoke).")
+@click.option("--no-ccache", is_flag=True, help="Do not use ccache.")
+@click.option("--json", "as_json", is_flag=True, help="Print the night's report as JSON on stdout.")
+@click.pass_context
+def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
+            targets: tuple[str, ...], publish_release: bool | None, parallel: int, compile_jobs: int | None,
+            out_dir: Path, llama_ref: str | None, rocm_version: str | None, max_age_days: int,
+            index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None, smoke_test: bool,
+            model_spec: str | None, no_ccache: bool, as_json: bool) -> None:
+    """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
+
+    Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
+    with the same --out resumes: stages whose inputs did not change are not redone. Exit 0 when the release was
+    made (or skipped as unchanged), 1 when a required job failed.
+    """
+    from .nightly import NightOptions, run_night
+    from .nightly.overview import Overview
+
+    overview = Overview(enabled=not as_json)
+    with overview:
+        report = run_night(NightOptions(
+            config=config, only=only, oses=oses, targets=targets, llama_ref=llama_ref, rocm_version=rocm_version,
+            max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
+            repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
+            model=model_spec, use_ccache=not no_ccache, quiet=as_json, on_event=overview.on_event,
+        ))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        overview.print_summary(report)
+        click.echo(f"night: {report.state}: {report.message}")
+    if report.exit_code:
+        ctx.exit(report.exit_code)
+
+
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# For users of the builds
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--bundle", "bundle_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Also check this bundle: kernels for each GPU found, and its audit.")
+@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
+              show_default=True, help="Read the KFD topology and module parameters from this sysfs tree.")
+@click.option("--dev-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/dev"),
+              show_default=True, help="Check device access (kfd, dri/renderD*) in this folder.")
+@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/proc"), hidden=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, as_json: bool) -> None:
+    """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
+    from .doctor import run_doctor
+    from .errors import RockbuildError
+
+    report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, bundle=bundle_dir)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
+    if not report.ok:
+        first = report.errors[0]
+        raise RockbuildError(f"{len(report.errors)} problem(s) found, first: {first.message}",
+                             hint=first.action or None)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--repo", default=None, metavar="OWNER/NAME",
+              help="Release repository (default: lemonade-sdk/llamacpp-rocm, whose asset names rockbuild keeps).")
+@click.option("--tag", default="latest", show_default=True, help="Release tag, or 'latest'.")
+@click.option("--target", default="auto", show_default=True,
+              help="gfx target to install for; auto: this machine's GPU (a discrete one first).")
+@click.option("--backend", type=click.Choice(["rocm", "vulkan"]), default="rocm", show_default=True,
+              help="Which flavour of the release to install.")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder to create (default: ./<asset name>).")
+@click.option("--api-url", default=None, metavar="URL",
+              help="GitHub API (default: https://api.github.com; GitHub Enterprise: https://HOST/api/v3).")
+@click.option("--os", "os_name", type=click.Choice(["linux", "windows"]), default=None,
+              help="Install the asset for this OS (default: this machine's).")
+@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"), hidden=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | None, api_url: str | None,
+            os_name: str | None, sysfs_root: Path, as_json: bool) -> None:
+    """Download the release asset that fits this machine's GPU, verify it (SHA256SUMS), extract it, audit it."""
+    from .install import DEFAULT_API_URL, DEFAULT_REPO, InstallOptions
+    from .install import install as install_asset
+
+    report = install_asset(InstallOptions(
+        repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
+        api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
+    ))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
 
 
 # ---------------------------------------------------------------------------------------------------------------------

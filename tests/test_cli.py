@@ -28,12 +28,9 @@ def test_help_lists_every_stage_in_pipeline_order(run_rockbuild):
     assert positions[:6] == sorted(positions[:6])
 
 
-@pytest.mark.parametrize("stage", ["resolve", "nightly", "doctor", "install"])
-def test_stubs_say_not_implemented_and_fail(run_rockbuild, stage):
-    result = run_rockbuild(stage, "--some-flag", "value")
-    assert result.returncode == 3
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: rockbuild {stage} is not implemented yet")
+def test_no_stage_is_a_stub_any_more(run_rockbuild):
+    result = run_rockbuild("--help")
+    assert result.returncode == 0 and "not implemented yet" not in result.stdout
 
 
 def test_help_does_not_import_heavy_modules():

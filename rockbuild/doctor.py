@@ -1,0 +1,479 @@
+"""``rockbuild doctor``: what this machine's AMD GPUs are and what would make a build look slow or absent on it.
+
+Everything is read from files, never from ROCm: the KFD topology in sysfs names the GPUs, ``/dev`` says whether this
+user may open them, the environment holds the overrides people copy from forum posts, the ttm/amdgpu module
+parameters bound how much RAM an APU's GPU may use. Each problem is a :class:`Finding` with a severity and one line
+of what to do; an ``error`` finding makes the command fail.
+
+Reading the KFD topology (``/sys/class/kfd/kfd/topology/nodes/N/properties``, one ``key value`` per line):
+
+* ``gfx_target_version`` is ``major * 10000 + minor * 100 + stepping`` in decimal; the gfx name prints minor and
+  stepping as one hex digit each (90010 -> gfx90a, 90402 -> gfx942, 100306 -> gfx1036, 110501 -> gfx1151). CPU
+  nodes have 0 (or ``simd_count`` 0) and are skipped.
+* ROCm numbers GPUs in node order, CPU nodes left out: that order is the index ``HIP_VISIBLE_DEVICES`` takes.
+* Integrated or discrete: sysfs has no flag for it (ROCm asks the amdgpu driver through an ioctl,
+  ``AMDGPU_IDS_FLAGS_FUSION``). The rule here: a GPU node that also reports CPU cores (how an APU's CRAT table may
+  describe one combined node) is integrated, and so is a GPU whose gfx target only exists as an APU
+  (:data:`APU_TARGETS`). gfx942 is both MI300A (APU) and MI300X (discrete), so it counts as integrated only by the
+  first rule.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import platform
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import FamilyTable, load_families
+
+SEVERITIES = ("ok", "info", "warning", "error")
+PAGE = 4096  # ttm.pages_limit counts 4 KiB pages
+# gfx targets that only exist as the GPU of an APU (the family table's products: iGPUs, Strix, Krackan).
+APU_TARGETS = frozenset({"gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1103", "gfx1150", "gfx1151", "gfx1152",
+                         "gfx1153"})
+# Variables that pick or hide GPUs: an old value left in a shell profile silently moves llama.cpp to the CPU.
+VISIBILITY_VARIABLES = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+# Workarounds that change how ROCm runs; worth knowing they are set when something misbehaves.
+OTHER_OVERRIDES = ("HSA_ENABLE_SDMA", "HSA_XNACK", "HSA_NO_SCRATCH_RECLAIM", "AMD_SERIALIZE_KERNEL",
+                   "GGML_VK_VISIBLE_DEVICES", "HCC_AMDGPU_TARGET")
+# When the GTT limit of an APU is below this share of RAM, big models fail to load on its GPU.
+GTT_SHARE_WANTED = 0.75
+
+
+def gfx_name(version: int) -> str:
+    """The gfx target of a KFD ``gfx_target_version``: 110501 -> gfx1151, 90010 -> gfx90a."""
+    major, minor, stepping = version // 10000, (version // 100) % 100, version % 100
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def gfx_from_override(value: str) -> str | None:
+    """The gfx target an ``HSA_OVERRIDE_GFX_VERSION`` value (``11.0.0``) stands for, or None when malformed."""
+    parts = value.strip().split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    major, minor, stepping = (int(p) for p in parts)
+    if minor > 15 or stepping > 15:
+        return None
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # ROCm's device index (GPU nodes in node order)
+    node: int  # the KFD topology node
+    target: str  # gfx1151
+    products: str  # from the family table, "" when unknown
+    integrated: bool
+    integrated_reason: str
+    compute_units: int
+    simd_count: int
+    device_id: int
+    drm_render_minor: int | None
+    local_mem_bytes: int  # VRAM (a dGPU) or the BIOS carve-out (an APU), from the node's memory banks
+
+    @property
+    def label(self) -> str:
+        kind = "iGPU" if self.integrated else "dGPU"
+        what = f" ({self.products})" if self.products else ""
+        return f"GPU {self.index}: {self.target} {kind}{what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "node": self.node, "target": self.target, "products": self.products,
+                "integrated": self.integrated, "integrated_reason": self.integrated_reason,
+                "compute_units": self.compute_units, "simd_count": self.simd_count,
+                "device_id": f"0x{self.device_id:04x}", "drm_render_minor": self.drm_render_minor,
+                "local_mem_bytes": self.local_mem_bytes}
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # ok | info | warning | error
+    topic: str  # gpu | access | override | memory | kernel | bundle
+    message: str
+    action: str = ""  # one line: what to do
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "topic": self.topic, "message": self.message, "action": self.action}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    target: str
+    flavour: str  # rocm | vulkan | both
+    reason: str
+    command: str  # what to run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "flavour": self.flavour, "reason": self.reason, "command": self.command}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    gpus: tuple[Gpu, ...]
+    findings: tuple[Finding, ...]
+    recommendations: tuple[Recommendation, ...]
+    kernel: str
+    bundle: Mapping[str, Any] | None = field(default=None)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "kernel": self.kernel, "gpus": [g.to_dict() for g in self.gpus],
+                "findings": [f.to_dict() for f in self.findings],
+                "recommendations": [r.to_dict() for r in self.recommendations], "bundle": self.bundle}
+
+    def render(self) -> str:
+        lines = [f"GPUs ({len(self.gpus)}):"]
+        lines += [f"  {g.label}, {g.compute_units} CUs, KFD node {g.node}" for g in self.gpus] or ["  none"]
+        lines.append("Findings:")
+        for f in self.findings:
+            lines.append(f"  [{f.severity}] {f.message}")
+            if f.action:
+                lines.append(f"      -> {f.action}")
+        if self.recommendations:
+            lines.append("Which build to try first:")
+            for r in self.recommendations:
+                lines.append(f"  {r.target}: {r.flavour} ({r.reason})")
+                lines.append(f"      $ {r.command}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading sysfs
+
+
+def read_properties(path: Path) -> dict[str, int]:
+    """A KFD ``properties`` file as {key: int}; lines that are not ``key integer`` are skipped."""
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
+def kfd_nodes_dir(sysfs_root: Path) -> Path:
+    return sysfs_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
+
+
+def _products(table: FamilyTable | None, target: str) -> str:
+    if table is None:
+        return ""
+    for fam in table.families:
+        if fam.resolve_targets and fam.gpus.get(target):
+            return fam.gpus[target]
+    return ""
+
+
+def read_kfd_gpus(sysfs_root: Path = Path("/sys"), table: FamilyTable | None = None) -> list[Gpu]:
+    """The GPUs of the KFD topology under ``sysfs_root``, in ROCm's device order (see the module docstring)."""
+    nodes = kfd_nodes_dir(sysfs_root)
+    try:
+        names = sorted((p for p in nodes.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    except OSError:
+        return []
+    gpus: list[Gpu] = []
+    for node_dir in names:
+        props = read_properties(node_dir / "properties")
+        version = props.get("gfx_target_version", 0)
+        if not version or not props.get("simd_count", 0):
+            continue  # a CPU node
+        target = gfx_name(version)
+        if props.get("cpu_cores_count", 0) > 0:
+            integrated, reason = True, "the KFD node reports CPU cores and SIMDs (an APU)"
+        elif target in APU_TARGETS:
+            integrated, reason = True, f"{target} only exists as an APU's GPU"
+        else:
+            integrated, reason = False, "no CPU cores in its KFD node and not an APU-only target"
+        mem = 0
+        banks = node_dir / "mem_banks"
+        if banks.is_dir():
+            for bank in banks.iterdir():
+                mem += read_properties(bank / "properties").get("size_in_bytes", 0)
+        simd_per_cu = props.get("simd_per_cu") or 2
+        minor = props.get("drm_render_minor")
+        gpus.append(Gpu(
+            index=len(gpus), node=int(node_dir.name), target=target, products=_products(table, target),
+            integrated=integrated, integrated_reason=reason, compute_units=props["simd_count"] // simd_per_cu,
+            simd_count=props["simd_count"], device_id=props.get("device_id", 0),
+            drm_render_minor=minor if minor else None, local_mem_bytes=mem,
+        ))
+    return gpus
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Checks
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB"
+
+
+def _device_access(path: Path, what: str) -> Finding:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Finding("error", "access", f"{path} does not exist: ROCm cannot reach {what}",
+                       "in a container pass --device /dev/kfd --device /dev/dri; on the host check that the amdgpu "
+                       "driver is loaded (lsmod | grep amdgpu)")
+    except OSError as exc:
+        return Finding("error", "access", f"cannot stat {path}: {exc.strerror}", "check the device node")
+    if os.access(path, os.R_OK | os.W_OK):
+        return Finding("ok", "access", f"{path} ({what}) can be opened by this user")
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    mode = stat.filemode(st.st_mode)
+    return Finding("error", "access",
+                   f"this user cannot open {path} ({mode}, group {group}): ROCm sees no GPU and llama.cpp silently "
+                   "runs on the CPU",
+                   f"sudo usermod -aG {group} $USER (render and video on most distributions), then log out and in")
+
+
+def check_device_access(gpus: Sequence[Gpu], dev_root: Path = Path("/dev")) -> list[Finding]:
+    """Can this user open ``/dev/kfd`` and each GPU's render node?"""
+    if not gpus:
+        return []
+    findings = [_device_access(dev_root / "kfd", "the compute driver, /dev/kfd")]
+    for gpu in gpus:
+        if gpu.drm_render_minor is None:
+            findings.append(Finding("warning", "access", f"{gpu.label}: its KFD node names no render node",
+                                    "update the kernel; ROCm needs a render node per GPU"))
+            continue
+        findings.append(_device_access(dev_root / "dri" / f"renderD{gpu.drm_render_minor}",
+                                       f"{gpu.target}'s render node"))
+    return findings
+
+
+def _selected(value: str) -> list[int] | None:
+    """GPU indexes a visibility variable selects; None when it is not a plain index list (UUIDs...)."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not all(v.isdigit() for v in items):
+        return None
+    return [int(v) for v in items]
+
+
+def check_overrides(gpus: Sequence[Gpu], env: Mapping[str, str], table: FamilyTable) -> list[Finding]:
+    """Variables that change which GPUs ROCm shows or what it believes they are."""
+    findings: list[Finding] = []
+    override = env.get("HSA_OVERRIDE_GFX_VERSION")
+    if override is not None:
+        fake = gfx_from_override(override)
+        if fake is None:
+            findings.append(Finding("warning", "override", f"HSA_OVERRIDE_GFX_VERSION={override!r} is not "
+                                    "MAJOR.MINOR.STEPPING (e.g. 11.0.0)", "unset HSA_OVERRIDE_GFX_VERSION"))
+        else:
+            built = [g.target for g in gpus if g.target != fake and table.family_of_target(g.target) is not None]
+            if built:
+                findings.append(Finding(
+                    "warning", "override",
+                    f"HSA_OVERRIDE_GFX_VERSION={override} makes ROCm run {fake} code on {', '.join(built)}, for which "
+                    "real builds exist", "unset HSA_OVERRIDE_GFX_VERSION and install the asset for your GPU "
+                    f"(rockbuild install --target {built[0]})"))
+            else:
+                findings.append(Finding(
+                    "info", "override", f"HSA_OVERRIDE_GFX_VERSION={override} makes ROCm treat every GPU as {fake}",
+                    "fine for a GPU without its own build; if it crashes or prints garbage, use the Vulkan build"))
+    visibility = {name: env[name] for name in VISIBILITY_VARIABLES if name in env}
+    for name, value in visibility.items():
+        indexes = _selected(value)
+        if value.strip() == "" or (indexes is not None and gpus and not any(i < len(gpus) for i in indexes)):
+            findings.append(Finding("error", "override", f"{name}={value!r} hides every GPU: llama.cpp will run "
+                                    "on the CPU", f"unset {name} or set it to an index below {len(gpus)}"))
+        elif indexes is not None and gpus:
+            chosen = ", ".join(gpus[i].target for i in indexes if i < len(gpus))
+            findings.append(Finding("info", "override", f"{name}={value} selects {chosen}",
+                                    f"unset {name} to use every GPU"))
+        else:
+            findings.append(Finding("info", "override", f"{name}={value} is set", f"unset {name} to use every GPU"))
+    for name in OTHER_OVERRIDES:
+        if name in env:
+            findings.append(Finding("info", "override", f"{name}={env[name]} is set (a workaround)",
+                                    f"unset {name} unless you need it"))
+    integrated = [g for g in gpus if g.integrated]
+    discrete = [g for g in gpus if not g.integrated]
+    if integrated and discrete and not visibility:
+        pin = ",".join(str(g.index) for g in discrete)
+        findings.append(Finding(
+            "warning", "override",
+            f"an iGPU ({', '.join(g.target for g in integrated)}) is visible beside the dGPU "
+            f"({', '.join(g.target for g in discrete)}): llama.cpp would split the model across both, and a build "
+            "without the iGPU's target fails on it", f"pin the dGPU: export HIP_VISIBLE_DEVICES={pin}"))
+    return findings
+
+
+def read_meminfo_total(proc_root: Path = Path("/proc")) -> int | None:
+    """MemTotal in bytes, or None when unreadable."""
+    try:
+        for line in (proc_root / "meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def check_apu_memory(gpus: Sequence[Gpu], sysfs_root: Path = Path("/sys"),
+                     proc_root: Path = Path("/proc")) -> list[Finding]:
+    """How much RAM an APU's GPU may map (GTT), from ttm.pages_limit and amdgpu.gttsize."""
+    apus = [g for g in gpus if g.integrated]
+    if not apus or len(apus) < len(gpus):
+        return []  # with a dGPU in the machine the model goes there (see the iGPU warning); GTT does not matter
+    names = ", ".join(g.target for g in apus)
+    total = read_meminfo_total(proc_root)
+    pages = _read_int(sysfs_root / "module" / "ttm" / "parameters" / "pages_limit")
+    gttsize = _read_int(sysfs_root / "module" / "amdgpu" / "parameters" / "gttsize")
+    findings: list[Finding] = []
+    for g in apus:
+        if g.local_mem_bytes:
+            findings.append(Finding("info", "memory", f"{g.target}: {_gib(g.local_mem_bytes)} of RAM reserved as "
+                                    "VRAM by the firmware (UMA frame buffer)",
+                                    "a small carve-out is fine: the GPU maps the rest of RAM through GTT"))
+    if pages is None and gttsize is None:
+        findings.append(Finding("info", "memory", f"{names}: the ttm and amdgpu module parameters are not readable; "
+                                "the GTT limit is unknown", ""))
+        return findings
+    limits = []
+    if pages:
+        limits.append(pages * PAGE)
+    elif total:
+        limits.append(total // 2)  # ttm's default: half of RAM
+    if gttsize is not None and gttsize > 0:
+        limits.append(gttsize * 1024**2)
+        findings.append(Finding("info", "memory", f"amdgpu.gttsize={gttsize} (MiB) is set",
+                                "newer kernels size GTT from ttm.pages_limit; amdgpu.gttsize is deprecated"))
+    limit = min(limits) if limits else None
+    if limit is None or not total:
+        findings.append(Finding("info", "memory", f"{names}: GTT limit "
+                                f"{_gib(limit) if limit else 'unknown'}, RAM size unknown", ""))
+        return findings
+    wanted_pages = int(total * 0.9) // PAGE
+    if limit < GTT_SHARE_WANTED * total:
+        findings.append(Finding(
+            "warning", "memory",
+            f"{names}: the GPU may map only {_gib(limit)} of {_gib(total)} RAM (GTT limit); larger models fail to "
+            "load or fall back to the CPU",
+            f"add ttm.pages_limit={wanted_pages} (90% of RAM in 4 KiB pages) to the kernel command line and reboot"))
+    else:
+        findings.append(Finding("ok", "memory", f"{names}: the GPU may map {_gib(limit)} of {_gib(total)} RAM (GTT)"))
+    return findings
+
+
+def check_bundle(gpus: Sequence[Gpu], bundle: Path) -> tuple[list[Finding], dict[str, Any]]:
+    """Does the bundle carry kernels for each GPU found, and does its audit pass?"""
+    from .bundle.audit import audit_bundle
+    from .errors import RockbuildError
+
+    try:
+        report = audit_bundle(bundle)
+    except RockbuildError as exc:
+        return [Finding("error", "bundle", f"cannot audit {bundle}: {exc.message}",
+                        "pass the folder rockbuild install or rockbuild bundle made")], {"path": str(bundle)}
+    findings = []
+    targets = set(report.targets)
+    for gpu in gpus:
+        if gpu.target in targets:
+            findings.append(Finding("ok", "bundle", f"{bundle} has kernels for {gpu.target}"))
+        else:
+            findings.append(Finding(
+                "error", "bundle",
+                f"{bundle} has kernels for {', '.join(report.targets) or 'no target'}, not for {gpu.target}: it "
+                "would fail or run on the CPU there", f"rockbuild install --target {gpu.target}"))
+    if report.ok:
+        findings.append(Finding("ok", "bundle", f"{bundle}: audit passed"))
+    else:
+        findings.append(Finding("error", "bundle", f"{bundle}: audit failed ({len(report.failures)}): "
+                                f"{report.failures[0]}", "download the asset again (rockbuild install)"))
+    return findings, {"path": str(bundle), "targets": list(report.targets), "audit_ok": report.ok,
+                      "failures": list(report.failures)}
+
+
+def _instinct(products: str) -> bool:
+    return "Instinct" in products
+
+
+def compare_command(target: str) -> str:
+    return (f"rockbuild install --target {target} --dest llama-rocm-{target} && "
+            f"rockbuild install --backend vulkan --dest llama-vulkan && "
+            f"rockbuild compare llama-rocm-{target} llama-vulkan --model MODEL.gguf")
+
+
+def recommend_flavours(gpus: Sequence[Gpu], table: FamilyTable) -> list[Recommendation]:
+    """Which build to try first per GPU: ROCm, Vulkan, or both with a benchmark (issue 12's rules)."""
+    out: list[Recommendation] = []
+    for gpu in gpus:
+        t = gpu.target
+        vulkan = "rockbuild install --backend vulkan"
+        if table.family_of_target(t) is None:
+            out.append(Recommendation(t, "vulkan", f"no ROCm build exists for {t}", vulkan))
+        elif _instinct(gpu.products) and not gpu.integrated and t.startswith("gfx9"):
+            out.append(Recommendation(t, "rocm", "an Instinct accelerator: ROCm is its native stack",
+                                      f"rockbuild install --target {t}"))
+        elif gpu.integrated or t.startswith(("gfx11", "gfx12")):
+            kind = "an APU" if gpu.integrated else ("RDNA4" if t.startswith("gfx12") else "RDNA3")
+            out.append(Recommendation(t, "both", f"{kind}: either can be faster, benchmark both", compare_command(t)))
+        else:
+            out.append(Recommendation(t, "vulkan", "an older Radeon: Vulkan is the simpler working path; ROCm "
+                                      f"builds for {t} exist as a fallback", vulkan))
+    return out
+
+
+def run_doctor(
+    *, sysfs_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), proc_root: Path = Path("/proc"),
+    env: Mapping[str, str] | None = None, bundle: Path | None = None, kernel: str | None = None,
+    table: FamilyTable | None = None,
+) -> DoctorReport:
+    """Every check, in the order a user should fix things."""
+    table = table or load_families()
+    env = os.environ if env is None else env
+    kernel = kernel or platform.release()
+    gpus = read_kfd_gpus(sysfs_root, table)
+    findings: list[Finding] = []
+    if not kfd_nodes_dir(sysfs_root).is_dir():
+        findings.append(Finding("error", "gpu", f"no KFD topology in {sysfs_root}/class/kfd: the amdgpu driver is "
+                                "not loaded or there is no AMD GPU", "check lsmod | grep amdgpu; without a GPU the "
+                                "builds run on the CPU only (or pass --target to rockbuild install)"))
+    elif not gpus:
+        findings.append(Finding("error", "gpu", "the KFD topology lists no GPU, only CPU nodes",
+                                "check that the GPU is enabled in the firmware and that amdgpu supports it"))
+    for gpu in gpus:
+        have = table.family_of_target(gpu.target)
+        findings.append(Finding("ok" if have else "warning", "gpu",
+                                f"{gpu.label}, {gpu.compute_units} CUs"
+                                + ("" if have else f": no ROCm build exists for {gpu.target}"),
+                                "" if have else "use the Vulkan build (rockbuild install --backend vulkan)"))
+    findings += check_device_access(gpus, dev_root)
+    findings += check_overrides(gpus, env, table)
+    findings += check_apu_memory(gpus, sysfs_root, proc_root)
+    findings.append(Finding("info", "kernel", f"Linux kernel {kernel}", ""))
+    bundle_info = None
+    if bundle is not None:
+        more, bundle_info = check_bundle(gpus, bundle)
+        findings += more
+    return DoctorReport(tuple(gpus), tuple(findings), tuple(recommend_flavours(gpus, table)), kernel, bundle_info)

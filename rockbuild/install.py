@@ -1,0 +1,453 @@
+"""``rockbuild install``: the release asset that fits this machine's GPU, verified, extracted safely and audited.
+
+1. The target: ``--target gfxN``, or (``auto``) the first discrete GPU of the KFD topology that has a ROCm build, else
+   the first GPU that has one (see :mod:`rockbuild.doctor`).
+2. The release: ``GET /repos/OWNER/NAME/releases/latest`` or ``/releases/tags/TAG`` (no token: releases are public).
+3. The asset: the release's ``manifest.json`` lists each job's ISAs (what ``libggml-hip`` really carries); the
+   smallest job of the wanted OS whose ISAs contain the target wins. Without a manifest (the seed's releases) the
+   asset is found by name, as Lemonade does: gfx1030..1036 -> gfx103X, gfx1100..1103 -> gfx110X, gfx1200/1201 ->
+   gfx120X, any other target verbatim; a warning says its ISAs are not listed (the seed's gfx103X lacks gfx1033,
+   gfx1035 and gfx1036). On Linux the ``.tar.gz`` is preferred; the ``.zip`` is extracted by
+   :func:`extract_zip_safely`, with the rules of :mod:`rockbuild.archive`.
+4. The bytes: the sha256 comes from the release's ``SHA256SUMS`` (and must agree with the API's asset digest when the
+   API gives one); the downloader refuses anything else and keeps nothing of a bad download.
+5. The audit of the extracted folder, then the exact command that starts ``llama-server`` on the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import string
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import console
+from .config import FamilyTable, cache_dir, load_families
+from .errors import (
+    AuditError,
+    ChecksumError,
+    CorruptArchiveError,
+    ExtractionError,
+    FetchError,
+    NotFoundError,
+    UnsafeArchiveError,
+    UsageError,
+)
+
+DEFAULT_REPO = "lemonade-sdk/llamacpp-rocm"  # the seed's release repository, whose asset names rockbuild keeps
+DEFAULT_API_URL = "https://api.github.com"
+SUMS_NAME = "SHA256SUMS"
+MANIFEST_NAME = "manifest.json"
+ARCHIVE_SUFFIXES = (".tar.gz", ".zip")
+_LEMONADE_FAMILIES = {
+    **{f"gfx103{d}": "gfx103X" for d in "0123456"},
+    **{f"gfx110{d}": "gfx110X" for d in "0123"},
+    "gfx1200": "gfx120X", "gfx1201": "gfx120X",
+}
+
+
+def asset_family(target: str) -> str:
+    """The asset name Lemonade downloads for ``target`` (rocm_asset_families): gfx1036 -> gfx103X, gfx1151 verbatim."""
+    return _LEMONADE_FAMILIES.get(target, target)
+
+
+def host_os() -> str:
+    return "windows" if sys.platform.startswith("win") else "linux"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class AssetChoice:
+    name: str
+    url: str
+    size: int | None
+    digest: str | None  # the API's sha256 of the asset, when it gives one
+    isas: tuple[str, ...]  # the gfx targets the asset carries (empty: not listed)
+    source: str  # manifest | name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "url": self.url, "size": self.size, "isas": list(self.isas), "source": self.source}
+
+
+@dataclass(frozen=True)
+class InstallReport:
+    repo: str
+    tag: str
+    target: str | None
+    backend: str
+    asset: AssetChoice
+    sha256: str
+    dest: Path
+    audit_ok: bool
+    command: str
+    visible_devices: str | None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repo": self.repo, "tag": self.tag, "target": self.target, "backend": self.backend,
+                "asset": self.asset.to_dict(), "sha256": self.sha256, "dest": str(self.dest),
+                "audit_ok": self.audit_ok, "visible_devices": self.visible_devices, "command": self.command,
+                "warnings": list(self.warnings)}
+
+    def render(self) -> str:
+        isas = ", ".join(self.asset.isas) or "not listed"
+        lines = [f"installed {self.asset.name} ({self.repo} {self.tag}; ISAs: {isas})",
+                 f"  into:   {self.dest} (sha256 {self.sha256[:16]}..., audit passed)",
+                 "  start the server with:", f"    {self.command}"]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    repo: str = DEFAULT_REPO
+    tag: str = "latest"
+    target: str = "auto"
+    backend: str = "rocm"  # rocm | vulkan
+    dest: Path | None = None
+    api_url: str = DEFAULT_API_URL
+    os_name: str | None = None  # default: this machine's
+    sysfs_root: Path = Path("/sys")
+    cache: Path | None = None  # default: <cache>/releases
+    quiet: bool = False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The GitHub release
+
+
+def fetch_release(api_url: str, repo: str, tag: str) -> dict[str, Any]:
+    """The release JSON of ``tag`` (``latest``: the newest published one)."""
+    from .downloader import get_text
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise UsageError(f"--repo {repo!r}: write OWNER/NAME")
+    where = "releases/latest" if tag == "latest" else f"releases/tags/{tag}"
+    url = f"{api_url.rstrip('/')}/repos/{repo}/{where}"
+    try:
+        text = get_text(url, headers={"Accept": "application/vnd.github+json"})
+    except NotFoundError:
+        what = "no published release" if tag == "latest" else f"no release tagged {tag}"
+        raise NotFoundError(f"{repo} has {what}", hint="check --repo and --tag (see the repository's releases page)") \
+            from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise FetchError(f"{url} did not answer with JSON", hint="check --api-url") from None
+    if not isinstance(data, dict) or not isinstance(data.get("assets"), list):
+        raise FetchError(f"{url} did not answer with a release", hint="check --api-url")
+    return data
+
+
+def parse_sha256sums(text: str) -> dict[str, str]:
+    """``sha256sum`` output (``HEX  NAME`` or ``HEX *NAME``) as {name: hex}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line.strip())
+        if m:
+            out[m[2]] = m[1].lower()
+    return out
+
+
+def _asset_url(asset: Mapping[str, Any]) -> str:
+    return str(asset.get("browser_download_url") or "")
+
+
+def _text_asset(assets: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
+    from .downloader import get_text
+
+    asset = assets.get(name)
+    return get_text(_asset_url(asset)) if asset else None
+
+
+def asset_name_pattern(template: str, *, tag: str, os_word: str, backend: str) -> re.Pattern[str]:
+    """A regex over archive names made from publish.yaml's asset template; group ``name`` is the job's name.
+
+    The Vulkan flavour has no per-target name: ``llama-{tag}-{os}-rocm-{name}-x64`` becomes ``...-{os}-vulkan-x64``.
+    """
+    if backend == "vulkan":
+        template = template.replace("rocm-{name}", "vulkan")
+    parts = []
+    for literal, field_name, _spec, _conv in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field_name == "tag":
+            parts.append(re.escape(tag))
+        elif field_name == "os":
+            parts.append(re.escape(os_word))
+        elif field_name == "name":
+            parts.append(r"(?P<name>[A-Za-z0-9_]+)")
+        elif field_name is not None:
+            parts.append(r"[^/]+")
+    return re.compile("".join(parts) + r"(?P<suffix>\.tar\.gz|\.zip)")
+
+
+def _preferred(names: Sequence[str], os_name: str) -> str | None:
+    """tar.gz before zip on Linux (the extractor streams it); Windows assets are zips."""
+    order = (".tar.gz", ".zip") if os_name == "linux" else (".zip", ".tar.gz")
+    for suffix in order:
+        for name in sorted(names):
+            if name.endswith(suffix):
+                return name
+    return None
+
+
+def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None, *, target: str | None,
+                 os_name: str, backend: str = "rocm", template: str | None = None,
+                 os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
+    """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
+    if template is None or os_words is None:
+        from .publish.config import load_publish_config
+
+        config = load_publish_config()
+        template, os_words = template or config.asset_name, os_words or config.os_words
+    tag = str(release.get("tag_name") or "")
+    assets = {str(a.get("name")): a for a in release.get("assets") or [] if isinstance(a, Mapping)}
+    pattern = asset_name_pattern(template, tag=tag, os_word=os_words.get(os_name, os_name), backend=backend)
+    archives = {n: pattern.fullmatch(n) for n in assets}
+    ours = {n: m for n, m in archives.items() if m}
+    warnings: list[str] = []
+
+    def choice(names: Sequence[str], isas: Sequence[str], source: str) -> AssetChoice | None:
+        name = _preferred([n for n in names if n in ours], os_name)
+        if name is None:
+            return None
+        asset = assets[name]
+        digest = str(asset.get("digest") or "")
+        return AssetChoice(name, _asset_url(asset), asset.get("size"),
+                           digest.split(":", 1)[1].lower() if digest.startswith("sha256:") else None,
+                           tuple(isas), source)
+
+    if backend == "vulkan":
+        found = choice(list(ours), (), "name")
+        if found is None:
+            raise NotFoundError(f"release {tag} has no {os_name} Vulkan asset; its assets: "
+                                f"{', '.join(sorted(assets)) or 'none'}", hint="try --backend rocm")
+        return found, warnings
+    assert target is not None
+    jobs = [j for j in (manifest or {}).get("jobs") or [] if isinstance(j, Mapping)]
+    covering = [j for j in jobs if j.get("os") == os_name and j.get("backend", "rocm") == "rocm"
+                and target in (j.get("isas") or j.get("targets") or [])]
+    covering.sort(key=lambda j: len(j.get("isas") or j.get("targets") or []))
+    for job in covering:
+        names = [str(a.get("name")) for a in job.get("assets") or [] if isinstance(a, Mapping)]
+        found = choice(names, [str(t) for t in job.get("isas") or job.get("targets") or []], "manifest")
+        if found is not None:
+            return found, warnings
+    if not jobs:
+        for wanted in dict.fromkeys([target, asset_family(target)]):
+            found = choice([n for n, m in ours.items() if m["name"] == wanted], (), "name")
+            if found is not None:
+                warnings.append(f"{tag} has no {MANIFEST_NAME}: {found.name} was chosen by its name and its ISAs "
+                                f"are not listed; if it fails on {target} ('invalid device function'), try "
+                                "--backend vulkan")
+                return found, warnings
+    listed = ", ".join(sorted(ours)) or "none"
+    raise NotFoundError(f"release {tag} has no {os_name} ROCm asset for {target}; its {os_name} assets: {listed}",
+                        hint="pass another --target or --tag, or try the Vulkan build (--backend vulkan)")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Safe zip extraction (archive.py only reads tarballs)
+
+
+def _zip_member_key(name: str) -> str:
+    """The member's path, checked: no absolute path, drive, backslash, NUL or ``..``; '' for the root itself."""
+    if "\0" in name or "\\" in name:
+        raise UnsafeArchiveError(f"zip member {name!r} has a NUL or backslash in its name")
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        raise UnsafeArchiveError(f"zip member {name!r} has an absolute path")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"zip member {name!r} leads out of the folder ('..')")
+    return "/".join(parts)
+
+
+def extract_zip_safely(path: Path, dest: Path) -> int:
+    """Extract the zip at ``path`` into ``dest`` (which must not exist); returns the number of files.
+
+    Same refusals as :mod:`rockbuild.archive`: absolute paths, ``..``, symlinks, devices, FIFOs, a second member
+    with the path of an earlier one, and a file where a folder is needed. Permission bits are kept (setuid, setgid
+    and sticky dropped). Work happens in a staging folder beside ``dest``, renamed into place only when every
+    member was written and its CRC checked; any refusal or error removes it.
+    """
+    dest = Path(dest).absolute()
+    if os.path.lexists(dest):
+        raise ExtractionError(f"{dest} already exists; not extracting over it", hint="delete it or pass --dest")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-", dir=dest.parent))
+    kinds: dict[str, str] = {"": "dir"}
+    files = 0
+    try:
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise CorruptArchiveError(f"{path.name} is not a readable zip ({exc})",
+                                      hint="delete the download and run again") from None
+        with zf:
+            for info in zf.infolist():
+                key = _zip_member_key(info.filename)
+                mode = info.external_attr >> 16 if info.create_system == 3 else 0
+                kind = "dir" if info.is_dir() else "file"
+                if mode and stat.S_ISLNK(mode):
+                    raise UnsafeArchiveError(f"zip member {info.filename!r} is a symlink; release assets hold none")
+                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise UnsafeArchiveError(f"zip member {info.filename!r} is a device, FIFO or socket")
+                if not key:
+                    continue
+                parents = key.split("/")[:-1]
+                for i in range(len(parents)):
+                    parent = "/".join(parents[: i + 1])
+                    if kinds.setdefault(parent, "dir") != "dir":
+                        raise UnsafeArchiveError(f"zip member {info.filename!r} goes through the file {parent!r}")
+                    (staging / parent).mkdir(exist_ok=True)
+                if key in kinds and (kind == "file" or kinds[key] != "dir"):
+                    raise UnsafeArchiveError(f"zip member {info.filename!r} appears twice")
+                kinds[key] = kind
+                target = staging / key
+                if kind == "dir":
+                    target.mkdir(exist_ok=True)
+                    continue
+                perms = (stat.S_IMODE(mode) & 0o777) if mode else 0o644
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as out, zf.open(info) as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                os.chmod(target, perms)
+                files += 1
+        os.rename(staging, dest)
+    except zipfile.BadZipFile as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CorruptArchiveError(f"{path.name} is damaged: {exc}", hint="delete the download and run again") \
+            from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The whole install
+
+
+def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
+    """This machine's GPU to install for: a discrete GPU with a ROCm build first, then any GPU with one."""
+    from .doctor import read_kfd_gpus
+
+    gpus = read_kfd_gpus(sysfs_root, table)
+    if not gpus:
+        raise UsageError("no AMD GPU found in the KFD topology (/sys/class/kfd); pass --target gfxN to choose a build",
+                         hint="rockbuild doctor tells why no GPU is seen")
+    built = [g for g in gpus if table.family_of_target(g.target) is not None]
+    if not built:
+        raise UsageError(f"no ROCm build exists for {', '.join(g.target for g in gpus)}; use the Vulkan build",
+                         hint="rockbuild install --backend vulkan")
+    return sorted(built, key=lambda g: (g.integrated, g.index))[0].target
+
+
+def visible_devices(sysfs_root: Path, isas: Sequence[str], target: str | None) -> str | None:
+    """HIP_VISIBLE_DEVICES for the GPUs the asset can run on, when others are present; None when all fit."""
+    from .doctor import read_kfd_gpus
+
+    gpus = read_kfd_gpus(sysfs_root)
+    covered = set(isas) or ({target} if target else set())
+    keep = [g.index for g in gpus if g.target in covered]
+    if not gpus or not keep or len(keep) == len(gpus):
+        return None
+    return ",".join(str(i) for i in keep)
+
+
+def server_command(dest: Path, os_name: str, visible: str | None) -> str:
+    """The command line that starts llama-server from ``dest`` with every layer on the GPU."""
+    if os_name == "windows":
+        exe = f'"{dest / "llama-server.exe"}"'
+        prefix = f'set "HIP_VISIBLE_DEVICES={visible}" && ' if visible else ""  # quoted: no trailing space
+    else:
+        exe = shlex.quote(str(dest / "llama-server"))
+        prefix = f"HIP_VISIBLE_DEVICES={visible} " if visible else ""
+    return f"{prefix}{exe} -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080"
+
+
+def _discard(downloader_cache: Path, name: str) -> None:
+    for suffix in ("", ".json", ".part", ".part.json", ".lock"):
+        with contextlib.suppress(OSError):
+            (downloader_cache / f"{name}{suffix}").unlink()
+
+
+def install(options: InstallOptions) -> InstallReport:
+    """Install the asset that fits (see the module docstring). Raises a RockbuildError, one line, on any refusal."""
+    from .archive import extract_tarball
+    from .bundle.audit import audit_bundle
+    from .downloader import Downloader
+
+    if options.backend not in ("rocm", "vulkan"):
+        raise UsageError(f"--backend {options.backend!r}: choose rocm or vulkan")
+    os_name = options.os_name or host_os()
+    table = load_families()
+    target: str | None = None
+    if options.backend == "rocm":
+        target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
+        if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
+            from .config import suggest
+
+            raise UsageError(f"--target {target!r} is not a gfx target{suggest(target, table.known_names)}")
+    say = (lambda m: None) if options.quiet else console.info
+    release = fetch_release(options.api_url, options.repo, options.tag)
+    tag = str(release.get("tag_name"))
+    assets = {str(a.get("name")): a for a in release["assets"] if isinstance(a, Mapping)}
+    manifest = None
+    if MANIFEST_NAME in assets:
+        with contextlib.suppress(ValueError):
+            manifest = json.loads(_text_asset(assets, MANIFEST_NAME) or "null")
+    chosen, warnings = choose_asset(release, manifest if isinstance(manifest, dict) else None, target=target,
+                                    os_name=os_name, backend=options.backend)
+    for w in warnings:
+        console.warn(w)
+    base = chosen.name[: -len(".tar.gz")] if chosen.name.endswith(".tar.gz") else chosen.name[: -len(".zip")]
+    dest = (options.dest or Path.cwd() / base).absolute()
+    if os.path.lexists(dest):
+        raise UsageError(f"{dest} already exists; not installing over it", hint="delete it or pass another --dest")
+    sums_text = _text_asset(assets, SUMS_NAME)
+    if sums_text is None:
+        raise ChecksumError(f"release {tag} has no {SUMS_NAME}: refusing to install bytes nobody vouched for",
+                            hint="choose a release with checksums (--tag)")
+    expected = parse_sha256sums(sums_text).get(chosen.name)
+    if expected is None:
+        raise ChecksumError(f"{SUMS_NAME} of {tag} does not list {chosen.name}: refusing it", hint="report it")
+    if chosen.digest and chosen.digest != expected:
+        raise ChecksumError(f"{chosen.name}: {SUMS_NAME} says sha256 {expected[:16]}..., GitHub says "
+                            f"{chosen.digest[:16]}...: refusing it", hint="report it to the release's maintainers")
+    cache = options.cache or cache_dir() / "releases"
+    say(f"==> {chosen.name} ({options.repo} {tag}) for {target or options.backend}")
+    with Downloader(cache, quiet=options.quiet) as dl:
+        try:
+            got = dl.fetch(chosen.url, name=chosen.name, sha256=expected, size=chosen.size)
+        except ChecksumError as exc:
+            _discard(cache, chosen.name)
+            raise ChecksumError(f"{chosen.name} does not match {SUMS_NAME} of {tag}: refused, nothing was kept "
+                                f"({exc.message})", hint="run again; if it repeats, report it") from None
+    # both extractors work in a staging folder and leave nothing behind when they refuse or fail
+    if chosen.name.endswith(".tar.gz"):
+        extract_tarball(got.path, dest)
+    else:
+        extract_zip_safely(got.path, dest)
+    report = audit_bundle(dest, platform=os_name)
+    if not report.ok:
+        raise AuditError(f"{dest}: installed, but its audit failed ({len(report.failures)}): {report.failures[0]}",
+                         hint=f"details: rockbuild audit {dest}; report it to the release's maintainers")
+    visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == host_os() else None
+    if options.backend == "vulkan":
+        visible = None
+    return InstallReport(options.repo, tag, target, options.backend, chosen, got.sha256, dest, True,
+                         server_command(dest, os_name, visible), visible, tuple(warnings))

@@ -1,0 +1,16 @@
+"""The whole night: pin the inputs (:mod:`.resolve`), run every job's stages with resume (:mod:`.run`), publish by
+the gating rules, alert on failure.
+
+Public API: :func:`resolve_inputs`, :func:`load_inputs`, :class:`Inputs`, :func:`run_night`, :class:`NightOptions`,
+:class:`NightReport`, :func:`build_with_inputs`.
+"""
+
+from __future__ import annotations
+
+from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, LlamaInput, RocmInput, load_inputs, resolve_inputs
+from .run import NightOptions, NightReport, build_with_inputs, publish_dirs_for_inputs, run_night
+
+__all__ = [
+    "DEFAULT_MAX_AGE_DAYS", "Inputs", "LlamaInput", "NightOptions", "NightReport", "RocmInput", "build_with_inputs",
+    "load_inputs", "publish_dirs_for_inputs", "resolve_inputs", "run_night",
+]

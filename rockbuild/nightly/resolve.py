@@ -1,0 +1,367 @@
+"""Pin the night's inputs once for every job: one llama.cpp commit, and per (OS, tarball group) one ROCm tarball.
+
+``inputs.json`` carries them with the expanded matrix, so every later command (``build --inputs``, ``publish
+--inputs``, the CI fan-out) builds the same commit against the same tarball. A group whose newest tarball is older
+than ``max_age_days`` (a frozen host, a renamed group) fails only its own jobs: their entry names the group and the
+date found, and building them refuses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__, console
+from rockbuild.config import Job
+from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
+
+SCHEMA = 1
+DEFAULT_MAX_AGE_DAYS = 3
+_LATEST_ALIASES = ("latest", "")
+
+
+def job_from_dict(data: dict[str, Any]) -> Job:
+    """The inverse of :meth:`Job.to_dict` (``inputs.json`` carries the matrix as dicts)."""
+    try:
+        return Job(
+            id=str(data["id"]), os=str(data["os"]), name=str(data["name"]), family=str(data["family"]),
+            group=str(data["group"]), legacy_groups=tuple(data.get("legacy_groups") or ()),
+            targets=tuple(data["targets"]), required=bool(data.get("required", True)),
+            llama_ref=str(data.get("llama_ref") or "master"), rocm_channel=str(data.get("rocm_channel") or "nightly"),
+            rocm_version=str(data.get("rocm_version") or "latest"),
+            cmake=tuple((str(k), str(v)) for k, v in (data.get("cmake") or {}).items()),
+            runner=str(data.get("runner") or ""),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None
+
+
+@dataclass(frozen=True)
+class LlamaInput:
+    """The llama.cpp commit every job builds."""
+
+    ref: str
+    commit: str
+    build_number: str | None
+    url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "commit": self.commit, "build_number": self.build_number, "url": self.url}
+
+
+@dataclass(frozen=True)
+class RocmInput:
+    """The ROCm tarball of one (OS, group, channel, version), or why there is none (``error``)."""
+
+    key: str
+    os: str
+    groups: tuple[str, ...]  # asked for: current name, then legacy names
+    channel: str
+    requested: str  # latest or an exact version
+    name: str | None = None  # tarball file name
+    url: str | None = None
+    version: str | None = None
+    date: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+    index_url: str | None = None
+    error: str | None = None
+    error_kind: str | None = None  # stale | not-found
+
+    def entry(self) -> Any:
+        """The :class:`~rockbuild.rocm.index.TarballEntry` for :func:`~rockbuild.rocm.fetch.fetch_rocm`."""
+        from rockbuild.rocm.index import TarballEntry
+        from rockbuild.rocm.names import parse_tarball_name
+
+        if self.error or not self.name or not self.url:
+            raise self.failure()
+        parsed = parse_tarball_name(self.name)
+        if parsed is None:
+            raise ConfigError(f"inputs.json names {self.name!r}, which is not a TheRock tarball name")
+        return TarballEntry(name=parsed, url=self.url, mtime=self.mtime, size=self.size, index_url=self.index_url or "")
+
+    def failure(self) -> StaleInputError | NotFoundError:
+        message = self.error or f"no ROCm tarball was resolved for {self.key}"
+        if self.error_kind == "stale":
+            return StaleInputError(message, hint="the host may have stopped publishing: check rocm-channels.yaml "
+                                   "or pin a version with --rocm-version")
+        return NotFoundError(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "os": self.os, "groups": list(self.groups), "channel": self.channel,
+                "requested": self.requested, "name": self.name, "url": self.url, "version": self.version,
+                "date": self.date, "size": self.size, "mtime": self.mtime, "index_url": self.index_url,
+                "error": self.error, "error_kind": self.error_kind}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RocmInput:
+        fields = {k: data.get(k) for k in ("key", "os", "channel", "requested", "name", "url", "version", "date",
+                                          "size", "mtime", "index_url", "error", "error_kind")}
+        return cls(groups=tuple(data.get("groups") or ()), **fields)  # type: ignore[arg-type]
+
+
+def rocm_key(job: Job, version: str) -> str:
+    return f"{job.os}-{job.group}-{job.rocm_channel}-{version}"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What one night builds: the matrix, the llama.cpp commit and each job's ROCm tarball."""
+
+    llama: LlamaInput
+    rocm: dict[str, RocmInput]
+    jobs: tuple[Job, ...]
+    job_rocm: dict[str, str]  # job id -> rocm key
+    resolved_at: str = ""
+    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
+    index_url: str | None = None
+    schema: int = SCHEMA
+    rockbuild_version: str = field(default=__version__)
+
+    def job(self, job_id: str) -> Job:
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        from rockbuild.config import suggest
+
+        ids = [j.id for j in self.jobs]
+        raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
+                         hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out")
+
+    def rocm_for(self, job_id: str) -> RocmInput:
+        self.job(job_id)
+        return self.rocm[self.job_rocm[job_id]]
+
+    def job_fingerprint(self, job_id: str) -> str:
+        """A hash of everything this job is built from (the job, the commit, the tarball)."""
+        data = {"job": self.job(job_id).to_dict(), "llama": self.llama.to_dict(),
+                "rocm": self.rocm_for(job_id).to_dict()}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema, "tool": "rockbuild", "rockbuild_version": self.rockbuild_version,
+            "resolved_at": self.resolved_at, "max_age_days": self.max_age_days, "index_url": self.index_url,
+            "llama_cpp": self.llama.to_dict(),
+            "rocm": {key: value.to_dict() for key, value in self.rocm.items()},
+            "jobs": [{**job.to_dict(), "rocm_key": self.job_rocm[job.id]} for job in self.jobs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "inputs.json") -> Inputs:
+        if not isinstance(data, dict) or data.get("tool") != "rockbuild" or "llama_cpp" not in data:
+            raise ConfigError(f"{source} is not an inputs file written by rockbuild resolve")
+        if data.get("schema") != SCHEMA:
+            raise ConfigError(f"{source} has schema {data.get('schema')!r}; this rockbuild reads {SCHEMA}",
+                              hint="write it again with this rockbuild's `rockbuild resolve`")
+        llama = data["llama_cpp"]
+        jobs = tuple(job_from_dict(j) for j in data.get("jobs") or [])
+        return cls(
+            llama=LlamaInput(str(llama["ref"]), str(llama["commit"]), llama.get("build_number"), str(llama["url"])),
+            rocm={k: RocmInput.from_dict(v) for k, v in (data.get("rocm") or {}).items()},
+            jobs=jobs, job_rocm={str(j["id"]): str(j["rocm_key"]) for j in data.get("jobs") or []},
+            resolved_at=str(data.get("resolved_at") or ""), max_age_days=data.get("max_age_days"),
+            index_url=data.get("index_url"), rockbuild_version=str(data.get("rockbuild_version") or ""),
+        )
+
+    def write(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def load_inputs(path: Path) -> Inputs:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--inputs {path}: no such file; write it with `rockbuild resolve --out {path}`") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--inputs {path} cannot be read as JSON: {exc}") from None
+    return Inputs.from_dict(data, str(path))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama.cpp
+
+
+def parse_ls_remote(text: str) -> dict[str, str]:
+    """``refs/...`` -> commit from ``git ls-remote`` output; an annotated tag maps to its commit (the ``^{}`` line)."""
+    refs: dict[str, str] = {}
+    peeled: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        sha, ref = parts
+        if ref.endswith("^{}"):
+            peeled[ref.removesuffix("^{}")] = sha
+        else:
+            refs[ref] = sha
+    refs.update(peeled)
+    return refs
+
+
+def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | None = None) -> LlamaInput:
+    """The commit of ``ref`` (tag, branch, or a full commit taken as is) and its ``bNNNN`` tag when it has one."""
+    from rockbuild.build.source import FULL_COMMIT_RE, build_number_from_tags
+
+    ref = ref.strip()
+    if ref in _LATEST_ALIASES:
+        ref = "master"
+    if ref.startswith("-"):
+        raise UsageError(f"--llama-ref {ref!r} is not a tag, branch or commit")
+    git = run_git or _ls_remote
+    listing = parse_ls_remote(git(["ls-remote", "--heads", "--tags", url]))
+    if FULL_COMMIT_RE.match(ref.lower()):
+        commit = ref.lower()
+    else:
+        candidates = (f"refs/tags/{ref}", f"refs/heads/{ref}", ref if ref.startswith("refs/") else "")
+        commit = next((listing[c] for c in candidates if c and c in listing), "")
+        if not commit:
+            hint = "a commit must be given in full (40 hex digits)" if all(
+                ch in "0123456789abcdef" for ch in ref.lower()) else "check the branch or tag name"
+            raise NotFoundError(f"llama.cpp ref {ref!r} is not a branch or tag of {url}", hint=hint)
+    tags = [r.removeprefix("refs/tags/") for r, sha in listing.items() if r.startswith("refs/tags/") and sha == commit]
+    return LlamaInput(ref=ref, commit=commit, build_number=build_number_from_tags(tags), url=url)
+
+
+def _ls_remote(args: list[str]) -> str:
+    from rockbuild.build.source import git_env
+    from rockbuild.process import ProcessError, run
+
+    try:
+        result = run(["git", *args], env=git_env(), timeout=120, log=None)
+    except ProcessError as exc:
+        tail = f": {exc.tail[-1]}" if exc.tail else ""
+        raise FetchError(f"git {' '.join(args[:1])} {args[-1]} failed{tail}",
+                         hint="check --git-url and the network") from None
+    return result.output
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ROCm
+
+
+def _memo(fetch_text: Callable[[str], str]) -> Callable[[str], str]:
+    """One GET per index page for the whole resolve (every group of an OS reads the same page)."""
+    seen: dict[str, str] = {}
+
+    def get(url: str) -> str:
+        if url not in seen:
+            seen[url] = fetch_text(url)
+        return seen[url]
+
+    return get
+
+
+def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days: int | None,
+                 fetch_text: Callable[[str], str], today: datetime.date | None = None) -> RocmInput:
+    from rockbuild.rocm.index import resolve_tarball
+
+    groups = (job.group, *job.legacy_groups)
+    base = RocmInput(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel,
+                     requested=version)
+    try:
+        entry = resolve_tarball(platform=job.os, groups=groups, version=version, channel=job.rocm_channel,
+                                index_url=index_url, fetch_text=fetch_text, today=today, max_age_days=max_age_days)
+    except StaleInputError as exc:
+        return _with(base, error=exc.message, error_kind="stale")
+    except NotFoundError as exc:
+        return _with(base, error=exc.message, error_kind="not-found")
+    date = entry.name.date.isoformat() if entry.name.date else None
+    return _with(base, name=entry.name.filename, url=entry.url, version=entry.name.version.text, date=date,
+                 size=entry.size, mtime=entry.mtime, index_url=entry.index_url)
+
+
+def _with(base: RocmInput, **changes: Any) -> RocmInput:
+    from dataclasses import replace
+
+    return replace(base, **changes)
+
+
+def resolve_inputs(
+    jobs: Sequence[Job], *, llama_ref: str | None = None, rocm_version: str | None = None,
+    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS, index_url: str | None = None, git_url: str | None = None,
+    fetch_text: Callable[[str], str] | None = None, today: datetime.date | None = None, quiet: bool = False,
+) -> Inputs:
+    """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version)."""
+    from rockbuild.build.source import DEFAULT_GIT_URL
+    from rockbuild.downloader import get_text
+
+    if not jobs:
+        raise UsageError("no job to resolve inputs for")
+    say = (lambda m: None) if quiet else console.info
+    refs = sorted({j.llama_ref for j in jobs})
+    if llama_ref is None and len(refs) > 1:
+        raise ConfigError(f"the jobs ask for different llama.cpp refs ({', '.join(refs)}); one night builds one "
+                          "commit", hint="give --llama-ref, or one llama_ref in the matrix options")
+    url = git_url or DEFAULT_GIT_URL
+    llama = resolve_llama(llama_ref or refs[0], url)
+    say(f"llama.cpp {llama.ref}: commit {llama.commit}"
+        + (f" (build {llama.build_number})" if llama.build_number else " (no bNNNN tag on it)"))
+    get = _memo(fetch_text or get_text)
+    rocm: dict[str, RocmInput] = {}
+    job_rocm: dict[str, str] = {}
+    for job in jobs:
+        version = (rocm_version or job.rocm_version or "latest").strip() or "latest"
+        key = rocm_key(job, version)
+        if key not in rocm:
+            rocm[key] = resolve_rocm(job, version=version, index_url=index_url, max_age_days=max_age_days,
+                                     fetch_text=get, today=today)
+            found = rocm[key]
+            if found.error:
+                console.warn(f"ROCm for {job.os} {job.group}: {found.error}")
+            else:
+                say(f"ROCm for {job.os} {job.group}: {found.version} ({found.name})")
+        job_rocm[job.id] = key
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return Inputs(llama=llama, rocm=rocm, jobs=tuple(jobs), job_rocm=job_rocm, resolved_at=now,
+                  max_age_days=max_age_days, index_url=index_url)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The last release
+
+
+def manifest_differences(inputs: Inputs, manifest: dict[str, Any], job_ids: Sequence[str]) -> list[str]:
+    """Why ``job_ids`` built from ``inputs`` would not be what ``manifest`` (a release's manifest.json) holds;
+    empty when nothing changed.
+
+    A job the last release listed as failed counts as unchanged when the rest is: its tarball is not recorded, and
+    building the same commit again against the same night's ROCm fails the same way.
+    """
+    why: list[str] = []
+    if manifest.get("tool") != "rockbuild":
+        return ["the last release has no rockbuild manifest.json"]
+    llama = manifest.get("llama_cpp") or {}
+    if llama.get("commit") != inputs.llama.commit:
+        why.append(f"llama.cpp {str(llama.get('commit'))[:12]} -> {inputs.llama.commit[:12]}")
+    shipped = {str(j.get("id")): j for j in manifest.get("jobs") or [] if isinstance(j, dict)}
+    failed = {str(j.get("id")) for j in manifest.get("failed_jobs") or [] if isinstance(j, dict)}
+    for job_id in job_ids:
+        job = inputs.job(job_id)
+        rocm = inputs.rocm_for(job_id)
+        entry = shipped.get(job_id)
+        if entry is None:
+            if job_id not in failed:
+                why.append(f"{job_id} is new")
+            continue
+        tarball = (entry.get("rocm") or {}).get("tarball")
+        if tarball != rocm.name:
+            why.append(f"{job_id}: ROCm {tarball} -> {rocm.name}")
+        if list(entry.get("targets") or []) != list(job.targets):
+            why.append(f"{job_id}: targets {','.join(entry.get('targets') or [])} -> {','.join(job.targets)}")
+        cmake = entry.get("cmake") or {}
+        changed = [k for k, v in job.cmake if cmake.get(k) != v]
+        if changed:
+            why.append(f"{job_id}: CMake {', '.join(changed)} changed")
+    return why

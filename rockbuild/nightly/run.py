@@ -1,0 +1,620 @@
+"""Run the night: every job's stages (fetch, build, bundle, smoke) with resume, then publish by the gating rules.
+
+Each job folder ``out/<job-id>/`` keeps ``night.json``: per stage, the fingerprint of its inputs and its result. A
+re-run redoes a stage only when its fingerprint changed or it did not pass (the fingerprints chain, so a new tarball
+redoes fetch, build, bundle and smoke; a new model redoes smoke only). Before anything is downloaded the resolved
+inputs are compared with the last published release's ``manifest.json``: the same inputs end the night at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__, console
+from rockbuild.config import Job, load_families
+from rockbuild.errors import PublishError, RockbuildError, UsageError
+
+from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, manifest_differences, resolve_inputs
+
+STAGES = ("fetch", "build", "bundle", "smoke")
+STATE_FILE = "night.json"
+INPUTS_FILE = "inputs.json"
+STATE_SCHEMA = 1
+
+EventHook = Callable[[str, str, str], None]  # (job id, stage, status: start | done | reused | failed | skipped)
+
+
+def host_os() -> str:
+    return "windows" if sys.platform.startswith("win") else "linux"
+
+
+def _hash(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One job's stages, usable on their own (``rockbuild build --inputs``)
+
+
+def tarball_report(fetched: Any) -> dict[str, Any]:
+    return {"name": fetched.name, "url": fetched.url, "sha256": fetched.sha256, "size": fetched.size,
+            "group": fetched.group}
+
+
+def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path | None = None, quiet: bool = False) -> Any:
+    """The job's pinned tarball, downloaded and extracted (a StaleInputError/NotFoundError when resolve found none)."""
+    from rockbuild.errors import LayoutError
+    from rockbuild.rocm.fetch import fetch_rocm
+
+    entry = inputs.rocm_for(job.id).entry()
+    selection = load_families().select(job.name, context=job.id)
+    fetched = fetch_rocm(selection, os_name=job.os, entry=entry, cache=cache, quiet=quiet)
+    if fetched.layout is None:
+        raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
+    return fetched
+
+
+def record_tarball(job_dir: Path, tarball: dict[str, Any] | None) -> None:
+    """Put the tarball's name and sha256 into build.json (the driver saw only a ROCm folder): the release notes,
+    manifest.json and the next night's unchanged check read them."""
+    path = job_dir / "build.json"
+    data = _read_json(path)
+    if data is None or tarball is None:
+        return
+    rocm = data.get("rocm")
+    data["rocm"] = {**(rocm if isinstance(rocm, dict) else {}), "tarball": tarball}
+    _write_json(path, data)
+
+
+def write_failed_build(job: Job, job_dir: Path, step: str, message: str, inputs: Inputs | None = None) -> None:
+    """A build.json (and build.log) for a job that failed before the build driver ran, so publish and alert see it."""
+    from datetime import UTC, datetime
+
+    job_dir.mkdir(parents=True, exist_ok=True)
+    log = job_dir / "build.log"
+    log.write_text(f"rockbuild {__version__}: {job.id} failed at {step}\n{message}\n", encoding="utf-8")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    data: dict[str, Any] = {
+        "schema": 1, "rockbuild_version": __version__, "status": "failed", "failed_step": step,
+        "job": job.to_dict(), "gpu_targets": list(job.targets), "error": message,
+        "llama_cpp": {"commit": inputs.llama.commit, "build_number": inputs.llama.build_number} if inputs else None,
+        "rocm": None, "paths": {"job_dir": str(job_dir), "log": str(log)}, "started": now, "finished": now,
+    }
+    _write_json(job_dir / "build.json", data)
+
+
+def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path) -> Any:
+    """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
+    pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
+    if options.source_dir is None:
+        pinned.update(ref=inputs.llama.commit, git_url=inputs.llama.url,
+                      build_number=options.build_number or inputs.llama.build_number)
+    return replace(options, **pinned)
+
+
+def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = False) -> Any:
+    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``), the inputs' commit."""
+    from rockbuild.build.driver import build_job
+
+    job_dir = Path(options.out_dir).absolute() / job.id
+    tarball = None
+    rocm_dir = options.rocm_dir
+    if rocm_dir is None:
+        try:
+            with console.step(f"ROCm {inputs.rocm_for(job.id).version or ''} for {job.id} (from inputs.json)"):
+                fetched = fetch_for_job(job, inputs, cache=options.cache, quiet=quiet)
+        except RockbuildError as exc:
+            write_failed_build(job, job_dir, "rocm", exc.message, inputs)
+            raise
+        rocm_dir, tarball = fetched.root, tarball_report(fetched)
+    try:
+        return build_job(job, build_options_for_inputs(options, inputs, rocm_dir))
+    finally:
+        record_tarball(job_dir, tarball)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Per-job state
+
+
+class JobState:
+    """``out/<job-id>/night.json``: each stage's input fingerprint and result."""
+
+    def __init__(self, job_dir: Path, job_id: str) -> None:
+        self.path = job_dir / STATE_FILE
+        data = _read_json(self.path) or {}
+        stages = data.get("stages")
+        self.stages: dict[str, dict[str, Any]] = stages if isinstance(stages, dict) else {}
+        self.job_id = job_id
+
+    def passed(self, stage: str, key: str) -> dict[str, Any] | None:
+        entry = self.stages.get(stage)
+        if isinstance(entry, dict) and entry.get("key") == key and entry.get("result") == "ok":
+            return entry
+        return None
+
+    def record(self, stage: str, key: str, result: str, seconds: float, **detail: Any) -> None:
+        self.stages[stage] = {"key": key, "result": result, "seconds": round(seconds, 3), **detail}
+        _write_json(self.path, {"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages})
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    id: str
+    required: bool
+    status: str  # ok | failed | not-run
+    stages: dict[str, str]  # stage -> done | reused | failed | skipped
+    failed_stage: str | None = None
+    message: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "required": self.required, "status": self.status, "stages": dict(self.stages),
+                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class NightOptions:
+    config: Path | None = None
+    only: tuple[str, ...] = ()
+    oses: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    llama_ref: str | None = None
+    rocm_version: str | None = None
+    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
+    index_url: str | None = None
+    git_url: str | None = None
+    out: Path = Path("out")
+    publish: bool | None = None  # None: publish when a repository is known
+    repo: str | None = None
+    api_url: str | None = None
+    token: str | None = None  # default $GITHUB_TOKEN / $GH_TOKEN
+    parallel: int = 1  # jobs at a time
+    compile_jobs: int | None = None
+    smoke: bool = True
+    model: str | None = None  # smoke model: None (the configured one), tiny, a path or a URL
+    vocab: Path | None = None
+    cache: Path | None = None
+    use_ccache: bool = True
+    ccache_dir: Path | None = None
+    offline: bool = False
+    prune_fatbin: bool = False
+    run_url: str | None = None
+    step_summary: Path | None = None
+    throttle: bool = True
+    quiet: bool = False
+    on_event: EventHook | None = None
+
+
+@dataclass(frozen=True)
+class NightReport:
+    state: str  # unchanged | published | draft | built | blocked | failed
+    message: str
+    inputs: Path | None
+    llama_commit: str
+    jobs: tuple[JobOutcome, ...] = ()
+    not_here: tuple[str, ...] = ()  # jobs for another OS
+    release: dict[str, Any] | None = None
+    alert: str | None = None
+    seconds: float = 0.0
+    changes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.state in ("unchanged", "published", "draft", "built", "dry-run") else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "message": self.message, "exit_code": self.exit_code,
+                "inputs": str(self.inputs) if self.inputs else None, "llama_commit": self.llama_commit,
+                "jobs": [j.to_dict() for j in self.jobs], "not_here": list(self.not_here), "release": self.release,
+                "alert": self.alert, "seconds": round(self.seconds, 3), "changes": list(self.changes)}
+
+    def render_table(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"night: {self.state}", title_justify="left")
+        for column in ("job", "required", *STAGES, "result", "time"):
+            table.add_column(column, no_wrap=True)
+        for job in self.jobs:
+            result = "ok" if job.status == "ok" else f"FAILED at {job.failed_stage}" if job.status == "failed" \
+                else job.status
+            table.add_row(job.id, "yes" if job.required else "no", *(job.stages.get(s, "-") for s in STAGES),
+                          result, f"{job.seconds:.1f}s")
+        return table
+
+    def render_markdown(self) -> str:
+        lines = [f"## rockbuild nightly: {self.state}", "", self.message, "",
+                 "| job | required | " + " | ".join(STAGES) + " | result | time |",
+                 "|---|---|" + "---|" * len(STAGES) + "---|---|"]
+        for job in self.jobs:
+            result = "ok" if job.status == "ok" else f"**failed** at {job.failed_stage}: {job.message or ''}"
+            lines.append(f"| {job.id} | {'yes' if job.required else 'no'} | "
+                         + " | ".join(job.stages.get(s, "-") for s in STAGES) + f" | {result} | {job.seconds:.0f}s |")
+        return "\n".join(lines) + "\n"
+
+
+class _Night:
+    """The state shared by the jobs of one night."""
+
+    def __init__(self, options: NightOptions, inputs: Inputs) -> None:
+        self.options = options
+        self.inputs = inputs
+        self.out = Path(options.out).absolute()
+        self._model: Any = None
+        self._model_lock = threading.Lock()
+
+    def event(self, job_id: str, stage: str, status: str) -> None:
+        if self.options.on_event is not None:
+            self.options.on_event(job_id, stage, status)
+
+    def model(self) -> Any:
+        with self._model_lock:
+            if self._model is None:
+                from rockbuild.model import load_smoke_config, provide_model
+
+                self._model = provide_model(self.options.model, vocab=self.options.vocab, cache=self.options.cache,
+                                            quiet=self.options.quiet, config=load_smoke_config())
+            return self._model
+
+
+def _job_folder_ok(job_dir: Path, commit: str) -> bool:
+    build = _read_json(job_dir / "build.json") or {}
+    llama = build.get("llama_cpp") or {}
+    return build.get("status") == "ok" and llama.get("commit") == commit and (job_dir / "build" / "bin").is_dir()
+
+
+def _forget_other_source(job_dir: Path, commit: str) -> None:
+    """Each commit is checked out in its own folder, and CMake refuses a build folder configured from another source
+    folder: drop the old configuration (objects stay; ninja decides what to recompile)."""
+    build = _read_json(job_dir / "build.json") or {}
+    llama = build.get("llama_cpp") or {}
+    if llama.get("commit") in (None, commit):
+        return
+    (job_dir / "build" / "CMakeCache.txt").unlink(missing_ok=True)
+    shutil.rmtree(job_dir / "build" / "CMakeFiles", ignore_errors=True)
+
+
+def run_job(job: Job, night: _Night) -> JobOutcome:
+    """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change. Never raises for a
+    failure of the job itself (it is recorded in the job folder for publish and alert)."""
+    from rockbuild.build.driver import BuildOptions, build_job
+
+    options, inputs = night.options, night.inputs
+    job_dir = night.out / job.id
+    job_dir.mkdir(parents=True, exist_ok=True)
+    state = JobState(job_dir, job.id)
+    stages: dict[str, str] = {}
+    start = time.monotonic()
+
+    def outcome(status: str, failed: str | None = None, message: str | None = None) -> JobOutcome:
+        return JobOutcome(job.id, job.required, status, dict(stages), failed, message, time.monotonic() - start)
+
+    def fail(stage: str, key: str, t0: float, exc: RockbuildError) -> JobOutcome:
+        state.record(stage, key, "failed", time.monotonic() - t0, message=exc.message)
+        stages[stage] = "failed"
+        night.event(job.id, stage, "failed")
+        console.warn(f"{job.id}: {stage} failed: {exc.message}")
+        return outcome("failed", stage, exc.message)
+
+    def reuse(stage: str) -> None:
+        stages[stage] = "reused"
+        night.event(job.id, stage, "reused")
+        if not options.quiet:
+            console.info(f"    {job.id}: {stage}: inputs unchanged since the last run; not redone")
+
+    # fetch
+    rocm = inputs.rocm_for(job.id)
+    fetch_key = _hash("fetch", rocm.name, rocm.url)
+    t0 = time.monotonic()
+    previous = state.passed("fetch", fetch_key)
+    from rockbuild.archive import read_marker
+
+    if previous and (read_marker(Path(previous["root"])) or {}).get("name") == rocm.name:
+        reuse("fetch")
+        root, tarball = Path(previous["root"]), previous["tarball"]
+    else:
+        night.event(job.id, "fetch", "start")
+        try:
+            with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
+                fetched = fetch_for_job(job, inputs, cache=options.cache, quiet=options.quiet)
+        except RockbuildError as exc:
+            write_failed_build(job, job_dir, "rocm", exc.message, inputs)
+            return fail("fetch", fetch_key, t0, exc)
+        root, tarball = fetched.root, tarball_report(fetched)
+        state.record("fetch", fetch_key, "ok", time.monotonic() - t0, root=str(root), tarball=tarball,
+                     transferred=fetched.transferred)
+        stages["fetch"] = "done"
+        night.event(job.id, "fetch", "done")
+
+    # build
+    build_key = _hash("build", fetch_key, tarball.get("sha256"), inputs.llama.to_dict(), job.to_dict(),
+                      __version__, options.offline)
+    t0 = time.monotonic()
+    if state.passed("build", build_key) and _job_folder_ok(job_dir, inputs.llama.commit):
+        reuse("build")
+    else:
+        night.event(job.id, "build", "start")
+        _forget_other_source(job_dir, inputs.llama.commit)
+        build_options = build_options_for_inputs(BuildOptions(
+            out_dir=night.out, offline=options.offline, jobs=options.compile_jobs, use_ccache=options.use_ccache,
+            ccache_dir=options.ccache_dir, cache=options.cache,
+        ), inputs, root)
+        try:
+            build_job(job, build_options)
+        except RockbuildError as exc:
+            record_tarball(job_dir, tarball)
+            return fail("build", build_key, t0, exc)
+        record_tarball(job_dir, tarball)
+        state.record("build", build_key, "ok", time.monotonic() - t0)
+        stages["build"] = "done"
+        night.event(job.id, "build", "done")
+
+    # bundle
+    bundle_key = _hash("bundle", build_key, options.prune_fatbin)
+    bundle_dir = job_dir / "bundle"
+    t0 = time.monotonic()
+    meta = _read_json(bundle_dir / "bundle.json") or {}
+    if state.passed("bundle", bundle_key) and (meta.get("audit") or {}).get("ok") is not False and meta:
+        reuse("bundle")
+    else:
+        night.event(job.id, "bundle", "start")
+        from rockbuild.bundle import make_bundle
+        from rockbuild.rocm.layout import detect_layout
+
+        shutil.rmtree(bundle_dir, ignore_errors=True)
+        (job_dir / "bundle.log").unlink(missing_ok=True)
+        try:
+            with console.step(f"{job.id}: bundle ({', '.join(job.targets)})"):
+                make_bundle(job_dir / "build" / "bin", detect_layout(root), job.targets, bundle_dir,
+                            quiet=options.quiet, prune_fatbin=options.prune_fatbin)
+        except RockbuildError as exc:
+            (job_dir / "bundle.log").write_text(exc.message + "\n", encoding="utf-8")
+            return fail("bundle", bundle_key, t0, exc)
+        state.record("bundle", bundle_key, "ok", time.monotonic() - t0)
+        stages["bundle"] = "done"
+        night.event(job.id, "bundle", "done")
+
+    # smoke
+    smoke_json = job_dir / "smoke.json"
+    if not options.smoke:
+        smoke_json.unlink(missing_ok=True)
+        stages["smoke"] = "skipped"
+        night.event(job.id, "smoke", "skipped")
+        return outcome("ok")
+    t0 = time.monotonic()
+    smoke_key = _hash("smoke", bundle_key, options.model)
+    if state.passed("smoke", smoke_key) and (_read_json(smoke_json) or {}).get("ok") is True:
+        reuse("smoke")
+        return outcome("ok")
+    night.event(job.id, "smoke", "start")
+    smoke_json.unlink(missing_ok=True)
+    try:
+        from rockbuild.model import load_smoke_config
+        from rockbuild.smoke import SmokeOptions, run_smoke
+
+        with console.step(f"{job.id}: smoke test"):
+            report = run_smoke(job_dir, night.model(), SmokeOptions.from_config(load_smoke_config()),
+                               report_path=smoke_json, quiet=options.quiet)
+    except RockbuildError as exc:
+        return fail("smoke", smoke_key, t0, exc)
+    if not report.ok:
+        from rockbuild.smoke import SmokeError
+
+        return fail("smoke", smoke_key, t0, SmokeError(f"the smoke test failed: {report.failures[0]}"))
+    state.record("smoke", smoke_key, "ok", time.monotonic() - t0)
+    stages["smoke"] = "done"
+    night.event(job.id, "smoke", "done")
+    return outcome("ok")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The last release
+
+
+def latest_manifest(repo: str, *, api_url: str | None = None, token: str | None = None) -> dict[str, Any] | None:
+    """manifest.json of the repository's latest published release; None when there is no release or no manifest."""
+    import requests
+
+    from rockbuild.publish.github import GitHub, describe
+
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
+    try:
+        from github import GithubException
+
+        try:
+            release = gh.repo.get_latest_release()
+        except GithubException as exc:
+            if exc.status == 404:
+                return None
+            raise PublishError(f"reading the latest release of {repo} failed: {describe(exc, token)}") from None
+        asset = next((a for a in gh.assets(release) if a.name == "manifest.json"), None)
+        if asset is None:
+            return None
+        headers = {"Accept": "application/octet-stream"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            response = requests.get(asset.url, headers=headers, timeout=60)
+            response.raise_for_status()
+            data = response.json()
+        except (requests.RequestException, ValueError) as exc:
+            raise PublishError(f"reading manifest.json of {release.tag_name} failed: {describe(exc, token)}",
+                               hint="pass --publish again later, or --no-publish to build without the check") from None
+        return {**data, "_tag": release.tag_name} if isinstance(data, dict) else None
+    finally:
+        gh.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The night
+
+
+def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_out: Path = Path("out")) -> tuple[
+        Path, ...]:
+    """The job folders to publish for ``inputs``: each given folder matched to its job (by build.json, or its name
+    with or without the artifact's ``job-`` prefix), and for a job without one a folder that does not exist, so the
+    publisher counts it as failed. A folder built from another commit is refused."""
+    found: dict[str, Path] = {}
+    for directory in job_dirs:
+        build = _read_json(Path(directory) / "build.json") or {}
+        job_id = str((build.get("job") or {}).get("id") or Path(directory).name.removeprefix("job-"))
+        commit = (build.get("llama_cpp") or {}).get("commit")
+        if commit and build.get("status") == "ok" and commit != inputs.llama.commit:
+            raise UsageError(f"{directory} was built from llama.cpp {commit[:12]}, not the inputs' "
+                             f"{inputs.llama.commit[:12]}", hint="rebuild it with --inputs, or leave it out")
+        inputs.job(job_id)
+        found[job_id] = Path(directory)
+    return tuple(found.get(job.id, Path(default_out) / job.id) for job in inputs.jobs)
+
+
+def _select_jobs(options: NightOptions) -> list[Job]:
+    from rockbuild import matrix
+
+    oses = matrix.split_list(options.oses, aliases={"ubuntu": "linux"})
+    jobs = matrix.expand_matrix(options.config, os_override=oses, target_override=matrix.split_list(options.targets))
+    return matrix.select_jobs(jobs, options.only)
+
+
+def run_night(options: NightOptions) -> NightReport:
+    """Resolve; stop when the last release was made from the same inputs; else run every job of this machine's OS,
+    publish by the gating rules (when publishing) and alert on failure."""
+    from rockbuild.publish.github import token_from_env
+    from rockbuild.publish.jobs import env_run_url
+
+    start = time.monotonic()
+    say = (lambda m: None) if options.quiet else console.info
+    out = Path(options.out).absolute()
+    token = options.token if options.token is not None else token_from_env()
+    repo = options.repo or os.environ.get("GITHUB_REPOSITORY") or None
+    publishing = options.publish if options.publish is not None else repo is not None
+    if publishing and repo is None:
+        raise UsageError("--publish needs a repository", hint="pass --repo OWNER/NAME, or --no-publish")
+
+    jobs = _select_jobs(options)
+    with console.step("resolve the night's inputs"):
+        inputs = resolve_inputs(jobs, llama_ref=options.llama_ref, rocm_version=options.rocm_version,
+                                max_age_days=options.max_age_days, index_url=options.index_url,
+                                git_url=options.git_url, quiet=options.quiet)
+        inputs_path = inputs.write(out / INPUTS_FILE)
+    here = [j for j in jobs if j.os == host_os()]
+    not_here = tuple(j.id for j in jobs if j.os != host_os())
+    if not_here:
+        say(f"not built on this {host_os()} machine: {', '.join(not_here)}")
+    if not here:
+        raise UsageError(f"no job of the selection builds on {host_os()}", hint="use --os or --only")
+    commit = inputs.llama.commit
+
+    changes: tuple[str, ...] = ()
+    if publishing:
+        assert repo is not None
+        manifest = latest_manifest(repo, api_url=options.api_url, token=token)
+        if manifest is not None:
+            buildable = [j.id for j in here if not inputs.rocm_for(j.id).error]
+            changes = tuple(manifest_differences(inputs, manifest, buildable))
+            if not changes and buildable:
+                message = (f"the last release {manifest.get('_tag')} was made from these inputs (llama.cpp "
+                           f"{commit[:12]}, same ROCm tarballs); nothing to build")
+                say(message)
+                report = NightReport("unchanged", message, inputs_path, commit, not_here=not_here,
+                                     seconds=time.monotonic() - start)
+                _write_step_summary(options, report)
+                return report
+            say(f"changed since {manifest.get('_tag')}: {'; '.join(changes[:5])}"
+                + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
+
+    night = _Night(options, inputs)
+    with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
+        outcomes = list(pool.map(lambda job: _run_guarded(job, night), here))
+
+    dirs = tuple(out / j.id for j in here)
+    failed_required = [o for o in outcomes if o.status != "ok" and o.required]
+    failed_optional = [o for o in outcomes if o.status != "ok" and not o.required]
+    release: dict[str, Any] | None = None
+    state, message = "built", f"{sum(o.status == 'ok' for o in outcomes)} of {len(outcomes)} jobs passed"
+    if failed_optional:
+        message += f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}"
+    if failed_required:
+        state = "blocked"
+        message = (f"required job(s) failed: {', '.join(f'{o.id} at {o.failed_stage}' for o in failed_required)}; "
+                   "nothing published")
+    elif publishing:
+        from rockbuild.publish import PublishOptions, publish
+
+        try:
+            with console.step("publish"):
+                result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.api_url, token=token,
+                                                out=out / "release", run_url=options.run_url,
+                                                step_summary=options.step_summary, throttle=options.throttle,
+                                                quiet=options.quiet))
+            release = result.to_dict()
+            state, message = result.state, f"{result.tag}: {result.message}" + (
+                f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
+        except PublishError as exc:
+            state, message = "failed", f"publishing failed: {exc.message}"
+    alert = None
+    if state in ("blocked", "failed") and publishing:
+        alert = _send_alert(dirs, options, repo, token, env_run_url)
+    report = NightReport(state, message, inputs_path, commit, tuple(outcomes), not_here, release, alert,
+                         time.monotonic() - start, changes)
+    _write_step_summary(options, report)
+    return report
+
+
+def _run_guarded(job: Job, night: _Night) -> JobOutcome:
+    try:
+        return run_job(job, night)
+    except RockbuildError as exc:  # e.g. the job folder cannot be written: the job failed, the night goes on
+        console.warn(f"{job.id}: {exc.message}")
+        return JobOutcome(job.id, job.required, "failed", {}, "setup", exc.message)
+
+
+def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None,
+                env_run_url: Callable[[], str | None]) -> str:
+    from rockbuild.publish import send_alert
+
+    run_url = options.run_url or env_run_url() or f"file://{Path(options.out).absolute()}"
+    try:
+        with console.step("alert"):
+            report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.api_url, token=token,
+                                throttle=options.throttle, quiet=options.quiet)
+        return report.message
+    except RockbuildError as exc:
+        console.warn(f"the alert was not sent: {exc.message}")
+        return f"not sent: {exc.message}"
+
+
+def _write_step_summary(options: NightOptions, report: NightReport) -> None:
+    path = options.step_summary or (Path(os.environ["GITHUB_STEP_SUMMARY"])
+                                    if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    if path is None:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(report.render_markdown())
+
+

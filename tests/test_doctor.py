@@ -1,0 +1,256 @@
+"""rockbuild doctor on synthetic machines: KFD topology trees in the kernel's format (tests/fixtures/sysfs/), device
+folders made here, the environment passed in; the CLI runs as a real subprocess (as user nobody for the permission
+test when the suite runs as root, since root may open anything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import rockbuild_exe
+
+from rockbuild.config import load_families
+from rockbuild.doctor import (
+    Gpu,
+    gfx_from_override,
+    gfx_name,
+    read_kfd_gpus,
+    recommend_flavours,
+    run_doctor,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
+
+
+def machine(name: str) -> tuple[Path, Path]:
+    return FIXTURES / name / "sys", FIXTURES / name / "proc"
+
+
+def dev_root(base: Path, minors=(128,), mode: int = 0o660) -> Path:
+    """A /dev stand-in: kfd and dri/renderD<minor>, regular files with ``mode`` (os.access treats them alike)."""
+    root = base / "dev"
+    (root / "dri").mkdir(parents=True)
+    for path in [root / "kfd", *(root / "dri" / f"renderD{m}" for m in minors)]:
+        path.write_bytes(b"")
+        path.chmod(mode)
+    return root
+
+
+def doctor(name: str, tmp_path: Path, *, env=None, minors=(128,), **kw):
+    sys_root, proc_root = machine(name)
+    if "dev_root" not in kw:
+        kw["dev_root"] = dev_root(tmp_path, minors)
+    return run_doctor(sysfs_root=sys_root, proc_root=proc_root, env=env or {}, kernel="6.16.0-test", **kw)
+
+
+def by_topic(report, topic, severity=None):
+    return [f for f in report.findings if f.topic == topic and (severity is None or f.severity == severity)]
+
+
+@pytest.mark.parametrize("version,name", [
+    (90010, "gfx90a"), (90402, "gfx942"), (100306, "gfx1036"), (110501, "gfx1151"), (110000, "gfx1100"),
+    (90012, "gfx90c"), (90000, "gfx900"), (120001, "gfx1201"), (100100, "gfx1010"),
+])
+def test_gfx_target_version_names(version, name):
+    assert gfx_name(version) == name
+
+
+@pytest.mark.parametrize("value,name", [("11.0.0", "gfx1100"), ("10.3.0", "gfx1030"), ("9.0.10", "gfx90a"),
+                                        ("11.5.1", "gfx1151"), ("gfx1100", None), ("11.0", None), ("9.0.16", None)])
+def test_override_values(value, name):
+    assert gfx_from_override(value) == name
+
+
+def test_discrete_rdna3(tmp_path):
+    report = doctor("rdna3-dgpu", tmp_path)
+    (gpu,) = report.gpus
+    assert (gpu.target, gpu.integrated, gpu.index, gpu.node, gpu.compute_units) == ("gfx1100", False, 0, 1, 96)
+    assert gpu.drm_render_minor == 128 and gpu.products.startswith("RX 7900 XTX")
+    assert report.ok, report.render()
+    assert [f.severity for f in by_topic(report, "access")] == ["ok", "ok"]
+    assert not by_topic(report, "memory")  # no APU: GTT limits do not matter
+    assert by_topic(report, "kernel")[0].message == "Linux kernel 6.16.0-test"
+    (rec,) = report.recommendations
+    assert rec.flavour == "both" and "RDNA3" in rec.reason
+    assert rec.command == ("rockbuild install --target gfx1100 --dest llama-rocm-gfx1100 && rockbuild install "
+                           "--backend vulkan --dest llama-vulkan && rockbuild compare llama-rocm-gfx1100 llama-vulkan "
+                           "--model MODEL.gguf")
+
+
+def test_strix_halo_apu_with_default_gtt_limit(tmp_path):
+    report = doctor("strix-halo", tmp_path)
+    (gpu,) = report.gpus
+    assert (gpu.target, gpu.integrated, gpu.compute_units) == ("gfx1151", True, 40)
+    assert "only exists as an APU" in gpu.integrated_reason
+    (warning,) = by_topic(report, "memory", "warning")
+    assert "may map only 61.8 GiB of 123.6 GiB RAM" in warning.message
+    pages = int(129558720 * 1024 * 0.9) // 4096
+    assert warning.action == f"add ttm.pages_limit={pages} (90% of RAM in 4 KiB pages) to the kernel command line and " \
+        "reboot"
+    assert any("512" in f.message or "0.5 GiB" in f.message for f in by_topic(report, "memory", "info"))
+    assert report.ok  # a warning, not an error
+    assert report.recommendations[0].flavour == "both" and "APU" in report.recommendations[0].reason
+
+
+def test_strix_halo_with_raised_ttm_limit(tmp_path):
+    tree = tmp_path / "m"
+    shutil.copytree(FIXTURES / "strix-halo", tree)
+    pages = int(129558720 * 1024 * 0.9) // 4096
+    (tree / "sys/module/ttm/parameters/pages_limit").write_text(f"{pages}\n")
+    report = run_doctor(sysfs_root=tree / "sys", proc_root=tree / "proc", dev_root=dev_root(tmp_path), env={})
+    assert [f.severity for f in by_topic(report, "memory") if f.severity != "info"] == ["ok"]
+    assert "may map 111.2 GiB of 123.6 GiB" in by_topic(report, "memory", "ok")[0].message
+
+
+def test_igpu_listed_before_dgpu(tmp_path):
+    report = doctor("igpu-dgpu", tmp_path, minors=(128, 129))
+    assert [(g.index, g.target, g.integrated) for g in report.gpus] == [(0, "gfx1036", True), (1, "gfx1100", False)]
+    (pin,) = [f for f in by_topic(report, "override", "warning") if "iGPU" in f.message]
+    assert pin.action == "pin the dGPU: export HIP_VISIBLE_DEVICES=1"
+    assert [f.severity for f in by_topic(report, "access")] == ["ok", "ok", "ok"]
+    assert not by_topic(report, "memory")  # the model goes to the dGPU: the iGPU's GTT limit does not matter
+    # once pinned, the warning is gone and the selection is reported
+    pinned = doctor("igpu-dgpu", tmp_path / "2", env={"HIP_VISIBLE_DEVICES": "1"}, minors=(128, 129))
+    assert not by_topic(pinned, "override", "warning")
+    assert [f.message for f in by_topic(pinned, "override")] == ["HIP_VISIBLE_DEVICES=1 selects gfx1100"]
+
+
+def test_no_gpu(tmp_path):
+    report = doctor("no-gpu", tmp_path)
+    assert report.gpus == () and not report.ok
+    assert [f.message for f in report.errors] == ["the KFD topology lists no GPU, only CPU nodes"]
+    assert report.recommendations == ()
+    empty = run_doctor(sysfs_root=tmp_path / "nothing", dev_root=tmp_path / "nodev", env={})
+    assert [f.message.split(":")[0] for f in empty.errors] == [f"no KFD topology in {tmp_path}/nothing/class/kfd"]
+
+
+def test_override_on_a_gpu_that_has_a_build(tmp_path):
+    report = doctor("strix-halo", tmp_path, env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0", "HSA_ENABLE_SDMA": "0"})
+    (warning,) = by_topic(report, "override", "warning")
+    assert warning.message == ("HSA_OVERRIDE_GFX_VERSION=11.0.0 makes ROCm run gfx1100 code on gfx1151, for which "
+                               "real builds exist")
+    assert warning.action.endswith("(rockbuild install --target gfx1151)")
+    assert [f.message for f in by_topic(report, "override", "info")] == ["HSA_ENABLE_SDMA=0 is set (a workaround)"]
+
+
+def test_visibility_variable_hiding_every_gpu_is_an_error(tmp_path):
+    report = doctor("rdna3-dgpu", tmp_path, env={"ROCR_VISIBLE_DEVICES": "3"})
+    assert [f.message for f in report.errors] == ["ROCR_VISIBLE_DEVICES='3' hides every GPU: llama.cpp will run on "
+                                                  "the CPU"]
+
+
+def test_missing_device_nodes(tmp_path):
+    empty = tmp_path / "dev"
+    empty.mkdir()
+    report = doctor("rdna3-dgpu", tmp_path, dev_root=empty)
+    assert [f.message for f in report.errors] == [
+        f"{empty}/kfd does not exist: ROCm cannot reach the compute driver, /dev/kfd",
+        f"{empty}/dri/renderD128 does not exist: ROCm cannot reach gfx1100's render node",
+    ]
+    assert "--device /dev/kfd" in report.errors[0].action
+
+
+def test_permissions_missing(run_rockbuild, request):
+    """Device files this user may not open: an error per file, naming the group to join; the command exits 1."""
+    # pytest's tmp_path is private to its owner; user nobody needs to reach the folder
+    base = Path(tempfile.mkdtemp(prefix="rockbuild-doctor-"))
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    base.chmod(0o755)
+    dev = dev_root(base, mode=0o000)
+    (base / "dev").chmod(0o755)
+    (base / "dev" / "dri").chmod(0o755)
+    sys_root, proc_root = machine("rdna3-dgpu")
+    args = ["doctor", "--json", "--sysfs-root", str(sys_root), "--dev-root", str(dev), "--proc-root", str(proc_root)]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv (util-linux): cannot drop privileges to test access")
+        result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", rockbuild_exe(), *args],
+                                capture_output=True, text=True, timeout=60, cwd=base,
+                                env={"PATH": os.environ.get("PATH", ""), "HOME": str(base)})
+    else:
+        result = run_rockbuild(*args)
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    errors = [f for f in data["findings"] if f["severity"] == "error"]
+    assert [e["message"].split(" (")[0] for e in errors] == [f"this user cannot open {dev}/kfd",
+                                                            f"this user cannot open {dev}/dri/renderD128"]
+    assert all("silently runs on the CPU" in e["message"] and "sudo usermod -aG" in e["action"] for e in errors)
+    assert result.stderr.strip().splitlines()[0].startswith("error: 2 problem(s) found, first: this user cannot open")
+
+
+def test_bundle_without_kernels_for_the_gpu(tmp_path):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "targets": ["gfx1151"]}))
+    report = doctor("rdna3-dgpu", tmp_path, bundle=bundle)
+    (error,) = report.errors
+    assert error.message.startswith(f"{bundle} has kernels for gfx1151, not for gfx1100")
+    assert error.action == "rockbuild install --target gfx1100"
+    assert report.bundle["targets"] == ["gfx1151"] and report.bundle["audit_ok"] is True
+
+
+def test_bundle_that_covers_the_gpu_and_one_failing_its_audit(tmp_path):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "targets": ["gfx1100"]}))
+    good = doctor("rdna3-dgpu", tmp_path / "a", bundle=bundle)
+    assert good.ok and [f.severity for f in by_topic(good, "bundle")] == ["ok", "ok"]
+    (bundle / "library").mkdir()  # rocBLAS would read this before rocblas/library: the audit refuses it
+    bad = doctor("rdna3-dgpu", tmp_path / "b", bundle=bundle)
+    (error,) = bad.errors
+    assert error.message.startswith(f"{bundle}: audit failed (1): kernel-data: a library/ folder sits beside")
+
+
+def _gpu(target: str, integrated: bool = False) -> Gpu:
+    table = load_families()
+    products = next((f.gpus[target] for f in table.families if f.resolve_targets and target in f.gpus), "")
+    return Gpu(0, 1, target, products, integrated, "", 10, 20, 0, 128, 0)
+
+
+@pytest.mark.parametrize("target,integrated,flavour", [
+    ("gfx90a", False, "rocm"), ("gfx942", False, "rocm"),  # Instinct
+    ("gfx1201", False, "both"), ("gfx1100", False, "both"), ("gfx1151", True, "both"), ("gfx1036", True, "both"),
+    ("gfx1031", False, "vulkan"), ("gfx1010", False, "vulkan"),  # older Radeon
+    ("gfx902", True, "vulkan"), ("gfx1013", False, "vulkan"),  # no ROCm build at all
+])
+def test_flavour_recommendation(target, integrated, flavour):
+    (rec,) = recommend_flavours([_gpu(target, integrated)], load_families())
+    assert rec.flavour == flavour, rec
+    if flavour == "both":
+        assert f"rockbuild compare llama-rocm-{target} llama-vulkan --model MODEL.gguf" in rec.command
+    elif flavour == "rocm":
+        assert rec.command == f"rockbuild install --target {target}"
+    else:
+        assert rec.command == "rockbuild install --backend vulkan"
+
+
+def test_cli_json_and_exit_codes(run_rockbuild, tmp_path):
+    sys_root, proc_root = machine("strix-halo")
+    dev = dev_root(tmp_path)
+    ok = run_rockbuild("doctor", "--json", "--sysfs-root", str(sys_root), "--dev-root", str(dev),
+                       "--proc-root", str(proc_root))
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["ok"] is True and [g["target"] for g in data["gpus"]] == ["gfx1151"]
+    assert data["gpus"][0]["device_id"] == "0x1586"
+    assert {f["severity"] for f in data["findings"]} <= {"ok", "info", "warning", "error"}
+    text = run_rockbuild("doctor", "--sysfs-root", str(machine("no-gpu")[0]), "--dev-root", str(dev))
+    assert text.returncode == 1
+    assert "[error] the KFD topology lists no GPU, only CPU nodes" in text.stdout
+    assert text.stderr.strip().splitlines()[0] == ("error: 1 problem(s) found, first: the KFD topology lists no GPU, "
+                                                   "only CPU nodes")
+
+
+def test_read_kfd_gpus_skips_cpu_nodes_and_junk(tmp_path):
+    tree = tmp_path / "sys"
+    shutil.copytree(machine("igpu-dgpu")[0], tree)
+    nodes = tree / "class/kfd/kfd/topology/nodes"
+    (nodes / "README").write_text("not a node")
+    (nodes / "3").mkdir()  # a node whose properties vanished (hot unplug): skipped
+    assert [g.target for g in read_kfd_gpus(tree)] == ["gfx1036", "gfx1100"]

@@ -1,0 +1,269 @@
+"""Whole nights end to end on this machine: a TheRock index page with small TheRock-layout tarballs whose "clang" is a
+script running the host's gcc (so the build driver's real code path compiles the test's small CMake project), a bare
+git repository standing in for llama.cpp with a bNNNN tag, and the local GitHub API server.
+
+Smoke is left out here (``smoke=False`` / ``--no-smoke``): the stand-in project's programs are not llama.cpp; the smoke
+runner is covered by tests/test_smoke_run.py."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import rockbuild_exe
+from faultserver import FaultServer
+from githubapi import GitHubAPIServer
+from tarcorpus import TarBuilder
+from test_build_driver import make_project, write
+
+from rockbuild.nightly import NightOptions, load_inputs, run_night
+from rockbuild.nightly.resolve import parse_ls_remote
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++", "git")),
+    reason="needs cmake, ninja, gcc, g++ and git on the host",
+)
+
+TOKEN = "ghp_NightlyTestToken0123456789SECRET"
+TODAY = datetime.datetime.now(datetime.UTC).date()
+VERSION = f"7.2.0a{TODAY:%Y%m%d}"
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def therock_tarball(path: Path, counter: Path) -> Path:
+    """A TheRock-layout tarball whose clang/clang++ count each call in ``counter`` and exec the host's gcc/g++."""
+    gcc, gxx = shutil.which("gcc"), shutil.which("g++")
+    manifest = json.dumps({"the_rock_commit": "89553ce3a5a4c5b8d0e1f2a3b4c5d6e7f8091a2b", "rocm_version": "7.2.0",
+                           "rocm_package_version": VERSION})
+    with TarBuilder(path) as tar:
+        tar.root()
+        for name, compiler in (("clang", gcc), ("clang++", gxx)):
+            script = f'#!/bin/sh\necho "$@" >> {counter}\nexec {compiler} "$@"\n'
+            tar.file(f"lib/llvm/bin/{name}", script.encode(), mode=0o755)
+        tar.file("lib/llvm/amdgcn/bitcode/ocml.bc", b"")
+        tar.file("bin/hipconfig", b"#!/bin/sh\necho 7.2.0\n", mode=0o755)
+        tar.file("include/hip/hip_version.h", b"#define HIP_VERSION_MAJOR 7\n#define HIP_VERSION_MINOR 2\n"
+                 b"#define HIP_VERSION_PATCH 53211\n")
+        tar.file("share/therock/therock_manifest.json", manifest.encode())
+    return path
+
+
+MATRIX = """
+options:
+  cmake: {cmake}
+matrix:
+  os: [linux]
+  target: [gfx1151, gfx1150]
+  include:
+    - {{target: gfx1150, required: false{optional_extra}}}
+"""
+
+
+class World:
+    def __init__(self, base: Path, server: FaultServer, github: GitHubAPIServer) -> None:
+        self.base, self.server, self.github = base, server, github
+        self.counter = base / "compiles.txt"
+        self.counter.touch()
+        self.work = make_project(base / "work")
+        git("init", "-q", "-b", "master", cwd=self.work)
+        git("add", "-A", cwd=self.work)
+        git("commit", "-qm", "b1000", cwd=self.work)
+        git("tag", "b1000", cwd=self.work)
+        self.bare = base / "llama.cpp.git"
+        git("clone", "-q", "--bare", str(self.work), str(self.bare), cwd=base)
+        tarball = therock_tarball(base / "rock.tar.gz", self.counter).read_bytes()
+        self.tarballs = [f"therock-dist-linux-{g}-{VERSION}.tar.gz" for g in ("gfx1151", "gfx1150")]
+        links = "".join(f'<a href="{n}">{n}</a>\n' for n in self.tarballs)
+        for name in self.tarballs:
+            server.add(name, tarball, content_type="application/gzip")
+        self.index = server.add_text("index.html", f"<html><body>{links}</body></html>")
+
+    def matrix(self, name: str, *, optional_fails: bool = False, required_fails: bool = False) -> Path:
+        cmake = '{FAIL_COMPILE: "ON"}' if required_fails else "{}"
+        extra = ', cmake: {FAIL_COMPILE: "ON"}' if optional_fails else ""
+        return write(self.base / name, MATRIX.format(cmake=cmake, optional_extra=extra))
+
+    def tarball_requests(self) -> int:
+        return sum(len(self.server.requests_for(n)) for n in self.tarballs)
+
+    def compiles(self) -> int:
+        return len([line for line in self.counter.read_text().splitlines() if " -c " in f" {line} "])
+
+    def options(self, out: Path, matrix: Path, **changes) -> NightOptions:
+        values = dict(config=matrix, out=out, index_url=self.index, git_url=str(self.bare), repo=self.github.full_name,
+                      api_url=self.github.api_url, token=TOKEN, smoke=False, use_ccache=False,
+                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
+        values.update(changes)
+        return NightOptions(**values)
+
+    def new_commit(self) -> str:
+        (self.work / "tools" / "main.cpp").write_text(
+            "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 2; }\n")
+        git("commit", "-qam", "change", cwd=self.work)
+        git("push", "-q", str(self.bare), "master", cwd=self.work)
+        return git("rev-parse", "HEAD", cwd=self.work)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCKBUILD_CACHE", str(tmp_path / "cache"))
+    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with FaultServer() as server, GitHubAPIServer(token=TOKEN) as github:
+        yield World(tmp_path, server, github)
+
+
+def test_first_night_publishes_second_skips_without_download_changed_commit_rebuilds(world, tmp_path):
+    out = tmp_path / "out"
+    matrix = world.matrix("nightly.yaml")
+    first = run_night(world.options(out, matrix))
+    assert first.state == "published", first.message
+    assert first.exit_code == 0
+    assert [j.status for j in first.jobs] == ["ok", "ok"]
+    assert world.tarball_requests() == 2
+    compiles = world.compiles()
+    assert compiles > 0
+    inputs = load_inputs(out / "inputs.json")
+    assert inputs.llama.build_number == "b1000"
+    assert {r.name for r in inputs.rocm.values()} == set(world.tarballs)
+    (release,) = world.github.state.releases.values()
+    manifest = json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
+    assert manifest["llama_cpp"]["commit"] == inputs.llama.commit
+    assert {j["rocm"]["tarball"] for j in manifest["jobs"]} == set(world.tarballs)
+    writes = len(world.github.writes)
+
+    # the second night, run as users run it: same inputs -> unchanged, nothing downloaded, compiled or written
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache")}
+    second = subprocess.run(
+        [rockbuild_exe(), "nightly", "-c", str(matrix), "--out", str(tmp_path / "out2"), "--index-url", world.index,
+         "--git-url", str(world.bare), "--repo", world.github.full_name, "--api-url", world.github.api_url,
+         "--no-smoke", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert second.returncode == 0, second.stderr
+    report = json.loads(second.stdout)
+    assert report["state"] == "unchanged"
+    assert world.tarball_requests() == 2
+    assert world.compiles() == compiles
+    assert len(world.github.writes) == writes
+    assert TOKEN not in second.stderr + second.stdout
+
+    # a new llama.cpp commit: rebuilt against the cached tarballs, published under the next tag
+    commit = world.new_commit()
+    third = run_night(world.options(out, matrix))
+    assert third.state == "published", third.message
+    assert any("llama.cpp" in c for c in third.changes)
+    assert load_inputs(out / "inputs.json").llama.commit == commit
+    assert load_inputs(out / "inputs.json").llama.build_number is None
+    assert world.compiles() > compiles
+    assert world.tarball_requests() == 2  # the extracted trees were reused
+    assert all(j.stages["fetch"] == "reused" and j.stages["build"] == "done" for j in third.jobs)
+    assert len([r for r in world.github.state.releases.values() if not r.draft]) == 2
+
+
+def test_failing_optional_job_is_listed_and_does_not_block(world, tmp_path):
+    report = run_night(world.options(tmp_path / "out", world.matrix("m.yaml", optional_fails=True)))
+    assert report.state == "published", report.message
+    failed = {j.id: j for j in report.jobs if j.status == "failed"}
+    assert list(failed) == ["linux-gfx1150"]
+    assert failed["linux-gfx1150"].failed_stage == "build"
+    assert "linux-gfx1150" in report.message
+    from rich.console import Console
+
+    shown = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    shown.print(report.render_table())
+    assert "FAILED at build" in shown.export_text()
+    (release,) = world.github.state.releases.values()
+    manifest = json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
+    assert [j["id"] for j in manifest["failed_jobs"]] == ["linux-gfx1150"]
+    assert "linux-gfx1150" in release.body
+    assert not world.github.state.issues
+
+
+def test_failing_required_job_blocks_and_alerts(world, tmp_path):
+    summary = tmp_path / "summary.md"
+    report = run_night(world.options(tmp_path / "out", world.matrix("m.yaml", required_fails=True),
+                                     step_summary=summary))
+    assert report.state == "blocked"
+    text = summary.read_text()
+    assert "rockbuild nightly: blocked" in text and "| linux-gfx1151 | yes |" in text and "**failed** at build" in text
+    assert report.exit_code == 1
+    assert "linux-gfx1151" in report.message
+    assert not world.github.state.releases
+    (issue,) = world.github.state.issues.values()
+    assert "linux-gfx1151" in issue.body + json.dumps(issue.comments)
+
+
+def test_interrupted_night_resumes_without_redoing_completed_stages(world, tmp_path):
+    out = tmp_path / "out"
+    matrix = world.matrix("m.yaml")
+
+    def interrupt(job_id: str, stage: str, status: str) -> None:
+        if (job_id, stage, status) == ("linux-gfx1150", "build", "start"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_night(world.options(out, matrix, on_event=interrupt))
+    assert not world.github.state.releases
+    compiles = world.compiles()
+    state = json.loads((out / "linux-gfx1151" / "night.json").read_text())
+    assert state["stages"]["build"]["result"] == "ok"
+
+    resumed = run_night(world.options(out, matrix))
+    assert resumed.state == "published", resumed.message
+    done = {j.id: j.stages for j in resumed.jobs}
+    assert done["linux-gfx1151"] == {"fetch": "reused", "build": "reused", "bundle": "reused", "smoke": "skipped"}
+    assert done["linux-gfx1150"]["fetch"] == "reused" and done["linux-gfx1150"]["build"] == "done"
+    assert world.tarball_requests() == 2
+    # only the interrupted job compiled: its compile count equals the first job's
+    assert world.compiles() == 2 * compiles
+
+
+def test_stale_rocm_fails_only_its_jobs_and_names_group_and_date(world, tmp_path):
+    old = TODAY - datetime.timedelta(days=9)
+    name = f"therock-dist-linux-gfx1150-7.2.0a{old:%Y%m%d}.tar.gz"
+    world.server.add(name, b"x")
+    world.server.add_text("stale.html", f'<a href="{world.tarballs[0]}">a</a><a href="{name}">b</a>')
+    out = tmp_path / "out"
+    report = run_night(world.options(out, world.matrix("m.yaml"), index_url=world.server.url_for("stale.html")))
+    assert report.state == "published", report.message
+    stale = next(j for j in report.jobs if j.id == "linux-gfx1150")
+    assert stale.status == "failed" and stale.failed_stage == "fetch"
+    assert "gfx1150" in stale.message and "9 days old" in stale.message and f"{old:%Y%m%d}" in stale.message
+    assert len(world.server.requests_for(name)) == 0
+
+
+def test_resolve_cli_and_build_with_inputs(world, tmp_path, run_rockbuild):
+    matrix = world.matrix("m.yaml")
+    env = {"ROCKBUILD_CACHE": str(tmp_path / "cache")}
+    resolved = run_rockbuild("resolve", "-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare),
+                             "--llama-ref", "b1000", "--out", "inputs.json", env=env)
+    assert resolved.returncode == 0, resolved.stderr
+    inputs = json.loads((tmp_path / "inputs.json").read_text())
+    assert inputs["llama_cpp"]["build_number"] == "b1000"
+    assert [j["id"] for j in inputs["jobs"]] == ["linux-gfx1151", "linux-gfx1150"]
+
+    built = run_rockbuild("build", "--job", "linux-gfx1151", "--inputs", "inputs.json", "--out", "out",
+                          "--no-ccache", "--no-bundle", env=env, timeout=120)
+    assert built.returncode == 0, built.stderr
+    build = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
+    assert build["llama_cpp"]["commit"] == inputs["llama_cpp"]["commit"]
+    assert build["rocm"]["tarball"]["name"] == world.tarballs[0]
+
+    missing = run_rockbuild("build", "--job", "linux-gfx908", "--inputs", "inputs.json", env=env)
+    assert missing.returncode == 2
+    assert "not in inputs.json" in missing.stderr
+
+
+def test_parse_ls_remote_prefers_the_peeled_commit_of_an_annotated_tag():
+    text = "aaa\trefs/heads/master\nbbb\trefs/tags/b1\nccc\trefs/tags/b1^{}\n"
+    assert parse_ls_remote(text) == {"refs/heads/master": "aaa", "refs/tags/b1": "ccc"}
