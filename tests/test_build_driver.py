@@ -269,6 +269,23 @@ def test_rerun_is_incremental(first_build):
     assert third.ninja is not None and third.ninja["objects"] == {"C": 1}
 
 
+def test_another_source_tree_into_the_same_out_folder_configures_afresh(world):
+    """Each llama.cpp commit is its own clone; CMake would refuse a build folder made from another source folder."""
+    import dataclasses
+    import shutil
+
+    other = world["base"] / "llama.cpp-other-commit"
+    shutil.copytree(world["project"], other)
+    job = resolve_job(target="gfx1151")
+    options = BuildOptions(out_dir=world["base"] / "out-two-trees", rocm_dir=world["rocm"], source_dir=world["project"],
+                           use_ccache=False, jobs=2)
+    build_job(job, options)
+    second = build_job(job, dataclasses.replace(options, source_dir=other))
+    assert second.status == "ok" and second.configure_skipped is False
+    cache = (second.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
+    assert f"CMAKE_HOME_DIRECTORY:INTERNAL={other.resolve()}" in cache
+
+
 def test_failing_compile_ends_with_the_log_tail(world, capsys):
     matrix = matrix_file(world["base"] / "fail-compile.yaml", {"FAIL_COMPILE": "ON"})
     job = resolve_job(target="gfx1151", config=matrix)

@@ -424,6 +424,21 @@ def _list_binaries(build_dir: Path, job_dir: Path, targets: list[str], windows: 
     return out
 
 
+def _forget_other_source(build_dir: Path, source: Path) -> bool:
+    """CMake refuses a build folder configured from another source folder (each llama.cpp commit is its own clone):
+    drop that configuration, keep the objects (ninja decides what to recompile). True when something was dropped."""
+    try:
+        text = (build_dir / "CMakeCache.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    m = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", text, re.M)
+    if m is None or Path(m.group(1)).resolve() == Path(source).resolve():
+        return False
+    (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+    shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
+    return True
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -542,6 +557,8 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             else:
                 stamp.unlink(missing_ok=True)
                 build_dir.mkdir(parents=True, exist_ok=True)
+                if _forget_other_source(build_dir, source.path):
+                    console.info(f"    {build_dir} was configured from another source tree; configuring afresh")
                 _log_header(log, "configure: " + " ".join(command))
                 notices = Notices()
                 try:

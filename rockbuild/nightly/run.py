@@ -289,17 +289,6 @@ def _job_folder_ok(job_dir: Path, commit: str) -> bool:
     return build.get("status") == "ok" and llama.get("commit") == commit and (job_dir / "build" / "bin").is_dir()
 
 
-def _forget_other_source(job_dir: Path, commit: str) -> None:
-    """Each commit is checked out in its own folder, and CMake refuses a build folder configured from another source
-    folder: drop the old configuration (objects stay; ninja decides what to recompile)."""
-    build = _read_json(job_dir / "build.json") or {}
-    llama = build.get("llama_cpp") or {}
-    if llama.get("commit") in (None, commit):
-        return
-    (job_dir / "build" / "CMakeCache.txt").unlink(missing_ok=True)
-    shutil.rmtree(job_dir / "build" / "CMakeFiles", ignore_errors=True)
-
-
 def run_job(job: Job, night: _Night) -> JobOutcome:
     """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change. Never raises for a
     failure of the job itself (it is recorded in the job folder for publish and alert)."""
@@ -360,7 +349,6 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         reuse("build")
     else:
         night.event(job.id, "build", "start")
-        _forget_other_source(job_dir, inputs.llama.commit)
         build_options = build_options_for_inputs(BuildOptions(
             out_dir=night.out, offline=options.offline, jobs=options.compile_jobs, use_ccache=options.use_ccache,
             ccache_dir=options.ccache_dir, cache=options.cache,
