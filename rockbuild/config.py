@@ -6,6 +6,7 @@ Every later stage reads a :class:`Job` (made by :mod:`rockbuild.matrix`), never 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,23 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rockbuild"
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file rockbuild wrote (build.json, sidecars...), or None when missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False) -> None:
+    """Write a JSON object so that readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

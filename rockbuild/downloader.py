@@ -20,7 +20,6 @@ import contextlib
 import datetime
 import hashlib
 import http.client
-import json
 import os
 import re
 import socket
@@ -39,6 +38,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from rockbuild import __version__, console
+from rockbuild.config import read_json_object, write_json_atomic
 from rockbuild.errors import ChecksumError, FetchError, NotFoundError
 
 USER_AGENT = f"rockbuild/{__version__} (+requests)"
@@ -226,20 +226,6 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _unlink(*paths: Path) -> None:
     for p in paths:
         with contextlib.suppress(FileNotFoundError):
@@ -328,7 +314,7 @@ class Downloader:
         """The cache entry :meth:`fetch` would reuse, without touching the network; None when it would download."""
         name = name or name_from_url(url)
         final, meta_path = self.paths_for(name)[:2]
-        meta = _read_json(meta_path)
+        meta = read_json_object(meta_path)
         if meta is None or not final.is_file():
             return None
         rec_size, rec_sha = meta.get("size"), meta.get("sha256")
@@ -387,7 +373,7 @@ class Downloader:
             lock.release()
 
     def _synced(self, name: str) -> bool:
-        meta = _read_json(self.paths_for(name)[1]) or {}
+        meta = read_json_object(self.paths_for(name)[1]) or {}
         return meta.get("synced", True) is not False
 
     def _verified(self, hit: Download) -> Download | None:
@@ -497,7 +483,7 @@ class _Transfer:
 
     def _open_part(self) -> IO[bytes]:
         """Open .part for appending; adopt what an earlier run left there when it is the same URL's bytes."""
-        meta = _read_json(self.part_meta)
+        meta = read_json_object(self.part_meta)
         existing = self.part.stat().st_size if self.part.is_file() else 0
         usable = (
             existing > 0
@@ -592,7 +578,7 @@ class _Transfer:
         if self.have == 0:
             self.etag, self.last_modified = resp.headers.get("ETag"), resp.headers.get("Last-Modified")
             # Recorded before any body byte so a later run knows which URL (and version) the .part holds.
-            _write_json_atomic(
+            write_json_atomic(
                 self.part_meta, {"url": self.url, "etag": self.etag, "last_modified": self.last_modified}
             )
         self._set_total(total)
@@ -706,7 +692,7 @@ class _Transfer:
             )
         _unlink(self.meta_path)  # a stale sidecar must never vouch for the new file, even for a moment
         os.replace(self.part, self.final)
-        _write_json_atomic(
+        write_json_atomic(
             self.meta_path,
             {
                 "url": self.url,

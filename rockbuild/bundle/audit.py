@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import BundleError
-from .elf import ELF_MAGIC, ElfInfo, highest_versions, read_elf, version_key
+from .elf import ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport, read_fatbin
 from .kernels import target_order
 from .pe import PeInfo, is_pe, read_pe
@@ -92,17 +92,6 @@ class AuditReport:
             lines.append(f"  {fat.path.name}: {len(fat.bundles)} offload bundles, targets {' '.join(fat.targets)}")
         return "\n".join(lines)
 
-
-def _elf_machine(path: Path) -> int | None:
-    """e_machine from the header (cheap): tells host ELFs from AMDGPU code objects in the kernel folders."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return None
-    if head[:4] != ELF_MAGIC or len(head) < 20:
-        return None
-    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
 def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
@@ -361,7 +350,7 @@ def audit_bundle(
         host_machines = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) files are kernel data
         elves: dict[Path, ElfInfo] = {}
         for p in files:
-            machine = _elf_machine(p)
+            machine = elf_machine(p)
             if machine is None or (machine not in host_machines and p.parent != root):
                 continue
             elf = read_elf(p)

@@ -44,6 +44,19 @@ _OTHER_TOKEN_RE = re.compile(r"\$(?:\{?(LIB|PLATFORM)\}?)")
 TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu", "EM_386": "i386-linux-gnu"}
 
 
+def elf_machine(path: Path) -> int | None:
+    """e_machine from the header (cheap): tells host ELFs from AMDGPU code objects in the kernel folders."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return None
+    if head[:4] != ELF_MAGIC or len(head) < 20:
+        return None
+    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+
+
+
 @dataclass(frozen=True)
 class ElfInfo:
     """What the loader reads from one ELF file."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import Job, load_families
+from rockbuild.config import Job, load_families, read_json_object, write_json_atomic
 from rockbuild.errors import PublishError, RockbuildError, UsageError
 
 from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, manifest_differences, resolve_inputs
@@ -41,21 +41,6 @@ def host_os() -> str:
 
 def _hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -84,12 +69,12 @@ def record_tarball(job_dir: Path, tarball: dict[str, Any] | None) -> None:
     """Put the tarball's name and sha256 into build.json (the driver saw only a ROCm folder): the release notes,
     manifest.json and the next night's unchanged check read them."""
     path = job_dir / "build.json"
-    data = _read_json(path)
+    data = read_json_object(path)
     if data is None or tarball is None:
         return
     rocm = data.get("rocm")
     data["rocm"] = {**(rocm if isinstance(rocm, dict) else {}), "tarball": tarball}
-    _write_json(path, data)
+    write_json_atomic(path, data)
 
 
 def write_failed_build(job: Job, job_dir: Path, step: str, message: str, inputs: Inputs | None = None) -> None:
@@ -106,7 +91,7 @@ def write_failed_build(job: Job, job_dir: Path, step: str, message: str, inputs:
         "llama_cpp": {"commit": inputs.llama.commit, "build_number": inputs.llama.build_number} if inputs else None,
         "rocm": None, "paths": {"job_dir": str(job_dir), "log": str(log)}, "started": now, "finished": now,
     }
-    _write_json(job_dir / "build.json", data)
+    write_json_atomic(job_dir / "build.json", data)
 
 
 def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path) -> Any:
@@ -148,7 +133,7 @@ class JobState:
 
     def __init__(self, job_dir: Path, job_id: str) -> None:
         self.path = job_dir / STATE_FILE
-        data = _read_json(self.path) or {}
+        data = read_json_object(self.path) or {}
         stages = data.get("stages")
         self.stages: dict[str, dict[str, Any]] = stages if isinstance(stages, dict) else {}
         self.job_id = job_id
@@ -161,7 +146,7 @@ class JobState:
 
     def record(self, stage: str, key: str, result: str, seconds: float, **detail: Any) -> None:
         self.stages[stage] = {"key": key, "result": result, "seconds": round(seconds, 3), **detail}
-        _write_json(self.path, {"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages})
+        write_json_atomic(self.path, {"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages})
 
 
 @dataclass(frozen=True)
@@ -284,7 +269,7 @@ class _Night:
 
 
 def _job_folder_ok(job_dir: Path, commit: str) -> bool:
-    build = _read_json(job_dir / "build.json") or {}
+    build = read_json_object(job_dir / "build.json") or {}
     llama = build.get("llama_cpp") or {}
     return build.get("status") == "ok" and llama.get("commit") == commit and (job_dir / "build" / "bin").is_dir()
 
@@ -367,7 +352,7 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
     bundle_key = _hash("bundle", build_key, options.prune_fatbin)
     bundle_dir = job_dir / "bundle"
     t0 = time.monotonic()
-    meta = _read_json(bundle_dir / "bundle.json") or {}
+    meta = read_json_object(bundle_dir / "bundle.json") or {}
     if state.passed("bundle", bundle_key) and (meta.get("audit") or {}).get("ok") is not False and meta:
         reuse("bundle")
     else:
@@ -397,7 +382,7 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         return outcome("ok")
     t0 = time.monotonic()
     smoke_key = _hash("smoke", bundle_key, options.model)
-    if state.passed("smoke", smoke_key) and (_read_json(smoke_json) or {}).get("ok") is True:
+    if state.passed("smoke", smoke_key) and (read_json_object(smoke_json) or {}).get("ok") is True:
         reuse("smoke")
         return outcome("ok")
     night.event(job.id, "smoke", "start")
@@ -470,7 +455,7 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
     publisher counts it as failed. A folder built from another commit is refused."""
     found: dict[str, Path] = {}
     for directory in job_dirs:
-        build = _read_json(Path(directory) / "build.json") or {}
+        build = read_json_object(Path(directory) / "build.json") or {}
         job_id = str((build.get("job") or {}).get("id") or Path(directory).name.removeprefix("job-"))
         commit = (build.get("llama_cpp") or {}).get("commit")
         if commit and build.get("status") == "ok" and commit != inputs.llama.commit:

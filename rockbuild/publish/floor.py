@@ -7,21 +7,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from rockbuild.bundle.elf import ELF_MAGIC, highest_versions, read_elf, version_key
+from rockbuild.bundle.elf import elf_machine, highest_versions, read_elf, version_key
 
 _HOST_MACHINES = {3, 62, 183}  # EM_386, EM_X86_64, EM_AARCH64; AMDGPU code objects (224) in kernel folders are data
 
 
 def _host_elf(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return False
-    if head[:4] != ELF_MAGIC or len(head) < 20:
-        return False
-    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big") in _HOST_MACHINES
-
+    return elf_machine(path) in _HOST_MACHINES
 
 def bundle_floor(bundle: Path) -> dict[str, tuple[str, str]]:
     """{family: (version, relative path of the file needing it)} over the bundle's host ELF files."""

@@ -7,25 +7,17 @@ the step and the log tail for the alert); it is never an exception here.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rockbuild.config import read_json_object
 from rockbuild.process import log_tail
 from rockbuild.rocm.names import parse_rocm_version, parse_tarball_name
 
 BUILD_JSON, BUNDLE_DIR, BUNDLE_JSON, SMOKE_JSON = "build.json", "bundle", "bundle.json", "smoke.json"
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -125,10 +117,10 @@ def _smoke_tail(smoke: Mapping[str, Any]) -> tuple[tuple[str, ...], Path | None]
 def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     """The job in ``job_dir`` (``out/<job-id>``), failed or not."""
     job_dir = Path(job_dir).absolute()
-    build = _read_json(job_dir / BUILD_JSON)
+    build = read_json_object(job_dir / BUILD_JSON)
     bundle_dir = job_dir / BUNDLE_DIR
-    bundle_meta = _read_json(bundle_dir / BUNDLE_JSON) or {}
-    smoke = _read_json(job_dir / SMOKE_JSON)
+    bundle_meta = read_json_object(bundle_dir / BUNDLE_JSON) or {}
+    smoke = read_json_object(job_dir / SMOKE_JSON)
     job = _dict((build or {}).get("job"))
     job_id = str(job.get("id") or job_dir.name)
     os_name = str(job.get("os") or bundle_meta.get("platform") or job_id.split("-", 1)[0])
