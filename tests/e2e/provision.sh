@@ -58,22 +58,8 @@ mkdir -p "$E2E" "$SRC"
 exec 9>"$E2E/.provision.lock"
 flock -n 9 || { log "another provision.sh holds $E2E/.provision.lock; waiting"; flock 9; }
 
-MOUNTED=()
-cleanup() {
-    local i
-    for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
-        umount "${MOUNTED[$i]}" 2>/dev/null || umount -l "${MOUNTED[$i]}" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
-
-mount_proc() {
-    local root=$1
-    if ! mountpoint -q "$root/proc"; then
-        mount -t proc proc "$root/proc"
-        MOUNTED+=("$root/proc")
-    fi
-}
+# shellcheck source=tests/e2e/mounts.sh
+source "$(dirname "${BASH_SOURCE[0]}")/mounts.sh"
 
 umount_all_under() {
     local root=$1 target
@@ -125,8 +111,10 @@ size_of() { du -sx --block-size=1 "$1" | cut -f1; }
 report_rocm_root() {
     local dir=$1
     log "packages asked for (installed versions):"
+    # shellcheck disable=SC2016  # dpkg-query's own ${Package} fields, not shell expansions
     chroot "$dir" dpkg-query -W -f '    ${Package} ${Version}\n' "${ROCM_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
     log "packages taken from experimental:"
+    # shellcheck disable=SC2016
     chroot "$dir" dpkg-query -W -f '${Package} ${Version}\n' | awk '$2 ~ /~exp/ {print "    " $0}'
     log "packages in the root: $(chroot "$dir" dpkg-query -W -f '.\n' | wc -l)"
 }

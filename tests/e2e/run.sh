@@ -47,27 +47,13 @@ die() { log "error: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "must run as root (chroot and mount need it)"
 [[ -x $ROOT/usr/bin/hipconfig && -f $E2E/.rocm-root.stamp ]] || die "$ROOT is not provisioned; run tests/e2e/provision.sh"
 
-MOUNTED=()
-cleanup() {
-    local i
-    for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
-        umount "${MOUNTED[$i]}" 2>/dev/null || umount -l "${MOUNTED[$i]}" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
+# shellcheck source=tests/e2e/mounts.sh
+source "$REPO/tests/e2e/mounts.sh"
 
 mount_root() {
-    # hipcc and the loader's $ORIGIN need /proc/self/exe (proving-it-here.md, gotcha 4)
-    if ! mountpoint -q "$ROOT/proc"; then
-        mount -t proc proc "$ROOT/proc"
-        MOUNTED+=("$ROOT/proc")
-    fi
+    mount_proc "$ROOT"
     # the unpacked sdist, whole: vendor/llama.cpp/.git points at ../../.git/modules/..., so git still names the commit
-    mkdir -p "$ROOT/src/llama_cpp_python-0.3.36"
-    if ! mountpoint -q "$ROOT/src/llama_cpp_python-0.3.36"; then
-        mount --bind "$LLAMA_UNPACKED" "$ROOT/src/llama_cpp_python-0.3.36"
-        MOUNTED+=("$ROOT/src/llama_cpp_python-0.3.36")
-    fi
+    bind_mount "$LLAMA_UNPACKED" "$ROOT/src/llama_cpp_python-0.3.36"
     ln -sfn llama_cpp_python-0.3.36/vendor/llama.cpp "$ROOT$LLAMA_IN_ROOT"
 }
 
@@ -211,21 +197,12 @@ in_clean() {
 }
 
 mount_clean() {
-    if ! mountpoint -q "$CLEAN/proc"; then
-        mount -t proc proc "$CLEAN/proc"   # the loader expands $ORIGIN of the main program through /proc/self/exe
-        MOUNTED+=("$CLEAN/proc")
-    fi
-    # the bundle, read-only: nothing the smoke test does may change it
-    mkdir -p "$CLEAN$BUNDLE_IN_CLEAN"
+    mount_proc "$CLEAN"
+    # the bundle, read-only: nothing the smoke test does may change it (a bundle of another target may be mounted)
     if mountpoint -q "$CLEAN$BUNDLE_IN_CLEAN"; then umount "$CLEAN$BUNDLE_IN_CLEAN"; fi
-    mount --bind "$ROOT$OUT/$JOB_ID/bundle" "$CLEAN$BUNDLE_IN_CLEAN"
-    mount -o remount,bind,ro "$CLEAN$BUNDLE_IN_CLEAN"
-    MOUNTED+=("$CLEAN$BUNDLE_IN_CLEAN")
-    mkdir -p "$CLEAN/models" "$MODELS"
-    if ! mountpoint -q "$CLEAN/models"; then
-        mount --bind "$MODELS" "$CLEAN/models"
-        MOUNTED+=("$CLEAN/models")
-    fi
+    bind_mount "$ROOT$OUT/$JOB_ID/bundle" "$CLEAN$BUNDLE_IN_CLEAN" ro
+    mkdir -p "$MODELS"
+    bind_mount "$MODELS" "$CLEAN/models"
 }
 
 ensure_clean_python() {
