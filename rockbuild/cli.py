@@ -455,6 +455,42 @@ def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_g
 
 
 @cli.command(context_settings=CONTEXT)
+@click.argument("bundle_dirs", metavar="BUNDLE...", nargs=-1, required=True,
+                type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--model", "model_spec", required=True, metavar="PATH|URL|tiny|default",
+              help="GGUF to benchmark (see rockbuild smoke; 'tiny' measures overheads, not a real model).")
+@click.option("--vocab", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny.")
+@click.option("-p", "n_prompt", type=click.IntRange(min=0), default=512, show_default=True, help="Prompt tokens (pp).")
+@click.option("-n", "n_gen", type=click.IntRange(min=0), default=128, show_default=True, help="Generated tokens (tg).")
+@click.option("-r", "repetitions", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Repetitions per test (the spread shown is their standard deviation).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--ngl", "gpu_layers", type=int, default=99, show_default=True, help="Layers to offload (-ngl).")
+@click.option("--fa", "flash_attn", type=click.Choice(["0", "1"]), default=None,
+              help="Flash attention off/on for every bundle (default: llama-bench's).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800, show_default=True,
+              help="Seconds per bundle before llama-bench is stopped.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
+def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, n_prompt: int, n_gen: int,
+            repetitions: int, threads: int | None, gpu_layers: int, flash_attn: str | None, timeout: float,
+            as_json: bool) -> None:
+    """Run llama-bench on each bundle with identical settings; pp and tg side by side (e.g. ROCm vs Vulkan)."""
+    from .compare import CompareOptions, run_compare
+    from .model import load_smoke_config, provide_model
+
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, config=load_smoke_config())
+    options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
+                             gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
+                             timeout=timeout)
+    comparison = run_compare(list(bundle_dirs), model, options, quiet=as_json)
+    if as_json:
+        emit_json(comparison.to_dict())
+    else:
+        click.echo(comparison.render())
+
+
+@cli.command(context_settings=CONTEXT)
 @click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--inputs", "inputs_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,

@@ -240,6 +240,14 @@ def test_env_keeps_the_allowlist_only():
     assert set(removed) == {"HIP_PATH", "LD_PRELOAD", "PATH entry /opt/rocm-7.2/bin"}
 
 
+def test_env_lets_device_selection_through():
+    """lavapipe is used only with GGML_VK_VISIBLE_DEVICES; HIP_VISIBLE_DEVICES skips an iGPU listed first."""
+    env, removed = smoke_env({"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1",
+                              "ROCM_PATH": "/opt/rocm"})
+    assert env == {"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1"}
+    assert removed == ["ROCM_PATH"]
+
+
 def test_cli_exits_non_zero_and_writes_smoke_json(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"bench": "garbage"})
     proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "no"],

@@ -19,7 +19,8 @@ _TIMESTAMP_ANYWHERE = re.compile(r"\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] ")
 _BUFFER = re.compile(r"load_tensors:\s+(?P<device>\S+)\s+model buffer size\s*=\s*(?P<mib>[0-9.]+)\s*MiB")
 _OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
 _LOADING = re.compile(r"load_tensors: loading model tensors")
-_USING_DEVICE = re.compile(r"using device (?P<device>\S+) \((?P<desc>[^)]*)\)")
+# one level of nested parentheses: "Vulkan0 (llvmpipe (LLVM 22.1.8, 256 bits))"
+_USING_DEVICE = re.compile(r"using device (?P<device>\S+) \((?P<desc>(?:[^()]|\([^()]*\))*)\)")
 _ROCM_DEVICE = re.compile(r"Device (?P<index>\d+): (?P<desc>.+?), (?P<isa>gfx[0-9a-f]+)")
 _CLI_RATES = re.compile(r"\[ Prompt: (?P<prompt>[0-9.]+|inf) t/s \| Generation: (?P<gen>[0-9.]+|inf) t/s \]")
 _SLOT_EVAL = re.compile(r"print_timing:.*?\|\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) tokens"
@@ -60,11 +61,16 @@ class LoadReport:
     offloaded: tuple[int, int] | None = None
     devices: tuple[str, ...] = ()  # "ROCm0 (AMD Radeon Graphics)" from "using device ..." lines
     isas: tuple[str, ...] = ()  # gfx targets of the devices ggml_cuda_init found
+    vulkan: VulkanLoad | None = None  # only when the log shows Vulkan or a CPU-fallback warning
 
     def to_dict(self) -> dict[str, Any]:
-        return {"buffers": [b.to_dict() for b in self.buffers],
-                "offloaded": f"{self.offloaded[0]}/{self.offloaded[1]}" if self.offloaded else None,
-                "devices": list(self.devices), "isas": list(self.isas)}
+        out: dict[str, Any] = {
+            "buffers": [b.to_dict() for b in self.buffers],
+            "offloaded": f"{self.offloaded[0]}/{self.offloaded[1]}" if self.offloaded else None,
+            "devices": list(self.devices), "isas": list(self.isas)}
+        if self.vulkan is not None:
+            out["vulkan"] = self.vulkan.to_dict()
+        return out
 
 
 def parse_load(text: str) -> LoadReport:
@@ -98,7 +104,8 @@ def parse_load(text: str) -> LoadReport:
         blocks.append((current, offloaded))
     real = [b for b in blocks if any(buf.mib > 0 for buf in b[0])] or blocks
     buffers, last_offload = real[-1] if real else ([], None)
-    return LoadReport(tuple(buffers), last_offload, tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(isas)))
+    return LoadReport(tuple(buffers), last_offload, tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(isas)),
+                      parse_vulkan(text))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -286,14 +293,19 @@ def _fmt(buffers: Iterable[Buffer]) -> str:
 
 
 def gpu_verdict(
-    loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = ()
+    loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
+    backend: str | None = None, bench: Sequence[BenchResult] = (),
 ) -> GpuVerdict:
     """Judge GPU use from the model buffers of every run that loaded the model (cli, server).
 
     ``gpu``: every load put weights in a ``ROCmN`` buffer and offloaded all layers (when the line is there);
     ``partial``: some weights on a ROCm device, not all layers; ``cpu``: no ROCm buffer (an ``offloaded N/N`` line
     next to CPU or RPC buffers is noted, never believed); ``unknown``: no buffer lines at all (no ``-lv 4`` log).
+
+    ``backend="vulkan"`` (or None with a log that shows Vulkan) judges by :func:`vulkan_verdict` instead.
     """
+    if backend == "vulkan" or (backend is None and any(load.vulkan and load.vulkan.seen for load in loads)):
+        return vulkan_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)
     notes: list[str] = []
     with_buffers = [load for load in loads if load.buffers]
     if not with_buffers:
@@ -342,5 +354,155 @@ def gpu_verdict(
         elif problems:
             ok = False
             summary = f"gpu: FAILED, weights on the GPU but {problems[0]}"
+    return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
+                      tuple(dict.fromkeys(notes)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Vulkan (shared/reference/vulkan-on-lavapipe.md)
+#
+# ggml-vulkan falls back to the CPU with exit code 0 when there is no driver, a wrong ICD, or a CPU-type device
+# (lavapipe) not listed in GGML_VK_VISIBLE_DEVICES, and "offloaded N/N layers to GPU" is printed all the same. With
+# -ngl 0 a "Vulkan0 compute buffer" still appears (big batches are op-offloaded). Only VulkanN *model* and *KV*
+# buffers prove that layers run on the device.
+
+VULKAN_DEVICE = re.compile(r"^Vulkan\d+$")
+_KV_BUFFER = re.compile(r"(?P<device>\S+) KV buffer size\s*=\s*(?P<mib>[0-9.]+)\s*MiB")
+_VK_DEVICE_LINE = re.compile(r"ggml_vulkan: (?P<index>\d+) = (?P<desc>[^|]+?)\s*(?:\||$)")
+_VULKAN_HINT = re.compile(r"\bVulkan\d+\b|Vulkan_Host|ggml_vulkan:|libvulkan\.so|vkCreateInstance")
+# (pattern, what it means for the user); any of these means the run did not use a Vulkan device
+VULKAN_FALLBACKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"no usable GPU found"), "llama.cpp found no usable GPU and ran on the CPU"),
+    (re.compile(r"ggml_vulkan: No devices found"),
+     "ggml_vulkan found no device (a CPU-type device such as lavapipe needs GGML_VK_VISIBLE_DEVICES)"),
+    (re.compile(r"invalid device: Vulkan\d+"), "the Vulkan device asked for with -dev does not exist"),
+    (re.compile(r"vkCreateInstance: Found no drivers"), "the Vulkan loader found no driver (ICD)"),
+    (re.compile(r"libvulkan\.so\.1: cannot open shared object file"),
+     "libvulkan.so.1 (the Vulkan loader, package libvulkan1) is not installed"),
+)
+_VK_CPU_DEVICE = re.compile(r"ggml_vulkan: Warning: Device type is CPU")
+
+
+@dataclass(frozen=True)
+class VulkanLoad:
+    """What a log says about Vulkan: KV buffers of the last load, ggml_vulkan's devices, fallback warnings."""
+
+    seen: bool  # the log mentions a Vulkan device, buffer, ggml_vulkan or the loader
+    kv_buffers: tuple[Buffer, ...] = ()
+    devices: tuple[str, ...] = ()  # "0 = llvmpipe (LLVM 22.1.8, 256 bits) (llvmpipe)"
+    fallbacks: tuple[str, ...] = ()  # user-facing meanings of the VULKAN_FALLBACKS lines found
+    cpu_type_device: bool = False  # "Device type is CPU": lavapipe/llvmpipe, fine for a smoke test
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen, "kv_buffers": [b.to_dict() for b in self.kv_buffers],
+                "devices": list(self.devices), "fallbacks": list(self.fallbacks),
+                "cpu_type_device": self.cpu_type_device}
+
+
+def parse_vulkan(text: str) -> VulkanLoad | None:
+    """Vulkan facts of ``text`` (KV buffers of the last load), or None when it shows neither Vulkan nor a fallback."""
+    kv: list[Buffer] = []
+    devices: list[str] = []
+    fallbacks: list[str] = []
+    seen = cpu_type = False
+    for raw in text.splitlines():
+        line = strip_log_prefix(raw)
+        if _LOADING.search(line):
+            kv = []
+        if _VULKAN_HINT.search(line):
+            seen = True
+        if m := _KV_BUFFER.search(line):
+            kv.append(Buffer(m["device"], float(m["mib"])))
+        elif m := _VK_DEVICE_LINE.search(line):
+            devices.append(f"{m['index']} = {m['desc'].strip()}")
+        cpu_type = cpu_type or bool(_VK_CPU_DEVICE.search(line))
+        fallbacks.extend(meaning for pattern, meaning in VULKAN_FALLBACKS if pattern.search(line))
+    if not seen and not fallbacks:
+        return None
+    return VulkanLoad(seen, tuple(kv), tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(fallbacks)), cpu_type)
+
+
+def vulkan_bench_problem(results: Sequence[BenchResult]) -> str | None:
+    """Why llama-bench results do not prove a Vulkan run (None when they do): no results, a CPU backend, an empty
+    ``gpu_info`` (no device), or ``n_gpu_layers`` 0 (the JSON still says Vulkan then)."""
+    if not results:
+        return "llama-bench gave no results"
+    for b in results:
+        if "Vulkan" not in b.backends.split(","):
+            return f"llama-bench ran on backend {b.backends or '?'!r}, not Vulkan"
+        if not b.gpu_info:
+            return "llama-bench reports no GPU (gpu_info is empty): no Vulkan device was used"
+        if b.n_gpu_layers == 0:
+            return "llama-bench ran with -ngl 0: no layer on the Vulkan device"
+    return None
+
+
+def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
+                   bench: Sequence[BenchResult] = ()) -> GpuVerdict:
+    """Judge a Vulkan bundle's run: ``gpu`` when every load put weights in a ``VulkanN`` model buffer and its KV cache
+    in a ``VulkanN`` KV buffer; ``partial`` with Vulkan weights but a KV cache elsewhere or fewer layers than all;
+    ``cpu`` otherwise. The output layer may stay in ``CPU_Mapped`` on a ``gpu`` run (lavapipe's 128 MiB storage
+    buffer limit). Fallback warnings and llama-bench's ``backends``/``gpu_info`` are notes, or failures when a GPU
+    run was expected."""
+    notes: list[str] = []
+    fallbacks = list(dict.fromkeys(f for load in loads if load.vulkan for f in load.vulkan.fallbacks))
+    with_buffers = [load for load in loads if load.buffers]
+    placements: list[str] = []
+    gpu_mib = host_mib = 0.0
+    for load in with_buffers:
+        kv = load.vulkan.kv_buffers if load.vulkan else ()
+        vk_mib = sum(b.mib for b in load.buffers if VULKAN_DEVICE.match(b.device))
+        gpu_mib = max(gpu_mib, vk_mib)
+        host_mib = max(host_mib, sum(b.mib for b in load.buffers if not VULKAN_DEVICE.match(b.device)))
+        kv_on_device = any(VULKAN_DEVICE.match(b.device) and b.mib > 0 for b in kv)
+        fewer = load.offloaded is not None and load.offloaded[0] < load.offloaded[1]
+        if vk_mib > 0 and kv_on_device and not fewer:
+            placements.append("gpu")
+        elif vk_mib > 0:
+            placements.append("partial")
+        else:
+            placements.append("cpu")
+            if load.offloaded and load.offloaded[0] > 0:
+                notes.append(f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
+                             "but no Vulkan buffer holds weights: not a GPU run")
+    if not placements:
+        placement = "unknown" if not fallbacks else "cpu"
+    elif all(p == placements[0] for p in placements):
+        placement = placements[0]
+    else:
+        placement = "partial"
+    notes.extend(fallbacks)
+    bench_problem = vulkan_bench_problem(bench) if bench else None
+    if bench_problem:
+        notes.append(bench_problem)
+    if any(load.vulkan and load.vulkan.cpu_type_device for load in loads):
+        notes.append("the Vulkan device is a CPU-type device (lavapipe/llvmpipe)")
+    devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
+    last = with_buffers[-1] if with_buffers else None
+    offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last and last.offloaded else None
+    buffers_text = _fmt(last.buffers) if last else "none"
+    if placement == "gpu":
+        summary = f"gpu: Vulkan ({gpu_mib:.2f} MiB of weights and the KV cache on the Vulkan device)"
+    elif placement == "partial":
+        summary = f"gpu: partial Vulkan offload ({buffers_text}; offloaded {offloaded or '?'} layers)"
+    elif placement == "cpu":
+        summary = "gpu: absent, no Vulkan model buffer (CPU run proves library loading only)"
+    else:
+        summary = "gpu: unknown (no model buffer lines in the logs)"
+    ok = True
+    if expect_gpu:
+        problems = [p for t in texts if (p := text_problem(t))]
+        if placement != "gpu":
+            ok = False
+            why = fallbacks[0] if fallbacks else {
+                "cpu": "silent CPU fallback", "partial": "not every layer and the KV cache on the Vulkan device",
+                "unknown": "no model buffer lines to prove GPU use"}[placement]
+            summary = f"gpu: FAILED, {why} (model buffers: {buffers_text})"
+        elif bench_problem:
+            ok = False
+            summary = f"gpu: FAILED, {bench_problem}"
+        elif problems:
+            ok = False
+            summary = f"gpu: FAILED, weights on the Vulkan device but {problems[0]}"
     return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
                       tuple(dict.fromkeys(notes)))

@@ -40,6 +40,10 @@ TAIL_LINES = 30
 _ROCM_PATH_ENTRY = re.compile(r"rocm|therock|[\\/]hip[\\/]|amdgpu", re.I)
 _ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH", "HIP_DEVICE_LIB_PATH", "HSA_PATH", "LD_LIBRARY_PATH",
                    "LD_PRELOAD", "DYLD_LIBRARY_PATH")
+# Device selection the user set on purpose passes through (lavapipe is only used with GGML_VK_VISIBLE_DEVICES set;
+# an iGPU listed first is skipped with HIP_VISIBLE_DEVICES): they choose a device, they do not supply libraries.
+DEVICE_SELECTION = ("GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "MESA_SHADER_CACHE_DIR",
+                    "XDG_CACHE_HOME", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)
@@ -250,8 +254,10 @@ def decide_expectation(asked: str, targets: Sequence[str], devices: Sequence[str
 def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """The children's environment: the allowlist of :func:`child_env`, no ROCm variables, no ROCm PATH entries.
     Returns the environment and what was removed (for the report)."""
+    source = base if base is not None else os.environ
     env = child_env(base=base)
-    removed = [name for name in _ROCM_VARIABLES if name in (base if base is not None else os.environ)]
+    env.update({name: source[name] for name in DEVICE_SELECTION if name in source})
+    removed = [name for name in _ROCM_VARIABLES if name in source]
     for name in _ROCM_VARIABLES:
         env.pop(name, None)
     if "PATH" in env:
@@ -486,7 +492,9 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         records.append(record)
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]
-    verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts)
+    bench = [b for r in records for b in r.bench]
+    vulkan = any(bundle.glob("libggml-vulkan*")) or any(bundle.glob("ggml-vulkan*.dll"))
+    verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, backend="vulkan" if vulkan else None, bench=bench)
     report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
                          tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path)
     write_smoke_json(report, report_path)

@@ -1,0 +1,211 @@
+"""``rockbuild compare``: llama-bench on several bundles with identical settings, pp and tg side by side.
+
+On a user's AMD GPU this compares the ROCm and the Vulkan flavour of one release (which one to keep is a measurement,
+not a rule); on a machine without a GPU it compares the CPU path with Mesa's lavapipe. Each bundle runs from its own
+folder with the smoke test's environment (no ROCm paths, no LD_LIBRARY_PATH), so its own run paths do the work.
+The spread shown is llama-bench's own standard deviation over the ``-r`` repetitions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__, console
+from rockbuild.errors import ProcessError, SmokeError, UsageError
+from rockbuild.model import ModelFile
+from rockbuild.process import log_tail, run
+from rockbuild.smoke.parse import BenchResult, parse_bench_json
+from rockbuild.smoke.runner import locate_bundle, smoke_env
+
+SCHEMA = 1
+# Device selection (not library paths): a user comparing flavours may need these, e.g. lavapipe is only used when
+# GGML_VK_VISIBLE_DEVICES lists it, and a warm Mesa shader cache keeps the first run from compiling pipelines.
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """The settings every bundle gets, identical by construction (one argument list, only the binary differs)."""
+
+    n_prompt: int = 512
+    n_gen: int = 128
+    repetitions: int = 5
+    threads: int = 0  # 0: default_threads()
+    gpu_layers: int = 99
+    flash_attn: int | None = None  # None: llama-bench's default
+    timeout: float = 1800.0
+
+    def bench_args(self, model: Path) -> list[str]:
+        args = ["-m", str(model), "-p", str(self.n_prompt), "-n", str(self.n_gen), "-r", str(self.repetitions),
+                "-t", str(self.threads or default_threads()), "-ngl", str(self.gpu_layers)]
+        if self.flash_attn is not None:
+            args += ["-fa", str(self.flash_attn)]
+        return args + ["-o", "json"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_prompt": self.n_prompt, "n_gen": self.n_gen, "repetitions": self.repetitions,
+                "threads": self.threads or default_threads(), "gpu_layers": self.gpu_layers,
+                "flash_attn": self.flash_attn, "timeout": self.timeout}
+
+
+@dataclass(frozen=True)
+class BundleBench:
+    """One bundle's llama-bench run."""
+
+    label: str
+    bundle: Path
+    command: tuple[str, ...]
+    seconds: float
+    results: tuple[BenchResult, ...]
+    log: Path
+
+    @property
+    def backends(self) -> str:
+        return ",".join(dict.fromkeys(b.backends for b in self.results if b.backends)) or "?"
+
+    @property
+    def device(self) -> str:
+        """llama-bench's ``gpu_info``; empty means no GPU device was used (a CPU run or a silent fallback)."""
+        return next((b.gpu_info for b in self.results if b.gpu_info), "")
+
+    def result(self, test: str) -> BenchResult | None:
+        return next((b for b in self.results if b.test == test), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "bundle": str(self.bundle), "command": list(self.command),
+                "seconds": round(self.seconds, 3), "backends": self.backends, "gpu_info": self.device,
+                "n_gpu_layers": next((b.n_gpu_layers for b in self.results), None),
+                "build": next((b.build for b in self.results), ""), "log": str(self.log),
+                "results": [b.to_dict() for b in self.results]}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    model: ModelFile
+    options: CompareOptions
+    runs: tuple[BundleBench, ...]
+    env_removed: tuple[str, ...] = ()
+
+    @property
+    def tests(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(b.test for r in self.runs for b in r.results))
+
+    def to_dict(self) -> dict[str, Any]:
+        table: dict[str, dict[str, Any]] = {}
+        for test in self.tests:
+            row: dict[str, Any] = {}
+            for r in self.runs:
+                b = r.result(test)
+                row[r.label] = None if b is None else {"tokens_per_second": b.tokens_per_second,
+                                                       "stddev": b.stddev}
+            table[test] = row
+        return {"schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__,
+                "model": self.model.to_dict(), "settings": self.options.to_dict(),
+                "bundles": [r.to_dict() for r in self.runs], "tests": table,
+                "environment_removed": list(self.env_removed)}
+
+    def render(self) -> str:
+        """pp and tg side by side (mean ± stddev over the repetitions), the first bundle as the 1.00x reference."""
+        o = self.options
+        fa = f" -fa {o.flash_attn}" if o.flash_attn is not None else ""
+        head = (f"compare: model {self.model.name} (sha256 {self.model.sha256[:12]}...), -p {o.n_prompt} "
+                f"-n {o.n_gen} -r {o.repetitions} -t {o.threads or default_threads()} -ngl {o.gpu_layers}{fa}")
+        rows: list[list[str]] = [["", *[r.label for r in self.runs]],
+                                 ["backend", *[r.backends for r in self.runs]],
+                                 ["device", *[r.device or "none (CPU)" for r in self.runs]]]
+        for test in self.tests:
+            first = self.runs[0].result(test)
+            cells = []
+            for i, r in enumerate(self.runs):
+                b = r.result(test)
+                if b is None:
+                    cells.append("-")
+                    continue
+                cell = f"{b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s"
+                if i and first is not None and first.tokens_per_second > 0:
+                    cell += f" ({b.tokens_per_second / first.tokens_per_second:.2f}x)"
+                cells.append(cell)
+            rows.append([test, *cells])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [head] + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                          for row in rows]
+        lines += [f"  {r.label}: {r.bundle}" for r in self.runs]
+        return "\n".join(lines)
+
+
+def bench_exe(bundle: Path) -> Path:
+    return bundle / ("llama-bench.exe" if sys.platform.startswith("win") else "llama-bench")
+
+
+def _labels(bundles: Sequence[Path]) -> list[str]:
+    """Column names: the bundle folder's name (its job folder's for ``.../bundle``), made unique."""
+    labels: list[str] = []
+    for bundle in bundles:
+        name = bundle.parent.name if bundle.name == "bundle" and bundle.parent.name else bundle.name
+        label, n = name, 2
+        while label in labels:
+            label, n = f"{name}#{n}", n + 1
+        labels.append(label)
+    return labels
+
+
+def bench_bundle(bundle: Path, label: str, model: ModelFile, options: CompareOptions, *, env: Mapping[str, str],
+                 log: Path) -> BundleBench:
+    """Run llama-bench from ``bundle`` once; raises SmokeError (one line, log in the hint) when it yields nothing."""
+    args = [str(bench_exe(bundle)), *options.bench_args(model.path)]
+    log.unlink(missing_ok=True)
+    try:
+        result = run(args, cwd=bundle, env=env, timeout=options.timeout, log=log, check=False)
+    except ProcessError as exc:
+        if "timed out" in exc.message:
+            raise SmokeError(f"llama-bench of {label} timed out after {options.timeout:.0f}s",
+                             hint=f"raise --timeout, or lower -r/-p/-n; log: {log}") from None
+        raise SmokeError(f"llama-bench of {label} could not run: {exc.message}",
+                         hint=f"is {bundle} a bundle for this machine?") from None
+    results = tuple(parse_bench_json(result.output))
+    tail = [line for line in log_tail(log, 20) if line.strip()]
+    last = f": {tail[-1].strip()}" if tail else ""
+    if result.returncode != 0:
+        raise SmokeError(f"llama-bench of {label} failed with exit code {result.returncode}{last}",
+                         hint=f"full log: {log}")
+    if not results:
+        raise SmokeError(f"llama-bench of {label} printed no JSON results{last}", hint=f"full log: {log}")
+    return BundleBench(label, bundle, tuple(args), result.seconds, results, log)
+
+
+def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptions | None = None, *,
+                env: Mapping[str, str] | None = None, logs: Path | None = None,
+                quiet: bool = False) -> Comparison:
+    """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings."""
+    options = options or CompareOptions()
+    if not bundles:
+        raise UsageError("give at least one bundle folder to compare")
+    folders = [locate_bundle(Path(b))[0] for b in bundles]
+    for folder in folders:
+        if not bench_exe(folder).is_file():
+            raise UsageError(f"{folder} has no {bench_exe(folder).name}; pass bundle folders made by rockbuild bundle")
+    source = os.environ if env is None else env
+    child, removed = smoke_env(source)  # device selection (GGML_VK_VISIBLE_DEVICES...) passes through
+    logs = logs or Path(tempfile.mkdtemp(prefix="rockbuild-compare-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for i, (folder, label) in enumerate(zip(folders, _labels(folders), strict=True), 1):
+        log = logs / f"{i}-{label.replace('#', '-')}.llama-bench.log"
+        if quiet:
+            runs.append(bench_bundle(folder, label, model, options, env=child, log=log))
+        else:
+            with console.step(f"compare: llama-bench of {label} ({i}/{len(folders)})"):
+                runs.append(bench_bundle(folder, label, model, options, env=child, log=log))
+    return Comparison(model, options, tuple(runs), tuple(removed))
