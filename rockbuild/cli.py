@@ -327,17 +327,21 @@ def build(
         from .console import step
         from .rocm.layout import detect_layout
 
-        with step(f"bundle ({', '.join(job.targets)})"):
-            bundled = bundle_build(
-                result.build_dir / "bin", detect_layout(Path((result.rocm or {})["root"])), job.targets,
-                result.job_dir / "bundle", prune_fatbin=prune_fatbin, quiet=as_json,
-            )
+        with step(f"bundle ({', '.join(job.targets) or job.backend})"):
+            if job.backend == "vulkan":  # no ROCm at all: the Vulkan loader and drivers belong to the host
+                bundled = bundle_build(result.build_dir / "bin", None, (), result.job_dir / "bundle",
+                                       backend="vulkan", platform=job.os, quiet=as_json)
+            else:
+                bundled = bundle_build(
+                    result.build_dir / "bin", detect_layout(Path((result.rocm or {})["root"])), job.targets,
+                    result.job_dir / "bundle", prune_fatbin=prune_fatbin, quiet=as_json,
+                )
     if as_json:
         emit_json({**result.to_dict(), "bundle": bundled.to_dict() if bundled else None})
         return
     source = result.source
     what = f"build {source.build_number}, commit {source.short_commit}" if source else "?"
-    click.echo(f"{job.id}: llama.cpp ({what}) built for {', '.join(job.targets)}")
+    click.echo(f"{job.id}: llama.cpp ({what}) built for {', '.join(job.targets) or job.backend}")
     click.echo(f"  binaries:   {result.build_dir / 'bin'}")
     click.echo(f"  build.json: {result.build_json}")
     if bundled is not None:
@@ -357,9 +361,11 @@ POLICY_OPTION = click.option(
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("build_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--rocm", "rocm_root", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root).")
-@click.option("--targets", required=True, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
+@click.option("--rocm", "rocm_root", default=None, type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root); not for Vulkan.")
+@click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
+@click.option("--backend", type=click.Choice(["rocm", "vulkan"]), default="rocm", show_default=True,
+              help="vulkan: no ROCm, no targets; the Vulkan loader and drivers stay the host's.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="The bundle folder.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (files, sources, patches, kernel data); write nothing.")
 @click.option("--strip", "strip_debug", is_flag=True, help="Strip debug sections from the shipped ELF files.")
@@ -367,17 +373,23 @@ POLICY_OPTION = click.option(
               help="Drop other GPU targets' code from shipped fat binaries (rocBLAS, rocSOLVER), in place.")
 @POLICY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the report (or with --dry-run the plan) as JSON.")
-def bundle(build_dir: Path, rocm_root: Path, targets: str, out: Path, dry_run: bool, strip_debug: bool,
-           prune_fatbin: bool, policy: Path | None, as_json: bool) -> None:
+def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, out: Path, dry_run: bool,
+           strip_debug: bool, prune_fatbin: bool, policy: Path | None, as_json: bool) -> None:
     """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
     from .bundle import BundleError
     from .bundle.plan import make_bundle
     from .bundle.policy import load_policy
+    from .errors import UsageError
     from .rocm.layout import detect_layout
 
-    report = make_bundle(build_dir, detect_layout(rocm_root), _split_targets(targets), out, dry_run=dry_run,
+    if backend == "rocm" and (rocm_root is None or not targets):
+        raise UsageError("a ROCm bundle needs --rocm ROOT and --targets T[,T]")
+    if backend == "vulkan" and (rocm_root is not None or targets):
+        raise UsageError("a Vulkan bundle takes no --rocm and no --targets")
+    layout = detect_layout(rocm_root) if rocm_root is not None else None
+    report = make_bundle(build_dir, layout, _split_targets(targets), out, dry_run=dry_run,
                          policy=load_policy(policy) if policy else None, strip=strip_debug, quiet=as_json,
-                         prune_fatbin=prune_fatbin)
+                         prune_fatbin=prune_fatbin, backend=backend, platform=_host_os() if layout is None else None)
     if as_json:
         emit_json(report.to_dict())
     elif dry_run:

@@ -19,6 +19,9 @@ import yaml
 from .errors import ConfigError
 
 OSES = ("linux", "windows")
+# rocm: llama.cpp's HIP backend, one job per gfx family/target; vulkan: its Vulkan backend, one job per OS (SPIR-V is
+# not per GPU target) built with the host's C/C++ compiler and no ROCm at all
+BACKENDS = ("rocm", "vulkan")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -337,6 +340,12 @@ class Job:
     rocm_version: str
     cmake: tuple[tuple[str, str], ...]  # extra -D definitions, in order
     runner: str
+    # vulkan: id <os>-vulkan, name "vulkan", family/group "" and no targets (no ROCm tarball, no gfx code)
+    backend: str = "rocm"
+
+    @property
+    def is_vulkan(self) -> bool:
+        return self.backend == "vulkan"
 
     @property
     def gpu_targets(self) -> str:
@@ -359,4 +368,5 @@ class Job:
             "rocm_version": self.rocm_version,
             "cmake": dict(self.cmake),
             "runner": self.runner,
+            "backend": self.backend,
         }

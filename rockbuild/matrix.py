@@ -1,8 +1,11 @@
 """Stage 1: OS x GPU-family YAML in, build jobs out.
 
-The matrix file has global ``options`` and a ``matrix`` with the axes ``os`` and ``target`` plus GitHub-style
+The matrix file has global ``options`` and a ``matrix`` with the axes ``os``, ``target`` and (optional, default
+``rocm``) ``backend`` plus GitHub-style
 ``include``/``exclude`` (same rules as GitHub Actions: an include whose axis values match existing combinations adds
 its options to them, otherwise it adds a new combination; original axis values are never overwritten).
+A ``vulkan`` combination has no target: it is one job per OS (``<os>-vulkan``), e.g. ``include: [{os: linux,
+backend: vulkan}]``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import bracex
 
 from .config import (
+    BACKENDS,
     DEFAULT_RUNNERS,
     OSES,
     FamilyTable,
@@ -37,7 +41,8 @@ from .config import (
 from .console import warn
 from .errors import ConfigError, UsageError
 
-AXES = ("os", "target")
+AXES = ("os", "target", "backend")
+VULKAN_NAME = "vulkan"  # the name of every Vulkan job (id <os>-vulkan, assets ...-vulkan-x64)
 OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner")
 ROCM_KEYS = ("channel", "version")
 ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
@@ -58,9 +63,10 @@ def default_matrix_path() -> Path:
 @dataclass
 class _Combo:
     os: str
-    target: str  # short name after resolution (gfx110X, gfx1100)
+    target: str  # short name after resolution (gfx110X, gfx1100); "" for a vulkan combination
     options: dict[str, Any]
     origin: str  # file:line that created it
+    backend: str = "rocm"
 
 
 def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
@@ -141,6 +147,15 @@ def _axis_values(path: Path, matrix: YDict, key: str) -> YList:
     return values
 
 
+def _check_backend(path: Path | str, node: Any, key: Any, value: Any) -> str:
+    if value not in BACKENDS:
+        raise ConfigError(
+            f"{where(path, node, key)}: unknown backend {value!r}{suggest(str(value), BACKENDS)}; "
+            f"known: {', '.join(BACKENDS)}"
+        )
+    return str(value)
+
+
 def _check_os(path: Path | str, node: Any, key: Any, value: Any) -> str:
     if value not in OSES:
         raise ConfigError(
@@ -192,19 +207,30 @@ def expand_matrix(
     os_values = [_check_os(path, os_node, i, x) for i, x in enumerate(os_node)]
     target_node = _axis_values(path, matrix, "target")
     targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
+    backends = ["rocm"]  # absent: every matrix written before the axis existed keeps its meaning
+    if "backend" in matrix:
+        backend_node = _axis_values(path, matrix, "backend")
+        backends = [_check_backend(path, backend_node, i, x) for i, x in enumerate(backend_node)]
     if os_override:
         os_values = [_check_os("--os", None, None, o) for o in dict.fromkeys(os_override)]
     if target_override:
         targets = [families.select(t, context="--target").short for t in dict.fromkeys(target_override)]
     combos = [
         _Combo(o, t, dict(options), f"{path}:{target_node.line}") for o, t in itertools.product(os_values, targets)
-    ]
+    ] if "rocm" in backends else []
+    if "vulkan" in backends:
+        combos += [_Combo(o, "", dict(options), where(path, matrix, "backend"), "vulkan") for o in os_values]
 
     def axis_filter(entry: YDict, label: str) -> dict[str, str]:
         wanted: dict[str, str] = {}
         if "os" in entry:
             wanted["os"] = _check_os(path, entry, "os", entry["os"])
+        if "backend" in entry:
+            wanted["backend"] = _check_backend(path, entry, "backend", entry["backend"])
         if "target" in entry:
+            if wanted.get("backend") == "vulkan":
+                raise ConfigError(f"{where(path, entry, 'target')}: a Vulkan job is one per OS, not per GPU target; "
+                                  f"drop 'target' from this {label} entry")
             wanted["target"] = resolve_target(entry, "target", entry["target"])
         return wanted
 
@@ -233,7 +259,9 @@ def expand_matrix(
             for combo in hit:
                 combo.options = _merge_options(combo.options, extra)
             continue
-        missing = [a for a in AXES if a not in wanted]
+        wanted.setdefault("backend", "rocm")
+        needed = ("os",) if wanted["backend"] == "vulkan" else ("os", "target")
+        missing = [a for a in needed if a not in wanted]
         if missing and (os_override or target_override):
             continue  # options for jobs the override left out
         if missing:
@@ -241,17 +269,21 @@ def expand_matrix(
                 f"{where(path, includes, i)}: this include matches no job, so it adds one, but it lacks "
                 f"{' and '.join(repr(m) for m in missing)}"
             )
-        combos.append(_Combo(wanted["os"], wanted["target"], _merge_options(options, extra), where(path, includes, i)))
+        combos.append(_Combo(wanted["os"], wanted.get("target", ""), _merge_options(options, extra),
+                             where(path, includes, i), wanted["backend"]))
 
     if os_override or target_override:
-        combos = [c for c in combos if c.os in os_values and c.target in targets]
+        # a --target override asks for ROCm builds of those targets: the Vulkan jobs go with it
+        combos = [c for c in combos if c.os in os_values and (
+            c.target in targets if c.backend == "rocm" else not target_override)]
     if not combos:
         raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
 
     jobs: list[Job] = []
     seen: dict[str, str] = {}
     for combo in combos:
-        if (os_override or target_override) and families.select(combo.target).family.group_for(combo.os) is None:
+        if (os_override or target_override) and combo.backend == "rocm" and \
+                families.select(combo.target).family.group_for(combo.os) is None:
             warn(f"skipping {combo.os}-{combo.target}: TheRock publishes no {combo.os} tarball for it")
             continue
         job = _make_job(combo, families)
@@ -265,6 +297,8 @@ def expand_matrix(
 
 
 def _make_job(combo: _Combo, families: FamilyTable) -> Job:
+    if combo.backend == "vulkan":
+        return _make_vulkan_job(combo)
     sel = families.select(combo.target, context=combo.origin)
     group = sel.family.group_for(combo.os)
     if group is None:
@@ -290,6 +324,30 @@ def _make_job(combo: _Combo, families: FamilyTable) -> Job:
         rocm_version=opts["rocm"]["version"],
         cmake=tuple(opts["cmake"].items()),
         runner=str(runner),
+    )
+
+
+def _make_vulkan_job(combo: _Combo) -> Job:
+    """One Vulkan job per OS: no family, tarball group or gfx targets (the ROCm options stay, unused)."""
+    opts = combo.options
+    runner = opts["runner"]
+    if isinstance(runner, dict):
+        runner = runner.get(combo.os, DEFAULT_RUNNERS[combo.os])
+    return Job(
+        id=f"{combo.os}-{VULKAN_NAME}",
+        os=combo.os,
+        name=VULKAN_NAME,
+        family="",
+        group="",
+        legacy_groups=(),
+        targets=(),
+        required=bool(opts["required"]),
+        llama_ref=str(opts["llama_ref"]),
+        rocm_channel=opts["rocm"]["channel"],
+        rocm_version=opts["rocm"]["version"],
+        cmake=tuple(opts["cmake"].items()),
+        runner=str(runner),
+        backend="vulkan",
     )
 
 
@@ -351,10 +409,11 @@ def render_table(jobs: Sequence[Job]) -> Any:
     for column in ("id", "family", "tarball group", "gfx targets", "required", "llama.cpp", "ROCm", "runner"):
         table.add_column(column, no_wrap=True)
     for job in jobs:
-        rocm = f"{job.rocm_channel}/{job.rocm_version}"
+        rocm = "-" if job.is_vulkan else f"{job.rocm_channel}/{job.rocm_version}"
         extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
         table.add_row(
-            job.id, job.family, job.group, ",".join(job.targets), "yes" if job.required else "no",
+            job.id, job.family or job.backend, job.group or "-", ",".join(job.targets) or "-",
+            "yes" if job.required else "no",
             job.llama_ref + (f" {extra}" if extra else ""), rocm, job.runner,
         )
     return table

@@ -236,3 +236,44 @@ def test_msvc_environment_is_merged_without_secrets_and_rocm_first():
     assert env["HIP_DEVICE_LIB_PATH"] == r"C:\TheRock\lib\llvm\amdgcn\bitcode"
     assert env["CCACHE_DIR"] == r"C:\cache\ccache"
     assert not any(k.upper() in TOKENS for k in env) and "ghp_leaked_through_set" not in env.values()
+
+
+# --- a Vulkan job: the host's compiler, GGML_VULKAN, no ROCm ------------------------------------------------------
+
+
+def test_vulkan_definitions_swap_hip_for_vulkan_and_name_no_compiler_or_targets(tmp_path):
+    from rockbuild.build.cmake import vulkan_cmake_definitions
+
+    defs = vulkan_cmake_definitions(build_info={"LLAMA_BUILD_NUMBER": "7000"}, ccache=True)
+    names = [name for name, _ in defs]
+    assert len(names) == len(set(names))
+    got = dict(defs)
+    assert got["GGML_VULKAN"] == "ON" and names.index("GGML_VULKAN") == [n for n, _ in SEED_DEFINITIONS].index("GGML_HIP")
+    assert not [n for n in names if n.startswith("GGML_HIP") or n.startswith("CMAKE_") and "COMPILER" in n]
+    assert "GPU_TARGETS" not in got and "AMDGPU_TARGETS" not in got
+    for name, value in SEED_DEFINITIONS:  # every other seed flag, unchanged
+        if not name.startswith("GGML_HIP"):
+            assert got[name] == value, name
+    assert got["GGML_CCACHE"] == "ON" and got["LLAMA_BUILD_NUMBER"] == "7000"
+    offline = dict(vulkan_cmake_definitions(offline=True, extra=[("GGML_VULKAN_VALIDATE", "OFF")]))
+    assert offline["LLAMA_BUILD_BORINGSSL"] == "OFF" and offline["LLAMA_OPENSSL"] == "ON"
+    assert offline["GGML_VULKAN_VALIDATE"] == "OFF" and offline["GGML_CCACHE"] == "OFF"
+    command = configure_command("/src", tmp_path / "b", defs)
+    assert "-DGGML_VULKAN=ON" in command and not [a for a in command if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS"))]
+    for reserved in ("GGML_HIP", "ggml_vulkan", "CMAKE_CXX_COMPILER", "GPU_TARGETS", "LLAMA_BUILD_COMMIT"):
+        with pytest.raises(ConfigError, match=f"{reserved} is set by rockbuild for a Vulkan job"):
+            vulkan_cmake_definitions(extra=[(reserved, "ON")])
+
+
+def test_host_build_environment_has_no_rocm_and_keeps_the_vulkan_sdk(tmp_path):
+    from rockbuild.build.cmake import host_build_environment
+
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/root", "VULKAN_SDK": "/opt/vk", "CC": "gcc-14", "ROCM_PATH": "/opt/rocm",
+            "RANDOM_VAR": "x", **TOKENS}
+    env = host_build_environment("linux", base=base, ccache_dir=tmp_path / "cc")
+    assert env["PATH"] == "/usr/bin:/bin" and env["VULKAN_SDK"] == "/opt/vk" and env["CC"] == "gcc-14"
+    assert env["NINJA_STATUS"] == "[%f/%t] " and env["CCACHE_DIR"] == str(tmp_path / "cc")
+    assert not {"ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "HIP_DEVICE_LIB_PATH", "RANDOM_VAR", *TOKENS} & set(env)
+    win = host_build_environment("windows", base={"Path": r"C:\Windows"}, msvc={"PATH": r"C:\VS\bin;C:\Windows",
+                                                                                  "INCLUDE": r"C:\VS\include"})
+    assert win["PATH"] == r"C:\VS\bin;C:\Windows" and "Path" not in win and win["INCLUDE"] == r"C:\VS\include"

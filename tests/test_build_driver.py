@@ -23,7 +23,7 @@ from rockbuild.build.driver import (
     parse_ccache_stats,
     resolve_job,
 )
-from rockbuild.errors import ConfigError, UsageError
+from rockbuild.errors import BuildError, ConfigError, UsageError
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc") and shutil.which("g++")),
@@ -439,3 +439,71 @@ def test_ninja_progress_counts_steps_and_objects_by_language(capsys):
     idle = NinjaProgress(interactive=False)
     idle.on_line("ninja: no work to do.")
     assert idle.summary()["no_work"] is True
+
+
+# --- a Vulkan job: no ROCm, the host's compiler, GGML_VULKAN ------------------------------------------------------
+
+
+def _vulkan_job(world):
+    from rockbuild.matrix import expand_matrix, find_job
+
+    matrix = write(world["base"] / "vulkan.yaml", """
+        options:
+          cmake: {MY_EXTRA: from-matrix}
+        matrix: {os: [linux], target: [gfx1151], backend: vulkan}
+    """)
+    return find_job(expand_matrix(matrix), "linux-vulkan")
+
+
+def _with_path(entry: Path, fn):
+    saved = os.environ["PATH"]
+    os.environ["PATH"] = f"{entry}:{saved}"
+    try:
+        return fn()
+    finally:
+        os.environ["PATH"] = saved
+
+
+def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
+    job = _vulkan_job(world)
+    fake_bin = tmp_path / "vk-bin"  # glslc only has to exist and say its version: the fake project has no shaders
+    write(fake_bin / "glslc", "#!/bin/sh\necho 'shaderc v2023.2 v2023.2'\n", 0o755)
+    options = BuildOptions(out_dir=tmp_path / "out", source_dir=world["project"], build_number="11312",
+                           commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
+    result = _with_path(fake_bin, lambda: build_job(job, options))
+    data = json.loads(result.build_json.read_text(encoding="utf-8"))
+    assert data["status"] == "ok" and data["job"]["backend"] == "vulkan" and data["job"]["id"] == "linux-vulkan"
+    assert data["rocm"] is None and data["toolchain"] is None and data["gpu_targets"] == []
+    assert data["tools"]["glslc"].startswith("shaderc") and data["compilers"]["c"] and "hip" not in data["compilers"]
+    seen = read_seen(result.build_dir)
+    assert seen["GGML_HIP"] == seen["GPU_TARGETS"] == seen["CMAKE_HIP_COMPILER"] == seen["GGML_HIP_ROCWMMA_FATTN"] == ""
+    assert Path(seen["CMAKE_C_COMPILER"]).name in ("cc", "gcc")  # CMake's own pick, not ROCm's clang
+    assert (seen["GGML_RPC"], seen["BUILD_SHARED_LIBS"], seen["MY_EXTRA"]) == ("ON", "ON", "from-matrix")
+    assert seen["ENV:ROCM_PATH"] == seen["ENV:HIP_PLATFORM"] == seen["ENV:HIP_DEVICE_LIB_PATH"] == ""
+    assert "GGML_VULKAN:UNINITIALIZED=ON" in (result.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
+    assert "-DGGML_VULKAN=ON" in data["cmake_command"] and not [
+        a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS", "-DCMAKE_C_COMPILER"))]
+    assert set(data["durations"]) == {"rocm", "source", "configure", "compile", "total"}
+    assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
+    # the same command and environment: the second run does not configure again
+    again = _with_path(fake_bin, lambda: build_job(job, options))
+    assert again.configure_skipped and again.ninja is not None and again.ninja["no_work"] is True
+
+
+def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
+    job = _vulkan_job(world)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    saved = os.environ["PATH"]
+    # cmake, ninja and cc still found; glslc nowhere
+    dirs = [d for d in saved.split(":") if d and not (Path(d) / "glslc").exists()]
+    os.environ["PATH"] = ":".join([str(empty), *dirs])
+    try:
+        with pytest.raises(BuildError, match=r"glslc is not installed .*LunarG Vulkan SDK") as info:
+            build_job(job, BuildOptions(out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",
+                                        commit="abc1234", use_ccache=False, cache=tmp_path / "cache"))
+    finally:
+        os.environ["PATH"] = saved
+    assert "\n" not in str(info.value)
+    data = json.loads((tmp_path / "out" / "linux-vulkan" / "build.json").read_text(encoding="utf-8"))
+    assert data["status"] == "failed" and data["failed_step"] == "configure" and data["rocm"] is None

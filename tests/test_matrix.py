@@ -256,3 +256,80 @@ def test_broken_family_table_is_reported_with_line(write):
     )
     with pytest.raises(ConfigError, match=r"families\.yaml:4: gfx1151\.groups needs 'windows'"):
         load_families(path)
+
+
+# --- the backend axis ---------------------------------------------------------------------------------------------
+
+
+VULKAN_MATRIX = """
+matrix:
+  os: [linux, windows]
+  target: [gfx1151, gfx110X]
+  include:
+    - {os: linux, backend: vulkan, required: false}
+    - {os: windows, backend: vulkan, required: false}
+"""
+
+
+def test_vulkan_includes_add_one_job_per_os_and_rocm_ids_are_unchanged(write, families):
+    jobs = expand_matrix(write("m.yaml", VULKAN_MATRIX), families)
+    by_id = {j.id: j for j in jobs}
+    for os_name in ("linux", "windows"):
+        job = by_id[f"{os_name}-vulkan"]
+        assert (job.backend, job.name, job.family, job.group, job.targets) == ("vulkan", "vulkan", "", "", ())
+        assert job.gpu_targets == "" and job.legacy_groups == () and not job.required
+        assert job.to_dict()["backend"] == "vulkan" and job.to_dict()["targets"] == []
+    assert [j.id for j in jobs if j.backend == "vulkan"] == ["linux-vulkan", "windows-vulkan"]
+    assert by_id["linux-gfx1151"].backend == "rocm" and by_id["linux-gfx1151"].to_dict()["backend"] == "rocm"
+    assert sum(j.backend == "rocm" for j in jobs) == 4
+
+
+def test_default_matrix_has_no_vulkan_job_until_the_night_runs_them(default_jobs):
+    assert all(j.backend == "rocm" for j in default_jobs)
+
+
+def test_backend_axis_crosses_os_only_and_filters_apply(write, families):
+    path = write(
+        "m.yaml",
+        """
+        matrix:
+          os: [linux, windows]
+          target: [gfx1151]
+          backend: [rocm, vulkan]
+          exclude:
+            - {os: windows, backend: vulkan}
+          include:
+            - {backend: vulkan, cmake: {GGML_VULKAN_VALIDATE: "OFF"}}
+            - {os: linux, required: false}
+        """,
+    )
+    jobs = {j.id: j for j in expand_matrix(path, families)}
+    assert list(jobs) == ["linux-gfx1151", "windows-gfx1151", "linux-vulkan"]
+    assert jobs["linux-vulkan"].cmake == (("GGML_VULKAN_VALIDATE", "OFF"),) and jobs["linux-gfx1151"].cmake == ()
+    assert not jobs["linux-vulkan"].required and not jobs["linux-gfx1151"].required and jobs["windows-gfx1151"].required
+    only_vulkan = write("v.yaml", "matrix: {os: [linux], target: [gfx1151], backend: vulkan}\n")
+    assert [(j.id, j.targets) for j in expand_matrix(only_vulkan, families)] == [("linux-vulkan", ())]
+
+
+def test_overrides_keep_vulkan_for_os_but_drop_it_for_targets(write, families):
+    path = write("m.yaml", VULKAN_MATRIX)
+    jobs = expand_matrix(path, families, os_override=["linux"])
+    assert "linux-vulkan" in [j.id for j in jobs] and all(j.os == "linux" for j in jobs)
+    jobs = expand_matrix(path, families, os_override=["linux"], target_override=["gfx1151"])
+    assert [j.id for j in jobs] == ["linux-gfx1151"]
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("matrix: {os: [linux], target: [gfx1151], backend: [rocm, vulcan]}\n",
+         r"m\.yaml:1: unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, vulkan"),
+        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: linux, backend: vulkan, target: gfx1151}\n",
+         r"m\.yaml:5: a Vulkan job is one per OS, not per GPU target"),
+        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {backend: vulkan}\n", r"m\.yaml:5: .*lacks 'os'"),
+    ],
+)
+def test_backend_errors_name_file_and_line(write, families, text, pattern):
+    path = write("m.yaml", text)
+    with pytest.raises(ConfigError, match=pattern):
+        expand_matrix(path, families)

@@ -267,3 +267,18 @@ def test_resolve_cli_and_build_with_inputs(world, tmp_path, run_rockbuild):
 def test_parse_ls_remote_prefers_the_peeled_commit_of_an_annotated_tag():
     text = "aaa\trefs/heads/master\nbbb\trefs/tags/b1\nccc\trefs/tags/b1^{}\n"
     assert parse_ls_remote(text) == {"refs/heads/master": "aaa", "refs/tags/b1": "ccc"}
+
+
+def test_resolve_refuses_vulkan_jobs_with_one_clear_line(tmp_path):
+    from rockbuild.config import load_families
+    from rockbuild.errors import UsageError
+    from rockbuild.matrix import expand_matrix
+    from rockbuild.nightly.resolve import job_from_dict, resolve_inputs
+
+    path = tmp_path / "m.yaml"
+    path.write_text("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: linux, backend: vulkan}\n")
+    jobs = expand_matrix(path, load_families())
+    assert job_from_dict(jobs[1].to_dict()) == jobs[1]  # inputs.json keeps the backend
+    with pytest.raises(UsageError, match=r"linux-vulkan: Vulkan jobs are not run by resolve/nightly yet") as info:
+        resolve_inputs(jobs, llama_ref="0" * 40, git_url=str(tmp_path / "nowhere"))
+    assert "\n" not in str(info.value)

@@ -384,3 +384,54 @@ def test_tag_after_b9999(gh, night, tmp_path):
     gh.state.add_release("b9999")
     assert publish(options(gh, night, tmp_path)).tag == "b10000"
     assert gh.state.latest().tag_name == "b10000"
+
+
+# --- the Vulkan flavour -------------------------------------------------------------------------------------------
+
+
+def _vulkan_job(out, job_id):
+    job = make_job(out, job_id, targets=(), smoke=smoke_ok("gpu", 1968.0, 157.0))
+    data = json.loads((job / "build.json").read_text())
+    data["job"].update(backend="vulkan", family="", group="")
+    data["rocm"] = None
+    data["cmake_definitions"] = {"GGML_VULKAN": "ON"}
+    (job / "build.json").write_text(json.dumps(data))
+    hip = "ggml-hip.dll" if job_id.startswith("windows") else "libggml-hip.so"
+    (job / "bundle" / hip).rename(job / "bundle" / hip.replace("hip", "vulkan"))
+    return job
+
+
+def test_vulkan_asset_name_is_what_install_looks_for():
+    from rockbuild.install import asset_name_pattern
+    from rockbuild.publish.jobs import JobRecord
+    from rockbuild.publish.release import asset_base
+
+    cfg = config()
+    for os_name, word in (("linux", "ubuntu"), ("windows", "windows")):
+        vulkan = JobRecord(dir=None, id=f"{os_name}-vulkan", os=os_name, name="vulkan", targets=(), required=False,
+                           status="ok", backend="vulkan")
+        assert asset_base(cfg, "b1234", vulkan) == f"llama-b1234-{word}-vulkan-x64"
+        pattern = asset_name_pattern(cfg.asset_name, tag="b1234", os_word=word, backend="vulkan")
+        assert pattern.fullmatch(asset_base(cfg, "b1234", vulkan) + ".zip")
+        rocm = JobRecord(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
+                         required=True, status="ok")
+        assert asset_base(cfg, "b1234", rocm) == f"llama-b1234-{word}-rocm-gfx1151-x64"
+        assert not pattern.fullmatch(asset_base(cfg, "b1234", rocm) + ".zip")
+
+
+def test_a_night_with_both_flavours_ships_and_lists_both(gh, night, tmp_path):
+    out = tmp_path / "out"
+    jobs = [*night, _vulkan_job(out, "linux-vulkan"), _vulkan_job(out, "windows-vulkan")]
+    report = publish(options(gh, jobs, tmp_path))
+    rel = gh.state.release_by_tag(report.tag)
+    vulkan_assets = {"llama-b1000-ubuntu-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.tar.gz",
+                     "llama-b1000-windows-vulkan-x64.zip"}
+    assert {a.name for a in rel.assets} == EXPECTED | vulkan_assets
+    manifest = json.loads(next(a for a in rel.assets if a.name == "manifest.json").data)
+    by_id = {j["id"]: j for j in manifest["jobs"]}
+    assert by_id["linux-vulkan"]["backend"] == "vulkan" and by_id["linux-gfx1151"]["backend"] == "rocm"
+    assert {a["name"] for a in by_id["linux-vulkan"]["assets"]} == vulkan_assets - {"llama-b1000-windows-vulkan-x64.zip"}
+    body = rel.body
+    assert "**Flavour(s)**: ROCm, Vulkan" in body and "**GPU Target(s)**: gfx1151, gfx110X\n" in body
+    assert "| `llama-b1000-ubuntu-vulkan-x64.zip` | ubuntu | SPIR-V (any Vulkan GPU) | - (no ROCm) | passed (Vulkan) |" \
+        in body

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from rockbuild.errors import BuildError, ConfigError
-from rockbuild.process import child_env, is_secret, run
+from rockbuild.process import INHERITED, child_env, is_secret, run
 from rockbuild.rocm.layout import LayoutKind, RocmLayout
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -50,6 +50,12 @@ RESERVED_DEFINITIONS = frozenset({
     "GPU_TARGETS", "AMDGPU_TARGETS", "CMAKE_HIP_ARCHITECTURES", "CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER",
     "CMAKE_HIP_COMPILER", "LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT",
 })
+
+# A Vulkan job: the seed flags with GGML_VULKAN in place of GGML_HIP (and its HIP-only options), no GPU_TARGETS
+# (SPIR-V runs on any Vulkan device) and no compiler: CMake takes the host's default C/C++ compiler. Building needs
+# glslc and Vulkan headers with VK_EXT_layer_settings (>= 1.3.2xx; Debian 12's 1.3.239 lack it: vulkan-on-lavapipe.md).
+VULKAN_SWAP: dict[str, str | None] = {"GGML_HIP": "GGML_VULKAN", "GGML_HIP_ROCWMMA_FATTN": None}
+VULKAN_RESERVED_DEFINITIONS = RESERVED_DEFINITIONS | {"GGML_HIP", "GGML_VULKAN"}
 
 # The programs a release ships. The RPC server was renamed: ggml-rpc-server now, rpc-server before.
 REQUIRED_TARGETS = ("llama-cli", "llama-server", "llama-bench")
@@ -189,6 +195,34 @@ def cmake_definitions(
     return list(defs.items())
 
 
+def vulkan_cmake_definitions(
+    *,
+    extra: Iterable[tuple[str, str]] = (),
+    offline: bool = False,
+    build_info: Mapping[str, str] | None = None,
+    ccache: bool = False,
+) -> list[tuple[str, str]]:
+    """The -D definitions of a Vulkan job's configure step, in the same order rules as :func:`cmake_definitions`."""
+    extra = list(extra)
+    for name, _value in extra:
+        if name.upper() in VULKAN_RESERVED_DEFINITIONS:
+            raise ConfigError(
+                f"the job's cmake option {name} is set by rockbuild for a Vulkan job (the backend, the host's "
+                "compiler or the source); remove it from the matrix"
+            )
+    defs: dict[str, str] = {}
+    for name, value in SEED_DEFINITIONS:
+        swapped = VULKAN_SWAP.get(name, name)
+        if swapped is not None:
+            defs[swapped] = value
+    if offline:
+        defs.update(OFFLINE_DEFINITIONS)
+    defs["GGML_CCACHE"] = "ON" if ccache else "OFF"
+    defs.update(build_info or {})
+    defs.update(extra)
+    return list(defs.items())
+
+
 def configure_command(
     source: Path | str, build_dir: Path | str, definitions: Iterable[tuple[str, str]], *, cmake: str = "cmake"
 ) -> list[str]:
@@ -249,6 +283,35 @@ def toolchain_variables(toolchain: Toolchain, ccache_dir: Path | str | None = No
     if ccache_dir is not None:
         variables["CCACHE_DIR"] = str(ccache_dir)
     return variables
+
+
+# A host-compiler build also takes these from the caller: the Vulkan SDK (FindVulkan reads $VULKAN_SDK; llama.cpp's
+# Windows release job sets it) and CC/CXX, CMake's standard way of choosing another host compiler.
+HOST_BUILD_INHERITED = ("VULKAN_SDK", "CC", "CXX")
+
+
+def host_build_variables(ccache_dir: Path | str | None = None) -> dict[str, str]:
+    """The variables rockbuild sets for a build with the host's compiler (a Vulkan job): no ROCm at all."""
+    variables = {"NINJA_STATUS": "[%f/%t] "}
+    if ccache_dir is not None:
+        variables["CCACHE_DIR"] = str(ccache_dir)
+    return variables
+
+
+def host_build_environment(
+    platform: str,
+    *,
+    base: Mapping[str, str] | None = None,
+    msvc: Mapping[str, str] | None = None,
+    ccache_dir: Path | str | None = None,
+) -> dict[str, str]:
+    """The environment of a Vulkan job's cmake and ninja: the allowlist of ``base``, MSVC (Windows), ccache; PATH as
+    it is (the host's compiler, glslc and the Vulkan SDK are found where the host put them)."""
+    windows = platform == "windows"
+    env = child_env(base=base, inherit=(*INHERITED, *HOST_BUILD_INHERITED))
+    for key, value in [*(msvc or {}).items(), *host_build_variables(ccache_dir).items()]:
+        _put(env, key, value, windows)
+    return {k: v for k, v in env.items() if not is_secret(k)}
 
 
 def toolchain_path_entries(toolchain: Toolchain) -> list[str]:

@@ -28,6 +28,7 @@ from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
 from .cmake import (
+    HOST_BUILD_INHERITED,
     Toolchain,
     build_environment,
     capture_msvc_environment,
@@ -35,9 +36,12 @@ from .cmake import (
     cmake_definitions,
     compile_command,
     configure_command,
+    host_build_environment,
+    host_build_variables,
     shipped_targets,
     toolchain_from_layout,
     toolchain_variables,
+    vulkan_cmake_definitions,
 )
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 
@@ -395,9 +399,40 @@ def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
     return source
 
 
-def _configure_fingerprint(command: list[str], env: Mapping[str, str], toolchain: Toolchain) -> dict[str, Any]:
-    keys = [*toolchain_variables(toolchain), "PATH", "Path", "INCLUDE", "LIB"]
+def _configure_fingerprint(command: list[str], env: Mapping[str, str], variables: list[str]) -> dict[str, Any]:
+    keys = [*variables, "PATH", "Path", "INCLUDE", "LIB"]
     return {"command": command, "env": {k: env[k] for k in keys if k in env}}
+
+
+def job_label(job: Job) -> str:
+    """What a job builds, for log lines: its gfx targets, or the Vulkan backend."""
+    return "Vulkan, host compiler" if job.is_vulkan else ", ".join(job.targets)
+
+
+def host_compilers(env: Mapping[str, str], windows: bool) -> dict[str, str]:
+    """The first line of the host compilers' --version (CC/CXX when set, else cc/c++); on Windows CMake finds cl."""
+    if windows:
+        return {}
+    path = env.get("PATH", "")
+    out: dict[str, str] = {}
+    for what, variable, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
+        program = env.get(variable) or default
+        if shutil.which(program, path=path) is None:
+            raise BuildError(f"no C/C++ compiler: {program} is not on PATH; install gcc/g++ (or set {variable})")
+        out[what] = _first_line([program, "--version"], env)
+    return out
+
+
+def find_glslc(env: Mapping[str, str]) -> str:
+    """glslc, which the Vulkan backend needs to compile its shaders: on PATH, or in $VULKAN_SDK/bin (Windows SDK)."""
+    found = shutil.which("glslc", path=env.get("PATH") or env.get("Path") or "")
+    sdk = env.get("VULKAN_SDK")
+    if found is None and sdk:
+        found = shutil.which("glslc", path=os.pathsep.join([str(Path(sdk) / "bin"), str(Path(sdk) / "Bin")]))
+    if found is None:
+        raise BuildError("glslc is not installed (not on PATH): a Vulkan build compiles its shaders with it; install "
+                         "glslc, libvulkan-dev and spirv-headers (Vulkan headers >= 1.3.2xx) or the LunarG Vulkan SDK")
+    return found
 
 
 def _list_binaries(build_dir: Path, job_dir: Path, targets: list[str], windows: bool) -> list[dict[str, Any]]:
@@ -466,7 +501,7 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
     build_dir = job_dir / "build"
     log = job_dir / "build.log"
     job_dir.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"rockbuild {__version__}: build {job.id} ({', '.join(job.targets)}), started {started}\n",
+    log.write_text(f"rockbuild {__version__}: build {job.id} ({job_label(job)}), started {started}\n",
                    encoding="utf-8")
     durations: dict[str, float] = {}
     state: dict[str, Any] = {}
@@ -478,19 +513,26 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             offline=options.offline, started=started, finished=_now(), durations=dict(durations), **state,
         )
 
+    windows = job.os == "windows"
+    toolchain: Toolchain | None = None
     current = "rocm"
     try:
         t0 = time.monotonic()
-        with console.step(f"ROCm for {job.id}"):
-            layout, rocm = _provide_rocm(job, options)
-            if layout.platform != job.os:
-                raise LayoutError(f"{layout.root} is a {layout.platform} ROCm root; job {job.id} needs {job.os}")
-            check_runnable_here(layout)
-            toolchain = toolchain_from_layout(layout)
-            missing = [t for t in job.targets if layout.kernel_data and t not in layout.gfx_targets]
-            if missing:
-                console.warn(f"{layout.root} has no rocBLAS/hipBLASLt kernels for {', '.join(missing)}")
-        state.update(rocm=rocm, toolchain=toolchain)
+        if job.is_vulkan:
+            # build.json's rocm and toolchain stay null: a Vulkan job uses the host's compiler and ships no ROCm
+            if options.rocm_dir is not None or options.rocm_version:
+                console.warn(f"{job.id} is a Vulkan job: it uses no ROCm, --rocm/--rocm-version are ignored")
+        else:
+            with console.step(f"ROCm for {job.id}"):
+                layout, rocm = _provide_rocm(job, options)
+                if layout.platform != job.os:
+                    raise LayoutError(f"{layout.root} is a {layout.platform} ROCm root; job {job.id} needs {job.os}")
+                check_runnable_here(layout)
+                toolchain = toolchain_from_layout(layout)
+                missing = [t for t in job.targets if layout.kernel_data and t not in layout.gfx_targets]
+                if missing:
+                    console.warn(f"{layout.root} has no rocBLAS/hipBLASLt kernels for {', '.join(missing)}")
+            state.update(rocm=rocm, toolchain=toolchain)
         durations["rocm"] = round(time.monotonic() - t0, 3)
 
         current = "source"
@@ -504,12 +546,18 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
 
         current = "configure"
         t0 = time.monotonic()
-        with console.step(f"configure ({', '.join(job.targets)})"):
+        with console.step(f"configure ({job_label(job)})"):
             msvc = None
-            if toolchain.windows:
+            if windows:
                 msvc = capture_msvc_environment(job_dir, vcvars=options.vcvars, log=log)
             cache = options.cache or cache_dir()
-            env = build_environment(toolchain, msvc=msvc)
+
+            def environment(ccache_dir: Path | None = None) -> dict[str, str]:
+                if toolchain is None:
+                    return host_build_environment(job.os, msvc=msvc, ccache_dir=ccache_dir)
+                return build_environment(toolchain, msvc=msvc, ccache_dir=ccache_dir)
+
+            env = environment()
             path = env.get("PATH") or env.get("Path") or ""
             for tool, package in (("cmake", "cmake"), ("ninja", "ninja-build")):
                 if shutil.which(tool, path=path) is None:
@@ -518,7 +566,7 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             ccache_dir = Path(options.ccache_dir or cache / "ccache").absolute()
             if ccache:
                 ccache_dir.mkdir(parents=True, exist_ok=True)
-                env = build_environment(toolchain, msvc=msvc, ccache_dir=ccache_dir)
+                env = environment(ccache_dir)
             elif options.use_ccache:
                 console.info("    ccache not found: compiling without a cache (install ccache for fast rebuilds)")
             tools = {
@@ -527,24 +575,34 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             }
             if ccache:
                 tools["ccache"] = _first_line([ccache, "--version"], env)
-            compilers = {
-                "c": _first_line([toolchain.c_compiler, "--version"], env),
-                "cxx": _first_line([toolchain.cxx_compiler, "--version"], env),
-            }
-            compilers["hip"] = compilers["cxx"]
-            definitions = cmake_definitions(
-                toolchain, job.targets, extra=job.cmake, offline=options.offline,
-                build_info=source.cmake_build_info(), ccache=bool(ccache),
-            )
+            if toolchain is None:
+                glslc = find_glslc(env)
+                tools["glslc"] = _first_line([glslc, "--version"], env)
+                compilers = host_compilers(env, windows)
+                definitions = vulkan_cmake_definitions(
+                    extra=job.cmake, offline=options.offline, build_info=source.cmake_build_info(), ccache=bool(ccache),
+                )
+                variables = [*host_build_variables(ccache_dir if ccache else None), *HOST_BUILD_INHERITED]
+            else:
+                compilers = {
+                    "c": _first_line([toolchain.c_compiler, "--version"], env),
+                    "cxx": _first_line([toolchain.cxx_compiler, "--version"], env),
+                }
+                compilers["hip"] = compilers["cxx"]
+                definitions = cmake_definitions(
+                    toolchain, job.targets, extra=job.cmake, offline=options.offline,
+                    build_info=source.cmake_build_info(), ccache=bool(ccache),
+                )
+                variables = list(toolchain_variables(toolchain, ccache_dir if ccache else None))
             command = configure_command(source.path, build_dir, definitions)
-            ours = [*toolchain_variables(toolchain, ccache_dir if ccache else None), "PATH", "Path"]
+            ours = [*variables, "PATH", "Path"]
             shown_env = {k: env[k] for k in ours if k in env}
             state.update(
                 compilers=compilers, tools=tools, cmake_definitions=tuple(definitions), cmake_command=tuple(command),
                 environment=shown_env,
             )
             stamp = build_dir / _CONFIGURE_STAMP
-            fingerprint = _configure_fingerprint(command, env, toolchain)
+            fingerprint = _configure_fingerprint(command, env, variables)
             configured = (build_dir / "CMakeCache.txt").is_file() and (build_dir / "build.ninja").is_file()
             previous = json.loads(stamp.read_text(encoding="utf-8")) if configured and stamp.is_file() else {}
             if {k: previous.get(k) for k in fingerprint} == fingerprint:
@@ -602,7 +660,7 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             rate = state["ccache"]["hit_rate"]
             did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
             console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
-            state["binaries"] = tuple(_list_binaries(build_dir, job_dir, targets, toolchain.windows))
+            state["binaries"] = tuple(_list_binaries(build_dir, job_dir, targets, windows))
         durations["compile"] = round(time.monotonic() - t0, 3)
     except Exception:
         durations.setdefault(current, round(time.monotonic() - t0, 3))

@@ -12,6 +12,10 @@ Checks (each a named :class:`Check`; any failure makes the report fail and the C
 * ``code-objects``: libggml-hip's ``.hip_fatbin`` holds device code for exactly the job's targets;
 * ``symbol-versions``: the highest GLIBC_/GLIBCXX_/CXXABI_/GCC_ version needed and by which file (the oldest distro
   the bundle runs on); a failure only when a ceiling is given (``max_versions``).
+
+A Vulkan bundle (llama.cpp's Vulkan backend: SPIR-V, no gfx targets) has no ``kernel-data`` and ``code-objects``
+checks; ``no-rocm`` checks instead that no ROCm library or kernel folder and no host library by policy (the Vulkan
+loader, a Vulkan driver) ships in it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ from .pe import PeInfo, is_pe, read_pe
 from .policy import BundlePolicy, PlatformPolicy, load_policy, name_matches
 
 GGML_HIP = ("libggml-hip.so*", "ggml-hip.dll")
+GGML_VULKAN = ("libggml-vulkan.so*", "ggml-vulkan.dll")
+# what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in
+ROCM_LIBRARIES = (
+    "libggml-hip.so*", "ggml-hip.dll", "libamdhip64.so*", "amdhip64*.dll", "libhiprtc*.so*", "hiprtc*.dll",
+    "libhsa-runtime64.so*", "libamd_comgr*.so*", "amd_comgr*.dll", "librocblas.so*", "rocblas.dll",
+    "libhipblas*.so*", "hipblas*.dll", "librocsolver.so*", "rocsolver.dll", "librocsparse.so*", "rocsparse.dll",
+    "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
+)
 BUNDLE_JSON = "bundle.json"
 
 
@@ -55,6 +67,7 @@ class AuditReport:
     checks: tuple[Check, ...]
     versions: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # GLIBC -> (2.38, libamdhip64.so.7)
     fat_binaries: tuple[FatbinReport, ...] = ()
+    backend: str = "rocm"
 
     @property
     def ok(self) -> bool:
@@ -73,7 +86,8 @@ class AuditReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": str(self.path), "platform": self.platform, "ok": self.ok, "targets": list(self.targets),
+            "path": str(self.path), "platform": self.platform, "backend": self.backend, "ok": self.ok,
+            "targets": list(self.targets),
             "failures": list(self.failures), "warnings": list(self.warnings),
             "versions": {k: {"version": v, "file": f} for k, (v, f) in self.versions.items()},
             "fat_binaries": [f.to_dict() for f in self.fat_binaries],
@@ -252,6 +266,22 @@ def _check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: 
     return Check("kernel-data", not failures, tuple(failures), tuple(warnings), details)
 
 
+def _check_no_rocm(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
+    """A Vulkan bundle: nothing of ROCm in it, and no library the host must provide (the Vulkan loader, a driver)."""
+    failures = []
+    for name in sorted(names):
+        if name_matches(name, ROCM_LIBRARIES, platform=policy.platform):
+            failures.append(f"{name} is a ROCm library: a Vulkan bundle must not carry ROCm")
+        elif (reason := policy.system_reason(name)) is not None:
+            failures.append(f"{name} ships although it never may: {reason}")
+    for folder in [*(rule.dest for rule in policy.kernel_data), "library"]:
+        if (root / folder).is_dir():
+            failures.append(f"{folder}/ (ROCm kernel data) is in a Vulkan bundle")
+    vulkan = sorted(n for n in names if name_matches(n, GGML_VULKAN, platform=policy.platform))
+    warnings = () if vulkan else ("no libggml-vulkan in the bundle: is this a Vulkan build?",)
+    return Check("no-rocm", not failures, tuple(failures), warnings, {"ggml_vulkan": vulkan})
+
+
 def _check_code_objects(
     root: Path, candidates: Sequence[Path], targets: Sequence[str], pruned: Sequence[str] = ()
 ) -> tuple[Check, list]:
@@ -316,9 +346,12 @@ def _check_versions(
 
 def audit_bundle(
     path: Path, targets: Sequence[str] | None = None, *, platform: str | None = None,
-    policy: BundlePolicy | None = None, max_versions: Mapping[str, str] | None = None,
+    policy: BundlePolicy | None = None, max_versions: Mapping[str, str] | None = None, backend: str | None = None,
 ) -> AuditReport:
-    """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json)."""
+    """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json).
+
+    ``backend`` (default: bundle.json's, else ``vulkan`` when libggml-vulkan ships without libggml-hip) picks the GPU
+    checks: gfx targets, kernel data and code objects for ROCm, ``no-rocm`` for Vulkan."""
     root = Path(path).absolute()
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")
@@ -334,6 +367,14 @@ def audit_bundle(
     checks = [Check("no-symlinks", not links,
                     tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
     names = {p.name for p in top}
+    if backend is None:
+        backend = str(meta.get("backend") or "")
+    if not backend:
+        def has(globs: Sequence[str]) -> bool:
+            return any(name_matches(n, globs, platform=str(platform)) for n in names)
+
+        backend = "vulkan" if has(GGML_VULKAN) and not has(GGML_HIP) else "rocm"
+    vulkan = backend == "vulkan"
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []
     if platform == "windows":
@@ -343,9 +384,12 @@ def audit_bundle(
                             (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
         checks.append(_check_needed_pe(root, pes, rules))
         checks.append(_check_extras(root, {n.lower() for n in names}, rules, meta))
-        checks.append(_check_kernels(root, {n.lower() for n in names}, targets, rules))
-        code, fat = _check_code_objects(root, list(pes), targets)
-        checks.append(code)
+        if vulkan:
+            checks.append(_check_no_rocm(root, names, rules))
+        else:
+            checks.append(_check_kernels(root, {n.lower() for n in names}, targets, rules))
+            code, fat = _check_code_objects(root, list(pes), targets)
+            checks.append(code)
     else:
         host_machines = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) files are kernel data
         elves: dict[Path, ElfInfo] = {}
@@ -364,11 +408,14 @@ def audit_bundle(
         checks.append(_check_needed_elf(root, elves, rules))
         checks.append(_check_run_paths(root, elves, rules))
         checks.append(_check_extras(root, names, rules, meta))
-        checks.append(_check_kernels(root, names, targets, rules))
-        pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
-        code, fat = _check_code_objects(root, [p for p in elves if p.parent == root], targets, pruned)
-        checks.append(code)
-        fat = fat + _other_fat_binaries(root, [p for p in elves if p.parent == root and p.name not in pruned])
+        if vulkan:
+            checks.append(_check_no_rocm(root, names, rules))
+        else:
+            checks.append(_check_kernels(root, names, targets, rules))
+            pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
+            code, fat = _check_code_objects(root, [p for p in elves if p.parent == root], targets, pruned)
+            checks.append(code)
+            fat = fat + _other_fat_binaries(root, [p for p in elves if p.parent == root and p.name not in pruned])
         version_check, versions = _check_versions(elves, max_versions)
         checks.append(version_check)
-    return AuditReport(root, platform, targets, tuple(checks), versions, tuple(fat))
+    return AuditReport(root, platform, targets, tuple(checks), versions, tuple(fat), backend)

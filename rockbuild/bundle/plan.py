@@ -76,11 +76,12 @@ class BundlePlan:
     closure: Closure
     kernels: KernelReport
     skipped: tuple[Path, ...]
-    rocm: dict[str, Any]
+    rocm: dict[str, Any] | None  # None for a Vulkan bundle: no ROCm root, nothing of ROCm in it
     policy_source: str
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
     seconds: float
+    backend: str = "rocm"  # rocm | vulkan
 
     @property
     def total_bytes(self) -> int:
@@ -88,7 +89,7 @@ class BundlePlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "out": str(self.out), "platform": self.platform, "targets": list(self.targets),
+            "out": str(self.out), "platform": self.platform, "backend": self.backend, "targets": list(self.targets),
             "files": [f.to_dict() for f in self.files if f.kind != "data"],
             "data_files": sum(1 for f in self.files if f.kind == "data"),
             "total_bytes": self.total_bytes,
@@ -101,7 +102,8 @@ class BundlePlan:
         """The plan for people (``--dry-run``)."""
         from rockbuild.console import human_bytes
 
-        lines = [f"bundle plan: {self.platform}, targets {','.join(self.targets)} -> {self.out}"]
+        what = "Vulkan (no GPU targets)" if self.backend == "vulkan" else f"targets {','.join(self.targets)}"
+        lines = [f"bundle plan: {self.platform}, {what} -> {self.out}"]
         programs = [f for f in self.files if f.kind != "data"]
         width = max((len(f.dest) for f in programs), default=10)
         for f in programs:
@@ -161,6 +163,11 @@ class BundleReport:
 # Planning
 
 
+def _extras_for(layout: RocmLayout | None, policy: PlatformPolicy) -> tuple[Extra, ...]:
+    # every extra is a ROCm piece loaded by a ROCm library: none applies without a ROCm root (a Vulkan bundle)
+    return policy.extras_for(_rocm_major(layout), str(layout.kind)) if layout is not None else ()
+
+
 def _rocm_major(layout: RocmLayout) -> int | None:
     version = layout.version or layout.hip_version or ""
     head = version.split(".", 1)[0]
@@ -177,16 +184,16 @@ def _missing_extra(extra: Extra, shipped: set[str], platform: str) -> Library:
                    reason=extra.reason)
 
 
-def linux_closure(build_bin: Path, layout: RocmLayout, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
+def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
     """The closure of every ELF in ``build_bin`` plus the policy's extras (each with its own closure)."""
     roots, skipped = bin_roots(build_bin)
     if not roots:
         raise BundleError(f"{build_bin} holds no ELF executable or library; did the build finish?")
     reference = next((r.info for r in roots if r.info.is_executable), roots[0].info)
-    search = SearchPaths.for_root(layout.sysroot, layout.library_dirs, machine=reference.machine,
-                                  elf_class=reference.elf_class)
+    search = SearchPaths.for_root(layout.sysroot if layout else None, layout.library_dirs if layout else (),
+                                  machine=reference.machine, elf_class=reference.elf_class)
     resolver = ElfResolver(search, policy)
-    extras = policy.extras_for(_rocm_major(layout), str(layout.kind))
+    extras = _extras_for(layout, policy)
     extra_roots: list[Root] = []
     applied: set[int] = set()
     missing: list[Library] = []
@@ -215,13 +222,13 @@ def linux_closure(build_bin: Path, layout: RocmLayout, policy: PlatformPolicy) -
     return closure, skipped
 
 
-def windows_closure(build_bin: Path, layout: RocmLayout, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
+def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
     """The closure of every .exe/.dll in ``build_bin`` plus the policy's LoadLibrary extras."""
     roots, skipped = pe_bin_roots(build_bin)
     if not roots:
         raise BundleError(f"{build_bin} holds no .exe or .dll; did the build finish?")
-    resolver = PeResolver.for_host(layout.library_dirs, policy)
-    extras = policy.extras_for(_rocm_major(layout), str(layout.kind))
+    resolver = PeResolver.for_host(layout.library_dirs if layout else (), policy)
+    extras = _extras_for(layout, policy)
     extra_roots: list[PeRoot] = []
     applied: set[int] = set()
     missing: list[Library] = []
@@ -269,17 +276,31 @@ def _mode(real: Path, kind: str) -> int:
 
 
 def make_plan(
-    build_bin: Path, layout: RocmLayout, targets: Sequence[str], out: Path, *, policy: BundlePolicy | None = None,
-    strip: bool = False, prune_fatbin: bool = False,
+    build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
+    policy: BundlePolicy | None = None, strip: bool = False, prune_fatbin: bool = False, backend: str = "rocm",
+    platform: str | None = None,
 ) -> BundlePlan:
-    """Everything the bundle will hold and every change to make, computed without writing anything."""
+    """Everything the bundle will hold and every change to make, computed without writing anything.
+
+    ``backend="vulkan"``: no ROCm root (``layout`` None), no GPU targets, no kernel data; ``platform`` (default: this
+    machine's) says which policy applies. The Vulkan loader and drivers are host libraries by policy.
+    """
     start = time.monotonic()
     targets = tuple(dict.fromkeys(targets))
-    if not targets:
+    vulkan = backend == "vulkan"
+    if vulkan:
+        if targets:
+            raise BundleError(f"a Vulkan bundle has no GPU targets (SPIR-V runs on any Vulkan GPU), not {targets}")
+        platform = platform or ("windows" if os.name == "nt" else "linux")
+    elif layout is None:
+        raise BundleError("a ROCm bundle needs the ROCm root it was built with; pass --rocm DIR")
+    else:
+        platform = layout.platform
+    if not targets and not vulkan:
         raise BundleError("no GPU targets given; pass --targets gfx1151[,gfx...]")
     policy = policy or load_policy()
-    platform_policy = policy.for_platform(layout.platform)
-    if layout.platform == "windows":
+    platform_policy = policy.for_platform(platform)
+    if platform == "windows":
         closure, skipped = windows_closure(build_bin, layout, platform_policy)
     else:
         closure, skipped = linux_closure(build_bin, layout, platform_policy)
@@ -287,7 +308,10 @@ def make_plan(
     for lib in closure.missing:
         who = ", ".join(lib.needed_by) or "the bundle"
         if lib.via == "extra":
-            errors.append(f"{lib.name} (declared extra, for {who}) is not in {layout.root}: {lib.reason}")
+            errors.append(f"{lib.name} (declared extra, for {who}) is not in {layout.root if layout else '-'}: "
+                          f"{lib.reason}")
+        elif vulkan:
+            errors.append(f"{lib.name} (needed by {who}) was found neither in the build nor the system")
         else:
             errors.append(f"{lib.name} (needed by {who}) was found neither in the build, the ROCm root nor the system")
 
@@ -295,33 +319,35 @@ def make_plan(
     # programs first, then the build's libraries, then what the closure brought, by name
     for lib in sorted(closure.shipped, key=lambda e: (e.kind != "exe", e.status != ROOT, e.name)):
         assert lib.real_path is not None
-        patch = _rpath_patch(lib.real_path, platform_policy) if layout.platform == "linux" else ()
+        patch = _rpath_patch(lib.real_path, platform_policy) if platform == "linux" else ()
         prune: tuple[str, ...] = ()
-        if prune_fatbin and layout.platform == "linux":
+        if prune_fatbin and platform == "linux" and not vulkan:
             fat = read_fatbin(lib.real_path)
             prune = tuple(t for t in fat.targets if t not in targets) if fat is not None else ()
         files.append(PlannedFile(
             dest=lib.name, source=lib.real_path, kind=lib.kind, size=lib.size, mode=_mode(lib.real_path, lib.kind),
-            found_as=lib.path, patch=patch, strip=strip and layout.platform == "linux", prune=prune,
+            found_as=lib.path, patch=patch, strip=strip and platform == "linux", prune=prune,
         ))
-    kernels = plan_kernel_data(layout.kernel_data, closure.names(), targets, platform_policy, sysroot=layout.sysroot)
+    kernels = plan_kernel_data(layout.kernel_data if layout else (), closure.names(), targets, platform_policy,
+                               sysroot=layout.sysroot if layout else None)
     errors.extend(kernels.errors)
     for folder in kernels.folders:
         for source, dest in folder.copies:
             files.append(PlannedFile(dest, source, "data", source.stat().st_size, 0o644))
     seen: dict[str, PlannedFile] = {}
     for f in files:
-        key = f.dest.lower() if layout.platform == "windows" else f.dest
+        key = f.dest.lower() if platform == "windows" else f.dest
         if key in seen:
             errors.append(f"{f.dest} would be written twice (from {seen[key].source} and {f.source})")
         seen[key] = f
-    rocm = {"root": str(layout.root), "kind": str(layout.kind), "version": layout.version,
-            "hip_version": layout.hip_version, "package_version": layout.package_version,
-            "therock_commit": layout.therock_commit}
+    rocm = None if layout is None else {
+        "root": str(layout.root), "kind": str(layout.kind), "version": layout.version,
+        "hip_version": layout.hip_version, "package_version": layout.package_version,
+        "therock_commit": layout.therock_commit}
     return BundlePlan(
-        out=out, platform=layout.platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
+        out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
-        warnings=closure.warnings, seconds=time.monotonic() - start,
+        warnings=closure.warnings, seconds=time.monotonic() - start, backend="vulkan" if vulkan else "rocm",
     )
 
 
@@ -444,7 +470,8 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
     if audit:
         start = time.monotonic()
         # audited where it was written, reported where it lands
-        audit_report = dataclasses.replace(audit_bundle(partial, plan.targets, platform=plan.platform), path=plan.out)
+        audit_report = dataclasses.replace(
+            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend), path=plan.out)
         seconds["audit"] = time.monotonic() - start
     report = BundleReport(plan.out, plan, False, audit_report, seconds, tuple(pruned))
     write_bundle_json(report, partial)
@@ -466,9 +493,9 @@ def _errors_line(errors: Sequence[str]) -> str:
 
 
 def make_bundle(
-    build_bin: Path, layout: RocmLayout, targets: Sequence[str], out: Path, *, dry_run: bool = False,
+    build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *, dry_run: bool = False,
     policy: BundlePolicy | None = None, strip: bool = False, quiet: bool = False, audit: bool = True,
-    prune_fatbin: bool = False,
+    prune_fatbin: bool = False, backend: str = "rocm", platform: str | None = None,
 ) -> BundleReport:
     """Bundle the build's ``bin/`` with its ROCm closure and pruned kernel data into ``out``.
 
@@ -481,7 +508,7 @@ def make_bundle(
     if (build_bin / "bin").is_dir():
         build_bin = build_bin / "bin"
     plan = make_plan(build_bin, layout, targets, Path(out).absolute(), policy=policy, strip=strip,
-                     prune_fatbin=prune_fatbin)
+                     prune_fatbin=prune_fatbin, backend=backend, platform=platform)
     if dry_run:
         return BundleReport(plan.out, plan, True, None, {"plan": plan.seconds})
     return apply_plan(plan, quiet=quiet, audit=audit)

@@ -36,7 +36,7 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             llama_ref=str(data.get("llama_ref") or "master"), rocm_channel=str(data.get("rocm_channel") or "nightly"),
             rocm_version=str(data.get("rocm_version") or "latest"),
             cmake=tuple((str(k), str(v)) for k, v in (data.get("cmake") or {}).items()),
-            runner=str(data.get("runner") or ""),
+            runner=str(data.get("runner") or ""), backend=str(data.get("backend") or "rocm"),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None
@@ -299,6 +299,12 @@ def resolve_inputs(
 
     if not jobs:
         raise UsageError("no job to resolve inputs for")
+    vulkan = [j.id for j in jobs if j.backend != "rocm"]
+    if vulkan:
+        raise UsageError(
+            f"{', '.join(vulkan)}: Vulkan jobs are not run by resolve/nightly yet (issue 12); build them with "
+            "rockbuild build --job, and leave them out here (--only, or a matrix without them)"
+        )
     say = (lambda m: None) if quiet else console.info
     refs = sorted({j.llama_ref for j in jobs})
     if llama_ref is None and len(refs) > 1:

@@ -73,6 +73,11 @@ class JobRecord:
     audit: Mapping[str, Any] | None = None
     smoke: Mapping[str, Any] | None = None
     finished: str | None = None
+    backend: str = "rocm"  # rocm | vulkan: the flavour (a vulkan asset is llama-<tag>-<os>-vulkan-x64)
+
+    @property
+    def flavour(self) -> str:
+        return "Vulkan" if self.backend == "vulkan" else "ROCm"
 
     @property
     def ok(self) -> bool:
@@ -87,11 +92,11 @@ class JobRecord:
             return "not run"
         gpu = _dict(self.smoke.get("gpu"))
         placement = gpu.get("placement")
-        verdict = {"gpu": "ROCm", "cpu": "CPU only", "partial": "partial offload"}.get(str(placement), "?")
+        verdict = {"gpu": self.flavour, "cpu": "CPU only", "partial": "partial offload"}.get(str(placement), "?")
         return f"{'passed' if self.smoke.get('ok') else 'FAILED'} ({verdict})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "os": self.os, "name": self.name, "targets": list(self.targets),
+        return {"id": self.id, "os": self.os, "name": self.name, "backend": self.backend, "targets": list(self.targets),
                 "required": self.required, "status": self.status, "failed_step": self.failed_step,
                 "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
                 "rocm": self.rocm.to_dict(), "isas": list(self.isas), "cmake": dict(self.cmake)}
@@ -127,6 +132,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     name = str(job.get("name") or (job_id.split("-", 1)[1] if "-" in job_id else job_id))
     targets = tuple(str(t) for t in (job.get("targets") or (build or {}).get("gpu_targets")
                                      or bundle_meta.get("targets") or ()))
+    backend = str(job.get("backend") or bundle_meta.get("backend") or ("vulkan" if name == "vulkan" else "rocm"))
     llama = _dict((build or {}).get("llama_cpp"))
     build_number = llama.get("build_number")
     common: dict[str, Any] = dict(
@@ -135,7 +141,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         llama_commit=llama.get("commit"), llama_build=str(build_number) if build_number is not None else None,
         rocm=rocm_info(_dict((build or {}).get("rocm"))),
         cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
-        isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"),
+        isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"), backend=backend,
     )
     build_log = Path(_dict((build or {}).get("paths")).get("log") or job_dir / "build.log")
 

@@ -59,8 +59,11 @@ def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, 
     smoke = job.smoke or {}
     model: dict[str, Any] = smoke["model"] if isinstance(smoke.get("model"), dict) else {}
     return {
-        "id": job.id, "os": os_words.get(job.os, job.os), "name": job.name, "isas": list(job.isas),
-        "rocm_version": job.rocm.version or "?", "rocm_date": job.rocm.date or "?",
+        "id": job.id, "os": os_words.get(job.os, job.os), "name": job.name, "flavour": job.flavour,
+        # a Vulkan build carries SPIR-V shaders, compiled by the user's Vulkan driver for whatever GPU it finds
+        "isas": list(job.isas) if job.backend != "vulkan" else ["SPIR-V (any Vulkan GPU)"],
+        "rocm_version": job.rocm.version or ("-" if job.backend == "vulkan" else "?"),
+        "rocm_date": job.rocm.date or ("no ROCm" if job.backend == "vulkan" else "?"),
         "therock_commit": (job.rocm.therock_commit or "")[:10] or "?", "required": job.required,
         "status": job.status, "step": job.failed_step, "reason": job.reason, "smoke": job.smoke_summary(),
         "model": model.get("name") or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
@@ -81,7 +84,8 @@ def notes_context(
         "tag": tag, "repo": repo, "run_url": run_url, "release_url": release_url, "state": state,
         "build_date": (finished[-1].replace("T", " ").split("+")[0] + " UTC") if finished else "unknown",
         "oses": sorted({os_words.get(j.os, j.os) for j in jobs}),
-        "names": list(dict.fromkeys(j.name for j in jobs)),
+        "names": list(dict.fromkeys(j.name for j in jobs if j.backend != "vulkan")),
+        "flavours": list(dict.fromkeys(j.flavour for j in sorted(jobs, key=lambda j: j.backend))),
         "llama": {"commit": commit, "short": commit[:7], "build": (first.llama_build if first else None) or "?"},
         "jobs": [job_row(j, assets, os_words) for j in jobs],
         "failed": [job_row(j, assets, os_words) for j in failed],

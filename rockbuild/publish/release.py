@@ -149,7 +149,12 @@ def _job_mtime(job: JobRecord) -> int:
 
 
 def asset_base(config: PublishConfig, tag: str, job: JobRecord) -> str:
-    return config.asset_name.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.name)
+    """``llama-<tag>-<os>-rocm-<name>-x64``; a Vulkan job has no per-target name: ``llama-<tag>-<os>-vulkan-x64``
+    (what :func:`rockbuild.install.asset_name_pattern` looks for)."""
+    template = config.asset_name
+    if job.backend == "vulkan":
+        template = template.replace("rocm-{name}", "vulkan").replace("{name}", "vulkan")
+    return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.name)
 
 
 def _cached(dest: Path, key: dict[str, Any]) -> bool:
