@@ -307,9 +307,7 @@ def _make_job(combo: _Combo, families: FamilyTable) -> Job:
             f"for {sel.family.name}; exclude {{os: {combo.os}, target: {combo.target}}}"
         )
     opts = combo.options
-    runner = opts["runner"]
-    if isinstance(runner, dict):
-        runner = runner.get(combo.os, DEFAULT_RUNNERS[combo.os])
+    runner = _runner_for(opts, combo.os)
     return Job(
         id=f"{combo.os}-{sel.short}",
         os=combo.os,
@@ -327,12 +325,18 @@ def _make_job(combo: _Combo, families: FamilyTable) -> Job:
     )
 
 
+def _runner_for(opts: dict[str, Any], os_name: str) -> str:
+    """The CI runner label: one string for every OS, or a per-OS mapping over the defaults."""
+    runner = opts["runner"]
+    if isinstance(runner, dict):
+        runner = runner.get(os_name, DEFAULT_RUNNERS[os_name])
+    return str(runner)
+
+
 def _make_vulkan_job(combo: _Combo) -> Job:
     """One Vulkan job per OS: no family, tarball group or gfx targets (the ROCm options stay, unused)."""
     opts = combo.options
-    runner = opts["runner"]
-    if isinstance(runner, dict):
-        runner = runner.get(combo.os, DEFAULT_RUNNERS[combo.os])
+    runner = _runner_for(opts, combo.os)
     return Job(
         id=f"{combo.os}-{VULKAN_NAME}",
         os=combo.os,
