@@ -441,20 +441,23 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 @click.option("--vocab", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache).")
 @click.option("--expect-gpu", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
-              help="yes: fail unless the weights sit in a ROCm buffer; auto: yes when a GPU of the bundle's targets "
-              "is present.")
+              help="yes: fail unless the weights sit in a ROCm (Vulkan) buffer; auto: yes when a GPU of the "
+              "bundle's targets is present (a Vulkan bundle: when llama-cli --list-devices lists a Vulkan device).")
+@click.option("--device", default=None, metavar="NAME",
+              help="Pin every run to this device (-dev, e.g. Vulkan1). Default: a Vulkan bundle expected on a GPU "
+              "pins its first Vulkan device.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write smoke.json here (default: the job folder, beside bundle/).")
 @click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
-def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, report_path: Path | None,
-          as_json: bool) -> None:
+def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, device: str | None,
+          report_path: Path | None, as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
     from .model import load_smoke_config, provide_model
     from .smoke import SmokeError, SmokeOptions, run_smoke
 
     config = load_smoke_config()
     model = provide_model(model_spec, vocab=vocab, quiet=as_json, config=config)
-    options = SmokeOptions.from_config(config, expect_gpu=expect_gpu)
+    options = SmokeOptions.from_config(config, expect_gpu=expect_gpu, device=device)
     report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
     if as_json:
         emit_json(report.to_dict())
@@ -606,7 +609,7 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
     if as_json:
         emit_json(inputs.to_dict())
         return
-    failed = [j.id for j in inputs.jobs if inputs.rocm_for(j.id).error]
+    failed = [j.id for j in inputs.jobs if inputs.unresolved(j.id)]
     click.echo(f"{path}: llama.cpp {inputs.llama.commit[:12]} (build {inputs.llama.build_number or 'unknown'}), "
                f"{len(inputs.jobs)} jobs, {len(inputs.rocm)} ROCm tarball(s)")
     if failed:

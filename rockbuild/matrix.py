@@ -205,12 +205,13 @@ def expand_matrix(
 
     os_node = _axis_values(path, matrix, "os")
     os_values = [_check_os(path, os_node, i, x) for i, x in enumerate(os_node)]
-    target_node = _axis_values(path, matrix, "target")
-    targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
     backends = ["rocm"]  # absent: every matrix written before the axis existed keeps its meaning
     if "backend" in matrix:
         backend_node = _axis_values(path, matrix, "backend")
         backends = [_check_backend(path, backend_node, i, x) for i, x in enumerate(backend_node)]
+    # a Vulkan-only matrix needs no target list (Vulkan jobs are one per OS)
+    target_node = _axis_values(path, matrix, "target") if "rocm" in backends or "target" in matrix else YList()
+    targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
     if os_override:
         os_values = [_check_os("--os", None, None, o) for o in dict.fromkeys(os_override)]
     if target_override:

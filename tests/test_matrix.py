@@ -284,8 +284,18 @@ def test_vulkan_includes_add_one_job_per_os_and_rocm_ids_are_unchanged(write, fa
     assert sum(j.backend == "rocm" for j in jobs) == 4
 
 
-def test_default_matrix_has_no_vulkan_job_until_the_night_runs_them(default_jobs):
-    assert all(j.backend == "rocm" for j in default_jobs)
+def test_default_matrix_has_one_optional_vulkan_job_per_os(default_jobs):
+    vulkan = [j for j in default_jobs if j.backend == "vulkan"]
+    assert [(j.id, j.required, j.targets, j.group) for j in vulkan] == [
+        ("linux-vulkan", False, (), ""), ("windows-vulkan", False, (), "")]
+    assert {j.runner for j in vulkan} == {"ubuntu-22.04", "windows-2022"}
+
+
+def test_a_vulkan_only_matrix_needs_no_target_list(write, families):
+    path = write("m.yaml", "matrix:\n  os: [linux, windows]\n  backend: [vulkan]\n")
+    assert [j.id for j in expand_matrix(path, families)] == ["linux-vulkan", "windows-vulkan"]
+    with pytest.raises(ConfigError, match="needs a 'target' list"):
+        expand_matrix(write("r.yaml", "matrix:\n  os: [linux]\n  backend: [rocm, vulkan]\n"), families)
 
 
 def test_backend_axis_crosses_os_only_and_filters_apply(write, families):

@@ -269,16 +269,62 @@ def test_parse_ls_remote_prefers_the_peeled_commit_of_an_annotated_tag():
     assert parse_ls_remote(text) == {"refs/heads/master": "aaa", "refs/tags/b1": "ccc"}
 
 
-def test_resolve_refuses_vulkan_jobs_with_one_clear_line(tmp_path):
-    from rockbuild.config import load_families
-    from rockbuild.errors import UsageError
-    from rockbuild.matrix import expand_matrix
-    from rockbuild.nightly.resolve import job_from_dict, resolve_inputs
+VULKAN_MATRIX = """
+matrix:
+  os: [linux]
+  target: [gfx1151]
+  include:
+    - {os: linux, backend: vulkan}
+"""
 
-    path = tmp_path / "m.yaml"
-    path.write_text("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: linux, backend: vulkan}\n")
-    jobs = expand_matrix(path, load_families())
-    assert job_from_dict(jobs[1].to_dict()) == jobs[1]  # inputs.json keeps the backend
-    with pytest.raises(UsageError, match=r"linux-vulkan: Vulkan jobs are not run by resolve/nightly yet") as info:
-        resolve_inputs(jobs, llama_ref="0" * 40, git_url=str(tmp_path / "nowhere"))
-    assert "\n" not in str(info.value)
+
+def test_a_night_with_a_vulkan_job_builds_it_without_rocm_and_publishes_both_flavours(world, tmp_path, monkeypatch):
+    sdk = tmp_path / "vulkan-sdk"  # glslc only has to exist: the stand-in project has no shaders
+    write(sdk / "bin" / "glslc", "#!/bin/sh\necho 'shaderc v2026.4 v2026.4'\n", 0o755)
+    monkeypatch.setenv("VULKAN_SDK", str(sdk))
+    out = tmp_path / "out"
+    matrix = write(tmp_path / "m.yaml", VULKAN_MATRIX)
+    report = run_night(world.options(out, matrix))
+    assert report.state == "published", report.message
+    jobs = {j.id: j for j in report.jobs}
+    assert jobs["linux-vulkan"].stages == {"fetch": "skipped", "build": "done", "bundle": "done", "smoke": "skipped"}
+    assert jobs["linux-gfx1151"].stages["fetch"] == "done"
+    assert world.tarball_requests() == 1  # only the ROCm job's tarball
+
+    inputs = load_inputs(out / "inputs.json")
+    assert inputs.rocm_for("linux-vulkan") is None and inputs.unresolved("linux-vulkan") is None
+    raw = json.loads((out / "inputs.json").read_text())
+    assert {j["id"]: j["rocm_key"] for j in raw["jobs"]}["linux-vulkan"] is None
+    assert len(inputs.job_fingerprint("linux-vulkan")) == 16
+    build = json.loads((out / "linux-vulkan" / "build.json").read_text())
+    assert build["rocm"] is None and build["cmake_definitions"].get("GGML_VULKAN") == "ON"
+    bundle = json.loads((out / "linux-vulkan" / "bundle" / "bundle.json").read_text())
+    assert bundle["backend"] == "vulkan" and bundle["audit"]["ok"] is True
+
+    (release,) = world.github.state.releases.values()
+    names = {a.name for a in release.assets}
+    tag = release.tag_name
+    assert f"llama-{tag}-ubuntu-vulkan-x64.tar.gz" in names, names
+    assert any(n.startswith(f"llama-{tag}-ubuntu-rocm-") for n in names), names
+    manifest = json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
+    assert {j["id"]: j.get("backend") for j in manifest["jobs"]} == {"linux-gfx1151": "rocm", "linux-vulkan": "vulkan"}
+
+    # the next night with the same inputs: unchanged, the Vulkan job included (it has no tarball to compare)
+    again = run_night(world.options(tmp_path / "out2", matrix))
+    assert again.state == "unchanged", again.message
+
+
+def test_build_with_inputs_of_a_vulkan_job_fetches_nothing(world, tmp_path, run_rockbuild, monkeypatch):
+    sdk = tmp_path / "vulkan-sdk"
+    write(sdk / "bin" / "glslc", "#!/bin/sh\necho 'shaderc v2026.4 v2026.4'\n", 0o755)
+    matrix = write(tmp_path / "m.yaml", VULKAN_MATRIX)
+    env = {"ROCKBUILD_CACHE": str(tmp_path / "cache"), "VULKAN_SDK": str(sdk)}
+    resolved = run_rockbuild("resolve", "-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare),
+                             "--out", "inputs.json", env=env)
+    assert resolved.returncode == 0, resolved.stderr
+    assert "2 jobs, 1 ROCm tarball(s)" in resolved.stdout
+    built = run_rockbuild("build", "--job", "linux-vulkan", "--inputs", "inputs.json", "--out", "out", "--no-ccache",
+                          env=env, timeout=120)
+    assert built.returncode == 0, built.stderr
+    assert world.tarball_requests() == 0
+    assert (tmp_path / "out" / "linux-vulkan" / "bundle" / "bundle.json").is_file()

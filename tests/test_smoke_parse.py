@@ -205,3 +205,15 @@ def test_real_bench_json_among_log_lines():
     results = parse_bench_json(fixture("real-llama-bench-json.merged.txt"))
     assert [r.test for r in results] == ["pp64", "tg16"]
     assert all(r.backends == "CPU" and r.tokens_per_second > 0 and r.build == "0c1e570 (11312)" for r in results)
+
+
+def test_list_devices_output():
+    from rockbuild.smoke.parse import parse_list_devices
+
+    text = ("ggml_vulkan: Found 1 Vulkan devices:\nAvailable devices:\n"
+            "  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)\n"
+            "  ROCm0: AMD Radeon Graphics (98304 MiB, 97000 MiB free)\n")
+    assert parse_list_devices(text) == [("Vulkan0", "llvmpipe (LLVM 22.1.8, 256 bits)"),
+                                        ("ROCm0", "AMD Radeon Graphics")]
+    assert parse_list_devices("Available devices:\n  (none)\n") == []
+    assert parse_list_devices("error: something else\n") == []

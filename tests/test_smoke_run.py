@@ -32,6 +32,20 @@ Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".argv.json").write_text(json
 def arg(flag, default=None):
     return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
 LOAD = (FIX / ("rocm0-buffers.constructed.txt" if MODE.get("gpu") else "completion-lv4-cpu.txt")).read_text()
+VK = MODE.get("vk")  # a Vulkan bundle: "lavapipe" (the device is there), "none" (no driver), "noloader"
+if VK == "noloader":
+    sys.stderr.write(Path(sys.argv[0]).name + ": error while loading shared libraries: libvulkan.so.1: cannot open "
+                     "shared object file: No such file or directory\\n")
+    sys.exit(127)
+if VK and "-dev" in sys.argv and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
+    sys.stderr.write('error while handling argument "-dev": invalid device: ' + arg("-dev") + "\\n")
+    sys.exit(1)
+if "--list-devices" in sys.argv:
+    print("Available devices:")
+    print("  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)" if VK == "lavapipe" else "  (none)")
+    sys.exit(0)
+if VK:
+    LOAD = (FIX / ("vulkan-completion-lv4.txt" if VK == "lavapipe" else "vulkan-no-icd.constructed.txt")).read_text()
 """
 
 CLI = """
@@ -90,15 +104,19 @@ sys.stderr.write("0.00.001.000 I llama-bench: loading\\n")
 if MODE.get("bench") == "garbage":
     print("| model | size |")
     sys.exit(0)
-sys.stdout.write((FIX / "bench.json.txt").read_text())
+sys.stdout.write((FIX / ("vulkan-bench.constructed.txt" if VK == "lavapipe" else "bench.json.txt")).read_text())
 """
 
 
 def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",)) -> tuple[Path, Path]:
-    """out/<job>/bundle with fake llama binaries; returns (job dir, folder where the fakes record env/argv)."""
+    """out/<job>/bundle with fake llama binaries; returns (job dir, folder where the fakes record env/argv).
+    ``mode["vk"]`` makes it a Vulkan bundle (it holds a libggml-vulkan.so)."""
     job = root / "out" / "linux-gfx1151"
     bundle = job / "bundle"
     bundle.mkdir(parents=True)
+    if (mode or {}).get("vk"):
+        targets = ()
+        (bundle / "libggml-vulkan.so").write_bytes(b"")
     envlog = root / "envlog"
     envlog.mkdir()
     (job / "build.json").write_text(json.dumps({"status": "ok", "job": {"id": "linux-gfx1151", "os": "linux",
@@ -272,3 +290,73 @@ def test_a_windows_bundle_is_refused_on_linux(tmp_path, model):
     (job / "bundle" / "bundle.json").write_text(json.dumps({"platform": "windows", "targets": ["gfx1151"]}))
     with pytest.raises(SmokeError, match="windows bundle"):
         run_smoke(job, model, FAST, quiet=True)
+
+
+# --- Vulkan bundles: ask the bundle which devices it sees, pin one when a GPU run is expected ------------------------
+
+
+def _argv(envlog: Path, name: str) -> list[str]:
+    return json.loads((envlog / f"{name}.argv.json").read_text())
+
+
+def test_vulkan_bundle_on_lavapipe_auto_expects_the_gpu_pins_vulkan0_and_passes(tmp_path, model):
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
+    assert report.ok, report.failures
+    assert report.gpu_devices == ("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)",)
+    assert report.expect_reason.startswith("auto: the bundle sees a Vulkan device (Vulkan0: llvmpipe")
+    assert report.device == "Vulkan0" and report.gpu.placement == "gpu"
+    for name in ("llama-cli", "llama-server", "llama-bench"):
+        argv = _argv(envlog, name)
+        assert argv[argv.index("-dev") + 1] == "Vulkan0", name
+    data = json.loads((job / "smoke.json").read_text())
+    assert data["device"] == "Vulkan0" and data["preflight"] is None
+    assert data["expect_gpu"]["devices_found"] == ["Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)"]
+
+
+def test_vulkan_bundle_without_a_driver_auto_runs_on_the_cpu_unpinned(tmp_path, model):
+    job, envlog = make_bundle(tmp_path, {"vk": "none"})
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
+    assert report.ok, report.failures
+    assert report.device is None and report.gpu_devices == ()
+    assert "sees no Vulkan device" in report.expect_reason and "GGML_VK_VISIBLE_DEVICES" in report.expect_reason
+    assert "-dev" not in _argv(envlog, "llama-cli")
+
+
+def test_vulkan_bundle_without_a_driver_fails_an_expected_gpu_run_in_one_line_without_running(tmp_path, model):
+    job, envlog = make_bundle(tmp_path, {"vk": "none"})
+    proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "yes"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 11, proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "no Vulkan device visible to the bundle" in error[0], proc.stderr
+    assert "GGML_VK_VISIBLE_DEVICES=0" in error[0] and "Traceback" not in proc.stderr
+    assert not (envlog / "llama-server.argv.json").exists()  # nothing to learn from runs that cannot use a device
+    data = json.loads((job / "smoke.json").read_text())
+    assert data["ok"] is False and data["runs"] == {} and data["preflight"].startswith("no Vulkan device")
+
+
+def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"vk": "noloader"})
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
+                       quiet=True)
+    assert not report.ok and report.runs == ()
+    assert "libvulkan.so.1: cannot open shared object file" in report.failures[0]
+    assert "exit code 127" in report.failures[0] and "Vulkan loader" in report.failures[0]
+
+
+def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path,
+                       quiet=True)
+    assert not report.ok and report.device == "Vulkan1"
+    assert report.failures[0] == "cli: exit code 1"
+    assert "invalid device: Vulkan1" in "\n".join(report.runs[0].log_tail)
+
+
+def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path,
+                       quiet=True)
+    assert report.device is None and "-dev" not in _argv(envlog, "llama-bench")
+    assert report.expect_reason == "--expect-gpu no"

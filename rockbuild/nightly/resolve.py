@@ -1,4 +1,5 @@
 """Pin the night's inputs once for every job: one llama.cpp commit, and per (OS, tarball group) one ROCm tarball.
+A Vulkan job takes no ROCm: its ``rocm_key`` is null and it is built from the commit alone.
 
 ``inputs.json`` carries them with the expanded matrix, so every later command (``build --inputs``, ``publish
 --inputs``, the CI fan-out) builds the same commit against the same tarball. A group whose newest tarball is older
@@ -112,12 +113,12 @@ def rocm_key(job: Job, version: str) -> str:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What one night builds: the matrix, the llama.cpp commit and each job's ROCm tarball."""
+    """What one night builds: the matrix, the llama.cpp commit and each job's ROCm tarball (none for Vulkan jobs)."""
 
     llama: LlamaInput
     rocm: dict[str, RocmInput]
     jobs: tuple[Job, ...]
-    job_rocm: dict[str, str]  # job id -> rocm key
+    job_rocm: dict[str, str | None]  # job id -> rocm key; None for a job that takes no ROCm (Vulkan)
     resolved_at: str = ""
     max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
     index_url: str | None = None
@@ -134,14 +135,26 @@ class Inputs:
         raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
                          hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out")
 
-    def rocm_for(self, job_id: str) -> RocmInput:
-        self.job(job_id)
-        return self.rocm[self.job_rocm[job_id]]
+    def rocm_for(self, job_id: str) -> RocmInput | None:
+        """The job's ROCm tarball; None for a job that uses no ROCm (a Vulkan job)."""
+        job = self.job(job_id)
+        key = self.job_rocm.get(job_id)
+        if key is None:
+            if job.is_vulkan:
+                return None
+            raise ConfigError(f"inputs.json has no ROCm tarball for {job_id}; write it again with rockbuild resolve")
+        return self.rocm[key]
+
+    def unresolved(self, job_id: str) -> RocmInput | None:
+        """The job's ROCm input when resolve found no tarball for it (the job cannot be built), else None."""
+        rocm = self.rocm_for(job_id)
+        return rocm if rocm is not None and rocm.error else None
 
     def job_fingerprint(self, job_id: str) -> str:
         """A hash of everything this job is built from (the job, the commit, the tarball)."""
+        rocm = self.rocm_for(job_id)
         data = {"job": self.job(job_id).to_dict(), "llama": self.llama.to_dict(),
-                "rocm": self.rocm_for(job_id).to_dict()}
+                "rocm": rocm.to_dict() if rocm is not None else None}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +178,8 @@ class Inputs:
         return cls(
             llama=LlamaInput(str(llama["ref"]), str(llama["commit"]), llama.get("build_number"), str(llama["url"])),
             rocm={k: RocmInput.from_dict(v) for k, v in (data.get("rocm") or {}).items()},
-            jobs=jobs, job_rocm={str(j["id"]): str(j["rocm_key"]) for j in data.get("jobs") or []},
+            jobs=jobs, job_rocm={str(j["id"]): (None if j.get("rocm_key") is None else str(j["rocm_key"]))
+                                 for j in data.get("jobs") or []},
             resolved_at=str(data.get("resolved_at") or ""), max_age_days=data.get("max_age_days"),
             index_url=data.get("index_url"), rockbuild_version=str(data.get("rockbuild_version") or ""),
         )
@@ -299,12 +313,6 @@ def resolve_inputs(
 
     if not jobs:
         raise UsageError("no job to resolve inputs for")
-    vulkan = [j.id for j in jobs if j.backend != "rocm"]
-    if vulkan:
-        raise UsageError(
-            f"{', '.join(vulkan)}: Vulkan jobs are not run by resolve/nightly yet (issue 12); build them with "
-            "rockbuild build --job, and leave them out here (--only, or a matrix without them)"
-        )
     say = (lambda m: None) if quiet else console.info
     refs = sorted({j.llama_ref for j in jobs})
     if llama_ref is None and len(refs) > 1:
@@ -316,8 +324,11 @@ def resolve_inputs(
         + (f" (build {llama.build_number})" if llama.build_number else " (no bNNNN tag on it)"))
     get = _memo(fetch_text or get_text)
     rocm: dict[str, RocmInput] = {}
-    job_rocm: dict[str, str] = {}
+    job_rocm: dict[str, str | None] = {}
     for job in jobs:
+        if job.is_vulkan:  # built from the commit alone: the Vulkan loader and driver are the host's
+            job_rocm[job.id] = None
+            continue
         version = (rocm_version or job.rocm_version or "latest").strip() or "latest"
         key = rocm_key(job, version)
         if key not in rocm:
@@ -355,14 +366,14 @@ def manifest_differences(inputs: Inputs, manifest: dict[str, Any], job_ids: Sequ
     failed = {str(j.get("id")) for j in manifest.get("failed_jobs") or [] if isinstance(j, dict)}
     for job_id in job_ids:
         job = inputs.job(job_id)
-        rocm = inputs.rocm_for(job_id)
+        rocm = inputs.rocm_for(job_id)  # None for a Vulkan job: the commit and the job are all it is built from
         entry = shipped.get(job_id)
         if entry is None:
             if job_id not in failed:
                 why.append(f"{job_id} is new")
             continue
         tarball = (entry.get("rocm") or {}).get("tarball")
-        if tarball != rocm.name:
+        if rocm is not None and tarball != rocm.name:
             why.append(f"{job_id}: ROCm {tarball} -> {rocm.name}")
         if list(entry.get("targets") or []) != list(job.targets):
             why.append(f"{job_id}: targets {','.join(entry.get('targets') or [])} -> {','.join(job.targets)}")

@@ -57,7 +57,10 @@ def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path | None = None, quiet:
     from rockbuild.errors import LayoutError
     from rockbuild.rocm.fetch import fetch_rocm
 
-    entry = inputs.rocm_for(job.id).entry()
+    rocm = inputs.rocm_for(job.id)
+    if rocm is None:
+        raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
+    entry = rocm.entry()
     selection = load_families().select(job.name, context=job.id)
     fetched = fetch_rocm(selection, os_name=job.os, entry=entry, cache=cache, quiet=quiet)
     if fetched.layout is None:
@@ -94,7 +97,7 @@ def write_failed_build(job: Job, job_dir: Path, step: str, message: str, inputs:
     write_json_atomic(job_dir / "build.json", data)
 
 
-def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path) -> Any:
+def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None) -> Any:
     """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
     pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
     if options.source_dir is None:
@@ -104,15 +107,17 @@ def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path) -> An
 
 
 def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = False) -> Any:
-    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``), the inputs' commit."""
+    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a Vulkan job), the
+    inputs' commit."""
     from rockbuild.build.driver import build_job
 
     job_dir = Path(options.out_dir).absolute() / job.id
     tarball = None
     rocm_dir = options.rocm_dir
-    if rocm_dir is None:
+    rocm = inputs.rocm_for(job.id)
+    if rocm_dir is None and rocm is not None:
         try:
-            with console.step(f"ROCm {inputs.rocm_for(job.id).version or ''} for {job.id} (from inputs.json)"):
+            with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
                 fetched = fetch_for_job(job, inputs, cache=options.cache, quiet=quiet)
         except RockbuildError as exc:
             write_failed_build(job, job_dir, "rocm", exc.message, inputs)
@@ -302,14 +307,20 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         if not options.quiet:
             console.info(f"    {job.id}: {stage}: inputs unchanged since the last run; not redone")
 
-    # fetch
+    # fetch (a Vulkan job has no ROCm to fetch)
     rocm = inputs.rocm_for(job.id)
-    fetch_key = _hash("fetch", rocm.name, rocm.url)
+    fetch_key = _hash("fetch", rocm.name if rocm else None, rocm.url if rocm else None, job.backend)
     t0 = time.monotonic()
     previous = state.passed("fetch", fetch_key)
     from rockbuild.archive import read_marker
 
-    if previous and (read_marker(Path(previous["root"])) or {}).get("name") == rocm.name:
+    root: Path | None
+    tarball: dict[str, Any] | None
+    if rocm is None:
+        root, tarball = None, None
+        stages["fetch"] = "skipped"
+        night.event(job.id, "fetch", "skipped")
+    elif previous and (read_marker(Path(previous["root"])) or {}).get("name") == rocm.name:
         reuse("fetch")
         root, tarball = Path(previous["root"]), previous["tarball"]
     else:
@@ -327,7 +338,7 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         night.event(job.id, "fetch", "done")
 
     # build
-    build_key = _hash("build", fetch_key, tarball.get("sha256"), inputs.llama.to_dict(), job.to_dict(),
+    build_key = _hash("build", fetch_key, (tarball or {}).get("sha256"), inputs.llama.to_dict(), job.to_dict(),
                       __version__, options.offline)
     t0 = time.monotonic()
     if state.passed("build", build_key) and _job_folder_ok(job_dir, inputs.llama.commit):
@@ -363,9 +374,13 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         shutil.rmtree(bundle_dir, ignore_errors=True)
         (job_dir / "bundle.log").unlink(missing_ok=True)
         try:
-            with console.step(f"{job.id}: bundle ({', '.join(job.targets)})"):
-                make_bundle(job_dir / "build" / "bin", detect_layout(root), job.targets, bundle_dir,
-                            quiet=options.quiet, prune_fatbin=options.prune_fatbin)
+            with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
+                if root is None:  # Vulkan: nothing of ROCm; the loader and drivers stay the host's
+                    make_bundle(job_dir / "build" / "bin", None, (), bundle_dir, quiet=options.quiet,
+                                backend=job.backend, platform=job.os)
+                else:
+                    make_bundle(job_dir / "build" / "bin", detect_layout(root), job.targets, bundle_dir,
+                                quiet=options.quiet, prune_fatbin=options.prune_fatbin)
         except RockbuildError as exc:
             (job_dir / "bundle.log").write_text(exc.message + "\n", encoding="utf-8")
             return fail("bundle", bundle_key, t0, exc)
@@ -508,7 +523,7 @@ def run_night(options: NightOptions) -> NightReport:
         assert repo is not None
         manifest = latest_manifest(repo, api_url=options.api_url, token=token)
         if manifest is not None:
-            buildable = [j.id for j in here if not inputs.rocm_for(j.id).error]
+            buildable = [j.id for j in here if not inputs.unresolved(j.id)]
             changes = tuple(manifest_differences(inputs, manifest, buildable))
             if not changes and buildable:
                 message = (f"the last release {manifest.get('_tag')} was made from these inputs (llama.cpp "

@@ -506,3 +506,25 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
             summary = f"gpu: FAILED, weights on the Vulkan device but {problems[0]}"
     return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
                       tuple(dict.fromkeys(notes)))
+
+
+_LISTED_DEVICE = re.compile(r"^\s+(?P<name>[A-Za-z_]+\d+): (?P<desc>.+?)(?: \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\))?$")
+
+
+def parse_list_devices(output: str) -> list[tuple[str, str]]:
+    """``(name, description)`` of each device in the output of ``llama-cli --list-devices`` (``Vulkan0: llvmpipe
+    (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)``); empty for ``(none)``. Lines before ``Available
+    devices:`` (ggml's own logging) are ignored."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Available devices:"), None)
+    if start is None:
+        return []
+    found = []
+    for line in lines[start + 1:]:
+        match = _LISTED_DEVICE.match(line)
+        if match is None:
+            if line.strip() and not line.startswith((" ", "\t")):
+                break  # the list is over
+            continue
+        found.append((match["name"], match["desc"].strip()))
+    return found

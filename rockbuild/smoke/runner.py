@@ -10,7 +10,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from .parse import (
     gpu_verdict,
     parse_bench_json,
     parse_cli,
+    parse_list_devices,
     parse_load,
     parse_server_reply,
     text_problem,
@@ -61,6 +62,9 @@ class SmokeOptions:
         "cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0})
     expect_gpu: str = "auto"  # auto | yes | no
     runs: tuple[str, ...] = ("cli", "server", "bench")
+    # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
+    # so a missing device fails in the command itself instead of falling back to the CPU with exit code 0
+    device: str | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> SmokeOptions:
@@ -133,10 +137,13 @@ class SmokeReport:
     finished: str
     seconds: float
     report_path: Path | None = None
+    device: str | None = None  # the -dev every run got
+    preflight: str | None = None  # why the runs were not started (no device where one was required)
 
     @property
     def failures(self) -> tuple[str, ...]:
-        out = [f"{r.name}: {r.failure}" for r in self.runs if not r.ok]
+        out = [self.preflight] if self.preflight else []
+        out += [f"{r.name}: {r.failure}" for r in self.runs if not r.ok]
         if not self.gpu.ok:
             out.append(self.gpu.summary)
         return tuple(out)
@@ -163,6 +170,7 @@ class SmokeReport:
             "targets": list(self.targets), "job_id": self.job_id, "model": self.model.to_dict(),
             "expect_gpu": {"asked": self.expect_gpu, "reason": self.expect_reason,
                            "devices_found": list(self.gpu_devices)},
+            "device": self.device, "preflight": self.preflight,
             "gpu": self.gpu.to_dict(), "runs": {r.name: r.to_dict() for r in self.runs},
             "bench": [b.to_dict() for b in self.bench], "texts_agree": self.texts_agree,
             "environment_removed": list(self.env_removed),
@@ -174,6 +182,10 @@ class SmokeReport:
                  f"sha256 {self.model.sha256[:12]}...)"]
         if self.model.note:
             lines.append(f"  note: {self.model.note}")
+        if self.preflight:
+            lines.append(f"  [FAIL] {self.preflight}")
+        elif self.device:
+            lines.append(f"  device: -dev {self.device} ({self.expect_reason})")
         for r in self.runs:
             gen = r.generation
             rate = f", {gen.tokens_per_second:.1f} tokens/s" if gen and gen.tokens_per_second else ""
@@ -251,6 +263,40 @@ def decide_expectation(asked: str, targets: Sequence[str], devices: Sequence[str
     return False, "auto: no ROCm device found"
 
 
+def decide_vulkan_expectation(asked: str, devices: Sequence[str]) -> tuple[bool, str]:
+    """(expect a GPU run?, why) for a Vulkan bundle; ``devices`` as ``llama-cli --list-devices`` printed them."""
+    if asked == "yes":
+        return True, "--expect-gpu yes"
+    if asked == "no":
+        return False, "--expect-gpu no"
+    if devices:
+        return True, f"auto: the bundle sees a Vulkan device ({devices[0]})"
+    return False, ("auto: the bundle sees no Vulkan device (a CPU device like lavapipe is only used when "
+                   "GGML_VK_VISIBLE_DEVICES lists it)")
+
+
+def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
+                 timeout: float = 120.0) -> tuple[list[tuple[str, str]], str | None]:
+    """The devices the bundle's llama-cli can use (``--list-devices``), or why it could not tell (it did not start:
+    e.g. no Vulkan loader on the host)."""
+    output, rc, failure, _ = _run_process("devices", [str(exe), "--list-devices"], cwd=cwd, env=env,
+                                          timeout=timeout, log=log)
+    if failure:
+        lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
+        why = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else failure)
+        return [], f"{exe.name} --list-devices failed ({failure}): {why}"
+    return parse_list_devices(output or ""), None
+
+
+def _no_vulkan_device(probe_error: str | None) -> str:
+    if probe_error:
+        return (f"no Vulkan device: {probe_error}; the host needs the Vulkan loader (libvulkan1 / vulkan-1.dll) "
+                "and a driver")
+    return ("no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: "
+            "install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's lavapipe "
+            "(a CPU device) set GGML_VK_VISIBLE_DEVICES=0")
+
+
 def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """The children's environment: the allowlist of :func:`child_env`, no ROCm variables, no ROCm PATH entries.
     Returns the environment and what was removed (for the report)."""
@@ -305,12 +351,16 @@ def _run_process(name: str, args: list[str], *, cwd: Path, env: Mapping[str, str
     return result.output, result.returncode, failure, result.seconds
 
 
+def _device_args(options: SmokeOptions) -> list[str]:
+    return ["-dev", options.device] if options.device else []
+
+
 def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
             logs: Path) -> RunRecord:
     log = logs / "llama-cli.log"
     args = [str(exe), "-m", str(model.path), "-p", options.prompt, "-n", str(options.n_predict), "-st",
             "-t", str(options.threads), "--temp", "0", "--seed", str(options.seed), "-c", str(options.ctx_size),
-            "-ngl", str(options.gpu_layers), "-lv", "4"]
+            "-ngl", str(options.gpu_layers), "-lv", "4", *_device_args(options)]
     start = time.monotonic()
     output, rc, failure, seconds = _run_process("cli", args, cwd=cwd, env=env, timeout=options.timeouts["cli"],
                                                 log=log)
@@ -348,7 +398,8 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     args = [str(exe), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port), "-t", str(options.threads),
-            "-c", str(options.ctx_size), "-ngl", str(options.gpu_layers), "-np", "1", "-lv", "4"]
+            "-c", str(options.ctx_size), "-ngl", str(options.gpu_layers), "-np", "1", "-lv", "4",
+            *_device_args(options)]
     start = time.monotonic()
     try:
         proc = spawn(args, cwd=cwd, env=env, log=log)
@@ -416,7 +467,7 @@ def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, 
     log = logs / "llama-bench.log"
     args = [str(exe), "-m", str(model.path), "-p", str(options.bench_prompt), "-n", str(options.bench_gen),
             "-r", str(options.bench_repetitions), "-t", str(options.threads), "-ngl", str(options.gpu_layers),
-            "-o", "json"]
+            *_device_args(options), "-o", "json"]
     start = time.monotonic()
     output, rc, failure, seconds = _run_process("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
                                                 log=log)
@@ -474,14 +525,29 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         report_path = (job_dir / SMOKE_JSON) if job_dir else bundle.parent / f"{bundle.name}.{SMOKE_JSON}"
     logs = report_path.parent / "smoke-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
-    expect, reason = decide_expectation(options.expect_gpu, targets, devices)
     child, removed = smoke_env(env)
     started, t0 = _now(), time.monotonic()
+    vulkan = any(bundle.glob("libggml-vulkan*")) or any(bundle.glob("ggml-vulkan*.dll"))
+    preflight = None
+    if vulkan:
+        # ggml skips CPU-type devices and falls back to the CPU with exit code 0: ask the bundle what it sees, and pin
+        # the device when a GPU run is expected, so a missing one fails in the command itself
+        found, probe_error = list_devices(_exe(bundle, "llama-cli", platform), cwd=bundle, env=child,
+                                          log=logs / "list-devices.log")
+        vk = [(name, desc) for name, desc in found if name.startswith("Vulkan")]
+        devices = tuple(f"{name}: {desc}" for name, desc in vk)
+        expect, reason = decide_vulkan_expectation(options.expect_gpu, devices)
+        if expect and options.device is None:
+            options = replace(options, device=vk[0][0] if vk else "Vulkan0")
+        if expect and not vk:
+            preflight = _no_vulkan_device(probe_error)
+    else:
+        devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
+        expect, reason = decide_expectation(options.expect_gpu, targets, devices)
     runners = {"cli": ("llama-cli", run_cli), "server": ("llama-server", run_server),
                "bench": ("llama-bench", run_bench)}
     records = []
-    for name in options.runs:
+    for name in options.runs if preflight is None else ():
         exe_name, runner = runners[name]
         with console.step(f"smoke: {exe_name}") if not quiet else contextlib.nullcontext():
             record = runner(_exe(bundle, exe_name, platform), model, options, cwd=bundle, env=child, logs=logs)
@@ -493,9 +559,9 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]
     bench = [b for r in records for b in r.bench]
-    vulkan = any(bundle.glob("libggml-vulkan*")) or any(bundle.glob("ggml-vulkan*.dll"))
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, backend="vulkan" if vulkan else None, bench=bench)
     report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
-                         tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path)
+                         tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path,
+                         device=options.device, preflight=preflight)
     write_smoke_json(report, report_path)
     return report

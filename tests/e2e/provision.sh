@@ -2,23 +2,37 @@
 # Provision the roots the end-to-end tests run in (see tests/e2e/README.md):
 #   $ROCKBUILD_E2E/rocm-root   Debian sid minbase + ROCm 7.2 from experimental (the build root)
 #   $ROCKBUILD_E2E/clean-root  Debian sid minbase without ROCm (the run root for bundles)
+#   $ROCKBUILD_E2E/vulkan-root Debian sid minbase + glslc, Vulkan headers, g++ (the Vulkan flavour's build root)
+#   $ROCKBUILD_E2E/lavapipe-root Debian sid minbase + the Vulkan loader and Mesa's lavapipe, no ROCm, no compiler
+#                              (a host with a Vulkan driver: runs Vulkan bundles, and ROCm bundles on the CPU)
 #   $ROCKBUILD_E2E/../src/     the llama.cpp source the e2e test pins (llama-cpp-python sdist)
 # Each item is made once: a finished item leaves a stamp file, and a second run only reports what it finds.
 # Roots are built under "<name>.partial" and renamed when complete, so "<name>" never exists half-made.
 # Needs root (debootstrap, chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
 # ROCKBUILD_E2E_MIRROR (default: the first Debian mirror in the host's apt sources), ROCKBUILD_SRC
 # (default /var/cache/rockbuild/src).
+#   provision.sh [rocm|vulkan|all]   rocm: rocm-root, clean-root, source; vulkan: vulkan-root, lavapipe-root, source;
+#                                    all (default): everything
 set -euo pipefail
 
 E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
 SRC=${ROCKBUILD_SRC:-/var/cache/rockbuild/src}
 ROCM=$E2E/rocm-root
 CLEAN=$E2E/clean-root
+VULKAN=$E2E/vulkan-root
+LAVAPIPE=$E2E/lavapipe-root
+WHAT=${1:-all}
 
 # Only ROCm comes from experimental: `-t experimental` would also upgrade glibc, perl, openssl, cmake (proving-it-here.md §2).
 ROCM_PIN_REGEX='/^(hipcc|rocm-device-libs-[0-9]+|libamd-comgr.*|libamdhip64.*|libhip(blas|blaslt|rtc).*|libhsa-runtime.*|librocblas.*|librocsolver.*|libroctx64.*)$/'
 ROCM_PACKAGES=(hipcc libamdhip64-dev librocblas-dev libhipblas-dev libhipblaslt-dev)
 TOOL_PACKAGES=(cmake ninja-build ccache git python3 python3-venv patchelf file binutils)
+
+# The Vulkan flavour needs headers newer than Debian 12's (vulkan-on-lavapipe.md §1): sid has them. No mesa here: the
+# build root is not where Vulkan bundles run.
+VULKAN_BUILD_PACKAGES=(glslc libvulkan-dev spirv-headers g++ libssl-dev)
+# What a user's host has: the loader and a driver (lavapipe, a Vulkan device on the CPU), plus python3 to run rockbuild.
+LAVAPIPE_PACKAGES=(libvulkan1 mesa-vulkan-drivers vulkan-tools python3 python3-venv ca-certificates)
 
 LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
 LLAMA_SDIST_REQ=llama-cpp-python==0.3.36
@@ -164,6 +178,45 @@ provision_clean_root() {
     printf 'bytes=%s\nmirror=%s\ncreated=%s\n' "$size" "$MIRROR" "$(date -u +%FT%TZ)" >"$stamp"
 }
 
+# apt_root DIR PACKAGE...: install PACKAGEs into the root DIR with /proc mounted, then drop the .deb cache
+apt_root() {
+    local dir=$1
+    shift
+    mount_proc "$dir"
+    chroot "$dir" apt-get update
+    chroot "$dir" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+    chroot "$dir" apt-get clean
+}
+
+# provision_plain_root NAME DIR CHECK PACKAGE...: a sid minbase root with PACKAGEs; CHECK is a file that proves it done
+provision_plain_root() {
+    local name=$1 dir=$2 check=$3
+    shift 3
+    local stamp=$E2E/.$name.stamp
+    if [[ -f $stamp && -e $dir$check ]]; then
+        log "$name: already provisioned, nothing to do ($dir; $(tr '\n' ' ' <"$stamp"))"
+        return
+    fi
+    rm -f "$stamp"
+    [[ -e $dir ]] && { log "$name: $dir exists without a stamp; rebuilding it"; remove_partial "$dir"; }
+    local part=$dir.partial
+    remove_partial "$part"
+    timed "$name: debootstrap --variant=minbase sid" minbase "$part"
+    timed "$name: apt-get install $*" apt_root "$part" "$@"
+    if compgen -G "$part/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null; then
+        die "$name unexpectedly contains libamdhip64"
+    fi
+    log "$name: packages asked for (installed versions):"
+    # shellcheck disable=SC2016  # dpkg-query's own ${Package} fields, not shell expansions
+    chroot "$part" dpkg-query -W -f '    ${Package} ${Version}\n' "$@"
+    umount_all_under "$part"
+    mv "$part" "$dir"
+    local size
+    size=$(size_of "$dir")
+    log "$name: $dir is $size bytes, $(chroot "$dir" dpkg-query -W -f '.\n' | wc -l) packages"
+    printf 'bytes=%s\nmirror=%s\npackages=%s\ncreated=%s\n' "$size" "$MIRROR" "$*" "$(date -u +%FT%TZ)" >"$stamp"
+}
+
 sdist_ok() { [[ -f $SRC/$LLAMA_SDIST ]] && echo "$LLAMA_SDIST_SHA256  $SRC/$LLAMA_SDIST" | sha256sum -c --quiet - 2>/dev/null; }
 
 provision_llama_source() {
@@ -178,9 +231,19 @@ provision_llama_source() {
     log "llama.cpp source: $SRC/$LLAMA_SDIST, $(stat -c %s "$SRC/$LLAMA_SDIST") bytes, sha256 $LLAMA_SDIST_SHA256"
 }
 
-log "E2E=$E2E SRC=$SRC mirror=$MIRROR"
+case $WHAT in
+    rocm | vulkan | all) ;;
+    *) die "unknown argument $WHAT (rocm, vulkan, all)" ;;
+esac
+log "E2E=$E2E SRC=$SRC mirror=$MIRROR ($WHAT)"
 ensure_debootstrap
-provision_rocm_root
-provision_clean_root
+if [[ $WHAT != vulkan ]]; then
+    provision_rocm_root
+    provision_clean_root
+fi
+if [[ $WHAT != rocm ]]; then
+    provision_plain_root vulkan-root "$VULKAN" /usr/bin/glslc "${VULKAN_BUILD_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
+    provision_plain_root lavapipe-root "$LAVAPIPE" /usr/share/vulkan/icd.d/lvp_icd.json "${LAVAPIPE_PACKAGES[@]}"
+fi
 provision_llama_source
-log "ready in ${SECONDS} s: $ROCM, $CLEAN, $SRC/$LLAMA_SDIST"
+log "ready in ${SECONDS} s ($WHAT) under $E2E, source $SRC/$LLAMA_SDIST"

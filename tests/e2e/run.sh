@@ -17,95 +17,25 @@
 # ROCKBUILD_SRC (default /var/cache/rockbuild/src), ROCKBUILD_E2E_TARGET (default gfx1151), ROCKBUILD_E2E_JOBS.
 set -euo pipefail
 
-E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
-SRC=${ROCKBUILD_SRC:-/var/cache/rockbuild/src}
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 ROOT=$E2E/rocm-root
 CLEAN=$E2E/clean-root
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TARGET=${ROCKBUILD_E2E_TARGET:-gfx1151}
-JOBS=${ROCKBUILD_E2E_JOBS:-$(nproc)}
 
-# The pinned llama.cpp: vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist (provision.sh downloads and checks it).
-LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
-LLAMA_SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-LLAMA_UNPACKED=$SRC/llama_cpp_python-0.3.36
-LLAMA_COMMIT=0c1e57098bba43ac29e6e3b677cdceebdd22334f
-LLAMA_BUILD_NUMBER=11312  # the sdist's git is shallow: git cannot tell it
-
-# Paths as the root sees them (all of them live under $ROOT, i.e. under $E2E).
-VENV=/opt/rockbuild-venv
-RB_SRC=/opt/rockbuild-src
-LLAMA_IN_ROOT=/src/llama.cpp
 OUT=/e2e/out
 CCACHE_DIR_IN_ROOT=/e2e/ccache
 JOB_ID=linux-$TARGET
-BENCH=$E2E/bench
 
-log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-die() { log "error: $*" >&2; exit 1; }
-
-[[ $(id -u) -eq 0 ]] || die "must run as root (chroot and mount need it)"
 [[ -x $ROOT/usr/bin/hipconfig && -f $E2E/.rocm-root.stamp ]] || die "$ROOT is not provisioned; run tests/e2e/provision.sh"
-
-# shellcheck source=tests/e2e/mounts.sh
-source "$REPO/tests/e2e/mounts.sh"
 
 mount_root() {
     mount_proc "$ROOT"
-    # the unpacked sdist, whole: vendor/llama.cpp/.git points at ../../.git/modules/..., so git still names the commit
-    bind_mount "$LLAMA_UNPACKED" "$ROOT/src/llama_cpp_python-0.3.36"
-    ln -sfn llama_cpp_python-0.3.36/vendor/llama.cpp "$ROOT$LLAMA_IN_ROOT"
+    mount_source "$ROOT"
 }
 
-# Runs a command in the root with a clean environment (no token of ours can leak in).
-ROOT_ENV=(PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 "TERM=${TERM:-dumb}" PIP_DISABLE_PIP_VERSION_CHECK=1)
-[[ -n ${CI:-} ]] && ROOT_ENV+=("CI=$CI")
-in_root() {
-    chroot "$ROOT" /usr/bin/env -i "${ROOT_ENV[@]}" "$@"
-}
-
-# The host may reach PyPI through its own CA bundle; pip in both roots gets the same one.
-if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
-    for r in "$ROOT" "$E2E/clean-root"; do
-        [[ -d $r ]] || continue
-        mkdir -p "$r/e2e"
-        cp /etc/ssl/certs/ca-certificates.crt "$r/e2e/host-ca.crt"
-    done
-    ROOT_ENV+=(PIP_CERT=/e2e/host-ca.crt)
-fi
-
-ensure_source() {
-    if [[ -f $LLAMA_UNPACKED/vendor/llama.cpp/CMakeLists.txt ]]; then
-        log "llama.cpp source: $LLAMA_UNPACKED already unpacked"
-        return
-    fi
-    [[ -f $SRC/$LLAMA_SDIST ]] || die "$SRC/$LLAMA_SDIST is missing; run tests/e2e/provision.sh"
-    echo "$LLAMA_SDIST_SHA256  $SRC/$LLAMA_SDIST" | sha256sum -c --quiet - || die "$SRC/$LLAMA_SDIST: wrong sha256"
-    rm -rf "$LLAMA_UNPACKED.partial"
-    mkdir -p "$LLAMA_UNPACKED.partial"
-    tar -xzf "$SRC/$LLAMA_SDIST" -C "$LLAMA_UNPACKED.partial" --strip-components=1
-    mv "$LLAMA_UNPACKED.partial" "$LLAMA_UNPACKED"
-    log "llama.cpp source: unpacked $LLAMA_SDIST into $LLAMA_UNPACKED"
-}
-
-copy_repo() {
-    # a copy of the working tree (what is being tested, committed or not), without VCS data and build leftovers
-    rm -rf "$1"
-    mkdir -p "$1"
-    tar -C "$REPO" --exclude=.git --exclude=__pycache__ --exclude='*.egg-info' --exclude=.venv --exclude=out \
-        --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.pytest_cache -cf - . | tar -C "$1" -xf -
-}
-
-install_rockbuild() {
-    copy_repo "$ROOT$RB_SRC"
-    if [[ ! -x $ROOT$VENV/bin/python ]]; then
-        log "creating $VENV in the root"
-        in_root python3 -m venv "$VENV"
-    fi
-    # editable: the copy above is what runs; pip only re-resolves the dependencies (quick when they are there)
-    in_root "$VENV/bin/pip" install --quiet --editable "$RB_SRC"
-    log "rockbuild in the root: $(in_root "$VENV/bin/rockbuild" --version)"
-}
+in_root() { chroot_env "$ROOT" "$@"; }
 
 build_llama() {
     local mode=$1
@@ -188,13 +118,10 @@ EOF
 
 # ---- the clean root: no ROCm, only python3 to run rockbuild's audit and smoke test --------------------------------
 
-CLEAN_VENV=/opt/rockbuild-venv
+CLEAN_VENV=$VENV
 BUNDLE_IN_CLEAN=/opt/bundle
-MODELS=$E2E/models
 
-in_clean() {
-    chroot "$CLEAN" /usr/bin/env -i "${ROOT_ENV[@]}" "$@"
-}
+in_clean() { chroot_env "$CLEAN" "$@"; }
 
 mount_clean() {
     mount_proc "$CLEAN"
@@ -219,32 +146,13 @@ ensure_clean_python() {
         || compgen -G "$CLEAN/usr/lib/x86_64-linux-gnu/librocblas*" >/dev/null || [[ -e $CLEAN/opt/rocm ]]; then
         die "the clean root has ROCm in it; delete $CLEAN and its stamp, then run provision.sh"
     fi
-    copy_repo "$CLEAN$RB_SRC"
-    [[ -x $CLEAN$CLEAN_VENV/bin/python ]] || in_clean python3 -m venv "$CLEAN_VENV"
-    in_clean "$CLEAN_VENV/bin/pip" install --quiet --editable "$RB_SRC"
-}
-
-ensure_tiny_model() {
-    # the random-weight Qwen3 GGUF of llama-source-and-tiny-model.md, made from the vocab in the pinned source tree
-    if [[ -f $MODELS/tiny-qwen3.gguf ]]; then
-        return
-    fi
-    mkdir -p "$ROOT/e2e/models" "$MODELS"
-    local vocab=$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf
-    in_root "$VENV/bin/python" -c 'import gguf' 2>/dev/null || in_root "$VENV/bin/pip" install --quiet "gguf>=0.19"
-    in_root "$VENV/bin/python" -c "
-from pathlib import Path
-from rockbuild.model import generate_tiny_qwen3
-generate_tiny_qwen3(Path('$vocab'), Path('/e2e/models/tiny-qwen3.gguf'))
-"
-    cp "$ROOT/e2e/models/tiny-qwen3.gguf" "$MODELS/tiny-qwen3.gguf"
-    log "tiny model: $(sha256sum "$MODELS/tiny-qwen3.gguf" | cut -c1-16)..., $(stat -c %s "$MODELS/tiny-qwen3.gguf") bytes"
+    install_rockbuild "$CLEAN"
 }
 
 clean_root_checks() {
     [[ -f $ROOT$OUT/$JOB_ID/bundle/bundle.json ]] || die "no bundle in $ROOT$OUT/$JOB_ID; run: $0 build"
     [[ -d $CLEAN && -f $E2E/.clean-root.stamp ]] || die "$CLEAN is not provisioned; run tests/e2e/provision.sh"
-    ensure_tiny_model
+    ensure_tiny_model "$ROOT"
     ensure_clean_python
     mount_clean
     mkdir -p "$E2E/bench"
@@ -325,7 +233,7 @@ main() {
     mount_root
     # `clean` alone reuses the root's rockbuild when there is one (a build of another target may be using it)
     if [[ $mode != clean || ! -x $ROOT$VENV/bin/rockbuild ]]; then
-        install_rockbuild
+        install_rockbuild "$ROOT"
     fi
     if [[ $mode != clean ]]; then
         build_llama "${mode/all/build}"

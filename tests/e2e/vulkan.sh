@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The Vulkan flavour end to end (issue 12), in the roots provision.sh makes (`provision.sh vulkan`):
+#   vulkan-root    builds: rockbuild build --job linux-vulkan (GGML_VULKAN=ON, g++, glslc from Debian sid)
+#   lavapipe-root  runs: a host with the Vulkan loader and Mesa's lavapipe (a Vulkan device on the CPU), no ROCm,
+#                  no compiler
+#
+#   tests/e2e/vulkan.sh [build]   build + bundle (incremental), then print the figures
+#   tests/e2e/vulkan.sh cold      empty the ccache and the build dir first (the cold build's time)
+#   tests/e2e/vulkan.sh smoke     in lavapipe-root: rockbuild audit, then rockbuild smoke --expect-gpu yes with
+#                                 GGML_VK_VISIBLE_DEVICES=0 and a kept Mesa shader cache (must pass), then the same
+#                                 with the driver hidden (VK_ICD_FILENAMES pointing nowhere: must fail in one line)
+#   tests/e2e/vulkan.sh compare   rockbuild compare: the ROCm bundle of run.sh (on the CPU: no AMD GPU here) against
+#                                 the Vulkan bundle on lavapipe, tiny model, -p 512 -n 128 -r 5
+#   tests/e2e/vulkan.sh all       build, smoke, compare
+#   tests/e2e/vulkan.sh summary   the figures of the last runs
+#
+# Leaves $E2E/bench/vulkan-*.json. Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS) and
+# ROCKBUILD_E2E_ROCM_BUNDLE (default: run.sh's linux-gfx1151 bundle) for compare.
+set -euo pipefail
+
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+ROOT=$E2E/vulkan-root
+HOST=$E2E/lavapipe-root
+JOB_ID=linux-vulkan
+OUT=/e2e/out
+CCACHE_DIR_IN_ROOT=/e2e/ccache
+MATRIX_IN_ROOT=/e2e/vulkan-matrix.yaml
+ROCM_BUNDLE=${ROCKBUILD_E2E_ROCM_BUNDLE:-$E2E/rocm-root/e2e/out/linux-gfx1151/bundle}
+# Paths as lavapipe-root sees them
+VK_BUNDLE=/opt/bundle-vulkan
+ROCM_BUNDLE_IN_HOST=/opt/bundle-rocm
+MESA_CACHE=/e2e/mesa-shader-cache
+# What the smoke and compare runs get on top of ROOT_ENV: lavapipe is a CPU-type device, used only when listed
+LAVAPIPE_ENV=(GGML_VK_VISIBLE_DEVICES=0 "MESA_SHADER_CACHE_DIR=$MESA_CACHE")
+
+[[ -x $ROOT/usr/bin/glslc && -f $E2E/.vulkan-root.stamp ]] || die "$ROOT is not provisioned; run tests/e2e/provision.sh vulkan"
+
+build_vulkan() {
+    local mode=$1 job_dir=$ROOT$OUT/$JOB_ID
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    case $mode in
+        cold) rm -rf "${ROOT:?}$CCACHE_DIR_IN_ROOT" "$job_dir/build"; log "cold build: empty ccache, no build dir" ;;
+        *) log "build (incremental)" ;;
+    esac
+    mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
+    # the default matrix plus nothing: linux-vulkan is one of its jobs; a matrix of its own keeps this independent
+    printf 'matrix:\n  os: [linux]\n  backend: [vulkan]\n' > "$ROOT$MATRIX_IN_ROOT"
+    local start end
+    start=$(date +%s.%N)
+    chroot_env "$ROOT" "$VENV/bin/rockbuild" build --job "$JOB_ID" -c "$MATRIX_IN_ROOT" --source "$LLAMA_IN_ROOT" \
+        --build-number "$LLAMA_BUILD_NUMBER" --offline --out "$OUT" --ccache-dir "$CCACHE_DIR_IN_ROOT" -j "$JOBS"
+    end=$(date +%s.%N)
+    log "rockbuild build (+ bundle) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+    cp "$job_dir/build.json" "$BENCH/vulkan-$mode.json"
+    cp "$job_dir/bundle/bundle.json" "$BENCH/vulkan-bundle.json"
+    ensure_tiny_model "$ROOT"
+    figures
+}
+
+figures() {
+    local job_dir=$ROOT$OUT/$JOB_ID
+    [[ -f $job_dir/build.json ]] || die "no Vulkan build yet in $job_dir"
+    python3 - "$job_dir/build.json" "$job_dir/bundle/bundle.json" <<'PYEOF'
+import json, sys
+data, bundle = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+d, ninja, cc = data["durations"], data.get("ninja") or {}, data.get("ccache") or {}
+assert data["status"] == "ok", data["status"]
+assert data["cmake_definitions"].get("GGML_VULKAN") == "ON", "GGML_VULKAN is not ON"
+assert data["llama_cpp"]["commit"].startswith("0c1e570"), data["llama_cpp"]["commit"]
+files = bundle.get("files") or []
+names = [f["name"] if isinstance(f, dict) else str(f) for f in files] if isinstance(files, list) else []
+print("[e2e] Vulkan figures")
+print(f"    llama.cpp   {data['llama_cpp']['build_number']} {data['llama_cpp']['commit'][:12]}; compiler {data['compilers']['cxx']}")
+configure = "skipped" if data["configure_skipped"] else f"{d['configure']:.1f} s"
+print(f"    configure   {configure}; compile {d['compile']:.1f} s; total {d['total']:.1f} s")
+print(f"    ninja       {ninja.get('steps')} of {ninja.get('total')} steps; ccache {cc.get('hits')} hits / {cc.get('misses')} misses")
+print(f"    bundle      {len(names) if names else bundle.get('files')} files, {bundle.get('total_bytes', 0):,} bytes; audit {'ok' if (bundle.get('audit') or {}).get('ok') else 'FAILED'}")
+print(f"    from host   {', '.join(sorted((bundle.get('system') or {}).keys())) if isinstance(bundle.get('system'), dict) else bundle.get('system')}")
+PYEOF
+}
+
+mount_host() {
+    mount_proc "$HOST"
+    local job_dir=$ROOT$OUT/$JOB_ID
+    [[ -f $job_dir/bundle/bundle.json ]] || die "no Vulkan bundle in $job_dir; run: $0 build"
+    if mountpoint -q "$HOST$VK_BUNDLE"; then umount "$HOST$VK_BUNDLE"; fi
+    bind_mount "$job_dir/bundle" "$HOST$VK_BUNDLE" ro
+    mkdir -p "$MODELS"
+    bind_mount "$MODELS" "$HOST/models"
+    mkdir -p "$HOST$MESA_CACHE"
+    if compgen -G "$HOST/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null || [[ -e $HOST/usr/bin/cc ]]; then
+        die "$HOST has ROCm or a compiler in it; delete it and its stamp, then run provision.sh vulkan"
+    fi
+    [[ -x $HOST$VENV/bin/rockbuild && ${RB_REINSTALL:-1} == 0 ]] || install_rockbuild "$HOST"
+}
+
+in_host() { chroot_env "$HOST" "$@"; }
+
+smoke_vulkan() {
+    mount_host
+    [[ -f $MODELS/tiny-qwen3.gguf ]] || die "no tiny model in $MODELS; run: $0 build"
+    log "lavapipe-root: vulkaninfo --summary"
+    in_host vulkaninfo --summary 2>/dev/null | grep -E 'Vulkan Instance Version|deviceType|deviceName|driverInfo' \
+        | sed 's/^/    /' || true
+    log "rockbuild audit in lavapipe-root"
+    in_host "$VENV/bin/rockbuild" audit "$VK_BUNDLE" --json > "$BENCH/vulkan-audit.json"
+    local cold_start cold_end
+    if [[ ${1:-} == cold ]]; then rm -rf "${HOST:?}$MESA_CACHE"; mkdir -p "$HOST$MESA_CACHE"; fi
+    log "rockbuild smoke --expect-gpu yes on lavapipe (GGML_VK_VISIBLE_DEVICES=0, Mesa cache $MESA_CACHE)"
+    cold_start=$(date +%s.%N)
+    in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" smoke "$VK_BUNDLE" --model /models/tiny-qwen3.gguf \
+        --expect-gpu yes --report /tmp/smoke-vulkan.json --json > "$BENCH/vulkan-smoke.json"
+    cold_end=$(date +%s.%N)
+    log "smoke passed in $(printf '%.1f' "$(echo "$cold_end - $cold_start" | bc)") s: $(python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); print(d["gpu"]["summary"], "| device:", d["device"])' "$BENCH/vulkan-smoke.json")"
+    log "the same with the driver hidden (VK_ICD_FILENAMES=/nonexistent/icd.json): must fail in one line"
+    local rc=0
+    in_host "${LAVAPIPE_ENV[@]}" VK_ICD_FILENAMES=/nonexistent/icd.json "$VENV/bin/rockbuild" smoke "$VK_BUNDLE" \
+        --model /models/tiny-qwen3.gguf --expect-gpu yes --report /tmp/smoke-vulkan-noicd.json \
+        > "$BENCH/vulkan-noicd.stdout" 2> "$BENCH/vulkan-noicd.stderr" || rc=$?
+    [[ $rc -ne 0 ]] || die "the smoke test passed with no Vulkan driver"
+    local lines
+    lines=$(grep -c . "$BENCH/vulkan-noicd.stderr" || true)
+    log "exit code $rc, $lines line(s) on stderr:"
+    sed 's/^/    /' "$BENCH/vulkan-noicd.stderr"
+    [[ $lines -le 2 ]] || die "more than one error line (+ hint) on stderr"
+    echo "$rc" > "$BENCH/vulkan-noicd.rc"
+}
+
+compare_flavours() {
+    mount_host
+    [[ -f $ROCM_BUNDLE/bundle.json ]] || die "no ROCm bundle at $ROCM_BUNDLE; run tests/e2e/run.sh all (or set ROCKBUILD_E2E_ROCM_BUNDLE)"
+    if mountpoint -q "$HOST$ROCM_BUNDLE_IN_HOST"; then umount "$HOST$ROCM_BUNDLE_IN_HOST"; fi
+    bind_mount "$ROCM_BUNDLE" "$HOST$ROCM_BUNDLE_IN_HOST" ro
+    log "rockbuild compare: ROCm bundle (CPU: no AMD GPU here) vs Vulkan bundle (lavapipe), tiny model"
+    in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" compare "$ROCM_BUNDLE_IN_HOST" "$VK_BUNDLE" \
+        --model /models/tiny-qwen3.gguf --threads "$JOBS"
+    in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" compare "$ROCM_BUNDLE_IN_HOST" "$VK_BUNDLE" \
+        --model /models/tiny-qwen3.gguf --threads "$JOBS" --json > "$BENCH/vulkan-compare.json"
+}
+
+summary() {
+    python3 - "$BENCH" <<'PYEOF'
+import json, os, sys
+bench = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(bench, name)))
+    except (OSError, ValueError):
+        return None
+print("[e2e] Vulkan summary")
+for mode in ("cold", "build"):
+    b = load(f"vulkan-{mode}.json")
+    if b:
+        cc = b.get("ccache") or {}
+        print(f"    {mode}: {b['durations']['total']:.0f} s total, {(b.get('ninja') or {}).get('steps')} ninja steps, "
+              f"ccache {cc.get('hits')}/{(cc.get('hits') or 0) + (cc.get('misses') or 0)}")
+smoke = load("vulkan-smoke.json")
+if smoke:
+    runs = smoke["runs"]
+    print(f"    smoke: {'passed' if smoke['ok'] else 'FAILED'} in {smoke['seconds']:.1f} s; {smoke['gpu']['summary']}")
+    for name, r in runs.items():
+        print(f"      {name}: {r['seconds']:.1f} s" + (f", {r.get('tokens')} tokens" if r.get("tokens") else ""))
+try:
+    err = open(os.path.join(bench, "vulkan-noicd.stderr")).read().strip()
+    print(f"    driver hidden: exit {open(os.path.join(bench, 'vulkan-noicd.rc')).read().strip()}: {err}")
+except OSError:
+    pass
+cmp = load("vulkan-compare.json")
+if cmp:
+    for r in cmp.get("runs", []):
+        tests = ", ".join(f"{t['test']} {t['tokens_per_second']:.1f} ± {t['stddev']:.1f} t/s" for t in r.get("results", []))
+        print(f"    compare {r.get('label')}: {r.get('backends')} on {r.get('gpu_info') or 'CPU'}: {tests}")
+PYEOF
+}
+
+main() {
+    local mode=${1:-build}
+    case $mode in
+        build | cold) build_vulkan "$mode" ;;
+        figures) figures ;;
+        smoke) smoke_vulkan "${2:-}" ;;
+        compare) compare_flavours ;;
+        all) build_vulkan build; smoke_vulkan; compare_flavours; summary ;;
+        summary) summary ;;
+        *) die "unknown mode $mode (build, cold, figures, smoke, compare, all, summary)" ;;
+    esac
+    log "done in ${SECONDS} s"
+}
+
+main "$@"
