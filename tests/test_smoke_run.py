@@ -332,6 +332,12 @@ def test_vulkan_bundle_without_a_driver_fails_an_expected_gpu_run_in_one_line_wi
     assert len(error) == 1 and "no Vulkan device visible to the bundle" in error[0], proc.stderr
     assert "GGML_VK_VISIBLE_DEVICES=0" in error[0] and "Traceback" not in proc.stderr
     assert not (envlog / "llama-server.argv.json").exists()  # nothing to learn from runs that cannot use a device
+    # the driver files pinned to a path that does not exist: the line says so
+    pinned = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "yes"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "VK_ICD_FILENAMES": "/nowhere/icd.json", "GGML_VK_VISIBLE_DEVICES": "0"})
+    assert pinned.returncode == 11
+    assert "VK_ICD_FILENAMES=/nowhere/icd.json limits the Vulkan loader to those driver files" in pinned.stderr
     data = json.loads((job / "smoke.json").read_text())
     assert data["ok"] is False and data["runs"] == {} and data["preflight"].startswith("no Vulkan device")
 

@@ -288,13 +288,22 @@ def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
     return parse_list_devices(output or ""), None
 
 
-def _no_vulkan_device(probe_error: str | None) -> str:
+def _no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
+    """One line: why the bundle sees no Vulkan device, and what to check first."""
     if probe_error:
         return (f"no Vulkan device: {probe_error}; the host needs the Vulkan loader (libvulkan1 / vulkan-1.dll) "
                 "and a driver")
-    return ("no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: "
-            "install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's lavapipe "
-            "(a CPU device) set GGML_VK_VISIBLE_DEVICES=0")
+    pinned = [f"{name}={env[name]}" for name in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES") if env.get(name)]
+    if pinned:
+        advice = (f"{' and '.join(pinned)} limits the Vulkan loader to those driver files; check they exist, or "
+                  "unset it")
+    elif env.get("GGML_VK_VISIBLE_DEVICES") is not None:
+        advice = (f"GGML_VK_VISIBLE_DEVICES={env['GGML_VK_VISIBLE_DEVICES']} lists no usable device; check "
+                  "`vulkaninfo --summary`")
+    else:
+        advice = ("install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's "
+                  "lavapipe (a CPU device) set GGML_VK_VISIBLE_DEVICES=0")
+    return f"no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: {advice}"
 
 
 def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
@@ -540,7 +549,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         if expect and options.device is None:
             options = replace(options, device=vk[0][0] if vk else "Vulkan0")
         if expect and not vk:
-            preflight = _no_vulkan_device(probe_error)
+            preflight = _no_vulkan_device(probe_error, child)
     else:
         devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
         expect, reason = decide_expectation(options.expect_gpu, targets, devices)

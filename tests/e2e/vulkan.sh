@@ -6,9 +6,11 @@
 #
 #   tests/e2e/vulkan.sh [build]   build + bundle (incremental), then print the figures
 #   tests/e2e/vulkan.sh cold      empty the ccache and the build dir first (the cold build's time)
+#   tests/e2e/vulkan.sh warm      remove the build dir, keep the ccache (a rebuild; shader generation is redone)
 #   tests/e2e/vulkan.sh smoke     in lavapipe-root: rockbuild audit, then rockbuild smoke --expect-gpu yes with
 #                                 GGML_VK_VISIBLE_DEVICES=0 and a kept Mesa shader cache (must pass), then the same
-#                                 with the driver hidden (VK_ICD_FILENAMES pointing nowhere: must fail in one line)
+#                                 with the driver hidden (VK_ICD_FILENAMES pointing nowhere: must fail in one line);
+#                                 `smoke cold` empties the Mesa shader cache first
 #   tests/e2e/vulkan.sh compare   rockbuild compare: the ROCm bundle of run.sh (on the CPU: no AMD GPU here) against
 #                                 the Vulkan bundle on lavapipe, tiny model, -p 512 -n 128 -r 5
 #   tests/e2e/vulkan.sh all       build, smoke, compare
@@ -45,6 +47,7 @@ build_vulkan() {
     install_rockbuild "$ROOT"
     case $mode in
         cold) rm -rf "${ROOT:?}$CCACHE_DIR_IN_ROOT" "$job_dir/build"; log "cold build: empty ccache, no build dir" ;;
+        warm) rm -rf "$job_dir/build"; log "warm rebuild: no build dir, the ccache of the last build" ;;
         *) log "build (incremental)" ;;
     esac
     mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
@@ -72,15 +75,17 @@ d, ninja, cc = data["durations"], data.get("ninja") or {}, data.get("ccache") or
 assert data["status"] == "ok", data["status"]
 assert data["cmake_definitions"].get("GGML_VULKAN") == "ON", "GGML_VULKAN is not ON"
 assert data["llama_cpp"]["commit"].startswith("0c1e570"), data["llama_cpp"]["commit"]
-files = bundle.get("files") or []
-names = [f["name"] if isinstance(f, dict) else str(f) for f in files] if isinstance(files, list) else []
+files = [f["path"] for f in bundle.get("files") or []]
+system = sorted(lib["name"] for lib in (bundle.get("closure") or {}).get("system") or [])
+floor = (bundle.get("audit") or {}).get("versions") or {}
+configure = "skipped" if data["configure_skipped"] else f"{d['configure']:.1f} s"
 print("[e2e] Vulkan figures")
 print(f"    llama.cpp   {data['llama_cpp']['build_number']} {data['llama_cpp']['commit'][:12]}; compiler {data['compilers']['cxx']}")
-configure = "skipped" if data["configure_skipped"] else f"{d['configure']:.1f} s"
 print(f"    configure   {configure}; compile {d['compile']:.1f} s; total {d['total']:.1f} s")
 print(f"    ninja       {ninja.get('steps')} of {ninja.get('total')} steps; ccache {cc.get('hits')} hits / {cc.get('misses')} misses")
-print(f"    bundle      {len(names) if names else bundle.get('files')} files, {bundle.get('total_bytes', 0):,} bytes; audit {'ok' if (bundle.get('audit') or {}).get('ok') else 'FAILED'}")
-print(f"    from host   {', '.join(sorted((bundle.get('system') or {}).keys())) if isinstance(bundle.get('system'), dict) else bundle.get('system')}")
+print(f"    bundle      {len(files)} files, {bundle.get('total_bytes', 0):,} bytes; audit {'ok' if (bundle.get('audit') or {}).get('ok') else 'FAILED'}")
+print(f"    from host   {', '.join(system)}")
+print(f"    floor       " + ", ".join(f"{k} {v['version']} ({v['file']})" for k, v in sorted(floor.items())))
 PYEOF
 }
 
@@ -116,6 +121,8 @@ smoke_vulkan() {
     in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" smoke "$VK_BUNDLE" --model /models/tiny-qwen3.gguf \
         --expect-gpu yes --report /tmp/smoke-vulkan.json --json > "$BENCH/vulkan-smoke.json"
     cold_end=$(date +%s.%N)
+    # the first run after emptying the Mesa cache compiles every pipeline; later runs find them in the cache
+    cp "$BENCH/vulkan-smoke.json" "$BENCH/vulkan-smoke-$([[ ${1:-} == cold ]] && echo cold || echo warm).json"
     log "smoke passed in $(printf '%.1f' "$(echo "$cold_end - $cold_start" | bc)") s: $(python3 -c '
 import json, sys; d = json.load(open(sys.argv[1])); print(d["gpu"]["summary"], "| device:", d["device"])' "$BENCH/vulkan-smoke.json")"
     log "the same with the driver hidden (VK_ICD_FILENAMES=/nonexistent/icd.json): must fail in one line"
@@ -154,7 +161,7 @@ def load(name):
     except (OSError, ValueError):
         return None
 print("[e2e] Vulkan summary")
-for mode in ("cold", "build"):
+for mode in ("cold", "warm", "build"):
     b = load(f"vulkan-{mode}.json")
     if b:
         cc = b.get("ccache") or {}
@@ -167,28 +174,35 @@ if smoke:
     for name, r in runs.items():
         print(f"      {name}: {r['seconds']:.1f} s" + (f", {r.get('tokens')} tokens" if r.get("tokens") else ""))
 try:
-    err = open(os.path.join(bench, "vulkan-noicd.stderr")).read().strip()
+    err = " / ".join(open(os.path.join(bench, "vulkan-noicd.stderr")).read().strip().splitlines())
     print(f"    driver hidden: exit {open(os.path.join(bench, 'vulkan-noicd.rc')).read().strip()}: {err}")
 except OSError:
     pass
 cmp = load("vulkan-compare.json")
 if cmp:
-    for r in cmp.get("runs", []):
-        tests = ", ".join(f"{t['test']} {t['tokens_per_second']:.1f} ± {t['stddev']:.1f} t/s" for t in r.get("results", []))
-        print(f"    compare {r.get('label')}: {r.get('backends')} on {r.get('gpu_info') or 'CPU'}: {tests}")
+    s = cmp["settings"]
+    print(f"    compare (-p {s['n_prompt']} -n {s['n_gen']} -r {s['repetitions']} -t {s['threads']} -ngl {s['gpu_layers']}):")
+    for b in cmp.get("bundles", []):
+        tests = ", ".join(f"{t['test']} {t['tokens_per_second']:.1f} ± {t['stddev']:.1f} t/s" for t in b.get("results", []))
+        print(f"      {b['label']}: {b.get('backends')} on {b.get('gpu_info') or 'the CPU'}: {tests}")
 PYEOF
 }
 
 main() {
     local mode=${1:-build}
     case $mode in
-        build | cold) build_vulkan "$mode" ;;
+        build | cold | warm) build_vulkan "$mode" ;;
         figures) figures ;;
         smoke) smoke_vulkan "${2:-}" ;;
         compare) compare_flavours ;;
-        all) build_vulkan build; smoke_vulkan; compare_flavours; summary ;;
+        all)
+            build_vulkan build
+            smoke_vulkan
+            if [[ -f $ROCM_BUNDLE/bundle.json ]]; then compare_flavours; else log "no ROCm bundle at $ROCM_BUNDLE: compare skipped"; fi
+            summary
+            ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, figures, smoke, compare, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, compare, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }
