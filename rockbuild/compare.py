@@ -102,6 +102,22 @@ class Comparison:
     def tests(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(b.test for r in self.runs for b in r.results))
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """A GPU backend that used no GPU device: ggml fell back to the CPU with exit code 0, so those figures are the
+        CPU's, whatever the column says."""
+        if self.options.gpu_layers == 0:
+            return ()
+        out = []
+        for r in self.runs:
+            if r.device or r.backends in ("CPU", "?", ""):
+                continue
+            hint = (" (a CPU-type Vulkan device such as lavapipe is used only when GGML_VK_VISIBLE_DEVICES lists it; "
+                    "check `vulkaninfo --summary`)" if "Vulkan" in r.backends else "")
+            out.append(f"{r.label}: the {r.backends} build used no GPU device (llama-bench reports no gpu_info): "
+                       f"its figures are the CPU's{hint}")
+        return tuple(out)
+
     def to_dict(self) -> dict[str, Any]:
         table: dict[str, dict[str, Any]] = {}
         for test in self.tests:
@@ -113,7 +129,7 @@ class Comparison:
             table[test] = row
         return {"schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__,
                 "model": self.model.to_dict(), "settings": self.options.to_dict(),
-                "bundles": [r.to_dict() for r in self.runs], "tests": table,
+                "bundles": [r.to_dict() for r in self.runs], "tests": table, "notes": list(self.notes),
                 "environment_removed": list(self.env_removed)}
 
     def render(self) -> str:
@@ -142,6 +158,7 @@ class Comparison:
         lines = [head] + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                           for row in rows]
         lines += [f"  {r.label}: {r.bundle}" for r in self.runs]
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 

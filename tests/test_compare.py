@@ -122,6 +122,29 @@ def test_cli_json_and_table(tmp_path, model):
     assert "  tg16     1438.38 ± 14.38 t/s  157.00 ± 1.57 t/s (0.11x)" in proc.stdout.splitlines()
 
 
+def test_a_vulkan_build_that_fell_back_to_the_cpu_is_called_out(tmp_path, model):
+    """ICD present but GGML_VK_VISIBLE_DEVICES unset on lavapipe: llama-bench says Vulkan with an empty gpu_info."""
+    fell_back = json.loads((FIXTURES / "vulkan-bench.constructed.txt").read_text())
+    for item in fell_back:
+        item["gpu_info"] = ""
+    fixture = tmp_path / "fell-back.json"
+    fixture.write_text(json.dumps(fell_back))
+    a, _ = make_bundle(tmp_path, "linux-rocm")
+    b, _ = make_bundle(tmp_path, "linux-vulkan", str(fixture))
+    proc = subprocess.run([rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1",
+                           "--json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (note,) = json.loads(proc.stdout)["notes"]
+    assert note.startswith("linux-vulkan: the Vulkan build used no GPU device") and "GGML_VK_VISIBLE_DEVICES" in note
+    table = subprocess.run([rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1"],
+                           capture_output=True, text=True, timeout=60)
+    assert f"  note: {note}" in table.stdout.splitlines()
+    # -ngl 0 asks for the CPU: nothing to point out
+    cpu = subprocess.run([rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1",
+                          "--ngl", "0", "--json"], capture_output=True, text=True, timeout=60)
+    assert json.loads(cpu.stdout)["notes"] == []
+
+
 def test_the_same_folder_twice_gets_two_columns(tmp_path, model):
     a, _ = make_bundle(tmp_path, "a")
     result = run_compare([a, a], model, CompareOptions(threads=1, timeout=30), logs=tmp_path / "logs", quiet=True)
