@@ -24,6 +24,7 @@ import grp
 import os
 import platform
 import stat
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +94,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Finding:
     severity: str  # ok | info | warning | error
-    topic: str  # gpu | access | override | memory | kernel | bundle
+    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan
     message: str
     action: str = ""  # one line: what to do
 
@@ -385,8 +386,39 @@ def check_apu_memory(gpus: Sequence[Gpu], sysfs_root: Path = Path("/sys"),
     return findings
 
 
-def check_bundle(gpus: Sequence[Gpu], bundle: Path) -> tuple[list[Finding], dict[str, Any]]:
-    """Does the bundle carry kernels for each GPU found, and does its audit pass?"""
+def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str]) -> tuple[list[Finding], list[str]]:
+    """A Vulkan bundle brings no driver: ask the bundle itself (``llama-cli --list-devices``, the smoke test's probe)
+    which Vulkan devices this host's loader and drivers give it."""
+    import sys
+
+    from .smoke import list_devices, smoke_env
+
+    exe = bundle / ("llama-cli.exe" if sys.platform.startswith("win") else "llama-cli")
+    if not exe.is_file():
+        return [Finding("error", "bundle", f"{bundle} has no {exe.name}: cannot ask it for its Vulkan devices",
+                        "pass the folder rockbuild install made")], []
+    child, _ = smoke_env(env)
+    with tempfile.TemporaryDirectory(prefix="rockbuild-doctor-") as tmp:
+        found, problem = list_devices(exe, cwd=bundle, env=child, log=Path(tmp) / "list-devices.log", timeout=60)
+    devices = [f"{name}: {desc}" for name, desc in found if name.startswith("Vulkan")]
+    if problem:
+        loader = "libvulkan" in problem or "vulkan-1.dll" in problem
+        return [Finding("error", "vulkan", f"the Vulkan build cannot start: {problem}",
+                        "install the Vulkan loader (Debian/Ubuntu: apt install libvulkan1; Windows: update the GPU "
+                        "driver)" if loader else "run it by hand to see why")], devices
+    if devices:
+        return [Finding("ok", "vulkan", f"the Vulkan build sees {d}") for d in devices], devices
+    severity = "error" if gpus else "warning"
+    return [Finding(severity, "vulkan", "the Vulkan build sees no Vulkan device"
+                    + (" although an AMD GPU is present" if gpus else "") + ": it would run on the CPU",
+                    "install a Vulkan driver (Mesa RADV: apt install mesa-vulkan-drivers; or AMD's) and check "
+                    "`vulkaninfo --summary`")], devices
+
+
+def check_bundle(gpus: Sequence[Gpu], bundle: Path,
+                 env: Mapping[str, str] | None = None) -> tuple[list[Finding], dict[str, Any]]:
+    """Does the bundle carry kernels for each GPU found (a Vulkan bundle: does it see a Vulkan device), and does its
+    audit pass?"""
     from .bundle.audit import audit_bundle
     from .errors import RockbuildError
 
@@ -397,7 +429,11 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path) -> tuple[list[Finding], dict
                         "pass the folder rockbuild install or rockbuild bundle made")], {"path": str(bundle)}
     findings = []
     targets = set(report.targets)
-    for gpu in gpus:
+    vulkan_devices: list[str] | None = None
+    if report.backend == "vulkan":  # SPIR-V: no per-GPU kernels, the host's driver compiles them
+        more, vulkan_devices = check_vulkan_host(gpus, bundle, os.environ if env is None else env)
+        findings += more
+    for gpu in gpus if vulkan_devices is None else ():
         if gpu.target in targets:
             findings.append(Finding("ok", "bundle", f"{bundle} has kernels for {gpu.target}"))
         else:
@@ -410,8 +446,11 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path) -> tuple[list[Finding], dict
     else:
         findings.append(Finding("error", "bundle", f"{bundle}: audit failed ({len(report.failures)}): "
                                 f"{report.failures[0]}", "download the asset again (rockbuild install)"))
-    return findings, {"path": str(bundle), "targets": list(report.targets), "audit_ok": report.ok,
-                      "failures": list(report.failures)}
+    info = {"path": str(bundle), "backend": report.backend, "targets": list(report.targets), "audit_ok": report.ok,
+            "failures": list(report.failures)}
+    if vulkan_devices is not None:
+        info["vulkan_devices"] = vulkan_devices
+    return findings, info
 
 
 def _instinct(products: str) -> bool:
@@ -474,6 +513,6 @@ def run_doctor(
     findings.append(Finding("info", "kernel", f"Linux kernel {kernel}", ""))
     bundle_info = None
     if bundle is not None:
-        more, bundle_info = check_bundle(gpus, bundle)
+        more, bundle_info = check_bundle(gpus, bundle, env)
         findings += more
     return DoctorReport(tuple(gpus), tuple(findings), tuple(recommend_flavours(gpus, table)), kernel, bundle_info)

@@ -207,6 +207,56 @@ def test_bundle_that_covers_the_gpu_and_one_failing_its_audit(tmp_path):
     assert error.message.startswith(f"{bundle}: audit failed (1): kernel-data: a library/ folder sits beside")
 
 
+FAKE_VULKAN_CLI = """#!{python}
+import sys
+MODE = {mode!r}
+if MODE == "noloader":
+    sys.stderr.write("llama-cli: error while loading shared libraries: libvulkan.so.1: cannot open shared object "
+                     "file: No such file or directory\\n")
+    sys.exit(127)
+assert sys.argv[1:] == ["--list-devices"], sys.argv
+print("Available devices:")
+print("  Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31) (24560 MiB, 24000 MiB free)" if MODE == "radv" else "  (none)")
+"""
+
+
+def vulkan_bundle(base: Path, mode: str) -> Path:
+    """A Vulkan bundle (bundle.json says so) whose llama-cli answers --list-devices like llama.cpp does."""
+    import sys
+
+    bundle = base / f"bundle-{mode}"
+    bundle.mkdir(parents=True)
+    (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "backend": "vulkan",
+                                                    "targets": []}))
+    cli = bundle / "llama-cli"
+    cli.write_text(FAKE_VULKAN_CLI.format(python=sys.executable, mode=mode))
+    cli.chmod(0o755)
+    return bundle
+
+
+def test_vulkan_bundle_lists_the_devices_it_sees_and_never_asks_for_gfx_kernels(tmp_path):
+    report = doctor("rdna3-dgpu", tmp_path, bundle=vulkan_bundle(tmp_path, "radv"))
+    assert report.ok, report.errors
+    (seen,) = by_topic(report, "vulkan")
+    assert seen.severity == "ok" and seen.message == (
+        "the Vulkan build sees Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)")
+    assert not [f for f in by_topic(report, "bundle") if "kernels" in f.message]
+    assert report.bundle["backend"] == "vulkan" and report.bundle["vulkan_devices"] == [
+        "Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"]
+
+
+def test_vulkan_bundle_without_a_driver_or_without_the_loader(tmp_path):
+    none = doctor("rdna3-dgpu", tmp_path / "a", bundle=vulkan_bundle(tmp_path, "none"))
+    (error,) = none.errors
+    assert error.message == ("the Vulkan build sees no Vulkan device although an AMD GPU is present: it would run "
+                             "on the CPU")
+    assert "mesa-vulkan-drivers" in error.action
+    loader = doctor("rdna3-dgpu", tmp_path / "b", bundle=vulkan_bundle(tmp_path, "noloader"))
+    (error,) = loader.errors
+    assert "libvulkan.so.1: cannot open shared object file" in error.message and "exit code 127" in error.message
+    assert "apt install libvulkan1" in error.action
+
+
 def _gpu(target: str, integrated: bool = False) -> Gpu:
     table = load_families()
     products = next((f.gpus[target] for f in table.families if f.resolve_targets and target in f.gpus), "")

@@ -49,6 +49,9 @@ def test_vulkan_bundle_runs_on_lavapipe_and_fails_in_one_line_without_a_driver(v
     assert smoke["expect_gpu"]["devices_found"][0].startswith("Vulkan0: llvmpipe")
     assert all("-dev" in run["command"] for run in smoke["runs"].values())
     assert smoke["runs"]["bench"]["bench"][0]["backends"] == "Vulkan"
+    doctor = json.loads((BENCH / "vulkan-doctor.json").read_text())
+    assert [f["severity"] for f in doctor["findings"] if f["topic"] == "vulkan"] == ["ok"]
+    assert doctor["bundle"]["vulkan_devices"][0].startswith("Vulkan0: llvmpipe")
     # the driver hidden: exit code 11 and one error line (plus its hint), naming what to check
     assert (BENCH / "vulkan-noicd.rc").read_text().strip() == "11"
     errors = [line for line in (BENCH / "vulkan-noicd.stderr").read_text().splitlines() if line.startswith("error:")]

@@ -11,6 +11,6 @@ from __future__ import annotations
 
 from rockbuild.errors import SmokeError
 
-from .runner import RunRecord, SmokeOptions, SmokeReport, run_smoke
+from .runner import RunRecord, SmokeOptions, SmokeReport, list_devices, run_smoke, smoke_env
 
-__all__ = ["RunRecord", "SmokeError", "SmokeOptions", "SmokeReport", "run_smoke"]
+__all__ = ["RunRecord", "SmokeError", "SmokeOptions", "SmokeReport", "list_devices", "run_smoke", "smoke_env"]

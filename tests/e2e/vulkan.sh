@@ -114,6 +114,11 @@ smoke_vulkan() {
         | sed 's/^/    /' || true
     log "rockbuild audit in lavapipe-root"
     in_host "$VENV/bin/rockbuild" audit "$VK_BUNDLE" --json > "$BENCH/vulkan-audit.json"
+    # no AMD GPU (and no /sys) here: doctor reports that; what matters is what it says about the Vulkan bundle
+    in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" doctor --bundle "$VK_BUNDLE" --json > "$BENCH/vulkan-doctor.json" || true
+    log "rockbuild doctor --bundle: $(python3 -c '
+import json, sys; d = json.load(open(sys.argv[1]))
+print("; ".join(f["severity"] + ": " + f["message"] for f in d["findings"] if f["topic"] == "vulkan"))' "$BENCH/vulkan-doctor.json")"
     local cold_start cold_end
     if [[ ${1:-} == cold ]]; then rm -rf "${HOST:?}$MESA_CACHE"; mkdir -p "$HOST$MESA_CACHE"; fi
     log "rockbuild smoke --expect-gpu yes on lavapipe (GGML_VK_VISIBLE_DEVICES=0, Mesa cache $MESA_CACHE)"
