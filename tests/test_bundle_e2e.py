@@ -31,8 +31,9 @@ MUST_SHIP = {
 
 
 def find_build() -> Path:
+    """The gfx1151 build of tests/e2e/run.sh (these tests check gfx1151 code objects), or $ROCKBUILD_E2E_BUILD."""
     explicit = os.environ.get("ROCKBUILD_E2E_BUILD")
-    candidates = [Path(explicit)] if explicit else sorted((ROCM / "e2e" / "out").glob("*/build"))
+    candidates = [Path(explicit)] if explicit else [ROCM / "e2e" / "out" / "linux-gfx1151" / "build"]
     for build in candidates:
         if any((build / "bin").glob("libggml-hip.so*")) and (build / "bin" / "llama-cli").is_file():
             return build

@@ -309,7 +309,7 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
 
     # fetch (a Vulkan job has no ROCm to fetch)
     rocm = inputs.rocm_for(job.id)
-    fetch_key = _hash("fetch", rocm.name if rocm else None, rocm.url if rocm else None, job.backend)
+    fetch_key = _hash("fetch", rocm.name, rocm.url) if rocm else _hash("fetch", job.backend)
     t0 = time.monotonic()
     previous = state.passed("fetch", fetch_key)
     from rockbuild.archive import read_marker
