@@ -639,14 +639,23 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
 @click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
               help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
 @click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny", help="Smoke model (see rockbuild smoke).")
+@click.option("--vocab", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny.")
+@click.option("--offline", is_flag=True,
+              help="No network during configure: system OpenSSL instead of BoringSSL (as rockbuild build --offline).")
+@click.option("--ccache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="ccache directory (default: <cache>/ccache).")
 @click.option("--no-ccache", is_flag=True, help="Do not use ccache.")
+@click.option("--prune-fatbin", is_flag=True,
+              help="Also drop other targets' device code from rocBLAS/rocSOLVER (unproven on a GPU: opt-in).")
 @click.option("--json", "as_json", is_flag=True, help="Print the night's report as JSON on stdout.")
 @click.pass_context
 def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
             targets: tuple[str, ...], publish_release: bool | None, parallel: int, compile_jobs: int | None,
             out_dir: Path, llama_ref: str | None, rocm_version: str | None, max_age_days: int,
             index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None, smoke_test: bool,
-            model_spec: str | None, no_ccache: bool, as_json: bool) -> None:
+            model_spec: str | None, vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
+            prune_fatbin: bool, as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
@@ -662,7 +671,8 @@ def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses
             config=config, only=only, oses=oses, targets=targets, llama_ref=llama_ref, rocm_version=rocm_version,
             max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
             repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
-            model=model_spec, use_ccache=not no_ccache, quiet=as_json, on_event=overview.on_event,
+            model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
+            prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event,
         ))
     if as_json:
         emit_json(report.to_dict())

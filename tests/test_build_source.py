@@ -95,6 +95,30 @@ def test_commit_without_a_build_tag_is_unknown_never_the_shallow_count(upstream,
     assert (given.build_number, given.build_number_source) == ("b1250", "given")
 
 
+def test_a_slot_keeps_one_checkout_that_moves_and_rewrites_only_changed_files(upstream, tmp_path):
+    """The night builds a new commit in the same folder: unchanged files keep their path and mtime (ccache hits)."""
+    import time
+
+    first = checkout_ref("b1234", url=upstream["url"], cache=tmp_path, slot="linux-gfx1151")
+    assert first.path == clone_dir_for(upstream["url"], "linux-gfx1151", tmp_path)
+    assert first.path.name.startswith("linux-gfx1151-") and first.commit == upstream["c1"]
+    unchanged, added = first.path / "CMakeLists.txt", first.path / "README.md"  # README.md comes in c2
+    before = unchanged.stat()
+    assert not added.exists()
+    time.sleep(0.05)  # a rewrite would show in the nanosecond mtime
+    moved = checkout_ref(upstream["c3"], url=upstream["url"], cache=tmp_path, slot="linux-gfx1151")
+    assert moved.path == first.path and moved.commit == upstream["c3"] and not moved.reused
+    assert added.read_text() == "three\n"
+    after = unchanged.stat()
+    assert (after.st_mtime_ns, after.st_ino) == (before.st_mtime_ns, before.st_ino)
+    again = checkout_ref(upstream["c3"], url=upstream["url"], cache=tmp_path, slot="linux-gfx1151")
+    assert again.reused and again.path == first.path
+    # another job has its own checkout: two jobs never move each other's sources
+    other = checkout_ref("b1234", url=upstream["url"], cache=tmp_path, slot="linux-gfx1100")
+    assert other.path != first.path and other.commit == upstream["c1"]
+    assert git("rev-parse", "HEAD", cwd=first.path) == upstream["c3"]
+
+
 def test_a_tag_or_commit_checkout_is_reused_without_the_network(upstream, tmp_path):
     first = checkout_ref("b1240", url=upstream["url"], cache=tmp_path)
     assert not first.reused and first.commit == upstream["c2"]

@@ -71,3 +71,20 @@ def test_compare_the_rocm_bundle_on_the_cpu_with_the_vulkan_bundle_on_lavapipe(v
     assert vulkan_run["backends"] == "Vulkan" and vulkan_run["gpu_info"].startswith("llvmpipe")
     assert set(data["tests"]) == {"pp512", "tg128"}
     assert all(v["tokens_per_second"] > 0 for test in data["tests"].values() for v in test.values())
+
+
+@pytest.mark.timeout(3600)
+def test_the_night_runs_the_vulkan_job_and_a_rerun_redoes_nothing(vulkan_roots):
+    """rockbuild nightly (no publishing) on a local repository of the pinned source: resolve, no fetch, build,
+    bundle, smoke; the second run of the same night reuses every stage."""
+    result = subprocess.run([str(SCRIPT), "night"], cwd=REPO)
+    assert result.returncode == 0
+    first = json.loads((BENCH / "vulkan-night-first.json").read_text())
+    again = json.loads((BENCH / "vulkan-night-again.json").read_text())
+    (job,) = first["jobs"]
+    assert first["state"] == "built" and job["id"] == "linux-vulkan" and job["status"] == "ok"
+    assert job["stages"]["fetch"] == "skipped" and job["stages"]["smoke"] in ("done", "reused")
+    (rerun,) = again["jobs"]
+    assert rerun["stages"] == {"fetch": "skipped", "build": "reused", "bundle": "reused", "smoke": "reused"}
+    build = json.loads((BENCH / "vulkan-night-first-build.json").read_text())
+    assert build["llama_cpp"]["build_number"] == "b11312" and build["rocm"] is None

@@ -158,8 +158,13 @@ def test_first_night_publishes_second_skips_without_download_changed_commit_rebu
     assert TOKEN not in second.stderr + second.stdout
 
     # a new llama.cpp commit: rebuilt against the cached tarballs, published under the next tag
+    first_source = json.loads((out / "linux-gfx1151" / "build.json").read_text())["llama_cpp"]["path"]
     commit = world.new_commit()
     third = run_night(world.options(out, matrix))
+    # in the same source folder as the first night (ccache keys on absolute paths): one checkout per job
+    third_build = json.loads((out / "linux-gfx1151" / "build.json").read_text())["llama_cpp"]
+    assert third_build["path"] == first_source and third_build["commit"] == commit
+    assert Path(first_source).name.startswith("linux-gfx1151-")
     assert third.state == "published", third.message
     assert any("llama.cpp" in c for c in third.changes)
     assert load_inputs(out / "inputs.json").llama.commit == commit

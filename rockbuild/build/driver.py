@@ -391,9 +391,10 @@ def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
     else:
         if options.commit:
             raise UsageError("--commit describes a --source tree; a --ref clone knows its commit")
+        # one checkout per job that follows the ref: a stable source path keeps ccache hitting across commits
         source = checkout_ref(
             options.ref or job.llama_ref, url=options.git_url, cache=options.cache, build_number=options.build_number,
-            log=log,
+            log=log, slot=job.id,
         )
     console.info(f"    llama.cpp build {source.build_number}, commit {source.commit}, at {source.path}")
     return source

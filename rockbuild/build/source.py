@@ -184,10 +184,11 @@ def describe_tree(
 # Clones of one ref
 
 
-def clone_dir_for(url: str, ref: str, cache: Path | None = None) -> Path:
-    """``<cache>/llama.cpp/<ref>-<hash of url and ref>``: one checkout per (url, ref), readable by people."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", ref).strip("._")[:48] or "ref"
-    digest = hashlib.sha256(f"{url}\n{ref}".encode()).hexdigest()[:10]
+def clone_dir_for(url: str, key: str, cache: Path | None = None) -> Path:
+    """``<cache>/llama.cpp/<key>-<hash of url and key>``: one checkout per (url, key), readable by people. The key is
+    the ref, or a slot such as a job id (see :func:`checkout_ref`)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._")[:48] or "ref"
+    digest = hashlib.sha256(f"{url}\n{key}".encode()).hexdigest()[:10]
     return (cache or cache_dir()) / "llama.cpp" / f"{slug}-{digest}"
 
 
@@ -224,17 +225,22 @@ def _read_marker(repo: Path) -> dict[str, Any]:
 
 def checkout_ref(
     ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path | None = None, build_number: str | int | None = None,
-    log: Path | None = None, env: Mapping[str, str] | None = None,
+    log: Path | None = None, env: Mapping[str, str] | None = None, slot: str | None = None,
 ) -> LlamaSource:
     """A work tree at ``ref`` (tag, branch or full commit) from ``url``: ``git init`` + ``fetch --depth 1`` of the ref.
 
     A re-run reuses the checkout: a tag or a commit is not fetched again; a branch is (it moves).
+
+    ``slot`` (e.g. the job id) keeps one checkout per (url, slot) that moves from ref to ref, instead of one per ref:
+    the sources keep the same absolute path from night to night, and ``checkout`` rewrites only the files that
+    changed, so ccache (which hashes absolute paths) hits for everything else. With a checkout per ref every new
+    commit would land in a new folder and miss the whole cache.
     """
     ref = ref.strip()
     if not ref or ref.startswith("-"):
         raise UsageError(f"--ref {ref!r} is not a tag, branch or commit")
     env = env if env is not None else git_env()
-    repo = clone_dir_for(url, ref, cache)
+    repo = clone_dir_for(url, slot or ref, cache)
     repo.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(repo.parent / f".{repo.name}.lock")):
         marker = _read_marker(repo)

@@ -13,6 +13,14 @@
 #                                 `smoke cold` empties the Mesa shader cache first
 #   tests/e2e/vulkan.sh compare   rockbuild compare: the ROCm bundle of run.sh (on the CPU: no AMD GPU here) against
 #                                 the Vulkan bundle on lavapipe, tiny model, -p 512 -n 128 -r 5
+#   tests/e2e/vulkan.sh night     rockbuild nightly for the Vulkan job, no publishing: resolve (a local bare repository
+#                                 of the pinned source, tag b11312), fetch skipped, build, bundle, smoke; then the
+#                                 same night again, which must redo nothing
+#   tests/e2e/vulkan.sh ccache    two nights from scratch in their own folders (an empty ccache): b11312, then the
+#                                 repository's master (25 files changed) with no build dir and the ccache of the
+#                                 first, as a CI runner starts; then that second night again in a source folder this
+#                                 machine never built from (what every new commit got before rockbuild kept one
+#                                 checkout per job). The figures of bench/night_ccache.py; ~25 min
 #   tests/e2e/vulkan.sh all       build, smoke, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
@@ -39,6 +47,11 @@ LAVAPIPE_ENV=(GGML_VK_VISIBLE_DEVICES=0 "MESA_SHADER_CACHE_DIR=$MESA_CACHE")
 
 [[ -x $ROOT/usr/bin/glslc && -f $E2E/.vulkan-root.stamp ]] || die "$ROOT is not provisioned; run tests/e2e/provision.sh vulkan"
 
+# linux-vulkan is also a job of the default matrix; a matrix of its own keeps these runs independent of that file
+write_matrix() {
+    printf 'matrix:\n  os: [linux]\n  backend: [vulkan]\n' > "$ROOT$MATRIX_IN_ROOT"
+}
+
 build_vulkan() {
     local mode=$1 job_dir=$ROOT$OUT/$JOB_ID
     ensure_source
@@ -51,8 +64,7 @@ build_vulkan() {
         *) log "build (incremental)" ;;
     esac
     mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
-    # the default matrix plus nothing: linux-vulkan is one of its jobs; a matrix of its own keeps this independent
-    printf 'matrix:\n  os: [linux]\n  backend: [vulkan]\n' > "$ROOT$MATRIX_IN_ROOT"
+    write_matrix
     local start end
     start=$(date +%s.%N)
     chroot_env "$ROOT" "$VENV/bin/rockbuild" build --job "$JOB_ID" -c "$MATRIX_IN_ROOT" --source "$LLAMA_IN_ROOT" \
@@ -87,6 +99,64 @@ print(f"    bundle      {len(files)} files, {bundle.get('total_bytes', 0):,} byt
 print(f"    from host   {', '.join(system)}")
 print(f"    floor       " + ", ".join(f"{k} {v['version']} ({v['file']})" for k, v in sorted(floor.items())))
 PYEOF
+}
+
+night() {
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    # the pinned tree as a repository the night can resolve and clone without a network: tag b11312 on its commit
+    local bare=/e2e/llama.git
+    if [[ ! -d $ROOT$bare ]]; then
+        chroot_env "$ROOT" git clone -q --bare "$LLAMA_IN_ROOT" "$bare"
+        chroot_env "$ROOT" git -C "$bare" tag "b$LLAMA_BUILD_NUMBER" "$LLAMA_COMMIT"
+    fi
+    write_matrix
+    mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
+    local run
+    for run in first again; do
+        run_night "$run" "b$LLAMA_BUILD_NUMBER" /e2e/night
+    done
+}
+
+# run_night NAME REF OUT [VAR=VALUE...]: rockbuild nightly for the Vulkan job at REF into OUT, no publishing;
+# leaves $BENCH/vulkan-night-NAME.json (the report) and vulkan-night-NAME-build.json
+run_night() {
+    local name=$1 ref=$2 out=$3
+    shift 3
+    log "rockbuild nightly ($name): Vulkan job at $ref, --no-publish, smoke on the tiny model"
+    chroot_env "$ROOT" "$@" "$VENV/bin/rockbuild" nightly -c "$MATRIX_IN_ROOT" --git-url /e2e/llama.git \
+        --llama-ref "$ref" --no-publish --offline --out "$out" --ccache-dir "$CCACHE_DIR_IN_ROOT" \
+        --compile-jobs "$JOBS" --model tiny --vocab "$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf" --json \
+        > "$BENCH/vulkan-night-$name.json"
+    cp "$ROOT$out/$JOB_ID/build.json" "$BENCH/vulkan-night-$name-build.json"
+    log "night ($name): $(python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); (j,) = d["jobs"]; b = json.load(open(sys.argv[2]))
+cc = b.get("ccache") or {}
+print(d["state"], "in", round(d["seconds"], 1), "s;", j["id"], j["status"], j["stages"], "; source", b["llama_cpp"]["path"],
+      "; ccache", cc.get("hits"), "hits /", cc.get("misses"), "misses")' "$BENCH/vulkan-night-$name.json" "$BENCH/vulkan-night-$name-build.json")"
+}
+
+ccache_nights() {
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    [[ -d $ROOT/e2e/llama.git ]] || die "run: $0 night first (it makes /e2e/llama.git)"
+    install_rockbuild "$ROOT"
+    write_matrix
+    local dir=/e2e/ccache-bench
+    rm -rf "${ROOT:?}$dir"
+    mkdir -p "$ROOT$dir"
+    local saved=$CCACHE_DIR_IN_ROOT
+    CCACHE_DIR_IN_ROOT=$dir/ccache
+    run_night first "b$LLAMA_BUILD_NUMBER" "$dir/out" ROCKBUILD_CACHE="$dir/cache"
+    # a CI runner starts with no build dir and the ccache restored from the last night
+    rm -rf "${ROOT:?}$dir/out/$JOB_ID/build"
+    run_night next master "$dir/out" ROCKBUILD_CACHE="$dir/cache"
+    # the baseline: the same night in a source folder never built from (the old checkout per ref), same ccache
+    run_night next-baseline master "$dir/out-baseline" ROCKBUILD_CACHE="$dir/cache-baseline"
+    CCACHE_DIR_IN_ROOT=$saved
 }
 
 mount_host() {
@@ -200,6 +270,8 @@ main() {
         figures) figures ;;
         smoke) smoke_vulkan "${2:-}" ;;
         compare) compare_flavours ;;
+        night) night ;;
+        ccache) ccache_nights ;;
         all)
             build_vulkan build
             smoke_vulkan
@@ -207,7 +279,7 @@ main() {
             summary
             ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, smoke, compare, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, compare, night, ccache, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }
