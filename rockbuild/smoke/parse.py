@@ -508,7 +508,8 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
                       tuple(dict.fromkeys(notes)))
 
 
-_LISTED_DEVICE = re.compile(r"^\s+(?P<name>[A-Za-z_]+\d+): (?P<desc>.+?)(?: \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\))?$")
+_LISTED_DEVICE = re.compile(
+    r"^\s+(?P<name>[A-Za-z_]+\d+): (?P<desc>.+?)(?: \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\))?$")
 
 
 def parse_list_devices(output: str) -> list[tuple[str, str]]:

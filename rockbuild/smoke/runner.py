@@ -303,7 +303,8 @@ def _no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
     else:
         advice = ("install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's "
                   "lavapipe (a CPU device) set GGML_VK_VISIBLE_DEVICES=0")
-    return f"no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: {advice}"
+    return ("no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: "
+            + advice)
 
 
 def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
