@@ -113,11 +113,7 @@ Package: $ROCM_PIN_REGEX
 Pin: release a=experimental
 Pin-Priority: 500
 EOF
-    mount_proc "$dir"  # hipcc and the loader's \$ORIGIN expansion read /proc/self/exe
-    chroot "$dir" apt-get update
-    chroot "$dir" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        "${ROCM_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
-    chroot "$dir" apt-get clean
+    apt_root "$dir" "${ROCM_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
 }
 
 size_of() { du -sx --block-size=1 "$1" | cut -f1; }
@@ -133,52 +129,8 @@ report_rocm_root() {
     log "packages in the root: $(chroot "$dir" dpkg-query -W -f '.\n' | wc -l)"
 }
 
-provision_rocm_root() {
-    local stamp=$E2E/.rocm-root.stamp
-    if [[ -f $stamp && -x $ROCM/usr/bin/hipconfig ]]; then
-        log "rocm-root: already provisioned, nothing to do ($ROCM; $(tr '\n' ' ' <"$stamp"))"
-        return
-    fi
-    rm -f "$stamp"
-    [[ -e $ROCM ]] && { log "rocm-root: $ROCM exists without a stamp; rebuilding it"; remove_partial "$ROCM"; }
-    local part=$ROCM.partial
-    remove_partial "$part"
-    timed "rocm-root: debootstrap --variant=minbase sid" minbase "$part"
-    timed "rocm-root: install ROCm 7.2 from experimental + build tools" install_rocm "$part"
-    report_rocm_root "$part"
-    local version
-    version=$(chroot "$part" hipconfig -v)
-    log "rocm-root: ROCm/HIP version (hipconfig -v): $version"
-    umount_all_under "$part"
-    mv "$part" "$ROCM"
-    local size
-    size=$(size_of "$ROCM")
-    log "rocm-root: $ROCM is $size bytes"
-    printf 'hip_version=%s\nbytes=%s\nmirror=%s\ncreated=%s\n' "$version" "$size" "$MIRROR" "$(date -u +%FT%TZ)" >"$stamp"
-}
-
-provision_clean_root() {
-    local stamp=$E2E/.clean-root.stamp
-    if [[ -f $stamp && -x $CLEAN/bin/sh ]]; then
-        log "clean-root: already provisioned, nothing to do ($CLEAN; $(tr '\n' ' ' <"$stamp"))"
-        return
-    fi
-    rm -f "$stamp"
-    [[ -e $CLEAN ]] && { log "clean-root: $CLEAN exists without a stamp; rebuilding it"; remove_partial "$CLEAN"; }
-    local part=$CLEAN.partial
-    remove_partial "$part"
-    timed "clean-root: debootstrap --variant=minbase sid" minbase "$part"
-    if chroot "$part" sh -c 'ls /usr/lib/x86_64-linux-gnu/libamdhip64.so* 2>/dev/null'; then
-        die "clean-root unexpectedly contains libamdhip64"
-    fi
-    mv "$part" "$CLEAN"
-    local size
-    size=$(size_of "$CLEAN")
-    log "clean-root: $CLEAN is $size bytes, $(chroot "$CLEAN" dpkg-query -W -f '.\n' | wc -l) packages, no ROCm"
-    printf 'bytes=%s\nmirror=%s\ncreated=%s\n' "$size" "$MIRROR" "$(date -u +%FT%TZ)" >"$stamp"
-}
-
-# apt_root DIR PACKAGE...: install PACKAGEs into the root DIR with /proc mounted, then drop the .deb cache
+# apt_root DIR PACKAGE...: install PACKAGEs into the root DIR, then drop the .deb cache. /proc stays mounted (hipcc
+# and the loader's $ORIGIN expansion read /proc/self/exe) until the root is finished.
 apt_root() {
     local dir=$1
     shift
@@ -188,10 +140,34 @@ apt_root() {
     chroot "$dir" apt-get clean
 }
 
-# provision_plain_root NAME DIR CHECK PACKAGE...: a sid minbase root with PACKAGEs; CHECK is a file that proves it done
-provision_plain_root() {
-    local name=$1 dir=$2 check=$3
-    shift 3
+# Installers: INSTALLER DIR [PACKAGE...] fills the fresh root DIR; what it appends to STAMP_EXTRA goes into the stamp.
+STAMP_EXTRA=""
+
+rocm_installer() {
+    local dir=$1
+    install_rocm "$dir"
+    report_rocm_root "$dir"
+    local version
+    version=$(chroot "$dir" hipconfig -v)
+    log "rocm-root: ROCm/HIP version (hipconfig -v): $version"
+    STAMP_EXTRA="hip_version=$version"
+}
+
+packages_installer() {
+    local dir=$1
+    shift
+    apt_root "$dir" "$@"
+    log "packages asked for (installed versions):"
+    # shellcheck disable=SC2016  # dpkg-query's own ${Package} fields, not shell expansions
+    chroot "$dir" dpkg-query -W -f '    ${Package} ${Version}\n' "$@"
+    STAMP_EXTRA="packages=$*"
+}
+
+# provision_root NAME DIR CHECK INSTALLER [ARG...]: a Debian sid minbase root at DIR, filled by INSTALLER DIR ARG...;
+# CHECK is a file in it that proves it done. Built under DIR.partial and renamed when complete; leaves a stamp.
+provision_root() {
+    local name=$1 dir=$2 check=$3 installer=$4
+    shift 4
     local stamp=$E2E/.$name.stamp
     if [[ -f $stamp && -e $dir$check ]]; then
         log "$name: already provisioned, nothing to do ($dir; $(tr '\n' ' ' <"$stamp"))"
@@ -202,19 +178,18 @@ provision_plain_root() {
     local part=$dir.partial
     remove_partial "$part"
     timed "$name: debootstrap --variant=minbase sid" minbase "$part"
-    timed "$name: apt-get install $*" apt_root "$part" "$@"
-    if compgen -G "$part/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null; then
+    STAMP_EXTRA=""
+    [[ $installer == none ]] || timed "$name: $installer $*" "$installer" "$part" "$@"
+    if [[ $name != rocm-root ]] && compgen -G "$part/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null; then
         die "$name unexpectedly contains libamdhip64"
     fi
-    log "$name: packages asked for (installed versions):"
-    # shellcheck disable=SC2016  # dpkg-query's own ${Package} fields, not shell expansions
-    chroot "$part" dpkg-query -W -f '    ${Package} ${Version}\n' "$@"
     umount_all_under "$part"
     mv "$part" "$dir"
     local size
     size=$(size_of "$dir")
     log "$name: $dir is $size bytes, $(chroot "$dir" dpkg-query -W -f '.\n' | wc -l) packages"
-    printf 'bytes=%s\nmirror=%s\npackages=%s\ncreated=%s\n' "$size" "$MIRROR" "$*" "$(date -u +%FT%TZ)" >"$stamp"
+    { [[ -z $STAMP_EXTRA ]] || echo "$STAMP_EXTRA"
+      printf 'bytes=%s\nmirror=%s\ncreated=%s\n' "$size" "$MIRROR" "$(date -u +%FT%TZ)"; } >"$stamp"
 }
 
 sdist_ok() { [[ -f $SRC/$LLAMA_SDIST ]] && echo "$LLAMA_SDIST_SHA256  $SRC/$LLAMA_SDIST" | sha256sum -c --quiet - 2>/dev/null; }
@@ -238,12 +213,14 @@ esac
 log "E2E=$E2E SRC=$SRC mirror=$MIRROR ($WHAT)"
 ensure_debootstrap
 if [[ $WHAT != vulkan ]]; then
-    provision_rocm_root
-    provision_clean_root
+    provision_root rocm-root "$ROCM" /usr/bin/hipconfig rocm_installer
+    provision_root clean-root "$CLEAN" /bin/sh none
 fi
 if [[ $WHAT != rocm ]]; then
-    provision_plain_root vulkan-root "$VULKAN" /usr/bin/glslc "${VULKAN_BUILD_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
-    provision_plain_root lavapipe-root "$LAVAPIPE" /usr/share/vulkan/icd.d/lvp_icd.json "${LAVAPIPE_PACKAGES[@]}"
+    provision_root vulkan-root "$VULKAN" /usr/bin/glslc packages_installer \
+        "${VULKAN_BUILD_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
+    provision_root lavapipe-root "$LAVAPIPE" /usr/share/vulkan/icd.d/lvp_icd.json packages_installer \
+        "${LAVAPIPE_PACKAGES[@]}"
 fi
 provision_llama_source
 log "ready in ${SECONDS} s ($WHAT) under $E2E, source $SRC/$LLAMA_SDIST"
