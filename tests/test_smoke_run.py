@@ -349,6 +349,10 @@ def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, mo
     assert not report.ok and report.runs == ()
     assert "libvulkan.so.1: cannot open shared object file" in report.failures[0]
     assert "exit code 127" in report.failures[0] and "Vulkan loader" in report.failures[0]
+    assert report.failures[0].startswith("the Vulkan bundle cannot start: llama-cli --list-devices failed")
+    # expected on the CPU or not: a bundle that cannot start is not run three times to fail three times
+    auto = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
+    assert not auto.ok and auto.runs == () and auto.failures[0] == report.failures[0]
 
 
 def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):

@@ -291,8 +291,8 @@ def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
 def _no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
     """One line: why the bundle sees no Vulkan device, and what to check first."""
     if probe_error:
-        return (f"no Vulkan device: {probe_error}; the host needs the Vulkan loader (libvulkan1 / vulkan-1.dll) "
-                "and a driver")
+        return (f"the Vulkan bundle cannot start: {probe_error}; the host needs the Vulkan loader (libvulkan1 / "
+                "vulkan-1.dll) and a driver")
     pinned = [f"{name}={env[name]}" for name in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES") if env.get(name)]
     if pinned:
         advice = (f"{' and '.join(pinned)} limits the Vulkan loader to those driver files; check they exist, or "
@@ -549,7 +549,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         expect, reason = decide_vulkan_expectation(options.expect_gpu, devices)
         if expect and options.device is None:
             options = replace(options, device=vk[0][0] if vk else "Vulkan0")
-        if expect and not vk:
+        if probe_error or (expect and not vk):  # a bundle that cannot start fails whatever was expected
             preflight = _no_vulkan_device(probe_error, child)
     else:
         devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
