@@ -56,6 +56,10 @@ def test_vulkan_bundle_runs_on_lavapipe_and_fails_in_one_line_without_a_driver(v
     assert (BENCH / "vulkan-noicd.rc").read_text().strip() == "11"
     errors = [line for line in (BENCH / "vulkan-noicd.stderr").read_text().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no Vulkan device visible to the bundle" in errors[0]
+    if (E2E / ".clean-root.stamp").exists():  # no Vulkan loader at all: stopped before any run, naming the library
+        errors = [line for line in (BENCH / "vulkan-noloader.stderr").read_text().splitlines()
+                  if line.startswith("error:")]
+        assert len(errors) == 1 and "libvulkan.so.1: cannot open shared object file" in errors[0]
 
 
 @pytest.mark.timeout(3600)

@@ -212,6 +212,32 @@ import json, sys; d = json.load(open(sys.argv[1])); print(d["gpu"]["summary"], "
     sed 's/^/    /' "$BENCH/vulkan-noicd.stderr"
     [[ $lines -le 2 ]] || die "more than one error line (+ hint) on stderr"
     echo "$rc" > "$BENCH/vulkan-noicd.rc"
+    no_loader
+}
+
+# A host without the Vulkan loader at all: the clean root of run.sh (no libvulkan1). The smoke test must stop before
+# running anything, in one line that names the missing library.
+no_loader() {
+    local clean=$E2E/clean-root
+    if [[ ! -f $E2E/.clean-root.stamp ]]; then
+        log "no clean-root (tests/e2e/provision.sh rocm): the no-loader check is skipped"
+        return
+    fi
+    [[ ! -e $clean/usr/lib/x86_64-linux-gnu/libvulkan.so.1 ]] || die "$clean has a Vulkan loader"
+    mount_proc "$clean"
+    if mountpoint -q "$clean$VK_BUNDLE"; then umount "$clean$VK_BUNDLE"; fi
+    bind_mount "$ROOT$OUT/$JOB_ID/bundle" "$clean$VK_BUNDLE" ro
+    bind_mount "$MODELS" "$clean/models"
+    [[ -x $clean$VENV/bin/python3 ]] || chroot_env "$clean" python3 -m venv "$VENV"
+    install_rockbuild "$clean"
+    log "the same on a host with no Vulkan loader (the clean root): must fail in one line"
+    local rc=0
+    chroot_env "$clean" "$VENV/bin/rockbuild" smoke "$VK_BUNDLE" --model /models/tiny-qwen3.gguf \
+        --report /tmp/smoke-vulkan-noloader.json > /dev/null 2> "$BENCH/vulkan-noloader.stderr" || rc=$?
+    [[ $rc -eq 11 ]] || die "the smoke test without a Vulkan loader exited $rc, not 11"
+    grep -q "libvulkan.so.1: cannot open shared object file" "$BENCH/vulkan-noloader.stderr" \
+        || die "the error does not name libvulkan.so.1"
+    log "exit code $rc: $(grep '^error:' "$BENCH/vulkan-noloader.stderr")"
 }
 
 compare_flavours() {
