@@ -69,6 +69,7 @@ def test_first_publish(gh, night, tmp_path):
     assert "7.2.0a20261128 (2026-11-28)" in body and "7.2.0a20261127 (2026-11-27)" in body
     assert "gfx1100, gfx1101, gfx1102, gfx1103" in body
     assert "| 4100.0 | 95.5 |" in body and "passed (ROCm)" in body and "passed (CPU only)" in body
+    assert "A ROCm asset carries every ROCm library" in body and "libvulkan1" not in body  # a ROCm-only release
     assert "### Known issues" in body and "gfx1152 and gfx1153" in body
     assert read_marker(body)["fingerprint"] == report.fingerprint
     assert "0c1e570" in body and "build 11312" in body
@@ -435,3 +436,6 @@ def test_a_night_with_both_flavours_ships_and_lists_both(gh, night, tmp_path):
     assert "**Flavour(s)**: ROCm, Vulkan" in body and "**GPU Target(s)**: gfx1151, gfx110X\n" in body
     assert "| `llama-b1000-ubuntu-vulkan-x64.zip` | ubuntu | SPIR-V (any Vulkan GPU) | - (no ROCm) | passed (Vulkan) |" \
         in body
+    # what a Vulkan asset needs on the host, and what its smoke verdict means
+    assert "the machine needs the Vulkan loader (`libvulkan1`" in body and "Mesa RADV or AMD's" in body
+    assert '"Vulkan" that weights and KV cache were on a Vulkan device' in body
