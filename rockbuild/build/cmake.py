@@ -272,16 +272,11 @@ def toolchain_variables(toolchain: Toolchain, ccache_dir: Path | str | None = No
     ("cannot find ROCm device library": with ROCM_PATH set it looks only under $ROCM_PATH/amdgcn/bitcode). A TheRock
     or /opt/rocm tree gets its prefix, and HIP_DEVICE_LIB_PATH whenever ROCM_PATH points clang away from its default.
     """
-    variables = {
-        "HIP_PLATFORM": "amd",
-        "NINJA_STATUS": "[%f/%t] ",  # the progress parser reads [finished/total]
-    }
+    variables = {"HIP_PLATFORM": "amd", **host_build_variables(ccache_dir)}
     if toolchain.kind != str(LayoutKind.DEBIAN):
         variables["ROCM_PATH"] = variables["HIP_PATH"] = toolchain.prefix
         if toolchain.device_lib_dir:
             variables["HIP_DEVICE_LIB_PATH"] = toolchain.device_lib_dir
-    if ccache_dir is not None:
-        variables["CCACHE_DIR"] = str(ccache_dir)
     return variables
 
 
@@ -291,11 +286,27 @@ HOST_BUILD_INHERITED = ("VULKAN_SDK", "CC", "CXX")
 
 
 def host_build_variables(ccache_dir: Path | str | None = None) -> dict[str, str]:
-    """The variables rockbuild sets for a build with the host's compiler (a Vulkan job): no ROCm at all."""
-    variables = {"NINJA_STATUS": "[%f/%t] "}
+    """The variables rockbuild sets for every build, and all it sets for one with the host's compiler (a Vulkan job:
+    no ROCm at all)."""
+    variables = {"NINJA_STATUS": "[%f/%t] "}  # the progress parser reads [finished/total]
     if ccache_dir is not None:
         variables["CCACHE_DIR"] = str(ccache_dir)
     return variables
+
+
+def _environment(
+    windows: bool, variables: Mapping[str, str], *, base: Mapping[str, str] | None, msvc: Mapping[str, str] | None,
+    inherit: Sequence[str] = INHERITED, path_entries: Sequence[str] = (),
+) -> dict[str, str]:
+    """The allowlist of ``base`` (plus ``inherit``), then MSVC's variables, then ``variables``, ``path_entries`` in
+    front of PATH. Secrets never survive, wherever they came from."""
+    env = child_env(base=base, inherit=inherit)
+    for key, value in [*(msvc or {}).items(), *variables.items()]:
+        _put(env, key, value, windows)
+    if path_entries:
+        path_key = _find_key(env, "PATH", windows) or "PATH"  # Windows keeps its spelling (Path)
+        _put(env, path_key, _prepend_path(env.get(path_key, ""), path_entries, windows), windows)
+    return {k: v for k, v in env.items() if not is_secret(k)}
 
 
 def host_build_environment(
@@ -307,11 +318,8 @@ def host_build_environment(
 ) -> dict[str, str]:
     """The environment of a Vulkan job's cmake and ninja: the allowlist of ``base``, MSVC (Windows), ccache; PATH as
     it is (the host's compiler, glslc and the Vulkan SDK are found where the host put them)."""
-    windows = platform == "windows"
-    env = child_env(base=base, inherit=(*INHERITED, *HOST_BUILD_INHERITED))
-    for key, value in [*(msvc or {}).items(), *host_build_variables(ccache_dir).items()]:
-        _put(env, key, value, windows)
-    return {k: v for k, v in env.items() if not is_secret(k)}
+    return _environment(platform == "windows", host_build_variables(ccache_dir), base=base, msvc=msvc,
+                        inherit=(*INHERITED, *HOST_BUILD_INHERITED))
 
 
 def toolchain_path_entries(toolchain: Toolchain) -> list[str]:
@@ -330,15 +338,8 @@ def build_environment(
 ) -> dict[str, str]:
     """The complete environment of cmake and ninja: the allowlist of ``base``, the MSVC variables (Windows), the ROCm
     variables and PATH. Secrets never survive, wherever they came from."""
-    windows = toolchain.windows
-    env = child_env(base=base)
-    for key, value in (msvc or {}).items():
-        _put(env, key, value, windows)
-    for key, value in toolchain_variables(toolchain, ccache_dir).items():
-        _put(env, key, value, windows)
-    path_key = _find_key(env, "PATH", windows) or "PATH"  # Windows keeps its spelling (Path)
-    _put(env, path_key, _prepend_path(env.get(path_key, ""), toolchain_path_entries(toolchain), windows), windows)
-    return {k: v for k, v in env.items() if not is_secret(k)}
+    return _environment(toolchain.windows, toolchain_variables(toolchain, ccache_dir), base=base, msvc=msvc,
+                        path_entries=toolchain_path_entries(toolchain))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
