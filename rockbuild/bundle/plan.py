@@ -184,6 +184,36 @@ def _missing_extra(extra: Extra, shipped: set[str], platform: str) -> Library:
                    reason=extra.reason)
 
 
+def _closure_with_extras(
+    platform: str, extras: Sequence[Extra], closure_of: Callable[[list[Any]], Closure],
+    extra_files: Callable[[Extra, Closure, set[str]], tuple[bool, list[Any]]],
+) -> Closure:
+    """The closure of the roots plus every extra that applies, to a fixed point: an extra's own closure may make
+    another extra apply. ``closure_of(extra_roots)`` computes the closure; ``extra_files(extra, closure, shipped)``
+    returns (found anything, the new roots). A required extra that is nowhere becomes a missing entry."""
+    extra_roots: list[Any] = []
+    applied: set[int] = set()
+    missing: list[Library] = []
+    while True:
+        closure = closure_of(extra_roots)
+        shipped = closure.names() if platform == "linux" else {n.lower() for n in closure.names()}
+        added = False
+        for index, extra in enumerate(extras):
+            if index in applied or not _applicable(extra, shipped, platform):
+                continue
+            applied.add(index)
+            found, new_roots = extra_files(extra, closure, shipped)
+            if not found and extra.required:
+                missing.append(_missing_extra(extra, shipped, platform))
+            extra_roots += new_roots
+            added = added or bool(new_roots)
+        if not added:
+            break
+    if missing:
+        closure = Closure(closure.platform, closure.entries + tuple(missing), closure.machine, closure.warnings)
+    return closure
+
+
 def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
     """The closure of every ELF in ``build_bin`` plus the policy's extras (each with its own closure)."""
     roots, skipped = bin_roots(build_bin)
@@ -193,32 +223,19 @@ def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPo
     search = SearchPaths.for_root(layout.sysroot if layout else None, layout.library_dirs if layout else (),
                                   machine=reference.machine, elf_class=reference.elf_class)
     resolver = ElfResolver(search, policy)
-    extras = _extras_for(layout, policy)
-    extra_roots: list[Root] = []
-    applied: set[int] = set()
-    missing: list[Library] = []
-    while True:
-        closure = needed_closure([*roots, *extra_roots], resolver)
-        shipped = closure.names()
+
+    def extra_files(extra: Extra, closure: Closure, shipped: set[str]) -> tuple[bool, list[Any]]:
         shipped_real = {e.real_path for e in closure.shipped}
-        added = False
-        for index, extra in enumerate(extras):
-            if index in applied or not _applicable(extra, shipped, "linux"):
-                continue
-            applied.add(index)
-            found = find_extra_files(extra.names, resolver, reference)
-            if not found and extra.required:
-                missing.append(_missing_extra(extra, shipped, "linux"))
-            for path, real, info in found:
-                name = extra.store_as or info.soname or path.name
-                if real in shipped_real and name in shipped:
-                    continue
-                extra_roots.append(Root(name, path, info, "extra", reason=extra.reason))
-                added = True
-        if not added:
-            break
-    if missing:
-        closure = Closure(closure.platform, closure.entries + tuple(missing), closure.machine, closure.warnings)
+        found = find_extra_files(extra.names, resolver, reference)
+        new = []
+        for path, real, info in found:
+            name = extra.store_as or info.soname or path.name
+            if not (real in shipped_real and name in shipped):
+                new.append(Root(name, path, info, "extra", reason=extra.reason))
+        return bool(found), new
+
+    closure = _closure_with_extras("linux", _extras_for(layout, policy),
+                                   lambda extra_roots: needed_closure([*roots, *extra_roots], resolver), extra_files)
     return closure, skipped
 
 
@@ -228,31 +245,18 @@ def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: Platform
     if not roots:
         raise BundleError(f"{build_bin} holds no .exe or .dll; did the build finish?")
     resolver = PeResolver.for_host(layout.library_dirs if layout else (), policy)
-    extras = _extras_for(layout, policy)
-    extra_roots: list[PeRoot] = []
-    applied: set[int] = set()
-    missing: list[Library] = []
-    while True:
-        closure = pe_closure([*roots, *extra_roots], resolver)
-        shipped = {n.lower() for n in closure.names()}
-        added = False
-        for index, extra in enumerate(extras):
-            if index in applied or not _applicable(extra, shipped, "windows"):
-                continue
-            applied.add(index)
-            found = find_extra_dlls(extra.names, resolver)
-            if not found and extra.required:
-                missing.append(_missing_extra(extra, shipped, "windows"))
-            for path in found:
-                info = read_pe(path)
-                if info is None or path.name.lower() in shipped:
-                    continue
-                extra_roots.append(PeRoot(extra.store_as or path.name, path, info, "extra", extra.reason))
-                added = True
-        if not added:
-            break
-    if missing:
-        closure = Closure(closure.platform, closure.entries + tuple(missing), closure.machine, closure.warnings)
+
+    def extra_files(extra: Extra, closure: Closure, shipped: set[str]) -> tuple[bool, list[Any]]:
+        found = find_extra_dlls(extra.names, resolver)
+        new = []
+        for path in found:
+            info = read_pe(path)
+            if info is not None and path.name.lower() not in shipped:
+                new.append(PeRoot(extra.store_as or path.name, path, info, "extra", extra.reason))
+        return bool(found), new
+
+    closure = _closure_with_extras("windows", _extras_for(layout, policy),
+                                   lambda extra_roots: pe_closure([*roots, *extra_roots], resolver), extra_files)
     return closure, skipped
 
 
