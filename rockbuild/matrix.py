@@ -307,23 +307,29 @@ def _make_job(combo: _Combo, families: FamilyTable) -> Job:
             f"{combo.origin}: {combo.target} cannot be built for {combo.os}: TheRock publishes no {combo.os} tarball "
             f"for {sel.family.name}; exclude {{os: {combo.os}, target: {combo.target}}}"
         )
-    opts = combo.options
-    runner = _runner_for(opts, combo.os)
     return Job(
         id=f"{combo.os}-{sel.short}",
-        os=combo.os,
         name=sel.short,
         family=sel.family.name,
         group=group,
         legacy_groups=sel.family.legacy_groups,
         targets=sel.targets,
-        required=bool(opts["required"]),
-        llama_ref=str(opts["llama_ref"]),
-        rocm_channel=opts["rocm"]["channel"],
-        rocm_version=opts["rocm"]["version"],
-        cmake=tuple(opts["cmake"].items()),
-        runner=str(runner),
+        **_option_fields(combo),
     )
+
+
+def _option_fields(combo: _Combo) -> dict[str, Any]:
+    """The Job fields every job takes from its OS and the matrix options, whatever its backend."""
+    opts = combo.options
+    return {
+        "os": combo.os,
+        "required": bool(opts["required"]),
+        "llama_ref": str(opts["llama_ref"]),
+        "rocm_channel": opts["rocm"]["channel"],
+        "rocm_version": opts["rocm"]["version"],
+        "cmake": tuple(opts["cmake"].items()),
+        "runner": _runner_for(opts, combo.os),
+    }
 
 
 def _runner_for(opts: dict[str, Any], os_name: str) -> str:
@@ -336,23 +342,15 @@ def _runner_for(opts: dict[str, Any], os_name: str) -> str:
 
 def _make_vulkan_job(combo: _Combo) -> Job:
     """One Vulkan job per OS: no family, tarball group or gfx targets (the ROCm options stay, unused)."""
-    opts = combo.options
-    runner = _runner_for(opts, combo.os)
     return Job(
         id=f"{combo.os}-{VULKAN_NAME}",
-        os=combo.os,
         name=VULKAN_NAME,
         family="",
         group="",
         legacy_groups=(),
         targets=(),
-        required=bool(opts["required"]),
-        llama_ref=str(opts["llama_ref"]),
-        rocm_channel=opts["rocm"]["channel"],
-        rocm_version=opts["rocm"]["version"],
-        cmake=tuple(opts["cmake"].items()),
-        runner=str(runner),
         backend="vulkan",
+        **_option_fields(combo),
     )
 
 
