@@ -23,6 +23,8 @@ from typing import IO, Any, cast
 
 from elftools.elf.elffile import ELFFile
 
+from rockbuild.rocm.layout import target_order
+
 from . import BundleError
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -70,7 +72,7 @@ class FatbinReport:
     @property
     def targets(self) -> tuple[str, ...]:
         found = {e.gfx for b in self.bundles for e in b.entries if e.gfx}
-        return tuple(sorted((t for t in found if t), key=lambda t: (len(t), t)))
+        return tuple(sorted((t for t in found if t), key=target_order))
 
     @property
     def compressed(self) -> int:
