@@ -51,3 +51,13 @@ def write(tmp_path):
         return path
 
     return _write
+
+
+@pytest.fixture
+def gh():
+    """The local GitHub API server (tests/githubapi.py), fresh for each test, accepting publishkit's token."""
+    from githubapi import GitHubAPIServer
+    from publishkit import TOKEN
+
+    with GitHubAPIServer(token=TOKEN) as server:
+        yield server

@@ -4,6 +4,7 @@ release (zip assets, no manifest) uploaded directly. The installed llama-server 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -129,21 +130,22 @@ def test_windows_zip_is_extracted_with_the_zip_extractor(gh, release, tmp_path):
     assert report.command == f'"{tmp_path}/llama/llama-server.exe" -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080'
 
 
-def _tamper(release, name: str) -> bytes:
+@contextlib.contextmanager
+def _tampered(release, name: str):
+    """The asset ``name`` served with other bytes of the same size while the block runs (the release is shared)."""
     asset = next(a for a in release.assets if a.name == name)
     original = asset.data
-    asset.data = original[:-40] + bytes(b ^ 0xFF for b in original[-40:])  # same size, other bytes
-    return original
+    asset.data = original[:-40] + bytes(b ^ 0xFF for b in original[-40:])
+    try:
+        yield
+    finally:
+        asset.data = original
 
 
 def test_checksum_mismatch_refused_before_download_when_github_disagrees(gh, release, tmp_path):
     name = "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz"
-    original = _tamper(release, name)
-    try:
-        with pytest.raises(ChecksumError) as info:
-            install(options(gh, tmp_path, target="gfx1151"))
-    finally:
-        next(a for a in release.assets if a.name == name).data = original
+    with _tampered(release, name), pytest.raises(ChecksumError) as info:
+        install(options(gh, tmp_path, target="gfx1151"))
     assert info.value.message.startswith(f"{name}: SHA256SUMS says sha256 ")
     assert not (tmp_path / "llama").exists() and not (tmp_path / "cache").exists()
 
@@ -153,12 +155,8 @@ def test_checksum_mismatch_refused_by_the_downloader_and_nothing_kept(gh, releas
     name = "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz"
     plain = gh.asset_json
     monkeypatch.setattr(gh, "asset_json", lambda rel, asset: {**plain(rel, asset), "digest": None})
-    original = _tamper(release, name)
-    try:
-        with pytest.raises(ChecksumError) as info:
-            install(options(gh, tmp_path, target="gfx1151"))
-    finally:
-        next(a for a in release.assets if a.name == name).data = original
+    with _tampered(release, name), pytest.raises(ChecksumError) as info:
+        install(options(gh, tmp_path, target="gfx1151"))
     assert info.value.message.startswith(f"{name} does not match SHA256SUMS of b1000: refused, nothing was kept")
     assert info.value.exit_code == 5
     assert not (tmp_path / "llama").exists()

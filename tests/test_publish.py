@@ -7,17 +7,10 @@ import json
 import zipfile
 
 import pytest
-from githubapi import GitHubAPIServer
 from publishkit import TOKEN, compile_needing_glibc_236, config, make_job, smoke_ok
 
 from rockbuild.publish import PublishError, PublishOptions, publish
 from rockbuild.publish.notes import read_marker
-
-
-@pytest.fixture
-def gh():
-    with GitHubAPIServer(token=TOKEN) as server:
-        yield server
 
 
 @pytest.fixture

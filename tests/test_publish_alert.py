@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from githubapi import GitHubAPIServer, Issue
+from githubapi import Issue
 from publishkit import TOKEN, make_job
 
 from rockbuild.publish import PublishError, send_alert
 
 RUN = "https://github.com/rockbuild-test/llamacpp-rocm/actions/runs/1234"
-
-
-@pytest.fixture
-def gh():
-    with GitHubAPIServer(token=TOKEN) as server:
-        yield server
 
 
 @pytest.fixture
