@@ -254,149 +254,142 @@ def _with_filler(tb: TarBuilder) -> None:
     tb.symlink("lib/libfoo.so.1", "libfoo.so.1.2.3")
 
 
-def _absolute_path(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.prefix = ""
-        tb.file(f"{outside}/pwned", b"pwned\n")
+def _attack(write: Callable[[TarBuilder, Path, Path], None]) -> Callable[[Path, Path, Path], None]:
+    """An attack builder ``(tarball, outside, dest)`` from ``write(tb, outside, dest)``, which adds the attack's
+    members after the ordinary ones of :func:`_with_filler`."""
+
+    def build(t: Path, outside: Path, dest: Path) -> None:
+        with TarBuilder(t) as tb:
+            _with_filler(tb)
+            write(tb, outside, dest)
+
+    build.__name__ = build.__qualname__ = write.__name__
+    return build
 
 
-def _dotdot_escape(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.file(f"{_rel(outside, dest)}/pwned", b"pwned\n")
+@_attack
+def _absolute_path(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.prefix = ""
+    tb.file(f"{outside}/pwned", b"pwned\n")
 
 
-def _dotdot_inside(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.file("lib/../innocent", b"stays inside, but '..' is never needed\n")
+@_attack
+def _dotdot_escape(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.file(f"{_rel(outside, dest)}/pwned", b"pwned\n")
 
 
-def _symlink_escape_absolute(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("evil", str(outside))
-        tb.file("evil/pwned", b"pwned\n")
+@_attack
+def _dotdot_inside(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.file("lib/../innocent", b"stays inside, but '..' is never needed\n")
 
 
-def _symlink_escape_relative(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("lib/evil", f"../{_rel(outside, dest)}")
-        tb.file("lib/evil/pwned", b"pwned\n")
+@_attack
+def _symlink_escape_absolute(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.symlink("evil", str(outside))
+    tb.file("evil/pwned", b"pwned\n")
 
 
-def _symlink_to_parent(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("up", "..")
+@_attack
+def _symlink_escape_relative(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.symlink("lib/evil", f"../{_rel(outside, dest)}")
+    tb.file("lib/evil/pwned", b"pwned\n")
 
 
-def _symlink_chain_escape(t: Path, outside: Path, dest: Path) -> None:
+@_attack
+def _symlink_to_parent(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.symlink("up", "..")
+
+
+@_attack
+def _symlink_chain_escape(tb: TarBuilder, outside: Path, dest: Path) -> None:
     # Lexically x -> y/../outside is "outside" inside the root; physically y is the root, so y/.. is its parent.
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("y", ".")
-        tb.symlink("x", f"y/{_rel(outside, dest)}")
-        tb.file("x/pwned", b"pwned\n")
+    tb.symlink("y", ".")
+    tb.symlink("x", f"y/{_rel(outside, dest)}")
+    tb.file("x/pwned", b"pwned\n")
 
 
-def _symlink_chain_escape_late(t: Path, outside: Path, dest: Path) -> None:
+@_attack
+def _symlink_chain_escape_late(tb: TarBuilder, outside: Path, dest: Path) -> None:
     # Same chain, links in the other order: x is harmless when it is created; only the final check can see it.
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("x", f"y/{_rel(outside, dest)}/target")
-        tb.symlink("y", ".")
+    tb.symlink("x", f"y/{_rel(outside, dest)}/target")
+    tb.symlink("y", ".")
 
 
-def _write_through_symlinked_dir(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("libdir", "lib")
-        tb.file("libdir/libinjected.so", b"through a symlink\n")
+@_attack
+def _write_through_symlinked_dir(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.symlink("libdir", "lib")
+    tb.file("libdir/libinjected.so", b"through a symlink\n")
 
 
-def _path_through_file(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.file("lib/libfoo.so.1.2.3/sub", b"a file is not a directory\n")
+@_attack
+def _path_through_file(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.file("lib/libfoo.so.1.2.3/sub", b"a file is not a directory\n")
 
 
-def _hardlink_outside_absolute(t: Path, outside: Path, dest: Path) -> None:
+@_attack
+def _hardlink_outside_absolute(tb: TarBuilder, outside: Path, dest: Path) -> None:
     # tar would link to the outside file, then the second member would write into that shared inode.
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.hardlink("h", str(outside / "target"), target_prefix="")
-        tb.file("h", b"pwned\n")
+    tb.hardlink("h", str(outside / "target"), target_prefix="")
+    tb.file("h", b"pwned\n")
 
 
-def _hardlink_outside_relative(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.hardlink("h", f"{_rel(outside, dest)}/target")
-        tb.file("h", b"pwned\n")
+@_attack
+def _hardlink_outside_relative(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.hardlink("h", f"{_rel(outside, dest)}/target")
+    tb.file("h", b"pwned\n")
 
 
-def _hardlink_to_symlink(t: Path, outside: Path, dest: Path) -> None:
+@_attack
+def _hardlink_to_symlink(tb: TarBuilder, outside: Path, dest: Path) -> None:
     # s only escapes once y exists; a hard link made by following s would be a link to outside/target.
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("s", f"y/{_rel(outside, dest)}/target")
-        tb.hardlink("h", "s")
-        tb.symlink("y", ".")
+    tb.symlink("s", f"y/{_rel(outside, dest)}/target")
+    tb.hardlink("h", "s")
+    tb.symlink("y", ".")
 
 
-def _hardlink_before_target(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.hardlink("h", "later")
-        tb.file("later", b"late\n")
+@_attack
+def _hardlink_before_target(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.hardlink("h", "later")
+    tb.file("later", b"late\n")
 
 
-def _device_node(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.dir("dev")
-        tb.device("dev/sda", char=False, major=8, minor=0)
+@_attack
+def _device_node(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.dir("dev")
+    tb.device("dev/sda", char=False, major=8, minor=0)
 
 
-def _char_device(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.dir("dev")
-        tb.device("dev/mem", char=True, major=1, minor=1)
+@_attack
+def _char_device(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.dir("dev")
+    tb.device("dev/mem", char=True, major=1, minor=1)
 
 
-def _fifo(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.fifo("lib/pipe")
+@_attack
+def _fifo(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.fifo("lib/pipe")
 
 
-def _setuid_file(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.dir("bin")
-        tb.file("bin/su", b"#!/bin/sh\nid\n", 0o4755)
-        tb.file("bin/sg", b"#!/bin/sh\nid\n", 0o2711)
-        tb.dir("tmp", 0o1777)
-        tb.dir("shared", 0o2775)
+@_attack
+def _setuid_file(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.dir("bin")
+    tb.file("bin/su", b"#!/bin/sh\nid\n", 0o4755)
+    tb.file("bin/sg", b"#!/bin/sh\nid\n", 0o2711)
+    tb.dir("tmp", 0o1777)
+    tb.dir("shared", 0o2775)
 
 
-def _duplicate_over_symlink(t: Path, outside: Path, dest: Path) -> None:
+@_attack
+def _duplicate_over_symlink(tb: TarBuilder, outside: Path, dest: Path) -> None:
     # tar replaces an earlier member with a later one of the same name; naive code opens the path and writes
     # through the symlink that is already there.
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.symlink("lib/libfoo.so", "libfoo.so.1")
-        tb.file("lib/libfoo.so", b"replaces the link, or writes through it\n")
+    tb.symlink("lib/libfoo.so", "libfoo.so.1")
+    tb.file("lib/libfoo.so", b"replaces the link, or writes through it\n")
 
 
-def _duplicate_file(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        tb.file("lib/libfoo.so.1.2.3", b"second copy\n")
+@_attack
+def _duplicate_file(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    tb.file("lib/libfoo.so.1.2.3", b"second copy\n")
 
 
 def _pax_absolute_path(t: Path, outside: Path, dest: Path) -> None:
@@ -409,12 +402,11 @@ def _pax_absolute_path(t: Path, outside: Path, dest: Path) -> None:
         tb.raw(ti, b"pwned\n")
 
 
-def _root_as_file(t: Path, outside: Path, dest: Path) -> None:
-    with TarBuilder(t) as tb:
-        _with_filler(tb)
-        ti = tarfile.TarInfo("./")
-        ti.size, ti.mtime = 3, MTIME
-        tb.raw(ti, b"hi\n")
+@_attack
+def _root_as_file(tb: TarBuilder, outside: Path, dest: Path) -> None:
+    ti = tarfile.TarInfo("./")
+    ti.size, ti.mtime = 3, MTIME
+    tb.raw(ti, b"hi\n")
 
 
 MALICIOUS: dict[str, Attack] = {
