@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,19 @@ def _load_meta(root: Path) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str) -> str:
+    """``rocm`` or ``vulkan``: bundle.json's ``backend``, else ``vulkan`` when the top-level files ``names`` hold
+    libggml-vulkan without libggml-hip (a bundle written before the field existed, or a plain build folder)."""
+    if meta.get("backend"):
+        return str(meta["backend"])
+    names = list(names)
+
+    def has(globs: Sequence[str]) -> bool:
+        return any(name_matches(n, globs, platform=platform) for n in names)
+
+    return "vulkan" if has(GGML_VULKAN) and not has(GGML_HIP) else "rocm"
 
 
 def _check_run_paths(root: Path, elves: Mapping[Path, ElfInfo], policy: PlatformPolicy) -> Check:
@@ -367,13 +380,8 @@ def audit_bundle(
     checks = [Check("no-symlinks", not links,
                     tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
     names = {p.name for p in top}
-    if backend is None:
-        backend = str(meta.get("backend") or "")
     if not backend:
-        def has(globs: Sequence[str]) -> bool:
-            return any(name_matches(n, globs, platform=str(platform)) for n in names)
-
-        backend = "vulkan" if has(GGML_VULKAN) and not has(GGML_HIP) else "rocm"
+        backend = bundle_backend(names, meta, str(platform))
     vulkan = backend == "vulkan"
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []

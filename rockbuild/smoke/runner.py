@@ -537,7 +537,10 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     logs.mkdir(parents=True, exist_ok=True)
     child, removed = smoke_env(env)
     started, t0 = _now(), time.monotonic()
-    vulkan = any(bundle.glob("libggml-vulkan*")) or any(bundle.glob("ggml-vulkan*.dll"))
+    from rockbuild.bundle import bundle_backend
+
+    names = (p.name for p in bundle.iterdir())
+    vulkan = bundle_backend(names, _read_json(bundle / "bundle.json"), platform) == "vulkan"
     preflight = None
     if vulkan:
         # ggml skips CPU-type devices and falls back to the CPU with exit code 0: ask the bundle what it sees, and pin
