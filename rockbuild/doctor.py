@@ -433,14 +433,15 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     if report.backend == "vulkan":  # SPIR-V: no per-GPU kernels, the host's driver compiles them
         more, vulkan_devices = check_vulkan_host(gpus, bundle, os.environ if env is None else env)
         findings += more
-    for gpu in gpus if vulkan_devices is None else ():
-        if gpu.target in targets:
-            findings.append(Finding("ok", "bundle", f"{bundle} has kernels for {gpu.target}"))
-        else:
-            findings.append(Finding(
-                "error", "bundle",
-                f"{bundle} has kernels for {', '.join(report.targets) or 'no target'}, not for {gpu.target}: it "
-                "would fail or run on the CPU there", f"rockbuild install --target {gpu.target}"))
+    else:
+        for gpu in gpus:
+            if gpu.target in targets:
+                findings.append(Finding("ok", "bundle", f"{bundle} has kernels for {gpu.target}"))
+            else:
+                findings.append(Finding(
+                    "error", "bundle",
+                    f"{bundle} has kernels for {', '.join(report.targets) or 'no target'}, not for {gpu.target}: "
+                    "it would fail or run on the CPU there", f"rockbuild install --target {gpu.target}"))
     if report.ok:
         findings.append(Finding("ok", "bundle", f"{bundle}: audit passed"))
     else:

@@ -279,7 +279,7 @@ def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
                  timeout: float = 120.0) -> tuple[list[tuple[str, str]], str | None]:
     """The devices the bundle's llama-cli can use (``--list-devices``), or why it could not tell (it did not start:
     e.g. no Vulkan loader on the host)."""
-    output, rc, failure, _ = _run_process("devices", [str(exe), "--list-devices"], cwd=cwd, env=env,
+    output, _, failure, _ = _run_process("devices", [str(exe), "--list-devices"], cwd=cwd, env=env,
                                           timeout=timeout, log=log)
     if failure:
         lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
