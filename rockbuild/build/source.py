@@ -19,7 +19,7 @@ from typing import Any
 from filelock import FileLock
 
 from rockbuild import console
-from rockbuild.config import cache_dir
+from rockbuild.config import cache_dir, read_json_object
 from rockbuild.errors import FetchError, UsageError
 from rockbuild.process import ProcessError, child_env, run
 
@@ -215,14 +215,6 @@ def build_number_from_ls_remote(text: str, commit: str) -> str | None:
     return build_number_from_tags(tags)
 
 
-def _read_marker(repo: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((repo / ".git" / _MARKER).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def checkout_ref(
     ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path | None = None, build_number: str | int | None = None,
     log: Path | None = None, env: Mapping[str, str] | None = None, slot: str | None = None,
@@ -243,7 +235,7 @@ def checkout_ref(
     repo = clone_dir_for(url, slot or ref, cache)
     repo.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(repo.parent / f".{repo.name}.lock")):
-        marker = _read_marker(repo)
+        marker = read_json_object(repo / ".git" / _MARKER) or {}
         reusable = (
             marker.get("url") == url and marker.get("ref") == ref and marker.get("kind") in ("tag", "commit")
             and FULL_COMMIT_RE.match(str(marker.get("commit", "")))

@@ -20,12 +20,13 @@ loader, a Vulkan driver) ships in it.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rockbuild.config import read_json_object
 
 from . import BundleError
 from .elf import ElfInfo, elf_machine, highest_versions, read_elf, version_key
@@ -123,14 +124,6 @@ def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
 def _inside(path: Path, root: Path) -> bool:
     return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or \
         os.path.normpath(path) == os.path.normpath(root)
-
-
-def _load_meta(root: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((root / BUNDLE_JSON).read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str) -> str:
@@ -368,7 +361,7 @@ def audit_bundle(
     root = Path(path).absolute()
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")
-    meta = _load_meta(root)
+    meta = read_json_object(root / BUNDLE_JSON) or {}
     targets = tuple(targets) if targets else tuple(meta.get("targets") or ())
     files, links = _bundle_files(root)
     top = [p for p in files if p.parent == root]

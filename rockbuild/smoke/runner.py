@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
+from rockbuild.config import read_json_object
 from rockbuild.model import ModelFile
 from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
 
@@ -214,18 +215,10 @@ def locate_bundle(path: Path) -> tuple[Path, Path | None]:
     return path, None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
     """(platform, gfx targets, job id) from bundle.json / build.json, guessed from the files when absent."""
-    meta = _read_json(bundle / "bundle.json")
-    build = _read_json(job_dir / "build.json") if job_dir else {}
+    meta = read_json_object(bundle / "bundle.json") or {}
+    build = (read_json_object(job_dir / "build.json") if job_dir else None) or {}
     job: dict[str, Any] = build["job"] if isinstance(build.get("job"), dict) else {}
     platform = str(meta.get("platform") or job.get("os") or "")
     if not platform:
@@ -540,7 +533,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     from rockbuild.bundle import bundle_backend
 
     names = (p.name for p in bundle.iterdir())
-    vulkan = bundle_backend(names, _read_json(bundle / "bundle.json"), platform) == "vulkan"
+    vulkan = bundle_backend(names, read_json_object(bundle / "bundle.json") or {}, platform) == "vulkan"
     preflight = None
     if vulkan:
         # ggml skips CPU-type devices and falls back to the CPU with exit code 0: ask the bundle what it sees, and pin
