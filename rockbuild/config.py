@@ -56,12 +56,16 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False) -> None:
-    """Write a JSON object so that readers see the old file or the new one, never half of one."""
+def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False,
+                      ensure_ascii: bool = True) -> Path:
+    """Write a JSON object so that readers see the old file or the new one, never half of one; returns ``path``.
+    ``ensure_ascii=False`` keeps text (generated tokens, release notes) readable in the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n",
+                   encoding="utf-8")
     os.replace(tmp, path)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------------

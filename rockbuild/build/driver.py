@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import GFX_TARGET_RE, Job, cache_dir, load_families
+from rockbuild.config import GFX_TARGET_RE, Job, cache_dir, load_families, write_json_atomic
 from rockbuild.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
@@ -475,12 +475,6 @@ def _forget_other_source(build_dir: Path, source: Path) -> bool:
     return True
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
     tail = log_tail(log, TAIL_LINES) or list(exc.tail)[-TAIL_LINES:]
     console.info(f"---- last {len(tail)} lines of {log} ----")
@@ -626,7 +620,7 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
                 except ProcessError as exc:
                     state["warnings"] = tuple(notices.messages)
                     raise _failure("configure", exc, log) from None
-                _write_json(stamp, {**fingerprint, "warnings": notices.messages})
+                write_json_atomic(stamp, {**fingerprint, "warnings": notices.messages})
             state["warnings"] = tuple(notices.messages)
         durations["configure"] = round(time.monotonic() - t0, 3)
 
@@ -665,10 +659,10 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
         durations["compile"] = round(time.monotonic() - t0, 3)
     except Exception:
         durations.setdefault(current, round(time.monotonic() - t0, 3))
-        _write_json(job_dir / "build.json", result("failed", current).to_dict())
+        write_json_atomic(job_dir / "build.json", result("failed", current).to_dict())
         raise
 
     done = result("ok")
-    _write_json(done.build_json, done.to_dict())
+    write_json_atomic(done.build_json, done.to_dict())
     console.info(f"    {job.id}: build.json and build.log in {job_dir}")
     return done

@@ -12,14 +12,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import Job
+from rockbuild.config import Job, write_json_atomic
 from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
 
 SCHEMA = 1
@@ -185,12 +184,7 @@ class Inputs:
         )
 
     def write(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".partial")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        return write_json_atomic(Path(path), self.to_dict())
 
 
 def load_inputs(path: Path) -> Inputs:

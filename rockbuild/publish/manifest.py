@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__
+from rockbuild.config import write_json_atomic
 
 from .jobs import JobRecord
 
@@ -116,8 +117,5 @@ def build_manifest(
     }
 
 
-def write_json(path: Path, data: Any) -> Path:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+def write_json(path: Path, data: Mapping[str, Any]) -> Path:
+    return write_json_atomic(path, data, ensure_ascii=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import socket
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import read_json_object
+from rockbuild.config import read_json_object, write_json_atomic
 from rockbuild.model import ModelFile
 from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
 
@@ -497,11 +496,7 @@ def _now() -> str:
 
 
 def write_smoke_json(report: SmokeReport, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(path, report.to_dict(), ensure_ascii=False)
 
 
 def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
