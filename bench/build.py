@@ -14,25 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-RUN_SH = HERE.parent / "tests" / "e2e" / "run.sh"
+from e2e_results import e2e_root, load_result, run_e2e
+
 GOAL_RATIO = 0.2
 
 
-def run_e2e(mode: str) -> None:
-    print(f"--- tests/e2e/run.sh {mode}", file=sys.stderr, flush=True)
-    subprocess.run(["nice", "-n", "10", str(RUN_SH), mode], check=True)
-
-
 def load(bench_dir: Path, mode: str) -> dict:
-    path = bench_dir / f"{mode}.json"
-    if not path.is_file():
-        sys.exit(f"{path} is missing: run `tests/e2e/run.sh {mode}` (or this script with --run) first")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return load_result(bench_dir / f"{mode}.json", f"tests/e2e/run.sh {mode}")
 
 
 def in_root(root: Path, path: str) -> Path:
@@ -80,13 +71,13 @@ def figures(cold: dict, warm: dict, root: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--e2e", type=Path, default=Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")))
+    parser.add_argument("--e2e", type=Path, default=e2e_root())
     parser.add_argument("--run", action="store_true", help="run the cold and the warm build first")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.run:
-        run_e2e("cold")
-        run_e2e("warm")
+        run_e2e("run.sh", "cold")
+        run_e2e("run.sh", "warm")
     bench_dir, root = args.e2e / "bench", args.e2e / "rocm-root"
     cold, warm = load(bench_dir, "cold"), load(bench_dir, "warm")
     if cold["ccache"].get("hits") not in (0, None) or warm["ccache"].get("hit_rate") is None:

@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE.parent / "tests" / "e2e" / "vulkan.sh"
+from e2e_results import e2e_root, load_result, run_e2e
 
 
 def load(bench: Path, name: str) -> dict:
-    path = bench / f"vulkan-night-{name}-build.json"
-    if not path.is_file():
-        sys.exit(f"{path} is missing: run `tests/e2e/vulkan.sh ccache` (or this script with --run)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return load_result(bench / f"vulkan-night-{name}-build.json", "tests/e2e/vulkan.sh ccache")
 
 
 def row(build: dict) -> dict:
@@ -44,11 +37,10 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="run the e2e nights first (root, provisioned roots)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    bench = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "bench"
+    bench = e2e_root() / "bench"
     if args.run:
         for mode in ("night", "ccache"):
-            print(f"--- tests/e2e/vulkan.sh {mode}", file=sys.stderr, flush=True)
-            subprocess.run(["nice", "-n", "10", str(SCRIPT), mode], check=True)
+            run_e2e("vulkan.sh", mode)
     first, ours, base = (row(load(bench, n)) for n in ("first", "next", "next-baseline"))
     data = {"first_night": first, "next_night": ours, "next_night_baseline": base,
             "ratio": ours["total_s"] / base["total_s"]}

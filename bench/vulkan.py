@@ -17,25 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE.parent / "tests" / "e2e" / "vulkan.sh"
-
-
-def run_e2e(*args: str) -> None:
-    print(f"--- tests/e2e/vulkan.sh {' '.join(args)}", file=sys.stderr, flush=True)
-    subprocess.run(["nice", "-n", "10", str(SCRIPT), *args], check=True)
+from e2e_results import e2e_root, load_result, run_e2e
 
 
 def load(bench: Path, name: str, how: str) -> dict:
-    path = bench / f"vulkan-{name}.json"
-    if not path.is_file():
-        sys.exit(f"{path} is missing: run `tests/e2e/vulkan.sh {how}` (or this script with --run) first")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return load_result(bench / f"vulkan-{name}.json", f"tests/e2e/vulkan.sh {how}")
 
 
 def figures(bench: Path) -> dict:
@@ -64,13 +52,13 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="run the e2e steps first (root, provisioned roots)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    bench = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "bench"
+    bench = e2e_root() / "bench"
     if args.run:
-        run_e2e("cold")
-        run_e2e("warm")
-        run_e2e("smoke", "cold")
-        run_e2e("smoke")
-        run_e2e("compare")
+        run_e2e("vulkan.sh", "cold")
+        run_e2e("vulkan.sh", "warm")
+        run_e2e("vulkan.sh", "smoke", "cold")
+        run_e2e("vulkan.sh", "smoke")
+        run_e2e("vulkan.sh", "compare")
     data = figures(bench)
     if args.json:
         print(json.dumps(data, indent=2))
