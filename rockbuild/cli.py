@@ -36,6 +36,14 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
+def show(result: Any, as_json: bool) -> None:
+    """A command's result: its ``to_dict()`` as JSON with --json, else its ``render()`` text."""
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.render())
+
+
 @click.group(cls=_OrderedGroup, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="rockbuild")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
@@ -427,10 +435,7 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
         ceilings[family.strip().upper()] = version.strip()
     report = audit_bundle(bundle_dir, _split_targets(targets) or None,
                           policy=load_policy(policy) if policy else None, max_versions=ceilings)
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        click.echo(report.render())
+    show(report, as_json)
     if not report.ok:
         raise AuditError(f"{bundle_dir}: {len(report.failures)} audit failure(s), first: {report.failures[0]}")
 @cli.command(context_settings=CONTEXT)
@@ -499,10 +504,7 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
                              gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
                              timeout=timeout)
     comparison = run_compare(list(bundle_dirs), model, options, quiet=as_json)
-    if as_json:
-        emit_json(comparison.to_dict())
-    else:
-        click.echo(comparison.render())
+    show(comparison, as_json)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -547,10 +549,7 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
         job_dirs=job_dirs, repo=repo, api_url=api_url, tag=tag, scheme=scheme, draft=draft, dry_run=dry_run,
         keep=keep, out=out_dir, quiet=as_json,
     ))
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        click.echo(report.render())
+    show(report, as_json)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -704,10 +703,7 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
     from .errors import RockbuildError
 
     report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, bundle=bundle_dir)
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        click.echo(report.render())
+    show(report, as_json)
     if not report.ok:
         first = report.errors[0]
         raise RockbuildError(f"{len(report.errors)} problem(s) found, first: {first.message}",
@@ -740,10 +736,7 @@ def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | 
         repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
         api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
     ))
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        click.echo(report.render())
+    show(report, as_json)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
