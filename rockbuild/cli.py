@@ -331,19 +331,13 @@ def build(
         result = build_job(job, build_options)
     bundled = None
     if make_bundle:
-        from .bundle import make_bundle as bundle_build
+        from .bundle import bundle_job
         from .console import step
-        from .rocm.layout import detect_layout
 
+        rocm_root = (result.rocm or {}).get("root")
         with step(f"bundle ({', '.join(job.targets) or job.backend})"):
-            if job.backend == "vulkan":  # no ROCm at all: the Vulkan loader and drivers belong to the host
-                bundled = bundle_build(result.build_dir / "bin", None, (), result.job_dir / "bundle",
-                                       backend="vulkan", platform=job.os, quiet=as_json)
-            else:
-                bundled = bundle_build(
-                    result.build_dir / "bin", detect_layout(Path((result.rocm or {})["root"])), job.targets,
-                    result.job_dir / "bundle", prune_fatbin=prune_fatbin, quiet=as_json,
-                )
+            bundled = bundle_job(job, result.build_dir / "bin", Path(rocm_root) if rocm_root else None,
+                                 result.job_dir / "bundle", prune_fatbin=prune_fatbin, quiet=as_json)
     if as_json:
         emit_json({**result.to_dict(), "bundle": bundled.to_dict() if bundled else None})
         return

@@ -83,9 +83,9 @@ class Closure:
 
 # The API, imported after the types above that the submodules use.
 from .audit import AuditReport, audit_bundle, bundle_backend  # noqa: E402
-from .plan import BundleReport, make_bundle  # noqa: E402
+from .plan import BundleReport, bundle_job, make_bundle  # noqa: E402
 
 __all__ = [
     "AuditError", "AuditReport", "BundleError", "BundleReport", "Closure", "Library", "audit_bundle", "bundle_backend",
-    "make_bundle",
+    "bundle_job", "make_bundle",
 ]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.config import Job
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout
 
@@ -522,3 +523,16 @@ __all__ = [
     "BUNDLE_JSON", "BundlePlan", "BundleReport", "PlannedFile", "apply_plan", "make_bundle", "make_plan",
     "patchelf_tool", "ROOT", "SHIPS",
 ]
+
+
+def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, quiet: bool = False,
+               prune_fatbin: bool = False) -> BundleReport:
+    """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the root
+    it was built with), or for a Vulkan job nothing of ROCm at all (the Vulkan loader and drivers are the host's)."""
+    if job.is_vulkan:
+        return make_bundle(build_bin, None, (), out, quiet=quiet, backend="vulkan", platform=job.os)
+    if rocm_root is None:
+        raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
+    from rockbuild.rocm.layout import detect_layout
+
+    return make_bundle(build_bin, detect_layout(rocm_root), job.targets, out, quiet=quiet, prune_fatbin=prune_fatbin)

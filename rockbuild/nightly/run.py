@@ -368,19 +368,14 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         reuse("bundle")
     else:
         night.event(job.id, "bundle", "start")
-        from rockbuild.bundle import make_bundle
-        from rockbuild.rocm.layout import detect_layout
+        from rockbuild.bundle import bundle_job
 
         shutil.rmtree(bundle_dir, ignore_errors=True)
         (job_dir / "bundle.log").unlink(missing_ok=True)
         try:
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
-                if root is None:  # Vulkan: nothing of ROCm; the loader and drivers stay the host's
-                    make_bundle(job_dir / "build" / "bin", None, (), bundle_dir, quiet=options.quiet,
-                                backend=job.backend, platform=job.os)
-                else:
-                    make_bundle(job_dir / "build" / "bin", detect_layout(root), job.targets, bundle_dir,
-                                quiet=options.quiet, prune_fatbin=options.prune_fatbin)
+                bundle_job(job, job_dir / "build" / "bin", root, bundle_dir, quiet=options.quiet,
+                           prune_fatbin=options.prune_fatbin)
         except RockbuildError as exc:
             (job_dir / "bundle.log").write_text(exc.message + "\n", encoding="utf-8")
             return fail("bundle", bundle_key, t0, exc)
