@@ -31,3 +31,10 @@ bind_mount() {
         fi
     fi
 }
+
+# bundle_mount SOURCE TARGET: SOURCE read-only at TARGET, replacing what an earlier run left there (a bundle of another
+# target may be mounted): nothing a test does in the root may change a bundle
+bundle_mount() {
+    if mountpoint -q "$2"; then umount "$2"; fi
+    bind_mount "$1" "$2" ro
+}

@@ -125,9 +125,7 @@ in_clean() { chroot_env "$CLEAN" "$@"; }
 
 mount_clean() {
     mount_proc "$CLEAN"
-    # the bundle, read-only: nothing the smoke test does may change it (a bundle of another target may be mounted)
-    if mountpoint -q "$CLEAN$BUNDLE_IN_CLEAN"; then umount "$CLEAN$BUNDLE_IN_CLEAN"; fi
-    bind_mount "$ROOT$OUT/$JOB_ID/bundle" "$CLEAN$BUNDLE_IN_CLEAN" ro
+    bundle_mount "$ROOT$OUT/$JOB_ID/bundle" "$CLEAN$BUNDLE_IN_CLEAN"
     mkdir -p "$MODELS"
     bind_mount "$MODELS" "$CLEAN/models"
 }

@@ -163,8 +163,7 @@ mount_host() {
     mount_proc "$HOST"
     local job_dir=$ROOT$OUT/$JOB_ID
     [[ -f $job_dir/bundle/bundle.json ]] || die "no Vulkan bundle in $job_dir; run: $0 build"
-    if mountpoint -q "$HOST$VK_BUNDLE"; then umount "$HOST$VK_BUNDLE"; fi
-    bind_mount "$job_dir/bundle" "$HOST$VK_BUNDLE" ro
+    bundle_mount "$job_dir/bundle" "$HOST$VK_BUNDLE"
     mkdir -p "$MODELS"
     bind_mount "$MODELS" "$HOST/models"
     mkdir -p "$HOST$MESA_CACHE"
@@ -225,8 +224,7 @@ no_loader() {
     fi
     [[ ! -e $clean/usr/lib/x86_64-linux-gnu/libvulkan.so.1 ]] || die "$clean has a Vulkan loader"
     mount_proc "$clean"
-    if mountpoint -q "$clean$VK_BUNDLE"; then umount "$clean$VK_BUNDLE"; fi
-    bind_mount "$ROOT$OUT/$JOB_ID/bundle" "$clean$VK_BUNDLE" ro
+    bundle_mount "$ROOT$OUT/$JOB_ID/bundle" "$clean$VK_BUNDLE"
     bind_mount "$MODELS" "$clean/models"
     [[ -x $clean$VENV/bin/python3 ]] || chroot_env "$clean" python3 -m venv "$VENV"
     install_rockbuild "$clean"
@@ -243,8 +241,7 @@ no_loader() {
 compare_flavours() {
     mount_host
     [[ -f $ROCM_BUNDLE/bundle.json ]] || die "no ROCm bundle at $ROCM_BUNDLE; run tests/e2e/run.sh all (or set ROCKBUILD_E2E_ROCM_BUNDLE)"
-    if mountpoint -q "$HOST$ROCM_BUNDLE_IN_HOST"; then umount "$HOST$ROCM_BUNDLE_IN_HOST"; fi
-    bind_mount "$ROCM_BUNDLE" "$HOST$ROCM_BUNDLE_IN_HOST" ro
+    bundle_mount "$ROCM_BUNDLE" "$HOST$ROCM_BUNDLE_IN_HOST"
     log "rockbuild compare: ROCm bundle (CPU: no AMD GPU here) vs Vulkan bundle (lavapipe), tiny model"
     in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" compare "$ROCM_BUNDLE_IN_HOST" "$VK_BUNDLE" \
         --model /models/tiny-qwen3.gguf --threads "$JOBS"
