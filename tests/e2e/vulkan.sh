@@ -116,18 +116,18 @@ night() {
     mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
     local run
     for run in first again; do
-        run_night "$run" "b$LLAMA_BUILD_NUMBER" /e2e/night
+        run_night "$run" "b$LLAMA_BUILD_NUMBER" /e2e/night "$CCACHE_DIR_IN_ROOT"
     done
 }
 
-# run_night NAME REF OUT [VAR=VALUE...]: rockbuild nightly for the Vulkan job at REF into OUT, no publishing;
-# leaves $BENCH/vulkan-night-NAME.json (the report) and vulkan-night-NAME-build.json
+# run_night NAME REF OUT CCACHE [VAR=VALUE...]: rockbuild nightly for the Vulkan job at REF into OUT with the ccache
+# directory CCACHE, no publishing; leaves $BENCH/vulkan-night-NAME.json (the report) and vulkan-night-NAME-build.json
 run_night() {
-    local name=$1 ref=$2 out=$3
-    shift 3
+    local name=$1 ref=$2 out=$3 ccache=$4
+    shift 4
     log "rockbuild nightly ($name): Vulkan job at $ref, --no-publish, smoke on the tiny model"
     chroot_env "$ROOT" "$@" "$VENV/bin/rockbuild" nightly -c "$MATRIX_IN_ROOT" --git-url /e2e/llama.git \
-        --llama-ref "$ref" --no-publish --offline --out "$out" --ccache-dir "$CCACHE_DIR_IN_ROOT" \
+        --llama-ref "$ref" --no-publish --offline --out "$out" --ccache-dir "$ccache" \
         --compile-jobs "$JOBS" --model tiny --vocab "$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf" --json \
         > "$BENCH/vulkan-night-$name.json"
     cp "$ROOT$out/$JOB_ID/build.json" "$BENCH/vulkan-night-$name-build.json"
@@ -148,15 +148,12 @@ ccache_nights() {
     local dir=/e2e/ccache-bench
     rm -rf "${ROOT:?}$dir"
     mkdir -p "$ROOT$dir"
-    local saved=$CCACHE_DIR_IN_ROOT
-    CCACHE_DIR_IN_ROOT=$dir/ccache
-    run_night first "b$LLAMA_BUILD_NUMBER" "$dir/out" ROCKBUILD_CACHE="$dir/cache"
+    run_night first "b$LLAMA_BUILD_NUMBER" "$dir/out" "$dir/ccache" ROCKBUILD_CACHE="$dir/cache"
     # a CI runner starts with no build dir and the ccache restored from the last night
     rm -rf "${ROOT:?}$dir/out/$JOB_ID/build"
-    run_night next master "$dir/out" ROCKBUILD_CACHE="$dir/cache"
+    run_night next master "$dir/out" "$dir/ccache" ROCKBUILD_CACHE="$dir/cache"
     # the baseline: the same night in a source folder never built from (the old checkout per ref), same ccache
-    run_night next-baseline master "$dir/out-baseline" ROCKBUILD_CACHE="$dir/cache-baseline"
-    CCACHE_DIR_IN_ROOT=$saved
+    run_night next-baseline master "$dir/out-baseline" "$dir/ccache" ROCKBUILD_CACHE="$dir/cache-baseline"
 }
 
 mount_host() {
