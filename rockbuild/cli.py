@@ -150,7 +150,11 @@ def _rocm_source_options(func: Any) -> Any:
 
 @cli.command(context_settings=CONTEXT)
 @_rocm_source_options
-@click.option("--version", "version", default="latest", show_default=True, help="'latest' or an exact version.")
+@click.option(
+    "--rocm-version", "version", default="latest", show_default=True,
+    help="'latest' or an exact TheRock version (e.g. 10.2.0a20261128).",
+)
+@click.option("--version", "old_version", default=None, hidden=True)  # before 0.2; --version is the program's
 @click.option(
     "--cache", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Cache folder (default: $ROCKBUILD_CACHE or ~/.cache/rockbuild).",
@@ -163,10 +167,14 @@ def _rocm_source_options(func: Any) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def fetch(
     family: str | None, target: str | None, os_name: str | None, channel: str, index_url: str | None,
-    version: str, cache: Path | None, dest: Path | None, sha256: str | None, as_json: bool,
+    version: str, old_version: str | None, cache: Path | None, dest: Path | None, sha256: str | None, as_json: bool,
 ) -> None:
     """Find, download and safely extract a TheRock ROCm tarball."""
+    from .errors import UsageError
     from .rocm.fetch import fetch_rocm
+
+    if old_version is not None:
+        raise UsageError(f"fetch --version is now --rocm-version: use --rocm-version {old_version}")
 
     result = fetch_rocm(
         _selection(family, target), os_name=os_name or _host_os(), version=version, channel=channel,
@@ -694,14 +702,12 @@ def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses
 def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, as_json: bool) -> None:
     """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
     from .doctor import run_doctor
-    from .errors import RockbuildError
 
     report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, bundle=bundle_dir)
     show(report, as_json)
-    if not report.ok:
-        first = report.errors[0]
-        raise RockbuildError(f"{len(report.errors)} problem(s) found, first: {first.message}",
-                             hint=first.action or None)
+    failure = report.failure(as_json)
+    if failure is not None:
+        raise failure
 
 
 @cli.command(context_settings=CONTEXT)
@@ -747,14 +753,22 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_requested(argv)
     try:
-        cli.main(args=argv, prog_name="rockbuild", standalone_mode=False)
+        # without standalone mode click *returns* the code of a ctx.exit(code) instead of exiting with it
+        code = cli.main(args=argv, prog_name="rockbuild", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.Abort:
         _fail("aborted", 130)
-    except click.ClickException as exc:
-        exc.show()
+    except click.exceptions.NoArgsIsHelpError as exc:  # `rockbuild` or a group alone: its help, as click would
+        click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message(), err=True)
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:  # one line, like every other error, naming the help to read
+        where = exc.ctx.command_path if exc.ctx else "rockbuild"
+        _fail(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+    except click.ClickException as exc:  # a file click could not open, ...
+        _fail(exc.format_message(), exc.exit_code)
     except RockbuildError as exc:
         if debug:
             traceback.print_exc()

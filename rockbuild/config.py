@@ -117,6 +117,28 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
+MAX_YAML_DEPTH = 32  # the deepest real file (a matrix's options.cmake) nests 4 levels
+
+
+def _depth(root: yaml.Node) -> tuple[int, yaml.Node]:
+    """How deep ``root`` nests (a scalar is 1) and its deepest node, without recursion."""
+    best, deepest = 0, root
+    todo: list[tuple[yaml.Node, int]] = [(root, 1)]
+    seen: set[int] = set()
+    while todo:
+        node, level = todo.pop()
+        if id(node) in seen:  # an alias points back at a node already counted
+            continue
+        seen.add(id(node))
+        if level > best:
+            best, deepest = level, node
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((child, level + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            todo.extend((value, level + 1) for _, value in node.value)
+    return best, deepest
+
+
 def load_yaml(path: Path) -> Any:
     """Parse a YAML file into YDict/YList values; any problem is a one-line ConfigError with file and line."""
     try:
@@ -128,7 +150,17 @@ def load_yaml(path: Path) -> Any:
     loader = _LineLoader(text)
     loader.name = str(path)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        depth, deepest = _depth(node)
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{path}:{deepest.start_mark.line + 1}: nested {depth} levels deep; "
+                              f"a configuration file may nest at most {MAX_YAML_DEPTH}")
+        return loader.construct_document(node)
+    except RecursionError:  # the composer recurses once per level: say what it is, not where Python gave up
+        raise ConfigError(f"{path}: nested too deeply to read; a configuration file may nest at most "
+                          f"{MAX_YAML_DEPTH} levels") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""

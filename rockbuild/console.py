@@ -49,18 +49,31 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+class Step:
+    """What ``with step(...) as s`` gets: ``s.fail()`` marks the step failed when the block handles (records) a
+    failure itself instead of raising it."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def fail(self) -> None:
+        self.failed = True
+
+
 @contextlib.contextmanager
-def step(title: str) -> Iterator[None]:
-    """One pipeline step: a fold on GitHub Actions, a header line elsewhere, its duration at the end."""
+def step(title: str) -> Iterator[Step]:
+    """One pipeline step: a fold on GitHub Actions, a header line elsewhere, at the end ``done`` or ``failed`` (the
+    block raised, or called :meth:`Step.fail`) and its duration."""
     start = time.monotonic()
     if on_github_actions():
         print(f"::group::{title}", file=_stream(), flush=True)
     else:
         info(f"==> {title}")
+    handle = Step()
     ok = False
     try:
-        yield
-        ok = True
+        yield handle
+        ok = not handle.failed
     finally:
         if on_github_actions():
             print("::endgroup::", file=_stream(), flush=True)

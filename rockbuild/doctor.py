@@ -3,7 +3,9 @@
 Everything is read from files, never from ROCm: the KFD topology in sysfs names the GPUs, ``/dev`` says whether this
 user may open them, the environment holds the overrides people copy from forum posts, the ttm/amdgpu module
 parameters bound how much RAM an APU's GPU may use. Each problem is a :class:`Finding` with a severity and one line
-of what to do; an ``error`` finding makes the command fail.
+of what to do; an ``error`` finding makes the command fail. The text report names each finding once: the line the
+CLI prints on failure (:meth:`DoctorReport.failure`) only counts them. With no AMD GPU there is one finding, saying
+what was looked at (the KFD topology, ``/dev/kfd``) and what to do, and the report still says which build to try.
 
 Reading the KFD topology (``/sys/class/kfd/kfd/topology/nodes/N/properties``, one ``key value`` per line):
 
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import FamilyTable, load_families
+from .errors import RockbuildError
 
 SEVERITIES = ("ok", "info", "warning", "error")
 PAGE = 4096  # ttm.pages_limit counts 4 KiB pages
@@ -44,6 +47,12 @@ OTHER_OVERRIDES = ("HSA_ENABLE_SDMA", "HSA_XNACK", "HSA_NO_SCRATCH_RECLAIM", "AM
                    "GGML_VK_VISIBLE_DEVICES", "HCC_AMDGPU_TARGET")
 # When the GTT limit of an APU is below this share of RAM, big models fail to load on its GPU.
 GTT_SHARE_WANTED = 0.75
+VULKAN_INSTALL = "rockbuild install --backend vulkan"
+# What to try on a machine without an AMD GPU. ggml-vulkan skips CPU-type Vulkan devices unless
+# GGML_VK_VISIBLE_DEVICES lists one (the smoke test's and compare's rule), so without a GPU the build runs on ggml's CPU
+# backend, or on lavapipe when asked to.
+NO_GPU_RECOMMENDATION_REASON = ("the ROCm builds need one; the Vulkan build runs on any GPU with a Vulkan driver, "
+                                "else on the CPU; Mesa's lavapipe is used only with GGML_VK_VISIBLE_DEVICES=0")
 
 
 def gfx_name(version: int) -> str:
@@ -145,9 +154,24 @@ class DoctorReport:
         if self.recommendations:
             lines.append("Which build to try first:")
             for r in self.recommendations:
-                lines.append(f"  {r.target}: {r.flavour} ({r.reason})")
+                lines.append(f"  {r.target or 'no AMD GPU'}: {r.flavour} ({r.reason})")
                 lines.append(f"      $ {r.command}")
         return "\n".join(lines)
+
+    def failure(self, as_json: bool = False) -> RockbuildError | None:
+        """The error the command exits with (exit code 1), None when no finding is an error.
+
+        After the text report it only counts the problems: each is already printed there with what to do, and the
+        CLI prints this as one more ``error:`` line. After ``--json`` (stdout is for machines) it names the first
+        problem and its action, the only words a person reading stderr gets."""
+        errors = self.errors
+        if not errors:
+            return None
+        n = len(errors)
+        if as_json:
+            return RockbuildError(f"{n} problem(s) found, first: {errors[0].message}", hint=errors[0].action or None)
+        findings = "the [error] finding above says" if n == 1 else "the [error] findings above say"
+        return RockbuildError(f"{n} problem{'' if n == 1 else 's'} found ({findings} what to do)")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -248,6 +272,27 @@ def _device_access(path: Path, what: str) -> Finding:
                    f"this user cannot open {path} ({mode}, group {group}): ROCm sees no GPU and llama.cpp silently "
                    "runs on the CPU",
                    f"sudo usermod -aG {group} $USER (render and video on most distributions), then log out and in")
+
+
+def check_no_gpu(sysfs_root: Path = Path("/sys"), dev_root: Path = Path("/dev")) -> Finding:
+    """The one finding for a machine whose KFD topology names no GPU: what was looked at, what was found, what to do.
+
+    The KFD topology is part of the amdgpu driver: without it the driver is not loaded (or not installed); with only
+    CPU nodes it is loaded but drives no GPU. ``/dev/kfd`` is said too, since that is what ROCm opens."""
+    kfd_class = sysfs_root / "class" / "kfd"
+    nodes = kfd_nodes_dir(sysfs_root)
+    kfd = dev_root / "kfd"
+    device = f"{kfd} exists" if kfd.exists() else f"{kfd} is missing"
+    vm = "in a VM, pass the GPU through to the guest"
+    if nodes.is_dir():
+        return Finding("error", "gpu", f"no AMD GPU found: the KFD topology ({nodes}) lists only CPU nodes and "
+                       f"{device}: the amdgpu driver is loaded but drives no GPU",
+                       "check that the GPU is enabled in the firmware and that your kernel's amdgpu supports it "
+                       f"(sudo dmesg | grep -i amdgpu); {vm}")
+    topology = f"{kfd_class} has no topology" if kfd_class.exists() else f"{kfd_class} does not exist"
+    return Finding("error", "gpu", f"no AMD GPU found: {topology} and {device}: the amdgpu kernel driver is not "
+                   "loaded (or has no KFD)", "install or load the amdgpu kernel driver: lsmod | grep amdgpu shows "
+                   f"whether it is loaded, sudo dmesg | grep -i amdgpu why it is not; {vm}")
 
 
 def check_device_access(gpus: Sequence[Gpu], dev_root: Path = Path("/dev")) -> list[Finding]:
@@ -420,7 +465,6 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     """Does the bundle carry kernels for each GPU found (a Vulkan bundle: does it see a Vulkan device), and does its
     audit pass?"""
     from .bundle.audit import audit_bundle
-    from .errors import RockbuildError
 
     try:
         report = audit_bundle(bundle)
@@ -465,11 +509,14 @@ def compare_command(target: str) -> str:
 
 
 def recommend_flavours(gpus: Sequence[Gpu], table: FamilyTable) -> list[Recommendation]:
-    """Which build to try first per GPU: ROCm, Vulkan, or both with a benchmark (issue 12's rules)."""
+    """Which build to try first per GPU: ROCm, Vulkan, or both with a benchmark (issue 12's rules). Without an AMD
+    GPU: Vulkan (target ""), since no ROCm build can run."""
+    if not gpus:
+        return [Recommendation("", "vulkan", NO_GPU_RECOMMENDATION_REASON, VULKAN_INSTALL)]
     out: list[Recommendation] = []
     for gpu in gpus:
         t = gpu.target
-        vulkan = "rockbuild install --backend vulkan"
+        vulkan = VULKAN_INSTALL
         if table.family_of_target(t) is None:
             out.append(Recommendation(t, "vulkan", f"no ROCm build exists for {t}", vulkan))
         elif _instinct(gpu.products) and not gpu.integrated and t.startswith("gfx9"):
@@ -494,14 +541,7 @@ def run_doctor(
     env = os.environ if env is None else env
     kernel = kernel or platform.release()
     gpus = read_kfd_gpus(sysfs_root, table)
-    findings: list[Finding] = []
-    if not kfd_nodes_dir(sysfs_root).is_dir():
-        findings.append(Finding("error", "gpu", f"no KFD topology in {sysfs_root}/class/kfd: the amdgpu driver is "
-                                "not loaded or there is no AMD GPU", "check lsmod | grep amdgpu; without a GPU the "
-                                "builds run on the CPU only (or pass --target to rockbuild install)"))
-    elif not gpus:
-        findings.append(Finding("error", "gpu", "the KFD topology lists no GPU, only CPU nodes",
-                                "check that the GPU is enabled in the firmware and that amdgpu supports it"))
+    findings: list[Finding] = [] if gpus else [check_no_gpu(sysfs_root, dev_root)]
     for gpu in gpus:
         have = table.family_of_target(gpu.target)
         findings.append(Finding("ok" if have else "warning", "gpu",

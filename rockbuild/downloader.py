@@ -39,7 +39,7 @@ from urllib3.util.retry import Retry
 
 from rockbuild import __version__, console
 from rockbuild.config import read_json_object, write_json_atomic
-from rockbuild.errors import ChecksumError, FetchError, NotFoundError
+from rockbuild.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 
 USER_AGENT = f"rockbuild/{__version__} (+requests)"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -81,6 +81,21 @@ class _Retry(Retry):
     def get_retry_after(self, response: Any) -> float | None:
         after = super().get_retry_after(response)
         return None if after is None else min(after, MAX_RETRY_AFTER)
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: Any = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: Any = None,
+    ) -> _Retry:
+        # A name that does not resolve or a refused connection answers at once and will answer the same in 15 s:
+        # fail now rather than back off through every retry (a connect *timeout* is still retried).
+        if error is not None and unreachable_reason(error) in (_NO_NAME, _REFUSED):
+            raise urllib3.exceptions.MaxRetryError(_pool, url or "", error) from error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
 def make_session(retries: int = 5, backoff: float = 0.5) -> requests.Session:
@@ -135,9 +150,7 @@ def get_text(
         try:
             resp = sess.get(quote_url_path(url), timeout=timeout, headers=dict(headers or {}))
         except requests.RequestException as exc:
-            raise FetchError(
-                f"cannot fetch {url}: {describe_error(exc)}", hint="check the network and the URL"
-            ) from exc
+            raise network_error(f"cannot fetch {url}", exc, "check the network and the URL") from exc
         with contextlib.closing(resp):
             _raise_for_status(resp, url)
             if "charset" not in resp.headers.get("Content-Type", "").lower():
@@ -166,29 +179,58 @@ def _exception_chain(exc: BaseException) -> Iterator[BaseException]:
                 todo.append(inner)
 
 
+_NO_NAME = "cannot resolve the host name"
+_REFUSED = "connection refused"
+_CONNECT_TIMEOUT = "connection timed out"
+
+
+def _chain_has(exc: BaseException, *types: type[BaseException]) -> bool:
+    return any(isinstance(e, types) for e in _exception_chain(exc))
+
+
+def unreachable_reason(exc: BaseException) -> str | None:
+    """Why the host could not be reached at all (no name, refused, connect timeout), or None if it was reached.
+
+    Order matters: urllib3 2.x's NameResolutionError and NewConnectionError are subclasses of ConnectTimeoutError.
+    """
+    if _chain_has(exc, urllib3.exceptions.NameResolutionError, socket.gaierror):
+        return _NO_NAME
+    if _chain_has(exc, ConnectionRefusedError):
+        return _REFUSED
+    if _chain_has(exc, urllib3.exceptions.NewConnectionError):
+        return "cannot connect"
+    if _chain_has(exc, requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError):
+        return _CONNECT_TIMEOUT
+    return None
+
+
 def describe_error(exc: BaseException) -> str:
     """A short, one-line reason for a network failure (no URL, no headers)."""
-    chain = list(_exception_chain(exc))
-
-    def has(*types: type[BaseException]) -> bool:
-        return any(isinstance(e, types) for e in chain)
-
-    if has(requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError):
-        return "connection timed out"
-    if has(requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout):
+    unreachable = unreachable_reason(exc)
+    if unreachable == "cannot connect":
+        # NewConnectionError without a known cause: keep the OS's words ("[Errno 101] Network is unreachable")
+        reasons = [e.strerror for e in _exception_chain(exc) if isinstance(e, OSError) and e.strerror]
+        return f"cannot connect ({reasons[0].lower()})" if reasons else "cannot connect"
+    if unreachable:
+        return unreachable
+    if _chain_has(exc, requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError,
+                  socket.timeout):
         return "read timed out"
-    if has(urllib3.exceptions.NameResolutionError, socket.gaierror):
-        return "cannot resolve the host name"
-    if has(ConnectionRefusedError):
-        return "connection refused"
-    if has(ConnectionResetError):
+    if _chain_has(exc, ConnectionResetError):
         return "connection reset by peer"
-    if has(urllib3.exceptions.IncompleteRead, http.client.IncompleteRead):
+    if _chain_has(exc, urllib3.exceptions.IncompleteRead, http.client.IncompleteRead):
         return "connection closed before the announced length (short body)"
-    if has(urllib3.exceptions.SSLError, requests.exceptions.SSLError):
+    if _chain_has(exc, urllib3.exceptions.SSLError, requests.exceptions.SSLError):
         return "TLS error"
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:200].rstrip(": ")
+
+
+def network_error(what: str, exc: BaseException, hint: str) -> FetchError:
+    """``what: reason`` as an UnreachableError when the host was never reached, else as a FetchError."""
+    if unreachable_reason(exc) is not None:
+        return UnreachableError(f"{what}: {describe_error(exc)}", hint="check the network, the host name and any proxy")
+    return FetchError(f"{what}: {describe_error(exc)}", hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -525,10 +567,9 @@ class _Transfer:
         try:
             resp = self.dl.session.get(self.wire_url, headers=req_headers, stream=True, timeout=self.dl.timeout)
         except (requests.ConnectionError, requests.Timeout) as exc:
-            if self.dl._own_session:  # make_session's Retry already tried with backoff
-                raise FetchError(
-                    f"could not download {self.url}: {describe_error(exc)}", hint="check the network or try later"
-                ) from exc
+            if self.dl._own_session or unreachable_reason(exc) in (_NO_NAME, _REFUSED):
+                # make_session's Retry already tried with backoff (or it would answer the same at once)
+                raise network_error(f"could not download {self.url}", exc, "check the network or try later") from exc
             raise _Retryable(describe_error(exc)) from exc
         except requests.RequestException as exc:
             raise FetchError(f"could not download {self.url}: {describe_error(exc)}") from exc

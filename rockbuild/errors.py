@@ -49,6 +49,12 @@ class FetchError(RockbuildError):
     exit_code = 4
 
 
+class UnreachableError(FetchError):
+    """The host was never reached: its name did not resolve, it refused the connection, or connecting timed out."""
+
+    exit_code = 4
+
+
 class NotFoundError(FetchError):
     """The requested ROCm version/group/file does not exist where we looked."""
 

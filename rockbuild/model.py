@@ -7,12 +7,14 @@ the project's :class:`~rockbuild.downloader.Downloader` (cache, resume, verifica
 ``tiny`` writes a random-weight Qwen3-architecture GGUF (2 layers, n_embd 64, 9.9 M parameters, ~16 MB) with the real
 Qwen2/Qwen3 tokenizer copied from a llama.cpp vocab file (``models/ggml-vocab-qwen2.gguf``). llama.cpp loads it like
 any Qwen3 and generates from it; the text is noise. It proves that a bundle loads and generates, not output quality.
-It needs the ``gguf`` package (and numpy), imported only here.
+It needs the ``gguf`` package (and numpy): the optional extra ``rockbuild[tiny]``, imported only when the tiny
+model is generated. Nothing else needs it: :func:`check_gguf` and :func:`read_gguf_metadata` read GGUF with struct.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +34,21 @@ TINY_NOTE = "random-weight tiny Qwen3: proves the bundle loads a Qwen3 GGUF and 
 _BOS = 151643  # <|endoftext|>
 _EOS = 151645  # <|im_end|>
 
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSIONS = (2, 3)  # what llama.cpp reads (v1 is refused since 2023)
+_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata key/value count
+_MAX_COUNT = 1 << 24  # far above any real model's tensors or metadata keys
+_MIN_KV, _MIN_TENSOR = 13, 24  # the smallest metadata pair and tensor info a GGUF can hold, in bytes
+TINY_EXTRA_HINT = "pip install 'rockbuild[tiny]' (or pip install 'gguf>=0.19'), or use the default model"
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """The fixed start of a GGUF file (after its magic): version, tensor count, metadata key/value count."""
+
+    version: int
+    tensors: int
+    kv: int
 
 
 @dataclass(frozen=True)
@@ -152,21 +169,48 @@ def find_vocab(explicit: Path | None = None, spec: TinySpec | None = None, cache
     )
 
 
+def check_gguf(path: Path, *, need_tensors: bool = False) -> GGUFHeader:
+    """The header of the GGUF file at ``path``, read with struct alone; a :class:`ModelError` in one line when the
+    file is not a GGUF, a version llama.cpp cannot read, has implausible counts or is too short for its header.
+    ``need_tensors``: a file without tensors (a vocab-only GGUF) is refused too, as it cannot be run."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(_HEADER.size)
+    except OSError as exc:
+        raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not head:
+        raise ModelError(f"{path} is empty, not a GGUF file")
+    if head.startswith(b"version https://git-lfs"):
+        raise ModelError(f"{path} is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)")
+    if head[:4] != GGUF_MAGIC:
+        raise ModelError(f"{path} is not a GGUF file (starts with {head[:8]!r})")
+    if len(head) < _HEADER.size:
+        raise ModelError(f"{path} is truncated: {size} bytes, shorter than the {_HEADER.size}-byte GGUF header")
+    _, version, tensors, kv = _HEADER.unpack(head)
+    if version not in GGUF_VERSIONS:
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        kind = " (a big-endian GGUF?)" if swapped in GGUF_VERSIONS else ""
+        raise ModelError(f"{path} is GGUF version {version}{kind}; llama.cpp reads versions 2 and 3")
+    if tensors > _MAX_COUNT or kv > _MAX_COUNT:
+        raise ModelError(f"{path} has a corrupt GGUF header ({tensors} tensors, {kv} metadata keys)")
+    if size < _HEADER.size + kv * _MIN_KV + tensors * _MIN_TENSOR:
+        raise ModelError(f"{path} is truncated: {size} bytes cannot hold the {kv} metadata keys and {tensors} "
+                         "tensors its GGUF header declares")
+    if need_tensors and tensors == 0:
+        raise ModelError(f"{path} holds no tensors (a vocab-only GGUF?), so there is no model to run")
+    return GGUFHeader(version, tensors, kv)
+
+
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
 
 def read_gguf_metadata(path: Path) -> dict[str, Any]:
     """The key/value metadata of a GGUF file (v2/v3, little-endian), without its tensors. gguf's own GGUFReader
     maps every array item through numpy and takes ~7 s for a 150k-token vocab; this takes a fraction of that."""
-    import struct
-
+    count = check_gguf(path).kv
     data = path.read_bytes()
-    if data[:4] != b"GGUF":
-        raise ModelError(f"{path} is not a GGUF file")
-    version, _tensors, count = struct.unpack_from("<IQQ", data, 4)
-    if version < 2:
-        raise ModelError(f"{path} is GGUF version {version}; versions 2 and 3 are read")
-    pos = 24
+    pos = _HEADER.size
 
     def string() -> str:
         nonlocal pos
@@ -206,16 +250,20 @@ def read_gguf_metadata(path: Path) -> dict[str, Any]:
     return out
 
 
+def import_gguf() -> tuple[Any, Any]:
+    """The modules ``gguf`` and ``numpy``, which only the tiny model needs (the optional extra rockbuild[tiny])."""
+    try:
+        import gguf
+        import numpy
+    except ImportError:
+        raise ModelError("--model tiny needs the gguf package", hint=TINY_EXTRA_HINT) from None
+    return gguf, numpy
+
+
 def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None) -> Path:
     """Write a random-weight Qwen3 GGUF to ``out`` with the tokenizer of ``vocab``; byte-identical for one seed
     (same gguf and numpy versions). Shapes follow Qwen3: q/k norms, head_dim 64 != n_embd / n_head, tied output."""
-    try:
-        import gguf
-        import numpy as np
-    except ImportError:
-        raise ModelError("the tiny model needs the gguf package (and numpy)",
-                         hint="pip install gguf==0.19.0, or use the default model") from None
-
+    gguf, np = import_gguf()
     fields = read_gguf_metadata(vocab)
 
     def field(name: str) -> Any:
@@ -300,6 +348,7 @@ def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: Ti
     stem = spec.name.removesuffix(".gguf")
     out = (cache or cache_dir()) / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
     if not out.is_file():
+        import_gguf()  # before saying it is being made
         console.info(f"    generating the tiny model from {vocab_path}")
         generate_tiny_qwen3(vocab_path, out, seed=spec.seed)
     return ModelFile(spec.name, out, sha256_file(out), out.stat().st_size, TINY, note=TINY_NOTE)

@@ -4,6 +4,7 @@ shaped like what rockbuild build / bundle / smoke write."""
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,30 @@ def config(**changes) -> PublishConfig:
     from dataclasses import replace
 
     return replace(load_publish_config(), **changes)
+
+
+def tiny_pe(payload: bytes, *, dll: bool, sections: dict[str, bytes] | None = None) -> bytes:
+    """A minimal, valid x86-64 PE32+ image (no imports): ``payload`` in .text, then ``sections`` (name: bytes, names
+    of at most 8 bytes, as linkers cut them). What pefile and the audit read as a whole .exe or .dll, for tests that
+    need Windows files without a compiler."""
+    align, page = 0x200, 0x1000
+    parts = [(b".text", payload, 0x60000020), *((n.encode(), d, 0x40000040) for n, d in (sections or {}).items())]
+    header_size = (0x40 + 24 + 0xF0 + 40 * len(parts) + align - 1) // align * align
+    table, body, rva, raw_at = b"", b"", page, header_size
+    for name, data, flags in parts:
+        raw = data + b"\0" * (-len(data) % align)
+        table += struct.pack("<8sIIIIIIHHI", name, len(data), rva, len(raw), raw_at, 0, 0, 0, 0, flags)
+        body += raw
+        rva += max(page, (len(data) + page - 1) // page * page)
+        raw_at += len(raw)
+    dos = b"MZ" + b"\0" * 58 + struct.pack("<I", 0x40)
+    coff = struct.pack("<4sHHIIIHH", b"PE\0\0", 0x8664, len(parts), 0, 0, 0, 0xF0, 0x2022 if dll else 0x22)
+    optional = struct.pack(
+        "<HBBIIIIIQIIHHHHHHIIIIHHQQQQII", 0x20B, 14, 0, len(payload), 0, 0, page, page, 0x140000000, page, align,
+        6, 0, 0, 0, 6, 0, 0, rva, header_size, 0, 2 if dll else 3, 0x8160, 0x100000, page, 0x100000, page, 0, 16,
+    ) + b"\0" * (16 * 8)
+    headers = dos + coff + optional + table
+    return headers + b"\0" * (header_size - len(headers)) + body
 
 
 def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, status="ok", failed_step=None,
@@ -47,11 +72,18 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
     bundle = job / "bundle"
     windows = os_name == "windows"
     exe = ".exe" if windows else ""
+    def stand_in(data: bytes, dll: bool = False) -> bytes:  # Windows files are real (tiny) PE files: install audits them
+        if not windows:
+            return data
+        from test_bundle_support import offload_bundle
+
+        return tiny_pe(data, dll=dll, sections={".hip_fat": offload_bundle(list(targets))} if dll else None)
+
     files = {
-        f"llama-server{exe}": (b"\x7fELF-not-really server " + job_id.encode(), 0o755),
-        f"llama-cli{exe}": (b"cli " + job_id.encode(), 0o755),
-        f"llama-bench{exe}": (b"bench " + job_id.encode(), 0o755),
-        ("ggml-hip.dll" if windows else "libggml-hip.so"): (b"hip " * 64 + job_id.encode(), 0o755),
+        f"llama-server{exe}": (stand_in(b"\x7fELF-not-really server " + job_id.encode()), 0o755),
+        f"llama-cli{exe}": (stand_in(b"cli " + job_id.encode()), 0o755),
+        f"llama-bench{exe}": (stand_in(b"bench " + job_id.encode()), 0o755),
+        ("ggml-hip.dll" if windows else "libggml-hip.so"): (stand_in(b"hip " * 64 + job_id.encode(), True), 0o755),
         "rocblas/library/TensileLibrary_lazy_gfx1151.dat": (b"kernels" * 100, 0o644),
     }
     for rel, data in (extra_files or {}).items():

@@ -507,3 +507,18 @@ def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
     assert "\n" not in str(info.value)
     data = json.loads((tmp_path / "out" / "linux-vulkan" / "build.json").read_text(encoding="utf-8"))
     assert data["status"] == "failed" and data["failed_step"] == "configure" and data["rocm"] is None
+
+
+def test_a_failed_build_says_why_in_build_json_and_build_log(tmp_path, run_rockbuild):
+    """Not only `failed_step: rocm`: the message and hint the user saw, in both files."""
+    result = run_rockbuild("build", "--target", "gfx1151", "--rocm", str(tmp_path / "no-such-rocm"),
+                           "--source", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert result.returncode != 0
+    record = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
+    assert record["status"] == "failed" and record["failed_step"] == "rocm"
+    error = record["error"]
+    assert error["exit_code"] == result.returncode and error["message"] in result.stderr
+    log = (tmp_path / "out" / "linux-gfx1151" / "build.log").read_text()
+    assert f"==> failed at step rocm: {error['message']}\n" in log
+    if error["hint"]:
+        assert f"hint: {error['hint']}\n" in log

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import random
 import shutil
 import subprocess
 
 import pytest
+from elftools.elf.elffile import ELFFile
 from test_bundle_support import cc, fatbin_source, make_tree, offload_bundle, write_policy
 
 from rockbuild.bundle import BundleError, make_bundle
@@ -43,12 +46,13 @@ def test_good_bundle_passes_every_check(bundle, policy):
     report = audit_bundle(bundle, policy=policy)
     assert report.ok, report.failures
     assert [c.name for c in report.checks] == [
-        "no-symlinks", "architecture", "needed", "run-paths", "extras", "kernel-data", "code-objects",
+        "no-symlinks", "file-formats", "programs", "architecture", "needed", "run-paths", "extras", "kernel-data", "code-objects",
         "symbol-versions",
     ]
     assert report.targets == ("gfx1151",)  # read from bundle.json
     assert report.fat_binaries[0].targets == ("gfx1151",)
     assert "GLIBC" in report.versions
+    assert report.check("programs").details == {"programs": ["app"]}
 
 
 def test_missing_library(bundle, policy):
@@ -175,3 +179,144 @@ def test_targets_unknown_without_bundle_json(bundle, policy):
 def test_not_a_folder(tmp_path):
     with pytest.raises(BundleError, match="is not a folder"):
         audit_bundle(tmp_path / "nope")
+
+
+# ------------------------------------------------------------------------------------------------ what is no bundle
+
+
+def random_bytes(size: int) -> bytes:
+    return random.Random(size).randbytes(size)  # starts neither with \x7fELF nor MZ
+
+
+def test_empty_folder_is_no_bundle(tmp_path, policy):
+    report = audit_bundle(tmp_path, ["gfx1151"], policy=policy)
+    assert failed(report) == {"programs"}
+    assert report.check("programs").failures == (
+        "the bundle is empty: no program (such as llama-server or llama-cli) and no library",)
+
+
+def test_a_random_file_named_like_a_library_is_no_bundle(tmp_path, policy):
+    (tmp_path / "libfoo.so").write_bytes(random_bytes(4096))
+    report = audit_bundle(tmp_path, ["gfx1151"], policy=policy)
+    assert failed(report) == {"file-formats", "programs"}
+    (failure,) = report.check("file-formats").failures
+    assert failure.startswith("libfoo.so is named like a shared library but is not an ELF file (4096 bytes of "
+                              "unrecognised data starting ")
+    assert report.check("programs").failures == (
+        "no program: the bundle holds 1 file but not an ELF executable (such as llama-server or llama-cli)",)
+
+
+def test_libraries_without_a_program(bundle, policy):
+    (bundle / "app").unlink()
+    report = audit_bundle(bundle, policy=policy)
+    assert failed(report) == {"programs"}
+    assert report.check("programs").failures == (
+        "no program: the bundle holds 8 libraries but not an ELF executable (such as llama-server or llama-cli)",)
+
+
+def test_program_without_the_execute_permission(bundle, policy):
+    (bundle / "app").chmod(0o644)
+    report = audit_bundle(bundle, policy=policy)
+    assert failed(report) == {"programs"}
+    assert report.check("programs").failures == ("app is a program without the execute permission (mode 644): "
+                                                 "chmod +x it",)
+
+
+@pytest.mark.parametrize(("name", "data", "what"), [
+    ("libfoo.so", random_bytes(512), "512 bytes of unrecognised data starting "),
+    ("libfoo.so.1", b"", "an empty file"),
+    ("libfoo.so.1.2.3", b"/* GNU ld script */\nINPUT(libfoo.so.1)\n", "a linker script"),
+    ("rocblas/library/libstray.so", b"not a library\n", "a text file of 14 bytes"),
+])
+def test_any_file_named_like_a_library_must_be_an_elf_file(bundle, policy, name, data, what):
+    (bundle / name).write_bytes(data)
+    report = audit_bundle(bundle, policy=policy)
+    assert failed(report) == {"file-formats"}
+    (failure,) = report.check("file-formats").failures
+    assert failure.startswith(f"{name} is named like a shared library but is not an ELF file ({what}")
+
+
+def test_kernel_files_are_not_taken_for_libraries(bundle, policy):
+    (bundle / "rocblas" / "library" / "Kernels.so-000-gfx1151.hsaco").write_bytes(random_bytes(300))
+    assert audit_bundle(bundle, policy=policy).ok
+
+
+@pytest.mark.parametrize("name", ["app", "libggml-base.so.0"])
+@pytest.mark.parametrize("keep", [10, 40, 100, 2000, -64])
+def test_a_truncated_elf_file_is_an_audit_failure(bundle, policy, name, keep):
+    path = bundle / name
+    data = path.read_bytes()
+    path.write_bytes(data[:keep])
+    size = len(data[:keep])
+    report = audit_bundle(bundle, policy=policy)  # no exception: a failed check
+    assert "file-formats" in failed(report)
+    assert report.check("file-formats").failures[0].startswith(f"{name} is a truncated ELF file ({size} of the ")
+
+
+def test_a_damaged_elf_file_is_an_audit_failure(bundle, policy):
+    path = bundle / "libggml-base.so.0"
+    with open(path, "rb") as fh:
+        dynamic = next(s for s in ELFFile(fh).iter_segments() if s["p_type"] == "PT_DYNAMIC")
+        offset, size = dynamic["p_offset"], dynamic["p_filesz"]
+    data = bytearray(path.read_bytes())
+    data[offset:offset + size] = bytes(size)  # as long as before, but no dynamic table
+    path.write_bytes(bytes(data))
+    report = audit_bundle(bundle, policy=policy)
+    assert "file-formats" in failed(report)
+    assert report.check("file-formats").failures == (
+        "libggml-base.so.0 is a damaged ELF file (dynamic table without DT_STRTAB; damaged file)",)
+
+
+def test_windows_files_named_like_dlls_and_programs_must_be_pe_files(tmp_path):
+    (tmp_path / "llama-server.exe").write_bytes(b"\x7fELF-not-really server")
+    (tmp_path / "ggml-hip.dll").write_bytes(b"hip " * 64)
+    report = audit_bundle(tmp_path, ["gfx1151"])
+    assert report.platform == "windows"
+    assert {"file-formats", "programs"} <= failed(report)
+    assert report.check("file-formats").failures == (
+        "ggml-hip.dll is named like a DLL but is not a PE file (a text file of 256 bytes)",
+        "llama-server.exe is named like a Windows program but is not a PE file (an ELF file)",
+    )
+    assert report.check("programs").failures == (
+        "no program: the bundle holds 2 files but not a .exe program (such as llama-server.exe or llama-cli.exe)",)
+
+
+def test_a_truncated_pe_file_is_an_audit_failure(tmp_path):
+    from test_bundle_pe import build_pe
+
+    exe = build_pe(tmp_path / "bundle" / "llama-server.exe", "int main(void){return 0;}\n", dll=False)
+    shutil.rmtree(tmp_path / "bundle" / ".llama-server.exe.work", ignore_errors=True)
+    report = audit_bundle(exe.parent, ["gfx1151"])
+    assert report.check("file-formats").ok and report.check("programs").details == {"programs": ["llama-server.exe"]}
+    data = exe.read_bytes()
+    exe.write_bytes(data[: len(data) // 2])
+    report = audit_bundle(exe.parent, ["gfx1151"])
+    (failure,) = report.check("file-formats").failures
+    assert failure.startswith(f"llama-server.exe is a truncated PE file ({len(data) // 2} of the ")
+
+
+@pytest.mark.parametrize("case", ["empty", "libfoo", "truncated"])
+def test_cli_audit_exits_10_naming_the_problem(good, tmp_path, run_rockbuild, case):
+    """What the user ran: every one of these passed (exit 0) or crashed with the bundle code (9) before."""
+    folder = tmp_path / "b"
+    policy = write_policy(tmp_path / "p.yaml")
+    if case == "truncated":
+        shutil.copytree(good, folder)
+        data = (folder / "libggml-base.so.0").read_bytes()
+        (folder / "libggml-base.so.0").write_bytes(data[:2000])
+        first = "file-formats: libggml-base.so.0 is a truncated ELF file (2000 of the "
+        assert len(data) > 2000
+    else:
+        folder.mkdir()
+        if case == "libfoo":
+            (folder / "libfoo.so").write_bytes(random_bytes(4096))
+            first = "file-formats: libfoo.so is named like a shared library but is not an ELF file"
+        else:
+            first = "programs: the bundle is empty"
+    result = run_rockbuild("audit", "--targets", "gfx1151", "--policy", str(policy), str(folder))
+    assert result.returncode == 10, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {folder}: ") and f"audit failure(s), first: {first}" in line
+    assert "FAILED" in result.stdout.splitlines()[0]
+    as_json = run_rockbuild("audit", "--json", "--targets", "gfx1151", "--policy", str(policy), str(folder))
+    assert as_json.returncode == 10 and not json.loads(as_json.stdout)["ok"]

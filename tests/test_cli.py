@@ -128,3 +128,21 @@ def test_ci_run_calls_the_readme_test_command():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
     assert ".venv/bin/pytest" in readme and ".venv/bin/pytest" in ci
+
+
+@pytest.mark.parametrize("args, says", [
+    (["fetch", "--bogus"], "No such option '--bogus'"),
+    (["fetch", "--os", "macos"], "Invalid value for '--os'"),
+    (["bundle"], "Missing argument"),
+    (["no-such-command"], "No such command 'no-such-command'"),
+])
+def test_usage_errors_are_one_line_naming_the_help(run_rockbuild, args, says):
+    result = run_rockbuild(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: ") and says in result.stderr and "--help')" in result.stderr
+
+
+def test_a_group_alone_still_shows_its_help(run_rockbuild):
+    result = run_rockbuild("rocm")
+    assert "Usage: rockbuild rocm" in result.stdout + result.stderr and "error:" not in result.stderr

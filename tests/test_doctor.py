@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
+from test_bundle_support import cc
 
 from rockbuild.config import load_families
 from rockbuild.doctor import (
@@ -121,12 +122,47 @@ def test_igpu_listed_before_dgpu(tmp_path):
 
 
 def test_no_gpu(tmp_path):
+    """One finding says what was looked at and found (the KFD topology, /dev/kfd) and what to do; Vulkan is still
+    recommended, since no ROCm build can run."""
     report = doctor("no-gpu", tmp_path)
+    nodes = machine("no-gpu")[0] / "class/kfd/kfd/topology/nodes"
     assert report.gpus == () and not report.ok
-    assert [f.message for f in report.errors] == ["the KFD topology lists no GPU, only CPU nodes"]
-    assert report.recommendations == ()
+    (error,) = report.errors
+    assert error.message == (f"no AMD GPU found: the KFD topology ({nodes}) lists only CPU nodes and {tmp_path}/dev/kfd "
+                             "exists: the amdgpu driver is loaded but drives no GPU")
+    assert "enabled in the firmware" in error.action and "pass the GPU through" in error.action
+    (rec,) = report.recommendations
+    assert (rec.target, rec.flavour, rec.command) == ("", "vulkan", "rockbuild install --backend vulkan")
+    assert rec.reason.startswith("the ROCm builds need one; the Vulkan build runs on any GPU with a Vulkan driver")
     empty = run_doctor(sysfs_root=tmp_path / "nothing", dev_root=tmp_path / "nodev", env={})
-    assert [f.message.split(":")[0] for f in empty.errors] == [f"no KFD topology in {tmp_path}/nothing/class/kfd"]
+    (error,) = empty.errors
+    assert error.message == (f"no AMD GPU found: {tmp_path}/nothing/class/kfd does not exist and {tmp_path}/nodev/kfd "
+                             "is missing: the amdgpu kernel driver is not loaded (or has no KFD)")
+    assert "lsmod | grep amdgpu" in error.action and "in a VM, pass the GPU through" in error.action
+    assert [r.flavour for r in empty.recommendations] == ["vulkan"]
+    assert not [f for f in empty.findings if f.topic == "access"]  # /dev/kfd is told in the one finding
+
+
+@pytest.mark.parametrize("sysfs", ["none", "cpu-only"])
+def test_cli_without_a_gpu_says_once_what_it_found_what_to_do_and_which_build(run_rockbuild, tmp_path, sysfs):
+    """The bug a new user hit: the error printed twice (in the report, then again with its hint as the CLI's error
+    line) and no build recommended. Now: the finding and its action once in stdout and stderr together, a Vulkan
+    recommendation, exit code 1 and one `error:` line that only counts the problems."""
+    sys_root = tmp_path / "sys" if sysfs == "none" else machine("no-gpu")[0]
+    (tmp_path / "dev").mkdir()  # no /dev/kfd
+    result = run_rockbuild("doctor", "--sysfs-root", str(sys_root), "--dev-root", str(tmp_path / "dev"))
+    assert result.returncode == 1, result.stderr
+    (error,) = run_doctor(sysfs_root=sys_root, dev_root=tmp_path / "dev", env={}).errors
+    assert error.message.startswith("no AMD GPU found: ") and f"{tmp_path}/dev/kfd is missing" in error.message
+    output = result.stdout + result.stderr
+    assert output.count(error.message) == 1, output
+    assert output.count(error.action) == 1, output
+    assert output.count("no AMD GPU found") == 1, output
+    assert f"  [error] {error.message}\n      -> {error.action}\n" in result.stdout
+    assert ("Which build to try first:\n  no AMD GPU: vulkan (the ROCm builds need one; the Vulkan build runs on any "
+            "GPU with a Vulkan driver") in result.stdout
+    assert "      $ rockbuild install --backend vulkan" in result.stdout
+    assert result.stderr.splitlines() == ["error: 1 problem found (the [error] finding above says what to do)"]
 
 
 def test_override_on_a_gpu_that_has_a_build(tmp_path):
@@ -188,6 +224,7 @@ def test_bundle_without_kernels_for_the_gpu(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "targets": ["gfx1151"]}))
+    cc(bundle / "llama-server", "int main(void){return 0;}\n")  # an empty folder is no bundle: the audit fails it
     report = doctor("rdna3-dgpu", tmp_path, bundle=bundle)
     (error,) = report.errors
     assert error.message.startswith(f"{bundle} has kernels for gfx1151, not for gfx1100")
@@ -199,6 +236,7 @@ def test_bundle_that_covers_the_gpu_and_one_failing_its_audit(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "targets": ["gfx1100"]}))
+    cc(bundle / "llama-server", "int main(void){return 0;}\n")  # an empty folder is no bundle: the audit fails it
     good = doctor("rdna3-dgpu", tmp_path / "a", bundle=bundle)
     assert good.ok and [f.severity for f in by_topic(good, "bundle")] == ["ok", "ok"]
     (bundle / "library").mkdir()  # rocBLAS would read this before rocblas/library: the audit refuses it
@@ -231,6 +269,7 @@ def vulkan_bundle(base: Path, mode: str) -> Path:
     cli = bundle / "llama-cli"
     cli.write_text(FAKE_VULKAN_CLI.format(python=sys.executable, mode=mode))
     cli.chmod(0o755)
+    cc(bundle / "llama-server", "int main(void){return 0;}\n")  # the audit wants an ELF program; the script is none
     return bundle
 
 
@@ -292,9 +331,15 @@ def test_cli_json_and_exit_codes(run_rockbuild, tmp_path):
     assert {f["severity"] for f in data["findings"]} <= {"ok", "info", "warning", "error"}
     text = run_rockbuild("doctor", "--sysfs-root", str(machine("no-gpu")[0]), "--dev-root", str(dev))
     assert text.returncode == 1
-    assert "[error] the KFD topology lists no GPU, only CPU nodes" in text.stdout
-    assert text.stderr.strip().splitlines()[0] == ("error: 1 problem(s) found, first: the KFD topology lists no GPU, "
-                                                   "only CPU nodes")
+    assert "[error] no AMD GPU found: the KFD topology (" in text.stdout
+    assert text.stderr.splitlines() == ["error: 1 problem found (the [error] finding above says what to do)"]
+    # with --json stdout is for machines: stderr names the first problem and what to do, once
+    data_no_gpu = run_rockbuild("doctor", "--json", "--sysfs-root", str(machine("no-gpu")[0]), "--dev-root", str(dev))
+    assert data_no_gpu.returncode == 1
+    (error,) = [f for f in json.loads(data_no_gpu.stdout)["findings"] if f["severity"] == "error"]
+    assert data_no_gpu.stderr.splitlines() == [f"error: 1 problem(s) found, first: {error['message']}",
+                                               f"hint: {error['action']}"]
+    assert [r["flavour"] for r in json.loads(data_no_gpu.stdout)["recommendations"]] == ["vulkan"]
 
 
 def test_read_kfd_gpus_skips_cpu_nodes_and_junk(tmp_path):

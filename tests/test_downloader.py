@@ -17,7 +17,7 @@ import pytest
 from faultserver import Fault, FaultServer
 
 from rockbuild.downloader import Download, Downloader, get_text, make_session, name_from_url, quote_url_path
-from rockbuild.errors import ChecksumError, FetchError, NotFoundError
+from rockbuild.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 
 CHUNK = 16 * 1024
 NAME = "therock-dist-linux-gfx1151-7.9.0rc20250101.tar.gz"
@@ -518,3 +518,57 @@ def test_get_text_retries_a_503(server):
 def test_get_text_decodes_utf8(server):
     url = server.add("index.html", "<p>gfx1151 – Strix Halo</p>".encode(), content_type="text/html")
     assert get_text(url) == "<p>gfx1151 – Strix Halo</p>"
+
+
+# --- an unreachable host says why, at once ------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed: connect() is refused
+
+
+def test_a_refused_connection_is_named_and_not_retried(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/{NAME}"
+    start = time.monotonic()
+    with pytest.raises(UnreachableError) as err:
+        make(tmp_path).fetch(url)
+    assert time.monotonic() - start < 2  # was 15.5 s of backoff for an answer that cannot change
+    assert str(err.value) == f"could not download {url}: connection refused"
+    start = time.monotonic()
+    with pytest.raises(UnreachableError, match=r"cannot fetch .*: connection refused$"):
+        get_text(url)
+    assert time.monotonic() - start < 2
+
+
+def test_an_unresolvable_name_is_named_and_not_retried(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(UnreachableError, match=r"^cannot fetch http://rockbuild-test\.invalid/x: cannot resolve the host name$"):
+        get_text("http://rockbuild-test.invalid/x")
+    assert time.monotonic() - start < 5
+
+
+def test_describe_error_tells_name_refused_and_timeout_apart():
+    """urllib3 2.x makes NameResolutionError and NewConnectionError subclasses of ConnectTimeoutError."""
+    import socket
+
+    import urllib3.exceptions as u3
+
+    from rockbuild.downloader import describe_error, unreachable_reason
+
+    no_name = u3.NameResolutionError("h.invalid", None, socket.gaierror(-2, "Name or service not known"))
+    refused = u3.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection refused")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    unreachable = u3.NewConnectionError(None, "Failed to establish a new connection")
+    unreachable.__cause__ = OSError(101, "Network is unreachable")
+    timeout = u3.ConnectTimeoutError(None, "Connection to h timed out. (connect timeout=10)")
+    wrapped = u3.MaxRetryError(None, "http://h/", refused)
+    assert describe_error(no_name) == "cannot resolve the host name"
+    assert describe_error(refused) == describe_error(wrapped) == "connection refused"
+    assert describe_error(unreachable) == "cannot connect (network is unreachable)"
+    assert describe_error(timeout) == "connection timed out"
+    assert describe_error(u3.ReadTimeoutError(None, "/", "read timed out")) == "read timed out"
+    assert unreachable_reason(u3.ReadTimeoutError(None, "/", "read timed out")) is None

@@ -343,3 +343,15 @@ def test_backend_errors_name_file_and_line(write, families, text, pattern):
     path = write("m.yaml", text)
     with pytest.raises(ConfigError, match=pattern):
         expand_matrix(path, families)
+
+
+@pytest.mark.parametrize("depth, pattern", [
+    (900, r"m\.yaml: nested too deeply to read; a configuration file may nest at most 32 levels"),
+    (40, r"m\.yaml:1: nested 4\d levels deep; a configuration file may nest at most 32"),
+])
+def test_deeply_nested_yaml_is_a_configuration_error(write, run_rockbuild, depth, pattern):
+    """It was `internal error: RecursionError` (exit 70): a bad file is the user's to fix, with its name."""
+    path = write("m.yaml", "options: {cmake: " + "[" * depth + "]" * depth + "}\nmatrix: {os: [linux], target: [gfx1151]}\n")
+    result = run_rockbuild("matrix", "-c", str(path))
+    assert result.returncode == 2, result.stderr
+    assert re.search(pattern, result.stderr) and len(result.stderr.splitlines()) == 1, result.stderr

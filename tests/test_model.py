@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import rockbuild_exe
 
 from rockbuild.errors import ChecksumError
 from rockbuild.model import (
     TINY_NOTE,
+    GGUFHeader,
     ModelError,
     ModelPin,
+    check_gguf,
     default_model_pin,
     download_model,
     endpoint_url,
@@ -121,3 +128,103 @@ def test_tiny_model_is_made_once_in_the_cache(tmp_path):
     mtime = first.path.stat().st_mtime_ns
     second = provide_model("tiny", vocab=VOCAB, cache=tmp_path)
     assert second.path == first.path and second.path.stat().st_mtime_ns == mtime and second.sha256 == first.sha256
+
+
+# --- the GGUF header check (struct alone) ---------------------------------------------------------------------------
+
+
+def header(version: int = 3, tensors: int = 1, kv: int = 0) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", version, tensors, kv)
+
+
+def test_a_plausible_header_passes(tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(header(tensors=2, kv=3) + bytes(3 * 13 + 2 * 24))
+    assert check_gguf(path, need_tensors=True) == GGUFHeader(3, 2, 3)
+    path.write_bytes(header(version=2, tensors=0, kv=1) + bytes(13))  # a vocab file: fine unless tensors are needed
+    assert check_gguf(path) == GGUFHeader(2, 0, 1)
+    with pytest.raises(ModelError, match="holds no tensors"):
+        check_gguf(path, need_tensors=True)
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"", "is empty, not a GGUF file"),
+    (b"PK\x03\x04zip", "is not a GGUF file (starts with b'PK\\x03\\x04zip')"),
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 1\n",
+     "is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)"),
+    (b"GGUF\x03\x00", "is truncated: 6 bytes, shorter than the 24-byte GGUF header"),
+    (header(version=1) + bytes(64), "is GGUF version 1; llama.cpp reads versions 2 and 3"),
+    (b"GGUF" + struct.pack(">IQQ", 3, 1, 0) + bytes(64),
+     "is GGUF version 50331648 (a big-endian GGUF?); llama.cpp reads versions 2 and 3"),
+    (header(tensors=1 << 40) + bytes(64), f"has a corrupt GGUF header ({1 << 40} tensors, 0 metadata keys)"),
+    (header(tensors=10, kv=5) + bytes(64),
+     "is truncated: 88 bytes cannot hold the 5 metadata keys and 10 tensors its GGUF header declares"),
+])
+def test_a_bad_file_is_named_in_one_line(tmp_path, content, says):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(content)
+    with pytest.raises(ModelError) as err:
+        check_gguf(path)
+    assert err.value.message == f"{path} {says}"
+    assert "\n" not in err.value.message
+
+
+def test_read_gguf_metadata_checks_the_header_too(tmp_path):
+    path = tmp_path / "v.gguf"
+    path.write_bytes(header(version=7, kv=1) + bytes(64))
+    with pytest.raises(ModelError, match="is GGUF version 7"):
+        read_gguf_metadata(path)
+
+
+# --- gguf is the optional extra rockbuild[tiny] ---------------------------------------------------------------------
+
+
+def test_tiny_without_gguf_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError, as when it is not installed
+    vocab = tmp_path / "ggml-vocab-qwen2.gguf"
+    vocab.write_bytes(header(tensors=0, kv=0))
+    with pytest.raises(ModelError) as err:
+        provide_model("tiny", vocab=vocab, cache=tmp_path)
+    assert err.value.message == "--model tiny needs the gguf package"
+    assert err.value.hint is not None and "pip install 'rockbuild[tiny]'" in err.value.hint
+    assert not (tmp_path / "models").exists()
+
+
+# gguf (and numpy) cannot be imported in the child, as on an install without the extra
+BLOCK_GGUF = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("gguf", "numpy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_no_rockbuild_module_imports_gguf():
+    code = BLOCK_GGUF + """
+import importlib, pkgutil, rockbuild
+for mod in pkgutil.walk_packages(rockbuild.__path__, "rockbuild."):
+    if not mod.name.endswith(".__main__"):  # runs the CLI
+        importlib.import_module(mod.name)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("gguf", "numpy")))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_smoke_tiny_without_gguf_is_one_error_with_the_extra(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_GGUF)
+    vocab = tmp_path / "ggml-vocab-qwen2.gguf"
+    vocab.write_bytes(header(tensors=0, kv=0))
+    env = {**os.environ, "PYTHONPATH": str(site), "ROCKBUILD_CACHE": str(tmp_path / "cache")}
+    env.pop("GITHUB_ACTIONS", None)
+    proc = subprocess.run([rockbuild_exe(), "smoke", str(tmp_path), "--model", "tiny", "--vocab", str(vocab)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 11, proc.stderr
+    assert "error: --model tiny needs the gguf package" in proc.stderr.splitlines()
+    assert "hint: pip install 'rockbuild[tiny]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "generating" not in proc.stderr

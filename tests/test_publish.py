@@ -432,3 +432,25 @@ def test_a_night_with_both_flavours_ships_and_lists_both(gh, night, tmp_path):
     # what a Vulkan asset needs on the host, and what its smoke verdict means
     assert "the machine needs the Vulkan loader (`libvulkan1`" in body and "Mesa RADV or AMD's" in body
     assert '"Vulkan" that weights and KV cache were on a Vulkan device' in body
+
+
+def test_an_api_outage_and_an_unreachable_api_have_their_own_hints(httpserver, night, tmp_path):
+    """A 502 is not the user's request to fix, and a refused connection is the network: neither hint says
+    'check --repo and the token' (requests' exceptions are OSErrors, so that branch used to catch them all)."""
+    import socket
+
+    httpserver.expect_request("/repos/o/r").respond_with_data("bad gateway", status=502)
+    with pytest.raises(PublishError) as outage:
+        publish(PublishOptions(job_dirs=tuple(night), repo="o/r", api_url=httpserver.url_for("/").rstrip("/"),
+                               token=TOKEN, throttle=False, out=tmp_path / "staging-1", quiet=True))
+    assert "HTTP 502" in outage.value.message and TOKEN not in outage.value.message
+    assert outage.value.hint is not None and "try again later" in outage.value.hint and "--repo" not in outage.value.hint
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(PublishError) as down:
+        publish(PublishOptions(job_dirs=tuple(night), repo="o/r", api_url=f"http://127.0.0.1:{port}", token=TOKEN,
+                               throttle=False, out=tmp_path / "staging-2", quiet=True))
+    assert down.value.message.endswith("failed: connection refused")
+    assert down.value.hint is not None and "could not be reached" in down.value.hint

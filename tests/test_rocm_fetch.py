@@ -89,7 +89,7 @@ def test_fetch_explicit_version_and_windows(server, tmp_path, gfx1151):
 
 def test_missing_version_lists_the_nearest(server, tmp_path, run_rockbuild):
     result = run_rockbuild(
-        "fetch", "--target", "gfx1151", "--os", "linux", "--version", "10.2.0a20261101",
+        "fetch", "--target", "gfx1151", "--os", "linux", "--rocm-version", "10.2.0a20261101",
         "--index-url", server.index_url, "--cache", str(tmp_path),
     )
     assert result.returncode == NotFoundError.exit_code
@@ -188,3 +188,38 @@ def test_fetch_needs_exactly_one_of_family_or_target(run_rockbuild):
     assert result.returncode == 2 and "exactly one of --family" in result.stderr
     result = run_rockbuild("fetch", "--family", "gfx942", "--os", "windows")
     assert result.returncode == 2 and "publishes no windows tarball" in result.stderr
+
+
+def test_an_unreachable_index_says_why_at_once_and_names_the_offline_routes(tmp_path, run_rockbuild):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    result = run_rockbuild("fetch", "--target", "gfx1151", "--os", "linux", "--index-url", f"http://127.0.0.1:{port}/",
+                           "--cache", str(tmp_path))
+    assert time.monotonic() - start < 8  # the process start included; was 15.5 s of retries
+    assert result.returncode == 4
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"error: cannot fetch http://127.0.0.1:{port}/: connection refused"
+    assert lines[1].startswith("hint: no network?") and "--rocm DIR" in lines[1] and "tests/e2e/run.sh" in lines[1]
+
+
+def test_fetch_dest_leaves_no_lock_beside_the_destination(server, tmp_path, run_rockbuild):
+    """The per-root lock lives in the cache: a --dest folder's parent holds only what the user asked for."""
+    parent = tmp_path / "roots"
+    parent.mkdir()
+    args = ["fetch", "--target", "gfx1151", "--os", "linux", "--index-url", server.index_url,
+            "--cache", str(tmp_path / "cache")]
+    failed = run_rockbuild(*args, "--dest", str(parent / "bad"), "--sha256", "0" * 64)
+    assert failed.returncode == ChecksumError.exit_code
+    ok = run_rockbuild(*args, "--dest", str(parent / "rocm"))
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["rocm"]
+
+
+def test_fetch_takes_rocm_version_and_points_the_old_flag_at_it(tmp_path, run_rockbuild):
+    old = run_rockbuild("fetch", "--target", "gfx1151", "--version", "10.2.0a20261128")
+    assert old.returncode == 2
+    assert old.stderr == "error: fetch --version is now --rocm-version: use --rocm-version 10.2.0a20261128\n"

@@ -509,7 +509,7 @@ def test_bad_inputs_are_typed_one_line_errors(tmp_path, hosts, channels_file):
     with pytest.raises(ConfigError, match="'someday' is not a date"):
         load_channels(bad)
     bad.write_text("channels: [\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="invalid YAML"):
         load_channels(bad)
     bad.write_text("channels:\n  nightly:\n    hosts:\n      - url: x\n        listing: ftp\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="listing 'ftp'"):

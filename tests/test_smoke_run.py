@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import rockbuild_exe
 
+from rockbuild.errors import ModelError
 from rockbuild.model import ModelFile
 from rockbuild.smoke import SmokeError, SmokeOptions, run_smoke
 from rockbuild.smoke.runner import decide_expectation, kfd_gfx_targets, locate_bundle, smoke_env
@@ -131,11 +133,17 @@ def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",)) -
     return job, envlog
 
 
+def gguf_header(version: int = 3, tensors: int = 1, kv: int = 0) -> bytes:
+    """The fixed GGUF header: magic, version, tensor count, metadata key/value count."""
+    return b"GGUF" + struct.pack("<IQQ", version, tensors, kv)
+
+
 @pytest.fixture
 def model(tmp_path) -> ModelFile:
+    """A file with a valid GGUF header (the fake programs never read it)."""
     path = tmp_path / "model.gguf"
-    path.write_bytes(b"GGUF fake")
-    return ModelFile("model.gguf", path, "0" * 64, 9, "path")
+    path.write_bytes(gguf_header() + bytes(40))
+    return ModelFile("model.gguf", path, "0" * 64, 64, "path")
 
 
 FAST = SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 20, "bench": 20})
@@ -370,3 +378,48 @@ def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
                        quiet=True)
     assert report.device is None and "-dev" not in _argv(envlog, "llama-bench")
     assert report.expect_reason == "--expect-gpu no"
+
+
+# --- a corrupt model, and what the step lines say -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"<!DOCTYPE html><html>Sign in</html>", "is not a GGUF file (starts with b'<!DOCTYP')"),
+    (gguf_header()[:12], "is truncated: 12 bytes, shorter than the 24-byte GGUF header"),
+    (gguf_header(tensors=291, kv=30) + bytes(100),
+     "is truncated: 124 bytes cannot hold the 30 metadata keys and 291 tensors its GGUF header declares"),
+    (gguf_header(version=1) + bytes(40), "is GGUF version 1; llama.cpp reads versions 2 and 3"),
+])
+def test_a_corrupt_model_fails_in_one_line_before_any_program_runs(tmp_path, content, says):
+    job, envlog = make_bundle(tmp_path)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content)
+    proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 11, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: {bad} {says}"]
+    assert list(envlog.iterdir()) == []  # not even llama-cli --list-devices
+    assert not (job / "smoke-logs").exists() and not (job / "smoke.json").exists()
+
+
+def test_run_smoke_checks_the_model_first(tmp_path):
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})  # would run llama-cli --list-devices first
+    vocab_only = tmp_path / "ggml-vocab-qwen2.gguf"
+    vocab_only.write_bytes(gguf_header(tensors=0, kv=1) + bytes(40))
+    with pytest.raises(ModelError, match=r"holds no tensors \(a vocab-only GGUF\?\)"):
+        run_smoke(job, ModelFile(vocab_only.name, vocab_only, "0" * 64, 64, "path"), FAST, quiet=True)
+    assert list(envlog.iterdir()) == []
+
+
+def test_a_failed_run_says_failed_on_its_step_line(tmp_path, model, capsys, monkeypatch):
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    job, _ = make_bundle(tmp_path, {"cli": "crash"})
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli", "bench")}),
+                       kfd_topology=tmp_path)
+    assert [r.ok for r in report.runs] == [False, True]
+    err = capsys.readouterr().err
+    steps = [line.strip() for line in err.splitlines() if line.startswith("    smoke: ")]
+    assert len(steps) == 2, err
+    assert steps[0].startswith("smoke: llama-cli: failed in ") and steps[0].endswith("s")
+    assert steps[1].startswith("smoke: llama-bench: done in ")
+    assert "warning: llama-cli: exit code 1; last lines of" in err

@@ -23,7 +23,7 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.config import GFX_TARGET_RE, Job, cache_dir, load_families, write_json_atomic
-from rockbuild.errors import BuildError, BuildFailed, LayoutError, UsageError
+from rockbuild.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
 from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -289,6 +289,7 @@ class BuildResult:
     ccache: Mapping[str, Any] | None = None
     ninja: Mapping[str, Any] | None = None
     binaries: tuple[Mapping[str, Any], ...] = ()
+    error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
 
     @property
     def build_json(self) -> Path:
@@ -300,6 +301,7 @@ class BuildResult:
             "rockbuild_version": __version__,
             "status": self.status,
             "failed_step": self.failed_step,
+            "error": dict(self.error) if self.error is not None else None,
             "job": self.job.to_dict(),
             "gpu_targets": list(self.job.targets),
             "build_targets": list(self.build_targets),
@@ -332,6 +334,14 @@ class BuildResult:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _error_record(exc: BaseException) -> dict[str, Any]:
+    """What build.json and build.log say of a failed build: the message and hint the user sees, or the bug."""
+    if isinstance(exc, RockbuildError):
+        return {"message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code, "type": type(exc).__name__}
+    return {"message": f"internal error: {type(exc).__name__}: {exc}", "hint": None, "exit_code": BUG_EXIT_CODE,
+            "type": type(exc).__name__}
 
 
 def _log_header(log: Path, text: str) -> None:
@@ -501,11 +511,12 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
     durations: dict[str, float] = {}
     state: dict[str, Any] = {}
 
-    def result(status: str, failed_step: str | None = None) -> BuildResult:
+    def result(status: str, failed_step: str | None = None, error: Mapping[str, Any] | None = None) -> BuildResult:
         durations["total"] = round(time.monotonic() - start, 3)
         return BuildResult(
             job=job, status=status, failed_step=failed_step, job_dir=job_dir, build_dir=build_dir, log=log,
-            offline=options.offline, started=started, finished=_now(), durations=dict(durations), **state,
+            offline=options.offline, started=started, finished=_now(), durations=dict(durations), error=error,
+            **state,
         )
 
     windows = job.os == "windows"
@@ -657,9 +668,14 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
             state["binaries"] = tuple(_list_binaries(build_dir, job_dir, targets, windows))
         durations["compile"] = round(time.monotonic() - t0, 3)
-    except Exception:
+    except Exception as exc:
         durations.setdefault(current, round(time.monotonic() - t0, 3))
-        write_json_atomic(job_dir / "build.json", result("failed", current).to_dict())
+        error = _error_record(exc)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"\n==> failed at step {current}: {error['message']}\n")
+            if error["hint"]:
+                fh.write(f"hint: {error['hint']}\n")
+        write_json_atomic(job_dir / "build.json", result("failed", current, error).to_dict())
         raise
 
     done = result("ok")

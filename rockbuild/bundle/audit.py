@@ -3,6 +3,11 @@
 Checks (each a named :class:`Check`; any failure makes the report fail and the CLI exit non-zero):
 
 * ``no-symlinks``: a bundle stores every library once under its loader name (zip and tar.gz hold the same bytes);
+* ``file-formats``: every file named like a shared library (``*.so``, ``*.so.N...``; ``*.dll`` and ``*.exe`` on
+  Windows) is a valid ELF (PE) file, and no ELF (PE) file is truncated or damaged: what cannot be read is reported
+  here, never raised;
+* ``programs``: the bundle holds at least one program (an ELF executable or PIE with the execute permission, such as
+  llama-server; a ``.exe`` on Windows): an empty folder or a folder of libraries alone is no bundle;
 * ``architecture``: every program and library is of one ELF class/machine (PE machine on Windows);
 * ``needed``: every DT_NEEDED / import / delay-load import resolves inside the bundle or is a host library by policy;
 * ``run-paths``: every shipped ELF has its own run path, and no entry is absolute or leads out of the bundle;
@@ -21,6 +26,9 @@ loader, a Vulkan driver) ships in it.
 from __future__ import annotations
 
 import os
+import re
+import stat
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +37,7 @@ from typing import Any
 from rockbuild.config import read_json_object
 
 from . import BundleError
-from .elf import ElfInfo, elf_machine, highest_versions, read_elf, version_key
+from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport, read_fatbin
 from .kernels import target_order
 from .pe import PeInfo, is_pe, read_pe
@@ -45,6 +53,10 @@ ROCM_LIBRARIES = (
     "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
 )
 BUNDLE_JSON = "bundle.json"
+HOST_MACHINES = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) files are kernel data
+# libX.so, libX.so.1, libX.so.1.2.3, libLLVM.so.19.1git; not rocBLAS's Kernels.so-000-gfx90a.hsaco
+_SO_NAME_RE = re.compile(r"\.so(?:\.[0-9][^/]*)?$")
+_PE_SUFFIXES = (".dll", ".exe")
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,225 @@ def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
 def _inside(path: Path, root: Path) -> bool:
     return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or \
         os.path.normpath(path) == os.path.normpath(root)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# File formats and programs: what cannot be read is a failed check, never an exception (exit 10, not 9)
+
+
+def _describe(head: bytes, size: int) -> str:
+    """What a file that is not the binary its name promises looks like, in a few words."""
+    if size == 0:
+        return "an empty file"
+    if head.startswith(ELF_MAGIC):
+        return "an ELF file"
+    if head.startswith(b"MZ"):
+        return "a Windows (MZ) file"
+    if head.startswith(b"#!"):
+        return "a script"
+    if b"GNU ld script" in head or head.lstrip().startswith((b"INPUT", b"GROUP")):
+        return "a linker script"
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip data"
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive"
+    if all(32 <= b < 127 or b in b"\t\n\r" for b in head):
+        return f"a text file of {size} bytes"
+    return f"{size} bytes of unrecognised data starting {head[:4].hex(' ')}"
+
+
+def _truncated(kind: str, size: int, need: int) -> str:
+    return f"a truncated {kind} file ({size} of the {need} bytes its headers describe)"
+
+
+def _elf_problem(path: Path, size: int) -> str | None:
+    """Why the ELF file at ``path`` cannot be whole (its headers, program headers or section table reach past its
+    end, or its identification is bad); None when they all fit. Only headers are read: cheap for kernel files too."""
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+        if len(head) < 16:
+            return _truncated("ELF", size, 64)
+        if head[4] not in (1, 2) or head[5] not in (1, 2):
+            return f"a damaged ELF file (bad class {head[4]} or byte order {head[5]} in its identification)"
+        wide, end = head[4] == 2, "<" if head[5] == 1 else ">"
+        ehsize = 64 if wide else 52
+        if size < ehsize:
+            return _truncated("ELF", size, ehsize)
+        if wide:
+            phoff, shoff = struct.unpack(end + "QQ", head[32:48])
+            phentsize, phnum, shentsize, shnum = struct.unpack(end + "HHHH", head[54:62])
+        else:
+            phoff, shoff = struct.unpack(end + "II", head[28:36])
+            phentsize, phnum, shentsize, shnum = struct.unpack(end + "HHHH", head[42:50])
+        need = ehsize
+        if shoff:
+            need = max(need, shoff + max(shnum, 1) * shentsize)  # shnum 0: extended numbering, entry 0 holds it
+        if phnum and phnum != 0xFFFF:  # PN_XNUM: the count is in section 0; the section table is checked above
+            if phentsize < (56 if wide else 32):
+                return f"a damaged ELF file (program header entries of {phentsize} bytes)"
+            need = max(need, phoff + phnum * phentsize)
+            if phoff + phnum * phentsize <= size:  # the segments too, for the whole length the headers describe
+                fh.seek(phoff)
+                raw = fh.read(phnum * phentsize)
+                for index in range(phnum):
+                    entry = raw[index * phentsize:]
+                    if wide:
+                        _kind, _flags, offset, _vaddr, _paddr, filesz = struct.unpack(end + "IIQQQQ", entry[:40])
+                    else:
+                        _kind, offset, _vaddr, _paddr, filesz = struct.unpack(end + "IIIII", entry[:20])
+                    if filesz:
+                        need = max(need, offset + filesz)
+    return _truncated("ELF", size, need) if need > size else None
+
+
+def _pe_problem(path: Path, size: int) -> str | None:
+    """Why the file at ``path`` (which starts with ``MZ``) is no whole PE file; None when its headers, sections and
+    symbol table fit in it."""
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+        if len(head) < 64:
+            return _truncated("PE", size, 64)
+        pe_at = int.from_bytes(head[60:64], "little")
+        fh.seek(pe_at)
+        coff = fh.read(24)
+        if len(coff) < 4:
+            return _truncated("PE", size, pe_at + 24)
+        if coff[:4] != b"PE\0\0":
+            return "not a PE file (an MS-DOS header without a PE signature)"
+        if len(coff) < 24:
+            return _truncated("PE", size, pe_at + 24)
+        sections, _stamp, symbols_at, symbols, optional = struct.unpack("<HIIIH", coff[6:22])
+        table = pe_at + 24 + optional
+        need = table + 40 * sections
+        if need <= size:  # the sections' raw data too, for the whole length the headers describe
+            fh.seek(table)
+            raw = fh.read(40 * sections)
+            for index in range(sections):
+                raw_size, raw_at = struct.unpack("<II", raw[index * 40 + 16:index * 40 + 24])
+                if raw_size:
+                    need = max(need, raw_at + raw_size)
+        if symbols_at:
+            need = max(need, symbols_at + 18 * symbols + 4)  # the COFF symbols, then the string table's size
+    return _truncated("PE", size, need) if need > size else None
+
+
+def _damaged(exc: BundleError, path: Path, rel: str, kind: str) -> str:
+    """A reader's error about ``path`` as one failure line naming the file as the bundle holds it."""
+    message = exc.message.replace(str(path), rel)
+    if message.startswith(f"{rel} is "):
+        return message
+    return f"{rel} is a damaged {kind} file ({message.removeprefix(rel + ': ')})"
+
+
+def _head(path: Path) -> tuple[bytes, int]:
+    with open(path, "rb") as fh:
+        return fh.read(512), os.fstat(fh.fileno()).st_size
+
+
+def _read_elves(root: Path, files: Sequence[Path]) -> tuple[dict[Path, ElfInfo], list[str]]:
+    """The loadable host ELF files of the bundle (every one at the top, host machines below) and the format failures:
+    a file named like a shared library that is no ELF file, and any truncated or damaged ELF file."""
+    elves: dict[Path, ElfInfo] = {}
+    failures: list[str] = []
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        try:
+            head, size = _head(path)
+            if not head.startswith(ELF_MAGIC):
+                if _SO_NAME_RE.search(path.name):
+                    failures.append(f"{rel} is named like a shared library but is not an ELF file "
+                                    f"({_describe(head, size)})")
+                continue
+            problem = _elf_problem(path, size)
+        except OSError as exc:
+            failures.append(f"{rel} cannot be read: {exc.strerror}")
+            continue
+        if problem:
+            failures.append(f"{rel} is {problem}")
+            continue
+        machine = elf_machine(path)
+        if machine is None or (machine not in HOST_MACHINES and path.parent != root):
+            continue
+        try:
+            elf = read_elf(path)
+        except BundleError as exc:
+            failures.append(_damaged(exc, path, rel, "ELF"))
+            continue
+        if elf is not None and elf.is_loadable:
+            elves[path] = elf
+    return elves, failures
+
+
+def _read_pes(root: Path, files: Sequence[Path]) -> tuple[dict[Path, PeInfo], list[str]]:
+    """The PE files of the bundle (every .dll and .exe, and any PE file at the top) and the format failures: a file
+    named .dll/.exe that is no PE file, and any truncated or damaged PE file."""
+    pes: dict[Path, PeInfo] = {}
+    failures: list[str] = []
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        named = path.suffix.lower() in _PE_SUFFIXES
+        if not named and (path.parent != root or not is_pe(path)):
+            continue
+        try:
+            head, size = _head(path)
+            if not head.startswith(b"MZ"):
+                kind = "a DLL" if path.suffix.lower() == ".dll" else "a Windows program"
+                failures.append(f"{rel} is named like {kind} but is not a PE file ({_describe(head, size)})")
+                continue
+            problem = _pe_problem(path, size)
+        except OSError as exc:
+            failures.append(f"{rel} cannot be read: {exc.strerror}")
+            continue
+        if problem:
+            failures.append(f"{rel} is {problem}")
+            continue
+        try:
+            info = read_pe(path)
+        except BundleError as exc:
+            failures.append(_damaged(exc, path, rel, "PE"))
+            continue
+        if info is not None:
+            pes[path] = info
+    return pes, failures
+
+
+def _is_program(path: Path, info: ElfInfo) -> bool:
+    """An ELF program: ET_EXEC, a PIE (ET_DYN with an interpreter, no SONAME), or a static PIE (ET_DYN without either,
+    not named like a library, with the execute permission)."""
+    if info.is_executable:
+        return True
+    if info.e_type != "ET_DYN" or info.interp is not None or info.soname or _SO_NAME_RE.search(path.name):
+        return False
+    try:
+        return bool(path.stat().st_mode & 0o111)
+    except OSError:
+        return False
+
+
+def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path], libraries: int, *,
+                    windows: bool) -> Check:
+    """At least one program; on Linux each with the execute permission (what else would a user run?)."""
+    failures = []
+    content = [p for p in files if p != root / BUNDLE_JSON]
+    if not programs:
+        example = "llama-server.exe or llama-cli.exe" if windows else "llama-server or llama-cli"
+        kind = "a .exe program" if windows else "an ELF executable"
+        if not content:
+            failures.append(f"the bundle is empty: no program (such as {example}) and no library")
+        elif libraries:
+            failures.append(f"no program: the bundle holds {libraries} librar{'y' if libraries == 1 else 'ies'} but "
+                            f"not {kind} (such as {example})")
+        else:
+            failures.append(f"no program: the bundle holds {len(content)} file{'' if len(content) == 1 else 's'} but "
+                            f"not {kind} (such as {example})")
+    elif not windows and os.name == "posix":
+        for path in programs:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if not mode & 0o111:
+                failures.append(f"{path.relative_to(root).as_posix()} is a program without the execute permission "
+                                f"(mode {mode:o}): chmod +x it")
+    rels = [p.relative_to(root).as_posix() for p in programs]
+    return Check("programs", not failures, tuple(failures), details={"programs": rels})
 
 
 def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str) -> str:
@@ -379,7 +610,11 @@ def audit_bundle(
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []
     if platform == "windows":
-        pes = {p: pe for p in top if is_pe(p) and (pe := read_pe(p)) is not None}
+        all_pes, format_failures = _read_pes(root, files)
+        pes = {p: info for p, info in all_pes.items() if p.parent == root}
+        checks.append(Check("file-formats", not format_failures, tuple(format_failures)))
+        programs = [p for p, info in all_pes.items() if not info.is_dll and p.suffix.lower() == ".exe"]
+        checks.append(_check_programs(root, files, programs, len(all_pes) - len(programs), windows=True))
         machines = {info.machine for info in pes.values()}
         checks.append(Check("architecture", len(machines) <= 1,
                             (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
@@ -392,15 +627,10 @@ def audit_bundle(
             code, fat = _check_code_objects(root, list(pes), targets)
             checks.append(code)
     else:
-        host_machines = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) files are kernel data
-        elves: dict[Path, ElfInfo] = {}
-        for p in files:
-            machine = elf_machine(p)
-            if machine is None or (machine not in host_machines and p.parent != root):
-                continue
-            elf = read_elf(p)
-            if elf is not None and elf.is_loadable:
-                elves[p] = elf
+        elves, format_failures = _read_elves(root, files)
+        checks.append(Check("file-formats", not format_failures, tuple(format_failures)))
+        programs = [p for p, info in elves.items() if _is_program(p, info)]
+        checks.append(_check_programs(root, files, programs, len(elves) - len(programs), windows=False))
         reference = next((i for i in elves.values() if i.is_executable), next(iter(elves.values()), None))
         mixed = [p.relative_to(root).as_posix() for p, i in elves.items() if reference and not i.compatible(reference)]
         checks.append(Check("architecture", not mixed,

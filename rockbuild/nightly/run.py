@@ -401,9 +401,11 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         from rockbuild.model import load_smoke_config
         from rockbuild.smoke import SmokeOptions, run_smoke
 
-        with console.step(f"{job.id}: smoke test"):
+        with console.step(f"{job.id}: smoke test") as step:
             report = run_smoke(job_dir, night.model(), SmokeOptions.from_config(load_smoke_config()),
                                report_path=smoke_json, quiet=options.quiet)
+            if not report.ok:
+                step.fail()
     except RockbuildError as exc:
         return fail("smoke", smoke_key, t0, exc)
     if not report.ok:

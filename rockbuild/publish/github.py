@@ -33,9 +33,17 @@ def redact(text: str, token: str | None) -> str:
 
 def describe(exc: BaseException, token: str | None) -> str:
     """A one-line reason for an API failure, without the token."""
+    import requests
     from github import GithubException
 
-    if isinstance(exc, GithubException):
+    from rockbuild.downloader import describe_error
+
+    status = _status_after_retries(exc)
+    if status is not None:
+        text = f"HTTP {status} (still failing after retries)"
+    elif isinstance(exc, requests.RequestException):
+        text = describe_error(exc)
+    elif isinstance(exc, GithubException):
         data = exc.data if isinstance(exc.data, dict) else {}
         message = str(data.get("message") or "")
         errors = data.get("errors") or []
@@ -45,6 +53,18 @@ def describe(exc: BaseException, token: str | None) -> str:
         first = str(exc).splitlines()[0] if str(exc) else ""
         text = f"{type(exc).__name__}: {first}"[:300]
     return redact(text, token)
+
+
+def _status_after_retries(exc: BaseException) -> int | None:
+    """The HTTP status that made PyGithub's retries give up (requests' RetryError), else None."""
+    import re
+
+    import requests
+
+    if not isinstance(exc, requests.exceptions.RetryError):
+        return None
+    m = re.search(r"too many (\d{3}) error responses", str(exc))
+    return int(m[1]) if m else None
 
 
 class GitHub:
@@ -78,15 +98,23 @@ class GitHub:
         except PublishError:
             raise
         except (GithubException, OSError, ValueError, AssertionError) as exc:
-            raise PublishError(f"{what} failed: {describe(exc, self.token)}",
-                               hint="check --repo, --api-url and the token's permissions (contents: write)") from None
-        except Exception as exc:
-            import requests
+            raise PublishError(f"{what} failed: {describe(exc, self.token)}", hint=self._hint(exc)) from None
 
-            if isinstance(exc, requests.RequestException):
-                raise PublishError(f"{what} failed: {describe(exc, self.token)}",
-                                   hint="the API could not be reached; try again") from None
-            raise
+    def _hint(self, exc: BaseException) -> str:
+        """What to do about a failed call: the network, an outage, or the request (repo, URL, token)."""
+        import requests
+        from github import GithubException
+
+        status = exc.status if isinstance(exc, GithubException) else _status_after_retries(exc)
+        if status is None and isinstance(exc, requests.RequestException):  # an OSError too: test it before OSError
+            return f"the API at {self.api_url} could not be reached; check the network and try again"
+        if status is not None and (status >= 500 or status == 429):
+            return f"the API answered HTTP {status}: an outage or a rate limit, not your request; try again later"
+        if status in (401, 403):
+            return "check that the token is set and may write contents (permissions: contents: write)"
+        if status == 404:
+            return f"check --repo ({self.repo_name}) and --api-url, and that the token can see the repository"
+        return "check --repo, --api-url and the token's permissions (contents: write)"
 
     def call(self, what: str, func: Callable[[], T]) -> T:
         with self.errors(what):

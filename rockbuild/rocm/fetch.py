@@ -8,7 +8,10 @@ tarball (name + sha256) it came from, so a second fetch of the same version touc
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from rockbuild import console
 from rockbuild.archive import StreamExtractor, read_marker
 from rockbuild.config import FamilyTable, Selection, cache_dir
 from rockbuild.downloader import Downloader, get_text
-from rockbuild.errors import LayoutError, UsageError
+from rockbuild.errors import LayoutError, UnreachableError, UsageError
 
 from .index import TarballEntry, list_tarballs, resolve_tarball
 from .layout import RocmLayout, detect_layout
@@ -63,6 +66,21 @@ class FetchResult:
         }
 
 
+OFFLINE_HINT = (
+    "no network? build against an installed ROCm with --rocm DIR (e.g. /opt/rocm, or /usr with Debian's ROCm), "
+    "or prove a build offline with tests/e2e/provision.sh and tests/e2e/run.sh (tests/e2e/README.md)"
+)
+
+
+@contextlib.contextmanager
+def offline_routes() -> Iterator[None]:
+    """An unreachable TheRock host names the ways to work without it."""
+    try:
+        yield
+    except UnreachableError as e:
+        raise UnreachableError(e.message, hint=OFFLINE_HINT) from e
+
+
 def select_family(families: FamilyTable, family: str | None, target: str | None) -> Selection:
     if bool(family) == bool(target):
         raise UsageError("give exactly one of --family F or --target gfxN")
@@ -88,16 +106,24 @@ def list_rocm_versions(
     index_url: str | None = None,
 ) -> list[TarballEntry]:
     """Tarballs available for the selection's group on the channel's current host, newest first."""
-    return list_tarballs(
-        platform=os_name, groups=tarball_groups(selection, os_name), channel=channel, index_url=index_url,
-        fetch_text=get_text,
-    )
+    with offline_routes():
+        return list_tarballs(
+            platform=os_name, groups=tarball_groups(selection, os_name), channel=channel, index_url=index_url,
+            fetch_text=get_text,
+        )
 
 
 def _root_for(entry: TarballEntry, dest: Path | None, cache: Path) -> Path:
     if dest is not None:
         return dest
     return cache / "rocm" / entry.name.filename.removesuffix(".tar.gz")
+
+
+def _lock_for(root: Path, cache: Path) -> Path:
+    locks = cache / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:16]
+    return locks / f"rocm-{root.name}-{digest}.lock"
 
 
 def _reusable(root: Path, entry: TarballEntry, expected_sha256: str | None) -> dict[str, Any] | None:
@@ -126,17 +152,19 @@ def fetch_rocm(
     start = time.monotonic()
     cache = cache or cache_dir()
     if entry is None:
-        entry = resolve_tarball(
-            platform=os_name, groups=tarball_groups(selection, os_name), version=version, channel=channel,
-            index_url=index_url, fetch_text=get_text,
-        )
+        with offline_routes():
+            entry = resolve_tarball(
+                platform=os_name, groups=tarball_groups(selection, os_name), version=version, channel=channel,
+                index_url=index_url, fetch_text=get_text,
+            )
     root = _root_for(entry, dest, cache)
     if not quiet:
         console.info(f"    ROCm {entry.name.version.text} ({entry.name.filename}) from {entry.url}")
 
-    # One fetch at a time per root: a second one waits, then finds the tree in place.
+    # One fetch at a time per root: a second one waits, then finds the tree in place. The lock lives in the cache,
+    # never beside a --dest folder, where an interrupted fetch would leave it behind.
     root.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root.parent / f".{root.name}.lock")):
+    with FileLock(str(_lock_for(root, cache))):
         marker = _reusable(root, entry, sha256)
         if marker is not None:
             if not quiet:

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urljoin, urlsplit, urlunsplit
 
-import yaml
-
+from rockbuild.config import load_yaml
 from rockbuild.downloader import get_text
 from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
 from rockbuild.rocm.names import PLATFORMS, TarballName, parse_rocm_version, parse_tarball_name
@@ -124,12 +123,7 @@ def _config_date(value: Any, where: str) -> datetime.date | None:
 def load_channels(path: Path | None = None) -> dict[str, Channel]:
     """The channels defined in ``path`` (default: the bundled ``rocm-channels.yaml``)."""
     path = path or default_channels_file()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read the channels file {path}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    data = load_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("channels"), dict) or not data["channels"]:
         raise ConfigError(f"{path}: expected a top-level 'channels:' mapping of channel name -> hosts")
     channels = {}

@@ -16,7 +16,7 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.config import read_json_object, write_json_atomic
-from rockbuild.model import ModelFile
+from rockbuild.model import ModelFile, check_gguf
 from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
 
 from . import SmokeError
@@ -519,6 +519,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                if run_name in options.runs and not _exe(bundle, name, platform).is_file()]
     if missing:
         raise SmokeError(f"{bundle} has no {', '.join(missing)}; is it a llama.cpp bundle?")
+    check_gguf(model.path, need_tensors=True)  # a corrupt model fails here in one line, before any program runs
     if report_path is None:
         report_path = (job_dir / SMOKE_JSON) if job_dir else bundle.parent / f"{bundle.name}.{SMOKE_JSON}"
     logs = report_path.parent / "smoke-logs"
@@ -550,8 +551,10 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     records = []
     for name in options.runs if preflight is None else ():
         exe_name, runner = runners[name]
-        with console.step(f"smoke: {exe_name}") if not quiet else contextlib.nullcontext():
+        with contextlib.nullcontext(console.Step()) if quiet else console.step(f"smoke: {exe_name}") as step:
             record = runner(_exe(bundle, exe_name, platform), model, options, cwd=bundle, env=child, logs=logs)
+            if not record.ok:
+                step.fail()
         if not record.ok and not quiet:
             console.warn(f"{exe_name}: {record.failure}; last lines of {record.log}:")
             for line in record.log_tail[-15:]:
