@@ -333,3 +333,15 @@ def test_build_with_inputs_of_a_vulkan_job_fetches_nothing(world, tmp_path, run_
     assert built.returncode == 0, built.stderr
     assert world.tarball_requests() == 0
     assert (tmp_path / "out" / "linux-vulkan" / "bundle" / "bundle.json").is_file()
+
+
+def test_a_blocked_night_exits_1_from_the_command_line(world, tmp_path):
+    """click returns (does not raise) ctx.exit's code without standalone mode: it must still reach the shell."""
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(
+        [rockbuild_exe(), "nightly", "-c", str(world.matrix("m.yaml", required_fails=True)), "--out",
+         str(tmp_path / "out"), "--index-url", world.index, "--git-url", str(world.bare), "--repo",
+         world.github.full_name, "--api-url", world.github.api_url, "--no-smoke", "--no-ccache", "--json"],
+        capture_output=True, text=True, env=env, timeout=110)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert json.loads(result.stdout)["state"] == "blocked"
