@@ -29,7 +29,7 @@ import os
 import re
 import stat
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,71 +251,53 @@ def _head(path: Path) -> tuple[bytes, int]:
         return fh.read(512), os.fstat(fh.fileno()).st_size
 
 
-def _read_elves(root: Path, files: Sequence[Path]) -> tuple[dict[Path, ElfInfo], list[str]]:
-    """The loadable host ELF files of the bundle (every one at the top, host machines below) and the format failures:
-    a file named like a shared library that is no ELF file, and any truncated or damaged ELF file."""
-    elves: dict[Path, ElfInfo] = {}
+def _screen(path: Path, rel: str, magic: bytes, named_like: str | None,
+            problem: Callable[[Path, int], str | None]) -> tuple[bool, str | None]:
+    """Whether ``path`` starts with ``magic``, and why it fails the format check: named like ``named_like`` (a
+    shared library, a DLL...) but of another format, unreadable, or (``problem``) truncated or damaged."""
+    try:
+        head, size = _head(path)
+        if not head.startswith(magic):
+            kind = "an ELF" if magic == ELF_MAGIC else "a PE"
+            return False, (f"{rel} is named like {named_like} but is not {kind} file ({_describe(head, size)})"
+                           if named_like else None)
+        why = problem(path, size)
+    except OSError as exc:
+        return False, f"{rel} cannot be read: {exc.strerror}"
+    return True, f"{rel} is {why}" if why else None
+
+
+def _read_binaries(root: Path, files: Sequence[Path], *, windows: bool) -> tuple[dict[Path, Any], list[str]]:
+    """The bundle's binaries and the format failures: a file named like a library (or a .exe) that is not one, and
+    any truncated or damaged binary. Linux: the loadable host ELF files (every one at the top, host machines below);
+    Windows: the PE files (every .dll and .exe, and any PE file at the top)."""
+    found: dict[Path, Any] = {}
     failures: list[str] = []
     for path in files:
         rel = path.relative_to(root).as_posix()
-        try:
-            head, size = _head(path)
-            if not head.startswith(ELF_MAGIC):
-                if _SO_NAME_RE.search(path.name):
-                    failures.append(f"{rel} is named like a shared library but is not an ELF file "
-                                    f"({_describe(head, size)})")
+        suffix = path.suffix.lower()
+        if windows:
+            if suffix not in _PE_SUFFIXES and (path.parent != root or not is_pe(path)):
                 continue
-            problem = _elf_problem(path, size)
-        except OSError as exc:
-            failures.append(f"{rel} cannot be read: {exc.strerror}")
-            continue
-        if problem:
-            failures.append(f"{rel} is {problem}")
-            continue
-        machine = elf_machine(path)
-        if machine is None or (machine not in HOST_MACHINES and path.parent != root):
+            named = ("a DLL" if suffix == ".dll" else "a Windows program") if suffix in _PE_SUFFIXES else None
+            ok, failure = _screen(path, rel, b"MZ", named, _pe_problem)
+        else:
+            named = "a shared library" if _SO_NAME_RE.search(path.name) else None
+            ok, failure = _screen(path, rel, ELF_MAGIC, named, _elf_problem)
+            machine = elf_machine(path) if ok and not failure else None
+            ok = ok and (machine in HOST_MACHINES or (machine is not None and path.parent == root))
+        if failure:
+            failures.append(failure)
+        if failure or not ok:
             continue
         try:
-            elf = read_elf(path)
+            info: PeInfo | ElfInfo | None = read_pe(path) if windows else read_elf(path)
         except BundleError as exc:
-            failures.append(_damaged(exc, path, rel, "ELF"))
+            failures.append(_damaged(exc, path, rel, "PE" if windows else "ELF"))
             continue
-        if elf is not None and elf.is_loadable:
-            elves[path] = elf
-    return elves, failures
-
-
-def _read_pes(root: Path, files: Sequence[Path]) -> tuple[dict[Path, PeInfo], list[str]]:
-    """The PE files of the bundle (every .dll and .exe, and any PE file at the top) and the format failures: a file
-    named .dll/.exe that is no PE file, and any truncated or damaged PE file."""
-    pes: dict[Path, PeInfo] = {}
-    failures: list[str] = []
-    for path in files:
-        rel = path.relative_to(root).as_posix()
-        named = path.suffix.lower() in _PE_SUFFIXES
-        if not named and (path.parent != root or not is_pe(path)):
-            continue
-        try:
-            head, size = _head(path)
-            if not head.startswith(b"MZ"):
-                kind = "a DLL" if path.suffix.lower() == ".dll" else "a Windows program"
-                failures.append(f"{rel} is named like {kind} but is not a PE file ({_describe(head, size)})")
-                continue
-            problem = _pe_problem(path, size)
-        except OSError as exc:
-            failures.append(f"{rel} cannot be read: {exc.strerror}")
-            continue
-        if problem:
-            failures.append(f"{rel} is {problem}")
-            continue
-        try:
-            info = read_pe(path)
-        except BundleError as exc:
-            failures.append(_damaged(exc, path, rel, "PE"))
-            continue
-        if info is not None:
-            pes[path] = info
-    return pes, failures
+        if isinstance(info, PeInfo) or (isinstance(info, ElfInfo) and info.is_loadable):
+            found[path] = info
+    return found, failures
 
 
 def _is_program(path: Path, info: ElfInfo) -> bool:
@@ -610,7 +592,7 @@ def audit_bundle(
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []
     if platform == "windows":
-        all_pes, format_failures = _read_pes(root, files)
+        all_pes, format_failures = _read_binaries(root, files, windows=True)
         pes = {p: info for p, info in all_pes.items() if p.parent == root}
         checks.append(Check("file-formats", not format_failures, tuple(format_failures)))
         programs = [p for p, info in all_pes.items() if not info.is_dll and p.suffix.lower() == ".exe"]
@@ -627,7 +609,7 @@ def audit_bundle(
             code, fat = _check_code_objects(root, list(pes), targets)
             checks.append(code)
     else:
-        elves, format_failures = _read_elves(root, files)
+        elves, format_failures = _read_binaries(root, files, windows=False)
         checks.append(Check("file-formats", not format_failures, tuple(format_failures)))
         programs = [p for p, info in elves.items() if _is_program(p, info)]
         checks.append(_check_programs(root, files, programs, len(elves) - len(programs), windows=False))
