@@ -7,7 +7,6 @@ PyGithub, jinja2 or elftools.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -15,8 +14,9 @@ from typing import Any, NoReturn
 
 import click
 
-from . import __version__
+from . import __version__, console
 from .errors import BUG_EXIT_CODE, NotImplementedYet, RockbuildError
+from .settings import Settings
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -28,8 +28,10 @@ class _OrderedGroup(click.Group):
         return list(self.commands)
 
 
-def _debug_requested(argv: list[str]) -> bool:
-    return "--debug" in argv or os.environ.get("ROCKBUILD_DEBUG", "") not in ("", "0")
+def settings() -> Settings:
+    """The settings :func:`main` resolved once for this command (the root context's ``obj``)."""
+    obj = click.get_current_context().find_root().obj
+    return obj if isinstance(obj, Settings) else Settings.from_environment()
 
 
 def emit_json(data: Any) -> None:
@@ -91,8 +93,8 @@ def matrix(
     """Expand the OS x GPU-family matrix into build jobs."""
     from . import matrix as matrix_mod
 
-    jobs = matrix_mod.expand_matrix(
-        config, os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
+    jobs = settings().but(matrix_file=config).jobs(
+        os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
         target_override=matrix_mod.split_list(targets),
     )
     jobs = matrix_mod.select_jobs(jobs, only)
@@ -100,7 +102,7 @@ def matrix(
         emit_json([job.to_dict() for job in jobs])
     elif fmt == "github":
         click.echo(json.dumps(matrix_mod.github_matrix(jobs), separators=(",", ":")))
-        output = os.environ.get("GITHUB_OUTPUT")
+        output = settings().github.output
         if output:
             matrix_mod.write_github_output(jobs, output)
     else:
@@ -114,15 +116,11 @@ def matrix(
 # ---------------------------------------------------------------------------------------------------------------------
 # Stage 2: ROCm
 
-def _host_os() -> str:
-    return "windows" if sys.platform.startswith("win") else "linux"
+def _groups(family: str | None, target: str | None, os_name: str) -> list[str]:
+    """The tarball groups (current name, then legacy names) of --family/--target on ``os_name``."""
+    from .rocm.fetch import select_family, tarball_groups
 
-
-def _selection(family: str | None, target: str | None) -> Any:
-    from .config import load_families
-    from .rocm.fetch import select_family
-
-    return select_family(load_families(), family, target)
+    return tarball_groups(select_family(settings().families, family, target), os_name)
 
 
 ROCM_SOURCE_OPTIONS = [
@@ -176,9 +174,11 @@ def fetch(
     if old_version is not None:
         raise UsageError(f"fetch --version is now --rocm-version: use --rocm-version {old_version}")
 
+    os_name = os_name or settings().host_os
     result = fetch_rocm(
-        _selection(family, target), os_name=os_name or _host_os(), version=version, channel=channel,
-        index_url=index_url, cache=cache, dest=dest, sha256=sha256, quiet=as_json and not sys.stderr.isatty(),
+        _groups(family, target, os_name), os_name=os_name, version=version, channel=channel,
+        index_url=index_url, cache=cache or settings().cache, dest=dest, sha256=sha256,
+        quiet=as_json and not sys.stderr.isatty(),
     )
     if as_json:
         emit_json(result.to_dict())
@@ -211,9 +211,9 @@ def rocm_list(
     """Available ROCm tarballs for a family, newest first."""
     from .rocm.fetch import list_rocm_versions
 
-    entries = list_rocm_versions(
-        _selection(family, target), os_name=os_name or _host_os(), channel=channel, index_url=index_url
-    )
+    os_name = os_name or settings().host_os
+    entries = list_rocm_versions(_groups(family, target, os_name), os_name=os_name, channel=channel,
+                                 index_url=index_url)
     if limit > 0:
         entries = entries[:limit]
     if as_json:
@@ -319,7 +319,7 @@ def build(
     build_options = BuildOptions(
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
-        use_ccache=not no_ccache, ccache_dir=ccache_dir,
+        use_ccache=not no_ccache, ccache_dir=ccache_dir, settings=settings(),
     )
     if inputs_file is not None:
         from .errors import UsageError
@@ -331,11 +331,13 @@ def build(
         if job_id:
             job = inputs.job(job_id)
         else:
-            wanted = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name)
+            wanted = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name,
+                                 settings=settings())
             job = inputs.job(wanted.id)
         result = build_with_inputs(job, inputs, build_options, quiet=as_json)
     else:
-        job = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name)
+        job = resolve_job(target=target, family=family, job_id=job_id, config=config, os_name=os_name,
+                          settings=settings())
         result = build_job(job, build_options)
     bundled = None
     if make_bundle:
@@ -388,9 +390,9 @@ def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend
     """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
     from .bundle import BundleError
     from .bundle.plan import make_bundle
-    from .bundle.policy import load_policy
     from .errors import UsageError
     from .rocm.layout import detect_layout
+    from .settings import load_policy
 
     if backend == "rocm" and (rocm_root is None or not targets):
         raise UsageError("a ROCm bundle needs --rocm ROOT and --targets T[,T]")
@@ -399,7 +401,8 @@ def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend
     layout = detect_layout(rocm_root) if rocm_root is not None else None
     report = make_bundle(build_dir, layout, _split_targets(targets), out, dry_run=dry_run,
                          policy=load_policy(policy) if policy else None, strip=strip_debug, quiet=as_json,
-                         prune_fatbin=prune_fatbin, backend=backend, platform=_host_os() if layout is None else None)
+                         prune_fatbin=prune_fatbin, backend=backend,
+                         platform=settings().host_os if layout is None else None)
     if as_json:
         emit_json(report.to_dict())
     elif dry_run:
@@ -426,8 +429,8 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
     """Check that a bundle is self-contained and carries exactly the job's GPU code (non-zero exit on failure)."""
     from .bundle import AuditError
     from .bundle.audit import audit_bundle
-    from .bundle.policy import load_policy
     from .errors import UsageError
+    from .settings import load_policy
 
     ceilings = {}
     for item in max_versions:
@@ -459,12 +462,11 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, device: str | None,
           report_path: Path | None, as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
-    from .model import load_smoke_config, provide_model
+    from .model import provide_model
     from .smoke import SmokeError, SmokeOptions, run_smoke
 
-    config = load_smoke_config()
-    model = provide_model(model_spec, vocab=vocab, quiet=as_json, config=config)
-    options = SmokeOptions.from_config(config, expect_gpu=expect_gpu, device=device)
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
+    options = SmokeOptions.from_config(settings().smoke, expect_gpu=expect_gpu, device=device)
     report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
     if as_json:
         emit_json(report.to_dict())
@@ -499,9 +501,9 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
             as_json: bool) -> None:
     """Run llama-bench on each bundle with identical settings; pp and tg side by side (e.g. ROCm vs Vulkan)."""
     from .compare import CompareOptions, run_compare
-    from .model import load_smoke_config, provide_model
+    from .model import provide_model
 
-    model = provide_model(model_spec, vocab=vocab, quiet=as_json, config=load_smoke_config())
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
     options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
                              gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
                              timeout=timeout)
@@ -549,7 +551,7 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
         raise UsageError("give the job folders to publish (out/<job-id>), or --inputs inputs.json")
     report = publish_release(PublishOptions(
         job_dirs=job_dirs, repo=repo, api_url=api_url, tag=tag, scheme=scheme, draft=draft, dry_run=dry_run,
-        keep=keep, out=out_dir, quiet=as_json,
+        keep=keep, out=out_dir, quiet=as_json, settings=settings(),
     ))
     show(report, as_json)
 
@@ -566,7 +568,7 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: s
     """Comment on the open 'nightly-failure' issue (or open one) with each failed job, its step and log tail."""
     from .publish import send_alert
 
-    report = send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json)
+    report = send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json, settings=settings())
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -599,8 +601,8 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
     from . import matrix as matrix_mod
     from .nightly import resolve_inputs
 
-    jobs = matrix_mod.expand_matrix(
-        config, os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
+    jobs = settings().but(matrix_file=config).jobs(
+        os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
         target_override=matrix_mod.split_list(targets),
     )
     jobs = matrix_mod.select_jobs(jobs, only)
@@ -673,7 +675,7 @@ def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses
             max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
             repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
             model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
-            prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event,
+            prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event, settings=settings(),
         ))
     if as_json:
         emit_json(report.to_dict())
@@ -735,6 +737,7 @@ def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | 
     report = install_asset(InstallOptions(
         repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
         api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
+        settings=settings(),
     ))
     show(report, as_json)
 
@@ -751,10 +754,13 @@ def _fail(message: str, code: int, hint: str | None = None) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = _debug_requested(argv)
+    debug = "--debug" in argv
     try:
+        resolved = Settings.from_environment(debug=debug or None)  # once, for the whole command
+        debug = resolved.debug
+        console.configure(github_actions=resolved.github.actions, ci=resolved.ci)
         # without standalone mode click *returns* the code of a ctx.exit(code) instead of exiting with it
-        code = cli.main(args=argv, prog_name="rockbuild", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="rockbuild", standalone_mode=False, obj=resolved)
         if isinstance(code, int) and code:
             sys.exit(code)
     except click.exceptions.Exit as exc:

@@ -20,6 +20,7 @@ from rockbuild import __version__, console
 from rockbuild.errors import ProcessError, SmokeError, UsageError
 from rockbuild.model import ModelFile
 from rockbuild.process import log_tail, run
+from rockbuild.settings import environment
 from rockbuild.smoke.parse import BenchResult, parse_bench_json
 from rockbuild.smoke.runner import locate_bundle, smoke_env
 
@@ -213,7 +214,7 @@ def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptio
     for folder in folders:
         if not bench_exe(folder).is_file():
             raise UsageError(f"{folder} has no {bench_exe(folder).name}; pass bundle folders made by rockbuild bundle")
-    source = os.environ if env is None else env
+    source = environment() if env is None else env
     child, removed = smoke_env(source)  # device selection (GGML_VK_VISIBLE_DEVICES...) passes through
     logs = logs or Path(tempfile.mkdtemp(prefix="rockbuild-compare-"))
     logs.mkdir(parents=True, exist_ok=True)

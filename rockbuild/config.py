@@ -1,6 +1,8 @@
-"""One place that turns data files into typed, frozen values: YAML with line numbers, the GPU-family table, Job.
+"""Typed, frozen values made from data files: YAML values with line numbers, the GPU-family table, Job; and the small
+file helpers every stage shares (data files shipped with rockbuild, JSON written atomically).
 
-Every later stage reads a :class:`Job` (made by :mod:`rockbuild.matrix`), never the YAML or the environment again.
+The files themselves are read by :mod:`rockbuild.settings`, once; every later stage reads a :class:`Job` (made by
+:mod:`rockbuild.matrix`), never the YAML or the environment again.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .errors import ConfigError
 
@@ -36,15 +36,6 @@ def data_path(*parts: str) -> Path:
         if candidate.exists():
             return candidate
     raise ConfigError(f"rockbuild's data file {'/'.join(parts)} is missing from this installation; reinstall rockbuild")
-
-
-def cache_dir() -> Path:
-    """Where tarballs, ROCm roots and clones are kept: $ROCKBUILD_CACHE, else $XDG_CACHE_HOME/rockbuild."""
-    explicit = os.environ.get("ROCKBUILD_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rockbuild"
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
@@ -84,92 +75,6 @@ class YList(list):
 
     line: int = 0
     lines: list[int]
-
-
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> YDict:
-    loader.flatten_mapping(node)
-    result = YDict()
-    result.line = node.start_mark.line + 1
-    result.lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, str | int | float | bool) and key is not None:
-            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: mapping keys must be plain scalars")
-        if key in result:
-            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
-        result[key] = loader.construct_object(value_node, deep=True)
-        result.lines[key] = key_node.start_mark.line + 1
-    return result
-
-
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> YList:
-    result = YList(loader.construct_object(child, deep=True) for child in node.value)
-    result.line = node.start_mark.line + 1
-    result.lines = [child.start_mark.line + 1 for child in node.value]
-    return result
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
-
-
-MAX_YAML_DEPTH = 32  # the deepest real file (a matrix's options.cmake) nests 4 levels
-
-
-def _depth(root: yaml.Node) -> tuple[int, yaml.Node]:
-    """How deep ``root`` nests (a scalar is 1) and its deepest node, without recursion."""
-    best, deepest = 0, root
-    todo: list[tuple[yaml.Node, int]] = [(root, 1)]
-    seen: set[int] = set()
-    while todo:
-        node, level = todo.pop()
-        if id(node) in seen:  # an alias points back at a node already counted
-            continue
-        seen.add(id(node))
-        if level > best:
-            best, deepest = level, node
-        if isinstance(node, yaml.SequenceNode):
-            todo.extend((child, level + 1) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            todo.extend((value, level + 1) for _, value in node.value)
-    return best, deepest
-
-
-def load_yaml(path: Path) -> Any:
-    """Parse a YAML file into YDict/YList values; any problem is a one-line ConfigError with file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    loader = _LineLoader(text)
-    loader.name = str(path)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        depth, deepest = _depth(node)
-        if depth > MAX_YAML_DEPTH:
-            raise ConfigError(f"{path}:{deepest.start_mark.line + 1}: nested {depth} levels deep; "
-                              f"a configuration file may nest at most {MAX_YAML_DEPTH}")
-        return loader.construct_document(node)
-    except RecursionError:  # the composer recurses once per level: say what it is, not where Python gave up
-        raise ConfigError(f"{path}: nested too deeply to read; a configuration file may nest at most "
-                          f"{MAX_YAML_DEPTH} levels") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        what = " ".join(filter(None, [exc.context, exc.problem]))
-        raise ConfigError(f"{path}{line}: invalid YAML: {what}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-    finally:
-        loader.dispose()
 
 
 def where(path: Path | str, node: Any, key: Any = None) -> str:
@@ -304,9 +209,8 @@ class FamilyTable:
         return [g for g in [current, *fam.legacy_groups] if g]
 
 
-def load_families(path: Path | None = None) -> FamilyTable:
-    path = path or data_path("matrices", "families.yaml")
-    doc = load_yaml(path)
+def parse_families(doc: Any, path: Path) -> FamilyTable:
+    """The family table from a parsed ``families.yaml`` (see :func:`rockbuild.settings.load_families`)."""
     if not isinstance(doc, YDict) or "families" not in doc:
         raise ConfigError(f"{where(path, doc)}: expected a mapping with a 'families' key")
     check_keys(path, doc, ["families"], "the family table")

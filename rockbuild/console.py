@@ -8,7 +8,6 @@ stdout stays clean for ``--json`` and other machine output.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -19,13 +18,23 @@ def _stream() -> TextIO:
     return sys.stderr
 
 
+class _Mode:
+    github_actions = False  # ::group:: folds and ::warning:: annotations
+    ci = False  # no progress bars even on a terminal
+
+
+def configure(*, github_actions: bool, ci: bool) -> None:
+    """Set once at the CLI's entry from :class:`rockbuild.settings.Settings` (GITHUB_ACTIONS, CI)."""
+    _Mode.github_actions, _Mode.ci = github_actions, ci
+
+
 def on_github_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
+    return _Mode.github_actions
 
 
 def interactive() -> bool:
     """True when a person watches: stderr is a terminal and we are not in CI."""
-    if os.environ.get("CI"):
+    if _Mode.ci:
         return False
     return _stream().isatty()
 

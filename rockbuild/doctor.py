@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import FamilyTable, load_families
+from .config import FamilyTable
 from .errors import RockbuildError
+from .settings import environment, load_families
 
 SEVERITIES = ("ok", "info", "warning", "error")
 PAGE = 4096  # ttm.pages_limit counts 4 KiB pages
@@ -475,7 +476,7 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     targets = set(report.targets)
     vulkan_devices: list[str] | None = None
     if report.backend == "vulkan":  # SPIR-V: no per-GPU kernels, the host's driver compiles them
-        more, vulkan_devices = check_vulkan_host(gpus, bundle, os.environ if env is None else env)
+        more, vulkan_devices = check_vulkan_host(gpus, bundle, environment() if env is None else env)
         findings += more
     else:
         for gpu in gpus:
@@ -538,7 +539,7 @@ def run_doctor(
 ) -> DoctorReport:
     """Every check, in the order a user should fix things."""
     table = table or load_families()
-    env = os.environ if env is None else env
+    env = environment() if env is None else env
     kernel = kernel or platform.release()
     gpus = read_kfd_gpus(sysfs_root, table)
     findings: list[Finding] = [] if gpus else [check_no_gpu(sysfs_root, dev_root)]

@@ -24,7 +24,6 @@ import shlex
 import shutil
 import stat
 import string
-import sys
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import console
-from .config import FamilyTable, cache_dir, load_families
+from .config import FamilyTable
 from .errors import (
     AuditError,
     ChecksumError,
@@ -44,6 +43,7 @@ from .errors import (
     UnsafeArchiveError,
     UsageError,
 )
+from .settings import Settings
 
 DEFAULT_REPO = "lemonade-sdk/llamacpp-rocm"  # the seed's release repository, whose asset names rockbuild keeps
 DEFAULT_API_URL = "https://api.github.com"
@@ -60,10 +60,6 @@ _LEMONADE_FAMILIES = {
 def asset_family(target: str) -> str:
     """The asset name Lemonade downloads for ``target`` (rocm_asset_families): gfx1036 -> gfx103X, gfx1151 verbatim."""
     return _LEMONADE_FAMILIES.get(target, target)
-
-
-def host_os() -> str:
-    return "windows" if sys.platform.startswith("win") else "linux"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -123,6 +119,7 @@ class InstallOptions:
     sysfs_root: Path = Path("/sys")
     cache: Path | None = None  # default: <cache>/releases
     quiet: bool = False
+    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -209,7 +206,7 @@ def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                  os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
     if template is None or os_words is None:
-        from .publish.config import load_publish_config
+        from .settings import load_publish_config
 
         config = load_publish_config()
         template, os_words = template or config.asset_name, os_words or config.os_words
@@ -393,8 +390,8 @@ def install(options: InstallOptions) -> InstallReport:
 
     if options.backend not in ("rocm", "vulkan"):
         raise UsageError(f"--backend {options.backend!r}: choose rocm or vulkan")
-    os_name = options.os_name or host_os()
-    table = load_families()
+    os_name = options.os_name or options.settings.host_os
+    table = options.settings.families
     target: str | None = None
     if options.backend == "rocm":
         target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
@@ -428,7 +425,7 @@ def install(options: InstallOptions) -> InstallReport:
     if chosen.digest and chosen.digest != expected:
         raise ChecksumError(f"{chosen.name}: {SUMS_NAME} says sha256 {expected[:16]}..., GitHub says "
                             f"{chosen.digest[:16]}...: refusing it", hint="report it to the release's maintainers")
-    cache = options.cache or cache_dir() / "releases"
+    cache = options.cache or options.settings.cache / "releases"
     say(f"==> {chosen.name} ({options.repo} {tag}) for {target or options.backend}")
     with Downloader(cache, quiet=options.quiet) as dl:
         try:
@@ -446,7 +443,7 @@ def install(options: InstallOptions) -> InstallReport:
     if not report.ok:
         raise AuditError(f"{dest}: installed, but its audit failed ({len(report.failures)}): {report.failures[0]}",
                          hint=f"details: rockbuild audit {dest}; report it to the release's maintainers")
-    visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == host_os() else None
+    visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == options.settings.host_os else None
     if options.backend == "vulkan":
         visible = None
     return InstallReport(options.repo, tag, target, options.backend, chosen, got.sha256, dest, True,

@@ -31,10 +31,7 @@ from .config import (
     YDict,
     YList,
     check_keys,
-    data_path,
     expect_type,
-    load_families,
-    load_yaml,
     suggest,
     where,
 )
@@ -54,10 +51,6 @@ BUILTIN_OPTIONS: dict[str, Any] = {
     "required": True,
     "runner": dict(DEFAULT_RUNNERS),
 }
-
-
-def default_matrix_path() -> Path:
-    return data_path("matrices", "nightly.yaml")
 
 
 @dataclass
@@ -165,21 +158,20 @@ def _check_os(path: Path | str, node: Any, key: Any, value: Any) -> str:
 
 
 def expand_matrix(
-    path: Path | None = None,
-    families: FamilyTable | None = None,
+    doc: Any,
+    path: Path,
+    families: FamilyTable,
     *,
     os_override: Sequence[str] = (),
     target_override: Sequence[str] = (),
 ) -> list[Job]:
-    """Read a matrix file and return its jobs, in matrix order, with stable ids.
+    """The jobs of a parsed matrix file (read by :func:`rockbuild.settings.load_matrix`), in matrix order, with
+    stable ids.
 
     ``os_override``/``target_override`` replace the matrix's axes (the workflow's dispatch inputs); combinations they
     create that TheRock does not publish are dropped with a warning instead of failing, and jobs outside them (added
     by ``include``) are dropped too.
     """
-    path = path or default_matrix_path()
-    families = families or load_families()
-    doc = load_yaml(path)
     if doc is None:
         raise ConfigError(f"{path}: the matrix file is empty")
     if not isinstance(doc, YDict):

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
-from rockbuild.config import cache_dir, data_path, load_yaml
 from rockbuild.downloader import sha256_file
 from rockbuild.errors import ConfigError, ModelError, UsageError
+from rockbuild.settings import Settings, load_smoke_config
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 TINY = "tiny"
@@ -85,9 +85,8 @@ class ModelFile:
                 "source": self.source, "url": self.url, "note": self.note}
 
 
-def load_smoke_config(path: Path | None = None) -> dict[str, Any]:
-    path = path or data_path("matrices", "smoke.yaml")
-    doc = load_yaml(path)
+def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
+    """The smoke configuration from a parsed ``smoke.yaml`` (read by :func:`rockbuild.settings.load_smoke_config`)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict) or not isinstance(doc.get("run"), dict):
         raise ConfigError(f"{path}: expected the keys 'model' and 'run' (see the shipped matrices/smoke.yaml)")
     return dict(doc)
@@ -110,42 +109,45 @@ def tiny_spec(config: Mapping[str, Any] | None = None) -> TinySpec:
                     vocab_candidates=tuple(str(v) for v in tiny.get("vocab") or ()))
 
 
-def endpoint_url(url: str, env: Mapping[str, str] | None = None) -> str:
-    """``url`` with its Hugging Face prefix replaced by ``$HF_ENDPOINT`` (a mirror) when that is set."""
-    endpoint = (env if env is not None else os.environ).get("HF_ENDPOINT", "").rstrip("/")
+def endpoint_url(url: str, endpoint: str = HF_DEFAULT_ENDPOINT) -> str:
+    """``url`` with its Hugging Face prefix replaced by ``endpoint`` (``$HF_ENDPOINT``, a mirror)."""
+    endpoint = endpoint.rstrip("/")
     if endpoint and url.startswith(HF_DEFAULT_ENDPOINT + "/"):
         return endpoint + url[len(HF_DEFAULT_ENDPOINT):]
     return url
 
 
-def hf_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The Authorization header for Hugging Face when ``$HF_TOKEN`` is set (the downloader never logs headers)."""
-    token = (env if env is not None else os.environ).get("HF_TOKEN", "").strip()
+def hf_headers(token: str | None) -> dict[str, str]:
+    """The Authorization header for Hugging Face when a token (``$HF_TOKEN``) is set (the downloader never logs
+    headers)."""
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def download_model(pin: ModelPin, *, cache: Path | None = None, quiet: bool = False,
-                   env: Mapping[str, str] | None = None) -> ModelFile:
+def download_model(pin: ModelPin, *, settings: Settings | None = None, cache: Path | None = None,
+                   quiet: bool = False) -> ModelFile:
     """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
     from rockbuild.downloader import Downloader
 
-    url = endpoint_url(pin.url, env)
-    folder = (cache or cache_dir()) / "models"
-    with Downloader(folder, quiet=quiet) as downloader:
-        got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size, headers=hf_headers(env))
+    settings = settings or Settings.from_environment()
+    url = endpoint_url(pin.url, settings.hf_endpoint)
+    with Downloader((cache or settings.cache) / "models", quiet=quiet) as downloader:
+        got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size,
+                               headers=hf_headers(settings.hf_token))
     return ModelFile(pin.name, got.path, got.sha256, got.size, "default", url=pin.url)
 
 
-def download_url(url: str, *, cache: Path | None = None, quiet: bool = False,
-                 env: Mapping[str, str] | None = None) -> ModelFile:
+def download_url(url: str, *, settings: Settings | None = None, cache: Path | None = None,
+                 quiet: bool = False) -> ModelFile:
     """A model given by URL (not pinned: its sha256 is recorded, not checked)."""
     from rockbuild.downloader import Downloader, name_from_url
 
+    settings = settings or Settings.from_environment()
     name = name_from_url(url)
     parsed = urllib.parse.urlsplit(url)
-    headers = hf_headers(env) if parsed.hostname and parsed.hostname.endswith("huggingface.co") else {}
-    with Downloader((cache or cache_dir()) / "models", quiet=quiet) as downloader:
-        got = downloader.fetch(endpoint_url(url, env), name=name, headers=headers)
+    huggingface = parsed.hostname and parsed.hostname.endswith("huggingface.co")
+    headers = hf_headers(settings.hf_token) if huggingface else {}
+    with Downloader((cache or settings.cache) / "models", quiet=quiet) as downloader:
+        got = downloader.fetch(endpoint_url(url, settings.hf_endpoint), name=name, headers=headers)
     return ModelFile(name, got.path, got.sha256, got.size, "url", url=url)
 
 
@@ -157,7 +159,7 @@ def find_vocab(explicit: Path | None = None, spec: TinySpec | None = None, cache
                              hint="pass models/ggml-vocab-qwen2.gguf from a llama.cpp source tree")
         return explicit
     spec = spec or tiny_spec()
-    base = cache or cache_dir()
+    base = cache or Settings.from_environment().cache
     for candidate in spec.vocab_candidates:
         path = Path(candidate)
         path = path if path.is_absolute() else base / path
@@ -346,7 +348,7 @@ def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: Ti
     vocab_path = find_vocab(vocab, spec, cache)
     vocab_sha = sha256_file(vocab_path)
     stem = spec.name.removesuffix(".gguf")
-    out = (cache or cache_dir()) / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
+    out = (cache or Settings.from_environment().cache) / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
     if not out.is_file():
         import_gguf()  # before saying it is being made
         console.info(f"    generating the tiny model from {vocab_path}")
@@ -354,15 +356,18 @@ def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: Ti
     return ModelFile(spec.name, out, sha256_file(out), out.stat().st_size, TINY, note=TINY_NOTE)
 
 
-def provide_model(spec: str | None, *, vocab: Path | None = None, cache: Path | None = None, quiet: bool = False,
-                  config: Mapping[str, Any] | None = None) -> ModelFile:
-    """The model ``--model`` asks for: None (the pinned default), ``tiny``, an http(s) URL, or a local path."""
+def provide_model(spec: str | None, *, vocab: Path | None = None, settings: Settings | None = None,
+                  cache: Path | None = None, quiet: bool = False) -> ModelFile:
+    """The model ``--model`` asks for: None (the pinned default), ``tiny``, an http(s) URL, or a local path.
+    ``cache`` (default: the settings') holds downloads and the tiny model under ``models/``."""
+    settings = settings or Settings.from_environment()
+    cache = cache or settings.cache
     if spec is None or spec == "default":
-        return download_model(default_model_pin(config), cache=cache, quiet=quiet)
+        return download_model(default_model_pin(settings.smoke), settings=settings, cache=cache, quiet=quiet)
     if spec == TINY:
-        return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(config))
+        return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(settings.smoke))
     if spec.startswith(("http://", "https://")):
-        return download_url(spec, cache=cache, quiet=quiet)
+        return download_url(spec, settings=settings, cache=cache, quiet=quiet)
     path = Path(spec).expanduser()
     if not path.is_file():
         raise UsageError(f"--model {spec}: no such file; give a GGUF path, an https URL, or 'tiny'")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from rockbuild.settings import environment
+
 from .errors import ProcessError
 
 # Variables a child may inherit from our environment. Everything else must be passed explicitly.
@@ -46,7 +48,7 @@ def child_env(
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """An explicit environment: allowlisted variables of ``base`` (default: ours) plus ``extra``, minus secrets."""
-    source = os.environ if base is None else base
+    source = environment() if base is None else base
     wanted = {name.upper() for name in inherit}
     env = {
         k: v for k, v in source.items() if k.upper() in wanted or k.upper().startswith(INHERITED_PREFIXES)

@@ -445,14 +445,15 @@ def test_ninja_progress_counts_steps_and_objects_by_language(capsys):
 
 
 def _vulkan_job(world):
-    from rockbuild.matrix import expand_matrix, find_job
+    from rockbuild.matrix import find_job
+    from rockbuild.settings import load_matrix
 
     matrix = write(world["base"] / "vulkan.yaml", """
         options:
           cmake: {MY_EXTRA: from-matrix}
         matrix: {os: [linux], target: [gfx1151], backend: vulkan}
     """)
-    return find_job(expand_matrix(matrix), "linux-vulkan")
+    return find_job(load_matrix(matrix), "linux-vulkan")
 
 
 def _with_path(entry: Path, fn):

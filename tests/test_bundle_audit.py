@@ -14,8 +14,8 @@ from test_bundle_support import cc, fatbin_source, make_tree, offload_bundle, wr
 from rockbuild.bundle import BundleError, make_bundle
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.plan import patchelf_tool
-from rockbuild.bundle.policy import load_policy
 from rockbuild.rocm.layout import detect_layout
+from rockbuild.settings import load_policy
 
 
 @pytest.fixture(scope="module")

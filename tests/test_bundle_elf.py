@@ -20,7 +20,7 @@ from rockbuild.bundle.elf import (
     read_elf,
     resolve_in_root,
 )
-from rockbuild.bundle.policy import load_policy
+from rockbuild.settings import load_policy
 
 MAIN = "int a_value(void);\n#include <stdio.h>\nint main(void){printf(\"%d\\n\", a_value());return 0;}\n"
 

@@ -20,8 +20,8 @@ from rockbuild.bundle import MISSING, SHIPS, SYSTEM, make_bundle
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.pe import PeResolver, pe_bin_roots, pe_closure, read_pe
 from rockbuild.bundle.plan import make_plan
-from rockbuild.bundle.policy import load_policy
 from rockbuild.rocm.layout import detect_layout
+from rockbuild.settings import load_policy
 
 MINGW = "x86_64-w64-mingw32-gcc"
 DLLTOOL = "x86_64-w64-mingw32-dlltool"

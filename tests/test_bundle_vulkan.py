@@ -13,7 +13,7 @@ from test_bundle_support import cc, run_clean, tree_files
 from rockbuild.bundle import SYSTEM, BundleError, make_bundle
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.elf import read_elf
-from rockbuild.bundle.policy import load_policy
+from rockbuild.settings import load_policy
 
 
 @pytest.fixture(scope="module")

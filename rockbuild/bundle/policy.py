@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
-from rockbuild.config import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
+from rockbuild.config import YDict, YList, check_keys, expect_type, where
 from rockbuild.errors import ConfigError
 
 PLATFORMS = ("linux", "windows")
@@ -210,10 +210,9 @@ def _kernel_rules(path: Path, parent: YDict) -> tuple[KernelRule, ...]:
     return tuple(out)
 
 
-def load_policy(path: Path | None = None) -> BundlePolicy:
-    """Read the bundle policy (default: the shipped ``matrices/bundle-policy.yaml``); ConfigError names file:line."""
-    path = path or data_path("matrices", "bundle-policy.yaml")
-    doc = load_yaml(path)
+def parse_policy(doc: Any, path: Path) -> BundlePolicy:
+    """The bundle policy from a parsed ``bundle-policy.yaml`` (read by :func:`rockbuild.settings.load_policy`);
+    ConfigError names file:line."""
     if not isinstance(doc, YDict):
         raise ConfigError(f"{where(path, doc)}: expected a mapping with 'linux' and 'windows'")
     check_keys(path, doc, ["format", *PLATFORMS], "the bundle policy")

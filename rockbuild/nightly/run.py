@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import Job, load_families, read_json_object, write_json_atomic
+from rockbuild.config import Job, read_json_object, write_json_atomic
 from rockbuild.errors import PublishError, RockbuildError, UsageError
+from rockbuild.settings import Settings
 
 from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, manifest_differences, resolve_inputs
 
@@ -33,10 +32,6 @@ INPUTS_FILE = "inputs.json"
 STATE_SCHEMA = 1
 
 EventHook = Callable[[str, str, str], None]  # (job id, stage, status: start | done | reused | failed | skipped)
-
-
-def host_os() -> str:
-    return "windows" if sys.platform.startswith("win") else "linux"
 
 
 def _hash(*parts: Any) -> str:
@@ -52,17 +47,15 @@ def tarball_report(fetched: Any) -> dict[str, Any]:
             "group": fetched.group}
 
 
-def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path | None = None, quiet: bool = False) -> Any:
+def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False) -> Any:
     """The job's pinned tarball, downloaded and extracted (a StaleInputError/NotFoundError when resolve found none)."""
     from rockbuild.errors import LayoutError
-    from rockbuild.rocm.fetch import fetch_rocm
+    from rockbuild.rocm.fetch import fetch_rocm, job_groups
 
     rocm = inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    entry = rocm.entry()
-    selection = load_families().select(job.name, context=job.id)
-    fetched = fetch_rocm(selection, os_name=job.os, entry=entry, cache=cache, quiet=quiet)
+    fetched = fetch_rocm(job_groups(job), os_name=job.os, entry=rocm.entry(), cache=cache, quiet=quiet)
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
     return fetched
@@ -118,7 +111,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
     if rocm_dir is None and rocm is not None:
         try:
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
-                fetched = fetch_for_job(job, inputs, cache=options.cache, quiet=quiet)
+                fetched = fetch_for_job(job, inputs, cache=options.cache or options.settings.cache, quiet=quiet)
         except RockbuildError as exc:
             write_failed_build(job, job_dir, "rocm", exc.message, inputs)
             raise
@@ -200,6 +193,7 @@ class NightOptions:
     throttle: bool = True
     quiet: bool = False
     on_event: EventHook | None = None
+    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -256,6 +250,7 @@ class _Night:
         self.options = options
         self.inputs = inputs
         self.out = Path(options.out).absolute()
+        self.cache = options.cache or options.settings.cache
         self._model: Any = None
         self._model_lock = threading.Lock()
 
@@ -266,10 +261,10 @@ class _Night:
     def model(self) -> Any:
         with self._model_lock:
             if self._model is None:
-                from rockbuild.model import load_smoke_config, provide_model
+                from rockbuild.model import provide_model
 
-                self._model = provide_model(self.options.model, vocab=self.options.vocab, cache=self.options.cache,
-                                            quiet=self.options.quiet, config=load_smoke_config())
+                self._model = provide_model(self.options.model, vocab=self.options.vocab, cache=self.cache,
+                                            settings=self.options.settings, quiet=self.options.quiet)
             return self._model
 
 
@@ -327,7 +322,7 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         night.event(job.id, "fetch", "start")
         try:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
-                fetched = fetch_for_job(job, inputs, cache=options.cache, quiet=options.quiet)
+                fetched = fetch_for_job(job, inputs, cache=night.cache, quiet=options.quiet)
         except RockbuildError as exc:
             write_failed_build(job, job_dir, "rocm", exc.message, inputs)
             return fail("fetch", fetch_key, t0, exc)
@@ -347,7 +342,7 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
         night.event(job.id, "build", "start")
         build_options = build_options_for_inputs(BuildOptions(
             out_dir=night.out, offline=options.offline, jobs=options.compile_jobs, use_ccache=options.use_ccache,
-            ccache_dir=options.ccache_dir, cache=options.cache,
+            ccache_dir=options.ccache_dir, cache=night.cache, settings=options.settings,
         ), inputs, root)
         try:
             build_job(job, build_options)
@@ -398,11 +393,10 @@ def run_job(job: Job, night: _Night) -> JobOutcome:
     night.event(job.id, "smoke", "start")
     smoke_json.unlink(missing_ok=True)
     try:
-        from rockbuild.model import load_smoke_config
         from rockbuild.smoke import SmokeOptions, run_smoke
 
         with console.step(f"{job.id}: smoke test") as step:
-            report = run_smoke(job_dir, night.model(), SmokeOptions.from_config(load_smoke_config()),
+            report = run_smoke(job_dir, night.model(), SmokeOptions.from_config(options.settings.smoke),
                                report_path=smoke_json, quiet=options.quiet)
             if not report.ok:
                 step.fail()
@@ -482,21 +476,20 @@ def _select_jobs(options: NightOptions) -> list[Job]:
     from rockbuild import matrix
 
     oses = matrix.split_list(options.oses, aliases={"ubuntu": "linux"})
-    jobs = matrix.expand_matrix(options.config, os_override=oses, target_override=matrix.split_list(options.targets))
+    jobs = options.settings.but(matrix_file=options.config).jobs(
+        os_override=oses, target_override=matrix.split_list(options.targets))
     return matrix.select_jobs(jobs, options.only)
 
 
 def run_night(options: NightOptions) -> NightReport:
     """Resolve; stop when the last release was made from the same inputs; else run every job of this machine's OS,
     publish by the gating rules (when publishing) and alert on failure."""
-    from rockbuild.publish.github import token_from_env
-    from rockbuild.publish.jobs import env_run_url
-
     start = time.monotonic()
     say = (lambda m: None) if options.quiet else console.info
     out = Path(options.out).absolute()
-    token = options.token if options.token is not None else token_from_env()
-    repo = options.repo or os.environ.get("GITHUB_REPOSITORY") or None
+    github = options.settings.github
+    token = options.token if options.token is not None else github.token
+    repo = options.repo or github.repository
     publishing = options.publish if options.publish is not None else repo is not None
     if publishing and repo is None:
         raise UsageError("--publish needs a repository", hint="pass --repo OWNER/NAME, or --no-publish")
@@ -507,12 +500,13 @@ def run_night(options: NightOptions) -> NightReport:
                                 max_age_days=options.max_age_days, index_url=options.index_url,
                                 git_url=options.git_url, quiet=options.quiet)
         inputs_path = inputs.write(out / INPUTS_FILE)
-    here = [j for j in jobs if j.os == host_os()]
-    not_here = tuple(j.id for j in jobs if j.os != host_os())
+    host = options.settings.host_os
+    here = [j for j in jobs if j.os == host]
+    not_here = tuple(j.id for j in jobs if j.os != host)
     if not_here:
-        say(f"not built on this {host_os()} machine: {', '.join(not_here)}")
+        say(f"not built on this {host} machine: {', '.join(not_here)}")
     if not here:
-        raise UsageError(f"no job of the selection builds on {host_os()}", hint="use --os or --only")
+        raise UsageError(f"no job of the selection builds on {host}", hint="use --os or --only")
     commit = inputs.llama.commit
 
     changes: tuple[str, ...] = ()
@@ -556,7 +550,7 @@ def run_night(options: NightOptions) -> NightReport:
                 result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.api_url, token=token,
                                                 out=out / "release", run_url=options.run_url,
                                                 step_summary=options.step_summary, throttle=options.throttle,
-                                                quiet=options.quiet))
+                                                quiet=options.quiet, settings=options.settings))
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (
                 f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
@@ -564,7 +558,7 @@ def run_night(options: NightOptions) -> NightReport:
             state, message = "failed", f"publishing failed: {exc.message}"
     alert = None
     if state in ("blocked", "failed") and publishing:
-        alert = _send_alert(dirs, options, repo, token, env_run_url)
+        alert = _send_alert(dirs, options, repo, token)
     report = NightReport(state, message, inputs_path, commit, tuple(outcomes), not_here, release, alert,
                          time.monotonic() - start, changes)
     _write_step_summary(options, report)
@@ -579,14 +573,14 @@ def _run_guarded(job: Job, night: _Night) -> JobOutcome:
         return JobOutcome(job.id, job.required, "failed", {}, "setup", exc.message)
 
 
-def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None,
-                env_run_url: Callable[[], str | None]) -> str:
+def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None) -> str:
     from rockbuild.publish import send_alert
 
-    run_url = options.run_url or env_run_url() or f"file://{Path(options.out).absolute()}"
+    run_url = options.run_url or options.settings.github.run_url or f"file://{Path(options.out).absolute()}"
     try:
         with console.step("alert"):
             report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.api_url, token=token,
+                                settings=options.settings,
                                 throttle=options.throttle, quiet=options.quiet)
         return report.message
     except RockbuildError as exc:
@@ -595,8 +589,7 @@ def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, t
 
 
 def _write_step_summary(options: NightOptions, report: NightReport) -> None:
-    path = options.step_summary or (Path(os.environ["GITHUB_STEP_SUMMARY"])
-                                    if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    path = options.step_summary or options.settings.github.step_summary
     if path is None:
         return
     with open(path, "a", encoding="utf-8") as fh:

@@ -8,18 +8,18 @@ carries the run URL in a hidden marker, so running the alert twice for one run w
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.settings import Settings
 
 from . import PublishError
-from .config import PublishConfig, load_publish_config
-from .github import GitHub, redact, token_from_env
-from .jobs import JobRecord, env_run_url, load_job
+from .config import PublishConfig
+from .github import GitHub, redact
+from .jobs import JobRecord, load_job
 from .notes import marker, read_marker, render
 
 
@@ -50,10 +50,13 @@ def _reported(text: str | None, run_url: str) -> bool:
 
 def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
                token: str | None = None, date: str | None = None, config: PublishConfig | None = None,
-               throttle: bool = True, quiet: bool = False) -> AlertReport:
-    config = config or load_publish_config()
+               throttle: bool = True, quiet: bool = False, settings: Settings | None = None) -> AlertReport:
+    """Open (or comment on) the night's failure issue. ``repo``, ``token`` and ``run_url`` default to the settings'
+    GitHub context (GITHUB_REPOSITORY, GITHUB_TOKEN/GH_TOKEN, this run's page)."""
+    settings = settings or Settings.from_environment()
+    config = config or settings.publish
     say = (lambda m: None) if quiet else console.info
-    run_url = run_url or env_run_url() or ""
+    run_url = run_url or settings.github.run_url or ""
     if not run_url:
         raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in job_dirs]
@@ -62,8 +65,8 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
         message = f"all {len(jobs)} jobs passed; no alert"
         say(message)
         return AlertReport("nothing-failed", message)
-    repo = repo or os.environ.get("GITHUB_REPOSITORY") or None
-    token = token if token is not None else token_from_env()
+    repo = repo or settings.github.repository
+    token = token if token is not None else settings.github.token
     if not repo:
         raise PublishError("no repository for the alert", hint="pass --repo OWNER/NAME")
     if not token:

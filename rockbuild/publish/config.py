@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rockbuild.config import YDict, check_keys, data_path, load_yaml, where
+from rockbuild.config import YDict, check_keys, where
 from rockbuild.errors import ConfigError
 
 GITHUB_ASSET_LIMIT = 2 * 1024**3  # GitHub: "each file must be under 2 GiB"
@@ -35,9 +35,9 @@ class PublishConfig:
     source: str = ""
 
 
-def load_publish_config(path: Path | None = None) -> PublishConfig:
-    path = path or data_path("matrices", "publish.yaml")
-    doc = load_yaml(path)
+def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
+    """The publish configuration from a parsed ``publish.yaml`` (read by
+    :func:`rockbuild.settings.load_publish_config`)."""
     if not isinstance(doc, YDict):
         raise ConfigError(f"{path}: expected a mapping (see the shipped matrices/publish.yaml)")
     check_keys(path, doc, ["tags", "assets", "glibc_floor", "release", "retention", "alert", "known_issues"],

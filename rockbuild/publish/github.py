@@ -7,8 +7,7 @@ to PyGithub only, and every message that leaves this module passes :func:`redact
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -16,15 +15,6 @@ from . import PublishError
 
 DEFAULT_API_URL = "https://api.github.com"
 T = TypeVar("T")
-
-
-def token_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if env is None else env
-    for name in ("GITHUB_TOKEN", "GH_TOKEN"):
-        value = env.get(name, "").strip()
-        if value:
-            return value
-    return None
 
 
 def redact(text: str, token: str | None) -> str:

@@ -7,7 +7,6 @@ the step and the log tail for the alert); it is never an exception here.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,8 +179,3 @@ def with_failure(job: JobRecord, step: str, reason: str) -> JobRecord:
     return replace(job, status="failed", failed_step=step, reason=reason, log_tail=(reason,))
 
 
-def env_run_url(env: Mapping[str, str] | None = None) -> str | None:
-    """The GitHub Actions run URL when running there."""
-    env = os.environ if env is None else env
-    server, repo, run_id = env.get("GITHUB_SERVER_URL"), env.get("GITHUB_REPOSITORY"), env.get("GITHUB_RUN_ID")
-    return f"{server}/{repo}/actions/runs/{run_id}" if server and repo and run_id else None

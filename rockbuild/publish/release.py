@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +23,14 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.downloader import sha256_file
+from rockbuild.settings import Settings
 
 from . import PublishError
 from .archives import check_asset_size, collect_entries, write_tar_gz, write_zip
-from .config import PublishConfig, load_publish_config
+from .config import PublishConfig
 from .floor import bundle_floor, floor_violations
-from .github import GitHub, token_from_env
-from .jobs import JobRecord, env_run_url, load_job, with_failure
+from .github import GitHub
+from .jobs import JobRecord, load_job, with_failure
 from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_json
 from .notes import notes_context, read_marker, render
 from .tags import llama_tag, next_sequential_tag
@@ -55,6 +55,7 @@ class PublishOptions:
     step_summary: Path | None = None  # default: $GITHUB_STEP_SUMMARY
     throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
     quiet: bool = False
+    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -136,12 +137,11 @@ def gate_jobs(jobs: Sequence[JobRecord], config: PublishConfig) -> tuple[list[Jo
     return ok, failed, floors
 
 
-def _job_mtime(job: JobRecord) -> int:
+def _job_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
     if job.finished:
         with contextlib.suppress(ValueError):
             return int(datetime.datetime.fromisoformat(job.finished).timestamp())
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    return int(epoch) if epoch.isdigit() else _DEFAULT_MTIME
+    return source_date_epoch if source_date_epoch is not None else _DEFAULT_MTIME
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -169,12 +169,12 @@ def _remember(dest: Path, key: dict[str, Any]) -> None:
     dest.with_name(dest.name + ".key.json").write_text(json.dumps(key))
 
 
-def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishConfig,
-                       quiet: bool = False) -> tuple[list[AssetFile], list[str]]:
+def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishConfig, quiet: bool = False,
+                       source_date_epoch: int | None = None) -> tuple[list[AssetFile], list[str]]:
     """The job's zip (and tar.gz), refusing any over the size limit; (assets, notes about replaced symlinks)."""
     assert job.bundle is not None
     entries, notes = collect_entries(job.bundle)
-    mtime = _job_mtime(job)
+    mtime = _job_mtime(job, source_date_epoch)
     key_base = {"entries": [[e.arcname, e.size, e.mode, e.source.stat().st_mtime_ns] for e in entries],
                 "mtime": mtime, "level": config.compress_level}
     base = asset_base(config, tag, job)
@@ -266,7 +266,7 @@ def _write_summary(path: Path | None, text: str) -> None:
 
 def publish(options: PublishOptions, config: PublishConfig | None = None) -> PublishReport:
     """Publish the jobs in ``options.job_dirs`` (see the module docstring). Raises PublishError when refused."""
-    config = config or load_publish_config()
+    config = config or options.settings.publish
     if not options.job_dirs:
         raise PublishError("no job folders given; pass the out/<job-id> folders of the night's jobs")
     say = (lambda m: None) if options.quiet else console.info
@@ -276,11 +276,11 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
     for job in failed:
         console.warn(f"{job.id} is left out (optional): {job.failed_step}: {job.reason}")
     fp = fingerprint(shipped)
-    repo = options.repo or os.environ.get("GITHUB_REPOSITORY") or None
-    token = options.token if options.token is not None else token_from_env()
-    run_url = options.run_url or env_run_url()
-    summary_path = options.step_summary or (Path(os.environ["GITHUB_STEP_SUMMARY"])
-                                            if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    github = options.settings.github
+    repo = options.repo or github.repository
+    token = options.token if options.token is not None else github.token
+    run_url = options.run_url or github.run_url
+    summary_path = options.step_summary or github.step_summary
     if repo is None and not options.dry_run:
         raise PublishError("no repository to publish to", hint="pass --repo OWNER/NAME (or use --dry-run)")
     if repo is not None and not token and not options.dry_run:
@@ -306,7 +306,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
         out_dir.mkdir(parents=True, exist_ok=True)
         assets: list[AssetFile] = []
         for job in shipped:
-            made, link_notes = write_job_archives(job, tag, out_dir, config, options.quiet)
+            made, link_notes = write_job_archives(job, tag, out_dir, config, options.quiet,
+                                                  options.settings.source_date_epoch)
             assets.extend(made)
             for note in link_notes:
                 console.warn(f"{job.id}: {note}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from filelock import FileLock
 
 from rockbuild import console
 from rockbuild.archive import StreamExtractor, read_marker
-from rockbuild.config import FamilyTable, Selection, cache_dir
+from rockbuild.config import FamilyTable, Job, Selection
 from rockbuild.downloader import Downloader, get_text
 from rockbuild.errors import LayoutError, UnreachableError, UsageError
 
@@ -98,19 +98,22 @@ def tarball_groups(selection: Selection, os_name: str) -> list[str]:
     return [current, *fam.legacy_groups]
 
 
+def job_groups(job: Job) -> list[str]:
+    """The tarball groups a job's ROCm is published under: its group, then the legacy names."""
+    return [job.group, *job.legacy_groups]
+
+
 def list_rocm_versions(
-    selection: Selection,
+    groups: Sequence[str],
     *,
     os_name: str,
     channel: str = "nightly",
     index_url: str | None = None,
 ) -> list[TarballEntry]:
-    """Tarballs available for the selection's group on the channel's current host, newest first."""
+    """Tarballs available for ``groups`` (see :func:`tarball_groups`) on the channel's current host, newest first."""
     with offline_routes():
-        return list_tarballs(
-            platform=os_name, groups=tarball_groups(selection, os_name), channel=channel, index_url=index_url,
-            fetch_text=get_text,
-        )
+        return list_tarballs(platform=os_name, groups=list(groups), channel=channel, index_url=index_url,
+                             fetch_text=get_text)
 
 
 def _root_for(entry: TarballEntry, dest: Path | None, cache: Path) -> Path:
@@ -136,26 +139,26 @@ def _reusable(root: Path, entry: TarballEntry, expected_sha256: str | None) -> d
 
 
 def fetch_rocm(
-    selection: Selection,
+    groups: Sequence[str],
     *,
     os_name: str,
     version: str = "latest",
     channel: str = "nightly",
     index_url: str | None = None,
-    cache: Path | None = None,
+    cache: Path,
     dest: Path | None = None,
     sha256: str | None = None,
     quiet: bool = False,
     entry: TarballEntry | None = None,
 ) -> FetchResult:
-    """Resolve (unless ``entry`` is given), download and extract the ROCm tarball for ``selection`` on ``os_name``."""
+    """Resolve (unless ``entry`` is given), download and extract the ROCm tarball of ``groups`` (the current name,
+    then legacy names: :func:`tarball_groups`, :func:`job_groups`) for ``os_name``, into ``cache``."""
     start = time.monotonic()
-    cache = cache or cache_dir()
     if entry is None:
         with offline_routes():
             entry = resolve_tarball(
-                platform=os_name, groups=tarball_groups(selection, os_name), version=version, channel=channel,
-                index_url=index_url, fetch_text=get_text,
+                platform=os_name, groups=list(groups), version=version, channel=channel, index_url=index_url,
+                fetch_text=get_text,
             )
     root = _root_for(entry, dest, cache)
     if not quiet:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urljoin, urlsplit, urlunsplit
 
-from rockbuild.config import load_yaml
 from rockbuild.downloader import get_text
 from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
 from rockbuild.rocm.names import PLATFORMS, TarballName, parse_rocm_version, parse_tarball_name
@@ -97,18 +96,6 @@ class Channel:
         return {"name": self.name, "hosts": [h.to_dict() for h in self.hosts]}
 
 
-def default_channels_file() -> Path:
-    """``matrices/rocm-channels.yaml`` of a source checkout, else the copy packaged into the wheel."""
-    here = Path(__file__).resolve()
-    for candidate in (
-        here.parents[2] / "matrices" / "rocm-channels.yaml",
-        here.parents[1] / "_data" / "matrices" / "rocm-channels.yaml",
-    ):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError("rocm-channels.yaml is missing from this rockbuild install; reinstall rockbuild")
-
-
 def _config_date(value: Any, where: str) -> datetime.date | None:
     if value is None:
         return None
@@ -120,10 +107,8 @@ def _config_date(value: Any, where: str) -> datetime.date | None:
         raise ConfigError(f"{where}: {value!r} is not a date (expected YYYY-MM-DD)") from None
 
 
-def load_channels(path: Path | None = None) -> dict[str, Channel]:
-    """The channels defined in ``path`` (default: the bundled ``rocm-channels.yaml``)."""
-    path = path or default_channels_file()
-    data = load_yaml(path)
+def parse_channels(data: Any, path: Path) -> dict[str, Channel]:
+    """The channels of a parsed ``rocm-channels.yaml`` (read by :func:`rockbuild.settings.load_channels`)."""
     if not isinstance(data, dict) or not isinstance(data.get("channels"), dict) or not data["channels"]:
         raise ConfigError(f"{path}: expected a top-level 'channels:' mapping of channel name -> hosts")
     channels = {}
@@ -158,6 +143,8 @@ def load_channels(path: Path | None = None) -> dict[str, Channel]:
 
 
 def get_channel(channel: str, channels_file: Path | None = None) -> Channel:
+    from rockbuild.settings import load_channels
+
     channels = load_channels(channels_file)
     if channel not in channels:
         raise UsageError(f"unknown ROCm channel {channel!r}; known channels: {', '.join(channels)}")

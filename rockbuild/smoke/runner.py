@@ -18,6 +18,7 @@ from rockbuild import __version__, console
 from rockbuild.config import read_json_object, write_json_atomic
 from rockbuild.model import ModelFile, check_gguf
 from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
+from rockbuild.settings import environment
 
 from . import SmokeError
 from .parse import (
@@ -302,7 +303,7 @@ def _no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
 def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """The children's environment: the allowlist of :func:`child_env`, no ROCm variables, no ROCm PATH entries.
     Returns the environment and what was removed (for the report)."""
-    source = base if base is not None else os.environ
+    source = base if base is not None else environment()
     env = child_env(base=base)
     env.update({name: source[name] for name in DEVICE_SELECTION if name in source})
     removed = [name for name in _ROCM_VARIABLES if name in source]
