@@ -37,12 +37,6 @@ class UsageError(RockbuildError):
     exit_code = 2
 
 
-class NotImplementedYet(RockbuildError):
-    """A stage that exists in the CLI but has not been built yet: say so instead of pretending."""
-
-    exit_code = 3
-
-
 class FetchError(RockbuildError):
     """A download or index lookup failed after retries (network, HTTP status, short body, timeout)."""
 

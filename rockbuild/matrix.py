@@ -412,3 +412,20 @@ def render_table(jobs: Sequence[Job]) -> Any:
             job.llama_ref + (f" {extra}" if extra else ""), rocm, job.runner,
         )
     return table
+
+
+def print_jobs(jobs: Sequence[Job], fmt: str, github_output: Path | None = None) -> None:
+    """``rockbuild matrix``: ``table`` for people (the whole width on a pipe), ``json`` a list of jobs, ``github``
+    ``{"include": [...]}`` for fromJson, also written to ``$GITHUB_OUTPUT`` as ``matrix=...`` when given."""
+    import sys
+
+    if fmt == "json":
+        print(json.dumps([job.to_dict() for job in jobs], indent=2))
+    elif fmt == "github":
+        print(json.dumps(github_matrix(jobs), separators=(",", ":")))
+        if github_output is not None:
+            write_github_output(jobs, github_output)
+    else:
+        from rich.console import Console
+
+        Console(width=None if sys.stdout.isatty() else 200).print(render_table(jobs))

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from .config import FamilyTable, Job
     from .publish.config import PublishConfig
     from .rocm.index import Channel
+
+T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The process's environment and platform
@@ -152,41 +154,42 @@ def load_yaml(path: Path) -> Any:
 # The data files, each parsed by the module that owns its meaning
 
 
+def _load_data_file(path: Path | None, shipped: str, parse: Callable[[Any, Path], T]) -> T:
+    """``parse`` of the YAML file at ``path``, by default the one shipped as ``matrices/<shipped>``."""
+    path = path or data_path("matrices", shipped)
+    return parse(load_yaml(path), path)
+
+
 def load_families(path: Path | None = None) -> FamilyTable:
     from .config import parse_families
 
-    path = path or data_path("matrices", "families.yaml")
-    return parse_families(load_yaml(path), path)
+    return _load_data_file(path, "families.yaml", parse_families)
 
 
 def load_policy(path: Path | None = None) -> BundlePolicy:
     """The bundle policy (default: the shipped ``matrices/bundle-policy.yaml``)."""
     from .bundle.policy import parse_policy
 
-    path = path or data_path("matrices", "bundle-policy.yaml")
-    return parse_policy(load_yaml(path), path)
+    return _load_data_file(path, "bundle-policy.yaml", parse_policy)
 
 
 def load_smoke_config(path: Path | None = None) -> dict[str, Any]:
     from .model import parse_smoke_config
 
-    path = path or data_path("matrices", "smoke.yaml")
-    return parse_smoke_config(load_yaml(path), path)
+    return _load_data_file(path, "smoke.yaml", parse_smoke_config)
 
 
 def load_publish_config(path: Path | None = None) -> PublishConfig:
     from .publish.config import parse_publish_config
 
-    path = path or data_path("matrices", "publish.yaml")
-    return parse_publish_config(load_yaml(path), path)
+    return _load_data_file(path, "publish.yaml", parse_publish_config)
 
 
 def load_channels(path: Path | None = None) -> dict[str, Channel]:
     """The ROCm channels (default: the shipped ``matrices/rocm-channels.yaml``)."""
     from .rocm.index import parse_channels
 
-    path = path or data_path("matrices", "rocm-channels.yaml")
-    return parse_channels(load_yaml(path), path)
+    return _load_data_file(path, "rocm-channels.yaml", parse_channels)
 
 
 def load_matrix(
@@ -200,9 +203,8 @@ def load_matrix(
     :func:`rockbuild.matrix.expand_matrix`."""
     from .matrix import expand_matrix
 
-    path = path or data_path("matrices", "nightly.yaml")
-    return expand_matrix(load_yaml(path), path, families or load_families(),
-                         os_override=os_override, target_override=target_override)
+    return _load_data_file(path, "nightly.yaml", lambda doc, where: expand_matrix(
+        doc, where, families or load_families(), os_override=os_override, target_override=target_override))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

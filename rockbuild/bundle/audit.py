@@ -37,7 +37,7 @@ from typing import Any
 from rockbuild.config import read_json_object
 from rockbuild.settings import load_policy
 
-from . import BundleError
+from . import AuditError, BundleError
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport, read_fatbin
 from .kernels import target_order
@@ -94,6 +94,11 @@ class AuditReport:
     @property
     def warnings(self) -> tuple[str, ...]:
         return tuple(f"{c.name}: {w}" for c in self.checks for w in c.warnings)
+
+    def raise_if_failed(self, where: Path | str) -> None:
+        """An AuditError (exit 10) naming ``where``, the count and the first failure, when a check failed."""
+        if not self.ok:
+            raise AuditError(f"{where}: {len(self.failures)} audit failure(s), first: {self.failures[0]}")
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -338,6 +343,19 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
                                 f"(mode {mode:o}): chmod +x it")
     rels = [p.relative_to(root).as_posix() for p in programs]
     return Check("programs", not failures, tuple(failures), details={"programs": rels})
+
+
+def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
+    """``--max-version`` values (``GLIBC=2.35``) as {family: version}; a UsageError names a malformed one."""
+    from rockbuild.errors import UsageError
+
+    ceilings = {}
+    for item in items:
+        family, sep, version = item.partition("=")
+        if not sep or not version.replace(".", "").isdigit():
+            raise UsageError(f"--max-version {item!r}: write FAMILY=VERSION, e.g. GLIBC=2.35")
+        ceilings[family.strip().upper()] = version.strip()
+    return ceilings
 
 
 def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str) -> str:

@@ -160,6 +160,20 @@ class BundleReport:
         data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
         return data
 
+    def raise_if_failed(self) -> None:
+        """A dry run's plan errors as a BundleError (a real run raised them already)."""
+        if self.plan.errors:
+            raise BundleError(f"the plan has {len(self.plan.errors)} error(s): {self.plan.errors[0]}")
+
+    def render(self) -> str:
+        """The plan (a dry run), or what was written and the audit."""
+        if self.dry_run:
+            return self.plan.render()
+        from rockbuild.console import human_bytes
+
+        head = f"bundle: {self.out} ({len(self.plan.files)} files, {human_bytes(self.plan.total_bytes)})"
+        return head + (f"\n{self.audit.render()}" if self.audit is not None else "")
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Planning
@@ -524,6 +538,26 @@ __all__ = [
     "BUNDLE_JSON", "BundlePlan", "BundleReport", "PlannedFile", "apply_plan", "make_bundle", "make_plan",
     "patchelf_tool", "ROOT", "SHIPS",
 ]
+
+
+def bundle_command(
+    build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *, backend: str = "rocm",
+    dry_run: bool = False, strip: bool = False, prune_fatbin: bool = False, policy_file: Path | None = None,
+    quiet: bool = False, platform: str | None = None,
+) -> BundleReport:
+    """``rockbuild bundle``: a ROCm bundle needs the root and targets, a Vulkan bundle neither (``platform``: the OS
+    of a Vulkan bundle, which has no ROCm root to tell it)."""
+    from rockbuild.errors import UsageError
+    from rockbuild.rocm.layout import detect_layout
+
+    if backend == "rocm" and (rocm_root is None or not targets):
+        raise UsageError("a ROCm bundle needs --rocm ROOT and --targets T[,T]")
+    if backend == "vulkan" and (rocm_root is not None or targets):
+        raise UsageError("a Vulkan bundle takes no --rocm and no --targets")
+    layout = detect_layout(rocm_root) if rocm_root is not None else None
+    return make_bundle(build_bin, layout, targets, out, dry_run=dry_run,
+                       policy=load_policy(policy_file) if policy_file else None, strip=strip, quiet=quiet,
+                       prune_fatbin=prune_fatbin, backend=backend, platform=platform if layout is None else None)
 
 
 def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, quiet: bool = False,

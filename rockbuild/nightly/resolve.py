@@ -156,6 +156,14 @@ class Inputs:
                 "rocm": rocm.to_dict() if rocm is not None else None}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
+    def render(self) -> str:
+        """What ``rockbuild resolve`` pinned, in two lines."""
+        build = self.llama.build_number or "unknown"
+        text = (f"inputs: llama.cpp {self.llama.commit[:12]} (build {build}), {len(self.jobs)} jobs, "
+                f"{len(self.rocm)} ROCm tarball(s)")
+        failed = [j.id for j in self.jobs if self.unresolved(j.id)]
+        return text + (f"\n  no usable ROCm (these jobs will fail): {', '.join(failed)}" if failed else "")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.schema, "tool": "rockbuild", "rockbuild_version": self.rockbuild_version,

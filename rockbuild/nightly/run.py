@@ -219,6 +219,9 @@ class NightReport:
                 "jobs": [j.to_dict() for j in self.jobs], "not_here": list(self.not_here), "release": self.release,
                 "alert": self.alert, "seconds": round(self.seconds, 3), "changes": list(self.changes)}
 
+    def render(self) -> str:
+        return f"night: {self.state}: {self.message}"
+
     def render_table(self) -> Any:
         from rich.table import Table
 
@@ -470,6 +473,18 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
         inputs.job(job_id)
         found[job_id] = Path(directory)
     return tuple(found.get(job.id, Path(default_out) / job.id) for job in inputs.jobs)
+
+
+def job_dirs_to_publish(inputs_file: Path | None, job_dirs: Sequence[Path]) -> tuple[Path, ...]:
+    """``rockbuild publish``'s folders: with the night's inputs every job of it (:func:`publish_dirs_for_inputs`),
+    else the folders given, of which there must be one."""
+    if inputs_file is not None:
+        from .resolve import load_inputs
+
+        return publish_dirs_for_inputs(load_inputs(inputs_file), job_dirs)
+    if not job_dirs:
+        raise UsageError("give the job folders to publish (out/<job-id>), or --inputs inputs.json")
+    return tuple(job_dirs)
 
 
 def _select_jobs(options: NightOptions) -> list[Job]:

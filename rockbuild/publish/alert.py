@@ -31,6 +31,9 @@ class AlertReport:
     issue_url: str | None = None
     failed: tuple[str, ...] = ()
 
+    def render(self) -> str:
+        return self.message
+
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "message": self.message, "issue": self.issue_number,
                 "issue_url": self.issue_url, "failed_jobs": list(self.failed)}

@@ -47,6 +47,21 @@ class FetchResult:
     layout_error: str | None = None
     resumed_from: int = 0  # byte offset where a resumed download picked up (0: none)
 
+    def render(self) -> str:
+        from rockbuild.console import human_bytes
+
+        lines = [
+            f"ROCm {self.version} ({self.name})",
+            f"  root:        {self.root}",
+            f"  sha256:      {self.sha256}",
+            f"  size:        {human_bytes(self.size)}; downloaded now: {human_bytes(self.transferred)}",
+            f"  extracted:   {'yes' if self.extracted else 'no (already in place)'} in {self.seconds:.1f}s",
+        ]
+        if self.layout is not None:
+            lines.append(f"  clang:       {self.layout.clang}")
+            lines.append(f"  kernels for: {' '.join(self.layout.gfx_targets) or '(none found)'}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -96,6 +111,24 @@ def tarball_groups(selection: Selection, os_name: str) -> list[str]:
     if current is None:
         raise UsageError(f"TheRock publishes no {os_name} tarball for {fam.name} ({selection.short})")
     return [current, *fam.legacy_groups]
+
+
+@dataclass(frozen=True)
+class VersionList:
+    """``rockbuild rocm list``: tarballs, newest first."""
+
+    entries: tuple[TarballEntry, ...]
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self.entries]
+
+    def render(self) -> str:
+        lines = []
+        for e in self.entries:
+            day = e.name.date.isoformat() if e.name.date else "-"
+            size = f"{e.size / 1e9:.2f} GB" if e.size else ""
+            lines.append(f"{e.name.version.text:<28} {day:<10} {size:>9}  {e.name.filename}")
+        return "\n".join(lines)
 
 
 def job_groups(job: Job) -> list[str]:

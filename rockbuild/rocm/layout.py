@@ -106,6 +106,15 @@ class RocmLayout:
             return PurePosixPath(path.as_posix())
         return PurePosixPath("/") / path.relative_to(self.sysroot).as_posix()
 
+    def render(self) -> str:
+        """``key: value`` lines of :meth:`to_dict` (lists joined, folders by path)."""
+        lines = []
+        for key, value in self.to_dict().items():
+            if isinstance(value, list):
+                value = ", ".join(str(v) if not isinstance(v, dict) else v.get("path", str(v)) for v in value) or "-"
+            lines.append(f"{key + ':':<18} {value if value is not None else '-'}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         def opt(p: Path | None) -> str | None:
             return str(p) if p is not None else None

@@ -292,6 +292,66 @@ def _fmt(buffers: Iterable[Buffer]) -> str:
     return ", ".join(f"{b.device} {b.mib:.2f} MiB" for b in buffers) or "none"
 
 
+def _combined(placements: Sequence[str]) -> str:
+    """The placement of all loads together: theirs when they agree, else ``partial``."""
+    return placements[0] if all(p == placements[0] for p in placements) else "partial"
+
+
+def _offload_claim(load: LoadReport, backend: str, where: str = "") -> str | None:
+    """The note for a load that says it offloaded layers while no ``backend`` buffer holds weights."""
+    if not (load.offloaded and load.offloaded[0] > 0):
+        return None
+    return (f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
+            f"but no {backend} buffer holds weights{where}: not a GPU run")
+
+
+# What a verdict says, by placement and backend: the summary ({mib}, {offloaded} and {buffers} filled in) and, when a
+# GPU run was expected, what a placement short of ``gpu`` lacks.
+_SUMMARY = {
+    "gpu": {"rocm": "gpu: ROCm ({mib:.2f} MiB of weights on the GPU; offloaded {offloaded} layers)",
+            "vulkan": "gpu: Vulkan ({mib:.2f} MiB of weights and the KV cache on the Vulkan device)"},
+    "partial": {"rocm": "gpu: partial offload ({buffers}; offloaded {offloaded} layers)",
+                "vulkan": "gpu: partial Vulkan offload ({buffers}; offloaded {offloaded} layers)"},
+    "cpu": {"rocm": "gpu: absent (CPU run proves library loading only)",
+            "vulkan": "gpu: absent, no Vulkan model buffer (CPU run proves library loading only)"},
+    "unknown": dict.fromkeys(("rocm", "vulkan"), "gpu: unknown (no model buffer lines in the logs)"),
+}
+_SHORT_OF_GPU = {
+    "partial": {"rocm": "not every layer on the GPU",
+                "vulkan": "not every layer and the KV cache on the Vulkan device"},
+    "cpu": dict.fromkeys(("rocm", "vulkan"), "silent CPU fallback"),
+    "unknown": dict.fromkeys(("rocm", "vulkan"), "no model buffer lines to prove GPU use"),
+}
+_WEIGHTS_ON = {"rocm": "the GPU", "vulkan": "the Vulkan device"}
+
+
+def _verdict(
+    backend: str, loads: Sequence[LoadReport], with_buffers: Sequence[LoadReport], placement: str, *,
+    expect_gpu: bool | None, texts: Sequence[str | None], gpu_mib: float, host_mib: float, notes: Sequence[str],
+    fallback: str | None = None, failures: Sequence[str] = (),
+) -> GpuVerdict:
+    """The verdict on ``placement``, in ``backend``'s words. When a GPU run was expected, anything but ``gpu`` fails
+    for ``fallback`` or for what it lacks; a ``gpu`` run fails for the first of ``failures``, then for generated text
+    that is not generation."""
+    last = with_buffers[-1] if with_buffers else None
+    offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last and last.offloaded else None
+    buffers_text = _fmt(last.buffers) if last else "none"
+    summary = _SUMMARY[placement][backend].format(mib=gpu_mib, offloaded=offloaded or "?", buffers=buffers_text)
+    ok = True
+    if expect_gpu:
+        problems = [f"weights on {_WEIGHTS_ON[backend]} but {p}" for t in texts if (p := text_problem(t))]
+        if placement != "gpu":
+            ok = False
+            why = fallback or _SHORT_OF_GPU[placement][backend]
+            summary = f"gpu: FAILED, {why} (model buffers: {buffers_text})"
+        elif failures or problems:
+            ok = False
+            summary = f"gpu: FAILED, {[*failures, *problems][0]}"
+    devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
+    return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
+                      tuple(dict.fromkeys(notes)))
+
+
 def gpu_verdict(
     loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
     backend: str | None = None, bench: Sequence[BenchResult] = (),
@@ -310,7 +370,6 @@ def gpu_verdict(
     with_buffers = [load for load in loads if load.buffers]
     if not with_buffers:
         placement, gpu_mib, host_mib = "unknown", 0.0, 0.0
-        offloaded = None
     else:
         placements = []
         gpu_mib = max(sum(b.mib for b in load.buffers if b.is_gpu) for load in with_buffers)
@@ -324,38 +383,12 @@ def gpu_verdict(
                 placements.append("partial")
             else:
                 placements.append("cpu")
-                if load.offloaded and load.offloaded[0] > 0:
-                    others = [b for b in load.buffers if not b.device.startswith("CPU")]
-                    where = f" (non-GPU device: {_fmt(others)})" if others else ""
-                    notes.append(f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
-                                 f"but no ROCm buffer holds weights{where}: not a GPU run")
-        placement = "gpu" if all(p == "gpu" for p in placements) else (
-            "cpu" if all(p == "cpu" for p in placements) else "partial")
-        last = with_buffers[-1]
-        offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last.offloaded else None
-    devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
-    problems = [p for t in texts if (p := text_problem(t))]
-    buffers_text = _fmt(with_buffers[-1].buffers) if with_buffers else "none"
-    if placement == "gpu":
-        summary = f"gpu: ROCm ({gpu_mib:.2f} MiB of weights on the GPU; offloaded {offloaded or '?'} layers)"
-    elif placement == "partial":
-        summary = f"gpu: partial offload ({buffers_text}; offloaded {offloaded or '?'} layers)"
-    elif placement == "cpu":
-        summary = "gpu: absent (CPU run proves library loading only)"
-    else:
-        summary = "gpu: unknown (no model buffer lines in the logs)"
-    ok = True
-    if expect_gpu:
-        if placement != "gpu":
-            ok = False
-            what = {"cpu": "silent CPU fallback", "partial": "not every layer on the GPU",
-                    "unknown": "no model buffer lines to prove GPU use"}[placement]
-            summary = f"gpu: FAILED, {what} (model buffers: {buffers_text})"
-        elif problems:
-            ok = False
-            summary = f"gpu: FAILED, weights on the GPU but {problems[0]}"
-    return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
-                      tuple(dict.fromkeys(notes)))
+                others = [b for b in load.buffers if not b.device.startswith("CPU")]
+                if note := _offload_claim(load, "ROCm", f" (non-GPU device: {_fmt(others)})" if others else ""):
+                    notes.append(note)
+        placement = _combined(placements)
+    return _verdict("rocm", loads, with_buffers, placement, expect_gpu=expect_gpu, texts=texts, gpu_mib=gpu_mib,
+                    host_mib=host_mib, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -462,50 +495,18 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
             placements.append("partial")
         else:
             placements.append("cpu")
-            if load.offloaded and load.offloaded[0] > 0:
-                notes.append(f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
-                             "but no Vulkan buffer holds weights: not a GPU run")
-    if not placements:
-        placement = "unknown" if not fallbacks else "cpu"
-    elif all(p == placements[0] for p in placements):
-        placement = placements[0]
-    else:
-        placement = "partial"
+            if note := _offload_claim(load, "Vulkan"):
+                notes.append(note)
+    placement = _combined(placements) if placements else ("cpu" if fallbacks else "unknown")
     notes.extend(fallbacks)
     bench_problem = vulkan_bench_problem(bench) if bench else None
     if bench_problem:
         notes.append(bench_problem)
     if any(load.vulkan and load.vulkan.cpu_type_device for load in loads):
         notes.append("the Vulkan device is a CPU-type device (lavapipe/llvmpipe)")
-    devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
-    last = with_buffers[-1] if with_buffers else None
-    offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last and last.offloaded else None
-    buffers_text = _fmt(last.buffers) if last else "none"
-    if placement == "gpu":
-        summary = f"gpu: Vulkan ({gpu_mib:.2f} MiB of weights and the KV cache on the Vulkan device)"
-    elif placement == "partial":
-        summary = f"gpu: partial Vulkan offload ({buffers_text}; offloaded {offloaded or '?'} layers)"
-    elif placement == "cpu":
-        summary = "gpu: absent, no Vulkan model buffer (CPU run proves library loading only)"
-    else:
-        summary = "gpu: unknown (no model buffer lines in the logs)"
-    ok = True
-    if expect_gpu:
-        problems = [p for t in texts if (p := text_problem(t))]
-        if placement != "gpu":
-            ok = False
-            why = fallbacks[0] if fallbacks else {
-                "cpu": "silent CPU fallback", "partial": "not every layer and the KV cache on the Vulkan device",
-                "unknown": "no model buffer lines to prove GPU use"}[placement]
-            summary = f"gpu: FAILED, {why} (model buffers: {buffers_text})"
-        elif bench_problem:
-            ok = False
-            summary = f"gpu: FAILED, {bench_problem}"
-        elif problems:
-            ok = False
-            summary = f"gpu: FAILED, weights on the Vulkan device but {problems[0]}"
-    return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
-                      tuple(dict.fromkeys(notes)))
+    return _verdict("vulkan", loads, with_buffers, placement, expect_gpu=expect_gpu, texts=texts, gpu_mib=gpu_mib,
+                    host_mib=host_mib, notes=notes, fallback=fallbacks[0] if fallbacks else None,
+                    failures=[bench_problem] if bench_problem else [])
 
 
 _LISTED_DEVICE = re.compile(

@@ -153,6 +153,12 @@ class SmokeReport:
     def ok(self) -> bool:
         return not self.failures
 
+    def raise_if_failed(self) -> None:
+        """A SmokeError (exit 11) naming the first failure and where the details are, when a run failed."""
+        if not self.ok:
+            raise SmokeError(f"smoke test of {self.bundle} failed: {self.failures[0]}",
+                             hint=f"details and log tails in {self.report_path}")
+
     @property
     def bench(self) -> tuple[BenchResult, ...]:
         return tuple(b for r in self.runs for b in r.bench)
@@ -197,6 +203,8 @@ class SmokeReport:
                 lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
         lines.append(f"  {self.gpu.summary}")
         lines.extend(f"  note: {n}" for n in self.gpu.notes)
+        if self.report_path is not None:
+            lines.append(f"  smoke.json: {self.report_path}")
         return "\n".join(lines)
 
 

@@ -1,0 +1,1 @@
+"""The commands of ``rockbuild``, one module per audience (see :mod:`rockbuild.cli`)."""

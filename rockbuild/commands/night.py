@@ -1,0 +1,130 @@
+"""The night CI runs: resolve, nightly, publish, alert."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rockbuild.cli import COMPILE, GITHUB, JOB_SELECTION, JSON, MODEL, NIGHT_PINS, command, file, folder, settings, show
+
+
+@command
+@JOB_SELECTION
+@NIGHT_PINS
+@click.option("--out", "out_file", type=file(), default=Path("inputs.json"), show_default=True,
+              help="Write the inputs here.")
+@click.option("--json", "as_json", is_flag=True, help="Also print the inputs as JSON on stdout.")
+def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
+            llama_ref: str | None, rocm_version: str | None, max_age_days: int, index_url: str | None,
+            git_url: str | None, out_file: Path, as_json: bool) -> None:
+    """Pin the night's inputs once for every job: the llama.cpp commit and each group's ROCm tarball (inputs.json).
+
+    A group whose newest tarball is older than --max-age-days fails its own jobs (building them with --inputs
+    refuses, naming the group and the date found); the other jobs go on.
+    """
+    from rockbuild import matrix as matrix_mod
+    from rockbuild.nightly import resolve_inputs
+
+    jobs = settings().but(matrix_file=config).jobs(
+        os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
+        target_override=matrix_mod.split_list(targets),
+    )
+    inputs = resolve_inputs(matrix_mod.select_jobs(jobs, only), llama_ref=llama_ref, rocm_version=rocm_version,
+                            max_age_days=max_age_days, index_url=index_url, git_url=git_url, quiet=as_json)
+    inputs.write(out_file)
+    show(inputs, as_json)
+
+
+@command
+@JOB_SELECTION
+@click.option("--publish/--no-publish", "publish_release", default=None,
+              help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY).")
+@click.option("-j", "--jobs", "parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Jobs to run at the same time.")
+@click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles per job.")
+@click.option("--out", "out_dir", type=folder(), default=Path("out"), show_default=True,
+              help="Job folders, inputs.json and release files go here; a re-run resumes.")
+@NIGHT_PINS
+@GITHUB
+@click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
+              help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
+@MODEL
+@COMPILE
+@click.option("--json", "as_json", is_flag=True, help="Print the night's report as JSON on stdout.")
+@click.pass_context
+def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
+            targets: tuple[str, ...], publish_release: bool | None, parallel: int, compile_jobs: int | None,
+            out_dir: Path, llama_ref: str | None, rocm_version: str | None, max_age_days: int,
+            index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None, smoke_test: bool,
+            model_spec: str | None, vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
+            prune_fatbin: bool, as_json: bool) -> None:
+    """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
+
+    Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
+    with the same --out resumes: stages whose inputs did not change are not redone. Exit 0 when the release was
+    made (or skipped as unchanged), 1 when a required job failed.
+    """
+    from rockbuild.nightly import NightOptions, run_night
+    from rockbuild.nightly.overview import Overview
+
+    overview = Overview(enabled=not as_json)
+    with overview:
+        report = run_night(NightOptions(
+            config=config, only=only, oses=oses, targets=targets, llama_ref=llama_ref, rocm_version=rocm_version,
+            max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
+            repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
+            model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
+            prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event, settings=settings(),
+        ))
+    if not as_json:
+        overview.print_summary(report)
+    show(report, as_json)
+    ctx.exit(report.exit_code)
+
+
+@command
+@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=False, type=folder(exists=True))
+@click.option("--inputs", "inputs_file", type=file(exists=True), default=None,
+              help="The night's inputs.json: every job in it counts (one without a folder as failed); a folder built "
+              "from another commit is refused. JOB_DIRs default to out/<job-id>.")
+@GITHUB
+@click.option("--tag", default=None, help="Use this tag (default: the next b#### after the highest tag or release).")
+@click.option("--tag-scheme", "scheme", type=click.Choice(["sequential", "llama"]), default=None,
+              help="sequential: b####; llama: b<llama.cpp build>-rocm<version> (default: publish.yaml's).")
+@click.option("--draft", is_flag=True, help="Leave the complete release as a draft (not shown as latest).")
+@click.option("--dry-run", is_flag=True, help="Write the archives, checksums, manifest and notes; no API writes.")
+@click.option("--keep", type=click.IntRange(min=1), default=None, metavar="N",
+              help="After publishing, delete rockbuild's published releases older than the newest N.")
+@click.option("--out", "out_dir", type=folder(), default=None,
+              help="Folder for the release files (default: release/ beside the job folders).")
+@JSON
+def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | None, api_url: str | None,
+            tag: str | None, scheme: str | None, draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None,
+            as_json: bool) -> None:
+    """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
+
+    The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
+    completes a draft; a published release is never changed.
+    """
+    from rockbuild.nightly.run import job_dirs_to_publish
+    from rockbuild.publish import PublishOptions
+    from rockbuild.publish import publish as publish_release
+
+    show(publish_release(PublishOptions(
+        job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=repo, api_url=api_url, tag=tag, scheme=scheme,
+        draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, settings=settings(),
+    )), as_json)
+
+
+@command
+@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=True, type=folder(exists=True))
+@click.option("--run-url", required=True, metavar="URL", help="The CI run that failed (linked from the issue).")
+@GITHUB
+@JSON
+def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: str | None, as_json: bool) -> None:
+    """Comment on the open 'nightly-failure' issue (or open one) with each failed job, its step and log tail."""
+    from rockbuild.publish import send_alert
+
+    show(send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json, settings=settings()),
+         as_json)

@@ -1,0 +1,264 @@
+"""The stages a maintainer runs one by one: matrix, fetch/rocm, build, bundle, audit, smoke, compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rockbuild.cli import (
+    COMPILE,
+    CONTEXT,
+    JOB_SELECTION,
+    JSON,
+    MATRIX_FILE,
+    MODEL,
+    POLICY,
+    _OrderedGroup,
+    cli,
+    command,
+    file,
+    folder,
+    options,
+    settings,
+    show,
+    split_list,
+)
+
+OS_CHOICE = click.Choice(["linux", "windows"])
+
+
+@command
+@JOB_SELECTION
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
+    help="table: for people; json: a list of jobs; github: {\"include\": [...]} for fromJson (also written to "
+    "$GITHUB_OUTPUT as matrix=... when that variable is set).",
+)
+def matrix(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
+           fmt: str) -> None:
+    """Expand the OS x GPU-family matrix into build jobs."""
+    from rockbuild import matrix as matrix_mod
+
+    jobs = settings().but(matrix_file=config).jobs(
+        os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
+        target_override=matrix_mod.split_list(targets),
+    )
+    matrix_mod.print_jobs(matrix_mod.select_jobs(jobs, only), fmt, settings().github.output)
+
+
+ROCM_SOURCE = options(
+    click.option("--family", default=None, help="GPU family (gfx110X, gfx110X-all, gfx1151, ...)."),
+    click.option("--target", default=None, help="A single gfx target; its family's tarball is used."),
+    click.option("--os", "os_name", type=OS_CHOICE, default=None, help="Tarball platform (default: this machine's)."),
+    click.option("--channel", type=click.Choice(["nightly", "dev", "prerelease", "stable"]), default="nightly",
+                 show_default=True),
+    click.option("--index-url", default=None,
+                 help="Read this index page or S3 listing instead of the channel's hosts."),
+)
+
+
+def _groups(family: str | None, target: str | None, os_name: str) -> list[str]:
+    from rockbuild.rocm.fetch import select_family, tarball_groups
+
+    return tarball_groups(select_family(settings().families, family, target), os_name)
+
+
+@command
+@ROCM_SOURCE
+@click.option("--rocm-version", "version", default="latest", show_default=True,
+              help="'latest' or an exact TheRock version (e.g. 10.2.0a20261128).")
+@click.option("--version", "old_version", default=None, hidden=True)  # before 0.2; --version is the program's
+@click.option("--cache", type=folder(), default=None,
+              help="Cache folder (default: $ROCKBUILD_CACHE or ~/.cache/rockbuild).")
+@click.option("--dest", type=folder(), default=None, help="Extract here (default: <cache>/rocm/<tarball name>).")
+@click.option("--sha256", default=None, help="Expected sha256 of the tarball (refuse anything else).")
+@JSON
+def fetch(family: str | None, target: str | None, os_name: str | None, channel: str, index_url: str | None,
+          version: str, old_version: str | None, cache: Path | None, dest: Path | None, sha256: str | None,
+          as_json: bool) -> None:
+    """Find, download and safely extract a TheRock ROCm tarball."""
+    import sys
+
+    from rockbuild.errors import UsageError
+    from rockbuild.rocm.fetch import fetch_rocm
+
+    if old_version is not None:
+        raise UsageError(f"fetch --version is now --rocm-version: use --rocm-version {old_version}")
+    os_name = os_name or settings().host_os
+    show(fetch_rocm(_groups(family, target, os_name), os_name=os_name, version=version, channel=channel,
+                    index_url=index_url, cache=cache or settings().cache, dest=dest, sha256=sha256,
+                    quiet=as_json and not sys.stderr.isatty()), as_json)
+
+
+@cli.group(cls=_OrderedGroup, context_settings=CONTEXT)
+def rocm() -> None:
+    """List TheRock ROCm versions or describe a ROCm root."""
+
+
+@rocm.command("list", context_settings=CONTEXT)
+@ROCM_SOURCE
+@click.option("--limit", type=int, default=20, show_default=True, help="Show at most this many (0: all).")
+@JSON
+def rocm_list(family: str | None, target: str | None, os_name: str | None, channel: str, index_url: str | None,
+              limit: int, as_json: bool) -> None:
+    """Available ROCm tarballs for a family, newest first."""
+    from rockbuild.rocm.fetch import VersionList, list_rocm_versions
+
+    os_name = os_name or settings().host_os
+    entries = list_rocm_versions(_groups(family, target, os_name), os_name=os_name, channel=channel,
+                                 index_url=index_url)
+    show(VersionList(tuple(entries[:limit] if limit > 0 else entries)), as_json)
+
+
+@rocm.command("info", context_settings=CONTEXT)
+@click.argument("root", type=click.Path(path_type=Path))
+@JSON
+def rocm_info(root: Path, as_json: bool) -> None:
+    """Describe the ROCm root at ROOT (TheRock tree, /opt/rocm, or a Debian/Ubuntu install)."""
+    from rockbuild.rocm.layout import detect_layout
+
+    show(detect_layout(root), as_json)
+
+
+@command
+@click.option("--target", default=None, help="Build exactly this gfx target (gfx1151, ...).")
+@click.option("--family", default=None, help="Build every target of this GPU family (gfx110X, ...).")
+@click.option("--job", "job_id", default=None, help="Build this job of the matrix (linux-gfx1151, ...).")
+@MATRIX_FILE
+@click.option("--os", "os_name", type=OS_CHOICE, default=None, help="Job OS (default: this machine's).")
+@click.option("--rocm", "rocm_dir", type=folder(), default=None,
+              help="Use this ROCm root (TheRock tree, /opt/rocm, or /usr with Debian's ROCm) instead of fetching one.")
+@click.option("--rocm-version", default=None, help="Fetch this TheRock version (default: the job's, i.e. 'latest').")
+@click.option("--source", "source_dir", type=folder(), default=None,
+              help="Build this llama.cpp tree instead of cloning one.")
+@click.option("--ref", default=None, help="llama.cpp tag (bNNNN), branch or full commit to clone (default: the job's).")
+@click.option("--git-url", default=None, help="Clone from this URL (default: the upstream llama.cpp repository).")
+@click.option("--build-number", default=None, help="llama.cpp build number of a tree git cannot tell (11312, b11312).")
+@click.option("--commit", default=None, help="llama.cpp commit of a --source tree that is not a git checkout.")
+@click.option("--out", "out_dir", type=folder(), default=Path("out"), show_default=True,
+              help="Output folder; the job's files go to OUT/<job-id>/.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: cores).")
+@COMPILE
+@click.option("--bundle/--no-bundle", "make_bundle", default=True, show_default=True,
+              help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
+@click.option("--inputs", "inputs_file", type=file(), default=None,
+              help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
+@click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout.")
+def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
+          rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
+          git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
+          offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool, make_bundle: bool,
+          inputs_file: Path | None, as_json: bool) -> None:
+    """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
+    from rockbuild.build import build_and_bundle
+    from rockbuild.build.driver import BuildOptions
+    from rockbuild.build.source import DEFAULT_GIT_URL
+
+    build_options = BuildOptions(
+        out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
+        git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
+        use_ccache=not no_ccache, ccache_dir=ccache_dir, settings=settings(),
+    )
+    show(build_and_bundle(build_options, target=target, family=family, job_id=job_id, config=config,
+                          os_name=os_name, inputs_file=inputs_file, make_bundle=make_bundle,
+                          prune_fatbin=prune_fatbin, quiet=as_json, git_url_flag=git_url is not None), as_json)
+
+
+@command
+@click.argument("build_dir", type=folder(exists=True))
+@click.option("--rocm", "rocm_root", default=None, type=folder(exists=True),
+              help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root); not for Vulkan.")
+@click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
+@click.option("--backend", type=click.Choice(["rocm", "vulkan"]), default="rocm", show_default=True,
+              help="vulkan: no ROCm, no targets; the Vulkan loader and drivers stay the host's.")
+@click.option("--out", required=True, type=folder(), help="The bundle folder.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (files, sources, patches, kernel data); write nothing.")
+@click.option("--strip", "strip_debug", is_flag=True, help="Strip debug sections from the shipped ELF files.")
+@click.option("--prune-fatbin", is_flag=True,
+              help="Drop other GPU targets' code from shipped fat binaries (rocBLAS, rocSOLVER), in place.")
+@POLICY
+@click.option("--json", "as_json", is_flag=True, help="Print the report (or with --dry-run the plan) as JSON.")
+def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, out: Path, dry_run: bool,
+           strip_debug: bool, prune_fatbin: bool, policy: Path | None, as_json: bool) -> None:
+    """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
+    from rockbuild.bundle.plan import bundle_command
+
+    show(bundle_command(build_dir, rocm_root, split_list(targets), out, backend=backend, dry_run=dry_run,
+                        strip=strip_debug, prune_fatbin=prune_fatbin, policy_file=policy, quiet=as_json,
+                        platform=settings().host_os), as_json)
+
+
+@command
+@click.argument("bundle_dir", metavar="BUNDLE", type=folder(exists=True))
+@click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (default: from bundle.json).")
+@click.option("--max-version", "max_versions", multiple=True, metavar="FAMILY=VERSION",
+              help="Fail if a file needs a newer symbol version, e.g. GLIBC=2.35, GLIBCXX=3.4.30. Repeatable.")
+@POLICY
+@JSON
+def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], policy: Path | None,
+          as_json: bool) -> None:
+    """Check that a bundle is self-contained and carries exactly the job's GPU code (non-zero exit on failure)."""
+    from rockbuild.bundle.audit import audit_bundle, parse_max_versions
+    from rockbuild.settings import load_policy
+
+    report = audit_bundle(bundle_dir, split_list(targets) or None, policy=load_policy(policy) if policy else None,
+                          max_versions=parse_max_versions(max_versions))
+    show(report, as_json)
+    report.raise_if_failed(bundle_dir)
+
+
+@command
+@click.argument("bundle_dir", metavar="BUNDLE", type=folder(exists=True))
+@MODEL
+@click.option("--expect-gpu", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True,
+              help="yes: fail unless the weights sit in a ROCm (Vulkan) buffer; auto: yes when a GPU of the "
+              "bundle's targets is present (a Vulkan bundle: when llama-cli --list-devices lists a Vulkan device).")
+@click.option("--device", default=None, metavar="NAME",
+              help="Pin every run to this device (-dev, e.g. Vulkan1). Default: a Vulkan bundle expected on a GPU "
+              "pins its first Vulkan device.")
+@click.option("--report", "report_path", type=file(), default=None,
+              help="Write smoke.json here (default: the job folder, beside bundle/).")
+@click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
+def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, device: str | None,
+          report_path: Path | None, as_json: bool) -> None:
+    """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
+    from rockbuild.model import provide_model
+    from rockbuild.smoke import SmokeOptions, run_smoke
+
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
+    options = SmokeOptions.from_config(settings().smoke, expect_gpu=expect_gpu, device=device)
+    report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
+    show(report, as_json)
+    report.raise_if_failed()
+
+
+@command
+@click.argument("bundle_dirs", metavar="BUNDLE...", nargs=-1, required=True, type=folder(exists=True))
+@click.option("--model", "model_spec", required=True, metavar="PATH|URL|tiny|default",
+              help="GGUF to benchmark (see rockbuild smoke; 'tiny' measures overheads, not a real model).")
+@click.option("--vocab", type=file(exists=True), default=None,
+              help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny.")
+@click.option("-p", "n_prompt", type=click.IntRange(min=0), default=512, show_default=True, help="Prompt tokens (pp).")
+@click.option("-n", "n_gen", type=click.IntRange(min=0), default=128, show_default=True, help="Generated tokens (tg).")
+@click.option("-r", "repetitions", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Repetitions per test (the spread shown is their standard deviation).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--ngl", "gpu_layers", type=int, default=99, show_default=True, help="Layers to offload (-ngl).")
+@click.option("--fa", "flash_attn", type=click.Choice(["0", "1"]), default=None,
+              help="Flash attention off/on for every bundle (default: llama-bench's).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800, show_default=True,
+              help="Seconds per bundle before llama-bench is stopped.")
+@JSON
+def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, n_prompt: int, n_gen: int,
+            repetitions: int, threads: int | None, gpu_layers: int, flash_attn: str | None, timeout: float,
+            as_json: bool) -> None:
+    """Run llama-bench on each bundle with identical settings; pp and tg side by side (e.g. ROCm vs Vulkan)."""
+    from rockbuild.compare import CompareOptions, run_compare
+    from rockbuild.model import provide_model
+
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
+    options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
+                             gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
+                             timeout=timeout)
+    show(run_compare(list(bundle_dirs), model, options, quiet=as_json, env=settings().env), as_json)

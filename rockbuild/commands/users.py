@@ -1,0 +1,58 @@
+"""What people who download the builds run: doctor, install."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rockbuild.cli import JSON, command, folder, settings, show
+
+
+@command
+@click.option("--bundle", "bundle_dir", type=folder(exists=True), default=None,
+              help="Also check this bundle: kernels for each GPU found, and its audit.")
+@click.option("--sysfs-root", type=folder(), default=Path("/sys"), show_default=True,
+              help="Read the KFD topology and module parameters from this sysfs tree.")
+@click.option("--dev-root", type=folder(), default=Path("/dev"), show_default=True,
+              help="Check device access (kfd, dri/renderD*) in this folder.")
+@click.option("--proc-root", type=folder(), default=Path("/proc"), hidden=True)
+@JSON
+def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, as_json: bool) -> None:
+    """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
+    from rockbuild.doctor import run_doctor
+
+    report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, bundle=bundle_dir,
+                        env=settings().env, table=settings().families)
+    show(report, as_json)
+    failure = report.failure(as_json)
+    if failure is not None:
+        raise failure
+
+
+@command
+@click.option("--repo", default=None, metavar="OWNER/NAME",
+              help="Release repository (default: lemonade-sdk/llamacpp-rocm, whose asset names rockbuild keeps).")
+@click.option("--tag", default="latest", show_default=True, help="Release tag, or 'latest'.")
+@click.option("--target", default="auto", show_default=True,
+              help="gfx target to install for; auto: this machine's GPU (a discrete one first).")
+@click.option("--backend", type=click.Choice(["rocm", "vulkan"]), default="rocm", show_default=True,
+              help="Which flavour of the release to install.")
+@click.option("--dest", type=folder(), default=None, help="Folder to create (default: ./<asset name>).")
+@click.option("--api-url", default=None, metavar="URL",
+              help="GitHub API (default: https://api.github.com; GitHub Enterprise: https://HOST/api/v3).")
+@click.option("--os", "os_name", type=click.Choice(["linux", "windows"]), default=None,
+              help="Install the asset for this OS (default: this machine's).")
+@click.option("--sysfs-root", type=folder(), default=Path("/sys"), hidden=True)
+@JSON
+def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | None, api_url: str | None,
+            os_name: str | None, sysfs_root: Path, as_json: bool) -> None:
+    """Download the release asset that fits this machine's GPU, verify it (SHA256SUMS), extract it, audit it."""
+    from rockbuild.install import DEFAULT_API_URL, DEFAULT_REPO, InstallOptions
+    from rockbuild.install import install as install_asset
+
+    show(install_asset(InstallOptions(
+        repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
+        api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
+        settings=settings(),
+    )), as_json)
