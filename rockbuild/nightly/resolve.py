@@ -54,6 +54,10 @@ class LlamaInput:
     def to_dict(self) -> dict[str, Any]:
         return {"ref": self.ref, "commit": self.commit, "build_number": self.build_number, "url": self.url}
 
+    def pin(self) -> dict[str, Any]:
+        """The commit and build number, as build.json's ``llama_cpp`` records them for a job that never built."""
+        return {"commit": self.commit, "build_number": self.build_number}
+
 
 @dataclass(frozen=True)
 class RocmInput:

@@ -8,34 +8,27 @@ inputs are compared with the last published release's ``manifest.json``: the sam
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import Job, read_json_object, write_json_atomic
+from rockbuild.archive import read_marker
+from rockbuild.config import Job, read_json_object
 from rockbuild.errors import PublishError, RockbuildError, UsageError
+from rockbuild.jobfolder import JobFolder
+from rockbuild.runner import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
 from rockbuild.settings import Settings
 
 from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, manifest_differences, resolve_inputs
 
-STAGES = ("fetch", "build", "bundle", "smoke")
-STATE_FILE = "night.json"
 INPUTS_FILE = "inputs.json"
-STATE_SCHEMA = 1
 
-EventHook = Callable[[str, str, str], None]  # (job id, stage, status: start | done | reused | failed | skipped)
-
-
-def _hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -61,35 +54,6 @@ def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False)
     return fetched
 
 
-def record_tarball(job_dir: Path, tarball: dict[str, Any] | None) -> None:
-    """Put the tarball's name and sha256 into build.json (the driver saw only a ROCm folder): the release notes,
-    manifest.json and the next night's unchanged check read them."""
-    path = job_dir / "build.json"
-    data = read_json_object(path)
-    if data is None or tarball is None:
-        return
-    rocm = data.get("rocm")
-    data["rocm"] = {**(rocm if isinstance(rocm, dict) else {}), "tarball": tarball}
-    write_json_atomic(path, data)
-
-
-def write_failed_build(job: Job, job_dir: Path, step: str, message: str, inputs: Inputs | None = None) -> None:
-    """A build.json (and build.log) for a job that failed before the build driver ran, so publish and alert see it."""
-    from datetime import UTC, datetime
-
-    job_dir.mkdir(parents=True, exist_ok=True)
-    log = job_dir / "build.log"
-    log.write_text(f"rockbuild {__version__}: {job.id} failed at {step}\n{message}\n", encoding="utf-8")
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    data: dict[str, Any] = {
-        "schema": 1, "rockbuild_version": __version__, "status": "failed", "failed_step": step,
-        "job": job.to_dict(), "gpu_targets": list(job.targets), "error": message,
-        "llama_cpp": {"commit": inputs.llama.commit, "build_number": inputs.llama.build_number} if inputs else None,
-        "rocm": None, "paths": {"job_dir": str(job_dir), "log": str(log)}, "started": now, "finished": now,
-    }
-    write_json_atomic(job_dir / "build.json", data)
-
-
 def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None) -> Any:
     """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
     pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
@@ -104,7 +68,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
     inputs' commit."""
     from rockbuild.build.driver import build_job
 
-    job_dir = Path(options.out_dir).absolute() / job.id
+    folder = JobFolder.of(options.out_dir, job.id)
     tarball = None
     rocm_dir = options.rocm_dir
     rocm = inputs.rocm_for(job.id)
@@ -113,53 +77,17 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
                 fetched = fetch_for_job(job, inputs, cache=options.cache or options.settings.cache, quiet=quiet)
         except RockbuildError as exc:
-            write_failed_build(job, job_dir, "rocm", exc.message, inputs)
+            folder.record_failure(job, "rocm", exc.message, inputs.llama.pin())
             raise
         rocm_dir, tarball = fetched.root, tarball_report(fetched)
     try:
         return build_job(job, build_options_for_inputs(options, inputs, rocm_dir))
     finally:
-        record_tarball(job_dir, tarball)
+        folder.record_tarball(tarball)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Per-job state
-
-
-class JobState:
-    """``out/<job-id>/night.json``: each stage's input fingerprint and result."""
-
-    def __init__(self, job_dir: Path, job_id: str) -> None:
-        self.path = job_dir / STATE_FILE
-        data = read_json_object(self.path) or {}
-        stages = data.get("stages")
-        self.stages: dict[str, dict[str, Any]] = stages if isinstance(stages, dict) else {}
-        self.job_id = job_id
-
-    def passed(self, stage: str, key: str) -> dict[str, Any] | None:
-        entry = self.stages.get(stage)
-        if isinstance(entry, dict) and entry.get("key") == key and entry.get("result") == "ok":
-            return entry
-        return None
-
-    def record(self, stage: str, key: str, result: str, seconds: float, **detail: Any) -> None:
-        self.stages[stage] = {"key": key, "result": result, "seconds": round(seconds, 3), **detail}
-        write_json_atomic(self.path, {"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages})
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    id: str
-    required: bool
-    status: str  # ok | failed | not-run
-    stages: dict[str, str]  # stage -> done | reused | failed | skipped
-    failed_stage: str | None = None
-    message: str | None = None
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "required": self.required, "status": self.status, "stages": dict(self.stages),
-                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -271,148 +199,111 @@ class _Night:
             return self._model
 
 
-def _job_folder_ok(job_dir: Path, commit: str) -> bool:
-    build = read_json_object(job_dir / "build.json") or {}
-    llama = build.get("llama_cpp") or {}
-    return build.get("status") == "ok" and llama.get("commit") == commit and (job_dir / "build" / "bin").is_dir()
-
-
 def run_job(job: Job, night: _Night) -> JobOutcome:
     """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change. Never raises for a
     failure of the job itself (it is recorded in the job folder for publish and alert)."""
-    from rockbuild.build.driver import BuildOptions, build_job
+    run = _JobRun(job, night)
+    return run_stages(job.id, job.required, run.folder, (run.fetch, run.build, run.bundle, run.smoke),
+                      on_event=night.options.on_event, quiet=night.options.quiet)
 
-    options, inputs = night.options, night.inputs
-    job_dir = night.out / job.id
-    job_dir.mkdir(parents=True, exist_ok=True)
-    state = JobState(job_dir, job.id)
-    stages: dict[str, str] = {}
-    start = time.monotonic()
 
-    def outcome(status: str, failed: str | None = None, message: str | None = None) -> JobOutcome:
-        return JobOutcome(job.id, job.required, status, dict(stages), failed, message, time.monotonic() - start)
+class _JobRun:
+    """The four stages of one job in one night: what each takes from the ones before (the ROCm root, the keys)."""
 
-    def fail(stage: str, key: str, t0: float, exc: RockbuildError) -> JobOutcome:
-        state.record(stage, key, "failed", time.monotonic() - t0, message=exc.message)
-        stages[stage] = "failed"
-        night.event(job.id, stage, "failed")
-        console.warn(f"{job.id}: {stage} failed: {exc.message}")
-        return outcome("failed", stage, exc.message)
+    def __init__(self, job: Job, night: _Night) -> None:
+        self.job, self.night, self.options, self.inputs = job, night, night.options, night.inputs
+        self.folder = JobFolder.of(night.out, job.id)
+        self.root: Path | None = None
+        self.tarball: dict[str, Any] | None = None
+        self.keys: dict[str, str] = {}
 
-    def reuse(stage: str) -> None:
-        stages[stage] = "reused"
-        night.event(job.id, stage, "reused")
-        if not options.quiet:
-            console.info(f"    {job.id}: {stage}: inputs unchanged since the last run; not redone")
+    def fetch(self) -> Stage:  # a Vulkan job has no ROCm to fetch
+        job, rocm = self.job, self.inputs.rocm_for(self.job.id)
+        key = self.keys["fetch"] = fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch",
+                                                                                                     job.backend)
+        if rocm is None:
+            return Stage("fetch", key, skip=True)
 
-    # fetch (a Vulkan job has no ROCm to fetch)
-    rocm = inputs.rocm_for(job.id)
-    fetch_key = _hash("fetch", rocm.name, rocm.url) if rocm else _hash("fetch", job.backend)
-    t0 = time.monotonic()
-    previous = state.passed("fetch", fetch_key)
-    from rockbuild.archive import read_marker
+        def still_there(entry: dict[str, Any]) -> bool:
+            return (read_marker(Path(entry["root"])) or {}).get("name") == rocm.name
 
-    root: Path | None
-    tarball: dict[str, Any] | None
-    if rocm is None:
-        root, tarball = None, None
-        stages["fetch"] = "skipped"
-        night.event(job.id, "fetch", "skipped")
-    elif previous and (read_marker(Path(previous["root"])) or {}).get("name") == rocm.name:
-        reuse("fetch")
-        root, tarball = Path(previous["root"]), previous["tarball"]
-    else:
-        night.event(job.id, "fetch", "start")
-        try:
+        def reuse(entry: dict[str, Any]) -> None:
+            self.root, self.tarball = Path(entry["root"]), entry["tarball"]
+
+        def run() -> dict[str, Any]:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
-                fetched = fetch_for_job(job, inputs, cache=night.cache, quiet=options.quiet)
-        except RockbuildError as exc:
-            write_failed_build(job, job_dir, "rocm", exc.message, inputs)
-            return fail("fetch", fetch_key, t0, exc)
-        root, tarball = fetched.root, tarball_report(fetched)
-        state.record("fetch", fetch_key, "ok", time.monotonic() - t0, root=str(root), tarball=tarball,
-                     transferred=fetched.transferred)
-        stages["fetch"] = "done"
-        night.event(job.id, "fetch", "done")
+                fetched = fetch_for_job(job, self.inputs, cache=self.night.cache, quiet=self.options.quiet)
+            self.root, self.tarball = fetched.root, tarball_report(fetched)
+            return {"root": str(self.root), "tarball": self.tarball, "transferred": fetched.transferred}
 
-    # build
-    build_key = _hash("build", fetch_key, (tarball or {}).get("sha256"), inputs.llama.to_dict(), job.to_dict(),
-                      __version__, options.offline)
-    t0 = time.monotonic()
-    if state.passed("build", build_key) and _job_folder_ok(job_dir, inputs.llama.commit):
-        reuse("build")
-    else:
-        night.event(job.id, "build", "start")
-        build_options = build_options_for_inputs(BuildOptions(
-            out_dir=night.out, offline=options.offline, jobs=options.compile_jobs, use_ccache=options.use_ccache,
-            ccache_dir=options.ccache_dir, cache=night.cache, settings=options.settings,
-        ), inputs, root)
-        try:
-            build_job(job, build_options)
-        except RockbuildError as exc:
-            record_tarball(job_dir, tarball)
-            return fail("build", build_key, t0, exc)
-        record_tarball(job_dir, tarball)
-        state.record("build", build_key, "ok", time.monotonic() - t0)
-        stages["build"] = "done"
-        night.event(job.id, "build", "done")
+        def failed(exc: RockbuildError) -> None:
+            self.folder.record_failure(job, "rocm", exc.message, self.inputs.llama.pin())
 
-    # bundle
-    bundle_key = _hash("bundle", build_key, options.prune_fatbin)
-    bundle_dir = job_dir / "bundle"
-    t0 = time.monotonic()
-    meta = read_json_object(bundle_dir / "bundle.json") or {}
-    if state.passed("bundle", bundle_key) and (meta.get("audit") or {}).get("ok") is not False and meta:
-        reuse("bundle")
-    else:
-        night.event(job.id, "bundle", "start")
-        from rockbuild.bundle import bundle_job
+        return Stage("fetch", key, run, still_there, reuse, failed)
 
-        shutil.rmtree(bundle_dir, ignore_errors=True)
-        (job_dir / "bundle.log").unlink(missing_ok=True)
-        try:
+    def build(self) -> Stage:
+        from rockbuild.build.driver import BuildOptions, build_job
+
+        options, inputs = self.options, self.inputs
+        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], (self.tarball or {}).get("sha256"),
+                                               inputs.llama.to_dict(), self.job.to_dict(), __version__,
+                                               options.offline)
+
+        def run() -> None:
+            build_options = build_options_for_inputs(BuildOptions(
+                out_dir=self.night.out, offline=options.offline, jobs=options.compile_jobs,
+                use_ccache=options.use_ccache, ccache_dir=options.ccache_dir, cache=self.night.cache,
+                settings=options.settings,
+            ), inputs, self.root)
+            try:
+                build_job(self.job, build_options)
+            finally:
+                self.folder.record_tarball(self.tarball)
+
+        return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama.commit))
+
+    def bundle(self) -> Stage:
+        folder, job = self.folder, self.job
+        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.prune_fatbin)
+
+        def still_there(_entry: dict[str, Any]) -> bool:
+            meta = folder.bundle_meta() or {}
+            return bool(meta) and (meta.get("audit") or {}).get("ok") is not False
+
+        def run() -> None:
+            from rockbuild.bundle import bundle_job
+
+            shutil.rmtree(folder.bundle_dir, ignore_errors=True)
+            folder.bundle_log.unlink(missing_ok=True)
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
-                bundle_job(job, job_dir / "build" / "bin", root, bundle_dir, quiet=options.quiet,
-                           prune_fatbin=options.prune_fatbin)
-        except RockbuildError as exc:
-            (job_dir / "bundle.log").write_text(exc.message + "\n", encoding="utf-8")
-            return fail("bundle", bundle_key, t0, exc)
-        state.record("bundle", bundle_key, "ok", time.monotonic() - t0)
-        stages["bundle"] = "done"
-        night.event(job.id, "bundle", "done")
+                bundle_job(job, folder.bin_dir, self.root, folder.bundle_dir, quiet=self.options.quiet,
+                           prune_fatbin=self.options.prune_fatbin)
 
-    # smoke
-    smoke_json = job_dir / "smoke.json"
-    if not options.smoke:
-        smoke_json.unlink(missing_ok=True)
-        stages["smoke"] = "skipped"
-        night.event(job.id, "smoke", "skipped")
-        return outcome("ok")
-    t0 = time.monotonic()
-    smoke_key = _hash("smoke", bundle_key, options.model)
-    if state.passed("smoke", smoke_key) and (read_json_object(smoke_json) or {}).get("ok") is True:
-        reuse("smoke")
-        return outcome("ok")
-    night.event(job.id, "smoke", "start")
-    smoke_json.unlink(missing_ok=True)
-    try:
-        from rockbuild.smoke import SmokeOptions, run_smoke
+        def failed(exc: RockbuildError) -> None:
+            folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")
 
-        with console.step(f"{job.id}: smoke test") as step:
-            report = run_smoke(job_dir, night.model(), SmokeOptions.from_config(options.settings.smoke),
-                               report_path=smoke_json, quiet=options.quiet)
+        return Stage("bundle", key, run, still_there, on_failure=failed)
+
+    def smoke(self) -> Stage:
+        folder, options = self.folder, self.options
+        key = fingerprint("smoke", self.keys["bundle"], options.model)
+        if not options.smoke:
+            folder.smoke_json.unlink(missing_ok=True)
+            return Stage("smoke", key, skip=True)
+
+        def run() -> None:
+            from rockbuild.smoke import SmokeError, SmokeOptions, run_smoke
+
+            folder.smoke_json.unlink(missing_ok=True)
+            with console.step(f"{self.job.id}: smoke test") as step:
+                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(options.settings.smoke),
+                                   report_path=folder.smoke_json, quiet=options.quiet)
+                if not report.ok:
+                    step.fail()
             if not report.ok:
-                step.fail()
-    except RockbuildError as exc:
-        return fail("smoke", smoke_key, t0, exc)
-    if not report.ok:
-        from rockbuild.smoke import SmokeError
+                raise SmokeError(f"the smoke test failed: {report.failures[0]}")
 
-        return fail("smoke", smoke_key, t0, SmokeError(f"the smoke test failed: {report.failures[0]}"))
-    state.record("smoke", smoke_key, "ok", time.monotonic() - t0)
-    stages["smoke"] = "done"
-    night.event(job.id, "smoke", "done")
-    return outcome("ok")
+        return Stage("smoke", key, run, lambda _entry: (folder.smoke() or {}).get("ok") is True)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

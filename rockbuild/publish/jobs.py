@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rockbuild.config import read_json_object
+from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
 from rockbuild.rocm.names import parse_rocm_version, parse_tarball_name
-
-BUILD_JSON, BUNDLE_DIR, BUNDLE_JSON, SMOKE_JSON = "build.json", "bundle", "bundle.json", "smoke.json"
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -120,11 +118,11 @@ def _smoke_tail(smoke: Mapping[str, Any]) -> tuple[tuple[str, ...], Path | None]
 
 def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     """The job in ``job_dir`` (``out/<job-id>``), failed or not."""
-    job_dir = Path(job_dir).absolute()
-    build = read_json_object(job_dir / BUILD_JSON)
-    bundle_dir = job_dir / BUNDLE_DIR
-    bundle_meta = read_json_object(bundle_dir / BUNDLE_JSON) or {}
-    smoke = read_json_object(job_dir / SMOKE_JSON)
+    folder = JobFolder(Path(job_dir).absolute())
+    job_dir, bundle_dir = folder.path, folder.bundle_dir
+    build = folder.build()
+    bundle_meta = folder.bundle_meta() or {}
+    smoke = folder.smoke()
     job = _dict((build or {}).get("job"))
     job_id = str(job.get("id") or job_dir.name)
     os_name = str(job.get("os") or bundle_meta.get("platform") or job_id.split("-", 1)[0])
@@ -142,7 +140,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"), backend=backend,
     )
-    build_log = Path(_dict((build or {}).get("paths")).get("log") or job_dir / "build.log")
+    build_log = Path(_dict((build or {}).get("paths")).get("log") or folder.build_log)
 
     def failed(step: str, reason: str, log: Path | None, tail: tuple[str, ...] | None = None) -> JobRecord:
         lines = tail if tail is not None else (tuple(log_tail(log, tail_lines)) if log else ())
@@ -151,19 +149,19 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
                          audit=_dict(bundle_meta.get("audit")) or None)
 
     if build is None and not bundle_dir.is_dir():
-        return failed("build", f"no {BUILD_JSON} and no {BUNDLE_DIR}/ in {job_dir}", None)
+        return failed("build", f"no {folder.build_json.name} and no {bundle_dir.name}/ in {job_dir}", None)
     if build is not None and build.get("status") != "ok":
         step = str(build.get("failed_step") or "build")
         return failed(step, f"the build failed at step '{step}'", build_log)
     if not bundle_dir.is_dir():
-        log = job_dir / "bundle.log"
-        return failed("bundle", f"no {BUNDLE_DIR}/ folder: the bundle step did not run or failed",
+        log = folder.bundle_log
+        return failed("bundle", f"no {bundle_dir.name}/ folder: the bundle step did not run or failed",
                       log if log.exists() else None)
     audit = _dict(bundle_meta.get("audit"))
     if audit and audit.get("ok") is False:
         failures = [str(f) for f in audit.get("failures") or []]
         return failed("audit", "the bundle failed its audit: " + ("; ".join(failures[:3]) or "see bundle.json"),
-                      bundle_dir / BUNDLE_JSON, tuple(failures))
+                      folder.bundle_json, tuple(failures))
     if smoke is not None and smoke.get("ok") is False:
         failures = [str(f) for f in smoke.get("failures") or []]
         tail, smoke_log = _smoke_tail(smoke)

@@ -1,0 +1,79 @@
+"""The job folder and the one stage runner: reuse, recording, events and failures the same way for every stage."""
+
+from __future__ import annotations
+
+import json
+
+from rockbuild.config import Job
+from rockbuild.errors import BuildError
+from rockbuild.jobfolder import JobFolder
+from rockbuild.runner import JobState, Stage, fingerprint, run_stages
+
+JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
+          targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
+          cmake=(), runner="ubuntu-22.04")
+
+
+def stages(log: list[str], *, fail: str | None = None, gone: str | None = None):
+    def make(name: str):
+        def run():
+            log.append(name)
+            if name == fail:
+                raise BuildError(f"{name} broke")
+            return {"made": name}
+
+        return lambda: Stage(name, fingerprint(name, 1), run, reusable=lambda entry: entry.get("made") != gone)
+
+    return [make("fetch"), make("build"), make("bundle"), lambda: Stage("smoke", skip=True)]
+
+
+def test_a_second_run_reuses_every_passed_stage_and_redoes_what_is_gone(tmp_path):
+    folder = JobFolder.of(tmp_path, JOB.id)
+    ran: list[str] = []
+    events: list[tuple[str, str]] = []
+    first = run_stages(JOB.id, True, folder, stages(ran), on_event=lambda j, s, e: events.append((s, e)), quiet=True)
+    assert first.status == "ok" and ran == ["fetch", "build", "bundle"]
+    assert first.stages == {"fetch": "done", "build": "done", "bundle": "done", "smoke": "skipped"}
+    assert events[:2] == [("fetch", "start"), ("fetch", "done")]
+    night = json.loads(folder.night_json.read_text())
+    assert night["job"] == JOB.id and night["stages"]["build"]["result"] == "ok"
+    assert night["stages"]["build"]["made"] == "build"
+
+    ran.clear()
+    second = run_stages(JOB.id, True, folder, stages(ran, gone="build"), quiet=True)
+    assert ran == ["build"] and second.stages["fetch"] == "reused" and second.stages["build"] == "done"
+
+
+def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsys):
+    folder = JobFolder.of(tmp_path, JOB.id)
+    ran: list[str] = []
+    outcome = run_stages(JOB.id, True, folder, stages(ran, fail="build"), quiet=True)
+    assert outcome.status == "failed" and outcome.failed_stage == "build" and outcome.message == "build broke"
+    assert ran == ["fetch", "build"] and "bundle" not in outcome.stages
+    assert JobState(folder).stages["build"] == {"key": fingerprint("build", 1), "result": "failed",
+                                                "seconds": JobState(folder).stages["build"]["seconds"],
+                                                "message": "build broke"}
+    assert "linux-gfx1151: build failed: build broke" in capsys.readouterr().err
+    # the failed stage runs again next time; the passed one before it does not
+    ran.clear()
+    assert run_stages(JOB.id, True, folder, stages(ran), quiet=True).status == "ok" and ran == ["build", "bundle"]
+
+
+def test_job_folder_records_a_failure_before_the_build_and_the_tarball_after(tmp_path):
+    folder = JobFolder.of(tmp_path, JOB.id)
+    assert folder.path == tmp_path.absolute() / JOB.id and folder.id == JOB.id
+    assert (folder.bundle_json, folder.bin_dir) == (folder.path / "bundle" / "bundle.json",
+                                                    folder.path / "build" / "bin")
+    folder.record_failure(JOB, "rocm", "no tarball for gfx1151", {"commit": "c0ffee", "build_number": "b1"})
+    build = folder.build()
+    assert build is not None and build["status"] == "failed" and build["failed_step"] == "rocm"
+    assert build["llama_cpp"] == {"commit": "c0ffee", "build_number": "b1"} and build["job"]["id"] == JOB.id
+    assert folder.build_log.read_text().endswith("failed at rocm\nno tarball for gfx1151\n")
+    assert not folder.built_from("c0ffee")
+
+    folder.write_build({"status": "ok", "llama_cpp": {"commit": "c0ffee"}, "rocm": {"version": "7.2"}})
+    folder.record_tarball({"name": "t.tar.gz", "sha256": "ab" * 32})
+    assert folder.build()["rocm"] == {"version": "7.2", "tarball": {"name": "t.tar.gz", "sha256": "ab" * 32}}
+    assert not folder.built_from("c0ffee")  # no programs left
+    folder.bin_dir.mkdir(parents=True)
+    assert folder.built_from("c0ffee") and not folder.built_from("other")
