@@ -124,6 +124,39 @@ def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
     assert {wf["jobs"]["build"]["runs-on"]} == {"${{ matrix.runner }}"}
 
 
+def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night_starts_no_build():
+    """One night, one code path (issue 18): prepare plans, each build leg runs one job, publish releases; the
+    only other rockbuild calls are the informational Windows smoke and the alert."""
+    import re
+
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    jobs = wf["jobs"]
+
+    def rockbuild_calls(job: str) -> list[str]:
+        calls = []
+        for step in jobs[job]["steps"]:
+            for line in str(step.get("run", "")).splitlines():
+                if re.match(r"\s*rockbuild\s", line):
+                    calls.append(" ".join(line.split()[:3]))
+        return calls
+
+    assert rockbuild_calls("prepare") == ["rockbuild nightly --plan"]
+    assert rockbuild_calls("build") == ['rockbuild nightly --job', 'rockbuild smoke "out/$JOB_ID"']
+    windows_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
+    assert windows_smoke["if"] == "runner.os == 'Windows'" and windows_smoke["continue-on-error"] is True
+    assert rockbuild_calls("publish") == ["rockbuild nightly --release"]
+    assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
+    plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
+    assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
+                                          "changed": "${{ steps.plan.outputs.changed }}"}
+    assert "--inputs inputs.json" in plan["run"]
+    # an unchanged night: `changed` is false, so neither a build leg nor publish starts
+    assert jobs["build"]["if"] == "needs.prepare.outputs.changed == 'true'"
+    assert "needs.prepare.outputs.changed == 'true'" in jobs["publish"]["if"]
+
+
 def test_ci_run_calls_the_readme_test_command():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()

@@ -345,3 +345,65 @@ def test_a_blocked_night_exits_1_from_the_command_line(world, tmp_path):
         capture_output=True, text=True, env=env, timeout=110)
     assert result.returncode == 1, result.stderr[-2000:]
     assert json.loads(result.stdout)["state"] == "blocked"
+
+
+def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
+    """prepare: `nightly --plan` (matrix + changed in $GITHUB_OUTPUT); each leg: `nightly --job ID`; publish:
+    `nightly --release`. The next night's plan finds the release made from the same inputs: an empty matrix, no
+    tarball fetched, nothing built."""
+    matrix = world.matrix("nightly.yaml")
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache")}
+    common = ["-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare), "--repo",
+              world.github.full_name, "--api-url", world.github.api_url]
+
+    def nightly(*args: str, output: Path | None = None) -> subprocess.CompletedProcess:
+        extra = {"GITHUB_OUTPUT": str(output)} if output else {}
+        return subprocess.run([rockbuild_exe(), "nightly", *args], capture_output=True, text=True, cwd=tmp_path,
+                              env={**env, **extra}, timeout=110)
+
+    output = tmp_path / "gh_output"
+    plan = nightly("--plan", *common, "--inputs", "inputs.json", "--json", output=output)
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert planned["state"] == "changed" and planned["jobs"] == ["linux-gfx1151", "linux-gfx1150"]
+    written = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert written["changed"] == "true"
+    assert [j["id"] for j in json.loads(written["matrix"])["include"]] == ["linux-gfx1151", "linux-gfx1150"]
+    assert world.tarball_requests() == 0  # planning downloads no tarball
+
+    for job in ("linux-gfx1151", "linux-gfx1150"):  # two runners, each with its own out/ and cache
+        leg = subprocess.run([rockbuild_exe(), "nightly", "--job", job, "--inputs", "inputs.json", "--out",
+                              f"leg-{job}", "--no-smoke", "--no-ccache", "--json"], capture_output=True, text=True,
+                             cwd=tmp_path, env={**env, "ROCKBUILD_CACHE": str(tmp_path / f"cache-{job}")}, timeout=110)
+        assert leg.returncode == 0, leg.stderr
+        report = json.loads(leg.stdout)
+        assert report["state"] == "built" and report["jobs"][0]["stages"] == {
+            "fetch": "done", "build": "done", "bundle": "done", "smoke": "skipped"}
+        shutil.copytree(tmp_path / f"leg-{job}" / job, tmp_path / "artifacts" / f"job-{job}")  # upload-artifact
+    # a leg re-run (a retried runner) resumes: nothing redone
+    again = nightly("--job", "linux-gfx1151", "--inputs", "inputs.json", "--out", "leg-linux-gfx1151", "--no-smoke",
+                    "--no-ccache", "--json")
+    assert json.loads(again.stdout)["jobs"][0]["stages"]["build"] == "reused"
+
+    release = nightly("--release", "--inputs", "inputs.json", "--repo", world.github.full_name, "--api-url",
+                      world.github.api_url, "--json", *(str(p) for p in sorted((tmp_path / "artifacts").iterdir())))
+    assert release.returncode == 0, release.stderr
+    assert json.loads(release.stdout)["state"] == "published"
+    (published,) = world.github.state.releases.values()
+    assert not published.draft and published.tag_name == "b1000"
+    writes, fetched = len(world.github.writes), world.tarball_requests()
+
+    output.unlink()
+    unchanged = nightly("--plan", *common, "--inputs", "inputs-2.json", "--json", output=output)
+    assert unchanged.returncode == 0, unchanged.stderr
+    assert json.loads(unchanged.stdout)["state"] == "unchanged"
+    written = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert written == {"matrix": '{"include":[]}', "changed": "false"}  # no build leg starts
+    assert len(world.github.writes) == writes and world.tarball_requests() == fetched
+
+
+def test_the_modes_are_exclusive(run_rockbuild, tmp_path):
+    both = run_rockbuild("nightly", "--plan", "--job", "linux-gfx1151")
+    assert both.returncode == 2 and "give one of --plan, --job ID and --release" in both.stderr
+    stray = run_rockbuild("nightly", "--plan", str(tmp_path))
+    assert stray.returncode == 2 and "JOB_DIRs are for --release" in stray.stderr

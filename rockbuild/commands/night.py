@@ -37,9 +37,22 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
 
 
 @command
+@click.argument("job_dirs", metavar="[JOB_DIR...]", nargs=-1, type=folder())
+@click.option("--plan", is_flag=True,
+              help="CI prepare: resolve the inputs (--inputs), compare with the last release, print the matrix to "
+              "build ({\"include\": []} when nothing changed; also matrix= and changed= in $GITHUB_OUTPUT).")
+@click.option("--job", "job_id", default=None, metavar="ID",
+              help="CI leg: fetch, build, bundle and smoke job ID of the planned night (--inputs), with resume.")
+@click.option("--release", is_flag=True,
+              help="CI publish: publish the JOB_DIRs of the planned night (--inputs) by the gating rules; alert on "
+              "failure.")
+@click.option("--inputs", "inputs_file", type=file(), default=None,
+              help="The night's inputs.json: written by --plan, read by --job and --release "
+              "(default: OUT/inputs.json).")
 @JOB_SELECTION
 @click.option("--publish/--no-publish", "publish_release", default=None,
-              help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY).")
+              help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY); "
+              "--plan compares with the last release only when publishing.")
 @click.option("-j", "--jobs", "parallel", type=click.IntRange(min=1), default=1, show_default=True,
               help="Jobs to run at the same time.")
 @click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles per job.")
@@ -51,9 +64,10 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
               help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
 @MODEL
 @COMPILE
-@click.option("--json", "as_json", is_flag=True, help="Print the night's report as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True, help="Print the night's report (or plan) as JSON on stdout.")
 @click.pass_context
-def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
+def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
+            inputs_file: Path | None, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
             targets: tuple[str, ...], publish_release: bool | None, parallel: int, compile_jobs: int | None,
             out_dir: Path, llama_ref: str | None, rocm_version: str | None, max_age_days: int,
             index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None, smoke_test: bool,
@@ -64,23 +78,56 @@ def nightly(ctx: click.Context, config: Path | None, only: tuple[str, ...], oses
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
     with the same --out resumes: stages whose inputs did not change are not redone. Exit 0 when the release was
     made (or skipped as unchanged), 1 when a required job failed.
+
+    \b
+    The CI fan-out runs the same night in three modes (one code path):
+      rockbuild nightly --plan --inputs inputs.json         # prepare: the matrix, empty when nothing changed
+      rockbuild nightly --job ID --inputs inputs.json       # each leg: one job's stages, with resume
+      rockbuild nightly --release --inputs inputs.json out/job-*   # publish by the gating rules, alert on failure
     """
-    from rockbuild.nightly import NightOptions, run_night
+    from rockbuild.nightly import NightOptions, plan_night, release_night, run_night, run_night_job
     from rockbuild.nightly.overview import Overview
 
-    overview = Overview(enabled=not as_json)
+    mode = night_mode(plan, job_id, release, job_dirs)
+    overview = Overview(enabled=not as_json and mode in (None, "job"))
+    options = NightOptions(
+        config=config, only=only, oses=oses, targets=targets, llama_ref=llama_ref, rocm_version=rocm_version,
+        max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
+        repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
+        model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
+        prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event, settings=settings(),
+    )
+    if mode == "plan":
+        planned = plan_night(options, inputs_file=inputs_file)
+        output = settings().github.output
+        if output is not None:
+            planned.write_github_output(output)
+        show(planned, as_json)
+        return
     with overview:
-        report = run_night(NightOptions(
-            config=config, only=only, oses=oses, targets=targets, llama_ref=llama_ref, rocm_version=rocm_version,
-            max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
-            repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
-            model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
-            prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event, settings=settings(),
-        ))
+        if mode == "job":
+            assert job_id is not None
+            report = run_night_job(options, job_id, inputs_file=inputs_file)
+        elif mode == "release":
+            report = release_night(options, job_dirs, inputs_file=inputs_file)
+        else:
+            report = run_night(options)
     if not as_json:
         overview.print_summary(report)
     show(report, as_json)
     ctx.exit(report.exit_code)
+
+
+def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:
+    """plan | job | release, or None for the whole night on this machine."""
+    from rockbuild.errors import UsageError
+
+    modes = [name for name, given in (("plan", plan), ("job", bool(job_id)), ("release", release)) if given]
+    if len(modes) > 1:
+        raise UsageError(f"give one of --plan, --job ID and --release, not {' and '.join('--' + m for m in modes)}")
+    if job_dirs and modes != ["release"]:
+        raise UsageError("JOB_DIRs are for --release (the folders of the night's legs)")
+    return modes[0] if modes else None
 
 
 @command

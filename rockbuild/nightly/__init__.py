@@ -8,9 +8,20 @@ Public API: :func:`resolve_inputs`, :func:`load_inputs`, :class:`Inputs`, :func:
 from __future__ import annotations
 
 from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, LlamaInput, RocmInput, load_inputs, resolve_inputs
-from .run import NightOptions, NightReport, build_with_inputs, publish_dirs_for_inputs, run_night
+from .run import (
+    NightOptions,
+    NightPlan,
+    NightReport,
+    build_with_inputs,
+    plan_night,
+    publish_dirs_for_inputs,
+    release_night,
+    run_night,
+    run_night_job,
+)
 
 __all__ = [
     "DEFAULT_MAX_AGE_DAYS", "Inputs", "LlamaInput", "NightOptions", "NightReport", "RocmInput", "build_with_inputs",
-    "load_inputs", "publish_dirs_for_inputs", "resolve_inputs", "run_night",
+    "load_inputs", "NightPlan", "plan_night", "publish_dirs_for_inputs", "release_night", "resolve_inputs", "run_night",
+    "run_night_job",
 ]

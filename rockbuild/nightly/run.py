@@ -8,6 +8,7 @@ inputs are compared with the last published release's ``manifest.json``: the sam
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -25,7 +26,7 @@ from rockbuild.jobfolder import JobFolder
 from rockbuild.runner import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
 from rockbuild.settings import Settings
 
-from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, manifest_differences, resolve_inputs
+from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, load_inputs, manifest_differences, resolve_inputs
 
 INPUTS_FILE = "inputs.json"
 
@@ -370,8 +371,6 @@ def job_dirs_to_publish(inputs_file: Path | None, job_dirs: Sequence[Path]) -> t
     """``rockbuild publish``'s folders: with the night's inputs every job of it (:func:`publish_dirs_for_inputs`),
     else the folders given, of which there must be one."""
     if inputs_file is not None:
-        from .resolve import load_inputs
-
         return publish_dirs_for_inputs(load_inputs(inputs_file), job_dirs)
     if not job_dirs:
         raise UsageError("give the job folders to publish (out/<job-id>), or --inputs inputs.json")
@@ -387,57 +386,119 @@ def _select_jobs(options: NightOptions) -> list[Job]:
     return matrix.select_jobs(jobs, options.only)
 
 
-def run_night(options: NightOptions) -> NightReport:
-    """Resolve; stop when the last release was made from the same inputs; else run every job of this machine's OS,
-    publish by the gating rules (when publishing) and alert on failure."""
-    start = time.monotonic()
-    say = (lambda m: None) if options.quiet else console.info
-    out = Path(options.out).absolute()
+@dataclass(frozen=True)
+class NightPlan:
+    """What a night has to do, decided before anything is downloaded: the pinned inputs, and whether the last
+    release was made from them (then nothing is built: the matrix is empty)."""
+
+    inputs: Inputs
+    inputs_path: Path
+    jobs: tuple[Job, ...]  # the selection (every OS when planning for the CI fan-out)
+    changes: tuple[str, ...] = ()  # what differs from the last release
+    unchanged_since: str | None = None  # the tag of the release made from these inputs
+
+    @property
+    def build(self) -> tuple[Job, ...]:
+        """The jobs to build: none when the last release has these inputs."""
+        return () if self.unchanged_since else self.jobs
+
+    def github_matrix(self) -> dict[str, Any]:
+        from rockbuild.matrix import github_matrix
+
+        return github_matrix(self.build)
+
+    def write_github_output(self, path: Path) -> None:
+        """``matrix=<json>`` and ``changed=true|false`` for the workflow's build legs (none when unchanged)."""
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"matrix={json.dumps(self.github_matrix(), separators=(',', ':'))}\n")
+            fh.write(f"changed={'false' if self.unchanged_since else 'true'}\n")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": "unchanged" if self.unchanged_since else "changed", "inputs": str(self.inputs_path),
+                "llama_commit": self.inputs.llama.commit, "release": self.unchanged_since,
+                "changes": list(self.changes), "jobs": [j.id for j in self.build], "matrix": self.github_matrix()}
+
+    def render(self) -> str:
+        commit = self.inputs.llama.commit[:12]
+        if self.unchanged_since:
+            return (f"night: unchanged: the last release {self.unchanged_since} was made from these inputs "
+                    f"(llama.cpp {commit}, same ROCm tarballs); nothing to build")
+        return f"night: {len(self.build)} job(s) to build from llama.cpp {commit} ({self.inputs_path})"
+
+
+def _repo_and_token(options: NightOptions) -> tuple[str | None, str | None, bool]:
     github = options.settings.github
     token = options.token if options.token is not None else github.token
     repo = options.repo or github.repository
     publishing = options.publish if options.publish is not None else repo is not None
     if publishing and repo is None:
         raise UsageError("--publish needs a repository", hint="pass --repo OWNER/NAME, or --no-publish")
+    return repo, token, publishing
 
+
+def _inputs_file(options: NightOptions, inputs_file: Path | None) -> Path:
+    return Path(inputs_file) if inputs_file is not None else Path(options.out).absolute() / INPUTS_FILE
+
+
+def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: str | None = None) -> NightPlan:
+    """``rockbuild nightly --plan``: resolve the inputs once (written to ``inputs_file``, default OUT/inputs.json)
+    and compare them with the last release's manifest when publishing. ``host``: only that OS's jobs count (a whole
+    night on one machine); None: every job (the CI fan-out plans for all runners)."""
+    say = (lambda m: None) if options.quiet else console.info
+    repo, token, publishing = _repo_and_token(options)
     jobs = _select_jobs(options)
     with console.step("resolve the night's inputs"):
         inputs = resolve_inputs(jobs, llama_ref=options.llama_ref, rocm_version=options.rocm_version,
                                 max_age_days=options.max_age_days, index_url=options.index_url,
                                 git_url=options.git_url, quiet=options.quiet)
-        inputs_path = inputs.write(out / INPUTS_FILE)
-    host = options.settings.host_os
-    here = [j for j in jobs if j.os == host]
-    not_here = tuple(j.id for j in jobs if j.os != host)
-    if not_here:
-        say(f"not built on this {host} machine: {', '.join(not_here)}")
-    if not here:
-        raise UsageError(f"no job of the selection builds on {host}", hint="use --os or --only")
-    commit = inputs.llama.commit
+        path = inputs.write(_inputs_file(options, inputs_file))
+    counted = [j for j in jobs if host is None or j.os == host]
+    plan = NightPlan(inputs, path, tuple(counted))
+    if not publishing:
+        return plan
+    assert repo is not None
+    manifest = latest_manifest(repo, api_url=options.api_url, token=token)
+    if manifest is None:
+        return plan
+    buildable = [j.id for j in counted if not inputs.unresolved(j.id)]
+    changes = tuple(manifest_differences(inputs, manifest, buildable))
+    if not changes and buildable:
+        plan = replace(plan, unchanged_since=str(manifest.get("_tag")))
+        say(plan.render())
+        return plan
+    say(f"changed since {manifest.get('_tag')}: {'; '.join(changes[:5])}"
+        + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
+    return replace(plan, changes=changes)
 
-    changes: tuple[str, ...] = ()
-    if publishing:
-        assert repo is not None
-        manifest = latest_manifest(repo, api_url=options.api_url, token=token)
-        if manifest is not None:
-            buildable = [j.id for j in here if not inputs.unresolved(j.id)]
-            changes = tuple(manifest_differences(inputs, manifest, buildable))
-            if not changes and buildable:
-                message = (f"the last release {manifest.get('_tag')} was made from these inputs (llama.cpp "
-                           f"{commit[:12]}, same ROCm tarballs); nothing to build")
-                say(message)
-                report = NightReport("unchanged", message, inputs_path, commit, not_here=not_here,
-                                     seconds=time.monotonic() - start)
-                _write_step_summary(options, report)
-                return report
-            say(f"changed since {manifest.get('_tag')}: {'; '.join(changes[:5])}"
-                + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
 
-    night = _Night(options, inputs)
-    with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
-        outcomes = list(pool.map(lambda job: _run_guarded(job, night), here))
+def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | None = None) -> NightReport:
+    """``rockbuild nightly --job ID``: one job of a planned night (a CI leg): fetch, build, bundle and smoke with
+    resume, through the same stages as the whole night. Fails (exit 1) when the job failed."""
+    start = time.monotonic()
+    path = _inputs_file(options, inputs_file)
+    inputs = load_inputs(path)
+    job = inputs.job(job_id)
+    if job.os != options.settings.host_os:
+        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
+    outcome = _run_guarded(job, _Night(options, inputs))
+    state = "built" if outcome.status == "ok" else "failed"
+    message = (f"{job.id}: every stage passed" if outcome.status == "ok"
+               else f"{job.id} failed at {outcome.failed_stage}: {outcome.message}")
+    report = NightReport(state, message, path, inputs.llama.commit, (outcome,), seconds=time.monotonic() - start)
+    _write_step_summary(options, report)
+    return report
 
-    dirs = tuple(out / j.id for j in here)
+
+def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_file: Path | None = None,
+                  outcomes: Sequence[JobOutcome] = (), changes: tuple[str, ...] = (),
+                  summary: bool = True) -> NightReport:
+    """``rockbuild nightly --release JOB_DIR...``: publish the planned night's job folders by the gating rules (every
+    job of the inputs counts; one without a folder failed) and alert when the night failed."""
+    start = time.monotonic()
+    path = _inputs_file(options, inputs_file)
+    inputs = load_inputs(path)
+    repo, token, publishing = _repo_and_token(options)
+    dirs = publish_dirs_for_inputs(inputs, job_dirs, default_out=Path(options.out).absolute())
     failed_required = [o for o in outcomes if o.status != "ok" and o.required]
     failed_optional = [o for o in outcomes if o.status != "ok" and not o.required]
     release: dict[str, Any] | None = None
@@ -454,9 +515,10 @@ def run_night(options: NightOptions) -> NightReport:
         try:
             with console.step("publish"):
                 result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.api_url, token=token,
-                                                out=out / "release", run_url=options.run_url,
-                                                step_summary=options.step_summary, throttle=options.throttle,
-                                                quiet=options.quiet, settings=options.settings))
+                                                out=Path(options.out).absolute() / "release",
+                                                run_url=options.run_url, step_summary=options.step_summary,
+                                                throttle=options.throttle, quiet=options.quiet,
+                                                settings=options.settings))
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (
                 f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
@@ -465,8 +527,41 @@ def run_night(options: NightOptions) -> NightReport:
     alert = None
     if state in ("blocked", "failed") and publishing:
         alert = _send_alert(dirs, options, repo, token)
-    report = NightReport(state, message, inputs_path, commit, tuple(outcomes), not_here, release, alert,
-                         time.monotonic() - start, changes)
+    report = NightReport(state, message, path, inputs.llama.commit, tuple(outcomes), (), release,
+                         alert, time.monotonic() - start, changes)
+    if summary:
+        _write_step_summary(options, report)
+    return report
+
+
+def run_night(options: NightOptions) -> NightReport:
+    """The whole night on one machine: plan (stop when the last release was made from the same inputs), run every
+    job of this machine's OS, then release (publish by the gating rules when publishing, alert on failure)."""
+    start = time.monotonic()
+    say = (lambda m: None) if options.quiet else console.info
+    _repo_and_token(options)  # a wrong --publish fails before anything is resolved
+    host = options.settings.host_os
+    plan = plan_night(options, host=host)
+    here = list(plan.jobs)
+    not_here = tuple(j.id for j in plan.inputs.jobs if j.os != host)
+    if not_here:
+        say(f"not built on this {host} machine: {', '.join(not_here)}")
+    if not here:
+        raise UsageError(f"no job of the selection builds on {host}", hint="use --os or --only")
+    if plan.unchanged_since:
+        message = plan.render().removeprefix("night: unchanged: ")
+        report = NightReport("unchanged", message, plan.inputs_path, plan.inputs.llama.commit, not_here=not_here,
+                             seconds=time.monotonic() - start)
+        _write_step_summary(options, report)
+        return report
+
+    night = _Night(options, plan.inputs)
+    with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
+        outcomes = list(pool.map(lambda job: _run_guarded(job, night), here))
+    out = Path(options.out).absolute()
+    report = release_night(options, [out / j.id for j in here], inputs_file=plan.inputs_path, outcomes=outcomes,
+                           changes=plan.changes, summary=False)
+    report = replace(report, not_here=not_here, seconds=time.monotonic() - start)
     _write_step_summary(options, report)
     return report
 
