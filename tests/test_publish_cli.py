@@ -73,3 +73,14 @@ def test_publish_dry_run_needs_no_token_and_writes_nothing(tmp_path):
     assert "would upload   llama-b1000-windows-rocm-gfx120X-x64.zip" in proc.stdout
     assert (tmp_path / "out/release/b1000/llama-b1000-windows-rocm-gfx120X-x64.zip").is_file()
     assert not (tmp_path / "out/release/b1000/llama-b1000-windows-rocm-gfx120X-x64.tar.gz").exists()
+
+
+def test_publish_config_flag_is_read_and_named_when_broken(tmp_path, run_rockbuild):
+    """--publish-config replaces the shipped publish.yaml (the e2e rehearsal raises its glibc floor this way)."""
+    from publishkit import make_job
+
+    job = make_job(tmp_path / "out", "linux-gfx1151")
+    bad = tmp_path / "publish.yaml"
+    bad.write_text("tags: [\n")
+    result = run_rockbuild("publish", "--dry-run", "--publish-config", str(bad), str(job))
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {bad}:") and "invalid YAML" in result.stderr

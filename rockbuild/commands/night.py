@@ -8,6 +8,11 @@ import click
 
 from rockbuild.cli import COMPILE, GITHUB, JOB_SELECTION, JSON, MODEL, NIGHT_PINS, command, file, folder, settings, show
 
+PUBLISH_CONFIG = click.option(
+    "--publish-config", type=file(exists=True), default=None,
+    help="Publish configuration YAML (default: the shipped matrices/publish.yaml): tags, asset names, glibc floor.",
+)
+
 
 @command
 @JOB_SELECTION
@@ -60,6 +65,7 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
               help="Job folders, inputs.json and release files go here; a re-run resumes.")
 @NIGHT_PINS
 @GITHUB
+@PUBLISH_CONFIG
 @click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
               help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
 @MODEL
@@ -70,8 +76,9 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
             inputs_file: Path | None, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
             targets: tuple[str, ...], publish_release: bool | None, parallel: int, compile_jobs: int | None,
             out_dir: Path, llama_ref: str | None, rocm_version: str | None, max_age_days: int,
-            index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None, smoke_test: bool,
-            model_spec: str | None, vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
+            index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None,
+            publish_config: Path | None, smoke_test: bool, model_spec: str | None,
+            vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
             prune_fatbin: bool, as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
@@ -95,7 +102,8 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
         max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
         repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
         model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
-        prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event, settings=settings(),
+        prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event,
+        settings=settings().but(publish_file=publish_config),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -136,6 +144,7 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
               help="The night's inputs.json: every job in it counts (one without a folder as failed); a folder built "
               "from another commit is refused. JOB_DIRs default to out/<job-id>.")
 @GITHUB
+@PUBLISH_CONFIG
 @click.option("--tag", default=None, help="Use this tag (default: the next b#### after the highest tag or release).")
 @click.option("--tag-scheme", "scheme", type=click.Choice(["sequential", "llama"]), default=None,
               help="sequential: b####; llama: b<llama.cpp build>-rocm<version> (default: publish.yaml's).")
@@ -147,7 +156,8 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
               help="Folder for the release files (default: release/ beside the job folders).")
 @JSON
 def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | None, api_url: str | None,
-            tag: str | None, scheme: str | None, draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None,
+            publish_config: Path | None, tag: str | None, scheme: str | None,
+            draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None,
             as_json: bool) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
 
@@ -160,7 +170,8 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
 
     show(publish_release(PublishOptions(
         job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=repo, api_url=api_url, tag=tag, scheme=scheme,
-        draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, settings=settings(),
+        draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json,
+        settings=settings().but(publish_file=publish_config),
     )), as_json)
 
 
