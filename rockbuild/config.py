@@ -19,9 +19,6 @@ from typing import Any
 from .errors import ConfigError
 
 OSES = ("linux", "windows")
-# rocm: llama.cpp's HIP backend, one job per gfx family/target; vulkan: its Vulkan backend, one job per OS (SPIR-V is
-# not per GPU target) built with the host's C/C++ compiler and no ROCm at all
-BACKENDS = ("rocm", "vulkan")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -280,12 +277,9 @@ class Job:
     rocm_version: str
     cmake: tuple[tuple[str, str], ...]  # extra -D definitions, in order
     runner: str
-    # vulkan: id <os>-vulkan, name "vulkan", family/group "" and no targets (no ROCm tarball, no gfx code)
+    # the flavour (rockbuild.backends): rocm, or vulkan (id <os>-vulkan, name "vulkan", family/group "" and no
+    # targets: no ROCm tarball, no gfx code)
     backend: str = "rocm"
-
-    @property
-    def is_vulkan(self) -> bool:
-        return self.backend == "vulkan"
 
     @property
     def gpu_targets(self) -> str:

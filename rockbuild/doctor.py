@@ -26,7 +26,6 @@ import grp
 import os
 import platform
 import stat
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -432,35 +431,6 @@ def check_apu_memory(gpus: Sequence[Gpu], sysfs_root: Path = Path("/sys"),
     return findings
 
 
-def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str]) -> tuple[list[Finding], list[str]]:
-    """A Vulkan bundle brings no driver: ask the bundle itself (``llama-cli --list-devices``, the smoke test's probe)
-    which Vulkan devices this host's loader and drivers give it."""
-    import sys
-
-    from .smoke import list_devices, smoke_env
-
-    exe = bundle / ("llama-cli.exe" if sys.platform.startswith("win") else "llama-cli")
-    if not exe.is_file():
-        return [Finding("error", "bundle", f"{bundle} has no {exe.name}: cannot ask it for its Vulkan devices",
-                        "pass the folder rockbuild install made")], []
-    child, _ = smoke_env(env)
-    with tempfile.TemporaryDirectory(prefix="rockbuild-doctor-") as tmp:
-        found, problem = list_devices(exe, cwd=bundle, env=child, log=Path(tmp) / "list-devices.log", timeout=60)
-    devices = [f"{name}: {desc}" for name, desc in found if name.startswith("Vulkan")]
-    if problem:
-        loader = "libvulkan" in problem or "vulkan-1.dll" in problem
-        return [Finding("error", "vulkan", f"the Vulkan build cannot start: {problem}",
-                        "install the Vulkan loader (Debian/Ubuntu: apt install libvulkan1; Windows: update the GPU "
-                        "driver)" if loader else "run it by hand to see why")], devices
-    if devices:
-        return [Finding("ok", "vulkan", f"the Vulkan build sees {d}") for d in devices], devices
-    severity = "error" if gpus else "warning"
-    return [Finding(severity, "vulkan", "the Vulkan build sees no Vulkan device"
-                    + (" although an AMD GPU is present" if gpus else "") + ": it would run on the CPU",
-                    "install a Vulkan driver (Mesa RADV: apt install mesa-vulkan-drivers; or AMD's) and check "
-                    "`vulkaninfo --summary`")], devices
-
-
 def check_bundle(gpus: Sequence[Gpu], bundle: Path,
                  env: Mapping[str, str] | None = None) -> tuple[list[Finding], dict[str, Any]]:
     """Does the bundle carry kernels for each GPU found (a Vulkan bundle: does it see a Vulkan device), and does its
@@ -472,30 +442,19 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     except RockbuildError as exc:
         return [Finding("error", "bundle", f"cannot audit {bundle}: {exc.message}",
                         "pass the folder rockbuild install or rockbuild bundle made")], {"path": str(bundle)}
-    findings = []
-    targets = set(report.targets)
-    vulkan_devices: list[str] | None = None
-    if report.backend == "vulkan":  # SPIR-V: no per-GPU kernels, the host's driver compiles them
-        more, vulkan_devices = check_vulkan_host(gpus, bundle, environment() if env is None else env)
-        findings += more
-    else:
-        for gpu in gpus:
-            if gpu.target in targets:
-                findings.append(Finding("ok", "bundle", f"{bundle} has kernels for {gpu.target}"))
-            else:
-                findings.append(Finding(
-                    "error", "bundle",
-                    f"{bundle} has kernels for {', '.join(report.targets) or 'no target'}, not for {gpu.target}: "
-                    "it would fail or run on the CPU there", f"rockbuild install --target {gpu.target}"))
+    from .backends import get_backend
+
+    # per flavour: kernels for each GPU found (ROCm), or the devices the host gives the bundle (Vulkan: SPIR-V has no
+    # per-GPU kernels, the host's driver compiles them)
+    findings, more = get_backend(report.backend).doctor_findings(gpus, bundle, report.targets,
+                                                                 environment() if env is None else env)
     if report.ok:
         findings.append(Finding("ok", "bundle", f"{bundle}: audit passed"))
     else:
         findings.append(Finding("error", "bundle", f"{bundle}: audit failed ({len(report.failures)}): "
                                 f"{report.failures[0]}", "download the asset again (rockbuild install)"))
     info = {"path": str(bundle), "backend": report.backend, "targets": list(report.targets), "audit_ok": report.ok,
-            "failures": list(report.failures)}
-    if vulkan_devices is not None:
-        info["vulkan_devices"] = vulkan_devices
+            "failures": list(report.failures), **more}
     return findings, info
 
 

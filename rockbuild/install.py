@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from . import console
+from .backends import DEFAULT, get_backend
+from .backends import names as backend_names
 from .config import FamilyTable
 from .errors import (
     AuditError,
@@ -112,7 +114,7 @@ class InstallOptions:
     repo: str = DEFAULT_REPO
     tag: str = "latest"
     target: str = "auto"
-    backend: str = "rocm"  # rocm | vulkan
+    backend: str = DEFAULT  # rocm | vulkan
     dest: Path | None = None
     api_url: str = DEFAULT_API_URL
     os_name: str | None = None  # default: this machine's
@@ -171,12 +173,12 @@ def _text_asset(assets: Mapping[str, Mapping[str, Any]], name: str) -> str | Non
 
 
 def asset_name_pattern(template: str, *, tag: str, os_word: str, backend: str) -> re.Pattern[str]:
-    """A regex over archive names made from publish.yaml's asset template; group ``name`` is the job's name.
+    """A regex over archive names made from publish.yaml's asset template (as ``backend`` spells it); group ``name``
+    is the job's name.
 
     The Vulkan flavour has no per-target name: ``llama-{tag}-{os}-rocm-{name}-x64`` becomes ``...-{os}-vulkan-x64``.
     """
-    if backend == "vulkan":
-        template = template.replace("rocm-{name}", "vulkan")
+    template = get_backend(backend).asset_template(template)
     parts = []
     for literal, field_name, _spec, _conv in string.Formatter().parse(template):
         parts.append(re.escape(literal))
@@ -202,7 +204,7 @@ def _preferred(names: Sequence[str], os_name: str) -> str | None:
 
 
 def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None, *, target: str | None,
-                 os_name: str, backend: str = "rocm", template: str | None = None,
+                 os_name: str, backend: str = DEFAULT, template: str | None = None,
                  os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
     if template is None or os_words is None:
@@ -227,15 +229,16 @@ def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                            digest.split(":", 1)[1].lower() if digest.startswith("sha256:") else None,
                            tuple(isas), source)
 
-    if backend == "vulkan":
+    flavour = get_backend(backend)
+    if not flavour.per_target:  # one asset per OS: its name says it all
         found = choice(list(ours), (), "name")
         if found is None:
-            raise NotFoundError(f"release {tag} has no {os_name} Vulkan asset; its assets: "
-                                f"{', '.join(sorted(assets)) or 'none'}", hint="try --backend rocm")
+            raise NotFoundError(f"release {tag} has no {os_name} {flavour.label} asset; its assets: "
+                                f"{', '.join(sorted(assets)) or 'none'}", hint=f"try --backend {DEFAULT}")
         return found, warnings
     assert target is not None
     jobs = [j for j in (manifest or {}).get("jobs") or [] if isinstance(j, Mapping)]
-    covering = [j for j in jobs if j.get("os") == os_name and j.get("backend", "rocm") == "rocm"
+    covering = [j for j in jobs if j.get("os") == os_name and j.get("backend", DEFAULT) == flavour.name
                 and target in (j.get("isas") or j.get("targets") or [])]
     covering.sort(key=lambda j: len(j.get("isas") or j.get("targets") or []))
     for job in covering:
@@ -252,7 +255,8 @@ def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                                 "--backend vulkan")
                 return found, warnings
     listed = ", ".join(sorted(ours)) or "none"
-    raise NotFoundError(f"release {tag} has no {os_name} ROCm asset for {target}; its {os_name} assets: {listed}",
+    raise NotFoundError(f"release {tag} has no {os_name} {flavour.label} asset for {target}; its {os_name} assets: "
+                        f"{listed}",
                         hint="pass another --target or --tag, or try the Vulkan build (--backend vulkan)")
 
 
@@ -388,12 +392,14 @@ def install(options: InstallOptions) -> InstallReport:
     from .bundle.audit import audit_bundle
     from .downloader import Downloader
 
-    if options.backend not in ("rocm", "vulkan"):
-        raise UsageError(f"--backend {options.backend!r}: choose rocm or vulkan")
+    known = backend_names()
+    if options.backend not in known:
+        raise UsageError(f"--backend {options.backend!r}: choose {', '.join(known[:-1])} or {known[-1]}")
+    flavour = get_backend(options.backend)
     os_name = options.os_name or options.settings.host_os
     table = options.settings.families
     target: str | None = None
-    if options.backend == "rocm":
+    if flavour.per_target:
         target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
         if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
             from .config import suggest
@@ -444,7 +450,7 @@ def install(options: InstallOptions) -> InstallReport:
         raise AuditError(f"{dest}: installed, but its audit failed ({len(report.failures)}): {report.failures[0]}",
                          hint=f"details: rockbuild audit {dest}; report it to the release's maintainers")
     visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == options.settings.host_os else None
-    if options.backend == "vulkan":
+    if not flavour.needs_rocm:  # HIP_VISIBLE_DEVICES means nothing to it
         visible = None
     return InstallReport(options.repo, tag, target, options.backend, chosen, got.sha256, dest, True,
                          server_command(dest, os_name, visible), visible, tuple(warnings))

@@ -4,8 +4,9 @@ The matrix file has global ``options`` and a ``matrix`` with the axes ``os``, ``
 ``rocm``) ``backend`` plus GitHub-style
 ``include``/``exclude`` (same rules as GitHub Actions: an include whose axis values match existing combinations adds
 its options to them, otherwise it adds a new combination; original axis values are never overwritten).
-A ``vulkan`` combination has no target: it is one job per OS (``<os>-vulkan``), e.g. ``include: [{os: linux,
-backend: vulkan}]``.
+A backend that is not per target (:mod:`rockbuild.backends`: ``vulkan``) has no target: it is one job per OS
+(``<os>-vulkan``), e.g. ``include: [{os: linux, backend: vulkan}]``; each backend makes its jobs' ids, names and
+targets.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any
 
 import bracex
 
+from .backends import DEFAULT, get_backend
+from .backends import names as backend_names
 from .config import (
-    BACKENDS,
     DEFAULT_RUNNERS,
     OSES,
     FamilyTable,
@@ -39,7 +41,6 @@ from .console import warn
 from .errors import ConfigError, UsageError
 
 AXES = ("os", "target", "backend")
-VULKAN_NAME = "vulkan"  # the name of every Vulkan job (id <os>-vulkan, assets ...-vulkan-x64)
 OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner")
 ROCM_KEYS = ("channel", "version")
 ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
@@ -56,10 +57,10 @@ BUILTIN_OPTIONS: dict[str, Any] = {
 @dataclass
 class _Combo:
     os: str
-    target: str  # short name after resolution (gfx110X, gfx1100); "" for a vulkan combination
+    target: str  # short name after resolution (gfx110X, gfx1100); "" for a backend that is not per target (vulkan)
     options: dict[str, Any]
     origin: str  # file:line that created it
-    backend: str = "rocm"
+    backend: str = DEFAULT
 
 
 def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
@@ -141,10 +142,11 @@ def _axis_values(path: Path, matrix: YDict, key: str) -> YList:
 
 
 def _check_backend(path: Path | str, node: Any, key: Any, value: Any) -> str:
-    if value not in BACKENDS:
+    known = backend_names()
+    if value not in known:
         raise ConfigError(
-            f"{where(path, node, key)}: unknown backend {value!r}{suggest(str(value), BACKENDS)}; "
-            f"known: {', '.join(BACKENDS)}"
+            f"{where(path, node, key)}: unknown backend {value!r}{suggest(str(value), known)}; "
+            f"known: {', '.join(known)}"
         )
     return str(value)
 
@@ -197,22 +199,26 @@ def expand_matrix(
 
     os_node = _axis_values(path, matrix, "os")
     os_values = [_check_os(path, os_node, i, x) for i, x in enumerate(os_node)]
-    backends = ["rocm"]  # absent: every matrix written before the axis existed keeps its meaning
+    backends = [DEFAULT]  # absent: every matrix written before the axis existed keeps its meaning
     if "backend" in matrix:
         backend_node = _axis_values(path, matrix, "backend")
         backends = [_check_backend(path, backend_node, i, x) for i, x in enumerate(backend_node)]
-    # a Vulkan-only matrix needs no target list (Vulkan jobs are one per OS)
-    target_node = _axis_values(path, matrix, "target") if "rocm" in backends or "target" in matrix else YList()
+    per_target = {name: get_backend(name).per_target for name in backend_names()}
+    # a matrix of backends that are not per target (Vulkan: one job per OS) needs no target list
+    target_node = (_axis_values(path, matrix, "target") if any(per_target[b] for b in backends) or "target" in matrix
+                   else YList())
     targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
     if os_override:
         os_values = [_check_os("--os", None, None, o) for o in dict.fromkeys(os_override)]
     if target_override:
         targets = [families.select(t, context="--target").short for t in dict.fromkeys(target_override)]
-    combos = [
-        _Combo(o, t, dict(options), f"{path}:{target_node.line}") for o, t in itertools.product(os_values, targets)
-    ] if "rocm" in backends else []
-    if "vulkan" in backends:
-        combos += [_Combo(o, "", dict(options), where(path, matrix, "backend"), "vulkan") for o in os_values]
+    combos: list[_Combo] = []
+    for name in (b for b in backend_names() if b in backends):  # rockbuild's order of backends, not the axis's
+        if per_target[name]:
+            combos += [_Combo(o, t, dict(options), f"{path}:{target_node.line}", name)
+                       for o, t in itertools.product(os_values, targets)]
+        else:
+            combos += [_Combo(o, "", dict(options), where(path, matrix, "backend"), name) for o in os_values]
 
     def axis_filter(entry: YDict, label: str) -> dict[str, str]:
         wanted: dict[str, str] = {}
@@ -221,9 +227,10 @@ def expand_matrix(
         if "backend" in entry:
             wanted["backend"] = _check_backend(path, entry, "backend", entry["backend"])
         if "target" in entry:
-            if wanted.get("backend") == "vulkan":
-                raise ConfigError(f"{where(path, entry, 'target')}: a Vulkan job is one per OS, not per GPU target; "
-                                  f"drop 'target' from this {label} entry")
+            backend = get_backend(wanted.get("backend", DEFAULT))
+            if not backend.per_target:
+                raise ConfigError(f"{where(path, entry, 'target')}: a {backend.label} job is one per OS, not per GPU "
+                                  f"target; drop 'target' from this {label} entry")
             wanted["target"] = resolve_target(entry, "target", entry["target"])
         return wanted
 
@@ -252,8 +259,8 @@ def expand_matrix(
             for combo in hit:
                 combo.options = _merge_options(combo.options, extra)
             continue
-        wanted.setdefault("backend", "rocm")
-        needed = ("os",) if wanted["backend"] == "vulkan" else ("os", "target")
+        wanted.setdefault("backend", DEFAULT)
+        needed = ("os", "target") if per_target[wanted["backend"]] else ("os",)
         missing = [a for a in needed if a not in wanted]
         if missing and (os_override or target_override):
             continue  # options for jobs the override left out
@@ -266,16 +273,16 @@ def expand_matrix(
                              where(path, includes, i), wanted["backend"]))
 
     if os_override or target_override:
-        # a --target override asks for ROCm builds of those targets: the Vulkan jobs go with it
+        # a --target override asks for builds of those targets: jobs of backends that are not per target go with it
         combos = [c for c in combos if c.os in os_values and (
-            c.target in targets if c.backend == "rocm" else not target_override)]
+            c.target in targets if per_target[c.backend] else not target_override)]
     if not combos:
         raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
 
     jobs: list[Job] = []
     seen: dict[str, str] = {}
     for combo in combos:
-        if (os_override or target_override) and combo.backend == "rocm" and \
+        if (os_override or target_override) and per_target[combo.backend] and \
                 families.select(combo.target).family.group_for(combo.os) is None:
             warn(f"skipping {combo.os}-{combo.target}: TheRock publishes no {combo.os} tarball for it")
             continue
@@ -290,24 +297,10 @@ def expand_matrix(
 
 
 def _make_job(combo: _Combo, families: FamilyTable) -> Job:
-    if combo.backend == "vulkan":
-        return _make_vulkan_job(combo)
-    sel = families.select(combo.target, context=combo.origin)
-    group = sel.family.group_for(combo.os)
-    if group is None:
-        raise ConfigError(
-            f"{combo.origin}: {combo.target} cannot be built for {combo.os}: TheRock publishes no {combo.os} tarball "
-            f"for {sel.family.name}; exclude {{os: {combo.os}, target: {combo.target}}}"
-        )
-    return Job(
-        id=f"{combo.os}-{sel.short}",
-        name=sel.short,
-        family=sel.family.name,
-        group=group,
-        legacy_groups=sel.family.legacy_groups,
-        targets=sel.targets,
-        **_option_fields(combo),
-    )
+    """The job of a combination: its id, name, family, group and targets from its backend, the rest from the OS and
+    the matrix options."""
+    fields = get_backend(combo.backend).job_fields(combo.os, combo.target, families, combo.origin)
+    return Job(**fields, backend=combo.backend, **_option_fields(combo))
 
 
 def _option_fields(combo: _Combo) -> dict[str, Any]:
@@ -330,20 +323,6 @@ def _runner_for(opts: dict[str, Any], os_name: str) -> str:
     if isinstance(runner, dict):
         runner = runner.get(os_name, DEFAULT_RUNNERS[os_name])
     return str(runner)
-
-
-def _make_vulkan_job(combo: _Combo) -> Job:
-    """One Vulkan job per OS: no family, tarball group or gfx targets (the ROCm options stay, unused)."""
-    return Job(
-        id=f"{combo.os}-{VULKAN_NAME}",
-        name=VULKAN_NAME,
-        family="",
-        group="",
-        legacy_groups=(),
-        targets=(),
-        backend="vulkan",
-        **_option_fields(combo),
-    )
 
 
 def split_list(values: Iterable[str], aliases: dict[str, str] | None = None) -> list[str]:
@@ -404,7 +383,7 @@ def render_table(jobs: Sequence[Job]) -> Any:
     for column in ("id", "family", "tarball group", "gfx targets", "required", "llama.cpp", "ROCm", "runner"):
         table.add_column(column, no_wrap=True)
     for job in jobs:
-        rocm = "-" if job.is_vulkan else f"{job.rocm_channel}/{job.rocm_version}"
+        rocm = f"{job.rocm_channel}/{job.rocm_version}" if get_backend(job.backend).needs_rocm else "-"
         extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
         table.add_row(
             job.id, job.family or job.backend, job.group or "-", ",".join(job.targets) or "-",

@@ -8,19 +8,16 @@ from pathlib import Path, PureWindowsPath
 
 import pytest
 
+from rockbuild.backends.rocm import Toolchain, build_environment, cmake_definitions, toolchain_from_layout
 from rockbuild.build.cmake import (
     OFFLINE_DEFINITIONS,
     SEED_DEFINITIONS,
     SET_MARKER,
-    Toolchain,
-    build_environment,
-    cmake_definitions,
     compile_command,
     configure_command,
     msvc_delta,
     parse_set_output,
     shipped_targets,
-    toolchain_from_layout,
     vcvars_from_vswhere,
     vcvars_script,
     vswhere_command,
@@ -242,7 +239,7 @@ def test_msvc_environment_is_merged_without_secrets_and_rocm_first():
 
 
 def test_vulkan_definitions_swap_hip_for_vulkan_and_name_no_compiler_or_targets(tmp_path):
-    from rockbuild.build.cmake import vulkan_cmake_definitions
+    from rockbuild.backends.vulkan import vulkan_cmake_definitions
 
     defs = vulkan_cmake_definitions(build_info={"LLAMA_BUILD_NUMBER": "7000"}, ccache=True)
     names = [name for name, _ in defs]
@@ -266,14 +263,26 @@ def test_vulkan_definitions_swap_hip_for_vulkan_and_name_no_compiler_or_targets(
 
 
 def test_host_build_environment_has_no_rocm_and_keeps_the_vulkan_sdk(tmp_path):
+    from rockbuild.backends import get_backend
     from rockbuild.build.cmake import host_build_environment
+    from rockbuild.config import Job
 
+    def job(os_name):
+        return Job(id=f"{os_name}-vulkan", os=os_name, name="vulkan", family="", group="", legacy_groups=(),
+                   targets=(), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
+                   cmake=(), runner="", backend="vulkan")
+
+    vulkan = get_backend("vulkan")
     base = {"PATH": "/usr/bin:/bin", "HOME": "/root", "VULKAN_SDK": "/opt/vk", "CC": "gcc-14", "ROCM_PATH": "/opt/rocm",
             "RANDOM_VAR": "x", **TOKENS}
-    env = host_build_environment("linux", base=base, ccache_dir=tmp_path / "cc")
+    env, variables = vulkan.build_environment(job("linux"), None, base=base, ccache_dir=tmp_path / "cc")
     assert env["PATH"] == "/usr/bin:/bin" and env["VULKAN_SDK"] == "/opt/vk" and env["CC"] == "gcc-14"
     assert env["NINJA_STATUS"] == "[%f/%t] " and env["CCACHE_DIR"] == str(tmp_path / "cc")
     assert not {"ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "HIP_DEVICE_LIB_PATH", "RANDOM_VAR", *TOKENS} & set(env)
-    win = host_build_environment("windows", base={"Path": r"C:\Windows"}, msvc={"PATH": r"C:\VS\bin;C:\Windows",
-                                                                                  "INCLUDE": r"C:\VS\include"})
+    assert variables == ["NINJA_STATUS", "CCACHE_DIR", "VULKAN_SDK", "CC", "CXX"]
+    # the Vulkan SDK is the Vulkan backend's: a plain host-compiler build does not take it
+    plain = host_build_environment("linux", base=base)
+    assert "VULKAN_SDK" not in plain and plain["CC"] == "gcc-14" and "CCACHE_DIR" not in plain
+    win, _ = vulkan.build_environment(job("windows"), None, base={"Path": r"C:\Windows"},
+                                      msvc={"PATH": r"C:\VS\bin;C:\Windows", "INCLUDE": r"C:\VS\include"})
     assert win["PATH"] == r"C:\VS\bin;C:\Windows" and "Path" not in win and win["INCLUDE"] == r"C:\VS\include"

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import rockbuild_exe
 
+from rockbuild.backends.rocm import decide_expectation, kfd_gfx_targets
 from rockbuild.errors import ModelError
 from rockbuild.model import ModelFile
 from rockbuild.smoke import SmokeError, SmokeOptions, run_smoke
-from rockbuild.smoke.runner import decide_expectation, kfd_gfx_targets, locate_bundle, smoke_env
+from rockbuild.smoke.runner import locate_bundle, smoke_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
 

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rockbuild.smoke.parse import (
-    Buffer,
-    gpu_verdict,
-    parse_bench_json,
-    parse_load,
-    parse_vulkan,
-    vulkan_bench_problem,
-)
+from rockbuild.backends.vulkan import vulkan_bench_problem
+from rockbuild.smoke.parse import Buffer, gpu_verdict, parse_bench_json, parse_load, parse_vulkan
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
 

@@ -1,29 +1,30 @@
-"""The CMake command line and the child environment for a llama.cpp HIP build, as pure functions of their inputs.
+"""The CMake command line and the child environment of a llama.cpp build, as pure functions of their inputs.
 
-Nothing here runs a build: the driver does. Everything a build depends on is computed here from the job, the ROCm
-layout and the source tree, so it can be tested without a GPU, without ROCm and (for Windows) without Windows.
+Nothing here runs a build: the driver does. What every build shares is here (the seed flags, the offline swap, the
+order rules, the environment allowlist, MSVC on Windows); what a flavour adds (ROCm's compilers and GPU_TARGETS,
+Vulkan's GGML_VULKAN) comes from its backend (:mod:`rockbuild.backends`), so all of it can be tested without a GPU,
+without ROCm and (for Windows) without Windows.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from pathlib import Path, PureWindowsPath
 
 from rockbuild.errors import BuildError, ConfigError
 from rockbuild.process import INHERITED, child_env, is_secret, run
-from rockbuild.rocm.layout import LayoutKind, RocmLayout
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The flags, as data. Order: seed flags, then --offline's swap, then what the job and the layout decide, then the
-# job's own extras from the matrix (which win over the seed flags and the offline swap).
+# The flags, as data. Order: seed flags (with the backend's swap), then --offline's swap, then what the backend decides
+# (compilers, GPU targets), then ccache, the build info, and the job's own extras from the matrix (which win over the
+# seed flags and the offline swap).
 
 # What the seed pipeline passes (seed-pipeline.md 1.4), minus its mistakes: CMAKE_CROSSCOMPILING=ON (a native build
 # is not a cross build; it disables try_run) and -I/opt/rocm/include in CMAKE_CXX_FLAGS (the HIP package config adds
 # the include dir of the real prefix). LLAMA_USE_PREBUILT_UI=OFF: otherwise every build of llama-server downloads the
-# web UI from Hugging Face, keyed by the build number.
+# web UI from Hugging Face, keyed by the build number. GGML_HIP names the slot of the GPU backend's switch: another
+# backend swaps it (and the HIP-only options) for its own.
 SEED_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("CMAKE_BUILD_TYPE", "Release"),
     ("BUILD_SHARED_LIBS", "ON"),
@@ -45,17 +46,48 @@ OFFLINE_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("LLAMA_OPENSSL", "ON"),
 )
 
-# Decided by the job and the ROCm layout; a matrix entry that sets them is a mistake (use `target` instead).
+# Decided by the job, the backend and the source for every build; a matrix entry that sets them is a mistake (use
+# `target` instead). A backend adds its own (Vulkan: GGML_HIP and GGML_VULKAN).
 RESERVED_DEFINITIONS = frozenset({
     "GPU_TARGETS", "AMDGPU_TARGETS", "CMAKE_HIP_ARCHITECTURES", "CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER",
     "CMAKE_HIP_COMPILER", "LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT",
 })
 
-# A Vulkan job: the seed flags with GGML_VULKAN in place of GGML_HIP (and its HIP-only options), no GPU_TARGETS
-# (SPIR-V runs on any Vulkan device) and no compiler: CMake takes the host's default C/C++ compiler. Building needs
-# glslc and Vulkan headers with VK_EXT_layer_settings (>= 1.3.2xx; Debian 12's 1.3.239 lack it: vulkan-on-lavapipe.md).
-VULKAN_SWAP: dict[str, str | None] = {"GGML_HIP": "GGML_VULKAN", "GGML_HIP_ROCWMMA_FATTN": None}
-VULKAN_RESERVED_DEFINITIONS = RESERVED_DEFINITIONS | {"GGML_HIP", "GGML_VULKAN"}
+
+def compose_definitions(
+    backend: Iterable[tuple[str, str]] = (),
+    *,
+    swap: Mapping[str, str | None] | None = None,
+    reserved: Iterable[str] = (),
+    set_by: str = "",
+    extra: Iterable[tuple[str, str]] = (),
+    offline: bool = False,
+    build_info: Mapping[str, str] | None = None,
+    ccache: bool = False,
+) -> list[tuple[str, str]]:
+    """Every -D definition of the configure step, in order, each name once (a later value replaces an earlier one):
+    the seed flags (``swap`` renames one, or drops it with None), the offline swap, the ``backend``'s own (compilers,
+    GPU targets), ccache, ``build_info``, then the job's ``extra``, none of which may name an entry of
+    :data:`RESERVED_DEFINITIONS` or ``reserved`` (``set_by`` says who sets them, in the error)."""
+    extra = list(extra)
+    forbidden = RESERVED_DEFINITIONS | set(reserved)
+    for name, _value in extra:
+        if name.upper() in forbidden:
+            raise ConfigError(f"the job's cmake option {name} is set by rockbuild {set_by}; remove it from the matrix")
+    defs: dict[str, str] = {}
+    for name, value in SEED_DEFINITIONS:
+        swapped = (swap or {}).get(name, name)
+        if swapped is not None:
+            defs[swapped] = value
+    if offline:
+        defs.update(OFFLINE_DEFINITIONS)
+    defs.update(backend)
+    # llama.cpp puts ccache in front of every compiler (HIP too) when this is ON and ccache is on PATH
+    defs["GGML_CCACHE"] = "ON" if ccache else "OFF"
+    defs.update(build_info or {})
+    defs.update(extra)
+    return list(defs.items())
+
 
 # The programs a release ships. The RPC server was renamed: ggml-rpc-server now, rpc-server before.
 REQUIRED_TARGETS = ("llama-cli", "llama-server", "llama-bench")
@@ -96,131 +128,7 @@ def shipped_targets(source: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Toolchain: the layout's compilers and prefix, as the build (running on the layout's platform) must spell them.
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    platform: str  # linux | windows
-    kind: str  # therock | opt-rocm | debian
-    prefix: str  # the real ROCm prefix (/usr on Debian)
-    llvm_bin: str
-    c_compiler: str
-    cxx_compiler: str
-    device_lib_dir: str | None
-    device_lib_in_resource_dir: bool  # informational: where clang looks when ROCM_PATH is not set
-
-    @property
-    def windows(self) -> bool:
-        return self.platform == "windows"
-
-    def cmake_path(self, path: str) -> str:
-        """Forward slashes on Windows too: a backslash in a CMake string is an escape character."""
-        return PureWindowsPath(path).as_posix() if self.windows else path
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform, "kind": self.kind, "prefix": self.prefix, "llvm_bin": self.llvm_bin,
-            "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "device_lib_dir": self.device_lib_dir,
-            "device_lib_in_resource_dir": self.device_lib_in_resource_dir,
-        }
-
-
-def toolchain_from_layout(layout: RocmLayout) -> Toolchain:
-    """The toolchain as a build running *in* the root sees it (a Debian chroot's /usr/lib/llvm-22/bin/clang)."""
-
-    def seen(path: Path) -> str:
-        return str(layout.in_root(path)) if layout.sysroot is not None else str(path)
-
-    resource = layout.llvm_dir / "lib" / "clang"
-    in_resource = layout.device_lib_dir is not None and layout.device_lib_dir.is_relative_to(resource)
-    return Toolchain(
-        platform=layout.platform,
-        kind=str(layout.kind),
-        prefix=seen(layout.prefix),
-        llvm_bin=seen(layout.llvm_dir / "bin"),
-        c_compiler=seen(layout.clang),
-        cxx_compiler=seen(layout.clangxx),
-        device_lib_dir=seen(layout.device_lib_dir) if layout.device_lib_dir is not None else None,
-        device_lib_in_resource_dir=in_resource,
-    )
-
-
-def check_runnable_here(layout: RocmLayout) -> None:
-    """A chroot's compiler runs only inside the chroot: say how to build there instead of failing in CMake."""
-    if layout.sysroot is not None:
-        raise ConfigError(
-            f"{layout.root} is a chroot: its compiler runs only inside it; run rockbuild in the root "
-            f"(chroot {layout.sysroot}) with --rocm {layout.in_root(layout.prefix)}"
-        )
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # CMake command lines
-
-
-def cmake_definitions(
-    toolchain: Toolchain,
-    gpu_targets: Sequence[str],
-    *,
-    extra: Iterable[tuple[str, str]] = (),
-    offline: bool = False,
-    build_info: Mapping[str, str] | None = None,
-    ccache: bool = False,
-) -> list[tuple[str, str]]:
-    """Every -D definition of the configure step, in order, each name once (a later value replaces an earlier one)."""
-    if not gpu_targets:
-        raise ConfigError("a build needs at least one gfx target")
-    extra = list(extra)
-    for name, _value in extra:
-        if name.upper() in RESERVED_DEFINITIONS:
-            raise ConfigError(
-                f"the job's cmake option {name} is set by rockbuild (from the job's targets, the ROCm root or the "
-                "source); remove it from the matrix"
-            )
-    defs: dict[str, str] = dict(SEED_DEFINITIONS)
-    if offline:
-        defs.update(OFFLINE_DEFINITIONS)
-    cxx = toolchain.cmake_path(toolchain.cxx_compiler)
-    defs.update({
-        "CMAKE_C_COMPILER": toolchain.cmake_path(toolchain.c_compiler),
-        "CMAKE_CXX_COMPILER": cxx,
-        "CMAKE_HIP_COMPILER": cxx,
-        "GPU_TARGETS": ";".join(gpu_targets),
-        # llama.cpp puts ccache in front of every compiler (HIP too) when this is ON and ccache is on PATH
-        "GGML_CCACHE": "ON" if ccache else "OFF",
-    })
-    defs.update(build_info or {})
-    defs.update(extra)
-    return list(defs.items())
-
-
-def vulkan_cmake_definitions(
-    *,
-    extra: Iterable[tuple[str, str]] = (),
-    offline: bool = False,
-    build_info: Mapping[str, str] | None = None,
-    ccache: bool = False,
-) -> list[tuple[str, str]]:
-    """The -D definitions of a Vulkan job's configure step, in the same order rules as :func:`cmake_definitions`."""
-    extra = list(extra)
-    for name, _value in extra:
-        if name.upper() in VULKAN_RESERVED_DEFINITIONS:
-            raise ConfigError(
-                f"the job's cmake option {name} is set by rockbuild for a Vulkan job (the backend, the host's "
-                "compiler or the source); remove it from the matrix"
-            )
-    defs: dict[str, str] = {}
-    for name, value in SEED_DEFINITIONS:
-        swapped = VULKAN_SWAP.get(name, name)
-        if swapped is not None:
-            defs[swapped] = value
-    if offline:
-        defs.update(OFFLINE_DEFINITIONS)
-    defs["GGML_CCACHE"] = "ON" if ccache else "OFF"
-    defs.update(build_info or {})
-    defs.update(extra)
-    return list(defs.items())
 
 
 def configure_command(
@@ -264,37 +172,20 @@ def _prepend_path(current: str, entries: Sequence[str], windows: bool) -> str:
     return sep.join([*dict.fromkeys(new), *parts])
 
 
-def toolchain_variables(toolchain: Toolchain, ccache_dir: Path | str | None = None) -> dict[str, str]:
-    """The variables rockbuild sets for the build (PATH aside).
-
-    A distro (Debian) layout gets no ROCM_PATH/HIP_PATH/HIP_DEVICE_LIB_PATH at all: clang, hipconfig and llama.cpp's
-    CMake find /usr and the bitcode in clang's resource dir by themselves, and ROCM_PATH=/usr even breaks clang
-    ("cannot find ROCm device library": with ROCM_PATH set it looks only under $ROCM_PATH/amdgcn/bitcode). A TheRock
-    or /opt/rocm tree gets its prefix, and HIP_DEVICE_LIB_PATH whenever ROCM_PATH points clang away from its default.
-    """
-    variables = {"HIP_PLATFORM": "amd", **host_build_variables(ccache_dir)}
-    if toolchain.kind != str(LayoutKind.DEBIAN):
-        variables["ROCM_PATH"] = variables["HIP_PATH"] = toolchain.prefix
-        if toolchain.device_lib_dir:
-            variables["HIP_DEVICE_LIB_PATH"] = toolchain.device_lib_dir
-    return variables
-
-
-# A host-compiler build also takes these from the caller: the Vulkan SDK (FindVulkan reads $VULKAN_SDK; llama.cpp's
-# Windows release job sets it) and CC/CXX, CMake's standard way of choosing another host compiler.
-HOST_BUILD_INHERITED = ("VULKAN_SDK", "CC", "CXX")
+# A build with the host's compiler also takes these from the caller: CC/CXX, CMake's standard way of choosing another
+# host compiler (a backend adds its own, e.g. the Vulkan SDK).
+HOST_BUILD_INHERITED = ("CC", "CXX")
 
 
 def host_build_variables(ccache_dir: Path | str | None = None) -> dict[str, str]:
-    """The variables rockbuild sets for every build, and all it sets for one with the host's compiler (a Vulkan job:
-    no ROCm at all)."""
+    """The variables rockbuild sets for every build, and all it sets for one with the host's compiler (no ROCm)."""
     variables = {"NINJA_STATUS": "[%f/%t] "}  # the progress parser reads [finished/total]
     if ccache_dir is not None:
         variables["CCACHE_DIR"] = str(ccache_dir)
     return variables
 
 
-def _environment(
+def compose_environment(
     windows: bool, variables: Mapping[str, str], *, base: Mapping[str, str] | None, msvc: Mapping[str, str] | None,
     inherit: Sequence[str] = INHERITED, path_entries: Sequence[str] = (),
 ) -> dict[str, str]:
@@ -315,31 +206,13 @@ def host_build_environment(
     base: Mapping[str, str] | None = None,
     msvc: Mapping[str, str] | None = None,
     ccache_dir: Path | str | None = None,
+    inherit: Sequence[str] = HOST_BUILD_INHERITED,
 ) -> dict[str, str]:
-    """The environment of a Vulkan job's cmake and ninja: the allowlist of ``base``, MSVC (Windows), ccache; PATH as
-    it is (the host's compiler, glslc and the Vulkan SDK are found where the host put them)."""
-    return _environment(platform == "windows", host_build_variables(ccache_dir), base=base, msvc=msvc,
-                        inherit=(*INHERITED, *HOST_BUILD_INHERITED))
-
-
-def toolchain_path_entries(toolchain: Toolchain) -> list[str]:
-    """Directories put in front of PATH: ROCm's clang before any other clang, then the ROCm tools (hipconfig)."""
-    if toolchain.windows:
-        return [toolchain.llvm_bin, str(PureWindowsPath(toolchain.prefix) / "bin")]
-    return [toolchain.llvm_bin, str(PurePosixPath(toolchain.prefix) / "bin")]
-
-
-def build_environment(
-    toolchain: Toolchain,
-    *,
-    base: Mapping[str, str] | None = None,
-    msvc: Mapping[str, str] | None = None,
-    ccache_dir: Path | str | None = None,
-) -> dict[str, str]:
-    """The complete environment of cmake and ninja: the allowlist of ``base``, the MSVC variables (Windows), the ROCm
-    variables and PATH. Secrets never survive, wherever they came from."""
-    return _environment(toolchain.windows, toolchain_variables(toolchain, ccache_dir), base=base, msvc=msvc,
-                        path_entries=toolchain_path_entries(toolchain))
+    """The environment of cmake and ninja for a build with the host's compiler: the allowlist of ``base`` (plus
+    ``inherit``), MSVC (Windows), ccache; PATH as it is (the host's compiler and tools are found where the host put
+    them)."""
+    return compose_environment(platform == "windows", host_build_variables(ccache_dir), base=base, msvc=msvc,
+                               inherit=(*INHERITED, *inherit))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

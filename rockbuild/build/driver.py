@@ -1,7 +1,9 @@
 """The build stage: provide ROCm -> llama.cpp source -> configure -> compile -> ``out/<job-id>/build.json``.
 
-Everything the build runs goes through :func:`rockbuild.process.run` with an environment computed from the ROCm
-layout (never the caller's whole environment, never a token); all of it is appended to ``out/<job-id>/build.log``.
+What differs between flavours (the ROCm root and its toolchain, or the host's compiler; the definitions; the
+environment) comes from the job's backend (:mod:`rockbuild.backends`). Everything the build runs goes through
+:func:`rockbuild.process.run` with an environment the backend computes (never the caller's whole environment, never a
+token); all of it is appended to ``out/<job-id>/build.log``.
 A re-run uses the same build directory, so it only recompiles what changed (and skips configure when the command and
 environment are the ones the build directory was configured with).
 """
@@ -18,32 +20,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rockbuild import __version__, console
+from rockbuild.backends import get_backend
 from rockbuild.config import GFX_TARGET_RE, Job, write_json_atomic
 from rockbuild.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
 from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 from rockbuild.settings import Settings
 
-from .cmake import (
-    HOST_BUILD_INHERITED,
-    Toolchain,
-    build_environment,
-    capture_msvc_environment,
-    check_runnable_here,
-    cmake_definitions,
-    compile_command,
-    configure_command,
-    host_build_environment,
-    host_build_variables,
-    shipped_targets,
-    toolchain_from_layout,
-    toolchain_variables,
-    vulkan_cmake_definitions,
-)
+from .cmake import capture_msvc_environment, compile_command, configure_command, shipped_targets
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
+
+if TYPE_CHECKING:
+    from rockbuild.backends.rocm import Toolchain
 
 TAIL_LINES = 40
 SCHEMA = 1
@@ -347,7 +338,8 @@ def _log_header(log: Path, text: str) -> None:
         fh.write(f"\n==> {text}\n")
 
 
-def _first_line(args: list[str], env: Mapping[str, str]) -> str:
+def first_line(args: list[str], env: Mapping[str, str]) -> str:
+    """The first line a tool prints (``clang --version``); a BuildError when it cannot run."""
     try:
         result = run(args, env=env, timeout=60, log=None)
     except ProcessError as exc:
@@ -414,8 +406,9 @@ def _configure_fingerprint(command: list[str], env: Mapping[str, str], variables
 
 
 def job_label(job: Job) -> str:
-    """What a job builds, for log lines: its gfx targets, or the Vulkan backend."""
-    return "Vulkan, host compiler" if job.is_vulkan else ", ".join(job.targets)
+    """What a job builds, for log lines: its gfx targets, or its backend (with the host's compiler)."""
+    backend = get_backend(job.backend)
+    return ", ".join(job.targets) if backend.per_target else f"{backend.label}, host compiler"
 
 
 def host_compilers(env: Mapping[str, str], windows: bool) -> dict[str, str]:
@@ -428,20 +421,8 @@ def host_compilers(env: Mapping[str, str], windows: bool) -> dict[str, str]:
         program = env.get(variable) or default
         if shutil.which(program, path=path) is None:
             raise BuildError(f"no C/C++ compiler: {program} is not on PATH; install gcc/g++ (or set {variable})")
-        out[what] = _first_line([program, "--version"], env)
+        out[what] = first_line([program, "--version"], env)
     return out
-
-
-def find_glslc(env: Mapping[str, str]) -> str:
-    """glslc, which the Vulkan backend needs to compile its shaders: on PATH, or in $VULKAN_SDK/bin (Windows SDK)."""
-    found = shutil.which("glslc", path=env.get("PATH") or env.get("Path") or "")
-    sdk = env.get("VULKAN_SDK")
-    if found is None and sdk:
-        found = shutil.which("glslc", path=os.pathsep.join([str(Path(sdk) / "bin"), str(Path(sdk) / "Bin")]))
-    if found is None:
-        raise BuildError("glslc is not installed (not on PATH): a Vulkan build compiles its shaders with it; install "
-                         "glslc, libvulkan-dev and spirv-headers (Vulkan headers >= 1.3.2xx) or the LunarG Vulkan SDK")
-    return found
 
 
 def _list_binaries(build_dir: Path, job_dir: Path, targets: list[str], windows: bool) -> list[dict[str, Any]]:
@@ -518,25 +499,22 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
         )
 
     windows = job.os == "windows"
+    backend = get_backend(job.backend)
     toolchain: Toolchain | None = None
     current = "rocm"
     try:
         t0 = time.monotonic()
-        if job.is_vulkan:
-            # build.json's rocm and toolchain stay null: a Vulkan job uses the host's compiler and ships no ROCm
-            if options.rocm_dir is not None or options.rocm_version:
-                console.warn(f"{job.id} is a Vulkan job: it uses no ROCm, --rocm/--rocm-version are ignored")
-        else:
+        if backend.needs_rocm:
             with console.step(f"ROCm for {job.id}"):
                 layout, rocm = _provide_rocm(job, options)
-                if layout.platform != job.os:
-                    raise LayoutError(f"{layout.root} is a {layout.platform} ROCm root; job {job.id} needs {job.os}")
-                check_runnable_here(layout)
-                toolchain = toolchain_from_layout(layout)
-                missing = [t for t in job.targets if layout.kernel_data and t not in layout.gfx_targets]
-                if missing:
-                    console.warn(f"{layout.root} has no rocBLAS/hipBLASLt kernels for {', '.join(missing)}")
+                toolchain = backend.toolchain(job, layout)
             state.update(rocm=rocm, toolchain=toolchain)
+        else:
+            # build.json's rocm stays null: the job uses no ROCm (and ships none)
+            if options.rocm_dir is not None or options.rocm_version:
+                console.warn(f"{job.id} is a {backend.label} job: it uses no ROCm, --rocm/--rocm-version are ignored")
+            toolchain = backend.toolchain(job, None)
+            state.update(toolchain=toolchain)
         durations["rocm"] = round(time.monotonic() - t0, 3)
 
         current = "source"
@@ -556,12 +534,10 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
                 msvc = capture_msvc_environment(job_dir, vcvars=options.vcvars, log=log)
             cache = options.cache or options.settings.cache
 
-            def environment(ccache_dir: Path | None = None) -> dict[str, str]:
-                if toolchain is None:
-                    return host_build_environment(job.os, msvc=msvc, ccache_dir=ccache_dir)
-                return build_environment(toolchain, msvc=msvc, ccache_dir=ccache_dir)
+            def environment(ccache_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
+                return backend.build_environment(job, toolchain, msvc=msvc, ccache_dir=ccache_dir)
 
-            env = environment()
+            env, variables = environment()
             path = env.get("PATH") or env.get("Path") or ""
             for tool, package in (("cmake", "cmake"), ("ninja", "ninja-build")):
                 if shutil.which(tool, path=path) is None:
@@ -570,34 +546,19 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             ccache_dir = Path(options.ccache_dir or cache / "ccache").absolute()
             if ccache:
                 ccache_dir.mkdir(parents=True, exist_ok=True)
-                env = environment(ccache_dir)
+                env, variables = environment(ccache_dir)
             elif options.use_ccache:
                 console.info("    ccache not found: compiling without a cache (install ccache for fast rebuilds)")
             tools = {
-                "cmake": _first_line(["cmake", "--version"], env),
-                "ninja": _first_line(["ninja", "--version"], env),
+                "cmake": first_line(["cmake", "--version"], env),
+                "ninja": first_line(["ninja", "--version"], env),
             }
             if ccache:
-                tools["ccache"] = _first_line([ccache, "--version"], env)
-            if toolchain is None:
-                glslc = find_glslc(env)
-                tools["glslc"] = _first_line([glslc, "--version"], env)
-                compilers = host_compilers(env, windows)
-                definitions = vulkan_cmake_definitions(
-                    extra=job.cmake, offline=options.offline, build_info=source.cmake_build_info(), ccache=bool(ccache),
-                )
-                variables = [*host_build_variables(ccache_dir if ccache else None), *HOST_BUILD_INHERITED]
-            else:
-                compilers = {
-                    "c": _first_line([toolchain.c_compiler, "--version"], env),
-                    "cxx": _first_line([toolchain.cxx_compiler, "--version"], env),
-                }
-                compilers["hip"] = compilers["cxx"]
-                definitions = cmake_definitions(
-                    toolchain, job.targets, extra=job.cmake, offline=options.offline,
-                    build_info=source.cmake_build_info(), ccache=bool(ccache),
-                )
-                variables = list(toolchain_variables(toolchain, ccache_dir if ccache else None))
+                tools["ccache"] = first_line([ccache, "--version"], env)
+            compilers, own_tools = backend.compilers(job, toolchain, env)
+            tools.update(own_tools)
+            definitions = backend.cmake_definitions(job, toolchain, offline=options.offline,
+                                                    build_info=source.cmake_build_info(), ccache=bool(ccache))
             command = configure_command(source.path, build_dir, definitions)
             ours = [*variables, "PATH", "Path"]
             shown_env = {k: env[k] for k in ours if k in env}

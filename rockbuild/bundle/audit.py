@@ -12,15 +12,13 @@ Checks (each a named :class:`Check`; any failure makes the report fail and the C
 * ``needed``: every DT_NEEDED / import / delay-load import resolves inside the bundle or is a host library by policy;
 * ``run-paths``: every shipped ELF has its own run path, and no entry is absolute or leads out of the bundle;
 * ``extras``: the required dlopen extras (comgr...) are there when what loads them is;
-* ``kernel-data``: every job target has files in each kernel folder a shipped library uses, and no stray
-  ``library/`` folder sits beside the libraries (it would win over ``rocblas/library``, bundling.md 4);
-* ``code-objects``: libggml-hip's ``.hip_fatbin`` holds device code for exactly the job's targets;
+* the backend's own checks (:meth:`rockbuild.backends.Backend.audit_checks`): for ROCm ``kernel-data`` (every job
+  target has files in each kernel folder a shipped library uses, and no stray ``library/`` folder) and
+  ``code-objects`` (libggml-hip's ``.hip_fatbin`` holds device code for exactly the job's targets); for Vulkan
+  (SPIR-V, no gfx targets) ``no-rocm`` (no ROCm library or kernel folder and no host library by policy, such as the
+  Vulkan loader or a driver, ships in it);
 * ``symbol-versions``: the highest GLIBC_/GLIBCXX_/CXXABI_/GCC_ version needed and by which file (the oldest distro
   the bundle runs on); a failure only when a ceiling is given (``max_versions``).
-
-A Vulkan bundle (llama.cpp's Vulkan backend: SPIR-V, no gfx targets) has no ``kernel-data`` and ``code-objects``
-checks; ``no-rocm`` checks instead that no ROCm library or kernel folder and no host library by policy (the Vulkan
-loader, a Vulkan driver) ships in it.
 """
 
 from __future__ import annotations
@@ -34,25 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.config import read_json_object
 from rockbuild.settings import load_policy
 
 from . import AuditError, BundleError
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
-from .fatbin import FatbinReport, read_fatbin
-from .kernels import target_order
+from .fatbin import FatbinReport
 from .pe import PeInfo, is_pe, read_pe
 from .policy import BundlePolicy, PlatformPolicy, name_matches
 
-GGML_HIP = ("libggml-hip.so*", "ggml-hip.dll")
-GGML_VULKAN = ("libggml-vulkan.so*", "ggml-vulkan.dll")
-# what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in
-ROCM_LIBRARIES = (
-    "libggml-hip.so*", "ggml-hip.dll", "libamdhip64.so*", "amdhip64*.dll", "libhiprtc*.so*", "hiprtc*.dll",
-    "libhsa-runtime64.so*", "libamd_comgr*.so*", "amd_comgr*.dll", "librocblas.so*", "rocblas.dll",
-    "libhipblas*.so*", "hipblas*.dll", "librocsolver.so*", "rocsolver.dll", "librocsparse.so*", "rocsparse.dll",
-    "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
-)
 BUNDLE_JSON = "bundle.json"
 HOST_MACHINES = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) files are kernel data
 # libX.so, libX.so.1, libX.so.1.2.3, libLLVM.so.19.1git; not rocBLAS's Kernels.so-000-gfx90a.hsaco
@@ -359,8 +348,9 @@ def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
 
 
 def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str) -> str:
-    """``rocm`` or ``vulkan``: bundle.json's ``backend``, else ``vulkan`` when the top-level files ``names`` hold
-    libggml-vulkan without libggml-hip (a bundle written before the field existed, or a plain build folder)."""
+    """The bundle's backend: bundle.json's ``backend``, else (a bundle written before the field existed, or a plain
+    build folder) the default (``rocm``) unless the top-level files ``names`` lack its llama.cpp library and hold
+    another backend's (libggml-vulkan: ``vulkan``)."""
     if meta.get("backend"):
         return str(meta["backend"])
     names = list(names)
@@ -368,7 +358,11 @@ def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str)
     def has(globs: Sequence[str]) -> bool:
         return any(name_matches(n, globs, platform=platform) for n in names)
 
-    return "vulkan" if has(GGML_VULKAN) and not has(GGML_HIP) else "rocm"
+    if not has(get_backend(DEFAULT).ggml_libraries):
+        for backend in all_backends():
+            if backend.name != DEFAULT and backend.ggml_libraries and has(backend.ggml_libraries):
+                return backend.name
+    return DEFAULT
 
 
 def _check_run_paths(root: Path, elves: Mapping[Path, ElfInfo], policy: PlatformPolicy) -> Check:
@@ -460,115 +454,6 @@ def _check_extras(root: Path, names: set[str], policy: PlatformPolicy, meta: Map
     return Check("extras", not failures, tuple(failures))
 
 
-def _check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy) -> Check:
-    from rockbuild.rocm.layout import kernel_file_target
-
-    failures, warnings = [], []
-    details: dict[str, Any] = {}
-    if (root / "library").is_dir():
-        failures.append("a library/ folder sits beside the libraries: rocBLAS would take it before rocblas/library")
-    if not targets:
-        failures.append("the job's targets are unknown (no bundle.json): pass --targets")
-    per_folder: list[tuple[Any, dict[str, int]]] = []
-    for rule in policy.kernel_data:
-        users = sorted(n for n in names if name_matches(n, rule.used_by, platform=policy.platform))
-        folder = root / rule.dest
-        if not folder.is_dir():
-            if users:
-                failures.append(f"{rule.dest}/ is missing although {users[0]} is shipped")
-            continue
-        per_target: dict[str, int] = {}
-        generic = 0
-        for _dirpath, _dirnames, filenames in os.walk(folder):
-            for filename in filenames:
-                target = kernel_file_target(filename)
-                if target is None:
-                    generic += 1
-                else:
-                    per_target[target] = per_target.get(target, 0) + 1
-        details[rule.dest] = {"generic": generic, "per_target": dict(sorted(per_target.items()))}
-        per_folder.append((rule, per_target))
-        extra = sorted(set(per_target) - set(targets), key=target_order)
-        if extra:
-            warnings.append(f"{rule.dest}/ also carries files for {', '.join(extra)} (not job targets)")
-        if not users:
-            warnings.append(f"{rule.dest}/ is shipped but no library that uses it ({', '.join(rule.used_by)})")
-        if rule.component == "kpack":
-            warnings.append(f"{rule.dest}/ placement for a flat bundle is unverified (split libraries look for "
-                            "../.kpack relative to themselves)")
-    packed = {t for rule, per_target in per_folder if rule.component == "kpack" for t in per_target}
-    for rule, per_target in per_folder:
-        for target in targets:
-            if not per_target.get(target) and target not in packed:
-                failures.append(f"{rule.dest}/ has no kernel files for {target}")
-    return Check("kernel-data", not failures, tuple(failures), tuple(warnings), details)
-
-
-def _check_no_rocm(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
-    """A Vulkan bundle: nothing of ROCm in it, and no library the host must provide (the Vulkan loader, a driver)."""
-    failures = []
-    for name in sorted(names):
-        if name_matches(name, ROCM_LIBRARIES, platform=policy.platform):
-            failures.append(f"{name} is a ROCm library: a Vulkan bundle must not carry ROCm")
-        elif (reason := policy.system_reason(name)) is not None:
-            failures.append(f"{name} ships although it never may: {reason}")
-    for folder in [*(rule.dest for rule in policy.kernel_data), "library"]:
-        if (root / folder).is_dir():
-            failures.append(f"{folder}/ (ROCm kernel data) is in a Vulkan bundle")
-    vulkan = sorted(n for n in names if name_matches(n, GGML_VULKAN, platform=policy.platform))
-    warnings = () if vulkan else ("no libggml-vulkan in the bundle: is this a Vulkan build?",)
-    return Check("no-rocm", not failures, tuple(failures), warnings, {"ggml_vulkan": vulkan})
-
-
-def _check_code_objects(
-    root: Path, candidates: Sequence[Path], targets: Sequence[str], pruned: Sequence[str] = ()
-) -> tuple[Check, list]:
-    """libggml-hip (and every fat binary bundle.json says was pruned) must hold exactly the job's targets."""
-    failures, warnings = [], []
-    reports: list[FatbinReport] = []
-    ggml = [p for p in candidates if p.parent == root and (
-        name_matches(p.name, GGML_HIP, platform="linux") or p.name in pruned)]
-    if not any(name_matches(p.name, GGML_HIP, platform="linux") for p in ggml):
-        warnings.append("no libggml-hip in the bundle: the GPU code of the build was not checked")
-    for path in ggml:
-        try:
-            report = read_fatbin(path)
-        except BundleError as exc:
-            failures.append(f"{path.name}: {exc.message}")
-            continue
-        if report is None:
-            failures.append(f"{path.name} has no {'.hip_fatbin'} section: it carries no GPU code")
-            continue
-        reports.append(report)
-        got = set(report.targets)
-        want = set(targets)
-        if got != want:
-            parts = []
-            if want - got:
-                parts.append(f"lacks {', '.join(sorted(want - got, key=target_order))}")
-            if got - want:
-                parts.append(f"also has {', '.join(sorted(got - want, key=target_order))}")
-            failures.append(f"{path.name} has device code for {', '.join(report.targets) or 'nothing'}: "
-                            f"{' and '.join(parts)}")
-    details = {"files": [r.to_dict() for r in reports]}
-    return Check("code-objects", not failures, tuple(failures), tuple(warnings), details), reports
-
-
-def _other_fat_binaries(root: Path, candidates: Sequence[Path]) -> list[FatbinReport]:
-    """The GPU targets inside the other fat binaries (rocBLAS, rocSOLVER...): for the report, never a failure."""
-    out = []
-    for path in candidates:
-        if name_matches(path.name, GGML_HIP, platform="linux"):
-            continue
-        try:
-            report = read_fatbin(path)
-        except BundleError:
-            continue
-        if report is not None:
-            out.append(report)
-    return out
-
-
 def _check_versions(
     elves: Mapping[Path, ElfInfo], max_versions: Mapping[str, str] | None
 ) -> tuple[Check, dict[str, tuple[str, str]]]:
@@ -588,8 +473,8 @@ def audit_bundle(
 ) -> AuditReport:
     """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json).
 
-    ``backend`` (default: bundle.json's, else ``vulkan`` when libggml-vulkan ships without libggml-hip) picks the GPU
-    checks: gfx targets, kernel data and code objects for ROCm, ``no-rocm`` for Vulkan."""
+    ``backend`` (default: bundle.json's, else :func:`bundle_backend`'s guess) adds its own checks: gfx targets,
+    kernel data and code objects for ROCm, ``no-rocm`` for Vulkan."""
     root = Path(path).absolute()
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")
@@ -607,7 +492,7 @@ def audit_bundle(
     names = {p.name for p in top}
     if not backend:
         backend = bundle_backend(names, meta, str(platform))
-    vulkan = backend == "vulkan"
+    flavour = get_backend(backend)
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []
     if platform == "windows":
@@ -621,12 +506,8 @@ def audit_bundle(
                             (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
         checks.append(_check_needed_pe(root, pes, rules))
         checks.append(_check_extras(root, {n.lower() for n in names}, rules, meta))
-        if vulkan:
-            checks.append(_check_no_rocm(root, names, rules))
-        else:
-            checks.append(_check_kernels(root, {n.lower() for n in names}, targets, rules))
-            code, fat = _check_code_objects(root, list(pes), targets)
-            checks.append(code)
+        own, fat = flavour.audit_checks(root, names, targets, rules, list(pes), meta=meta, windows=True)
+        checks += own
     else:
         elves, format_failures = _read_binaries(root, files, windows=False)
         checks.append(Check("file-formats", not format_failures, tuple(format_failures)))
@@ -640,14 +521,9 @@ def audit_bundle(
         checks.append(_check_needed_elf(root, elves, rules))
         checks.append(_check_run_paths(root, elves, rules))
         checks.append(_check_extras(root, names, rules, meta))
-        if vulkan:
-            checks.append(_check_no_rocm(root, names, rules))
-        else:
-            checks.append(_check_kernels(root, names, targets, rules))
-            pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
-            code, fat = _check_code_objects(root, [p for p in elves if p.parent == root], targets, pruned)
-            checks.append(code)
-            fat = fat + _other_fat_binaries(root, [p for p in elves if p.parent == root and p.name not in pruned])
+        own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
+                                        meta=meta, windows=False)
+        checks += own
         version_check, versions = _check_versions(elves, max_versions)
         checks.append(version_check)
     return AuditReport(root, platform, targets, tuple(checks), versions, tuple(fat), backend)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.config import Job
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout
@@ -78,12 +79,12 @@ class BundlePlan:
     closure: Closure
     kernels: KernelReport
     skipped: tuple[Path, ...]
-    rocm: dict[str, Any] | None  # None for a Vulkan bundle: no ROCm root, nothing of ROCm in it
+    rocm: dict[str, Any] | None  # None for a bundle of a backend without ROCm (Vulkan): nothing of ROCm in it
     policy_source: str
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
     seconds: float
-    backend: str = "rocm"  # rocm | vulkan
+    backend: str = DEFAULT  # rocm | vulkan
 
     @property
     def total_bytes(self) -> int:
@@ -104,7 +105,8 @@ class BundlePlan:
         """The plan for people (``--dry-run``)."""
         from rockbuild.console import human_bytes
 
-        what = "Vulkan (no GPU targets)" if self.backend == "vulkan" else f"targets {','.join(self.targets)}"
+        backend = get_backend(self.backend)
+        what = f"targets {','.join(self.targets)}" if backend.per_target else f"{backend.label} (no GPU targets)"
         lines = [f"bundle plan: {self.platform}, {what} -> {self.out}"]
         programs = [f for f in self.files if f.kind != "data"]
         width = max((len(f.dest) for f in programs), default=10)
@@ -297,27 +299,20 @@ def _mode(real: Path, kind: str) -> int:
 
 def make_plan(
     build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
-    policy: BundlePolicy | None = None, strip: bool = False, prune_fatbin: bool = False, backend: str = "rocm",
+    policy: BundlePolicy | None = None, strip: bool = False, prune_fatbin: bool = False, backend: str = DEFAULT,
     platform: str | None = None,
 ) -> BundlePlan:
     """Everything the bundle will hold and every change to make, computed without writing anything.
 
-    ``backend="vulkan"``: no ROCm root (``layout`` None), no GPU targets, no kernel data; ``platform`` (default: this
-    machine's) says which policy applies. The Vulkan loader and drivers are host libraries by policy.
+    The ``backend`` checks its inputs and names the platform (:meth:`rockbuild.backends.Backend.bundle_platform`):
+    ROCm needs the root it was built with (``layout``) and gfx targets; Vulkan has neither (no ROCm root, no GPU
+    targets, no kernel data; ``platform``, default this machine's, says which policy applies, and the Vulkan loader
+    and drivers are host libraries by policy).
     """
     start = time.monotonic()
     targets = tuple(dict.fromkeys(targets))
-    vulkan = backend == "vulkan"
-    if vulkan:
-        if targets:
-            raise BundleError(f"a Vulkan bundle has no GPU targets (SPIR-V runs on any Vulkan GPU), not {targets}")
-        platform = platform or ("windows" if os.name == "nt" else "linux")
-    elif layout is None:
-        raise BundleError("a ROCm bundle needs the ROCm root it was built with; pass --rocm DIR")
-    else:
-        platform = layout.platform
-    if not targets and not vulkan:
-        raise BundleError("no GPU targets given; pass --targets gfx1151[,gfx...]")
+    flavour = get_backend(backend)
+    platform = flavour.bundle_platform(layout, targets, platform)
     policy = policy or load_policy()
     platform_policy = policy.for_platform(platform)
     if platform == "windows":
@@ -330,10 +325,10 @@ def make_plan(
         if lib.via == "extra":
             errors.append(f"{lib.name} (declared extra, for {who}) is not in {layout.root if layout else '-'}: "
                           f"{lib.reason}")
-        elif vulkan:
-            errors.append(f"{lib.name} (needed by {who}) was found neither in the build nor the system")
-        else:
+        elif flavour.needs_rocm:
             errors.append(f"{lib.name} (needed by {who}) was found neither in the build, the ROCm root nor the system")
+        else:
+            errors.append(f"{lib.name} (needed by {who}) was found neither in the build nor the system")
 
     files: list[PlannedFile] = []
     # programs first, then the build's libraries, then what the closure brought, by name
@@ -341,7 +336,7 @@ def make_plan(
         assert lib.real_path is not None
         patch = _rpath_patch(lib.real_path, platform_policy) if platform == "linux" else ()
         prune: tuple[str, ...] = ()
-        if prune_fatbin and platform == "linux" and not vulkan:
+        if prune_fatbin and platform == "linux" and flavour.per_target:
             fat = read_fatbin(lib.real_path)
             prune = tuple(t for t in fat.targets if t not in targets) if fat is not None else ()
         files.append(PlannedFile(
@@ -367,7 +362,7 @@ def make_plan(
     return BundlePlan(
         out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
-        warnings=closure.warnings, seconds=time.monotonic() - start, backend="vulkan" if vulkan else "rocm",
+        warnings=closure.warnings, seconds=time.monotonic() - start, backend=flavour.name,
     )
 
 
@@ -515,7 +510,7 @@ def _errors_line(errors: Sequence[str]) -> str:
 def make_bundle(
     build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *, dry_run: bool = False,
     policy: BundlePolicy | None = None, strip: bool = False, quiet: bool = False, audit: bool = True,
-    prune_fatbin: bool = False, backend: str = "rocm", platform: str | None = None,
+    prune_fatbin: bool = False, backend: str = DEFAULT, platform: str | None = None,
 ) -> BundleReport:
     """Bundle the build's ``bin/`` with its ROCm closure and pruned kernel data into ``out``.
 
@@ -541,19 +536,20 @@ __all__ = [
 
 
 def bundle_command(
-    build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *, backend: str = "rocm",
+    build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *, backend: str = DEFAULT,
     dry_run: bool = False, strip: bool = False, prune_fatbin: bool = False, policy_file: Path | None = None,
     quiet: bool = False, platform: str | None = None,
 ) -> BundleReport:
     """``rockbuild bundle``: a ROCm bundle needs the root and targets, a Vulkan bundle neither (``platform``: the OS
-    of a Vulkan bundle, which has no ROCm root to tell it)."""
+    of a bundle without a ROCm root to tell it)."""
     from rockbuild.errors import UsageError
     from rockbuild.rocm.layout import detect_layout
 
-    if backend == "rocm" and (rocm_root is None or not targets):
-        raise UsageError("a ROCm bundle needs --rocm ROOT and --targets T[,T]")
-    if backend == "vulkan" and (rocm_root is not None or targets):
-        raise UsageError("a Vulkan bundle takes no --rocm and no --targets")
+    flavour = get_backend(backend)
+    if flavour.needs_rocm and (rocm_root is None or not targets):
+        raise UsageError(f"a {flavour.label} bundle needs --rocm ROOT and --targets T[,T]")
+    if not flavour.needs_rocm and (rocm_root is not None or targets):
+        raise UsageError(f"a {flavour.label} bundle takes no --rocm and no --targets")
     layout = detect_layout(rocm_root) if rocm_root is not None else None
     return make_bundle(build_bin, layout, targets, out, dry_run=dry_run,
                        policy=load_policy(policy_file) if policy_file else None, strip=strip, quiet=quiet,
@@ -563,11 +559,14 @@ def bundle_command(
 def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, quiet: bool = False,
                prune_fatbin: bool = False) -> BundleReport:
     """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the root
-    it was built with), or for a Vulkan job nothing of ROCm at all (the Vulkan loader and drivers are the host's)."""
-    if job.is_vulkan:
-        return make_bundle(build_bin, None, (), out, quiet=quiet, backend="vulkan", platform=job.os)
+    it was built with), or for a job of a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader and
+    drivers are the host's)."""
+    flavour = get_backend(job.backend)
+    if not flavour.needs_rocm:
+        return make_bundle(build_bin, None, (), out, quiet=quiet, backend=flavour.name, platform=job.os)
     if rocm_root is None:
         raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
     from rockbuild.rocm.layout import detect_layout
 
-    return make_bundle(build_bin, detect_layout(rocm_root), job.targets, out, quiet=quiet, prune_fatbin=prune_fatbin)
+    return make_bundle(build_bin, detect_layout(rocm_root), job.targets, out, quiet=quiet, prune_fatbin=prune_fatbin,
+                       backend=flavour.name)

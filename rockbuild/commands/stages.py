@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from rockbuild.backends import BACKENDS, DEFAULT
 from rockbuild.cli import (
     COMPILE,
     CONTEXT,
@@ -170,7 +171,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
 @click.option("--rocm", "rocm_root", default=None, type=folder(exists=True),
               help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root); not for Vulkan.")
 @click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
-@click.option("--backend", type=click.Choice(["rocm", "vulkan"]), default="rocm", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT, show_default=True,
               help="vulkan: no ROCm, no targets; the Vulkan loader and drivers stay the host's.")
 @click.option("--out", required=True, type=folder(), help="The bundle folder.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (files, sources, patches, kernel data); write nothing.")

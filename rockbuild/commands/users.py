@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from rockbuild.backends import BACKENDS, DEFAULT
 from rockbuild.cli import JSON, command, folder, settings, show
 
 
@@ -36,7 +37,7 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
 @click.option("--tag", default="latest", show_default=True, help="Release tag, or 'latest'.")
 @click.option("--target", default="auto", show_default=True,
               help="gfx target to install for; auto: this machine's GPU (a discrete one first).")
-@click.option("--backend", type=click.Choice(["rocm", "vulkan"]), default="rocm", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT, show_default=True,
               help="Which flavour of the release to install.")
 @click.option("--dest", type=folder(), default=None, help="Folder to create (default: ./<asset name>).")
 @click.option("--api-url", default=None, metavar="URL",

@@ -1,5 +1,5 @@
 """Pin the night's inputs once for every job: one llama.cpp commit, and per (OS, tarball group) one ROCm tarball.
-A Vulkan job takes no ROCm: its ``rocm_key`` is null and it is built from the commit alone.
+A job whose backend takes no ROCm (Vulkan) has a null ``rocm_key`` and is built from the commit alone.
 
 ``inputs.json`` carries them with the expanded matrix, so every later command (``build --inputs``, ``publish
 --inputs``, the CI fan-out) builds the same commit against the same tarball. A group whose newest tarball is older
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
+from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.config import Job, write_json_atomic
 from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
 
@@ -36,7 +37,7 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             llama_ref=str(data.get("llama_ref") or "master"), rocm_channel=str(data.get("rocm_channel") or "nightly"),
             rocm_version=str(data.get("rocm_version") or "latest"),
             cmake=tuple((str(k), str(v)) for k, v in (data.get("cmake") or {}).items()),
-            runner=str(data.get("runner") or ""), backend=str(data.get("backend") or "rocm"),
+            runner=str(data.get("runner") or ""), backend=str(data.get("backend") or DEFAULT),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None
@@ -121,7 +122,7 @@ class Inputs:
     llama: LlamaInput
     rocm: dict[str, RocmInput]
     jobs: tuple[Job, ...]
-    job_rocm: dict[str, str | None]  # job id -> rocm key; None for a job that takes no ROCm (Vulkan)
+    job_rocm: dict[str, str | None]  # job id -> rocm key; None for a job whose backend takes no ROCm (Vulkan)
     resolved_at: str = ""
     max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
     index_url: str | None = None
@@ -139,11 +140,11 @@ class Inputs:
                          hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out")
 
     def rocm_for(self, job_id: str) -> RocmInput | None:
-        """The job's ROCm tarball; None for a job that uses no ROCm (a Vulkan job)."""
+        """The job's ROCm tarball; None for a job whose backend uses no ROCm (a Vulkan job)."""
         job = self.job(job_id)
         key = self.job_rocm.get(job_id)
         if key is None:
-            if job.is_vulkan:
+            if not get_backend(job.backend).needs_rocm:
                 return None
             raise ConfigError(f"inputs.json has no ROCm tarball for {job_id}; write it again with rockbuild resolve")
         return self.rocm[key]
@@ -332,7 +333,7 @@ def resolve_inputs(
     rocm: dict[str, RocmInput] = {}
     job_rocm: dict[str, str | None] = {}
     for job in jobs:
-        if job.is_vulkan:  # built from the commit alone: the Vulkan loader and driver are the host's
+        if not get_backend(job.backend).needs_rocm:  # built from the commit alone (Vulkan: loader, driver: the host's)
             job_rocm[job.id] = None
             continue
         version = (rocm_version or job.rocm_version or "latest").strip() or "latest"

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rockbuild.backends import get_backend
 from rockbuild.config import data_path
 from rockbuild.console import human_bytes
 
@@ -58,12 +59,12 @@ def _bench(job: JobRecord, kind: str) -> str:
 def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, str]) -> dict[str, Any]:
     smoke = job.smoke or {}
     model: dict[str, Any] = smoke["model"] if isinstance(smoke.get("model"), dict) else {}
+    backend = get_backend(job.backend)
     return {
         "id": job.id, "os": os_words.get(job.os, job.os), "name": job.name, "flavour": job.flavour,
-        # a Vulkan build carries SPIR-V shaders, compiled by the user's Vulkan driver for whatever GPU it finds
-        "isas": list(job.isas) if job.backend != "vulkan" else ["SPIR-V (any Vulkan GPU)"],
-        "rocm_version": job.rocm.version or ("-" if job.backend == "vulkan" else "?"),
-        "rocm_date": job.rocm.date or ("no ROCm" if job.backend == "vulkan" else "?"),
+        "isas": backend.release_isas(job.isas),
+        "rocm_version": job.rocm.version or ("?" if backend.needs_rocm else "-"),
+        "rocm_date": job.rocm.date or ("?" if backend.needs_rocm else "no ROCm"),
         "therock_commit": (job.rocm.therock_commit or "")[:10] or "?", "required": job.required,
         "status": job.status, "step": job.failed_step, "reason": job.reason, "smoke": job.smoke_summary(),
         "model": model.get("name") or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
@@ -84,7 +85,7 @@ def notes_context(
         "tag": tag, "repo": repo, "run_url": run_url, "release_url": release_url, "state": state,
         "build_date": (finished[-1].replace("T", " ").split("+")[0] + " UTC") if finished else "unknown",
         "oses": sorted({os_words.get(j.os, j.os) for j in jobs}),
-        "names": list(dict.fromkeys(j.name for j in jobs if j.backend != "vulkan")),
+        "names": list(dict.fromkeys(j.name for j in jobs if get_backend(j.backend).per_target)),
         "flavours": list(dict.fromkeys(j.flavour for j in sorted(jobs, key=lambda j: j.backend))),
         "llama": {"commit": commit, "short": commit[:7], "build": (first.llama_build if first else None) or "?"},
         "jobs": [job_row(j, assets, os_words) for j in jobs],

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.backends import get_backend
 from rockbuild.downloader import sha256_file
 from rockbuild.settings import Settings
 
@@ -150,10 +151,9 @@ def _job_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
 
 def asset_base(config: PublishConfig, tag: str, job: JobRecord) -> str:
     """``llama-<tag>-<os>-rocm-<name>-x64``; a Vulkan job has no per-target name: ``llama-<tag>-<os>-vulkan-x64``
-    (what :func:`rockbuild.install.asset_name_pattern` looks for)."""
-    template = config.asset_name
-    if job.backend == "vulkan":
-        template = template.replace("rocm-{name}", "vulkan").replace("{name}", "vulkan")
+    (the backend's :meth:`~rockbuild.backends.Backend.asset_template`, what :func:`rockbuild.install.asset_name_pattern`
+    looks for)."""
+    template = get_backend(job.backend).asset_template(config.asset_name)
     return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.name)
 
 

@@ -27,7 +27,6 @@ _SLOT_EVAL = re.compile(r"print_timing:.*?\|\s+eval time =\s*(?P<ms>[0-9.]+) ms 
                         r" \(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)")
 _PERF_EVAL = re.compile(r"common_perf_print:\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) runs"
                         r"\s+\(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)")
-GPU_DEVICE = re.compile(r"^ROCm\d+$")
 
 
 def strip_log_prefix(line: str) -> str:
@@ -42,12 +41,8 @@ def _number(text: str) -> float | None:
 class Buffer:
     """One ``<device> model buffer size = X MiB`` line: where part of the weights went."""
 
-    device: str  # CPU_Mapped, CPU, ROCm0, RPC0[127.0.0.1:49619], ...
+    device: str  # CPU_Mapped, CPU, ROCm0, Vulkan0, RPC0[127.0.0.1:49619], ...
     mib: float
-
-    @property
-    def is_gpu(self) -> bool:
-        return bool(GPU_DEVICE.match(self.device))
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "mib": self.mib}
@@ -288,61 +283,56 @@ class GpuVerdict:
                 "devices": list(self.devices), "notes": list(self.notes)}
 
 
-def _fmt(buffers: Iterable[Buffer]) -> str:
+def format_buffers(buffers: Iterable[Buffer]) -> str:
     return ", ".join(f"{b.device} {b.mib:.2f} MiB" for b in buffers) or "none"
 
 
-def _combined(placements: Sequence[str]) -> str:
+def combined_placement(placements: Sequence[str]) -> str:
     """The placement of all loads together: theirs when they agree, else ``partial``."""
     return placements[0] if all(p == placements[0] for p in placements) else "partial"
 
 
-def _offload_claim(load: LoadReport, backend: str, where: str = "") -> str | None:
-    """The note for a load that says it offloaded layers while no ``backend`` buffer holds weights."""
+def offload_claim(load: LoadReport, label: str, where: str = "") -> str | None:
+    """The note for a load that says it offloaded layers while no ``label`` buffer holds weights."""
     if not (load.offloaded and load.offloaded[0] > 0):
         return None
     return (f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
-            f"but no {backend} buffer holds weights{where}: not a GPU run")
+            f"but no {label} buffer holds weights{where}: not a GPU run")
 
 
-# What a verdict says, by placement and backend: the summary ({mib}, {offloaded} and {buffers} filled in) and, when a
-# GPU run was expected, what a placement short of ``gpu`` lacks.
-_SUMMARY = {
-    "gpu": {"rocm": "gpu: ROCm ({mib:.2f} MiB of weights on the GPU; offloaded {offloaded} layers)",
-            "vulkan": "gpu: Vulkan ({mib:.2f} MiB of weights and the KV cache on the Vulkan device)"},
-    "partial": {"rocm": "gpu: partial offload ({buffers}; offloaded {offloaded} layers)",
-                "vulkan": "gpu: partial Vulkan offload ({buffers}; offloaded {offloaded} layers)"},
-    "cpu": {"rocm": "gpu: absent (CPU run proves library loading only)",
-            "vulkan": "gpu: absent, no Vulkan model buffer (CPU run proves library loading only)"},
-    "unknown": dict.fromkeys(("rocm", "vulkan"), "gpu: unknown (no model buffer lines in the logs)"),
-}
-_SHORT_OF_GPU = {
-    "partial": {"rocm": "not every layer on the GPU",
-                "vulkan": "not every layer and the KV cache on the Vulkan device"},
-    "cpu": dict.fromkeys(("rocm", "vulkan"), "silent CPU fallback"),
-    "unknown": dict.fromkeys(("rocm", "vulkan"), "no model buffer lines to prove GPU use"),
-}
-_WEIGHTS_ON = {"rocm": "the GPU", "vulkan": "the Vulkan device"}
+@dataclass(frozen=True)
+class VerdictWords:
+    """How a backend words its verdict, by placement: the summaries ({mib}, {offloaded} and {buffers} filled in) and,
+    when a GPU run was expected, what a placement short of ``gpu`` lacks."""
+
+    gpu: str
+    partial: str
+    cpu: str
+    partial_lacks: str
+    weights_on: str  # where a gpu run puts the weights: "the GPU"
+    unknown: str = "gpu: unknown (no model buffer lines in the logs)"
+    cpu_lacks: str = "silent CPU fallback"
+    unknown_lacks: str = "no model buffer lines to prove GPU use"
 
 
-def _verdict(
-    backend: str, loads: Sequence[LoadReport], with_buffers: Sequence[LoadReport], placement: str, *,
+def judge(
+    words: VerdictWords, loads: Sequence[LoadReport], with_buffers: Sequence[LoadReport], placement: str, *,
     expect_gpu: bool | None, texts: Sequence[str | None], gpu_mib: float, host_mib: float, notes: Sequence[str],
     fallback: str | None = None, failures: Sequence[str] = (),
 ) -> GpuVerdict:
-    """The verdict on ``placement``, in ``backend``'s words. When a GPU run was expected, anything but ``gpu`` fails
+    """The verdict on ``placement``, in a backend's ``words``. When a GPU run was expected, anything but ``gpu`` fails
     for ``fallback`` or for what it lacks; a ``gpu`` run fails for the first of ``failures``, then for generated text
     that is not generation."""
     last = with_buffers[-1] if with_buffers else None
     offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last and last.offloaded else None
-    buffers_text = _fmt(last.buffers) if last else "none"
-    summary = _SUMMARY[placement][backend].format(mib=gpu_mib, offloaded=offloaded or "?", buffers=buffers_text)
+    buffers_text = format_buffers(last.buffers) if last else "none"
+    summary = getattr(words, placement).format(mib=gpu_mib, offloaded=offloaded or "?", buffers=buffers_text)
     ok = True
     if expect_gpu:
-        problems = [f"weights on {_WEIGHTS_ON[backend]} but {p}" for t in texts if (p := text_problem(t))]
+        problems = [f"weights on {words.weights_on} but {p}" for t in texts if (p := text_problem(t))]
         if placement != "gpu":
             ok = False
-            why = fallback or _SHORT_OF_GPU[placement][backend]
+            why = fallback or getattr(words, f"{placement}_lacks")
             summary = f"gpu: FAILED, {why} (model buffers: {buffers_text})"
         elif failures or problems:
             ok = False
@@ -354,41 +344,23 @@ def _verdict(
 
 def gpu_verdict(
     loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-    backend: str | None = None, bench: Sequence[BenchResult] = (),
+    backend: str | None = None, bench: Sequence[BenchResult] = (), default: str | None = None,
 ) -> GpuVerdict:
-    """Judge GPU use from the model buffers of every run that loaded the model (cli, server).
+    """Judge GPU use from the model buffers of every run that loaded the model (cli, server), by ``backend``'s rules
+    (:meth:`rockbuild.backends.Backend.smoke_verdict`): ``gpu``, ``partial``, ``cpu`` (an ``offloaded N/N`` line next
+    to CPU or RPC buffers is noted, never believed) or ``unknown`` (no buffer lines at all: no ``-lv 4`` log).
 
-    ``gpu``: every load put weights in a ``ROCmN`` buffer and offloaded all layers (when the line is there);
-    ``partial``: some weights on a ROCm device, not all layers; ``cpu``: no ROCm buffer (an ``offloaded N/N`` line
-    next to CPU or RPC buffers is noted, never believed); ``unknown``: no buffer lines at all (no ``-lv 4`` log).
-
-    ``backend="vulkan"`` (or None with a log that shows Vulkan) judges by :func:`vulkan_verdict` instead.
+    ``backend`` None: the backend the logs show at work (a Vulkan device, say), else ``default`` (the bundle's;
+    None: rockbuild's default backend, ROCm).
     """
-    if backend == "vulkan" or (backend is None and any(load.vulkan and load.vulkan.seen for load in loads)):
-        return vulkan_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)
-    notes: list[str] = []
-    with_buffers = [load for load in loads if load.buffers]
-    if not with_buffers:
-        placement, gpu_mib, host_mib = "unknown", 0.0, 0.0
+    from rockbuild.backends import DEFAULT, all_backends, get_backend
+
+    if backend is not None:
+        judge_by = get_backend(backend)
     else:
-        placements = []
-        gpu_mib = max(sum(b.mib for b in load.buffers if b.is_gpu) for load in with_buffers)
-        host_mib = max(sum(b.mib for b in load.buffers if not b.is_gpu) for load in with_buffers)
-        for load in with_buffers:
-            on_gpu = any(b.is_gpu and b.mib > 0 for b in load.buffers)
-            full = load.offloaded is None or load.offloaded[0] == load.offloaded[1]
-            if on_gpu and full:
-                placements.append("gpu")
-            elif on_gpu:
-                placements.append("partial")
-            else:
-                placements.append("cpu")
-                others = [b for b in load.buffers if not b.device.startswith("CPU")]
-                if note := _offload_claim(load, "ROCm", f" (non-GPU device: {_fmt(others)})" if others else ""):
-                    notes.append(note)
-        placement = _combined(placements)
-    return _verdict("rocm", loads, with_buffers, placement, expect_gpu=expect_gpu, texts=texts, gpu_mib=gpu_mib,
-                    host_mib=host_mib, notes=notes)
+        shown = [b for b in all_backends() if b.in_logs(loads)]
+        judge_by = shown[0] if shown else get_backend(default or DEFAULT)
+    return judge_by.smoke_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -397,9 +369,9 @@ def gpu_verdict(
 # ggml-vulkan falls back to the CPU with exit code 0 when there is no driver, a wrong ICD, or a CPU-type device
 # (lavapipe) not listed in GGML_VK_VISIBLE_DEVICES, and "offloaded N/N layers to GPU" is printed all the same. With
 # -ngl 0 a "Vulkan0 compute buffer" still appears (big batches are op-offloaded). Only VulkanN *model* and *KV*
-# buffers prove that layers run on the device.
+# buffers prove that layers run on the device. What a log says is read here; the verdict on it is the Vulkan
+# backend's (rockbuild.backends.vulkan).
 
-VULKAN_DEVICE = re.compile(r"^Vulkan\d+$")
 _KV_BUFFER = re.compile(r"(?P<device>\S+) KV buffer size\s*=\s*(?P<mib>[0-9.]+)\s*MiB")
 _VK_DEVICE_LINE = re.compile(r"ggml_vulkan: (?P<index>\d+) = (?P<desc>[^|]+?)\s*(?:\||$)")
 _VULKAN_HINT = re.compile(r"\bVulkan\d+\b|Vulkan_Host|ggml_vulkan:|libvulkan\.so|vkCreateInstance")
@@ -453,60 +425,6 @@ def parse_vulkan(text: str) -> VulkanLoad | None:
     if not seen and not fallbacks:
         return None
     return VulkanLoad(seen, tuple(kv), tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(fallbacks)), cpu_type)
-
-
-def vulkan_bench_problem(results: Sequence[BenchResult]) -> str | None:
-    """Why llama-bench results do not prove a Vulkan run (None when they do): no results, a CPU backend, an empty
-    ``gpu_info`` (no device), or ``n_gpu_layers`` 0 (the JSON still says Vulkan then)."""
-    if not results:
-        return "llama-bench gave no results"
-    for b in results:
-        if "Vulkan" not in b.backends.split(","):
-            return f"llama-bench ran on backend {b.backends or '?'!r}, not Vulkan"
-        if not b.gpu_info:
-            return "llama-bench reports no GPU (gpu_info is empty): no Vulkan device was used"
-        if b.n_gpu_layers == 0:
-            return "llama-bench ran with -ngl 0: no layer on the Vulkan device"
-    return None
-
-
-def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-                   bench: Sequence[BenchResult] = ()) -> GpuVerdict:
-    """Judge a Vulkan bundle's run: ``gpu`` when every load put weights in a ``VulkanN`` model buffer and its KV cache
-    in a ``VulkanN`` KV buffer; ``partial`` with Vulkan weights but a KV cache elsewhere or fewer layers than all;
-    ``cpu`` otherwise. The output layer may stay in ``CPU_Mapped`` on a ``gpu`` run (lavapipe's 128 MiB storage
-    buffer limit). Fallback warnings and llama-bench's ``backends``/``gpu_info`` are notes, or failures when a GPU
-    run was expected."""
-    notes: list[str] = []
-    fallbacks = list(dict.fromkeys(f for load in loads if load.vulkan for f in load.vulkan.fallbacks))
-    with_buffers = [load for load in loads if load.buffers]
-    placements: list[str] = []
-    gpu_mib = host_mib = 0.0
-    for load in with_buffers:
-        kv = load.vulkan.kv_buffers if load.vulkan else ()
-        vk_mib = sum(b.mib for b in load.buffers if VULKAN_DEVICE.match(b.device))
-        gpu_mib = max(gpu_mib, vk_mib)
-        host_mib = max(host_mib, sum(b.mib for b in load.buffers if not VULKAN_DEVICE.match(b.device)))
-        kv_on_device = any(VULKAN_DEVICE.match(b.device) and b.mib > 0 for b in kv)
-        fewer = load.offloaded is not None and load.offloaded[0] < load.offloaded[1]
-        if vk_mib > 0 and kv_on_device and not fewer:
-            placements.append("gpu")
-        elif vk_mib > 0:
-            placements.append("partial")
-        else:
-            placements.append("cpu")
-            if note := _offload_claim(load, "Vulkan"):
-                notes.append(note)
-    placement = _combined(placements) if placements else ("cpu" if fallbacks else "unknown")
-    notes.extend(fallbacks)
-    bench_problem = vulkan_bench_problem(bench) if bench else None
-    if bench_problem:
-        notes.append(bench_problem)
-    if any(load.vulkan and load.vulkan.cpu_type_device for load in loads):
-        notes.append("the Vulkan device is a CPU-type device (lavapipe/llvmpipe)")
-    return _verdict("vulkan", loads, with_buffers, placement, expect_gpu=expect_gpu, texts=texts, gpu_mib=gpu_mib,
-                    host_mib=host_mib, notes=notes, fallback=fallbacks[0] if fallbacks else None,
-                    failures=[bench_problem] if bench_problem else [])
 
 
 _LISTED_DEVICE = re.compile(

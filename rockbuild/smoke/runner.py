@@ -235,47 +235,6 @@ def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ..
     return platform, tuple(str(t) for t in targets), job.get("id") or (job_dir.name if job_dir else None)
 
 
-def kfd_gfx_targets(topology: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> list[str]:
-    """gfx names of the GPUs the amdgpu kernel driver exposes (``gfx_target_version`` 110501 -> gfx1151)."""
-    found = []
-    for props in sorted(topology.glob("*/properties")) if topology.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
-            for line in props.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "gfx_target_version" and int(value) > 0:
-                    v = int(value)
-                    major, minor, step = v // 10000, (v // 100) % 100, v % 100
-                    found.append(f"gfx{major}{minor:x}{step:x}")
-    return found
-
-
-def decide_expectation(asked: str, targets: Sequence[str], devices: Sequence[str]) -> tuple[bool, str]:
-    """(expect a GPU run?, why) for ``--expect-gpu auto|yes|no``."""
-    if asked == "yes":
-        return True, "--expect-gpu yes"
-    if asked == "no":
-        return False, "--expect-gpu no"
-    matching = [d for d in devices if d in targets]
-    if matching:
-        return True, f"auto: a ROCm device of this bundle's targets is present ({', '.join(matching)})"
-    if devices:
-        return False, (f"auto: ROCm devices present ({', '.join(devices)}) but none is a target of this bundle "
-                       f"({', '.join(targets) or '?'})")
-    return False, "auto: no ROCm device found"
-
-
-def decide_vulkan_expectation(asked: str, devices: Sequence[str]) -> tuple[bool, str]:
-    """(expect a GPU run?, why) for a Vulkan bundle; ``devices`` as ``llama-cli --list-devices`` printed them."""
-    if asked == "yes":
-        return True, "--expect-gpu yes"
-    if asked == "no":
-        return False, "--expect-gpu no"
-    if devices:
-        return True, f"auto: the bundle sees a Vulkan device ({devices[0]})"
-    return False, ("auto: the bundle sees no Vulkan device (a CPU device like lavapipe is only used when "
-                   "GGML_VK_VISIBLE_DEVICES lists it)")
-
-
 def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
                  timeout: float = 120.0) -> tuple[list[tuple[str, str]], str | None]:
     """The devices the bundle's llama-cli can use (``--list-devices``), or why it could not tell (it did not start:
@@ -287,25 +246,6 @@ def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
         why = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else failure)
         return [], f"{exe.name} --list-devices failed ({failure}): {why}"
     return parse_list_devices(output or ""), None
-
-
-def _no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
-    """One line: why the bundle sees no Vulkan device, and what to check first."""
-    if probe_error:
-        return (f"the Vulkan bundle cannot start: {probe_error}; the host needs the Vulkan loader (libvulkan1 / "
-                "vulkan-1.dll) and a driver")
-    pinned = [f"{name}={env[name]}" for name in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES") if env.get(name)]
-    if pinned:
-        advice = (f"{' and '.join(pinned)} limits the Vulkan loader to those driver files; check they exist, or "
-                  "unset it")
-    elif env.get("GGML_VK_VISIBLE_DEVICES") is not None:
-        advice = (f"GGML_VK_VISIBLE_DEVICES={env['GGML_VK_VISIBLE_DEVICES']} lists no usable device; check "
-                  "`vulkaninfo --summary`")
-    else:
-        advice = ("install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's "
-                  "lavapipe (a CPU device) set GGML_VK_VISIBLE_DEVICES=0")
-    return ("no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: "
-            + advice)
 
 
 def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
@@ -535,26 +475,18 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     logs.mkdir(parents=True, exist_ok=True)
     child, removed = smoke_env(env)
     started, t0 = _now(), time.monotonic()
+    from rockbuild.backends import get_backend
     from rockbuild.bundle import bundle_backend
 
     names = (p.name for p in bundle.iterdir())
-    vulkan = bundle_backend(names, read_json_object(bundle / "bundle.json") or {}, platform) == "vulkan"
-    preflight = None
-    if vulkan:
-        # ggml skips CPU-type devices and falls back to the CPU with exit code 0: ask the bundle what it sees, and pin
-        # the device when a GPU run is expected, so a missing one fails in the command itself
-        found, probe_error = list_devices(_exe(bundle, "llama-cli", platform), cwd=bundle, env=child,
-                                          log=logs / "list-devices.log")
-        vk = [(name, desc) for name, desc in found if name.startswith("Vulkan")]
-        devices = tuple(f"{name}: {desc}" for name, desc in vk)
-        expect, reason = decide_vulkan_expectation(options.expect_gpu, devices)
-        if expect and options.device is None:
-            options = replace(options, device=vk[0][0] if vk else "Vulkan0")
-        if probe_error or (expect and not vk):  # a bundle that cannot start fails whatever was expected
-            preflight = _no_vulkan_device(probe_error, child)
-    else:
-        devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
-        expect, reason = decide_expectation(options.expect_gpu, targets, devices)
+    backend = get_backend(bundle_backend(names, read_json_object(bundle / "bundle.json") or {}, platform))
+    # the devices this bundle can use here, whether a GPU run is expected, the device to pin (a Vulkan bundle: ggml
+    # skips CPU-type devices and falls back to the CPU with exit code 0, so the bundle is asked what it sees and a
+    # missing device fails in the command itself), and why no run may start
+    found = backend.smoke_devices(_exe(bundle, "llama-cli", platform), targets, asked=options.expect_gpu,
+                                  device=options.device, env=child, logs=logs, kfd_topology=kfd_topology)
+    devices, expect, reason, preflight = found.devices, found.expect, found.reason, found.preflight
+    options = replace(options, device=found.device)
     runners = {"cli": ("llama-cli", run_cli), "server": ("llama-server", run_server),
                "bench": ("llama-bench", run_bench)}
     records = []
@@ -572,7 +504,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]
     bench = [b for r in records for b in r.bench]
-    verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, backend="vulkan" if vulkan else None, bench=bench)
+    verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, bench=bench, default=backend.name)
     report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
                          tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path,
                          device=options.device, preflight=preflight)

@@ -1,0 +1,193 @@
+"""The flavours of llama.cpp that rockbuild builds, one module each, behind one small protocol.
+
+As cibuildwheel keeps one module per platform, every backend of llama.cpp that rockbuild ships is one module of this
+package (``rocm.py``: the HIP backend compiled by TheRock's clang for gfx targets; ``vulkan.py``: the Vulkan backend
+compiled by the host's compiler, one build per OS). A module holds what its flavour does at each stage and exposes it
+as ``BACKEND``, an object of the :class:`Backend` protocol; the stages ask ``get_backend(job.backend)`` and never test
+a backend's name. Adding a backend is one new module here (its file name is its name) plus its tests.
+
+The registry is light: listing the names reads the package's file names, a backend module is imported the first time
+:func:`get_backend` asks for it, and those modules import the stages they call into only inside their methods, so
+``rockbuild --help`` loads none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from rockbuild.config import suggest
+from rockbuild.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rockbuild.bundle.audit import Check
+    from rockbuild.bundle.fatbin import FatbinReport
+    from rockbuild.bundle.policy import PlatformPolicy
+    from rockbuild.config import FamilyTable, Job
+    from rockbuild.doctor import Finding, Gpu
+    from rockbuild.rocm.layout import RocmLayout
+    from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
+
+    from .rocm import Toolchain
+
+DEFAULT = "rocm"  # what a matrix without a backend axis, a bundle without bundle.json and `--backend`'s default mean
+
+
+@dataclass(frozen=True)
+class SmokeDevices:
+    """What a backend's smoke test found before any run: the devices, whether a GPU run is expected and why, the
+    ``-dev`` every run gets, and why no run may start (``preflight``)."""
+
+    devices: tuple[str, ...]  # as the report lists them: gfx targets (ROCm), "Vulkan0: llvmpipe ..." (Vulkan)
+    expect: bool
+    reason: str
+    device: str | None = None
+    preflight: str | None = None
+
+
+class Backend(Protocol):
+    """What a stage asks of a flavour. Attributes first, then one group of methods per stage."""
+
+    name: str  # Job.backend, the matrix's backend axis, bundle.json's backend: rocm
+    label: str  # the flavour for people: ROCm
+    needs_rocm: bool  # resolve and fetch a TheRock tarball, build from its root, bundle its closure
+    per_target: bool  # one job per gfx family or target (the matrix's target axis) with GPU code for exactly those;
+    #                   else one job per OS with no gfx targets
+    ggml_libraries: tuple[str, ...]  # llama.cpp's library of this backend (globs): tells a bundle's flavour
+
+    # 1. matrix
+    def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
+        """Job's id, name, family, group, legacy_groups and targets for ``os_name`` (and ``target``, "" for a
+        backend that is not per target); a ConfigError naming ``origin`` when it cannot be built."""
+        ...
+
+    # 3. build
+    def toolchain(self, job: Job, layout: RocmLayout | None) -> Toolchain | None:
+        """The compilers of the build (from the job's ROCm root, checked), or None: the host's."""
+        ...
+
+    def build_environment(
+        self, job: Job, toolchain: Toolchain | None, *, msvc: Mapping[str, str] | None = None,
+        ccache_dir: Path | None = None, base: Mapping[str, str] | None = None,
+    ) -> tuple[dict[str, str], list[str]]:
+        """The environment of cmake and ninja, and the names of the variables rockbuild sets or passes on in it
+        (build.json shows them; a change of one configures again)."""
+        ...
+
+    def compilers(self, job: Job, toolchain: Toolchain | None,
+                  env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """The compilers' versions (build.json's ``compilers``) and the backend's own tools' (added to ``tools``);
+        a BuildError when one is missing."""
+        ...
+
+    def cmake_definitions(self, job: Job, toolchain: Toolchain | None, *, offline: bool,
+                          build_info: Mapping[str, str], ccache: bool) -> list[tuple[str, str]]:
+        """Every -D definition of the configure step, in order (:func:`rockbuild.build.cmake.compose_definitions`)."""
+        ...
+
+    # 4. bundle and audit
+    def bundle_platform(self, layout: RocmLayout | None, targets: Sequence[str], platform: str | None) -> str:
+        """The platform of the bundle once its inputs are checked (a ROCm root and gfx targets, or neither); a
+        BundleError when they do not fit."""
+        ...
+
+    def audit_checks(
+        self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
+        *, meta: Mapping[str, Any], windows: bool,
+    ) -> tuple[list[Check], list[FatbinReport]]:
+        """The audit's checks of this flavour (after the shared ones) over the bundle's top-level ``names`` and
+        ``binaries``, and the fat binaries it read."""
+        ...
+
+    # 5. smoke
+    def smoke_devices(
+        self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
+        logs: Path, kfd_topology: Path | None,
+    ) -> SmokeDevices:
+        """Which devices the bundle (its llama-cli is ``cli``) can use here, whether a GPU run is expected
+        (``asked``: auto, yes or no) and the device to pin."""
+        ...
+
+    def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
+                      bench: Sequence[BenchResult]) -> GpuVerdict:
+        """Where the model went, by this backend's buffers (ROCm0, Vulkan0), and whether that is what was expected."""
+        ...
+
+    def in_logs(self, loads: Sequence[LoadReport]) -> bool:
+        """Do the logs show this backend at work, so that they are judged by it whatever the bundle claims?"""
+        ...
+
+    # 5. publish and install
+    def asset_template(self, template: str) -> str:
+        """publish.yaml's asset name template (``llama-{tag}-{os}-rocm-{name}-x64``) for this flavour's jobs."""
+        ...
+
+    def release_isas(self, isas: Sequence[str]) -> list[str]:
+        """The release notes' ISA column for a job whose bundle carries GPU code for ``isas``."""
+        ...
+
+    # users: doctor
+    def doctor_findings(self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str],
+                        env: Mapping[str, str]) -> tuple[list[Finding], dict[str, Any]]:
+        """What ``rockbuild doctor --bundle`` says of a bundle of this flavour on this machine's GPUs, and what it adds
+        to the report's bundle section."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The registry
+
+
+def _shipped() -> tuple[str, ...]:
+    """The backend modules of this package, by file name: the default first, then by name."""
+    found = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return tuple(sorted(found, key=lambda name: name != DEFAULT))
+
+
+BACKENDS: tuple[str, ...] = _shipped()  # the backends rockbuild ships: rocm, vulkan
+_loaded: dict[str, Backend] = {}
+_registered: dict[str, Backend] = {}
+
+
+def names() -> tuple[str, ...]:
+    """Every backend's name: those shipped (:data:`BACKENDS`), then those :func:`register` added."""
+    return (*BACKENDS, *(name for name in _registered if name not in BACKENDS))
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``; a ConfigError for one rockbuild does not know."""
+    if name in _registered:
+        return _registered[name]
+    if name in BACKENDS:
+        if name not in _loaded:
+            _loaded[name] = cast("Backend", importlib.import_module(f"{__name__}.{name}").BACKEND)
+        return _loaded[name]
+    known = names()
+    raise ConfigError(f"unknown backend {name!r}{suggest(name, known)}; known: {', '.join(known)}")
+
+
+def all_backends() -> list[Backend]:
+    """Every backend, in :func:`names` order."""
+    return [get_backend(name) for name in names()]
+
+
+def register(backend: Backend) -> Backend:
+    """Add a backend that lives outside this package (a plugin, a test); it answers to its ``name`` from now on."""
+    if backend.name in BACKENDS:
+        raise ValueError(f"backend {backend.name!r} is one of rockbuild's own")
+    _registered[backend.name] = backend
+    return backend
+
+
+def unregister(name: str) -> None:
+    """Forget a backend :func:`register` added."""
+    _registered.pop(name, None)
+
+
+__all__ = [
+    "BACKENDS", "DEFAULT", "Backend", "SmokeDevices", "all_backends", "get_backend", "names", "register", "unregister",
+]
