@@ -65,7 +65,8 @@ def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None
 
 
 def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = False) -> Any:
-    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a Vulkan job), the
+    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
+    needs no ROCm), the
     inputs' commit."""
     from rockbuild.build.driver import build_job
 
@@ -218,7 +219,7 @@ class _JobRun:
         self.tarball: dict[str, Any] | None = None
         self.keys: dict[str, str] = {}
 
-    def fetch(self) -> Stage:  # a Vulkan job has no ROCm to fetch
+    def fetch(self) -> Stage:  # the plan pins no tarball for a backend that needs no ROCm (Vulkan): nothing to fetch
         job, rocm = self.job, self.inputs.rocm_for(self.job.id)
         key = self.keys["fetch"] = fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch",
                                                                                                      job.backend)

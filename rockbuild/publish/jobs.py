@@ -74,7 +74,9 @@ class JobRecord:
 
     @property
     def flavour(self) -> str:
-        return "Vulkan" if self.backend == "vulkan" else "ROCm"
+        from rockbuild.backends import get_backend
+
+        return get_backend(self.backend).label
 
     @property
     def ok(self) -> bool:
@@ -129,6 +131,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     name = str(job.get("name") or (job_id.split("-", 1)[1] if "-" in job_id else job_id))
     targets = tuple(str(t) for t in (job.get("targets") or (build or {}).get("gpu_targets")
                                      or bundle_meta.get("targets") or ()))
+    # a build.json from before the field: the bundle's own record, else the job's name (linux-vulkan)
     backend = str(job.get("backend") or bundle_meta.get("backend") or ("vulkan" if name == "vulkan" else "rocm"))
     llama = _dict((build or {}).get("llama_cpp"))
     build_number = llama.get("build_number")
