@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -145,3 +146,48 @@ def test_lemonade_finds_every_asset_of_latest(tmp_path):
                             assert zf.getinfo(exe.name).external_attr >> 16 & 0o111
                     checked += 1
         assert checked == 1 + 1 + 4 + 7 + 2 + 1
+
+
+def _copy_scrambled(src: Path, dest: Path) -> None:
+    """The same files with the same modes, written in the opposite order with other timestamps (another machine,
+    another day)."""
+    import random
+
+    files = sorted(p for p in src.rglob("*") if p.is_file())
+    for path in reversed(files):
+        target = dest / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+        target.chmod(stat.S_IMODE(path.stat().st_mode))
+        stamp = random.randint(1_000_000_000, 1_900_000_000)
+        os.utime(target, (stamp, stamp))
+
+
+@pytest.mark.parametrize("epoch", [None, 1_733_000_000])
+def test_the_same_bundle_gives_the_same_archive_bytes(tmp_path, epoch):
+    """Reproducible archives (issue 21): sorted members, one timestamp (SOURCE_DATE_EPOCH, else the llama.cpp
+    commit's date), owner 0, no gzip name or time, fixed compression: byte-identical across runs and folders."""
+    from rockbuild.settings import Settings
+
+    first = make_job(tmp_path / "a" / "out", "linux-gfx1151")
+    build = json.loads((first / "build.json").read_text())
+    build["llama_cpp"]["commit_time"] = 1_764_000_000
+    (first / "build.json").write_text(json.dumps(build))
+    second = tmp_path / "b" / "out" / "linux-gfx1151"
+    _copy_scrambled(first, second)
+    build["finished"] = "2027-01-01T00:00:00+00:00"  # built again later: the archives must not change
+    (second / "build.json").write_text(json.dumps(build))
+    settings = Settings.from_environment({"SOURCE_DATE_EPOCH": str(epoch)} if epoch else {})
+
+    def archives(job: Path, out: Path) -> dict[str, tuple[str, Path]]:
+        report = publish(PublishOptions(job_dirs=(job,), dry_run=True, quiet=True, token="", out=out,
+                                        settings=settings))
+        return {a.name: (a.sha256, a.path) for a in report.assets if a.kind in ("zip", "tar.gz")}
+
+    one, two = archives(first, tmp_path / "a" / "release"), archives(second, tmp_path / "b" / "release")
+    assert len(one) == 2 and {n: h for n, (h, _) in one.items()} == {n: h for n, (h, _) in two.items()}
+    zip_path = next(path for name, (_, path) in one.items() if name.endswith(".zip"))
+    with zipfile.ZipFile(zip_path) as zf:
+        stamps = {info.date_time for info in zf.infolist()}
+    expected = time.gmtime(epoch or 1_764_000_000)[:5]
+    assert {s[:5] for s in stamps} == {tuple(expected)}  # (zip keeps 2-second resolution)

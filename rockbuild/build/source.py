@@ -49,6 +49,7 @@ class LlamaSource:
     ref_kind: str | None = None  # tag | branch | commit (clones only)
     shallow: bool | None = None  # None: not a git checkout
     reused: bool = False  # a clone already in the cache was used without fetching
+    commit_time: int | None = None  # the commit's committer date (Unix time): archives' timestamp, reproducibly
 
     @property
     def build_number_value(self) -> int | None:
@@ -84,6 +85,7 @@ class LlamaSource:
             "ref_kind": self.ref_kind,
             "shallow": self.shallow,
             "reused": self.reused,
+            "commit_time": self.commit_time,
         }
 
 
@@ -148,6 +150,11 @@ def _apply_given(
     return LlamaSource(**fields)
 
 
+def _commit_time(repo: Path, env: Mapping[str, str] | None, log: Path | None) -> int | None:
+    stamp = _git(["log", "-1", "--format=%ct", "HEAD"], cwd=repo, env=env, log=log, check=False)
+    return int(stamp) if stamp.isdigit() else None
+
+
 def describe_tree(
     path: Path, *, build_number: str | int | None = None, commit: str | None = None, log: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -176,6 +183,7 @@ def describe_tree(
                 number, number_source = f"b{count}", "rev-list"
         source = LlamaSource(
             path, head, "git", number or UNKNOWN, number_source, "tree", shallow=shallow,
+            commit_time=_commit_time(path, env, log),
         )
     return _apply_given(source, build_number, commit)
 
@@ -248,7 +256,7 @@ def checkout_ref(
                 source = LlamaSource(
                     repo, head, "git", marker.get("build_number") or UNKNOWN,
                     marker.get("build_number_source") or UNKNOWN, "clone", ref=ref, url=url,
-                    ref_kind=marker["kind"], shallow=True, reused=True,
+                    ref_kind=marker["kind"], shallow=True, reused=True, commit_time=_commit_time(repo, env, log),
                 )
                 return _apply_given(source, build_number, None)
         if not (repo / ".git").is_dir():
@@ -287,6 +295,6 @@ def checkout_ref(
         )
     source = LlamaSource(
         repo, commit, "git", number or UNKNOWN, number_source, "clone", ref=ref, url=url, ref_kind=kind,
-        shallow=True, reused=False,
+        shallow=True, reused=False, commit_time=_commit_time(repo, env, log),
     )
     return _apply_given(source, build_number, None)

@@ -63,6 +63,7 @@ class JobRecord:
     log_tail: tuple[str, ...] = ()
     llama_commit: str | None = None
     llama_build: str | None = None
+    llama_commit_time: int | None = None  # the commit's date (Unix time), when git knew it
     rocm: RocmInfo = field(default_factory=lambda: RocmInfo(None, None, None, None, None, None))
     cmake: Mapping[str, str] = field(default_factory=dict)
     isas: tuple[str, ...] = ()  # GPU code really inside libggml-hip (audit), else the job's targets
@@ -139,6 +140,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         dir=job_dir, id=job_id, os=os_name if os_name in ("linux", "windows") else "linux", name=name,
         targets=targets, required=bool(job.get("required", True)),
         llama_commit=llama.get("commit"), llama_build=str(build_number) if build_number is not None else None,
+        llama_commit_time=llama["commit_time"] if isinstance(llama.get("commit_time"), int) else None,
         rocm=rocm_info(_dict((build or {}).get("rocm"))),
         cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"), backend=backend,

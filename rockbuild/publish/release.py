@@ -138,11 +138,18 @@ def gate_jobs(jobs: Sequence[JobRecord], config: PublishConfig) -> tuple[list[Jo
     return ok, failed, floors
 
 
-def _job_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
+def archive_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
+    """The one timestamp of every archive member, so that the same bundle gives the same bytes whenever and
+    wherever it is archived: ``SOURCE_DATE_EPOCH`` when set, else the llama.cpp commit's date, else (a tree git
+    could not date) when the build finished."""
+    if source_date_epoch is not None:
+        return source_date_epoch
+    if job.llama_commit_time is not None:
+        return job.llama_commit_time
     if job.finished:
         with contextlib.suppress(ValueError):
             return int(datetime.datetime.fromisoformat(job.finished).timestamp())
-    return source_date_epoch if source_date_epoch is not None else _DEFAULT_MTIME
+    return _DEFAULT_MTIME
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -174,7 +181,7 @@ def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishCo
     """The job's zip (and tar.gz), refusing any over the size limit; (assets, notes about replaced symlinks)."""
     assert job.bundle is not None
     entries, notes = collect_entries(job.bundle)
-    mtime = _job_mtime(job, source_date_epoch)
+    mtime = archive_mtime(job, source_date_epoch)
     key_base = {"entries": [[e.arcname, e.size, e.mode, e.source.stat().st_mtime_ns] for e in entries],
                 "mtime": mtime, "level": config.compress_level}
     base = asset_base(config, tag, job)
