@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import zipfile
 
 import pytest
-from publishkit import TOKEN, compile_needing_glibc_236, config, make_job, smoke_ok
+from publishkit import COMMIT, TOKEN, compile_needing_glibc_236, config, make_job, smoke_ok
 
 from rockbuild.publish import PublishError, PublishOptions, publish
 from rockbuild.publish.notes import read_marker
@@ -35,6 +36,9 @@ EXPECTED = {
     "llama-b1000-ubuntu-rocm-gfx1151-x64.zip", "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz",
     "llama-b1000-ubuntu-rocm-gfx110X-x64.zip", "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
     "llama-b1000-windows-rocm-gfx1151-x64.zip", "manifest.json", "SHA256SUMS",
+    # one CycloneDX SBOM per job's assets, listed in SHA256SUMS
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json", "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
+    "llama-b1000-windows-rocm-gfx1151-x64.cdx.json",
 }
 
 
@@ -85,7 +89,8 @@ def test_manifest_lists_provenance_per_job(gh, night, tmp_path):
     assert [b["test"] for b in j["bench"]] == ["pp64", "tg16"]
     assert "glibc_floor" in j and "glibc_floor" not in jobs["windows-gfx1151"]
     assert {a["name"] for a in j["assets"]} == {"llama-b1000-ubuntu-rocm-gfx110X-x64.zip",
-                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz"}
+                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
+                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json"}
     assert manifest["glibc_floor_allowed"]["GLIBC"] == "2.35"
 
 
@@ -419,12 +424,14 @@ def test_a_night_with_both_flavours_ships_and_lists_both(gh, night, tmp_path):
     report = publish(options(gh, jobs, tmp_path))
     rel = gh.state.release_by_tag(report.tag)
     vulkan_assets = {"llama-b1000-ubuntu-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.tar.gz",
-                     "llama-b1000-windows-vulkan-x64.zip"}
+                     "llama-b1000-windows-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.cdx.json",
+                     "llama-b1000-windows-vulkan-x64.cdx.json"}
     assert {a.name for a in rel.assets} == EXPECTED | vulkan_assets
     manifest = json.loads(next(a for a in rel.assets if a.name == "manifest.json").data)
     by_id = {j["id"]: j for j in manifest["jobs"]}
     assert by_id["linux-vulkan"]["backend"] == "vulkan" and by_id["linux-gfx1151"]["backend"] == "rocm"
-    assert {a["name"] for a in by_id["linux-vulkan"]["assets"]} == vulkan_assets - {"llama-b1000-windows-vulkan-x64.zip"}
+    assert {a["name"] for a in by_id["linux-vulkan"]["assets"]} == vulkan_assets - {
+        "llama-b1000-windows-vulkan-x64.zip", "llama-b1000-windows-vulkan-x64.cdx.json"}
     body = rel.body
     assert "**Flavour(s)**: ROCm, Vulkan" in body and "**GPU Target(s)**: gfx1151, gfx110X\n" in body
     assert "| `llama-b1000-ubuntu-vulkan-x64.zip` | ubuntu | SPIR-V (any Vulkan GPU) | - (no ROCm) | passed (Vulkan) |" \
@@ -454,3 +461,48 @@ def test_an_api_outage_and_an_unreachable_api_have_their_own_hints(httpserver, n
                                throttle=False, out=tmp_path / "staging-2", quiet=True))
     assert down.value.message.endswith("failed: connection refused")
     assert down.value.hint is not None and "could not be reached" in down.value.hint
+
+
+def test_every_asset_has_a_cyclonedx_sbom_naming_each_file_and_its_origin(gh, night, tmp_path):
+    """Issue 21: llama.cpp (commit, build number), the TheRock tarball (name, sha256, version) and every bundled
+    file with its sha256 under the package it came from; uploaded beside the archives and listed in SHA256SUMS."""
+    job = night[0]  # linux-gfx1151: publishkit's bundle, plus what bundle.json says about where files came from
+    meta = json.loads((job / "bundle" / "bundle.json").read_text())
+    meta["files"] = [{"path": "llama-server", "source": str(job / "build" / "bin" / "llama-server")},
+                     {"path": "libggml-hip.so", "source": "/opt/therock/lib/libggml-hip.so"}]
+    meta["kernels"] = {"folders": [{"dest": "rocblas/library", "source": "/opt/therock/lib/rocblas/library"}]}
+    (job / "bundle" / "bundle.json").write_text(json.dumps(meta))
+    report = publish(options(gh, night, tmp_path))
+    rel = gh.state.release_by_tag(report.tag)
+    data = {a.name: a.data for a in rel.assets}
+    name = "llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json"
+    sums = dict(reversed(line.split("  ", 1)) for line in data["SHA256SUMS"].decode().splitlines())
+    assert sums[name] == hashlib.sha256(data[name]).hexdigest()
+    sbom = json.loads(data[name])
+    assert sbom["bomFormat"] == "CycloneDX" and sbom["specVersion"] == "1.6"
+    assert sbom["metadata"]["component"]["name"] == "llama-b1000-ubuntu-rocm-gfx1151-x64"
+    by_name = {c["name"]: c for c in sbom["components"]}
+    llama = by_name["llama.cpp"]
+    assert llama["version"] == "b11312" and llama["purl"] == f"pkg:github/ggml-org/llama.cpp@{COMMIT}"
+    rocm = by_name["therock-dist-linux-gfx1151-7.2.0a20261128"]
+    assert rocm["version"] == "7.2.0a20261128" and rocm["hashes"] == [{"alg": "SHA-256", "content": "ab" * 32}]
+    files = {c["name"]: (owner, c) for owner in sbom["components"] for c in owner.get("components", [])}
+    files.update({c["name"]: ({"name": None}, c) for c in sbom["components"] if c["type"] == "file"})
+    bundle = job / "bundle"
+    on_disk = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
+    assert set(files) == on_disk  # every file of the archive, none invented
+    for rel_name, (_owner, component) in files.items():
+        assert component["hashes"][0]["content"] == hashlib.sha256((bundle / rel_name).read_bytes()).hexdigest()
+    assert files["llama-server"][0]["name"] == "llama.cpp"
+    assert files["libggml-hip.so"][0]["name"] == rocm["name"]
+    assert files["rocblas/library/TensileLibrary_lazy_gfx1151.dat"][0]["name"] == rocm["name"]
+    assert files["bundle.json"][0]["name"] == "rockbuild"
+    unknown = files["llama-cli"]  # bundle.json does not say where it came from: listed, with no package
+    assert unknown[0]["name"] is None and unknown[1]["properties"] == [{"name": "rockbuild:from", "value": "unknown"}]
+    # reproducible like the archives: the same bundle gives the same SBOM
+    from rockbuild.publish.jobs import load_job
+    from rockbuild.publish.sbom import make_sbom
+
+    timestamp = int(datetime.datetime.fromisoformat(sbom["metadata"]["timestamp"]).timestamp())
+    again = make_sbom(load_job(job), "llama-b1000-ubuntu-rocm-gfx1151-x64", "b1000", timestamp=timestamp)
+    assert again.encode() == data[name]

@@ -29,7 +29,7 @@ class AssetFile:
     path: Path
     size: int
     sha256: str
-    kind: str  # zip | tar.gz | manifest | checksums
+    kind: str  # zip | tar.gz | sbom | manifest | checksums
     job: str | None = None
 
     @property

@@ -34,6 +34,7 @@ from .github import GitHub
 from .jobs import JobRecord, load_job, with_failure
 from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_json
 from .notes import notes_context, read_marker, render
+from .sbom import SBOM_SUFFIX, make_sbom
 from .tags import llama_tag, next_sequential_tag
 
 MANIFEST, CHECKSUMS, NOTES = "manifest.json", "SHA256SUMS", "release-notes.md"
@@ -196,6 +197,9 @@ def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishCo
             _remember(dest, key)
         check_asset_size(dest, config.max_bytes)
         out.append(AssetFile(dest.name, dest, dest.stat().st_size, sha256_file(dest), kind, job.id))
+    sbom = folder / f"{base}{SBOM_SUFFIX}"  # what the archives hold, file by file, and where each file came from
+    sbom.write_text(make_sbom(job, base, tag, timestamp=mtime), encoding="utf-8")
+    out.append(AssetFile(sbom.name, sbom, sbom.stat().st_size, sha256_file(sbom), "sbom", job.id))
     return out, notes
 
 
