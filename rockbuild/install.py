@@ -94,17 +94,19 @@ class InstallReport:
     command: str
     visible_devices: str | None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    attestation: str = "not checked"  # verified | not checked (why)
 
     def to_dict(self) -> dict[str, Any]:
         return {"repo": self.repo, "tag": self.tag, "target": self.target, "backend": self.backend,
                 "asset": self.asset.to_dict(), "sha256": self.sha256, "dest": str(self.dest),
                 "audit_ok": self.audit_ok, "visible_devices": self.visible_devices, "command": self.command,
-                "warnings": list(self.warnings)}
+                "attestation": self.attestation, "warnings": list(self.warnings)}
 
     def render(self) -> str:
         isas = ", ".join(self.asset.isas) or "not listed"
         lines = [f"installed {self.asset.name} ({self.repo} {self.tag}; ISAs: {isas})",
                  f"  into:   {self.dest} (sha256 {self.sha256[:16]}..., audit passed)",
+                 f"  provenance: {self.attestation}",
                  "  start the server with:", f"    {self.command}"]
         return "\n".join(lines)
 
@@ -121,6 +123,7 @@ class InstallOptions:
     sysfs_root: Path = Path("/sys")
     cache: Path | None = None  # default: <cache>/releases
     quiet: bool = False
+    require_attestation: bool = False  # refuse unless GitHub's build provenance is verified (needs gh)
     settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
 
 
@@ -386,6 +389,35 @@ def _discard(downloader_cache: Path, name: str) -> None:
             (downloader_cache / f"{name}{suffix}").unlink()
 
 
+def verify_attestation(asset: Path, repo: str, settings: Settings, *, required: bool = False,
+                       api_url: str = DEFAULT_API_URL) -> str:
+    """GitHub's build provenance of ``asset`` (the nightly workflow attests every asset), checked with ``gh
+    attestation verify`` when gh is installed: "verified", or why it was not checked. A failed verification is a
+    ChecksumError; so is a missing gh when ``required``. gh gets the GitHub token, and only it."""
+    from .process import ProcessError, child_env, run
+
+    gh = shutil.which("gh", path=settings.env.get("PATH"))
+    if gh is None:
+        if required:
+            raise ChecksumError("--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance "
+                                f"of {asset.name} cannot be verified", hint="install gh (https://cli.github.com)")
+        return "not checked (gh is not installed; SHA256SUMS verified)"
+    env = child_env(base=settings.env, inherit=("PATH", "HOME", "LANG", "SSL_CERT_FILE", "XDG_CONFIG_HOME"))
+    if api_url.rstrip("/") != DEFAULT_API_URL:
+        env["GH_HOST"] = re.sub(r"^https?://([^/]+).*$", r"\1", api_url)
+    token = {"GH_TOKEN": settings.github.token} if settings.github.token else {}
+    try:  # the one child that gets the token, on purpose: it asks GitHub for the attestations
+        result = run([gh, "attestation", "verify", str(asset), "--repo", repo], env=env, timeout=120, check=False,
+                     log=None, secrets=token)
+    except ProcessError as exc:
+        raise ChecksumError(f"gh attestation verify could not run: {exc.message}") from None
+    if result.returncode != 0:
+        why = next((line for line in reversed(result.output.splitlines()) if line.strip()), "no output")
+        raise ChecksumError(f"{asset.name}: its build provenance does not verify against {repo} ({why[:200]}): "
+                            "refused", hint="report it to the release's maintainers; do not run this asset")
+    return f"verified with gh attestation verify --repo {repo}"
+
+
 def install(options: InstallOptions) -> InstallReport:
     """Install the asset that fits (see the module docstring). Raises a RockbuildError, one line, on any refusal."""
     from .archive import extract_tarball
@@ -440,6 +472,8 @@ def install(options: InstallOptions) -> InstallReport:
             _discard(cache, chosen.name)
             raise ChecksumError(f"{chosen.name} does not match {SUMS_NAME} of {tag}: refused, nothing was kept "
                                 f"({exc.message})", hint="run again; if it repeats, report it") from None
+    attestation = verify_attestation(got.path, options.repo, options.settings, required=options.require_attestation,
+                                     api_url=options.api_url)
     # both extractors work in a staging folder and leave nothing behind when they refuse or fail
     if chosen.name.endswith(".tar.gz"):
         extract_tarball(got.path, dest)
@@ -453,4 +487,4 @@ def install(options: InstallOptions) -> InstallReport:
     if not flavour.needs_rocm:  # HIP_VISIBLE_DEVICES means nothing to it
         visible = None
     return InstallReport(options.repo, tag, target, options.backend, chosen, got.sha256, dest, True,
-                         server_command(dest, os_name, visible), visible, tuple(warnings))
+                         server_command(dest, os_name, visible), visible, tuple(warnings), attestation)

@@ -105,8 +105,12 @@ def run(
     tail_lines: int = 40,
     on_line: Callable[[str], None] | None = None,
     stdin: IO[bytes] | int | None = subprocess.DEVNULL,
+    secrets: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run ``args`` to completion with ``env`` (pass :func:`child_env` output; None means child_env()).
+
+    Secrets in ``env`` never reach the child; ``secrets`` are the ones the caller hands this one child on purpose
+    (``gh`` gets the GitHub token), never logged and never on the command line.
 
     Output (stdout and stderr merged) is appended to ``log`` when given, kept in memory when ``capture``, and each
     line is passed to ``on_line`` (progress parsing). A timeout kills the whole process group. With ``check``, a
@@ -115,6 +119,7 @@ def run(
     argv = [str(a) for a in args]
     environment = dict(env) if env is not None else child_env()
     environment = {k: v for k, v in environment.items() if not is_secret(k)}
+    environment.update(secrets or {})
     start = time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
     captured: list[str] = []

@@ -155,6 +155,11 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     # an unchanged night: `changed` is false, so neither a build leg nor publish starts
     assert jobs["build"]["if"] == "needs.prepare.outputs.changed == 'true'"
     assert "needs.prepare.outputs.changed == 'true'" in jobs["publish"]["if"]
+    # every published asset gets GitHub's build provenance (rockbuild install verifies it with gh)
+    assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
+    attest = next(s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith(
+        "actions/attest-build-provenance@"))
+    assert "out/release/*/llama-*.zip" in attest["with"]["subject-path"]
 
 
 def test_ci_run_calls_the_readme_test_command():

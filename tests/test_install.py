@@ -22,6 +22,7 @@ from rockbuild.errors import AuditError, ChecksumError, NotFoundError, UnsafeArc
 from rockbuild.install import InstallOptions, asset_family, extract_zip_safely, install
 from rockbuild.publish import PublishOptions, publish
 from rockbuild.publish.archives import collect_entries, write_zip
+from rockbuild.settings import Settings
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 GFX103X_SEED = ("gfx1030", "gfx1031", "gfx1032", "gfx1034")  # the seed's gfx103X: no gfx1033/1035/1036
@@ -68,10 +69,15 @@ def release(gh, tmp_path_factory):
     return gh.state.release_by_tag("b1000")
 
 
-def options(gh, tmp_path, **kw) -> InstallOptions:
+def options(gh, tmp_path, path: str | None = None, **kw) -> InstallOptions:
+    """``path``: the PATH install sees (default: a folder without gh, whatever this machine has installed)."""
     kw.setdefault("sysfs_root", SYSFS / "igpu-dgpu" / "sys")
     kw.setdefault("dest", tmp_path / "llama")
-    return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True, **kw)
+    empty = tmp_path / "no-gh"
+    empty.mkdir(exist_ok=True)
+    env = {**os.environ, "PATH": path or str(empty), "GITHUB_TOKEN": TOKEN}
+    return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
+                          settings=Settings.from_environment(env), **kw)
 
 
 @pytest.mark.parametrize("target,family", [("gfx1030", "gfx103X"), ("gfx1036", "gfx103X"), ("gfx1103", "gfx110X"),
@@ -291,3 +297,46 @@ def test_zip_refusals_leave_nothing_behind(tmp_path, members, reason):
     with pytest.raises(UnsafeArchiveError, match=reason):
         extract_zip_safely(z, tmp_path / "out" / "dest")
     assert os.listdir(tmp_path / "out") == []  # no dest, no staging folder
+
+
+GH_STUB = """#!/bin/sh
+# gh, as far as `gh attestation verify ASSET --repo R` goes: the test says whether the provenance verifies
+echo "$@" > "{log}"
+if [ -n "$GH_TOKEN" ]; then echo token >> "{log}"; fi
+if [ "{verdict}" = ok ]; then echo "Loaded digest sha256:... for file://$3"; exit 0; fi
+echo "Error: verifying with issuer \"sigstore.dev\": no attestations found" >&2
+exit 1
+"""
+
+
+def _gh_stub(tmp_path: Path, verdict: str) -> tuple[str, Path]:
+    folder = tmp_path / "gh-bin"
+    folder.mkdir(exist_ok=True)
+    log = tmp_path / "gh-args.txt"
+    (folder / "gh").write_text(GH_STUB.format(log=log, verdict=verdict))
+    (folder / "gh").chmod(0o755)
+    return f"{folder}:/usr/bin:/bin", log
+
+
+def test_the_build_provenance_is_verified_with_gh_when_it_is_there(gh, release, tmp_path):
+    path, log = _gh_stub(tmp_path, "ok")
+    report = install(options(gh, tmp_path, path=path, target="gfx1151"))
+    asset = tmp_path / "cache" / report.asset.name
+    assert log.read_text() == f"attestation verify {asset} --repo {gh.full_name}\ntoken\n"
+    assert report.attestation == f"verified with gh attestation verify --repo {gh.full_name}"
+    assert "provenance: verified" in report.render() and report.to_dict()["attestation"].startswith("verified")
+
+
+def test_a_provenance_that_does_not_verify_is_refused_before_anything_is_extracted(gh, release, tmp_path):
+    path, _log = _gh_stub(tmp_path, "bad")
+    with pytest.raises(ChecksumError, match="build provenance does not verify .*no attestations found") as info:
+        install(options(gh, tmp_path, path=path, target="gfx1151"))
+    assert info.value.exit_code == 5 and not (tmp_path / "llama").exists()
+
+
+def test_without_gh_sha256sums_is_enough_unless_the_attestation_is_required(gh, release, tmp_path):
+    report = install(options(gh, tmp_path, target="gfx1151"))
+    assert report.attestation == "not checked (gh is not installed; SHA256SUMS verified)"
+    with pytest.raises(ChecksumError, match="--require-attestation: gh .* is not installed"):
+        install(options(gh, tmp_path, target="gfx1151", dest=tmp_path / "other", require_attestation=True))
+    assert not (tmp_path / "other").exists()
