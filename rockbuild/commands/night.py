@@ -186,3 +186,27 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: s
 
     show(send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json, settings=settings()),
          as_json)
+
+
+@command
+@GITHUB
+@click.option("--last", type=click.IntRange(min=2), default=30, show_default=True,
+              help="Read the manifests of this many of the newest published releases.")
+@click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Flag a figure more than this many per cent below the median of the 7 releases before it.")
+@click.option("--alert", is_flag=True, help="File the drops as a 'performance-regression' issue (token: issues write).")
+@JSON
+def perf(repo: str | None, api_url: str | None, last: int, threshold: float, alert: bool, as_json: bool) -> None:
+    """Each asset's GPU llama-bench figures (pp512, tg128) release after release; exit 1 when one dropped."""
+    from rockbuild.errors import UsageError
+    from rockbuild.perf import PerfRegression, read_perf
+
+    repo = repo or settings().github.repository
+    if not repo:
+        raise UsageError("which releases? pass --repo OWNER/NAME")
+    report = read_perf(repo, settings=settings(), api_url=api_url, last=last, threshold=threshold, alert=alert,
+                       quiet=as_json)
+    show(report, as_json)
+    if report.drops:
+        first = report.drops[0]
+        raise PerfRegression(f"{len(report.drops)} figure(s) dropped more than {threshold:g} %: {first.render()}")

@@ -314,34 +314,20 @@ class _JobRun:
 
 def latest_manifest(repo: str, *, api_url: str | None = None, token: str | None = None) -> dict[str, Any] | None:
     """manifest.json of the repository's latest published release; None when there is no release or no manifest."""
-    import requests
+    from github import GithubException
 
     from rockbuild.publish.github import GitHub, describe
 
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
-        from github import GithubException
-
         try:
             release = gh.repo.get_latest_release()
         except GithubException as exc:
             if exc.status == 404:
                 return None
             raise PublishError(f"reading the latest release of {repo} failed: {describe(exc, token)}") from None
-        asset = next((a for a in gh.assets(release) if a.name == "manifest.json"), None)
-        if asset is None:
-            return None
-        headers = {"Accept": "application/octet-stream"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        try:
-            response = requests.get(asset.url, headers=headers, timeout=60)
-            response.raise_for_status()
-            data = response.json()
-        except (requests.RequestException, ValueError) as exc:
-            raise PublishError(f"reading manifest.json of {release.tag_name} failed: {describe(exc, token)}",
-                               hint="pass --publish again later, or --no-publish to build without the check") from None
-        return {**data, "_tag": release.tag_name} if isinstance(data, dict) else None
+        data = gh.asset_json(release, "manifest.json")
+        return {**data, "_tag": release.tag_name} if data is not None else None
     finally:
         gh.close()
 

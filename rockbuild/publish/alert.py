@@ -8,7 +8,7 @@ carries the run URL in a hidden marker, so running the alert twice for one run w
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,28 +79,37 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
     ids = tuple(j.id for j in failed)
     gh = GitHub(repo, api_url=api_url, token=token, throttle=throttle)
     try:
-        label = config.alert_label
-        open_issues = gh.call(f"listing open '{label}' issues",
-                              lambda: list(gh.repo.get_issues(state="open", labels=[label])))
-        if open_issues:
-            issue = open_issues[0]
-            comments = gh.call("reading the issue's comments", lambda: list(issue.get_comments()))
-            if _reported(issue.body, run_url) or any(_reported(c.body, run_url) for c in comments):
-                message = f"run {run_url} is already reported on issue #{issue.number}; nothing written"
-                say(message)
-                return AlertReport("already-reported", message, issue.number, issue.html_url, ids)
-            gh.call(f"commenting on issue #{issue.number}", lambda: issue.create_comment(body))
-            message = f"commented on issue #{issue.number}: {len(failed)} failed job(s)"
-            say(message)
-            return AlertReport("commented", message, issue.number, issue.html_url, ids)
-        _ensure_label(gh, label, config.alert_label_color)
         title = config.alert_title.format(date=day)
-        issue = gh.call("opening the alert issue", lambda: gh.repo.create_issue(title=title, body=body, labels=[label]))
-        message = f"opened issue #{issue.number} \"{title}\": {len(failed)} failed job(s)"
-        say(message)
-        return AlertReport("opened", message, issue.number, issue.html_url, ids)
+        return file_issue(gh, label=config.alert_label, color=config.alert_label_color, title=title, body=body,
+                          what=f"{len(failed)} failed job(s)", reported=lambda text: _reported(text, run_url),
+                          items=ids, say=say, already=f"run {run_url} is already reported")
     finally:
         gh.close()
+
+
+def file_issue(gh: GitHub, *, label: str, color: str, title: str, body: str, what: str,
+               reported: Callable[[str | None], bool], items: tuple[str, ...] = (),
+               say: Callable[[str], None] = console.info, already: str = "already reported") -> AlertReport:
+    """Comment on the open issue labelled ``label``, or open one (and the label): unless ``reported`` finds this
+    report in it already (a re-run writes nothing)."""
+    open_issues = gh.call(f"listing open '{label}' issues",
+                          lambda: list(gh.repo.get_issues(state="open", labels=[label])))
+    if open_issues:
+        issue = open_issues[0]
+        comments = gh.call("reading the issue's comments", lambda: list(issue.get_comments()))
+        if reported(issue.body) or any(reported(c.body) for c in comments):
+            message = f"{already} on issue #{issue.number}; nothing written"
+            say(message)
+            return AlertReport("already-reported", message, issue.number, issue.html_url, items)
+        gh.call(f"commenting on issue #{issue.number}", lambda: issue.create_comment(body))
+        message = f"commented on issue #{issue.number}: {what}"
+        say(message)
+        return AlertReport("commented", message, issue.number, issue.html_url, items)
+    _ensure_label(gh, label, color)
+    issue = gh.call("opening the issue", lambda: gh.repo.create_issue(title=title, body=body, labels=[label]))
+    message = f"opened issue #{issue.number} \"{title}\": {what}"
+    say(message)
+    return AlertReport("opened", message, issue.number, issue.html_url, items)
 
 
 def _ensure_label(gh: GitHub, name: str, color: str) -> None:
@@ -110,7 +119,7 @@ def _ensure_label(gh: GitHub, name: str, color: str) -> None:
         gh.repo.get_label(name)
     except UnknownObjectException:
         gh.call(f"creating the label {name}", lambda: gh.repo.create_label(
-            name, color, "A nightly rockbuild run failed (opened by rockbuild alert)"))
+            name, color, "Opened by rockbuild (alert, perf)"))
     except Exception as exc:
         with gh.errors(f"reading the label {name}"):
             raise exc

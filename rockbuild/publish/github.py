@@ -130,3 +130,22 @@ class GitHub:
 
     def assets(self, release: Any) -> list[Any]:
         return self.call(f"listing the assets of {release.tag_name}", lambda: list(release.get_assets()))
+
+    def asset_json(self, release: Any, name: str) -> dict[str, Any] | None:
+        """The JSON object in ``release``'s asset ``name`` (manifest.json), None when there is no such asset."""
+        import requests
+
+        asset = next((a for a in self.assets(release) if a.name == name), None)
+        if asset is None:
+            return None
+        headers = {"Accept": "application/octet-stream"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            response = requests.get(asset.url, headers=headers, timeout=60)
+            response.raise_for_status()
+            data = response.json()
+        except (requests.RequestException, ValueError) as exc:
+            raise PublishError(f"reading {name} of {release.tag_name} failed: {describe(exc, self.token)}",
+                               hint=self._hint(exc) if isinstance(exc, requests.RequestException) else None) from None
+        return data if isinstance(data, dict) else None

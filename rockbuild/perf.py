@@ -1,0 +1,208 @@
+"""``rockbuild perf``: each asset's llama-bench figures on a real GPU, release after release, and the drops.
+
+Every release's ``manifest.json`` carries, per job, the GPU smoke's ``llama-bench`` figures (pp512 and tg128 with the
+same settings every night, on the runner's GPU: ``jobs[].gpu_smoke.bench``). This reads the manifests of the last N
+published releases, prints each asset's history (a table and a small plot in the terminal), and flags a figure
+that dropped by more than the threshold (default 5 %) below the median of the previous seven releases. ``--alert``
+files the drops as an issue (one per run, commented on while it stays open).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import RockbuildError
+from .settings import Settings
+
+DEFAULT_THRESHOLD = 5.0  # per cent below the median of the previous releases
+WINDOW = 7  # previous releases the median is taken over
+BARS = "▁▂▃▄▅▆▇█"
+LABEL, LABEL_COLOR = "performance-regression", "fbca04"
+
+
+class PerfRegression(RockbuildError):
+    """A figure dropped beyond the threshold (exit 1, like a failed check)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Point:
+    tag: str
+    tokens_per_second: float
+    gpu: str | None = None
+
+
+@dataclass(frozen=True)
+class Drop:
+    job: str
+    test: str
+    tag: str
+    value: float
+    median: float
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * (self.median - self.value) / self.median
+
+    def render(self) -> str:
+        return (f"{self.job} {self.test}: {self.value:.1f} t/s in {self.tag}, {self.percent:.1f} % below the median "
+                f"{self.median:.1f} t/s of the {WINDOW} releases before")
+
+
+@dataclass(frozen=True)
+class Series:
+    job: str  # the job id (one asset family: linux-gfx1151, linux-vulkan ...)
+    test: str  # pp512 | tg128
+    points: tuple[Point, ...]  # oldest first
+
+    def drop(self, threshold: float) -> Drop | None:
+        """The newest figure, when it is more than ``threshold`` % below the median of up to WINDOW before it."""
+        if len(self.points) < 2:
+            return None
+        *before, last = self.points
+        median = statistics.median(p.tokens_per_second for p in before[-WINDOW:])
+        if median > 0 and last.tokens_per_second < median * (1 - threshold / 100.0):
+            return Drop(self.job, self.test, last.tag, last.tokens_per_second, median)
+        return None
+
+    def sparkline(self) -> str:
+        values = [p.tokens_per_second for p in self.points]
+        low, high = min(values), max(values)
+        span = (high - low) or 1.0
+        return "".join(BARS[min(len(BARS) - 1, int((v - low) / span * (len(BARS) - 1) + 0.5))] for v in values)
+
+
+@dataclass(frozen=True)
+class PerfReport:
+    repo: str
+    releases: tuple[str, ...]  # oldest first
+    series: tuple[Series, ...]
+    threshold: float = DEFAULT_THRESHOLD
+    alert: str | None = None
+    untested: dict[str, tuple[str, ...]] = field(default_factory=dict)  # release -> jobs shipped without GPU figures
+
+    @property
+    def drops(self) -> tuple[Drop, ...]:
+        return tuple(d for s in self.series if (d := s.drop(self.threshold)) is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo, "releases": list(self.releases), "threshold_percent": self.threshold,
+            "series": [{"job": s.job, "test": s.test, "points": [
+                {"tag": p.tag, "tokens_per_second": p.tokens_per_second, "gpu": p.gpu} for p in s.points]}
+                for s in self.series],
+            "drops": [{"job": d.job, "test": d.test, "tag": d.tag, "tokens_per_second": d.value,
+                       "median_before": d.median, "percent": round(d.percent, 2)} for d in self.drops],
+            "untested": {tag: list(jobs) for tag, jobs in self.untested.items()}, "alert": self.alert,
+        }
+
+    def render(self) -> str:
+        from io import StringIO
+
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{self.repo}: GPU llama-bench over {len(self.releases)} release(s) (t/s)",
+                      title_justify="left")
+        for column in ("job", "test", "GPU", "history", *self.releases[-6:], "change"):
+            table.add_column(column, no_wrap=True)
+        drops = {(d.job, d.test) for d in self.drops}
+        for s in self.series:
+            by_tag = {p.tag: p.tokens_per_second for p in s.points}
+            before = [p.tokens_per_second for p in s.points[:-1][-WINDOW:]]
+            change = ""
+            if before:
+                median = statistics.median(before)
+                change = f"{100.0 * (s.points[-1].tokens_per_second - median) / median:+.1f} %" if median else ""
+            if (s.job, s.test) in drops:
+                change = f"[bold red]{change} DROP[/]"
+            table.add_row(s.job, s.test, s.points[-1].gpu or "?", s.sparkline(),
+                          *(f"{by_tag[t]:.1f}" if t in by_tag else "-" for t in self.releases[-6:]), change)
+        out = StringIO()
+        Console(file=out, width=200, force_terminal=False).print(table)
+        lines = [out.getvalue().rstrip()]
+        if not self.series:
+            lines.append("no release carries GPU smoke figures yet (jobs[].gpu_smoke.bench in manifest.json)")
+        lines.extend(f"drop: {d.render()}" for d in self.drops)
+        if self.alert:
+            lines.append(f"alert: {self.alert}")
+        return "\n".join(lines)
+
+
+def series_from_manifests(manifests: Sequence[tuple[str, dict[str, Any]]]) -> tuple[tuple[Series, ...],
+                                                                                       dict[str, tuple[str, ...]]]:
+    """Each (job, test)'s figures over ``manifests`` ((tag, manifest), oldest first), and per release the jobs
+    that shipped without GPU figures."""
+    points: dict[tuple[str, str], list[Point]] = {}
+    untested: dict[str, tuple[str, ...]] = {}
+    for tag, manifest in manifests:
+        missing = []
+        for job in manifest.get("jobs") or []:
+            if not isinstance(job, dict) or not job.get("id"):
+                continue
+            gpu = job.get("gpu_smoke") if isinstance(job.get("gpu_smoke"), dict) else None
+            bench = (gpu or {}).get("bench") or []
+            if not gpu or not gpu.get("ok") or not bench:
+                missing.append(str(job["id"]))
+                continue
+            for entry in bench:
+                value = entry.get("tokens_per_second") if isinstance(entry, dict) else None
+                if isinstance(value, int | float) and entry.get("test"):
+                    points.setdefault((str(job["id"]), str(entry["test"])), []).append(
+                        Point(tag, float(value), gpu.get("gpu")))
+        if missing:
+            untested[tag] = tuple(missing)
+    series = tuple(Series(job, test, tuple(pts)) for (job, test), pts in sorted(points.items()))
+    return series, untested
+
+
+def read_perf(repo: str, *, settings: Settings, api_url: str | None = None, last: int = 30,
+              threshold: float = DEFAULT_THRESHOLD, alert: bool = False, quiet: bool = False) -> PerfReport:
+    """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
+    from .publish.github import GitHub
+
+    token = settings.github.token
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
+    try:
+        published = sorted((r for r in gh.releases() if not r.draft),
+                           key=lambda r: (r.published_at or r.created_at, r.id))[-last:]  # oldest first
+        manifests = []
+        for release in published:
+            data = gh.asset_json(release, "manifest.json")
+            if data is not None:
+                manifests.append((str(release.tag_name), data))
+        series, untested = series_from_manifests(manifests)
+        report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested)
+        if alert and report.drops:
+            report = _file_alert(gh, report, settings, quiet)
+        return report
+    finally:
+        gh.close()
+
+
+def _file_alert(gh: Any, report: PerfReport, settings: Settings, quiet: bool) -> PerfReport:
+    from dataclasses import replace
+
+    from rockbuild import console
+
+    from .publish import PublishError
+    from .publish.alert import file_issue
+    from .publish.notes import marker, read_marker
+
+    if not settings.github.token:
+        raise PublishError("--alert needs a GitHub token (issues: write): set GITHUB_TOKEN or GH_TOKEN")
+    newest = report.releases[-1]
+    body = "\n".join([f"llama-bench figures of {newest} dropped more than {report.threshold:g} % below the median "
+                      f"of the {WINDOW} releases before (`rockbuild perf`):", "",
+                      *(f"- {d.render()}" for d in report.drops), "", marker({"perf": newest})])
+    filed = file_issue(gh, label=LABEL, color=LABEL_COLOR, title=f"Performance regression in {newest}", body=body,
+                       what=f"{len(report.drops)} drop(s) in {newest}",
+                       reported=lambda text: (read_marker(text) or {}).get("perf") == newest,
+                       items=tuple(f"{d.job} {d.test}" for d in report.drops),
+                       say=(lambda m: None) if quiet else console.info,
+                       already=f"{newest}'s drops are already reported")
+    return replace(report, alert=filed.message)
