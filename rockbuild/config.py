@@ -280,6 +280,9 @@ class Job:
     # the flavour (rockbuild.backends): rocm, or vulkan (id <os>-vulkan, name "vulkan", family/group "" and no
     # targets: no ROCm tarball, no gfx code)
     backend: str = "rocm"
+    # a smoke test on a real GPU after the build (matrix `gpu_smoke:`): the CI runner's labels, and whether it gates
+    gpu_runner: tuple[str, ...] = ()
+    gpu_required: bool = False
 
     @property
     def gpu_targets(self) -> str:
@@ -303,4 +306,5 @@ class Job:
             "cmake": dict(self.cmake),
             "runner": self.runner,
             "backend": self.backend,
+            "gpu_smoke": {"runner": list(self.gpu_runner), "required": self.gpu_required} if self.gpu_runner else None,
         }

@@ -9,6 +9,7 @@ the folder itself::
                  bundle/      the self-contained folder (+ bundle/bundle.json, the bundle's own record and audit)
                  bundle.log   why the bundle could not be made
                  smoke.json   the smoke test's report (+ smoke-logs/)
+                 gpu-smoke.json  the smoke test on a real GPU, with the release's llama-bench figures (CI's GPU leg)
                  night.json   each stage's input fingerprint and result, for resume (:class:`rockbuild.runner.JobState`)
 """
 
@@ -75,6 +76,11 @@ class JobFolder:
         return self.path / "smoke.json"
 
     @property
+    def gpu_smoke_json(self) -> Path:
+        """The smoke test on a real GPU (the CI's GPU leg, ``rockbuild smoke --expect-gpu yes --bench gpu``)."""
+        return self.path / "gpu-smoke.json"
+
+    @property
     def night_json(self) -> Path:
         return self.path / "night.json"
 
@@ -92,6 +98,9 @@ class JobFolder:
 
     def smoke(self) -> dict[str, Any] | None:
         return read_json_object(self.smoke_json)
+
+    def gpu_smoke(self) -> dict[str, Any] | None:
+        return read_json_object(self.gpu_smoke_json)
 
     def built_from(self, commit: str) -> bool:
         """A successful build of ``commit`` whose programs are still here."""

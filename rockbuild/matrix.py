@@ -41,7 +41,8 @@ from .console import warn
 from .errors import ConfigError, UsageError
 
 AXES = ("os", "target", "backend")
-OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner")
+OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke")
+GPU_SMOKE_KEYS = ("runner", "required")
 ROCM_KEYS = ("channel", "version")
 ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
 CMAKE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -51,6 +52,7 @@ BUILTIN_OPTIONS: dict[str, Any] = {
     "cmake": {},
     "required": True,
     "runner": dict(DEFAULT_RUNNERS),
+    "gpu_smoke": None,  # {runner: [self-hosted, gfx1151], required: true}: a smoke test on that runner's GPU
 }
 
 
@@ -110,6 +112,8 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
                 else:
                     raise ConfigError(f"{where(path, value, name)}: cmake {name} must be a string, number or boolean")
             out[key] = cmake
+        elif key == "gpu_smoke":
+            out[key] = _check_gpu_smoke(path, node, value, what)
         elif key == "runner":
             if isinstance(value, str):
                 out[key] = value
@@ -118,6 +122,22 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
                 check_keys(path, value, OSES, f"{what}.runner")
                 out[key] = {k: str(v) for k, v in value.items()}
     return out
+
+
+def _check_gpu_smoke(path: Path, node: YDict, value: Any, what: str) -> dict[str, Any] | None:
+    """``gpu_smoke: {runner: LABEL or [LABELS], required: BOOL}`` (required by default), or null for none."""
+    if value is None:
+        return None
+    expect_type(path, node, "gpu_smoke", value, YDict, f"{what}.gpu_smoke ({{runner: [labels], required: true}})")
+    check_keys(path, value, GPU_SMOKE_KEYS, f"{what}.gpu_smoke")
+    runner = value.get("runner")
+    labels = [runner] if isinstance(runner, str) else runner
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
+        raise ConfigError(f"{where(path, value, 'runner')}: {what}.gpu_smoke.runner must be a runner label or a "
+                          "list of labels, e.g. [self-hosted, gfx1151]")
+    required = value.get("required", True)
+    expect_type(path, value, "required", required, bool, f"{what}.gpu_smoke.required")
+    return {"runner": [x.strip() for x in labels], "required": required}
 
 
 def _merge_options(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -314,6 +334,8 @@ def _option_fields(combo: _Combo) -> dict[str, Any]:
         "rocm_version": opts["rocm"]["version"],
         "cmake": tuple(opts["cmake"].items()),
         "runner": _runner_for(opts, combo.os),
+        "gpu_runner": tuple((opts.get("gpu_smoke") or {}).get("runner") or ()),
+        "gpu_required": bool((opts.get("gpu_smoke") or {}).get("required", False)),
     }
 
 

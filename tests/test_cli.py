@@ -119,7 +119,7 @@ def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
     assert inputs["rocm_version"]["default"] == "latest" and inputs["llamacpp_version"]["default"] == "latest"
     assert inputs["create_release"]["type"] == "boolean" and inputs["create_release"]["default"] is True
     assert on["schedule"] == [{"cron": "0 13 * * *"}]
-    assert set(wf["jobs"]) == {"prepare", "build", "publish", "alert"}
+    assert set(wf["jobs"]) == {"prepare", "build", "gpu-smoke", "publish", "alert"}
     assert wf["jobs"]["build"]["strategy"]["matrix"] == "${{ fromJson(needs.prepare.outputs.matrix) }}"
     assert {wf["jobs"]["build"]["runs-on"]} == {"${{ matrix.runner }}"}
 
@@ -150,11 +150,21 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
     assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
-                                          "changed": "${{ steps.plan.outputs.changed }}"}
+                                          "changed": "${{ steps.plan.outputs.changed }}",
+                                          "gpu_matrix": "${{ steps.plan.outputs.gpu_matrix }}",
+                                          "gpu": "${{ steps.plan.outputs.gpu }}"}
     assert "--inputs inputs.json" in plan["run"]
     # an unchanged night: `changed` is false, so neither a build leg nor publish starts
     assert jobs["build"]["if"] == "needs.prepare.outputs.changed == 'true'"
     assert "needs.prepare.outputs.changed == 'true'" in jobs["publish"]["if"]
+    # the GPU legs (issue 19): only the matrix's gpu_smoke jobs, on their own runners, before publish
+    gpu = jobs["gpu-smoke"]
+    assert rockbuild_calls("gpu-smoke") == ['rockbuild smoke "out/$JOB_ID"']
+    smoke_step = next(s for s in gpu["steps"] if "rockbuild smoke" in str(s.get("run", "")))
+    assert "--expect-gpu yes --bench gpu --report" in smoke_step["run"]
+    assert "needs.prepare.outputs.gpu == 'true'" in gpu["if"] and gpu["runs-on"] == "${{ matrix.gpu_runner }}"
+    assert gpu["continue-on-error"] == "${{ !matrix.gpu_required }}"
+    assert "gpu-smoke" in jobs["publish"]["needs"]
     # every published asset gets GitHub's build provenance (rockbuild install verifies it with gh)
     assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
     attest = next(s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith(

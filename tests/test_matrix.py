@@ -355,3 +355,40 @@ def test_deeply_nested_yaml_is_a_configuration_error(write, run_rockbuild, depth
     result = run_rockbuild("matrix", "-c", str(path))
     assert result.returncode == 2, result.stderr
     assert re.search(pattern, result.stderr) and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_gpu_smoke_runners_are_data_and_reach_the_plan(write, families, tmp_path):
+    """Issue 19: `gpu_smoke: {runner: [labels], required: bool}` per job; the plan turns it into the GPU legs."""
+    from rockbuild.nightly.resolve import job_from_dict
+    from rockbuild.nightly.run import NightPlan
+
+    path = write("m.yaml", """
+        matrix:
+          os: [linux]
+          target: [gfx1151, gfx110X]
+          include:
+            - {target: gfx1151, gpu_smoke: {runner: [self-hosted, gfx1151]}}
+            - {target: gfx110X, gpu_smoke: {runner: rdna3-box, required: false}}
+        """)
+    jobs = {j.id: j for j in load_matrix(path, families)}
+    strix, rdna3 = jobs["linux-gfx1151"], jobs["linux-gfx110X"]
+    assert (strix.gpu_runner, strix.gpu_required) == (("self-hosted", "gfx1151"), True)
+    assert (rdna3.gpu_runner, rdna3.gpu_required) == (("rdna3-box",), False)
+    assert strix.to_dict()["gpu_smoke"] == {"runner": ["self-hosted", "gfx1151"], "required": True}
+    assert job_from_dict(strix.to_dict()) == strix  # inputs.json keeps it
+    plan = NightPlan(inputs=None, inputs_path=tmp_path / "inputs.json", jobs=(strix, rdna3))  # type: ignore[arg-type]
+    assert plan.gpu_matrix() == {"include": [
+        {"id": "linux-gfx1151", "gpu_runner": ["self-hosted", "gfx1151"], "gpu_required": True},
+        {"id": "linux-gfx110X", "gpu_runner": ["rdna3-box"], "gpu_required": False}]}
+    assert all(j.gpu_runner == () for j in load_matrix(None, families))  # the default matrix has no GPU runner yet
+
+
+@pytest.mark.parametrize("entry, pattern", [
+    ("gpu_smoke: {runner: 5}", r"gpu_smoke\.runner must be a runner label or a list of labels"),
+    ("gpu_smoke: {runner: [x], required: maybe}", r"gpu_smoke\.required"),
+    ("gpu_smoke: {runners: [x]}", r"runners"),
+])
+def test_gpu_smoke_errors_name_file_and_line(write, families, entry, pattern):
+    path = write("m.yaml", f"options:\n  {entry}\nmatrix: {{os: [linux], target: [gfx1151]}}\n")
+    with pytest.raises(ConfigError, match=pattern):
+        load_matrix(path, families)

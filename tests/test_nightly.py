@@ -398,7 +398,8 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     assert unchanged.returncode == 0, unchanged.stderr
     assert json.loads(unchanged.stdout)["state"] == "unchanged"
     written = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert written == {"matrix": '{"include":[]}', "changed": "false"}  # no build leg starts
+    assert written == {"matrix": '{"include":[]}', "changed": "false", "gpu_matrix": '{"include":[]}',
+                       "gpu": "false"}  # no build leg starts
     assert len(world.github.writes) == writes and world.tarball_requests() == fetched
 
 

@@ -506,3 +506,49 @@ def test_every_asset_has_a_cyclonedx_sbom_naming_each_file_and_its_origin(gh, ni
     timestamp = int(datetime.datetime.fromisoformat(sbom["metadata"]["timestamp"]).timestamp())
     again = make_sbom(load_job(job), "llama-b1000-ubuntu-rocm-gfx1151-x64", "b1000", timestamp=timestamp)
     assert again.encode() == data[name]
+
+
+def _with_gpu_smoke(job, *, required: bool, ok: bool | None, tg: float = 95.5):
+    """The matrix's gpu_smoke on the job, and (ok not None) the GPU leg's gpu-smoke.json beside it."""
+    data = json.loads((job / "build.json").read_text())
+    data["job"]["gpu_smoke"] = {"runner": ["self-hosted", "gfx1151"], "required": required}
+    (job / "build.json").write_text(json.dumps(data))
+    if ok is not None:
+        report = {**smoke_ok("gpu", 4100.0, tg), "ok": ok, "failures": [] if ok else ["gpu: absent"],
+                  "host": {"kernel": "6.18.0", "driver": "amdgpu 6.16.4"}}
+        report["bench"] = [{"test": "pp512", "tokens_per_second": 4100.0, "stddev": 12.0, "gpu_info": "AMD Radeon 8060S",
+                            "backends": "ROCm"}, {"test": "tg128", "tokens_per_second": tg, "stddev": 0.4,
+                                                 "gpu_info": "AMD Radeon 8060S", "backends": "ROCm"}]
+        (job / "gpu-smoke.json").write_text(json.dumps(report))
+    return job
+
+
+def test_gpu_smoke_figures_reach_the_manifest_and_notes_and_a_required_one_gates(gh, night, tmp_path):
+    """Issue 19: the GPU leg's figures (GPU, driver, pp512/tg128) go into manifest.json and the notes; assets without
+    them are named; a required GPU smoke that did not pass keeps its job out (here: blocks the release)."""
+    _with_gpu_smoke(night[0], required=True, ok=True)
+    report = publish(options(gh, night, tmp_path))
+    rel = gh.state.release_by_tag(report.tag)
+    manifest = json.loads(next(a.data for a in rel.assets if a.name == "manifest.json"))
+    jobs = {j["id"]: j for j in manifest["jobs"]}
+    gpu = jobs["linux-gfx1151"]["gpu_smoke"]
+    assert gpu["ok"] and gpu["gpu"] == "AMD Radeon 8060S" and gpu["driver"] == "amdgpu 6.16.4"
+    assert gpu["runner"] == ["self-hosted", "gfx1151"]
+    assert [(b["test"], b["tokens_per_second"]) for b in gpu["bench"]] == [("pp512", 4100.0), ("tg128", 95.5)]
+    assert jobs["linux-gfx110X"]["gpu_smoke"] is None
+    assert manifest["not_gpu_tested"] == ["linux-gfx110X", "windows-gfx1151"]
+    assert "`llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: AMD Radeon 8060S (amdgpu 6.16.4): pp512 4100.0 t/s, " \
+           "tg128 95.5 t/s" in rel.body
+    assert "Not tested on a GPU in this release: `llama-b1000-ubuntu-rocm-gfx110X-x64.zip`, " \
+           "`llama-b1000-windows-rocm-gfx1151-x64.zip`." in rel.body
+
+
+@pytest.mark.parametrize("ok", [False, None])
+def test_a_required_gpu_smoke_that_failed_or_never_ran_blocks_an_optional_one_does_not(gh, night, tmp_path, ok):
+    _with_gpu_smoke(night[0], required=True, ok=ok)
+    with pytest.raises(PublishError, match="linux-gfx1151"):
+        publish(options(gh, night, tmp_path))
+    assert not gh.state.releases
+    _with_gpu_smoke(night[0], required=False, ok=ok)
+    report = publish(options(gh, night, tmp_path / "again"))
+    assert report.state == "published" and "llama-b1000-ubuntu-rocm-gfx1151-x64.zip" in {a.name for a in report.assets}

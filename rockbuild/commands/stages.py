@@ -218,17 +218,21 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 @click.option("--device", default=None, metavar="NAME",
               help="Pin every run to this device (-dev, e.g. Vulkan1). Default: a Vulkan bundle expected on a GPU "
               "pins its first Vulkan device.")
+@click.option("--bench", "bench_preset", type=click.Choice(["smoke", "gpu"]), default="smoke", show_default=True,
+              help="llama-bench's settings: smoke (short, proves it runs) or gpu (pp512/tg128, repeated: the figures a "
+              "release publishes; the GPU smoke legs use it).")
 @click.option("--report", "report_path", type=file(), default=None,
               help="Write smoke.json here (default: the job folder, beside bundle/).")
 @click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
 def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, device: str | None,
-          report_path: Path | None, as_json: bool) -> None:
+          bench_preset: str, report_path: Path | None, as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
     from rockbuild.model import provide_model
     from rockbuild.smoke import SmokeOptions, run_smoke
 
     model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
-    options = SmokeOptions.from_config(settings().smoke, expect_gpu=expect_gpu, device=device)
+    options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
+                                       device=device)
     report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
     show(report, as_json)
     report.raise_if_failed()

@@ -38,6 +38,8 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             rocm_version=str(data.get("rocm_version") or "latest"),
             cmake=tuple((str(k), str(v)) for k, v in (data.get("cmake") or {}).items()),
             runner=str(data.get("runner") or ""), backend=str(data.get("backend") or DEFAULT),
+            gpu_runner=tuple(str(r) for r in (data.get("gpu_smoke") or {}).get("runner") or ()),
+            gpu_required=bool((data.get("gpu_smoke") or {}).get("required", False)),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None

@@ -394,16 +394,26 @@ class NightPlan:
 
         return github_matrix(self.build)
 
+    def gpu_matrix(self) -> dict[str, Any]:
+        """The GPU smoke legs: one per job built with a ``gpu_smoke`` runner (its labels, whether it gates)."""
+        return {"include": [{"id": j.id, "gpu_runner": list(j.gpu_runner), "gpu_required": j.gpu_required}
+                            for j in self.build if j.gpu_runner]}
+
     def write_github_output(self, path: Path) -> None:
-        """``matrix=<json>`` and ``changed=true|false`` for the workflow's build legs (none when unchanged)."""
+        """``matrix=``/``changed=`` for the build legs (none when unchanged) and ``gpu_matrix=``/``gpu=`` for the
+        GPU smoke legs (none without a ``gpu_smoke`` runner): GitHub refuses an empty matrix, so each has a flag."""
+        gpu = self.gpu_matrix()
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(f"matrix={json.dumps(self.github_matrix(), separators=(',', ':'))}\n")
             fh.write(f"changed={'false' if self.unchanged_since else 'true'}\n")
+            fh.write(f"gpu_matrix={json.dumps(gpu, separators=(',', ':'))}\n")
+            fh.write(f"gpu={'true' if gpu['include'] else 'false'}\n")
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": "unchanged" if self.unchanged_since else "changed", "inputs": str(self.inputs_path),
                 "llama_commit": self.inputs.llama.commit, "release": self.unchanged_since,
-                "changes": list(self.changes), "jobs": [j.id for j in self.build], "matrix": self.github_matrix()}
+                "changes": list(self.changes), "jobs": [j.id for j in self.build], "matrix": self.github_matrix(),
+                "gpu_matrix": self.gpu_matrix()}
 
     def render(self) -> str:
         commit = self.inputs.llama.commit[:12]

@@ -72,6 +72,9 @@ class JobRecord:
     smoke: Mapping[str, Any] | None = None
     finished: str | None = None
     backend: str = "rocm"  # rocm | vulkan: the flavour (a vulkan asset is llama-<tag>-<os>-vulkan-x64)
+    gpu_runner: tuple[str, ...] = ()  # the matrix's gpu_smoke runner labels (none: no GPU smoke configured)
+    gpu_required: bool = False
+    gpu_smoke: Mapping[str, Any] | None = None  # gpu-smoke.json, when the GPU leg ran
 
     @property
     def flavour(self) -> str:
@@ -86,6 +89,20 @@ class JobRecord:
     @property
     def bench(self) -> list[dict[str, Any]]:
         return list((self.smoke or {}).get("bench") or [])
+
+    def gpu_summary(self) -> dict[str, Any] | None:
+        """What manifest.json says of the GPU smoke: verdict, GPU, driver, runner, and the llama-bench figures."""
+        if self.gpu_smoke is None:
+            return None
+        bench = [b for b in self.gpu_smoke.get("bench") or [] if isinstance(b, dict)]
+        host = _dict(self.gpu_smoke.get("host"))
+        return {"ok": bool(self.gpu_smoke.get("ok")), "runner": list(self.gpu_runner),
+                "gpu": next((str(b["gpu_info"]) for b in bench if b.get("gpu_info")), None),
+                "backends": next((str(b["backends"]) for b in bench if b.get("backends")), None),
+                "driver": host.get("driver"), "kernel": host.get("kernel"),
+                "summary": _dict(self.gpu_smoke.get("gpu")).get("summary"),
+                "bench": [{"test": b.get("test"), "tokens_per_second": b.get("tokens_per_second"),
+                           "stddev": b.get("stddev")} for b in bench]}
 
     def smoke_summary(self) -> str:
         if self.smoke is None:
@@ -126,7 +143,9 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     build = folder.build()
     bundle_meta = folder.bundle_meta() or {}
     smoke = folder.smoke()
+    gpu_smoke = folder.gpu_smoke()
     job = _dict((build or {}).get("job"))
+    gpu_config = _dict(job.get("gpu_smoke"))
     job_id = str(job.get("id") or job_dir.name)
     os_name = str(job.get("os") or bundle_meta.get("platform") or job_id.split("-", 1)[0])
     name = str(job.get("name") or (job_id.split("-", 1)[1] if "-" in job_id else job_id))
@@ -144,6 +163,8 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         rocm=rocm_info(_dict((build or {}).get("rocm"))),
         cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"), backend=backend,
+        gpu_runner=tuple(str(r) for r in gpu_config.get("runner") or ()),
+        gpu_required=bool(gpu_config.get("required", False)), gpu_smoke=gpu_smoke,
     )
     build_log = Path(_dict((build or {}).get("paths")).get("log") or folder.build_log)
 
@@ -172,6 +193,12 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         tail, smoke_log = _smoke_tail(smoke)
         return failed("smoke", "the smoke test failed: " + ("; ".join(failures[:3]) or "see smoke.json"), smoke_log,
                       tail or tuple(failures))
+    if common["gpu_required"] and (gpu_smoke is None or gpu_smoke.get("ok") is not True):
+        # the matrix says this asset ships only once it ran on a real GPU
+        why = ("the GPU smoke test did not run (no gpu-smoke.json from the GPU leg)" if gpu_smoke is None else
+               "the GPU smoke test failed: " + ("; ".join(str(f) for f in gpu_smoke.get("failures") or [])[:300]
+                                                or "see gpu-smoke.json"))
+        return failed("gpu-smoke", why, folder.gpu_smoke_json if gpu_smoke is not None else None)
     return JobRecord(**common, status="ok", bundle=bundle_dir, audit=audit or None)
 
 

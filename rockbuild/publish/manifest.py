@@ -99,6 +99,7 @@ def build_manifest(
                       "warnings": list((job.audit or {}).get("warnings") or [])} if job.audit else None,
             "smoke": _smoke(job),
             "bench": job.bench,
+            "gpu_smoke": job.gpu_summary(),  # the real-GPU figures `rockbuild perf` tracks
         }
         if job.os == "linux":
             entry["glibc_floor"] = {k: {"version": v, "file": f} for k, (v, f) in (floors.get(job.id) or {}).items()}
@@ -112,6 +113,7 @@ def build_manifest(
         "glibc_floor_allowed": dict(floor_config),
         "assets": [a.to_dict() for a in assets],
         "jobs": shipped,
+        "not_gpu_tested": [j.id for j in jobs if not (j.gpu_smoke or {}).get("ok")],
         "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
                         for j in failed],
     }

@@ -70,7 +70,18 @@ def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, 
         "model": model.get("name") or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
         "assets": [a.name for a in assets if a.job == job.id],
         "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
+        "gpu": _gpu_row(job),
     }
+
+
+def _gpu_row(job: JobRecord) -> dict[str, Any] | None:
+    """The GPU smoke's line of the notes: where it ran and its pp512/tg128, or None when it did not pass."""
+    summary = job.gpu_summary()
+    if not summary or not summary["ok"]:
+        return None
+    figures = {str(b["test"]): b["tokens_per_second"] for b in summary["bench"] if b.get("tokens_per_second")}
+    return {"gpu": summary["gpu"] or "?", "driver": summary["driver"] or "?",
+            "figures": ", ".join(f"{test} {value:.1f} t/s" for test, value in sorted(figures.items()))}
 
 
 def notes_context(
@@ -92,5 +103,7 @@ def notes_context(
         "failed": [job_row(j, assets, os_words) for j in failed],
         "assets": [{"name": a.name, "size": human_bytes(a.size), "sha256": a.sha256} for a in assets],
         "known_issues": list(known_issues),
+        "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],
+        "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not (j.gpu_smoke or {}).get("ok")],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
     }

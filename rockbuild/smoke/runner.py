@@ -68,9 +68,11 @@ class SmokeOptions:
     device: str | None = None
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> SmokeOptions:
+    def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
+        """The options of smoke.yaml's ``run`` section; ``bench_preset`` ``gpu`` takes llama-bench's settings from
+        ``run.gpu_bench`` (pp512/tg128, the figures a release publishes) instead of ``run.bench``."""
         run_cfg = config.get("run") or {}
-        bench = run_cfg.get("bench") or {}
+        bench = run_cfg.get("gpu_bench" if bench_preset == "gpu" else "bench") or {}
         defaults = cls()
         timeouts = {**defaults.timeouts, **{k: float(v) for k, v in (run_cfg.get("timeouts") or {}).items()}}
         values: dict[str, Any] = dict(
@@ -140,6 +142,7 @@ class SmokeReport:
     report_path: Path | None = None
     device: str | None = None  # the -dev every run got
     preflight: str | None = None  # why the runs were not started (no device where one was required)
+    host: Mapping[str, Any] = field(default_factory=dict)  # kernel and GPU driver of the machine it ran on
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -182,6 +185,7 @@ class SmokeReport:
             "bench": [b.to_dict() for b in self.bench], "texts_agree": self.texts_agree,
             "environment_removed": list(self.env_removed),
             "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
+            "host": dict(self.host),
         }
 
     def render(self) -> str:
@@ -448,6 +452,25 @@ def write_smoke_json(report: SmokeReport, path: Path) -> Path:
     return write_json_atomic(path, report.to_dict(), ensure_ascii=False)
 
 
+def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> dict[str, Any]:
+    """The kernel and the GPU driver this smoke ran on, as the kernel tells them (for the release's figures)."""
+    import platform
+
+    driver = None
+    amdgpu = sys_root / "module" / "amdgpu"
+    nvidia = proc_root / "driver" / "nvidia" / "version"
+    try:
+        if (amdgpu / "version").is_file():
+            driver = f"amdgpu {(amdgpu / 'version').read_text().strip()}"
+        elif amdgpu.is_dir():
+            driver = "amdgpu (in-kernel)"
+        elif nvidia.is_file():
+            driver = nvidia.read_text().splitlines()[0].strip()
+    except OSError:
+        pass
+    return {"kernel": platform.release(), "driver": driver}
+
+
 def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
               report_path: Path | None = None, env: Mapping[str, str] | None = None,
               kfd_topology: Path | None = None, quiet: bool = False) -> SmokeReport:
@@ -507,6 +530,6 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, bench=bench, default=backend.name)
     report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
                          tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path,
-                         device=options.device, preflight=preflight)
+                         device=options.device, preflight=preflight, host=host_facts())
     write_smoke_json(report, report_path)
     return report
