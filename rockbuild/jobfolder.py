@@ -29,6 +29,20 @@ if TYPE_CHECKING:
 BUILD_SCHEMA = 1
 
 
+class _At:
+    """A path of the job folder, as a read-only attribute: ``folder.build_json`` is ``folder.path / "build.json"``."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, folder: JobFolder | None, owner: type) -> Path:
+        if folder is None:
+            raise AttributeError("a JobFolder path needs a folder")
+        return folder.path.joinpath(*self.parts)
+
+
+
+
 @dataclass(frozen=True)
 class JobFolder:
     path: Path
@@ -42,47 +56,17 @@ class JobFolder:
     def id(self) -> str:
         return self.path.name
 
-    # -- paths --------------------------------------------------------------------------------------------------------
-    @property
-    def build_json(self) -> Path:
-        return self.path / "build.json"
-
-    @property
-    def build_log(self) -> Path:
-        return self.path / "build.log"
-
-    @property
-    def build_dir(self) -> Path:
-        return self.path / "build"
-
-    @property
-    def bin_dir(self) -> Path:
-        return self.build_dir / "bin"
-
-    @property
-    def bundle_dir(self) -> Path:
-        return self.path / "bundle"
-
-    @property
-    def bundle_json(self) -> Path:
-        return self.bundle_dir / "bundle.json"
-
-    @property
-    def bundle_log(self) -> Path:
-        return self.path / "bundle.log"
-
-    @property
-    def smoke_json(self) -> Path:
-        return self.path / "smoke.json"
-
-    @property
-    def gpu_smoke_json(self) -> Path:
-        """The smoke test on a real GPU (the CI's GPU leg, ``rockbuild smoke --expect-gpu yes --bench gpu``)."""
-        return self.path / "gpu-smoke.json"
-
-    @property
-    def night_json(self) -> Path:
-        return self.path / "night.json"
+    # -- paths (the layout in the module docstring) ---------------------------------------------------------------
+    build_json = _At("build.json")
+    build_log = _At("build.log")
+    build_dir = _At("build")
+    bin_dir = _At("build", "bin")
+    bundle_dir = _At("bundle")
+    bundle_json = _At("bundle", "bundle.json")
+    bundle_log = _At("bundle.log")
+    smoke_json = _At("smoke.json")
+    gpu_smoke_json = _At("gpu-smoke.json")  # the CI's GPU leg: rockbuild smoke --expect-gpu yes --bench gpu
+    night_json = _At("night.json")
 
     def create(self) -> JobFolder:
         self.path.mkdir(parents=True, exist_ok=True)
