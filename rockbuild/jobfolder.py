@@ -41,8 +41,6 @@ class _At:
         return folder.path.joinpath(*self.parts)
 
 
-
-
 @dataclass(frozen=True)
 class JobFolder:
     path: Path
