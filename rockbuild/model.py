@@ -262,9 +262,29 @@ def import_gguf() -> tuple[Any, Any]:
     return gguf, numpy
 
 
-def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None) -> Path:
+@dataclass(frozen=True)
+class QwenShape:
+    """The sizes of a Qwen3 model: the tiny smoke model, or a real model's shapes (for speed: values do not matter)."""
+
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 64  # head_dim 64 keeps the GPU flash-attention kernels usable
+    n_ff: int = 192
+    n_layer: int = 2
+    context: int = 512
+
+
+TINY_SHAPE = QwenShape()
+QWEN3_0_6B_SHAPE = QwenShape(n_embd=1024, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072, n_layer=28, context=40960)
+
+
+def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None,
+                        shape: QwenShape = TINY_SHAPE) -> Path:
     """Write a random-weight Qwen3 GGUF to ``out`` with the tokenizer of ``vocab``; byte-identical for one seed
-    (same gguf and numpy versions). Shapes follow Qwen3: q/k norms, head_dim 64 != n_embd / n_head, tied output."""
+    (same gguf and numpy versions). Shapes follow Qwen3: q/k norms, head_dim != n_embd / n_head, tied output;
+    ``shape`` QWEN3_0_6B_SHAPE gives Qwen3-0.6B's tensors (random F16 weights, ~1 GB: llama-bench figures of a real
+    model's size where the model cannot be downloaded)."""
     gguf, np = import_gguf()
     fields = read_gguf_metadata(vocab)
 
@@ -280,19 +300,21 @@ def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template:
         raise ModelError(f"{vocab} has {len(tokens)} tokens; Qwen's special tokens need at least {_EOS + 1}")
     template = chat_template.read_text(encoding="utf-8") if chat_template else field("tokenizer.chat_template")
 
-    n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer = len(tokens), 64, 4, 2, 64, 192, 2
+    n_vocab = len(tokens)
+    n_embd, n_head, n_head_kv, head_dim = shape.n_embd, shape.n_head, shape.n_head_kv, shape.head_dim
+    n_ff, n_layer = shape.n_ff, shape.n_layer
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     writer = gguf.GGUFWriter(str(tmp), "qwen3")
     writer.add_name("tiny-qwen3 (random weights, rockbuild smoke test)")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_context_length(512)
+    writer.add_context_length(shape.context)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(n_ff)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head_kv)
-    writer.add_key_length(head_dim)  # head_dim 64 keeps the GPU flash-attention kernels usable
+    writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(1e6)
     writer.add_layer_norm_rms_eps(1e-6)
