@@ -516,4 +516,10 @@ def run_doctor(
     if bundle is not None:
         more, bundle_info = check_bundle(gpus, bundle, env)
         findings += more
+        devices = bundle_info.get("vulkan_devices")
+        if not gpus and devices:
+            # a Vulkan bundle that runs on this machine's GPU (another vendor's, or AMD's without KFD): the missing
+            # AMD GPU is worth knowing, not a problem
+            findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
+                                  f"nothing to do for the Vulkan build, which runs on {', '.join(devices)}")
     return DoctorReport(tuple(gpus), tuple(findings), tuple(recommend_flavours(gpus, table)), kernel, bundle_info)

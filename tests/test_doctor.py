@@ -349,3 +349,15 @@ def test_read_kfd_gpus_skips_cpu_nodes_and_junk(tmp_path):
     (nodes / "README").write_text("not a node")
     (nodes / "3").mkdir()  # a node whose properties vanished (hot unplug): skipped
     assert [g.target for g in read_kfd_gpus(tree)] == ["gfx1036", "gfx1100"]
+
+
+def test_no_amd_gpu_is_not_a_problem_for_a_vulkan_bundle_that_sees_a_gpu(tmp_path):
+    """Seen on the lent NVIDIA H200 (docs/gpu.md): the Vulkan bundle runs there, so doctor must not fail on the
+    missing AMD GPU; it still says so, and what the bundle runs on."""
+    report = doctor("no-gpu", tmp_path, bundle=vulkan_bundle(tmp_path, "radv"))
+    assert report.ok, report.errors
+    (gpu,) = by_topic(report, "gpu")
+    assert gpu.severity == "info" and gpu.message.startswith("no AMD GPU: ")
+    assert gpu.action == "nothing to do for the Vulkan build, which runs on Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"
+    without = doctor("no-gpu", tmp_path / "plain")
+    assert not without.ok and by_topic(without, "gpu")[0].severity == "error"
