@@ -1,0 +1,583 @@
+#!/usr/bin/env bash
+# The night rehearsal (issue 18 item 2): the whole night, as the CI fan-out runs it, on this machine, with no
+# internet, on the roots of provision.sh (see tests/e2e/README.md and docs/e2e.md "The night rehearsal"):
+#
+#   a TheRock-style index (127.0.0.1, a `const files` page) serving a TheRock-layout tarball made from the Debian ROCm
+#   7.2.4 root (therock_tarball.py); a bare clone of the pinned llama.cpp with its tag b11312; the project's GitHub
+#   API fake (github_fake.py) holding a previous release b1290; then
+#     night 1   rockbuild nightly --plan (rocm-root) -> --job linux-gfx1151 (rocm-root, builds with the extracted
+#               TheRock tree) -> --job linux-vulkan (vulkan-root) -> --release (rocm-root): release b1291;
+#               rockbuild install + doctor --bundle + smoke (a generation on the CPU) in clean-root (no ROCm), and the
+#               Vulkan asset on lavapipe in lavapipe-root
+#     night 2   the same night again: the plan says unchanged (no leg, no release), nothing fetched or uploaded
+#     night 3   a new llama.cpp commit in the bare clone (tag b11313): legs from an empty out/ with the ccache of
+#               night 1 (as CI runners start), release b1292
+#
+#   tests/e2e/night.sh [all]     the rehearsal; keeps the rehearsal's ccache (and the tarball of today) between runs
+#   tests/e2e/night.sh cold      the same from an empty ccache (night 1 compiles everything)
+#   tests/e2e/night.sh figures   (re)write $ROCKBUILD_E2E/night/figures.json from the last rehearsal's records
+#   tests/e2e/night.sh summary   print the figures of the last rehearsal
+#
+# The rehearsal's bundles carry Debian sid's glibc floor (GLIBC 2.43), above the release floor (2.35) that publish
+# enforces: the rehearsal raises the floor in its own publish config ($NIGHT/publish.yaml), never the shipped one.
+# Needs root (chroot, mount). Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
+set -euo pipefail
+
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+NIGHT=$E2E/night          # on the host
+IN=/e2e/night             # the same folder in every root (bind mount): inputs, out/, caches, the bare clone
+ROCM_ROOT=$E2E/rocm-root
+VK_ROOT=$E2E/vulkan-root
+CLEAN=$E2E/clean-root
+LAVA=$E2E/lavapipe-root
+GROUP=gfx1151
+ROCM_VERSION=7.2.4
+NEW_TAG=b$((LLAMA_BUILD_NUMBER + 1))
+VOCAB=$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf
+HOST_PY=${ROCKBUILD_E2E_PYTHON:-python3}   # the host's python: the servers need the standard library only
+
+nlog() { printf '[night %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+for item in rocm-root clean-root vulkan-root; do
+    [[ -f $E2E/.$item.stamp ]] || die "$E2E/$item is not provisioned; run tests/e2e/provision.sh (and provision.sh vulkan)"
+done
+
+# ---- steps: each timed, one line in $NIGHT/steps.jsonl -------------------------------------------------------------
+
+# step NAME COMMAND...: run COMMAND (errexit on: a failing step ends the rehearsal, and the EXIT trap says which),
+# log and record its wall time
+STEP=""
+STEP_START=""
+step() {
+    local name=$1 seconds
+    shift
+    nlog "$name ..."
+    STEP=$name
+    STEP_START=$(date +%s.%N)
+    "$@"
+    seconds=$(printf '%.2f' "$(echo "$(date +%s.%N) - $STEP_START" | bc)")
+    printf '{"step": "%s", "seconds": %s, "at": "%s"}\n' "$name" "$seconds" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        >> "$NIGHT/steps.jsonl"
+    STEP=""
+    nlog "$name: done in $seconds s"
+}
+
+# json FILE EXPR: a Python expression over the JSON document `d` of FILE
+json() { "$HOST_PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+
+# ---- servers -------------------------------------------------------------------------------------------------------
+
+SERVER_PIDS=()
+
+start_servers() {
+    mkdir -p "$NIGHT/servers"
+    rm -f "$NIGHT/servers/"*.json
+    "$HOST_PY" "$REPO/tests/e2e/therock_index.py" "$NIGHT/index" --ready "$NIGHT/servers/index.json" \
+        > "$NIGHT/servers/index.log" 2>&1 &
+    SERVER_PIDS+=("$!")
+    "$HOST_PY" "$REPO/tests/e2e/github_fake.py" --ready "$NIGHT/servers/github.json" \
+        > "$NIGHT/servers/github.log" 2>&1 &
+    SERVER_PIDS+=("$!")
+    local i
+    for i in $(seq 100); do
+        [[ -f $NIGHT/servers/index.json && -f $NIGHT/servers/github.json ]] && break
+        sleep 0.1
+    done
+    [[ -f $NIGHT/servers/index.json && -f $NIGHT/servers/github.json ]] || die "the local servers did not start"
+    INDEX_URL=$(json "$NIGHT/servers/index.json" 'd["url"]')
+    INDEX_STATS=$(json "$NIGHT/servers/index.json" 'd["stats"]')
+    API_URL=$(json "$NIGHT/servers/github.json" 'd["api_url"]')
+    GH_REPO=$(json "$NIGHT/servers/github.json" 'd["repo"]')
+    GH_TOKEN=$(json "$NIGHT/servers/github.json" 'd["token"]')
+    GH_CONTROL=$(json "$NIGHT/servers/github.json" 'd["control"]')
+    nlog "TheRock index $INDEX_URL; GitHub API $API_URL ($GH_REPO, release b1290 seeded)"
+}
+
+stop_servers() {
+    local pid
+    for pid in "${SERVER_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${SERVER_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    SERVER_PIDS=()
+}
+
+cleanup() {
+    local rc=$?
+    if [[ -n $STEP ]]; then
+        nlog "FAILED: $STEP (exit $rc after $(printf '%.0f' "$(echo "$(date +%s.%N) - $STEP_START" | bc)") s)"
+    fi
+    stop_servers
+    unmount_ours
+}
+trap cleanup EXIT
+
+# snapshot NAME: what the servers have seen so far ($NIGHT/snapshots/NAME-{index,github}.json)
+snapshot() {
+    mkdir -p "$NIGHT/snapshots"
+    "$HOST_PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+        "$INDEX_STATS" > "$NIGHT/snapshots/$1-index.json"
+    "$HOST_PY" "$REPO/tests/e2e/github_fake.py" --dump "$GH_CONTROL" > "$NIGHT/snapshots/$1-github.json"
+}
+
+# ---- the roots -----------------------------------------------------------------------------------------------------
+
+ensure_python() {  # python3 (and venv) in a root that has none: the clean root gets only that (not ROCm)
+    local root=$1
+    if [[ ! -x $root/usr/bin/python3 ]] || ! chroot_env "$root" python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        nlog "installing python3 (only) into $root"
+        echo 'Acquire::Check-Valid-Until "false";' > "$root/etc/apt/apt.conf.d/99no-check-valid-until"
+        chroot_env "$root" apt-get update -qq
+        chroot_env "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            python3 python3-venv ca-certificates > /dev/null
+        chroot_env "$root" apt-get clean
+    fi
+}
+
+prepare_roots() {
+    ensure_source
+    local root
+    for root in "$ROCM_ROOT" "$VK_ROOT" "$CLEAN"; do
+        mount_proc "$root"
+        bind_mount "$NIGHT" "$root$IN"
+    done
+    mount_source "$ROCM_ROOT"
+    mount_source "$VK_ROOT"
+    mkdir -p "$MODELS"
+    bind_mount "$MODELS" "$CLEAN/models"
+    ensure_python "$CLEAN"
+    if compgen -G "$CLEAN/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null || [[ -e $CLEAN/opt/rocm ]]; then
+        die "the clean root has ROCm in it; delete $CLEAN and its stamp, then run provision.sh"
+    fi
+    install_rockbuild "$ROCM_ROOT"
+    install_rockbuild "$VK_ROOT"
+    install_rockbuild "$CLEAN"
+    ensure_tiny_model "$ROCM_ROOT"
+    if [[ -f $E2E/.lavapipe-root.stamp ]]; then
+        mount_proc "$LAVA"
+        bind_mount "$NIGHT" "$LAVA$IN"
+        bind_mount "$MODELS" "$LAVA/models"
+        install_rockbuild "$LAVA"
+    fi
+}
+
+in_rocm() { chroot_env "$ROCM_ROOT" ROCKBUILD_CACHE="$IN/cache/rocm-root" "$@"; }
+in_vulkan() { chroot_env "$VK_ROOT" ROCKBUILD_CACHE="$IN/cache/vulkan-root" "$@"; }
+in_clean() { chroot_env "$CLEAN" ROCKBUILD_CACHE="$IN/cache/clean-root" "$@"; }
+in_lava() { chroot_env "$LAVA" ROCKBUILD_CACHE="$IN/cache/lavapipe-root" "$@"; }
+
+# ---- the night's inputs: the tarball, the bare clone, the configuration --------------------------------------------
+
+# the TheRock-layout tarball of today (the night refuses one older than --max-age-days, as it should)
+therock_tarball() {
+    local date name
+    date=$(date -u +%Y%m%d)
+    name=therock-dist-linux-$GROUP-${ROCM_VERSION}a$date.tar.gz
+    mkdir -p "$NIGHT/index"
+    if [[ -f $NIGHT/index/$name && -f $NIGHT/index/$name.json ]]; then
+        nlog "TheRock tarball $name: made earlier today, kept"
+    else
+        find "$NIGHT/index" -maxdepth 1 -name 'therock-dist-*' -delete
+        in_rocm python3 "$RB_SRC/tests/e2e/therock_tarball.py" tree --stage "$IN/therock-stage" --group "$GROUP" \
+            --targets "$GROUP" --version "$ROCM_VERSION" --date "$date"
+        "$HOST_PY" "$REPO/tests/e2e/therock_tarball.py" pack --stage "$NIGHT/therock-stage" --out "$NIGHT/index"
+    fi
+    TARBALL=$name
+}
+
+# the pinned llama.cpp as a repository the night resolves and clones without a network: master and tag b11312 on it
+bare_clone() {
+    rm -rf "$NIGHT/llama.git"
+    in_rocm git clone -q --bare "$LLAMA_IN_ROOT" "$IN/llama.git"
+    local ref
+    for ref in $(in_rocm git -C "$IN/llama.git" for-each-ref --format='%(refname)'); do
+        in_rocm git -C "$IN/llama.git" update-ref -d "$ref"
+    done
+    in_rocm git -C "$IN/llama.git" update-ref refs/heads/master "$LLAMA_COMMIT"
+    in_rocm git -C "$IN/llama.git" symbolic-ref HEAD refs/heads/master
+    in_rocm git -C "$IN/llama.git" tag "b$LLAMA_BUILD_NUMBER" "$LLAMA_COMMIT"
+    nlog "bare clone $IN/llama.git: master = tag b$LLAMA_BUILD_NUMBER = ${LLAMA_COMMIT:0:12}"
+}
+
+# a new llama.cpp commit on master (one real change to tools/cli/cli.cpp), tagged b11313, made with git's plumbing
+new_commit() {
+    local git=(git -C "$IN/llama.git") blob tree commit
+    local env=(GIT_INDEX_FILE="$IN/new-commit.index" GIT_AUTHOR_NAME=rehearsal GIT_AUTHOR_EMAIL=rehearsal@localhost
+               GIT_COMMITTER_NAME=rehearsal GIT_COMMITTER_EMAIL=rehearsal@localhost
+               GIT_AUTHOR_DATE="$(date -u +%s) +0000" GIT_COMMITTER_DATE="$(date -u +%s) +0000")
+    rm -f "$NIGHT/new-commit.index"
+    in_rocm "${env[@]}" "${git[@]}" read-tree "$LLAMA_COMMIT"
+    in_rocm "${git[@]}" show "$LLAMA_COMMIT:tools/cli/cli.cpp" \
+        | sed 's/std::exit(130);/std::exit(128 + SIGINT); \/\/ 130, spelled as what it is/' > "$NIGHT/cli.cpp"
+    grep -q '128 + SIGINT' "$NIGHT/cli.cpp" || die "the change to tools/cli/cli.cpp did not apply"
+    blob=$(in_rocm "${git[@]}" hash-object -w "$IN/cli.cpp")
+    in_rocm "${env[@]}" "${git[@]}" update-index --cacheinfo "100644,$blob,tools/cli/cli.cpp"
+    tree=$(in_rocm "${env[@]}" "${git[@]}" write-tree)
+    commit=$(in_rocm "${env[@]}" "${git[@]}" commit-tree "$tree" -p "$LLAMA_COMMIT" \
+        -m "cli: spell the second Ctrl+C's exit code as 128 + SIGINT (night rehearsal)")
+    in_rocm "${git[@]}" update-ref refs/heads/master "$commit"
+    in_rocm "${git[@]}" tag "$NEW_TAG" "$commit"
+    rm -f "$NIGHT/new-commit.index" "$NIGHT/cli.cpp"
+    NEW_COMMIT=$commit
+    nlog "new commit on master: ${commit:0:12} (tag $NEW_TAG), tools/cli/cli.cpp changed"
+}
+
+# highest VERSION of FAMILY (GLIBC, GLIBCXX, CXXABI) a library of the roots defines
+highest() {
+    local family=$1 lib=$2 root
+    for root in "$ROCM_ROOT" "$VK_ROOT"; do
+        grep -ao "${family}_[0-9][0-9.]*[0-9]" "$root/usr/lib/x86_64-linux-gnu/$lib"
+    done | sed "s/^${family}_//" | sort -uV | tail -1
+}
+
+write_config() {
+    # the two jobs of the rehearsal, as in the shipped matrix (the Vulkan job optional, as it is there)
+    cat > "$NIGHT/matrix.yaml" <<'EOF'
+# tests/e2e/night.sh: linux gfx1151 (ROCm, from the TheRock tarball) and linux vulkan, nothing else
+options:
+  llama_ref: master
+  rocm: {channel: nightly, version: latest}
+  required: true
+matrix:
+  os: [linux]
+  target: [gfx1151]
+  include:
+    - {os: linux, backend: vulkan, required: false}
+EOF
+    # the shipped publish.yaml with the glibc floor RAISED to what Debian sid provides (the rehearsal builds there)
+    FLOOR_GLIBC=$(highest GLIBC libc.so.6)
+    FLOOR_GLIBCXX=$(highest GLIBCXX libstdc++.so.6)
+    FLOOR_CXXABI=$(highest CXXABI libstdc++.so.6)
+    sed -e "s/^  GLIBC: .*/  GLIBC: \"$FLOOR_GLIBC\"      # RAISED by tests\/e2e\/night.sh: Debian sid's, not a release floor/" \
+        -e "s/^  GLIBCXX: .*/  GLIBCXX: \"$FLOOR_GLIBCXX\"  # RAISED (sid)/" \
+        -e "s/^  CXXABI: .*/  CXXABI: \"$FLOOR_CXXABI\"    # RAISED (sid)/" \
+        "$REPO/matrices/publish.yaml" > "$NIGHT/publish.yaml"
+    grep -q "GLIBC: \"$FLOOR_GLIBC\"" "$NIGHT/publish.yaml" || die "could not raise the glibc floor in publish.yaml"
+    nlog "publish config $NIGHT/publish.yaml: glibc floor RAISED to GLIBC $FLOOR_GLIBC, GLIBCXX $FLOOR_GLIBCXX," \
+        "CXXABI $FLOOR_CXXABI (shipped: $(grep -A3 '^glibc_floor:' "$REPO/matrices/publish.yaml" | tail -3 | tr -d ' "\n'))"
+}
+
+# ---- the night's three modes ---------------------------------------------------------------------------------------
+
+# plan N: rockbuild nightly --plan for night N (inputs, plan JSON and $GITHUB_OUTPUT in $IN/nN/)
+plan() {
+    local n=$1
+    in_rocm GITHUB_TOKEN="$GH_TOKEN" GITHUB_OUTPUT="$IN/n$n/github-output" "$VENV/bin/rockbuild" nightly --plan \
+        -c "$IN/matrix.yaml" --repo "$GH_REPO" --api-url "$API_URL" --index-url "$INDEX_URL" \
+        --git-url "$IN/llama.git" --llama-ref master --rocm-version latest --publish-config "$IN/publish.yaml" \
+        --inputs "$IN/n$n/inputs.json" --json > "$NIGHT/n$n/plan.json"
+}
+
+# leg N JOB: rockbuild nightly --job JOB in its root (ROCm: rocm-root; Vulkan: vulkan-root), out/ as a runner's
+leg() {
+    local n=$1 job=$2 run=in_rocm
+    [[ $job == *vulkan ]] && run=in_vulkan
+    "$run" "$VENV/bin/rockbuild" nightly --job "$job" --inputs "$IN/n$n/inputs.json" --out "$IN/out" \
+        --ccache-dir "$IN/ccache/$job" --offline --compile-jobs "$JOBS" --model tiny --vocab "$VOCAB" --json \
+        > "$NIGHT/n$n/job-$job.json" 2> "$NIGHT/n$n/job-$job.log"
+}
+
+release() {
+    local n=$1
+    in_rocm GITHUB_TOKEN="$GH_TOKEN" "$VENV/bin/rockbuild" nightly --release --inputs "$IN/n$n/inputs.json" \
+        --repo "$GH_REPO" --api-url "$API_URL" --publish-config "$IN/publish.yaml" --out "$IN/out" \
+        "$IN/out/linux-$GROUP" "$IN/out/linux-vulkan" --json > "$NIGHT/n$n/release.json" 2> "$NIGHT/n$n/release.log"
+}
+
+# keep N: the night's job folders (what a runner uploads) move to nN/out; the next night starts from an empty out/
+keep() {
+    rm -rf "$NIGHT/n$1/out"
+    mv "$NIGHT/out" "$NIGHT/n$1/out"
+    mkdir -p "$NIGHT/out"
+}
+
+changed() { grep -q '^changed=true$' "$NIGHT/n$1/github-output"; }
+
+# the ROCm job really built with the extracted TheRock tree: toolchain, ROCm and every bundled file from it (or from
+# the build), none from the root's /usr
+check_therock_build() {
+    local n=$1
+    "$HOST_PY" - "$NIGHT/out/linux-$GROUP" "$IN" "$TARBALL" <<'PYEOF'
+import json, sys
+job, inside, tarball = sys.argv[1], sys.argv[2], sys.argv[3]
+build = json.load(open(f"{job}/build.json"))
+bundle = json.load(open(f"{job}/bundle/bundle.json"))
+tree = f"{inside}/cache/rocm-root/rocm/{tarball.removesuffix('.tar.gz')}"
+problems = []
+rocm = build.get("rocm") or {}
+if rocm.get("kind") != "therock": problems.append(f"ROCm kind {rocm.get('kind')}")
+if (rocm.get("tarball") or {}).get("name") != tarball: problems.append(f"tarball {(rocm.get('tarball') or {}).get('name')}")
+for key in ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER", "CMAKE_HIP_COMPILER"):
+    if not build["cmake_definitions"].get(key, "").startswith(tree + "/lib/llvm/bin/"):
+        problems.append(f"{key} = {build['cmake_definitions'].get(key)}")
+for key in ("ROCM_PATH", "HIP_PATH"):
+    if build["environment"].get(key) != tree: problems.append(f"{key} = {build['environment'].get(key)}")
+if not build["environment"].get("HIP_DEVICE_LIB_PATH", "").startswith(tree):
+    problems.append(f"HIP_DEVICE_LIB_PATH = {build['environment'].get('HIP_DEVICE_LIB_PATH')}")
+sources = [f.get("source") or "" for f in bundle.get("files") or []]
+ships = [s for s in (bundle.get("closure") or {}).get("ships") or [] if s.get("status") in ("root", "ships")]
+mine = lambda p: p.startswith(tree + "/") or p.startswith(f"{inside}/out/")  # noqa: E731
+# the policy's extras that no library of the tree needs (libatomic.so.1) may come from the build host
+host = [s for s in ships if not mine(s["real_path"]) and s.get("via") == "extra" and not s.get("needed_by")]
+outside = [s["real_path"] for s in ships if not mine(s["real_path"]) and s not in host]
+if outside: problems.append("bundled from outside the tree and the build: " + ", ".join(outside[:5]))
+if len(ships) != len(sources): problems.append(f"{len(ships)} closure entries, {len(sources)} files")
+kernels = [f.get("source") for f in (bundle.get("kernels") or {}).get("folders") or []]
+if not kernels or not all(k.startswith(tree + "/lib/") for k in kernels): problems.append(f"kernel data from {kernels}")
+if (bundle.get("rocm") or {}).get("root") != tree: problems.append(f"bundle's ROCm root {(bundle.get('rocm') or {}).get('root')}")
+if problems:
+    sys.exit("the ROCm job did not build from the extracted TheRock tree: " + "; ".join(problems))
+print(f"[night] linux-gfx1151 built and bundled from the extracted TheRock tree {tree}: compilers, ROCM_PATH, "
+      f"{len(sources)} bundled files ({sum(s.startswith(tree) for s in sources)} from the tree, "
+      f"{sum(s.startswith(inside + '/out/') for s in sources)} from the build, from the build host by policy: "
+      f"{', '.join(s['name'] for s in host) or 'none'}), kernel data", file=sys.stderr)
+PYEOF
+}
+
+# ---- the rehearsal -------------------------------------------------------------------------------------------------
+
+night_one() {
+    mkdir -p "$NIGHT/n1"
+    snapshot n1-start
+    step "night 1: plan" plan 1
+    changed 1 || die "night 1: the plan says unchanged; b1290 was made from other inputs"
+    snapshot n1-planned
+    step "night 1: leg linux-$GROUP (rocm-root: fetch, build, bundle, smoke)" leg 1 "linux-$GROUP"
+    snapshot n1-rocm
+    check_therock_build 1
+    step "night 1: leg linux-vulkan (vulkan-root)" leg 1 linux-vulkan
+    step "night 1: release" release 1
+    snapshot n1-released
+    nlog "night 1: $(json "$NIGHT/n1/release.json" 'd["message"]')"
+    keep 1
+}
+
+install_checks() {
+    local dest=$IN/installed/rocm
+    rm -rf "$NIGHT/installed"
+    mkdir -p "$NIGHT/installed"
+    step "clean-root: rockbuild install (latest, gfx1151)" in_clean "$VENV/bin/rockbuild" install --repo "$GH_REPO" \
+        --api-url "$API_URL" --tag latest --target "$GROUP" --dest "$dest" --json > "$NIGHT/installed/install.json"
+    nlog "clean-root: $(json "$NIGHT/installed/install.json" 'd["asset"]["name"] + " (" + d["tag"] + "), audit ok: " + str(d["audit_ok"])')"
+    local rc=0
+    in_clean "$VENV/bin/rockbuild" doctor --bundle "$dest" --json > "$NIGHT/installed/doctor.json" || rc=$?
+    echo "$rc" > "$NIGHT/installed/doctor.rc"
+    nlog "clean-root: rockbuild doctor --bundle: exit $rc; $(json "$NIGHT/installed/doctor.json" \
+        '"; ".join(f["severity"] + ": " + f["message"] for f in d["findings"])')"
+    step "clean-root: rockbuild smoke (tiny model, CPU)" in_clean "$VENV/bin/rockbuild" smoke "$dest" \
+        --model /models/tiny-qwen3.gguf --expect-gpu no --report /tmp/night-smoke.json --json \
+        > "$NIGHT/installed/smoke.json"
+    # one generation by hand, from the installed folder, with an empty environment
+    in_clean /usr/bin/env -i "$dest/llama-completion" -m /models/tiny-qwen3.gguf -p "The quick brown fox" -n 16 \
+        -no-cnv --temp 0 -t 1 > "$NIGHT/installed/generation.txt" 2> "$NIGHT/installed/generation.log"
+    in_clean /usr/bin/env -i LD_DEBUG=libs "$dest/llama-cli" --version 2>&1 | grep 'calling init:' \
+        | grep -v "$dest" | sed 's/.*calling init: //' | sort -u > "$NIGHT/installed/from-root.txt" || true
+    nlog "clean-root: generated $(wc -c < "$NIGHT/installed/generation.txt") bytes; libraries from the root:" \
+        "$(tr '\n' ' ' < "$NIGHT/installed/from-root.txt")"
+    if [[ -f $E2E/.lavapipe-root.stamp ]]; then
+        mkdir -p "$NIGHT/cache/mesa"
+        step "lavapipe-root: rockbuild install --backend vulkan" in_lava "$VENV/bin/rockbuild" install \
+            --repo "$GH_REPO" --api-url "$API_URL" --tag latest --backend vulkan --dest "$IN/installed/vulkan" --json \
+            > "$NIGHT/installed/install-vulkan.json"
+        step "lavapipe-root: rockbuild smoke --expect-gpu yes (lavapipe)" in_lava GGML_VK_VISIBLE_DEVICES=0 \
+            MESA_SHADER_CACHE_DIR="$IN/cache/mesa" "$VENV/bin/rockbuild" smoke "$IN/installed/vulkan" \
+            --model /models/tiny-qwen3.gguf --expect-gpu yes --report /tmp/night-smoke-vulkan.json --json \
+            > "$NIGHT/installed/smoke-vulkan.json"
+    fi
+}
+
+night_two() {
+    mkdir -p "$NIGHT/n2"
+    snapshot n2-start
+    step "night 2: plan (the same night again)" plan 2
+    snapshot n2-end
+    if changed 2; then die "night 2: the plan says changed: $(json "$NIGHT/n2/plan.json" 'd["changes"]')"; fi
+    nlog "night 2: unchanged since $(json "$NIGHT/n2/plan.json" 'd["release"]'); no leg, no release (the workflow's" \
+        "build and publish jobs do not start)"
+}
+
+night_three() {
+    mkdir -p "$NIGHT/n3"
+    step "night 3: a new llama.cpp commit" new_commit
+    snapshot n3-start
+    step "night 3: plan" plan 3
+    changed 3 || die "night 3: the plan says unchanged after a new commit"
+    step "night 3: leg linux-$GROUP (warm: ccache of night 1)" leg 3 "linux-$GROUP"
+    check_therock_build 3
+    [[ $(json "$NIGHT/out/linux-$GROUP/build.json" 'd["llama_cpp"]["commit"]') == "$NEW_COMMIT" ]] \
+        || die "night 3 did not build the new commit ${NEW_COMMIT:0:12}"
+    step "night 3: leg linux-vulkan (warm)" leg 3 linux-vulkan
+    step "night 3: release" release 3
+    snapshot n3-end
+    nlog "night 3: $(json "$NIGHT/n3/release.json" 'd["message"]')"
+    keep 3
+}
+
+rehearse() {
+    local mode=$1
+    exec 9> "$E2E/.night.lock"
+    flock -n 9 || die "another night rehearsal is running"
+    if pgrep -f 'tests/e2e/(run|vulkan)\.sh' > /dev/null; then die "another e2e build is running; never two at once"; fi
+    mkdir -p "$NIGHT"
+    # a fresh rehearsal: no out/, caches, clone or records of the last one; kept: today's tarball and the ccache
+    rm -rf "${NIGHT:?}"/{out,n1,n2,n3,cache,installed,snapshots,servers,llama.git,therock-stage,therock-stage.json} \
+        "$NIGHT/steps.jsonl" "$NIGHT/figures.json"
+    if [[ $mode == cold ]]; then rm -rf "$NIGHT/ccache"; nlog "cold: the rehearsal's ccache emptied"; fi
+    mkdir -p "$NIGHT/out" "$NIGHT/ccache" "$NIGHT/cache"
+    : > "$NIGHT/steps.jsonl"
+    step "prepare the roots (mounts, rockbuild in 4 roots, tiny model)" prepare_roots
+    step "TheRock tarball (tree in rocm-root, pack on the host)" therock_tarball
+    step "bare clone of llama.cpp b$LLAMA_BUILD_NUMBER" bare_clone
+    write_config
+    start_servers
+    night_one
+    install_checks
+    night_two
+    night_three
+    stop_servers
+    figures
+    summary
+}
+
+# ---- figures -------------------------------------------------------------------------------------------------------
+
+# figures: $NIGHT/figures.json from the records of the last rehearsal (steps.jsonl, nN/, snapshots/, installed/)
+figures() {
+    "$HOST_PY" - "$NIGHT" <<'PYEOF'
+import datetime, glob, json, os, re, sys
+night = sys.argv[1]
+(tarball,) = [os.path.basename(p) for p in glob.glob(os.path.join(night, "index", "therock-dist-*.tar.gz"))]
+floor = dict(re.findall(r'^  (GLIBC|GLIBCXX|CXXABI): "([0-9.]+)"', open(os.path.join(night, "publish.yaml")).read(), re.M))
+def count(value):
+    return value if isinstance(value, int) else len(value or [])
+def load(path, default=None):
+    try:
+        return json.load(open(os.path.join(night, path)))
+    except (OSError, ValueError):
+        return default
+steps = [json.loads(line) for line in open(os.path.join(night, "steps.jsonl")) if line.strip()]
+def delta(a, b):
+    ia, ib = load(f"snapshots/{a}-index.json", {}), load(f"snapshots/{b}-index.json", {})
+    ga, gb = load(f"snapshots/{a}-github.json", {}), load(f"snapshots/{b}-github.json", {})
+    return {"tarball_bytes": ib.get("tarball_bytes", 0) - ia.get("tarball_bytes", 0),
+            "tarball_requests": ib.get("tarball_requests", 0) - ia.get("tarball_requests", 0),
+            "index_requests": ib.get("requests", 0) - ia.get("requests", 0),
+            "github_requests": gb.get("requests", 0) - ga.get("requests", 0),
+            "github_writes": gb.get("writes", 0) - ga.get("writes", 0),
+            "uploads": gb.get("uploads", 0) - ga.get("uploads", 0)}
+def job(n, job_id):
+    folder = f"n{n}/out/{job_id}"
+    build, bundle = load(f"{folder}/build.json", {}), load(f"{folder}/bundle/bundle.json", {})
+    state, report, smoke = load(f"{folder}/night.json", {}), load(f"n{n}/job-{job_id}.json", {}), load(f"{folder}/smoke.json", {})
+    cc, ninja, d = build.get("ccache") or {}, build.get("ninja") or {}, build.get("durations") or {}
+    (outcome,) = report.get("jobs") or [{}]
+    fetch = (state.get("stages") or {}).get("fetch") or {}
+    return {"status": outcome.get("status"), "stages": outcome.get("stages"), "seconds": round(report.get("seconds", 0), 1),
+            "fetch_transferred": fetch.get("transferred"),
+            "llama_cpp": (build.get("llama_cpp") or {}).get("build_number"), "commit": (build.get("llama_cpp") or {}).get("commit"),
+            "configure_s": d.get("configure"), "compile_s": d.get("compile"), "build_s": d.get("total"),
+            "ninja_steps": ninja.get("steps"), "objects": ninja.get("objects"),
+            "ccache_hits": cc.get("hits"), "ccache_misses": cc.get("misses"),
+            "bundle_files": count(bundle.get("files")), "bundle_kernel_files": count(bundle.get("data_files")),
+            "pruned_fatbins": [p.get("file") for p in bundle.get("pruned_fatbins") or []],
+            "bundle_bytes": bundle.get("total_bytes"), "smoke_ok": smoke.get("ok"),
+            "rocm": {k: (build.get("rocm") or {}).get(k) for k in ("kind", "version", "package_version")} if build.get("rocm") else None}
+def release(n):
+    r = load(f"n{n}/release.json", {}) or {}
+    rel = r.get("release") or {}
+    return {"state": r.get("state"), "tag": rel.get("tag"), "message": r.get("message"),
+            "assets": {a["name"]: a["size"] for a in rel.get("assets") or []},
+            "actions": {a["asset"]: a["action"] for a in rel.get("actions") or []}}
+plan2 = load("n2/plan.json", {})
+tar = load(f"index/{tarball}.json", {})
+final = load("snapshots/n3-end-github.json", {})
+installed = {
+    "install": load("installed/install.json"), "doctor_rc": int(open(os.path.join(night, "installed/doctor.rc")).read()),
+    "doctor": [f"{f['severity']}: {f['message']}" for f in (load("installed/doctor.json", {}) or {}).get("findings", [])],
+    "smoke_ok": (load("installed/smoke.json", {}) or {}).get("ok"),
+    "smoke_cli": ((load("installed/smoke.json", {}) or {}).get("runs") or {}).get("cli"),
+    "generation_bytes": os.path.getsize(os.path.join(night, "installed/generation.txt")),
+    "from_root": open(os.path.join(night, "installed/from-root.txt")).read().split(),
+    "vulkan_install": load("installed/install-vulkan.json"),
+    "vulkan_smoke_ok": (load("installed/smoke-vulkan.json", {}) or {}).get("ok"),
+    "vulkan_smoke_gpu": ((load("installed/smoke-vulkan.json", {}) or {}).get("gpu") or {}).get("summary"),
+}
+figures = {
+    "date": datetime.date.today().isoformat(),
+    "steps": steps,
+    "tarball": {k: tar.get(k) for k in ("name", "size", "sha256", "seconds", "compressor", "tree_bytes")}
+               | {"tree": {k: (tar.get("tree") or {}).get(k) for k in ("files", "symlinks", "bytes", "kernel_data", "sysdeps", "seconds", "hip_version")}},
+    "glibc_floor_raised_to": floor,
+    "night1": {"plan": load("n1/plan.json"), "traffic": delta("n1-start", "n1-released"),
+               "rocm_leg_traffic": delta("n1-planned", "n1-rocm"),
+               "jobs": {j: job(1, j) for j in ("linux-gfx1151", "linux-vulkan")}, "release": release(1)},
+    "installed": installed,
+    "night2": {"state": plan2.get("state"), "release": plan2.get("release"), "jobs": plan2.get("jobs"),
+               "seconds": next((s["seconds"] for s in steps if s["step"].startswith("night 2")), None),
+               "traffic": delta("n2-start", "n2-end")},
+    "night3": {"plan": load("n3/plan.json"), "traffic": delta("n3-start", "n3-end"),
+               "jobs": {j: job(3, j) for j in ("linux-gfx1151", "linux-vulkan")}, "release": release(3)},
+    "github": {"releases": [{"tag": r["tag"], "latest": r["latest"], "assets": {a["name"]: a["size"] for a in r["assets"]}}
+                            for r in final.get("releases", [])],
+               "writes": final.get("writes"), "uploads": final.get("uploads"), "issues": final.get("issues")},
+}
+json.dump(figures, open(os.path.join(night, "figures.json"), "w"), indent=2)
+print(f"[night] figures: {os.path.join(night, 'figures.json')}", file=sys.stderr)
+PYEOF
+}
+
+summary() {
+    [[ -f $NIGHT/figures.json ]] || die "no figures yet: run $0"
+    "$HOST_PY" - "$NIGHT/figures.json" <<'PYEOF'
+import json, sys
+f = json.load(open(sys.argv[1]))
+print(f"[night] summary ({f['date']})")
+for s in f["steps"]:
+    print(f"    {s['seconds']:>8.1f} s  {s['step']}")
+t = f["tarball"]
+print(f"    tarball {t['name']}: {t['size']:,} bytes (tree {t['tree_bytes']:,} bytes, {t['tree']['files']} files, "
+      f"kernel files kept {t['tree']['kernel_data']['kept']}); glibc floor raised to {f['glibc_floor_raised_to']}")
+for n in ("night1", "night3"):
+    night = f[n]
+    tr = night["traffic"]
+    print(f"    {n}: {night['release']['tag']} {night['release']['state']}; fetched {tr['tarball_bytes']:,} tarball bytes "
+          f"in {tr['tarball_requests']} request(s); {tr['uploads']} uploads, {tr['github_writes']} API writes")
+    for job_id, j in night["jobs"].items():
+        print(f"      {job_id}: {j['status']} {j['stages']}; {j['llama_cpp']}; build {j['build_s']:.1f} s "
+              f"(compile {j['compile_s']:.1f} s, {j['ninja_steps']} ninja steps), ccache {j['ccache_hits']} hits / "
+              f"{j['ccache_misses']} misses; bundle {j['bundle_files']} + {j['bundle_kernel_files']} files, "
+              f"{j['bundle_bytes']:,} bytes" + (f"; ROCm tarball bytes fetched: {j['fetch_transferred']:,}"
+                                                if j["fetch_transferred"] is not None else ""))
+    for name, size in night["release"]["assets"].items():
+        print(f"      {size:>14,}  {name}")
+n2 = f["night2"]
+print(f"    night2: {n2['state']} (release {n2['release']}) in {n2['seconds']} s; jobs {n2['jobs']}; "
+      f"tarball bytes {n2['traffic']['tarball_bytes']}, uploads {n2['traffic']['uploads']}, writes {n2['traffic']['github_writes']}")
+i = f["installed"]
+print(f"    clean-root: installed {(i['install'] or {}).get('asset', {}).get('name')} (audit {(i['install'] or {}).get('audit_ok')}); "
+      f"doctor exit {i['doctor_rc']}; smoke {'passed' if i['smoke_ok'] else 'FAILED'} "
+      f"({(i['smoke_cli'] or {}).get('tokens')} tokens at {(i['smoke_cli'] or {}).get('tokens_per_second')} t/s); "
+      f"from the root: {' '.join(p.rsplit('/', 1)[-1] for p in i['from_root'])}")
+if i.get("vulkan_install"):
+    print(f"    lavapipe-root: installed {i['vulkan_install']['asset']['name']}; smoke {'passed' if i['vulkan_smoke_ok'] else 'FAILED'}: {i['vulkan_smoke_gpu']}")
+print(f"    GitHub: " + "; ".join(f"{r['tag']}{' (latest)' if r['latest'] else ''}: {len(r['assets'])} assets" for r in f["github"]["releases"])
+      + f"; {f['github']['uploads']} uploads in all")
+PYEOF
+}
+
+main() {
+    local mode=${1:-all}
+    case $mode in
+        all | cold) rehearse "$mode" ;;
+        figures) figures && summary ;;
+        summary) summary ;;
+        *) die "unknown mode $mode (all, cold, figures, summary)" ;;
+    esac
+    nlog "done in ${SECONDS} s"
+}
+
+main "$@"
