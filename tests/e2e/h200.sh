@@ -88,14 +88,14 @@ from rockbuild.model import QWEN3_0_6B_SHAPE
 generate_tiny_qwen3(Path(".h200/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-shaped.gguf"), seed=0,
                     shape=QWEN3_0_6B_SHAPE)
 PY
-    ls -l /tmp/qwen3-0.6b-shaped.gguf | tee -a "$OUT/versions.txt"
+    stat -c '%n %s bytes' /tmp/qwen3-0.6b-shaped.gguf | tee -a "$OUT/versions.txt"
     set +e
     rb doctor --bundle /tmp/job/bundle > "$OUT/doctor.txt" 2>&1; echo "doctor exit $?" >> "$OUT/doctor.txt"
     rb smoke /tmp/job --model /tmp/qwen3-0.6b-shaped.gguf --expect-gpu yes --bench gpu \
         --report "$OUT/gpu-smoke.json" > "$OUT/smoke.txt" 2>&1; echo "smoke exit $?" >> "$OUT/smoke.txt"
     rb compare /tmp/job/bundle --model /tmp/qwen3-0.6b-shaped.gguf -r 3 --json > "$OUT/compare-gpu.json" \
         2> "$OUT/compare-gpu.txt"
-    GGML_VK_VISIBLE_DEVICES= rb compare /tmp/job/bundle --model /tmp/qwen3-0.6b-shaped.gguf -r 3 --ngl 0 \
+    GGML_VK_VISIBLE_DEVICES='' rb compare /tmp/job/bundle --model /tmp/qwen3-0.6b-shaped.gguf -r 3 --ngl 0 \
         --threads 16 --json > "$OUT/compare-cpu.json" 2> "$OUT/compare-cpu.txt"
     set -e
 }
