@@ -14,6 +14,8 @@ Policy, member by member (the first refusal aborts the whole extraction, nothing
 
 * names: absolute paths, ``..`` components, NUL bytes and paths through an earlier symlink or file are refused;
 * regular files: written with ``O_CREAT | O_EXCL | O_NOFOLLOW``; permission bits kept, setuid/setgid/sticky dropped;
+  every all-zero 4 KiB block is left as a hole (:class:`SparseWriter`: the same bytes, no disk space for the
+  zero-filled code objects of a pruned fat binary);
 * directories: created as needed; modes (special bits dropped, owner rwx added so the tree can always be deleted)
   and mtimes applied at the end;
 * symlinks: absolute targets and targets that leave the root, lexically or through other symlinks, are refused;
@@ -81,9 +83,103 @@ class ExtractReport:
     input_bytes: int
     seconds: float
     decompressor: str
+    bytes_in_holes: int = 0  # of bytes_written: all-zero blocks left unallocated (sparse files)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Holes: zero blocks are not written, so a pruned fat binary (zero-filled in place) takes no disk space for its zeros
+# --------------------------------------------------------------------------------------------------------------------
+
+HOLE_BLOCK = 4096
+"""Granularity of holes: file-system blocks are 4 KiB (ext4, xfs, btrfs, tmpfs on x86_64)."""
+_ZERO_BLOCK = bytes(HOLE_BLOCK)
+
+
+class SparseWriter:
+    """Writes a new file's bytes in order (``os.pwrite`` at explicit offsets), leaving every all-zero
+    ``HOLE_BLOCK``-aligned block unwritten: a hole, read back as zeros, taking no disk space. :meth:`close` sets the
+    size (a file ending in zeros ends in a hole). The content is the same byte for byte as a plain write's; only the
+    allocation differs. Python's tarfile writes no sparse members and zip has none, so holes are made here, where
+    the bytes land."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pos = 0
+        self.holes = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        raw = data if isinstance(data, bytes) else bytes(data)
+        size = len(raw)
+        if not size:
+            return
+        if size >= HOLE_BLOCK and raw == bytes(size):  # the common case of a long zero run: one memcmp
+            self.pos += size
+            self.holes += size
+            return
+        view = memoryview(raw)
+        start = 0  # the run of non-zero blocks to write: view[start:cut]
+        cut = 0
+        while cut < size:
+            end = min(size, cut + HOLE_BLOCK - (self.pos + cut) % HOLE_BLOCK)  # to the next block boundary
+            if raw[cut:end] == _ZERO_BLOCK[: end - cut]:
+                self._pwrite(view[start:cut], self.pos + start)
+                self.holes += end - cut
+                start = end
+            cut = end
+        self._pwrite(view[start:size], self.pos + start)
+        self.pos += size
+
+    def _pwrite(self, view: memoryview, offset: int) -> None:
+        while view:
+            done = os.pwrite(self.fd, view, offset)
+            view, offset = view[done:], offset + done
+
+    def close(self) -> None:
+        """Set the file's size to every byte written or skipped (the descriptor stays open)."""
+        os.ftruncate(self.fd, self.pos)
+
+
+def copy_sparse(read: Callable[[int], bytes], fd: int, size: int | None = None) -> tuple[int, int]:
+    """Copy what ``read`` returns (until b"", or ``size`` bytes) into the new file ``fd`` through a
+    :class:`SparseWriter`; returns (bytes copied, bytes left as holes). Fewer than ``size`` bytes raises EOFError."""
+    writer = SparseWriter(fd)
+    remaining = size
+    while remaining is None or remaining > 0:
+        data = read(CHUNK if remaining is None else min(remaining, CHUNK))
+        if not data:
+            if remaining is not None:
+                raise EOFError(f"{remaining} bytes missing")
+            break
+        writer.write(data)
+        if remaining is not None:
+            remaining -= len(data)
+    writer.close()
+    return writer.pos, writer.holes
+
+
+def make_sparse(path: Path) -> int:
+    """Rewrite the file at ``path`` with its all-zero blocks as holes (same bytes, same mode; written beside it and
+    renamed over it); returns the bytes now in holes."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.sparse-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with open(path, "rb") as src:
+            _copied, holes = copy_sparse(src.read, fd)
+            os.fchmod(fd, stat.S_IMODE(os.fstat(src.fileno()).st_mode))
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return holes
 
 
 def resolve_decompressor(choice: str = "auto") -> str:
@@ -469,7 +565,8 @@ class StreamExtractor:
         self._kinds: dict[str, str] = {"": "dir"}  # key -> "dir" | "file" | "symlink"; hard links count as "file"
         self._links: dict[str, tuple[str, str]] = {}  # symlink key -> (target, member name)
         self._dir_meta: dict[str, tuple[int, int | None]] = {}  # dir key -> (mode, mtime_ns)
-        self._counts = {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "bytes_written": 0}
+        self._counts = {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "bytes_written": 0,
+                        "bytes_in_holes": 0}
 
         self._input_bytes = 0
         self._error: BaseException | None = None
@@ -689,15 +786,11 @@ class StreamExtractor:
         fd = os.open(self._path(key), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._kinds[key] = "file"
         try:
-            remaining = m.size
-            while remaining > 0:
-                data = read(min(remaining, CHUNK))
-                if not data:
-                    raise _TruncatedMember
-                remaining -= len(data)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+            try:
+                _copied, holes = copy_sparse(read, fd, m.size)
+            except EOFError:
+                raise _TruncatedMember from None
+            self._counts["bytes_in_holes"] += holes
             os.fchmod(fd, m.mode & 0o777)
             if (ns := _mtime_ns(m)) is not None:
                 os.utime(fd, ns=(ns, ns))

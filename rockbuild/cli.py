@@ -131,8 +131,9 @@ COMPILE = options(
                  help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone)."),
     click.option("--ccache-dir", type=folder(), default=None, help="ccache directory (default: <cache>/ccache)."),
     click.option("--no-ccache", is_flag=True, help="Do not use ccache even when it is installed."),
-    click.option("--prune-fatbin", is_flag=True,
-                 help="Also drop other targets' device code from rocBLAS/rocSOLVER (unproven on a GPU: opt-in)."),
+    click.option("--prune-fatbin/--no-prune-fatbin", default=None,
+                 help="Drop other GPU targets' code from rocBLAS/rocSOLVER, each pruned library proved against its "
+                 "original by the ROCm root's clang-offload-bundler (default: when the root has it)."),
 )
 POLICY = click.option("--policy", type=file(exists=True), default=None,
                       help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")

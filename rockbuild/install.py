@@ -284,9 +284,12 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
 
     Same refusals as :mod:`rockbuild.archive`: absolute paths, ``..``, symlinks, devices, FIFOs, a second member
     with the path of an earlier one, and a file where a folder is needed. Permission bits are kept (setuid, setgid
-    and sticky dropped). Work happens in a staging folder beside ``dest``, renamed into place only when every
-    member was written and its CRC checked; any refusal or error removes it.
+    and sticky dropped); all-zero 4 KiB blocks are left as holes, as the tar extractor does. Work happens in a
+    staging folder beside ``dest``, renamed into place only when every member was written and its CRC checked; any
+    refusal or error removes it.
     """
+    from .archive import copy_sparse
+
     dest = Path(dest).absolute()
     if os.path.lexists(dest):
         raise ExtractionError(f"{dest} already exists; not extracting over it", hint="delete it or pass --dest")
@@ -327,7 +330,7 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
                 perms = (stat.S_IMODE(mode) & 0o777) if mode else 0o644
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 with os.fdopen(fd, "wb") as out, zf.open(info) as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
+                    copy_sparse(src.read, out.fileno())  # zero blocks (pruned fat binaries) stay holes
                 os.chmod(target, perms)
                 files += 1
         os.rename(staging, dest)

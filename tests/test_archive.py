@@ -516,3 +516,114 @@ def test_finish_writes_marker_and_drops_one_from_the_archive(tmp_path: Path) -> 
     assert read_marker(tmp_path / "plain") is None
     extract_tarball(tgz, tmp_path / "marked", marker={"sha256": "11" * 32})
     assert read_marker(tmp_path / "marked") == {"sha256": "11" * 32}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Holes: a pruned fat binary's zero-filled code objects take no disk space once extracted
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def pruned_like(seed: int = 7) -> bytes:
+    """A file shaped like a pruned fat binary: data, 6 MiB of zeros at an odd offset, data, zeros at the end."""
+    import random
+
+    rng = random.Random(seed)
+    return (rng.randbytes(100_003) + bytes(6 << 20) + rng.randbytes(50_001) + b"\0" * 4095 + b"\1"
+            + bytes(3 << 20))
+
+
+def allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.mark.parametrize("decompressor", DECOMPRESSORS)
+def test_zero_runs_are_extracted_as_holes_with_the_same_bytes(tmp_path, decompressor):
+    data = pruned_like()
+    with TarBuilder(tmp_path / "t.tar.gz") as tb:
+        tb.root()
+        tb.file("librocsolver.so.0", data)
+        tb.file("zeros", bytes(1 << 20))
+        tb.file("small", b"\0" * 10)
+        tb.file("empty", b"")
+    report = extract_tarball(tmp_path / "t.tar.gz", tmp_path / "out", decompressor=decompressor)
+    lib = tmp_path / "out" / "librocsolver.so.0"
+    assert lib.read_bytes() == data and (tmp_path / "out" / "zeros").read_bytes() == bytes(1 << 20)
+    assert (tmp_path / "out" / "small").read_bytes() == b"\0" * 10 and (tmp_path / "out" / "empty").stat().st_size == 0
+    assert os.stat(lib).st_size == len(data)
+    assert allocated(lib) < 400_000 < len(data)  # ~150 KB of data allocated, not 9 MiB
+    assert allocated(tmp_path / "out" / "zeros") == 0
+    assert report.bytes_written == len(data) + (1 << 20) + 10
+    assert report.bytes_in_holes >= (9 << 20) + (1 << 20) - 3 * 4096
+
+
+def test_a_gnu_sparse_member_is_extracted_with_its_holes(tmp_path):
+    # tarfile writes no sparse members; GNU tar --sparse does (old GNU format): read through tarfile's sparse map
+    tar = shutil.which("tar")
+    if tar is None:
+        pytest.skip("no tar")
+    src = tmp_path / "src"
+    src.mkdir()
+    data = pruned_like(3)
+    fd = os.open(src / "lib.so", os.O_WRONLY | os.O_CREAT, 0o644)
+    from rockbuild.archive import copy_sparse
+
+    copy_sparse(io.BytesIO(data).read, fd)
+    os.close(fd)
+    subprocess.run([tar, "--sparse", "-czf", str(tmp_path / "s.tar.gz"), "-C", str(src), "lib.so"], check=True)
+    with tarfile.open(tmp_path / "s.tar.gz") as tf:
+        assert tf.getmember("lib.so").issparse()
+    extract_tarball(tmp_path / "s.tar.gz", tmp_path / "out", decompressor="python")
+    assert (tmp_path / "out" / "lib.so").read_bytes() == data and allocated(tmp_path / "out" / "lib.so") < 400_000
+
+
+def test_zip_extraction_makes_the_same_holes(tmp_path):
+    import zipfile
+
+    from rockbuild.install import extract_zip_safely
+
+    data = pruned_like(5)
+    with zipfile.ZipFile(tmp_path / "b.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, content in (("librocblas.so.5", data), ("rocblas/library/x.dat", b"kernel")):
+            info = zipfile.ZipInfo(name)
+            info.create_system, info.external_attr = 3, (stat.S_IFREG | 0o644) << 16  # as publish writes them
+            zf.writestr(info, content, zipfile.ZIP_DEFLATED)
+    assert extract_zip_safely(tmp_path / "b.zip", tmp_path / "out") == 2
+    lib = tmp_path / "out" / "librocblas.so.5"
+    assert lib.read_bytes() == data and allocated(lib) < 400_000
+
+
+def test_sparse_writer_gives_back_every_byte_whatever_the_pieces(tmp_path):
+    import random
+
+    from rockbuild.archive import HOLE_BLOCK, SparseWriter
+
+    rng = random.Random(11)
+    data = bytearray(pruned_like(9))
+    for _ in range(50):  # lone non-zero bytes inside zero runs, at block edges too
+        data[rng.randrange(len(data))] = 0xAB
+    data[HOLE_BLOCK * 300 - 1] = data[HOLE_BLOCK * 300] = 1
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    writer = SparseWriter(fd)
+    pos = 0
+    while pos < len(data):  # pieces of every size, unaligned
+        n = rng.choice([1, 7, 4095, 4096, 4097, 65536, 1 << 20, 3 << 20])
+        writer.write(bytes(data[pos:pos + n]))
+        pos += n
+    writer.close()
+    os.close(fd)
+    assert (tmp_path / "f").read_bytes() == data
+    assert writer.pos == len(data) and writer.holes > 8 << 20
+
+
+def test_make_sparse_keeps_bytes_and_mode(tmp_path):
+    from rockbuild.archive import make_sparse
+
+    data = pruned_like(2)
+    path = tmp_path / "lib.so"
+    path.write_bytes(data)
+    path.chmod(0o751)
+    assert allocated(path) >= len(data) - 4096
+    holes = make_sparse(path)
+    assert holes >= (9 << 20) - 3 * 4096 and path.read_bytes() == data
+    assert stat.S_IMODE(path.stat().st_mode) == 0o751 and allocated(path) < 400_000
+    assert [p.name for p in tmp_path.iterdir()] == ["lib.so"]

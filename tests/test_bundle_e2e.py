@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -108,22 +109,137 @@ def test_real_bundle_needs_the_glibc_it_reports(bundle):
     assert result.returncode != 0 and re.search(r"version `GLIBC(XX)?_[\d.]+' not found", result.stderr)
 
 
-@pytest.fixture(scope="module")
-def pruned_bundle(tmp_path_factory):
-    if not ROCM.is_dir() or not CLEAN.is_dir():
-        pytest.skip("tests/e2e/provision.sh has not made the ROCm and clean roots")
-    out = Path(os.environ.get("ROCKBUILD_E2E_BUNDLE_DIR", str(tmp_path_factory.mktemp("e2e")))) / "pruned"
-    report = make_bundle(find_build(), detect_layout(ROCM), ["gfx1151"], out, quiet=True, prune_fatbin=True)
-    return report, out
+# ------------------------------------------------------------------------------------------------ pruned by default
 
 
-def test_pruned_fat_binaries_hold_only_the_job_target_and_still_load(pruned_bundle):
-    report, out = pruned_bundle
+def test_the_default_bundle_is_pruned_and_proved_by_clang_offload_bundler(bundle):
+    report, out = bundle
     assert report.audit.ok, report.audit.failures
     assert {p.path.name for p in report.pruned} == {"librocblas.so.5", "librocsolver.so.0"}
     assert all(f.targets == ("gfx1151",) for f in report.audit.fat_binaries)
-    with in_clean_root(out) as where:
-        version = chroot_run(f"{where}/llama-cli", "--version")
-        assert version.returncode == 0, version.stderr[-2000:]
-        devices = chroot_run(f"{where}/llama-cli", "--list-devices")
-        assert "no ROCm-capable device is detected" in devices.stderr + devices.stdout
+    proofs = {p.path.name: p.verification for p in report.pruned}
+    assert all(v is not None and v.ok for v in proofs.values()), proofs
+    # bundling.md 5: 65 / 235 bundles; gfx1151 holds 72,818,216 / 209,526,312 bytes of device code
+    assert (proofs["librocblas.so.5"].bundles, proofs["librocblas.so.5"].code_objects) == (65, 65)
+    assert proofs["librocblas.so.5"].code_object_bytes == 72_818_216
+    assert (proofs["librocsolver.so.0"].bundles, proofs["librocsolver.so.0"].code_objects) == (235, 235)
+    assert proofs["librocsolver.so.0"].code_object_bytes == 209_526_312
+    assert all(v.kept_targets == ("gfx1151",) and "clang-offload-bundler" in v.tools["version"]
+               for v in proofs.values())
+    pruned = report.audit.check("code-objects").details["pruned"]
+    assert {d["file"] for d in pruned if d["verified"]} == {"librocblas.so.5", "librocsolver.so.0"}
+
+
+def _blob(path: Path, index: int) -> bytes:
+    from rockbuild.bundle.fatbin import read_fatbin
+
+    report = read_fatbin(path)
+    bundle = report.bundles[index]
+    with open(path, "rb") as fh:
+        fh.seek(report.section_offset + bundle.offset)
+        return fh.read(bundle.size)
+
+
+@pytest.mark.parametrize(("name", "original"), [("librocblas.so.5", "librocblas.so.5.2"),
+                                                ("librocsolver.so.0", "librocsolver.so.0.7")])
+def test_clang_offload_bundler_reads_the_real_pruned_libraries_as_the_originals(bundle, tmp_path, name, original):
+    """Independently of verify_pruned: the first, a middle and the last bundle, listed and unbundled by hand."""
+    from test_bundle_fatbin import _bundler
+
+    from rockbuild.bundle.fatbin import read_fatbin
+
+    _, out = bundle
+    tool = _bundler()
+    source = ROCM / "usr" / "lib" / "x86_64-linux-gnu" / original
+    count = len(read_fatbin(out / name).bundles)
+    gfx1151 = "hipv4-amdgcn-amd-amdhsa--gfx1151"
+    for index in (0, count // 2, count - 1):
+        objects = []
+        for label, path in (("original", source), ("pruned", out / name)):
+            blob = tmp_path / f"{label}-{index}.bin"
+            blob.write_bytes(_blob(path, index))
+            listed = subprocess.run([*tool, "--list", "--type=o", f"--input={blob}"], capture_output=True, text=True,
+                                    check=True, timeout=120).stdout.split()
+            if label == "pruned":
+                assert sorted(listed) == [gfx1151, "host-x86_64-unknown-linux-gnu-"]
+            else:
+                assert gfx1151 in listed and len(listed) == 15  # the host entry and 14 targets
+            subprocess.run([*tool, "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={blob}",
+                            f"--output={blob}.co"], check=True, capture_output=True, timeout=120)
+            objects.append(Path(f"{blob}.co").read_bytes())
+        assert objects[0] == objects[1]
+        assert objects[0][:4] == b"\x7fELF" and int.from_bytes(objects[0][18:20], "little") == 224  # EM_AMDGPU
+
+
+def test_the_pruned_libraries_keep_their_zeros_as_holes(bundle):
+    _, out = bundle
+    for name in ("librocblas.so.5", "librocsolver.so.0"):
+        st = (out / name).stat()
+        assert st.st_blocks * 512 < 0.25 * st.st_size, name  # rocSOLVER: ~85 MB of 707 MB allocated
+
+
+PROBE = r"""
+import ctypes, sys
+bundle, probe = sys.argv[1], sys.argv[2]
+load = lambda path: ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+hip = load(f"{bundle}/libamdhip64.so.7")
+for name in ("librocblas.so.5", "librocsolver.so.0"):  # their constructors register every pruned offload bundle
+    load(f"{bundle}/{name}")
+count = ctypes.c_int(-1)
+err = hip.hipGetDeviceCount(ctypes.byref(count))
+hip.hipGetErrorName.restype = ctypes.c_char_p
+print("hipGetDeviceCount", hip.hipGetErrorName(err).decode(), count.value)
+load(f"{bundle}/libamd_comgr.so.3")  # what libhiprtc dlopens: the bundle's, with its libLLVM
+load(f"{probe}/libhiprtc-builtins.so.7")
+rtc = load(f"{probe}/libhiprtc.so.7")
+prog = ctypes.c_void_p()
+source = b'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }'
+created = rtc.hiprtcCreateProgram(ctypes.byref(prog), source, b"twice.hip", 0, None, None)
+options = (ctypes.c_char_p * 1)(b"--offload-arch=gfx1151")
+compiled = rtc.hiprtcCompileProgram(prog, 1, options)
+size = ctypes.c_size_t(0)
+rtc.hiprtcGetCodeSize(prog, ctypes.byref(size))
+print("hiprtc", created, compiled, size.value)
+"""
+
+
+def test_the_pruned_bundle_loads_in_a_root_without_rocm(bundle, tmp_path):
+    """hipErrorNoDevice with the pruned rocBLAS/rocSOLVER loaded, a hipRTC compile through the bundle's comgr, and the
+    bundle's comgr unbundling a pruned rocSOLVER bundle as the HIP runtime does, to the original's code object."""
+    from test_bundle_fatbin import COMGR_UNBUNDLE, _bundler
+
+    _, out = bundle
+    libdir = ROCM / "usr" / "lib" / "x86_64-linux-gnu"
+    probe = CLEAN / "opt" / "rockbuild-e2e-probe"
+    probe.mkdir(parents=True, exist_ok=True)
+    try:
+        for name in ("libhiprtc.so.7", "libhiprtc-builtins.so.7"):  # llama.cpp ships no hipRTC: the probe brings it
+            shutil.copyfile(libdir / name, probe / name)
+        (probe / "probe.py").write_text(PROBE)
+        (probe / "unbundle.py").write_text(COMGR_UNBUNDLE)
+        gfx1151 = "hipv4-amdgcn-amd-amdhsa--gfx1151"
+        (probe / "b.bin").write_bytes(_blob(out / "librocsolver.so.0", 17))
+        original = tmp_path / "o.bin"
+        original.write_bytes(_blob(libdir / "librocsolver.so.0.7", 17))
+        subprocess.run([*_bundler(), "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={original}",
+                        f"--output={original}.co"], check=True, capture_output=True, timeout=120)
+        expected = Path(f"{original}.co").read_bytes()
+        with in_clean_root(out) as where:
+            version = chroot_run(f"{where}/llama-cli", "--version")
+            assert version.returncode == 0, version.stderr[-2000:]
+            devices = chroot_run(f"{where}/llama-cli", "--list-devices")
+            assert "no ROCm-capable device is detected" in devices.stderr + devices.stdout
+            probed = chroot_run("/usr/bin/python3", "/opt/rockbuild-e2e-probe/probe.py", where,
+                                "/opt/rockbuild-e2e-probe")
+            assert probed.returncode == 0, probed.stderr[-2000:]
+            assert "hipGetDeviceCount hipErrorNoDevice 0" in probed.stdout, probed.stdout
+            created, compiled, size = re.search(r"hiprtc (\d+) (\d+) (\d+)", probed.stdout).groups()
+            assert (created, compiled) == ("0", "0") and int(size) > 0, probed.stdout
+            unbundled = chroot_run("/usr/bin/python3", "/opt/rockbuild-e2e-probe/unbundle.py",
+                                   f"{where}/libamd_comgr.so.3", "/opt/rockbuild-e2e-probe/b.bin", gfx1151)
+            assert unbundled.returncode == 0, unbundled.stderr[-2000:]
+            import hashlib
+
+            assert unbundled.stdout.split() == [str(len(expected)), hashlib.sha256(expected).hexdigest()]
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)

@@ -3,7 +3,9 @@ against LLVM's own clang-offload-bundler (from the Debian ROCm root, when presen
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -277,3 +279,381 @@ def test_comgr_unbundles_a_pruned_rocblas_bundle_as_the_hip_runtime_does(tmp_pat
         assert run.returncode == 0, run.stderr[-2000:]
         results.append(run.stdout.split())
     assert results[0] == results[1] and int(results[0][0]) > 0
+
+
+# ------------------------------------------------------------------------------------------------ the independent proof
+
+
+FAKE_BUNDLER = r"""#!{python}
+# A stand-in for clang-offload-bundler in ROCm trees made by the tests (they have no LLVM): --version, --list and
+# --unbundle of one blob, read with rockbuild's own parser. It tests the bundle step's plumbing, never the proof.
+import sys
+sys.path.insert(0, {repo!r})
+from rockbuild.bundle.fatbin import _Section, _code_objects, iter_bundles
+args = dict(a.split("=", 1) if "=" in a else (a, "") for a in sys.argv[1:] if not a.startswith("--output="))
+if "--version" in args:
+    print("fake clang-offload-bundler version 0 (tests)")
+    sys.exit(0)
+data = open(args["--input"], "rb").read()
+bundle = next(iter_bundles(_Section(data, 0, len(data)), "blob"))
+if "--list" in args:
+    print("\n".join(e.triple for e in bundle.entries))
+    sys.exit(0)
+wanted = args["--targets"].split(",")
+code = _code_objects(data, bundle, {{e.gfx for e in bundle.entries if e.gfx}}, "blob")
+outputs = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--output=")]
+for triple, out in zip(wanted, outputs):
+    open(out, "wb").write(code.get(triple, b""))
+"""
+
+
+def fake_offload_bundler(bindir: Path) -> Path:
+    """A test stand-in for clang-offload-bundler in ``bindir`` (a fake ROCm tree's lib/llvm/bin)."""
+    import sys
+
+    tool = bindir / "clang-offload-bundler"
+    tool.write_text(FAKE_BUNDLER.format(python=sys.executable, repo=str(Path(__file__).resolve().parents[1])))
+    tool.chmod(0o755)
+    return tool
+
+
+def real_offload_bundler(bindir: Path) -> Path:
+    """The e2e root's clang-offload-bundler, as a script in ``bindir`` that runs it through the root's loader."""
+    import shlex
+
+    tool = bindir / "clang-offload-bundler"
+    tool.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in _bundler()) + ' "$@"\n')
+    tool.chmod(0o755)
+    return tool
+
+
+def _tools(tmp_path: Path):
+    """The e2e root's LLVM offload tools, run from here through its own loader (skips when the root is absent)."""
+    from rockbuild.bundle.fatbin import OffloadTools
+
+    bundler = _bundler()
+    return OffloadTools(Path(bundler[-1]), tuple(bundler[:-1]), "test")
+
+
+def _patchelf() -> str:
+    from rockbuild.bundle.plan import patchelf_tool
+
+    return str(patchelf_tool())
+
+
+def pruned_pair(tmp_path: Path, targets=("gfx1151",), blobs=None) -> tuple[Path, Path]:
+    """An original library and its shipped copy as the bundle step makes it: copied, pruned, patched."""
+    original = mixed_library(tmp_path) if blobs is None else lib_with(tmp_path, blobs, "libmixed.so")
+    shipped = tmp_path / "ship" / original.name
+    shipped.parent.mkdir()
+    shutil.copyfile(original, shipped)
+    from rockbuild.bundle.fatbin import prune_fatbin
+
+    prune_fatbin(shipped, list(targets))
+    subprocess.run([_patchelf(), "--set-rpath", "$ORIGIN", str(shipped)], check=True)
+    return original, shipped
+
+
+def test_verify_pruned_proves_a_pruned_and_patched_library(tmp_path):
+    from rockbuild.bundle.fatbin import elf_identity, verify_pruned
+
+    tools = _tools(tmp_path)
+    original, shipped = pruned_pair(tmp_path)
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    assert proof.ok, proof.failures
+    assert proof.bundles == 5 and proof.bundles_rewritten == 4
+    assert proof.code_objects == 5 and proof.code_object_bytes == 5 * 20000
+    assert proof.kept == ("hipv4-amdgcn-amd-amdhsa--gfx1151", "host-x86_64-unknown-linux-gnu-")
+    assert proof.kept_targets == ("gfx1151",)
+    assert proof.identity == elf_identity(original) and proof.identity["soname"] == "libmixed.so"
+    assert proof.cross_check == "rockbuild's reader decompressed the same 5 code objects from the original"
+    assert not list(tmp_path.glob(".rockbuild-verify-*"))  # the scratch folder is gone
+    data = proof.to_dict()
+    assert data["ok"] and data["kept_targets"] == ["gfx1151"] and data["sha256"] == hashlib.sha256(
+        shipped.read_bytes()).hexdigest()
+
+
+def _flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_verify_pruned_catches_one_wrong_byte_in_a_kept_code_object(tmp_path):
+    from rockbuild.bundle.fatbin import verify_pruned
+
+    tools = _tools(tmp_path)
+    original, shipped = pruned_pair(tmp_path, blobs=[offload_bundle(["gfx1100", "gfx1151"], payload=9000)])
+    fat = read_fatbin(shipped)
+    (entry,) = [e for e in fat.bundles[0].entries if e.gfx == "gfx1151"]
+    _flip(shipped, fat.section_offset + fat.bundles[0].offset + entry.offset + 4321)
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    assert not proof.ok
+    assert any("the hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs from the original's" in f
+               for f in proof.failures), proof.failures
+
+
+def test_verify_pruned_catches_a_damaged_compressed_bundle(tmp_path):
+    from rockbuild.bundle.fatbin import verify_pruned
+
+    tools = _tools(tmp_path)
+    original, shipped = pruned_pair(tmp_path, blobs=[ccob(offload_bundle(["gfx1100", "gfx1151"], payload=9000))])
+    fat = read_fatbin(shipped)
+    _flip(shipped, fat.section_offset + fat.bundles[0].offset + fat.bundles[0].size // 2)
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    assert not proof.ok and proof.failures
+
+
+def test_verify_pruned_catches_a_wrong_kept_set(tmp_path):
+    from rockbuild.bundle.fatbin import verify_pruned
+
+    tools = _tools(tmp_path)
+    original, shipped = pruned_pair(tmp_path)  # pruned to gfx1151
+    # the job wanted gfx1100 too: the pruned library lacks it where the original had it
+    proof = verify_pruned(original, shipped, ["gfx1151", "gfx1100"], tools, scratch=tmp_path)
+    assert not proof.ok
+    assert any("bundle 0" in f and "expected the original's host entry and job targets" in f
+               and "gfx1100" in f for f in proof.failures), proof.failures
+    # pruned to the wrong target altogether
+    other = tmp_path / "other"
+    other.mkdir()
+    original, shipped = pruned_pair(other, targets=("gfx1100",))
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    assert not proof.ok and any("expected the original's host entry and job targets" in f for f in proof.failures)
+
+
+def _dynsym_entry(path: Path, name: str) -> int:
+    """File offset of the .dynsym entry of symbol ``name``."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as fh:
+        elf = ELFFile(fh)
+        dynsym = elf.get_section_by_name(".dynsym")
+        for index, sym in enumerate(dynsym.iter_symbols()):
+            if sym.name == name:
+                return dynsym["sh_offset"] + index * dynsym["sh_entsize"]
+    raise AssertionError(name)
+
+
+def test_verify_pruned_catches_a_changed_dynamic_symbol_soname_or_needed(tmp_path):
+    from rockbuild.bundle.fatbin import verify_pruned
+
+    tools = _tools(tmp_path)
+    original, shipped = pruned_pair(tmp_path)
+    pristine = shipped.read_bytes()
+    with open(shipped, "r+b") as fh:  # f's st_size (8 bytes at +16 of an Elf64_Sym)
+        fh.seek(_dynsym_entry(shipped, "f") + 16)
+        fh.write((999).to_bytes(8, "little"))
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    assert not proof.ok and any("the dynamic symbols differ from the original's" in f for f in proof.failures)
+
+    shipped.write_bytes(pristine)
+    subprocess.run([_patchelf(), "--set-soname", "libother.so", "--add-needed", "libm.so.6", str(shipped)],
+                   check=True)
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    failures = " | ".join(proof.failures)
+    assert "SONAME 'libother.so' is not the original's 'libmixed.so'" in failures
+    assert "NEEDED ['libm.so.6'" in failures
+
+
+def test_verify_pruned_catches_other_sections_changed(tmp_path):
+    from elftools.elf.elffile import ELFFile
+
+    from rockbuild.bundle.fatbin import verify_pruned
+
+    tools = _tools(tmp_path)
+    original, shipped = pruned_pair(tmp_path)
+    with open(shipped, "rb") as fh:
+        text = ELFFile(fh).get_section_by_name(".text")["sh_offset"]
+    _flip(shipped, text + 1)
+    proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
+    assert not proof.ok and any("section .text differs from the original's" in f for f in proof.failures)
+
+
+def test_find_offload_tools_runs_a_chroot_tool_through_its_loader(tmp_path):
+    from rockbuild.bundle.fatbin import find_offload_tools
+    from rockbuild.rocm.layout import detect_layout
+
+    _bundler()
+    tools, why = find_offload_tools(detect_layout(ROCM_ROOT))
+    assert tools is not None, why
+    assert tools.loader[0].endswith("ld-linux-x86-64.so.2") and tools.loader[1] == "--library-path"
+    assert "clang-offload-bundler version" in tools.version
+
+
+def test_find_offload_tools_says_why_when_the_root_has_none(tmp_path):
+    from test_bundle_support import make_tree
+
+    from rockbuild.bundle.fatbin import find_offload_tools
+    from rockbuild.rocm.layout import detect_layout
+
+    tree = make_tree(tmp_path)
+    tools, why = find_offload_tools(detect_layout(tree["rocm"]))
+    assert tools is None and "has no" in why and "clang-offload-bundler" in why
+
+
+# ------------------------------------------------------------------------------------------------ the bundle step
+
+
+APP_OUTPUT = "base=1 hip=47 comgr=7 plug=3\n"
+
+
+def _tree(tmp_path: Path):
+    from test_bundle_support import make_tree, write_policy
+
+    from rockbuild.settings import load_policy
+
+    tree = make_tree(tmp_path / "tree")
+    return tree, load_policy(write_policy(tmp_path / "policy.yaml"))
+
+
+def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_path):
+    import json
+
+    from test_bundle_support import run_clean
+
+    from rockbuild.bundle import make_bundle
+    from rockbuild.rocm.layout import detect_layout
+
+    tree, policy = _tree(tmp_path)
+    real_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
+    out = tmp_path / "bundle"
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
+    assert report.audit.ok, report.audit.failures
+    (pruned,) = report.pruned
+    proof = pruned.verification
+    assert proof is not None and proof.ok, proof
+    assert (proof.bundles, proof.bundles_rewritten, proof.code_objects, proof.kept_targets) == (2, 2, 2, ("gfx1151",))
+    assert proof.original == str(tree["lib"] / "librocblas.so.5.0")
+    assert "verify" in report.seconds and run_clean(out / "app").stdout == APP_OUTPUT
+    data = json.loads((out / "bundle.json").read_text())
+    assert data["fatbin_pruning"]["done"] and data["fatbin_pruning"]["asked"] == "auto"
+    assert data["pruned_fatbins"][0]["verification"]["ok"] is True
+    code = report.audit.check("code-objects")
+    (detail,) = code.details["pruned"]
+    assert detail["verified"] and "2 code objects in 2 bundles byte-identical to the original's" in detail["summary"]
+    assert "librocblas.so.5: pruned to gfx1151; clang-offload-bundler" in report.audit.render()
+
+
+def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_path):
+    from rockbuild.bundle import make_bundle
+    from rockbuild.errors import BundleError
+    from rockbuild.rocm.layout import detect_layout
+
+    tree, policy = _tree(tmp_path)  # a fake TheRock tree: no clang-offload-bundler
+    layout = detect_layout(tree["rocm"])
+    report = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "b", policy=policy, quiet=True)
+    assert report.audit.ok and report.pruned == ()
+    assert read_fatbin(tmp_path / "b" / "librocblas.so.5").targets == ("gfx90a", "gfx1100", "gfx1151")
+    (warning,) = [w for w in report.plan.warnings if "not pruned" in w]
+    assert warning.startswith("fat binaries not pruned (librocblas.so.5 ship every GPU target):")
+    assert report.plan.pruning["done"] is False and "clang-offload-bundler" in report.plan.pruning["reason"]
+    assert any("fat binaries not pruned" in w for w in report.audit.check("code-objects").warnings)
+    with pytest.raises(BundleError, match="--prune-fatbin: .* could not be proved identical to the originals"):
+        make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "c", policy=policy, quiet=True, prune_fatbin=True)
+    off = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "d", policy=policy, quiet=True,
+                      prune_fatbin=False)
+    assert off.audit.ok and not off.audit.check("code-objects").warnings and off.plan.pruning["asked"] == "off"
+
+
+def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(tmp_path):
+    import json
+
+    from rockbuild.bundle import audit_bundle, make_bundle
+    from rockbuild.rocm.layout import detect_layout
+
+    tree, policy = _tree(tmp_path)  # what the record proves (no --rocm: as where the bundle is installed)
+    fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
+    out = tmp_path / "b"
+    assert make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy,
+                       quiet=True).audit.ok
+    meta_path = out / "bundle.json"
+    meta = json.loads(meta_path.read_text())
+    pristine = json.dumps(meta)
+    meta["pruned_fatbins"][0]["verification"] = None  # an older rockbuild's pruned bundle: not verified
+    meta_path.write_text(json.dumps(meta))
+    report = audit_bundle(out, policy=policy)
+    assert not report.ok and report.check("code-objects").failures == (
+        "librocblas.so.5 was pruned but not verified by an independent tool (not verified): bundle it again from its "
+        "ROCm root",)
+    assert "librocblas.so.5: pruned, NOT VERIFIED" in report.render()
+    meta = json.loads(pristine)
+    meta["pruned_fatbins"][0]["verification"]["ok"] = False
+    meta["pruned_fatbins"][0]["verification"]["failures"] = ["librocblas.so.5 bundle 1: something"]
+    meta_path.write_text(json.dumps(meta))
+    assert audit_bundle(out, policy=policy).check("code-objects").failures == ("librocblas.so.5 bundle 1: something",)
+    meta_path.write_text(pristine)
+    assert audit_bundle(out, policy=policy).ok
+    # the dynamic identity is read again: a changed SONAME (same sha256 recorded) is caught
+    subprocess.run([_patchelf(), "--set-soname", "librocblas.so.9", str(out / "librocblas.so.5")], check=True)
+    meta = json.loads(pristine)
+    meta["pruned_fatbins"][0]["verification"]["sha256"] = hashlib.sha256(
+        (out / "librocblas.so.5").read_bytes()).hexdigest()
+    meta_path.write_text(json.dumps(meta))
+    assert audit_bundle(out, policy=policy).check("code-objects").failures == (
+        "librocblas.so.5: SONAME 'librocblas.so.9' is not the original's 'librocblas.so.5'",)
+
+
+def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
+    from rockbuild.bundle import make_bundle
+    from rockbuild.rocm.layout import detect_layout
+
+    tree, policy = _tree(tmp_path)
+    # a rocBLAS whose dropped targets are big: 3 x 1 MiB code objects, 2 of them dropped
+    big = lib_with(tmp_path, [ccob(offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20), method="zlib"),
+                              offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20)], "librocblas.so.5")
+    shutil.copyfile(big, tree["lib"] / "librocblas.so.5.0")
+    fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / "b", policy=policy,
+                         quiet=True)
+    assert report.audit.ok, report.audit.failures
+    shipped = tmp_path / "b" / "librocblas.so.5"
+    (pruned,) = report.pruned
+    assert pruned.bytes_in_holes >= (2 << 20) - 2 * 4096  # the two dropped 1 MiB code objects, less partial blocks
+    st = shipped.stat()
+    assert st.st_blocks * 512 < st.st_size - (2 << 20) + 2 * 4096  # the zeros take no disk space
+    assert read_fatbin(shipped).targets == ("gfx1151",)
+
+
+def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
+    import json
+
+    from rockbuild.bundle import audit_bundle, make_bundle
+    from rockbuild.bundle.fatbin import file_sha256
+    from rockbuild.rocm.layout import detect_layout
+
+    tree, policy = _tree(tmp_path)
+    fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
+    out = tmp_path / "b"
+    made = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
+    (note,) = made.audit.check("code-objects").details["checked_again"]
+    assert note.startswith("the pruned fat binaries' records were checked; rockbuild audit --rocm ROOT")
+    report = audit_bundle(out, policy=policy, rocm=tree["rocm"])
+    (note,) = report.check("code-objects").details["checked_again"]
+    assert report.ok and note.startswith("librocblas.so.5: checked again now with clang-offload-bundler against ")
+    assert "passed (2 code objects" in note and note in report.render()
+    # one byte of a kept code object changed, the record's sha256 forged to match: only the check run again sees it
+    shipped = out / "librocblas.so.5"
+    fat = read_fatbin(shipped)
+    plain = fat.bundles[1]  # make_tree's uncompressed bundle
+    (entry,) = [e for e in plain.entries if e.gfx == "gfx1151"]
+    _flip(shipped, fat.section_offset + plain.offset + entry.offset + 100)
+    meta = json.loads((out / "bundle.json").read_text())
+    meta["pruned_fatbins"][0]["verification"]["sha256"] = file_sha256(shipped)
+    (out / "bundle.json").write_text(json.dumps(meta))
+    assert audit_bundle(out, policy=policy).ok  # the record alone cannot tell
+    again = audit_bundle(out, policy=policy, rocm=tree["rocm"])
+    assert not again.ok and any(f.startswith("checked again: librocblas.so.5 bundle 1: the "
+                                             "hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs")
+                                for f in again.check("code-objects").failures), again.failures
+    # an original that is not in the root given, or not the one it was pruned from, is a failure, never a pass
+    meta["pruned_fatbins"][0]["verification"]["original"] = "/etc/passwd"
+    (out / "bundle.json").write_text(json.dumps(meta))
+    assert audit_bundle(out, policy=policy, rocm=tree["rocm"]).check("code-objects").failures == (
+        f"cannot check librocblas.so.5 again: its original /etc/passwd is not in {tree['rocm']}",)
+    meta["pruned_fatbins"][0]["verification"]["original"] = str(tree["lib"] / "libplug.so.1")
+    (out / "bundle.json").write_text(json.dumps(meta))
+    (failure,) = audit_bundle(out, policy=policy, rocm=tree["rocm"]).check("code-objects").failures
+    assert failure.endswith("libplug.so.1 is not the original it was pruned from (sha256 differs)")

@@ -426,9 +426,12 @@ class RocmBackend:
         if windows:
             code, fat = check_code_objects(root, binaries, targets)
             return [check_kernels(root, {n.lower() for n in names}, targets, policy), code], fat
+        from rockbuild.bundle.audit import with_pruning_proof
+
         pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
         kernels = check_kernels(root, names, targets, policy)
         code, fat = check_code_objects(root, binaries, targets, pruned)
+        code = with_pruning_proof(code, root, meta)  # each pruned fat binary: its independent check, still valid
         return [kernels, code], fat + other_fat_binaries(root, [p for p in binaries if p.name not in pruned])
 
     # smoke

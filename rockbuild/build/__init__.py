@@ -44,7 +44,7 @@ class Built:
 def build_and_bundle(
     options: BuildOptions, *, target: str | None = None, family: str | None = None, job_id: str | None = None,
     config: Path | None = None, os_name: str | None = None, inputs_file: Path | None = None,
-    make_bundle: bool = True, prune_fatbin: bool = False, quiet: bool = False, git_url_flag: bool = False,
+    make_bundle: bool = True, prune_fatbin: bool | None = None, quiet: bool = False, git_url_flag: bool = False,
 ) -> Built:
     """``rockbuild build``: the job (``--target``/``--family``/``--job``, from the night's inputs when given), its
     build (the inputs' commit and tarball with ``inputs_file``), then its bundle."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import mmap
+import re
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -331,6 +332,8 @@ class PruneReport:
     bytes_before: int  # bytes of bundles in the section before (compressed as stored)
     bytes_after: int
     entries_dropped: int
+    verification: PruneVerification | None = None  # the independent check (verify_pruned), once it ran
+    bytes_in_holes: int = 0  # zero blocks left unallocated in the shipped file (sparse), once it was written
 
     @property
     def bytes_zeroed(self) -> int:
@@ -340,7 +343,8 @@ class PruneReport:
         return {"file": self.path.name, "bundles": self.bundles, "rewritten": self.rewritten,
                 "section_bytes": self.section_bytes, "bytes_before": self.bytes_before,
                 "bytes_after": self.bytes_after, "bytes_zeroed": self.bytes_zeroed,
-                "entries_dropped": self.entries_dropped}
+                "entries_dropped": self.entries_dropped, "bytes_in_holes": self.bytes_in_holes,
+                "verification": self.verification.to_dict() if self.verification else None}
 
 
 def _keep(entry: BundleEntry, targets: set[str]) -> bool:
@@ -444,3 +448,377 @@ def build_header_in_place(entries: Sequence[BundleEntry]) -> bytes:
     for e in entries:
         out += struct.pack("<QQQ", e.offset, e.size, len(e.triple.encode())) + e.triple.encode()
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The proof without a GPU: LLVM's own tools, from the ROCm root, read every pruned library as they read the original.
+#
+# For each offload bundle of a pruned library, clang-offload-bundler --list gives the triples of the original blob and
+# of the pruned one (the pruned must be exactly the original's host entry and job targets), and --unbundle gives their
+# code objects (each kept one must be byte-identical to the original's, and to what our own reader decompresses from
+# the original, so that a tool reading the wrong bytes the same way twice cannot pass). pyelftools compares what the
+# loader sees: SONAME, NEEDED, the init/fini entries, every dynamic symbol (name, value, size, kind, section, version)
+# and the bytes of every other allocated section. The result, with the verified file's sha256, goes to bundle.json;
+# the audit holds the bundle to it.
+#
+# Not llvm-objdump --offloading: LLVM 22's lists the triples of compressed bundles but writes code objects read from
+# the wrong file offsets (host code, not the device code: checked on the e2e root), and its walk of the section skips
+# an uncompressed bundle that follows compressed ones.
+
+BUNDLER = "clang-offload-bundler"
+# what patchelf --set-rpath rewrites (the run path string, DT_RUNPATH, the section numbering in st_shndx): compared
+# through elf_identity's SONAME/NEEDED/dynamic entries and symbol table instead of byte for byte
+PATCHELF_SECTIONS = frozenset({".dynsym", ".dynstr", ".dynamic"})
+_DYNAMIC_TAGS = ("DT_FLAGS", "DT_FLAGS_1", "DT_INIT", "DT_FINI", "DT_INIT_ARRAY", "DT_INIT_ARRAYSZ", "DT_FINI_ARRAY",
+                 "DT_FINI_ARRAYSZ")
+_SHF_ALLOC = 0x2
+_TRIPLE = re.compile(r"[A-Za-z0-9_.:+-]+-[A-Za-z0-9_.:+-]*")
+TOOL_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class OffloadTools:
+    """The clang-offload-bundler of a ROCm root, and how to run it from here: a chroot's programs run through the
+    root's own loader and libraries (``loader``), a TheRock tree's directly."""
+
+    bundler: Path
+    loader: tuple[str, ...]
+    version: str
+
+    def argv(self, *args: str) -> list[str]:
+        return [*self.loader, str(self.bundler), *args]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bundler": str(self.bundler), "version": self.version, "loader": list(self.loader)}
+
+def find_offload_tools(layout: Any) -> tuple[OffloadTools | None, str]:
+    """The clang-offload-bundler of ``layout`` (a :class:`~rockbuild.rocm.layout.RocmLayout`), checked by running
+    ``--version``; (None, why) when the root has none that runs here."""
+    from rockbuild.paths import follow_in_root
+    from rockbuild.process import ProcessError, child_env, run
+
+    if layout.platform != "linux":
+        return None, f"{layout.root} is a {layout.platform} root: its {BUNDLER} does not run here"
+    sysroot = layout.sysroot
+
+    def real(path: Path) -> Path | None:
+        found = follow_in_root(path, sysroot) if sysroot is not None else path.resolve()
+        return found if found is not None and found.is_file() else None
+
+    bindir = layout.llvm_dir / "bin"
+    bundler = real(bindir / BUNDLER)
+    if bundler is None:
+        return None, f"{layout.root} has no {bindir / BUNDLER}"
+    loader: tuple[str, ...] = ()
+    if sysroot is not None:
+        dirs = [d for d in layout.library_dirs if d.is_dir()]
+        found = next((real(p) for d in dirs for p in sorted(d.glob("ld-linux*.so*")) if real(p)), None)
+        if found is None:
+            return None, f"{layout.root} is a chroot without its own ld-linux to run {BUNDLER} from here"
+        loader = (str(found), "--library-path", ":".join(str(d) for d in dirs))
+    try:
+        result = run([*loader, str(bundler), "--version"], env=child_env(), timeout=60, check=False)
+    except ProcessError as exc:
+        return None, f"{bundler} does not run here: {exc.message}"
+    lines = [line.strip() for line in result.output.splitlines() if line.strip()]
+    if result.returncode != 0 or not lines:
+        return None, f"{bundler} does not run here (exit {result.returncode}: {lines[-1] if lines else 'no output'})"
+    version = next((line for line in lines if "version" in line), lines[0])
+    return OffloadTools(bundler, loader, version), ""
+
+
+def _symbol_versions(elf: ELFFile) -> dict[int, str]:
+    """Symbol index -> the version name ``.gnu.version`` gives it (only versioned symbols)."""
+    names: dict[int, str] = {}
+    for section_name, index_key in ((".gnu.version_r", "vna_other"), (".gnu.version_d", "vd_ndx")):
+        section = elf.get_section_by_name(section_name)
+        if section is None:
+            continue
+        for version, auxiliaries in section.iter_versions():  # type: ignore[attr-defined]
+            for aux in auxiliaries:
+                key = aux.entry[index_key] if index_key == "vna_other" else version.entry[index_key]
+                names.setdefault(int(key), aux.name)
+                if index_key == "vd_ndx":
+                    break
+    versym = elf.get_section_by_name(".gnu.version")
+    out: dict[int, str] = {}
+    if versym is not None:
+        for index in range(versym.num_symbols()):  # type: ignore[attr-defined]
+            ndx = versym.get_symbol(index).entry["ndx"]  # type: ignore[attr-defined]
+            if isinstance(ndx, int) and (ndx & 0x7FFF) in names:
+                out[index] = names[ndx & 0x7FFF] + ("(hidden)" if ndx & 0x8000 else "")
+    return out
+
+
+def elf_identity(path: Path) -> dict[str, Any]:
+    """What the loader and the HIP runtime see of ``path`` apart from its run path and its fat binary's contents:
+    SONAME, NEEDED (in order), the init/fini and flags entries, the dynamic symbols (a count and a digest of every
+    name, value, size, kind, binding, visibility, section name and version), a digest of each other allocated
+    section, and where ``.hip_fatbin`` is (address, size)."""
+    import hashlib
+    import json
+
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            sections = list(elf.iter_sections())
+            names = {index: s.name for index, s in enumerate(sections)}
+            soname: str | None = None
+            needed: list[str] = []
+            dynamic: dict[str, int] = {}
+            dyn = elf.get_section_by_name(".dynamic")
+            for tag in dyn.iter_tags() if dyn is not None else ():  # type: ignore[attr-defined]
+                kind = tag.entry.d_tag
+                if kind == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif kind == "DT_SONAME":
+                    soname = tag.soname
+                elif kind in _DYNAMIC_TAGS:
+                    dynamic[kind] = int(tag.entry.d_val)
+            versions = _symbol_versions(elf)
+            digest = hashlib.sha256()
+            count = 0
+            dynsym = elf.get_section_by_name(".dynsym")
+            for index, sym in enumerate(dynsym.iter_symbols() if dynsym is not None else ()):  # type: ignore[attr-defined]
+                shndx = sym["st_shndx"]
+                row = [sym.name, sym["st_value"], sym["st_size"], sym["st_info"]["bind"], sym["st_info"]["type"],
+                       sym["st_other"]["visibility"], names.get(shndx, str(shndx)) if isinstance(shndx, int) else shndx,
+                       versions.get(index)]
+                digest.update(json.dumps(row).encode() + b"\n")
+                count += 1
+            contents: dict[str, str] = {}
+            fatbin = None
+            for section in sections:
+                if section.name == SECTION:
+                    fatbin = {"address": section["sh_addr"], "size": section["sh_size"]}
+                    continue
+                if (not section["sh_flags"] & _SHF_ALLOC or section.name in PATCHELF_SECTIONS
+                        or section["sh_type"] == "SHT_NOBITS"):
+                    continue
+                key, n = section.name, 1
+                while key in contents:
+                    n += 1
+                    key = f"{section.name}#{n}"
+                contents[key] = hashlib.sha256(section.data()).hexdigest()
+    except BundleError:
+        raise
+    except Exception as exc:
+        raise BundleError(f"{path}: cannot read its ELF headers ({exc})") from None
+    return {"soname": soname, "needed": needed, "dynamic": dynamic, "dynsym": count,
+            "dynsym_sha256": digest.hexdigest(), "sections": contents, "fatbin": fatbin}
+
+
+def identity_differences(original: dict[str, Any], pruned: dict[str, Any]) -> list[str]:
+    """How ``pruned``'s :func:`elf_identity` differs from ``original``'s, in words ([] when it does not)."""
+    out = []
+    if original.get("soname") != pruned.get("soname"):
+        out.append(f"SONAME {pruned.get('soname')!r} is not the original's {original.get('soname')!r}")
+    if original.get("needed") != pruned.get("needed"):
+        out.append(f"NEEDED {pruned.get('needed')} is not the original's {original.get('needed')}")
+    if original.get("dynamic") != pruned.get("dynamic"):
+        changed = sorted(k for k in set(original.get("dynamic") or {}) | set(pruned.get("dynamic") or {})
+                         if (original.get("dynamic") or {}).get(k) != (pruned.get("dynamic") or {}).get(k))
+        out.append(f"dynamic entries {', '.join(changed)} differ from the original's")
+    if (original.get("dynsym"), original.get("dynsym_sha256")) != (pruned.get("dynsym"), pruned.get("dynsym_sha256")):
+        out.append(f"the dynamic symbols differ from the original's ({pruned.get('dynsym')} symbols, "
+                   f"{original.get('dynsym')} in the original)")
+    theirs = pruned.get("sections") or {}
+    for name, digest in (original.get("sections") or {}).items():
+        if name not in theirs:
+            out.append(f"section {name} is missing")
+        elif theirs[name] != digest:
+            out.append(f"section {name} differs from the original's")
+    if original.get("fatbin") != pruned.get("fatbin"):
+        out.append(f"{SECTION} moved or changed size ({pruned.get('fatbin')}, originally {original.get('fatbin')})")
+    return out
+
+
+@dataclass(frozen=True)
+class PruneVerification:
+    """The independent check of one pruned library against its original (see the section comment above)."""
+
+    ok: bool
+    tools: dict[str, Any]
+    original: str
+    original_sha256: str
+    sha256: str  # of the verified (shipped) file
+    bundles: int
+    bundles_rewritten: int
+    kept: tuple[str, ...]  # the triples LLVM's tool lists in the pruned library (every bundle together)
+    code_objects: int  # kept code objects unbundled from both and compared byte for byte
+    code_object_bytes: int
+    identity: dict[str, Any]  # elf_identity of the original (the pruned matched it when ok)
+    cross_check: str  # what our own reader of the original said about the same code objects
+    failures: tuple[str, ...]
+    seconds: float
+
+    @property
+    def kept_targets(self) -> tuple[str, ...]:
+        found = {BundleEntry(t, 0, 0).gfx for t in self.kept}
+        return tuple(sorted((t for t in found if t), key=target_order))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "tools": self.tools, "original": self.original,
+                "original_sha256": self.original_sha256, "sha256": self.sha256,
+                "bundles": self.bundles, "bundles_rewritten": self.bundles_rewritten, "kept": list(self.kept),
+                "kept_targets": list(self.kept_targets), "code_objects": self.code_objects,
+                "code_object_bytes": self.code_object_bytes, "identity": self.identity,
+                "cross_check": self.cross_check, "failures": list(self.failures),
+                "seconds": round(self.seconds, 3)}
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+class _ToolRun:
+    """clang-offload-bundler on blobs written to a scratch folder."""
+
+    def __init__(self, tools: OffloadTools, scratch: Path) -> None:
+        from rockbuild.process import child_env
+
+        self.tools, self.scratch, self.env = tools, scratch, child_env()
+
+    def _run(self, args: list[str], what: str) -> str:
+        from rockbuild.process import ProcessError, run
+
+        try:
+            return run(self.tools.argv(*args), env=self.env, timeout=TOOL_TIMEOUT).output
+        except ProcessError as exc:
+            tail = "; ".join(line for line in exc.tail[-2:] if line.strip())
+            raise BundleError(f"{BUNDLER} failed on {what}" + (f": {tail}" if tail else f" ({exc.message})")) \
+                from None
+
+    def listed(self, blob: Path, what: str) -> list[str]:
+        output = self._run(["--list", "--type=o", f"--input={blob}"], what)
+        return [line.strip() for line in output.splitlines() if _TRIPLE.fullmatch(line.strip())]
+
+    def unbundled(self, blob: Path, triples: Sequence[str], what: str) -> dict[str, bytes]:
+        if not triples:
+            return {}
+        outs = [blob.with_name(f"{blob.name}.{n}.co") for n in range(len(triples))]
+        self._run(["--unbundle", "--type=o", f"--targets={','.join(triples)}", f"--input={blob}",
+                   *(f"--output={o}" for o in outs)], what)
+        got = {}
+        for triple, out in zip(triples, outs, strict=True):
+            got[triple] = out.read_bytes()
+            out.unlink()
+        return got
+
+
+def _check_bundle(index: int, original: bytes, pruned: bytes, targets: set[str], ours: tuple[list[str], list[str]],
+                  ours_code: dict[str, bytes], runner: _ToolRun, name: str
+                  ) -> tuple[list[str], list[str], dict[str, str], int]:
+    """One bundle pair: (failures, triples the tool lists in the pruned, device triple -> sha256, bytes compared).
+    ``ours``: the triples our reader found in the original and the pruned blob; ``ours_code``: the code objects it
+    decompressed from the original."""
+    import hashlib
+
+    where = f"{name} bundle {index}"
+    folder = runner.scratch / str(index)
+    folder.mkdir()
+    try:
+        failures: list[str] = []
+        blob_o, blob_p = folder / "original.bin", folder / "pruned.bin"
+        blob_o.write_bytes(original)
+        blob_p.write_bytes(pruned)
+        listed_o = runner.listed(blob_o, f"{where} (original)")
+        listed_p = runner.listed(blob_p, f"{where} (pruned)")
+        for label, tool_view, our_view in (("original", listed_o, ours[0]), ("pruned", listed_p, ours[1])):
+            if sorted(tool_view) != sorted(our_view):
+                failures.append(f"{where}: {BUNDLER} lists {sorted(tool_view)} in the {label}, rockbuild read "
+                                f"{sorted(our_view)}")
+        expected = [t for t in listed_o if BundleEntry(t, 0, 0).gfx is None or BundleEntry(t, 0, 0).gfx in targets]
+        if sorted(listed_p) != sorted(expected):
+            failures.append(f"{where}: {BUNDLER} lists {sorted(listed_p)} in the pruned library, expected the "
+                            f"original's host entry and job targets {sorted(expected)}")
+        device = [t for t in listed_p if t in expected and BundleEntry(t, 0, 0).gfx]
+        from_p = runner.unbundled(blob_p, device, f"{where} (pruned)")
+        from_o = from_p if original == pruned else runner.unbundled(blob_o, device, f"{where} (original)")
+        hashes, compared = {}, 0
+        for triple in device:
+            if from_p[triple] != from_o[triple]:
+                failures.append(f"{where}: the {triple} code object differs from the original's "
+                                f"({len(from_p[triple])} vs {len(from_o[triple])} bytes)")
+            elif not from_p[triple]:
+                failures.append(f"{where}: the {triple} code object is empty")
+            elif ours_code.get(triple) != from_o[triple]:
+                failures.append(f"{where}: {BUNDLER} and rockbuild's reader disagree on the original's {triple} "
+                                "code object")
+            hashes[triple] = hashlib.sha256(from_p[triple]).hexdigest()
+            compared += len(from_p[triple])
+        return failures, listed_p, hashes, compared
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _code_objects(blob: bytes, bundle: OffloadBundle, targets: set[str], where: str) -> dict[str, bytes]:
+    """Our own reading of a blob's code objects for ``targets`` (triple -> bytes), decompressing a CCOB one."""
+    if bundle.compression is not None:
+        version, method = struct.unpack_from("<HH", blob, 4)
+        content = _decompress_all(blob[{1: 20, 2: 24, 3: 32}[version]:], method, bundle.uncompressed_size, where)
+    else:
+        content = blob
+    return {e.triple: content[e.offset:e.offset + e.size] for e in bundle.entries if e.gfx in targets}
+
+
+def verify_pruned(original: Path, pruned: Path, targets: Sequence[str], tools: OffloadTools, *,
+                  scratch: Path | None = None, jobs: int | None = None) -> PruneVerification:
+    """Check ``pruned`` (the shipped, patched copy) against ``original`` with LLVM's tools (see the section comment):
+    never raises for a difference, every one is a failure of the returned verification."""
+    import concurrent.futures
+    import os
+    import tempfile
+    import time
+
+    start = time.monotonic()
+    name = pruned.name
+    failures: list[str] = []
+    identity = elf_identity(original)
+    failures += [f"{name}: {d}" for d in identity_differences(identity, elf_identity(pruned))]
+    before, after = read_fatbin(original), read_fatbin(pruned)
+    kept: set[str] = set()
+    compared = compared_bytes = rewritten = 0
+    if before is None or after is None:
+        failures.append(f"{name}: {'the original' if before is None else 'the pruned copy'} has no {SECTION}")
+    elif [b.offset for b in before.bundles] != [b.offset for b in after.bundles]:
+        failures.append(f"{name}: the pruned copy's {len(after.bundles)} offload bundles do not start where the "
+                        f"original's {len(before.bundles)} do")
+    else:
+        wanted = set(targets)
+        with tempfile.TemporaryDirectory(prefix=".rockbuild-verify-", dir=scratch) as tmp, \
+                open(original, "rb") as fo, open(pruned, "rb") as fp:
+            runner = _ToolRun(tools, Path(tmp))
+
+            def task(index: int) -> tuple[tuple[list[str], list[str], dict[str, str], int], bool]:
+                b, a = before.bundles[index], after.bundles[index]
+                blob_o = os.pread(fo.fileno(), b.size, before.section_offset + b.offset)
+                blob_p = os.pread(fp.fileno(), a.size, after.section_offset + a.offset)
+                ours = ([e.triple for e in b.entries], [e.triple for e in a.entries])
+                code = _code_objects(blob_o, b, wanted, name)
+                return _check_bundle(index, blob_o, blob_p, wanted, ours, code, runner, name), blob_o != blob_p
+
+            workers = jobs or max(1, min(4, os.cpu_count() or 1))
+            try:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+                    for (bad, listed, hashes, size), changed in pool.map(task, range(len(before.bundles))):
+                        failures += bad
+                        kept.update(listed)
+                        compared += len(hashes)
+                        compared_bytes += size
+                        rewritten += changed
+            except BundleError as exc:
+                failures.append(exc.message)
+    return PruneVerification(
+        ok=not failures, tools=tools.to_dict(), original=str(original), original_sha256=file_sha256(original),
+        sha256=file_sha256(pruned),
+        bundles=len(after.bundles) if after else 0, bundles_rewritten=rewritten,
+        kept=tuple(sorted(kept)), code_objects=compared, code_object_bytes=compared_bytes, identity=identity,
+        cross_check=f"rockbuild's reader decompressed the same {compared} code objects from the original",
+        failures=tuple(failures), seconds=time.monotonic() - start,
+    )

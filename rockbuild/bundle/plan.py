@@ -31,7 +31,7 @@ from rockbuild.settings import load_policy
 from . import MISSING, ROOT, SHIPS, SYSTEM, AuditError, BundleError, Closure, Library
 from .audit import AuditReport, audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
-from .fatbin import PruneReport, prune_fatbin, read_fatbin
+from .fatbin import OffloadTools, PruneReport, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
 from .kernels import KernelReport, plan_kernel_data
 from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
 from .policy import BundlePolicy, Extra, PlatformPolicy, name_matches
@@ -55,7 +55,7 @@ class PlannedFile:
     found_as: Path | None = None  # the path it was found under (a symlink, a chroot path...)
     patch: tuple[str, ...] = ()  # patchelf arguments, () when none is needed
     strip: bool = False
-    prune: tuple[str, ...] = ()  # GPU targets to drop from its .hip_fatbin (--prune-fatbin)
+    prune: tuple[str, ...] = ()  # GPU targets to drop from its .hip_fatbin (on by default; --no-prune-fatbin)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.dest, "kind": self.kind, "size": self.size, "source": str(self.source)}
@@ -85,6 +85,12 @@ class BundlePlan:
     warnings: tuple[str, ...]
     seconds: float
     backend: str = DEFAULT  # rocm | vulkan
+    fatbin_tools: OffloadTools | None = None  # LLVM's tools that prove the pruned fat binaries (verify_pruned)
+    pruning: dict[str, Any] = field(default_factory=dict)  # asked (on/auto/off), done, tools, why not
+
+    @property
+    def pruned_files(self) -> tuple[PlannedFile, ...]:
+        return tuple(f for f in self.files if f.prune)
 
     @property
     def total_bytes(self) -> int:
@@ -99,6 +105,7 @@ class BundlePlan:
             "closure": self.closure.to_dict(), "kernels": self.kernels.to_dict(),
             "skipped": [str(p) for p in self.skipped], "rocm": self.rocm, "policy": self.policy_source,
             "errors": list(self.errors), "warnings": list(self.warnings), "plan_seconds": round(self.seconds, 3),
+            "fatbin_pruning": self.pruning or None,
         }
 
     def render(self) -> str:
@@ -299,7 +306,7 @@ def _mode(real: Path, kind: str) -> int:
 
 def make_plan(
     build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
-    policy: BundlePolicy | None = None, strip: bool = False, prune_fatbin: bool = False, backend: str = DEFAULT,
+    policy: BundlePolicy | None = None, strip: bool = False, prune_fatbin: bool | None = None, backend: str = DEFAULT,
     platform: str | None = None,
 ) -> BundlePlan:
     """Everything the bundle will hold and every change to make, computed without writing anything.
@@ -308,6 +315,11 @@ def make_plan(
     ROCm needs the root it was built with (``layout``) and gfx targets; Vulkan has neither (no ROCm root, no GPU
     targets, no kernel data; ``platform``, default this machine's, says which policy applies, and the Vulkan loader
     and drivers are host libraries by policy).
+
+    ``prune_fatbin``: drop other GPU targets' code objects from the shipped fat binaries (rocBLAS, rocSOLVER), proved
+    by LLVM's tools from the ROCm root (:func:`.fatbin.verify_pruned`). None (the default) prunes when the root has
+    those tools and otherwise ships the libraries whole with a warning; True makes a missing tool a plan error;
+    False never prunes.
     """
     start = time.monotonic()
     targets = tuple(dict.fromkeys(targets))
@@ -330,19 +342,26 @@ def make_plan(
         else:
             errors.append(f"{lib.name} (needed by {who}) was found neither in the build nor the system")
 
+    warnings = list(closure.warnings)
     files: list[PlannedFile] = []
+    can_prune = prune_fatbin is not False and platform == "linux" and flavour.per_target and layout is not None
+    why_not = ("--no-prune-fatbin" if prune_fatbin is False else "only Linux fat binaries are pruned"
+               if platform != "linux" else "this bundle has no GPU targets to prune to")
     # programs first, then the build's libraries, then what the closure brought, by name
     for lib in sorted(closure.shipped, key=lambda e: (e.kind != "exe", e.status != ROOT, e.name)):
         assert lib.real_path is not None
         patch = _rpath_patch(lib.real_path, platform_policy) if platform == "linux" else ()
         prune: tuple[str, ...] = ()
-        if prune_fatbin and platform == "linux" and flavour.per_target:
+        if can_prune:
             fat = read_fatbin(lib.real_path)
             prune = tuple(t for t in fat.targets if t not in targets) if fat is not None else ()
         files.append(PlannedFile(
             dest=lib.name, source=lib.real_path, kind=lib.kind, size=lib.size, mode=_mode(lib.real_path, lib.kind),
             found_as=lib.path, patch=patch, strip=strip and platform == "linux", prune=prune,
         ))
+    tools, pruning = _pruning_tools(files, layout, prune_fatbin, None if can_prune else why_not, errors, warnings)
+    if pruning.get("done") is False and any(f.prune for f in files):
+        files = [dataclasses.replace(f, prune=()) for f in files]
     kernels = plan_kernel_data(layout.kernel_data if layout else (), closure.names(), targets, platform_policy,
                                sysroot=layout.sysroot if layout else None)
     errors.extend(kernels.errors)
@@ -362,8 +381,34 @@ def make_plan(
     return BundlePlan(
         out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
-        warnings=closure.warnings, seconds=time.monotonic() - start, backend=flavour.name,
+        warnings=tuple(warnings), seconds=time.monotonic() - start, backend=flavour.name, fatbin_tools=tools,
+        pruning=pruning,
     )
+
+
+def _pruning_tools(
+    files: Sequence[PlannedFile], layout: RocmLayout | None, asked: bool | None, why_not: str | None,
+    errors: list[str], warnings: list[str],
+) -> tuple[OffloadTools | None, dict[str, Any]]:
+    """The tools that will prove the pruning, and bundle.json's ``fatbin_pruning`` record. Without them a pruning
+    asked for (``True``) is a plan error; the default (``None``) ships the fat binaries whole and warns: a rewritten
+    library is never shipped unproved, and the bundle it falls back to is today's, proven one."""
+    mode = {True: "on", None: "auto", False: "off"}[asked]
+    fat = [f.dest for f in files if f.prune]
+    record: dict[str, Any] = {"asked": mode, "libraries": fat}
+    if why_not is not None or not fat:
+        return None, {**record, "done": False, "reason": why_not or "no fat binary holds other GPU targets"}
+    assert layout is not None
+    tools, why = find_offload_tools(layout)
+    if tools is None:
+        if asked:
+            errors.append(f"--prune-fatbin: {why}, so the pruned {', '.join(fat)} could not be proved identical "
+                          "to the originals; bundle from a root with clang, or pass --no-prune-fatbin")
+        else:
+            warnings.append(f"fat binaries not pruned ({', '.join(fat)} ship every GPU target): {why}, so the "
+                            "rewrite could not be proved; bundle from a root with clang, or pass --no-prune-fatbin")
+        return None, {**record, "done": False, "reason": why}
+    return tools, {**record, "done": True, "tools": tools.to_dict()}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -465,21 +510,25 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
     start = time.monotonic()
     _copy(plan, partial, quiet)
     seconds["copy"] = time.monotonic() - start
-    pruned: list[PruneReport] = []
-    if any(f.prune for f in plan.files):
+    pruned: list[tuple[PlannedFile, PruneReport]] = []
+    if plan.pruned_files:
         start = time.monotonic()
-        for f in plan.files:
-            if f.prune:  # before patchelf, which may move sections; offsets are read from the copy itself
-                report_one = prune_fatbin(partial / f.dest, plan.targets)
-                if report_one is not None:
-                    pruned.append(report_one)
+        for f in plan.pruned_files:  # before patchelf, which may move sections; offsets are read from the copy itself
+            report_one = prune_fatbin(partial / f.dest, plan.targets)
+            if report_one is not None:
+                pruned.append((f, report_one))
         seconds["prune"] = time.monotonic() - start
     start = time.monotonic()
     _patch(plan, partial)
     seconds["patch"] = time.monotonic() - start
     for f in plan.files:  # the modes asked for, now that patching is done
         os.chmod(partial / f.dest, f.mode)
-    report = BundleReport(plan.out, plan, False, None, seconds, tuple(pruned))
+    if pruned:
+        start = time.monotonic()
+        pruned = [(f, _prove(f, one, partial, plan, quiet)) for f, one in pruned]
+        seconds["verify"] = time.monotonic() - start
+    reports = tuple(one for _f, one in pruned)
+    report = BundleReport(plan.out, plan, False, None, seconds, reports)
     write_bundle_json(report, partial)
     audit_report = None
     if audit:
@@ -488,17 +537,39 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         audit_report = dataclasses.replace(
             audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend), path=plan.out)
         seconds["audit"] = time.monotonic() - start
-    report = BundleReport(plan.out, plan, False, audit_report, seconds, tuple(pruned))
+    report = BundleReport(plan.out, plan, False, audit_report, seconds, reports)
     write_bundle_json(report, partial)
     if plan.out.exists():
         shutil.rmtree(plan.out)
     partial.rename(plan.out)
+    unproved = [p for p in reports if p.verification is None or not p.verification.ok]
+    if unproved and audit_report is None:
+        first = unproved[0].verification
+        raise BundleError(f"the pruned {unproved[0].path.name} in {plan.out} failed its independent check: "
+                          f"{first.failures[0] if first and first.failures else 'not verified'}",
+                          hint=f"details in {plan.out / BUNDLE_JSON} (pruned_fatbins); --no-prune-fatbin ships the "
+                               "libraries whole")
     if audit_report is not None and not audit_report.ok:
         raise AuditError(
             f"the bundle in {plan.out} failed its audit: {_errors_line(audit_report.failures)}",
             hint=f"details in {plan.out / BUNDLE_JSON} (audit.checks)",
         )
     return report
+
+
+def _prove(f: PlannedFile, report: PruneReport, partial: Path, plan: BundlePlan, quiet: bool) -> PruneReport:
+    """Leave the pruned copy's zero blocks as holes, then check it against its original with LLVM's tools."""
+    from rockbuild.archive import make_sparse
+
+    shipped = partial / f.dest
+    holes = make_sparse(shipped)
+    assert plan.fatbin_tools is not None
+    if not quiet:
+        console.info(f"checking the pruned {f.dest} against {f.source} with {plan.fatbin_tools.bundler.name}")
+    verification = verify_pruned(f.source, shipped, plan.targets, plan.fatbin_tools, scratch=partial.parent)
+    if not verification.ok and not quiet:
+        console.warn(f"the pruned {f.dest} failed its independent check: {verification.failures[0]}")
+    return dataclasses.replace(report, verification=verification, bytes_in_holes=holes)
 
 
 def _errors_line(errors: Sequence[str]) -> str:
@@ -510,14 +581,16 @@ def _errors_line(errors: Sequence[str]) -> str:
 def make_bundle(
     build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *, dry_run: bool = False,
     policy: BundlePolicy | None = None, strip: bool = False, quiet: bool = False, audit: bool = True,
-    prune_fatbin: bool = False, backend: str = DEFAULT, platform: str | None = None,
+    prune_fatbin: bool | None = None, backend: str = DEFAULT, platform: str | None = None,
 ) -> BundleReport:
     """Bundle the build's ``bin/`` with its ROCm closure and pruned kernel data into ``out``.
 
-    ``prune_fatbin`` rewrites the offload bundles of shipped fat binaries (rocBLAS, rocSOLVER) in place with only the
-    job's targets (:func:`.fatbin.prune_fatbin`). With ``dry_run`` nothing is written and the report carries the plan
-    (its ``errors`` included); otherwise any planning error raises BundleError and a failed audit raises AuditError
-    (the bundle stays for inspection).
+    ``prune_fatbin`` (default None: when the ROCm root has LLVM's offload tools to prove it; see :func:`make_plan`)
+    rewrites the offload bundles of shipped fat binaries (rocBLAS, rocSOLVER) in place with only the job's targets
+    (:func:`.fatbin.prune_fatbin`), leaves the zero-filled rest as holes and checks each against its original with
+    clang-offload-bundler (:func:`.fatbin.verify_pruned`). With ``dry_run`` nothing is written and the report
+    carries the plan (its ``errors`` included); otherwise any planning error raises BundleError and a failed audit
+    raises AuditError (the bundle stays for inspection).
     """
     build_bin = Path(build_bin)
     if (build_bin / "bin").is_dir():
@@ -537,7 +610,7 @@ __all__ = [
 
 def bundle_command(
     build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *, backend: str = DEFAULT,
-    dry_run: bool = False, strip: bool = False, prune_fatbin: bool = False, policy_file: Path | None = None,
+    dry_run: bool = False, strip: bool = False, prune_fatbin: bool | None = None, policy_file: Path | None = None,
     quiet: bool = False, platform: str | None = None,
 ) -> BundleReport:
     """``rockbuild bundle``: a ROCm bundle needs the root and targets, a Vulkan bundle neither (``platform``: the OS
@@ -557,7 +630,7 @@ def bundle_command(
 
 
 def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, quiet: bool = False,
-               prune_fatbin: bool = False) -> BundleReport:
+               prune_fatbin: bool | None = None) -> BundleReport:
     """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the root
     it was built with), or for a job of a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader and
     drivers are the host's)."""

@@ -79,7 +79,7 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
             index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None,
             publish_config: Path | None, smoke_test: bool, model_spec: str | None,
             vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
-            prune_fatbin: bool, as_json: bool) -> None:
+            prune_fatbin: bool | None, as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run

@@ -149,7 +149,7 @@ def rocm_info(root: Path, as_json: bool) -> None:
 def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
-          offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool, make_bundle: bool,
+          offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None, make_bundle: bool,
           inputs_file: Path | None, as_json: bool) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
     from rockbuild.build import build_and_bundle
@@ -176,12 +176,13 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
 @click.option("--out", required=True, type=folder(), help="The bundle folder.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (files, sources, patches, kernel data); write nothing.")
 @click.option("--strip", "strip_debug", is_flag=True, help="Strip debug sections from the shipped ELF files.")
-@click.option("--prune-fatbin", is_flag=True,
-              help="Drop other GPU targets' code from shipped fat binaries (rocBLAS, rocSOLVER), in place.")
+@click.option("--prune-fatbin/--no-prune-fatbin", default=None,
+              help="Drop other GPU targets' code from shipped fat binaries (rocBLAS, rocSOLVER), proved against the "
+              "originals by the root's clang-offload-bundler (default: when the root has it).")
 @POLICY
 @click.option("--json", "as_json", is_flag=True, help="Print the report (or with --dry-run the plan) as JSON.")
 def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, out: Path, dry_run: bool,
-           strip_debug: bool, prune_fatbin: bool, policy: Path | None, as_json: bool) -> None:
+           strip_debug: bool, prune_fatbin: bool | None, policy: Path | None, as_json: bool) -> None:
     """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
     from rockbuild.bundle.plan import bundle_command
 
@@ -195,16 +196,19 @@ def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend
 @click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (default: from bundle.json).")
 @click.option("--max-version", "max_versions", multiple=True, metavar="FAMILY=VERSION",
               help="Fail if a file needs a newer symbol version, e.g. GLIBC=2.35, GLIBCXX=3.4.30. Repeatable.")
+@click.option("--rocm", "rocm_root", default=None, type=folder(exists=True),
+              help="The ROCm root the bundle was made from: check its pruned fat binaries again against the "
+              "originals there with the root's clang-offload-bundler.")
 @POLICY
 @JSON
-def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], policy: Path | None,
-          as_json: bool) -> None:
+def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], rocm_root: Path | None,
+          policy: Path | None, as_json: bool) -> None:
     """Check that a bundle is self-contained and carries exactly the job's GPU code (non-zero exit on failure)."""
     from rockbuild.bundle.audit import audit_bundle, parse_max_versions
     from rockbuild.settings import load_policy
 
     report = audit_bundle(bundle_dir, split_list(targets) or None, policy=load_policy(policy) if policy else None,
-                          max_versions=parse_max_versions(max_versions))
+                          max_versions=parse_max_versions(max_versions), rocm=rocm_root)
     show(report, as_json)
     report.raise_if_failed(bundle_dir)
 

@@ -117,7 +117,7 @@ class NightOptions:
     use_ccache: bool = True
     ccache_dir: Path | None = None
     offline: bool = False
-    prune_fatbin: bool = False
+    prune_fatbin: bool | None = None  # None: prune when the ROCm root can prove it (bundle.plan.make_plan)
     run_url: str | None = None
     step_summary: Path | None = None
     throttle: bool = True

@@ -21,7 +21,13 @@ LLAMA_COMMIT=0c1e57098bba43ac29e6e3b677cdceebdd22334f
 log() { printf '[h200 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
 prepare() {
-    command -v glslc >/dev/null || apt-get install -y -qq --no-install-recommends glslc libvulkan-dev
+    # Debian's glslc and Vulkan loader, for this build only: removed again at the end, since two tests of the suite
+    # (test_vulkan_job_without_glslc_fails_with_one_line, test_the_loader_is_a_host_library_and_never_ships) assume
+    # a host without them
+    local installed=()
+    command -v glslc >/dev/null || installed=(glslc libvulkan-dev libvulkan1 libshaderc1)
+    [ ${#installed[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends glslc libvulkan-dev
+    trap '[ ${#installed[@]} -eq 0 ] || apt-get remove -y -qq "${installed[@]}"' RETURN
     mkdir -p "$WORK/include" "$CARRY"
     grep -qx '/.h200/' "$REPO/.git/info/exclude" 2>/dev/null || echo '/.h200/' >> "$REPO/.git/info/exclude"
     # Debian 12's Vulkan headers (1.3.239) predate VK_EXT_layer_settings, which llama.cpp uses: take newer headers
