@@ -9,7 +9,6 @@ The spread shown is llama-bench's own standard deviation over the ``-r`` repetit
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from rockbuild import __version__, console
 from rockbuild.errors import ProcessError, SmokeError, UsageError
 from rockbuild.model import ModelFile
 from rockbuild.process import log_tail, run
-from rockbuild.settings import environment
+from rockbuild.settings import environment, host_os
 from rockbuild.smoke.parse import BenchResult, parse_bench_json
 from rockbuild.smoke.runner import locate_bundle, smoke_env
 
@@ -164,7 +163,7 @@ class Comparison:
 
 
 def bench_exe(bundle: Path) -> Path:
-    return bundle / ("llama-bench.exe" if sys.platform.startswith("win") else "llama-bench")
+    return bundle / ("llama-bench.exe" if host_os() == "windows" else "llama-bench")
 
 
 def _labels(bundles: Sequence[Path]) -> list[str]:

@@ -213,13 +213,13 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
 def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str]) -> tuple[list[Finding], list[str]]:
     """A Vulkan bundle brings no driver: ask the bundle itself (``llama-cli --list-devices``, the smoke test's probe)
     which Vulkan devices this host's loader and drivers give it."""
-    import sys
     import tempfile
 
     from rockbuild.doctor import Finding
+    from rockbuild.settings import host_os
     from rockbuild.smoke import list_devices, smoke_env
 
-    exe = bundle / ("llama-cli.exe" if sys.platform.startswith("win") else "llama-cli")
+    exe = bundle / ("llama-cli.exe" if host_os() == "windows" else "llama-cli")
     if not exe.is_file():
         return [Finding("error", "bundle", f"{bundle} has no {exe.name}: cannot ask it for its Vulkan devices",
                         "pass the folder rockbuild install made")], []

@@ -20,7 +20,7 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
-from rockbuild.config import Job, read_json_object
+from rockbuild.config import Job
 from rockbuild.errors import PublishError, RockbuildError, UsageError
 from rockbuild.jobfolder import JobFolder
 from rockbuild.runner import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
@@ -343,7 +343,7 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
     publisher counts it as failed. A folder built from another commit is refused."""
     found: dict[str, Path] = {}
     for directory in job_dirs:
-        build = read_json_object(Path(directory) / "build.json") or {}
+        build = JobFolder(Path(directory)).build() or {}
         job_id = str((build.get("job") or {}).get("id") or Path(directory).name.removeprefix("job-"))
         commit = (build.get("llama_cpp") or {}).get("commit")
         if commit and build.get("status") == "ok" and commit != inputs.llama.commit:

@@ -6,7 +6,6 @@ import contextlib
 import os
 import re
 import socket
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,9 +15,10 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.config import read_json_object, write_json_atomic
+from rockbuild.jobfolder import JobFolder
 from rockbuild.model import ModelFile, check_gguf
 from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
-from rockbuild.settings import environment
+from rockbuild.settings import environment, host_os
 
 from . import SmokeError
 from .parse import (
@@ -230,7 +230,7 @@ def locate_bundle(path: Path) -> tuple[Path, Path | None]:
 def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
     """(platform, gfx targets, job id) from bundle.json / build.json, guessed from the files when absent."""
     meta = read_json_object(bundle / "bundle.json") or {}
-    build = (read_json_object(job_dir / "build.json") if job_dir else None) or {}
+    build = (JobFolder(job_dir).build() if job_dir else None) or {}
     job: dict[str, Any] = build["job"] if isinstance(build.get("job"), dict) else {}
     platform = str(meta.get("platform") or job.get("os") or "")
     if not platform:
@@ -484,7 +484,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     if not bundle.is_dir():
         raise SmokeError(f"{bundle} is not a folder; pass a bundle made by rockbuild bundle (or its job folder)")
     platform, targets, job_id = bundle_facts(bundle, job_dir)
-    host = "windows" if sys.platform.startswith("win") else "linux"
+    host = host_os()
     if platform != host:
         raise SmokeError(f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on {platform}")
     missing = [name for name, run_name in (("llama-cli", "cli"), ("llama-server", "server"), ("llama-bench", "bench"))
