@@ -536,7 +536,6 @@ def run_night(options: NightOptions) -> NightReport:
     job of this machine's OS, then release (publish by the gating rules when publishing, alert on failure)."""
     start = time.monotonic()
     say = (lambda m: None) if options.quiet else console.info
-    _repo_and_token(options)  # a wrong --publish fails before anything is resolved
     host = options.settings.host_os
     plan = plan_night(options, host=host)
     here = list(plan.jobs)
