@@ -613,7 +613,9 @@ def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
     (pruned,) = report.pruned
     assert pruned.bytes_in_holes >= (2 << 20) - 2 * 4096  # the two dropped 1 MiB code objects, less partial blocks
     st = shipped.stat()
-    assert st.st_blocks * 512 < st.st_size - (2 << 20) + 2 * 4096  # the zeros take no disk space
+    # the zeros take no disk space: about 2 MiB less allocated than the size (the filesystem may allocate a few
+    # blocks more than the data needs, e.g. ext4 around EOF, so a page of slack per MiB)
+    assert st.st_size - st.st_blocks * 512 >= (2 << 20) - 16 * 4096
     assert read_fatbin(shipped).targets == ("gfx1151",)
 
 
