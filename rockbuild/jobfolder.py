@@ -11,6 +11,7 @@ the folder itself::
                  smoke.json   the smoke test's report (+ smoke-logs/)
                  gpu-smoke.json  the smoke test on a real GPU, with the release's llama-bench figures (CI's GPU leg)
                  night.json   each stage's input fingerprint and result, for resume (:class:`rockbuild.runner.JobState`)
+                 fallback.json  the newest ROCm failed and the job ran on its group's last good one: what failed, why
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class JobFolder:
     smoke_json = _At("smoke.json")
     gpu_smoke_json = _At("gpu-smoke.json")  # the CI's GPU leg: rockbuild smoke --expect-gpu yes --bench gpu
     night_json = _At("night.json")
+    fallback_json = _At("fallback.json")  # the night's retry on the last good ROCm (rockbuild.nightly.run)
 
     def create(self) -> JobFolder:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -83,6 +85,9 @@ class JobFolder:
 
     def gpu_smoke(self) -> dict[str, Any] | None:
         return read_json_object(self.gpu_smoke_json)
+
+    def fallback(self) -> dict[str, Any] | None:
+        return read_json_object(self.fallback_json)
 
     def built_from(self, commit: str) -> bool:
         """A successful build of ``commit`` whose programs are still here."""

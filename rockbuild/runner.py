@@ -62,10 +62,12 @@ class JobOutcome:
     failed_stage: str | None = None
     message: str | None = None
     seconds: float = 0.0
+    fallback: str | None = None  # ran on its group's last good ROCm because the newest failed: what and why
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "required": self.required, "status": self.status, "stages": dict(self.stages),
-                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3)}
+                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3),
+                "fallback": self.fallback}
 
 
 def _never(_entry: dict[str, Any]) -> None:

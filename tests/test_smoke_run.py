@@ -221,7 +221,7 @@ def test_server_that_dies_and_a_bench_without_json(tmp_path, model):
     report = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
     runs = {r.name: r for r in report.runs}
     assert runs["cli"].ok
-    assert runs["server"].failure == "exited with code 3 before /health answered"
+    assert runs["server"].failure == "exit code 3 before /health answered"
     assert "error: cannot open model" in runs["server"].log_tail
     assert runs["bench"].failure == "no JSON results in the output"
 

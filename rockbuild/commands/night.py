@@ -1,4 +1,4 @@
-"""The night CI runs: resolve, nightly, publish, alert."""
+"""The night CI runs: resolve, nightly, publish, alert; and bisect, for the night a ROCm nightly broke a job."""
 
 from __future__ import annotations
 
@@ -20,13 +20,15 @@ PUBLISH_CONFIG = click.option(
 @click.option("--out", "out_file", type=file(), default=Path("inputs.json"), show_default=True,
               help="Write the inputs here.")
 @click.option("--json", "as_json", is_flag=True, help="Also print the inputs as JSON on stdout.")
+@GITHUB
 def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
             llama_ref: str | None, rocm_version: str | None, max_age_days: int, index_url: str | None,
-            git_url: str | None, out_file: Path, as_json: bool) -> None:
+            git_url: str | None, out_file: Path, as_json: bool, repo: str | None, api_url: str | None) -> None:
     """Pin the night's inputs once for every job: the llama.cpp commit and each group's ROCm tarball (inputs.json).
 
     A group whose newest tarball is older than --max-age-days fails its own jobs (building them with --inputs
-    refuses, naming the group and the date found); the other jobs go on.
+    refuses, naming the group and the date found); the other jobs go on. With --repo, each group's last good
+    tarball (the newest that passed smoke in a published release) is recorded too, for the night's fallback.
     """
     from rockbuild import matrix as matrix_mod
     from rockbuild.nightly import resolve_inputs
@@ -37,6 +39,12 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
     )
     inputs = resolve_inputs(matrix_mod.select_jobs(jobs, only), llama_ref=llama_ref, rocm_version=rocm_version,
                             max_age_days=max_age_days, index_url=index_url, git_url=git_url, quiet=as_json)
+    if repo:
+        from rockbuild.nightly.resolve import attach_last_good
+        from rockbuild.nightly.run import known_good, release_manifests
+
+        history = release_manifests(repo, api_url=api_url, token=settings().github.token)
+        inputs = attach_last_good(inputs, known_good(inputs, history), quiet=as_json)
     inputs.write(out_file)
     show(inputs, as_json)
 
@@ -136,6 +144,45 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
     if job_dirs and modes != ["release"]:
         raise UsageError("JOB_DIRs are for --release (the folders of the night's legs)")
     return modes[0] if modes else None
+
+
+@command
+@click.option("--job", "job_id", required=True, metavar="ID", help="The job to bisect (rockbuild matrix lists them).")
+@click.option("--good", required=True, metavar="DATE",
+              help="A nightly date (YYYY-MM-DD, or a version like 10.1.0a20261128) the job passed on.")
+@click.option("--bad", required=True, metavar="DATE", help="A later nightly date the job fails on.")
+@click.option("--check-ends", is_flag=True, help="Test the --good and --bad dates first (two more builds).")
+@click.option("-c", "--config", "config", type=file(), default=None,
+              help="Matrix YAML (default: the shipped matrices/nightly.yaml).")
+@click.option("--llama-ref", default=None, metavar="REF",
+              help="llama.cpp tag, branch or commit to build on every date (default: the matrix's llama_ref).")
+@click.option("--index-url", default=None, help="Read this TheRock index page instead of the channel's host.")
+@click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one).")
+@click.option("--out", "out_dir", type=folder(), default=Path("out/bisect"), show_default=True,
+              help="One folder per date tested (OUT/<version>/<job-id>); a re-run reuses what passed.")
+@click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
+              help="Smoke-test each date's bundle (--no-smoke: a date is bad only when it does not build).")
+@click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles.")
+@MODEL
+@COMPILE
+@JSON
+def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | None, llama_ref: str | None,
+           index_url: str | None, git_url: str | None, out_dir: Path, smoke_test: bool, compile_jobs: int | None,
+           model_spec: str | None, vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
+           prune_fatbin: bool | None, as_json: bool) -> None:
+    """Name the first ROCm nightly that breaks a job: build, bundle and smoke-test the nightlies between a good and a
+    bad date, halving the range each time (ccache and the per-date folders make a re-run cheap)."""
+    from rockbuild.nightly import NightOptions
+    from rockbuild.nightly.bisect import bisect_rocm, parse_date
+
+    options = NightOptions(
+        config=config, llama_ref=llama_ref, index_url=index_url, git_url=git_url, out=out_dir, publish=False,
+        compile_jobs=compile_jobs, smoke=smoke_test, model=model_spec, vocab=vocab, offline=offline,
+        ccache_dir=ccache_dir, use_ccache=not no_ccache, prune_fatbin=prune_fatbin, quiet=as_json,
+        settings=settings(),
+    )
+    show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
+         as_json)
 
 
 @command

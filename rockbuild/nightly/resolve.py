@@ -5,6 +5,10 @@ A job whose backend takes no ROCm (Vulkan) has a null ``rocm_key`` and is built 
 --inputs``, the CI fan-out) builds the same commit against the same tarball. A group whose newest tarball is older
 than ``max_age_days`` (a frozen host, a renamed group) fails only its own jobs: their entry names the group and the
 date found, and building them refuses.
+
+Each tarball also carries its group's *last good* one (:func:`attach_last_good`): the newest tarball of the same
+(OS, group) that passed the smoke test in a published release (read from the releases' manifest.json). A job that
+fails with the newest ROCm is retried once with it (:mod:`rockbuild.nightly.run`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,14 @@ from typing import Any
 from rockbuild import __version__, console
 from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.config import Job, write_json_atomic
-from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
+from rockbuild.errors import (
+    ConfigError,
+    FetchError,
+    NotFoundError,
+    RockbuildError,
+    StaleInputError,
+    UsageError,
+)
 
 SCHEMA = 1
 DEFAULT_MAX_AGE_DAYS = 3
@@ -80,6 +91,22 @@ class RocmInput:
     index_url: str | None = None
     error: str | None = None
     error_kind: str | None = None  # stale | not-found
+    # the newest tarball of this (OS, group) that passed smoke in a published release, when it is not this one:
+    # {name, url, version, date, size, mtime, index_url, release}
+    last_good: dict[str, Any] | None = None
+
+    def fallback(self) -> RocmInput | None:
+        """The last good tarball as an input of its own (same key), or None when there is none."""
+        good = self.last_good
+        if not good or not good.get("name") or not good.get("url") or good.get("name") == self.name:
+            return None
+        return _with(self, name=good["name"], url=good["url"], version=good.get("version"), date=good.get("date"),
+                     size=good.get("size"), mtime=good.get("mtime"), index_url=good.get("index_url"), error=None,
+                     error_kind=None, last_good=None)
+
+    def describe(self) -> str:
+        """``10.1.0a20261201 (2026-12-01)``: the version and its nightly date, for notes and alerts."""
+        return f"{self.version or self.name}" + (f" ({self.date})" if self.date else "")
 
     def entry(self) -> Any:
         """The :class:`~rockbuild.rocm.index.TarballEntry` for :func:`~rockbuild.rocm.fetch.fetch_rocm`."""
@@ -104,12 +131,12 @@ class RocmInput:
         return {"key": self.key, "os": self.os, "groups": list(self.groups), "channel": self.channel,
                 "requested": self.requested, "name": self.name, "url": self.url, "version": self.version,
                 "date": self.date, "size": self.size, "mtime": self.mtime, "index_url": self.index_url,
-                "error": self.error, "error_kind": self.error_kind}
+                "error": self.error, "error_kind": self.error_kind, "last_good": self.last_good}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RocmInput:
         fields = {k: data.get(k) for k in ("key", "os", "channel", "requested", "name", "url", "version", "date",
-                                          "size", "mtime", "index_url", "error", "error_kind")}
+                                          "size", "mtime", "index_url", "error", "error_kind", "last_good")}
         return cls(groups=tuple(data.get("groups") or ()), **fields)  # type: ignore[arg-type]
 
 
@@ -355,6 +382,61 @@ def resolve_inputs(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Last good tarballs
+
+
+def last_good_tarballs(manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(OS, group) -> the newest tarball that passed the smoke test in a published release: ``manifests`` are
+    (tag, manifest.json), newest release first. A job that shipped without a smoke test proves nothing."""
+    from rockbuild.rocm.names import parse_tarball_name
+
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for tag, manifest in manifests:
+        for job in manifest.get("jobs") or []:
+            if not isinstance(job, dict) or (job.get("smoke") or {}).get("ok") is not True:
+                continue
+            rocm = job.get("rocm") or {}
+            parsed = parse_tarball_name(str(rocm.get("tarball") or ""))
+            if parsed is None:
+                continue
+            key = (parsed.platform, parsed.group)
+            if key not in found:
+                found[key] = {"name": parsed.filename, "version": parsed.version.text,
+                              "date": parsed.date.isoformat() if parsed.date else None, "release": tag}
+    return found
+
+
+def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]], *,
+                     fetch_text: Callable[[str], str] | None = None, quiet: bool = False) -> Inputs:
+    """``inputs`` with each tarball's last good one (from :func:`last_good_tarballs`) looked up in the index, so a
+    retry can download it. One that is no longer listed is left out with a warning."""
+    from dataclasses import replace
+
+    from rockbuild.downloader import get_text
+    from rockbuild.rocm.index import resolve_tarball
+
+    get = _memo(fetch_text or get_text)
+    rocm = dict(inputs.rocm)
+    for key, entry in inputs.rocm.items():
+        good = next((known[(entry.os, g)] for g in entry.groups if (entry.os, g) in known), None)
+        if entry.error or good is None or good["name"] == entry.name:
+            continue  # nothing pinned, nothing known good, or the newest is the last good one
+        try:
+            found = resolve_tarball(platform=entry.os, groups=entry.groups, version=good["version"],
+                                    channel=entry.channel, index_url=inputs.index_url, fetch_text=get)
+        except RockbuildError as exc:
+            console.warn(f"ROCm for {entry.os} {entry.groups[0]}: the last good tarball {good['name']} (release "
+                         f"{good['release']}) cannot be found: {exc.message}; no fallback")
+            continue
+        rocm[key] = _with(entry, last_good={**good, "name": found.name.filename, "url": found.url,
+                                            "size": found.size, "mtime": found.mtime, "index_url": found.index_url})
+        if not quiet:
+            console.info(f"ROCm for {entry.os} {entry.groups[0]}: last good {good['version']} (release "
+                         f"{good['release']})")
+    return replace(inputs, rocm=rocm)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The last release
 
 
@@ -382,7 +464,9 @@ def manifest_differences(inputs: Inputs, manifest: dict[str, Any], job_ids: Sequ
                 why.append(f"{job_id} is new")
             continue
         tarball = (entry.get("rocm") or {}).get("tarball")
-        if rocm is not None and tarball != rocm.name:
+        # a job published on its last good ROCm because the newest failed: unchanged while the newest is the same
+        newest_failed = ((entry.get("rocm") or {}).get("fallback") or {}).get("newest")
+        if rocm is not None and tarball != rocm.name and newest_failed != rocm.name:
             why.append(f"{job_id}: ROCm {tarball} -> {rocm.name}")
         if list(entry.get("targets") or []) != list(job.targets):
             why.append(f"{job_id}: targets {','.join(entry.get('targets') or [])} -> {','.join(job.targets)}")

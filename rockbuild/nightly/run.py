@@ -4,6 +4,11 @@ Each job folder ``out/<job-id>/`` keeps ``night.json``: per stage, the fingerpri
 re-run redoes a stage only when its fingerprint changed or it did not pass (the fingerprints chain, so a new tarball
 redoes fetch, build, bundle and smoke; a new model redoes smoke only). Before anything is downloaded the resolved
 inputs are compared with the last published release's ``manifest.json``: the same inputs end the night at once.
+
+Last known good ROCm: when a job fails with the newest tarball of its group (at any stage) and an older tarball of
+that group passed the smoke test in a published release, the job is retried once on that one. The failed attempt's
+folder is kept beside the job's (``out/<job-id>@rocm-<version>``) and ``fallback.json`` in the job folder says what
+failed and what was used instead, for publish (manifest, notes) and alert.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,13 +25,22 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
-from rockbuild.config import Job
+from rockbuild.config import Job, write_json_atomic
 from rockbuild.errors import PublishError, RockbuildError, UsageError
 from rockbuild.jobfolder import JobFolder
 from rockbuild.runner import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
 from rockbuild.settings import Settings
 
-from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, load_inputs, manifest_differences, resolve_inputs
+from .resolve import (
+    DEFAULT_MAX_AGE_DAYS,
+    Inputs,
+    RocmInput,
+    attach_last_good,
+    last_good_tarballs,
+    load_inputs,
+    manifest_differences,
+    resolve_inputs,
+)
 
 INPUTS_FILE = "inputs.json"
 
@@ -41,12 +55,14 @@ def tarball_report(fetched: Any) -> dict[str, Any]:
             "group": fetched.group}
 
 
-def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False) -> Any:
-    """The job's pinned tarball, downloaded and extracted (a StaleInputError/NotFoundError when resolve found none)."""
+def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
+                  rocm: RocmInput | None = None) -> Any:
+    """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
+    StaleInputError/NotFoundError when resolve found none)."""
     from rockbuild.errors import LayoutError
     from rockbuild.rocm.fetch import fetch_rocm, job_groups
 
-    rocm = inputs.rocm_for(job.id)
+    rocm = rocm or inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
     fetched = fetch_rocm(job_groups(job), os_name=job.os, entry=rocm.entry(), cache=cache, quiet=quiet)
@@ -161,6 +177,7 @@ class NightReport:
         for job in self.jobs:
             result = "ok" if job.status == "ok" else f"FAILED at {job.failed_stage}" if job.status == "failed" \
                 else job.status
+            result += " (last good ROCm)" if job.fallback else ""
             table.add_row(job.id, "yes" if job.required else "no", *(job.stages.get(s, "-") for s in STAGES),
                           result, f"{job.seconds:.1f}s")
         return table
@@ -171,6 +188,7 @@ class NightReport:
                  "|---|---|" + "---|" * len(STAGES) + "---|---|"]
         for job in self.jobs:
             result = "ok" if job.status == "ok" else f"**failed** at {job.failed_stage}: {job.message or ''}"
+            result += f" ({job.fallback})" if job.fallback else ""
             lines.append(f"| {job.id} | {'yes' if job.required else 'no'} | "
                          + " | ".join(job.stages.get(s, "-") for s in STAGES) + f" | {result} | {job.seconds:.0f}s |")
         return "\n".join(lines) + "\n"
@@ -202,25 +220,82 @@ class _Night:
 
 
 def run_job(job: Job, night: _Night) -> JobOutcome:
-    """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change. Never raises for a
-    failure of the job itself (it is recorded in the job folder for publish and alert)."""
-    run = _JobRun(job, night)
+    """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change; when it fails with
+    the newest ROCm and its group has a last good tarball, once more on that one (see the module docstring). Never
+    raises for a failure of the job itself (it is recorded in the job folder for publish and alert)."""
+    folder = JobFolder.of(night.out, job.id)
+    rocm = night.inputs.rocm_for(job.id)
+    fallback = rocm.fallback() if rocm is not None else None
+    record = folder.fallback()
+    if rocm is not None and fallback is not None and (record or {}).get("newest", {}).get("name") == rocm.name:
+        assert record is not None  # a resumed night: the newest already failed here; go on with the last good one
+        return _on_last_good(job, night, folder, record, fallback)
+    folder.fallback_json.unlink(missing_ok=True)
+    outcome = _stages(job, night, rocm)
+    if outcome.status == "ok" or fallback is None or rocm is None:
+        return outcome
+    return _fall_back(job, night, folder, outcome, rocm, fallback)
+
+
+def _stages(job: Job, night: _Night, rocm: RocmInput | None) -> JobOutcome:
+    run = _JobRun(job, night, rocm)
     return run_stages(job.id, job.required, run.folder, (run.fetch, run.build, run.bundle, run.smoke),
                       on_event=night.options.on_event, quiet=night.options.quiet)
+
+
+def _fall_back(job: Job, night: _Night, folder: JobFolder, failed: JobOutcome, newest: RocmInput,
+               good: RocmInput) -> JobOutcome:
+    """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
+    from rockbuild.publish.jobs import load_job
+
+    attempt = load_job(folder.path, tail_lines=night.options.settings.publish.alert_log_lines)
+    kept = folder.path.with_name(f"{job.id}@rocm-{newest.version or 'newest'}")
+    shutil.rmtree(kept, ignore_errors=True)
+    folder.path.rename(kept)
+    last_good = dict(newest.last_good or {})
+    record = {
+        "schema": 1,
+        "newest": {"name": newest.name, "version": newest.version, "date": newest.date},
+        "failed_stage": failed.failed_stage, "reason": failed.message or attempt.reason,
+        "log_tail": list(attempt.log_tail), "attempt_dir": str(kept),
+        "last_good": {k: last_good.get(k) for k in ("name", "version", "date", "release")},
+    }
+    console.warn(f"{job.id}: failed at {failed.failed_stage} with the newest ROCm {newest.describe()}; retrying once "
+                 f"with the last good {good.describe()} (release {last_good.get('release')})")
+    folder.create()
+    write_json_atomic(folder.fallback_json, record)
+    return _on_last_good(job, night, folder, record, good, first=failed)
+
+
+def _on_last_good(job: Job, night: _Night, folder: JobFolder, record: dict[str, Any], good: RocmInput,
+                  first: JobOutcome | None = None) -> JobOutcome:
+    outcome = _stages(job, night, good)
+    newest = record.get("newest") or {}
+    note = (f"ROCm {good.describe()}, newest {newest.get('version')} failed {record.get('failed_stage')}: "
+            f"{record.get('reason')}")
+    record["result"] = outcome.status
+    write_json_atomic(folder.fallback_json, record)
+    seconds = outcome.seconds + (first.seconds if first else 0.0)
+    if outcome.status == "ok":
+        return replace(outcome, fallback=note, seconds=seconds)
+    return replace(outcome, fallback=note, seconds=seconds,
+                   message=f"{outcome.message} (also with the last good ROCm {good.describe()}; the newest "
+                           f"{newest.get('version')} failed {record.get('failed_stage')}: {record.get('reason')})")
 
 
 class _JobRun:
     """The four stages of one job in one night: what each takes from the ones before (the ROCm root, the keys)."""
 
-    def __init__(self, job: Job, night: _Night) -> None:
+    def __init__(self, job: Job, night: _Night, rocm: RocmInput | None) -> None:
         self.job, self.night, self.options, self.inputs = job, night, night.options, night.inputs
+        self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
         self.folder = JobFolder.of(night.out, job.id)
         self.root: Path | None = None
         self.tarball: dict[str, Any] | None = None
         self.keys: dict[str, str] = {}
 
     def fetch(self) -> Stage:  # the plan pins no tarball for a backend that needs no ROCm (Vulkan): nothing to fetch
-        job, rocm = self.job, self.inputs.rocm_for(self.job.id)
+        job, rocm = self.job, self.rocm
         key = self.keys["fetch"] = fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch",
                                                                                                      job.backend)
         if rocm is None:
@@ -234,7 +309,8 @@ class _JobRun:
 
         def run() -> dict[str, Any]:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
-                fetched = fetch_for_job(job, self.inputs, cache=self.night.cache, quiet=self.options.quiet)
+                fetched = fetch_for_job(job, self.inputs, cache=self.night.cache, quiet=self.options.quiet,
+                                        rocm=rocm)
             self.root, self.tarball = fetched.root, tarball_report(fetched)
             return {"root": str(self.root), "tarball": self.tarball, "transferred": fetched.transferred}
 
@@ -330,6 +406,37 @@ def latest_manifest(repo: str, *, api_url: str | None = None, token: str | None 
         return {**data, "_tag": release.tag_name} if data is not None else None
     finally:
         gh.close()
+
+
+def release_manifests(repo: str, *, api_url: str | None = None, token: str | None = None,
+                      limit: int = 20) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(tag, manifest.json) of the repository's published releases, newest first, at most ``limit``; read one at a
+    time, so a caller that has what it needs stops early."""
+    from rockbuild.publish.github import GitHub
+
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
+    try:
+        published = sorted((r for r in gh.releases() if not r.draft),
+                           key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
+        for release in published:
+            data = gh.asset_json(release, "manifest.json")
+            if data is not None:
+                yield str(release.tag_name), data
+    finally:
+        gh.close()
+
+
+def known_good(inputs: Inputs, manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict[str,
+                                                                                                            Any]]:
+    """The last good tarball of each (OS, group) the inputs pin, reading ``manifests`` (newest first) only until
+    every group has one."""
+    wanted = {(r.os, g) for r in inputs.rocm.values() if not r.error for g in r.groups[:1]}
+    seen: list[tuple[str, dict[str, Any]]] = []
+    for item in manifests:
+        seen.append(item)
+        if wanted <= set(last_good_tarballs(seen)):
+            break
+    return last_good_tarballs(seen)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -465,7 +572,11 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
         return plan
     say(f"changed since {manifest.get('_tag')}: {'; '.join(changes[:5])}"
         + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
-    return replace(plan, changes=changes)
+    # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs)
+    good = known_good(inputs, release_manifests(repo, api_url=options.api_url, token=token))
+    inputs = attach_last_good(inputs, good, quiet=options.quiet)
+    inputs.write(path)
+    return replace(plan, inputs=inputs, changes=changes)
 
 
 def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | None = None) -> NightReport:
@@ -522,8 +633,9 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
         except PublishError as exc:
             state, message = "failed", f"publishing failed: {exc.message}"
     alert = None
-    if state in ("blocked", "failed") and publishing:
-        alert = _send_alert(dirs, options, repo, token)
+    fell_back = [d for d in dirs if JobFolder(Path(d)).fallback()]
+    if (state in ("blocked", "failed") or fell_back) and publishing:
+        alert = _send_alert(dirs, options, repo, token)  # a fallback names the ROCm nightly that broke the job
     report = NightReport(state, message, path, inputs.llama.commit, tuple(outcomes), (), release,
                          alert, time.monotonic() - start, changes)
     if summary:

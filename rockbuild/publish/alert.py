@@ -39,12 +39,30 @@ class AlertReport:
                 "issue_url": self.issue_url, "failed_jobs": list(self.failed)}
 
 
-def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: str | None = None) -> str:
+def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: str | None = None,
+               fell_back: Sequence[JobRecord] = ()) -> str:
     jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": j.reason or "",
              "log": str(j.log) if j.log else None, "tail": [redact(line, token) for line in j.log_tail]}
             for j in failed]
-    text = render("alert.md.j2", failed=jobs, run_url=run_url, date=date, marker=marker({"run": run_url}))
+    fallbacks = []
+    for j in fell_back:
+        record = j.fallback or {}
+        newest, good = record.get("newest") or {}, record.get("last_good") or {}
+        fallbacks.append({
+            "id": j.id, "ok": j.ok, "step": record.get("failed_stage") or "?", "reason": record.get("reason") or "",
+            "newest": newest.get("name"), "newest_version": newest.get("version"), "newest_date": newest.get("date"),
+            "used": good.get("version"), "good_date": good.get("date"), "release": good.get("release"),
+            "tail": [redact(str(line), token) for line in record.get("log_tail") or []],
+        })
+    text = render("alert.md.j2", failed=jobs, fallbacks=fallbacks, run_url=run_url, date=date,
+                  marker=marker({"run": run_url}))
     return redact(text, token)
+
+
+def fallback_title(fell_back: Sequence[JobRecord]) -> str:
+    """``ROCm nightly 2026-12-01 broke linux-gfx1150``: the alert's title when nothing failed but a job fell back."""
+    dates = sorted({str((j.fallback or {}).get("newest", {}).get("date") or "?") for j in fell_back})
+    return f"ROCm nightly {', '.join(dates)} broke {', '.join(j.id for j in fell_back)}"
 
 
 def _reported(text: str | None, run_url: str) -> bool:
@@ -64,7 +82,8 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
         raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in job_dirs]
     failed = [j for j in jobs if not j.ok]
-    if not failed:
+    fell_back = [j for j in jobs if j.fallback]  # the newest ROCm broke them: worth an issue even when published
+    if not failed and not fell_back:
         message = f"all {len(jobs)} jobs passed; no alert"
         say(message)
         return AlertReport("nothing-failed", message)
@@ -75,13 +94,15 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
     if not token:
         raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (issues: write)")
     day = date or datetime.datetime.now(datetime.UTC).date().isoformat()
-    body = alert_body(failed, run_url=run_url, date=day, token=token)
-    ids = tuple(j.id for j in failed)
+    body = alert_body(failed, run_url=run_url, date=day, token=token, fell_back=fell_back)
+    ids = tuple(dict.fromkeys(j.id for j in (*failed, *fell_back)))
+    what = ", ".join(x for x in (f"{len(failed)} failed job(s)" if failed else "",
+                                 f"{len(fell_back)} on the last good ROCm" if fell_back else "") if x)
     gh = GitHub(repo, api_url=api_url, token=token, throttle=throttle)
     try:
-        title = config.alert_title.format(date=day)
+        title = config.alert_title.format(date=day) if failed else fallback_title(fell_back)
         return file_issue(gh, label=config.alert_label, color=config.alert_label_color, title=title, body=body,
-                          what=f"{len(failed)} failed job(s)", reported=lambda text: _reported(text, run_url),
+                          what=what, reported=lambda text: _reported(text, run_url),
                           items=ids, say=say, already=f"run {run_url} is already reported")
     finally:
         gh.close()

@@ -75,6 +75,7 @@ class JobRecord:
     gpu_runner: tuple[str, ...] = ()  # the matrix's gpu_smoke runner labels (none: no GPU smoke configured)
     gpu_required: bool = False
     gpu_smoke: Mapping[str, Any] | None = None  # gpu-smoke.json, when the GPU leg ran
+    fallback: Mapping[str, Any] | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
 
     @property
     def flavour(self) -> str:
@@ -112,11 +113,31 @@ class JobRecord:
         verdict = {"gpu": self.flavour, "cpu": "CPU only", "partial": "partial offload"}.get(str(placement), "?")
         return f"{'passed' if self.smoke.get('ok') else 'FAILED'} ({verdict})"
 
+    def fallback_summary(self) -> dict[str, Any] | None:
+        """What manifest.json says of a fallback: the newest tarball that failed, where and why, and the release
+        whose tarball was used instead."""
+        if not self.fallback:
+            return None
+        newest = _dict(self.fallback.get("newest"))
+        return {"newest": newest.get("name"), "newest_version": newest.get("version"),
+                "newest_date": newest.get("date"), "failed_stage": self.fallback.get("failed_stage"),
+                "reason": self.fallback.get("reason"),
+                "last_good_release": _dict(self.fallback.get("last_good")).get("release")}
+
+    def fallback_note(self) -> str | None:
+        """``ROCm 10.1.0a20261128, newest 10.1.0a20261201 failed smoke: ...`` for the notes and the alert."""
+        summary = self.fallback_summary()
+        if summary is None:
+            return None
+        return (f"ROCm {self.rocm.version or '?'}, newest {summary['newest_version'] or summary['newest']} failed "
+                f"{summary['failed_stage']}: {summary['reason']}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "os": self.os, "name": self.name, "backend": self.backend, "targets": list(self.targets),
                 "required": self.required, "status": self.status, "failed_step": self.failed_step,
                 "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
-                "rocm": self.rocm.to_dict(), "isas": list(self.isas), "cmake": dict(self.cmake)}
+                "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
+                "cmake": dict(self.cmake)}
 
 
 def _isas(bundle_meta: Mapping[str, Any], targets: tuple[str, ...]) -> tuple[str, ...]:
@@ -164,7 +185,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"), backend=backend,
         gpu_runner=tuple(str(r) for r in gpu_config.get("runner") or ()),
-        gpu_required=bool(gpu_config.get("required", False)), gpu_smoke=gpu_smoke,
+        gpu_required=bool(gpu_config.get("required", False)), gpu_smoke=gpu_smoke, fallback=folder.fallback(),
     )
     build_log = Path(_dict((build or {}).get("paths")).get("log") or folder.build_log)
 

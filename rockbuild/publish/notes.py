@@ -71,6 +71,7 @@ def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, 
         "assets": [a.name for a in assets if a.job == job.id],
         "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
         "gpu": _gpu_row(job),
+        "fallback": job.fallback_note(),
     }
 
 
@@ -103,6 +104,7 @@ def notes_context(
         "failed": [job_row(j, assets, os_words) for j in failed],
         "assets": [{"name": a.name, "size": human_bytes(a.size), "sha256": a.sha256} for a in assets],
         "known_issues": list(known_issues),
+        "fallbacks": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["fallback"]],
         "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],
         "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not (j.gpu_smoke or {}).get("ok")],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),

@@ -302,8 +302,20 @@ def _run_process(name: str, args: list[str], *, cwd: Path, env: Mapping[str, str
         text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
         reason = f"timed out after {timeout:.0f}s" if "timed out" in exc.message else exc.message
         return text, exc.returncode, reason, time.monotonic() - start
-    failure = None if result.returncode == 0 else f"exit code {result.returncode}"
+    failure = None if result.returncode == 0 else exit_reason(result.returncode)
     return result.output, result.returncode, failure, result.seconds
+
+
+def exit_reason(returncode: int) -> str:
+    """``exit code 1``, or ``killed by SIGSEGV (exit code -11)`` for a program a signal ended (a crash)."""
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name} (exit code {returncode})"
+        except ValueError:
+            pass
+    return f"exit code {returncode}"
 
 
 def _device_args(options: SmokeOptions) -> list[str]:
@@ -369,7 +381,7 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
         healthy = False
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                failure = f"exited with code {proc.returncode} before /health answered"
+                failure = f"{exit_reason(proc.returncode)} before /health answered"
                 break
             try:
                 status, _ = _http_json("GET", f"{base}/health", timeout=2.0)

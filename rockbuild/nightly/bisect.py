@@ -1,0 +1,177 @@
+"""``rockbuild bisect``: which ROCm nightly broke a job.
+
+The job's tarball group lists one tarball per nightly date in the index. Between a date known good and a date known
+bad, bisect builds, bundles and smoke-tests the job on the middle date, keeps the half that holds the change, and
+stops when the good and the bad date are neighbours: the bad one is the first bad nightly. The end dates are taken as
+given (``check_ends`` tests them first). Each date's job folder is ``OUT/<version>/<job-id>``, with the night's
+resume: a second bisect over the same dates reuses every stage that passed, and ccache keeps the compiles of one
+date for the next.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rockbuild import console
+from rockbuild.backends import get_backend
+from rockbuild.errors import FetchError, NotFoundError, UsageError
+
+from .resolve import Inputs, RocmInput, resolve_llama, rocm_key
+from .run import NightOptions, _Night, _select_jobs, _stages
+
+_DATE_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
+
+
+def parse_date(text: str, what: str) -> datetime.date:
+    """``2026-11-28``, ``20261128``, or a nightly version such as ``10.1.0a20261128``."""
+    from rockbuild.rocm.names import parse_rocm_version
+
+    value = text.strip()
+    version = parse_rocm_version(value)
+    if version is not None and version.date is not None:
+        return version.date
+    m = _DATE_RE.match(value)
+    if m:
+        try:
+            return datetime.date(int(m[1]), int(m[2]), int(m[3]))
+        except ValueError:
+            pass
+    raise UsageError(f"{what} {text!r} is not a date (YYYY-MM-DD) or a nightly version (10.1.0a20261128)")
+
+
+@dataclass(frozen=True)
+class Trial:
+    version: str
+    date: str
+    tarball: str
+    verdict: str  # good | bad
+    failed_stage: str | None = None
+    message: str | None = None
+    seconds: float = 0.0
+    folder: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "date": self.date, "tarball": self.tarball, "verdict": self.verdict,
+                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3),
+                "folder": self.folder}
+
+
+@dataclass(frozen=True)
+class BisectReport:
+    job: str
+    llama_commit: str
+    candidates: tuple[str, ...]  # the nightly versions from the good date to the bad date, oldest first
+    last_good: str
+    first_bad: str
+    trials: tuple[Trial, ...]
+    ends_tested: bool
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+    def render(self) -> str:
+        lines = [f"bisect {self.job}: {len(self.candidates)} nightlies, {len(self.trials)} tested"
+                 f" (llama.cpp {self.llama_commit[:12]})"]
+        for trial in self.trials:
+            why = f": failed {trial.failed_stage}: {trial.message}" if trial.verdict == "bad" else ""
+            lines.append(f"  {trial.date} {trial.version}: {trial.verdict}{why}")
+        ends = "" if self.ends_tested else " (the --good and --bad dates taken as given)"
+        lines.append(f"first bad nightly: {self.first_bad}; last good: {self.last_good}{ends}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "llama_commit": self.llama_commit, "candidates": list(self.candidates),
+                "last_good": self.last_good, "first_bad": self.first_bad,
+                "trials": [t.to_dict() for t in self.trials], "ends_tested": self.ends_tested,
+                "seconds": round(self.seconds, 3)}
+
+
+def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index_url: str | None,
+                     fetch_text: Any = None) -> list[RocmInput]:
+    """One tarball per nightly date of the job's group from ``good`` to ``bad`` (the newest of a date), oldest
+    first; both ends must be there."""
+    from rockbuild.downloader import get_text
+    from rockbuild.rocm.index import list_tarballs
+
+    listed = list_tarballs(platform=job.os, groups=(job.group, *job.legacy_groups), channel=job.rocm_channel,
+                           index_url=index_url, fetch_text=fetch_text or get_text, on_date=bad)
+    by_date: dict[datetime.date, Any] = {}
+    for entry in listed:  # newest first: the first of a date is that night's newest
+        if entry.name.date is not None:
+            by_date.setdefault(entry.name.date, entry)
+    for day, what in ((good, "--good"), (bad, "--bad")):
+        if day not in by_date:
+            near = sorted(by_date, key=lambda d: abs((d - day).days))[:3]
+            shown = ", ".join(d.isoformat() for d in sorted(near)) or "none"
+            raise NotFoundError(f"{what} {day.isoformat()}: no {job.os} {job.group} nightly of that date in the "
+                                f"index; nearest: {shown}")
+    chosen = [by_date[d] for d in sorted(by_date) if good <= d <= bad]
+    return [RocmInput(key=rocm_key(job, e.name.version.text), os=job.os, groups=(job.group, *job.legacy_groups),
+                      channel=job.rocm_channel, requested=e.name.version.text, name=e.name.filename, url=e.url,
+                      version=e.name.version.text, date=e.name.date.isoformat() if e.name.date else None,
+                      size=e.size, mtime=e.mtime, index_url=e.index_url) for e in chosen]
+
+
+def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: datetime.date, *,
+                check_ends: bool = False, fetch_text: Any = None) -> BisectReport:
+    """Name the first nightly between ``good`` and ``bad`` on which ``job_id`` fails (see the module docstring)."""
+    from rockbuild.build.source import DEFAULT_GIT_URL
+    from rockbuild.matrix import find_job
+
+    start = time.monotonic()
+    if good >= bad:
+        raise UsageError(f"--good {good.isoformat()} must be before --bad {bad.isoformat()}")
+    job = find_job(_select_jobs(options), job_id)
+    if not get_backend(job.backend).needs_rocm:
+        raise UsageError(f"{job.id} is a {job.backend} job: it uses no ROCm, so there is no ROCm nightly to bisect")
+    candidates = nightly_tarballs(job, good, bad, index_url=options.index_url, fetch_text=fetch_text)
+    llama = resolve_llama(options.llama_ref or job.llama_ref, options.git_url or DEFAULT_GIT_URL)
+    say = (lambda m: None) if options.quiet else console.info
+    say(f"bisect {job.id}: {len(candidates)} nightlies from {good} to {bad}, llama.cpp {llama.commit[:12]}")
+    trials: list[Trial] = []
+
+    def test(rocm: RocmInput) -> bool:
+        out = Path(options.out).absolute() / str(rocm.version)
+        inputs = Inputs(llama=llama, rocm={rocm.key: rocm}, jobs=(job,), job_rocm={job.id: rocm.key},
+                        index_url=options.index_url)
+        with console.step(f"{job.id} on ROCm {rocm.describe()}") as step:
+            outcome = _stages(job, _Night(replace(options, out=out), inputs), rocm)
+            if outcome.status != "ok":
+                step.fail()
+        if outcome.failed_stage == "fetch":  # not a verdict on the nightly: it could not be tried
+            raise FetchError(f"{rocm.name} could not be fetched: {outcome.message}",
+                             hint="check the index and the network, then run bisect again (it resumes)")
+        verdict = "good" if outcome.status == "ok" else "bad"
+        trials.append(Trial(str(rocm.version), str(rocm.date), str(rocm.name), verdict, outcome.failed_stage,
+                            outcome.message, outcome.seconds, str(out / job.id)))
+        say(f"  {rocm.date} {rocm.version}: {verdict}")
+        return verdict == "good"
+
+    lo, hi = 0, len(candidates) - 1
+    if check_ends:
+        if not test(candidates[lo]):
+            raise UsageError(f"--good {good.isoformat()} is not good: {job.id} fails there too "
+                             f"({trials[-1].failed_stage}: {trials[-1].message})", hint="pick an earlier --good date")
+        if test(candidates[hi]):
+            raise UsageError(f"--bad {bad.isoformat()} is not bad: {job.id} passes there",
+                             hint="the failure is not in these nightlies (or it is flaky)")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if test(candidates[mid]):
+            lo = mid
+        else:
+            hi = mid
+    return BisectReport(job.id, llama.commit, tuple(str(c.version) for c in candidates),
+                        _label(candidates[lo]), _label(candidates[hi]), tuple(trials), check_ends,
+                        time.monotonic() - start)
+
+
+def _label(rocm: RocmInput) -> str:
+    return f"{rocm.version} ({rocm.date})"
