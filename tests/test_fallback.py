@@ -22,7 +22,7 @@ from faultserver import FaultServer
 from githubapi import GitHubAPIServer
 from tarcorpus import TarBuilder
 from test_build_driver import make_project, write
-from test_nightly import GIT_ENV, git
+from test_nightly import git, llama_repository
 from test_smoke_run import BENCH, CLI, COMMON, FIXTURES, SERVER, gguf_header
 
 from rockbuild.errors import NotFoundError, UsageError
@@ -102,12 +102,7 @@ class World:
             stub.chmod(0o755)
         self.work = make_project(base / "work")
         (self.work / "tools" / "main.cpp").write_text(MAIN.replace("@STUBS@", str(stubs)))
-        git("init", "-q", "-b", "master", cwd=self.work)
-        git("add", "-A", cwd=self.work)
-        git("commit", "-qm", "b1000", cwd=self.work)
-        git("tag", "b1000", cwd=self.work)
-        self.bare = base / "llama.cpp.git"
-        git("clone", "-q", "--bare", str(self.work), str(self.bare), cwd=base)
+        self.bare = llama_repository(self.work, base / "llama.cpp.git")
         self.model = base / "model.gguf"
         self.model.write_bytes(gguf_header() + bytes(40))
         self.matrix = write(base / "nightly.yaml", MATRIX)
@@ -146,7 +141,6 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCKBUILD_CACHE", str(tmp_path / "cache"))
     for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
-    assert GIT_ENV
     with FaultServer() as server, GitHubAPIServer(token=TOKEN) as github:
         yield World(tmp_path, server, github)
 

@@ -41,6 +41,16 @@ def git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def llama_repository(work: Path, bare: Path) -> Path:
+    """Commit the stand-in project in ``work`` as llama.cpp's b1000 (tagged) and clone it bare to ``bare``."""
+    git("init", "-q", "-b", "master", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "b1000", cwd=work)
+    git("tag", "b1000", cwd=work)
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=bare.parent)
+    return bare
+
+
 def therock_tarball(path: Path, counter: Path) -> Path:
     """A TheRock-layout tarball whose clang/clang++ count each call in ``counter`` and exec the host's gcc/g++."""
     gcc, gxx = shutil.which("gcc"), shutil.which("g++")
@@ -76,12 +86,7 @@ class World:
         self.counter = base / "compiles.txt"
         self.counter.touch()
         self.work = make_project(base / "work")
-        git("init", "-q", "-b", "master", cwd=self.work)
-        git("add", "-A", cwd=self.work)
-        git("commit", "-qm", "b1000", cwd=self.work)
-        git("tag", "b1000", cwd=self.work)
-        self.bare = base / "llama.cpp.git"
-        git("clone", "-q", "--bare", str(self.work), str(self.bare), cwd=base)
+        self.bare = llama_repository(self.work, base / "llama.cpp.git")
         tarball = therock_tarball(base / "rock.tar.gz", self.counter).read_bytes()
         self.tarballs = [f"therock-dist-linux-{g}-{VERSION}.tar.gz" for g in ("gfx1151", "gfx1150")]
         links = "".join(f'<a href="{n}">{n}</a>\n' for n in self.tarballs)
