@@ -7,11 +7,13 @@ The files themselves are read by :mod:`rockbuild.settings`, once; every later st
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import difflib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,9 @@ from .errors import ConfigError
 
 OSES = ("linux", "windows")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
+MIX = "+"  # joins the members of a mixed-GPU job's name: gfx1151+gfx1201 (linux-gfx1151+gfx1201)
+# a family's `source.ref`: a TheRock issue or pull request, or a file of ROCm/TheRock
+SOURCE_REF_RE = re.compile(r"^(TheRock#[0-9]+|[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*\.(py|cmake|md|toml|yml|yaml))$")
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Where the data files are: inside the wheel (rockbuild/_data/...) or, in a source checkout, at the repository root.
@@ -146,18 +151,55 @@ class Family:
     aliases: tuple[str, ...]
     resolve_targets: bool  # may a single target resolve to this family?
     note: str = ""
+    source: FamilySource | None = None  # where TheRock publishes it from (families.yaml's `source`)
 
     def group_for(self, os_name: str) -> str | None:
         return self.groups.get(os_name)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "short": self.short, "targets": list(self.targets), "gpus": dict(self.gpus),
+            "groups": dict(self.groups), "legacy_groups": list(self.legacy_groups), "aliases": list(self.aliases),
+            "resolve_targets": self.resolve_targets, "note": self.note,
+            "source": self.source.to_dict() if self.source else None,
+        }
+
+
+@dataclass(frozen=True)
+class FamilySource:
+    """Where a family comes from in TheRock: an issue (``TheRock#5744``) or a file of its repository, and the date its
+    tarball group appeared (None: the reference gives none)."""
+
+    ref: str
+    since: datetime.date | None
+
+    def __str__(self) -> str:
+        return f"{self.ref}, since {self.since.isoformat()}" if self.since else f"{self.ref} (date not recorded)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "since": self.since.isoformat() if self.since else None}
+
 
 @dataclass(frozen=True)
 class Selection:
-    """What a matrix entry (family, alias or single target) means."""
+    """What a matrix entry (family, alias, single target, or a list of those: a mixed-GPU job) means."""
 
-    family: Family
+    family: Family  # whose tarball the job builds from (a mix of families: one carrying them all, e.g. multiarch)
     targets: tuple[str, ...]
-    short: str  # name for ids/assets: the family's short name, or the single target
+    short: str  # name for ids/assets: the family's short name, the single target, or the members' joined by "+"
+    members: tuple[Selection, ...] = ()  # a mixed selection's parts, in the order written; () for a plain one
+
+    @property
+    def parts(self) -> tuple[Selection, ...]:
+        return self.members or (self,)
+
+    def unpublished_on(self, os_name: str) -> list[Selection]:
+        """The parts whose family TheRock publishes no ``os_name`` tarball for (a multiarch tarball holds only the
+        targets TheRock builds for that OS), then the chosen family itself when it has none."""
+        missing = [p for p in self.parts if p.family.group_for(os_name) is None]
+        if not missing and self.family.group_for(os_name) is None:
+            missing.append(self)
+        return missing
 
 
 @dataclass(frozen=True)
@@ -189,6 +231,8 @@ class FamilyTable:
         return min(candidates, key=lambda f: (len(f.targets), f.name))
 
     def select(self, name: str, *, context: str = "") -> Selection:
+        if MIX in name:
+            return self.select_many(name.split(MIX), context=context)
         fam = self.family(name)
         if fam is not None:
             # a family named after its only target (gfx1151) is the same as that target
@@ -199,6 +243,36 @@ class FamilyTable:
                 return Selection(fam, (name,), name)
         prefix = f"{context}: " if context else ""
         raise ConfigError(f"{prefix}unknown GPU family or target {name!r}{suggest(name, self.known_names)}")
+
+    def select_many(self, names: Sequence[str], *, context: str = "", contexts: Sequence[str] = ()) -> Selection:
+        """A mixed-GPU selection: the union of ``names`` (families or targets, ``contexts`` naming where each was
+        written), in order, deduplicated, from the smallest family whose tarball carries every one of them (one
+        family's members: that family; several: TheRock's multiarch). One name is that name's plain selection."""
+        prefix = f"{context}: " if context else ""
+        if not names:
+            raise ConfigError(f"{prefix}an empty target list builds nothing; give one or more families or gfx targets")
+        parts = [self.select(str(n).strip(), context=contexts[i] if i < len(contexts) else context)
+                 for i, n in enumerate(names)]
+        if len(parts) == 1:
+            return parts[0]
+        written = f"[{', '.join(p.short for p in parts)}]"
+        for i, part in enumerate(parts):
+            others = {t for j, p in enumerate(parts) if j != i for t in p.targets}
+            if set(part.targets) <= others:
+                where_i = contexts[i] if i < len(contexts) else context
+                covering = [p.short for j, p in enumerate(parts) if j != i and set(p.targets) & set(part.targets)]
+                raise ConfigError(
+                    f"{where_i + ': ' if where_i else ''}{part.short} adds no target to {written}: "
+                    f"{', '.join(covering)} already build{'s' if len(covering) == 1 else ''} "
+                    f"{', '.join(part.targets)}; drop it from the list"
+                )
+        targets = tuple(dict.fromkeys(t for p in parts for t in p.targets))
+        carriers = [f for f in self.families if set(targets) <= set(f.targets)]
+        if not carriers:
+            raise ConfigError(f"{prefix}no TheRock tarball in the family table carries all of {', '.join(targets)}; "
+                              "a mixed-GPU job needs a family with every target (multiarch)")
+        family = min(carriers, key=lambda f: (len(f.targets), f.name))
+        return Selection(family, targets, MIX.join(p.short for p in parts), tuple(parts))
 
     def groups_for_lookup(self, fam: Family, os_name: str) -> list[str]:
         """Tarball groups to accept when reading an index: the current one, then legacy names."""
@@ -217,7 +291,8 @@ def parse_families(doc: Any, path: Path) -> FamilyTable:
     for name, body in fams.items():
         expect_type(path, fams, name, body, YDict, f"family {name!r}")
         check_keys(
-            path, body, ["short", "targets", "groups", "legacy_groups", "aliases", "resolve_targets", "note"],
+            path, body,
+            ["short", "targets", "groups", "legacy_groups", "aliases", "resolve_targets", "source", "note"],
             f"family {name!r}",
         )
         targets = body.get("targets")
@@ -233,6 +308,7 @@ def parse_families(doc: Any, path: Path) -> FamilyTable:
                 raise ConfigError(f"{where(path, groups)}: {name}.groups needs '{os_name}' (use null: not published)")
             if groups[os_name] is not None and not isinstance(groups[os_name], str):
                 raise ConfigError(f"{where(path, groups, os_name)}: {name}.groups.{os_name} must be a name or null")
+        source = _parse_source(path, body, str(name))
         legacy = body.get("legacy_groups", YList())
         aliases = body.get("aliases", YList())
         expect_type(path, body, "legacy_groups", legacy, list, f"{name}.legacy_groups")
@@ -249,11 +325,39 @@ def parse_families(doc: Any, path: Path) -> FamilyTable:
                 aliases=tuple(str(a) for a in aliases),
                 resolve_targets=bool(body.get("resolve_targets", True)),
                 note=str(body.get("note", "")),
+                source=source,
             )
         )
     if not out:
         raise ConfigError(f"{where(path, fams)}: the family table is empty")
     return FamilyTable(tuple(out), source=str(path))
+
+
+def _parse_source(path: Path, body: YDict, name: str) -> FamilySource:
+    """``source: {ref: TheRock#5744, since: 2026-06-16}``: required, so that every family says where it comes from
+    (``since: null`` when the reference gives no date)."""
+    if "source" not in body:
+        raise ConfigError(f"{where(path, body)}: family {name!r} needs a 'source' ({{ref: TheRock#N or a TheRock file, "
+                          "since: YYYY-MM-DD or null}}): where TheRock publishes it from")
+    source = body["source"]
+    expect_type(path, body, "source", source, YDict, f"{name}.source ({{ref: ..., since: ...}})")
+    check_keys(path, source, ["ref", "since"], f"{name}.source")
+    ref = source.get("ref")
+    if not isinstance(ref, str) or not SOURCE_REF_RE.match(ref):
+        at = where(path, source, "ref") if "ref" in source else where(path, source)
+        raise ConfigError(f"{at}: {name}.source.ref must be a TheRock issue (TheRock#5744) or a file of ROCm/TheRock "
+                          f"(build_tools/github_actions/amdgpu_family_matrix.py), not {ref!r}")
+    if "since" not in source:
+        raise ConfigError(f"{where(path, source)}: {name}.source needs 'since' (the date the group appeared, "
+                          "YYYY-MM-DD, or null when not known)")
+    since = source["since"]
+    if isinstance(since, str):
+        with contextlib.suppress(ValueError):
+            since = datetime.date.fromisoformat(since)
+    if since is not None and (not isinstance(since, datetime.date) or isinstance(since, datetime.datetime)):
+        raise ConfigError(f"{where(path, source, 'since')}: {name}.source.since must be a date (YYYY-MM-DD) or null, "
+                          f"not {source['since']!r}")
+    return FamilySource(ref, since)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -283,6 +387,9 @@ class Job:
     # a smoke test on a real GPU after the build (matrix `gpu_smoke:`): the CI runner's labels, and whether it gates
     gpu_runner: tuple[str, ...] = ()
     gpu_required: bool = False
+    # matrix `required: when-proven`: optional until the job passed its smoke test in a published release, required
+    # from then on (the night's plan sets ``required``; rockbuild.nightly.run.promote_proven)
+    when_proven: bool = False
 
     @property
     def gpu_targets(self) -> str:
@@ -307,4 +414,5 @@ class Job:
             "runner": self.runner,
             "backend": self.backend,
             "gpu_smoke": {"runner": list(self.gpu_runner), "required": self.gpu_required} if self.gpu_runner else None,
+            "when_proven": self.when_proven,
         }

@@ -6,7 +6,8 @@ The matrix file has global ``options`` and a ``matrix`` with the axes ``os``, ``
 its options to them, otherwise it adds a new combination; original axis values are never overwritten).
 A backend that is not per target (:mod:`rockbuild.backends`: ``vulkan``) has no target: it is one job per OS
 (``<os>-vulkan``), e.g. ``include: [{os: linux, backend: vulkan}]``; each backend makes its jobs' ids, names and
-targets.
+targets. A target may be a list (``[gfx1151, gfx1201]``): one mixed-GPU job, ``<os>-gfx1151+gfx1201``, with the union
+of its members' targets (:meth:`rockbuild.config.FamilyTable.select_many`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .console import warn
 from .errors import ConfigError, UsageError
 
 AXES = ("os", "target", "backend")
+WHEN_PROVEN = "when-proven"  # required: optional until its smoke test passed in a published release
 OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke")
 GPU_SMOKE_KEYS = ("runner", "required")
 ROCM_KEYS = ("channel", "version")
@@ -59,7 +61,7 @@ BUILTIN_OPTIONS: dict[str, Any] = {
 @dataclass
 class _Combo:
     os: str
-    target: str  # short name after resolution (gfx110X, gfx1100); "" for a backend that is not per target (vulkan)
+    target: str  # short name after resolution (gfx110X, gfx1100, gfx1151+gfx1201); "" for a backend not per target
     options: dict[str, Any]
     origin: str  # file:line that created it
     backend: str = DEFAULT
@@ -77,7 +79,9 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
                 raise ConfigError(f"{where(path, node, key)}: {what}.llama_ref must be a tag, branch or commit")
             out[key] = str(value).strip()
         elif key == "required":
-            expect_type(path, node, key, value, bool, f"{what}.required")
+            if value != WHEN_PROVEN and not isinstance(value, bool):
+                raise ConfigError(f"{where(path, node, key)}: {what}.required must be true, false or {WHEN_PROVEN}, "
+                                  f"not {value!r}")
             out[key] = value
         elif key == "rocm":
             expect_type(path, node, key, value, YDict, f"{what}.rocm")
@@ -191,8 +195,8 @@ def expand_matrix(
     stable ids.
 
     ``os_override``/``target_override`` replace the matrix's axes (the workflow's dispatch inputs); combinations they
-    create that TheRock does not publish are dropped with a warning instead of failing, and jobs outside them (added
-    by ``include``) are dropped too.
+    create that TheRock does not publish are dropped with a warning instead of failing. Jobs an ``include`` adds are
+    kept for the OSes asked for, unless ``target_override`` names the targets to build.
     """
     if doc is None:
         raise ConfigError(f"{path}: the matrix file is empty")
@@ -213,6 +217,14 @@ def expand_matrix(
     check_keys(path, matrix, (*AXES, "include", "exclude"), "matrix")
 
     def resolve_target(node: Any, key: Any, value: Any) -> str:
+        """The short name of a target, or of a list of them (a mixed-GPU job: ``gfx1151+gfx1201``)."""
+        if isinstance(value, list):
+            for i, member in enumerate(value):
+                if not isinstance(member, str | int):
+                    raise ConfigError(f"{where(path, value, i)}: a member of a target list is a family or gfx name, "
+                                      f"not {type(member).__name__}")
+            return families.select_many([str(m) for m in value], context=where(path, node, key),
+                                        contexts=[where(path, value, i) for i in range(len(value))]).short
         if not isinstance(value, str | int):
             raise ConfigError(f"{where(path, node, key)}: a target is a family or gfx name, not {type(value).__name__}")
         return families.select(str(value), context=where(path, node, key)).short
@@ -235,8 +247,12 @@ def expand_matrix(
     combos: list[_Combo] = []
     for name in (b for b in backend_names() if b in backends):  # rockbuild's order of backends, not the axis's
         if per_target[name]:
-            combos += [_Combo(o, t, dict(options), f"{path}:{target_node.line}", name)
-                       for o, t in itertools.product(os_values, targets)]
+            # a mixed-GPU entry (a nested list) is named by its own line, the plain ones by the axis's
+            origins = [where(path, target_node, i) if isinstance(x, list) else f"{path}:{target_node.line}"
+                       for i, x in enumerate(target_node)] if not target_override else []
+            combos += [_Combo(o, t, dict(options), origins[i] if i < len(origins) else f"{path}:{target_node.line}",
+                              name)
+                       for o, (i, t) in itertools.product(os_values, enumerate(targets))]
         else:
             combos += [_Combo(o, "", dict(options), where(path, matrix, "backend"), name) for o in os_values]
 
@@ -295,7 +311,7 @@ def expand_matrix(
     if os_override or target_override:
         # a --target override asks for builds of those targets: jobs of backends that are not per target go with it
         combos = [c for c in combos if c.os in os_values and (
-            c.target in targets if per_target[c.backend] else not target_override)]
+            (c.target in targets or not target_override) if per_target[c.backend] else not target_override)]
     if not combos:
         raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
 
@@ -303,7 +319,7 @@ def expand_matrix(
     seen: dict[str, str] = {}
     for combo in combos:
         if (os_override or target_override) and per_target[combo.backend] and \
-                families.select(combo.target).family.group_for(combo.os) is None:
+                families.select(combo.target).unpublished_on(combo.os):
             warn(f"skipping {combo.os}-{combo.target}: TheRock publishes no {combo.os} tarball for it")
             continue
         job = _make_job(combo, families)
@@ -328,7 +344,8 @@ def _option_fields(combo: _Combo) -> dict[str, Any]:
     opts = combo.options
     return {
         "os": combo.os,
-        "required": bool(opts["required"]),
+        "required": opts["required"] is True,
+        "when_proven": opts["required"] == WHEN_PROVEN,
         "llama_ref": str(opts["llama_ref"]),
         "rocm_channel": opts["rocm"]["channel"],
         "rocm_version": opts["rocm"]["version"],
@@ -409,7 +426,7 @@ def render_table(jobs: Sequence[Job]) -> Any:
         extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
         table.add_row(
             job.id, job.family or job.backend, job.group or "-", ",".join(job.targets) or "-",
-            "yes" if job.required else "no",
+            "yes" if job.required else "when proven" if job.when_proven else "no",
             job.llama_ref + (f" {extra}" if extra else ""), rocm, job.runner,
         )
     return table
@@ -430,3 +447,23 @@ def print_jobs(jobs: Sequence[Job], fmt: str, github_output: Path | None = None)
         from rich.console import Console
 
         Console(width=None if sys.stdout.isatty() else 200).print(render_table(jobs))
+
+
+def print_families(table: FamilyTable, fmt: str) -> None:
+    """``rockbuild matrix --families``: every family of the table, its targets, tarball group per OS and where TheRock
+    publishes it from (``json``: the families as data)."""
+    import sys
+
+    if fmt != "table":
+        print(json.dumps([fam.to_dict() for fam in table.families], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    grid = Table(title=f"{len(table.families)} GPU families ({table.source})", title_justify="left")
+    for column in ("family", "short", "gfx targets", "linux", "windows", "source"):
+        grid.add_column(column, no_wrap=column != "gfx targets", overflow="fold")
+    for fam in table.families:
+        grid.add_row(fam.name, fam.short, ",".join(fam.targets), fam.group_for("linux") or "-",
+                     fam.group_for("windows") or "-", str(fam.source) if fam.source else "-")
+    Console(width=None if sys.stdout.isatty() else 200).print(grid)

@@ -48,7 +48,7 @@ def test_help_does_not_import_heavy_modules():
 
 def test_matrix_table_json_and_github(run_rockbuild, tmp_path):
     table = run_rockbuild("matrix")
-    assert table.returncode == 0 and "linux-gfx1151" in table.stdout and "21 jobs" in table.stdout
+    assert table.returncode == 0 and "linux-gfx1151" in table.stdout and "26 jobs" in table.stdout
 
     as_json = json.loads(run_rockbuild("matrix", "--format", "json", "--os", "linux").stdout)
     assert [j["id"] for j in as_json][:2] == ["linux-gfx1151", "linux-gfx1150"]

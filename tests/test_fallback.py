@@ -262,3 +262,20 @@ def test_bisect_errors_are_one_line(world, tmp_path, run_rockbuild):
     assert result.returncode != 0
     assert result.stderr.count("\n") <= 2 and "linux-gfx9999" in result.stderr and "Traceback" not in result.stderr
     assert rockbuild_exe()
+
+
+def test_a_when_proven_job_is_optional_until_its_smoke_passes_in_a_release(world, tmp_path):
+    matrix = write(tmp_path / "proven.yaml", MATRIX + "  include:\n    - {target: gfx1151, required: when-proven}\n")
+    index = world.publish_tarballs({TODAY: False}, "proven.html")
+    out = tmp_path / "out"
+    first = run_night(world.options(out, index, config=matrix))
+    assert first.state == "published", first.message
+    assert [(j.id, j.required) for j in first.jobs] == [("linux-gfx1151", False)]
+    job = load_inputs(out / "inputs.json").job("linux-gfx1151")
+    assert job.when_proven and not job.required
+
+    world.new_commit()  # the next night has something to build: its plan reads the releases and promotes the job
+    plan = plan_night(world.options(out, index, config=matrix))
+    assert [(j.id, j.required) for j in plan.build] == [("linux-gfx1151", True)]
+    assert load_inputs(out / "inputs.json").job("linux-gfx1151").required is True
+    assert plan.github_matrix()["include"][0]["required"] is True

@@ -180,7 +180,8 @@ def test_only_globs_with_braces(default_jobs):
     ids = [j.id for j in select_jobs(default_jobs, ["linux-gfx11{50,51}"])]
     assert ids == ["linux-gfx1151", "linux-gfx1150"]
     ids = [j.id for j in select_jobs(default_jobs, ["*-gfx1{10,20}X", "windows-gfx90?"])]
-    assert ids == ["linux-gfx120X", "linux-gfx110X", "windows-gfx120X", "windows-gfx110X", "windows-gfx90a", "windows-gfx908"]
+    assert ids == ["linux-gfx120X", "linux-gfx110X", "windows-gfx120X", "windows-gfx110X", "windows-gfx90a", "windows-gfx908",
+                   "windows-gfx906"]
     assert [j.id for j in select_jobs(default_jobs, ["*"], os_name="windows")][0] == "windows-gfx1151"
 
 
@@ -220,7 +221,7 @@ def test_github_matrix_shape_and_output_file(default_jobs, tmp_path):
         ("matrix:\n  os: [linux]\n  target: [gfx1160]\n", r"m\.yaml:3: unknown GPU family or target 'gfx1160' \(did you mean"),
         ("matrix:\n  os: [linux]\n  targets: [gfx1151]\n", r"m\.yaml:3: unknown key 'targets' in matrix \(did you mean target\?\)"),
         ("options:\n  requird: false\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: unknown key 'requird'"),
-        ("options:\n  required: maybe\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: options\.required must be a bool"),
+        ("options:\n  required: maybe\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: options\.required must be true, false or when-proven, not 'maybe'"),
         ("matrix:\n  os: [linux]\n  target: []\n", r"the matrix is empty"),
         ("", r"the matrix file is empty"),
         ("matrix:\n  os: [macos]\n  target: [gfx1151]\n", r"m\.yaml:2: unknown os 'macos'"),
@@ -392,3 +393,27 @@ def test_gpu_smoke_errors_name_file_and_line(write, families, entry, pattern):
     path = write("m.yaml", f"options:\n  {entry}\nmatrix: {{os: [linux], target: [gfx1151]}}\n")
     with pytest.raises(ConfigError, match=pattern):
         load_matrix(path, families)
+
+
+def test_required_when_proven_is_optional_until_the_plan_promotes_it(tmp_path):
+    from rockbuild.settings import Settings
+
+    path = tmp_path / "m.yaml"
+    path.write_text("matrix:\n  os: [linux]\n  target: [gfx1151, gfx1152]\n  include:\n"
+                    "    - {target: gfx1152, required: when-proven}\n")
+    jobs = {j.id: j for j in Settings.from_environment({}).but(matrix_file=path).jobs()}
+    assert (jobs["linux-gfx1152"].required, jobs["linux-gfx1152"].when_proven) == (False, True)
+    assert (jobs["linux-gfx1151"].required, jobs["linux-gfx1151"].when_proven) == (True, False)
+    path.write_text("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {target: gfx1151, required: maybe}\n")
+    with pytest.raises(ConfigError, match=r"m.yaml:5: include.required must be true, false or when-proven, not 'maybe'"):
+        Settings.from_environment({}).but(matrix_file=path).jobs()
+
+
+def test_an_os_override_keeps_the_jobs_includes_add_for_that_os():
+    from rockbuild.settings import Settings
+
+    settings = Settings.from_environment({})
+    linux = [j.id for j in settings.jobs(os_override=["linux"])]
+    assert {"linux-gfx942", "linux-gfx1151+gfx120X", "linux-gfx125X", "linux-vulkan"} <= set(linux)
+    assert all(i.startswith("linux-") for i in linux)
+    assert [j.id for j in settings.jobs(os_override=["linux"], target_override=["gfx1151"])] == ["linux-gfx1151"]

@@ -62,7 +62,8 @@ class Backend(Protocol):
     # 1. matrix
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
         """Job's id, name, family, group, legacy_groups and targets for ``os_name`` (and ``target``, "" for a
-        backend that is not per target); a ConfigError naming ``origin`` when it cannot be built."""
+        backend that is not per target; a mixed-GPU job's members joined by ``+``, ``gfx1151+gfx1201``); a
+        ConfigError naming ``origin`` when it cannot be built."""
         ...
 
     # 3. build

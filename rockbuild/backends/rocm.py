@@ -1,5 +1,6 @@
 """The ROCm flavour: llama.cpp's HIP backend (``GGML_HIP``), compiled by the clang of a TheRock tarball (or /opt/rocm,
-or Debian's ROCm) for exactly a job's gfx targets, one job per GPU family or target.
+or Debian's ROCm) for exactly a job's gfx targets, one job per GPU family or target (or a list of them:
+TheRock's multiarch tarball for a mixed-GPU job).
 
 Per stage: the job's family, tarball group and targets (matrix); the toolchain, the ROCm variables and
 ``GPU_TARGETS`` (build); a bundle from the ROCm root with its closure, extras and kernel data, audited for kernel files
@@ -364,11 +365,16 @@ class RocmBackend:
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
         sel = families.select(target, context=origin)
         group = sel.family.group_for(os_name)
-        if group is None:
+        missing = sel.unpublished_on(os_name)
+        if missing or group is None:
+            part = missing[0] if missing else sel
+            written = f"[{', '.join(p.short for p in sel.members)}]" if sel.members else target
+            inside = f" (in {written})" if sel.members and part is not sel else ""
             raise ConfigError(
-                f"{origin}: {target} cannot be built for {os_name}: TheRock publishes no {os_name} tarball "
-                f"for {sel.family.name}; exclude {{os: {os_name}, target: {target}}}"
+                f"{origin}: {part.short}{inside} cannot be built for {os_name}: TheRock publishes no {os_name} "
+                f"tarball for {part.family.name}; exclude {{os: {os_name}, target: {written}}}"
             )
+        assert group is not None
         return {"id": f"{os_name}-{sel.short}", "name": sel.short, "family": sel.family.name, "group": group,
                 "legacy_groups": sel.family.legacy_groups, "targets": sel.targets}
 

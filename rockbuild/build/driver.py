@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rockbuild import __version__, console
 from rockbuild.backends import get_backend
-from rockbuild.config import GFX_TARGET_RE, Job, write_json_atomic
+from rockbuild.config import GFX_TARGET_RE, MIX, Job, write_json_atomic
 from rockbuild.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
 from rockbuild.process import ProcessError, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
@@ -109,8 +109,10 @@ def resolve_job(
         return job
     os_name = os_name or settings.host_os
     name = (target or family or "").strip()
-    if target and not GFX_TARGET_RE.match(name):
-        raise UsageError(f"--target takes one gfx target such as gfx1151, not {name!r}; use --family for a family")
+    # several targets joined by "+" are a mixed-GPU job (gfx1151+gfx1201), as a matrix's target list makes it
+    if target and not all(GFX_TARGET_RE.match(part) for part in name.split(MIX)):
+        raise UsageError(f"--target takes one gfx target such as gfx1151 (or several joined by '+': "
+                         f"gfx1151+gfx1201), not {name!r}; use --family for a family")
     selection = settings.families.select(name, context="--target" if target else "--family")
     jobs = settings.jobs(os_override=[os_name], target_override=[name])
     return find_job(jobs, f"{os_name}-{selection.short}")

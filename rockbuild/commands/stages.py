@@ -36,10 +36,17 @@ OS_CHOICE = click.Choice(["linux", "windows"])
     help="table: for people; json: a list of jobs; github: {\"include\": [...]} for fromJson (also written to "
     "$GITHUB_OUTPUT as matrix=... when that variable is set).",
 )
+@click.option("--families", "list_families", is_flag=True,
+              help="List the GPU families instead (matrices/families.yaml): targets, tarball group per OS, and "
+              "where TheRock publishes each from.")
 def matrix(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
-           fmt: str) -> None:
+           fmt: str, list_families: bool) -> None:
     """Expand the OS x GPU-family matrix into build jobs."""
     from rockbuild import matrix as matrix_mod
+
+    if list_families:
+        matrix_mod.print_families(settings().families, fmt)
+        return
 
     jobs = settings().but(matrix_file=config).jobs(
         os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),

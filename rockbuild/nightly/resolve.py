@@ -51,6 +51,7 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             runner=str(data.get("runner") or ""), backend=str(data.get("backend") or DEFAULT),
             gpu_runner=tuple(str(r) for r in (data.get("gpu_smoke") or {}).get("runner") or ()),
             gpu_required=bool((data.get("gpu_smoke") or {}).get("required", False)),
+            when_proven=bool(data.get("when_proven", False)),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None

@@ -429,12 +429,15 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
 def known_good(inputs: Inputs, manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict[str,
                                                                                                             Any]]:
     """The last good tarball of each (OS, group) the inputs pin, reading ``manifests`` (newest first) only until
-    every group has one."""
+    every group has one and every ``required: when-proven`` job has passed (:func:`promote_proven` reads the same)."""
     wanted = {(r.os, g) for r in inputs.rocm.values() if not r.error for g in r.groups[:1]}
+    unproven = {j.id for j in inputs.jobs if j.when_proven and not j.required}
     seen: list[tuple[str, dict[str, Any]]] = []
     for item in manifests:
         seen.append(item)
-        if wanted <= set(last_good_tarballs(seen)):
+        unproven -= {str(e.get("id")) for e in item[1].get("jobs") or []
+                     if isinstance(e, dict) and (e.get("smoke") or {}).get("ok") is True}
+        if wanted <= set(last_good_tarballs(seen)) and not unproven:
             break
     return last_good_tarballs(seen)
 
@@ -572,11 +575,41 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
         return plan
     say(f"changed since {manifest.get('_tag')}: {'; '.join(changes[:5])}"
         + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
-    # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs)
-    good = known_good(inputs, release_manifests(repo, api_url=options.api_url, token=token))
-    inputs = attach_last_good(inputs, good, quiet=options.quiet)
+    # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs),
+    # and the `required: when-proven` jobs that passed their smoke test in a release read for it
+    read: list[tuple[str, dict[str, Any]]] = []
+    good = known_good(inputs, _recorded(release_manifests(repo, api_url=options.api_url, token=token), read))
+    inputs = promote_proven(attach_last_good(inputs, good, quiet=options.quiet), read, quiet=options.quiet)
     inputs.write(path)
-    return replace(plan, inputs=inputs, changes=changes)
+    jobs_now = {j.id: j for j in inputs.jobs}
+    return replace(plan, inputs=inputs, changes=changes, jobs=tuple(jobs_now[j.id] for j in plan.jobs))
+
+
+def _recorded(items: Iterable[tuple[str, dict[str, Any]]],
+              into: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for item in items:
+        into.append(item)
+        yield item
+
+
+def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, dict[str, Any]]], *,
+                   quiet: bool = False) -> Inputs:
+    """``inputs`` with every ``required: when-proven`` job required once it passed its smoke test in one of
+    ``manifests`` (published releases, newest first): from then on a failure blocks the release."""
+    passed: dict[str, str] = {}
+    for tag, manifest in reversed(manifests):  # oldest first: the first release that proved it
+        for entry in manifest.get("jobs") or []:
+            if isinstance(entry, dict) and (entry.get("smoke") or {}).get("ok") is True:
+                passed.setdefault(str(entry.get("id")), tag)
+    jobs = []
+    for job in inputs.jobs:
+        if job.when_proven and not job.required and job.id in passed:
+            job = replace(job, required=True)
+            if not quiet:
+                console.info(f"{job.id} is required: it passed its smoke test in release {passed[job.id]} "
+                             "(required: when-proven)")
+        jobs.append(job)
+    return replace(inputs, jobs=tuple(jobs))
 
 
 def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | None = None) -> NightReport:
