@@ -39,6 +39,8 @@ EXPECTED = {
     # one CycloneDX SBOM per job's assets, listed in SHA256SUMS
     "llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json", "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
     "llama-b1000-windows-rocm-gfx1151-x64.cdx.json",
+    # a .deb per Linux asset (rockbuild/publish/deb.py)
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.deb", "llama-b1000-ubuntu-rocm-gfx110X-x64.deb",
 }
 
 
@@ -90,7 +92,8 @@ def test_manifest_lists_provenance_per_job(gh, night, tmp_path):
     assert "glibc_floor" in j and "glibc_floor" not in jobs["windows-gfx1151"]
     assert {a["name"] for a in j["assets"]} == {"llama-b1000-ubuntu-rocm-gfx110X-x64.zip",
                                                  "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
-                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json"}
+                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
+                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.deb"}
     assert manifest["glibc_floor_allowed"]["GLIBC"] == "2.35"
 
 
@@ -425,7 +428,7 @@ def test_a_night_with_both_flavours_ships_and_lists_both(gh, night, tmp_path):
     rel = gh.state.release_by_tag(report.tag)
     vulkan_assets = {"llama-b1000-ubuntu-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.tar.gz",
                      "llama-b1000-windows-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.cdx.json",
-                     "llama-b1000-windows-vulkan-x64.cdx.json"}
+                     "llama-b1000-windows-vulkan-x64.cdx.json", "llama-b1000-ubuntu-vulkan-x64.deb"}
     assert {a.name for a in rel.assets} == EXPECTED | vulkan_assets
     manifest = json.loads(next(a for a in rel.assets if a.name == "manifest.json").data)
     by_id = {j["id"]: j for j in manifest["jobs"]}

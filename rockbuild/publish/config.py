@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from rockbuild.config import YDict, check_keys, where
 from rockbuild.errors import ConfigError
 
 GITHUB_ASSET_LIMIT = 2 * 1024**3  # GitHub: "each file must be under 2 GiB"
+_MAINTAINER_RE = re.compile(r"[^<>,]+ <[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+>")  # Debian policy 5.6.2: "Name <address>"
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,10 @@ class PublishConfig:
     asset_name: str = "llama-{tag}-{os}-rocm-{name}-x64"
     os_words: Mapping[str, str] = field(default_factory=lambda: {"linux": "ubuntu", "windows": "windows"})
     tar_gz_for: tuple[str, ...] = ("linux",)
+    deb_for: tuple[str, ...] = ()  # OSes whose jobs also get a .deb (publish/deb.py); none unless configured
+    deb_maintainer: str = ""  # the .deb's Maintainer: "Name <address>"
+    deb_homepage: str = "https://github.com/ggml-org/llama.cpp"
+    deb_packages: Mapping[str, str] = field(default_factory=dict)  # host library (SONAME) -> its Debian package
     max_bytes: int = GITHUB_ASSET_LIMIT  # an asset of this size or more is refused
     compress_level: int = 6
     glibc_floor: Mapping[str, str] = field(default_factory=lambda: {"GLIBC": "2.35"})
@@ -61,6 +67,15 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
     if not isinstance(known, list):
         raise ConfigError(f"{where(path, doc, 'known_issues')}: known_issues must be a list of texts")
     max_bytes = int(assets.get("max_bytes", GITHUB_ASSET_LIMIT))
+    deb_for = tuple(str(x) for x in assets.get("deb_for") or ())
+    deb_maintainer = " ".join(str(assets.get("deb_maintainer") or "").split())
+    if deb_for and not _MAINTAINER_RE.fullmatch(deb_maintainer):
+        raise ConfigError(f"{where(path, assets, 'deb_maintainer' if 'deb_maintainer' in assets else 'deb_for')}: "
+                          f"a .deb needs assets.deb_maintainer as 'Name <address>', not {deb_maintainer!r}")
+    deb_packages = assets.get("deb_packages") or {}
+    if not isinstance(deb_packages, dict):
+        raise ConfigError(f"{where(path, assets, 'deb_packages')}: assets.deb_packages must map a library's SONAME "
+                          "to its Debian package (libc.so.6: libc6)")
     return PublishConfig(
         tag_scheme=scheme, tag_first=int(tags.get("first", 1000)), tag_width=int(tags.get("width", 4)),
         llama_tag=str(tags.get("llama", "b{build}-rocm{rocm}")),
@@ -68,6 +83,9 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
         os_words={str(k): str(v) for k, v in (assets.get("os_words") or {"linux": "ubuntu",
                                                                            "windows": "windows"}).items()},
         tar_gz_for=tuple(str(x) for x in assets.get("tar_gz_for") or ("linux",)),
+        deb_for=deb_for, deb_maintainer=deb_maintainer,
+        deb_homepage=str(assets.get("deb_homepage") or PublishConfig.deb_homepage),
+        deb_packages={str(k): str(v) for k, v in deb_packages.items()},
         max_bytes=min(max_bytes, GITHUB_ASSET_LIMIT), compress_level=int(assets.get("compress_level", 6)),
         glibc_floor=floor, make_latest=bool(release.get("make_latest", True)),
         protect=tuple(str(t) for t in retention.get("protect") or ()),

@@ -20,7 +20,7 @@ from .jobs import JobRecord
 
 SCHEMA = 1
 CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
-                 "SHA256SUMS": "text/plain"}
+                 ".deb": "application/vnd.debian.binary-package", "SHA256SUMS": "text/plain"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class AssetFile:
     path: Path
     size: int
     sha256: str
-    kind: str  # zip | tar.gz | sbom | manifest | checksums
+    kind: str  # zip | tar.gz | deb | sbom | manifest | checksums
     job: str | None = None
 
     @property

@@ -29,6 +29,7 @@ from rockbuild.settings import Settings
 from . import PublishError
 from .archives import check_asset_size, collect_entries, write_tar_gz, write_zip
 from .config import PublishConfig
+from .deb import write_deb
 from .floor import bundle_floor, floor_violations
 from .github import GitHub
 from .jobs import JobRecord, load_job, with_failure
@@ -160,9 +161,14 @@ def archive_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
 def asset_base(config: PublishConfig, tag: str, job: JobRecord) -> str:
     """``llama-<tag>-<os>-rocm-<name>-x64``; a Vulkan job has no per-target name: ``llama-<tag>-<os>-vulkan-x64``
     (the backend's :meth:`~rockbuild.backends.Backend.asset_template`, what :func:`rockbuild.install.asset_name_pattern`
-    looks for)."""
+    looks for).
+
+    A mixed-GPU job's name joins its members with ``+`` (gfx1151+gfx1201); GitHub's upload API renames such
+    characters, so the re-upload by name and ``rockbuild install``'s matching would miss the asset: any character
+    but letters, digits, ``.``, ``_`` and ``-`` becomes ``-`` (``...-rocm-gfx1151-gfx1201-x64``)."""
     template = get_backend(job.backend).asset_template(config.asset_name)
-    return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.name)
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in job.name)
+    return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=name)
 
 
 def _cached(dest: Path, key: dict[str, Any]) -> bool:
@@ -179,7 +185,8 @@ def _remember(dest: Path, key: dict[str, Any]) -> None:
 
 def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishConfig, quiet: bool = False,
                        source_date_epoch: int | None = None) -> tuple[list[AssetFile], list[str]]:
-    """The job's zip (and tar.gz), refusing any over the size limit; (assets, notes about replaced symlinks)."""
+    """The job's zip (and tar.gz, and .deb), refusing any over the size limit; (assets, notes about replaced
+    symlinks)."""
     assert job.bundle is not None
     entries, notes = collect_entries(job.bundle)
     mtime = archive_mtime(job, source_date_epoch)
@@ -197,6 +204,16 @@ def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishCo
             _remember(dest, key)
         check_asset_size(dest, config.max_bytes)
         out.append(AssetFile(dest.name, dest, dest.stat().st_size, sha256_file(dest), kind, job.id))
+    if job.os in config.deb_for:  # the same files as a Debian package (publish/deb.py)
+        deb = folder / f"{base}.deb"
+        key = {**key_base, "kind": "deb", "tag": tag, "deb": [config.deb_maintainer, config.deb_homepage,
+                                                              sorted(config.deb_packages.items())]}
+        if not _cached(deb, key):
+            with console.step(f"package {deb.name}") if not quiet else contextlib.nullcontext():
+                write_deb(job, tag, deb, config, mtime=mtime)
+            _remember(deb, key)
+        check_asset_size(deb, config.max_bytes)
+        out.append(AssetFile(deb.name, deb, deb.stat().st_size, sha256_file(deb), "deb", job.id))
     sbom = folder / f"{base}{SBOM_SUFFIX}"  # what the archives hold, file by file, and where each file came from
     sbom.write_text(make_sbom(job, base, tag, timestamp=mtime), encoding="utf-8")
     out.append(AssetFile(sbom.name, sbom, sbom.stat().st_size, sha256_file(sbom), "sbom", job.id))

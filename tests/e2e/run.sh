@@ -10,7 +10,10 @@
 #   tests/e2e/run.sh clean     the bundle of the last build, in the clean root (no ROCm): rockbuild audit, then
 #                              rockbuild smoke (llama-cli, llama-server + one chat completion, llama-bench) on the
 #                              tiny Qwen3 model, with no LD_LIBRARY_PATH
-#   tests/e2e/run.sh all       build, then clean (the issue's whole proof for one target)
+#   tests/e2e/run.sh all       build, then clean (the issue's whole proof for one target); clean and all end with
+#                              tests/e2e/deb.sh: the bundle's .deb installed, run and removed in the clean root
+#   tests/e2e/run.sh mixed     all, for the mixed-GPU job linux-gfx1151+gfx1201 (ROCKBUILD_E2E_TARGET: other targets
+#                              joined by "+"), checking that code objects and kernel files are of exactly those targets
 #
 # Each mode leaves $E2E/bench/<mode>.json (a copy of build.json). Later stages (bundle, smoke, clean-root) are
 # functions called from main(). Needs root (chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
@@ -23,6 +26,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROOT=$E2E/rocm-root
 CLEAN=$E2E/clean-root
 TARGET=${ROCKBUILD_E2E_TARGET:-gfx1151}
+[[ ${1:-} == mixed ]] && TARGET=${ROCKBUILD_E2E_TARGET:-gfx1151+gfx1201}  # a mixed-GPU job: targets joined by "+"
 
 OUT=/e2e/out
 CCACHE_DIR_IN_ROOT=/e2e/ccache
@@ -58,7 +62,7 @@ build_llama() {
 
 check_build() {
     local job_dir=$1
-    python3 - "$job_dir/build.json" "$LLAMA_COMMIT" "$TARGET" <<'EOF'
+    python3 - "$job_dir/build.json" "$LLAMA_COMMIT" "${TARGET//+/;}" <<'EOF'
 import json, sys
 data = json.load(open(sys.argv[1]))
 llama = data["llama_cpp"]
@@ -155,7 +159,7 @@ clean_root_checks() {
     mount_clean
     mkdir -p "$E2E/bench"
     log "rockbuild audit in the clean root"
-    in_clean "$CLEAN_VENV/bin/rockbuild" audit "$BUNDLE_IN_CLEAN" --targets "$TARGET" --json > "$E2E/bench/audit-$TARGET.json"
+    in_clean "$CLEAN_VENV/bin/rockbuild" audit "$BUNDLE_IN_CLEAN" --targets "${TARGET//+/,}" --json > "$E2E/bench/audit-$TARGET.json"
     log "rockbuild smoke in the clean root (no ROCm, no LD_LIBRARY_PATH)"
     in_clean "$CLEAN_VENV/bin/rockbuild" smoke "$BUNDLE_IN_CLEAN" --model /models/tiny-qwen3.gguf --expect-gpu no \
         --report "/tmp/smoke-$TARGET.json" --json > "$E2E/bench/smoke-$TARGET.json"
@@ -213,12 +217,55 @@ for t in targets:
 PYEOF
 }
 
+# the bundle of a mixed-GPU job holds GPU code and kernel files of exactly its targets: rockbuild's reader over every
+# offload bundle of each fat binary, clang-offload-bundler on libggml-hip's first bundle, the kernel file names
+check_exact_targets() {
+    in_root "$VENV/bin/python" - "$OUT/$JOB_ID/bundle" "${TARGET//+/,}" <<'EOF'
+import os, subprocess, sys, tempfile
+from pathlib import Path
+from rockbuild.bundle.fatbin import read_fatbin
+from rockbuild.rocm.layout import kernel_file_target
+bundle, want = Path(sys.argv[1]), set(sys.argv[2].split(","))
+problems = []
+for lib in sorted(p for p in bundle.iterdir() if ".so" in p.name and p.is_file()):
+    report = read_fatbin(lib)
+    if report is None:
+        continue
+    print(f"[e2e]   {lib.name}: {len(report.bundles)} offload bundles, targets {' '.join(report.targets)}")
+    if set(report.targets) != want:
+        problems.append(f"{lib.name} has {','.join(report.targets)}")
+    if lib.name.startswith("libggml-hip"):
+        with tempfile.TemporaryDirectory() as tmp:
+            fatbin = Path(tmp) / "fatbin"
+            subprocess.run(["objcopy", "-O", "binary", "--only-section=.hip_fatbin", str(lib), str(fatbin)], check=True)
+            listed = subprocess.run(["/usr/lib/llvm-22/bin/clang-offload-bundler", "--list", "--type=o",
+                                     f"--input={fatbin}"], check=True, capture_output=True, text=True).stdout.split()
+        print(f"[e2e]   clang-offload-bundler --list, {lib.name}'s first bundle: {' '.join(listed)}")
+        if {x.rsplit("--", 1)[-1] for x in listed if x.startswith("hip")} != want:
+            problems.append(f"clang-offload-bundler lists {listed}")
+kernels = {}
+for _dir, _dirs, files in os.walk(bundle):
+    for name in files:
+        target = kernel_file_target(name)
+        if target:
+            kernels[target] = kernels.get(target, 0) + 1
+print(f"[e2e]   kernel files per target: {dict(sorted(kernels.items()))}")
+if set(kernels) != want:
+    problems.append(f"kernel files for {sorted(kernels)}")
+if problems:
+    sys.exit("[e2e] not exactly " + ",".join(sorted(want)) + ": " + "; ".join(problems))
+print(f"[e2e] the bundle holds GPU code and kernel files of exactly {', '.join(sorted(want))}")
+EOF
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
-        build | cold | warm | figures | clean | all | summary) ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, clean, all, summary)" ;;
+        build | cold | warm | figures | clean | all | summary | mixed) ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, clean, all, summary, mixed)" ;;
     esac
+    local mixed=0
+    [[ $mode == mixed ]] && mixed=1 && mode=all
     if [[ $mode == figures ]]; then
         figures
         return
@@ -237,8 +284,13 @@ main() {
         build_llama "${mode/all/build}"
         figures
     fi
+    if ((mixed)); then
+        check_exact_targets
+    fi
     if [[ $mode == clean || $mode == all ]]; then
         clean_root_checks
+        # the .deb of the same bundle, installed and run in the clean root (tests/e2e/deb.sh)
+        ROCKBUILD_E2E_TARGET=$TARGET "$REPO/tests/e2e/deb.sh"
     fi
     log "done in ${SECONDS} s"
 }
