@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import FamilyTable
+from .config import MIX, FamilyTable
+from .dllsearch import WindowsHost, outside_shadows, resolve_bundle_dlls
 from .errors import RockbuildError
 from .settings import environment, load_families
 
@@ -103,7 +104,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Finding:
     severity: str  # ok | info | warning | error
-    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan
+    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll
     message: str
     action: str = ""  # one line: what to do
 
@@ -458,6 +459,33 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     return findings, info
 
 
+def check_dll_shadowing(bundle: Path, windows: WindowsHost, *, loader: Path | None = None,
+                        cwd: Path | None = None) -> list[Finding]:
+    """Windows: which amdhip64/amd_comgr/hiprtc DLL the loader takes instead of the bundle's (see
+    :mod:`rockbuild.dllsearch`). The bundle's own programs always get its copies (their folder is searched first), so
+    a copy in System32 or on PATH is an error only for ``loader``, a program outside the bundle that loads its DLLs;
+    without one it is named as information, with the fix for such a program."""
+    if loader is None:
+        own = resolve_bundle_dlls(bundle, windows, cwd=cwd)
+        findings = [Finding("error", "dll", r.message, r.fix) for r in own if r.shadowed or r.missing]
+        if own and not findings:
+            findings.append(Finding("ok", "dll", f"the programs in {bundle} load its own "
+                                    f"{', '.join(r.name for r in own)} (their folder is searched first)"))
+        for r in outside_shadows(bundle, windows):
+            findings.append(Finding("info", "dll", f"{r.loaded} ({r.where}) would shadow the bundle's {r.name} for "
+                                    "a program outside the bundle that loads its DLLs (a wrapper, a game engine); the "
+                                    "bundle's own programs are not affected",
+                                    f"{r.fix}; rockbuild doctor --loader EXE checks such a program"))
+        return findings
+    loads = next((p for p in sorted(bundle.iterdir()) if p.name.lower() == "ggml-hip.dll"), None)
+    resolved = resolve_bundle_dlls(bundle, windows, loader=loader, loads=loads, cwd=cwd)
+    findings = [Finding("error", "dll", r.message, r.fix) for r in resolved if r.shadowed or r.missing]
+    if resolved and not findings:
+        findings.append(Finding("ok", "dll", f"{loader} loads the bundle's own "
+                                f"{', '.join(r.name for r in resolved)} ({resolved[0].where})"))
+    return findings
+
+
 def _instinct(products: str) -> bool:
     return "Instinct" in products
 
@@ -488,15 +516,35 @@ def recommend_flavours(gpus: Sequence[Gpu], table: FamilyTable) -> list[Recommen
         else:
             out.append(Recommendation(t, "vulkan", "an older Radeon: Vulkan is the simpler working path; ROCm "
                                       f"builds for {t} exist as a fallback", vulkan))
-    return out
+    mixed = recommend_mixed_bundle(gpus, table)
+    return out + ([mixed] if mixed else [])
+
+
+def recommend_mixed_bundle(gpus: Sequence[Gpu], table: FamilyTable, os_name: str = "linux") -> Recommendation | None:
+    """GPUs of two or more families (an APU beside a dGPU of another generation): one mixed-GPU bundle carries
+    exactly their targets, so llama.cpp runs on all of them from one build (matrix ``target: [gfxA, gfxB]``, job
+    ``<os>-gfxA+gfxB``, asset ``...-rocm-gfxA-gfxB-x64``). None when they share a family or lack ROCm builds."""
+    families = {g.target: fam.short for g in gpus if (fam := table.family_of_target(g.target)) is not None}
+    if len(set(families.values())) < 2:
+        return None
+    targets = sorted(families)
+    job = f"{os_name}-{MIX.join(targets)}"
+    which = ", ".join(f"{t} ({families[t]})" for t in targets)
+    return Recommendation(MIX.join(targets), "rocm",
+                          f"GPUs of {len(set(families.values()))} families, {which}: to use them together, one "
+                          f"mixed-GPU bundle carries exactly these targets (job {job}, asset "
+                          f"...-rocm-{'-'.join(targets)}-x64)",
+                          f"add '- target: [{', '.join(targets)}]' to the matrix, then rockbuild build --job {job}")
 
 
 def run_doctor(
     *, sysfs_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), proc_root: Path = Path("/proc"),
     env: Mapping[str, str] | None = None, bundle: Path | None = None, kernel: str | None = None,
-    table: FamilyTable | None = None,
+    table: FamilyTable | None = None, windows: WindowsHost | None = None, loader: Path | None = None,
+    cwd: Path | None = None,
 ) -> DoctorReport:
-    """Every check, in the order a user should fix things."""
+    """Every check, in the order a user should fix things. ``windows`` (``Settings.windows``: on Windows, or passed
+    in by a test) adds the DLL shadowing check of ``bundle``, for its own programs or for ``loader``."""
     table = table or load_families()
     env = environment() if env is None else env
     kernel = kernel or platform.release()
@@ -522,4 +570,6 @@ def run_doctor(
             # AMD GPU is worth knowing, not a problem
             findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
                                   f"nothing to do for the Vulkan build, which runs on {', '.join(devices)}")
+        if windows is not None:
+            findings += check_dll_shadowing(bundle, windows, loader=loader, cwd=cwd)
     return DoctorReport(tuple(gpus), tuple(findings), tuple(recommend_flavours(gpus, table)), kernel, bundle_info)

@@ -29,7 +29,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import console
 from .backends import DEFAULT, get_backend
@@ -46,6 +46,9 @@ from .errors import (
     UsageError,
 )
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .dllsearch import WindowsHost
 
 DEFAULT_REPO = "lemonade-sdk/llamacpp-rocm"  # the seed's release repository, whose asset names rockbuild keeps
 DEFAULT_API_URL = "https://api.github.com"
@@ -190,7 +193,8 @@ def asset_name_pattern(template: str, *, tag: str, os_word: str, backend: str) -
         elif field_name == "os":
             parts.append(re.escape(os_word))
         elif field_name == "name":
-            parts.append(r"(?P<name>[A-Za-z0-9_]+)")
+            # a mixed-GPU job's name is its members joined by "-" in asset names (gfx1151-gfx1201)
+            parts.append(r"(?P<name>[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*)")
         elif field_name is not None:
             parts.append(r"[^/]+")
     return re.compile("".join(parts) + r"(?P<suffix>\.tar\.gz|\.zip)")
@@ -386,6 +390,16 @@ def server_command(dest: Path, os_name: str, visible: str | None) -> str:
     return f"{prefix}{exe} -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080"
 
 
+def windows_dll_warnings(dest: Path, windows: WindowsHost) -> list[str]:
+    """One line per HIP DLL in System32 or on PATH that shadows the installed bundle's copy for a program outside it
+    (see :mod:`rockbuild.dllsearch`). A warning, not a refusal: the command install prints starts the bundle's own
+    llama-server.exe, whose folder is searched before System32 and PATH, so it always gets the bundle's DLLs."""
+    from .dllsearch import outside_shadows, shadow_lines
+
+    return [f"{line} (llama-server.exe started from {dest} is not affected)"
+            for line in shadow_lines(outside_shadows(dest, windows))]
+
+
 def _discard(downloader_cache: Path, name: str) -> None:
     for suffix in ("", ".json", ".part", ".part.json", ".lock"):
         with contextlib.suppress(OSError):
@@ -486,6 +500,10 @@ def install(options: InstallOptions) -> InstallReport:
     if not report.ok:
         raise AuditError(f"{dest}: installed, but its audit failed ({len(report.failures)}): {report.failures[0]}",
                          hint=f"details: rockbuild audit {dest}; report it to the release's maintainers")
+    if os_name == "windows" and options.settings.windows is not None:
+        for line in windows_dll_warnings(dest, options.settings.windows):
+            console.warn(line)
+            warnings.append(line)
     visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == options.settings.host_os else None
     if not flavour.needs_rocm:  # HIP_VISIBLE_DEVICES means nothing to it
         visible = None

@@ -28,6 +28,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .bundle.policy import BundlePolicy
     from .config import FamilyTable, Job
+    from .dllsearch import WindowsHost
     from .publish.config import PublishConfig
     from .rocm.index import Channel
 
@@ -257,6 +258,7 @@ class Settings:
     smoke_file: Path | None = None
     publish_file: Path | None = None  # --publish-config FILE
     channels_file: Path | None = None
+    windows: WindowsHost | None = None  # on Windows: SystemRoot and PATH, where the DLL loader looks (doctor, install)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Settings:
@@ -273,6 +275,10 @@ class Settings:
             hf_token=env.get("HF_TOKEN", "").strip() or None, source_date_epoch=int(epoch) if epoch else None,
         )
         values.update({k: v for k, v in flags.items() if v is not None})
+        if values["host_os"] == "windows" and values.get("windows") is None:
+            from .dllsearch import WindowsHost
+
+            values["windows"] = WindowsHost.from_environment(env)
         return cls(**values)
 
     def but(self, **changes: Any) -> Settings:

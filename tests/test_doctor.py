@@ -361,3 +361,26 @@ def test_no_amd_gpu_is_not_a_problem_for_a_vulkan_bundle_that_sees_a_gpu(tmp_pat
     assert gpu.action == "nothing to do for the Vulkan build, which runs on Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"
     without = doctor("no-gpu", tmp_path / "plain")
     assert not without.ok and by_topic(without, "gpu")[0].severity == "error"
+
+
+def test_gpus_of_two_families_get_one_mixed_bundle_recommended(tmp_path):
+    """An iGPU and a dGPU of different families (gfx1036: gfx103X, gfx1100: gfx110X): one mixed-GPU bundle with
+    exactly both targets, as the matrix writes it (target: [a, b]) and names its job (linux-a+b)."""
+    report = doctor("igpu-dgpu", tmp_path, minors=(128, 129))
+    assert [r.target for r in report.recommendations] == ["gfx1036", "gfx1100", "gfx1036+gfx1100"]
+    mixed = report.recommendations[-1]
+    assert mixed.flavour == "rocm"
+    assert mixed.reason == ("GPUs of 2 families, gfx1036 (gfx103X), gfx1100 (gfx110X): to use them together, one "
+                            "mixed-GPU bundle carries exactly these targets (job linux-gfx1036+gfx1100, asset "
+                            "...-rocm-gfx1036-gfx1100-x64)")
+    assert mixed.command == ("add '- target: [gfx1036, gfx1100]' to the matrix, then rockbuild build --job "
+                             "linux-gfx1036+gfx1100")
+    assert "gfx1036+gfx1100: rocm (GPUs of 2 families" in report.render()
+    # Strix Halo beside an RDNA4 card, in either order: the same job
+    table = load_families()
+    strix_rdna4 = recommend_flavours([_gpu("gfx1201"), _gpu("gfx1151", integrated=True)], table)
+    assert strix_rdna4[-1].target == "gfx1151+gfx1201" and "job linux-gfx1151+gfx1201" in strix_rdna4[-1].reason
+    # one family (two RDNA3 cards), or a GPU without any ROCm build beside one: nothing to mix
+    assert [r.target for r in recommend_flavours([_gpu("gfx1100"), _gpu("gfx1101")], table)] == ["gfx1100", "gfx1101"]
+    assert [r.target for r in recommend_flavours([_gpu("gfx902", True), _gpu("gfx1100")], table)] == ["gfx902",
+                                                                                                       "gfx1100"]

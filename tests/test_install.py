@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from githubapi import GitHubAPIServer
-from publishkit import TOKEN, make_job
+from publishkit import TOKEN, make_job, tiny_pe
 from test_bundle_support import cc, fatbin_source, offload_bundle
 
 from rockbuild.errors import AuditError, ChecksumError, NotFoundError, UnsafeArchiveError, UsageError
@@ -62,7 +62,8 @@ def release(gh, tmp_path_factory):
         job = make_job(out, job_id, targets=targets)
         real_bundle(job / "bundle", targets)
         jobs.append(job)
-    jobs.append(make_job(out, "windows-gfx1151"))
+    hip = {name: tiny_pe(name.encode(), dll=True) for name in ("amdhip64_7.dll", "amd_comgr0713.dll")}
+    jobs.append(make_job(out, "windows-gfx1151", extra_files=hip))
     report = publish(PublishOptions(job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
                                     throttle=False, out=out.parent / "release", quiet=True))
     assert report.tag == "b1000" and report.state == "published"
@@ -134,6 +135,36 @@ def test_windows_zip_is_extracted_with_the_zip_extractor(gh, release, tmp_path):
     assert (tmp_path / "llama" / "llama-server.exe").is_file()
     assert (tmp_path / "llama" / "rocblas" / "library" / "TensileLibrary_lazy_gfx1151.dat").is_file()
     assert report.command == f'"{tmp_path}/llama/llama-server.exe" -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080'
+
+
+def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for_other_programs(gh, release,
+                                                                                               tmp_path):
+    """On Windows, a System32\\amdhip64_7.dll (a driver's) shadows the installed bundle's copy for a program outside it
+    that loads its DLLs (tests/test_dllsearch.py proves the loader order under wine): a warning naming the file and
+    the fix, not a refusal, since the printed command starts the bundle's own llama-server.exe, which gets its own."""
+    root = tmp_path / "Windows"
+    (root / "System32").mkdir(parents=True)
+    (tmp_path / "no-gh").mkdir()
+
+    def windows_install(dest: Path):
+        env = {"HOME": str(tmp_path), "SystemRoot": str(root), "PATH": str(tmp_path / "no-gh"), "GITHUB_TOKEN": TOKEN}
+        return install(InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
+                                      target="gfx1151", dest=dest, sysfs_root=SYSFS / "strix-halo" / "sys",
+                                      settings=Settings.from_environment(env, host_os="windows")))
+
+    clean = windows_install(tmp_path / "a")
+    assert clean.asset.name == "llama-b1000-windows-rocm-gfx1151-x64.zip" and clean.warnings == ()
+    (root / "System32" / "AMDHIP64_7.DLL").write_bytes(b"MZ")
+    dest = tmp_path / "b"
+    (warning,) = windows_install(dest).warnings
+    assert warning == (
+        f"{root / 'System32' / 'AMDHIP64_7.DLL'} (System32) shadows the bundle's {dest / 'amdhip64_7.dll'} for a "
+        "program outside the bundle that loads its DLLs: llama.cpp would run on another HIP runtime and crash; fix: "
+        "start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system folders), or "
+        "have that program load the bundle's DLLs with LoadLibraryEx(..., LOAD_WITH_ALTERED_SEARCH_PATH); moving the "
+        f"bundle up PATH cannot help (llama-server.exe started from {dest} is not affected)")
+    # a Linux host installing the Windows asset has no Windows environment: nothing to check
+    assert install(options(gh, tmp_path, target="gfx1151", os_name="windows", dest=tmp_path / "c")).warnings == ()
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from rockbuild.backends import BACKENDS, DEFAULT
-from rockbuild.cli import JSON, command, folder, settings, show
+from rockbuild.cli import JSON, command, file, folder, settings, show
 
 
 @command
@@ -18,13 +18,28 @@ from rockbuild.cli import JSON, command, folder, settings, show
 @click.option("--dev-root", type=folder(), default=Path("/dev"), show_default=True,
               help="Check device access (kfd, dri/renderD*) in this folder.")
 @click.option("--proc-root", type=folder(), default=Path("/proc"), hidden=True)
+@click.option("--loader", type=file(exists=True), default=None, metavar="EXE",
+              help="Windows: also check a program outside the bundle that loads its DLLs with plain LoadLibrary "
+              "(a wrapper), started from the current folder: which amdhip64/amd_comgr/hiprtc DLL it would get.")
+@click.option("--windows-root", type=folder(exists=True), default=None, hidden=True,
+              help="Check DLL loading against this Windows folder (%SystemRoot%), also on a host that is not Windows.")
 @JSON
-def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, as_json: bool) -> None:
+def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, loader: Path | None,
+           windows_root: Path | None, as_json: bool) -> None:
     """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
+    from rockbuild.dllsearch import WindowsHost
     from rockbuild.doctor import run_doctor
+    from rockbuild.errors import UsageError
 
+    windows = settings().windows
+    if windows_root is not None:
+        windows = WindowsHost(windows_root.absolute(), windows.path if windows else ())
+    if loader is not None and (bundle_dir is None or windows is None):
+        raise UsageError("--loader checks which DLLs a Windows program loads from a bundle: it needs --bundle, on "
+                         "Windows", hint="rockbuild doctor --bundle DIR --loader EXE")
     report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, bundle=bundle_dir,
-                        env=settings().env, table=settings().families)
+                        env=settings().env, table=settings().families, windows=windows,
+                        loader=loader.absolute() if loader else None, cwd=Path.cwd())
     show(report, as_json)
     failure = report.failure(as_json)
     if failure is not None:

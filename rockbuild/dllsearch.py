@@ -1,0 +1,211 @@
+"""Which copy of a HIP runtime DLL Windows loads for a bundle: the bundle's own, or a stale one that shadows it.
+
+A driver or an old HIP SDK leaves ``amdhip64_7.dll`` (``amd_comgr*.dll``, ``hiprtc*.dll``) in ``System32`` or in a
+folder on ``PATH``; a llama.cpp built against the bundle's copy crashes on another one. Which copy wins is decided by
+the search Windows makes for a DLL named without a path: an implicit import, a delay-load, ``LoadLibrary("name.dll")``
+and every dependency of a DLL loaded by its full path ("as if loaded with just its module name", Microsoft's
+"Dynamic-link library search order", standard order for unpackaged apps, SafeDllSearchMode on, the default):
+
+1. DLL redirection, API sets, SxS manifests, the loaded-module list, KnownDLLs: not modelled (none names a HIP DLL,
+   and what a process loaded before cannot be read from files);
+2. the application folder: the folder of the process's exe; for the dependencies of a DLL loaded with
+   ``LoadLibraryEx(path, NULL, LOAD_WITH_ALTERED_SEARCH_PATH)``, that DLL's folder instead;
+3. the system folder, ``%SystemRoot%\\System32`` for a 64-bit process (a 32-bit one gets ``SysWOW64``: the bundles
+   are x64 only, so a copy in SysWOW64 never loads into them);
+4. the 16-bit system folder (``%SystemRoot%\\System``), then the Windows folder (``%SystemRoot%``);
+5. the current folder;
+6. the folders of ``PATH``, in order.
+
+So a program of the bundle (``llama-server.exe`` started by any path, from any folder) always gets the bundle's
+copies: the application folder comes first. Another program that loads the bundle's DLLs (a wrapper, Python) gets a
+copy from System32 even with the bundle first on PATH or as its current folder; a copy on PATH wins only over a
+bundle reached through a later PATH entry. tests/test_dllsearch.py proves each case with wine's loader.
+
+File names are matched case-insensitively, as Windows does. Nothing here reads the environment: ``SystemRoot`` and
+``PATH`` come in as a :class:`WindowsHost` (``Settings.windows``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HIP_DLL_PATTERNS = ("amdhip64*.dll", "amd_comgr*.dll", "hiprtc*.dll")
+DEFAULT_SYSTEM_ROOT = "C:\\Windows"
+# what a fix says about a copy in the system folders, which no PATH order or current folder can beat
+_SYSTEM_FIX = ("start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system "
+               "folders), or have {loader} load {dll} with LoadLibraryEx(..., LOAD_WITH_ALTERED_SEARCH_PATH); "
+               "moving the bundle up PATH cannot help")
+
+
+@dataclass(frozen=True)
+class WindowsHost:
+    """What the loader's search takes from the machine: the Windows folder (``%SystemRoot%``) and ``PATH``."""
+
+    system_root: Path
+    path: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> WindowsHost:
+        """From a Windows environment (names in any case, as Windows treats them): ``SystemRoot`` (else
+        ``WINDIR``, else ``C:\\Windows``) and ``PATH`` split at ``;``."""
+        upper = {k.upper(): v for k, v in env.items()}
+        root = upper.get("SYSTEMROOT", "").strip() or upper.get("WINDIR", "").strip() or DEFAULT_SYSTEM_ROOT
+        entries = (p.strip().strip('"') for p in upper.get("PATH", "").split(";"))
+        return cls(Path(root), tuple(Path(p) for p in entries if p))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"system_root": str(self.system_root), "path": [str(p) for p in self.path]}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Where the loader finds one of the bundle's HIP DLLs for one way of starting: ``loaded`` None when nowhere."""
+
+    name: str  # as the bundle spells it
+    bundled: Path  # the bundle's copy
+    loaded: Path | None  # the file the loader takes
+    where: str  # application folder | System32 | 16-bit system folder | Windows folder | current folder | PATH | ""
+    start: str  # who loads it, in words
+    fix: str = ""  # one line, when the bundle's copy is not the one loaded
+
+    @property
+    def shadowed(self) -> bool:
+        return self.loaded is not None and not same_file(self.loaded, self.bundled)
+
+    @property
+    def missing(self) -> bool:
+        return self.loaded is None
+
+    @property
+    def message(self) -> str:
+        if self.missing:
+            return f"{self.start} finds no {self.name}: the bundle's {self.bundled} is not on its DLL search path"
+        if self.shadowed:
+            return (f"{self.loaded} ({self.where}) shadows the bundle's {self.bundled} for {self.start}: llama.cpp "
+                    "would run on another HIP runtime and crash")
+        return f"{self.start} loads the bundle's own {self.name} ({self.where})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bundled": str(self.bundled), "loaded": str(self.loaded) if self.loaded else None,
+                "where": self.where, "start": self.start, "shadowed": self.shadowed, "missing": self.missing,
+                "fix": self.fix}
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Paths of one file, compared as Windows does (case-insensitive there)."""
+    return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
+
+
+def _entries(folder: Path) -> dict[str, Path]:
+    """A folder's entries by lower-case name (empty when it is not a readable folder)."""
+    try:
+        return {p.name.lower(): p for p in folder.iterdir()}
+    except OSError:
+        return {}
+
+
+def _child(folder: Path, name: str) -> Path:
+    """``folder/name`` as the file system spells it (System32 is system32 in a wine prefix)."""
+    return _entries(folder).get(name.lower(), folder / name)
+
+
+def is_hip_dll(name: str) -> bool:
+    return any(fnmatch.fnmatch(name.lower(), p) for p in HIP_DLL_PATTERNS)
+
+
+def bundled_hip_dlls(bundle: Path) -> list[Path]:
+    """The HIP runtime DLLs in the bundle's top folder (where its programs and their DLLs are), by name."""
+    return sorted((p for p in _entries(bundle).values() if p.is_file() and is_hip_dll(p.name)),
+                  key=lambda p: p.name.lower())
+
+
+def search_folders(host: WindowsHost, *, app_folder: Path | None, cwd: Path | None) -> list[tuple[str, Path]]:
+    """The folders searched for a DLL named without a path, in order, each with its name in the search order
+    (see the module docstring); ``app_folder``/``cwd`` None: left out (unknown)."""
+    root = host.system_root
+    folders: list[tuple[str, Path]] = []
+    if app_folder is not None:
+        folders.append(("application folder", app_folder))
+    folders += [("System32", _child(root, "System32")), ("16-bit system folder", _child(root, "System")),
+                ("Windows folder", root)]
+    if cwd is not None:
+        folders.append(("current folder", cwd))
+    folders += [("PATH", p) for p in host.path]
+    return folders
+
+
+def locate(name: str, folders: Iterable[tuple[str, Path]]) -> tuple[str, Path] | None:
+    """The first of ``folders`` holding a file ``name`` (any case): (what that folder is, the file)."""
+    cache: dict[Path, dict[str, Path]] = {}
+    for kind, folder in folders:
+        found = cache.setdefault(folder, _entries(folder)).get(name.lower())
+        if found is not None and found.is_file():
+            return kind, found
+    return None
+
+
+def _fix(bundle: Path, dll: str, where: str, found: Path | None, loader: str) -> str:
+    if found is None:
+        return (f"put {bundle} on PATH, or have {loader} load the bundle's DLLs with LoadLibraryEx(..., "
+                "LOAD_WITH_ALTERED_SEARCH_PATH)")
+    if where == "PATH":
+        return f"put {bundle} before {found.parent} on PATH, or take {found.parent} off PATH"
+    if where == "current folder":
+        return f"start {loader} from another folder than {found.parent} (it is searched before PATH)"
+    if where == "application folder":
+        return f"remove {found} from {loader}'s folder, or start the bundle's own program (e.g. llama-server.exe)"
+    return _SYSTEM_FIX.format(loader=loader, dll=dll)
+
+
+def resolve_bundle_dlls(bundle: Path, host: WindowsHost, *, loader: Path | None = None, loads: Path | None = None,
+                        altered: bool = False, cwd: Path | None = None) -> list[Resolution]:
+    """Which copy of each of the bundle's HIP DLLs the loader takes for one way of starting:
+
+    * ``loader`` None: a program of the bundle (its folder is the application folder);
+    * ``loader`` an exe outside the bundle that loads ``loads`` (a DLL of the bundle, e.g. ggml-hip.dll) by full
+      path: its dependencies are searched from ``loader``'s folder, or from the bundle (``altered``: with
+      LOAD_WITH_ALTERED_SEARCH_PATH);
+    * ``cwd``: the program's current folder (None: unknown, left out of the search).
+    """
+    bundle = Path(bundle)
+    if loader is None:
+        app_folder, start, who = bundle, f"the programs in {bundle}", "the program"
+    else:
+        app_folder = bundle if altered else Path(loader).parent
+        what = loads.name if loads is not None else "the bundle's DLLs"
+        start = f"{loader} loading {what}" + (" with LOAD_WITH_ALTERED_SEARCH_PATH" if altered else "")
+        who = str(loader)
+    folders = search_folders(host, app_folder=app_folder, cwd=cwd)
+    out: list[Resolution] = []
+    for dll in bundled_hip_dlls(bundle):
+        hit = locate(dll.name, folders)
+        where, found = hit if hit else ("", None)
+        ok = found is not None and same_file(found, dll)
+        out.append(Resolution(dll.name, dll, found, where, start,
+                              "" if ok else _fix(bundle, loads.name if loads else "them", where, found, who)))
+    return out
+
+
+def outside_shadows(bundle: Path, host: WindowsHost) -> list[Resolution]:
+    """The copies that would shadow the bundle's HIP DLLs for any program outside the bundle folder that loads them
+    (its own folder and current folder holding none): those in the system folders, and those on PATH ahead of the
+    bundle's entry. The bundle's own programs are not affected."""
+    start = "a program outside the bundle that loads its DLLs"
+    folders = search_folders(host, app_folder=None, cwd=None)
+    out = []
+    for dll in bundled_hip_dlls(bundle):
+        hit = locate(dll.name, folders)
+        if hit is not None and not same_file(hit[1], dll):
+            out.append(Resolution(dll.name, dll, hit[1], hit[0], start,
+                                  _fix(bundle, "the bundle's DLLs", hit[0], hit[1], "that program")))
+    return out
+
+
+def shadow_lines(resolutions: Sequence[Resolution]) -> list[str]:
+    """One line per problem: the file, what it shadows, the fix."""
+    return [f"{r.message}; fix: {r.fix}" for r in resolutions if r.shadowed or r.missing]
