@@ -22,7 +22,7 @@ from faultserver import FaultServer
 from githubapi import GitHubAPIServer
 from tarcorpus import TarBuilder
 from test_build_driver import make_project, write
-from test_nightly import git, llama_repository
+from test_nightly import git, llama_repository, night_servers
 from test_smoke_run import BENCH, CLI, COMMON, FIXTURES, SERVER, gguf_header
 
 from rockbuild.errors import NotFoundError, UsageError
@@ -138,10 +138,7 @@ class World:
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROCKBUILD_CACHE", str(tmp_path / "cache"))
-    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"):
-        monkeypatch.delenv(name, raising=False)
-    with FaultServer() as server, GitHubAPIServer(token=TOKEN) as github:
+    with night_servers(tmp_path, monkeypatch, TOKEN) as (server, github):
         yield World(tmp_path, server, github)
 
 

@@ -7,11 +7,13 @@ runner is covered by tests/test_smoke_run.py."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,12 +122,20 @@ class World:
         return git("rev-parse", "HEAD", cwd=self.work)
 
 
-@pytest.fixture
-def world(tmp_path, monkeypatch):
+@contextlib.contextmanager
+def night_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str) -> Iterator[tuple[FaultServer,
+                                                                                                    GitHubAPIServer]]:
+    """The index server and the GitHub API of a test night, with a private cache and no CI environment."""
     monkeypatch.setenv("ROCKBUILD_CACHE", str(tmp_path / "cache"))
     for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
-    with FaultServer() as server, GitHubAPIServer(token=TOKEN) as github:
+    with FaultServer() as server, GitHubAPIServer(token=token) as github:
+        yield server, github
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    with night_servers(tmp_path, monkeypatch, TOKEN) as (server, github):
         yield World(tmp_path, server, github)
 
 
