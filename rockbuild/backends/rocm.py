@@ -209,8 +209,8 @@ def check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: P
         if not users:
             warnings.append(f"{rule.dest}/ is shipped but no library that uses it ({', '.join(rule.used_by)})")
         if rule.component == "kpack":
-            warnings.append(f"{rule.dest}/ placement for a flat bundle is unverified (split libraries look for "
-                            "../.kpack relative to themselves)")
+            warnings.append(f"{rule.dest}/ is found through the split libraries' .rocm_kpack_ref paths (made to name "
+                            "the bundle's, see the kpack-refs check); TheRock's loader reading it needs a GPU to prove")
     packed = {t for rule, per_target in per_folder if rule.component == "kpack" for t in per_target}
     for rule, per_target in per_folder:
         for target in targets:

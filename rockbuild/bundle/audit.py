@@ -42,6 +42,7 @@ from rockbuild.settings import load_policy
 from . import AuditError, BundleError
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport
+from .kpack import check_refs
 from .pe import PeInfo, is_pe, read_pe
 from .policy import BundlePolicy, PlatformPolicy, name_matches
 
@@ -634,6 +635,9 @@ def audit_bundle(
                                   if reference)))
         checks.append(_check_needed_elf(root, elves, rules))
         checks.append(_check_run_paths(root, elves, rules))
+        kpack_failures, kpack_warnings, kpack_details = check_refs(root, elves)
+        checks.append(Check("kpack-refs", not kpack_failures, tuple(kpack_failures), tuple(kpack_warnings),
+                            kpack_details))
         checks.append(_check_extras(root, names, rules, meta))
         own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
                                         meta=meta, windows=False)

@@ -33,6 +33,7 @@ from .audit import AuditReport, audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
 from .fatbin import OffloadTools, PruneReport, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
 from .kernels import KernelReport, plan_kernel_data
+from .kpack import flatten_refs
 from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
 from .policy import BundlePolicy, Extra, PlatformPolicy, name_matches
 
@@ -157,6 +158,7 @@ class BundleReport:
     audit: AuditReport | None
     seconds: dict[str, float] = field(default_factory=dict)
     pruned: tuple[PruneReport, ...] = ()
+    kpack_refs: tuple[dict[str, Any], ...] = ()  # split libraries' .rocm_kpack_ref paths made to name the bundle's
 
     @property
     def ok(self) -> bool:
@@ -165,6 +167,7 @@ class BundleReport:
     def to_dict(self) -> dict[str, Any]:
         data = {"format": FORMAT, "tool": "rockbuild", "dry_run": self.dry_run, **self.plan.to_dict()}
         data["pruned_fatbins"] = [p.to_dict() for p in self.pruned]
+        data["kpack_refs"] = list(self.kpack_refs)
         data["audit"] = self.audit.to_dict() if self.audit is not None else None
         data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
         return data
@@ -521,6 +524,9 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
     start = time.monotonic()
     _patch(plan, partial)
     seconds["patch"] = time.monotonic() - start
+    # after patchelf (which may move sections): TheRock's split libraries look for ../.kpack, out of a flat bundle
+    refs = tuple({"file": f.dest, **change} for f in plan.files if plan.platform == "linux" and "/" not in f.dest
+                 for change in flatten_refs(partial / f.dest))
     for f in plan.files:  # the modes asked for, now that patching is done
         os.chmod(partial / f.dest, f.mode)
     if pruned:
@@ -528,7 +534,7 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         pruned = [(f, _prove(f, one, partial, plan, quiet)) for f, one in pruned]
         seconds["verify"] = time.monotonic() - start
     reports = tuple(one for _f, one in pruned)
-    report = BundleReport(plan.out, plan, False, None, seconds, reports)
+    report = BundleReport(plan.out, plan, False, None, seconds, reports, refs)
     write_bundle_json(report, partial)
     audit_report = None
     if audit:
@@ -537,7 +543,7 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         audit_report = dataclasses.replace(
             audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend), path=plan.out)
         seconds["audit"] = time.monotonic() - start
-    report = BundleReport(plan.out, plan, False, audit_report, seconds, reports)
+    report = BundleReport(plan.out, plan, False, audit_report, seconds, reports, refs)
     write_bundle_json(report, partial)
     if plan.out.exists():
         shutil.rmtree(plan.out)
