@@ -493,12 +493,15 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
 
 def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
     job = _vulkan_job(world)
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
+    tools = tmp_path / "tools-but-glslc"
+    tools.mkdir()
     saved = os.environ["PATH"]
-    # cmake, ninja and cc still found; glslc nowhere
-    dirs = [d for d in saved.split(":") if d and not (Path(d) / "glslc").exists()]
-    os.environ["PATH"] = ":".join([str(empty), *dirs])
+    # every program of PATH (cmake, ninja, cc, ...) but glslc, wherever the host has it
+    for folder in (Path(d) for d in saved.split(":") if d and Path(d).is_dir()):
+        for program in folder.iterdir():
+            if program.name != "glslc" and not (tools / program.name).exists():
+                (tools / program.name).symlink_to(program)
+    os.environ["PATH"] = str(tools)
     try:
         with pytest.raises(BuildError, match=r"glslc is not installed .*LunarG Vulkan SDK") as info:
             build_job(job, BuildOptions(out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",

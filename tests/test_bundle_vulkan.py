@@ -3,6 +3,7 @@ by policy, and the audit checks that nothing of ROCm (and no host library) ships
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import re
 import shutil
@@ -53,7 +54,10 @@ def test_the_loader_is_a_host_library_and_never_ships(vulkan_bundle, vulkan_tree
     moved = vulkan_tree["base"] / "moved"
     shutil.copytree(out, moved)
     assert run_clean(moved / "llama-cli", {"LD_LIBRARY_PATH": str(vulkan_tree["host"])}).stdout == "vk=42\n"
-    assert "libvulkan.so.1" in run_clean(moved / "llama-cli").stderr
+    without = run_clean(moved / "llama-cli")
+    assert without.stdout != "vk=42\n"  # only the test's host loader answers 42: the bundle brings none
+    if ctypes.util.find_library("vulkan") is None:  # no Vulkan loader on this host either: the loader says so
+        assert "libvulkan.so.1" in without.stderr
 
 
 def test_the_audit_of_a_vulkan_bundle_checks_no_rocm_instead_of_gpu_code(vulkan_bundle):
