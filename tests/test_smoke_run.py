@@ -424,3 +424,20 @@ def test_a_failed_run_says_failed_on_its_step_line(tmp_path, model, capsys, monk
     assert steps[0].startswith("smoke: llama-cli: failed in ") and steps[0].endswith("s")
     assert steps[1].startswith("smoke: llama-bench: done in ")
     assert "warning: llama-cli: exit code 1; last lines of" in err
+
+
+def test_the_gpu_preset_gives_llama_bench_its_own_threads_capped_at_the_cpus(tmp_path, model):
+    from rockbuild.settings import Settings
+
+    config = Settings.from_environment({}).smoke
+    gpu = SmokeOptions.from_config(config, bench_preset="gpu")
+    assert (gpu.bench_prompt, gpu.bench_gen, gpu.bench_repetitions, gpu.bench_threads, gpu.threads) == (
+        512, 128, 5, 8, 1)
+    assert SmokeOptions.from_config(config).bench_threads is None  # the CPU smoke keeps one thread everywhere
+    job, envlog = make_bundle(tmp_path)
+    options = SmokeOptions(timeouts=FAST.timeouts, bench_threads=4096)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    assert report.ok, report.failures
+    bench = json.loads((envlog / "llama-bench.argv.json").read_text())
+    cli = json.loads((envlog / "llama-cli.argv.json").read_text())
+    assert bench[bench.index("-t") + 1] == str(os.cpu_count()) and cli[cli.index("-t") + 1] == "1"

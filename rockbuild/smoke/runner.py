@@ -59,6 +59,9 @@ class SmokeOptions:
     bench_prompt: int = 64
     bench_gen: int = 16
     bench_repetitions: int = 1
+    # llama-bench's CPU threads when they differ from the other runs' (the GPU figures: one thread makes pp512 on a
+    # GPU half as fast and its repetitions spread by 70 %, bench/gpu_threads.py); capped at this machine's CPUs
+    bench_threads: int | None = None
     timeouts: Mapping[str, float] = field(default_factory=lambda: {
         "cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0})
     expect_gpu: str = "auto"  # auto | yes | no
@@ -84,6 +87,7 @@ class SmokeOptions:
             bench_prompt=int(bench.get("n_prompt", defaults.bench_prompt)),
             bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
             bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)), timeouts=timeouts,
+            bench_threads=int(bench["threads"]) if bench.get("threads") else None,
         )
         values.update(overrides)
         return cls(**values)
@@ -429,11 +433,18 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
                      details=details)
 
 
+def bench_threads(options: SmokeOptions) -> int:
+    """llama-bench's threads: ``bench_threads`` capped at this machine's CPUs, else the runs' ``threads``."""
+    if options.bench_threads:
+        return max(1, min(options.bench_threads, os.cpu_count() or 1))
+    return options.threads
+
+
 def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
               logs: Path) -> RunRecord:
     log = logs / "llama-bench.log"
     args = [str(exe), "-m", str(model.path), "-p", str(options.bench_prompt), "-n", str(options.bench_gen),
-            "-r", str(options.bench_repetitions), "-t", str(options.threads), "-ngl", str(options.gpu_layers),
+            "-r", str(options.bench_repetitions), "-t", str(bench_threads(options)), "-ngl", str(options.gpu_layers),
             *_device_args(options), "-o", "json"]
     start = time.monotonic()
     output, rc, failure, seconds = _run_process("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],

@@ -10,6 +10,7 @@
 #                                Qwen3-0.6B-shaped GGUF (random weights, real shapes), then rockbuild doctor --bundle,
 #                                rockbuild smoke --expect-gpu yes --bench gpu, rockbuild compare GPU vs CPU; the
 #                                reports go to $OUT
+#   tests/e2e/h200.sh threads    there: bench/gpu_threads.py (llama-bench pp512/tg128 with 1, 2, 4, 8 threads, x5)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -21,9 +22,7 @@ LLAMA_COMMIT=0c1e57098bba43ac29e6e3b677cdceebdd22334f
 log() { printf '[h200 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
 prepare() {
-    # Debian's glslc and Vulkan loader, for this build only: removed again at the end, since two tests of the suite
-    # (test_vulkan_job_without_glslc_fails_with_one_line, test_the_loader_is_a_host_library_and_never_ships) assume
-    # a host without them
+    # Debian's glslc and Vulkan loader, for this build only: removed again at the end (nothing else here needs them)
     local installed=()
     command -v glslc >/dev/null || installed=(glslc libvulkan-dev libvulkan1 libshaderc1)
     [ ${#installed[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends glslc libvulkan-dev
@@ -70,7 +69,9 @@ EOF
     log "ready: $CARRY"
 }
 
-device() {
+# the device's set-up: the Vulkan loader and glvnd from .h200/debs, rockbuild from the wheels, the bundle in /tmp/job,
+# the Qwen3-0.6B-shaped model in /tmp/qwen3-0.6b-shaped.gguf
+setup_device() {
     : "${OUT:?run me through the device tool}"
     for f in .h200/debs/*.deb; do dpkg -x "$f" /; done
     ldconfig
@@ -95,6 +96,11 @@ generate_tiny_qwen3(Path(".h200/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-s
                     shape=QWEN3_0_6B_SHAPE)
 PY
     stat -c '%n %s bytes' /tmp/qwen3-0.6b-shaped.gguf | tee -a "$OUT/versions.txt"
+}
+
+device() {
+    setup_device
+    rb() { python3 -m rockbuild "$@"; }
     set +e
     rb doctor --bundle /tmp/job/bundle > "$OUT/doctor.txt" 2>&1; echo "doctor exit $?" >> "$OUT/doctor.txt"
     rb smoke /tmp/job --model /tmp/qwen3-0.6b-shaped.gguf --expect-gpu yes --bench gpu \
@@ -106,8 +112,16 @@ PY
     set -e
 }
 
+# llama-bench's thread count for the GPU smoke leg's figures: bench/gpu_threads.py on the GPU
+threads() {
+    setup_device
+    python3 "$REPO/bench/gpu_threads.py" /tmp/job/bundle /tmp/qwen3-0.6b-shaped.gguf --threads 1,2,4,8 -r 5 \
+        --json "$OUT/gpu-threads.json" | tee "$OUT/gpu-threads.txt"
+}
+
 case ${1:-} in
     prepare) prepare ;;
     device) device ;;
-    *) echo "usage: $0 prepare|device" >&2; exit 2 ;;
+    threads) threads ;;
+    *) echo "usage: $0 prepare|device|threads" >&2; exit 2 ;;
 esac
