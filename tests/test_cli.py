@@ -53,6 +53,9 @@ def test_matrix_table_json_and_github(run_rockbuild, tmp_path):
     as_json = json.loads(run_rockbuild("matrix", "--format", "json", "--os", "linux").stdout)
     assert [j["id"] for j in as_json][:2] == ["linux-gfx1151", "linux-gfx1150"]
     assert all(j["os"] == "linux" for j in as_json)
+    assert json.loads(run_rockbuild("matrix", "--json", "--os", "linux").stdout) == as_json
+    both = run_rockbuild("matrix", "--json", "--format", "github")
+    assert both.returncode == 2 and both.stderr.startswith("error: --json and --format github ask for two outputs")
 
     out = tmp_path / "gh_output"
     result = run_rockbuild("matrix", "--format", "github", env={"GITHUB_OUTPUT": str(out)})

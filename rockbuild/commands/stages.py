@@ -39,10 +39,18 @@ OS_CHOICE = click.Choice(["linux", "windows"])
 @click.option("--families", "list_families", is_flag=True,
               help="List the GPU families instead (matrices/families.yaml): targets, tarball group per OS, and "
               "where TheRock publishes each from.")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json (as every other command has it).")
 def matrix(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
-           fmt: str, list_families: bool) -> None:
+           fmt: str, list_families: bool, as_json: bool) -> None:
     """Expand the OS x GPU-family matrix into build jobs."""
     from rockbuild import matrix as matrix_mod
+
+    if as_json:
+        if fmt not in ("table", "json"):
+            from rockbuild.errors import UsageError
+
+            raise UsageError(f"--json and --format {fmt} ask for two outputs; give one")
+        fmt = "json"
 
     if list_families:
         matrix_mod.print_families(settings().families, fmt)
