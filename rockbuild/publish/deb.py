@@ -46,7 +46,7 @@ from rockbuild.process import child_env, run
 from . import PublishError
 from .archives import Entry, collect_entries
 from .config import PublishConfig
-from .floor import _host_elf, bundle_floor
+from .floor import bundle_floor, host_elf
 from .jobs import JobRecord
 
 PREFIX = "/opt/rockbuild"
@@ -129,7 +129,7 @@ def host_libraries(bundle: Path) -> dict[str, str]:
         dirnames.sort()
         for name in sorted(files):
             path = Path(dirpath) / name
-            info = read_elf(path) if path.is_file() and not path.is_symlink() and _host_elf(path) else None
+            info = read_elf(path) if path.is_file() and not path.is_symlink() and host_elf(path) else None
             if info is None or not info.is_loadable:
                 continue
             provided.update({name, *([info.soname] if info.soname else [])})
@@ -187,11 +187,11 @@ def plan_deb(job: JobRecord, tag: str, config: PublishConfig) -> DebPlan:
     install_dir = f"{PREFIX}/llama-{tag}-{path_name(job)}"
     targets = ", ".join(backend.release_isas(job.isas or job.targets)) or job.name
     commit = (job.llama_commit or "unknown")[:12]
-    rocm = (f", with the ROCm {job.rocm.version or ''} libraries it needs beside it: no ROCm package is needed on "
-            "the machine") if backend.needs_rocm else ""
+    rocm = (f", with the ROCm {job.rocm.version + ' ' if job.rocm.version else ''}libraries it needs beside it: no "
+            "ROCm package is needed on the machine") if backend.needs_rocm else ""
     description = (
         f"llama.cpp build {job.llama_build or '?'} (commit {commit}) with its {backend.label} backend for {targets}, "
-        f"built by rockbuild{rocm}.".replace("ROCm  lib", "ROCm lib"),
+        f"built by rockbuild{rocm}.",
         f"The programs ({', '.join(programs)}) are installed in {install_dir} and linked into /usr/bin through "
         f"update-alternatives; several of these packages install side by side (update-alternatives --config "
         f"{MASTER} chooses).",

@@ -12,7 +12,7 @@ from rockbuild.bundle.elf import elf_machine, highest_versions, read_elf, versio
 _HOST_MACHINES = {3, 62, 183}  # EM_386, EM_X86_64, EM_AARCH64; AMDGPU code objects (224) in kernel folders are data
 
 
-def _host_elf(path: Path) -> bool:
+def host_elf(path: Path) -> bool:
     return elf_machine(path) in _HOST_MACHINES
 
 def bundle_floor(bundle: Path) -> dict[str, tuple[str, str]]:
@@ -21,7 +21,7 @@ def bundle_floor(bundle: Path) -> dict[str, tuple[str, str]]:
     for dirpath, _dirs, files in os.walk(bundle):
         for name in files:
             path = Path(dirpath) / name
-            if path.is_symlink() or not _host_elf(path):
+            if path.is_symlink() or not host_elf(path):
                 continue
             info = read_elf(path)
             if info is not None and info.is_loadable:
