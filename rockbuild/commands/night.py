@@ -44,7 +44,8 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
         from rockbuild.nightly.run import known_good, release_manifests
 
         history = release_manifests(repo, api_url=api_url, token=settings().github.token)
-        inputs = attach_last_good(inputs, known_good(inputs, history), quiet=as_json)
+        good, _read = known_good(inputs, history)
+        inputs = attach_last_good(inputs, good, quiet=as_json)
     inputs.write(out_file)
     show(inputs, as_json)
 

@@ -22,7 +22,7 @@ from rockbuild.backends import get_backend
 from rockbuild.errors import FetchError, NotFoundError, UsageError
 
 from .resolve import Inputs, RocmInput, resolve_llama, rocm_key
-from .run import NightOptions, _Night, _select_jobs, _stages
+from .run import Night, NightOptions, job_stages, select_night_jobs
 
 _DATE_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
 
@@ -128,7 +128,7 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
     start = time.monotonic()
     if good >= bad:
         raise UsageError(f"--good {good.isoformat()} must be before --bad {bad.isoformat()}")
-    job = find_job(_select_jobs(options), job_id)
+    job = find_job(select_night_jobs(options), job_id)
     if not get_backend(job.backend).needs_rocm:
         raise UsageError(f"{job.id} is a {job.backend} job: it uses no ROCm, so there is no ROCm nightly to bisect")
     candidates = nightly_tarballs(job, good, bad, index_url=options.index_url, fetch_text=fetch_text)
@@ -142,7 +142,7 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
         inputs = Inputs(llama=llama, rocm={rocm.key: rocm}, jobs=(job,), job_rocm={job.id: rocm.key},
                         index_url=options.index_url)
         with console.step(f"{job.id} on ROCm {rocm.describe()}") as step:
-            outcome = _stages(job, _Night(replace(options, out=out), inputs), rocm)
+            outcome = job_stages(job, Night(replace(options, out=out), inputs), rocm)
             if outcome.status != "ok":
                 step.fail()
         if outcome.failed_stage == "fetch":  # not a verdict on the nightly: it could not be tried

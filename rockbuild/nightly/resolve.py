@@ -386,16 +386,20 @@ def resolve_inputs(
 # Last good tarballs
 
 
+def smoke_passed(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The jobs of a release's manifest.json that passed their smoke test (one shipped without it proves nothing)."""
+    return [job for job in manifest.get("jobs") or []
+            if isinstance(job, dict) and (job.get("smoke") or {}).get("ok") is True]
+
+
 def last_good_tarballs(manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]]:
     """(OS, group) -> the newest tarball that passed the smoke test in a published release: ``manifests`` are
-    (tag, manifest.json), newest release first. A job that shipped without a smoke test proves nothing."""
+    (tag, manifest.json), newest release first."""
     from rockbuild.rocm.names import parse_tarball_name
 
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for tag, manifest in manifests:
-        for job in manifest.get("jobs") or []:
-            if not isinstance(job, dict) or (job.get("smoke") or {}).get("ok") is not True:
-                continue
+        for job in smoke_passed(manifest):
             rocm = job.get("rocm") or {}
             parsed = parse_tarball_name(str(rocm.get("tarball") or ""))
             if parsed is None:

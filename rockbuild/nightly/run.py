@@ -40,6 +40,7 @@ from .resolve import (
     load_inputs,
     manifest_differences,
     resolve_inputs,
+    smoke_passed,
 )
 
 INPUTS_FILE = "inputs.json"
@@ -194,7 +195,7 @@ class NightReport:
         return "\n".join(lines) + "\n"
 
 
-class _Night:
+class Night:
     """The state shared by the jobs of one night."""
 
     def __init__(self, options: NightOptions, inputs: Inputs) -> None:
@@ -219,31 +220,31 @@ class _Night:
             return self._model
 
 
-def run_job(job: Job, night: _Night) -> JobOutcome:
+def run_job(job: Job, night: Night) -> JobOutcome:
     """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change; when it fails with
     the newest ROCm and its group has a last good tarball, once more on that one (see the module docstring). Never
     raises for a failure of the job itself (it is recorded in the job folder for publish and alert)."""
     folder = JobFolder.of(night.out, job.id)
     rocm = night.inputs.rocm_for(job.id)
     fallback = rocm.fallback() if rocm is not None else None
-    record = folder.fallback()
-    if rocm is not None and fallback is not None and (record or {}).get("newest", {}).get("name") == rocm.name:
-        assert record is not None  # a resumed night: the newest already failed here; go on with the last good one
+    record = folder.fallback() or {}
+    if rocm is not None and fallback is not None and (record.get("newest") or {}).get("name") == rocm.name:
+        # a resumed night: the newest already failed here; go on with the last good one
         return _on_last_good(job, night, folder, record, fallback)
     folder.fallback_json.unlink(missing_ok=True)
-    outcome = _stages(job, night, rocm)
+    outcome = job_stages(job, night, rocm)
     if outcome.status == "ok" or fallback is None or rocm is None:
         return outcome
     return _fall_back(job, night, folder, outcome, rocm, fallback)
 
 
-def _stages(job: Job, night: _Night, rocm: RocmInput | None) -> JobOutcome:
+def job_stages(job: Job, night: Night, rocm: RocmInput | None) -> JobOutcome:
     run = _JobRun(job, night, rocm)
     return run_stages(job.id, job.required, run.folder, (run.fetch, run.build, run.bundle, run.smoke),
                       on_event=night.options.on_event, quiet=night.options.quiet)
 
 
-def _fall_back(job: Job, night: _Night, folder: JobFolder, failed: JobOutcome, newest: RocmInput,
+def _fall_back(job: Job, night: Night, folder: JobFolder, failed: JobOutcome, newest: RocmInput,
                good: RocmInput) -> JobOutcome:
     """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
     from rockbuild.publish.jobs import load_job
@@ -267,9 +268,9 @@ def _fall_back(job: Job, night: _Night, folder: JobFolder, failed: JobOutcome, n
     return _on_last_good(job, night, folder, record, good, first=failed)
 
 
-def _on_last_good(job: Job, night: _Night, folder: JobFolder, record: dict[str, Any], good: RocmInput,
+def _on_last_good(job: Job, night: Night, folder: JobFolder, record: dict[str, Any], good: RocmInput,
                   first: JobOutcome | None = None) -> JobOutcome:
-    outcome = _stages(job, night, good)
+    outcome = job_stages(job, night, good)
     newest = record.get("newest") or {}
     note = (f"ROCm {good.describe()}, newest {newest.get('version')} failed {record.get('failed_stage')}: "
             f"{record.get('reason')}")
@@ -286,7 +287,7 @@ def _on_last_good(job: Job, night: _Night, folder: JobFolder, record: dict[str, 
 class _JobRun:
     """The four stages of one job in one night: what each takes from the ones before (the ROCm root, the keys)."""
 
-    def __init__(self, job: Job, night: _Night, rocm: RocmInput | None) -> None:
+    def __init__(self, job: Job, night: Night, rocm: RocmInput | None) -> None:
         self.job, self.night, self.options, self.inputs = job, night, night.options, night.inputs
         self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
         self.folder = JobFolder.of(night.out, job.id)
@@ -426,20 +427,20 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
         gh.close()
 
 
-def known_good(inputs: Inputs, manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict[str,
-                                                                                                            Any]]:
-    """The last good tarball of each (OS, group) the inputs pin, reading ``manifests`` (newest first) only until
-    every group has one and every ``required: when-proven`` job has passed (:func:`promote_proven` reads the same)."""
+def known_good(inputs: Inputs, manifests: Iterable[tuple[str, dict[str, Any]]]) -> tuple[
+        dict[tuple[str, str], dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """The last good tarball of each (OS, group) the inputs pin, and the manifests read for it: ``manifests``
+    (newest first) are read only until every group has one and every ``required: when-proven`` job has passed
+    (:func:`promote_proven` takes the same)."""
     wanted = {(r.os, g) for r in inputs.rocm.values() if not r.error for g in r.groups[:1]}
     unproven = {j.id for j in inputs.jobs if j.when_proven and not j.required}
     seen: list[tuple[str, dict[str, Any]]] = []
     for item in manifests:
         seen.append(item)
-        unproven -= {str(e.get("id")) for e in item[1].get("jobs") or []
-                     if isinstance(e, dict) and (e.get("smoke") or {}).get("ok") is True}
+        unproven -= {str(e.get("id")) for e in smoke_passed(item[1])}
         if wanted <= set(last_good_tarballs(seen)) and not unproven:
             break
-    return last_good_tarballs(seen)
+    return last_good_tarballs(seen), seen
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -474,7 +475,7 @@ def job_dirs_to_publish(inputs_file: Path | None, job_dirs: Sequence[Path]) -> t
     return tuple(job_dirs)
 
 
-def _select_jobs(options: NightOptions) -> list[Job]:
+def select_night_jobs(options: NightOptions) -> list[Job]:
     from rockbuild import matrix
 
     oses = matrix.split_list(options.oses, aliases={"ubuntu": "linux"})
@@ -553,7 +554,7 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     night on one machine); None: every job (the CI fan-out plans for all runners)."""
     say = (lambda m: None) if options.quiet else console.info
     repo, token, publishing = _repo_and_token(options)
-    jobs = _select_jobs(options)
+    jobs = select_night_jobs(options)
     with console.step("resolve the night's inputs"):
         inputs = resolve_inputs(jobs, llama_ref=options.llama_ref, rocm_version=options.rocm_version,
                                 max_age_days=options.max_age_days, index_url=options.index_url,
@@ -577,19 +578,11 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
         + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
     # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs),
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
-    read: list[tuple[str, dict[str, Any]]] = []
-    good = known_good(inputs, _recorded(release_manifests(repo, api_url=options.api_url, token=token), read))
+    good, read = known_good(inputs, release_manifests(repo, api_url=options.api_url, token=token))
     inputs = promote_proven(attach_last_good(inputs, good, quiet=options.quiet), read, quiet=options.quiet)
     inputs.write(path)
     jobs_now = {j.id: j for j in inputs.jobs}
     return replace(plan, inputs=inputs, changes=changes, jobs=tuple(jobs_now[j.id] for j in plan.jobs))
-
-
-def _recorded(items: Iterable[tuple[str, dict[str, Any]]],
-              into: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for item in items:
-        into.append(item)
-        yield item
 
 
 def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, dict[str, Any]]], *,
@@ -598,9 +591,8 @@ def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, dict[str, Any]
     ``manifests`` (published releases, newest first): from then on a failure blocks the release."""
     passed: dict[str, str] = {}
     for tag, manifest in reversed(manifests):  # oldest first: the first release that proved it
-        for entry in manifest.get("jobs") or []:
-            if isinstance(entry, dict) and (entry.get("smoke") or {}).get("ok") is True:
-                passed.setdefault(str(entry.get("id")), tag)
+        for entry in smoke_passed(manifest):
+            passed.setdefault(str(entry.get("id")), tag)
     jobs = []
     for job in inputs.jobs:
         if job.when_proven and not job.required and job.id in passed:
@@ -621,7 +613,7 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     job = inputs.job(job_id)
     if job.os != options.settings.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
-    outcome = _run_guarded(job, _Night(options, inputs))
+    outcome = _run_guarded(job, Night(options, inputs))
     state = "built" if outcome.status == "ok" else "failed"
     message = (f"{job.id}: every stage passed" if outcome.status == "ok"
                else f"{job.id} failed at {outcome.failed_stage}: {outcome.message}")
@@ -696,7 +688,7 @@ def run_night(options: NightOptions) -> NightReport:
         _write_step_summary(options, report)
         return report
 
-    night = _Night(options, plan.inputs)
+    night = Night(options, plan.inputs)
     with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
         outcomes = list(pool.map(lambda job: _run_guarded(job, night), here))
     out = Path(options.out).absolute()
@@ -707,7 +699,7 @@ def run_night(options: NightOptions) -> NightReport:
     return report
 
 
-def _run_guarded(job: Job, night: _Night) -> JobOutcome:
+def _run_guarded(job: Job, night: Night) -> JobOutcome:
     try:
         return run_job(job, night)
     except RockbuildError as exc:  # e.g. the job folder cannot be written: the job failed, the night goes on
