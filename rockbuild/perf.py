@@ -168,13 +168,7 @@ def read_perf(repo: str, *, settings: Settings, api_url: str | None = None, last
     token = settings.github.token
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
-        published = sorted((r for r in gh.releases() if not r.draft),
-                           key=lambda r: (r.published_at or r.created_at, r.id))[-last:]  # oldest first
-        manifests = []
-        for release in published:
-            data = gh.asset_json(release, "manifest.json")
-            if data is not None:
-                manifests.append((str(release.tag_name), data))
+        manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
         report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested)
         if alert and report.drops:

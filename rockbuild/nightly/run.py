@@ -417,12 +417,7 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
 
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
-        published = sorted((r for r in gh.releases() if not r.draft),
-                           key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
-        for release in published:
-            data = gh.asset_json(release, "manifest.json")
-            if data is not None:
-                yield str(release.tag_name), data
+        yield from gh.manifests(limit)
     finally:
         gh.close()
 

@@ -121,6 +121,16 @@ class GitHub:
         """Every release, drafts included (drafts are only listed to a token with push access)."""
         return self.call("listing releases", lambda: list(self.repo.get_releases()))
 
+    def manifests(self, limit: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(tag, manifest.json) of the newest ``limit`` published releases, newest first (a release without a
+        manifest is skipped); read one at a time, so a caller that has what it needs stops early."""
+        published = sorted((r for r in self.releases() if not r.draft),
+                           key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
+        for release in published:
+            data = self.asset_json(release, "manifest.json")
+            if data is not None:
+                yield str(release.tag_name), data
+
     def tag_names(self, prefix: str = "") -> list[str]:
         def read() -> list[str]:
             refs = self.repo.get_git_matching_refs(f"tags/{prefix}")
