@@ -46,12 +46,13 @@ def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: s
             for j in failed]
     fallbacks = []
     for j in fell_back:
-        record = j.fallback or {}
-        newest, good = record.get("newest") or {}, record.get("last_good") or {}
+        summary, record = j.fallback_summary() or {}, j.fallback or {}
+        good = record.get("last_good") or {}  # the manifest's summary names its release, the alert its date too
         fallbacks.append({
-            "id": j.id, "ok": j.ok, "step": record.get("failed_stage") or "?", "reason": record.get("reason") or "",
-            "newest": newest.get("name"), "newest_version": newest.get("version"), "newest_date": newest.get("date"),
-            "used": good.get("version"), "good_date": good.get("date"), "release": good.get("release"),
+            "id": j.id, "ok": j.ok, "step": summary["failed_stage"] or "?", "reason": summary["reason"] or "",
+            "newest": summary["newest"], "newest_version": summary["newest_version"],
+            "newest_date": summary["newest_date"], "release": summary["last_good_release"],
+            "used": good.get("version"), "good_date": good.get("date"),
             "tail": [redact(str(line), token) for line in record.get("log_tail") or []],
         })
     text = render("alert.md.j2", failed=jobs, fallbacks=fallbacks, run_url=run_url, date=date,
@@ -61,7 +62,7 @@ def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: s
 
 def fallback_title(fell_back: Sequence[JobRecord]) -> str:
     """``ROCm nightly 2026-12-01 broke linux-gfx1150``: the alert's title when nothing failed but a job fell back."""
-    dates = sorted({str((j.fallback or {}).get("newest", {}).get("date") or "?") for j in fell_back})
+    dates = sorted({str((j.fallback_summary() or {}).get("newest_date") or "?") for j in fell_back})
     return f"ROCm nightly {', '.join(dates)} broke {', '.join(j.id for j in fell_back)}"
 
 
