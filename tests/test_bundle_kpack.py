@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rockbuild.bundle.audit import audit_bundle
-from rockbuild.bundle.kpack import check_refs, flatten_refs, kpack_refs
+from rockbuild.bundle.audit import audit_bundle, check_kpack_refs
+from rockbuild.bundle.kpack import flatten_refs, kpack_refs
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("objcopy")),
                                 reason="needs gcc and objcopy (binutils)")
@@ -67,6 +67,11 @@ def test_refs_are_read_flattened_in_place_and_the_library_still_loads(tmp_path):
                      ' return h && ((int(*)(void))dlsym(h, "blas_value"))() == 7 ? 0 : 1; }\n')
     subprocess.run(["gcc", "-o", tmp_path / "probe", probe, "-ldl"], check=True)
     assert subprocess.run([tmp_path / "probe", str(lib)]).returncode == 0
+
+
+def check_refs(bundle: Path, files: list[Path]) -> tuple[list[str], list[str], dict]:
+    check = check_kpack_refs(bundle, files)
+    return list(check.failures), list(check.warnings), dict(check.details)
 
 
 def test_the_audit_fails_a_library_whose_gpu_code_is_out_of_the_bundle(tmp_path):

@@ -42,7 +42,7 @@ from rockbuild.settings import load_policy
 from . import AuditError, BundleError
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport
-from .kpack import check_refs
+from .kpack import kpack_refs
 from .pe import PeInfo, is_pe, read_pe
 from .policy import BundlePolicy, PlatformPolicy, name_matches
 
@@ -513,6 +513,30 @@ def _run_path_dirs(path: Path, info: ElfInfo, root: Path) -> list[Path]:
     return out
 
 
+def check_kpack_refs(root: Path, files: Iterable[Path]) -> Check:
+    """TheRock's split libraries (:mod:`.kpack`): a library none of whose kpack references names a file of the bundle
+    has no GPU code on any machine; one that also names files outside the bundle gets a warning."""
+    failures: list[str] = []
+    warnings: list[str] = []
+    details: dict[str, Any] = {}
+    for path in sorted(files):
+        refs = kpack_refs(path)
+        if not refs:
+            continue
+        rel = path.relative_to(root).as_posix()
+        targets = {ref: path.parent / ref for ref in refs}
+        outside = [ref for ref, target in targets.items() if not _inside(target, root)]
+        found = [ref for ref, target in targets.items() if ref not in outside and target.is_file()]
+        details[rel] = {"refs": refs, "found": found}
+        if not found:
+            failures.append(f"{rel} looks for its GPU code in {', '.join(refs)}, which "
+                            f"{'points out of the bundle' if outside else 'is not in the bundle'}: no GPU kernels "
+                            "for it on any machine")
+        elif outside:
+            warnings.append(f"{rel} also looks in {', '.join(outside)}, outside the bundle")
+    return Check("kpack-refs", not failures, tuple(failures), tuple(warnings), details)
+
+
 def _check_needed_elf(root: Path, elves: Mapping[Path, ElfInfo], policy: PlatformPolicy) -> Check:
     failures = []
     system: dict[str, str] = {}
@@ -635,9 +659,7 @@ def audit_bundle(
                                   if reference)))
         checks.append(_check_needed_elf(root, elves, rules))
         checks.append(_check_run_paths(root, elves, rules))
-        kpack_failures, kpack_warnings, kpack_details = check_refs(root, elves)
-        checks.append(Check("kpack-refs", not kpack_failures, tuple(kpack_failures), tuple(kpack_warnings),
-                            kpack_details))
+        checks.append(check_kpack_refs(root, elves))
         checks.append(_check_extras(root, names, rules, meta))
         own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
                                         meta=meta, windows=False)

@@ -10,19 +10,16 @@ find no GPU code for the library; nothing fails until a kernel is launched on a 
 :func:`flatten_refs` rewrites each ``../`` run in place to ``.`` and as many ``/`` (the same length: nothing else of
 the file moves, no offset or MessagePack length changes): ``../.kpack/blas_lib.kpm`` becomes
 ``.//.kpack/blas_lib.kpm``, which names the bundle's own ``.kpack/`` (a path's repeated slashes are one). The
-audit's ``kpack-refs`` check (:func:`check_refs`) resolves every reference of every shipped library against the
-bundle. What is not proved here: TheRock's loader itself (it needs a GPU); the paths are read as the design notes
-describe them.
+audit's ``kpack-refs`` check (:mod:`rockbuild.bundle.audit`) resolves every reference of every shipped library
+against the bundle. What is not proved here: TheRock's loader itself (it needs a GPU); the paths are read as the
+design notes describe them.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rockbuild.errors import BundleError
 
@@ -82,40 +79,3 @@ def flatten_refs(path: Path) -> list[dict[str, str]]:
         fh.seek(section.offset)
         fh.write(data)
     return changes
-
-
-def check_refs(root: Path, files: Iterable[Path]) -> tuple[list[str], list[str], dict[str, Any]]:
-    """(failures, warnings, details) for the kpack references of ``files`` in the bundle at ``root``: a library none
-    of whose references names a file of the bundle has no GPU code on any machine; one that also names files outside
-    the bundle gets a warning."""
-    failures: list[str] = []
-    warnings: list[str] = []
-    details: dict[str, Any] = {}
-    for path in sorted(files):
-        refs = kpack_refs(path)
-        if not refs:
-            continue
-        rel = path.relative_to(root).as_posix()
-        found, outside = [], []
-        for ref in refs:
-            target = Path(os.path.normpath(path.parent / ref))
-            if not _within(target, root):
-                outside.append(ref)
-            elif target.is_file():
-                found.append(ref)
-        details[rel] = {"refs": refs, "found": found}
-        if not found:
-            failures.append(f"{rel} looks for its GPU code in {', '.join(refs)}, which "
-                            f"{'points out of the bundle' if outside else 'is not in the bundle'}: no GPU kernels "
-                            "for it on any machine")
-        elif outside:
-            warnings.append(f"{rel} also looks in {', '.join(outside)}, outside the bundle")
-    return failures, warnings, details
-
-
-def _within(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(root)
-        return True
-    except ValueError:
-        return False
