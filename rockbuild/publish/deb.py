@@ -92,8 +92,9 @@ class DebPlan:
 
 
 def path_name(job: JobRecord) -> str:
-    """The job's name as used in paths and package names: ``gfx1151+gfx1201`` -> ``gfx1151-gfx1201``."""
-    return job.name.replace("+", "-")
+    """The job's name as used in paths and package names: ``gfx1151+gfx1201`` -> ``gfx1151-gfx1201``, as in the
+    asset names."""
+    return job.file_name
 
 
 def package_name(job: JobRecord) -> str:

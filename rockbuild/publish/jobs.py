@@ -78,6 +78,13 @@ class JobRecord:
     fallback: Mapping[str, Any] | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
 
     @property
+    def file_name(self) -> str:
+        """The name as it appears in asset, path and package names: a mixed-GPU job's ``gfx1151+gfx1201`` becomes
+        ``gfx1151-gfx1201`` (GitHub's upload API renames such characters; any but letters, digits, ``.``, ``_`` and
+        ``-`` becomes ``-``)."""
+        return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in self.name)
+
+    @property
     def flavour(self) -> str:
         from rockbuild.backends import get_backend
 

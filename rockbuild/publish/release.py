@@ -163,12 +163,11 @@ def asset_base(config: PublishConfig, tag: str, job: JobRecord) -> str:
     (the backend's :meth:`~rockbuild.backends.Backend.asset_template`, what :func:`rockbuild.install.asset_name_pattern`
     looks for).
 
-    A mixed-GPU job's name joins its members with ``+`` (gfx1151+gfx1201); GitHub's upload API renames such
-    characters, so the re-upload by name and ``rockbuild install``'s matching would miss the asset: any character
-    but letters, digits, ``.``, ``_`` and ``-`` becomes ``-`` (``...-rocm-gfx1151-gfx1201-x64``)."""
+    A mixed-GPU job's name joins its members with ``+`` (gfx1151+gfx1201), which GitHub's upload API would rename,
+    so the re-upload by name and ``rockbuild install``'s matching would miss the asset: the name is the job's
+    :attr:`~rockbuild.publish.jobs.JobRecord.file_name` (``...-rocm-gfx1151-gfx1201-x64``)."""
     template = get_backend(job.backend).asset_template(config.asset_name)
-    name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in job.name)
-    return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=name)
+    return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.file_name)
 
 
 def _cached(dest: Path, key: dict[str, Any]) -> bool:
