@@ -21,7 +21,7 @@ from rockbuild import console
 from rockbuild.backends import get_backend
 from rockbuild.errors import FetchError, NotFoundError, UsageError
 
-from .resolve import Inputs, RocmInput, resolve_llama, rocm_key
+from .resolve import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
 from .run import Night, NightOptions, job_stages, select_night_jobs
 
 _DATE_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
@@ -114,9 +114,7 @@ def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index
                                 f"index; nearest: {shown}")
     chosen = [by_date[d] for d in sorted(by_date) if good <= d <= bad]
     return [RocmInput(key=rocm_key(job, e.name.version.text), os=job.os, groups=(job.group, *job.legacy_groups),
-                      channel=job.rocm_channel, requested=e.name.version.text, name=e.name.filename, url=e.url,
-                      version=e.name.version.text, date=e.name.date.isoformat() if e.name.date else None,
-                      size=e.size, mtime=e.mtime, index_url=e.index_url) for e in chosen]
+                      channel=job.rocm_channel, requested=e.name.version.text, **tarball_fields(e)) for e in chosen]
 
 
 def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: datetime.date, *,

@@ -101,9 +101,7 @@ class RocmInput:
         good = self.last_good
         if not good or not good.get("name") or not good.get("url") or good.get("name") == self.name:
             return None
-        return _with(self, name=good["name"], url=good["url"], version=good.get("version"), date=good.get("date"),
-                     size=good.get("size"), mtime=good.get("mtime"), index_url=good.get("index_url"), error=None,
-                     error_kind=None, last_good=None)
+        return _with(self, **{k: good.get(k) for k in TARBALL_FIELDS}, error=None, error_kind=None, last_good=None)
 
     def describe(self) -> str:
         """``10.1.0a20261201 (2026-12-01)``: the version and its nightly date, for notes and alerts."""
@@ -328,9 +326,17 @@ def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days:
         return _with(base, error=exc.message, error_kind="stale")
     except NotFoundError as exc:
         return _with(base, error=exc.message, error_kind="not-found")
-    date = entry.name.date.isoformat() if entry.name.date else None
-    return _with(base, name=entry.name.filename, url=entry.url, version=entry.name.version.text, date=date,
-                 size=entry.size, mtime=entry.mtime, index_url=entry.index_url)
+    return _with(base, **tarball_fields(entry))
+
+
+TARBALL_FIELDS = ("name", "url", "version", "date", "size", "mtime", "index_url")
+
+
+def tarball_fields(entry: Any) -> dict[str, Any]:
+    """A :class:`~rockbuild.rocm.index.TarballEntry` as :class:`RocmInput`'s tarball fields (:data:`TARBALL_FIELDS`)."""
+    return {"name": entry.name.filename, "url": entry.url, "version": entry.name.version.text,
+            "date": entry.name.date.isoformat() if entry.name.date else None, "size": entry.size,
+            "mtime": entry.mtime, "index_url": entry.index_url}
 
 
 def _with(base: RocmInput, **changes: Any) -> RocmInput:
@@ -433,8 +439,7 @@ def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]
             console.warn(f"ROCm for {entry.os} {entry.groups[0]}: the last good tarball {good['name']} (release "
                          f"{good['release']}) cannot be found: {exc.message}; no fallback")
             continue
-        rocm[key] = _with(entry, last_good={**good, "name": found.name.filename, "url": found.url,
-                                            "size": found.size, "mtime": found.mtime, "index_url": found.index_url})
+        rocm[key] = _with(entry, last_good={**good, **tarball_fields(found)})
         if not quiet:
             console.info(f"ROCm for {entry.os} {entry.groups[0]}: last good {good['version']} (release "
                          f"{good['release']})")
