@@ -35,11 +35,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rockbuild.archive import extract_tarball  # noqa: E402
-from rockbuild.bundle import elf, make_bundle  # noqa: E402
+from rockbuild.bundle import elf  # noqa: E402
 from rockbuild.bundle import policy as policy_mod  # noqa: E402
-from rockbuild.bundle.plan import linux_closure, make_plan  # noqa: E402
+from rockbuild.bundle.plan import linux_closure, make_bundle, make_plan  # noqa: E402
+from rockbuild.bundle.policy import load_policy  # noqa: E402
 from rockbuild.rocm.layout import detect_layout  # noqa: E402
-from rockbuild.settings import load_policy  # noqa: E402
 
 MISSING_RE = re.compile(r"error while loading shared libraries: ([^:\s]+):")
 GOAL_SPEEDUP = 20.0

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 
 from rockbuild import console
-from rockbuild.errors import CorruptArchiveError, ExtractionError, RockbuildError, UnsafeArchiveError
+from rockbuild.core.errors import CorruptArchiveError, ExtractionError, RockbuildError, UnsafeArchiveError
 
 MARKER_NAME = ".rockbuild-extracted.json"
 """JSON file written inside an extracted root to say what was extracted there (see :func:`write_marker`)."""

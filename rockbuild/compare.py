@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.errors import ProcessError, SmokeError, UsageError
-from rockbuild.model import ModelFile
+from rockbuild.core.environment import environment, host_os
+from rockbuild.core.errors import ProcessError, SmokeError, UsageError
 from rockbuild.process import log_tail, run
-from rockbuild.settings import environment, host_os
+from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.parse import BenchResult, parse_bench_json
-from rockbuild.smoke.runner import locate_bundle, smoke_env
+from rockbuild.smoke.probe import smoke_env
+from rockbuild.smoke.runner import locate_bundle
 
 SCHEMA = 1
 # Device selection (not library paths): a user comparing flavours may need these, e.g. lavapipe is only used when

@@ -29,37 +29,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.environment import WindowsHost
+
 HIP_DLL_PATTERNS = ("amdhip64*.dll", "amd_comgr*.dll", "hiprtc*.dll")
-DEFAULT_SYSTEM_ROOT = "C:\\Windows"
 # what a fix says about a copy in the system folders, which no PATH order or current folder can beat
 _SYSTEM_FIX = ("start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system "
                "folders), or have {loader} load {dll} with LoadLibraryEx(..., LOAD_WITH_ALTERED_SEARCH_PATH); "
                "moving the bundle up PATH cannot help")
-
-
-@dataclass(frozen=True)
-class WindowsHost:
-    """What the loader's search takes from the machine: the Windows folder (``%SystemRoot%``) and ``PATH``."""
-
-    system_root: Path
-    path: tuple[Path, ...] = ()
-
-    @classmethod
-    def from_environment(cls, env: Mapping[str, str]) -> WindowsHost:
-        """From a Windows environment (names in any case, as Windows treats them): ``SystemRoot`` (else
-        ``WINDIR``, else ``C:\\Windows``) and ``PATH`` split at ``;``."""
-        upper = {k.upper(): v for k, v in env.items()}
-        root = upper.get("SYSTEMROOT", "").strip() or upper.get("WINDIR", "").strip() or DEFAULT_SYSTEM_ROOT
-        entries = (p.strip().strip('"') for p in upper.get("PATH", "").split(";"))
-        return cls(Path(root), tuple(Path(p) for p in entries if p))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"system_root": str(self.system_root), "path": [str(p) for p in self.path]}
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,7 @@ of what to do; an ``error`` finding makes the command fail. The text report name
 CLI prints on failure (:meth:`DoctorReport.failure`) only counts them. With no AMD GPU there is one finding, saying
 what was looked at (the KFD topology, ``/dev/kfd``) and what to do, and the report still says which build to try.
 
-Reading the KFD topology (``/sys/class/kfd/kfd/topology/nodes/N/properties``, one ``key value`` per line):
-
-* ``gfx_target_version`` is ``major * 10000 + minor * 100 + stepping`` in decimal; the gfx name prints minor and
-  stepping as one hex digit each (90010 -> gfx90a, 90402 -> gfx942, 100306 -> gfx1036, 110501 -> gfx1151). CPU
-  nodes have 0 (or ``simd_count`` 0) and are skipped.
-* ROCm numbers GPUs in node order, CPU nodes left out: that order is the index ``HIP_VISIBLE_DEVICES`` takes.
-* Integrated or discrete: sysfs has no flag for it (ROCm asks the amdgpu driver through an ioctl,
-  ``AMDGPU_IDS_FLAGS_FUSION``). The rule here: a GPU node that also reports CPU cores (how an APU's CRAT table may
-  describe one combined node) is integrated, and so is a GPU whose gfx target only exists as an APU
-  (:data:`APU_TARGETS`). gfx942 is both MI300A (APU) and MI300X (discrete), so it counts as integrated only by the
-  first rule.
+The GPUs come from :mod:`rockbuild.gpu`, the one reader of the KFD topology.
 """
 
 from __future__ import annotations
@@ -31,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import MIX, FamilyTable
-from .dllsearch import WindowsHost, outside_shadows, resolve_bundle_dlls
-from .errors import RockbuildError
-from .settings import environment, load_families
+from rockbuild.core.environment import WindowsHost, environment
+from rockbuild.core.errors import RockbuildError
+from rockbuild.core.jobs import MIX, FamilyTable, load_families
+from rockbuild.core.vocabulary import Finding, Gpu
+from rockbuild.gpu import kfd_nodes_dir, read_kfd_gpus
+
+from .dllsearch import outside_shadows, resolve_bundle_dlls
 
 SEVERITIES = ("ok", "info", "warning", "error")
 PAGE = 4096  # ttm.pages_limit counts 4 KiB pages
-# gfx targets that only exist as the GPU of an APU (the family table's products: iGPUs, Strix, Krackan).
-APU_TARGETS = frozenset({"gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1103", "gfx1150", "gfx1151", "gfx1152",
-                         "gfx1153"})
 # Variables that pick or hide GPUs: an old value left in a shell profile silently moves llama.cpp to the CPU.
 VISIBILITY_VARIABLES = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 # Workarounds that change how ROCm runs; worth knowing they are set when something misbehaves.
@@ -56,12 +46,6 @@ NO_GPU_RECOMMENDATION_REASON = ("the ROCm builds need one; the Vulkan build runs
                                 "else on the CPU; Mesa's lavapipe is used only with GGML_VK_VISIBLE_DEVICES=0")
 
 
-def gfx_name(version: int) -> str:
-    """The gfx target of a KFD ``gfx_target_version``: 110501 -> gfx1151, 90010 -> gfx90a."""
-    major, minor, stepping = version // 10000, (version // 100) % 100, version % 100
-    return f"gfx{major}{minor:x}{stepping:x}"
-
-
 def gfx_from_override(value: str) -> str | None:
     """The gfx target an ``HSA_OVERRIDE_GFX_VERSION`` value (``11.0.0``) stands for, or None when malformed."""
     parts = value.strip().split(".")
@@ -71,45 +55,6 @@ def gfx_from_override(value: str) -> str | None:
     if minor > 15 or stepping > 15:
         return None
     return f"gfx{major}{minor:x}{stepping:x}"
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int  # ROCm's device index (GPU nodes in node order)
-    node: int  # the KFD topology node
-    target: str  # gfx1151
-    products: str  # from the family table, "" when unknown
-    integrated: bool
-    integrated_reason: str
-    compute_units: int
-    simd_count: int
-    device_id: int
-    drm_render_minor: int | None
-    local_mem_bytes: int  # VRAM (a dGPU) or the BIOS carve-out (an APU), from the node's memory banks
-
-    @property
-    def label(self) -> str:
-        kind = "iGPU" if self.integrated else "dGPU"
-        what = f" ({self.products})" if self.products else ""
-        return f"GPU {self.index}: {self.target} {kind}{what}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "node": self.node, "target": self.target, "products": self.products,
-                "integrated": self.integrated, "integrated_reason": self.integrated_reason,
-                "compute_units": self.compute_units, "simd_count": self.simd_count,
-                "device_id": f"0x{self.device_id:04x}", "drm_render_minor": self.drm_render_minor,
-                "local_mem_bytes": self.local_mem_bytes}
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # ok | info | warning | error
-    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll
-    message: str
-    action: str = ""  # one line: what to do
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"severity": self.severity, "topic": self.topic, "message": self.message, "action": self.action}
 
 
 @dataclass(frozen=True)
@@ -177,72 +122,6 @@ class DoctorReport:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Reading sysfs
-
-
-def read_properties(path: Path) -> dict[str, int]:
-    """A KFD ``properties`` file as {key: int}; lines that are not ``key integer`` are skipped."""
-    out: dict[str, int] = {}
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            try:
-                out[parts[0]] = int(parts[1])
-            except ValueError:
-                continue
-    return out
-
-
-def kfd_nodes_dir(sysfs_root: Path) -> Path:
-    return sysfs_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
-
-
-def _products(table: FamilyTable | None, target: str) -> str:
-    if table is None:
-        return ""
-    for fam in table.families:
-        if fam.resolve_targets and fam.gpus.get(target):
-            return fam.gpus[target]
-    return ""
-
-
-def read_kfd_gpus(sysfs_root: Path = Path("/sys"), table: FamilyTable | None = None) -> list[Gpu]:
-    """The GPUs of the KFD topology under ``sysfs_root``, in ROCm's device order (see the module docstring)."""
-    nodes = kfd_nodes_dir(sysfs_root)
-    try:
-        names = sorted((p for p in nodes.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    except OSError:
-        return []
-    gpus: list[Gpu] = []
-    for node_dir in names:
-        props = read_properties(node_dir / "properties")
-        version = props.get("gfx_target_version", 0)
-        if not version or not props.get("simd_count", 0):
-            continue  # a CPU node
-        target = gfx_name(version)
-        if props.get("cpu_cores_count", 0) > 0:
-            integrated, reason = True, "the KFD node reports CPU cores and SIMDs (an APU)"
-        elif target in APU_TARGETS:
-            integrated, reason = True, f"{target} only exists as an APU's GPU"
-        else:
-            integrated, reason = False, "no CPU cores in its KFD node and not an APU-only target"
-        mem = 0
-        banks = node_dir / "mem_banks"
-        if banks.is_dir():
-            for bank in banks.iterdir():
-                mem += read_properties(bank / "properties").get("size_in_bytes", 0)
-        simd_per_cu = props.get("simd_per_cu") or 2
-        minor = props.get("drm_render_minor")
-        gpus.append(Gpu(
-            index=len(gpus), node=int(node_dir.name), target=target, products=_products(table, target),
-            integrated=integrated, integrated_reason=reason, compute_units=props["simd_count"] // simd_per_cu,
-            simd_count=props["simd_count"], device_id=props.get("device_id", 0),
-            drm_render_minor=minor if minor else None, local_mem_bytes=mem,
-        ))
-    return gpus
 
 
 # ---------------------------------------------------------------------------------------------------------------------

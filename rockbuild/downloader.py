@@ -38,8 +38,8 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from rockbuild import __version__, console
-from rockbuild.config import read_json_object, write_json_atomic
-from rockbuild.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
+from rockbuild.core.data import read_json_object, write_json_atomic
+from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 
 USER_AGENT = f"rockbuild/{__version__} (+requests)"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})

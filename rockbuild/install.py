@@ -31,11 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import console
-from .backends import DEFAULT, get_backend
-from .backends import names as backend_names
-from .config import FamilyTable
-from .errors import (
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import (
     AuditError,
     ChecksumError,
     CorruptArchiveError,
@@ -45,10 +42,14 @@ from .errors import (
     UnsafeArchiveError,
     UsageError,
 )
-from .settings import Settings
+from rockbuild.core.jobs import FamilyTable
+
+from . import console
+from .backends import DEFAULT, get_backend
+from .backends import names as backend_names
 
 if TYPE_CHECKING:
-    from .dllsearch import WindowsHost
+    from rockbuild.core.environment import WindowsHost
 
 DEFAULT_REPO = "lemonade-sdk/llamacpp-rocm"  # the seed's release repository, whose asset names rockbuild keeps
 DEFAULT_API_URL = "https://api.github.com"
@@ -127,7 +128,8 @@ class InstallOptions:
     cache: Path | None = None  # default: <cache>/releases
     quiet: bool = False
     require_attestation: bool = False  # refuse unless GitHub's build provenance is verified (needs gh)
-    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
+    families: FamilyTable = field(kw_only=True, repr=False, compare=False)  # which GPUs a target runs on
+    context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's token, Windows' PATH
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -215,7 +217,7 @@ def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                  os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
     if template is None or os_words is None:
-        from .settings import load_publish_config
+        from rockbuild.publish.config import load_publish_config
 
         config = load_publish_config()
         template, os_words = template or config.asset_name, os_words or config.os_words
@@ -354,7 +356,7 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
 
 def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
     """This machine's GPU to install for: a discrete GPU with a ROCm build first, then any GPU with one."""
-    from .doctor import read_kfd_gpus
+    from rockbuild.gpu import read_kfd_gpus
 
     gpus = read_kfd_gpus(sysfs_root, table)
     if not gpus:
@@ -369,7 +371,7 @@ def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
 
 def visible_devices(sysfs_root: Path, isas: Sequence[str], target: str | None) -> str | None:
     """HIP_VISIBLE_DEVICES for the GPUs the asset can run on, when others are present; None when all fit."""
-    from .doctor import read_kfd_gpus
+    from rockbuild.gpu import read_kfd_gpus
 
     gpus = read_kfd_gpus(sysfs_root)
     covered = set(isas) or ({target} if target else set())
@@ -406,23 +408,23 @@ def _discard(downloader_cache: Path, name: str) -> None:
             (downloader_cache / f"{name}{suffix}").unlink()
 
 
-def verify_attestation(asset: Path, repo: str, settings: Settings, *, required: bool = False,
+def verify_attestation(asset: Path, repo: str, context: Context, *, required: bool = False,
                        api_url: str = DEFAULT_API_URL) -> str:
     """GitHub's build provenance of ``asset`` (the nightly workflow attests every asset), checked with ``gh
     attestation verify`` when gh is installed: "verified", or why it was not checked. A failed verification is a
     ChecksumError; so is a missing gh when ``required``. gh gets the GitHub token, and only it."""
     from .process import ProcessError, child_env, run
 
-    gh = shutil.which("gh", path=settings.env.get("PATH"))
+    gh = shutil.which("gh", path=context.env.get("PATH"))
     if gh is None:
         if required:
             raise ChecksumError("--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance "
                                 f"of {asset.name} cannot be verified", hint="install gh (https://cli.github.com)")
         return "not checked (gh is not installed; SHA256SUMS verified)"
-    env = child_env(base=settings.env, inherit=("PATH", "HOME", "LANG", "SSL_CERT_FILE", "XDG_CONFIG_HOME"))
+    env = child_env(base=context.env, inherit=("PATH", "HOME", "LANG", "SSL_CERT_FILE", "XDG_CONFIG_HOME"))
     if api_url.rstrip("/") != DEFAULT_API_URL:
         env["GH_HOST"] = re.sub(r"^https?://([^/]+).*$", r"\1", api_url)
-    token = {"GH_TOKEN": settings.github.token} if settings.github.token else {}
+    token = {"GH_TOKEN": context.github.token} if context.github.token else {}
     try:  # the one child that gets the token, on purpose: it asks GitHub for the attestations
         result = run([gh, "attestation", "verify", str(asset), "--repo", repo], env=env, timeout=120, check=False,
                      log=None, secrets=token)
@@ -445,13 +447,13 @@ def install(options: InstallOptions) -> InstallReport:
     if options.backend not in known:
         raise UsageError(f"--backend {options.backend!r}: choose {', '.join(known[:-1])} or {known[-1]}")
     flavour = get_backend(options.backend)
-    os_name = options.os_name or options.settings.host_os
-    table = options.settings.families
+    os_name = options.os_name or options.context.host_os
+    table = options.families
     target: str | None = None
     if flavour.per_target:
         target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
         if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
-            from .config import suggest
+            from rockbuild.core.data import suggest
 
             raise UsageError(f"--target {target!r} is not a gfx target{suggest(target, table.known_names)}")
     say = (lambda m: None) if options.quiet else console.info
@@ -480,7 +482,7 @@ def install(options: InstallOptions) -> InstallReport:
     if chosen.digest and chosen.digest != expected:
         raise ChecksumError(f"{chosen.name}: {SUMS_NAME} says sha256 {expected[:16]}..., GitHub says "
                             f"{chosen.digest[:16]}...: refusing it", hint="report it to the release's maintainers")
-    cache = options.cache or options.settings.cache / "releases"
+    cache = options.cache or options.context.cache / "releases"
     say(f"==> {chosen.name} ({options.repo} {tag}) for {target or options.backend}")
     with Downloader(cache, quiet=options.quiet) as dl:
         try:
@@ -489,7 +491,7 @@ def install(options: InstallOptions) -> InstallReport:
             _discard(cache, chosen.name)
             raise ChecksumError(f"{chosen.name} does not match {SUMS_NAME} of {tag}: refused, nothing was kept "
                                 f"({exc.message})", hint="run again; if it repeats, report it") from None
-    attestation = verify_attestation(got.path, options.repo, options.settings, required=options.require_attestation,
+    attestation = verify_attestation(got.path, options.repo, options.context, required=options.require_attestation,
                                      api_url=options.api_url)
     # both extractors work in a staging folder and leave nothing behind when they refuse or fail
     if chosen.name.endswith(".tar.gz"):
@@ -500,11 +502,11 @@ def install(options: InstallOptions) -> InstallReport:
     if not report.ok:
         raise AuditError(f"{dest}: installed, but its audit failed ({len(report.failures)}): {report.failures[0]}",
                          hint=f"details: rockbuild audit {dest}; report it to the release's maintainers")
-    if os_name == "windows" and options.settings.windows is not None:
-        for line in windows_dll_warnings(dest, options.settings.windows):
+    if os_name == "windows" and options.context.windows is not None:
+        for line in windows_dll_warnings(dest, options.context.windows):
             console.warn(line)
             warnings.append(line)
-    visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == options.settings.host_os else None
+    visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == options.context.host_os else None
     if not flavour.needs_rocm:  # HIP_VISIBLE_DEVICES means nothing to it
         visible = None
     return InstallReport(options.repo, tag, target, options.backend, chosen, got.sha256, dest, True,

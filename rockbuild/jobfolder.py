@@ -10,7 +10,7 @@ the folder itself::
                  bundle.log   why the bundle could not be made
                  smoke.json   the smoke test's report (+ smoke-logs/)
                  gpu-smoke.json  the smoke test on a real GPU, with the release's llama-bench figures (CI's GPU leg)
-                 night.json   each stage's input fingerprint and result, for resume (:class:`rockbuild.runner.JobState`)
+                 night.json   each stage's input fingerprint and result, (:class:`rockbuild.nightly.stages.JobState`)
                  fallback.json  the newest ROCm failed and the job ran on its group's last good one: what failed, why
 """
 
@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rockbuild.core.data import read_json_object, write_json_atomic
+
 from . import __version__
-from .config import read_json_object, write_json_atomic
 
 if TYPE_CHECKING:
-    from .config import Job
+    from rockbuild.core.jobs import Job
 
 BUILD_SCHEMA = 1
 

@@ -7,7 +7,7 @@ its options to them, otherwise it adds a new combination; original axis values a
 A backend that is not per target (:mod:`rockbuild.backends`: ``vulkan``) has no target: it is one job per OS
 (``<os>-vulkan``), e.g. ``include: [{os: linux, backend: vulkan}]``; each backend makes its jobs' ids, names and
 targets. A target may be a list (``[gfx1151, gfx1201]``): one mixed-GPU job, ``<os>-gfx1151+gfx1201``, with the union
-of its members' targets (:meth:`rockbuild.config.FamilyTable.select_many`).
+of its members' targets (:meth:`rockbuild.core.jobs.FamilyTable.select_many`).
 """
 
 from __future__ import annotations
@@ -17,29 +17,20 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import bracex
 
+from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
+from rockbuild.core.errors import ConfigError, UsageError
+from rockbuild.core.jobs import DEFAULT_RUNNERS, GFX_TARGET_RE, MIX, OSES, FamilyTable, Job, load_families
+
 from .backends import DEFAULT, get_backend
 from .backends import names as backend_names
-from .config import (
-    DEFAULT_RUNNERS,
-    OSES,
-    FamilyTable,
-    Job,
-    YDict,
-    YList,
-    check_keys,
-    expect_type,
-    suggest,
-    where,
-)
 from .console import warn
-from .errors import ConfigError, UsageError
 
 AXES = ("os", "target", "backend")
 WHEN_PROVEN = "when-proven"  # required: optional until its smoke test passed in a published release
@@ -191,7 +182,7 @@ def expand_matrix(
     os_override: Sequence[str] = (),
     target_override: Sequence[str] = (),
 ) -> list[Job]:
-    """The jobs of a parsed matrix file (read by :func:`rockbuild.settings.load_matrix`), in matrix order, with
+    """The jobs of a parsed matrix file (read by :func:`load_matrix`), in matrix order, with
     stable ids.
 
     ``os_override``/``target_override`` replace the matrix's axes (the workflow's dispatch inputs); combinations they
@@ -332,6 +323,18 @@ def expand_matrix(
     return jobs
 
 
+def load_matrix(
+    path: Path | None = None,
+    families: FamilyTable | None = None,
+    *,
+    os_override: Sequence[str] = (),
+    target_override: Sequence[str] = (),
+) -> list[Job]:
+    """The jobs of a matrix file (default: the shipped ``matrices/nightly.yaml``); see :func:`expand_matrix`."""
+    return load_data_file(path, "nightly.yaml", lambda doc, where: expand_matrix(
+        doc, where, families or load_families(), os_override=os_override, target_override=target_override))
+
+
 def _make_job(combo: _Combo, families: FamilyTable) -> Job:
     """The job of a combination: its id, name, family, group and targets from its backend, the rest from the OS and
     the matrix options."""
@@ -401,6 +404,31 @@ def find_job(jobs: Sequence[Job], job_id: str) -> Job:
         if job.id == job_id:
             return job
     raise UsageError(f"no job {job_id!r} in the matrix{suggest(job_id, [j.id for j in jobs])}")
+
+
+def select_job(
+    jobs: Callable[..., list[Job]], families: FamilyTable, *, target: str | None = None, family: str | None = None,
+    job_id: str | None = None, os_name: str,
+) -> Job:
+    """The job to build: one of ``--target gfxN`` (exactly that target), ``--family F`` or ``--job ID``, from the
+    matrix's ``jobs`` (``jobs(os_override=..., target_override=...)``: Settings.jobs), so its per-job cmake extras
+    and ROCm pins apply; ``os_name``: the OS of a target or family job (``--os``, else this machine's).
+    """
+    given = [name for name, value in (("--target", target), ("--family", family), ("--job", job_id)) if value]
+    if len(given) != 1:
+        raise UsageError("give exactly one of --target gfxN, --family F or --job ID")
+    if job_id:
+        job = find_job(jobs(), job_id)
+        if os_name and job.os != os_name:
+            raise UsageError(f"job {job_id} is a {job.os} job, not {os_name}")
+        return job
+    name = (target or family or "").strip()
+    # several targets joined by "+" are a mixed-GPU job (gfx1151+gfx1201), as a matrix's target list makes it
+    if target and not all(GFX_TARGET_RE.match(part) for part in name.split(MIX)):
+        raise UsageError(f"--target takes one gfx target such as gfx1151 (or several joined by '+': "
+                         f"gfx1151+gfx1201), not {name!r}; use --family for a family")
+    selection = families.select(name, context="--target" if target else "--family")
+    return find_job(jobs(os_override=[os_name], target_override=[name]), f"{os_name}-{selection.short}")
 
 
 def github_matrix(jobs: Sequence[Job]) -> dict[str, Any]:

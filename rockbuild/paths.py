@@ -42,3 +42,9 @@ def follow_in_root(path: Path, sysroot: Path) -> Path | None:
             continue
         current = candidate
     return current
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` is ``root`` or below it, by their normalised spelling (no file is read)."""
+    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or \
+        os.path.normpath(path) == os.path.normpath(root)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import RockbuildError
-from .settings import Settings
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import RockbuildError
 
 DEFAULT_THRESHOLD = 5.0  # per cent below the median of the previous releases
 WINDOW = 7  # previous releases the median is taken over
@@ -160,34 +160,34 @@ def series_from_manifests(manifests: Sequence[tuple[str, dict[str, Any]]]) -> tu
     return series, untested
 
 
-def read_perf(repo: str, *, settings: Settings, api_url: str | None = None, last: int = 30,
+def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: int = 30,
               threshold: float = DEFAULT_THRESHOLD, alert: bool = False, quiet: bool = False) -> PerfReport:
     """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
     from .publish.github import GitHub
 
-    token = settings.github.token
+    token = context.github.token
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
         report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested)
         if alert and report.drops:
-            report = _file_alert(gh, report, settings, quiet)
+            report = _file_alert(gh, report, context, quiet)
         return report
     finally:
         gh.close()
 
 
-def _file_alert(gh: Any, report: PerfReport, settings: Settings, quiet: bool) -> PerfReport:
+def _file_alert(gh: Any, report: PerfReport, context: Context, quiet: bool) -> PerfReport:
     from dataclasses import replace
 
     from rockbuild import console
+    from rockbuild.core.errors import PublishError
 
-    from .publish import PublishError
     from .publish.alert import file_issue
     from .publish.notes import marker, read_marker
 
-    if not settings.github.token:
+    if not context.github.token:
         raise PublishError("--alert needs a GitHub token (issues: write): set GITHUB_TOKEN or GH_TOKEN")
     newest = report.releases[-1]
     body = "\n".join([f"llama-bench figures of {newest} dropped more than {report.threshold:g} % below the median "

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rockbuild.settings import environment
-
-from .errors import ProcessError
+from rockbuild.core.environment import environment
+from rockbuild.core.errors import BuildError, ProcessError
 
 # Variables a child may inherit from our environment. Everything else must be passed explicitly.
 INHERITED = (
@@ -220,3 +219,13 @@ def log_tail(path: Path, lines: int = 40) -> list[str]:
     except OSError:
         return []
     return data.splitlines()[-lines:]
+
+
+def first_line(args: list[str], env: Mapping[str, str]) -> str:
+    """The first line a tool prints (``clang --version``); a BuildError when it cannot run."""
+    try:
+        result = run(args, env=env, timeout=60, log=None)
+    except ProcessError as exc:
+        raise BuildError(f"cannot run {args[0]} {' '.join(args[1:])}: {exc.message}") from None
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return lines[0].strip() if lines else ""

@@ -8,8 +8,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from rockbuild.publish.config import PublishConfig
-from rockbuild.settings import load_publish_config
+from rockbuild.publish.config import PublishConfig, load_publish_config
 
 TOKEN = "ghp_TestToken0123456789abcdefSECRET"
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

@@ -38,7 +38,7 @@ from rockbuild.archive import (
     resolve_decompressor,
     write_marker,
 )
-from rockbuild.errors import RockbuildError, UnsafeArchiveError
+from rockbuild.core.errors import RockbuildError, UnsafeArchiveError
 
 DECOMPRESSORS = [
     pytest.param(name, marks=pytest.mark.skipif(name != "python" and not shutil.which(name), reason=f"no {name}"))

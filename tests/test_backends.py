@@ -13,18 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.options import context
 
-from rockbuild.backends import (
-    BACKENDS,
-    DEFAULT,
-    Backend,
-    SmokeDevices,
-    all_backends,
-    get_backend,
-    names,
-    register,
-    unregister,
-)
+from rockbuild.backends import BACKENDS, DEFAULT, Backend, all_backends, get_backend, names, register, unregister
 from rockbuild.build.cmake import (
     HOST_BUILD_INHERITED,
     SEED_DEFINITIONS,
@@ -33,8 +24,10 @@ from rockbuild.build.cmake import (
     host_build_environment,
     host_build_variables,
 )
-from rockbuild.config import Job
-from rockbuild.errors import BundleError, ConfigError, UsageError
+from rockbuild.bundle.policy import load_policy
+from rockbuild.core.errors import BundleError, ConfigError, UsageError
+from rockbuild.core.jobs import Job
+from rockbuild.core.vocabulary import SmokeDevices
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
@@ -116,7 +109,8 @@ def test_no_stage_module_branches_on_a_backend_name():
 
 
 def test_rocm_answers():
-    from rockbuild.settings import load_families, load_publish_config
+    from rockbuild.core.jobs import load_families
+    from rockbuild.publish.config import load_publish_config
     from rockbuild.smoke.parse import parse_load
 
     rocm = get_backend("rocm")
@@ -141,7 +135,7 @@ def test_rocm_answers():
 
 
 def test_rocm_smoke_devices_come_from_the_kfd_topology(tmp_path):
-    node = write(tmp_path / "1" / "properties", "gfx_target_version 110501\n")
+    node = write(tmp_path / "1" / "properties", "gfx_target_version 110501\nsimd_count 80\n")
     assert node.is_file()
     found = get_backend("rocm").smoke_devices(tmp_path / "llama-cli", ("gfx1151",), asked="auto", device=None,
                                               env={}, logs=tmp_path, kfd_topology=tmp_path)
@@ -153,7 +147,8 @@ def test_rocm_smoke_devices_come_from_the_kfd_topology(tmp_path):
 
 
 def test_vulkan_answers(tmp_path):
-    from rockbuild.settings import load_policy, load_publish_config
+    from rockbuild.bundle.policy import load_policy
+    from rockbuild.publish.config import load_publish_config
     from rockbuild.smoke.parse import parse_load
 
     vulkan = get_backend("vulkan")
@@ -182,7 +177,7 @@ def test_vulkan_answers(tmp_path):
 
 
 def test_a_bundle_tells_its_backend_by_bundle_json_else_by_its_ggml_library():
-    from rockbuild.bundle import bundle_backend
+    from rockbuild.bundle.audit import bundle_backend
 
     assert bundle_backend(["libggml-vulkan.so", "llama-cli"], {}, "linux") == "vulkan"
     assert bundle_backend(["libggml-vulkan.so", "libggml-hip.so"], {}, "linux") == "rocm"
@@ -214,7 +209,7 @@ class CpuBackend:
         return env, [*host_build_variables(ccache_dir), *HOST_BUILD_INHERITED]
 
     def compilers(self, job, toolchain, env):
-        from rockbuild.build.driver import host_compilers
+        from rockbuild.build.cmake import host_compilers
 
         return host_compilers(env, job.os == "windows"), {}
 
@@ -266,8 +261,8 @@ def cpu():
 
 
 def test_a_third_backend_expands_in_the_matrix(cpu, tmp_path):
-    from rockbuild.matrix import github_matrix
-    from rockbuild.settings import load_families, load_matrix
+    from rockbuild.core.jobs import load_families
+    from rockbuild.matrix import github_matrix, load_matrix
 
     assert names() == ("rocm", "vulkan", "cpu") and get_backend("cpu") is cpu
     families = load_families()
@@ -318,7 +313,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
 
 
 def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, tmp_path):
-    from rockbuild.bundle import bundle_backend
+    from rockbuild.bundle.audit import bundle_backend
     from rockbuild.bundle.plan import bundle_command
     from rockbuild.nightly.resolve import Inputs, LlamaInput
 
@@ -333,10 +328,10 @@ def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, 
 
 def test_a_third_backend_names_its_assets_and_install_finds_them(cpu):
     from rockbuild.install import asset_name_pattern, choose_asset
+    from rockbuild.publish.config import load_publish_config
     from rockbuild.publish.jobs import JobRecord
     from rockbuild.publish.notes import job_row
     from rockbuild.publish.release import asset_base
-    from rockbuild.settings import load_publish_config
 
     config = load_publish_config()
     record = JobRecord(dir=Path("."), id="linux-cpu", os="linux", name="cpu", targets=(), required=True, status="ok",
@@ -361,10 +356,11 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     from test_build_driver import make_project, read_seen
 
     from rockbuild.build.driver import BuildOptions, build_job
-    from rockbuild.bundle import audit_bundle, bundle_job
+    from rockbuild.bundle.audit import audit_bundle
+    from rockbuild.bundle.plan import bundle_job
 
     job = a_job("cpu", cmake=(("MY_EXTRA", "from-matrix"),))
-    options = BuildOptions(out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),
+    options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),
                            build_number="11312", commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
     result = build_job(job, options)
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
@@ -378,7 +374,7 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the bundle: no ROCm root, no targets, the backend's (empty) audit rules after the shared ones
     out = tmp_path / "bundle"
-    bundled = bundle_job(job, result.build_dir / "bin", None, out, quiet=True)
+    bundled = bundle_job(job, result.build_dir / "bin", None, out, policy=load_policy(), quiet=True)
     assert bundled.audit is not None and bundled.audit.ok, bundled.audit.failures
     assert "linux, CPU (no GPU targets)" in bundled.plan.render()
     meta = json.loads((out / "bundle.json").read_text(encoding="utf-8"))

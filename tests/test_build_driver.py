@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.options import context, resolve_job
 
 from rockbuild.build.driver import (
     BuildFailed,
@@ -21,9 +22,8 @@ from rockbuild.build.driver import (
     build_job,
     ccache_report,
     parse_ccache_stats,
-    resolve_job,
 )
-from rockbuild.errors import BuildError, ConfigError, UsageError
+from rockbuild.core.errors import BuildError, ConfigError, UsageError
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc") and shutil.which("g++")),
@@ -156,7 +156,7 @@ def first_build(world):
     matrix = matrix_file(world["base"] / "matrix.yaml", {"MY_EXTRA": "from-matrix", "GGML_HIP_ROCWMMA_FATTN": "ON"})
     job = resolve_job(family="gfx110X", config=matrix)
     options = BuildOptions(
-        out_dir=world["base"] / "out", rocm_dir=world["rocm"], source_dir=world["project"], build_number="11312",
+        context=context(), out_dir=world["base"] / "out", rocm_dir=world["rocm"], source_dir=world["project"], build_number="11312",
         commit="0c1e570", ccache_dir=world["ccache"], cache=world["base"] / "cache", jobs=2,
     )
     saved = {k: os.environ.get(k) for k in TOKENS}
@@ -277,7 +277,7 @@ def test_another_source_tree_into_the_same_out_folder_configures_afresh(world):
     other = world["base"] / "llama.cpp-other-commit"
     shutil.copytree(world["project"], other)
     job = resolve_job(target="gfx1151")
-    options = BuildOptions(out_dir=world["base"] / "out-two-trees", rocm_dir=world["rocm"], source_dir=world["project"],
+    options = BuildOptions(context=context(), out_dir=world["base"] / "out-two-trees", rocm_dir=world["rocm"], source_dir=world["project"],
                            use_ccache=False, jobs=2)
     build_job(job, options)
     second = build_job(job, dataclasses.replace(options, source_dir=other))
@@ -289,7 +289,7 @@ def test_another_source_tree_into_the_same_out_folder_configures_afresh(world):
 def test_failing_compile_ends_with_the_log_tail(world, capsys):
     matrix = matrix_file(world["base"] / "fail-compile.yaml", {"FAIL_COMPILE": "ON"})
     job = resolve_job(target="gfx1151", config=matrix)
-    options = BuildOptions(out_dir=world["base"] / "out-fail", rocm_dir=world["rocm"], source_dir=world["project"],
+    options = BuildOptions(context=context(), out_dir=world["base"] / "out-fail", rocm_dir=world["rocm"], source_dir=world["project"],
                            use_ccache=False, jobs=2)
     with pytest.raises(BuildFailed) as info:
         build_job(job, options)
@@ -343,13 +343,13 @@ def test_cli_json_prints_build_json(world, run_rockbuild, tmp_path):
 
 def test_offline_swaps_boringssl_for_openssl(world, tmp_path):
     job = resolve_job(target="gfx1151")
-    result = build_job(job, BuildOptions(out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
+    result = build_job(job, BuildOptions(context=context(), out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
                                          offline=True, use_ccache=False, jobs=2))
     seen = read_seen(result.build_dir)
     assert (seen["LLAMA_BUILD_BORINGSSL"], seen["LLAMA_OPENSSL"]) == ("OFF", "ON")
     assert seen["GGML_CCACHE"] == "OFF" and result.ccache is not None and result.ccache["enabled"] is False
     assert len(result.warnings) == 1 and "without HTTPS" in result.warnings[0]
-    again = build_job(job, BuildOptions(out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
+    again = build_job(job, BuildOptions(context=context(), out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
                                         offline=True, use_ccache=False, jobs=2))
     assert again.configure_skipped and again.warnings == result.warnings  # remembered from the configure
 
@@ -366,7 +366,7 @@ def test_build_from_a_ref_of_a_configurable_git_url(world, tmp_path):
                             text=True).stdout.strip()
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(tmp_path / "up.git")], check=True)
     result = build_job(resolve_job(target="gfx1151"), BuildOptions(
-        out_dir=tmp_path / "out", rocm_dir=world["rocm"], ref="b777", git_url=f"file://{tmp_path / 'up.git'}",
+        context=context(), out_dir=tmp_path / "out", rocm_dir=world["rocm"], ref="b777", git_url=f"file://{tmp_path / 'up.git'}",
         cache=tmp_path / "cache", use_ccache=False, jobs=2))
     assert result.source is not None and result.source.path.parent == tmp_path / "cache" / "llama.cpp"
     assert (result.source.commit, result.source.build_number, result.source.origin) == (commit, "b777", "clone")
@@ -398,7 +398,7 @@ def test_a_chroot_layout_is_refused_with_the_way_to_build_in_it(tmp_path):
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang", "#!/bin/sh\n", 0o755)
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang++", "#!/bin/sh\n", 0o755)
     with pytest.raises(ConfigError, match=r"run rockbuild in the root .* with --rocm /usr"):
-        build_job(resolve_job(target="gfx1151"), BuildOptions(out_dir=tmp_path / "out", rocm_dir=root,
+        build_job(resolve_job(target="gfx1151"), BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=root,
                                                               source_dir=tmp_path))
 
 
@@ -445,8 +445,7 @@ def test_ninja_progress_counts_steps_and_objects_by_language(capsys):
 
 
 def _vulkan_job(world):
-    from rockbuild.matrix import find_job
-    from rockbuild.settings import load_matrix
+    from rockbuild.matrix import find_job, load_matrix
 
     matrix = write(world["base"] / "vulkan.yaml", """
         options:
@@ -469,7 +468,7 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     job = _vulkan_job(world)
     fake_bin = tmp_path / "vk-bin"  # glslc only has to exist and say its version: the fake project has no shaders
     write(fake_bin / "glslc", "#!/bin/sh\necho 'shaderc v2023.2 v2023.2'\n", 0o755)
-    options = BuildOptions(out_dir=tmp_path / "out", source_dir=world["project"], build_number="11312",
+    options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="11312",
                            commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
     result = _with_path(fake_bin, lambda: build_job(job, options))
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
@@ -504,7 +503,7 @@ def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
     os.environ["PATH"] = str(tools)
     try:
         with pytest.raises(BuildError, match=r"glslc is not installed .*LunarG Vulkan SDK") as info:
-            build_job(job, BuildOptions(out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",
+            build_job(job, BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",
                                         commit="abc1234", use_ccache=False, cache=tmp_path / "cache"))
     finally:
         os.environ["PATH"] = saved

@@ -19,7 +19,7 @@ from rockbuild.build.source import (
     normalize_build_number,
     ref_kind_from_fetch_head,
 )
-from rockbuild.errors import FetchError, UsageError
+from rockbuild.core.errors import FetchError, UsageError
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

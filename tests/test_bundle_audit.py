@@ -11,11 +11,11 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from test_bundle_support import cc, fatbin_source, make_tree, offload_bundle, write_policy
 
-from rockbuild.bundle import BundleError, make_bundle
 from rockbuild.bundle.audit import audit_bundle
-from rockbuild.bundle.plan import patchelf_tool
+from rockbuild.bundle.plan import make_bundle, patchelf_tool
+from rockbuild.bundle.policy import load_policy
+from rockbuild.core.errors import BundleError
 from rockbuild.rocm.layout import detect_layout
-from rockbuild.settings import load_policy
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rockbuild.bundle import make_bundle
+from rockbuild.bundle.plan import make_bundle
 from rockbuild.rocm.layout import detect_layout
 
 pytestmark = pytest.mark.e2e

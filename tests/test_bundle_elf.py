@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_bundle_support import cc, elf32_stub, run_clean, symlink_chain
 
-from rockbuild.bundle import MISSING, ROOT, SHIPS, SYSTEM, BundleError
+from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM
 from rockbuild.bundle.elf import (
     ElfResolver,
     Root,
@@ -20,7 +20,8 @@ from rockbuild.bundle.elf import (
     read_elf,
     resolve_in_root,
 )
-from rockbuild.settings import load_policy
+from rockbuild.bundle.policy import load_policy
+from rockbuild.core.errors import BundleError
 
 MAIN = "int a_value(void);\n#include <stdio.h>\nint main(void){printf(\"%d\\n\", a_value());return 0;}\n"
 

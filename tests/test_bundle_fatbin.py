@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_bundle_support import cc, ccob, fatbin_source, offload_bundle
 
-from rockbuild.bundle import BundleError
 from rockbuild.bundle.fatbin import _Section, iter_bundles, read_fatbin
+from rockbuild.core.errors import BundleError
 
 ROCM_ROOT = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"
 LIBDIR = ROCM_ROOT / "usr" / "lib" / "x86_64-linux-gnu"
@@ -503,7 +503,7 @@ APP_OUTPUT = "base=1 hip=47 comgr=7 plug=3\n"
 def _tree(tmp_path: Path):
     from test_bundle_support import make_tree, write_policy
 
-    from rockbuild.settings import load_policy
+    from rockbuild.bundle.policy import load_policy
 
     tree = make_tree(tmp_path / "tree")
     return tree, load_policy(write_policy(tmp_path / "policy.yaml"))
@@ -514,7 +514,7 @@ def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_
 
     from test_bundle_support import run_clean
 
-    from rockbuild.bundle import make_bundle
+    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)
@@ -538,8 +538,8 @@ def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_
 
 
 def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_path):
-    from rockbuild.bundle import make_bundle
-    from rockbuild.errors import BundleError
+    from rockbuild.bundle.plan import make_bundle
+    from rockbuild.core.errors import BundleError
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)  # a fake TheRock tree: no clang-offload-bundler
@@ -561,7 +561,8 @@ def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_pa
 def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(tmp_path):
     import json
 
-    from rockbuild.bundle import audit_bundle, make_bundle
+    from rockbuild.bundle.audit import audit_bundle
+    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)  # what the record proves (no --rocm: as where the bundle is installed)
@@ -597,7 +598,7 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
 
 
 def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
-    from rockbuild.bundle import make_bundle
+    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)
@@ -622,8 +623,9 @@ def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
 def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
     import json
 
-    from rockbuild.bundle import audit_bundle, make_bundle
+    from rockbuild.bundle.audit import audit_bundle
     from rockbuild.bundle.fatbin import file_sha256
+    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from test_bundle_support import cc, run_clean, tree_files
 
-from rockbuild.bundle import make_bundle
 from rockbuild.bundle.kernels import plan_kernel_data, prune_kernel_folder
+from rockbuild.bundle.plan import make_bundle
+from rockbuild.bundle.policy import load_policy
 from rockbuild.rocm.layout import KernelData, detect_layout
-from rockbuild.settings import load_policy
 
 # name -> size; the target is the last gfx token, files without one serve every target
 ROCBLAS = {

@@ -104,9 +104,9 @@ def test_a_bundle_of_a_split_rocm_tree_ships_refs_that_name_its_own_kpack(tmp_pa
     copied, pruned, patched, its reference flattened, recorded in bundle.json and audited."""
     from test_mixed import MIXED, POLICY, kpack_tree, offload_tool
 
-    from rockbuild.bundle import make_bundle
+    from rockbuild.bundle.plan import make_bundle
+    from rockbuild.bundle.policy import load_policy
     from rockbuild.rocm.layout import detect_layout
-    from rockbuild.settings import load_policy
 
     tree = kpack_tree(tmp_path / "tree")
     add_marker(tree["lib"] / "librocblas.so.5.0", ["../.kpack/blas_lib.kpm"])

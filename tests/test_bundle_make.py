@@ -10,12 +10,11 @@ import shutil
 import pytest
 from test_bundle_support import cc, make_tree, need_tool, run_clean, tree_files, write_policy
 
-from rockbuild.bundle import AuditError, BundleError, make_bundle
 from rockbuild.bundle.elf import read_elf
-from rockbuild.bundle.plan import make_plan
-from rockbuild.errors import ConfigError
+from rockbuild.bundle.plan import make_bundle, make_plan
+from rockbuild.bundle.policy import load_policy
+from rockbuild.core.errors import AuditError, BundleError, ConfigError
 from rockbuild.rocm.layout import detect_layout
-from rockbuild.settings import load_policy
 
 EXPECTED = "base=1 hip=47 comgr=7 plug=3\n"
 

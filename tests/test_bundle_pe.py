@@ -16,12 +16,12 @@ import pefile
 import pytest
 from test_bundle_support import fatbin_source, offload_bundle, tree_files
 
-from rockbuild.bundle import MISSING, SHIPS, SYSTEM, make_bundle
 from rockbuild.bundle.audit import audit_bundle
+from rockbuild.bundle.closure import MISSING, SHIPS, SYSTEM
 from rockbuild.bundle.pe import PeResolver, pe_bin_roots, pe_closure, read_pe
-from rockbuild.bundle.plan import make_plan
+from rockbuild.bundle.plan import make_bundle, make_plan
+from rockbuild.bundle.policy import load_policy
 from rockbuild.rocm.layout import detect_layout
-from rockbuild.settings import load_policy
 
 MINGW = "x86_64-w64-mingw32-gcc"
 DLLTOOL = "x86_64-w64-mingw32-dlltool"

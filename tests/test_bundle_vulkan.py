@@ -11,10 +11,12 @@ import shutil
 import pytest
 from test_bundle_support import cc, run_clean, tree_files
 
-from rockbuild.bundle import SYSTEM, BundleError, make_bundle
 from rockbuild.bundle.audit import audit_bundle
+from rockbuild.bundle.closure import SYSTEM
 from rockbuild.bundle.elf import read_elf
-from rockbuild.settings import load_policy
+from rockbuild.bundle.plan import make_bundle
+from rockbuild.bundle.policy import load_policy
+from rockbuild.core.errors import BundleError
 
 
 @pytest.fixture(scope="module")

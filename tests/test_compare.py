@@ -16,8 +16,8 @@ import pytest
 from conftest import rockbuild_exe
 
 from rockbuild.compare import CompareOptions, run_compare
-from rockbuild.errors import SmokeError, UsageError
-from rockbuild.model import ModelFile
+from rockbuild.core.errors import SmokeError, UsageError
+from rockbuild.smoke.models import ModelFile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
 

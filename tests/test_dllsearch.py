@@ -19,9 +19,9 @@ from pathlib import Path, PureWindowsPath
 import pytest
 from test_bundle_pe import build_pe, mingw, tree, wine  # noqa: F401 (tree: the PE tree fixture, reused)
 
-from rockbuild.bundle import make_bundle
+from rockbuild.bundle.plan import make_bundle
+from rockbuild.core.environment import WindowsHost
 from rockbuild.dllsearch import (
-    WindowsHost,
     bundled_hip_dlls,
     is_hip_dll,
     outside_shadows,

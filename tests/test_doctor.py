@@ -15,15 +15,10 @@ import pytest
 from conftest import rockbuild_exe
 from test_bundle_support import cc
 
-from rockbuild.doctor import (
-    Gpu,
-    gfx_from_override,
-    gfx_name,
-    read_kfd_gpus,
-    recommend_flavours,
-    run_doctor,
-)
-from rockbuild.settings import load_families
+from rockbuild.core.jobs import load_families
+from rockbuild.core.vocabulary import Gpu
+from rockbuild.doctor import gfx_from_override, recommend_flavours, run_doctor
+from rockbuild.gpu import gfx_name, read_kfd_gpus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 

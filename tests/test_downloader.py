@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from faultserver import Fault, FaultServer
 
+from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 from rockbuild.downloader import Download, Downloader, get_text, make_session, name_from_url, quote_url_path
-from rockbuild.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 
 CHUNK = 16 * 1024
 NAME = "therock-dist-linux-gfx1151-7.9.0rc20250101.tar.gz"

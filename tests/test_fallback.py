@@ -20,12 +20,13 @@ import pytest
 from conftest import rockbuild_exe
 from faultserver import FaultServer
 from githubapi import GitHubAPIServer
+from support.options import night_options
 from tarcorpus import TarBuilder
 from test_build_driver import make_project, write
 from test_nightly import git, llama_repository, night_servers
 from test_smoke_run import BENCH, CLI, COMMON, FIXTURES, SERVER, gguf_header
 
-from rockbuild.errors import NotFoundError, UsageError
+from rockbuild.core.errors import NotFoundError, UsageError
 from rockbuild.nightly import NightOptions, load_inputs, plan_night, run_night
 from rockbuild.nightly.bisect import bisect_rocm, parse_date
 
@@ -123,7 +124,7 @@ class World:
                       api_url=self.github.api_url, token=TOKEN, model=str(self.model), use_ccache=False,
                       cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
         values.update(changes)
-        return NightOptions(**values)
+        return night_options(**values)
 
     def new_commit(self) -> str:
         (self.work / "ggml" / "ggml-base.c").write_text("int ggml_base(void) { return 40 + 1; }\n")

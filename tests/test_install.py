@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 from githubapi import GitHubAPIServer
 from publishkit import TOKEN, make_job, tiny_pe
+from support.options import context
 from test_bundle_support import cc, fatbin_source, offload_bundle
 
-from rockbuild.errors import AuditError, ChecksumError, NotFoundError, UnsafeArchiveError, UsageError
+from rockbuild.core.errors import AuditError, ChecksumError, NotFoundError, UnsafeArchiveError, UsageError
+from rockbuild.core.jobs import load_families
 from rockbuild.install import InstallOptions, asset_family, extract_zip_safely, install
-from rockbuild.publish import PublishOptions, publish
 from rockbuild.publish.archives import collect_entries, write_zip
+from rockbuild.publish.release import PublishOptions, publish
 from rockbuild.settings import Settings
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
@@ -64,7 +66,7 @@ def release(gh, tmp_path_factory):
         jobs.append(job)
     hip = {name: tiny_pe(name.encode(), dll=True) for name in ("amdhip64_7.dll", "amd_comgr0713.dll")}
     jobs.append(make_job(out, "windows-gfx1151", extra_files=hip))
-    report = publish(PublishOptions(job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
+    report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
                                     throttle=False, out=out.parent / "release", quiet=True))
     assert report.tag == "b1000" and report.state == "published"
     return gh.state.release_by_tag("b1000")
@@ -78,7 +80,7 @@ def options(gh, tmp_path, path: str | None = None, **kw) -> InstallOptions:
     empty.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": path or str(empty), "GITHUB_TOKEN": TOKEN}
     return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
-                          settings=Settings.from_environment(env), **kw)
+                          context=Settings.from_environment(env), families=load_families(), **kw)
 
 
 @pytest.mark.parametrize("target,family", [("gfx1030", "gfx103X"), ("gfx1036", "gfx103X"), ("gfx1103", "gfx110X"),
@@ -150,7 +152,8 @@ def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for
         env = {"HOME": str(tmp_path), "SystemRoot": str(root), "PATH": str(tmp_path / "no-gh"), "GITHUB_TOKEN": TOKEN}
         return install(InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
                                       target="gfx1151", dest=dest, sysfs_root=SYSFS / "strix-halo" / "sys",
-                                      settings=Settings.from_environment(env, host_os="windows")))
+                                      context=Settings.from_environment(env, host_os="windows"),
+                                      families=load_families()))
 
     clean = windows_install(tmp_path / "a")
     assert clean.asset.name == "llama-b1000-windows-rocm-gfx1151-x64.zip" and clean.warnings == ()

@@ -8,9 +8,9 @@ import re
 import pytest
 from conftest import SHARED
 
-from rockbuild.errors import ConfigError, UsageError
-from rockbuild.matrix import github_matrix, select_jobs, split_list, write_github_output
-from rockbuild.settings import load_families, load_matrix
+from rockbuild.core.errors import ConfigError, UsageError
+from rockbuild.core.jobs import load_families
+from rockbuild.matrix import github_matrix, load_matrix, select_jobs, split_list, write_github_output
 
 SEED_TARGETS = ["gfx1151", "gfx1150", "gfx120X", "gfx110X", "gfx103X", "gfx90a", "gfx908"]
 

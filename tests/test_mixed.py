@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from faultserver import FaultServer
+from support.options import context
 from tarcorpus import therock_like_tarball
 from test_bundle_support import cc, ccob, fatbin_source, make_tree, offload_bundle, run_clean, tree_files
 
-from rockbuild.config import Family, FamilyTable
-from rockbuild.errors import ConfigError, UsageError
-from rockbuild.settings import load_families, load_matrix
+from rockbuild.core.errors import ConfigError, UsageError
+from rockbuild.core.jobs import Family, FamilyTable, load_families
+from rockbuild.matrix import load_matrix
 
 HERE = Path(__file__).parent
 
@@ -150,7 +151,7 @@ def test_a_family_table_without_a_carrier_of_every_target_says_so():
 
 
 def test_cli_target_override_and_build_resolve_a_mix(run_rockbuild):
-    from rockbuild.build.driver import resolve_job
+    from support.options import resolve_job
 
     job = resolve_job(target="gfx1151+gfx1201", os_name="linux")
     assert (job.id, job.targets, job.group) == ("linux-gfx1151+gfx1201", ("gfx1151", "gfx1201"), "multiarch")
@@ -165,11 +166,11 @@ def test_cli_target_override_and_build_resolve_a_mix(run_rockbuild):
 
 
 def test_gpu_targets_of_a_mixed_build_are_all_its_targets(tmp_path):
+    from support.options import resolve_job
     from test_build_cmake import therock_tree
 
     from rockbuild.backends import get_backend
     from rockbuild.backends.rocm import toolchain_from_layout
-    from rockbuild.build.driver import resolve_job
     from rockbuild.rocm.layout import detect_layout
 
     job = resolve_job(target="gfx1151+gfx1201", os_name="linux")
@@ -268,7 +269,8 @@ KPACK = {f".kpack/blas_lib_{t}.kpack": t.encode() * 10 for t in ("gfx1100", "gfx
 
 
 def test_fetch_picks_the_multiarch_tarball_for_a_mixed_job_from_a_local_index(tmp_path, run_rockbuild):
-    from rockbuild.build.driver import resolve_job
+    from support.options import resolve_job
+
     from rockbuild.rocm.fetch import fetch_rocm, job_groups
 
     names = {g: f"therock-dist-linux-{g}-10.2.0a20261128.tar.gz" for g in ("gfx1151", "gfx120X-all", "multiarch")}
@@ -359,9 +361,9 @@ def offload_tool(bindir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def mixed_bundle(tmp_path_factory):
-    from rockbuild.bundle import make_bundle
+    from rockbuild.bundle.plan import make_bundle
+    from rockbuild.bundle.policy import load_policy
     from rockbuild.rocm.layout import detect_layout
-    from rockbuild.settings import load_policy
 
     base = tmp_path_factory.mktemp("mixed")
     tree = kpack_tree(base / "tree")
@@ -417,9 +419,10 @@ def test_the_audit_holds_the_mixed_bundle_to_both_targets(mixed_bundle):
 
 
 def test_a_mixed_target_missing_from_the_tree_is_an_error(tmp_path):
-    from rockbuild.bundle import BundleError, make_bundle
+    from rockbuild.bundle.plan import make_bundle
+    from rockbuild.bundle.policy import load_policy
+    from rockbuild.core.errors import BundleError
     from rockbuild.rocm.layout import detect_layout
-    from rockbuild.settings import load_policy
 
     tree = kpack_tree(tmp_path / "tree")
     for kpack in (tree["rocm"] / ".kpack").glob("*gfx1201*"):
@@ -460,7 +463,7 @@ def mixed_release(tmp_path_factory):
     from publishkit import TOKEN, make_job
     from test_install import real_bundle
 
-    from rockbuild.publish import PublishOptions, publish
+    from rockbuild.publish.release import PublishOptions, publish
 
     out = tmp_path_factory.mktemp("night") / "out"
     with GitHubAPIServer(token=TOKEN) as gh:
@@ -469,7 +472,7 @@ def mixed_release(tmp_path_factory):
             job = make_job(out, job_id, targets=targets, required=job_id == "linux-gfx1151")
             real_bundle(job / "bundle", targets)
             jobs.append(job)
-        report = publish(PublishOptions(job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
+        report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
                                         throttle=False, out=out.parent / "release", quiet=True))
         assert report.state == "published"
         yield gh, gh.state.release_by_tag(report.tag)

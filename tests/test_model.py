@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import rockbuild_exe
 
-from rockbuild.errors import ChecksumError
-from rockbuild.model import (
+from rockbuild.core.errors import ChecksumError
+from rockbuild.settings import Settings
+from rockbuild.smoke.models import (
     TINY_NOTE,
     GGUFHeader,
     ModelError,
@@ -29,7 +30,8 @@ from rockbuild.model import (
     tiny_model,
     tiny_spec,
 )
-from rockbuild.settings import Settings
+
+CONTEXT = Settings.from_environment({})
 
 VOCAB = Path("/var/cache/rockbuild/src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf")
 try:
@@ -68,10 +70,10 @@ def test_pinned_download_through_a_mirror_with_a_token(httpserver, tmp_path, cap
     pin = ModelPin("model.gguf", "https://huggingface.co/unsloth/m/resolve/abc/model.gguf", SHA, len(BODY))
     settings = Settings.from_environment({"HF_ENDPOINT": httpserver.url_for("/").rstrip("/"), "HF_TOKEN": token})
     assert token not in repr(settings)
-    got = download_model(pin, cache=tmp_path, settings=settings)
+    got = download_model(pin, cache=tmp_path, context=settings)
     assert got.sha256 == SHA and got.path == tmp_path / "models" / "model.gguf" and got.source == "default"
     assert got.url == pin.url
-    again = download_model(pin, cache=tmp_path, settings=settings)  # from the cache: no second request
+    again = download_model(pin, cache=tmp_path, context=settings)  # from the cache: no second request
     assert again.path == got.path and len(httpserver.log) == 1
     out, err = capfd.readouterr()
     assert token not in out + err
@@ -81,17 +83,17 @@ def test_a_wrong_download_is_refused(httpserver, tmp_path):
     httpserver.expect_request("/m.gguf").respond_with_data(BODY)
     pin = ModelPin("m.gguf", httpserver.url_for("/m.gguf"), "0" * 64, len(BODY))
     with pytest.raises(ChecksumError):
-        download_model(pin, cache=tmp_path, settings=Settings.from_environment({}))
+        download_model(pin, cache=tmp_path, context=Settings.from_environment({}))
     assert not (tmp_path / "models" / "m.gguf").exists()
 
 
 def test_a_local_path(tmp_path):
     path = tmp_path / "x.gguf"
     path.write_bytes(BODY)
-    got = provide_model(str(path))
+    got = provide_model(str(path), context=CONTEXT, smoke=CONTEXT.smoke)
     assert got.sha256 == SHA and got.source == "path" and got.size == len(BODY)
     with pytest.raises(Exception, match="no such file"):
-        provide_model(str(tmp_path / "missing.gguf"))
+        provide_model(str(tmp_path / "missing.gguf"), context=CONTEXT, smoke=CONTEXT.smoke)
 
 
 def test_missing_vocab_says_what_to_pass(tmp_path):
@@ -130,7 +132,7 @@ def test_tiny_model_is_made_once_in_the_cache(tmp_path):
     first = tiny_model(vocab=VOCAB, cache=tmp_path)
     assert first.source == "tiny" and first.note == TINY_NOTE and "not output quality" in first.note
     mtime = first.path.stat().st_mtime_ns
-    second = provide_model("tiny", vocab=VOCAB, cache=tmp_path)
+    second = provide_model("tiny", vocab=VOCAB, cache=tmp_path, context=CONTEXT, smoke=CONTEXT.smoke)
     assert second.path == first.path and second.path.stat().st_mtime_ns == mtime and second.sha256 == first.sha256
 
 
@@ -188,7 +190,7 @@ def test_tiny_without_gguf_names_the_extra(tmp_path, monkeypatch):
     vocab = tmp_path / "ggml-vocab-qwen2.gguf"
     vocab.write_bytes(header(tensors=0, kv=0))
     with pytest.raises(ModelError) as err:
-        provide_model("tiny", vocab=vocab, cache=tmp_path)
+        provide_model("tiny", vocab=vocab, cache=tmp_path, context=CONTEXT, smoke=CONTEXT.smoke)
     assert err.value.message == "--model tiny needs the gguf package"
     assert err.value.hint is not None and "pip install 'rockbuild[tiny]'" in err.value.hint
     assert not (tmp_path / "models").exists()

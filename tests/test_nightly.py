@@ -20,6 +20,7 @@ import pytest
 from conftest import rockbuild_exe
 from faultserver import FaultServer
 from githubapi import GitHubAPIServer
+from support.options import night_options
 from tarcorpus import TarBuilder
 from test_build_driver import make_project, write
 
@@ -112,7 +113,7 @@ class World:
                       api_url=self.github.api_url, token=TOKEN, smoke=False, use_ccache=False,
                       cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
         values.update(changes)
-        return NightOptions(**values)
+        return night_options(**values)
 
     def new_commit(self) -> str:
         (self.work / "tools" / "main.cpp").write_text(

@@ -43,7 +43,7 @@ def settings(**env: str) -> Settings:
 
 
 def test_the_history_flags_only_the_injected_drop(gh):
-    report = read_perf(gh.full_name, settings=settings(), api_url=gh.api_url, quiet=True)
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
     assert report.releases == tuple(f"b10{n:02d}" for n in range(1, 10))  # published only, oldest first
     by_key = {(s.job, s.test): s for s in report.series}
     assert set(by_key) == {("linux-gfx1151", "pp512"), ("linux-gfx1151", "tg128"), ("linux-vulkan", "tg128")}
@@ -54,7 +54,7 @@ def test_the_history_flags_only_the_injected_drop(gh):
     assert "DROP" in text and "b1009" in text and "AMD Radeon 8060S" in text
     assert "drop: linux-gfx1151 tg128: 90.0 t/s in b1009, 10.0 % below the median 100.0 t/s" in text
     # a 10 % drop is not flagged when the threshold allows 12 %
-    assert read_perf(gh.full_name, settings=settings(), api_url=gh.api_url, threshold=12, quiet=True).drops == ()
+    assert read_perf(gh.full_name, context=settings(), api_url=gh.api_url, threshold=12, quiet=True).drops == ()
 
 
 def test_the_cli_exits_1_on_a_drop_and_alert_files_it_once(gh, tmp_path):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from githubapi import Issue
 from publishkit import TOKEN, make_job
+from support.options import context
 
-from rockbuild.publish import PublishError, send_alert
+from rockbuild.core.errors import PublishError
+from rockbuild.publish.alert import send_alert
 
 RUN = "https://github.com/rockbuild-test/llamacpp-rocm/actions/runs/1234"
 
@@ -24,7 +26,7 @@ def night(tmp_path):
 
 def alert(gh, jobs, **kw):
     return send_alert(jobs, run_url=kw.pop("run_url", RUN), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                      throttle=False, quiet=True, date="2026-11-29", **kw)
+                      throttle=False, quiet=True, date="2026-11-29", context=kw.pop("context", context()), **kw)
 
 
 def test_opens_an_issue_listing_each_failed_job(gh, night):
@@ -79,4 +81,4 @@ def test_no_token_is_refused(gh, night, monkeypatch):
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     monkeypatch.delenv("GH_TOKEN", raising=False)
     with pytest.raises(PublishError, match="no GitHub token"):
-        send_alert(night, run_url=RUN, repo=gh.full_name, api_url=gh.api_url, quiet=True)
+        send_alert(night, run_url=RUN, repo=gh.full_name, api_url=gh.api_url, quiet=True, context=context())

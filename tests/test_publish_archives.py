@@ -17,10 +17,12 @@ import pytest
 import requests
 from githubapi import GitHubAPIServer
 from publishkit import TOKEN, make_job
+from support.options import context
 
 from rockbuild.archive import extract_tarball
-from rockbuild.publish import PublishError, PublishOptions, publish
+from rockbuild.core.errors import PublishError
 from rockbuild.publish.archives import collect_entries, write_tar_gz, write_zip
+from rockbuild.publish.release import PublishOptions, publish
 
 
 def tree(root: Path) -> dict[str, tuple[int, bytes]]:
@@ -118,7 +120,7 @@ def test_lemonade_finds_every_asset_of_latest(tmp_path):
                                                                                      targets=("gfx90a",))]
     with GitHubAPIServer(token=TOKEN) as gh:
         gh.state.add_release("b1292", assets={"llama-b1292-ubuntu-rocm-gfx1151-x64.zip": b"old"})
-        publish(PublishOptions(job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
+        publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
                                throttle=False, out=tmp_path / "release", quiet=True))
         # Lemonade: GET releases/latest -> tag_name (anonymous, like a user's machine)
         latest = requests.get(f"{gh.api_url}/repos/{gh.full_name}/releases/latest", timeout=10).json()
@@ -180,8 +182,8 @@ def test_the_same_bundle_gives_the_same_archive_bytes(tmp_path, epoch):
     settings = Settings.from_environment({"SOURCE_DATE_EPOCH": str(epoch)} if epoch else {})
 
     def archives(job: Path, out: Path) -> dict[str, tuple[str, Path]]:
-        report = publish(PublishOptions(job_dirs=(job,), dry_run=True, quiet=True, token="", out=out,
-                                        settings=settings))
+        report = publish(PublishOptions(context=settings, job_dirs=(job,), dry_run=True, quiet=True, token="",
+                                        out=out))
         return {a.name: (a.sha256, a.path) for a in report.assets if a.kind in ("zip", "tar.gz")}
 
     one, two = archives(first, tmp_path / "a" / "release"), archives(second, tmp_path / "b" / "release")

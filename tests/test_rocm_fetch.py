@@ -11,7 +11,7 @@ import pytest
 from faultserver import Fault, FaultServer
 from tarcorpus import MALICIOUS, therock_like_tarball
 
-from rockbuild.errors import ChecksumError, NotFoundError, UnsafeArchiveError
+from rockbuild.core.errors import ChecksumError, NotFoundError, UnsafeArchiveError
 from rockbuild.rocm.fetch import fetch_rocm
 
 NEW = "therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"

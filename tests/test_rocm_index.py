@@ -20,14 +20,10 @@ from xml.sax.saxutils import escape
 import pytest
 from werkzeug import Request, Response
 
+from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
 from rockbuild.downloader import get_text, make_session
-from rockbuild.errors import ConfigError, FetchError, NotFoundError, StaleInputError, UsageError
-from rockbuild.rocm.index import (
-    list_tarballs,
-    read_index,
-    resolve_tarball,
-)
-from rockbuild.settings import load_channels
+from rockbuild.rocm.channels import load_channels
+from rockbuild.rocm.index import list_tarballs, read_index, resolve_tarball
 
 D = datetime.date
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rockbuild.errors import LayoutError
+from rockbuild.core.errors import LayoutError
 from rockbuild.rocm.layout import LayoutKind, detect_layout, kernel_file_target
 
 REAL_ROCM_ROOT = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"

@@ -8,7 +8,6 @@ import pytest
 
 from rockbuild.smoke.parse import (
     Buffer,
-    gpu_verdict,
     parse_bench_json,
     parse_cli,
     parse_completion_perf,
@@ -17,6 +16,7 @@ from rockbuild.smoke.parse import (
     strip_log_prefix,
     text_problem,
 )
+from rockbuild.smoke.runner import gpu_verdict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
 

@@ -18,10 +18,10 @@ import pytest
 from conftest import rockbuild_exe
 
 from rockbuild.backends.rocm import decide_expectation, kfd_gfx_targets
-from rockbuild.errors import ModelError
-from rockbuild.model import ModelFile
-from rockbuild.smoke import SmokeError, SmokeOptions, run_smoke
-from rockbuild.smoke.runner import locate_bundle, smoke_env
+from rockbuild.core.errors import ModelError, SmokeError
+from rockbuild.smoke.models import ModelFile
+from rockbuild.smoke.probe import smoke_env
+from rockbuild.smoke.runner import SmokeOptions, locate_bundle, run_smoke
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
 
@@ -246,7 +246,11 @@ def test_kfd_topology_and_auto_expectation(tmp_path):
     for i, version in enumerate(["0", "110501", "90010"]):
         node = tmp_path / str(i)
         node.mkdir()
-        (node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nvendor_id 4098\n")
+        simd = 0 if version == "0" else 80  # a CPU node has no SIMDs
+        (node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count {simd}\n"
+                                         "vendor_id 4098\n")
+    (tmp_path / "3").mkdir()  # a node with a version but no SIMDs is no GPU: smoke and doctor agree (rockbuild.gpu)
+    (tmp_path / "3" / "properties").write_text("gfx_target_version 110000\nsimd_count 0\n")
     assert kfd_gfx_targets(tmp_path) == ["gfx1151", "gfx90a"]
     assert decide_expectation("auto", ["gfx1151"], ["gfx1151"])[0] is True
     expect, why = decide_expectation("auto", ["gfx1100", "gfx1101"], ["gfx1151"])

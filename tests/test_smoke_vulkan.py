@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rockbuild.backends.vulkan import vulkan_bench_problem
-from rockbuild.smoke.parse import Buffer, gpu_verdict, parse_bench_json, parse_load, parse_vulkan
+from rockbuild.smoke.parse import Buffer, parse_bench_json, parse_load, parse_vulkan
+from rockbuild.smoke.runner import gpu_verdict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
 

@@ -16,37 +16,22 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from rockbuild.config import suggest
-from rockbuild.errors import ConfigError
+from rockbuild.core.data import suggest
+from rockbuild.core.errors import ConfigError
+from rockbuild.core.vocabulary import SmokeDevices
 
 if TYPE_CHECKING:
-    from rockbuild.bundle.audit import Check
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
-    from rockbuild.config import FamilyTable, Job
-    from rockbuild.doctor import Finding, Gpu
+    from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.vocabulary import Check, Finding, Gpu, Toolchain
     from rockbuild.rocm.layout import RocmLayout
     from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
-    from .rocm import Toolchain
-
 DEFAULT = "rocm"  # what a matrix without a backend axis, a bundle without bundle.json and `--backend`'s default mean
-
-
-@dataclass(frozen=True)
-class SmokeDevices:
-    """What a backend's smoke test found before any run: the devices, whether a GPU run is expected and why, the
-    ``-dev`` every run gets, and why no run may start (``preflight``)."""
-
-    devices: tuple[str, ...]  # as the report lists them: gfx targets (ROCm), "Vulkan0: llvmpipe ..." (Vulkan)
-    expect: bool
-    reason: str
-    device: str | None = None
-    preflight: str | None = None
 
 
 class Backend(Protocol):

@@ -10,26 +10,23 @@ and device code of exactly the job's targets (bundle); the GPUs of the KFD topol
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
 from rockbuild.build.cmake import compose_definitions, compose_environment, host_build_variables
-from rockbuild.errors import BundleError, ConfigError, LayoutError
+from rockbuild.core.errors import BundleError, ConfigError, LayoutError
+from rockbuild.core.vocabulary import SmokeDevices, Toolchain
+from rockbuild.gpu import gpus_in_topology
 from rockbuild.rocm.layout import LayoutKind
 
-from . import SmokeDevices
-
 if TYPE_CHECKING:
-    from rockbuild.bundle.audit import Check
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
-    from rockbuild.config import FamilyTable, Job
-    from rockbuild.doctor import Finding, Gpu
+    from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.vocabulary import Check, Finding, Gpu
     from rockbuild.rocm.layout import RocmLayout
     from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
@@ -44,37 +41,11 @@ ROCM_LIBRARIES = (
     "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
 )
 ROCM_DEVICE = re.compile(r"^ROCm\d+$")  # a model buffer on a ROCm GPU
+KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Toolchain: the layout's compilers and prefix, as the build (running on the layout's platform) must spell them.
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    platform: str  # linux | windows
-    kind: str  # therock | opt-rocm | debian
-    prefix: str  # the real ROCm prefix (/usr on Debian)
-    llvm_bin: str
-    c_compiler: str
-    cxx_compiler: str
-    device_lib_dir: str | None
-    device_lib_in_resource_dir: bool  # informational: where clang looks when ROCM_PATH is not set
-
-    @property
-    def windows(self) -> bool:
-        return self.platform == "windows"
-
-    def cmake_path(self, path: str) -> str:
-        """Forward slashes on Windows too: a backslash in a CMake string is an escape character."""
-        return PureWindowsPath(path).as_posix() if self.windows else path
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform, "kind": self.kind, "prefix": self.prefix, "llvm_bin": self.llvm_bin,
-            "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "device_lib_dir": self.device_lib_dir,
-            "device_lib_in_resource_dir": self.device_lib_in_resource_dir,
-        }
 
 
 def toolchain_from_layout(layout: RocmLayout) -> Toolchain:
@@ -173,9 +144,9 @@ def build_environment(
 def check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy) -> Check:
     """Every job target has files in each kernel folder a shipped library uses, and no stray ``library/`` folder sits
     beside the libraries (it would win over ``rocblas/library``, bundling.md 4)."""
-    from rockbuild.bundle.audit import Check
     from rockbuild.bundle.kernels import target_order
     from rockbuild.bundle.policy import name_matches
+    from rockbuild.core.vocabulary import Check
     from rockbuild.rocm.layout import kernel_file_target
 
     failures, warnings = [], []
@@ -223,10 +194,10 @@ def check_code_objects(
     root: Path, candidates: Sequence[Path], targets: Sequence[str], pruned: Sequence[str] = ()
 ) -> tuple[Check, list[FatbinReport]]:
     """libggml-hip (and every fat binary bundle.json says was pruned) must hold exactly the job's targets."""
-    from rockbuild.bundle.audit import Check
     from rockbuild.bundle.fatbin import read_fatbin
     from rockbuild.bundle.kernels import target_order
     from rockbuild.bundle.policy import name_matches
+    from rockbuild.core.vocabulary import Check
 
     failures, warnings = [], []
     reports: list[FatbinReport] = []
@@ -280,18 +251,9 @@ def other_fat_binaries(root: Path, candidates: Sequence[Path]) -> list[FatbinRep
 # Smoke: the GPUs of the KFD topology, the ROCmN model buffers
 
 
-def kfd_gfx_targets(topology: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> list[str]:
-    """gfx names of the GPUs the amdgpu kernel driver exposes (``gfx_target_version`` 110501 -> gfx1151)."""
-    found = []
-    for props in sorted(topology.glob("*/properties")) if topology.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
-            for line in props.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "gfx_target_version" and int(value) > 0:
-                    v = int(value)
-                    major, minor, step = v // 10000, (v // 100) % 100, v % 100
-                    found.append(f"gfx{major}{minor:x}{step:x}")
-    return found
+def kfd_gfx_targets(topology: Path = KFD_TOPOLOGY) -> list[str]:
+    """gfx names of the GPUs the amdgpu kernel driver exposes (:mod:`rockbuild.gpu`'s reading of ``topology``)."""
+    return [gpu.target for gpu in gpus_in_topology(topology)]
 
 
 def decide_expectation(asked: str, targets: Sequence[str], devices: Sequence[str]) -> tuple[bool, str]:
@@ -403,7 +365,7 @@ class RocmBackend:
 
     def compilers(self, job: Job, toolchain: Toolchain | None,
                   env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        from rockbuild.build.driver import first_line
+        from rockbuild.process import first_line
 
         assert toolchain is not None
         compilers = {"c": first_line([toolchain.c_compiler, "--version"], env),
@@ -432,7 +394,7 @@ class RocmBackend:
         if windows:
             code, fat = check_code_objects(root, binaries, targets)
             return [check_kernels(root, {n.lower() for n in names}, targets, policy), code], fat
-        from rockbuild.bundle.audit import with_pruning_proof
+        from rockbuild.bundle.pruning import with_pruning_proof
 
         pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
         kernels = check_kernels(root, names, targets, policy)
@@ -466,7 +428,7 @@ class RocmBackend:
     # doctor
     def doctor_findings(self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str],
                         env: Mapping[str, str]) -> tuple[list[Finding], dict[str, Any]]:
-        from rockbuild.doctor import Finding
+        from rockbuild.core.vocabulary import Finding
 
         findings = []
         for gpu in gpus:

@@ -18,21 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables
-from rockbuild.errors import BuildError, BundleError
-
-from . import SmokeDevices
+from rockbuild.core.errors import BuildError, BundleError
+from rockbuild.core.vocabulary import SmokeDevices
 
 if TYPE_CHECKING:
-    from rockbuild.bundle.audit import Check
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
-    from rockbuild.config import FamilyTable, Job
-    from rockbuild.doctor import Finding, Gpu
+    from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.vocabulary import Check, Finding, Gpu, Toolchain
     from rockbuild.rocm.layout import RocmLayout
     from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
     from . import Backend
-    from .rocm import Toolchain
 
 NAME = "vulkan"  # the backend, and the name of every Vulkan job (id <os>-vulkan, assets ...-vulkan-x64)
 GGML_VULKAN = ("libggml-vulkan.so*", "ggml-vulkan.dll")
@@ -83,8 +80,8 @@ def find_glslc(env: Mapping[str, str]) -> str:
 
 def check_no_rocm(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
     """A Vulkan bundle: nothing of ROCm in it, and no library the host must provide (the Vulkan loader, a driver)."""
-    from rockbuild.bundle.audit import Check
     from rockbuild.bundle.policy import name_matches
+    from rockbuild.core.vocabulary import Check
 
     from .rocm import ROCM_LIBRARIES
 
@@ -215,9 +212,9 @@ def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str])
     which Vulkan devices this host's loader and drivers give it."""
     import tempfile
 
-    from rockbuild.doctor import Finding
-    from rockbuild.settings import host_os
-    from rockbuild.smoke import list_devices, smoke_env
+    from rockbuild.core.environment import host_os
+    from rockbuild.core.vocabulary import Finding
+    from rockbuild.smoke.probe import list_devices, smoke_env
 
     exe = bundle / ("llama-cli.exe" if host_os() == "windows" else "llama-cli")
     if not exe.is_file():
@@ -272,7 +269,8 @@ class VulkanBackend:
 
     def compilers(self, job: Job, toolchain: Toolchain | None,
                   env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        from rockbuild.build.driver import first_line, host_compilers
+        from rockbuild.build.cmake import host_compilers
+        from rockbuild.process import first_line
 
         tools = {"glslc": first_line([find_glslc(env), "--version"], env)}
         return host_compilers(env, job.os == "windows"), tools
@@ -299,7 +297,7 @@ class VulkanBackend:
         self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
         logs: Path, kfd_topology: Path | None,
     ) -> SmokeDevices:
-        from rockbuild.smoke import list_devices
+        from rockbuild.smoke.probe import list_devices
 
         found, probe_error = list_devices(cli, cwd=cli.parent, env=env, log=logs / "list-devices.log")
         vk = [(name, desc) for name, desc in found if name.startswith("Vulkan")]

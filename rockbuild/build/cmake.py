@@ -9,11 +9,12 @@ without ROCm and (for Windows) without Windows.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PureWindowsPath
 
-from rockbuild.errors import BuildError, ConfigError
-from rockbuild.process import INHERITED, child_env, is_secret, run
+from rockbuild.core.errors import BuildError, ConfigError
+from rockbuild.process import INHERITED, child_env, first_line, is_secret, run
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The flags, as data. Order: seed flags (with the backend's swap), then --offline's swap, then what the backend decides
@@ -296,3 +297,17 @@ def capture_msvc_environment(
     if result.returncode != 0 or SET_MARKER not in result.output:
         raise BuildError(f"{vcvars_path} failed (exit code {result.returncode}); is the MSVC x64 toolset installed?")
     return msvc_delta(start_env, parse_set_output(result.output))
+
+
+def host_compilers(env: Mapping[str, str], windows: bool) -> dict[str, str]:
+    """The first line of the host compilers' --version (CC/CXX when set, else cc/c++); on Windows CMake finds cl."""
+    if windows:
+        return {}
+    path = env.get("PATH", "")
+    out: dict[str, str] = {}
+    for what, variable, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
+        program = env.get(variable) or default
+        if shutil.which(program, path=path) is None:
+            raise BuildError(f"no C/C++ compiler: {program} is not on PATH; install gcc/g++ (or set {variable})")
+        out[what] = first_line([program, "--version"], env)
+    return out

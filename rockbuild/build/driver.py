@@ -24,17 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from rockbuild import __version__, console
 from rockbuild.backends import get_backend
-from rockbuild.config import GFX_TARGET_RE, MIX, Job, write_json_atomic
-from rockbuild.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
-from rockbuild.process import ProcessError, log_tail, run
+from rockbuild.core.data import write_json_atomic
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
+from rockbuild.core.jobs import Job
+from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
-from rockbuild.settings import Settings
 
 from .cmake import capture_msvc_environment, compile_command, configure_command, shipped_targets
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 
 if TYPE_CHECKING:
-    from rockbuild.backends.rocm import Toolchain
+    from rockbuild.core.vocabulary import Toolchain
 
 TAIL_LINES = 40
 SCHEMA = 1
@@ -80,42 +81,11 @@ class BuildOptions:
     jobs: int | None = None
     use_ccache: bool = True
     ccache_dir: Path | None = None  # default <cache>/ccache
-    cache: Path | None = None  # default: the settings' cache
-    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
+    cache: Path | None = None  # default: the context's cache
     vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
-
-
-def resolve_job(
-    *, target: str | None = None, family: str | None = None, job_id: str | None = None,
-    config: Path | None = None, os_name: str | None = None, settings: Settings | None = None,
-) -> Job:
-    """The job to build: one of ``--target gfxN`` (exactly that target), ``--family F`` or ``--job ID``.
-
-    Target and family jobs come from the matrix too (``-c``, else the settings' matrix file), so its per-job cmake
-    extras and ROCm pins apply.
-    """
-    from rockbuild.matrix import find_job
-
-    settings = (settings or Settings.from_environment()).but(matrix_file=config)
-    given = [name for name, value in (("--target", target), ("--family", family), ("--job", job_id)) if value]
-    if len(given) != 1:
-        raise UsageError("give exactly one of --target gfxN, --family F or --job ID")
-    if job_id:
-        job = find_job(settings.jobs(), job_id)
-        if os_name and job.os != os_name:
-            raise UsageError(f"job {job_id} is a {job.os} job, not {os_name}")
-        return job
-    os_name = os_name or settings.host_os
-    name = (target or family or "").strip()
-    # several targets joined by "+" are a mixed-GPU job (gfx1151+gfx1201), as a matrix's target list makes it
-    if target and not all(GFX_TARGET_RE.match(part) for part in name.split(MIX)):
-        raise UsageError(f"--target takes one gfx target such as gfx1151 (or several joined by '+': "
-                         f"gfx1151+gfx1201), not {name!r}; use --family for a family")
-    selection = settings.families.select(name, context="--target" if target else "--family")
-    jobs = settings.jobs(os_override=[os_name], target_override=[name])
-    return find_job(jobs, f"{os_name}-{selection.short}")
+    context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, the host OS
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -340,16 +310,6 @@ def _log_header(log: Path, text: str) -> None:
         fh.write(f"\n==> {text}\n")
 
 
-def first_line(args: list[str], env: Mapping[str, str]) -> str:
-    """The first line a tool prints (``clang --version``); a BuildError when it cannot run."""
-    try:
-        result = run(args, env=env, timeout=60, log=None)
-    except ProcessError as exc:
-        raise BuildError(f"cannot run {args[0]} {' '.join(args[1:])}: {exc.message}") from None
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    return lines[0].strip() if lines else ""
-
-
 def rocm_report(layout: RocmLayout, fetched: Any = None) -> dict[str, Any]:
     tarball = None
     if fetched is not None:
@@ -377,7 +337,7 @@ def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, dict[str
 
     fetched = fetch_rocm(
         job_groups(job), os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,
-        cache=options.cache or options.settings.cache,
+        cache=options.cache or options.context.cache,
     )
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
@@ -394,7 +354,7 @@ def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
             raise UsageError("--commit describes a --source tree; a --ref clone knows its commit")
         # one checkout per job that follows the ref: a stable source path keeps ccache hitting across commits
         source = checkout_ref(
-            options.ref or job.llama_ref, url=options.git_url, cache=options.cache or options.settings.cache,
+            options.ref or job.llama_ref, url=options.git_url, cache=options.cache or options.context.cache,
             build_number=options.build_number,
             log=log, slot=job.id,
         )
@@ -411,20 +371,6 @@ def job_label(job: Job) -> str:
     """What a job builds, for log lines: its gfx targets, or its backend (with the host's compiler)."""
     backend = get_backend(job.backend)
     return ", ".join(job.targets) if backend.per_target else f"{backend.label}, host compiler"
-
-
-def host_compilers(env: Mapping[str, str], windows: bool) -> dict[str, str]:
-    """The first line of the host compilers' --version (CC/CXX when set, else cc/c++); on Windows CMake finds cl."""
-    if windows:
-        return {}
-    path = env.get("PATH", "")
-    out: dict[str, str] = {}
-    for what, variable, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
-        program = env.get(variable) or default
-        if shutil.which(program, path=path) is None:
-            raise BuildError(f"no C/C++ compiler: {program} is not on PATH; install gcc/g++ (or set {variable})")
-        out[what] = first_line([program, "--version"], env)
-    return out
 
 
 def _list_binaries(build_dir: Path, job_dir: Path, targets: list[str], windows: bool) -> list[dict[str, Any]]:
@@ -480,7 +426,7 @@ def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
 
 def build_job(job: Job, options: BuildOptions) -> BuildResult:
     """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
-    if job.os != options.settings.host_os:
+    if job.os != options.context.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     started, start = _now(), time.monotonic()
     job_dir = Path(options.out_dir).absolute() / job.id
@@ -534,7 +480,7 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             msvc = None
             if windows:
                 msvc = capture_msvc_environment(job_dir, vcvars=options.vcvars, log=log)
-            cache = options.cache or options.settings.cache
+            cache = options.cache or options.context.cache
 
             def environment(ccache_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
                 return backend.build_environment(job, toolchain, msvc=msvc, ccache_dir=ccache_dir)

@@ -19,8 +19,8 @@ from typing import Any
 from filelock import FileLock
 
 from rockbuild import console
-from rockbuild.config import read_json_object
-from rockbuild.errors import FetchError, UsageError
+from rockbuild.core.data import read_json_object
+from rockbuild.core.errors import FetchError, UsageError
 from rockbuild.process import ProcessError, child_env, run
 
 DEFAULT_GIT_URL = "https://github.com/ggml-org/llama.cpp"

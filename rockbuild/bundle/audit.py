@@ -36,10 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild.backends import DEFAULT, all_backends, get_backend
-from rockbuild.config import read_json_object
-from rockbuild.settings import load_policy
+from rockbuild.bundle.policy import load_policy
+from rockbuild.bundle.pruning import reverify_pruned
+from rockbuild.core.data import read_json_object
+from rockbuild.core.errors import AuditError, BundleError
+from rockbuild.core.vocabulary import Check
+from rockbuild.paths import inside
 
-from . import AuditError, BundleError
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport
 from .kpack import kpack_refs
@@ -51,19 +54,6 @@ HOST_MACHINES = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) f
 # libX.so, libX.so.1, libX.so.1.2.3, libLLVM.so.19.1git; not rocBLAS's Kernels.so-000-gfx90a.hsaco
 _SO_NAME_RE = re.compile(r"\.so(?:\.[0-9][^/]*)?$")
 _PE_SUFFIXES = (".dll", ".exe")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    failures: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "failures": list(self.failures), "warnings": list(self.warnings),
-                "details": dict(self.details)}
 
 
 @dataclass(frozen=True)
@@ -124,110 +114,6 @@ class AuditReport:
         return "\n".join(lines)
 
 
-
-def pruning_proof(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
-    """The failures, warnings and per-file details of the pruned fat binaries bundle.json lists (``pruned_fatbins``).
-
-    Each must carry its independent check (:func:`rockbuild.bundle.fatbin.verify_pruned`: LLVM's tools from the ROCm
-    root listed the original's host entry and job targets in every bundle and unbundled byte-identical code objects;
-    SONAME, NEEDED, dynamic symbols and the other sections unchanged), passed; and be the very file that was checked
-    (its sha256) with the original's dynamic identity (read again here). A pruned library without the record is
-    "not verified": a failure, never a pass. A bundle whose fat binaries were left whole says why, as a warning."""
-    from .fatbin import elf_identity, file_sha256, identity_differences
-
-    failures: list[str] = []
-    warnings: list[str] = []
-    details: list[dict[str, Any]] = []
-    record = meta.get("fatbin_pruning") or {}
-    entries = [e for e in meta.get("pruned_fatbins") or [] if isinstance(e, dict)]
-    if isinstance(record, dict) and record.get("done") is False and record.get("libraries"):
-        warnings.append(f"fat binaries not pruned ({', '.join(map(str, record['libraries']))} ship every GPU "
-                        f"target): {record.get('reason')}")
-    for entry in entries:
-        name = str(entry.get("file"))
-        proof = entry.get("verification")
-        path = root / name
-        if not isinstance(proof, dict):
-            failures.append(f"{name} was pruned but not verified by an independent tool (not verified): bundle it "
-                            "again from its ROCm root")
-            details.append({"file": name, "verified": False, "summary": "pruned, NOT VERIFIED"})
-            continue
-        problems = [str(f) for f in proof.get("failures") or []]
-        if not proof.get("ok"):
-            problems = problems or ["its independent check did not pass"]
-        elif not path.is_file():
-            problems = [f"{name} is listed as pruned but is not in the bundle"]
-        else:
-            try:
-                if file_sha256(path) != proof.get("sha256"):
-                    problems.append(f"{name} changed since it was verified (sha256 differs)")
-                problems += [f"{name}: {d}" for d in identity_differences(proof.get("identity") or {},
-                                                                         elf_identity(path))]
-            except (OSError, BundleError) as exc:
-                problems.append(f"{name} cannot be read: {getattr(exc, 'message', None) or exc}")
-        failures += problems[:5] + ([f"{name}: {len(problems) - 5} more"] if len(problems) > 5 else [])
-        tools = proof.get("tools") or {}
-        tool = f"{Path(str(tools.get('bundler', 'clang-offload-bundler'))).name} ({tools.get('version', '?')})"
-        summary = (f"pruned to {', '.join(proof.get('kept_targets') or []) or 'nothing'}; {tool}: "
-                   f"{proof.get('code_objects', 0)} code objects in {proof.get('bundles', 0)} bundles byte-identical "
-                   f"to the original's ({proof.get('code_object_bytes', 0):,} bytes); SONAME, NEEDED, dynamic "
-                   f"symbols and other sections unchanged; {proof.get('cross_check')}")
-        details.append({"file": name, "verified": not problems, "tool": tool, "original": proof.get("original"),
-                        "bundles": proof.get("bundles"), "code_objects": proof.get("code_objects"),
-                        "kept_targets": proof.get("kept_targets"), "sha256": proof.get("sha256"),
-                        "summary": summary if not problems else f"pruned, check FAILED: {problems[0]}"})
-    return failures, warnings, details
-
-
-def reverify_pruned(root: Path, meta: Mapping[str, Any], targets: Sequence[str], rocm: Path
-                    ) -> tuple[list[str], list[str]]:
-    """Run the independent check again for each pruned fat binary, with the clang-offload-bundler of the ROCm root
-    ``rocm`` (the one the bundle was made from, given by the user: a tool named in bundle.json is never run) against
-    the original in that root (the same bytes, by sha256): (failures, one note per file)."""
-    from rockbuild.rocm.layout import detect_layout
-
-    from .fatbin import file_sha256, find_offload_tools, verify_pruned
-
-    entries = [e for e in meta.get("pruned_fatbins") or [] if isinstance(e, dict)]
-    layout = detect_layout(rocm)
-    tools, why = find_offload_tools(layout)
-    if tools is None:
-        return [f"cannot check the pruned fat binaries again: {why}"], []
-    failures: list[str] = []
-    notes: list[str] = []
-    base = Path(rocm).absolute()
-    for entry in entries:
-        name, proof = str(entry.get("file")), entry.get("verification")
-        if not isinstance(proof, dict) or not proof.get("ok") or not (root / name).is_file():
-            continue  # pruning_proof fails it already
-        recorded = Path(str(proof.get("original") or ""))
-        candidates = [recorded]
-        if layout.sysroot is not None and recorded.is_absolute():  # recorded inside the chroot: /usr/lib/...
-            candidates.append(layout.sysroot / recorded.relative_to("/"))
-        original = next((c for c in candidates if c.is_file() and _inside(Path(os.path.realpath(c)), base)), None)
-        if original is None:
-            failures.append(f"cannot check {name} again: its original {recorded} is not in {rocm}")
-        elif file_sha256(original) != proof.get("original_sha256"):
-            failures.append(f"cannot check {name} again: {original} is not the original it was pruned from "
-                            "(sha256 differs)")
-        else:
-            again = verify_pruned(original, root / name, targets, tools)
-            failures += [f"checked again: {f}" for f in again.failures[:5]]
-            notes.append(f"{name}: checked again now with {tools.bundler.name} against {original}: "
-                         f"{'passed' if again.ok else 'FAILED'} ({again.code_objects} code objects, "
-                         f"{again.seconds:.1f} s)")
-    return failures, notes
-
-
-def with_pruning_proof(check: Check, root: Path, meta: Mapping[str, Any]) -> Check:
-    """``check`` (the backend's ``code-objects``) with :func:`pruning_proof`'s failures, warnings and details."""
-    failures, warnings, details = pruning_proof(root, meta)
-    if not failures and not warnings and not details:
-        return check
-    return Check(check.name, check.ok and not failures, check.failures + tuple(failures),
-                 check.warnings + tuple(warnings), {**check.details, "pruned": details})
-
-
 def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
     files, links = [], []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -238,11 +124,6 @@ def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
             elif name in filenames:
                 files.append(path)
     return sorted(files), sorted(links)
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or \
-        os.path.normpath(path) == os.path.normpath(root)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -448,7 +329,7 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
 
 def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
     """``--max-version`` values (``GLIBC=2.35``) as {family: version}; a UsageError names a malformed one."""
-    from rockbuild.errors import UsageError
+    from rockbuild.core.errors import UsageError
 
     ceilings = {}
     for item in items:
@@ -497,7 +378,7 @@ def _check_run_paths(root: Path, elves: Mapping[Path, ElfInfo], policy: Platform
                 continue
             expanded = Path(os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace(
                 "$ORIGIN", str(path.parent))))
-            if not _inside(expanded, root):
+            if not inside(expanded, root):
                 failures.append(f"{rel} has {tag} entry {entry!r}, which points outside the bundle")
     return Check("run-paths", not failures, tuple(failures), tuple(warnings))
 
@@ -508,7 +389,7 @@ def _run_path_dirs(path: Path, info: ElfInfo, root: Path) -> list[Path]:
         if "ORIGIN" in entry:
             expanded = Path(os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace(
                 "$ORIGIN", str(path.parent))))
-            if _inside(expanded, root):
+            if inside(expanded, root):
                 out.append(expanded)
     return out
 
@@ -525,7 +406,7 @@ def check_kpack_refs(root: Path, files: Iterable[Path]) -> Check:
             continue
         rel = path.relative_to(root).as_posix()
         targets = {ref: path.parent / ref for ref in refs}
-        outside = [ref for ref, target in targets.items() if not _inside(target, root)]
+        outside = [ref for ref, target in targets.items() if not inside(target, root)]
         found = [ref for ref, target in targets.items() if ref not in outside and target.is_file()]
         details[rel] = {"refs": refs, "found": found}
         if not found:

@@ -32,10 +32,11 @@ from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.elf.structs import ELFStructs
 
+from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
+from rockbuild.core.errors import BundleError
 from rockbuild.paths import MAX_SYMLINK_HOPS as _MAX_SYMLINK_HOPS
 from rockbuild.paths import follow_in_root
 
-from . import MISSING, ROOT, SHIPS, SYSTEM, BundleError, Closure, Library
 from .policy import PlatformPolicy, name_matches
 
 ELF_MAGIC = b"\x7fELF"

@@ -24,9 +24,8 @@ from typing import IO, Any, cast
 
 from elftools.elf.elffile import ELFFile
 
+from rockbuild.core.errors import BundleError
 from rockbuild.rocm.layout import target_order
-
-from . import BundleError
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"

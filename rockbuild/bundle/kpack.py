@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rockbuild.errors import BundleError
+from rockbuild.core.errors import BundleError
 
 SECTION = ".rocm_kpack_ref"
 _UP_THEN_KPACK = re.compile(rb"((?:\.\./)+)(?=\.kpack/)")

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pefile
 
-from rockbuild.settings import environment
+from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
+from rockbuild.core.environment import environment
+from rockbuild.core.errors import BundleError
 
-from . import MISSING, ROOT, SHIPS, SYSTEM, BundleError, Closure, Library
 from .policy import PlatformPolicy, name_matches
 
 MACHINES = {0x8664: "AMD64", 0x14C: "I386", 0xAA64: "ARM64"}

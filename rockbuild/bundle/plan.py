@@ -23,12 +23,13 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.backends import DEFAULT, get_backend
-from rockbuild.config import Job
+from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
+from rockbuild.bundle.policy import load_policy
+from rockbuild.core.errors import AuditError, BundleError
+from rockbuild.core.jobs import Job
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout
-from rockbuild.settings import load_policy
 
-from . import MISSING, ROOT, SHIPS, SYSTEM, AuditError, BundleError, Closure, Library
 from .audit import AuditReport, audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
 from .fatbin import OffloadTools, PruneReport, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
@@ -621,7 +622,7 @@ def bundle_command(
 ) -> BundleReport:
     """``rockbuild bundle``: a ROCm bundle needs the root and targets, a Vulkan bundle neither (``platform``: the OS
     of a bundle without a ROCm root to tell it)."""
-    from rockbuild.errors import UsageError
+    from rockbuild.core.errors import UsageError
     from rockbuild.rocm.layout import detect_layout
 
     flavour = get_backend(backend)
@@ -635,17 +636,18 @@ def bundle_command(
                        prune_fatbin=prune_fatbin, backend=backend, platform=platform if layout is None else None)
 
 
-def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, quiet: bool = False,
-               prune_fatbin: bool | None = None) -> BundleReport:
+def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, policy: BundlePolicy,
+               quiet: bool = False, prune_fatbin: bool | None = None) -> BundleReport:
     """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the root
     it was built with), or for a job of a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader and
     drivers are the host's)."""
     flavour = get_backend(job.backend)
     if not flavour.needs_rocm:
-        return make_bundle(build_bin, None, (), out, quiet=quiet, backend=flavour.name, platform=job.os)
+        return make_bundle(build_bin, None, (), out, policy=policy, quiet=quiet, backend=flavour.name,
+                           platform=job.os)
     if rocm_root is None:
         raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
     from rockbuild.rocm.layout import detect_layout
 
-    return make_bundle(build_bin, detect_layout(rocm_root), job.targets, out, quiet=quiet, prune_fatbin=prune_fatbin,
-                       backend=flavour.name)
+    return make_bundle(build_bin, detect_layout(rocm_root), job.targets, out, policy=policy, quiet=quiet,
+                       prune_fatbin=prune_fatbin, backend=flavour.name)

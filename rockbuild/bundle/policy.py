@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
-from rockbuild.config import YDict, YList, check_keys, expect_type, where
-from rockbuild.errors import ConfigError
+from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
+from rockbuild.core.errors import ConfigError
 
 PLATFORMS = ("linux", "windows")
 LAYOUT_KINDS = ("therock", "opt-rocm", "debian")
@@ -211,7 +211,7 @@ def _kernel_rules(path: Path, parent: YDict) -> tuple[KernelRule, ...]:
 
 
 def parse_policy(doc: Any, path: Path) -> BundlePolicy:
-    """The bundle policy from a parsed ``bundle-policy.yaml`` (read by :func:`rockbuild.settings.load_policy`);
+    """The bundle policy from a parsed ``bundle-policy.yaml`` (read by :func:`load_policy`);
     ConfigError names file:line."""
     if not isinstance(doc, YDict):
         raise ConfigError(f"{where(path, doc)}: expected a mapping with 'linux' and 'windows'")
@@ -234,3 +234,9 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
             system = _system_rules(path, body, "system")
         platforms[platform] = PlatformPolicy(platform, system, _extras(path, body), _kernel_rules(path, body), tag)
     return BundlePolicy(str(path), platforms["linux"], platforms["windows"])
+
+
+
+def load_policy(path: Path | None = None) -> BundlePolicy:
+    """The bundle policy (default: the shipped ``matrices/bundle-policy.yaml``)."""
+    return load_data_file(path, "bundle-policy.yaml", parse_policy)

@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from rockbuild.cli import COMPILE, GITHUB, JOB_SELECTION, JSON, MODEL, NIGHT_PINS, command, file, folder, settings, show
+from rockbuild.commands.common import (
+    COMPILE,
+    GITHUB,
+    JOB_SELECTION,
+    JSON,
+    MODEL,
+    NIGHT_PINS,
+    command,
+    file,
+    folder,
+    settings,
+    show,
+)
+
+if TYPE_CHECKING:
+    from rockbuild.nightly import NightData
 
 PUBLISH_CONFIG = click.option(
     "--publish-config", type=file(exists=True), default=None,
@@ -107,12 +123,12 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     mode = night_mode(plan, job_id, release, job_dirs)
     overview = Overview(enabled=not as_json and mode in (None, "job"))
     options = NightOptions(
-        config=config, only=only, oses=oses, targets=targets, llama_ref=llama_ref, rocm_version=rocm_version,
+        only=only, llama_ref=llama_ref, rocm_version=rocm_version,
         max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
         repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
         model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
         prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event,
-        settings=settings().but(publish_file=publish_config),
+        data=night_data(config, oses, targets, publish_config), context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -135,9 +151,21 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     ctx.exit(report.exit_code)
 
 
+def night_data(config: Path | None, oses: tuple[str, ...] = (), targets: tuple[str, ...] = (),
+               publish_config: Path | None = None) -> NightData:
+    """What a night reads from the data files (-c, --os, --target, --publish-config), loaded once here."""
+    from rockbuild import matrix as matrix_mod
+    from rockbuild.nightly import NightData
+
+    files = settings().but(matrix_file=config, publish_file=publish_config)
+    jobs = files.jobs(os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
+                      target_override=matrix_mod.split_list(targets))
+    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy)
+
+
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:
     """plan | job | release, or None for the whole night on this machine."""
-    from rockbuild.errors import UsageError
+    from rockbuild.core.errors import UsageError
 
     modes = [name for name, given in (("plan", plan), ("job", bool(job_id)), ("release", release)) if given]
     if len(modes) > 1:
@@ -177,10 +205,10 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
     from rockbuild.nightly.bisect import bisect_rocm, parse_date
 
     options = NightOptions(
-        config=config, llama_ref=llama_ref, index_url=index_url, git_url=git_url, out=out_dir, publish=False,
+        llama_ref=llama_ref, index_url=index_url, git_url=git_url, out=out_dir, publish=False,
         compile_jobs=compile_jobs, smoke=smoke_test, model=model_spec, vocab=vocab, offline=offline,
         ccache_dir=ccache_dir, use_ccache=not no_ccache, prune_fatbin=prune_fatbin, quiet=as_json,
-        settings=settings(),
+        data=night_data(config), context=settings(),
     )
     show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
          as_json)
@@ -213,14 +241,13 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
     completes a draft; a published release is never changed.
     """
     from rockbuild.nightly.run import job_dirs_to_publish
-    from rockbuild.publish import PublishOptions
-    from rockbuild.publish import publish as publish_release
+    from rockbuild.publish.release import PublishOptions
+    from rockbuild.publish.release import publish as publish_release
 
     show(publish_release(PublishOptions(
         job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=repo, api_url=api_url, tag=tag, scheme=scheme,
-        draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json,
-        settings=settings().but(publish_file=publish_config),
-    )), as_json)
+        draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, context=settings(),
+    ), settings().but(publish_file=publish_config).publish), as_json)
 
 
 @command
@@ -230,10 +257,10 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
 @JSON
 def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: str | None, as_json: bool) -> None:
     """Comment on the open 'nightly-failure' issue (or open one) with each failed job, its step and log tail."""
-    from rockbuild.publish import send_alert
+    from rockbuild.publish.alert import send_alert
 
-    show(send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json, settings=settings()),
-         as_json)
+    show(send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json, context=settings(),
+                    config=settings().publish), as_json)
 
 
 @command
@@ -246,15 +273,18 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: s
 @JSON
 def perf(repo: str | None, api_url: str | None, last: int, threshold: float, alert: bool, as_json: bool) -> None:
     """Each asset's GPU llama-bench figures (pp512, tg128) release after release; exit 1 when one dropped."""
-    from rockbuild.errors import UsageError
+    from rockbuild.core.errors import UsageError
     from rockbuild.perf import PerfRegression, read_perf
 
     repo = repo or settings().github.repository
     if not repo:
         raise UsageError("which releases? pass --repo OWNER/NAME")
-    report = read_perf(repo, settings=settings(), api_url=api_url, last=last, threshold=threshold, alert=alert,
+    report = read_perf(repo, context=settings(), api_url=api_url, last=last, threshold=threshold, alert=alert,
                        quiet=as_json)
     show(report, as_json)
     if report.drops:
         first = report.drops[0]
         raise PerfRegression(f"{len(report.drops)} figure(s) dropped more than {threshold:g} %: {first.render()}")
+
+
+COMMANDS = (resolve, nightly, bisect, publish, alert, perf)  # in the order `rockbuild --help` lists them

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from rockbuild.backends import BACKENDS, DEFAULT
-from rockbuild.cli import (
+from rockbuild.commands.common import (
     COMPILE,
     CONTEXT,
     JOB_SELECTION,
@@ -15,8 +15,7 @@ from rockbuild.cli import (
     MATRIX_FILE,
     MODEL,
     POLICY,
-    _OrderedGroup,
-    cli,
+    OrderedGroup,
     command,
     file,
     folder,
@@ -47,7 +46,7 @@ def matrix(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], ta
 
     if as_json:
         if fmt not in ("table", "json"):
-            from rockbuild.errors import UsageError
+            from rockbuild.core.errors import UsageError
 
             raise UsageError(f"--json and --format {fmt} ask for two outputs; give one")
         fmt = "json"
@@ -96,7 +95,7 @@ def fetch(family: str | None, target: str | None, os_name: str | None, channel: 
     """Find, download and safely extract a TheRock ROCm tarball."""
     import sys
 
-    from rockbuild.errors import UsageError
+    from rockbuild.core.errors import UsageError
     from rockbuild.rocm.fetch import fetch_rocm
 
     if old_version is not None:
@@ -107,7 +106,7 @@ def fetch(family: str | None, target: str | None, os_name: str | None, channel: 
                     quiet=as_json and not sys.stderr.isatty()), as_json)
 
 
-@cli.group(cls=_OrderedGroup, context_settings=CONTEXT)
+@click.group(cls=OrderedGroup, context_settings=CONTEXT)
 def rocm() -> None:
     """List TheRock ROCm versions or describe a ROCm root."""
 
@@ -167,17 +166,23 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
           offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None, make_bundle: bool,
           inputs_file: Path | None, as_json: bool) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
-    from rockbuild.build import build_and_bundle
     from rockbuild.build.driver import BuildOptions
     from rockbuild.build.source import DEFAULT_GIT_URL
+    from rockbuild.nightly import load_inputs
+    from rockbuild.nightly.single import build_and_bundle
 
     build_options = BuildOptions(
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
-        use_ccache=not no_ccache, ccache_dir=ccache_dir, settings=settings(),
+        use_ccache=not no_ccache, ccache_dir=ccache_dir, context=settings(),
     )
-    show(build_and_bundle(build_options, target=target, family=family, job_id=job_id, config=config,
-                          os_name=os_name, inputs_file=inputs_file, make_bundle=make_bundle,
+    matrix = settings().but(matrix_file=config)
+    inputs = load_inputs(inputs_file) if inputs_file is not None else None
+    if inputs is not None:  # the night's record of the job: its inputs may name a job the matrix no longer has
+        job = inputs.job(job_id or matrix.job(target=target, family=family, os_name=os_name).id)
+    else:
+        job = matrix.job(target=target, family=family, job_id=job_id, os_name=os_name)
+    show(build_and_bundle(build_options, job, policy=settings().policy, inputs=inputs, make_bundle=make_bundle,
                           prune_fatbin=prune_fatbin, quiet=as_json, git_url_flag=git_url is not None), as_json)
 
 
@@ -220,7 +225,7 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
           policy: Path | None, as_json: bool) -> None:
     """Check that a bundle is self-contained and carries exactly the job's GPU code (non-zero exit on failure)."""
     from rockbuild.bundle.audit import audit_bundle, parse_max_versions
-    from rockbuild.settings import load_policy
+    from rockbuild.bundle.policy import load_policy
 
     report = audit_bundle(bundle_dir, split_list(targets) or None, policy=load_policy(policy) if policy else None,
                           max_versions=parse_max_versions(max_versions), rocm=rocm_root)
@@ -246,10 +251,10 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, device: str | None,
           bench_preset: str, report_path: Path | None, as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
-    from rockbuild.model import provide_model
-    from rockbuild.smoke import SmokeOptions, run_smoke
+    from rockbuild.smoke.models import provide_model
+    from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
-    model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
                                        device=device)
     report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
@@ -279,10 +284,13 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
             as_json: bool) -> None:
     """Run llama-bench on each bundle with identical settings; pp and tg side by side (e.g. ROCm vs Vulkan)."""
     from rockbuild.compare import CompareOptions, run_compare
-    from rockbuild.model import provide_model
+    from rockbuild.smoke.models import provide_model
 
-    model = provide_model(model_spec, vocab=vocab, quiet=as_json, settings=settings())
+    model = provide_model(model_spec, vocab=vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
     options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
                              gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
                              timeout=timeout)
     show(run_compare(list(bundle_dirs), model, options, quiet=as_json, env=settings().env), as_json)
+
+
+COMMANDS = (matrix, fetch, rocm, build, bundle, audit, smoke, compare)  # in the order `rockbuild --help` lists them

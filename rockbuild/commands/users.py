@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from rockbuild.backends import BACKENDS, DEFAULT
-from rockbuild.cli import JSON, command, file, folder, settings, show
+from rockbuild.commands.common import JSON, command, file, folder, settings, show
 
 
 @command
@@ -27,9 +27,9 @@ from rockbuild.cli import JSON, command, file, folder, settings, show
 def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, loader: Path | None,
            windows_root: Path | None, as_json: bool) -> None:
     """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
-    from rockbuild.dllsearch import WindowsHost
+    from rockbuild.core.environment import WindowsHost
+    from rockbuild.core.errors import UsageError
     from rockbuild.doctor import run_doctor
-    from rockbuild.errors import UsageError
 
     windows = settings().windows
     if windows_root is not None:
@@ -73,5 +73,8 @@ def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | 
     show(install_asset(InstallOptions(
         repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
         api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
-        require_attestation=require_attestation, settings=settings(),
+        require_attestation=require_attestation, families=settings().families, context=settings(),
     )), as_json)
+
+
+COMMANDS = (doctor, install)  # in the order `rockbuild --help` lists them

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, LlamaInput, RocmInput, load_inputs, resolve_inputs
 from .run import (
+    NightData,
     NightOptions,
     NightPlan,
     NightReport,
@@ -21,7 +22,8 @@ from .run import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_AGE_DAYS", "Inputs", "LlamaInput", "NightOptions", "NightReport", "RocmInput", "build_with_inputs",
+    "DEFAULT_MAX_AGE_DAYS", "Inputs", "LlamaInput", "NightData", "NightOptions", "NightReport", "RocmInput",
+    "build_with_inputs",
     "load_inputs", "NightPlan", "plan_night", "publish_dirs_for_inputs", "release_night", "resolve_inputs", "run_night",
     "run_night_job",
 ]

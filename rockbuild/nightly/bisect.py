@@ -19,7 +19,7 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.backends import get_backend
-from rockbuild.errors import FetchError, NotFoundError, UsageError
+from rockbuild.core.errors import FetchError, NotFoundError, UsageError
 
 from .resolve import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
 from .run import Night, NightOptions, job_stages, select_night_jobs

@@ -23,15 +23,9 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.backends import DEFAULT, get_backend
-from rockbuild.config import Job, write_json_atomic
-from rockbuild.errors import (
-    ConfigError,
-    FetchError,
-    NotFoundError,
-    RockbuildError,
-    StaleInputError,
-    UsageError,
-)
+from rockbuild.core.data import write_json_atomic
+from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
+from rockbuild.core.jobs import Job
 
 SCHEMA = 1
 DEFAULT_MAX_AGE_DAYS = 3
@@ -161,7 +155,7 @@ class Inputs:
         for job in self.jobs:
             if job.id == job_id:
                 return job
-        from rockbuild.config import suggest
+        from rockbuild.core.data import suggest
 
         ids = [j.id for j in self.jobs]
         raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",

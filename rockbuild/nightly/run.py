@@ -17,7 +17,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,11 +25,14 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
-from rockbuild.config import Job, write_json_atomic
-from rockbuild.errors import PublishError, RockbuildError, UsageError
+from rockbuild.bundle.policy import BundlePolicy
+from rockbuild.core.data import write_json_atomic
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import PublishError, RockbuildError, UsageError
+from rockbuild.core.jobs import Job
 from rockbuild.jobfolder import JobFolder
-from rockbuild.runner import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
-from rockbuild.settings import Settings
+from rockbuild.nightly.stages import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
+from rockbuild.publish.config import PublishConfig
 
 from .resolve import (
     DEFAULT_MAX_AGE_DAYS,
@@ -60,7 +63,7 @@ def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
                   rocm: RocmInput | None = None) -> Any:
     """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
     StaleInputError/NotFoundError when resolve found none)."""
-    from rockbuild.errors import LayoutError
+    from rockbuild.core.errors import LayoutError
     from rockbuild.rocm.fetch import fetch_rocm, job_groups
 
     rocm = rocm or inputs.rocm_for(job.id)
@@ -94,7 +97,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
     if rocm_dir is None and rocm is not None:
         try:
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
-                fetched = fetch_for_job(job, inputs, cache=options.cache or options.settings.cache, quiet=quiet)
+                fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache, quiet=quiet)
         except RockbuildError as exc:
             folder.record_failure(job, "rocm", exc.message, inputs.llama.pin())
             raise
@@ -110,11 +113,19 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
 
 
 @dataclass(frozen=True)
+class NightData:
+    """What a night reads from the data files, loaded by its caller (the CLI's Settings): the matrix's jobs (with the
+    dispatch inputs' OS and target axes applied), the publishing and smoke configurations and the bundle policy."""
+
+    jobs: tuple[Job, ...]
+    publish: PublishConfig
+    smoke: Mapping[str, Any]
+    policy: BundlePolicy
+
+
+@dataclass(frozen=True)
 class NightOptions:
-    config: Path | None = None
-    only: tuple[str, ...] = ()
-    oses: tuple[str, ...] = ()
-    targets: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()  # --only globs over the data's jobs
     llama_ref: str | None = None
     rocm_version: str | None = None
     max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
@@ -140,7 +151,8 @@ class NightOptions:
     throttle: bool = True
     quiet: bool = False
     on_event: EventHook | None = None
-    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
+    data: NightData = field(kw_only=True, repr=False, compare=False)
+    context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's context, the host OS
 
 
 @dataclass(frozen=True)
@@ -202,7 +214,7 @@ class Night:
         self.options = options
         self.inputs = inputs
         self.out = Path(options.out).absolute()
-        self.cache = options.cache or options.settings.cache
+        self.cache = options.cache or options.context.cache
         self._model: Any = None
         self._model_lock = threading.Lock()
 
@@ -213,10 +225,11 @@ class Night:
     def model(self) -> Any:
         with self._model_lock:
             if self._model is None:
-                from rockbuild.model import provide_model
+                from rockbuild.smoke.models import provide_model
 
                 self._model = provide_model(self.options.model, vocab=self.options.vocab, cache=self.cache,
-                                            settings=self.options.settings, quiet=self.options.quiet)
+                                            context=self.options.context, smoke=self.options.data.smoke,
+                                            quiet=self.options.quiet)
             return self._model
 
 
@@ -249,7 +262,7 @@ def _fall_back(job: Job, night: Night, folder: JobFolder, failed: JobOutcome, ne
     """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
     from rockbuild.publish.jobs import load_job
 
-    attempt = load_job(folder.path, tail_lines=night.options.settings.publish.alert_log_lines)
+    attempt = load_job(folder.path, tail_lines=night.options.data.publish.alert_log_lines)
     kept = folder.path.with_name(f"{job.id}@rocm-{newest.version or 'newest'}")
     shutil.rmtree(kept, ignore_errors=True)
     folder.path.rename(kept)
@@ -332,7 +345,7 @@ class _JobRun:
             build_options = build_options_for_inputs(BuildOptions(
                 out_dir=self.night.out, offline=options.offline, jobs=options.compile_jobs,
                 use_ccache=options.use_ccache, ccache_dir=options.ccache_dir, cache=self.night.cache,
-                settings=options.settings,
+                context=options.context,
             ), inputs, self.root)
             try:
                 build_job(self.job, build_options)
@@ -350,12 +363,13 @@ class _JobRun:
             return bool(meta) and (meta.get("audit") or {}).get("ok") is not False
 
         def run() -> None:
-            from rockbuild.bundle import bundle_job
+            from rockbuild.bundle.plan import bundle_job
 
             shutil.rmtree(folder.bundle_dir, ignore_errors=True)
             folder.bundle_log.unlink(missing_ok=True)
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
-                bundle_job(job, folder.bin_dir, self.root, folder.bundle_dir, quiet=self.options.quiet,
+                bundle_job(job, folder.bin_dir, self.root, folder.bundle_dir, policy=self.options.data.policy,
+                           quiet=self.options.quiet,
                            prune_fatbin=self.options.prune_fatbin)
 
         def failed(exc: RockbuildError) -> None:
@@ -371,11 +385,12 @@ class _JobRun:
             return Stage("smoke", key, skip=True)
 
         def run() -> None:
-            from rockbuild.smoke import SmokeError, SmokeOptions, run_smoke
+            from rockbuild.core.errors import SmokeError
+            from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
             folder.smoke_json.unlink(missing_ok=True)
             with console.step(f"{self.job.id}: smoke test") as step:
-                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(options.settings.smoke),
+                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(options.data.smoke),
                                    report_path=folder.smoke_json, quiet=options.quiet)
                 if not report.ok:
                     step.fail()
@@ -473,10 +488,7 @@ def job_dirs_to_publish(inputs_file: Path | None, job_dirs: Sequence[Path]) -> t
 def select_night_jobs(options: NightOptions) -> list[Job]:
     from rockbuild import matrix
 
-    oses = matrix.split_list(options.oses, aliases={"ubuntu": "linux"})
-    jobs = options.settings.but(matrix_file=options.config).jobs(
-        os_override=oses, target_override=matrix.split_list(options.targets))
-    return matrix.select_jobs(jobs, options.only)
+    return matrix.select_jobs(list(options.data.jobs), options.only)
 
 
 @dataclass(frozen=True)
@@ -530,7 +542,7 @@ class NightPlan:
 
 
 def _repo_and_token(options: NightOptions) -> tuple[str | None, str | None, bool]:
-    github = options.settings.github
+    github = options.context.github
     token = options.token if options.token is not None else github.token
     repo = options.repo or github.repository
     publishing = options.publish if options.publish is not None else repo is not None
@@ -606,7 +618,7 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     path = _inputs_file(options, inputs_file)
     inputs = load_inputs(path)
     job = inputs.job(job_id)
-    if job.os != options.settings.host_os:
+    if job.os != options.context.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     outcome = _run_guarded(job, Night(options, inputs))
     state = "built" if outcome.status == "ok" else "failed"
@@ -638,7 +650,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
         message = (f"required job(s) failed: {', '.join(f'{o.id} at {o.failed_stage}' for o in failed_required)}; "
                    "nothing published")
     elif publishing:
-        from rockbuild.publish import PublishOptions, publish
+        from rockbuild.publish.release import PublishOptions, publish
 
         try:
             with console.step("publish"):
@@ -646,7 +658,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                                                 out=Path(options.out).absolute() / "release",
                                                 run_url=options.run_url, step_summary=options.step_summary,
                                                 throttle=options.throttle, quiet=options.quiet,
-                                                settings=options.settings))
+                                                context=options.context), options.data.publish)
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (
                 f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
@@ -668,7 +680,7 @@ def run_night(options: NightOptions) -> NightReport:
     job of this machine's OS, then release (publish by the gating rules when publishing, alert on failure)."""
     start = time.monotonic()
     say = (lambda m: None) if options.quiet else console.info
-    host = options.settings.host_os
+    host = options.context.host_os
     plan = plan_night(options, host=host)
     here = list(plan.jobs)
     not_here = tuple(j.id for j in plan.inputs.jobs if j.os != host)
@@ -703,13 +715,13 @@ def _run_guarded(job: Job, night: Night) -> JobOutcome:
 
 
 def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None) -> str:
-    from rockbuild.publish import send_alert
+    from rockbuild.publish.alert import send_alert
 
-    run_url = options.run_url or options.settings.github.run_url or f"file://{Path(options.out).absolute()}"
+    run_url = options.run_url or options.context.github.run_url or f"file://{Path(options.out).absolute()}"
     try:
         with console.step("alert"):
             report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.api_url, token=token,
-                                settings=options.settings,
+                                context=options.context, config=options.data.publish,
                                 throttle=options.throttle, quiet=options.quiet)
         return report.message
     except RockbuildError as exc:
@@ -718,7 +730,7 @@ def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, t
 
 
 def _write_step_summary(options: NightOptions, report: NightReport) -> None:
-    path = options.step_summary or options.settings.github.step_summary
+    path = options.step_summary or options.context.github.step_summary
     if path is None:
         return
     with open(path, "a", encoding="utf-8") as fh:

@@ -8,12 +8,3 @@
 * :mod:`.github` talks to the GitHub API (PyGithub); :mod:`.release` publishes: draft, upload, verify, publish;
 * :mod:`.alert` comments on (or opens) the ``nightly-failure`` issue.
 """
-
-from __future__ import annotations
-
-from rockbuild.errors import PublishError
-
-from .alert import AlertReport, send_alert
-from .release import PublishOptions, PublishReport, publish
-
-__all__ = ["AlertReport", "PublishError", "PublishOptions", "PublishReport", "publish", "send_alert"]

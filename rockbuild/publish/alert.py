@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
-from rockbuild.settings import Settings
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import PublishError
 
-from . import PublishError
-from .config import PublishConfig
+from .config import PublishConfig, load_publish_config
 from .github import GitHub, redact
 from .jobs import JobRecord, load_job
 from .notes import marker, read_marker, render
@@ -72,13 +72,12 @@ def _reported(text: str | None, run_url: str) -> bool:
 
 def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
                token: str | None = None, date: str | None = None, config: PublishConfig | None = None,
-               throttle: bool = True, quiet: bool = False, settings: Settings | None = None) -> AlertReport:
-    """Open (or comment on) the night's failure issue. ``repo``, ``token`` and ``run_url`` default to the settings'
-    GitHub context (GITHUB_REPOSITORY, GITHUB_TOKEN/GH_TOKEN, this run's page)."""
-    settings = settings or Settings.from_environment()
-    config = config or settings.publish
+               throttle: bool = True, quiet: bool = False, context: Context) -> AlertReport:
+    """Open (or comment on) the night's failure issue. ``repo``, ``token`` and ``run_url`` default to the
+    context's GitHub (GITHUB_REPOSITORY, GITHUB_TOKEN/GH_TOKEN, this run's page)."""
+    config = config or load_publish_config()
     say = (lambda m: None) if quiet else console.info
-    run_url = run_url or settings.github.run_url or ""
+    run_url = run_url or context.github.run_url or ""
     if not run_url:
         raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in job_dirs]
@@ -88,8 +87,8 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
         message = f"all {len(jobs)} jobs passed; no alert"
         say(message)
         return AlertReport("nothing-failed", message)
-    repo = repo or settings.github.repository
-    token = token if token is not None else settings.github.token
+    repo = repo or context.github.repository
+    token = token if token is not None else context.github.token
     if not repo:
         raise PublishError("no repository for the alert", hint="pass --repo OWNER/NAME")
     if not token:

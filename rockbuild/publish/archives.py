@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rockbuild.console import human_bytes
-
-from . import PublishError
+from rockbuild.core.errors import PublishError
 
 _EPOCH_1980 = 315532800  # the earliest time a zip entry can carry
 

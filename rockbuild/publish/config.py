@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rockbuild.config import YDict, check_keys, where
-from rockbuild.errors import ConfigError
+from rockbuild.core.data import YDict, check_keys, load_data_file, where
+from rockbuild.core.errors import ConfigError
 
 GITHUB_ASSET_LIMIT = 2 * 1024**3  # GitHub: "each file must be under 2 GiB"
 _MAINTAINER_RE = re.compile(r"[^<>,]+ <[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+>")  # Debian policy 5.6.2: "Name <address>"
@@ -43,7 +43,7 @@ class PublishConfig:
 
 def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
     """The publish configuration from a parsed ``publish.yaml`` (read by
-    :func:`rockbuild.settings.load_publish_config`)."""
+    :func:`load_publish_config`)."""
     if not isinstance(doc, YDict):
         raise ConfigError(f"{path}: expected a mapping (see the shipped matrices/publish.yaml)")
     check_keys(path, doc, ["tags", "assets", "glibc_floor", "release", "retention", "alert", "known_issues"],
@@ -95,3 +95,9 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
         alert_log_lines=int(alert.get("log_lines", 40)),
         known_issues=tuple(" ".join(str(k).split()) for k in known), source=str(path),
     )
+
+
+
+def load_publish_config(path: Path | None = None) -> PublishConfig:
+    """The publishing configuration (default: the shipped ``matrices/publish.yaml``)."""
+    return load_data_file(path, "publish.yaml", parse_publish_config)

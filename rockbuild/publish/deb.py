@@ -40,10 +40,9 @@ from typing import Any
 
 from rockbuild.backends import get_backend
 from rockbuild.bundle.elf import read_elf, version_key
-from rockbuild.errors import ProcessError
+from rockbuild.core.errors import ProcessError, PublishError
 from rockbuild.process import child_env, run
 
-from . import PublishError
 from .archives import Entry, collect_entries
 from .config import PublishConfig
 from .floor import bundle_floor, host_elf

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from . import PublishError
+from rockbuild.core.errors import PublishError
 
 DEFAULT_API_URL = "https://api.github.com"
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__
-from rockbuild.config import write_json_atomic
+from rockbuild.core.data import write_json_atomic
 
 from .jobs import JobRecord
 

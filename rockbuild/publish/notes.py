@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rockbuild.backends import get_backend
-from rockbuild.config import data_path
 from rockbuild.console import human_bytes
+from rockbuild.core.data import data_path
 
 from .jobs import JobRecord
 from .manifest import AssetFile

@@ -23,12 +23,12 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.backends import get_backend
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import PublishError
 from rockbuild.downloader import sha256_file
-from rockbuild.settings import Settings
 
-from . import PublishError
 from .archives import check_asset_size, collect_entries, write_tar_gz, write_zip
-from .config import PublishConfig
+from .config import PublishConfig, load_publish_config
 from .deb import write_deb
 from .floor import bundle_floor, floor_violations
 from .github import GitHub
@@ -58,7 +58,7 @@ class PublishOptions:
     step_summary: Path | None = None  # default: $GITHUB_STEP_SUMMARY
     throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
     quiet: bool = False
-    settings: Settings = field(default_factory=Settings.from_environment, repr=False, compare=False)
+    context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,7 @@ def _write_summary(path: Path | None, text: str) -> None:
 
 def publish(options: PublishOptions, config: PublishConfig | None = None) -> PublishReport:
     """Publish the jobs in ``options.job_dirs`` (see the module docstring). Raises PublishError when refused."""
-    config = config or options.settings.publish
+    config = config or load_publish_config()
     if not options.job_dirs:
         raise PublishError("no job folders given; pass the out/<job-id> folders of the night's jobs")
     say = (lambda m: None) if options.quiet else console.info
@@ -303,7 +303,7 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
     for job in failed:
         console.warn(f"{job.id} is left out (optional): {job.failed_step}: {job.reason}")
     fp = fingerprint(shipped)
-    github = options.settings.github
+    github = options.context.github
     repo = options.repo or github.repository
     token = options.token if options.token is not None else github.token
     run_url = options.run_url or github.run_url
@@ -334,7 +334,7 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
         assets: list[AssetFile] = []
         for job in shipped:
             made, link_notes = write_job_archives(job, tag, out_dir, config, options.quiet,
-                                                  options.settings.source_date_epoch)
+                                                  options.context.source_date_epoch)
             assets.extend(made)
             for note in link_notes:
                 console.warn(f"{job.id}: {note}")

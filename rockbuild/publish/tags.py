@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from . import PublishError
+from rockbuild.core.errors import PublishError
 
 SEQUENTIAL = re.compile(r"^b(\d+)$")
 _UNSAFE = re.compile(r"[^0-9A-Za-z._+-]+")

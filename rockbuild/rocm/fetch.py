@@ -20,9 +20,9 @@ from filelock import FileLock
 
 from rockbuild import console
 from rockbuild.archive import StreamExtractor, read_marker
-from rockbuild.config import FamilyTable, Job, Selection
+from rockbuild.core.errors import LayoutError, UnreachableError, UsageError
+from rockbuild.core.jobs import FamilyTable, Job, Selection
 from rockbuild.downloader import Downloader, get_text
-from rockbuild.errors import LayoutError, UnreachableError, UsageError
 
 from .index import TarballEntry, list_tarballs, resolve_tarball
 from .layout import RocmLayout, detect_layout

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from rockbuild.errors import LayoutError
+from rockbuild.core.errors import LayoutError
 from rockbuild.paths import follow_in_root
 
 # The GPU target a kernel file serves is the LAST token of its name (TensileLibrary_…_gfx90a-xnack+.dat); files

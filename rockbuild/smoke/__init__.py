@@ -4,13 +4,6 @@ Runs from the bundle folder with an environment that holds no ROCm paths and no 
 run paths must do the work. Each run has its own timeout; a hang fails that run only, with its log tail. The GPU
 verdict comes from the model buffers (:mod:`.parse`), never from "offloaded N/N layers" or ``</think>``.
 
-Public API: :func:`run_smoke` -> :class:`SmokeReport` (written as ``smoke.json``); parsing in :mod:`.parse`.
+Entry point: :func:`.runner.run_smoke` -> :class:`.runner.SmokeReport` (written as ``smoke.json``); parsing in
+:mod:`.parse`; the children's environment and device listing in :mod:`.probe`.
 """
-
-from __future__ import annotations
-
-from rockbuild.errors import SmokeError
-
-from .runner import RunRecord, SmokeOptions, SmokeReport, list_devices, run_smoke, smoke_env
-
-__all__ = ["RunRecord", "SmokeError", "SmokeOptions", "SmokeReport", "list_devices", "run_smoke", "smoke_env"]

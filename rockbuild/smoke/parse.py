@@ -342,27 +342,6 @@ def judge(
                       tuple(dict.fromkeys(notes)))
 
 
-def gpu_verdict(
-    loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-    backend: str | None = None, bench: Sequence[BenchResult] = (), default: str | None = None,
-) -> GpuVerdict:
-    """Judge GPU use from the model buffers of every run that loaded the model (cli, server), by ``backend``'s rules
-    (:meth:`rockbuild.backends.Backend.smoke_verdict`): ``gpu``, ``partial``, ``cpu`` (an ``offloaded N/N`` line next
-    to CPU or RPC buffers is noted, never believed) or ``unknown`` (no buffer lines at all: no ``-lv 4`` log).
-
-    ``backend`` None: the backend the logs show at work (a Vulkan device, say), else ``default`` (the bundle's;
-    None: rockbuild's default backend, ROCm).
-    """
-    from rockbuild.backends import DEFAULT, all_backends, get_backend
-
-    if backend is not None:
-        judge_by = get_backend(backend)
-    else:
-        shown = [b for b in all_backends() if b.in_logs(loads)]
-        judge_by = shown[0] if shown else get_backend(default or DEFAULT)
-    return judge_by.smoke_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Vulkan (shared/reference/vulkan-on-lavapipe.md)
 #

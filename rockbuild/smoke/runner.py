@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -14,22 +13,21 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.config import read_json_object, write_json_atomic
+from rockbuild.core.data import read_json_object, write_json_atomic
+from rockbuild.core.environment import host_os
+from rockbuild.core.errors import SmokeError
 from rockbuild.jobfolder import JobFolder
-from rockbuild.model import ModelFile, check_gguf
-from rockbuild.process import ProcessError, child_env, log_tail, run, spawn, stop
-from rockbuild.settings import environment, host_os
+from rockbuild.process import log_tail, spawn, stop
+from rockbuild.smoke.models import ModelFile, check_gguf
+from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 
-from . import SmokeError
 from .parse import (
     BenchResult,
     Generation,
     GpuVerdict,
     LoadReport,
-    gpu_verdict,
     parse_bench_json,
     parse_cli,
-    parse_list_devices,
     parse_load,
     parse_server_reply,
     text_problem,
@@ -38,14 +36,6 @@ from .parse import (
 SCHEMA = 1
 SMOKE_JSON = "smoke.json"
 TAIL_LINES = 30
-# PATH entries that would let a bundle find a ROCm install instead of its own libraries
-_ROCM_PATH_ENTRY = re.compile(r"rocm|therock|[\\/]hip[\\/]|amdgpu", re.I)
-_ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH", "HIP_DEVICE_LIB_PATH", "HSA_PATH", "LD_LIBRARY_PATH",
-                   "LD_PRELOAD", "DYLD_LIBRARY_PATH")
-# Device selection the user set on purpose passes through (lavapipe is only used with GGML_VK_VISIBLE_DEVICES set;
-# an iGPU listed first is skipped with HIP_VISIBLE_DEVICES): they choose a device, they do not supply libraries.
-DEVICE_SELECTION = ("GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "MESA_SHADER_CACHE_DIR",
-                    "XDG_CACHE_HOME", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)
@@ -243,38 +233,6 @@ def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ..
     return platform, tuple(str(t) for t in targets), job.get("id") or (job_dir.name if job_dir else None)
 
 
-def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
-                 timeout: float = 120.0) -> tuple[list[tuple[str, str]], str | None]:
-    """The devices the bundle's llama-cli can use (``--list-devices``), or why it could not tell (it did not start:
-    e.g. no Vulkan loader on the host)."""
-    output, _, failure, _ = _run_process("devices", [str(exe), "--list-devices"], cwd=cwd, env=env,
-                                          timeout=timeout, log=log)
-    if failure:
-        lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
-        why = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else failure)
-        return [], f"{exe.name} --list-devices failed ({failure}): {why}"
-    return parse_list_devices(output or ""), None
-
-
-def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """The children's environment: the allowlist of :func:`child_env`, no ROCm variables, no ROCm PATH entries.
-    Returns the environment and what was removed (for the report)."""
-    source = base if base is not None else environment()
-    env = child_env(base=base)
-    env.update({name: source[name] for name in DEVICE_SELECTION if name in source})
-    removed = [name for name in _ROCM_VARIABLES if name in source]
-    for name in _ROCM_VARIABLES:
-        env.pop(name, None)
-    if "PATH" in env:
-        kept: list[str] = []
-        dropped: list[str] = []
-        for entry in env["PATH"].split(os.pathsep):
-            (dropped if _ROCM_PATH_ENTRY.search(entry) else kept).append(entry)
-        env["PATH"] = os.pathsep.join(kept)
-        removed.extend(f"PATH entry {d}" for d in dropped)
-    return env, removed
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -296,32 +254,6 @@ def _failed(name: str, command: Sequence[str], start: float, failure: str, log: 
                      **extra)
 
 
-def _run_process(name: str, args: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
-                 log: Path) -> tuple[str | None, int | None, str | None, float]:
-    """(output, return code, failure, seconds) of one run to completion under a timeout."""
-    start = time.monotonic()
-    try:
-        result = run(args, cwd=cwd, env=env, timeout=timeout, log=log, check=False)
-    except ProcessError as exc:
-        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-        reason = f"timed out after {timeout:.0f}s" if "timed out" in exc.message else exc.message
-        return text, exc.returncode, reason, time.monotonic() - start
-    failure = None if result.returncode == 0 else exit_reason(result.returncode)
-    return result.output, result.returncode, failure, result.seconds
-
-
-def exit_reason(returncode: int) -> str:
-    """``exit code 1``, or ``killed by SIGSEGV (exit code -11)`` for a program a signal ended (a crash)."""
-    import signal
-
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name} (exit code {returncode})"
-        except ValueError:
-            pass
-    return f"exit code {returncode}"
-
-
 def _device_args(options: SmokeOptions) -> list[str]:
     return ["-dev", options.device] if options.device else []
 
@@ -333,7 +265,7 @@ def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, en
             "-t", str(options.threads), "--temp", "0", "--seed", str(options.seed), "-c", str(options.ctx_size),
             "-ngl", str(options.gpu_layers), "-lv", "4", *_device_args(options)]
     start = time.monotonic()
-    output, rc, failure, seconds = _run_process("cli", args, cwd=cwd, env=env, timeout=options.timeouts["cli"],
+    output, rc, failure, seconds = run_program("cli", args, cwd=cwd, env=env, timeout=options.timeouts["cli"],
                                                 log=log)
     text = output or ""
     generation, load = parse_cli(text, options.prompt), parse_load(text)
@@ -447,7 +379,7 @@ def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, 
             "-r", str(options.bench_repetitions), "-t", str(bench_threads(options)), "-ngl", str(options.gpu_layers),
             *_device_args(options), "-o", "json"]
     start = time.monotonic()
-    output, rc, failure, seconds = _run_process("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
+    output, rc, failure, seconds = run_program("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
                                                 log=log)
     results = tuple(parse_bench_json(output or ""))
     if failure is None:
@@ -522,7 +454,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     child, removed = smoke_env(env)
     started, t0 = _now(), time.monotonic()
     from rockbuild.backends import get_backend
-    from rockbuild.bundle import bundle_backend
+    from rockbuild.bundle.audit import bundle_backend
 
     names = (p.name for p in bundle.iterdir())
     backend = get_backend(bundle_backend(names, read_json_object(bundle / "bundle.json") or {}, platform))
@@ -556,3 +488,24 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                          device=options.device, preflight=preflight, host=host_facts())
     write_smoke_json(report, report_path)
     return report
+
+
+def gpu_verdict(
+    loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
+    backend: str | None = None, bench: Sequence[BenchResult] = (), default: str | None = None,
+) -> GpuVerdict:
+    """Judge GPU use from the model buffers of every run that loaded the model (cli, server), by ``backend``'s rules
+    (:meth:`rockbuild.backends.Backend.smoke_verdict`): ``gpu``, ``partial``, ``cpu`` (an ``offloaded N/N`` line next
+    to CPU or RPC buffers is noted, never believed) or ``unknown`` (no buffer lines at all: no ``-lv 4`` log).
+
+    ``backend`` None: the backend the logs show at work (a Vulkan device, say), else ``default`` (the bundle's;
+    None: rockbuild's default backend, ROCm).
+    """
+    from rockbuild.backends import DEFAULT, all_backends, get_backend
+
+    if backend is not None:
+        judge_by = get_backend(backend)
+    else:
+        shown = [b for b in all_backends() if b.in_logs(loads)]
+        judge_by = shown[0] if shown else get_backend(default or DEFAULT)
+    return judge_by.smoke_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)

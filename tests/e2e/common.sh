@@ -97,7 +97,7 @@ ensure_tiny_model() {
         || chroot_env "$root" "$VENV/bin/pip" install --quiet "gguf>=0.19"
     chroot_env "$root" "$VENV/bin/python" -c "
 from pathlib import Path
-from rockbuild.model import generate_tiny_qwen3
+from rockbuild.smoke.models import generate_tiny_qwen3
 generate_tiny_qwen3(Path('$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf'), Path('/e2e/models/tiny-qwen3.gguf'))
 "
     cp "$root/e2e/models/tiny-qwen3.gguf" "$MODELS/tiny-qwen3.gguf"

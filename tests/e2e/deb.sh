@@ -43,7 +43,7 @@ from pathlib import Path
 from rockbuild.publish.deb import write_deb
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import archive_mtime
-from rockbuild.settings import load_publish_config
+from rockbuild.publish.config import load_publish_config
 job = load_job(Path(sys.argv[1]))
 write_deb(job, sys.argv[3], Path(sys.argv[2]), load_publish_config(), mtime=archive_mtime(job, None))
 EOF

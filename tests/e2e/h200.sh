@@ -90,8 +90,8 @@ setup_device() {
 # a Qwen3-0.6B-shaped GGUF: the real architecture and tensor shapes, random F16 weights (speed does not depend on
 # the values), from rockbuild's tiny-model writer
 from pathlib import Path
-from rockbuild.model import generate_tiny_qwen3
-from rockbuild.model import QWEN3_0_6B_SHAPE
+from rockbuild.smoke.models import generate_tiny_qwen3
+from rockbuild.smoke.models import QWEN3_0_6B_SHAPE
 generate_tiny_qwen3(Path(".h200/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-shaped.gguf"), seed=0,
                     shape=QWEN3_0_6B_SHAPE)
 PY

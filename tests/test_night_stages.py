@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from rockbuild.config import Job
-from rockbuild.errors import BuildError
+from rockbuild.core.errors import BuildError
+from rockbuild.core.jobs import Job
 from rockbuild.jobfolder import JobFolder
-from rockbuild.runner import JobState, Stage, fingerprint, run_stages
+from rockbuild.nightly.stages import JobState, Stage, fingerprint, run_stages
 
 JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
           targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",

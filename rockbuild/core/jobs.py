@@ -1,138 +1,27 @@
-"""Typed, frozen values made from data files: YAML values with line numbers, the GPU-family table, Job; and the small
-file helpers every stage shares (data files shipped with rockbuild, JSON written atomically).
+"""The jobs rockbuild builds and the GPU-family table they come from: typed, frozen values every layer shares.
 
-The files themselves are read by :mod:`rockbuild.settings`, once; every later stage reads a :class:`Job` (made by
-:mod:`rockbuild.matrix`), never the YAML or the environment again.
+:mod:`rockbuild.matrix` makes the :class:`Job` values from the matrix file; every later stage reads a Job, never the
+YAML or the environment again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import difflib
-import json
-import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
+from rockbuild.core.errors import ConfigError
 
 OSES = ("linux", "windows")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
 MIX = "+"  # joins the members of a mixed-GPU job's name: gfx1151+gfx1201 (linux-gfx1151+gfx1201)
 # a family's `source.ref`: a TheRock issue or pull request, or a file of ROCm/TheRock
 SOURCE_REF_RE = re.compile(r"^(TheRock#[0-9]+|[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*\.(py|cmake|md|toml|yml|yaml))$")
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Where the data files are: inside the wheel (rockbuild/_data/...) or, in a source checkout, at the repository root.
-
-
-def data_path(*parts: str) -> Path:
-    """Path of a file shipped with rockbuild (``data_path("matrices", "nightly.yaml")``)."""
-    here = Path(__file__).resolve().parent
-    for base in (here / "_data", here.parent):
-        candidate = base.joinpath(*parts)
-        if candidate.exists():
-            return candidate
-    raise ConfigError(f"rockbuild's data file {'/'.join(parts)} is missing from this installation; reinstall rockbuild")
-
-
-def read_json_object(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a file rockbuild wrote (build.json, sidecars...), or None when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False,
-                      ensure_ascii: bool = True) -> Path:
-    """Write a JSON object so that readers see the old file or the new one, never half of one; returns ``path``.
-    ``ensure_ascii=False`` keeps text (generated tokens, release notes) readable in the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# YAML that remembers where each value came from, so errors can name file and line.
-
-
-class YDict(dict):
-    """A mapping from YAML with the 1-based line of itself (``line``) and of each key (``lines``)."""
-
-    line: int = 0
-    lines: dict[Any, int]
-
-
-class YList(list):
-    """A sequence from YAML with the 1-based line of itself and of each item."""
-
-    line: int = 0
-    lines: list[int]
-
-
-def where(path: Path | str, node: Any, key: Any = None) -> str:
-    """``file:line`` for a YAML value (or one of its keys / items)."""
-    line = 0
-    if key is not None and isinstance(node, YDict):
-        line = node.lines.get(key, node.line)
-    elif key is not None and isinstance(node, YList) and isinstance(key, int) and key < len(node.lines):
-        line = node.lines[key]
-    elif isinstance(node, YDict | YList):
-        line = node.line
-    return f"{path}:{line}" if line else str(path)
-
-
-def _edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance counting a swap of neighbours as one edit (gfx1115 is one typo from gfx1151)."""
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                cur[j] = min(cur[j], prev2[j - 2] + 1)
-        prev2, prev = prev, cur
-    return prev[-1]
-
-
-def suggest(name: str, known: Iterable[str], n: int = 3) -> str:
-    """' (did you mean a, b?)' with the closest known names, or '' when nothing is close."""
-    known = list(dict.fromkeys(known))
-    limit = max(2, len(name) // 3)
-    ranked = sorted(
-        (k for k in known if _edit_distance(name.lower(), k.lower()) <= limit),
-        key=lambda k: (_edit_distance(name.lower(), k.lower()), -difflib.SequenceMatcher(None, name, k).ratio()),
-    )
-    close = ranked[:n] or difflib.get_close_matches(name, known, n=n, cutoff=0.6)
-    return f" (did you mean {', '.join(close)}?)" if close else ""
-
-
-def check_keys(path: Path | str, node: YDict, allowed: Iterable[str], what: str) -> None:
-    allowed = list(allowed)
-    for key in node:
-        if key not in allowed:
-            raise ConfigError(
-                f"{where(path, node, key)}: unknown key {key!r} in {what}{suggest(str(key), allowed)}; "
-                f"allowed: {', '.join(allowed)}"
-            )
-
-
-def expect_type(path: Path | str, parent: Any, key: Any, value: Any, types: type | tuple[type, ...], what: str) -> None:
-    if not isinstance(value, types):
-        names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
-        names = names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
-        raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {type(value).__name__}")
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # GPU families
@@ -281,7 +170,7 @@ class FamilyTable:
 
 
 def parse_families(doc: Any, path: Path) -> FamilyTable:
-    """The family table from a parsed ``families.yaml`` (see :func:`rockbuild.settings.load_families`)."""
+    """The family table from a parsed ``families.yaml`` (see :func:`load_families`)."""
     if not isinstance(doc, YDict) or "families" not in doc:
         raise ConfigError(f"{where(path, doc)}: expected a mapping with a 'families' key")
     check_keys(path, doc, ["families"], "the family table")
@@ -358,6 +247,11 @@ def _parse_source(path: Path, body: YDict, name: str) -> FamilySource:
         raise ConfigError(f"{where(path, source, 'since')}: {name}.source.since must be a date (YYYY-MM-DD) or null, "
                           f"not {source['since']!r}")
     return FamilySource(ref, since)
+
+
+def load_families(path: Path | None = None) -> FamilyTable:
+    """The GPU-family table (default: the shipped ``matrices/families.yaml``)."""
+    return load_data_file(path, "families.yaml", parse_families)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import ConfigError, ModelError, UsageError
 from rockbuild.downloader import sha256_file
-from rockbuild.errors import ConfigError, ModelError, UsageError
-from rockbuild.settings import Settings, load_smoke_config
+from rockbuild.smoke.config import load_smoke_config
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 TINY = "tiny"
@@ -85,13 +86,6 @@ class ModelFile:
                 "source": self.source, "url": self.url, "note": self.note}
 
 
-def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
-    """The smoke configuration from a parsed ``smoke.yaml`` (read by :func:`rockbuild.settings.load_smoke_config`)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict) or not isinstance(doc.get("run"), dict):
-        raise ConfigError(f"{path}: expected the keys 'model' and 'run' (see the shipped matrices/smoke.yaml)")
-    return dict(doc)
-
-
 def default_model_pin(config: Mapping[str, Any] | None = None) -> ModelPin:
     model = (config or load_smoke_config())["model"]
     sha = str(model.get("sha256") or "").lower()
@@ -123,46 +117,40 @@ def hf_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def download_model(pin: ModelPin, *, settings: Settings | None = None, cache: Path | None = None,
-                   quiet: bool = False) -> ModelFile:
+def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
     """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
     from rockbuild.downloader import Downloader
 
-    settings = settings or Settings.from_environment()
-    url = endpoint_url(pin.url, settings.hf_endpoint)
-    with Downloader((cache or settings.cache) / "models", quiet=quiet) as downloader:
+    url = endpoint_url(pin.url, context.hf_endpoint)
+    with Downloader((cache or context.cache) / "models", quiet=quiet) as downloader:
         got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size,
-                               headers=hf_headers(settings.hf_token))
+                               headers=hf_headers(context.hf_token))
     return ModelFile(pin.name, got.path, got.sha256, got.size, "default", url=pin.url)
 
 
-def download_url(url: str, *, settings: Settings | None = None, cache: Path | None = None,
-                 quiet: bool = False) -> ModelFile:
+def download_url(url: str, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
     """A model given by URL (not pinned: its sha256 is recorded, not checked)."""
     from rockbuild.downloader import Downloader, name_from_url
 
-    settings = settings or Settings.from_environment()
     name = name_from_url(url)
     parsed = urllib.parse.urlsplit(url)
     huggingface = parsed.hostname and parsed.hostname.endswith("huggingface.co")
-    headers = hf_headers(settings.hf_token) if huggingface else {}
-    with Downloader((cache or settings.cache) / "models", quiet=quiet) as downloader:
-        got = downloader.fetch(endpoint_url(url, settings.hf_endpoint), name=name, headers=headers)
+    headers = hf_headers(context.hf_token) if huggingface else {}
+    with Downloader((cache or context.cache) / "models", quiet=quiet) as downloader:
+        got = downloader.fetch(endpoint_url(url, context.hf_endpoint), name=name, headers=headers)
     return ModelFile(name, got.path, got.sha256, got.size, "url", url=url)
 
 
-def find_vocab(explicit: Path | None = None, spec: TinySpec | None = None, cache: Path | None = None) -> Path:
+def find_vocab(explicit: Path | None, spec: TinySpec, cache: Path) -> Path:
     """The Qwen2 vocab GGUF to build the tiny model from: ``explicit``, else the configured candidates."""
     if explicit is not None:
         if not explicit.is_file():
             raise ModelError(f"vocab file {explicit} does not exist",
                              hint="pass models/ggml-vocab-qwen2.gguf from a llama.cpp source tree")
         return explicit
-    spec = spec or tiny_spec()
-    base = cache or Settings.from_environment().cache
     for candidate in spec.vocab_candidates:
         path = Path(candidate)
-        path = path if path.is_absolute() else base / path
+        path = path if path.is_absolute() else cache / path
         if path.is_file():
             return path
     raise ModelError(
@@ -364,13 +352,13 @@ def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template:
     return out
 
 
-def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: TinySpec | None = None) -> ModelFile:
+def tiny_model(*, cache: Path, vocab: Path | None = None, spec: TinySpec | None = None) -> ModelFile:
     """The tiny model, generated once per vocab file into the cache."""
     spec = spec or tiny_spec()
     vocab_path = find_vocab(vocab, spec, cache)
     vocab_sha = sha256_file(vocab_path)
     stem = spec.name.removesuffix(".gguf")
-    out = (cache or Settings.from_environment().cache) / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
+    out = cache / "models" / f"{stem}-{vocab_sha[:12]}-s{spec.seed}.gguf"
     if not out.is_file():
         import_gguf()  # before saying it is being made
         console.info(f"    generating the tiny model from {vocab_path}")
@@ -378,18 +366,18 @@ def tiny_model(*, vocab: Path | None = None, cache: Path | None = None, spec: Ti
     return ModelFile(spec.name, out, sha256_file(out), out.stat().st_size, TINY, note=TINY_NOTE)
 
 
-def provide_model(spec: str | None, *, vocab: Path | None = None, settings: Settings | None = None,
+def provide_model(spec: str | None, *, context: Context, smoke: Mapping[str, Any], vocab: Path | None = None,
                   cache: Path | None = None, quiet: bool = False) -> ModelFile:
     """The model ``--model`` asks for: None (the pinned default), ``tiny``, an http(s) URL, or a local path.
-    ``cache`` (default: the settings') holds downloads and the tiny model under ``models/``."""
-    settings = settings or Settings.from_environment()
-    cache = cache or settings.cache
+    ``cache`` (default: the context's) holds downloads and the tiny model under ``models/``; ``smoke`` is the smoke
+    configuration (its pinned model and the tiny model's spec)."""
+    cache = cache or context.cache
     if spec is None or spec == "default":
-        return download_model(default_model_pin(settings.smoke), settings=settings, cache=cache, quiet=quiet)
+        return download_model(default_model_pin(smoke), context=context, cache=cache, quiet=quiet)
     if spec == TINY:
-        return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(settings.smoke))
+        return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(smoke))
     if spec.startswith(("http://", "https://")):
-        return download_url(spec, settings=settings, cache=cache, quiet=quiet)
+        return download_url(spec, context=context, cache=cache, quiet=quiet)
     path = Path(spec).expanduser()
     if not path.is_file():
         raise UsageError(f"--model {spec}: no such file; give a GGUF path, an https URL, or 'tiny'")

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import console
-from .config import read_json_object, write_json_atomic
-from .errors import RockbuildError
-from .jobfolder import JobFolder
+from rockbuild import console
+from rockbuild.core.data import read_json_object, write_json_atomic
+from rockbuild.core.errors import RockbuildError
+from rockbuild.jobfolder import JobFolder
 
 STAGES = ("fetch", "build", "bundle", "smoke")
 STATE_SCHEMA = 1

@@ -1,0 +1,126 @@
+"""What the commands share: the settings :func:`rockbuild.cli.main` resolved, the result printer, the option groups
+(one declaration each), and the ``command`` decorator. Commands are declared in this package by audience (the stages
+a maintainer runs, the night CI runs, what people who download the builds run); each parses its options, calls one
+function of a stage module and ends in :func:`show`. Stage modules are imported inside each command so that
+``rockbuild --help`` stays fast and never imports requests, PyGithub, jinja2 or elftools.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rockbuild.settings import Settings
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class OrderedGroup(click.Group):
+    """Lists commands in pipeline order, not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+def settings() -> Settings:
+    """The settings :func:`main` resolved once for this command (the root context's ``obj``)."""
+    obj = click.get_current_context().find_root().obj
+    return obj if isinstance(obj, Settings) else Settings.from_environment()
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def show(result: Any, as_json: bool) -> None:
+    """A command's result: its ``to_dict()`` as JSON with --json, else its ``render()`` text."""
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.render())
+
+
+def command(func: Callable[..., Any]) -> click.Command:
+    """A command of ``rockbuild``: each module of :mod:`rockbuild.commands` lists its own in ``COMMANDS`` and
+    :mod:`rockbuild.cli` registers them, in pipeline order."""
+    return click.command(context_settings=CONTEXT)(func)
+
+
+def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click options as one decorator, in the order given (as they show in --help)."""
+
+    def apply(func: F) -> F:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
+def folder(**kw: Any) -> click.Path:
+    return click.Path(file_okay=False, path_type=Path, **kw)
+
+
+def file(**kw: Any) -> click.Path:
+    return click.Path(dir_okay=False, path_type=Path, **kw)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The option groups several commands share (one declaration each)
+
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+MATRIX_FILE = click.option("-c", "--config", "config", type=file(), default=None,
+                           help="Matrix YAML (default: the shipped matrices/nightly.yaml).")
+JOB_SELECTION = options(
+    MATRIX_FILE,
+    click.option("--only", multiple=True, metavar="GLOB",
+                 help="Keep jobs whose id matches (fnmatch, {a,b} braces). Repeatable."),
+    click.option("--os", "oses", multiple=True, metavar="OS[,OS]",
+                 help="Only these OSes (linux, windows; 'ubuntu' means linux). Replaces the matrix's os axis."),
+    click.option("--target", "targets", multiple=True, metavar="NAME[,NAME]",
+                 help="Only these families/targets (gfx110X, gfx1151, ...). Replaces the matrix's target axis."),
+)
+NIGHT_PINS = options(
+    click.option("--llama-ref", default=None, metavar="REF",
+                 help="llama.cpp tag, branch or full commit (default: the matrix's llama_ref; latest = master)."),
+    click.option("--rocm-version", default=None, metavar="V",
+                 help="'latest' or an exact TheRock version for every job."),
+    click.option("--max-age-days", type=click.IntRange(min=0), default=3, show_default=True,
+                 help="Fail a job whose newest ROCm tarball ('latest') is older than this."),
+    click.option("--index-url", default=None, help="Read this TheRock index page instead of the channels' hosts."),
+    click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one)."),
+)
+GITHUB = options(
+    click.option("--repo", default=None, metavar="OWNER/NAME", help="Repository (default: $GITHUB_REPOSITORY)."),
+    click.option("--api-url", default=None, metavar="URL",
+                 help="GitHub API (default: https://api.github.com; GitHub Enterprise: https://HOST/api/v3)."),
+)
+MODEL = options(
+    click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny",
+                 help="GGUF to run (default: the pinned Qwen3-0.6B-Q4_0, downloaded once). 'tiny': a random-weight "
+                 "Qwen3 made here (needs rockbuild[tiny]); it proves loading and generation, not quality."),
+    click.option("--vocab", type=file(exists=True), default=None,
+                 help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
+)
+COMPILE = options(
+    click.option("--offline", is_flag=True,
+                 help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone)."),
+    click.option("--ccache-dir", type=folder(), default=None, help="ccache directory (default: <cache>/ccache)."),
+    click.option("--no-ccache", is_flag=True, help="Do not use ccache even when it is installed."),
+    click.option("--prune-fatbin/--no-prune-fatbin", default=None,
+                 help="Drop other GPU targets' code from rocBLAS/rocSOLVER, each pruned library proved against its "
+                 "original by the ROCm root's clang-offload-bundler (default: when the root has it)."),
+)
+POLICY = click.option("--policy", type=file(exists=True), default=None,
+                      help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")
+
+
+def split_list(values: tuple[str, ...] | str | None) -> list[str]:
+    """Repeatable, comma-separated option values as one list (``--targets gfx1100,gfx1101``)."""
+    items = [values] if isinstance(values, str) else list(values or ())
+    return [t.strip() for v in items for t in v.split(",") if t.strip()]

@@ -1,0 +1,227 @@
+"""The line-numbered YAML and JSON readers every layer shares, and where rockbuild's data files are.
+
+YAML values keep the file line of themselves and of each key (:class:`YDict`, :class:`YList`), so a ConfigError can
+name ``file:line``; JSON is written atomically. Files are read here; their meaning belongs to the module that owns
+each (the matrix, the bundle policy, ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from rockbuild.core.errors import ConfigError
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Where the data files are: inside the wheel (rockbuild/_data/...) or, in a source checkout, at the repository root.
+
+
+def data_path(*parts: str) -> Path:
+    """Path of a file shipped with rockbuild (``data_path("matrices", "nightly.yaml")``)."""
+    here = Path(__file__).resolve().parent.parent  # rockbuild/
+    for base in (here / "_data", here.parent):
+        candidate = base.joinpath(*parts)
+        if candidate.exists():
+            return candidate
+    raise ConfigError(f"rockbuild's data file {'/'.join(parts)} is missing from this installation; reinstall rockbuild")
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file rockbuild wrote (build.json, sidecars...), or None when missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False,
+                      ensure_ascii: bool = True) -> Path:
+    """Write a JSON object so that readers see the old file or the new one, never half of one; returns ``path``.
+    ``ensure_ascii=False`` keeps text (generated tokens, release notes) readable in the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# YAML that remembers where each value came from, so errors can name file and line.
+
+
+class YDict(dict):
+    """A mapping from YAML with the 1-based line of itself (``line``) and of each key (``lines``)."""
+
+    line: int = 0
+    lines: dict[Any, int]
+
+
+class YList(list):
+    """A sequence from YAML with the 1-based line of itself and of each item."""
+
+    line: int = 0
+    lines: list[int]
+
+
+def where(path: Path | str, node: Any, key: Any = None) -> str:
+    """``file:line`` for a YAML value (or one of its keys / items)."""
+    line = 0
+    if key is not None and isinstance(node, YDict):
+        line = node.lines.get(key, node.line)
+    elif key is not None and isinstance(node, YList) and isinstance(key, int) and key < len(node.lines):
+        line = node.lines[key]
+    elif isinstance(node, YDict | YList):
+        line = node.line
+    return f"{path}:{line}" if line else str(path)
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance counting a swap of neighbours as one edit (gfx1115 is one typo from gfx1151)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def suggest(name: str, known: Iterable[str], n: int = 3) -> str:
+    """' (did you mean a, b?)' with the closest known names, or '' when nothing is close."""
+    known = list(dict.fromkeys(known))
+    limit = max(2, len(name) // 3)
+    ranked = sorted(
+        (k for k in known if _edit_distance(name.lower(), k.lower()) <= limit),
+        key=lambda k: (_edit_distance(name.lower(), k.lower()), -difflib.SequenceMatcher(None, name, k).ratio()),
+    )
+    close = ranked[:n] or difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def check_keys(path: Path | str, node: YDict, allowed: Iterable[str], what: str) -> None:
+    allowed = list(allowed)
+    for key in node:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where(path, node, key)}: unknown key {key!r} in {what}{suggest(str(key), allowed)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+
+
+def expect_type(path: Path | str, parent: Any, key: Any, value: Any, types: type | tuple[type, ...], what: str) -> None:
+    if not isinstance(value, types):
+        names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        names = names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
+        raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# YAML that remembers where each value came from, so errors can name file and line.
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> YDict:
+    loader.flatten_mapping(node)
+    result = YDict()
+    result.line = node.start_mark.line + 1
+    result.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: mapping keys must be plain scalars")
+        if key in result:
+            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.lines[key] = key_node.start_mark.line + 1
+    return result
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> YList:
+    result = YList(loader.construct_object(child, deep=True) for child in node.value)
+    result.line = node.start_mark.line + 1
+    result.lines = [child.start_mark.line + 1 for child in node.value]
+    return result
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+MAX_YAML_DEPTH = 32  # the deepest real file (a matrix's options.cmake) nests 4 levels
+
+
+def _depth(root: yaml.Node) -> tuple[int, yaml.Node]:
+    """How deep ``root`` nests (a scalar is 1) and its deepest node, without recursion."""
+    best, deepest = 0, root
+    todo: list[tuple[yaml.Node, int]] = [(root, 1)]
+    seen: set[int] = set()
+    while todo:
+        node, level = todo.pop()
+        if id(node) in seen:  # an alias points back at a node already counted
+            continue
+        seen.add(id(node))
+        if level > best:
+            best, deepest = level, node
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((child, level + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            todo.extend((value, level + 1) for _, value in node.value)
+    return best, deepest
+
+
+def load_yaml(path: Path) -> Any:
+    """Parse a YAML file into YDict/YList values; any problem is a one-line ConfigError with file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    loader = _LineLoader(text)
+    loader.name = str(path)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        depth, deepest = _depth(node)
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{path}:{deepest.start_mark.line + 1}: nested {depth} levels deep; "
+                              f"a configuration file may nest at most {MAX_YAML_DEPTH}")
+        return loader.construct_document(node)
+    except RecursionError:  # the composer recurses once per level: say what it is, not where Python gave up
+        raise ConfigError(f"{path}: nested too deeply to read; a configuration file may nest at most "
+                          f"{MAX_YAML_DEPTH} levels") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        what = " ".join(filter(None, [exc.context, exc.problem]))
+        raise ConfigError(f"{path}{line}: invalid YAML: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+
+
+def load_data_file(path: Path | None, shipped: str, parse: Callable[[Any, Path], T]) -> T:
+    """``parse`` of the YAML file at ``path``, by default the one shipped as ``matrices/<shipped>``: each data file's
+    owner loads it this way with its own parser."""
+    path = path or data_path("matrices", shipped)
+    return parse(load_yaml(path), path)

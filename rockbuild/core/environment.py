@@ -1,0 +1,132 @@
+"""The one reader of this process's environment and platform: everything rockbuild takes from outside its command
+line that is not a data file (the cache folder, the GitHub Actions context and token, ``HF_*``, ``SOURCE_DATE_EPOCH``,
+``CI``). :class:`rockbuild.settings.Settings` is made from it once at the CLI's entry; nothing else reads
+``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rockbuild.core.errors import ConfigError
+
+DEFAULT_SYSTEM_ROOT = "C:\\Windows"
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The process's environment and platform
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment: what :class:`Settings` and the children's allowlist start from."""
+    return dict(os.environ)
+
+
+def host_os() -> str:
+    """``linux`` or ``windows``: the OS whose jobs this machine builds and whose bundles it runs."""
+    return "windows" if sys.platform.startswith("win") else "linux"
+
+
+def default_cache(env: Mapping[str, str]) -> Path:
+    """Where tarballs, ROCm roots, clones and models are kept: $ROCKBUILD_CACHE, else $XDG_CACHE_HOME/rockbuild."""
+    explicit = env.get("ROCKBUILD_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = env.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rockbuild"
+
+
+def flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+
+@dataclass(frozen=True)
+class GitHubContext:
+    """What GitHub Actions tells a step through its environment (all None/False elsewhere)."""
+
+    actions: bool = False  # GITHUB_ACTIONS=true: log folds, annotations
+    repository: str | None = None  # GITHUB_REPOSITORY, the default --repo
+    token: str | None = field(default=None, repr=False)  # GITHUB_TOKEN, else GH_TOKEN
+    step_summary: Path | None = None  # GITHUB_STEP_SUMMARY
+    output: Path | None = None  # GITHUB_OUTPUT
+    run_url: str | None = None  # this run's page, from GITHUB_SERVER_URL/GITHUB_REPOSITORY/GITHUB_RUN_ID
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> GitHubContext:
+        def path(name: str) -> Path | None:
+            value = env.get(name, "").strip()
+            return Path(value) if value else None
+
+        repository = env.get("GITHUB_REPOSITORY", "").strip() or None
+        server, run_id = env.get("GITHUB_SERVER_URL", "").strip(), env.get("GITHUB_RUN_ID", "").strip()
+        token = next((env[n].strip() for n in ("GITHUB_TOKEN", "GH_TOKEN") if env.get(n, "").strip()), None)
+        return cls(
+            actions=env.get("GITHUB_ACTIONS") == "true", repository=repository, token=token,
+            step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
+            run_url=f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None,
+        )
+
+
+@dataclass(frozen=True)
+class WindowsHost:
+    """What the loader's search takes from the machine: the Windows folder (``%SystemRoot%``) and ``PATH``."""
+
+    system_root: Path
+    path: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> WindowsHost:
+        """From a Windows environment (names in any case, as Windows treats them): ``SystemRoot`` (else
+        ``WINDIR``, else ``C:\\Windows``) and ``PATH`` split at ``;``."""
+        upper = {k.upper(): v for k, v in env.items()}
+        root = upper.get("SYSTEMROOT", "").strip() or upper.get("WINDIR", "").strip() or DEFAULT_SYSTEM_ROOT
+        entries = (p.strip().strip('"') for p in upper.get("PATH", "").split(";"))
+        return cls(Path(root), tuple(Path(p) for p in entries if p))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"system_root": str(self.system_root), "path": [str(p) for p in self.path]}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one run of rockbuild takes from its environment, resolved once at the CLI's entry and passed down to every
+    stage that needs a part of it. :class:`rockbuild.settings.Settings` adds the data files on top."""
+
+    env: Mapping[str, str] = field(repr=False)  # what children's environments are picked from (never whole)
+    cache: Path
+    host_os: str
+    debug: bool = False
+    ci: bool = False  # $CI: no progress bars, no prompts
+    github: GitHubContext = field(default_factory=GitHubContext)
+    hf_endpoint: str = "https://huggingface.co"
+    hf_token: str | None = field(default=None, repr=False)
+    source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH: archive timestamps
+    windows: WindowsHost | None = None  # on Windows: SystemRoot and PATH, where the DLL loader looks (doctor, install)
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Any:
+        """From ``env`` (default: this process's environment); ``flags`` (cache=..., debug=..., and a subclass's own
+        fields) replace what the environment would give, as command-line flags do; None values are ignored."""
+        env = environment() if env is None else dict(env)
+        epoch = env.get("SOURCE_DATE_EPOCH", "").strip()
+        if epoch and not epoch.isdigit():
+            raise ConfigError(f"SOURCE_DATE_EPOCH={epoch!r} is not a number of seconds since 1970")
+        values: dict[str, Any] = dict(
+            env=env, cache=default_cache(env), host_os=host_os(), debug=flag(env, "ROCKBUILD_DEBUG"),
+            ci=flag(env, "CI"), github=GitHubContext.from_environment(env),
+            hf_endpoint=(env.get("HF_ENDPOINT", "").strip() or "https://huggingface.co").rstrip("/"),
+            hf_token=env.get("HF_TOKEN", "").strip() or None, source_date_epoch=int(epoch) if epoch else None,
+        )
+        values.update({k: v for k, v in flags.items() if v is not None})
+        if values["host_os"] == "windows" and values.get("windows") is None:
+            values["windows"] = WindowsHost.from_environment(env)
+        return cls(**values)
+
+    def but(self, **changes: Any) -> Any:
+        """A copy with ``changes`` (None values are ignored, as for an absent flag)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,100 @@
+"""The words every layer shares: a check and its findings, a GPU and the devices a smoke test runs on, a compiler
+toolchain, and the fixed sets of names (statuses, severities, steps) that records and reports use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import PureWindowsPath
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    failures: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "failures": list(self.failures), "warnings": list(self.warnings),
+                "details": dict(self.details)}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # ROCm's device index (GPU nodes in node order)
+    node: int  # the KFD topology node
+    target: str  # gfx1151
+    products: str  # from the family table, "" when unknown
+    integrated: bool
+    integrated_reason: str
+    compute_units: int
+    simd_count: int
+    device_id: int
+    drm_render_minor: int | None
+    local_mem_bytes: int  # VRAM (a dGPU) or the BIOS carve-out (an APU), from the node's memory banks
+
+    @property
+    def label(self) -> str:
+        kind = "iGPU" if self.integrated else "dGPU"
+        what = f" ({self.products})" if self.products else ""
+        return f"GPU {self.index}: {self.target} {kind}{what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "node": self.node, "target": self.target, "products": self.products,
+                "integrated": self.integrated, "integrated_reason": self.integrated_reason,
+                "compute_units": self.compute_units, "simd_count": self.simd_count,
+                "device_id": f"0x{self.device_id:04x}", "drm_render_minor": self.drm_render_minor,
+                "local_mem_bytes": self.local_mem_bytes}
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # ok | info | warning | error
+    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll
+    message: str
+    action: str = ""  # one line: what to do
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "topic": self.topic, "message": self.message, "action": self.action}
+
+
+@dataclass(frozen=True)
+class SmokeDevices:
+    """What a backend's smoke test found before any run: the devices, whether a GPU run is expected and why, the
+    ``-dev`` every run gets, and why no run may start (``preflight``)."""
+
+    devices: tuple[str, ...]  # as the report lists them: gfx targets (ROCm), "Vulkan0: llvmpipe ..." (Vulkan)
+    expect: bool
+    reason: str
+    device: str | None = None
+    preflight: str | None = None
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    platform: str  # linux | windows
+    kind: str  # therock | opt-rocm | debian
+    prefix: str  # the real ROCm prefix (/usr on Debian)
+    llvm_bin: str
+    c_compiler: str
+    cxx_compiler: str
+    device_lib_dir: str | None
+    device_lib_in_resource_dir: bool  # informational: where clang looks when ROCM_PATH is not set
+
+    @property
+    def windows(self) -> bool:
+        return self.platform == "windows"
+
+    def cmake_path(self, path: str) -> str:
+        """Forward slashes on Windows too: a backslash in a CMake string is an escape character."""
+        return PureWindowsPath(path).as_posix() if self.windows else path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform, "kind": self.kind, "prefix": self.prefix, "llvm_bin": self.llvm_bin,
+            "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "device_lib_dir": self.device_lib_dir,
+            "device_lib_in_resource_dir": self.device_lib_in_resource_dir,
+        }
