@@ -7,6 +7,7 @@ function of a stage module and ends in :func:`show`. Stage modules are imported 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
+from rockbuild.core.jobs import Job
+from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 from rockbuild.settings import Settings
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -76,7 +79,27 @@ def file(**kw: Any) -> click.Path:
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 MATRIX_FILE = click.option("-c", "--config", "config", type=file(), default=None,
                            help="Matrix YAML (default: the shipped matrices/nightly.yaml).")
-JOB_SELECTION = options(
+def option_group(name: str, make: Callable[..., Any], *decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click options that come to the command as one value: ``make(**their values)`` passed as ``name``
+    (each option's parameter name is a keyword of ``make``)."""
+
+    def apply(func: F) -> F:
+        before = len(getattr(func, "__click_params__", []))
+        wrapped = options(*decorators)(func)
+        added = [p.name for p in getattr(wrapped, "__click_params__", [])[before:]]
+
+        @functools.wraps(wrapped)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = make(**{param: kwargs.pop(param) for param in added if param})
+            return func(*args, **kwargs)
+
+        return command  # type: ignore[return-value]
+
+    return apply
+
+
+JOB_SELECTION = option_group(
+    "selection", lambda config, only, oses, targets: JobSelection(config, tuple(only), tuple(oses), tuple(targets)),
     MATRIX_FILE,
     click.option("--only", multiple=True, metavar="GLOB",
                  help="Keep jobs whose id matches (fnmatch, {a,b} braces). Repeatable."),
@@ -85,29 +108,34 @@ JOB_SELECTION = options(
     click.option("--target", "targets", multiple=True, metavar="NAME[,NAME]",
                  help="Only these families/targets (gfx110X, gfx1151, ...). Replaces the matrix's target axis."),
 )
-NIGHT_PINS = options(
+NIGHT_PINS = option_group(
+    "pins", Pins,
     click.option("--llama-ref", default=None, metavar="REF",
                  help="llama.cpp tag, branch or full commit (default: the matrix's llama_ref; latest = master)."),
     click.option("--rocm-version", default=None, metavar="V",
                  help="'latest' or an exact TheRock version for every job."),
-    click.option("--max-age-days", type=click.IntRange(min=0), default=3, show_default=True,
+    click.option("--max-age-days", type=click.IntRange(min=0), default=DEFAULT_MAX_AGE_DAYS, show_default=True,
                  help="Fail a job whose newest ROCm tarball ('latest') is older than this."),
     click.option("--index-url", default=None, help="Read this TheRock index page instead of the channels' hosts."),
     click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one)."),
 )
-GITHUB = options(
+GITHUB = option_group(
+    "github", GitHubTarget,
     click.option("--repo", default=None, metavar="OWNER/NAME", help="Repository (default: $GITHUB_REPOSITORY)."),
     click.option("--api-url", default=None, metavar="URL",
                  help="GitHub API (default: https://api.github.com; GitHub Enterprise: https://HOST/api/v3)."),
 )
-MODEL = options(
+MODEL = option_group(
+    "model", lambda model_spec, vocab: ModelChoice(model_spec, vocab),
     click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny",
                  help="GGUF to run (default: the pinned Qwen3-0.6B-Q4_0, downloaded once). 'tiny': a random-weight "
                  "Qwen3 made here (needs rockbuild[tiny]); it proves loading and generation, not quality."),
     click.option("--vocab", type=file(exists=True), default=None,
                  help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
 )
-COMPILE = options(
+COMPILE = option_group(
+    "compile_flags", lambda offline, ccache_dir, no_ccache, prune_fatbin: CompileFlags(
+        offline, ccache_dir, not no_ccache, prune_fatbin),
     click.option("--offline", is_flag=True,
                  help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone)."),
     click.option("--ccache-dir", type=folder(), default=None, help="ccache directory (default: <cache>/ccache)."),
@@ -124,3 +152,12 @@ def split_list(values: tuple[str, ...] | str | None) -> list[str]:
     """Repeatable, comma-separated option values as one list (``--targets gfx1100,gfx1101``)."""
     items = [values] if isinstance(values, str) else list(values or ())
     return [t.strip() for v in items for t in v.split(",") if t.strip()]
+
+
+def matrix_jobs(selection: JobSelection) -> list[Job]:
+    """The jobs of the selection's matrix file (-c), its --os and --target axes applied (not yet --only)."""
+    from rockbuild.matrix import split_list as split_axis
+
+    return settings().but(matrix_file=selection.config).jobs(
+        os_override=split_axis(selection.oses, aliases={"ubuntu": "linux"}),
+        target_override=split_axis(selection.targets))

@@ -17,9 +17,11 @@ from rockbuild.commands.common import (
     command,
     file,
     folder,
+    matrix_jobs,
     settings,
     show,
 )
+from rockbuild.core.options import CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 
 if TYPE_CHECKING:
     from rockbuild.nightly import NightData
@@ -37,9 +39,7 @@ PUBLISH_CONFIG = click.option(
               help="Write the inputs here.")
 @click.option("--json", "as_json", is_flag=True, help="Also print the inputs as JSON on stdout.")
 @GITHUB
-def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
-            llama_ref: str | None, rocm_version: str | None, max_age_days: int, index_url: str | None,
-            git_url: str | None, out_file: Path, as_json: bool, repo: str | None, api_url: str | None) -> None:
+def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, github: GitHubTarget) -> None:
     """Pin the night's inputs once for every job: the llama.cpp commit and each group's ROCm tarball (inputs.json).
 
     A group whose newest tarball is older than --max-age-days fails its own jobs (building them with --inputs
@@ -49,17 +49,15 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
     from rockbuild import matrix as matrix_mod
     from rockbuild.nightly import resolve_inputs
 
-    jobs = settings().but(matrix_file=config).jobs(
-        os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
-        target_override=matrix_mod.split_list(targets),
-    )
-    inputs = resolve_inputs(matrix_mod.select_jobs(jobs, only), llama_ref=llama_ref, rocm_version=rocm_version,
-                            max_age_days=max_age_days, index_url=index_url, git_url=git_url, quiet=as_json)
-    if repo:
+    jobs = matrix_mod.select_jobs(matrix_jobs(selection), selection.only)
+    inputs = resolve_inputs(jobs, llama_ref=pins.llama_ref, rocm_version=pins.rocm_version,
+                            max_age_days=pins.max_age_days, index_url=pins.index_url, git_url=pins.git_url,
+                            quiet=as_json)
+    if github.repo:
         from rockbuild.nightly.resolve import attach_last_good
         from rockbuild.nightly.run import known_good, release_manifests
 
-        history = release_manifests(repo, api_url=api_url, token=settings().github.token)
+        history = release_manifests(github.repo, api_url=github.api_url, token=settings().github.token)
         good, _read = known_good(inputs, history)
         inputs = attach_last_good(inputs, good, quiet=as_json)
     inputs.write(out_file)
@@ -98,13 +96,9 @@ def resolve(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], t
 @click.option("--json", "as_json", is_flag=True, help="Print the night's report (or plan) as JSON on stdout.")
 @click.pass_context
 def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
-            inputs_file: Path | None, config: Path | None, only: tuple[str, ...], oses: tuple[str, ...],
-            targets: tuple[str, ...], publish_release: bool | None, parallel: int, compile_jobs: int | None,
-            out_dir: Path, llama_ref: str | None, rocm_version: str | None, max_age_days: int,
-            index_url: str | None, git_url: str | None, repo: str | None, api_url: str | None,
-            publish_config: Path | None, smoke_test: bool, model_spec: str | None,
-            vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
-            prune_fatbin: bool | None, as_json: bool) -> None:
+            inputs_file: Path | None, selection: JobSelection, publish_release: bool | None, parallel: int,
+            compile_jobs: int | None, out_dir: Path, pins: Pins, github: GitHubTarget, publish_config: Path | None,
+            smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
@@ -123,12 +117,9 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     mode = night_mode(plan, job_id, release, job_dirs)
     overview = Overview(enabled=not as_json and mode in (None, "job"))
     options = NightOptions(
-        only=only, llama_ref=llama_ref, rocm_version=rocm_version,
-        max_age_days=max_age_days, index_url=index_url, git_url=git_url, out=out_dir, publish=publish_release,
-        repo=repo, api_url=api_url, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
-        model=model_spec, vocab=vocab, offline=offline, ccache_dir=ccache_dir, use_ccache=not no_ccache,
-        prune_fatbin=prune_fatbin, quiet=as_json, on_event=overview.on_event,
-        data=night_data(config, oses, targets, publish_config), context=settings(),
+        only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
+        publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
+        on_event=overview.on_event, data=night_data(selection, publish_config), context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -151,16 +142,13 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     ctx.exit(report.exit_code)
 
 
-def night_data(config: Path | None, oses: tuple[str, ...] = (), targets: tuple[str, ...] = (),
-               publish_config: Path | None = None) -> NightData:
+def night_data(selection: JobSelection, publish_config: Path | None = None) -> NightData:
     """What a night reads from the data files (-c, --os, --target, --publish-config), loaded once here."""
-    from rockbuild import matrix as matrix_mod
     from rockbuild.nightly import NightData
 
-    files = settings().but(matrix_file=config, publish_file=publish_config)
-    jobs = files.jobs(os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
-                      target_override=matrix_mod.split_list(targets))
-    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy)
+    files = settings().but(publish_file=publish_config)
+    return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
+                     policy=files.policy)
 
 
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:
@@ -197,18 +185,16 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
 @JSON
 def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | None, llama_ref: str | None,
            index_url: str | None, git_url: str | None, out_dir: Path, smoke_test: bool, compile_jobs: int | None,
-           model_spec: str | None, vocab: Path | None, offline: bool, ccache_dir: Path | None, no_ccache: bool,
-           prune_fatbin: bool | None, as_json: bool) -> None:
+           model: ModelChoice, compile_flags: CompileFlags, as_json: bool) -> None:
     """Name the first ROCm nightly that breaks a job: build, bundle and smoke-test the nightlies between a good and a
     bad date, halving the range each time (ccache and the per-date folders make a re-run cheap)."""
     from rockbuild.nightly import NightOptions
     from rockbuild.nightly.bisect import bisect_rocm, parse_date
 
     options = NightOptions(
-        llama_ref=llama_ref, index_url=index_url, git_url=git_url, out=out_dir, publish=False,
-        compile_jobs=compile_jobs, smoke=smoke_test, model=model_spec, vocab=vocab, offline=offline,
-        ccache_dir=ccache_dir, use_ccache=not no_ccache, prune_fatbin=prune_fatbin, quiet=as_json,
-        data=night_data(config), context=settings(),
+        pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url), model=model, compile=compile_flags,
+        out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
+        data=night_data(JobSelection(config)), context=settings(),
     )
     show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
          as_json)
@@ -231,8 +217,8 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
 @click.option("--out", "out_dir", type=folder(), default=None,
               help="Folder for the release files (default: release/ beside the job folders).")
 @JSON
-def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | None, api_url: str | None,
-            publish_config: Path | None, tag: str | None, scheme: str | None,
+def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHubTarget, publish_config: Path | None,
+            tag: str | None, scheme: str | None,
             draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None,
             as_json: bool) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
@@ -245,8 +231,8 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
     from rockbuild.publish.release import publish as publish_release
 
     show(publish_release(PublishOptions(
-        job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=repo, api_url=api_url, tag=tag, scheme=scheme,
-        draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, context=settings(),
+        job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=github.repo, api_url=github.api_url, tag=tag,
+        scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, context=settings(),
     ), settings().but(publish_file=publish_config).publish), as_json)
 
 
@@ -255,12 +241,12 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, repo: str | No
 @click.option("--run-url", required=True, metavar="URL", help="The CI run that failed (linked from the issue).")
 @GITHUB
 @JSON
-def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: str | None, as_json: bool) -> None:
+def alert(job_dirs: tuple[Path, ...], run_url: str, github: GitHubTarget, as_json: bool) -> None:
     """Comment on the open 'nightly-failure' issue (or open one) with each failed job, its step and log tail."""
     from rockbuild.publish.alert import send_alert
 
-    show(send_alert(job_dirs, run_url=run_url, repo=repo, api_url=api_url, quiet=as_json, context=settings(),
-                    config=settings().publish), as_json)
+    show(send_alert(job_dirs, run_url=run_url, repo=github.repo, api_url=github.api_url, quiet=as_json,
+                    context=settings(), config=settings().publish), as_json)
 
 
 @command
@@ -271,15 +257,15 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, repo: str | None, api_url: s
               help="Flag a figure more than this many per cent below the median of the 7 releases before it.")
 @click.option("--alert", is_flag=True, help="File the drops as a 'performance-regression' issue (token: issues write).")
 @JSON
-def perf(repo: str | None, api_url: str | None, last: int, threshold: float, alert: bool, as_json: bool) -> None:
+def perf(github: GitHubTarget, last: int, threshold: float, alert: bool, as_json: bool) -> None:
     """Each asset's GPU llama-bench figures (pp512, tg128) release after release; exit 1 when one dropped."""
     from rockbuild.core.errors import UsageError
     from rockbuild.perf import PerfRegression, read_perf
 
-    repo = repo or settings().github.repository
+    repo = github.repo or settings().github.repository
     if not repo:
         raise UsageError("which releases? pass --repo OWNER/NAME")
-    report = read_perf(repo, context=settings(), api_url=api_url, last=last, threshold=threshold, alert=alert,
+    report = read_perf(repo, context=settings(), api_url=github.api_url, last=last, threshold=threshold, alert=alert,
                        quiet=as_json)
     show(report, as_json)
     if report.drops:

@@ -19,11 +19,13 @@ from rockbuild.commands.common import (
     command,
     file,
     folder,
+    matrix_jobs,
     options,
     settings,
     show,
     split_list,
 )
+from rockbuild.core.options import CompileFlags, JobSelection, ModelChoice
 
 OS_CHOICE = click.Choice(["linux", "windows"])
 
@@ -39,8 +41,7 @@ OS_CHOICE = click.Choice(["linux", "windows"])
               help="List the GPU families instead (matrices/families.yaml): targets, tarball group per OS, and "
               "where TheRock publishes each from.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json (as every other command has it).")
-def matrix(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], targets: tuple[str, ...],
-           fmt: str, list_families: bool, as_json: bool) -> None:
+def matrix(selection: JobSelection, fmt: str, list_families: bool, as_json: bool) -> None:
     """Expand the OS x GPU-family matrix into build jobs."""
     from rockbuild import matrix as matrix_mod
 
@@ -55,11 +56,8 @@ def matrix(config: Path | None, only: tuple[str, ...], oses: tuple[str, ...], ta
         matrix_mod.print_families(settings().families, fmt)
         return
 
-    jobs = settings().but(matrix_file=config).jobs(
-        os_override=matrix_mod.split_list(oses, aliases={"ubuntu": "linux"}),
-        target_override=matrix_mod.split_list(targets),
-    )
-    matrix_mod.print_jobs(matrix_mod.select_jobs(jobs, only), fmt, settings().github.output)
+    matrix_mod.print_jobs(matrix_mod.select_jobs(matrix_jobs(selection), selection.only), fmt,
+                          settings().github.output)
 
 
 ROCM_SOURCE = options(
@@ -163,8 +161,7 @@ def rocm_info(root: Path, as_json: bool) -> None:
 def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
-          offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None, make_bundle: bool,
-          inputs_file: Path | None, as_json: bool) -> None:
+          compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, as_json: bool) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
     from rockbuild.build.driver import BuildOptions
     from rockbuild.build.source import DEFAULT_GIT_URL
@@ -173,8 +170,8 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
 
     build_options = BuildOptions(
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
-        git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=offline, jobs=jobs,
-        use_ccache=not no_ccache, ccache_dir=ccache_dir, context=settings(),
+        git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=compile_flags.offline,
+        jobs=jobs, use_ccache=compile_flags.use_ccache, ccache_dir=compile_flags.ccache_dir, context=settings(),
     )
     matrix = settings().but(matrix_file=config)
     inputs = load_inputs(inputs_file) if inputs_file is not None else None
@@ -183,7 +180,8 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
     else:
         job = matrix.job(target=target, family=family, job_id=job_id, os_name=os_name)
     show(build_and_bundle(build_options, job, policy=settings().policy, inputs=inputs, make_bundle=make_bundle,
-                          prune_fatbin=prune_fatbin, quiet=as_json, git_url_flag=git_url is not None), as_json)
+                          prune_fatbin=compile_flags.prune_fatbin, quiet=as_json, git_url_flag=git_url is not None),
+         as_json)
 
 
 @command
@@ -248,16 +246,16 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 @click.option("--report", "report_path", type=file(), default=None,
               help="Write smoke.json here (default: the job folder, beside bundle/).")
 @click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
-def smoke(bundle_dir: Path, model_spec: str | None, vocab: Path | None, expect_gpu: str, device: str | None,
+def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | None,
           bench_preset: str, report_path: Path | None, as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
-    model = provide_model(model_spec, vocab=vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
+    chosen = provide_model(model.spec, vocab=model.vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
                                        device=device)
-    report = run_smoke(bundle_dir, model, options, report_path=report_path, quiet=as_json)
+    report = run_smoke(bundle_dir, chosen, options, report_path=report_path, quiet=as_json)
     show(report, as_json)
     report.raise_if_failed()
 

@@ -129,8 +129,8 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
     job = find_job(select_night_jobs(options), job_id)
     if not get_backend(job.backend).needs_rocm:
         raise UsageError(f"{job.id} is a {job.backend} job: it uses no ROCm, so there is no ROCm nightly to bisect")
-    candidates = nightly_tarballs(job, good, bad, index_url=options.index_url, fetch_text=fetch_text)
-    llama = resolve_llama(options.llama_ref or job.llama_ref, options.git_url or DEFAULT_GIT_URL)
+    candidates = nightly_tarballs(job, good, bad, index_url=options.pins.index_url, fetch_text=fetch_text)
+    llama = resolve_llama(options.pins.llama_ref or job.llama_ref, options.pins.git_url or DEFAULT_GIT_URL)
     say = (lambda m: None) if options.quiet else console.info
     say(f"bisect {job.id}: {len(candidates)} nightlies from {good} to {bad}, llama.cpp {llama.commit[:12]}")
     trials: list[Trial] = []
@@ -138,7 +138,7 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
     def test(rocm: RocmInput) -> bool:
         out = Path(options.out).absolute() / str(rocm.version)
         inputs = Inputs(llama=llama, rocm={rocm.key: rocm}, jobs=(job,), job_rocm={job.id: rocm.key},
-                        index_url=options.index_url)
+                        index_url=options.pins.index_url)
         with console.step(f"{job.id} on ROCm {rocm.describe()}") as step:
             outcome = job_stages(job, Night(replace(options, out=out), inputs), rocm)
             if outcome.status != "ok":

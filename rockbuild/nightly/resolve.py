@@ -26,9 +26,9 @@ from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS
 
 SCHEMA = 1
-DEFAULT_MAX_AGE_DAYS = 3
 _LATEST_ALIASES = ("latest", "")
 
 

@@ -30,12 +30,12 @@ from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError, RockbuildError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.jobfolder import JobFolder
 from rockbuild.nightly.stages import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
 from rockbuild.publish.config import PublishConfig
 
 from .resolve import (
-    DEFAULT_MAX_AGE_DAYS,
     Inputs,
     RocmInput,
     attach_last_good,
@@ -125,27 +125,21 @@ class NightData:
 
 @dataclass(frozen=True)
 class NightOptions:
+    """How a night runs: the option groups of ``rockbuild nightly`` (pins, GitHub, model, compile flags) and its own
+    flags, with the data files (:class:`NightData`) and the run's context."""
+
     only: tuple[str, ...] = ()  # --only globs over the data's jobs
-    llama_ref: str | None = None
-    rocm_version: str | None = None
-    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
-    index_url: str | None = None
-    git_url: str | None = None
+    pins: Pins = field(default_factory=Pins)  # the llama.cpp ref, ROCm version, index and repository
+    github: GitHubTarget = field(default_factory=GitHubTarget)  # where the release goes (None: no publishing)
+    model: ModelChoice = field(default_factory=ModelChoice)  # the smoke model
+    compile: CompileFlags = field(default_factory=CompileFlags)  # offline, ccache, fat-binary pruning
     out: Path = Path("out")
     publish: bool | None = None  # None: publish when a repository is known
-    repo: str | None = None
-    api_url: str | None = None
     token: str | None = None  # default $GITHUB_TOKEN / $GH_TOKEN
     parallel: int = 1  # jobs at a time
     compile_jobs: int | None = None
     smoke: bool = True
-    model: str | None = None  # smoke model: None (the configured one), tiny, a path or a URL
-    vocab: Path | None = None
     cache: Path | None = None
-    use_ccache: bool = True
-    ccache_dir: Path | None = None
-    offline: bool = False
-    prune_fatbin: bool | None = None  # None: prune when the ROCm root can prove it (bundle.plan.make_plan)
     run_url: str | None = None
     step_summary: Path | None = None
     throttle: bool = True
@@ -227,7 +221,7 @@ class Night:
             if self._model is None:
                 from rockbuild.smoke.models import provide_model
 
-                self._model = provide_model(self.options.model, vocab=self.options.vocab, cache=self.cache,
+                self._model = provide_model(self.options.model.spec, vocab=self.options.model.vocab, cache=self.cache,
                                             context=self.options.context, smoke=self.options.data.smoke,
                                             quiet=self.options.quiet)
             return self._model
@@ -339,12 +333,12 @@ class _JobRun:
         options, inputs = self.options, self.inputs
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], (self.tarball or {}).get("sha256"),
                                                inputs.llama.to_dict(), self.job.to_dict(), __version__,
-                                               options.offline)
+                                               options.compile.offline)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
-                out_dir=self.night.out, offline=options.offline, jobs=options.compile_jobs,
-                use_ccache=options.use_ccache, ccache_dir=options.ccache_dir, cache=self.night.cache,
+                out_dir=self.night.out, offline=options.compile.offline, jobs=options.compile_jobs,
+                use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
                 context=options.context,
             ), inputs, self.root)
             try:
@@ -356,7 +350,7 @@ class _JobRun:
 
     def bundle(self) -> Stage:
         folder, job = self.folder, self.job
-        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.prune_fatbin)
+        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.compile.prune_fatbin)
 
         def still_there(_entry: dict[str, Any]) -> bool:
             meta = folder.bundle_meta() or {}
@@ -370,7 +364,7 @@ class _JobRun:
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
                 bundle_job(job, folder.bin_dir, self.root, folder.bundle_dir, policy=self.options.data.policy,
                            quiet=self.options.quiet,
-                           prune_fatbin=self.options.prune_fatbin)
+                           prune_fatbin=self.options.compile.prune_fatbin)
 
         def failed(exc: RockbuildError) -> None:
             folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")
@@ -379,7 +373,7 @@ class _JobRun:
 
     def smoke(self) -> Stage:
         folder, options = self.folder, self.options
-        key = fingerprint("smoke", self.keys["bundle"], options.model)
+        key = fingerprint("smoke", self.keys["bundle"], options.model.spec)
         if not options.smoke:
             folder.smoke_json.unlink(missing_ok=True)
             return Stage("smoke", key, skip=True)
@@ -544,7 +538,7 @@ class NightPlan:
 def _repo_and_token(options: NightOptions) -> tuple[str | None, str | None, bool]:
     github = options.context.github
     token = options.token if options.token is not None else github.token
-    repo = options.repo or github.repository
+    repo = options.github.repo or github.repository
     publishing = options.publish if options.publish is not None else repo is not None
     if publishing and repo is None:
         raise UsageError("--publish needs a repository", hint="pass --repo OWNER/NAME, or --no-publish")
@@ -563,16 +557,16 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     repo, token, publishing = _repo_and_token(options)
     jobs = select_night_jobs(options)
     with console.step("resolve the night's inputs"):
-        inputs = resolve_inputs(jobs, llama_ref=options.llama_ref, rocm_version=options.rocm_version,
-                                max_age_days=options.max_age_days, index_url=options.index_url,
-                                git_url=options.git_url, quiet=options.quiet)
+        inputs = resolve_inputs(jobs, llama_ref=options.pins.llama_ref, rocm_version=options.pins.rocm_version,
+                                max_age_days=options.pins.max_age_days, index_url=options.pins.index_url,
+                                git_url=options.pins.git_url, quiet=options.quiet)
         path = inputs.write(_inputs_file(options, inputs_file))
     counted = [j for j in jobs if host is None or j.os == host]
     plan = NightPlan(inputs, path, tuple(counted))
     if not publishing:
         return plan
     assert repo is not None
-    manifest = latest_manifest(repo, api_url=options.api_url, token=token)
+    manifest = latest_manifest(repo, api_url=options.github.api_url, token=token)
     if manifest is None:
         return plan
     buildable = [j.id for j in counted if not inputs.unresolved(j.id)]
@@ -585,7 +579,7 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
         + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
     # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs),
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
-    good, read = known_good(inputs, release_manifests(repo, api_url=options.api_url, token=token))
+    good, read = known_good(inputs, release_manifests(repo, api_url=options.github.api_url, token=token))
     inputs = promote_proven(attach_last_good(inputs, good, quiet=options.quiet), read, quiet=options.quiet)
     inputs.write(path)
     jobs_now = {j.id: j for j in inputs.jobs}
@@ -654,7 +648,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
 
         try:
             with console.step("publish"):
-                result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.api_url, token=token,
+                result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.github.api_url, token=token,
                                                 out=Path(options.out).absolute() / "release",
                                                 run_url=options.run_url, step_summary=options.step_summary,
                                                 throttle=options.throttle, quiet=options.quiet,
@@ -720,7 +714,7 @@ def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, t
     run_url = options.run_url or options.context.github.run_url or f"file://{Path(options.out).absolute()}"
     try:
         with console.step("alert"):
-            report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.api_url, token=token,
+            report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
                                 context=options.context, config=options.data.publish,
                                 throttle=options.throttle, quiet=options.quiet)
         return report.message

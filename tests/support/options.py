@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild.core.jobs import Job
+from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.matrix import split_list
 from rockbuild.nightly import NightData, NightOptions
 from rockbuild.settings import Settings
@@ -26,10 +27,25 @@ def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Se
     return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy)
 
 
+_GROUPS = {
+    "pins": (Pins, ("llama_ref", "rocm_version", "max_age_days", "index_url", "git_url")),
+    "github": (GitHubTarget, ("repo", "api_url")),
+    "model": (ModelChoice, ("spec", "vocab")),
+    "compile": (CompileFlags, ("offline", "ccache_dir", "use_ccache", "prune_fatbin")),
+}
+
+
 def night_options(*, config: Path | None = None, oses: Sequence[str] = (), targets: Sequence[str] = (),
                   publish_config: Path | None = None, env: Mapping[str, str] | None = None,
                   **values: Any) -> NightOptions:
-    """NightOptions as ``rockbuild nightly`` makes them: -c, --os, --target and --publish-config become its data."""
+    """NightOptions as ``rockbuild nightly`` makes them: -c, --os, --target and --publish-config become its data, and
+    the flags of each option group (``llama_ref=``, ``repo=``, ``model=`` (the spec), ``use_ccache=``...) its values."""
+    if "model" in values and not isinstance(values["model"], ModelChoice):
+        values["spec"] = values.pop("model")
+    for group, (make, names) in _GROUPS.items():
+        given = {name: values.pop(name) for name in names if name in values}
+        if given:
+            values[group] = make(**given)
     return NightOptions(**values, data=night_data(config, oses, targets, publish_config), context=settings(env))
 
 

@@ -1,0 +1,58 @@
+"""The values the command line's option groups yield: each group of flags that several commands share comes to the
+command as one frozen value (as cibuildwheel's options are one object), which the stages and the night take whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_AGE_DAYS = 3  # a group whose newest nightly is older fails its jobs (stale inputs)
+
+
+@dataclass(frozen=True)
+class JobSelection:
+    """``-c FILE --only GLOB --os OS --target NAME``: which jobs of which matrix file."""
+
+    config: Path | None = None  # None: the shipped matrices/nightly.yaml
+    only: tuple[str, ...] = ()  # fnmatch globs over job ids, {a,b} braces
+    oses: tuple[str, ...] = ()  # replaces the matrix's os axis
+    targets: tuple[str, ...] = ()  # replaces the matrix's target axis
+
+
+@dataclass(frozen=True)
+class Pins:
+    """``--llama-ref --rocm-version --max-age-days --index-url --git-url``: what a night builds from."""
+
+    llama_ref: str | None = None  # None: the matrix's llama_ref
+    rocm_version: str | None = None  # 'latest' or an exact TheRock version for every job
+    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
+    index_url: str | None = None  # a TheRock index page instead of the channels' hosts
+    git_url: str | None = None  # None: the upstream llama.cpp repository
+
+
+@dataclass(frozen=True)
+class GitHubTarget:
+    """``--repo --api-url``: where releases and issues live (None: $GITHUB_REPOSITORY, api.github.com)."""
+
+    repo: str | None = None
+    api_url: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """``--model --vocab``: the smoke model (None: the pinned one; ``tiny``, a path or a URL)."""
+
+    spec: str | None = None
+    vocab: Path | None = None  # llama.cpp's ggml-vocab-qwen2.gguf, for the tiny model
+
+
+@dataclass(frozen=True)
+class CompileFlags:
+    """``--offline --ccache-dir --no-ccache --prune-fatbin``: how a build compiles and bundles."""
+
+    offline: bool = False  # system OpenSSL instead of BoringSSL's configure-time clone
+    ccache_dir: Path | None = None  # None: <cache>/ccache
+    use_ccache: bool = True
+    prune_fatbin: bool | None = None  # None: prune when the ROCm root can prove it
+
