@@ -16,14 +16,14 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rockbuild import __version__, console
-from rockbuild.backends import get_backend
+from rockbuild.backends import Backend, get_backend
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
@@ -424,166 +424,194 @@ def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
                        step=step, log=log, tail=tail)
 
 
+@dataclass
+class _Build:
+    """One build as its steps fill it in: what they share (the environment, ccache, the notices seen so far) and
+    what build.json records (``recorded``: BuildResult's fields)."""
+
+    job: Job
+    options: BuildOptions
+    backend: Backend
+    job_dir: Path
+    build_dir: Path
+    log: Path
+    recorded: dict[str, Any] = field(default_factory=dict)
+    toolchain: Toolchain | None = None
+    source: LlamaSource | None = None
+    targets: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    ccache: str | None = None  # the ccache program, when used
+    ccache_dir: Path | None = None
+    notices: Notices = field(default_factory=Notices)
+
+    @property
+    def windows(self) -> bool:
+        return self.job.os == "windows"
+
+
+def _provide_rocm_step(b: _Build) -> None:
+    job, options = b.job, b.options
+    if b.backend.needs_rocm:
+        with console.step(f"ROCm for {job.id}"):
+            layout, rocm = _provide_rocm(job, options)
+            b.toolchain = b.backend.toolchain(job, layout)
+        b.recorded.update(rocm=rocm, toolchain=b.toolchain)
+        return
+    # build.json's rocm stays null: the job uses no ROCm (and ships none)
+    if options.rocm_dir is not None or options.rocm_version:
+        console.warn(f"{job.id} is a {b.backend.label} job: it uses no ROCm, --rocm/--rocm-version are ignored")
+    b.toolchain = b.backend.toolchain(job, None)
+    b.recorded.update(toolchain=b.toolchain)
+
+
+def _source_step(b: _Build) -> None:
+    with console.step("llama.cpp source"):
+        _log_header(b.log, "llama.cpp source")
+        b.source = _provide_source(b.options, b.job, b.log)
+        b.targets = tuple(shipped_targets(b.source.path))
+    b.recorded.update(source=b.source, build_targets=b.targets)
+
+
+def _configure_step(b: _Build) -> None:
+    job, options, backend, build_dir, log = b.job, b.options, b.backend, b.build_dir, b.log
+    assert b.source is not None
+    with console.step(f"configure ({job_label(job)})"):
+        msvc = capture_msvc_environment(b.job_dir, vcvars=options.vcvars, log=log) if b.windows else None
+        cache = options.cache or options.context.cache
+
+        def environment(ccache_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
+            return backend.build_environment(job, b.toolchain, msvc=msvc, ccache_dir=ccache_dir)
+
+        env, variables = environment()
+        path = env.get("PATH") or env.get("Path") or ""
+        for tool, package in (("cmake", "cmake"), ("ninja", "ninja-build")):
+            if shutil.which(tool, path=path) is None:
+                raise BuildError(f"{tool} is not installed (not on PATH); install {package}")
+        b.ccache = shutil.which("ccache", path=path) if options.use_ccache else None
+        b.ccache_dir = Path(options.ccache_dir or cache / "ccache").absolute()
+        if b.ccache:
+            b.ccache_dir.mkdir(parents=True, exist_ok=True)
+            env, variables = environment(b.ccache_dir)
+        elif options.use_ccache:
+            console.info("    ccache not found: compiling without a cache (install ccache for fast rebuilds)")
+        b.env = env
+        tools = {"cmake": first_line(["cmake", "--version"], env), "ninja": first_line(["ninja", "--version"], env)}
+        if b.ccache:
+            tools["ccache"] = first_line([b.ccache, "--version"], env)
+        compilers, own_tools = backend.compilers(job, b.toolchain, env)
+        tools.update(own_tools)
+        definitions = backend.cmake_definitions(job, b.toolchain, offline=options.offline,
+                                                build_info=b.source.cmake_build_info(), ccache=bool(b.ccache))
+        command = configure_command(b.source.path, build_dir, definitions)
+        ours = [*variables, "PATH", "Path"]
+        b.recorded.update(
+            compilers=compilers, tools=tools, cmake_definitions=tuple(definitions), cmake_command=tuple(command),
+            environment={k: env[k] for k in ours if k in env},
+        )
+        stamp = build_dir / _CONFIGURE_STAMP
+        fingerprint = _configure_fingerprint(command, env, variables)
+        configured = (build_dir / "CMakeCache.txt").is_file() and (build_dir / "build.ninja").is_file()
+        previous = json.loads(stamp.read_text(encoding="utf-8")) if configured and stamp.is_file() else {}
+        if {k: previous.get(k) for k in fingerprint} == fingerprint:
+            console.info(f"    {build_dir} is configured with this command already; not configuring again")
+            b.recorded["configure_skipped"] = True
+            b.notices = Notices(tuple(previous.get("warnings", ())))
+            for message in b.notices.messages:
+                console.warn(message)
+            _log_header(log, "configure: skipped (same command and environment as the last configure)")
+        else:
+            stamp.unlink(missing_ok=True)
+            build_dir.mkdir(parents=True, exist_ok=True)
+            if _forget_other_source(build_dir, b.source.path):
+                console.info(f"    {build_dir} was configured from another source tree; configuring afresh")
+            _log_header(log, "configure: " + " ".join(command))
+            try:
+                run(command, env=env, log=log, capture=False, timeout=options.configure_timeout,
+                    on_line=b.notices.on_line)
+            except ProcessError as exc:
+                b.recorded["warnings"] = tuple(b.notices.messages)
+                raise _failure("configure", exc, log) from None
+            write_json_atomic(stamp, {**fingerprint, "warnings": b.notices.messages})
+        b.recorded["warnings"] = tuple(b.notices.messages)
+
+
+def _compile_step(b: _Build) -> None:
+    jobs = b.options.jobs or os.cpu_count() or 2
+    build = compile_command(b.build_dir, list(b.targets), jobs=jobs)
+    b.recorded["compile_command"] = tuple(build)
+    with console.step(f"compile ({len(b.targets)} programs, -j{jobs})"):
+        console.info(f"    targets: {' '.join(b.targets)}")
+        before = ccache_counts(b.ccache, b.env) if b.ccache else None
+        _log_header(b.log, "compile: " + " ".join(build))
+        progress = NinjaProgress("compile")
+
+        def on_line(line: str) -> None:
+            progress.on_line(line)
+            b.notices.on_line(line)
+
+        try:
+            run(build, env=b.env, log=b.log, capture=False, timeout=b.options.compile_timeout, on_line=on_line)
+        except ProcessError as exc:
+            progress.close()
+            b.recorded.update(ninja=progress.summary(), warnings=tuple(b.notices.messages))
+            raise _failure("compile", exc, b.log) from None
+        progress.close()
+        b.recorded.update(ninja=progress.summary(), warnings=tuple(b.notices.messages))
+        if b.ccache:
+            assert b.ccache_dir is not None
+            ccache = ccache_report(before, ccache_counts(b.ccache, b.env), b.ccache_dir)
+        else:
+            ccache = {"enabled": False, "dir": None, "hits": None, "misses": None, "hit_rate": None}
+        b.recorded["ccache"] = ccache
+        objects = ", ".join(f"{n} {lang}" for lang, n in sorted(progress.objects.items())) or "no"
+        rate = ccache["hit_rate"]
+        did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
+        console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
+        b.recorded["binaries"] = tuple(_list_binaries(b.build_dir, b.job_dir, list(b.targets), b.windows))
+
+
+# A build's steps, in order: each fills in the build and records into build.json; the first to fail is its
+# failed_step (build.json, build.log's last line).
+BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
+    ("rocm", _provide_rocm_step), ("source", _source_step), ("configure", _configure_step),
+    ("compile", _compile_step),
+)
+
+
 def build_job(job: Job, options: BuildOptions) -> BuildResult:
     """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
     if job.os != options.context.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     started, start = _now(), time.monotonic()
     job_dir = Path(options.out_dir).absolute() / job.id
-    build_dir = job_dir / "build"
-    log = job_dir / "build.log"
+    b = _Build(job, options, get_backend(job.backend), job_dir, job_dir / "build", job_dir / "build.log")
     job_dir.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"rockbuild {__version__}: build {job.id} ({job_label(job)}), started {started}\n",
-                   encoding="utf-8")
+    b.log.write_text(f"rockbuild {__version__}: build {job.id} ({job_label(job)}), started {started}\n",
+                     encoding="utf-8")
     durations: dict[str, float] = {}
-    state: dict[str, Any] = {}
 
     def result(status: str, failed_step: str | None = None, error: Mapping[str, Any] | None = None) -> BuildResult:
         durations["total"] = round(time.monotonic() - start, 3)
         return BuildResult(
-            job=job, status=status, failed_step=failed_step, job_dir=job_dir, build_dir=build_dir, log=log,
+            job=job, status=status, failed_step=failed_step, job_dir=job_dir, build_dir=b.build_dir, log=b.log,
             offline=options.offline, started=started, finished=_now(), durations=dict(durations), error=error,
-            **state,
+            **b.recorded,
         )
 
-    windows = job.os == "windows"
-    backend = get_backend(job.backend)
-    toolchain: Toolchain | None = None
-    current = "rocm"
-    try:
+    for name, step in BUILD_STEPS:
         t0 = time.monotonic()
-        if backend.needs_rocm:
-            with console.step(f"ROCm for {job.id}"):
-                layout, rocm = _provide_rocm(job, options)
-                toolchain = backend.toolchain(job, layout)
-            state.update(rocm=rocm, toolchain=toolchain)
-        else:
-            # build.json's rocm stays null: the job uses no ROCm (and ships none)
-            if options.rocm_dir is not None or options.rocm_version:
-                console.warn(f"{job.id} is a {backend.label} job: it uses no ROCm, --rocm/--rocm-version are ignored")
-            toolchain = backend.toolchain(job, None)
-            state.update(toolchain=toolchain)
-        durations["rocm"] = round(time.monotonic() - t0, 3)
-
-        current = "source"
-        t0 = time.monotonic()
-        with console.step("llama.cpp source"):
-            _log_header(log, "llama.cpp source")
-            source = _provide_source(options, job, log)
-            targets = shipped_targets(source.path)
-        state.update(source=source, build_targets=tuple(targets))
-        durations["source"] = round(time.monotonic() - t0, 3)
-
-        current = "configure"
-        t0 = time.monotonic()
-        with console.step(f"configure ({job_label(job)})"):
-            msvc = None
-            if windows:
-                msvc = capture_msvc_environment(job_dir, vcvars=options.vcvars, log=log)
-            cache = options.cache or options.context.cache
-
-            def environment(ccache_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
-                return backend.build_environment(job, toolchain, msvc=msvc, ccache_dir=ccache_dir)
-
-            env, variables = environment()
-            path = env.get("PATH") or env.get("Path") or ""
-            for tool, package in (("cmake", "cmake"), ("ninja", "ninja-build")):
-                if shutil.which(tool, path=path) is None:
-                    raise BuildError(f"{tool} is not installed (not on PATH); install {package}")
-            ccache = shutil.which("ccache", path=path) if options.use_ccache else None
-            ccache_dir = Path(options.ccache_dir or cache / "ccache").absolute()
-            if ccache:
-                ccache_dir.mkdir(parents=True, exist_ok=True)
-                env, variables = environment(ccache_dir)
-            elif options.use_ccache:
-                console.info("    ccache not found: compiling without a cache (install ccache for fast rebuilds)")
-            tools = {
-                "cmake": first_line(["cmake", "--version"], env),
-                "ninja": first_line(["ninja", "--version"], env),
-            }
-            if ccache:
-                tools["ccache"] = first_line([ccache, "--version"], env)
-            compilers, own_tools = backend.compilers(job, toolchain, env)
-            tools.update(own_tools)
-            definitions = backend.cmake_definitions(job, toolchain, offline=options.offline,
-                                                    build_info=source.cmake_build_info(), ccache=bool(ccache))
-            command = configure_command(source.path, build_dir, definitions)
-            ours = [*variables, "PATH", "Path"]
-            shown_env = {k: env[k] for k in ours if k in env}
-            state.update(
-                compilers=compilers, tools=tools, cmake_definitions=tuple(definitions), cmake_command=tuple(command),
-                environment=shown_env,
-            )
-            stamp = build_dir / _CONFIGURE_STAMP
-            fingerprint = _configure_fingerprint(command, env, variables)
-            configured = (build_dir / "CMakeCache.txt").is_file() and (build_dir / "build.ninja").is_file()
-            previous = json.loads(stamp.read_text(encoding="utf-8")) if configured and stamp.is_file() else {}
-            if {k: previous.get(k) for k in fingerprint} == fingerprint:
-                console.info(f"    {build_dir} is configured with this command already; not configuring again")
-                state["configure_skipped"] = True
-                notices = Notices(tuple(previous.get("warnings", ())))
-                for message in notices.messages:
-                    console.warn(message)
-                _log_header(log, "configure: skipped (same command and environment as the last configure)")
-            else:
-                stamp.unlink(missing_ok=True)
-                build_dir.mkdir(parents=True, exist_ok=True)
-                if _forget_other_source(build_dir, source.path):
-                    console.info(f"    {build_dir} was configured from another source tree; configuring afresh")
-                _log_header(log, "configure: " + " ".join(command))
-                notices = Notices()
-                try:
-                    run(command, env=env, log=log, capture=False, timeout=options.configure_timeout,
-                        on_line=notices.on_line)
-                except ProcessError as exc:
-                    state["warnings"] = tuple(notices.messages)
-                    raise _failure("configure", exc, log) from None
-                write_json_atomic(stamp, {**fingerprint, "warnings": notices.messages})
-            state["warnings"] = tuple(notices.messages)
-        durations["configure"] = round(time.monotonic() - t0, 3)
-
-        current = "compile"
-        t0 = time.monotonic()
-        jobs = options.jobs or os.cpu_count() or 2
-        build = compile_command(build_dir, targets, jobs=jobs)
-        state["compile_command"] = tuple(build)
-        with console.step(f"compile ({len(targets)} programs, -j{jobs})"):
-            console.info(f"    targets: {' '.join(targets)}")
-            before = ccache_counts(ccache, env) if ccache else None
-            _log_header(log, "compile: " + " ".join(build))
-            progress = NinjaProgress("compile")
-
-            def on_line(line: str) -> None:
-                progress.on_line(line)
-                notices.on_line(line)
-
-            try:
-                run(build, env=env, log=log, capture=False, timeout=options.compile_timeout, on_line=on_line)
-            except ProcessError as exc:
-                progress.close()
-                state.update(ninja=progress.summary(), warnings=tuple(notices.messages))
-                raise _failure("compile", exc, log) from None
-            progress.close()
-            state.update(ninja=progress.summary(), warnings=tuple(notices.messages))
-            if ccache:
-                state["ccache"] = ccache_report(before, ccache_counts(ccache, env), ccache_dir)
-            else:
-                state["ccache"] = {"enabled": False, "dir": None, "hits": None, "misses": None, "hit_rate": None}
-            objects = ", ".join(f"{n} {lang}" for lang, n in sorted(progress.objects.items())) or "no"
-            rate = state["ccache"]["hit_rate"]
-            did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
-            console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
-            state["binaries"] = tuple(_list_binaries(build_dir, job_dir, targets, windows))
-        durations["compile"] = round(time.monotonic() - t0, 3)
-    except Exception as exc:
-        durations.setdefault(current, round(time.monotonic() - t0, 3))
-        error = _error_record(exc)
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"\n==> failed at step {current}: {error['message']}\n")
-            if error["hint"]:
-                fh.write(f"hint: {error['hint']}\n")
-        write_json_atomic(job_dir / "build.json", result("failed", current, error).to_dict())
-        raise
+        try:
+            step(b)
+        except Exception as exc:
+            durations[name] = round(time.monotonic() - t0, 3)
+            error = _error_record(exc)
+            with open(b.log, "a", encoding="utf-8") as fh:
+                fh.write(f"\n==> failed at step {name}: {error['message']}\n")
+                if error["hint"]:
+                    fh.write(f"hint: {error['hint']}\n")
+            write_json_atomic(job_dir / "build.json", result("failed", name, error).to_dict())
+            raise
+        durations[name] = round(time.monotonic() - t0, 3)
 
     done = result("ok")
     write_json_atomic(done.build_json, done.to_dict())
