@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rockbuild.backends import get_backend
+from rockbuild.bundle.audit import audit_bundle
 from rockbuild.core.environment import WindowsHost, environment
 from rockbuild.core.errors import RockbuildError
 from rockbuild.core.jobs import MIX, FamilyTable, load_families
@@ -315,14 +317,11 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
                  env: Mapping[str, str] | None = None) -> tuple[list[Finding], dict[str, Any]]:
     """Does the bundle carry kernels for each GPU found (a Vulkan bundle: does it see a Vulkan device), and does its
     audit pass?"""
-    from .bundle.audit import audit_bundle
-
     try:
         report = audit_bundle(bundle)
     except RockbuildError as exc:
         return [Finding("error", "bundle", f"cannot audit {bundle}: {exc.message}",
                         "pass the folder rockbuild install or rockbuild bundle made")], {"path": str(bundle)}
-    from .backends import get_backend
 
     # per flavour: kernels for each GPU found (ROCm), or the devices the host gives the bundle (Vulkan: SPIR-V has no
     # per-GPU kernels, the host's driver compiles them)

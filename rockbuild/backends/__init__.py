@@ -31,6 +31,15 @@ if TYPE_CHECKING:
     from rockbuild.rocm.layout import RocmLayout
     from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
+# what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in (the Vulkan
+# backend audits their absence)
+ROCM_LIBRARIES = (
+    "libggml-hip.so*", "ggml-hip.dll", "libamdhip64.so*", "amdhip64*.dll", "libhiprtc*.so*", "hiprtc*.dll",
+    "libhsa-runtime64.so*", "libamd_comgr*.so*", "amd_comgr*.dll", "librocblas.so*", "rocblas.dll",
+    "libhipblas*.so*", "hipblas*.dll", "librocsolver.so*", "rocsolver.dll", "librocsparse.so*", "rocsparse.dll",
+    "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
+)
+
 DEFAULT = "rocm"  # what a matrix without a backend axis, a bundle without bundle.json and `--backend`'s default mean
 
 

@@ -16,11 +16,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
+from rockbuild import console
 from rockbuild.build.cmake import compose_definitions, compose_environment, host_build_variables
+from rockbuild.bundle.fatbin import read_fatbin
+from rockbuild.bundle.kernels import target_order
+from rockbuild.bundle.policy import name_matches
+from rockbuild.bundle.pruning import with_pruning_proof
 from rockbuild.core.errors import BundleError, ConfigError, LayoutError
-from rockbuild.core.vocabulary import SmokeDevices, Toolchain
+from rockbuild.core.vocabulary import Check, Finding, SmokeDevices, Toolchain
 from rockbuild.gpu import gpus_in_topology
-from rockbuild.rocm.layout import LayoutKind
+from rockbuild.process import first_line
+from rockbuild.rocm.layout import LayoutKind, kernel_file_target
+from rockbuild.smoke.parse import VerdictWords, combined_placement, format_buffers, judge, offload_claim
 
 if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
@@ -33,13 +40,6 @@ if TYPE_CHECKING:
     from . import Backend
 
 GGML_HIP = ("libggml-hip.so*", "ggml-hip.dll")
-# what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in
-ROCM_LIBRARIES = (
-    "libggml-hip.so*", "ggml-hip.dll", "libamdhip64.so*", "amdhip64*.dll", "libhiprtc*.so*", "hiprtc*.dll",
-    "libhsa-runtime64.so*", "libamd_comgr*.so*", "amd_comgr*.dll", "librocblas.so*", "rocblas.dll",
-    "libhipblas*.so*", "hipblas*.dll", "librocsolver.so*", "rocsolver.dll", "librocsparse.so*", "rocsparse.dll",
-    "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
-)
 ROCM_DEVICE = re.compile(r"^ROCm\d+$")  # a model buffer on a ROCm GPU
 KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
 
@@ -144,11 +144,6 @@ def build_environment(
 def check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy) -> Check:
     """Every job target has files in each kernel folder a shipped library uses, and no stray ``library/`` folder sits
     beside the libraries (it would win over ``rocblas/library``, bundling.md 4)."""
-    from rockbuild.bundle.kernels import target_order
-    from rockbuild.bundle.policy import name_matches
-    from rockbuild.core.vocabulary import Check
-    from rockbuild.rocm.layout import kernel_file_target
-
     failures, warnings = [], []
     details: dict[str, Any] = {}
     if (root / "library").is_dir():
@@ -194,11 +189,6 @@ def check_code_objects(
     root: Path, candidates: Sequence[Path], targets: Sequence[str], pruned: Sequence[str] = ()
 ) -> tuple[Check, list[FatbinReport]]:
     """libggml-hip (and every fat binary bundle.json says was pruned) must hold exactly the job's targets."""
-    from rockbuild.bundle.fatbin import read_fatbin
-    from rockbuild.bundle.kernels import target_order
-    from rockbuild.bundle.policy import name_matches
-    from rockbuild.core.vocabulary import Check
-
     failures, warnings = [], []
     reports: list[FatbinReport] = []
     ggml = [p for p in candidates if p.parent == root and (
@@ -231,9 +221,6 @@ def check_code_objects(
 
 def other_fat_binaries(root: Path, candidates: Sequence[Path]) -> list[FatbinReport]:
     """The GPU targets inside the other fat binaries (rocBLAS, rocSOLVER...): for the report, never a failure."""
-    from rockbuild.bundle.fatbin import read_fatbin
-    from rockbuild.bundle.policy import name_matches
-
     out = []
     for path in candidates:
         if name_matches(path.name, GGML_HIP, platform="linux"):
@@ -285,8 +272,6 @@ def rocm_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts:
     """``gpu``: every load put weights in a ``ROCmN`` buffer and offloaded all layers (when the line is there);
     ``partial``: some weights on a ROCm device, not all layers; ``cpu``: no ROCm buffer (an ``offloaded N/N`` line
     next to CPU or RPC buffers is noted, never believed); ``unknown``: no buffer lines at all (no ``-lv 4`` log)."""
-    from rockbuild.smoke.parse import VerdictWords, combined_placement, format_buffers, judge, offload_claim
-
     notes: list[str] = []
     with_buffers = [load for load in loads if load.buffers]
     if not with_buffers:
@@ -342,8 +327,6 @@ class RocmBackend:
 
     # build
     def toolchain(self, job: Job, layout: RocmLayout | None) -> Toolchain:
-        from rockbuild import console
-
         if layout is None:
             raise LayoutError(f"{job.id} is a ROCm job: it needs a ROCm root")
         if layout.platform != job.os:
@@ -365,8 +348,6 @@ class RocmBackend:
 
     def compilers(self, job: Job, toolchain: Toolchain | None,
                   env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        from rockbuild.process import first_line
-
         assert toolchain is not None
         compilers = {"c": first_line([toolchain.c_compiler, "--version"], env),
                      "cxx": first_line([toolchain.cxx_compiler, "--version"], env)}
@@ -394,7 +375,6 @@ class RocmBackend:
         if windows:
             code, fat = check_code_objects(root, binaries, targets)
             return [check_kernels(root, {n.lower() for n in names}, targets, policy), code], fat
-        from rockbuild.bundle.pruning import with_pruning_proof
 
         pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
         kernels = check_kernels(root, names, targets, policy)
@@ -428,8 +408,6 @@ class RocmBackend:
     # doctor
     def doctor_findings(self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str],
                         env: Mapping[str, str]) -> tuple[list[Finding], dict[str, Any]]:
-        from rockbuild.core.vocabulary import Finding
-
         findings = []
         for gpu in gpus:
             if gpu.target in targets:

@@ -17,9 +17,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables
+from rockbuild.backends import ROCM_LIBRARIES
+from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
+from rockbuild.bundle.policy import name_matches
+from rockbuild.core.environment import host_os
 from rockbuild.core.errors import BuildError, BundleError
-from rockbuild.core.vocabulary import SmokeDevices
+from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
+from rockbuild.process import first_line
+from rockbuild.smoke.parse import VerdictWords, combined_placement, judge, offload_claim
+from rockbuild.smoke.probe import list_devices, smoke_env
 
 if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
@@ -80,11 +86,6 @@ def find_glslc(env: Mapping[str, str]) -> str:
 
 def check_no_rocm(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
     """A Vulkan bundle: nothing of ROCm in it, and no library the host must provide (the Vulkan loader, a driver)."""
-    from rockbuild.bundle.policy import name_matches
-    from rockbuild.core.vocabulary import Check
-
-    from .rocm import ROCM_LIBRARIES
-
     failures = []
     for name in sorted(names):
         if name_matches(name, ROCM_LIBRARIES, platform=policy.platform):
@@ -169,8 +170,6 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
     ``cpu`` otherwise. The output layer may stay in ``CPU_Mapped`` on a ``gpu`` run (lavapipe's 128 MiB storage
     buffer limit). Fallback warnings and llama-bench's ``backends``/``gpu_info`` are notes, or failures when a GPU
     run was expected."""
-    from rockbuild.smoke.parse import VerdictWords, combined_placement, judge, offload_claim
-
     notes: list[str] = []
     fallbacks = list(dict.fromkeys(f for load in loads if load.vulkan for f in load.vulkan.fallbacks))
     with_buffers = [load for load in loads if load.buffers]
@@ -211,10 +210,6 @@ def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str])
     """A Vulkan bundle brings no driver: ask the bundle itself (``llama-cli --list-devices``, the smoke test's probe)
     which Vulkan devices this host's loader and drivers give it."""
     import tempfile
-
-    from rockbuild.core.environment import host_os
-    from rockbuild.core.vocabulary import Finding
-    from rockbuild.smoke.probe import list_devices, smoke_env
 
     exe = bundle / ("llama-cli.exe" if host_os() == "windows" else "llama-cli")
     if not exe.is_file():
@@ -269,9 +264,6 @@ class VulkanBackend:
 
     def compilers(self, job: Job, toolchain: Toolchain | None,
                   env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        from rockbuild.build.cmake import host_compilers
-        from rockbuild.process import first_line
-
         tools = {"glslc": first_line([find_glslc(env), "--version"], env)}
         return host_compilers(env, job.os == "windows"), tools
 
@@ -297,8 +289,6 @@ class VulkanBackend:
         self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
         logs: Path, kfd_topology: Path | None,
     ) -> SmokeDevices:
-        from rockbuild.smoke.probe import list_devices
-
         found, probe_error = list_devices(cli, cwd=cli.parent, env=env, log=logs / "list-devices.log")
         vk = [(name, desc) for name, desc in found if name.startswith("Vulkan")]
         devices = tuple(f"{name}: {desc}" for name, desc in vk)

@@ -39,7 +39,7 @@ from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.policy import load_policy
 from rockbuild.bundle.pruning import reverify_pruned
 from rockbuild.core.data import read_json_object
-from rockbuild.core.errors import AuditError, BundleError
+from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
 
@@ -329,8 +329,6 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
 
 def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
     """``--max-version`` values (``GLIBC=2.35``) as {family: version}; a UsageError names a malformed one."""
-    from rockbuild.core.errors import UsageError
-
     ceilings = {}
     for item in items:
         family, sep, version = item.partition("=")

@@ -8,9 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rockbuild.bundle.fatbin import elf_identity, file_sha256, find_offload_tools, identity_differences, verify_pruned
 from rockbuild.core.errors import BundleError
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
+from rockbuild.rocm.layout import detect_layout
 
 
 def pruning_proof(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
@@ -21,8 +23,6 @@ def pruning_proof(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[
     SONAME, NEEDED, dynamic symbols and the other sections unchanged), passed; and be the very file that was checked
     (its sha256) with the original's dynamic identity (read again here). A pruned library without the record is
     "not verified": a failure, never a pass. A bundle whose fat binaries were left whole says why, as a warning."""
-    from .fatbin import elf_identity, file_sha256, identity_differences
-
     failures: list[str] = []
     warnings: list[str] = []
     details: list[dict[str, Any]] = []
@@ -72,10 +72,6 @@ def reverify_pruned(root: Path, meta: Mapping[str, Any], targets: Sequence[str],
     """Run the independent check again for each pruned fat binary, with the clang-offload-bundler of the ROCm root
     ``rocm`` (the one the bundle was made from, given by the user: a tool named in bundle.json is never run) against
     the original in that root (the same bytes, by sha256): (failures, one note per file)."""
-    from rockbuild.rocm.layout import detect_layout
-
-    from .fatbin import file_sha256, find_offload_tools, verify_pruned
-
     entries = [e for e in meta.get("pruned_fatbins") or [] if isinstance(e, dict)]
     layout = detect_layout(rocm)
     tools, why = find_offload_tools(layout)

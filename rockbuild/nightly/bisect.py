@@ -19,7 +19,12 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.backends import get_backend
+from rockbuild.build.source import DEFAULT_GIT_URL
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
+from rockbuild.downloader import get_text
+from rockbuild.matrix import find_job
+from rockbuild.rocm.index import list_tarballs
+from rockbuild.rocm.names import parse_rocm_version
 
 from .resolve import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
 from .run import Night, NightOptions, job_stages, select_night_jobs
@@ -29,8 +34,6 @@ _DATE_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
 
 def parse_date(text: str, what: str) -> datetime.date:
     """``2026-11-28``, ``20261128``, or a nightly version such as ``10.1.0a20261128``."""
-    from rockbuild.rocm.names import parse_rocm_version
-
     value = text.strip()
     version = parse_rocm_version(value)
     if version is not None and version.date is not None:
@@ -97,9 +100,6 @@ def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index
                      fetch_text: Any = None) -> list[RocmInput]:
     """One tarball per nightly date of the job's group from ``good`` to ``bad`` (the newest of a date), oldest
     first; both ends must be there."""
-    from rockbuild.downloader import get_text
-    from rockbuild.rocm.index import list_tarballs
-
     listed = list_tarballs(platform=job.os, groups=(job.group, *job.legacy_groups), channel=job.rocm_channel,
                            index_url=index_url, fetch_text=fetch_text or get_text, on_date=bad)
     by_date: dict[datetime.date, Any] = {}
@@ -120,9 +120,6 @@ def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index
 def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: datetime.date, *,
                 check_ends: bool = False, fetch_text: Any = None) -> BisectReport:
     """Name the first nightly between ``good`` and ``bad`` on which ``job_id`` fails (see the module docstring)."""
-    from rockbuild.build.source import DEFAULT_GIT_URL
-    from rockbuild.matrix import find_job
-
     start = time.monotonic()
     if good >= bad:
         raise UsageError(f"--good {good.isoformat()} must be before --bad {bad.isoformat()}")

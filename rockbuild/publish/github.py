@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from rockbuild.core.errors import PublishError
+from rockbuild.downloader import describe_error
 
 DEFAULT_API_URL = "https://api.github.com"
 T = TypeVar("T")
@@ -25,8 +26,6 @@ def describe(exc: BaseException, token: str | None) -> str:
     """A one-line reason for an API failure, without the token."""
     import requests
     from github import GithubException
-
-    from rockbuild.downloader import describe_error
 
     status = _status_after_retries(exc)
     if status is not None:

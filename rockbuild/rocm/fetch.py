@@ -20,6 +20,7 @@ from filelock import FileLock
 
 from rockbuild import console
 from rockbuild.archive import StreamExtractor, read_marker
+from rockbuild.console import human_bytes
 from rockbuild.core.errors import LayoutError, UnreachableError, UsageError
 from rockbuild.core.jobs import FamilyTable, Job, Selection
 from rockbuild.downloader import Downloader, get_text
@@ -48,8 +49,6 @@ class FetchResult:
     resumed_from: int = 0  # byte offset where a resumed download picked up (0: none)
 
     def render(self) -> str:
-        from rockbuild.console import human_bytes
-
         lines = [
             f"ROCm {self.version} ({self.name})",
             f"  root:        {self.root}",

@@ -24,7 +24,7 @@ from typing import Any
 from rockbuild import console
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import ConfigError, ModelError, UsageError
-from rockbuild.downloader import sha256_file
+from rockbuild.downloader import Downloader, name_from_url, sha256_file
 from rockbuild.smoke.config import load_smoke_config
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -119,8 +119,6 @@ def hf_headers(token: str | None) -> dict[str, str]:
 
 def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
     """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
-    from rockbuild.downloader import Downloader
-
     url = endpoint_url(pin.url, context.hf_endpoint)
     with Downloader((cache or context.cache) / "models", quiet=quiet) as downloader:
         got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size,
@@ -130,8 +128,6 @@ def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None
 
 def download_url(url: str, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
     """A model given by URL (not pinned: its sha256 is recorded, not checked)."""
-    from rockbuild.downloader import Downloader, name_from_url
-
     name = name_from_url(url)
     parsed = urllib.parse.urlsplit(url)
     huggingface = parsed.hostname and parsed.hostname.endswith("huggingface.co")
