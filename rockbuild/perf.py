@@ -197,6 +197,6 @@ def _file_alert(gh: Any, report: PerfReport, context: Context, quiet: bool) -> P
                        what=f"{len(report.drops)} drop(s) in {newest}",
                        reported=lambda text: (read_marker(text) or {}).get("perf") == newest,
                        items=tuple(f"{d.job} {d.test}" for d in report.drops),
-                       say=(lambda m: None) if quiet else console.info,
+                       say=lambda m: None,  # the report says it once (render's "alert:" line)
                        already=f"{newest}'s drops are already reported")
     return replace(report, alert=filed.message)

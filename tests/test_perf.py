@@ -65,9 +65,12 @@ def test_the_cli_exits_1_on_a_drop_and_alert_files_it_once(gh, tmp_path):
     assert shown.stderr.splitlines()[0].startswith("error: 1 figure(s) dropped more than 5 %: linux-gfx1151 tg128")
     assert json.loads(shown.stdout)["drops"][0]["percent"] == 10.0
     assert not gh.state.issues
-    for _ in range(2):  # the second run finds its report in the issue and writes nothing
-        subprocess.run([*args, "--alert"], capture_output=True, text=True, env=env, timeout=60)
+    runs = [subprocess.run([*args, "--alert"], capture_output=True, text=True, env=env, timeout=60)
+            for _ in range(2)]  # the second run finds its report in the issue and writes nothing
     (issue,) = gh.state.issues.values()
+    said = runs[0].stdout + runs[0].stderr
+    assert said.count(f"opened issue #{issue.number}") == 1, said  # said once, not by the filer and the report
+    assert "already reported" in runs[1].stdout + runs[1].stderr
     assert issue.title == "Performance regression in b1009" and "performance-regression" in issue.labels
     assert "linux-gfx1151 tg128: 90.0 t/s in b1009" in issue.body and not issue.comments
     assert TOKEN not in shown.stdout + shown.stderr
