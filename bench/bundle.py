@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 from rockbuild.archive import extract_tarball  # noqa: E402
 from rockbuild.bundle import elf  # noqa: E402
 from rockbuild.bundle import policy as policy_mod  # noqa: E402
-from rockbuild.bundle.plan import linux_closure, make_bundle, make_plan  # noqa: E402
+from rockbuild.bundle.plan import BundleRequest, linux_closure, make_bundle, make_plan  # noqa: E402
 from rockbuild.bundle.policy import load_policy  # noqa: E402
 from rockbuild.rocm.layout import detect_layout  # noqa: E402
 
@@ -177,7 +177,8 @@ def main() -> int:
         closure_times.append(time.monotonic() - start)
         clear_caches()
         start = time.monotonic()
-        plan = make_plan(build_bin, layout, targets, work / "ours", policy=policy, prune_fatbin=False)  # as before
+        plan = make_plan(BundleRequest(build_bin, work / "ours", policy, layout, tuple(targets),
+                                       prune_fatbin=False))  # as before
         plan_times.append(time.monotonic() - start)
     ours_names = sorted(f.dest for f in plan.files if f.kind == "lib")
     closure_s = sorted(closure_times)[len(closure_times) // 2]

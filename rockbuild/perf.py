@@ -181,7 +181,6 @@ def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: 
 def _file_alert(gh: Any, report: PerfReport, context: Context, quiet: bool) -> PerfReport:
     from dataclasses import replace
 
-    from rockbuild import console
     from rockbuild.core.errors import PublishError
 
     from .publish.alert import file_issue

@@ -314,7 +314,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
 
 def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, tmp_path):
     from rockbuild.bundle.audit import bundle_backend
-    from rockbuild.bundle.plan import bundle_command
+    from rockbuild.bundle.plan import BundleRequest
     from rockbuild.nightly.resolve import Inputs, LlamaInput
 
     job = a_job("cpu")
@@ -322,7 +322,7 @@ def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, 
     assert inputs.rocm_for(job.id) is None and len(inputs.job_fingerprint(job.id)) == 16
     assert Inputs.from_dict(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "cpu"
     with pytest.raises(UsageError, match="a CPU bundle takes no --rocm and no --targets"):
-        bundle_command(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="cpu")
+        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="cpu", policy=load_policy())
     assert bundle_backend(["libggml-cpu.so"], {"backend": "cpu"}, "linux") == "cpu"
 
 
@@ -357,7 +357,7 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
 
     from rockbuild.build.driver import BuildOptions, build_job
     from rockbuild.bundle.audit import audit_bundle
-    from rockbuild.bundle.plan import bundle_job
+    from rockbuild.bundle.plan import BundleRequest, bundle
 
     job = a_job("cpu", cmake=(("MY_EXTRA", "from-matrix"),))
     options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),
@@ -374,7 +374,7 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the bundle: no ROCm root, no targets, the backend's (empty) audit rules after the shared ones
     out = tmp_path / "bundle"
-    bundled = bundle_job(job, result.build_dir / "bin", None, out, policy=load_policy(), quiet=True)
+    bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy(), quiet=True))
     assert bundled.audit is not None and bundled.audit.ok, bundled.audit.failures
     assert "linux, CPU (no GPU targets)" in bundled.plan.render()
     meta = json.loads((out / "bundle.json").read_text(encoding="utf-8"))

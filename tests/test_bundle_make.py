@@ -11,7 +11,7 @@ import pytest
 from test_bundle_support import cc, make_tree, need_tool, run_clean, tree_files, write_policy
 
 from rockbuild.bundle.elf import read_elf
-from rockbuild.bundle.plan import make_bundle, make_plan
+from rockbuild.bundle.plan import BundleRequest, make_bundle, make_plan
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import AuditError, BundleError, ConfigError
 from rockbuild.rocm.layout import detect_layout
@@ -134,7 +134,7 @@ def test_missing_library_is_an_error_naming_who_needs_it(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken / "rocm", symlinks=True)
     shutil.copytree(tree["build"], broken / "build", symlinks=True)
     (broken / "rocm" / "lib" / "sub" / "libhsa.so.1").unlink()
-    plan = make_plan(broken / "build" / "bin", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o")
+    plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"), ("gfx1151",)))
     assert any("libhsa.so.1 (needed by libamdhip64.so.7)" in e for e in plan.errors)
     with pytest.raises(BundleError, match=r"libhsa.so.1 \(needed by libamdhip64.so.7\)"):
         make_bundle(broken / "build", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o", quiet=True)
@@ -146,12 +146,13 @@ def test_required_extra_missing_is_an_error(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken, symlinks=True)
     for p in broken.joinpath("lib").glob("libamd_comgr.so*"):
         p.unlink()
-    plan = make_plan(tree["bin"], detect_layout(broken), ["gfx1151"], tmp_path / "o")
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",)))
     assert any("libamd_comgr.so.* (declared extra, for libamdhip64.so.7)" in e for e in plan.errors), plan.errors
 
 
 def test_target_without_kernel_files_is_an_error(tree, tmp_path):
-    plan = make_plan(tree["bin"], detect_layout(tree["rocm"]), ["gfx1151", "gfx1201"], tmp_path / "o")
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(tree["rocm"]),
+                                   ("gfx1151", "gfx1201")))
     assert any("no files for gfx1201" in e for e in plan.errors), plan.errors
 
 

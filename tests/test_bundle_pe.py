@@ -19,7 +19,7 @@ from test_bundle_support import fatbin_source, offload_bundle, tree_files
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.closure import MISSING, SHIPS, SYSTEM
 from rockbuild.bundle.pe import PeResolver, pe_bin_roots, pe_closure, read_pe
-from rockbuild.bundle.plan import make_bundle, make_plan
+from rockbuild.bundle.plan import BundleRequest, make_bundle, make_plan
 from rockbuild.bundle.policy import load_policy
 from rockbuild.rocm.layout import detect_layout
 
@@ -173,7 +173,7 @@ def test_missing_delay_loaded_dll_is_an_error_naming_the_importer(tree, tmp_path
     rocm = tmp_path / "rocm"
     shutil.copytree(tree["rocm"], rocm)
     (rocm / "bin" / "hipblas.dll").unlink()
-    plan = make_plan(tree["bin"], detect_layout(rocm), ["gfx1151"], tmp_path / "o")
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",)))
     assert any("hipblas.dll (needed by ggml-hip.dll)" in e for e in plan.errors), plan.errors
     nodes = {e.name: e for e in plan.closure.entries}
     assert nodes["hipblas.dll"].status == MISSING

@@ -5,5 +5,6 @@ delay-load imports, :mod:`.pe`), never from running them; the never-ship list an
 (``matrices/bundle-policy.yaml``, :mod:`.policy`); kernel folders are pruned to the job's targets (:mod:`.kernels`);
 the whole copy/patch plan is computed before anything is written (:mod:`.plan`), and :mod:`.audit` checks the result.
 
-Entry points: :func:`.plan.make_bundle` (and :func:`.plan.bundle_job` for a job), :func:`.audit.audit_bundle`.
+Entry points: :func:`.plan.bundle` of a :class:`.plan.BundleRequest` (made from the command's flags or from a
+job), :func:`.audit.audit_bundle`.
 """

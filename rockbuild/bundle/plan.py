@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console
+from rockbuild.archive import make_sparse
 from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
 from rockbuild.bundle.policy import load_policy
-from rockbuild.core.errors import AuditError, BundleError
+from rockbuild.console import human_bytes
+from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.process import ProcessError, child_env, run
-from rockbuild.rocm.layout import RocmLayout
+from rockbuild.rocm.layout import RocmLayout, detect_layout
 
 from .audit import AuditReport, audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
@@ -112,8 +114,6 @@ class BundlePlan:
 
     def render(self) -> str:
         """The plan for people (``--dry-run``)."""
-        from rockbuild.console import human_bytes
-
         backend = get_backend(self.backend)
         what = f"targets {','.join(self.targets)}" if backend.per_target else f"{backend.label} (no GPU targets)"
         lines = [f"bundle plan: {self.platform}, {what} -> {self.out}"]
@@ -182,7 +182,6 @@ class BundleReport:
         """The plan (a dry run), or what was written and the audit."""
         if self.dry_run:
             return self.plan.render()
-        from rockbuild.console import human_bytes
 
         head = f"bundle: {self.out} ({len(self.plan.files)} files, {human_bytes(self.plan.total_bytes)})"
         return head + (f"\n{self.audit.render()}" if self.audit is not None else "")
@@ -308,11 +307,69 @@ def _mode(real: Path, kind: str) -> int:
     return mode | 0o755 if kind == "exe" else mode
 
 
-def make_plan(
-    build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
-    policy: BundlePolicy | None = None, strip: bool = False, prune_fatbin: bool | None = None, backend: str = DEFAULT,
-    platform: str | None = None,
-) -> BundlePlan:
+@dataclass(frozen=True)
+class BundleRequest:
+    """Everything one bundle is made from, and the one way in to bundling (:func:`bundle`): the command makes it
+    from its flags (:meth:`from_flags`), the night and ``rockbuild build`` from a job (:meth:`for_job`)."""
+
+    build_bin: Path  # the build's bin/ (or the build folder holding it)
+    out: Path
+    policy: BundlePolicy  # what never ships and what is dlopen'ed (Settings.policy: --policy or the shipped one)
+    layout: RocmLayout | None = None  # the ROCm root the build used; None for a backend without ROCm
+    targets: tuple[str, ...] = ()
+    backend: str = DEFAULT
+    platform: str | None = None  # the OS of a bundle without a ROCm root to tell it (default: this machine's)
+    strip: bool = False
+    prune_fatbin: bool | None = None  # None: prune when the ROCm root has the tools to prove it
+    dry_run: bool = False
+    quiet: bool = False
+    audit: bool = True
+
+    @classmethod
+    def from_flags(cls, build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *,
+                   policy: BundlePolicy, backend: str = DEFAULT, platform: str | None = None,
+                   **flags: Any) -> BundleRequest:
+        """``rockbuild bundle``'s request: a ROCm bundle needs the root and targets, a Vulkan bundle neither."""
+        flavour = get_backend(backend)
+        if flavour.needs_rocm and (rocm_root is None or not targets):
+            raise UsageError(f"a {flavour.label} bundle needs --rocm ROOT and --targets T[,T]")
+        if not flavour.needs_rocm and (rocm_root is not None or targets):
+            raise UsageError(f"a {flavour.label} bundle takes no --rocm and no --targets")
+        layout = detect_layout(rocm_root) if rocm_root is not None else None
+        return cls(Path(build_bin), Path(out), policy, layout, tuple(targets), backend,
+                   platform if layout is None else None, **flags)
+
+    @classmethod
+    def for_job(cls, job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, policy: BundlePolicy,
+                **flags: Any) -> BundleRequest:
+        """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the
+        root it was built with), or for a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader
+        and drivers are the host's)."""
+        flavour = get_backend(job.backend)
+        if not flavour.needs_rocm:
+            return cls(Path(build_bin), Path(out), policy, backend=flavour.name, platform=job.os, **flags)
+        if rocm_root is None:
+            raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
+        return cls(Path(build_bin), Path(out), policy, detect_layout(rocm_root), job.targets, flavour.name, **flags)
+
+
+def bundle(request: BundleRequest) -> BundleReport:
+    """Bundle the build's ``bin/`` with its closure (and for ROCm its pruned kernel data) into ``request.out``.
+
+    ``prune_fatbin`` (default None: when the ROCm root has LLVM's offload tools to prove it; see :func:`make_plan`)
+    rewrites the offload bundles of shipped fat binaries (rocBLAS, rocSOLVER) in place with only the job's targets
+    (:func:`.fatbin.prune_fatbin`), leaves the zero-filled rest as holes and checks each against its original with
+    clang-offload-bundler (:func:`.fatbin.verify_pruned`). With ``dry_run`` nothing is written and the report
+    carries the plan (its ``errors`` included); otherwise any planning error raises BundleError and a failed audit
+    raises AuditError (the bundle stays for inspection).
+    """
+    plan = make_plan(request)
+    if request.dry_run:
+        return BundleReport(plan.out, plan, True, None, {"plan": plan.seconds})
+    return apply_plan(plan, quiet=request.quiet, audit=request.audit)
+
+
+def make_plan(request: BundleRequest) -> BundlePlan:
     """Everything the bundle will hold and every change to make, computed without writing anything.
 
     The ``backend`` checks its inputs and names the platform (:meth:`rockbuild.backends.Backend.bundle_platform`):
@@ -326,10 +383,14 @@ def make_plan(
     False never prunes.
     """
     start = time.monotonic()
-    targets = tuple(dict.fromkeys(targets))
-    flavour = get_backend(backend)
-    platform = flavour.bundle_platform(layout, targets, platform)
-    policy = policy or load_policy()
+    build_bin = Path(request.build_bin)
+    if (build_bin / "bin").is_dir():
+        build_bin = build_bin / "bin"
+    layout, policy, strip, prune_fatbin = request.layout, request.policy, request.strip, request.prune_fatbin
+    out = Path(request.out).absolute()
+    targets = tuple(dict.fromkeys(request.targets))
+    flavour = get_backend(request.backend)
+    platform = flavour.bundle_platform(layout, targets, request.platform)
     platform_policy = policy.for_platform(platform)
     if platform == "windows":
         closure, skipped = windows_closure(build_bin, layout, platform_policy)
@@ -566,8 +627,6 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
 
 def _prove(f: PlannedFile, report: PruneReport, partial: Path, plan: BundlePlan, quiet: bool) -> PruneReport:
     """Leave the pruned copy's zero blocks as holes, then check it against its original with LLVM's tools."""
-    from rockbuild.archive import make_sparse
-
     shipped = partial / f.dest
     holes = make_sparse(shipped)
     assert plan.fatbin_tools is not None
@@ -586,68 +645,14 @@ def _errors_line(errors: Sequence[str]) -> str:
 
 
 def make_bundle(
-    build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *, dry_run: bool = False,
-    policy: BundlePolicy | None = None, strip: bool = False, quiet: bool = False, audit: bool = True,
-    prune_fatbin: bool | None = None, backend: str = DEFAULT, platform: str | None = None,
+    build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
+    policy: BundlePolicy | None = None, **flags: Any,
 ) -> BundleReport:
-    """Bundle the build's ``bin/`` with its ROCm closure and pruned kernel data into ``out``.
-
-    ``prune_fatbin`` (default None: when the ROCm root has LLVM's offload tools to prove it; see :func:`make_plan`)
-    rewrites the offload bundles of shipped fat binaries (rocBLAS, rocSOLVER) in place with only the job's targets
-    (:func:`.fatbin.prune_fatbin`), leaves the zero-filled rest as holes and checks each against its original with
-    clang-offload-bundler (:func:`.fatbin.verify_pruned`). With ``dry_run`` nothing is written and the report
-    carries the plan (its ``errors`` included); otherwise any planning error raises BundleError and a failed audit
-    raises AuditError (the bundle stays for inspection).
-    """
-    build_bin = Path(build_bin)
-    if (build_bin / "bin").is_dir():
-        build_bin = build_bin / "bin"
-    plan = make_plan(build_bin, layout, targets, Path(out).absolute(), policy=policy, strip=strip,
-                     prune_fatbin=prune_fatbin, backend=backend, platform=platform)
-    if dry_run:
-        return BundleReport(plan.out, plan, True, None, {"plan": plan.seconds})
-    return apply_plan(plan, quiet=quiet, audit=audit)
+    """:func:`bundle` of a request made of these arguments (the shipped policy by default)."""
+    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), **flags))
 
 
 __all__ = [
-    "BUNDLE_JSON", "BundlePlan", "BundleReport", "PlannedFile", "apply_plan", "make_bundle", "make_plan",
+    "BUNDLE_JSON", "BundlePlan", "BundleReport", "BundleRequest", "PlannedFile", "apply_plan", "bundle", "make_plan",
     "patchelf_tool", "ROOT", "SHIPS",
 ]
-
-
-def bundle_command(
-    build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *, backend: str = DEFAULT,
-    dry_run: bool = False, strip: bool = False, prune_fatbin: bool | None = None, policy_file: Path | None = None,
-    quiet: bool = False, platform: str | None = None,
-) -> BundleReport:
-    """``rockbuild bundle``: a ROCm bundle needs the root and targets, a Vulkan bundle neither (``platform``: the OS
-    of a bundle without a ROCm root to tell it)."""
-    from rockbuild.core.errors import UsageError
-    from rockbuild.rocm.layout import detect_layout
-
-    flavour = get_backend(backend)
-    if flavour.needs_rocm and (rocm_root is None or not targets):
-        raise UsageError(f"a {flavour.label} bundle needs --rocm ROOT and --targets T[,T]")
-    if not flavour.needs_rocm and (rocm_root is not None or targets):
-        raise UsageError(f"a {flavour.label} bundle takes no --rocm and no --targets")
-    layout = detect_layout(rocm_root) if rocm_root is not None else None
-    return make_bundle(build_bin, layout, targets, out, dry_run=dry_run,
-                       policy=load_policy(policy_file) if policy_file else None, strip=strip, quiet=quiet,
-                       prune_fatbin=prune_fatbin, backend=backend, platform=platform if layout is None else None)
-
-
-def bundle_job(job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, policy: BundlePolicy,
-               quiet: bool = False, prune_fatbin: bool | None = None) -> BundleReport:
-    """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the root
-    it was built with), or for a job of a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader and
-    drivers are the host's)."""
-    flavour = get_backend(job.backend)
-    if not flavour.needs_rocm:
-        return make_bundle(build_bin, None, (), out, policy=policy, quiet=quiet, backend=flavour.name,
-                           platform=job.os)
-    if rocm_root is None:
-        raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
-    from rockbuild.rocm.layout import detect_layout
-
-    return make_bundle(build_bin, detect_layout(rocm_root), job.targets, out, policy=policy, quiet=quiet,
-                       prune_fatbin=prune_fatbin, backend=flavour.name)

@@ -202,11 +202,14 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
 def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, out: Path, dry_run: bool,
            strip_debug: bool, prune_fatbin: bool | None, policy: Path | None, as_json: bool) -> None:
     """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
-    from rockbuild.bundle.plan import bundle_command
+    from rockbuild.bundle.plan import BundleRequest
+    from rockbuild.bundle.plan import bundle as make_bundle
 
-    show(bundle_command(build_dir, rocm_root, split_list(targets), out, backend=backend, dry_run=dry_run,
-                        strip=strip_debug, prune_fatbin=prune_fatbin, policy_file=policy, quiet=as_json,
-                        platform=settings().host_os), as_json)
+    request = BundleRequest.from_flags(build_dir, rocm_root, split_list(targets), out, backend=backend,
+                                       policy=settings().but(policy_file=policy).policy,
+                                       platform=settings().host_os, dry_run=dry_run, strip=strip_debug,
+                                       prune_fatbin=prune_fatbin, quiet=as_json)
+    show(make_bundle(request), as_json)
 
 
 @command

@@ -25,6 +25,7 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
+from rockbuild.bundle.plan import BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
@@ -357,14 +358,12 @@ class _JobRun:
             return bool(meta) and (meta.get("audit") or {}).get("ok") is not False
 
         def run() -> None:
-            from rockbuild.bundle.plan import bundle_job
-
             shutil.rmtree(folder.bundle_dir, ignore_errors=True)
             folder.bundle_log.unlink(missing_ok=True)
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
-                bundle_job(job, folder.bin_dir, self.root, folder.bundle_dir, policy=self.options.data.policy,
-                           quiet=self.options.quiet,
-                           prune_fatbin=self.options.compile.prune_fatbin)
+                bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
+                                             policy=self.options.data.policy, quiet=self.options.quiet,
+                                             prune_fatbin=self.options.compile.prune_fatbin))
 
         def failed(exc: RockbuildError) -> None:
             folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")

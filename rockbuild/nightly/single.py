@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild.build.driver import BuildOptions, BuildResult, build_job
-from rockbuild.bundle.plan import BundleReport, bundle_job
+from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.console import step
 from rockbuild.core.errors import UsageError
@@ -58,7 +58,8 @@ def build_and_bundle(
     if make_bundle:
         rocm_root = (result.rocm or {}).get("root")
         with step(f"bundle ({', '.join(job.targets) or job.backend})"):
-            bundled = bundle_job(job, result.build_dir / "bin", Path(rocm_root) if rocm_root else None,
-                                 result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
-                                 quiet=quiet)
+            request = BundleRequest.for_job(job, result.build_dir / "bin", Path(rocm_root) if rocm_root else None,
+                                            result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
+                                            quiet=quiet)
+            bundled = bundle(request)
     return Built(job, result, bundled)
