@@ -43,6 +43,7 @@ from rockbuild.core.errors import (
     UsageError,
 )
 from rockbuild.core.jobs import FamilyTable
+from rockbuild.core.records import ManifestRecord
 
 from . import console
 from .backends import DEFAULT, get_backend
@@ -212,7 +213,7 @@ def _preferred(names: Sequence[str], os_name: str) -> str | None:
     return None
 
 
-def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None, *, target: str | None,
+def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[str, Any] | None, *, target: str | None,
                  os_name: str, backend: str = DEFAULT, template: str | None = None,
                  os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
@@ -246,13 +247,13 @@ def choose_asset(release: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                                 f"{', '.join(sorted(assets)) or 'none'}", hint=f"try --backend {DEFAULT}")
         return found, warnings
     assert target is not None
-    jobs = [j for j in (manifest or {}).get("jobs") or [] if isinstance(j, Mapping)]
-    covering = [j for j in jobs if j.get("os") == os_name and j.get("backend", DEFAULT) == flavour.name
-                and target in (j.get("isas") or j.get("targets") or [])]
-    covering.sort(key=lambda j: len(j.get("isas") or j.get("targets") or []))
+    jobs = ManifestRecord.of(manifest, f"{tag}'s {MANIFEST_NAME}").jobs if manifest is not None else ()
+    covering = [j for j in jobs if j.os == os_name and (j.backend or DEFAULT) == flavour.name
+                and target in (j.isas or j.targets)]
+    covering.sort(key=lambda j: len(j.isas or j.targets))
     for job in covering:
-        names = [str(a.get("name")) for a in job.get("assets") or [] if isinstance(a, Mapping)]
-        found = choice(names, [str(t) for t in job.get("isas") or job.get("targets") or []], "manifest")
+        names = [a.name for a in job.assets]
+        found = choice(names, list(job.isas or job.targets), "manifest")
         if found is not None:
             return found, warnings
     if not jobs:

@@ -16,19 +16,30 @@ the folder itself::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rockbuild.core.data import read_json_object, write_json_atomic
+from rockbuild.core.records import (
+    BUILD_SCHEMA,
+    BuildErrorInfo,
+    BuildPaths,
+    BuildRecord,
+    BuildRocm,
+    BundleRecord,
+    FallbackRecord,
+    JobEntry,
+    LlamaCpp,
+    NightRecord,
+    SmokeRecord,
+    Tarball,
+)
 
 from . import __version__
 
 if TYPE_CHECKING:
     from rockbuild.core.jobs import Job
-
-BUILD_SCHEMA = 1
 
 
 class _At:
@@ -73,51 +84,54 @@ class JobFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         return self
 
-    # -- records ------------------------------------------------------------------------------------------------------
-    def build(self) -> dict[str, Any] | None:
-        """build.json, or None when missing or unreadable."""
-        return read_json_object(self.build_json)
+    # -- records (rockbuild.core.records): None when the file is missing, a RecordError when it is malformed -----
+    def build(self) -> BuildRecord | None:
+        return BuildRecord.read(self.build_json)
 
-    def bundle_meta(self) -> dict[str, Any] | None:
-        return read_json_object(self.bundle_json)
+    def bundle_meta(self) -> BundleRecord | None:
+        return BundleRecord.read(self.bundle_json)
 
-    def smoke(self) -> dict[str, Any] | None:
-        return read_json_object(self.smoke_json)
+    def smoke(self) -> SmokeRecord | None:
+        return SmokeRecord.read(self.smoke_json)
 
-    def gpu_smoke(self) -> dict[str, Any] | None:
-        return read_json_object(self.gpu_smoke_json)
+    def gpu_smoke(self) -> SmokeRecord | None:
+        return SmokeRecord.read(self.gpu_smoke_json)
 
-    def fallback(self) -> dict[str, Any] | None:
-        return read_json_object(self.fallback_json)
+    def night(self) -> NightRecord | None:
+        return NightRecord.read(self.night_json)
+
+    def fallback(self) -> FallbackRecord | None:
+        return FallbackRecord.read(self.fallback_json)
 
     def built_from(self, commit: str) -> bool:
         """A successful build of ``commit`` whose programs are still here."""
-        build = self.build() or {}
-        return (build.get("status") == "ok" and (build.get("llama_cpp") or {}).get("commit") == commit
-                and self.bin_dir.is_dir())
+        build = self.build()
+        return build is not None and build.ok and build.commit == commit and self.bin_dir.is_dir()
 
-    def write_build(self, data: dict[str, Any]) -> Path:
-        return write_json_atomic(self.build_json, data)
+    def write_build(self, record: BuildRecord) -> Path:
+        """build.json: its one writer (the build driver's result, :meth:`record_failure`, :meth:`record_tarball`)."""
+        return record.write(self.build_json)
 
-    def record_failure(self, job: Job, step: str, message: str, llama: dict[str, Any] | None = None) -> None:
+    def record_failure(self, job: Job, step: str, error: BuildErrorInfo, llama: LlamaCpp | None = None) -> None:
         """build.json and build.log for a job that failed before the build driver ran, so publish and alert see it.
-        ``llama``: the night's pinned commit and build number."""
+        ``error``: what the driver would record (message, hint, exit code, type); ``llama``: the night's pinned commit
+        and build number."""
         self.create()
-        self.build_log.write_text(f"rockbuild {__version__}: {job.id} failed at {step}\n{message}\n", encoding="utf-8")
+        self.build_log.write_text(f"rockbuild {__version__}: {job.id} failed at {step}\n{error.message}\n",
+                                  encoding="utf-8")
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        self.write_build({
-            "schema": BUILD_SCHEMA, "rockbuild_version": __version__, "status": "failed", "failed_step": step,
-            "job": job.to_dict(), "gpu_targets": list(job.targets), "error": message, "llama_cpp": llama,
-            "rocm": None, "paths": {"job_dir": str(self.path), "log": str(self.build_log)}, "started": now,
-            "finished": now,
-        })
+        self.write_build(BuildRecord(
+            schema=BUILD_SCHEMA, rockbuild_version=__version__, status="failed", failed_step=step, error=error,
+            job=JobEntry.from_dict(job.to_dict()), gpu_targets=tuple(job.targets), llama_cpp=llama, rocm=None,
+            paths=BuildPaths(job_dir=str(self.path), log=str(self.build_log)), started=now, finished=now,
+            keys=("schema", "rockbuild_version", "status", "failed_step", "error", "job", "gpu_targets", "llama_cpp",
+                  "rocm", "paths", "started", "finished"),
+        ))
 
-    def record_tarball(self, tarball: dict[str, Any] | None) -> None:
+    def record_tarball(self, tarball: Tarball | None) -> None:
         """Put the ROCm tarball's name and sha256 into build.json (the driver saw only a ROCm folder): the release
         notes, manifest.json and the next night's unchanged check read them."""
         data = self.build()
         if data is None or tarball is None:
             return
-        rocm = data.get("rocm")
-        data["rocm"] = {**(rocm if isinstance(rocm, dict) else {}), "tarball": tarball}
-        self.write_build(data)
+        self.write_build(replace(data, rocm=replace(data.rocm or BuildRocm(), tarball=tarball)))

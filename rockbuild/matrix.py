@@ -345,6 +345,7 @@ def _make_job(combo: _Combo, families: FamilyTable) -> Job:
 def _option_fields(combo: _Combo) -> dict[str, Any]:
     """The Job fields every job takes from its OS and the matrix options, whatever its backend."""
     opts = combo.options
+    gpu_smoke = opts.get("gpu_smoke") or {}
     return {
         "os": combo.os,
         "required": opts["required"] is True,
@@ -354,8 +355,8 @@ def _option_fields(combo: _Combo) -> dict[str, Any]:
         "rocm_version": opts["rocm"]["version"],
         "cmake": tuple(opts["cmake"].items()),
         "runner": _runner_for(opts, combo.os),
-        "gpu_runner": tuple((opts.get("gpu_smoke") or {}).get("runner") or ()),
-        "gpu_required": bool((opts.get("gpu_smoke") or {}).get("required", False)),
+        "gpu_runner": tuple(gpu_smoke.get("runner") or ()),
+        "gpu_required": bool(gpu_smoke.get("required", False)),
     }
 
 
@@ -374,7 +375,7 @@ def split_list(values: Iterable[str], aliases: dict[str, str] | None = None) -> 
         for item in value.split(","):
             item = item.strip().strip("'\"").strip()
             if item:
-                out.append((aliases or {}).get(item, item))
+                out.append(aliases.get(item, item) if aliases else item)
     return out
 
 

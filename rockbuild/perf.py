@@ -16,6 +16,7 @@ from typing import Any
 
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import RockbuildError
+from rockbuild.core.records import ManifestRecord
 
 DEFAULT_THRESHOLD = 5.0  # per cent below the median of the previous releases
 WINDOW = 7  # previous releases the median is taken over
@@ -141,19 +142,17 @@ def series_from_manifests(manifests: Sequence[tuple[str, dict[str, Any]]]) -> tu
     untested: dict[str, tuple[str, ...]] = {}
     for tag, manifest in manifests:
         missing = []
-        for job in manifest.get("jobs") or []:
-            if not isinstance(job, dict) or not job.get("id"):
+        for job in ManifestRecord.of(manifest, f"{tag}'s manifest.json").jobs:
+            if not job.id:
                 continue
-            gpu = job.get("gpu_smoke") if isinstance(job.get("gpu_smoke"), dict) else None
-            bench = (gpu or {}).get("bench") or []
-            if not gpu or not gpu.get("ok") or not bench:
-                missing.append(str(job["id"]))
+            gpu = job.gpu_smoke
+            if gpu is None or not gpu.ok or not gpu.bench:
+                missing.append(job.id)
                 continue
-            for entry in bench:
-                value = entry.get("tokens_per_second") if isinstance(entry, dict) else None
-                if isinstance(value, int | float) and entry.get("test"):
-                    points.setdefault((str(job["id"]), str(entry["test"])), []).append(
-                        Point(tag, float(value), gpu.get("gpu")))
+            for entry in gpu.bench:
+                value = entry.tokens_per_second
+                if value is not None and entry.test:
+                    points.setdefault((job.id, entry.test), []).append(Point(tag, float(value), gpu.gpu))
         if missing:
             untested[tag] = tuple(missing)
     series = tuple(Series(job, test, tuple(pts)) for (job, test), pts in sorted(points.items()))
@@ -194,7 +193,7 @@ def _file_alert(gh: Any, report: PerfReport, context: Context, quiet: bool) -> P
                       *(f"- {d.render()}" for d in report.drops), "", marker({"perf": newest})])
     filed = file_issue(gh, label=LABEL, color=LABEL_COLOR, title=f"Performance regression in {newest}", body=body,
                        what=f"{len(report.drops)} drop(s) in {newest}",
-                       reported=lambda text: (read_marker(text) or {}).get("perf") == newest,
+                       reported=lambda text: (read_marker(text) or {"perf": None})["perf"] == newest,
                        items=tuple(f"{d.job} {d.test}" for d in report.drops),
                        say=lambda m: None,  # the report says it once (render's "alert:" line)
                        already=f"{newest}'s drops are already reported")

@@ -183,7 +183,8 @@ def test_real_debian_closure_of_hipblas_matches_the_reference(tmp_path):
     import os
     import shutil
 
-    from rockbuild.bundle.plan import make_plan
+    from rockbuild.bundle.plan import BundleRequest, make_plan
+    from rockbuild.bundle.policy import load_policy
     from rockbuild.rocm.layout import detect_layout
 
     root = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"
@@ -192,7 +193,7 @@ def test_real_debian_closure_of_hipblas_matches_the_reference(tmp_path):
         pytest.skip(f"{source} is absent (tests/e2e/provision.sh makes that root)")
     (tmp_path / "bin").mkdir()
     shutil.copyfile(source, tmp_path / "bin" / source.name)
-    plan = make_plan(tmp_path / "bin", detect_layout(root), ["gfx1151"], tmp_path / "out")
+    plan = make_plan(BundleRequest(tmp_path / "bin", tmp_path / "out", load_policy(), detect_layout(root), ("gfx1151",)))
     assert not plan.errors
     assert {f.dest for f in plan.files if f.kind != "data"} == {
         "libhipblas.so.3", "librocsolver.so.0", "librocblas.so.5", "libroctx64.so.4", "libfmt.so.11",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from rockbuild.core.errors import BuildError
+from rockbuild.core.errors import BuildError, NotFoundError
 from rockbuild.core.jobs import Job
+from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
 from rockbuild.nightly.stages import JobState, Stage, fingerprint, run_stages
 
@@ -64,16 +65,23 @@ def test_job_folder_records_a_failure_before_the_build_and_the_tarball_after(tmp
     assert folder.path == tmp_path.absolute() / JOB.id and folder.id == JOB.id
     assert (folder.bundle_json, folder.bin_dir) == (folder.path / "bundle" / "bundle.json",
                                                     folder.path / "build" / "bin")
-    folder.record_failure(JOB, "rocm", "no tarball for gfx1151", {"commit": "c0ffee", "build_number": "b1"})
+    folder.record_failure(JOB, "rocm", BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
+                          LlamaCpp(commit="c0ffee", build_number="b1"))
     build = folder.build()
-    assert build is not None and build["status"] == "failed" and build["failed_step"] == "rocm"
-    assert build["llama_cpp"] == {"commit": "c0ffee", "build_number": "b1"} and build["job"]["id"] == JOB.id
+    assert build is not None and build.status == "failed" and build.failed_step == "rocm"
+    assert build.llama_cpp == LlamaCpp(commit="c0ffee", build_number="b1") and build.job.id == JOB.id
+    # the same `error` as the build driver's: message, hint, exit code, type (it was a bare string)
+    assert json.loads(folder.build_json.read_text())["error"] == {
+        "message": "no tarball for gfx1151", "hint": None, "exit_code": 4, "type": "NotFoundError"}
     assert folder.build_log.read_text().endswith("failed at rocm\nno tarball for gfx1151\n")
     assert not folder.built_from("c0ffee")
 
-    folder.write_build({"status": "ok", "llama_cpp": {"commit": "c0ffee"}, "rocm": {"version": "7.2"}})
-    folder.record_tarball({"name": "t.tar.gz", "sha256": "ab" * 32})
-    assert folder.build()["rocm"] == {"version": "7.2", "tarball": {"name": "t.tar.gz", "sha256": "ab" * 32}}
+    folder.write_build(BuildRecord.from_dict({"schema": 1, "status": "ok", "llama_cpp": {"commit": "c0ffee"},
+                                              "rocm": {"version": "7.2"}}))
+    folder.record_tarball(Tarball(name="t.tar.gz", sha256="ab" * 32))
+    assert json.loads(folder.build_json.read_text())["rocm"] == {
+        "version": "7.2", "tarball": {"name": "t.tar.gz", "url": None, "sha256": "ab" * 32, "size": None,
+                                      "group": None}}
     assert not folder.built_from("c0ffee")  # no programs left
     folder.bin_dir.mkdir(parents=True)
     assert folder.built_from("c0ffee") and not folder.built_from("other")

@@ -77,7 +77,7 @@ def compose_definitions(
             raise ConfigError(f"the job's cmake option {name} is set by rockbuild {set_by}; remove it from the matrix")
     defs: dict[str, str] = {}
     for name, value in SEED_DEFINITIONS:
-        swapped = (swap or {}).get(name, name)
+        swapped = swap.get(name, name) if swap else name
         if swapped is not None:
             defs[swapped] = value
     if offline:

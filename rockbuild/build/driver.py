@@ -26,8 +26,10 @@ from rockbuild import __version__, console
 from rockbuild.backends import Backend, get_backend
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
-from rockbuild.core.errors import BUG_EXIT_CODE, BuildError, BuildFailed, LayoutError, RockbuildError, UsageError
+from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord
+from rockbuild.jobfolder import JobFolder
 from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from rockbuild.core.vocabulary import Toolchain
 
 TAIL_LINES = 40
-SCHEMA = 1
 _CONFIGURE_STAMP = ".rockbuild-configure.json"
 
 # Output lines that change what ships although the build succeeds: said once as a warning, recorded in build.json.
@@ -258,7 +259,7 @@ class BuildResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA,
+            "schema": BUILD_SCHEMA,
             "rockbuild_version": __version__,
             "status": self.status,
             "failed_step": self.failed_step,
@@ -288,6 +289,10 @@ class BuildResult:
             "finished": self.finished,
         }
 
+    def record(self) -> BuildRecord:
+        """build.json's record of this result."""
+        return BuildRecord.from_dict(self.to_dict(), self.build_json)
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Steps
@@ -299,10 +304,7 @@ def _now() -> str:
 
 def _error_record(exc: BaseException) -> dict[str, Any]:
     """What build.json and build.log say of a failed build: the message and hint the user sees, or the bug."""
-    if isinstance(exc, RockbuildError):
-        return {"message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code, "type": type(exc).__name__}
-    return {"message": f"internal error: {type(exc).__name__}: {exc}", "hint": None, "exit_code": BUG_EXIT_CODE,
-            "type": type(exc).__name__}
+    return BuildErrorInfo.of(exc).to_dict()
 
 
 def _log_header(log: Path, text: str) -> None:
@@ -609,11 +611,11 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
                 fh.write(f"\n==> failed at step {name}: {error['message']}\n")
                 if error["hint"]:
                     fh.write(f"hint: {error['hint']}\n")
-            write_json_atomic(job_dir / "build.json", result("failed", name, error).to_dict())
+            JobFolder(job_dir).write_build(result("failed", name, error).record())
             raise
         durations[name] = round(time.monotonic() - t0, 3)
 
     done = result("ok")
-    write_json_atomic(done.build_json, done.to_dict())
+    JobFolder(job_dir).write_build(done.record())
     console.info(f"    {job.id}: build.json and build.log in {job_dir}")
     return done

@@ -38,8 +38,8 @@ from typing import Any
 from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.policy import load_policy
 from rockbuild.bundle.pruning import reverify_pruned
-from rockbuild.core.data import read_json_object
 from rockbuild.core.errors import AuditError, BundleError, UsageError
+from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
 
@@ -338,12 +338,13 @@ def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
     return ceilings
 
 
-def bundle_backend(names: Iterable[str], meta: Mapping[str, Any], platform: str) -> str:
+def bundle_backend(names: Iterable[str], meta: BundleRecord | Mapping[str, Any] | None, platform: str) -> str:
     """The bundle's backend: bundle.json's ``backend``, else (a bundle written before the field existed, or a plain
     build folder) the default (``rocm``) unless the top-level files ``names`` lack its llama.cpp library and hold
     another backend's (libggml-vulkan: ``vulkan``)."""
-    if meta.get("backend"):
-        return str(meta["backend"])
+    recorded = meta.backend if isinstance(meta, BundleRecord) else meta.get("backend") if meta else None
+    if recorded:
+        return str(recorded)
     names = list(names)
 
     def has(globs: Sequence[str]) -> bool:
@@ -496,12 +497,13 @@ def audit_bundle(
     root = Path(path).absolute()
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")
-    meta = read_json_object(root / BUNDLE_JSON) or {}
-    targets = tuple(targets) if targets else tuple(meta.get("targets") or ())
+    record = BundleRecord.read(root / BUNDLE_JSON)
+    meta = record.to_dict() if record is not None else {}  # the checks below read the parts their backend knows
+    targets = tuple(targets) if targets else (record.targets if record is not None else ())
     files, links = _bundle_files(root)
     top = [p for p in files if p.parent == root]
     if platform is None:
-        platform = meta.get("platform") or (
+        platform = (record.platform if record is not None else None) or (
             "windows" if any(p.suffix.lower() in (".exe", ".dll") for p in top) else "linux")
     policy_all = policy or load_policy()
     rules = policy_all.for_platform(platform)
@@ -509,7 +511,7 @@ def audit_bundle(
                     tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
     names = {p.name for p in top}
     if not backend:
-        backend = bundle_backend(names, meta, str(platform))
+        backend = bundle_backend(names, record, str(platform))
     flavour = get_backend(backend)
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []

@@ -615,8 +615,8 @@ def identity_differences(original: dict[str, Any], pruned: dict[str, Any]) -> li
     if original.get("needed") != pruned.get("needed"):
         out.append(f"NEEDED {pruned.get('needed')} is not the original's {original.get('needed')}")
     if original.get("dynamic") != pruned.get("dynamic"):
-        changed = sorted(k for k in set(original.get("dynamic") or {}) | set(pruned.get("dynamic") or {})
-                         if (original.get("dynamic") or {}).get(k) != (pruned.get("dynamic") or {}).get(k))
+        before, after = original.get("dynamic") or {}, pruned.get("dynamic") or {}
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         out.append(f"dynamic entries {', '.join(changed)} differ from the original's")
     if (original.get("dynsym"), original.get("dynsym_sha256")) != (pruned.get("dynsym"), pruned.get("dynsym_sha256")):
         out.append(f"the dynamic symbols differ from the original's ({pruned.get('dynsym')} symbols, "

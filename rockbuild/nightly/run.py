@@ -27,11 +27,11 @@ from rockbuild import __version__, console
 from rockbuild.archive import read_marker
 from rockbuild.bundle.plan import BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
-from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError, RockbuildError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
+from rockbuild.core.records import FALLBACK_SCHEMA, BuildErrorInfo, FallbackRecord, LlamaCpp, Tarball, TarballRef
 from rockbuild.jobfolder import JobFolder
 from rockbuild.nightly.stages import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
 from rockbuild.publish.config import PublishConfig
@@ -55,9 +55,8 @@ INPUTS_FILE = "inputs.json"
 # One job's stages, usable on their own (``rockbuild build --inputs``)
 
 
-def tarball_report(fetched: Any) -> dict[str, Any]:
-    return {"name": fetched.name, "url": fetched.url, "sha256": fetched.sha256, "size": fetched.size,
-            "group": fetched.group}
+def tarball_report(fetched: Any) -> Tarball:
+    return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
 
 
 def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
@@ -100,7 +99,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
                 fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache, quiet=quiet)
         except RockbuildError as exc:
-            folder.record_failure(job, "rocm", exc.message, inputs.llama.pin())
+            folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama.pin()))
             raise
         rocm_dir, tarball = fetched.root, tarball_report(fetched)
     try:
@@ -235,8 +234,8 @@ def run_job(job: Job, night: Night) -> JobOutcome:
     folder = JobFolder.of(night.out, job.id)
     rocm = night.inputs.rocm_for(job.id)
     fallback = rocm.fallback() if rocm is not None else None
-    record = folder.fallback() or {}
-    if rocm is not None and fallback is not None and (record.get("newest") or {}).get("name") == rocm.name:
+    record = folder.fallback()
+    if rocm is not None and fallback is not None and record is not None and record.newest.name == rocm.name:
         # a resumed night: the newest already failed here; go on with the last good one
         return _on_last_good(job, night, folder, record, fallback)
     folder.fallback_json.unlink(missing_ok=True)
@@ -262,34 +261,31 @@ def _fall_back(job: Job, night: Night, folder: JobFolder, failed: JobOutcome, ne
     shutil.rmtree(kept, ignore_errors=True)
     folder.path.rename(kept)
     last_good = dict(newest.last_good or {})
-    record = {
-        "schema": 1,
-        "newest": {"name": newest.name, "version": newest.version, "date": newest.date},
-        "failed_stage": failed.failed_stage, "reason": failed.message or attempt.reason,
-        "log_tail": list(attempt.log_tail), "attempt_dir": str(kept),
-        "last_good": {k: last_good.get(k) for k in ("name", "version", "date", "release")},
-    }
+    record = FallbackRecord(
+        schema=FALLBACK_SCHEMA, newest=TarballRef(name=newest.name, version=newest.version, date=newest.date),
+        failed_stage=failed.failed_stage, reason=failed.message or attempt.reason, log_tail=attempt.log_tail,
+        attempt_dir=str(kept), last_good=TarballRef.from_dict(
+            {k: last_good.get(k) for k in ("name", "version", "date", "release")}, "the last good tarball"),
+        keys=("schema", "newest", "failed_stage", "reason", "log_tail", "attempt_dir", "last_good"),
+    )
     console.warn(f"{job.id}: failed at {failed.failed_stage} with the newest ROCm {newest.describe()}; retrying once "
                  f"with the last good {good.describe()} (release {last_good.get('release')})")
     folder.create()
-    write_json_atomic(folder.fallback_json, record)
+    record.write(folder.fallback_json)
     return _on_last_good(job, night, folder, record, good, first=failed)
 
 
-def _on_last_good(job: Job, night: Night, folder: JobFolder, record: dict[str, Any], good: RocmInput,
+def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRecord, good: RocmInput,
                   first: JobOutcome | None = None) -> JobOutcome:
     outcome = job_stages(job, night, good)
-    newest = record.get("newest") or {}
-    note = (f"ROCm {good.describe()}, newest {newest.get('version')} failed {record.get('failed_stage')}: "
-            f"{record.get('reason')}")
-    record["result"] = outcome.status
-    write_json_atomic(folder.fallback_json, record)
+    note = f"ROCm {good.describe()}, newest {record.newest.version} failed {record.failed_stage}: {record.reason}"
+    replace(record, result=outcome.status).write(folder.fallback_json)
     seconds = outcome.seconds + (first.seconds if first else 0.0)
     if outcome.status == "ok":
         return replace(outcome, fallback=note, seconds=seconds)
     return replace(outcome, fallback=note, seconds=seconds,
                    message=f"{outcome.message} (also with the last good ROCm {good.describe()}; the newest "
-                           f"{newest.get('version')} failed {record.get('failed_stage')}: {record.get('reason')})")
+                           f"{record.newest.version} failed {record.failed_stage}: {record.reason})")
 
 
 class _JobRun:
@@ -300,7 +296,7 @@ class _JobRun:
         self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
         self.folder = JobFolder.of(night.out, job.id)
         self.root: Path | None = None
-        self.tarball: dict[str, Any] | None = None
+        self.tarball: Tarball | None = None
         self.keys: dict[str, str] = {}
 
     def fetch(self) -> Stage:  # the plan pins no tarball for a backend that needs no ROCm (Vulkan): nothing to fetch
@@ -311,20 +307,23 @@ class _JobRun:
             return Stage("fetch", key, skip=True)
 
         def still_there(entry: dict[str, Any]) -> bool:
-            return (read_marker(Path(entry["root"])) or {}).get("name") == rocm.name
+            marker = read_marker(Path(entry["root"]))
+            return marker is not None and marker.get("name") == rocm.name
 
         def reuse(entry: dict[str, Any]) -> None:
-            self.root, self.tarball = Path(entry["root"]), entry["tarball"]
+            tarball = entry.get("tarball")
+            self.root = Path(entry["root"])
+            self.tarball = Tarball.from_dict(tarball, "night.json: stages.fetch.tarball") if tarball else None
 
         def run() -> dict[str, Any]:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
                 fetched = fetch_for_job(job, self.inputs, cache=self.night.cache, quiet=self.options.quiet,
                                         rocm=rocm)
             self.root, self.tarball = fetched.root, tarball_report(fetched)
-            return {"root": str(self.root), "tarball": self.tarball, "transferred": fetched.transferred}
+            return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
 
         def failed(exc: RockbuildError) -> None:
-            self.folder.record_failure(job, "rocm", exc.message, self.inputs.llama.pin())
+            self.folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(self.inputs.llama.pin()))
 
         return Stage("fetch", key, run, still_there, reuse, failed)
 
@@ -332,9 +331,9 @@ class _JobRun:
         from rockbuild.build.driver import BuildOptions, build_job
 
         options, inputs = self.options, self.inputs
-        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], (self.tarball or {}).get("sha256"),
-                                               inputs.llama.to_dict(), self.job.to_dict(), __version__,
-                                               options.compile.offline)
+        sha256 = self.tarball.sha256 if self.tarball else None
+        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
+                                               self.job.to_dict(), __version__, options.compile.offline)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
@@ -354,8 +353,8 @@ class _JobRun:
         key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.compile.prune_fatbin)
 
         def still_there(_entry: dict[str, Any]) -> bool:
-            meta = folder.bundle_meta() or {}
-            return bool(meta) and (meta.get("audit") or {}).get("ok") is not False
+            meta = folder.bundle_meta()
+            return meta is not None and not meta.audit_failed
 
         def run() -> None:
             shutil.rmtree(folder.bundle_dir, ignore_errors=True)
@@ -390,7 +389,12 @@ class _JobRun:
             if not report.ok:
                 raise SmokeError(f"the smoke test failed: {report.failures[0]}")
 
-        return Stage("smoke", key, run, lambda _entry: (folder.smoke() or {}).get("ok") is True)
+        return Stage("smoke", key, run, lambda _entry: _smoke_passed(folder))
+
+
+def _smoke_passed(folder: JobFolder) -> bool:
+    smoke = folder.smoke()
+    return smoke is not None and smoke.ok is True
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -440,7 +444,7 @@ def known_good(inputs: Inputs, manifests: Iterable[tuple[str, dict[str, Any]]]) 
     seen: list[tuple[str, dict[str, Any]]] = []
     for item in manifests:
         seen.append(item)
-        unproven -= {str(e.get("id")) for e in smoke_passed(item[1])}
+        unproven -= {e.id for e in smoke_passed(item[1])}
         if wanted <= set(last_good_tarballs(seen)) and not unproven:
             break
     return last_good_tarballs(seen), seen
@@ -457,10 +461,11 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
     publisher counts it as failed. A folder built from another commit is refused."""
     found: dict[str, Path] = {}
     for directory in job_dirs:
-        build = JobFolder(Path(directory)).build() or {}
-        job_id = str((build.get("job") or {}).get("id") or Path(directory).name.removeprefix("job-"))
-        commit = (build.get("llama_cpp") or {}).get("commit")
-        if commit and build.get("status") == "ok" and commit != inputs.llama.commit:
+        build = JobFolder(Path(directory)).build()
+        job_id = build.job.id if build is not None and build.job is not None else ""
+        job_id = job_id or Path(directory).name.removeprefix("job-")
+        commit = build.commit if build is not None else None
+        if build is not None and commit and build.ok and commit != inputs.llama.commit:
             raise UsageError(f"{directory} was built from llama.cpp {commit[:12]}, not the inputs' "
                              f"{inputs.llama.commit[:12]}", hint="rebuild it with --inputs, or leave it out")
         inputs.job(job_id)
@@ -592,7 +597,7 @@ def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, dict[str, Any]
     passed: dict[str, str] = {}
     for tag, manifest in reversed(manifests):  # oldest first: the first release that proved it
         for entry in smoke_passed(manifest):
-            passed.setdefault(str(entry.get("id")), tag)
+            passed.setdefault(entry.id, tag)
     jobs = []
     for job in inputs.jobs:
         if job.when_proven and not job.required and job.id in passed:

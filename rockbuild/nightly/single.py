@@ -56,7 +56,7 @@ def build_and_bundle(
         result = build_job(job, options)
     bundled = None
     if make_bundle:
-        rocm_root = (result.rocm or {}).get("root")
+        rocm_root = result.rocm.get("root") if result.rocm is not None else None
         with step(f"bundle ({', '.join(job.targets) or job.backend})"):
             request = BundleRequest.for_job(job, result.build_dir / "bin", Path(rocm_root) if rocm_root else None,
                                             result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rockbuild import console
-from rockbuild.core.data import read_json_object, write_json_atomic
 from rockbuild.core.errors import RockbuildError
+from rockbuild.core.records import NIGHT_SCHEMA, NightRecord
 from rockbuild.jobfolder import JobFolder
 
 STAGES = ("fetch", "build", "bundle", "smoke")
-STATE_SCHEMA = 1
+STATE_SCHEMA = NIGHT_SCHEMA
 
 EventHook = Callable[[str, str, str], None]  # (job id, stage, status)
 
@@ -38,9 +38,9 @@ class JobState:
     def __init__(self, folder: JobFolder) -> None:
         self.path = folder.night_json
         self.job_id = folder.id
-        data = read_json_object(self.path) or {}
-        stages = data.get("stages")
-        self.stages: dict[str, dict[str, Any]] = stages if isinstance(stages, dict) else {}
+        record = folder.night()
+        self.stages: dict[str, dict[str, Any]] = ({k: v.to_dict() for k, v in record.stages.items()}
+                                                  if record is not None else {})
 
     def passed(self, stage: str, key: str) -> dict[str, Any] | None:
         entry = self.stages.get(stage)
@@ -50,7 +50,8 @@ class JobState:
 
     def record(self, stage: str, key: str, result: str, seconds: float, **detail: Any) -> None:
         self.stages[stage] = {"key": key, "result": result, "seconds": round(seconds, 3), **detail}
-        write_json_atomic(self.path, {"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages})
+        NightRecord.from_dict({"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages},
+                              self.path).write(self.path)
 
 
 @dataclass(frozen=True)

@@ -46,14 +46,16 @@ def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: s
             for j in failed]
     fallbacks = []
     for j in fell_back:
-        summary, record = j.fallback_summary() or {}, j.fallback or {}
-        good = record.get("last_good") or {}  # the manifest's summary names its release, the alert its date too
+        summary, record = j.fallback_summary(), j.fallback
+        if summary is None or record is None:
+            continue
+        good = record.last_good  # the manifest's summary names its release, the alert its date too
         fallbacks.append({
             "id": j.id, "ok": j.ok, "step": summary["failed_stage"] or "?", "reason": summary["reason"] or "",
             "newest": summary["newest"], "newest_version": summary["newest_version"],
             "newest_date": summary["newest_date"], "release": summary["last_good_release"],
-            "used": good.get("version"), "good_date": good.get("date"),
-            "tail": [redact(str(line), token) for line in record.get("log_tail") or []],
+            "used": good.version if good else None, "good_date": good.date if good else None,
+            "tail": [redact(line, token) for line in record.log_tail],
         })
     text = render("alert.md.j2", failed=jobs, fallbacks=fallbacks, run_url=run_url, date=date,
                   marker=marker({"run": run_url}))
@@ -62,12 +64,13 @@ def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: s
 
 def fallback_title(fell_back: Sequence[JobRecord]) -> str:
     """``ROCm nightly 2026-12-01 broke linux-gfx1150``: the alert's title when nothing failed but a job fell back."""
-    dates = sorted({str((j.fallback_summary() or {}).get("newest_date") or "?") for j in fell_back})
+    dates = sorted({(j.fallback.newest.date if j.fallback else None) or "?" for j in fell_back})
     return f"ROCm nightly {', '.join(dates)} broke {', '.join(j.id for j in fell_back)}"
 
 
 def _reported(text: str | None, run_url: str) -> bool:
-    return (read_marker(text) or {}).get("run") == run_url
+    marker = read_marker(text)
+    return marker is not None and marker.get("run") == run_url
 
 
 def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
@@ -82,7 +85,8 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
         raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in job_dirs]
     failed = [j for j in jobs if not j.ok]
-    fell_back = [j for j in jobs if j.fallback]  # the newest ROCm broke them: worth an issue even when published
+    # the newest ROCm broke them: worth an issue even when published
+    fell_back = [j for j in jobs if j.fallback is not None]
     if not failed and not fell_back:
         message = f"all {len(jobs)} jobs passed; no alert"
         say(message)

@@ -7,18 +7,24 @@ the step and the log tail for the alert); it is never an exception here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.errors import RecordError
+from rockbuild.core.records import (
+    AuditRecord,
+    BenchFigure,
+    BuildRecord,
+    BuildRocm,
+    BundleRecord,
+    FallbackRecord,
+    SmokeRecord,
+)
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
 from rockbuild.rocm.names import parse_rocm_version, parse_tarball_name
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -35,17 +41,20 @@ class RocmInfo:
                 "tarball": self.tarball, "tarball_sha256": self.tarball_sha256, "group": self.group}
 
 
-def rocm_info(rocm: Mapping[str, Any]) -> RocmInfo:
-    tarball = _dict(rocm.get("tarball"))
-    name = parse_tarball_name(str(tarball.get("name") or "")) if tarball.get("name") else None
-    version = rocm.get("package_version") or (name.version.text if name else None) or rocm.get("version")
+def rocm_info(rocm: BuildRocm | None) -> RocmInfo:
+    rocm = rocm or BuildRocm()
+    tarball = rocm.tarball
+    tarball_name = tarball.name if tarball is not None else None
+    name = parse_tarball_name(tarball_name) if tarball_name else None
+    version = rocm.package_version or (name.version.text if name else None) or rocm.version
     date = name.date.isoformat() if name is not None and name.date else None
-    for text in (rocm.get("package_version"), rocm.get("version")):
-        parsed = parse_rocm_version(str(text)) if text else None
+    for text in (rocm.package_version, rocm.version):
+        parsed = parse_rocm_version(text) if text else None
         if date is None and parsed is not None and parsed.date is not None:
             date = parsed.date.isoformat()
-    return RocmInfo(str(version) if version else None, date, rocm.get("therock_commit"),
-                    tarball.get("name"), tarball.get("sha256"), tarball.get("group") or rocm.get("group"))
+    return RocmInfo(version or None, date, rocm.therock_commit, tarball_name,
+                    tarball.sha256 if tarball is not None else None,
+                    (tarball.group if tarball is not None else None) or rocm.group)
 
 
 @dataclass(frozen=True)
@@ -68,14 +77,14 @@ class JobRecord:
     cmake: Mapping[str, str] = field(default_factory=dict)
     isas: tuple[str, ...] = ()  # GPU code really inside libggml-hip (audit), else the job's targets
     bundle: Path | None = None
-    audit: Mapping[str, Any] | None = None
-    smoke: Mapping[str, Any] | None = None
+    audit: AuditRecord | None = None
+    smoke: SmokeRecord | None = None
     finished: str | None = None
     backend: str = "rocm"  # rocm | vulkan: the flavour (a vulkan asset is llama-<tag>-<os>-vulkan-x64)
     gpu_runner: tuple[str, ...] = ()  # the matrix's gpu_smoke runner labels (none: no GPU smoke configured)
     gpu_required: bool = False
-    gpu_smoke: Mapping[str, Any] | None = None  # gpu-smoke.json, when the GPU leg ran
-    fallback: Mapping[str, Any] | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
+    gpu_smoke: SmokeRecord | None = None  # gpu-smoke.json, when the GPU leg ran
+    fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
 
     @property
     def file_name(self) -> str:
@@ -95,41 +104,44 @@ class JobRecord:
         return self.status == "ok"
 
     @property
-    def bench(self) -> list[dict[str, Any]]:
-        return list((self.smoke or {}).get("bench") or [])
+    def bench(self) -> tuple[BenchFigure, ...]:
+        return self.smoke.bench if self.smoke is not None else ()
+
+    @property
+    def gpu_tested(self) -> bool:
+        """The GPU smoke ran and passed."""
+        return self.gpu_smoke is not None and self.gpu_smoke.ok
 
     def gpu_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of the GPU smoke: verdict, GPU, driver, runner, and the llama-bench figures."""
         if self.gpu_smoke is None:
             return None
-        bench = [b for b in self.gpu_smoke.get("bench") or [] if isinstance(b, dict)]
-        host = _dict(self.gpu_smoke.get("host"))
-        return {"ok": bool(self.gpu_smoke.get("ok")), "runner": list(self.gpu_runner),
-                "gpu": next((str(b["gpu_info"]) for b in bench if b.get("gpu_info")), None),
-                "backends": next((str(b["backends"]) for b in bench if b.get("backends")), None),
-                "driver": host.get("driver"), "kernel": host.get("kernel"),
-                "summary": _dict(self.gpu_smoke.get("gpu")).get("summary"),
-                "bench": [{"test": b.get("test"), "tokens_per_second": b.get("tokens_per_second"),
-                           "stddev": b.get("stddev")} for b in bench]}
+        bench = self.gpu_smoke.bench
+        host, gpu = self.gpu_smoke.host, self.gpu_smoke.gpu
+        return {"ok": bool(self.gpu_smoke.ok), "runner": list(self.gpu_runner),
+                "gpu": next((b.gpu_info for b in bench if b.gpu_info), None),
+                "backends": next((b.backends for b in bench if b.backends), None),
+                "driver": host.driver if host else None, "kernel": host.kernel if host else None,
+                "summary": gpu.summary if gpu else None,
+                "bench": [{"test": b.test, "tokens_per_second": b.tokens_per_second, "stddev": b.stddev}
+                          for b in bench]}
 
     def smoke_summary(self) -> str:
         if self.smoke is None:
             return "not run"
-        gpu = _dict(self.smoke.get("gpu"))
-        placement = gpu.get("placement")
+        placement = self.smoke.gpu.placement if self.smoke.gpu is not None else None
         verdict = {"gpu": self.flavour, "cpu": "CPU only", "partial": "partial offload"}.get(str(placement), "?")
-        return f"{'passed' if self.smoke.get('ok') else 'FAILED'} ({verdict})"
+        return f"{'passed' if self.smoke.ok else 'FAILED'} ({verdict})"
 
     def fallback_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of a fallback: the newest tarball that failed, where and why, and the release
         whose tarball was used instead."""
-        if not self.fallback:
+        if self.fallback is None:
             return None
-        newest = _dict(self.fallback.get("newest"))
-        return {"newest": newest.get("name"), "newest_version": newest.get("version"),
-                "newest_date": newest.get("date"), "failed_stage": self.fallback.get("failed_stage"),
-                "reason": self.fallback.get("reason"),
-                "last_good_release": _dict(self.fallback.get("last_good")).get("release")}
+        newest, last_good = self.fallback.newest, self.fallback.last_good
+        return {"newest": newest.name, "newest_version": newest.version, "newest_date": newest.date,
+                "failed_stage": self.fallback.failed_stage, "reason": self.fallback.reason,
+                "last_good_release": last_good.release if last_good is not None else None}
 
     def fallback_note(self) -> str | None:
         """``ROCm 10.1.0a20261128, newest 10.1.0a20261201 failed smoke: ...`` for the notes and the alert."""
@@ -147,87 +159,107 @@ class JobRecord:
                 "cmake": dict(self.cmake)}
 
 
-def _isas(bundle_meta: Mapping[str, Any], targets: tuple[str, ...]) -> tuple[str, ...]:
-    audit = _dict(bundle_meta.get("audit"))
-    for fat in audit.get("fat_binaries") or []:
-        if isinstance(fat, dict) and str(fat.get("file", "")).startswith(("libggml-hip", "ggml-hip")):
-            found = tuple(str(t) for t in fat.get("targets") or ())
-            if found:
-                return found
+def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[str, ...]:
+    audit = bundle_meta.audit if bundle_meta is not None else None
+    for fat in audit.fat_binaries if audit is not None else ():
+        if (fat.file or "").startswith(("libggml-hip", "ggml-hip")) and fat.targets:
+            return fat.targets
     return targets
 
 
-def _smoke_tail(smoke: Mapping[str, Any]) -> tuple[tuple[str, ...], Path | None]:
-    for run in _dict(smoke.get("runs")).values():
-        if isinstance(run, dict) and not run.get("ok"):
-            return tuple(str(x) for x in run.get("log_tail") or ()), Path(run["log"]) if run.get("log") else None
+def _smoke_tail(smoke: SmokeRecord) -> tuple[tuple[str, ...], Path | None]:
+    for run in smoke.runs.values():
+        if not run.ok:
+            return run.log_tail, Path(run.log) if run.log else None
     return (), None
+
+
+def _first(*values: Any) -> Any:
+    """The first of ``values`` that is not empty (None, "", ())."""
+    return next((v for v in values if v), None)
 
 
 def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     """The job in ``job_dir`` (``out/<job-id>``), failed or not."""
     folder = JobFolder(Path(job_dir).absolute())
     job_dir, bundle_dir = folder.path, folder.bundle_dir
-    build = folder.build()
-    bundle_meta = folder.bundle_meta() or {}
-    smoke = folder.smoke()
-    gpu_smoke = folder.gpu_smoke()
-    job = _dict((build or {}).get("job"))
-    gpu_config = _dict(job.get("gpu_smoke"))
-    job_id = str(job.get("id") or job_dir.name)
-    os_name = str(job.get("os") or bundle_meta.get("platform") or job_id.split("-", 1)[0])
-    name = str(job.get("name") or (job_id.split("-", 1)[1] if "-" in job_id else job_id))
-    targets = tuple(str(t) for t in (job.get("targets") or (build or {}).get("gpu_targets")
-                                     or bundle_meta.get("targets") or ()))
+    broken: list[tuple[str, RecordError, Path]] = []  # a malformed record makes the job failed, never an exception
+
+    def read(step: str, reader: Callable[[], Any], path: Path) -> Any:
+        try:
+            return reader()
+        except RecordError as exc:
+            broken.append((step, exc, path))
+            return None
+
+    build: BuildRecord | None = read("build", folder.build, folder.build_json)
+    bundle_meta: BundleRecord | None = read("bundle", folder.bundle_meta, folder.bundle_json)
+    smoke: SmokeRecord | None = read("smoke", folder.smoke, folder.smoke_json)
+    gpu_smoke: SmokeRecord | None = read("gpu-smoke", folder.gpu_smoke, folder.gpu_smoke_json)
+    fallback: FallbackRecord | None = read("fallback", folder.fallback, folder.fallback_json)
+    job = build.job if build is not None else None
+    gpu_config = job.gpu_smoke if job is not None else None
+    job_id = str(_first(job and job.id, job_dir.name))
+    os_name = str(_first(job and job.os, bundle_meta and bundle_meta.platform, job_id.split("-", 1)[0]))
+    name = str(_first(job and job.name, job_id.split("-", 1)[1] if "-" in job_id else job_id))
+    targets = tuple(_first(job and job.targets, build and build.gpu_targets, bundle_meta and bundle_meta.targets)
+                    or ())
     # a build.json from before the field: the bundle's own record, else the job's name (linux-vulkan)
-    backend = str(job.get("backend") or bundle_meta.get("backend") or ("vulkan" if name == "vulkan" else "rocm"))
-    llama = _dict((build or {}).get("llama_cpp"))
-    build_number = llama.get("build_number")
+    backend = str(_first(job and job.backend, bundle_meta and bundle_meta.backend,
+                         "vulkan" if name == "vulkan" else "rocm"))
+    llama = build.llama_cpp if build is not None else None
+    build_number = llama.build_number if llama is not None else None
     common: dict[str, Any] = dict(
         dir=job_dir, id=job_id, os=os_name if os_name in ("linux", "windows") else "linux", name=name,
-        targets=targets, required=bool(job.get("required", True)),
-        llama_commit=llama.get("commit"), llama_build=str(build_number) if build_number is not None else None,
-        llama_commit_time=llama["commit_time"] if isinstance(llama.get("commit_time"), int) else None,
-        rocm=rocm_info(_dict((build or {}).get("rocm"))),
-        cmake={str(k): str(v) for k, v in _dict((build or {}).get("cmake_definitions")).items()},
-        isas=_isas(bundle_meta, targets), smoke=smoke, finished=(build or {}).get("finished"), backend=backend,
-        gpu_runner=tuple(str(r) for r in gpu_config.get("runner") or ()),
-        gpu_required=bool(gpu_config.get("required", False)), gpu_smoke=gpu_smoke, fallback=folder.fallback(),
+        targets=targets, required=job.required if job is not None else True,
+        llama_commit=llama.commit if llama is not None else None,
+        llama_build=str(build_number) if build_number is not None else None,
+        llama_commit_time=llama.commit_time if llama is not None else None,
+        rocm=rocm_info(build.rocm if build is not None else None),
+        cmake=dict(build.cmake_definitions) if build is not None else {},
+        isas=_isas(bundle_meta, targets), smoke=smoke, finished=build.finished if build is not None else None,
+        backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
+        gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
+        fallback=fallback,
     )
-    build_log = Path(_dict((build or {}).get("paths")).get("log") or folder.build_log)
+    paths = build.paths if build is not None else None
+    build_log = Path(paths.log) if paths is not None and paths.log else folder.build_log
+    audit = bundle_meta.audit if bundle_meta is not None else None
+    audit = audit if audit is not None and audit.to_dict() else None  # an empty audit is none
 
     def failed(step: str, reason: str, log: Path | None, tail: tuple[str, ...] | None = None) -> JobRecord:
         lines = tail if tail is not None else (tuple(log_tail(log, tail_lines)) if log else ())
         return JobRecord(**common, status="failed", failed_step=step, reason=reason, log=log,
                          log_tail=lines[-tail_lines:], bundle=bundle_dir if bundle_dir.is_dir() else None,
-                         audit=_dict(bundle_meta.get("audit")) or None)
+                         audit=audit)
 
+    if broken:
+        step, exc, path = broken[0]
+        return failed(step, exc.message, path, (exc.message,))
     if build is None and not bundle_dir.is_dir():
         return failed("build", f"no {folder.build_json.name} and no {bundle_dir.name}/ in {job_dir}", None)
-    if build is not None and build.get("status") != "ok":
-        step = str(build.get("failed_step") or "build")
+    if build is not None and not build.ok:
+        step = build.failed_step or "build"
         return failed(step, f"the build failed at step '{step}'", build_log)
     if not bundle_dir.is_dir():
         log = folder.bundle_log
         return failed("bundle", f"no {bundle_dir.name}/ folder: the bundle step did not run or failed",
                       log if log.exists() else None)
-    audit = _dict(bundle_meta.get("audit"))
-    if audit and audit.get("ok") is False:
-        failures = [str(f) for f in audit.get("failures") or []]
+    if audit is not None and audit.ok is False:
+        failures = audit.failures
         return failed("audit", "the bundle failed its audit: " + ("; ".join(failures[:3]) or "see bundle.json"),
-                      folder.bundle_json, tuple(failures))
-    if smoke is not None and smoke.get("ok") is False:
-        failures = [str(f) for f in smoke.get("failures") or []]
+                      folder.bundle_json, failures)
+    if smoke is not None and smoke.ok is False:
+        failures = smoke.failures
         tail, smoke_log = _smoke_tail(smoke)
         return failed("smoke", "the smoke test failed: " + ("; ".join(failures[:3]) or "see smoke.json"), smoke_log,
-                      tail or tuple(failures))
-    if common["gpu_required"] and (gpu_smoke is None or gpu_smoke.get("ok") is not True):
+                      tail or failures)
+    if common["gpu_required"] and (gpu_smoke is None or gpu_smoke.ok is not True):
         # the matrix says this asset ships only once it ran on a real GPU
         why = ("the GPU smoke test did not run (no gpu-smoke.json from the GPU leg)" if gpu_smoke is None else
-               "the GPU smoke test failed: " + ("; ".join(str(f) for f in gpu_smoke.get("failures") or [])[:300]
-                                                or "see gpu-smoke.json"))
+               "the GPU smoke test failed: " + ("; ".join(gpu_smoke.failures)[:300] or "see gpu-smoke.json"))
         return failed("gpu-smoke", why, folder.gpu_smoke_json if gpu_smoke is not None else None)
-    return JobRecord(**common, status="ok", bundle=bundle_dir, audit=audit or None)
+    return JobRecord(**common, status="ok", bundle=bundle_dir, audit=audit)
 
 
 def with_failure(job: JobRecord, step: str, reason: str) -> JobRecord:

@@ -15,10 +15,11 @@ from typing import Any
 
 from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
+from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu, SmokeModel
 
 from .jobs import JobRecord
 
-SCHEMA = 1
+SCHEMA = MANIFEST_SCHEMA
 CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
                  ".deb": "application/vnd.debian.binary-package", "SHA256SUMS": "text/plain"}
 
@@ -72,10 +73,9 @@ def _smoke(job: JobRecord) -> dict[str, Any] | None:
     smoke = job.smoke
     if smoke is None:
         return None
-    model: dict[str, Any] = smoke["model"] if isinstance(smoke.get("model"), dict) else {}
-    gpu: dict[str, Any] = smoke["gpu"] if isinstance(smoke.get("gpu"), dict) else {}
-    return {"ok": smoke.get("ok"), "gpu": gpu.get("summary"), "placement": gpu.get("placement"),
-            "model": {"name": model.get("name"), "sha256": model.get("sha256"), "source": model.get("source")}}
+    model, gpu = smoke.model or SmokeModel(), smoke.gpu or SmokeGpu()
+    return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
+            "model": {"name": model.name, "sha256": model.sha256, "source": model.source}}
 
 
 def build_manifest(
@@ -95,10 +95,10 @@ def build_manifest(
             **job.to_dict(),
             "assets": [a.to_dict() for a in by_job.get(job.id, [])],
             "bundle": {"files": files, "file_count": len(files), "total_bytes": sum(f["size"] for f in files)},
-            "audit": {"ok": (job.audit or {}).get("ok"), "failures": list((job.audit or {}).get("failures") or []),
-                      "warnings": list((job.audit or {}).get("warnings") or [])} if job.audit else None,
+            "audit": {"ok": job.audit.ok, "failures": list(job.audit.failures), "warnings": list(job.audit.warnings)}
+            if job.audit is not None else None,
             "smoke": _smoke(job),
-            "bench": job.bench,
+            "bench": [b.to_dict() for b in job.bench],
             "gpu_smoke": job.gpu_summary(),  # the real-GPU figures `rockbuild perf` tracks
         }
         if job.os == "linux":
@@ -113,7 +113,7 @@ def build_manifest(
         "glibc_floor_allowed": dict(floor_config),
         "assets": [a.to_dict() for a in assets],
         "jobs": shipped,
-        "not_gpu_tested": [j.id for j in jobs if not (j.gpu_smoke or {}).get("ok")],
+        "not_gpu_tested": [j.id for j in jobs if not j.gpu_tested],
         "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
                         for j in failed],
     }

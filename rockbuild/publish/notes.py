@@ -49,16 +49,15 @@ def render(template: str, **context: Any) -> str:
 
 def _bench(job: JobRecord, kind: str) -> str:
     for b in job.bench:
-        if kind == "pp" and b.get("n_prompt") and not b.get("n_gen"):
-            return f"{float(b.get('tokens_per_second') or 0):.1f}"
-        if kind == "tg" and b.get("n_gen") and not b.get("n_prompt"):
-            return f"{float(b.get('tokens_per_second') or 0):.1f}"
+        if kind == "pp" and b.n_prompt and not b.n_gen:
+            return f"{float(b.tokens_per_second or 0):.1f}"
+        if kind == "tg" and b.n_gen and not b.n_prompt:
+            return f"{float(b.tokens_per_second or 0):.1f}"
     return "-"
 
 
 def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, str]) -> dict[str, Any]:
-    smoke = job.smoke or {}
-    model: dict[str, Any] = smoke["model"] if isinstance(smoke.get("model"), dict) else {}
+    model = job.smoke.model if job.smoke is not None else None
     backend = get_backend(job.backend)
     return {
         "id": job.id, "os": os_words.get(job.os, job.os), "name": job.name, "flavour": job.flavour,
@@ -67,7 +66,7 @@ def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, 
         "rocm_date": job.rocm.date or ("?" if backend.needs_rocm else "no ROCm"),
         "therock_commit": (job.rocm.therock_commit or "")[:10] or "?", "required": job.required,
         "status": job.status, "step": job.failed_step, "reason": job.reason, "smoke": job.smoke_summary(),
-        "model": model.get("name") or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
+        "model": (model.name if model is not None else None) or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
         "assets": [a.name for a in assets if a.job == job.id],
         "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
         "gpu": _gpu_row(job),
@@ -107,6 +106,6 @@ def notes_context(
         "known_issues": list(known_issues),
         "fallbacks": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["fallback"]],
         "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],
-        "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not (j.gpu_smoke or {}).get("ok")],
+        "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not j.gpu_tested],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
     }

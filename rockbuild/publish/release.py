@@ -240,11 +240,17 @@ def _rocm_for_tag(jobs: Sequence[JobRecord], warnings: list[str]) -> str | None:
     return newest
 
 
+def _fingerprint_of(body: str | None) -> Any:
+    """The fingerprint in a release's marker (None: no marker)."""
+    marker = read_marker(body)
+    return marker.get("fingerprint") if marker is not None else None
+
+
 def choose_tag(options: PublishOptions, config: PublishConfig, jobs: Sequence[JobRecord], fp: str,
                releases: Sequence[Any], tags: Sequence[str], warnings: list[str]) -> str:
     if options.tag:
         return options.tag
-    ours = [r for r in releases if (read_marker(r.body) or {}).get("fingerprint") == fp]
+    ours = [r for r in releases if _fingerprint_of(r.body) == fp]
     if ours:
         # the release (or the draft a crashed run left) made from these very inputs
         return sorted(ours, key=lambda r: (not r.draft, r.created_at))[-1].tag_name
@@ -322,7 +328,7 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
         existing = sorted(same_tag, key=lambda r: (not r.draft, r.created_at))[-1] if same_tag else None
         base_report: dict[str, Any] = dict(tag=tag, fingerprint=fp, jobs=tuple(j.id for j in shipped),
                                            failed=tuple(failed))
-        same_inputs = (read_marker(existing.body) or {}).get("fingerprint") == fp if existing is not None else False
+        same_inputs = _fingerprint_of(existing.body) == fp if existing is not None else False
         if existing is not None and not existing.draft and same_inputs and not options.tag:
             # a re-run of a published night; with an explicit --tag the bytes are compared instead (below)
             message = f"already published from these inputs (fingerprint {fp}); nothing changed"

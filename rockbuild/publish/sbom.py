@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__
+from rockbuild.core.records import BUNDLE_FORMAT, BuildRocm, BundleRecord
 from rockbuild.downloader import sha256_file
 from rockbuild.jobfolder import JobFolder
 
@@ -38,16 +39,16 @@ def _bundle_files(bundle: Path) -> Iterator[tuple[str, Path]]:
 def file_origins(job: JobRecord) -> dict[str, str]:
     """Each bundled file (relative path) -> ``llama.cpp``, ``rocm`` or ``rockbuild``, from bundle.json."""
     assert job.bundle is not None
-    meta = JobFolder(job.dir).bundle_meta() or {}
+    meta = JobFolder(job.dir).bundle_meta() or BundleRecord(format=BUNDLE_FORMAT)
     build_dir = str(JobFolder(job.dir).build_dir)
     origins: dict[str, str] = {"bundle.json": ROCKBUILD}
-    for entry in meta.get("files") or []:
+    for entry in meta.files:
         if isinstance(entry, Mapping) and entry.get("path"):
             source = str(entry.get("source") or "")
             # a build in a chroot records the path as the chroot saw it (/e2e/out/<job>/build/...)
             built = source.startswith(build_dir + "/") or f"/{job.id}/build/" in source
             origins[str(entry["path"])] = LLAMA if built else ROCM
-    for folder in (meta.get("kernels") or {}).get("folders") or []:
+    for folder in meta.kernels.folders if meta.kernels is not None else ():
         if isinstance(folder, Mapping) and folder.get("dest"):
             origins[f"{folder['dest']}/"] = ROCM  # a prefix: every kernel file below it
     return origins
@@ -91,11 +92,11 @@ def make_sbom(job: JobRecord, asset: str, tag: str, *, timestamp: int) -> str:
     packages = {LLAMA: llama}
     if job.rocm.version or job.rocm.tarball:
         rocm = job.rocm
-        recorded = (JobFolder(job.dir).build() or {}).get("rocm")
-        root = recorded if isinstance(recorded, dict) else {}
+        recorded = JobFolder(job.dir).build()
+        root = (recorded.rocm if recorded is not None else None) or BuildRocm()
         properties = [Property(name=f"rockbuild:{k}", value=str(v)) for k, v in (
             ("tarball", rocm.tarball), ("therock_commit", rocm.therock_commit), ("group", rocm.group),
-            ("date", rocm.date), ("root_kind", root.get("kind")), ("root", root.get("root"))) if v]
+            ("date", rocm.date), ("root_kind", root.kind), ("root", root.root)) if v]
         packages[ROCM] = Component(
             type=ComponentType.FRAMEWORK, name=rocm.tarball.removesuffix(".tar.gz") if rocm.tarball else "rocm",
             version=rocm.version or "unknown", bom_ref=ROCM, properties=properties,

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.core.data import read_json_object, write_json_atomic
 from rockbuild.core.environment import host_os
 from rockbuild.core.errors import SmokeError
+from rockbuild.core.records import BundleRecord, SmokeRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail, spawn, stop
 from rockbuild.smoke.models import ModelFile, check_gguf
@@ -223,14 +223,15 @@ def locate_bundle(path: Path) -> tuple[Path, Path | None]:
 
 def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
     """(platform, gfx targets, job id) from bundle.json / build.json, guessed from the files when absent."""
-    meta = read_json_object(bundle / "bundle.json") or {}
-    build = (JobFolder(job_dir).build() if job_dir else None) or {}
-    job: dict[str, Any] = build["job"] if isinstance(build.get("job"), dict) else {}
-    platform = str(meta.get("platform") or job.get("os") or "")
+    meta = BundleRecord.read(bundle / "bundle.json")
+    build = JobFolder(job_dir).build() if job_dir else None
+    job = build.job if build is not None else None
+    platform = (meta.platform if meta else None) or (job.os if job else None) or ""
     if not platform:
         platform = "windows" if (bundle / "llama-cli.exe").exists() else "linux"
-    targets = meta.get("targets") or build.get("gpu_targets") or job.get("targets") or []
-    return platform, tuple(str(t) for t in targets), job.get("id") or (job_dir.name if job_dir else None)
+    targets = ((meta.targets if meta else ()) or (build.gpu_targets if build else ()) or (job.targets if job else ())
+               or ())
+    return platform, targets, (job.id if job else None) or (job_dir.name if job_dir else None)
 
 
 def free_port() -> int:
@@ -404,7 +405,7 @@ def _now() -> str:
 
 
 def write_smoke_json(report: SmokeReport, path: Path) -> Path:
-    return write_json_atomic(path, report.to_dict(), ensure_ascii=False)
+    return SmokeRecord.from_dict(report.to_dict(), path).write(path, ensure_ascii=False)
 
 
 def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> dict[str, Any]:
@@ -457,7 +458,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     from rockbuild.bundle.audit import bundle_backend
 
     names = (p.name for p in bundle.iterdir())
-    backend = get_backend(bundle_backend(names, read_json_object(bundle / "bundle.json") or {}, platform))
+    backend = get_backend(bundle_backend(names, BundleRecord.read(bundle / "bundle.json"), platform))
     # the devices this bundle can use here, whether a GPU run is expected, the device to pin (a Vulkan bundle: ggml
     # skips CPU-type devices and falls back to the CPU with exit code 0, so the bundle is asked what it sees and a
     # missing device fails in the command itself), and why no run may start

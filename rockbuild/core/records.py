@@ -1,0 +1,724 @@
+"""The files of a job folder and of a release, as typed, frozen records: one class per file.
+
+Each record is written with :meth:`Record.to_dict` (or :meth:`Record.write`) and read back with
+:meth:`Record.from_dict` (or :meth:`Record.read`), which *rejects* what is malformed: not a JSON object, a required key
+missing, a value of the wrong type. The :class:`~rockbuild.core.errors.RecordError` names the file and the key path in
+one line (``out/linux-gfx1151/build.json: llama_cpp.commit must be a string, not int``).
+
+Tolerant where the files legitimately vary: keys newer than a file are optional (an older rockbuild did not write
+them), and keys a record does not know are kept (``extra``) and written back, for forward compatibility. A record read
+from a file writes its keys back in the file's order, so reading and writing a file changes only what was changed.
+
+The records hold plain data (core imports nothing above core); the stages convert their own result objects to and
+from these. Their JSON Schemas are docs/schemas/<file>.schema.json (tests/test_records.py keeps both in step).
+
+=================  ===================  =====================================================================
+file               record               writer
+=================  ===================  =====================================================================
+build.json         :class:`BuildRecord`     the build driver; a failure before it: JobFolder.record_failure
+bundle.json        :class:`BundleRecord`    rockbuild.bundle.plan (write_bundle_json)
+smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (write_smoke_json)
+gpu-smoke.json     :class:`SmokeRecord`     the same (rockbuild smoke --report gpu-smoke.json on the GPU leg)
+night.json         :class:`NightRecord`     rockbuild.nightly.stages.JobState
+fallback.json      :class:`FallbackRecord`  rockbuild.nightly.run (the retry on the last good ROCm)
+inputs.json        :class:`InputsRecord`    rockbuild.nightly.resolve.Inputs
+manifest.json      :class:`ManifestRecord`  rockbuild.publish.manifest (build_manifest)
+=================  ===================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar, get_args, get_origin
+
+from rockbuild.core.data import write_json_atomic
+from rockbuild.core.errors import BUG_EXIT_CODE, RecordError, RockbuildError
+
+BUILD_SCHEMA = 1
+"""build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
+NIGHT_SCHEMA = 1
+FALLBACK_SCHEMA = 1
+INPUTS_SCHEMA = 1
+MANIFEST_SCHEMA = 1
+SMOKE_SCHEMA = 1
+BUNDLE_FORMAT = 1
+
+R = TypeVar("R", bound="Record")
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The engine: a record's fields are its keys; their annotations say what each must be.
+
+_JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def _what(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages."""
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "int", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if tp is Any:
+        return "any value"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    if origin in (tuple, list):
+        return "an array"
+    if origin in (dict, Mapping) or tp in (dict, Mapping) or origin is typing.Mapping:  # noqa: UP006
+        return "an object"
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return "an object"
+    return _JSON_NAMES.get(tp, str(tp))
+
+
+def _join(where: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    return f"{where}.{key}" if where else key
+
+
+class _Wrong(Exception):
+    """A value of the wrong type at ``where`` (turned into a RecordError naming the source)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where = where
+        self.message = message
+
+
+def _convert(tp: Any, value: Any, where: str, source: str) -> Any:
+    """``value`` as ``tp`` (a record class, a union, tuple[X, ...], Mapping[str, X], a scalar, Any)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, where, source)
+            except _Wrong as exc:
+                if exc.where != where or len(options) == 2:
+                    raise
+        raise _Wrong(where, f"{where or 'the file'} must be {_describe(tp)}, not {_what(value)}")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise _Wrong(where, f"{where} must be an array, not {_what(value)}")
+        item = get_args(tp)[0]
+        return tuple(_convert(item, v, _join(where, i), source) for i, v in enumerate(value))
+    if origin in (dict, Mapping) or origin is typing.Mapping or tp in (dict, Mapping):  # noqa: UP006
+        if not isinstance(value, dict):
+            raise _Wrong(where, f"{where} must be an object, not {_what(value)}")
+        args = get_args(tp)
+        item = args[1] if args else Any
+        return {str(k): _convert(item, v, _join(where, str(k)), source) for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return tp._load(value, where, source)
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise _Wrong(where, f"{where or 'the file'} must be {_describe(tp)}, not {_what(value)}")
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, tuple | list):
+        return [_dump(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class Record:
+    """A JSON object with typed keys: each dataclass field is a key (a field without a default is required).
+
+    ``extra`` keeps the keys the record does not know; ``keys`` the order of the keys read (``to_dict`` writes them
+    back in that order; a record made in code writes its fields in their order)."""
+
+    FILE: ClassVar[str] = ""  # the file's name, for messages ("build.json")
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+
+    @classmethod
+    def _fields(cls) -> list[dataclasses.Field[Any]]:
+        return [f for f in dataclasses.fields(cls) if f.name not in ("extra", "keys")]
+
+    @classmethod
+    def _hints(cls) -> dict[str, Any]:
+        hints = _HINTS.get(cls)
+        if hints is None:
+            hints = _HINTS[cls] = typing.get_type_hints(cls)
+        return hints
+
+    @classmethod
+    def _load(cls: type[R], data: Any, where: str, source: str) -> R:
+        if not isinstance(data, dict):
+            raise _Wrong(where, f"{where or 'the file'} must be an object, not {_what(data)}")
+        hints = cls._hints()
+        values: dict[str, Any] = {}
+        known = set()
+        for f in cls._fields():
+            known.add(f.name)
+            if f.name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise _Wrong(_join(where, f.name), f"{_join(where, f.name)} is missing")
+                continue
+            values[f.name] = _convert(hints[f.name], data[f.name], _join(where, f.name), source)
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**values, extra=extra, keys=tuple(data))
+
+    @classmethod
+    def from_dict(cls: type[R], data: Any, source: str | Path | None = None) -> R:
+        """The record of ``data`` (a file's JSON value); a RecordError names ``source`` and the key when malformed."""
+        name = str(source) if source is not None else cls.FILE
+        try:
+            return cls._load(data, "", name)
+        except _Wrong as exc:
+            raise RecordError(f"{name}: {exc.message}",
+                              hint=f"{cls.FILE or 'the file'} was not written by this rockbuild, or was damaged; "
+                                   "write it again") from None
+
+    @classmethod
+    def loads(cls: type[R], text: str, source: str | Path | None = None) -> R:
+        """The record of a JSON text (a file, a release asset)."""
+        name = str(source) if source is not None else cls.FILE
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RecordError(f"{name}: not valid JSON ({exc})",
+                              hint=f"{cls.FILE or 'the file'} is truncated or is not JSON; write it again") from None
+        return cls.from_dict(data, name)
+
+    @classmethod
+    def read(cls: type[R], path: Path) -> R | None:
+        """The record in ``path``; None when there is no such file, a RecordError when it is malformed."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecordError(f"{path}: cannot be read ({exc})") from None
+        return cls.loads(text, path)
+
+    def to_dict(self) -> dict[str, Any]:
+        names = [f.name for f in self._fields()]
+        order = [k for k in self.keys if k in names or k in self.extra] if self.keys else names
+        order += [n for n in names if n not in order and (not self.keys or self._set(n))]
+        order += [k for k in self.extra if k not in order]
+        return {k: _dump(getattr(self, k) if k in names else self.extra[k]) for k in order}
+
+    def _set(self, name: str) -> bool:
+        """A field a record read from a file did not have, set since (replace()): written too."""
+        f = next(f for f in self._fields() if f.name == name)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        return getattr(self, name) != default
+
+    def write(self, path: Path, *, ensure_ascii: bool = True) -> Path:
+        """Write the record to ``path`` atomically (readers see the old file or the new one)."""
+        return write_json_atomic(Path(path), self.to_dict(), ensure_ascii=ensure_ascii)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# build.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEntry(Record):
+    """The job a file is of (build.json's ``job``, inputs.json's ``jobs[]``): Job.to_dict(); older files have fewer
+    keys."""
+
+    id: str
+    os: str | None = None
+    name: str | None = None
+    family: str | None = None
+    group: str | None = None
+    legacy_groups: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    gpu_targets: str | None = None
+    required: bool = True
+    llama_ref: str | None = None
+    rocm_channel: str | None = None
+    rocm_version: str | None = None
+    cmake: Mapping[str, str] = field(default_factory=dict)
+    runner: str | None = None
+    backend: str | None = None
+    gpu_smoke: GpuSmokeConfig | None = None
+    when_proven: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSmokeConfig(Record):
+    """The matrix's ``gpu_smoke:`` of a job: the GPU runner's labels and whether the asset waits for it."""
+
+    runner: tuple[str, ...] = ()
+    required: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaCpp(Record):
+    """The llama.cpp a job was built from (LlamaSource.to_dict(), or the night's pin)."""
+
+    commit: str | None = None
+    build_number: str | int | None = None
+    commit_time: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tarball(Record):
+    """A ROCm tarball: its name, where from, its sha256 and size, its group."""
+
+    name: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRocm(Record):
+    """The ROCm a job was built with (rockbuild.build.driver.rocm_report, + the tarball the night fetched)."""
+
+    root: str | None = None
+    kind: str | None = None
+    platform: str | None = None
+    version: str | None = None
+    version_source: str | None = None
+    hip_version: str | None = None
+    package_version: str | None = None
+    therock_commit: str | None = None
+    group: str | None = None
+    tarball: Tarball | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildErrorInfo(Record):
+    """Why a build failed: the message and hint the user saw, the exit code and the exception's type."""
+
+    message: str
+    hint: str | None = None
+    exit_code: int | None = None
+    type: str | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException) -> BuildErrorInfo:
+        """What build.json says of ``exc``: the message and hint the user sees, or (not a RockbuildError) the bug."""
+        if isinstance(exc, RockbuildError):
+            return cls(message=exc.message, hint=exc.hint, exit_code=exc.exit_code, type=type(exc).__name__)
+        return cls(message=f"internal error: {type(exc).__name__}: {exc}", hint=None, exit_code=BUG_EXIT_CODE,
+                   type=type(exc).__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPaths(Record):
+    job_dir: str | None = None
+    build_dir: str | None = None
+    log: str | None = None
+    bin_dir: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRecord(Record):
+    """``out/<job-id>/build.json``: what was built from what, and how it went."""
+
+    FILE: ClassVar[str] = "build.json"
+
+    schema: int | None = None  # BUILD_SCHEMA; absent in the oldest files
+    rockbuild_version: str | None = None
+    status: str  # ok | failed
+    failed_step: str | None = None
+    error: BuildErrorInfo | None = None
+    job: JobEntry | None = None
+    gpu_targets: tuple[str, ...] = ()
+    build_targets: tuple[str, ...] = ()
+    llama_cpp: LlamaCpp | None = None
+    rocm: BuildRocm | None = None
+    toolchain: Mapping[str, Any] | None = None
+    compilers: Mapping[str, str] = field(default_factory=dict)
+    tools: Mapping[str, Any] = field(default_factory=dict)
+    offline: bool | None = None
+    cmake_definitions: Mapping[str, str] = field(default_factory=dict)
+    cmake_command: tuple[str, ...] = ()
+    compile_command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    configure_skipped: bool = False
+    warnings: tuple[str, ...] = ()
+    durations: Mapping[str, float] = field(default_factory=dict)
+    ccache: Mapping[str, Any] | None = None
+    ninja: Mapping[str, Any] | None = None
+    binaries: tuple[Mapping[str, Any], ...] = ()
+    paths: BuildPaths | None = None
+    started: str | None = None
+    finished: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def commit(self) -> str | None:
+        return self.llama_cpp.commit if self.llama_cpp is not None else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bundle.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class FatBinary(Record):
+    file: str | None = None
+    targets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditRecord(Record):
+    """bundle.json's ``audit``: the verdict, what failed and warned, and the fat binaries' GPU code."""
+
+    ok: bool | None = None
+    failures: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    fat_binaries: tuple[FatBinary, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelsRecord(Record):
+    folders: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BundleRecord(Record):
+    """``bundle/bundle.json``: the bundle's own record: files, sizes, sources, closure, kernels, audit."""
+
+    FILE: ClassVar[str] = "bundle.json"
+
+    format: int | None = None  # BUNDLE_FORMAT
+    tool: str | None = None
+    dry_run: bool | None = None
+    out: str | None = None
+    platform: str | None = None
+    backend: str | None = None
+    targets: tuple[str, ...] = ()
+    files: tuple[Mapping[str, Any], ...] = ()
+    data_files: int | None = None
+    total_bytes: int | None = None
+    closure: Mapping[str, Any] | None = None
+    kernels: KernelsRecord | None = None
+    skipped: tuple[str, ...] = ()
+    rocm: Mapping[str, Any] | None = None
+    policy: str | None = None
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    plan_seconds: float | None = None
+    fatbin_pruning: Mapping[str, Any] | None = None
+    pruned_fatbins: tuple[Mapping[str, Any], ...] = ()
+    kpack_refs: tuple[Any, ...] = ()
+    audit: AuditRecord | None = None
+    seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def audit_failed(self) -> bool:
+        return self.audit is not None and self.audit.ok is False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# smoke.json and gpu-smoke.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeModel(Record):
+    name: str | None = None
+    sha256: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeGpu(Record):
+    """The smoke's GPU verdict: where the model ran (gpu | cpu | partial) and the one-line summary."""
+
+    placement: str | None = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeRun(Record):
+    """One of the smoke's runs (cli, server, bench): its verdict, log and, when it failed, the log's tail."""
+
+    name: str | None = None
+    command: tuple[str, ...] = ()
+    ok: bool | None = None
+    seconds: float | None = None
+    returncode: int | None = None
+    failure: str | None = None
+    log: str | None = None
+    log_tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchFigure(Record):
+    """A llama-bench line: the test (pp512, tg128), tokens per second and its spread, the GPU and backends."""
+
+    test: str | None = None
+    n_prompt: int | None = None
+    n_gen: int | None = None
+    tokens_per_second: float | None = None
+    stddev: float | None = None
+    backends: str | None = None
+    gpu_info: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeHost(Record):
+    driver: str | None = None
+    kernel: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeRecord(Record):
+    """``smoke.json`` (and the GPU leg's ``gpu-smoke.json``): the smoke test's report."""
+
+    FILE: ClassVar[str] = "smoke.json"
+
+    schema: int | None = None
+    tool: str | None = None
+    rockbuild_version: str | None = None
+    ok: bool
+    failures: tuple[str, ...] = ()
+    bundle: str | None = None
+    platform: str | None = None
+    targets: tuple[str, ...] = ()
+    job_id: str | None = None
+    model: SmokeModel | None = None
+    expect_gpu: Mapping[str, Any] | None = None
+    device: str | None = None
+    preflight: str | None = None
+    gpu: SmokeGpu | None = None
+    runs: Mapping[str, SmokeRun] = field(default_factory=dict)
+    bench: tuple[BenchFigure, ...] = ()
+    texts_agree: bool | None = None
+    environment_removed: tuple[str, ...] = ()
+    started: str | None = None
+    finished: str | None = None
+    seconds: float | None = None
+    host: SmokeHost | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# night.json and fallback.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageEntry(Record):
+    """A stage's line in night.json: the fingerprint of its inputs, its result, how long; more detail per stage."""
+
+    key: str
+    result: str
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NightRecord(Record):
+    """``out/<job-id>/night.json``: each stage's input fingerprint and result (rockbuild.nightly.stages.JobState)."""
+
+    FILE: ClassVar[str] = "night.json"
+
+    schema: int | None = None
+    job: str | None = None
+    stages: Mapping[str, StageEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TarballRef(Record):
+    """A ROCm nightly by name, version and date (and, for the last good one, the release that proved it)."""
+
+    name: str | None = None
+    version: str | None = None
+    date: str | None = None
+    release: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FallbackRecord(Record):
+    """``out/<job-id>/fallback.json``: the newest ROCm failed and the job ran again on its group's last good one."""
+
+    FILE: ClassVar[str] = "fallback.json"
+
+    schema: int | None = None
+    newest: TarballRef
+    failed_stage: str | None = None
+    reason: str | None = None
+    log_tail: tuple[str, ...] = ()
+    attempt_dir: str | None = None
+    last_good: TarballRef | None = None
+    result: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# inputs.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputsLlama(Record):
+    ref: str
+    commit: str
+    build_number: str | int | None = None
+    url: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputsJob(JobEntry):
+    """A job of inputs.json: the job (all of Job.to_dict()) and the key of its ROCm tarball (None: none usable)."""
+
+    rocm_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputsRecord(Record):
+    """``inputs.json``: what the night builds (rockbuild resolve): the llama.cpp commit, the ROCm tarballs, the jobs."""
+
+    FILE: ClassVar[str] = "inputs.json"
+
+    schema: int
+    tool: str
+    rockbuild_version: str | None = None
+    resolved_at: str | None = None
+    max_age_days: int | None = None
+    index_url: str | None = None
+    llama_cpp: InputsLlama
+    rocm: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    jobs: tuple[InputsJob, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# manifest.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestRocm(Record):
+    version: str | None = None
+    date: str | None = None
+    therock_commit: str | None = None
+    tarball: str | None = None
+    tarball_sha256: str | None = None
+    group: str | None = None
+    fallback: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestAsset(Record):
+    name: str
+    size: int | None = None
+    sha256: str | None = None
+    kind: str | None = None
+    job: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestSmoke(Record):
+    ok: bool | None = None
+    gpu: str | None = None
+    placement: str | None = None
+    model: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestGpuSmoke(Record):
+    """What a release says of a job's smoke on a real GPU: the verdict, the GPU, the driver, the llama-bench figures."""
+
+    ok: bool | None = None
+    runner: tuple[str, ...] = ()
+    gpu: str | None = None
+    backends: str | None = None
+    driver: str | None = None
+    kernel: str | None = None
+    summary: str | None = None
+    bench: tuple[BenchFigure, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestJob(Record):
+    """A job a release ships: what it is, what it was built from, its assets, audit, smoke and GPU figures."""
+
+    id: str
+    os: str | None = None
+    name: str | None = None
+    backend: str | None = None
+    targets: tuple[str, ...] = ()
+    required: bool | None = None
+    status: str | None = None
+    failed_step: str | None = None
+    reason: str | None = None
+    llama_cpp: LlamaCpp | None = None
+    rocm: ManifestRocm | None = None
+    isas: tuple[str, ...] = ()
+    cmake: Mapping[str, str] = field(default_factory=dict)
+    assets: tuple[ManifestAsset, ...] = ()
+    bundle: Mapping[str, Any] | None = None
+    audit: AuditRecord | None = None
+    smoke: ManifestSmoke | None = None
+    bench: tuple[BenchFigure, ...] = ()
+    gpu_smoke: ManifestGpuSmoke | None = None
+    glibc_floor: Mapping[str, Mapping[str, str]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedJob(Record):
+    id: str
+    required: bool | None = None
+    step: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestRecord(Record):
+    """A release's ``manifest.json``: every job it ships with its assets, and every job that failed."""
+
+    FILE: ClassVar[str] = "manifest.json"
+
+    schema: int
+    tool: str | None = None
+    rockbuild_version: str | None = None
+    tag: str | None = None
+    repository: str | None = None
+    fingerprint: str | None = None
+    llama_cpp: LlamaCpp | None = None
+    glibc_floor_allowed: Mapping[str, str] = field(default_factory=dict)
+    assets: tuple[ManifestAsset, ...] = ()
+    jobs: tuple[ManifestJob, ...]
+    not_gpu_tested: tuple[str, ...] = ()
+    failed_jobs: tuple[FailedJob, ...] = ()
+
+    def job(self, job_id: str) -> ManifestJob | None:
+        return next((j for j in self.jobs if j.id == job_id), None)
+
+    @classmethod
+    def of(cls, manifest: ManifestRecord | Mapping[str, Any], source: str = "manifest.json") -> ManifestRecord:
+        """``manifest`` as a record (a release's manifest.json as the GitHub API gave it, or already one)."""
+        return manifest if isinstance(manifest, ManifestRecord) else cls.from_dict(manifest, source)
+
+
+RECORDS: dict[str, type[Record]] = {
+    "build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord, "gpu-smoke.json": SmokeRecord,
+    "night.json": NightRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
+    "manifest.json": ManifestRecord,
+}
+"""Each file's record, by file name."""
