@@ -37,8 +37,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from conftest import rockbuild_exe  # noqa: E402
-    from faultserver import FaultServer  # noqa: E402
-    from githubapi import GitHubAPIServer  # noqa: E402
+    from support.faultserver import FaultServer  # noqa: E402
+    from support.github import GitHubAPIServer  # noqa: E402
     from test_nightly import TOKEN, World  # noqa: E402
 
     from rockbuild.nightly import run_night  # noqa: E402

@@ -55,9 +55,9 @@ def write(tmp_path):
 
 @pytest.fixture
 def gh():
-    """The local GitHub API server (tests/githubapi.py), fresh for each test, accepting publishkit's token."""
-    from githubapi import GitHubAPIServer
-    from publishkit import TOKEN
+    """The local GitHub API server (tests/support/github.py), fresh for each test, accepting support.publishing's TOKEN."""
+    from support.github import GitHubAPIServer
+    from support.publishing import TOKEN
 
     with GitHubAPIServer(token=TOKEN) as server:
         yield server

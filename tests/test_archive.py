@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from tarcorpus import (
+from support.tarballs import (
     MALICIOUS,
     MTIME,
     THEROCK_COMMIT,

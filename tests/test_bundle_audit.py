@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from test_bundle_support import cc, fatbin_source, make_tree, offload_bundle, write_policy
+from support.bundles import cc, fatbin_source, make_tree, offload_bundle, write_policy
 
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.plan import make_bundle, patchelf_tool
@@ -162,7 +162,7 @@ def test_dlopen_extra_missing(bundle, policy):
 
 
 def test_foreign_architecture(bundle, policy, tmp_path):
-    from test_bundle_support import elf32_stub
+    from support.bundles import elf32_stub
 
     elf32_stub(bundle / "libodd.so.1")
     report = audit_bundle(bundle, policy=policy)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_bundle_support import cc, elf32_stub, run_clean, symlink_chain
+from support.bundles import cc, elf32_stub, run_clean, symlink_chain
 
 from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM
 from rockbuild.bundle.elf import (

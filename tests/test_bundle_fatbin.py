@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_bundle_support import cc, ccob, fatbin_source, offload_bundle
+from support.bundles import cc, ccob, fatbin_source, offload_bundle
 
 from rockbuild.bundle.fatbin import _Section, iter_bundles, read_fatbin
 from rockbuild.core.errors import BundleError
@@ -484,7 +484,7 @@ def test_find_offload_tools_runs_a_chroot_tool_through_its_loader(tmp_path):
 
 
 def test_find_offload_tools_says_why_when_the_root_has_none(tmp_path):
-    from test_bundle_support import make_tree
+    from support.bundles import make_tree
 
     from rockbuild.bundle.fatbin import find_offload_tools
     from rockbuild.rocm.layout import detect_layout
@@ -501,7 +501,7 @@ APP_OUTPUT = "base=1 hip=47 comgr=7 plug=3\n"
 
 
 def _tree(tmp_path: Path):
-    from test_bundle_support import make_tree, write_policy
+    from support.bundles import make_tree, write_policy
 
     from rockbuild.bundle.policy import load_policy
 
@@ -512,7 +512,7 @@ def _tree(tmp_path: Path):
 def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_path):
     import json
 
-    from test_bundle_support import run_clean
+    from support.bundles import run_clean
 
     from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_bundle_support import cc, run_clean, tree_files
+from support.bundles import cc, run_clean, tree_files
 
 from rockbuild.bundle.kernels import plan_kernel_data, prune_kernel_folder
 from rockbuild.bundle.plan import make_bundle

@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from test_bundle_support import cc, make_tree, need_tool, run_clean, tree_files, write_policy
+from support.bundles import cc, make_tree, need_tool, run_clean, tree_files, write_policy
 
 from rockbuild.bundle.elf import read_elf
 from rockbuild.bundle.plan import make_bundle, make_plan

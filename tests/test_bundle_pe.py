@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pefile
 import pytest
-from test_bundle_support import fatbin_source, offload_bundle, tree_files
+from support.bundles import fatbin_source, offload_bundle, tree_files
 
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.closure import MISSING, SHIPS, SYSTEM

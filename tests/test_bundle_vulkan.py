@@ -9,7 +9,7 @@ import re
 import shutil
 
 import pytest
-from test_bundle_support import cc, run_clean, tree_files
+from support.bundles import cc, run_clean, tree_files
 
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.closure import SYSTEM

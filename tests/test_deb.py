@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from publishkit import config, make_job
 from support.options import context
+from support.publishing import config, make_job
 
 from rockbuild.core.errors import PublishError
 from rockbuild.publish.deb import (

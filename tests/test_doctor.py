@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
-from test_bundle_support import cc
+from support.bundles import cc
 
 from rockbuild.core.jobs import load_families
 from rockbuild.core.vocabulary import Gpu

@@ -1,4 +1,4 @@
-"""The downloader against a real, misbehaving HTTP server on 127.0.0.1 (tests/faultserver.py)."""
+"""The downloader against a real, misbehaving HTTP server on 127.0.0.1 (tests/support/faultserver.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faultserver import Fault, FaultServer
+from support.faultserver import Fault, FaultServer
 
 from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 from rockbuild.downloader import Download, Downloader, get_text, make_session, name_from_url, quote_url_path

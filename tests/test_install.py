@@ -1,4 +1,4 @@
-"""rockbuild install against the local GitHub API server (tests/githubapi.py): a release published by rockbuild's own
+"""rockbuild install against the local GitHub API server (tests/support/github.py): a release published by rockbuild's own
 publisher from small real bundles (programs compiled here, libggml-hip with a real .hip_fatbin), and a seed-style
 release (zip assets, no manifest) uploaded directly. The installed llama-server is run to prove the extraction."""
 
@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from githubapi import GitHubAPIServer
-from publishkit import TOKEN, make_job, tiny_pe
+from support.bundles import cc, fatbin_source, offload_bundle
+from support.github import GitHubAPIServer
 from support.options import context
-from test_bundle_support import cc, fatbin_source, offload_bundle
+from support.publishing import TOKEN, make_job, tiny_pe
 
 from rockbuild.core.errors import AuditError, ChecksumError, NotFoundError, UnsafeArchiveError, UsageError
 from rockbuild.core.jobs import load_families
@@ -32,7 +32,7 @@ GFX110X = ("gfx1100", "gfx1101", "gfx1102", "gfx1103")
 
 
 def real_bundle(bundle: Path, targets: tuple[str, ...]) -> Path:
-    """Replace a publishkit bundle's stand-ins by a llama-server that runs and a libggml-hip carrying ``targets``."""
+    """Replace a make_job bundle's stand-ins by a llama-server that runs and a libggml-hip carrying ``targets``."""
     for path in sorted(bundle.rglob("*"), reverse=True):
         if path.name != "bundle.json":
             path.rmdir() if path.is_dir() else path.unlink()

@@ -12,10 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from faultserver import FaultServer
+from support.bundles import cc, ccob, fatbin_source, make_tree, offload_bundle, run_clean, tree_files
+from support.faultserver import FaultServer
 from support.options import context
-from tarcorpus import therock_like_tarball
-from test_bundle_support import cc, ccob, fatbin_source, make_tree, offload_bundle, run_clean, tree_files
+from support.tarballs import therock_like_tarball
 
 from rockbuild.core.errors import ConfigError, UsageError
 from rockbuild.core.jobs import Family, FamilyTable, load_families
@@ -438,7 +438,7 @@ def test_a_mixed_target_missing_from_the_tree_is_an_error(tmp_path):
 
 
 def test_the_asset_name_has_no_plus_and_is_what_install_matches():
-    from publishkit import config
+    from support.publishing import config
 
     from rockbuild.install import asset_name_pattern
     from rockbuild.publish.jobs import JobRecord
@@ -459,8 +459,8 @@ def test_the_asset_name_has_no_plus_and_is_what_install_matches():
 
 @pytest.fixture(scope="module")
 def mixed_release(tmp_path_factory):
-    from githubapi import GitHubAPIServer
-    from publishkit import TOKEN, make_job
+    from support.github import GitHubAPIServer
+    from support.publishing import TOKEN, make_job
     from test_install import real_bundle
 
     from rockbuild.publish.release import PublishOptions, publish

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
-from faultserver import FaultServer
-from githubapi import GitHubAPIServer
+from support.faultserver import FaultServer
+from support.github import GitHubAPIServer
 from support.options import night_options
-from tarcorpus import TarBuilder
+from support.tarballs import TarBuilder
 from test_build_driver import make_project, write
 
 from rockbuild.nightly import NightOptions, load_inputs, run_night

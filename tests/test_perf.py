@@ -1,5 +1,5 @@
 """rockbuild perf: GPU llama-bench figures from the manifests of the last releases, on the local GitHub API server
-(tests/githubapi.py), with an injected 10 % drop."""
+(tests/support/github.py), with an injected 10 % drop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from conftest import rockbuild_exe
-from githubapi import GitHubAPIServer
+from support.github import GitHubAPIServer
 
 from rockbuild.perf import Point, Series, read_perf, series_from_manifests
 from rockbuild.settings import Settings

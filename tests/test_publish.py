@@ -1,4 +1,4 @@
-"""The publisher against a local GitHub API server (tests/githubapi.py), with real archives of small real bundles."""
+"""The publisher against a local GitHub API server (tests/support/github.py), with real archives of small real bundles."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import zipfile
 
 import pytest
-from publishkit import COMMIT, TOKEN, compile_needing_glibc_236, config, make_job, smoke_ok
 from support.options import context
+from support.publishing import COMMIT, TOKEN, compile_needing_glibc_236, config, make_job, smoke_ok
 
 from rockbuild.core.errors import PublishError
 from rockbuild.publish.notes import read_marker
@@ -297,7 +297,7 @@ def test_draft_with_a_wrong_asset_and_a_foreign_one(gh, night, tmp_path):
     rel = gh.state.release_by_tag(report.tag)
     wrong = next(a for a in rel.assets if a.name.endswith("windows-rocm-gfx1151-x64.zip"))
     wrong.data = b"x" * len(wrong.data)  # same size, other bytes
-    from githubapi import Asset
+    from support.github import Asset
 
     rel.assets.append(Asset(999, "notes-by-hand.txt", "", "text/plain", b"hi"))
     rel.assets.append(Asset(998, f"llama-{report.tag}-ubuntu-rocm-gfx9999-x64.zip", "", "application/zip", b"old"))
@@ -471,7 +471,7 @@ def test_an_api_outage_and_an_unreachable_api_have_their_own_hints(httpserver, n
 def test_every_asset_has_a_cyclonedx_sbom_naming_each_file_and_its_origin(gh, night, tmp_path):
     """Issue 21: llama.cpp (commit, build number), the TheRock tarball (name, sha256, version) and every bundled
     file with its sha256 under the package it came from; uploaded beside the archives and listed in SHA256SUMS."""
-    job = night[0]  # linux-gfx1151: publishkit's bundle, plus what bundle.json says about where files came from
+    job = night[0]  # linux-gfx1151: make_job's bundle, plus what bundle.json says about where files came from
     meta = json.loads((job / "bundle" / "bundle.json").read_text())
     meta["files"] = [{"path": "llama-server", "source": str(job / "build" / "bin" / "llama-server")},
                      {"path": "libggml-hip.so", "source": "/opt/therock/lib/libggml-hip.so"}]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from githubapi import Issue
-from publishkit import TOKEN, make_job
+from support.github import Issue
 from support.options import context
+from support.publishing import TOKEN, make_job
 
 from rockbuild.core.errors import PublishError
 from rockbuild.publish.alert import send_alert

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from githubapi import GitHubAPIServer
-from publishkit import TOKEN, make_job
+from support.github import GitHubAPIServer
 from support.options import context
+from support.publishing import TOKEN, make_job
 
 from rockbuild.archive import extract_tarball
 from rockbuild.core.errors import PublishError

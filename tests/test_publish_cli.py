@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import rockbuild_exe
-from githubapi import GitHubAPIServer
-from publishkit import TOKEN, make_job, smoke_ok
+from support.github import GitHubAPIServer
+from support.publishing import TOKEN, make_job, smoke_ok
 
 
 def run(args: list[str], env_extra: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -77,7 +77,7 @@ def test_publish_dry_run_needs_no_token_and_writes_nothing(tmp_path):
 
 def test_publish_config_flag_is_read_and_named_when_broken(tmp_path, run_rockbuild):
     """--publish-config replaces the shipped publish.yaml (the e2e rehearsal raises its glibc floor this way)."""
-    from publishkit import make_job
+    from support.publishing import make_job
 
     job = make_job(tmp_path / "out", "linux-gfx1151")
     bad = tmp_path / "publish.yaml"

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from faultserver import Fault, FaultServer
-from tarcorpus import MALICIOUS, therock_like_tarball
+from support.faultserver import Fault, FaultServer
+from support.tarballs import MALICIOUS, therock_like_tarball
 
 from rockbuild.core.errors import ChecksumError, NotFoundError, UnsafeArchiveError
 from rockbuild.rocm.fetch import fetch_rocm

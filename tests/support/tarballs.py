@@ -12,7 +12,7 @@ sentinel file ``outside/target`` in it) and ``dest`` the directory the archive w
 are computed from ``dest`` to ``outside``. rockbuild stages extractions in a sibling of ``dest``, so those relative
 paths reach ``outside`` from the staging directory too.
 
-Import it as ``from tarcorpus import ...`` (pytest puts ``tests/`` on sys.path, as for ``faultserver``).
+Import it as ``from support.tarballs import ...`` (tests/conftest.py puts ``tests/`` on sys.path).
 """
 
 from __future__ import annotations

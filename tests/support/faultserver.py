@@ -3,7 +3,7 @@
 Serves byte blobs registered by name, with ``Range`` / ``If-Range`` support, an ``ETag``, a ``Last-Modified`` and
 ``HEAD``; records every request; and injects faults per file, the way flaky mirrors and CDNs really fail::
 
-    from faultserver import Fault, FaultServer
+    from support.faultserver import Fault, FaultServer
 
     with FaultServer() as srv:
         url = srv.add("rocm.tar.gz", blob)                      # -> http://127.0.0.1:PORT/rocm.tar.gz

@@ -75,7 +75,7 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
     def stand_in(data: bytes, dll: bool = False) -> bytes:  # Windows files are real (tiny) PE files: install audits them
         if not windows:
             return data
-        from test_bundle_support import offload_bundle
+        from support.bundles import offload_bundle
 
         return tiny_pe(data, dll=dll, sections={".hip_fat": offload_bundle(list(targets))} if dll else None)
 

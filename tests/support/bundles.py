@@ -1,4 +1,4 @@
-"""Helpers for the bundle tests (no tests here): real ELF files made with gcc, offload bundles, a ROCm-like tree.
+"""Helpers for the bundle tests: real ELF files made with gcc, offload bundles, a ROCm-like tree.
 
 Every file is built by the test session itself: small C sources compiled with the host's gcc, so the loader can run
 them and tell whether a closure computed from the files is right.
