@@ -39,7 +39,7 @@ def main() -> None:
     from conftest import rockbuild_exe  # noqa: E402
     from support.faultserver import FaultServer  # noqa: E402
     from support.github import GitHubAPIServer  # noqa: E402
-    from test_nightly import TOKEN, World  # noqa: E402
+    from support.night import TOKEN, World  # noqa: E402
 
     from rockbuild.nightly import run_night  # noqa: E402
 

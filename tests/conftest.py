@@ -6,10 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from support import files
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -45,10 +45,7 @@ def write(tmp_path):
     """write("name.yaml", text) -> Path, with the text dedented."""
 
     def _write(name: str, text: str) -> Path:
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-        return path
+        return files.write(tmp_path / name, text)
 
     return _write
 

@@ -9,10 +9,10 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from support.files import write
 from support.options import context
 
 from rockbuild.backends import BACKENDS, DEFAULT, Backend, all_backends, get_backend, names, register, unregister
@@ -31,12 +31,6 @@ from rockbuild.core.vocabulary import SmokeDevices
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return path
 
 
 def a_job(backend: str, os_name: str = "linux", **changes) -> Job:
@@ -353,7 +347,7 @@ def test_a_third_backend_names_its_assets_and_install_finds_them(cpu):
 @pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc")
                          and shutil.which("g++")), reason="needs cmake, ninja, gcc and g++ on the host")
 def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tmp_path):
-    from test_build_driver import make_project, read_seen
+    from support.llama import make_project, read_seen
 
     from rockbuild.build.driver import BuildOptions, build_job
     from rockbuild.bundle.audit import audit_bundle

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path, PureWindowsPath
 
 import pytest
+from support.files import touch
+from support.trees import therock_tree
 
 from rockbuild.backends.rocm import build_environment, cmake_definitions, toolchain_from_layout
 from rockbuild.build.cmake import (
@@ -28,21 +29,6 @@ from rockbuild.rocm.layout import detect_layout
 
 REAL_ROCM_ROOT = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"
 TOKENS = {"GITHUB_TOKEN": "ghp_x", "GH_TOKEN": "gho_x", "HF_TOKEN": "hf_x"}
-
-
-def touch(path: Path, text: str = "", mode: int = 0o644) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    path.chmod(mode)
-    return path
-
-
-def therock_tree(root: Path, exe: str = "") -> Path:
-    touch(root / "lib" / "llvm" / "bin" / f"clang{exe}", "#!/bin/sh\n", 0o755)
-    touch(root / "lib" / "llvm" / "bin" / f"clang++{exe}", "#!/bin/sh\n", 0o755)
-    touch(root / "lib" / "llvm" / "amdgcn" / "bitcode" / "ocml.bc")
-    touch(root / "share" / "therock" / "therock_manifest.json", json.dumps({"the_rock_commit": "abc"}))
-    return root
 
 
 def debian_usr(usr: Path) -> Path:

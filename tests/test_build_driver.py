@@ -8,11 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
+from support.files import write
+from support.llama import make_project, read_seen
 from support.options import context, resolve_job
+from support.trees import THEROCK_COMMIT, gcc_therock, write_tree
 
 from rockbuild.build.driver import (
     BuildFailed,
@@ -30,102 +32,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs cmake, ninja, gcc and g++ on the host",
 )
 
-THEROCK_COMMIT = "89553ce3a5a4c5b8d0e1f2a3b4c5d6e7f8091a2b"
 TOKENS = {"GITHUB_TOKEN": "ghp_driver_secret", "GH_TOKEN": "gh_driver_secret", "HF_TOKEN": "hf_driver_secret"}
-
-TOP_CMAKELISTS = r"""
-cmake_minimum_required(VERSION 3.20)
-project(fake_llama C CXX)
-set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-if(FAIL_CONFIGURE)
-    message(FATAL_ERROR "configure fails on purpose")
-endif()
-if(LLAMA_OPENSSL)
-    message(WARNING "OpenSSL not found, HTTPS support disabled")  # what llama.cpp says without libssl-dev
-endif()
-# what llama.cpp's ggml/src/CMakeLists.txt does with GGML_CCACHE
-if(GGML_CCACHE)
-    find_program(GGML_CCACHE_FOUND ccache)
-    if(GGML_CCACHE_FOUND)
-        set_property(GLOBAL PROPERTY RULE_LAUNCH_COMPILE "${GGML_CCACHE_FOUND}")
-    endif()
-endif()
-set(SEEN ${CMAKE_BINARY_DIR}/seen-at-configure.txt)
-file(WRITE ${SEEN} "")
-foreach(v CMAKE_BUILD_TYPE BUILD_SHARED_LIBS GGML_HIP GGML_NATIVE GGML_RPC GGML_OPENMP GGML_HIP_ROCWMMA_FATTN
-          LLAMA_BUILD_TESTS LLAMA_BUILD_BORINGSSL LLAMA_OPENSSL LLAMA_USE_PREBUILT_UI GPU_TARGETS CMAKE_HIP_COMPILER
-          CMAKE_C_COMPILER CMAKE_CXX_COMPILER LLAMA_BUILD_NUMBER LLAMA_BUILD_COMMIT GGML_CCACHE MY_EXTRA FAIL_COMPILE)
-    file(APPEND ${SEEN} "${v}=${${v}}\n")
-endforeach()
-foreach(e ROCM_PATH HIP_PATH HIP_PLATFORM HIP_DEVICE_LIB_PATH CCACHE_DIR PATH GITHUB_TOKEN GH_TOKEN HF_TOKEN)
-    file(APPEND ${SEEN} "ENV:${e}=$ENV{${e}}\n")
-endforeach()
-# the environment of a command ninja runs
-add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/env-at-build.txt
-    COMMAND ${CMAKE_COMMAND} -E environment > ${CMAKE_BINARY_DIR}/env-at-build.txt)
-add_library(ggml SHARED ggml/ggml.cpp ggml/ggml-base.c ${CMAKE_BINARY_DIR}/env-at-build.txt)
-if(FAIL_COMPILE)
-    target_compile_definitions(ggml PRIVATE FAIL_COMPILE)
-endif()
-add_subdirectory(tools/cli)
-add_subdirectory(tools/server)
-add_subdirectory(tools/llama-bench)
-add_subdirectory(tools/rpc)
-add_subdirectory(tools/completion)
-add_executable(llama-not-shipped tools/main.cpp)
-"""
-
-TOOL_CMAKELISTS = """
-set(TARGET {name})
-add_executable(${{TARGET}} ../main.cpp)
-target_link_libraries(${{TARGET}} PRIVATE ggml)
-"""
-
-
-def write(path: Path, text: str, mode: int = 0o644) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    path.chmod(mode)
-    return path
-
-
-def make_project(root: Path, *, rpc_name: str = "ggml-rpc-server") -> Path:
-    write(root / "CMakeLists.txt", TOP_CMAKELISTS)
-    write(root / "ggml" / "ggml.cpp", """
-        #ifdef FAIL_COMPILE
-        #error "compile fails on purpose"
-        #endif
-        extern "C" int ggml_base(void);
-        int ggml_answer() { return ggml_base() + 1; }
-    """)
-    write(root / "ggml" / "ggml-base.c", "int ggml_base(void) { return 41; }\n")
-    write(root / "tools" / "main.cpp", "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 1; }\n")
-    for directory, name in (("cli", "llama-cli"), ("server", "llama-server"), ("llama-bench", "llama-bench"),
-                            ("rpc", rpc_name), ("completion", "llama-completion")):
-        write(root / "tools" / directory / "CMakeLists.txt", TOOL_CMAKELISTS.format(name=name))
-    return root
-
-
-def make_fake_therock(root: Path) -> Path:
-    """A TheRock tree whose compilers are the host's gcc/g++."""
-    gcc, gxx = shutil.which("gcc"), shutil.which("g++")
-    write(root / "lib" / "llvm" / "bin" / "clang", f'#!/bin/sh\nexec {gcc} "$@"\n', 0o755)
-    write(root / "lib" / "llvm" / "bin" / "clang++", f'#!/bin/sh\nexec {gxx} "$@"\n', 0o755)
-    write(root / "lib" / "llvm" / "amdgcn" / "bitcode" / "ocml.bc", "")
-    write(root / "bin" / "hipconfig", "#!/bin/sh\necho 7.2.0\n", 0o755)
-    write(root / "include" / "hip" / "hip_version.h",
-          "#define HIP_VERSION_MAJOR 7\n#define HIP_VERSION_MINOR 2\n#define HIP_VERSION_PATCH 53211\n")
-    write(root / "share" / "therock" / "therock_manifest.json",
-          json.dumps({"the_rock_commit": THEROCK_COMMIT, "rocm_version": "7.2.0",
-                      "rocm_package_version": "7.2.0a20261128"}))
-    return root
-
-
-def read_seen(build_dir: Path) -> dict[str, str]:
-    lines = (build_dir / "seen-at-configure.txt").read_text(encoding="utf-8").splitlines()
-    return dict(line.split("=", 1) for line in lines)
-
 
 def matrix_file(path: Path, cmake: dict[str, str]) -> Path:
     return write(path, f"""
@@ -144,7 +51,7 @@ def world(tmp_path_factory):
     write(base / "ccache" / "ccache.conf", "compiler_type = gcc\n")
     return {
         "base": base,
-        "rocm": make_fake_therock(base / "therock"),
+        "rocm": write_tree(base / "therock", gcc_therock()),
         "project": make_project(base / "llama.cpp"),
         "ccache": base / "ccache",
     }

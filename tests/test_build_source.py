@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from support.git import git
 
 from rockbuild.build.source import (
     LlamaSource,
@@ -22,17 +21,6 @@ from rockbuild.build.source import (
 from rockbuild.core.errors import FetchError, UsageError
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent",
-}
-
-
-def git(*args: str, cwd: Path | None = None) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
 
 def commit_file(work: Path, name: str, text: str) -> str:
     (work / name).write_text(text, encoding="utf-8")

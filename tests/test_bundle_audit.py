@@ -282,7 +282,7 @@ def test_windows_files_named_like_dlls_and_programs_must_be_pe_files(tmp_path):
 
 
 def test_a_truncated_pe_file_is_an_audit_failure(tmp_path):
-    from test_bundle_pe import build_pe
+    from support.pe import build_pe
 
     exe = build_pe(tmp_path / "bundle" / "llama-server.exe", "int main(void){return 0;}\n", dll=False)
     shutil.rmtree(tmp_path / "bundle" / ".llama-server.exe.work", ignore_errors=True)

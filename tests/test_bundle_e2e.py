@@ -144,12 +144,12 @@ def _blob(path: Path, index: int) -> bytes:
                                                 ("librocsolver.so.0", "librocsolver.so.0.7")])
 def test_clang_offload_bundler_reads_the_real_pruned_libraries_as_the_originals(bundle, tmp_path, name, original):
     """Independently of verify_pruned: the first, a middle and the last bundle, listed and unbundled by hand."""
-    from test_bundle_fatbin import _bundler
+    from support.offload import bundler_command
 
     from rockbuild.bundle.fatbin import read_fatbin
 
     _, out = bundle
-    tool = _bundler()
+    tool = bundler_command()
     source = ROCM / "usr" / "lib" / "x86_64-linux-gnu" / original
     count = len(read_fatbin(out / name).bundles)
     gfx1151 = "hipv4-amdgcn-amd-amdhsa--gfx1151"
@@ -206,7 +206,7 @@ print("hiprtc", created, compiled, size.value)
 def test_the_pruned_bundle_loads_in_a_root_without_rocm(bundle, tmp_path):
     """hipErrorNoDevice with the pruned rocBLAS/rocSOLVER loaded, a hipRTC compile through the bundle's comgr, and the
     bundle's comgr unbundling a pruned rocSOLVER bundle as the HIP runtime does, to the original's code object."""
-    from test_bundle_fatbin import COMGR_UNBUNDLE, _bundler
+    from support.offload import COMGR_UNBUNDLE, bundler_command
 
     _, out = bundle
     libdir = ROCM / "usr" / "lib" / "x86_64-linux-gnu"
@@ -221,7 +221,7 @@ def test_the_pruned_bundle_loads_in_a_root_without_rocm(bundle, tmp_path):
         (probe / "b.bin").write_bytes(_blob(out / "librocsolver.so.0", 17))
         original = tmp_path / "o.bin"
         original.write_bytes(_blob(libdir / "librocsolver.so.0.7", 17))
-        subprocess.run([*_bundler(), "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={original}",
+        subprocess.run([*bundler_command(), "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={original}",
                         f"--output={original}.co"], check=True, capture_output=True, timeout=120)
         expected = Path(f"{original}.co").read_bytes()
         with in_clean_root(out) as where:

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 from support.bundles import cc, ccob, fatbin_source, offload_bundle
+from support.offload import (
+    COMGR_UNBUNDLE,
+    LIBDIR,
+    ROCM_ROOT,
+    bundler_command,
+    fake_offload_bundler,
+    real_offload_bundler,
+)
 
 from rockbuild.bundle.fatbin import _Section, iter_bundles, read_fatbin
 from rockbuild.core.errors import BundleError
-
-ROCM_ROOT = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"
-LIBDIR = ROCM_ROOT / "usr" / "lib" / "x86_64-linux-gnu"
 
 
 def lib_with(tmp_path: Path, blobs: list[bytes], name: str = "libfat.so") -> Path:
@@ -73,15 +78,6 @@ def test_truncated_bundle_is_an_error():
 # ------------------------------------------------------------------------------------------------ against LLVM's tool
 
 
-def _bundler() -> list[str]:
-    tool = ROCM_ROOT / "usr" / "lib" / "llvm-22" / "bin" / "clang-offload-bundler"
-    loader = LIBDIR / "ld-linux-x86-64.so.2"
-    if not tool.is_file() or not loader.is_file():
-        pytest.skip(f"no clang-offload-bundler in {ROCM_ROOT} (tests/e2e/provision.sh makes that root)")
-    # the root's own loader and libraries run its LLVM tool on this host without a chroot
-    return [str(loader), "--library-path", f"{LIBDIR}:{tool.parent.parent / 'lib'}", str(tool)]
-
-
 def _listed(bundler: list[str], blob: bytes, tmp_path: Path) -> set[str]:
     path = tmp_path / "blob.bin"
     path.write_bytes(blob)
@@ -92,7 +88,7 @@ def _listed(bundler: list[str], blob: bytes, tmp_path: Path) -> set[str]:
 
 @pytest.mark.parametrize("kind", ["plain", "ccob3", "ccob2", "zlib"])
 def test_our_reading_matches_clang_offload_bundler(tmp_path, kind):
-    bundler = _bundler()
+    bundler = bundler_command()
     plain = offload_bundle(["gfx1151", "gfx90a:xnack+", "gfx1201"])
     blob = {"plain": plain, "ccob3": ccob(plain), "ccob2": ccob(plain, version=2),
             "zlib": ccob(plain, version=2, method="zlib")}[kind]
@@ -104,7 +100,7 @@ def test_debian_rocblas_matches_clang_offload_bundler_and_the_reference(tmp_path
     lib = LIBDIR / "librocblas.so.5.2"
     if not lib.is_file():
         pytest.skip(f"{lib} is absent (tests/e2e/provision.sh makes that root)")
-    bundler = _bundler()
+    bundler = bundler_command()
     report = read_fatbin(lib)
     # bundling.md 5: 65 CCOB v3 bundles, 1,028,248,448 bytes of device code, 14 targets, gfx1151 72,818,216
     assert len(report.bundles) == 65 and report.compressed == 65
@@ -196,7 +192,7 @@ def read_fatbin_bytes(data: bytes, like) -> list:
 def test_pruned_bundles_unbundle_identically_with_clang_offload_bundler(tmp_path, kind):
     from rockbuild.bundle.fatbin import prune_fatbin
 
-    bundler = _bundler()
+    bundler = bundler_command()
     targets = ["gfx1100", "gfx1151", "gfx90a:xnack+"]
     plain = offload_bundle(targets, payload=9000)
     blob = {"plain": plain, "ccob3": ccob(plain), "ccob2": ccob(plain, version=2),
@@ -215,36 +211,7 @@ def test_pruned_bundles_unbundle_identically_with_clang_offload_bundler(tmp_path
     assert (tmp_path / "orig.co").read_bytes() == (tmp_path / "pruned.co").read_bytes()
 
 
-COMGR_UNBUNDLE = r'''
-import ctypes, hashlib, sys
-lib = ctypes.CDLL(sys.argv[1])
-blob = open(sys.argv[2], "rb").read()
-H = ctypes.c_uint64
-OBJ_BUNDLE, EXECUTABLE, UNBUNDLE = 0x14, 0x8, 0xF
-def ok(status, what):
-    if status != 0:
-        raise SystemExit(f"{what}: comgr status {status}")
-inp, out, data, info = H(), H(), H(), H()
-ok(lib.amd_comgr_create_data_set(ctypes.byref(inp)), "create_data_set")
-ok(lib.amd_comgr_create_data_set(ctypes.byref(out)), "create_data_set")
-ok(lib.amd_comgr_create_data(OBJ_BUNDLE, ctypes.byref(data)), "create_data")
-ok(lib.amd_comgr_set_data(data, ctypes.c_size_t(len(blob)), ctypes.c_char_p(blob)), "set_data")
-ok(lib.amd_comgr_set_data_name(data, b"hipfatbin"), "set_data_name")
-ok(lib.amd_comgr_data_set_add(inp, data), "data_set_add")
-ok(lib.amd_comgr_create_action_info(ctypes.byref(info)), "create_action_info")
-ids = (ctypes.c_char_p * 1)(sys.argv[3].encode())
-ok(lib.amd_comgr_action_info_set_bundle_entry_ids(info, ids, ctypes.c_size_t(1)), "set_bundle_entry_ids")
-ok(lib.amd_comgr_do_action(UNBUNDLE, info, inp, out), "do_action(UNBUNDLE)")
-count = ctypes.c_size_t()
-ok(lib.amd_comgr_action_data_count(out, EXECUTABLE, ctypes.byref(count)), "action_data_count")
-for i in range(count.value):
-    item, size = H(), ctypes.c_size_t()
-    ok(lib.amd_comgr_action_data_get_data(out, EXECUTABLE, ctypes.c_size_t(i), ctypes.byref(item)), "get_data")
-    ok(lib.amd_comgr_get_data(item, ctypes.byref(size), None), "get_data")
-    buf = ctypes.create_string_buffer(size.value)
-    ok(lib.amd_comgr_get_data(item, ctypes.byref(size), buf), "get_data")
-    print(size.value, hashlib.sha256(buf.raw[:size.value]).hexdigest())
-'''
+
 
 
 def test_comgr_unbundles_a_pruned_rocblas_bundle_as_the_hip_runtime_does(tmp_path):
@@ -284,54 +251,11 @@ def test_comgr_unbundles_a_pruned_rocblas_bundle_as_the_hip_runtime_does(tmp_pat
 # ------------------------------------------------------------------------------------------------ the independent proof
 
 
-FAKE_BUNDLER = r"""#!{python}
-# A stand-in for clang-offload-bundler in ROCm trees made by the tests (they have no LLVM): --version, --list and
-# --unbundle of one blob, read with rockbuild's own parser. It tests the bundle step's plumbing, never the proof.
-import sys
-sys.path.insert(0, {repo!r})
-from rockbuild.bundle.fatbin import _Section, _code_objects, iter_bundles
-args = dict(a.split("=", 1) if "=" in a else (a, "") for a in sys.argv[1:] if not a.startswith("--output="))
-if "--version" in args:
-    print("fake clang-offload-bundler version 0 (tests)")
-    sys.exit(0)
-data = open(args["--input"], "rb").read()
-bundle = next(iter_bundles(_Section(data, 0, len(data)), "blob"))
-if "--list" in args:
-    print("\n".join(e.triple for e in bundle.entries))
-    sys.exit(0)
-wanted = args["--targets"].split(",")
-code = _code_objects(data, bundle, {{e.gfx for e in bundle.entries if e.gfx}}, "blob")
-outputs = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--output=")]
-for triple, out in zip(wanted, outputs):
-    open(out, "wb").write(code.get(triple, b""))
-"""
-
-
-def fake_offload_bundler(bindir: Path) -> Path:
-    """A test stand-in for clang-offload-bundler in ``bindir`` (a fake ROCm tree's lib/llvm/bin)."""
-    import sys
-
-    tool = bindir / "clang-offload-bundler"
-    tool.write_text(FAKE_BUNDLER.format(python=sys.executable, repo=str(Path(__file__).resolve().parents[1])))
-    tool.chmod(0o755)
-    return tool
-
-
-def real_offload_bundler(bindir: Path) -> Path:
-    """The e2e root's clang-offload-bundler, as a script in ``bindir`` that runs it through the root's loader."""
-    import shlex
-
-    tool = bindir / "clang-offload-bundler"
-    tool.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in _bundler()) + ' "$@"\n')
-    tool.chmod(0o755)
-    return tool
-
-
 def _tools(tmp_path: Path):
     """The e2e root's LLVM offload tools, run from here through its own loader (skips when the root is absent)."""
     from rockbuild.bundle.fatbin import OffloadTools
 
-    bundler = _bundler()
+    bundler = bundler_command()
     return OffloadTools(Path(bundler[-1]), tuple(bundler[:-1]), "test")
 
 
@@ -476,7 +400,7 @@ def test_find_offload_tools_runs_a_chroot_tool_through_its_loader(tmp_path):
     from rockbuild.bundle.fatbin import find_offload_tools
     from rockbuild.rocm.layout import detect_layout
 
-    _bundler()
+    bundler_command()
     tools, why = find_offload_tools(detect_layout(ROCM_ROOT))
     assert tools is not None, why
     assert tools.loader[0].endswith("ld-linux-x86-64.so.2") and tools.loader[1] == "--library-path"

@@ -252,7 +252,7 @@ def test_cli_bundle_and_audit(tree, tmp_path, run_rockbuild):
 
 
 def test_prune_fatbin_keeps_the_job_targets_and_the_bundle_running(tree, plugin_policy, tmp_path):
-    from test_bundle_fatbin import fake_offload_bundler
+    from support.offload import fake_offload_bundler
 
     from rockbuild.bundle.fatbin import read_fatbin
 

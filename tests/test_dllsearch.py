@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path, PureWindowsPath
 
 import pytest
-from test_bundle_pe import build_pe, mingw, tree, wine  # noqa: F401 (tree: the PE tree fixture, reused)
+from support.pe import build_pe, pe_tree, wine
 
 from rockbuild.bundle.plan import make_bundle
 from rockbuild.core.environment import WindowsHost
@@ -252,11 +252,17 @@ def test_hip_dll_names_case_insensitively(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# doctor and install on a real Windows bundle (tests/test_bundle_pe.py's tree, bundled by make_bundle)
+# doctor and install on a real Windows bundle (support.pe's tree, bundled by make_bundle)
 
 
 @pytest.fixture(scope="module")
-def win_bundle(tree, tmp_path_factory):  # noqa: F811 (tree is the imported fixture)
+def tree(tmp_path_factory):
+    """The PE tree (support.pe.pe_tree), made once for the module."""
+    return pe_tree(tmp_path_factory.mktemp("pe"))
+
+
+@pytest.fixture(scope="module")
+def win_bundle(tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("winbundle") / "llama"
     report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, quiet=True)
     assert report.audit.ok, report.audit.failures

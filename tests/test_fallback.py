@@ -12,19 +12,20 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
 from support.faultserver import FaultServer
+from support.files import write
+from support.git import git
 from support.github import GitHubAPIServer
+from support.index import links_page
+from support.llama import llama_repository, make_project
+from support.night import night_servers
 from support.options import night_options
-from support.tarballs import TarBuilder
-from test_build_driver import make_project, write
-from test_nightly import git, llama_repository, night_servers
-from test_smoke_run import BENCH, CLI, COMMON, FIXTURES, SERVER, gguf_header
+from support.smoke import gguf_header, write_stand_ins
+from support.trees import gcc_therock, tar_tree
 
 from rockbuild.core.errors import NotFoundError, UsageError
 from rockbuild.nightly import NightOptions, load_inputs, plan_night, run_night
@@ -64,23 +65,6 @@ def version(day: datetime.date) -> str:
     return f"7.2.0a{day:%Y%m%d}"
 
 
-def rocm_tarball(path: Path, day: datetime.date, *, broken: bool) -> bytes:
-    """A TheRock-layout tarball of ``day`` whose compilers are the host's gcc/g++ (``broken``: with -DROCM_BROKEN)."""
-    flag = "-DROCM_BROKEN " if broken else ""
-    manifest = json.dumps({"the_rock_commit": "89553ce3a5a4c5b8d0e1f2a3b4c5d6e7f8091a2b", "rocm_version": "7.2.0",
-                           "rocm_package_version": version(day)})
-    with TarBuilder(path) as tar:
-        tar.root()
-        for name, compiler in (("clang", shutil.which("gcc")), ("clang++", shutil.which("g++"))):
-            tar.file(f"lib/llvm/bin/{name}", f'#!/bin/sh\nexec {compiler} {flag}"$@"\n'.encode(), mode=0o755)
-        tar.file("lib/llvm/amdgcn/bitcode/ocml.bc", b"")
-        tar.file("bin/hipconfig", b"#!/bin/sh\necho 7.2.0\n", mode=0o755)
-        tar.file("include/hip/hip_version.h", b"#define HIP_VERSION_MAJOR 7\n#define HIP_VERSION_MINOR 2\n"
-                 b"#define HIP_VERSION_PATCH 53211\n")
-        tar.file("share/therock/therock_manifest.json", manifest.encode())
-    return path.read_bytes()
-
-
 MATRIX = """
 matrix:
   os: [linux]
@@ -95,12 +79,7 @@ class World:
         stubs.mkdir()
         envlog = base / "envlog"
         envlog.mkdir()
-        head = COMMON.format(fixtures=str(FIXTURES), mode={}, envlog=str(envlog))
-        for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog))),
-                           ("llama-bench", BENCH)):
-            stub = stubs / name
-            stub.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
-            stub.chmod(0o755)
+        write_stand_ins(stubs, envlog)
         self.work = make_project(base / "work")
         (self.work / "tools" / "main.cpp").write_text(MAIN.replace("@STUBS@", str(stubs)))
         self.bare = llama_repository(self.work, base / "llama.cpp.git")
@@ -114,10 +93,10 @@ class World:
     def publish_tarballs(self, days: dict[datetime.date, bool], page: str) -> str:
         """An index page listing a tarball per day (True: broken); returns its URL."""
         for day, broken in days.items():
-            self.server.add(self.name(day), rocm_tarball(self.base / self.name(day), day, broken=broken),
+            rocm = gcc_therock(package_version=version(day), flags="-DROCM_BROKEN " if broken else "")
+            self.server.add(self.name(day), tar_tree(self.base / self.name(day), rocm).read_bytes(),
                             content_type="application/gzip")
-        links = "".join(f'<a href="{self.name(d)}">{self.name(d)}</a>\n' for d in days)
-        return self.server.add_text(page, f"<html><body>{links}</body></html>")
+        return self.server.add_text(page, links_page([self.name(d) for d in days]))
 
     def options(self, out: Path, index: str, **changes) -> NightOptions:
         values = dict(config=self.matrix, out=out, index_url=index, git_url=str(self.bare), repo=self.github.full_name,

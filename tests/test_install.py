@@ -14,8 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support.bundles import cc, fatbin_source, offload_bundle
 from support.github import GitHubAPIServer
+from support.install import SYSFS, options, real_bundle
 from support.options import context
 from support.publishing import TOKEN, make_job, tiny_pe
 
@@ -26,26 +26,8 @@ from rockbuild.publish.archives import collect_entries, write_zip
 from rockbuild.publish.release import PublishOptions, publish
 from rockbuild.settings import Settings
 
-SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 GFX103X_SEED = ("gfx1030", "gfx1031", "gfx1032", "gfx1034")  # the seed's gfx103X: no gfx1033/1035/1036
 GFX110X = ("gfx1100", "gfx1101", "gfx1102", "gfx1103")
-
-
-def real_bundle(bundle: Path, targets: tuple[str, ...]) -> Path:
-    """Replace a make_job bundle's stand-ins by a llama-server that runs and a libggml-hip carrying ``targets``."""
-    for path in sorted(bundle.rglob("*"), reverse=True):
-        if path.name != "bundle.json":
-            path.rmdir() if path.is_dir() else path.unlink()
-    hip = cc(bundle / "libggml-hip.so", fatbin_source([offload_bundle(list(targets))])
-             + "int ggml_hip_value(void){return 7;}", shared=True, soname="libggml-hip.so", runpath=("$ORIGIN",))
-    cc(bundle / "llama-server", '#include <stdio.h>\nint ggml_hip_value(void);\n'
-       'int main(void){printf("llama-server %d\\n", ggml_hip_value());return 0;}', libs=(hip,),
-       runpath=("$ORIGIN",))
-    meta = json.loads((bundle / "bundle.json").read_text())
-    meta.update(targets=list(targets))
-    meta["audit"]["fat_binaries"] = [{"file": "libggml-hip.so", "targets": list(targets)}]
-    (bundle / "bundle.json").write_text(json.dumps(meta))
-    return bundle
 
 
 @pytest.fixture(scope="module")
@@ -70,17 +52,6 @@ def release(gh, tmp_path_factory):
                                     throttle=False, out=out.parent / "release", quiet=True))
     assert report.tag == "b1000" and report.state == "published"
     return gh.state.release_by_tag("b1000")
-
-
-def options(gh, tmp_path, path: str | None = None, **kw) -> InstallOptions:
-    """``path``: the PATH install sees (default: a folder without gh, whatever this machine has installed)."""
-    kw.setdefault("sysfs_root", SYSFS / "igpu-dgpu" / "sys")
-    kw.setdefault("dest", tmp_path / "llama")
-    empty = tmp_path / "no-gh"
-    empty.mkdir(exist_ok=True)
-    env = {**os.environ, "PATH": path or str(empty), "GITHUB_TOKEN": TOKEN}
-    return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
-                          context=Settings.from_environment(env), families=load_families(), **kw)
 
 
 @pytest.mark.parametrize("target,family", [("gfx1030", "gfx103X"), ("gfx1036", "gfx103X"), ("gfx1103", "gfx110X"),

@@ -12,16 +12,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support.bundles import cc, ccob, fatbin_source, make_tree, offload_bundle, run_clean, tree_files
+from support.bundles import run_clean, tree_files
 from support.faultserver import FaultServer
+from support.index import index_page
+from support.kpack import FOUR, MIXED, POLICY, kpack_tree, offload_tool
 from support.options import context
 from support.tarballs import therock_like_tarball
 
 from rockbuild.core.errors import ConfigError, UsageError
 from rockbuild.core.jobs import Family, FamilyTable, load_families
 from rockbuild.matrix import load_matrix
-
-HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_cli_target_override_and_build_resolve_a_mix(run_rockbuild):
 
 def test_gpu_targets_of_a_mixed_build_are_all_its_targets(tmp_path):
     from support.options import resolve_job
-    from test_build_cmake import therock_tree
+    from support.trees import therock_tree
 
     from rockbuild.backends import get_backend
     from rockbuild.backends.rocm import toolchain_from_layout
@@ -260,11 +260,6 @@ def test_rockbuild_matrix_families_lists_groups_and_sources(run_rockbuild):
 # ------------------------------------------------------------------------------------------------ fetch
 
 
-def index_page(names: list[str]) -> str:
-    files = [{"name": n, "mtime": 1_764_300_000.0 + i} for i, n in enumerate(names)]
-    return f"<html><script>\n    const files = {json.dumps(files)};\n</script></html>\n"
-
-
 KPACK = {f".kpack/blas_lib_{t}.kpack": t.encode() * 10 for t in ("gfx1100", "gfx1151", "gfx1200", "gfx1201")}
 
 
@@ -296,67 +291,6 @@ def test_fetch_picks_the_multiarch_tarball_for_a_mixed_job_from_a_local_index(tm
 
 
 # ------------------------------------------------------------------------------------------------ bundle
-
-
-MIXED = ("gfx1151", "gfx1201")
-FOUR = ["gfx1100", "gfx1151", "gfx1200", "gfx1201"]
-
-POLICY = """
-format: 1
-linux:
-  rpath: RPATH
-  never_ship:
-    - names: [ld-linux*.so*, libc.so.6, libm.so.6, libdl.so.2, libpthread.so.0, libgcc_s.so.1]
-      reason: glibc and the compiler runtime come from the host
-  extras:
-    - names: [libamd_comgr.so.*]
-      when: [libamdhip64.so*]
-      required: true
-      reason: dlopen'ed by the HIP runtime
-    - names: [librocm_kpack.so*]
-      when: [libamdhip64.so*]
-      required: true
-      reason: the kernel-pack loader
-  kernel_data:
-    rocblas:
-      dest: rocblas/library
-      used_by: [librocblas.so*]
-      reason: beside librocblas
-    kpack:
-      dest: .kpack
-      used_by: [librocm_kpack.so*]
-      reason: multi-arch kernel packs
-windows: {}
-"""
-
-
-def kpack_tree(base: Path) -> dict:
-    """make_tree's TheRock-like tree turned multi-arch: a rocBLAS fat binary and kernel files for four targets of two
-    families, a ``.kpack/`` with an archive per target and a generic manifest, and librocm_kpack."""
-    tree = make_tree(base, fatbin_targets=MIXED)
-    lib = tree["lib"]
-    blas_fat = fatbin_source([ccob(offload_bundle(FOUR, payload=3000)), offload_bundle(FOUR, payload=5000)])
-    (lib / "librocblas.so.5.0").unlink()
-    cc(lib / "librocblas.so.5.0", blas_fat + "int blas_value(void){return 5;}", shared=True, soname="librocblas.so.5")
-    for target in ("gfx1200", "gfx1201"):
-        (lib / "rocblas" / "library" / f"TensileLibrary_lazy_{target}.dat").write_bytes(b"k" * 100)
-    kpack = tree["rocm"] / ".kpack"
-    kpack.mkdir()
-    for target in FOUR:
-        (kpack / f"blas_lib_{target}.kpack").write_bytes(target.encode() * 50)
-    (kpack / "blas_lib.kpm").write_bytes(b"manifest")
-    cc(lib / "librocm_kpack.so.1", "int kpack_value(void){return 2;}", shared=True, soname="librocm_kpack.so.1")
-    return tree
-
-
-def offload_tool(bindir: Path) -> None:
-    """The e2e root's clang-offload-bundler when this machine has it, else the test stand-in."""
-    from test_bundle_fatbin import LIBDIR, fake_offload_bundler, real_offload_bundler
-
-    if (LIBDIR.parent.parent / "lib" / "llvm-22" / "bin" / "clang-offload-bundler").exists():
-        real_offload_bundler(bindir)
-    else:
-        fake_offload_bundler(bindir)
 
 
 @pytest.fixture(scope="module")
@@ -460,8 +394,8 @@ def test_the_asset_name_has_no_plus_and_is_what_install_matches():
 @pytest.fixture(scope="module")
 def mixed_release(tmp_path_factory):
     from support.github import GitHubAPIServer
+    from support.install import real_bundle
     from support.publishing import TOKEN, make_job
-    from test_install import real_bundle
 
     from rockbuild.publish.release import PublishOptions, publish
 
@@ -479,7 +413,7 @@ def mixed_release(tmp_path_factory):
 
 
 def test_install_chooses_the_mixed_asset_when_it_is_the_only_one_for_the_gpu(mixed_release, tmp_path):
-    from test_install import options
+    from support.install import options
 
     from rockbuild.install import install
 

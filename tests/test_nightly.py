@@ -7,132 +7,25 @@ runner is covered by tests/test_smoke_run.py."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
-from support.faultserver import FaultServer
-from support.github import GitHubAPIServer
-from support.options import night_options
-from support.tarballs import TarBuilder
-from test_build_driver import make_project, write
+from support.files import write
+from support.night import TODAY, TOKEN, World, night_servers
 
-from rockbuild.nightly import NightOptions, load_inputs, run_night
+from rockbuild.nightly import load_inputs, run_night
 from rockbuild.nightly.resolve import parse_ls_remote
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++", "git")),
     reason="needs cmake, ninja, gcc, g++ and git on the host",
 )
-
-TOKEN = "ghp_NightlyTestToken0123456789SECRET"
-TODAY = datetime.datetime.now(datetime.UTC).date()
-VERSION = f"7.2.0a{TODAY:%Y%m%d}"
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def git(*args: str, cwd: Path) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def llama_repository(work: Path, bare: Path) -> Path:
-    """Commit the stand-in project in ``work`` as llama.cpp's b1000 (tagged) and clone it bare to ``bare``."""
-    git("init", "-q", "-b", "master", cwd=work)
-    git("add", "-A", cwd=work)
-    git("commit", "-qm", "b1000", cwd=work)
-    git("tag", "b1000", cwd=work)
-    git("clone", "-q", "--bare", str(work), str(bare), cwd=bare.parent)
-    return bare
-
-
-def therock_tarball(path: Path, counter: Path) -> Path:
-    """A TheRock-layout tarball whose clang/clang++ count each call in ``counter`` and exec the host's gcc/g++."""
-    gcc, gxx = shutil.which("gcc"), shutil.which("g++")
-    manifest = json.dumps({"the_rock_commit": "89553ce3a5a4c5b8d0e1f2a3b4c5d6e7f8091a2b", "rocm_version": "7.2.0",
-                           "rocm_package_version": VERSION})
-    with TarBuilder(path) as tar:
-        tar.root()
-        for name, compiler in (("clang", gcc), ("clang++", gxx)):
-            script = f'#!/bin/sh\necho "$@" >> {counter}\nexec {compiler} "$@"\n'
-            tar.file(f"lib/llvm/bin/{name}", script.encode(), mode=0o755)
-        tar.file("lib/llvm/amdgcn/bitcode/ocml.bc", b"")
-        tar.file("bin/hipconfig", b"#!/bin/sh\necho 7.2.0\n", mode=0o755)
-        tar.file("include/hip/hip_version.h", b"#define HIP_VERSION_MAJOR 7\n#define HIP_VERSION_MINOR 2\n"
-                 b"#define HIP_VERSION_PATCH 53211\n")
-        tar.file("share/therock/therock_manifest.json", manifest.encode())
-    return path
-
-
-MATRIX = """
-options:
-  cmake: {cmake}
-matrix:
-  os: [linux]
-  target: [gfx1151, gfx1150]
-  include:
-    - {{target: gfx1150, required: false{optional_extra}}}
-"""
-
-
-class World:
-    def __init__(self, base: Path, server: FaultServer, github: GitHubAPIServer) -> None:
-        self.base, self.server, self.github = base, server, github
-        self.counter = base / "compiles.txt"
-        self.counter.touch()
-        self.work = make_project(base / "work")
-        self.bare = llama_repository(self.work, base / "llama.cpp.git")
-        tarball = therock_tarball(base / "rock.tar.gz", self.counter).read_bytes()
-        self.tarballs = [f"therock-dist-linux-{g}-{VERSION}.tar.gz" for g in ("gfx1151", "gfx1150")]
-        links = "".join(f'<a href="{n}">{n}</a>\n' for n in self.tarballs)
-        for name in self.tarballs:
-            server.add(name, tarball, content_type="application/gzip")
-        self.index = server.add_text("index.html", f"<html><body>{links}</body></html>")
-
-    def matrix(self, name: str, *, optional_fails: bool = False, required_fails: bool = False) -> Path:
-        cmake = '{FAIL_COMPILE: "ON"}' if required_fails else "{}"
-        extra = ', cmake: {FAIL_COMPILE: "ON"}' if optional_fails else ""
-        return write(self.base / name, MATRIX.format(cmake=cmake, optional_extra=extra))
-
-    def tarball_requests(self) -> int:
-        return sum(len(self.server.requests_for(n)) for n in self.tarballs)
-
-    def compiles(self) -> int:
-        return len([line for line in self.counter.read_text().splitlines() if " -c " in f" {line} "])
-
-    def options(self, out: Path, matrix: Path, **changes) -> NightOptions:
-        values = dict(config=matrix, out=out, index_url=self.index, git_url=str(self.bare), repo=self.github.full_name,
-                      api_url=self.github.api_url, token=TOKEN, smoke=False, use_ccache=False,
-                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
-        values.update(changes)
-        return night_options(**values)
-
-    def new_commit(self) -> str:
-        (self.work / "tools" / "main.cpp").write_text(
-            "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 2; }\n")
-        git("commit", "-qam", "change", cwd=self.work)
-        git("push", "-q", str(self.bare), "master", cwd=self.work)
-        return git("rev-parse", "HEAD", cwd=self.work)
-
-
-@contextlib.contextmanager
-def night_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str) -> Iterator[tuple[FaultServer,
-                                                                                                    GitHubAPIServer]]:
-    """The index server and the GitHub API of a test night, with a private cache and no CI environment."""
-    monkeypatch.setenv("ROCKBUILD_CACHE", str(tmp_path / "cache"))
-    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"):
-        monkeypatch.delenv(name, raising=False)
-    with FaultServer() as server, GitHubAPIServer(token=token) as github:
-        yield server, github
-
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.faultserver import Fault, FaultServer
+from support.index import index_page
 from support.tarballs import MALICIOUS, therock_like_tarball
 
 from rockbuild.core.errors import ChecksumError, NotFoundError, UnsafeArchiveError
@@ -18,15 +19,6 @@ NEW = "therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"
 OLD = "therock-dist-linux-gfx1151-10.2.0a20261127.tar.gz"
 TESTS_TWIN = "therock-dist-linux-gfx1151-tests-10.2.0a20261128.tar.gz"
 WIN = "therock-dist-windows-gfx1151-10.2.0a20261128.tar.gz"
-
-
-def index_page(names: list[str]) -> str:
-    files = [{"name": n, "mtime": 1_764_300_000.0 + i} for i, n in enumerate(names)]
-    return (
-        "<html><head><title>Tarball index</title><script>\n"
-        f"    const files = {json.dumps(files)};\n"
-        "    function applyFilter(fileList, filter) {}\n</script></head></html>\n"
-    )
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.files import touch
 
 from rockbuild.core.errors import LayoutError
 from rockbuild.rocm.layout import LayoutKind, detect_layout, kernel_file_target
@@ -23,13 +24,6 @@ HIP_VERSION_H = """\
 #define HIP_VERSION_GITHASH ""
 #endif
 """
-
-
-def touch(path: Path, text: str = "", mode: int = 0o644) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    path.chmod(mode)
-    return path
 
 
 def link(path: Path, target: str) -> Path:
