@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from support import files
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
 

@@ -11,9 +11,10 @@ from rockbuild.core.jobs import load_families
 from rockbuild.install import InstallOptions
 from rockbuild.settings import Settings
 from support.bundles import cc, fatbin_source, offload_bundle
+from support.paths import FIXTURES
 from support.publishing import TOKEN
 
-SYSFS = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+SYSFS = FIXTURES / "sysfs"
 
 
 def real_bundle(bundle: Path, targets: tuple[str, ...]) -> Path:

@@ -10,7 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "smoke"
+from support import paths
+
+FIXTURES = paths.FIXTURES / "smoke"
 
 COMMON = """
 import json, os, sys, time

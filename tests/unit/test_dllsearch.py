@@ -1,6 +1,6 @@
 """Windows DLL shadowing (rockbuild/dllsearch.py, doctor's and install's check), proven with wine's loader: a stand-in
 amdhip64_7.dll in a bundle folder and copies of it in the wine prefix's system32, Windows folder and syswow64, in a
-folder on PATH, in a program's folder and in a current folder; a probe (mingw-w64, like tests/test_bundle_pe.py) loads
+folder on PATH, in a program's folder and in a current folder; a probe (mingw-w64, like tests/unit/test_bundle_pe.py) loads
 the bundle's ggml-hip.dll (which imports amdhip64_7.dll) and prints which amdhip64_7.dll the loader took
 (GetModuleFileName). Every case asserts that rockbuild's prediction is that file.
 
@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path, PureWindowsPath
 
 import pytest
+from support.paths import FIXTURES
 from support.pe import build_pe, pe_tree, wine
 
 from rockbuild.bundle.plan import make_bundle
@@ -33,7 +34,7 @@ from rockbuild.doctor import run_doctor
 from rockbuild.rocm.layout import detect_layout
 from rockbuild.settings import Settings
 
-SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
+SYSFS = FIXTURES / "sysfs"
 HIP = "amdhip64_7.dll"
 PROBE = r"""
 #include <windows.h>

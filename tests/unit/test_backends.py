@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support.files import write
 from support.options import context
+from support.paths import FIXTURES, REPO
 
 from rockbuild.backends import BACKENDS, DEFAULT, Backend, all_backends, get_backend, names, register, unregister
 from rockbuild.build.cmake import (
@@ -29,8 +30,8 @@ from rockbuild.core.errors import BundleError, ConfigError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.vocabulary import SmokeDevices
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
+ROOT = REPO
+FIXTURES = FIXTURES / "smoke"
 
 
 def a_job(backend: str, os_name: str = "linux", **changes) -> Job:

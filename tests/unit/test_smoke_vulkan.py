@@ -3,13 +3,13 @@ layers count as on the GPU only with Vulkan0 model and KV buffers, never because
 
 from __future__ import annotations
 
-from pathlib import Path
+from support.paths import FIXTURES
 
 from rockbuild.backends.vulkan import vulkan_bench_problem
 from rockbuild.smoke.parse import Buffer, parse_bench_json, parse_load, parse_vulkan
 from rockbuild.smoke.runner import gpu_verdict
 
-FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
+FIXTURES = FIXTURES / "smoke"
 
 
 def fixture(name: str) -> str:

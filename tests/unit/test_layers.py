@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 PACKAGE = ROOT / "rockbuild"
 LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support.paths import FIXTURES
 
 from rockbuild.smoke.parse import (
     Buffer,
@@ -18,7 +17,7 @@ from rockbuild.smoke.parse import (
 )
 from rockbuild.smoke.runner import gpu_verdict
 
-FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
+FIXTURES = FIXTURES / "smoke"
 
 
 def fixture(name: str) -> str:

@@ -17,11 +17,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.paths import E2E_SCRIPTS, REPO
 
-REPO = Path(__file__).resolve().parent.parent
 E2E = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e"))
 NIGHT = E2E / "night"
-SCRIPT = REPO / "tests" / "e2e" / "night.sh"
+SCRIPT = E2E_SCRIPTS / "night.sh"
 NEVER_SHIPPED = {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libgcc_s.so.1", "libstdc++.so.6"}
 
 pytestmark = pytest.mark.e2e

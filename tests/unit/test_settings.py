@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from rockbuild.core.environment import GitHubContext, default_cache
 from rockbuild.core.errors import ConfigError
 from rockbuild.settings import Settings
 
-PACKAGE = Path(__file__).resolve().parents[1] / "rockbuild"
+PACKAGE = REPO / "rockbuild"
 
 
 def test_from_environment_reads_cache_github_and_flags(tmp_path):

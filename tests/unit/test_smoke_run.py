@@ -1,7 +1,7 @@
 """The smoke runner against real child processes: small Python programs that behave like llama-cli, llama-server
 (a real HTTP server with /health and /v1/chat/completions) and llama-bench, printing output captured from llama.cpp.
 
-The real binaries are exercised by tests/test_smoke_e2e.py (marked e2e)."""
+The real binaries are exercised by tests/e2e/test_smoke_e2e.py (marked e2e)."""
 
 from __future__ import annotations
 

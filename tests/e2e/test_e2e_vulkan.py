@@ -15,11 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.paths import E2E_SCRIPTS, REPO
 
-REPO = Path(__file__).resolve().parent.parent
 E2E = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e"))
 BENCH = E2E / "bench"
-SCRIPT = REPO / "tests" / "e2e" / "vulkan.sh"
+SCRIPT = E2E_SCRIPTS / "vulkan.sh"
 
 pytestmark = pytest.mark.e2e
 

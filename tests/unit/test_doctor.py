@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from conftest import rockbuild_exe
 from support.bundles import cc
+from support.paths import FIXTURES
 
 from rockbuild.core.jobs import load_families
 from rockbuild.core.vocabulary import Gpu
 from rockbuild.doctor import gfx_from_override, recommend_flavours, run_doctor
 from rockbuild.gpu import gfx_name, read_kfd_gpus
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
+FIXTURES = FIXTURES / "sysfs"
 
 
 def machine(name: str) -> tuple[Path, Path]:

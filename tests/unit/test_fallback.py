@@ -1,7 +1,7 @@
 """Last known good ROCm and ``rockbuild bisect``, on whole nights run on this machine.
 
-The stand-in llama.cpp (tests/test_build_driver.py's CMake project) builds real programs that hand over to the smoke
-test's stand-ins (tests/test_smoke_run.py: they print output captured from llama.cpp), so the smoke stage really runs.
+The stand-in llama.cpp (tests/support/llama.py's CMake project) builds real programs that hand over to the smoke
+test's stand-ins (tests/support/smoke.py: they print output captured from llama.cpp), so the smoke stage really runs.
 A "broken" ROCm nightly is a TheRock-layout tarball whose clang++ adds ``-DROCM_BROKEN``: the programs it compiles
 die of SIGSEGV at start, as llama.cpp did when an HSA regression landed in a nightly. It builds and bundles; only the
 smoke test catches it.

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.paths import E2E_SCRIPTS, REPO
 
-REPO = Path(__file__).resolve().parent.parent
 E2E = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e"))
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +32,7 @@ def provisioned():
 @pytest.mark.parametrize("target", ["gfx1151", "gfx1100"])
 def test_build_bundle_and_smoke_in_a_root_without_rocm(provisioned, target):
     env = {**os.environ, "ROCKBUILD_E2E_TARGET": target}
-    result = subprocess.run([str(REPO / "tests" / "e2e" / "run.sh"), "all"], env=env, cwd=REPO)
+    result = subprocess.run([str(E2E_SCRIPTS / "run.sh"), "all"], env=env, cwd=REPO)
     assert result.returncode == 0
     smoke = json.loads((E2E / "bench" / f"smoke-{target}.json").read_text())
     audit = json.loads((E2E / "bench" / f"audit-{target}.json").read_text())

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
+from support.paths import FIXTURES
 
 from rockbuild.compare import CompareOptions, run_compare
 from rockbuild.core.errors import SmokeError, UsageError
 from rockbuild.smoke.models import ModelFile
 
-FIXTURES = Path(__file__).parent / "fixtures" / "smoke"
+FIXTURES = FIXTURES / "smoke"
 
 BENCH = """
 import json, os, sys, time
