@@ -3,7 +3,7 @@
 Baseline: ``curl -s URL | tar -xzf - -C DIR`` (what the seed pipeline runs, minus sudo). rockbuild: ``fetch_rocm``
 with every safety check on and the tarball kept in the cache. Also: bytes moved by a download cut at ~50% and
 resumed, and a second fetch of the same version. The tarball (~1.26 GB gzip, ~2.3 GB, ~8,900 members, TheRock layout)
-is generated once under the bench cache and served from memory by a separate process (tests/faultserver.py).
+is generated once under the bench cache and served from memory by a separate process (tests/support/faultserver.py).
 
     python bench/fetch.py [--workdir /var/cache/rockbuild/bench] [--keep]
 """
@@ -30,7 +30,7 @@ GOAL_RATIO = 0.8
 SERVER = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from faultserver import Fault, FaultServer
+from support.faultserver import Fault, FaultServer
 data = open(sys.argv[2], "rb").read()
 name = sys.argv[3]
 with FaultServer() as srv:

@@ -1,7 +1,8 @@
 """Benchmark the unchanged-night skip: a full night, then the same night again, in the same run.
 
-The world is the end-to-end test's (tests/test_nightly.py): local TheRock index with small TheRock-layout tarballs
-whose clang runs the host's gcc, a bare git repository standing in for llama.cpp, the local GitHub API server. The
+The world is the end-to-end test's (tests/support/night.py, used by tests/unit/test_nightly.py): local TheRock index
+with small TheRock-layout tarballs whose clang runs the host's gcc, a bare git repository standing in for llama.cpp,
+the local GitHub API server. The
 full night runs in-process; the unchanged night runs as users run it (`rockbuild nightly ...`, a fresh process).
 Goal for the unchanged night: <= 5 s, 0 tarball bytes, 0 compiles.
 
@@ -37,9 +38,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from conftest import rockbuild_exe  # noqa: E402
-    from faultserver import FaultServer  # noqa: E402
-    from githubapi import GitHubAPIServer  # noqa: E402
-    from test_nightly import TOKEN, World  # noqa: E402
+    from support.faultserver import FaultServer  # noqa: E402
+    from support.github import GitHubAPIServer  # noqa: E402
+    from support.night import TOKEN, World  # noqa: E402
 
     from rockbuild.nightly import run_night  # noqa: E402
 

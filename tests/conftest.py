@@ -6,12 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from support import files
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
 
@@ -45,19 +45,16 @@ def write(tmp_path):
     """write("name.yaml", text) -> Path, with the text dedented."""
 
     def _write(name: str, text: str) -> Path:
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-        return path
+        return files.write(tmp_path / name, text)
 
     return _write
 
 
 @pytest.fixture
 def gh():
-    """The local GitHub API server (tests/githubapi.py), fresh for each test, accepting publishkit's token."""
-    from githubapi import GitHubAPIServer
-    from publishkit import TOKEN
+    """The local GitHub API server (tests/support/github.py), fresh for each test, accepting support.publishing's TOKEN."""
+    from support.github import GitHubAPIServer
+    from support.publishing import TOKEN
 
     with GitHubAPIServer(token=TOKEN) as server:
         yield server

@@ -10,7 +10,7 @@ them), and keys a record does not know are kept (``extra``) and written back, fo
 from a file writes its keys back in the file's order, so reading and writing a file changes only what was changed.
 
 The records hold plain data (core imports nothing above core); the stages convert their own result objects to and
-from these. Their JSON Schemas are docs/schemas/<file>.schema.json (tests/test_records.py keeps both in step).
+from these. Their JSON Schemas are docs/schemas/<file>.schema.json (tests/unit/test_records.py keeps both in step).
 
 =================  ===================  =====================================================================
 file               record               writer

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GitHub API of the night rehearsal (night.sh): the project's own test fake, tests/githubapi.py, on 127.0.0.1
+"""The GitHub API of the night rehearsal (night.sh): the project's own test fake, tests/support/github.py, on 127.0.0.1
 (the chroots share the host's network), seeded with a release ``b1290`` a previous night made.
 
     python3 github_fake.py --ready FILE [--owner O] [--repo R] [--token T]     # serve until SIGTERM
@@ -28,9 +28,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for githubapi
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for support.github
 
-from githubapi import GitHubAPIServer  # noqa: E402
+from support.github import GitHubAPIServer  # noqa: E402
 
 OLD_COMMIT = "5d4d7a2b7c0f9e8d6c5b4a3928170615f4e3d2c1"  # a made-up earlier llama.cpp commit
 OLD_TARBALL = "therock-dist-linux-gfx1151-7.2.4a20261128.tar.gz"

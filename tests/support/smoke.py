@@ -1,0 +1,135 @@
+"""Stand-ins for llama.cpp's programs in the smoke tests: small Python programs that behave like llama-cli,
+llama-server (a real HTTP server with /health and /v1/chat/completions) and llama-bench, printing output captured from
+llama.cpp (tests/fixtures/smoke), and a job folder holding them as its bundle."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import textwrap
+from pathlib import Path
+
+from support import paths
+
+FIXTURES = paths.FIXTURES / "smoke"
+
+COMMON = """
+import json, os, sys, time
+from pathlib import Path
+FIX = Path({fixtures!r})
+MODE = {mode!r}
+Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".env.json").write_text(json.dumps(dict(os.environ)))
+Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".argv.json").write_text(json.dumps(sys.argv))
+def arg(flag, default=None):
+    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
+LOAD = (FIX / ("rocm0-buffers.constructed.txt" if MODE.get("gpu") else "completion-lv4-cpu.txt")).read_text()
+VK = MODE.get("vk")  # a Vulkan bundle: "lavapipe" (the device is there), "none" (no driver), "noloader"
+if VK == "noloader":
+    sys.stderr.write(Path(sys.argv[0]).name + ": error while loading shared libraries: libvulkan.so.1: cannot open "
+                     "shared object file: No such file or directory\\n")
+    sys.exit(127)
+if VK and "-dev" in sys.argv and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
+    sys.stderr.write('error while handling argument "-dev": invalid device: ' + arg("-dev") + "\\n")
+    sys.exit(1)
+if "--list-devices" in sys.argv:
+    print("Available devices:")
+    print("  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)" if VK == "lavapipe" else "  (none)")
+    sys.exit(0)
+if VK:
+    LOAD = (FIX / ("vulkan-completion-lv4.txt" if VK == "lavapipe" else "vulkan-no-icd.constructed.txt")).read_text()
+"""
+
+CLI = """
+if MODE.get("cli") == "hang":
+    print("Loading model...", flush=True)
+    time.sleep(600)
+if MODE.get("cli") == "crash":
+    sys.stderr.write("error: failed to load model\\n")
+    sys.exit(1)
+sys.stderr.write(LOAD)
+out = (FIX / "cli-st-stdout.txt").read_text().replace("> hello", "> " + arg("-p"))
+if MODE.get("cli") == "empty":
+    out = out.replace(out.split("\\n")[6], "")
+sys.stdout.write(out)
+sys.stderr.write((FIX / "cli-lv4-stderr.txt").read_text())
+"""
+
+SERVER = """
+import http.server, signal
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+if MODE.get("server") == "die":
+    sys.stderr.write("error: cannot open model\\n")
+    sys.exit(3)
+sys.stderr.write(LOAD)
+sys.stderr.flush()
+START = time.monotonic()
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        sys.stderr.write("request: " + (a[0] % a[1:]) + "\\n")
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.path == "/health":
+            if time.monotonic() - START < 0.3:
+                return self._send(503, {{"error": {{"code": 503, "message": "Loading model"}}}})
+            return self._send(200, {{"status": "ok"}})
+        self._send(404, {{}})
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Path({envlog!r}).joinpath("request.json").write_text(json.dumps(body))
+        if MODE.get("server") == "slow":
+            time.sleep(600)
+        self._send(200, json.loads((FIX / "server-reply.json").read_text()))
+srv = http.server.HTTPServer(("127.0.0.1", int(arg("--port"))), H)
+Path({envlog!r}).joinpath("server.pid").write_text(str(os.getpid()))
+srv.serve_forever()
+"""
+
+BENCH = """
+sys.stderr.write("0.00.001.000 I llama-bench: loading\\n")
+if MODE.get("bench") == "garbage":
+    print("| model | size |")
+    sys.exit(0)
+sys.stdout.write((FIX / ("vulkan-bench.constructed.txt" if VK == "lavapipe" else "bench.json.txt")).read_text())
+"""
+
+
+def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Path:
+    """llama-cli, llama-server and llama-bench stand-ins in ``folder``, behaving as ``mode`` says and recording their
+    environment and arguments in ``envlog``."""
+    head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
+    for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog))),
+                       ("llama-bench", BENCH)):
+        path = folder / name
+        path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
+        path.chmod(0o755)
+    return folder
+
+
+def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",)) -> tuple[Path, Path]:
+    """out/<job>/bundle with fake llama binaries; returns (job dir, folder where the fakes record env/argv).
+    ``mode["vk"]`` makes it a Vulkan bundle (it holds a libggml-vulkan.so)."""
+    job = root / "out" / "linux-gfx1151"
+    bundle = job / "bundle"
+    bundle.mkdir(parents=True)
+    if (mode or {}).get("vk"):
+        targets = ()
+        (bundle / "libggml-vulkan.so").write_bytes(b"")
+    envlog = root / "envlog"
+    envlog.mkdir()
+    (job / "build.json").write_text(json.dumps({"status": "ok", "job": {"id": "linux-gfx1151", "os": "linux",
+                                                                         "targets": list(targets)}}))
+    (bundle / "bundle.json").write_text(json.dumps({"platform": "linux", "targets": list(targets)}))
+    write_stand_ins(bundle, envlog, mode)
+    return job, envlog
+
+
+def gguf_header(version: int = 3, tensors: int = 1, kv: int = 0) -> bytes:
+    """The fixed GGUF header: magic, version, tensor count, metadata key/value count."""
+    return b"GGUF" + struct.pack("<IQQ", version, tensors, kv)

@@ -1,0 +1,258 @@
+"""Last known good ROCm and ``rockbuild bisect``, on whole nights run on this machine.
+
+The stand-in llama.cpp (tests/support/llama.py's CMake project) builds real programs that hand over to the smoke
+test's stand-ins (tests/support/smoke.py: they print output captured from llama.cpp), so the smoke stage really runs.
+A "broken" ROCm nightly is a TheRock-layout tarball whose clang++ adds ``-DROCM_BROKEN``: the programs it compiles
+die of SIGSEGV at start, as llama.cpp did when an HSA regression landed in a nightly. It builds and bundles; only the
+smoke test catches it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import rockbuild_exe
+from support.faultserver import FaultServer
+from support.files import write
+from support.git import git
+from support.github import GitHubAPIServer
+from support.index import links_page
+from support.llama import llama_repository, make_project
+from support.night import night_servers
+from support.options import night_options
+from support.smoke import gguf_header, write_stand_ins
+from support.trees import gcc_therock, tar_tree
+
+from rockbuild.core.errors import NotFoundError, UsageError
+from rockbuild.nightly import NightOptions, load_inputs, plan_night, run_night
+from rockbuild.nightly.bisect import bisect_rocm, parse_date
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++", "git")),
+    reason="needs cmake, ninja, gcc, g++ and git on the host",
+)
+
+TOKEN = "ghp_FallbackTestToken0123456789SECRET"
+TODAY = datetime.datetime.now(datetime.UTC).date()
+
+MAIN = r"""
+#include <csignal>
+#include <string>
+#include <vector>
+#include <unistd.h>
+int ggml_answer();
+int main(int argc, char** argv) {
+#ifdef ROCM_BROKEN
+    std::raise(SIGSEGV);  // what a broken HSA runtime did to every llama.cpp program
+#endif
+    if (ggml_answer() != 42) return 2;
+    std::string self = argv[0];
+    std::string stub = std::string("@STUBS@/") + self.substr(self.find_last_of('/') + 1);
+    std::vector<char*> args{const_cast<char*>(stub.c_str())};
+    for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execv(stub.c_str(), args.data());
+    return 127;
+}
+"""
+
+
+def version(day: datetime.date) -> str:
+    return f"7.2.0a{day:%Y%m%d}"
+
+
+MATRIX = """
+matrix:
+  os: [linux]
+  target: [gfx1151]
+"""
+
+
+class World:
+    def __init__(self, base: Path, server: FaultServer, github: GitHubAPIServer) -> None:
+        self.base, self.server, self.github = base, server, github
+        stubs = base / "stubs"
+        stubs.mkdir()
+        envlog = base / "envlog"
+        envlog.mkdir()
+        write_stand_ins(stubs, envlog)
+        self.work = make_project(base / "work")
+        (self.work / "tools" / "main.cpp").write_text(MAIN.replace("@STUBS@", str(stubs)))
+        self.bare = llama_repository(self.work, base / "llama.cpp.git")
+        self.model = base / "model.gguf"
+        self.model.write_bytes(gguf_header() + bytes(40))
+        self.matrix = write(base / "nightly.yaml", MATRIX)
+
+    def name(self, day: datetime.date) -> str:
+        return f"therock-dist-linux-gfx1151-{version(day)}.tar.gz"
+
+    def publish_tarballs(self, days: dict[datetime.date, bool], page: str) -> str:
+        """An index page listing a tarball per day (True: broken); returns its URL."""
+        for day, broken in days.items():
+            rocm = gcc_therock(package_version=version(day), flags="-DROCM_BROKEN " if broken else "")
+            self.server.add(self.name(day), tar_tree(self.base / self.name(day), rocm).read_bytes(),
+                            content_type="application/gzip")
+        return self.server.add_text(page, links_page([self.name(d) for d in days]))
+
+    def options(self, out: Path, index: str, **changes) -> NightOptions:
+        values = dict(config=self.matrix, out=out, index_url=index, git_url=str(self.bare), repo=self.github.full_name,
+                      api_url=self.github.api_url, token=TOKEN, model=str(self.model), use_ccache=False,
+                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
+        values.update(changes)
+        return night_options(**values)
+
+    def new_commit(self) -> str:
+        (self.work / "ggml" / "ggml-base.c").write_text("int ggml_base(void) { return 40 + 1; }\n")
+        git("commit", "-qam", "change", cwd=self.work)
+        git("push", "-q", str(self.bare), "master", cwd=self.work)
+        return git("rev-parse", "HEAD", cwd=self.work)
+
+    def manifest(self, tag: str) -> dict:
+        release = next(r for r in self.github.state.releases.values() if r.tag_name == tag)
+        return json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    with night_servers(tmp_path, monkeypatch, TOKEN) as (server, github):
+        yield World(tmp_path, server, github)
+
+
+def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_and_alert(world, tmp_path,
+                                                                                       run_rockbuild):
+    good, bad = TODAY - datetime.timedelta(days=1), TODAY
+    out = tmp_path / "out"
+    # night 1: only the good nightly exists; the job passes its smoke test and is published
+    first = run_night(world.options(out, world.publish_tarballs({good: False}, "night1.html")))
+    assert first.state == "published", first.message
+    tag1 = first.release["tag"]
+    assert world.manifest(tag1)["jobs"][0]["smoke"]["ok"] is True
+
+    # night 2: a new llama.cpp commit and a new nightly that breaks every program at start
+    world.new_commit()
+    index = world.publish_tarballs({good: False, bad: True}, "night2.html")
+    second = run_night(world.options(out, index, step_summary=tmp_path / "summary.md"))
+    assert second.state == "published", second.message
+    assert f"| ok (ROCm {version(good)} ({good}), newest {version(bad)} failed smoke:" in (
+        tmp_path / "summary.md").read_text()
+    (job,) = second.jobs
+    assert job.status == "ok"
+    assert job.fallback.startswith(f"ROCm {version(good)} ({good}), newest {version(bad)} failed smoke")
+    inputs = load_inputs(out / "inputs.json")
+    (rocm,) = inputs.rocm.values()
+    assert rocm.name == world.name(bad) and rocm.last_good["name"] == world.name(good)
+    assert rocm.last_good["release"] == tag1
+
+    tag2 = second.release["tag"]
+    assert tag2 != tag1
+    manifest = world.manifest(tag2)
+    (shipped,) = manifest["jobs"]
+    assert shipped["rocm"]["tarball"] == world.name(good)
+    fallback = shipped["rocm"]["fallback"]
+    assert fallback["newest"] == world.name(bad) and fallback["failed_stage"] == "smoke"
+    assert fallback["newest_date"] == bad.isoformat() and fallback["last_good_release"] == tag1
+    assert fallback["reason"] == "the smoke test failed: cli: killed by SIGSEGV (exit code -11)", fallback["reason"]
+    body = next(r for r in world.github.state.releases.values() if r.tag_name == tag2).body
+    assert "### Built on the last good ROCm" in body
+    assert f"gfx1151 (`llama-{tag2}-ubuntu-rocm-gfx1151-x64.zip`): ROCm {version(good)}, newest {version(bad)} " \
+           "failed smoke:" in body
+    # the failed attempt is kept beside the job folder, whole
+    kept = out / f"linux-gfx1151@rocm-{version(bad)}"
+    assert json.loads((kept / "smoke.json").read_text())["ok"] is False
+    assert json.loads((out / "linux-gfx1151" / "fallback.json").read_text())["attempt_dir"] == str(kept)
+    # the alert names the nightly that broke it, and how to find the first bad one
+    (issue,) = world.github.state.issues.values()
+    assert issue.title == f"ROCm nightly {bad.isoformat()} broke linux-gfx1151"
+    assert f"ROCm nightly {bad.isoformat()} broke it at `smoke`" in issue.body
+    assert f"--good {good.isoformat()} --bad {bad.isoformat()}" in issue.body
+    assert TOKEN not in issue.body
+
+    # night 3, same inputs: the newest is known to fail with this commit; nothing is built again
+    writes = len(world.github.writes)
+    plan = plan_night(world.options(out, index))
+    assert plan.unchanged_since == tag2, plan.changes
+    assert len(world.github.writes) == writes
+
+    # `rockbuild resolve --repo` records the same last good tarball (the second release passed smoke on it too)
+    result = run_rockbuild("resolve", "-c", str(world.matrix), "--index-url", index, "--git-url", str(world.bare),
+                           "--repo", world.github.full_name, "--api-url", world.github.api_url, "--out",
+                           str(tmp_path / "pinned.json"), env={"GITHUB_TOKEN": TOKEN})
+    assert result.returncode == 0, result.stderr
+    (pinned,) = load_inputs(tmp_path / "pinned.json").rocm.values()
+    assert pinned.last_good["name"] == world.name(good) and pinned.last_good["release"] == tag2
+    assert TOKEN not in result.stdout + result.stderr
+
+
+def test_a_group_with_no_good_tarball_fails_as_before(world, tmp_path):
+    index = world.publish_tarballs({TODAY: True}, "broken.html")
+    report = run_night(world.options(tmp_path / "out", index))
+    assert report.state == "blocked", report.message
+    (job,) = report.jobs
+    assert job.status == "failed" and job.failed_stage == "smoke" and job.fallback is None
+    assert not list((tmp_path / "out").glob("linux-gfx1151@*"))
+    assert load_inputs(tmp_path / "out" / "inputs.json").rocm[next(iter(
+        load_inputs(tmp_path / "out" / "inputs.json").rocm))].last_good is None
+    (issue,) = world.github.state.issues.values()
+    assert issue.title.startswith("Nightly build failed")
+
+
+def test_bisect_names_the_first_bad_nightly_of_four(world, tmp_path, run_rockbuild):
+    days = [TODAY - datetime.timedelta(days=n) for n in (3, 2, 1, 0)]
+    index = world.publish_tarballs(dict(zip(days, (False, False, True, True), strict=True)), "four.html")
+    out = tmp_path / "bisect"
+    report = bisect_rocm(world.options(out, index, publish=False), "linux-gfx1151", days[0], days[3])
+    assert report.first_bad == f"{version(days[2])} ({days[2]})"
+    assert report.last_good == f"{version(days[1])} ({days[1]})"
+    assert [(t.date, t.verdict) for t in report.trials] == [(days[1].isoformat(), "good"),
+                                                            (days[2].isoformat(), "bad")]
+    bad_trial = report.trials[1]
+    assert bad_trial.failed_stage == "smoke" and Path(bad_trial.folder, "smoke.json").is_file()
+    # the untested ends were never downloaded
+    assert not world.server.requests_for(world.name(days[0])) and not world.server.requests_for(world.name(days[3]))
+
+    # the command line, again over the same folders: every stage is reused, the answer is the same
+    result = run_rockbuild("bisect", "--job", "linux-gfx1151", "--good", version(days[0]), "--bad",
+                           days[3].isoformat(), "-c", str(world.matrix), "--index-url", index, "--git-url",
+                           str(world.bare), "--out", str(out), "--model", str(world.model), "--no-ccache", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["first_bad"] == report.first_bad and len(data["trials"]) == 2
+    assert all(t["seconds"] < 5 for t in data["trials"]), data["trials"]
+
+
+def test_bisect_errors_are_one_line(world, tmp_path, run_rockbuild):
+    days = [TODAY - datetime.timedelta(days=n) for n in (2, 0)]
+    index = world.publish_tarballs(dict.fromkeys(days, False), "two.html")
+    with pytest.raises(NotFoundError, match=r"--good .*: no linux gfx1151 nightly of that date in the index; nearest"):
+        bisect_rocm(world.options(tmp_path / "b", index), "linux-gfx1151", TODAY - datetime.timedelta(days=1), TODAY)
+    with pytest.raises(UsageError, match="must be before"):
+        bisect_rocm(world.options(tmp_path / "b", index), "linux-gfx1151", TODAY, days[0])
+    with pytest.raises(UsageError, match="is not a date"):
+        parse_date("yesterday", "--good")
+    assert parse_date("10.1.0a20261128", "--good") == datetime.date(2026, 11, 28)
+    result = run_rockbuild("bisect", "--job", "linux-gfx9999", "--good", "2026-11-01", "--bad", "2026-11-02",
+                           "-c", str(world.matrix), "--index-url", index)
+    assert result.returncode != 0
+    assert result.stderr.count("\n") <= 2 and "linux-gfx9999" in result.stderr and "Traceback" not in result.stderr
+    assert rockbuild_exe()
+
+
+def test_a_when_proven_job_is_optional_until_its_smoke_passes_in_a_release(world, tmp_path):
+    matrix = write(tmp_path / "proven.yaml", MATRIX + "  include:\n    - {target: gfx1151, required: when-proven}\n")
+    index = world.publish_tarballs({TODAY: False}, "proven.html")
+    out = tmp_path / "out"
+    first = run_night(world.options(out, index, config=matrix))
+    assert first.state == "published", first.message
+    assert [(j.id, j.required) for j in first.jobs] == [("linux-gfx1151", False)]
+    job = load_inputs(out / "inputs.json").job("linux-gfx1151")
+    assert job.when_proven and not job.required
+
+    world.new_commit()  # the next night has something to build: its plan reads the releases and promotes the job
+    plan = plan_night(world.options(out, index, config=matrix))
+    assert [(j.id, j.required) for j in plan.build] == [("linux-gfx1151", True)]
+    assert load_inputs(out / "inputs.json").job("linux-gfx1151").required is True
+    assert plan.github_matrix()["include"][0]["required"] is True

@@ -1,0 +1,89 @@
+"""rockbuild perf: GPU llama-bench figures from the manifests of the last releases, on the local GitHub API server
+(tests/support/github.py), with an injected 10 % drop."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import rockbuild_exe
+from support.github import GitHubAPIServer
+
+from rockbuild.perf import Point, Series, read_perf, series_from_manifests
+from rockbuild.settings import Settings
+
+TOKEN = "ghp_PerfTestToken0123456789SECRET"
+
+
+def manifest(tg: float, pp: float, *, gpu: bool = True, vulkan_tg: float | None = None) -> bytes:
+    jobs = [{"id": "linux-gfx1151", "gpu_smoke": {
+        "ok": True, "gpu": "AMD Radeon 8060S", "driver": "amdgpu 6.16",
+        "bench": [{"test": "pp512", "tokens_per_second": pp}, {"test": "tg128", "tokens_per_second": tg}]}
+        if gpu else None}]
+    if vulkan_tg is not None:
+        jobs.append({"id": "linux-vulkan", "gpu_smoke": {"ok": True, "gpu": "AMD Radeon 8060S",
+                                                         "bench": [{"test": "tg128", "tokens_per_second": vulkan_tg}]}})
+    return json.dumps({"schema": 1, "jobs": jobs}).encode()
+
+
+@pytest.fixture
+def gh():
+    with GitHubAPIServer(token=TOKEN) as server:
+        # nine nights: tg128 steady around 100 t/s, then b1009 10 % below; pp512 steady; Vulkan steady
+        for n, tg in enumerate([100.0, 101.0, 99.0, 100.5, 100.0, 99.5, 100.2, 100.0, 90.0], start=1):
+            server.state.add_release(f"b10{n:02d}", assets={"manifest.json": manifest(tg, 2000.0 + n, vulkan_tg=80.0)})
+        server.state.add_release("b1010-draft", draft=True, assets={"manifest.json": manifest(10.0, 10.0)})
+        yield server
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_environment({"GITHUB_TOKEN": TOKEN, **env})
+
+
+def test_the_history_flags_only_the_injected_drop(gh):
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    assert report.releases == tuple(f"b10{n:02d}" for n in range(1, 10))  # published only, oldest first
+    by_key = {(s.job, s.test): s for s in report.series}
+    assert set(by_key) == {("linux-gfx1151", "pp512"), ("linux-gfx1151", "tg128"), ("linux-vulkan", "tg128")}
+    (drop,) = report.drops
+    assert (drop.job, drop.test, drop.tag, drop.value) == ("linux-gfx1151", "tg128", "b1009", 90.0)
+    assert drop.median == 100.0 and round(drop.percent, 1) == 10.0
+    text = report.render()
+    assert "DROP" in text and "b1009" in text and "AMD Radeon 8060S" in text
+    assert "drop: linux-gfx1151 tg128: 90.0 t/s in b1009, 10.0 % below the median 100.0 t/s" in text
+    # a 10 % drop is not flagged when the threshold allows 12 %
+    assert read_perf(gh.full_name, context=settings(), api_url=gh.api_url, threshold=12, quiet=True).drops == ()
+
+
+def test_the_cli_exits_1_on_a_drop_and_alert_files_it_once(gh, tmp_path):
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN}
+    args = [rockbuild_exe(), "perf", "--repo", gh.full_name, "--api-url", gh.api_url]
+    shown = subprocess.run([*args, "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert shown.returncode == 1
+    assert shown.stderr.splitlines()[0].startswith("error: 1 figure(s) dropped more than 5 %: linux-gfx1151 tg128")
+    assert json.loads(shown.stdout)["drops"][0]["percent"] == 10.0
+    assert not gh.state.issues
+    runs = [subprocess.run([*args, "--alert"], capture_output=True, text=True, env=env, timeout=60)
+            for _ in range(2)]  # the second run finds its report in the issue and writes nothing
+    (issue,) = gh.state.issues.values()
+    said = runs[0].stdout + runs[0].stderr
+    assert said.count(f"opened issue #{issue.number}") == 1, said  # said once, not by the filer and the report
+    assert "already reported" in runs[1].stdout + runs[1].stderr
+    assert issue.title == "Performance regression in b1009" and "performance-regression" in issue.labels
+    assert "linux-gfx1151 tg128: 90.0 t/s in b1009" in issue.body and not issue.comments
+    assert TOKEN not in shown.stdout + shown.stderr
+
+
+def test_short_histories_and_releases_without_gpu_figures():
+    series, untested = series_from_manifests([
+        ("b1", json.loads(manifest(100.0, 1.0, gpu=False))),
+        ("b2", json.loads(manifest(50.0, 1.0))),
+    ])
+    assert untested == {"b1": ("linux-gfx1151",)}
+    assert all(len(s.points) == 1 and s.drop(5.0) is None for s in series)  # one figure: nothing to compare with
+    steady = Series("j", "tg128", tuple(Point(f"b{i}", 100.0) for i in range(10)))
+    assert steady.drop(5.0) is None and steady.sparkline() == "▁" * 10
+    rising = Series("j", "tg128", (Point("a", 1.0), Point("b", 2.0), Point("c", 3.0)))
+    assert rising.sparkline() == "▁▅█"

@@ -1,0 +1,235 @@
+"""The records of rockbuild's files (rockbuild.core.records) and their JSON Schemas (docs/schemas/).
+
+Like pypa/auditwheel's tests, what rockbuild's own writers produce is validated against the schema; every schema is
+itself valid draft 2020-12; each schema is the one its record's types give (so the two agree on required keys and
+types); and from_dict rejects malformed input with a one-line RecordError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import jsonschema
+import pytest
+from support.paths import REPO
+from support.publishing import make_job, smoke_ok
+
+from rockbuild.core.errors import NotFoundError, RecordError
+from rockbuild.core.jobs import Job
+from rockbuild.core.records import (
+    RECORDS,
+    BuildErrorInfo,
+    BuildRecord,
+    BundleRecord,
+    FallbackRecord,
+    InputsRecord,
+    LlamaCpp,
+    ManifestRecord,
+    NightRecord,
+    Record,
+    SmokeRecord,
+    TarballRef,
+)
+from rockbuild.jobfolder import JobFolder
+
+SCHEMAS = REPO / "docs" / "schemas"
+FILES = {"build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord,
+         "night.json": NightRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
+         "manifest.json": ManifestRecord}
+JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
+          targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
+          cmake=(), runner="ubuntu-22.04")
+
+
+# -- the schema a record's types give ---------------------------------------------------------------------------------
+
+
+def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = get_origin(tp)
+    if tp is Any:
+        return {}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_type_schema(a, defs) for a in get_args(tp)]}
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(get_args(tp)[0], defs)}
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        args = get_args(tp)
+        return {"type": "object", "additionalProperties": _type_schema(args[1], defs) if args else {}}
+    if isinstance(tp, type) and issubclass(tp, Record):
+        if tp.__name__ not in defs:
+            defs[tp.__name__] = {}
+            defs[tp.__name__] = _object_schema(tp, defs)
+        return {"$ref": f"#/$defs/{tp.__name__}"}
+    return {"type": {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}[tp]}
+
+
+def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
+    import dataclasses
+
+    hints = typing.get_type_hints(cls)
+    fields = cls._fields()
+    required = [f.name for f in fields if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+    out: dict[str, Any] = {"type": "object", "properties": {f.name: _type_schema(hints[f.name], defs) for f in fields}}
+    if required:
+        out["required"] = required
+    return out
+
+
+def schema_of(name: str, cls: type[Record]) -> dict[str, Any]:
+    defs: dict[str, Any] = {}
+    body = _object_schema(cls, defs)
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+              "$id": f"https://github.com/rockbuild/rockbuild/docs/schemas/{name.removesuffix('.json')}.schema.json",
+              "title": name, "description": (cls.__doc__ or "").strip().splitlines()[0], **body}
+    if defs:
+        schema["$defs"] = dict(sorted(defs.items()))
+    return schema
+
+
+def schema_path(name: str) -> Path:
+    return SCHEMAS / f"{name.removesuffix('.json')}.schema.json"
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    return json.loads(schema_path(name).read_text(encoding="utf-8"))
+
+
+def valid(name: str, data: Any) -> bool:
+    return jsonschema.Draft202012Validator(load_schema(name)).is_valid(data)
+
+
+def write_schemas() -> None:
+    """Write docs/schemas/ from the records: ``python -c 'import test_records; test_records.write_schemas()'``."""
+    SCHEMAS.mkdir(parents=True, exist_ok=True)
+    for name, cls in FILES.items():
+        schema_path(name).write_text(json.dumps(schema_of(name, cls), indent=2) + "\n", encoding="utf-8")
+
+
+# -- (2) every schema is valid, (4) and is the one its record gives ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_each_schema_is_valid_and_is_its_records(name):
+    schema = load_schema(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema == schema_of(name, FILES[name]), f"{schema_path(name)} is stale: run write_schemas()"
+    assert RECORDS[name] is FILES[name] and RECORDS["gpu-smoke.json"] is SmokeRecord
+
+
+# -- (1) what rockbuild's writers produce passes its schema, and reads back as the same record ------------------------
+
+
+def _check(name: str, path: Path) -> Record:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    errors = [e.message for e in jsonschema.Draft202012Validator(load_schema(name)).iter_errors(data)]
+    assert not errors, f"{path}: {errors[:3]}"
+    record = FILES[name].from_dict(data, path)
+    assert FILES[name].from_dict(record.to_dict()) == record  # round trip
+    assert json.dumps(record.to_dict(), indent=2) + "\n" == path.read_text(encoding="utf-8")  # same bytes back
+    return record
+
+
+def test_the_writers_files_pass_their_schemas(tmp_path):
+    from rockbuild.nightly.resolve import Inputs, LlamaInput
+    from rockbuild.nightly.stages import JobState
+    from rockbuild.publish.jobs import load_job
+    from rockbuild.publish.manifest import AssetFile, build_manifest, write_json
+
+    folder = JobFolder.of(tmp_path / "out", JOB.id)
+    folder.record_failure(JOB, "rocm", BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
+                          LlamaCpp(commit="c0ffee", build_number="b1"))
+    build = _check("build.json", folder.build_json)
+    assert isinstance(build, BuildRecord) and build.error is not None and build.error.exit_code == 4
+
+    state = JobState(folder)
+    state.record("fetch", "k1", "ok", 1.5, root="/r", tarball={"name": "t.tar.gz", "sha256": "ab" * 32})
+    state.record("build", "k2", "failed", 2.0, message="boom")
+    night = _check("night.json", folder.night_json)
+    assert isinstance(night, NightRecord) and night.stages["build"].result == "failed"
+
+    fallback = FallbackRecord(schema=1, newest=TarballRef(name="n.tar.gz", version="7.2.0a1", date="2026-12-01"),
+                              failed_stage="smoke", reason="cli failed", log_tail=("x",), attempt_dir="/a",
+                              last_good=TarballRef(name="g.tar.gz", version="7.2.0a0", release="b1"))
+    fallback.write(folder.fallback_json)
+    _check("fallback.json", folder.fallback_json)
+
+    inputs = Inputs(llama=LlamaInput("master", "c0ffee", "b1", "https://example.invalid/llama.cpp"), rocm={},
+                    jobs=(JOB,), job_rocm={JOB.id: None}, resolved_at="2026-12-01T00:00:00+00:00",
+                    max_age_days=3, index_url=None)
+    inputs.write(tmp_path / "inputs.json")
+    _check("inputs.json", tmp_path / "inputs.json")
+    assert Inputs.from_dict(json.loads((tmp_path / "inputs.json").read_text())).jobs == (JOB,)
+
+    out = tmp_path / "pub"
+    ok = load_job(make_job(out, "linux-gfx1151", smoke=smoke_ok()))
+    failed = load_job(make_job(out, "linux-gfx1100", status="failed", failed_step="compile"))
+    asset = AssetFile("a.zip", out / "a.zip", 3, "00" * 32, "zip", ok.id)
+    manifest = build_manifest(tag="b1", fingerprint_value="f" * 16, jobs=[ok], failed=[failed], assets=[asset],
+                              floors={}, floor_config={"linux": "2.35"}, repo="o/r")
+    write_json(tmp_path / "manifest.json", manifest)
+    record = ManifestRecord.from_dict(manifest, "manifest.json")
+    assert valid("manifest.json", manifest) and record.job("linux-gfx1151") is not None
+    assert ManifestRecord.from_dict(record.to_dict()) == record and record.to_dict() == manifest
+
+    for job_dir in (out / "linux-gfx1151",):  # publishkit's folders are shaped like the writers' files
+        assert valid("build.json", json.loads((job_dir / "build.json").read_text()))
+        assert valid("bundle.json", json.loads((job_dir / "bundle" / "bundle.json").read_text()))
+        assert valid("smoke.json", json.loads((job_dir / "smoke.json").read_text()))
+
+
+# -- (3) malformed input is rejected, in one line naming the file and the key ------------------------------------------
+
+BAD = [
+    ("build.json", {"schema": 1, "status": "ok", "llama_cpp": {"commit": 3}}, "llama_cpp.commit must be a string, not int"),
+    ("build.json", {"schema": 1}, "status is missing"),
+    ("build.json", {"status": "failed", "error": "boom"}, "error must be an object, not string"),
+    ("build.json", [1], "must be an object, not array"),
+    ("bundle.json", {"audit": {"ok": "yes"}}, "audit.ok must be a boolean"),
+    ("bundle.json", {"targets": "gfx1151"}, "targets must be an array, not string"),
+    ("smoke.json", {"failures": []}, "ok is missing"),
+    ("smoke.json", {"ok": True, "runs": {"cli": {"log_tail": [1]}}}, "runs.cli.log_tail[0] must be a string"),
+    ("night.json", {"schema": 1, "stages": {"fetch": "ok"}}, "stages.fetch must be an object, not string"),
+    ("night.json", {"stages": {"fetch": {"result": "ok"}}}, "stages.fetch.key is missing"),
+    ("fallback.json", {"schema": 1}, "newest is missing"),
+    ("fallback.json", {"newest": {"name": 1}}, "newest.name must be a string, not int"),
+    ("inputs.json", {"schema": 1, "tool": "rockbuild"}, "llama_cpp is missing"),
+    ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
+                     "jobs": [{"os": "linux"}]}, "jobs[0].id is missing"),
+    ("manifest.json", {"schema": 1, "jobs": 3}, "jobs must be an array, not int"),
+    ("manifest.json", {"schema": 1, "jobs": [{"id": "x", "gpu_smoke": {"bench": [{"tokens_per_second": "9"}]}}]},
+     "jobs[0].gpu_smoke.bench[0].tokens_per_second must be a number"),
+    ("manifest.json", "<html>", "must be an object, not string"),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "why"), BAD)
+def test_from_dict_rejects_what_the_schema_rejects(name, data, why):
+    source = f"out/linux-gfx1151/{name}"
+    with pytest.raises(RecordError) as caught:
+        FILES[name].from_dict(data, source)
+    message = str(caught.value)
+    assert message.startswith(f"{source}: ") and why in message and "\n" not in message, message
+    assert caught.value.exit_code == 13
+    assert not valid(name, data)  # the schema says no as well
+
+
+@pytest.mark.parametrize("text", ['{"schema": 1, "jobs": [', "<!DOCTYPE html><html></html>", ""])
+def test_a_truncated_or_html_manifest_is_a_record_error(text, tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text(text)
+    with pytest.raises(RecordError, match=rf"^{path}: not valid JSON"):
+        ManifestRecord.read(path)
+    assert ManifestRecord.read(tmp_path / "missing.json") is None
+
+
+def test_older_files_and_unknown_keys_are_read():
+    old = BuildRecord.from_dict({"status": "ok", "llama_cpp": {"commit": "c"}, "from_the_future": {"x": 1}})
+    assert old.commit == "c" and old.schema is None and old.extra == {"from_the_future": {"x": 1}}
+    assert old.to_dict() == {"status": "ok", "llama_cpp": {"commit": "c"}, "from_the_future": {"x": 1}}
+    assert valid("build.json", old.to_dict())
