@@ -33,7 +33,7 @@ from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.core.records import FALLBACK_SCHEMA, BuildErrorInfo, FallbackRecord, LlamaCpp, Tarball, TarballRef
 from rockbuild.jobfolder import JobFolder
-from rockbuild.nightly.stages import STAGES, EventHook, JobOutcome, Stage, fingerprint, run_stages
+from rockbuild.nightly.stages import STAGES, EventHook, Stage, StagesOutcome, fingerprint, run_stages
 from rockbuild.publish.config import PublishConfig
 
 from .resolve import (
@@ -155,7 +155,7 @@ class NightReport:
     message: str
     inputs: Path | None
     llama_commit: str
-    jobs: tuple[JobOutcome, ...] = ()
+    jobs: tuple[StagesOutcome, ...] = ()
     not_here: tuple[str, ...] = ()  # jobs for another OS
     release: dict[str, Any] | None = None
     alert: str | None = None
@@ -227,7 +227,7 @@ class Night:
             return self._model
 
 
-def run_job(job: Job, night: Night) -> JobOutcome:
+def run_job(job: Job, night: Night) -> StagesOutcome:
     """Fetch, build, bundle and smoke one job, reusing every stage whose inputs did not change; when it fails with
     the newest ROCm and its group has a last good tarball, once more on that one (see the module docstring). Never
     raises for a failure of the job itself (it is recorded in the job folder for publish and alert)."""
@@ -245,14 +245,14 @@ def run_job(job: Job, night: Night) -> JobOutcome:
     return _fall_back(job, night, folder, outcome, rocm, fallback)
 
 
-def job_stages(job: Job, night: Night, rocm: RocmInput | None) -> JobOutcome:
+def job_stages(job: Job, night: Night, rocm: RocmInput | None) -> StagesOutcome:
     run = _JobRun(job, night, rocm)
     return run_stages(job.id, job.required, run.folder, (run.fetch, run.build, run.bundle, run.smoke),
                       on_event=night.options.on_event, quiet=night.options.quiet)
 
 
-def _fall_back(job: Job, night: Night, folder: JobFolder, failed: JobOutcome, newest: RocmInput,
-               good: RocmInput) -> JobOutcome:
+def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: RocmInput,
+               good: RocmInput) -> StagesOutcome:
     """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
     from rockbuild.publish.jobs import load_job
 
@@ -276,7 +276,7 @@ def _fall_back(job: Job, night: Night, folder: JobFolder, failed: JobOutcome, ne
 
 
 def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRecord, good: RocmInput,
-                  first: JobOutcome | None = None) -> JobOutcome:
+                  first: StagesOutcome | None = None) -> StagesOutcome:
     outcome = job_stages(job, night, good)
     note = f"ROCm {good.describe()}, newest {record.newest.version} failed {record.failed_stage}: {record.reason}"
     replace(record, result=outcome.status).write(folder.fallback_json)
@@ -628,7 +628,7 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
 
 
 def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_file: Path | None = None,
-                  outcomes: Sequence[JobOutcome] = (), changes: tuple[str, ...] = (),
+                  outcomes: Sequence[StagesOutcome] = (), changes: tuple[str, ...] = (),
                   summary: bool = True) -> NightReport:
     """``rockbuild nightly --release JOB_DIR...``: publish the planned night's job folders by the gating rules (every
     job of the inputs counts; one without a folder failed) and alert when the night failed."""
@@ -704,12 +704,12 @@ def run_night(options: NightOptions) -> NightReport:
     return report
 
 
-def _run_guarded(job: Job, night: Night) -> JobOutcome:
+def _run_guarded(job: Job, night: Night) -> StagesOutcome:
     try:
         return run_job(job, night)
     except RockbuildError as exc:  # e.g. the job folder cannot be written: the job failed, the night goes on
         console.warn(f"{job.id}: {exc.message}")
-        return JobOutcome(job.id, job.required, "failed", {}, "setup", exc.message)
+        return StagesOutcome(job.id, job.required, "failed", {}, "setup", exc.message)
 
 
 def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None) -> str:

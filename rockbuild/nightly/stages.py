@@ -3,8 +3,8 @@
 Each stage declares the fingerprint of its inputs (``key``), whether what a passed run left in the job folder can
 still be used (``reusable``), and how to run. :func:`run_stages` does the rest the same way for every stage: reuse a
 stage whose inputs did not change since it passed, record each result in ``night.json``
-(:class:`JobState`), report events (start, done, reused, skipped, failed) to whoever watches, and turn a failure into
-the job's :class:`JobOutcome` instead of an exception, so one failed job never stops the others.
+(:class:`StageLog`), report events (start, done, reused, skipped, failed) to whoever watches, and turn a failure into
+the job's :class:`StagesOutcome` instead of an exception, so one failed job never stops the others.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-class JobState:
+class StageLog:
     """``night.json`` of a job folder: each stage's input fingerprint and result."""
 
     def __init__(self, folder: JobFolder) -> None:
@@ -55,7 +55,7 @@ class JobState:
 
 
 @dataclass(frozen=True)
-class JobOutcome:
+class StagesOutcome:
     id: str
     required: bool
     status: str  # ok | failed | not-run
@@ -93,10 +93,10 @@ class Stage:
 
 
 def run_stages(job_id: str, required: bool, folder: JobFolder, stages: Iterable[Callable[[], Stage]], *,
-               on_event: EventHook | None = None, quiet: bool = False) -> JobOutcome:
+               on_event: EventHook | None = None, quiet: bool = False) -> StagesOutcome:
     """Run ``stages`` in order (each a factory called when its turn comes); stop at the first failure."""
     folder.create()
-    state = JobState(folder)
+    state = StageLog(folder)
     shown: dict[str, str] = {}
     start = time.monotonic()
 
@@ -128,7 +128,7 @@ def run_stages(job_id: str, required: bool, folder: JobFolder, stages: Iterable[
             state.record(stage.name, stage.key, "failed", time.monotonic() - t0, message=exc.message)
             event(stage.name, "failed")
             console.warn(f"{job_id}: {stage.name} failed: {exc.message}")
-            return JobOutcome(job_id, required, "failed", shown, stage.name, exc.message, time.monotonic() - start)
+            return StagesOutcome(job_id, required, "failed", shown, stage.name, exc.message, time.monotonic() - start)
         state.record(stage.name, stage.key, "ok", time.monotonic() - t0, **detail)
         event(stage.name, "done")
-    return JobOutcome(job_id, required, "ok", shown, seconds=time.monotonic() - start)
+    return StagesOutcome(job_id, required, "ok", shown, seconds=time.monotonic() - start)

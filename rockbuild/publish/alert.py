@@ -19,7 +19,7 @@ from rockbuild.core.errors import PublishError
 
 from .config import PublishConfig, load_publish_config
 from .github import GitHub, redact
-from .jobs import JobRecord, load_job
+from .jobs import BuiltJob, load_job
 from .notes import marker, read_marker, render
 
 
@@ -39,8 +39,8 @@ class AlertReport:
                 "issue_url": self.issue_url, "failed_jobs": list(self.failed)}
 
 
-def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: str | None = None,
-               fell_back: Sequence[JobRecord] = ()) -> str:
+def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: str | None = None,
+               fell_back: Sequence[BuiltJob] = ()) -> str:
     jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": j.reason or "",
              "log": str(j.log) if j.log else None, "tail": [redact(line, token) for line in j.log_tail]}
             for j in failed]
@@ -62,7 +62,7 @@ def alert_body(failed: Sequence[JobRecord], *, run_url: str, date: str, token: s
     return redact(text, token)
 
 
-def fallback_title(fell_back: Sequence[JobRecord]) -> str:
+def fallback_title(fell_back: Sequence[BuiltJob]) -> str:
     """``ROCm nightly 2026-12-01 broke linux-gfx1150``: the alert's title when nothing failed but a job fell back."""
     dates = sorted({(j.fallback.newest.date if j.fallback else None) or "?" for j in fell_back})
     return f"ROCm nightly {', '.join(dates)} broke {', '.join(j.id for j in fell_back)}"

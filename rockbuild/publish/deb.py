@@ -46,7 +46,7 @@ from rockbuild.process import child_env, run
 from .archives import Entry, collect_entries
 from .config import PublishConfig
 from .floor import bundle_floor, host_elf
-from .jobs import JobRecord
+from .jobs import BuiltJob
 
 PREFIX = "/opt/rockbuild"
 MASTER = "llama-server"  # the link group's master: every llama.cpp build ships it (the smoke test runs it)
@@ -90,13 +90,13 @@ class DebPlan:
         return "".join(f"{k}: {v}\n" for k, v in fields if v)
 
 
-def path_name(job: JobRecord) -> str:
+def path_name(job: BuiltJob) -> str:
     """The job's name as used in paths and package names: ``gfx1151+gfx1201`` -> ``gfx1151-gfx1201``, as in the
     asset names."""
     return job.file_name
 
 
-def package_name(job: JobRecord) -> str:
+def package_name(job: BuiltJob) -> str:
     name = f"rockbuild-llama-{path_name(job)}".lower()
     if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
         raise PublishError(f"job {job.id}: {name!r} is not a valid Debian package name",
@@ -104,7 +104,7 @@ def package_name(job: JobRecord) -> str:
     return name
 
 
-def package_version(job: JobRecord, tag: str) -> str:
+def package_version(job: BuiltJob, tag: str) -> str:
     """``<llama.cpp build>+<tag>``, compared by dpkg part by part, numbers as numbers."""
     build = re.sub(r"\D", "", job.llama_build or "") or "0"
     return f"{int(build)}+{re.sub(r'[^A-Za-z0-9.+~]', '+', tag)}"
@@ -176,7 +176,7 @@ def host_depends(bundle: Path, packages: Mapping[str, str]) -> list[str]:
     return [f"{p} (>= {v})" if v else p for p, v in sorted(wanted.items())]
 
 
-def plan_deb(job: JobRecord, tag: str, config: PublishConfig) -> DebPlan:
+def plan_deb(job: BuiltJob, tag: str, config: PublishConfig) -> DebPlan:
     assert job.bundle is not None
     package = package_name(job)
     backend = get_backend(job.backend)
@@ -227,7 +227,7 @@ def _prerm(plan: DebPlan) -> str:
             f"    update-alternatives --remove {MASTER} {plan.wrapper_dir}/{MASTER}\nfi\n\nexit 0\n")
 
 
-def _changelog(plan: DebPlan, job: JobRecord, tag: str, mtime: int) -> bytes:
+def _changelog(plan: DebPlan, job: BuiltJob, tag: str, mtime: int) -> bytes:
     when = email.utils.format_datetime(datetime.fromtimestamp(mtime, UTC)).replace("-0000", "+0000")
     text = (f"{plan.package} ({plan.version}) unstable; urgency=medium\n\n"
             f"  * Release {tag}: llama.cpp build {job.llama_build or '?'} (commit {(job.llama_commit or '?')[:12]})"
@@ -235,7 +235,7 @@ def _changelog(plan: DebPlan, job: JobRecord, tag: str, mtime: int) -> bytes:
     return gzip.compress(text.encode(), compresslevel=9, mtime=0)  # what dh_installchangelogs + gzip -9n give
 
 
-def _copyright(plan: DebPlan, job: JobRecord) -> str:
+def _copyright(plan: DebPlan, job: BuiltJob) -> str:
     backend = get_backend(job.backend)
     rocm = (f"The ROCm runtime and the libraries it needs are copied unchanged from {job.rocm.tarball or 'ROCm'};\n"
             "each is under its upstream license (MIT, Apache-2.0 with LLVM exception, BSD, zlib, LGPL-2.1 and\n"
@@ -329,7 +329,7 @@ def _write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _stage(plan: DebPlan, job: JobRecord, tag: str, root: Path, mtime: int) -> None:
+def _stage(plan: DebPlan, job: BuiltJob, tag: str, root: Path, mtime: int) -> None:
     assert job.bundle is not None
     entries, _notes = collect_entries(job.bundle)  # symlinks stored as files, as in the archives
     base = root / plan.install_dir.lstrip("/")
@@ -381,7 +381,7 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_deb(job: JobRecord, tag: str, dest: Path, config: PublishConfig, *, mtime: int,
+def write_deb(job: BuiltJob, tag: str, dest: Path, config: PublishConfig, *, mtime: int,
               env: Mapping[str, str] | None = None) -> Path:
     """The job's .deb at ``dest`` (see the module docstring), built in a folder beside it that is removed after."""
     environment = dict(env) if env is not None else child_env()

@@ -58,7 +58,7 @@ def rocm_info(rocm: BuildRocm | None) -> RocmInfo:
 
 
 @dataclass(frozen=True)
-class JobRecord:
+class BuiltJob:
     dir: Path
     id: str
     os: str  # linux | windows
@@ -179,7 +179,7 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v), None)
 
 
-def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
+def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
     """The job in ``job_dir`` (``out/<job-id>``), failed or not."""
     folder = JobFolder(Path(job_dir).absolute())
     job_dir, bundle_dir = folder.path, folder.bundle_dir
@@ -227,9 +227,9 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
     audit = bundle_meta.audit if bundle_meta is not None else None
     audit = audit if audit is not None and audit.to_dict() else None  # an empty audit is none
 
-    def failed(step: str, reason: str, log: Path | None, tail: tuple[str, ...] | None = None) -> JobRecord:
+    def failed(step: str, reason: str, log: Path | None, tail: tuple[str, ...] | None = None) -> BuiltJob:
         lines = tail if tail is not None else (tuple(log_tail(log, tail_lines)) if log else ())
-        return JobRecord(**common, status="failed", failed_step=step, reason=reason, log=log,
+        return BuiltJob(**common, status="failed", failed_step=step, reason=reason, log=log,
                          log_tail=lines[-tail_lines:], bundle=bundle_dir if bundle_dir.is_dir() else None,
                          audit=audit)
 
@@ -259,10 +259,10 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> JobRecord:
         why = ("the GPU smoke test did not run (no gpu-smoke.json from the GPU leg)" if gpu_smoke is None else
                "the GPU smoke test failed: " + ("; ".join(gpu_smoke.failures)[:300] or "see gpu-smoke.json"))
         return failed("gpu-smoke", why, folder.gpu_smoke_json if gpu_smoke is not None else None)
-    return JobRecord(**common, status="ok", bundle=bundle_dir, audit=audit)
+    return BuiltJob(**common, status="ok", bundle=bundle_dir, audit=audit)
 
 
-def with_failure(job: JobRecord, step: str, reason: str) -> JobRecord:
+def with_failure(job: BuiltJob, step: str, reason: str) -> BuiltJob:
     """``job`` marked failed by the publisher itself (e.g. a glibc floor above the configured one)."""
     from dataclasses import replace
 

@@ -17,7 +17,7 @@ from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu, SmokeModel
 
-from .jobs import JobRecord
+from .jobs import BuiltJob
 
 SCHEMA = MANIFEST_SCHEMA
 CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
@@ -44,7 +44,7 @@ class AssetFile:
         return {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind, "job": self.job}
 
 
-def fingerprint(jobs: Sequence[JobRecord]) -> str:
+def fingerprint(jobs: Sequence[BuiltJob]) -> str:
     """What the release is made from, as one hash: llama.cpp commit and build, and per shipped job its targets,
     ROCm tarball, CMake definitions. The same inputs on a re-run give the same fingerprint (the release is found)."""
     data = [{"id": j.id, "targets": list(j.targets), "llama": [j.llama_commit, j.llama_build],
@@ -69,7 +69,7 @@ def bundle_files(bundle: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _smoke(job: JobRecord) -> dict[str, Any] | None:
+def _smoke(job: BuiltJob) -> dict[str, Any] | None:
     smoke = job.smoke
     if smoke is None:
         return None
@@ -79,7 +79,7 @@ def _smoke(job: JobRecord) -> dict[str, Any] | None:
 
 
 def build_manifest(
-    *, tag: str, fingerprint_value: str, jobs: Sequence[JobRecord], failed: Sequence[JobRecord],
+    *, tag: str, fingerprint_value: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob],
     assets: Sequence[AssetFile], floors: Mapping[str, Mapping[str, tuple[str, str]]],
     floor_config: Mapping[str, str], repo: str | None,
 ) -> dict[str, Any]:

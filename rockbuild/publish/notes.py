@@ -11,7 +11,7 @@ from rockbuild.backends import get_backend
 from rockbuild.console import human_bytes
 from rockbuild.core.data import data_path
 
-from .jobs import JobRecord
+from .jobs import BuiltJob
 from .manifest import AssetFile
 
 MARKER = "rockbuild"
@@ -47,7 +47,7 @@ def render(template: str, **context: Any) -> str:
     return _environment().get_template(template).render(**context)
 
 
-def _bench(job: JobRecord, kind: str) -> str:
+def _bench(job: BuiltJob, kind: str) -> str:
     for b in job.bench:
         if kind == "pp" and b.n_prompt and not b.n_gen:
             return f"{float(b.tokens_per_second or 0):.1f}"
@@ -56,7 +56,7 @@ def _bench(job: JobRecord, kind: str) -> str:
     return "-"
 
 
-def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, str]) -> dict[str, Any]:
+def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, str]) -> dict[str, Any]:
     model = job.smoke.model if job.smoke is not None else None
     backend = get_backend(job.backend)
     return {
@@ -74,7 +74,7 @@ def job_row(job: JobRecord, assets: Sequence[AssetFile], os_words: Mapping[str, 
     }
 
 
-def _gpu_row(job: JobRecord) -> dict[str, Any] | None:
+def _gpu_row(job: BuiltJob) -> dict[str, Any] | None:
     """The GPU smoke's line of the notes: where it ran and its pp512/tg128, or None when it did not pass."""
     summary = job.gpu_summary()
     if not summary or not summary["ok"]:
@@ -85,7 +85,7 @@ def _gpu_row(job: JobRecord) -> dict[str, Any] | None:
 
 
 def notes_context(
-    *, tag: str, jobs: Sequence[JobRecord], failed: Sequence[JobRecord], assets: Sequence[AssetFile],
+    *, tag: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob], assets: Sequence[AssetFile],
     known_issues: Sequence[str], os_words: Mapping[str, str], fingerprint_value: str, repo: str | None,
     run_url: str | None, release_url: str | None = None, state: str = "",
 ) -> dict[str, Any]:

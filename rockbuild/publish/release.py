@@ -32,7 +32,7 @@ from .config import PublishConfig, load_publish_config
 from .deb import write_deb
 from .floor import bundle_floor, floor_violations
 from .github import GitHub
-from .jobs import JobRecord, load_job, with_failure
+from .jobs import BuiltJob, load_job, with_failure
 from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_json
 from .notes import notes_context, read_marker, render
 from .sbom import SBOM_SUFFIX, make_sbom
@@ -71,7 +71,7 @@ class PublishReport:
     assets: tuple[AssetFile, ...] = ()
     actions: tuple[tuple[str, str], ...] = ()  # (asset name, uploaded | replaced | kept | would upload ...)
     jobs: tuple[str, ...] = ()
-    failed: tuple[JobRecord, ...] = ()
+    failed: tuple[BuiltJob, ...] = ()
     out_dir: Path | None = None
     pruned: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
@@ -105,7 +105,7 @@ class PublishReport:
 # Jobs and gating
 
 
-def gate_jobs(jobs: Sequence[JobRecord], config: PublishConfig) -> tuple[list[JobRecord], list[JobRecord],
+def gate_jobs(jobs: Sequence[BuiltJob], config: PublishConfig) -> tuple[list[BuiltJob], list[BuiltJob],
                                                                             dict[str, dict[str, tuple[str, str]]]]:
     """(jobs that ship, jobs that failed, glibc floor per Linux job). Raises when a required job failed."""
     ids = [j.id for j in jobs]
@@ -140,7 +140,7 @@ def gate_jobs(jobs: Sequence[JobRecord], config: PublishConfig) -> tuple[list[Jo
     return ok, failed, floors
 
 
-def archive_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
+def archive_mtime(job: BuiltJob, source_date_epoch: int | None) -> int:
     """The one timestamp of every archive member, so that the same bundle gives the same bytes whenever and
     wherever it is archived: ``SOURCE_DATE_EPOCH`` when set, else the llama.cpp commit's date, else (a tree git
     could not date) when the build finished."""
@@ -158,14 +158,14 @@ def archive_mtime(job: JobRecord, source_date_epoch: int | None) -> int:
 # Local files
 
 
-def asset_base(config: PublishConfig, tag: str, job: JobRecord) -> str:
+def asset_base(config: PublishConfig, tag: str, job: BuiltJob) -> str:
     """``llama-<tag>-<os>-rocm-<name>-x64``; a Vulkan job has no per-target name: ``llama-<tag>-<os>-vulkan-x64``
     (the backend's :meth:`~rockbuild.backends.Backend.asset_template`, what :func:`rockbuild.install.asset_name_pattern`
     looks for).
 
     A mixed-GPU job's name joins its members with ``+`` (gfx1151+gfx1201), which GitHub's upload API would rename,
     so the re-upload by name and ``rockbuild install``'s matching would miss the asset: the name is the job's
-    :attr:`~rockbuild.publish.jobs.JobRecord.file_name` (``...-rocm-gfx1151-gfx1201-x64``)."""
+    :attr:`~rockbuild.publish.jobs.BuiltJob.file_name` (``...-rocm-gfx1151-gfx1201-x64``)."""
     template = get_backend(job.backend).asset_template(config.asset_name)
     return template.format(tag=tag, os=config.os_words.get(job.os, job.os), name=job.file_name)
 
@@ -182,7 +182,7 @@ def _remember(dest: Path, key: dict[str, Any]) -> None:
     dest.with_name(dest.name + ".key.json").write_text(json.dumps(key))
 
 
-def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishConfig, quiet: bool = False,
+def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishConfig, quiet: bool = False,
                        source_date_epoch: int | None = None) -> tuple[list[AssetFile], list[str]]:
     """The job's zip (and tar.gz, and .deb), refusing any over the size limit; (assets, notes about replaced
     symlinks)."""
@@ -223,7 +223,7 @@ def write_job_archives(job: JobRecord, tag: str, folder: Path, config: PublishCo
 # Tags
 
 
-def _rocm_for_tag(jobs: Sequence[JobRecord], warnings: list[str]) -> str | None:
+def _rocm_for_tag(jobs: Sequence[BuiltJob], warnings: list[str]) -> str | None:
     from rockbuild.rocm.names import parse_rocm_version
 
     versions = sorted({j.rocm.version for j in jobs if j.rocm.version})
@@ -246,7 +246,7 @@ def _fingerprint_of(body: str | None) -> Any:
     return marker.get("fingerprint") if marker is not None else None
 
 
-def choose_tag(options: PublishOptions, config: PublishConfig, jobs: Sequence[JobRecord], fp: str,
+def choose_tag(options: PublishOptions, config: PublishConfig, jobs: Sequence[BuiltJob], fp: str,
                releases: Sequence[Any], tags: Sequence[str], warnings: list[str]) -> str:
     if options.tag:
         return options.tag

@@ -23,7 +23,7 @@ from rockbuild.core.records import BUNDLE_FORMAT, BuildRocm, BundleRecord
 from rockbuild.downloader import sha256_file
 from rockbuild.jobfolder import JobFolder
 
-from .jobs import JobRecord
+from .jobs import BuiltJob
 
 SBOM_SUFFIX = ".cdx.json"
 LLAMA = "llama.cpp"
@@ -36,7 +36,7 @@ def _bundle_files(bundle: Path) -> Iterator[tuple[str, Path]]:
         yield path.relative_to(bundle).as_posix(), path
 
 
-def file_origins(job: JobRecord) -> dict[str, str]:
+def file_origins(job: BuiltJob) -> dict[str, str]:
     """Each bundled file (relative path) -> ``llama.cpp``, ``rocm`` or ``rockbuild``, from bundle.json."""
     assert job.bundle is not None
     meta = JobFolder(job.dir).bundle_meta() or BundleRecord(format=BUNDLE_FORMAT)
@@ -60,7 +60,7 @@ def _origin(rel: str, origins: Mapping[str, str]) -> str:
     return next((o for prefix, o in origins.items() if prefix.endswith("/") and rel.startswith(prefix)), "unknown")
 
 
-def make_sbom(job: JobRecord, asset: str, tag: str, *, timestamp: int) -> str:
+def make_sbom(job: BuiltJob, asset: str, tag: str, *, timestamp: int) -> str:
     """The CycloneDX JSON of ``asset`` (an archive of ``job``'s bundle, released as ``tag``)."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom

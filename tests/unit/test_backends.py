@@ -324,12 +324,12 @@ def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, 
 def test_a_third_backend_names_its_assets_and_install_finds_them(cpu):
     from rockbuild.install import asset_name_pattern, choose_asset
     from rockbuild.publish.config import load_publish_config
-    from rockbuild.publish.jobs import JobRecord
+    from rockbuild.publish.jobs import BuiltJob
     from rockbuild.publish.notes import job_row
     from rockbuild.publish.release import asset_base
 
     config = load_publish_config()
-    record = JobRecord(dir=Path("."), id="linux-cpu", os="linux", name="cpu", targets=(), required=True, status="ok",
+    record = BuiltJob(dir=Path("."), id="linux-cpu", os="linux", name="cpu", targets=(), required=True, status="ok",
                        backend="cpu")
     assert asset_base(config, "b1234", record) == "llama-b1234-ubuntu-cpu-x64"
     row = job_row(record, [], config.os_words)

@@ -375,18 +375,18 @@ def test_the_asset_name_has_no_plus_and_is_what_install_matches():
     from support.publishing import config
 
     from rockbuild.install import asset_name_pattern
-    from rockbuild.publish.jobs import JobRecord
+    from rockbuild.publish.jobs import BuiltJob
     from rockbuild.publish.release import asset_base
 
     cfg = config()
     for os_name, word in (("linux", "ubuntu"), ("windows", "windows")):
-        job = JobRecord(dir=None, id=f"{os_name}-gfx1151+gfx1201", os=os_name, name="gfx1151+gfx1201",
+        job = BuiltJob(dir=None, id=f"{os_name}-gfx1151+gfx1201", os=os_name, name="gfx1151+gfx1201",
                         targets=MIXED, required=False, status="ok")
         base = asset_base(cfg, "b1234", job)
         assert base == f"llama-b1234-{word}-rocm-gfx1151-gfx1201-x64"
         match = asset_name_pattern(cfg.asset_name, tag="b1234", os_word=word, backend="rocm").fullmatch(base + ".zip")
         assert match and match["name"] == "gfx1151-gfx1201"
-        plain = JobRecord(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
+        plain = BuiltJob(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
                           required=True, status="ok")
         assert asset_base(cfg, "b1234", plain) == f"llama-b1234-{word}-rocm-gfx1151-x64"
 

@@ -8,7 +8,7 @@ from rockbuild.core.errors import BuildError, NotFoundError
 from rockbuild.core.jobs import Job
 from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
-from rockbuild.nightly.stages import JobState, Stage, fingerprint, run_stages
+from rockbuild.nightly.stages import Stage, StageLog, fingerprint, run_stages
 
 JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
           targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
@@ -51,8 +51,8 @@ def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsy
     outcome = run_stages(JOB.id, True, folder, stages(ran, fail="build"), quiet=True)
     assert outcome.status == "failed" and outcome.failed_stage == "build" and outcome.message == "build broke"
     assert ran == ["fetch", "build"] and "bundle" not in outcome.stages
-    assert JobState(folder).stages["build"] == {"key": fingerprint("build", 1), "result": "failed",
-                                                "seconds": JobState(folder).stages["build"]["seconds"],
+    assert StageLog(folder).stages["build"] == {"key": fingerprint("build", 1), "result": "failed",
+                                                "seconds": StageLog(folder).stages["build"]["seconds"],
                                                 "message": "build broke"}
     assert "linux-gfx1151: build failed: build broke" in capsys.readouterr().err
     # the failed stage runs again next time; the passed one before it does not

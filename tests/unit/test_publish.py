@@ -407,17 +407,17 @@ def _vulkan_job(out, job_id):
 
 def test_vulkan_asset_name_is_what_install_looks_for():
     from rockbuild.install import asset_name_pattern
-    from rockbuild.publish.jobs import JobRecord
+    from rockbuild.publish.jobs import BuiltJob
     from rockbuild.publish.release import asset_base
 
     cfg = config()
     for os_name, word in (("linux", "ubuntu"), ("windows", "windows")):
-        vulkan = JobRecord(dir=None, id=f"{os_name}-vulkan", os=os_name, name="vulkan", targets=(), required=False,
+        vulkan = BuiltJob(dir=None, id=f"{os_name}-vulkan", os=os_name, name="vulkan", targets=(), required=False,
                            status="ok", backend="vulkan")
         assert asset_base(cfg, "b1234", vulkan) == f"llama-b1234-{word}-vulkan-x64"
         pattern = asset_name_pattern(cfg.asset_name, tag="b1234", os_word=word, backend="vulkan")
         assert pattern.fullmatch(asset_base(cfg, "b1234", vulkan) + ".zip")
-        rocm = JobRecord(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
+        rocm = BuiltJob(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
                          required=True, status="ok")
         assert asset_base(cfg, "b1234", rocm) == f"llama-b1234-{word}-rocm-gfx1151-x64"
         assert not pattern.fullmatch(asset_base(cfg, "b1234", rocm) + ".zip")

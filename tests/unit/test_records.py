@@ -137,7 +137,7 @@ def _check(name: str, path: Path) -> Record:
 
 def test_the_writers_files_pass_their_schemas(tmp_path):
     from rockbuild.nightly.resolve import Inputs, LlamaInput
-    from rockbuild.nightly.stages import JobState
+    from rockbuild.nightly.stages import StageLog
     from rockbuild.publish.jobs import load_job
     from rockbuild.publish.manifest import AssetFile, build_manifest, write_json
 
@@ -147,7 +147,7 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     build = _check("build.json", folder.build_json)
     assert isinstance(build, BuildRecord) and build.error is not None and build.error.exit_code == 4
 
-    state = JobState(folder)
+    state = StageLog(folder)
     state.record("fetch", "k1", "ok", 1.5, root="/r", tarball={"name": "t.tar.gz", "sha256": "ab" * 32})
     state.record("build", "k2", "failed", 2.0, message="boom")
     night = _check("night.json", folder.night_json)
