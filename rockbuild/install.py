@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rockbuild.archive import copy_sparse, extract_tarball
+from rockbuild.bundle.audit import audit_bundle
+from rockbuild.core.data import suggest
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import (
     AuditError,
@@ -44,6 +47,11 @@ from rockbuild.core.errors import (
 )
 from rockbuild.core.jobs import FamilyTable
 from rockbuild.core.records import ManifestRecord
+from rockbuild.dllsearch import outside_shadows, shadow_lines
+from rockbuild.downloader import Downloader, get_text
+from rockbuild.gpu import read_kfd_gpus
+from rockbuild.process import ProcessError, child_env, run
+from rockbuild.publish.config import load_publish_config
 
 from . import console
 from .backends import DEFAULT, get_backend
@@ -139,8 +147,6 @@ class InstallOptions:
 
 def fetch_release(api_url: str, repo: str, tag: str) -> dict[str, Any]:
     """The release JSON of ``tag`` (``latest``: the newest published one)."""
-    from .downloader import get_text
-
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
         raise UsageError(f"--repo {repo!r}: write OWNER/NAME")
     where = "releases/latest" if tag == "latest" else f"releases/tags/{tag}"
@@ -175,8 +181,6 @@ def _asset_url(asset: Mapping[str, Any]) -> str:
 
 
 def _text_asset(assets: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
-    from .downloader import get_text
-
     asset = assets.get(name)
     return get_text(_asset_url(asset)) if asset else None
 
@@ -218,8 +222,6 @@ def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[
                  os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
     if template is None or os_words is None:
-        from rockbuild.publish.config import load_publish_config
-
         config = load_publish_config()
         template, os_words = template or config.asset_name, os_words or config.os_words
     tag = str(release.get("tag_name") or "")
@@ -295,8 +297,6 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
     staging folder beside ``dest``, renamed into place only when every member was written and its CRC checked; any
     refusal or error removes it.
     """
-    from .archive import copy_sparse
-
     dest = Path(dest).absolute()
     if os.path.lexists(dest):
         raise ExtractionError(f"{dest} already exists; not extracting over it", hint="delete it or pass --dest")
@@ -357,8 +357,6 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
 
 def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
     """This machine's GPU to install for: a discrete GPU with a ROCm build first, then any GPU with one."""
-    from rockbuild.gpu import read_kfd_gpus
-
     gpus = read_kfd_gpus(sysfs_root, table)
     if not gpus:
         raise UsageError("no AMD GPU found in the KFD topology (/sys/class/kfd); pass --target gfxN to choose a build",
@@ -372,8 +370,6 @@ def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
 
 def visible_devices(sysfs_root: Path, isas: Sequence[str], target: str | None) -> str | None:
     """HIP_VISIBLE_DEVICES for the GPUs the asset can run on, when others are present; None when all fit."""
-    from rockbuild.gpu import read_kfd_gpus
-
     gpus = read_kfd_gpus(sysfs_root)
     covered = set(isas) or ({target} if target else set())
     keep = [g.index for g in gpus if g.target in covered]
@@ -397,8 +393,6 @@ def windows_dll_warnings(dest: Path, windows: WindowsHost) -> list[str]:
     """One line per HIP DLL in System32 or on PATH that shadows the installed bundle's copy for a program outside it
     (see :mod:`rockbuild.dllsearch`). A warning, not a refusal: the command install prints starts the bundle's own
     llama-server.exe, whose folder is searched before System32 and PATH, so it always gets the bundle's DLLs."""
-    from .dllsearch import outside_shadows, shadow_lines
-
     return [f"{line} (llama-server.exe started from {dest} is not affected)"
             for line in shadow_lines(outside_shadows(dest, windows))]
 
@@ -414,8 +408,6 @@ def verify_attestation(asset: Path, repo: str, context: Context, *, required: bo
     """GitHub's build provenance of ``asset`` (the nightly workflow attests every asset), checked with ``gh
     attestation verify`` when gh is installed: "verified", or why it was not checked. A failed verification is a
     ChecksumError; so is a missing gh when ``required``. gh gets the GitHub token, and only it."""
-    from .process import ProcessError, child_env, run
-
     gh = shutil.which("gh", path=context.env.get("PATH"))
     if gh is None:
         if required:
@@ -440,10 +432,6 @@ def verify_attestation(asset: Path, repo: str, context: Context, *, required: bo
 
 def install(options: InstallOptions) -> InstallReport:
     """Install the asset that fits (see the module docstring). Raises a RockbuildError, one line, on any refusal."""
-    from .archive import extract_tarball
-    from .bundle.audit import audit_bundle
-    from .downloader import Downloader
-
     known = backend_names()
     if options.backend not in known:
         raise UsageError(f"--backend {options.backend!r}: choose {', '.join(known[:-1])} or {known[-1]}")
@@ -454,8 +442,6 @@ def install(options: InstallOptions) -> InstallReport:
     if flavour.per_target:
         target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
         if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
-            from rockbuild.core.data import suggest
-
             raise UsageError(f"--target {target!r} is not a gfx target{suggest(target, table.known_names)}")
     say = (lambda m: None) if options.quiet else console.info
     release = fetch_release(options.api_url, options.repo, options.tag)

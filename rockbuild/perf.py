@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rockbuild.core.environment import Context
-from rockbuild.core.errors import RockbuildError
+from rockbuild.core.errors import PublishError, RockbuildError
 from rockbuild.core.records import ManifestRecord
+from rockbuild.publish.alert import file_issue
+from rockbuild.publish.github import GitHub
+from rockbuild.publish.notes import marker, read_marker
 
 DEFAULT_THRESHOLD = 5.0  # per cent below the median of the previous releases
 WINDOW = 7  # previous releases the median is taken over
@@ -162,8 +165,6 @@ def series_from_manifests(manifests: Sequence[tuple[str, dict[str, Any]]]) -> tu
 def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: int = 30,
               threshold: float = DEFAULT_THRESHOLD, alert: bool = False, quiet: bool = False) -> PerfReport:
     """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
-    from .publish.github import GitHub
-
     token = context.github.token
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
@@ -179,11 +180,6 @@ def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: 
 
 def _file_alert(gh: Any, report: PerfReport, context: Context, quiet: bool) -> PerfReport:
     from dataclasses import replace
-
-    from rockbuild.core.errors import PublishError
-
-    from .publish.alert import file_issue
-    from .publish.notes import marker, read_marker
 
     if not context.github.token:
         raise PublishError("--alert needs a GitHub token (issues: write): set GITHUB_TOKEN or GH_TOKEN")

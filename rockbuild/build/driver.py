@@ -31,6 +31,7 @@ from rockbuild.core.jobs import Job
 from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import ProcessError, first_line, log_tail, run
+from rockbuild.rocm.fetch import fetch_rocm, job_groups
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
 from .cmake import capture_msvc_environment, compile_command, configure_command, shipped_targets
@@ -335,7 +336,6 @@ def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, dict[str
         layout = detect_layout(options.rocm_dir)
         console.info(f"    {layout.root}: {layout.kind} ROCm {layout.version or '(version unknown)'}")
         return layout, rocm_report(layout)
-    from rockbuild.rocm.fetch import fetch_rocm, job_groups
 
     fetched = fetch_rocm(
         job_groups(job), os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,

@@ -25,6 +25,8 @@ from typing import IO, Any, cast
 from elftools.elf.elffile import ELFFile
 
 from rockbuild.core.errors import BundleError
+from rockbuild.paths import follow_in_root
+from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import target_order
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -493,9 +495,6 @@ class OffloadTools:
 def find_offload_tools(layout: Any) -> tuple[OffloadTools | None, str]:
     """The clang-offload-bundler of ``layout`` (a :class:`~rockbuild.rocm.layout.RocmLayout`), checked by running
     ``--version``; (None, why) when the root has none that runs here."""
-    from rockbuild.paths import follow_in_root
-    from rockbuild.process import ProcessError, child_env, run
-
     if layout.platform != "linux":
         return None, f"{layout.root} is a {layout.platform} root: its {BUNDLER} does not run here"
     sysroot = layout.sysroot
@@ -677,13 +676,9 @@ class _ToolRun:
     """clang-offload-bundler on blobs written to a scratch folder."""
 
     def __init__(self, tools: OffloadTools, scratch: Path) -> None:
-        from rockbuild.process import child_env
-
         self.tools, self.scratch, self.env = tools, scratch, child_env()
 
     def _run(self, args: list[str], what: str) -> str:
-        from rockbuild.process import ProcessError, run
-
         try:
             return run(self.tools.argv(*args), env=self.env, timeout=TOOL_TIMEOUT).output
         except ProcessError as exc:

@@ -23,11 +23,16 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.backends import DEFAULT, get_backend
-from rockbuild.core.data import write_json_atomic
+from rockbuild.build.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
+from rockbuild.core.data import suggest, write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS
 from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
+from rockbuild.downloader import get_text
+from rockbuild.process import ProcessError, run
+from rockbuild.rocm.index import TarballEntry, resolve_tarball
+from rockbuild.rocm.names import parse_tarball_name
 
 SCHEMA = INPUTS_SCHEMA
 _LATEST_ALIASES = ("latest", "")
@@ -105,9 +110,6 @@ class RocmInput:
 
     def entry(self) -> Any:
         """The :class:`~rockbuild.rocm.index.TarballEntry` for :func:`~rockbuild.rocm.fetch.fetch_rocm`."""
-        from rockbuild.rocm.index import TarballEntry
-        from rockbuild.rocm.names import parse_tarball_name
-
         if self.error or not self.name or not self.url:
             raise self.failure()
         parsed = parse_tarball_name(self.name)
@@ -157,7 +159,6 @@ class Inputs:
         for job in self.jobs:
             if job.id == job_id:
                 return job
-        from rockbuild.core.data import suggest
 
         ids = [j.id for j in self.jobs]
         raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
@@ -258,8 +259,6 @@ def parse_ls_remote(text: str) -> dict[str, str]:
 
 def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | None = None) -> LlamaInput:
     """The commit of ``ref`` (tag, branch, or a full commit taken as is) and its ``bNNNN`` tag when it has one."""
-    from rockbuild.build.source import FULL_COMMIT_RE, build_number_from_tags
-
     ref = ref.strip()
     if ref in _LATEST_ALIASES:
         ref = "master"
@@ -281,9 +280,6 @@ def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | N
 
 
 def _ls_remote(args: list[str]) -> str:
-    from rockbuild.build.source import git_env
-    from rockbuild.process import ProcessError, run
-
     try:
         result = run(["git", *args], env=git_env(), timeout=120, log=None)
     except ProcessError as exc:
@@ -311,8 +307,6 @@ def _memo(fetch_text: Callable[[str], str]) -> Callable[[str], str]:
 
 def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days: int | None,
                  fetch_text: Callable[[str], str], today: datetime.date | None = None) -> RocmInput:
-    from rockbuild.rocm.index import resolve_tarball
-
     groups = (job.group, *job.legacy_groups)
     base = RocmInput(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel,
                      requested=version)
@@ -348,9 +342,6 @@ def resolve_inputs(
     fetch_text: Callable[[str], str] | None = None, today: datetime.date | None = None, quiet: bool = False,
 ) -> Inputs:
     """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version)."""
-    from rockbuild.build.source import DEFAULT_GIT_URL
-    from rockbuild.downloader import get_text
-
     if not jobs:
         raise UsageError("no job to resolve inputs for")
     say = (lambda m: None) if quiet else console.info
@@ -398,8 +389,6 @@ def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[s
         tuple[str, str], dict[str, Any]]:
     """(OS, group) -> the newest tarball that passed the smoke test in a published release: ``manifests`` are
     (tag, manifest.json), newest release first."""
-    from rockbuild.rocm.names import parse_tarball_name
-
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for tag, manifest in manifests:
         for job in smoke_passed(manifest):
@@ -418,9 +407,6 @@ def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]
     """``inputs`` with each tarball's last good one (from :func:`last_good_tarballs`) looked up in the index, so a
     retry can download it. One that is no longer listed is left out with a warning."""
     from dataclasses import replace
-
-    from rockbuild.downloader import get_text
-    from rockbuild.rocm.index import resolve_tarball
 
     get = _memo(fetch_text or get_text)
     rocm = dict(inputs.rocm)

@@ -23,18 +23,27 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild import __version__, console
+from rockbuild import __version__, console, matrix
 from rockbuild.archive import read_marker
+from rockbuild.build.driver import BuildOptions, build_job
 from rockbuild.bundle.plan import BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
-from rockbuild.core.errors import PublishError, RockbuildError, UsageError
+from rockbuild.core.errors import LayoutError, PublishError, RockbuildError, SmokeError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.core.records import FALLBACK_SCHEMA, BuildErrorInfo, FallbackRecord, LlamaCpp, Tarball, TarballRef
 from rockbuild.jobfolder import JobFolder
+from rockbuild.matrix import github_matrix
 from rockbuild.nightly.stages import STAGES, EventHook, Stage, StagesOutcome, fingerprint, run_stages
+from rockbuild.publish.alert import send_alert
 from rockbuild.publish.config import PublishConfig
+from rockbuild.publish.github import GitHub, describe
+from rockbuild.publish.jobs import load_job
+from rockbuild.publish.release import PublishOptions, publish
+from rockbuild.rocm.fetch import fetch_rocm, job_groups
+from rockbuild.smoke.models import provide_model
+from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
 from .resolve import (
     Inputs,
@@ -63,9 +72,6 @@ def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
                   rocm: RocmInput | None = None) -> Any:
     """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
     StaleInputError/NotFoundError when resolve found none)."""
-    from rockbuild.core.errors import LayoutError
-    from rockbuild.rocm.fetch import fetch_rocm, job_groups
-
     rocm = rocm or inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
@@ -88,8 +94,6 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
     """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
     needs no ROCm), the
     inputs' commit."""
-    from rockbuild.build.driver import build_job
-
     folder = JobFolder.of(options.out_dir, job.id)
     tarball = None
     rocm_dir = options.rocm_dir
@@ -219,8 +223,6 @@ class Night:
     def model(self) -> Any:
         with self._model_lock:
             if self._model is None:
-                from rockbuild.smoke.models import provide_model
-
                 self._model = provide_model(self.options.model.spec, vocab=self.options.model.vocab, cache=self.cache,
                                             context=self.options.context, smoke=self.options.data.smoke,
                                             quiet=self.options.quiet)
@@ -254,8 +256,6 @@ def job_stages(job: Job, night: Night, rocm: RocmInput | None) -> StagesOutcome:
 def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: RocmInput,
                good: RocmInput) -> StagesOutcome:
     """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
-    from rockbuild.publish.jobs import load_job
-
     attempt = load_job(folder.path, tail_lines=night.options.data.publish.alert_log_lines)
     kept = folder.path.with_name(f"{job.id}@rocm-{newest.version or 'newest'}")
     shutil.rmtree(kept, ignore_errors=True)
@@ -328,8 +328,6 @@ class _JobRun:
         return Stage("fetch", key, run, still_there, reuse, failed)
 
     def build(self) -> Stage:
-        from rockbuild.build.driver import BuildOptions, build_job
-
         options, inputs = self.options, self.inputs
         sha256 = self.tarball.sha256 if self.tarball else None
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
@@ -377,9 +375,6 @@ class _JobRun:
             return Stage("smoke", key, skip=True)
 
         def run() -> None:
-            from rockbuild.core.errors import SmokeError
-            from rockbuild.smoke.runner import SmokeOptions, run_smoke
-
             folder.smoke_json.unlink(missing_ok=True)
             with console.step(f"{self.job.id}: smoke test") as step:
                 report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(options.data.smoke),
@@ -405,8 +400,6 @@ def latest_manifest(repo: str, *, api_url: str | None = None, token: str | None 
     """manifest.json of the repository's latest published release; None when there is no release or no manifest."""
     from github import GithubException
 
-    from rockbuild.publish.github import GitHub, describe
-
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
         try:
@@ -425,8 +418,6 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
                       limit: int = 20) -> Iterator[tuple[str, dict[str, Any]]]:
     """(tag, manifest.json) of the repository's published releases, newest first, at most ``limit``; read one at a
     time, so a caller that has what it needs stops early."""
-    from rockbuild.publish.github import GitHub
-
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
         yield from gh.manifests(limit)
@@ -484,8 +475,6 @@ def job_dirs_to_publish(inputs_file: Path | None, job_dirs: Sequence[Path]) -> t
 
 
 def select_night_jobs(options: NightOptions) -> list[Job]:
-    from rockbuild import matrix
-
     return matrix.select_jobs(list(options.data.jobs), options.only)
 
 
@@ -506,8 +495,6 @@ class NightPlan:
         return () if self.unchanged_since else self.jobs
 
     def github_matrix(self) -> dict[str, Any]:
-        from rockbuild.matrix import github_matrix
-
         return github_matrix(self.build)
 
     def gpu_matrix(self) -> dict[str, Any]:
@@ -648,8 +635,6 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
         message = (f"required job(s) failed: {', '.join(f'{o.id} at {o.failed_stage}' for o in failed_required)}; "
                    "nothing published")
     elif publishing:
-        from rockbuild.publish.release import PublishOptions, publish
-
         try:
             with console.step("publish"):
                 result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.github.api_url, token=token,
@@ -713,8 +698,6 @@ def _run_guarded(job: Job, night: Night) -> StagesOutcome:
 
 
 def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None) -> str:
-    from rockbuild.publish.alert import send_alert
-
     run_url = options.run_url or options.context.github.run_url or f"file://{Path(options.out).absolute()}"
     try:
         with console.step("alert"):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rockbuild.backends import get_backend
 from rockbuild.core.errors import RecordError
 from rockbuild.core.records import (
     AuditRecord,
@@ -95,8 +96,6 @@ class BuiltJob:
 
     @property
     def flavour(self) -> str:
-        from rockbuild.backends import get_backend
-
         return get_backend(self.backend).label
 
     @property

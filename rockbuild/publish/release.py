@@ -26,6 +26,7 @@ from rockbuild.backends import get_backend
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError
 from rockbuild.downloader import sha256_file
+from rockbuild.rocm.names import parse_rocm_version
 
 from .archives import check_asset_size, collect_entries, write_tar_gz, write_zip
 from .config import PublishConfig, load_publish_config
@@ -224,8 +225,6 @@ def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishCon
 
 
 def _rocm_for_tag(jobs: Sequence[BuiltJob], warnings: list[str]) -> str | None:
-    from rockbuild.rocm.names import parse_rocm_version
-
     versions = sorted({j.rocm.version for j in jobs if j.rocm.version})
     if len(versions) <= 1:
         return versions[0] if versions else None

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
+from rockbuild.backends import DEFAULT, all_backends, get_backend
+from rockbuild.bundle.audit import bundle_backend
 from rockbuild.core.environment import host_os
 from rockbuild.core.errors import SmokeError
 from rockbuild.core.records import BundleRecord, SmokeRecord
@@ -454,8 +456,6 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     logs.mkdir(parents=True, exist_ok=True)
     child, removed = smoke_env(env)
     started, t0 = _now(), time.monotonic()
-    from rockbuild.backends import get_backend
-    from rockbuild.bundle.audit import bundle_backend
 
     names = (p.name for p in bundle.iterdir())
     backend = get_backend(bundle_backend(names, BundleRecord.read(bundle / "bundle.json"), platform))
@@ -502,8 +502,6 @@ def gpu_verdict(
     ``backend`` None: the backend the logs show at work (a Vulkan device, say), else ``default`` (the bundle's;
     None: rockbuild's default backend, ROCm).
     """
-    from rockbuild.backends import DEFAULT, all_backends, get_backend
-
     if backend is not None:
         judge_by = get_backend(backend)
     else:
