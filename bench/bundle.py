@@ -34,10 +34,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+
 from rockbuild.archive import extract_tarball  # noqa: E402
 from rockbuild.bundle import elf  # noqa: E402
 from rockbuild.bundle import policy as policy_mod  # noqa: E402
-from rockbuild.bundle.plan import BundleRequest, linux_closure, make_bundle, make_plan  # noqa: E402
+from rockbuild.bundle.plan import BundleRequest, bundle, linux_closure, make_plan  # noqa: E402
 from rockbuild.bundle.policy import load_policy  # noqa: E402
 from rockbuild.rocm.layout import detect_layout  # noqa: E402
 
@@ -187,7 +188,8 @@ def main() -> int:
                        "plan_seconds_runs": plan_times, "libraries": ours_names, "errors": list(plan.errors)}
     print(f"ours: closure + dlopen extras in {closure_s * 1000:.0f} ms, whole plan (+ kernel pruning) in "
           f"{plan_s * 1000:.0f} ms (medians of 5, cold caches), {len(ours_names)} libraries", flush=True)
-    report = make_bundle(build_bin, layout, targets, work / "ours", quiet=True, prune_fatbin=False)
+    report = bundle(BundleRequest(build_bin, work / "ours", load_policy(), layout, tuple(targets), quiet=True,
+                                  prune_fatbin=False))
     results["ours"].update({
         "bundle_seconds": report.seconds, "bundle_bytes": report.plan.total_bytes, "files": len(report.plan.files),
         "audit_ok": report.audit.ok if report.audit else None,
@@ -227,7 +229,8 @@ def main() -> int:
                   f"tar.gz {ours_tgz:,} B = {ours_tgz / seed_zip:.2f}x of the seed's (goal <= {GOAL_ARCHIVE_RATIO})",
                   flush=True)
             # the default: every non-target code object pruned out of the shipped fat binaries, and proved
-            pruned = make_bundle(build_bin, layout, targets, work / "ours-pruned", quiet=True)
+            pruned = bundle(BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets),
+                                          quiet=True))
             pruned_zip, pruned_zip_s = zip_size(work / "ours-pruned", work / "ours-pruned.zip")
             pruned_tgz, pruned_tgz_s = targz_size(work / "ours-pruned", work / "ours-pruned.tar.gz")
             per_file = {}

@@ -24,7 +24,6 @@ from rockbuild import console
 from rockbuild.archive import make_sparse
 from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
-from rockbuild.bundle.policy import load_policy
 from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
@@ -639,14 +638,6 @@ def _errors_line(errors: Sequence[str]) -> str:
     if len(errors) == 1:
         return errors[0]
     return f"{len(errors)} problems: " + " | ".join(errors[:5]) + (" | ..." if len(errors) > 5 else "")
-
-
-def make_bundle(
-    build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
-    policy: BundlePolicy | None = None, **flags: Any,
-) -> BundleReport:
-    """:func:`bundle` of a request made of these arguments (the shipped policy by default)."""
-    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), **flags))
 
 
 __all__ = [

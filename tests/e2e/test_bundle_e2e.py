@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.bundles import make_bundle
 
-from rockbuild.bundle.plan import make_bundle
 from rockbuild.rocm.layout import detect_layout
 
 pytestmark = pytest.mark.e2e

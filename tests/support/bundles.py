@@ -12,9 +12,15 @@ import shutil
 import struct
 import subprocess
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
+from rockbuild.bundle.policy import BundlePolicy, load_policy
+from rockbuild.rocm.layout import RocmLayout
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 
@@ -256,3 +262,10 @@ def tree_files(root: Path) -> list[str]:
 def no_loader_env() -> dict[str, str]:
     """An environment with nothing that steers the loader."""
     return {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+
+
+def make_bundle(build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
+                policy: BundlePolicy | None = None, **flags: Any) -> BundleReport:
+    """rockbuild's one way in to bundling (``bundle(BundleRequest(...))``) with the arguments as positions, the
+    shipped policy by default: what most bundle tests need."""
+    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), **flags))

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from support.bundles import cc, fatbin_source, make_tree, offload_bundle, write_policy
+from support.bundles import cc, fatbin_source, make_bundle, make_tree, offload_bundle, write_policy
 
 from rockbuild.bundle.audit import audit_bundle
-from rockbuild.bundle.plan import make_bundle, patchelf_tool
+from rockbuild.bundle.plan import patchelf_tool
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError
 from rockbuild.rocm.layout import detect_layout

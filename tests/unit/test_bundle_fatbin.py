@@ -436,9 +436,8 @@ def _tree(tmp_path: Path):
 def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_path):
     import json
 
-    from support.bundles import run_clean
+    from support.bundles import make_bundle, run_clean
 
-    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)
@@ -462,7 +461,8 @@ def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_
 
 
 def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_path):
-    from rockbuild.bundle.plan import make_bundle
+    from support.bundles import make_bundle
+
     from rockbuild.core.errors import BundleError
     from rockbuild.rocm.layout import detect_layout
 
@@ -485,8 +485,9 @@ def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_pa
 def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(tmp_path):
     import json
 
+    from support.bundles import make_bundle
+
     from rockbuild.bundle.audit import audit_bundle
-    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)  # what the record proves (no --rocm: as where the bundle is installed)
@@ -522,7 +523,8 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
 
 
 def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
-    from rockbuild.bundle.plan import make_bundle
+    from support.bundles import make_bundle
+
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)
@@ -547,9 +549,10 @@ def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
 def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
     import json
 
+    from support.bundles import make_bundle
+
     from rockbuild.bundle.audit import audit_bundle
     from rockbuild.bundle.fatbin import file_sha256
-    from rockbuild.bundle.plan import make_bundle
     from rockbuild.rocm.layout import detect_layout
 
     tree, policy = _tree(tmp_path)

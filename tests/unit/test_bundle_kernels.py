@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from support.bundles import cc, run_clean, tree_files
+from support.bundles import cc, make_bundle, run_clean, tree_files
 
 from rockbuild.bundle.kernels import plan_kernel_data, prune_kernel_folder
-from rockbuild.bundle.plan import make_bundle
 from rockbuild.bundle.policy import load_policy
 from rockbuild.rocm.layout import KernelData, detect_layout
 

@@ -102,9 +102,9 @@ def test_the_audit_fails_a_library_whose_gpu_code_is_out_of_the_bundle(tmp_path)
 def test_a_bundle_of_a_split_rocm_tree_ships_refs_that_name_its_own_kpack(tmp_path):
     """Through the bundle step (test_mixed's multi-arch tree, whose rocBLAS gets TheRock's marker): the library is
     copied, pruned, patched, its reference flattened, recorded in bundle.json and audited."""
+    from support.bundles import make_bundle
     from support.kpack import MIXED, POLICY, kpack_tree, offload_tool
 
-    from rockbuild.bundle.plan import make_bundle
     from rockbuild.bundle.policy import load_policy
     from rockbuild.rocm.layout import detect_layout
 

@@ -8,10 +8,10 @@ import json
 import shutil
 
 import pytest
-from support.bundles import cc, make_tree, need_tool, run_clean, tree_files, write_policy
+from support.bundles import cc, make_bundle, make_tree, need_tool, run_clean, tree_files, write_policy
 
 from rockbuild.bundle.elf import read_elf
-from rockbuild.bundle.plan import BundleRequest, make_bundle, make_plan
+from rockbuild.bundle.plan import BundleRequest, make_plan
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import AuditError, BundleError, ConfigError
 from rockbuild.rocm.layout import detect_layout

@@ -9,12 +9,11 @@ import re
 import shutil
 
 import pytest
-from support.bundles import cc, run_clean, tree_files
+from support.bundles import cc, make_bundle, run_clean, tree_files
 
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.closure import SYSTEM
 from rockbuild.bundle.elf import read_elf
-from rockbuild.bundle.plan import make_bundle
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError
 

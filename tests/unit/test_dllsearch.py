@@ -17,10 +17,10 @@ import subprocess
 from pathlib import Path, PureWindowsPath
 
 import pytest
+from support.bundles import make_bundle
 from support.paths import FIXTURES
 from support.pe import build_pe, pe_tree, wine
 
-from rockbuild.bundle.plan import make_bundle
 from rockbuild.core.environment import WindowsHost
 from rockbuild.dllsearch import (
     bundled_hip_dlls,

@@ -295,7 +295,8 @@ def test_fetch_picks_the_multiarch_tarball_for_a_mixed_job_from_a_local_index(tm
 
 @pytest.fixture(scope="module")
 def mixed_bundle(tmp_path_factory):
-    from rockbuild.bundle.plan import make_bundle
+    from support.bundles import make_bundle
+
     from rockbuild.bundle.policy import load_policy
     from rockbuild.rocm.layout import detect_layout
 
@@ -353,7 +354,8 @@ def test_the_audit_holds_the_mixed_bundle_to_both_targets(mixed_bundle):
 
 
 def test_a_mixed_target_missing_from_the_tree_is_an_error(tmp_path):
-    from rockbuild.bundle.plan import make_bundle
+    from support.bundles import make_bundle
+
     from rockbuild.bundle.policy import load_policy
     from rockbuild.core.errors import BundleError
     from rockbuild.rocm.layout import detect_layout
