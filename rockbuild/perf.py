@@ -10,7 +10,7 @@ files the drops as an issue (one per run, commented on while it stays open).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,8 +137,8 @@ class PerfReport:
         return "\n".join(lines)
 
 
-def series_from_manifests(manifests: Sequence[tuple[str, dict[str, Any]]]) -> tuple[tuple[Series, ...],
-                                                                                       dict[str, tuple[str, ...]]]:
+def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
+                          ) -> tuple[tuple[Series, ...], dict[str, tuple[str, ...]]]:
     """Each (job, test)'s figures over ``manifests`` ((tag, manifest), oldest first), and per release the jobs
     that shipped without GPU figures."""
     points: dict[tuple[str, str], list[Point]] = {}

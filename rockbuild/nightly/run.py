@@ -32,7 +32,15 @@ from rockbuild.core.environment import Context
 from rockbuild.core.errors import LayoutError, PublishError, RockbuildError, SmokeError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
-from rockbuild.core.records import FALLBACK_SCHEMA, BuildErrorInfo, FallbackRecord, LlamaCpp, Tarball, TarballRef
+from rockbuild.core.records import (
+    FALLBACK_SCHEMA,
+    BuildErrorInfo,
+    FallbackRecord,
+    LlamaCpp,
+    ManifestRecord,
+    Tarball,
+    TarballRef,
+)
 from rockbuild.jobfolder import JobFolder
 from rockbuild.matrix import github_matrix
 from rockbuild.nightly.stages import STAGES, EventHook, Stage, StagesOutcome, fingerprint, run_stages
@@ -396,8 +404,10 @@ def _smoke_passed(folder: JobFolder) -> bool:
 # The last release
 
 
-def latest_manifest(repo: str, *, api_url: str | None = None, token: str | None = None) -> dict[str, Any] | None:
-    """manifest.json of the repository's latest published release; None when there is no release or no manifest."""
+def latest_manifest(repo: str, *, api_url: str | None = None,
+                    token: str | None = None) -> tuple[str | None, ManifestRecord | None]:
+    """The tag of the repository's latest published release (None: there is none) and its manifest.json (None:
+    missing, or invalid: said in one warning)."""
     from github import GithubException
 
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
@@ -406,16 +416,15 @@ def latest_manifest(repo: str, *, api_url: str | None = None, token: str | None 
             release = gh.repo.get_latest_release()
         except GithubException as exc:
             if exc.status == 404:
-                return None
+                return None, None
             raise PublishError(f"reading the latest release of {repo} failed: {describe(exc, token)}") from None
-        data = gh.asset_json(release, "manifest.json")
-        return {**data, "_tag": release.tag_name} if data is not None else None
+        return str(release.tag_name), gh.release_manifest(release)
     finally:
         gh.close()
 
 
 def release_manifests(repo: str, *, api_url: str | None = None, token: str | None = None,
-                      limit: int = 20) -> Iterator[tuple[str, dict[str, Any]]]:
+                      limit: int = 20) -> Iterator[tuple[str, ManifestRecord]]:
     """(tag, manifest.json) of the repository's published releases, newest first, at most ``limit``; read one at a
     time, so a caller that has what it needs stops early."""
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
@@ -425,14 +434,14 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
         gh.close()
 
 
-def known_good(inputs: Inputs, manifests: Iterable[tuple[str, dict[str, Any]]]) -> tuple[
-        dict[tuple[str, str], dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+def known_good(inputs: Inputs, manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> tuple[
+        dict[tuple[str, str], dict[str, Any]], list[tuple[str, ManifestRecord | Mapping[str, Any]]]]:
     """The last good tarball of each (OS, group) the inputs pin, and the manifests read for it: ``manifests``
     (newest first) are read only until every group has one and every ``required: when-proven`` job has passed
     (:func:`promote_proven` takes the same)."""
     wanted = {(r.os, g) for r in inputs.rocm.values() if not r.error for g in r.groups[:1]}
     unproven = {j.id for j in inputs.jobs if j.when_proven and not j.required}
-    seen: list[tuple[str, dict[str, Any]]] = []
+    seen: list[tuple[str, ManifestRecord | Mapping[str, Any]]] = []
     for item in manifests:
         seen.append(item)
         unproven -= {e.id for e in smoke_passed(item[1])}
@@ -557,16 +566,19 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     if not publishing:
         return plan
     assert repo is not None
-    manifest = latest_manifest(repo, api_url=options.github.api_url, token=token)
-    if manifest is None:
-        return plan
+    latest, manifest = latest_manifest(repo, api_url=options.github.api_url, token=token)
+    if latest is None:
+        return plan  # no release yet: nothing to compare with, no last good tarball to find
     buildable = [j.id for j in counted if not inputs.unresolved(j.id)]
-    changes = tuple(manifest_differences(inputs, manifest, buildable))
+    if manifest is None:  # the newest release says nothing usable: build, and look further back for the last good
+        changes: tuple[str, ...] = (f"the latest release {latest} has no valid manifest.json",)
+    else:
+        changes = tuple(manifest_differences(inputs, manifest, buildable))
     if not changes and buildable:
-        plan = replace(plan, unchanged_since=str(manifest.get("_tag")))
+        plan = replace(plan, unchanged_since=latest)
         say(plan.render())
         return plan
-    say(f"changed since {manifest.get('_tag')}: {'; '.join(changes[:5])}"
+    say(f"changed since {latest}: {'; '.join(changes[:5])}"
         + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
     # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs),
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
@@ -577,7 +589,7 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     return replace(plan, inputs=inputs, changes=changes, jobs=tuple(jobs_now[j.id] for j in plan.jobs))
 
 
-def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, dict[str, Any]]], *,
+def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]], *,
                    quiet: bool = False) -> Inputs:
     """``inputs`` with every ``required: when-proven`` job required once it passed its smoke test in one of
     ``manifests`` (published releases, newest first): from then on a failure blocks the release."""

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from rockbuild.core.errors import PublishError
+from rockbuild import console
+from rockbuild.core.errors import PublishError, RecordError
+from rockbuild.core.records import ManifestRecord
 from rockbuild.downloader import describe_error
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -120,15 +122,29 @@ class GitHub:
         """Every release, drafts included (drafts are only listed to a token with push access)."""
         return self.call("listing releases", lambda: list(self.repo.get_releases()))
 
-    def manifests(self, limit: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(tag, manifest.json) of the newest ``limit`` published releases, newest first (a release without a
-        manifest is skipped); read one at a time, so a caller that has what it needs stops early."""
+    def manifests(self, limit: int) -> Iterator[tuple[str, ManifestRecord]]:
+        """(tag, manifest.json) of the newest ``limit`` published releases, newest first, read one at a time (a
+        caller that has what it needs stops early). A release's manifest is outside input: one that is missing is
+        skipped, one that is not a valid manifest.json is skipped with one warning naming the release and why, and
+        the others still count."""
         published = sorted((r for r in self.releases() if not r.draft),
                            key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
         for release in published:
-            data = self.asset_json(release, "manifest.json")
-            if data is not None:
-                yield str(release.tag_name), data
+            manifest = self.release_manifest(release)
+            if manifest is not None:
+                yield str(release.tag_name), manifest
+
+    def release_manifest(self, release: Any) -> ManifestRecord | None:
+        """``release``'s manifest.json, checked against its record; None (with a warning when it is there but
+        invalid) when it cannot be used. The API or the network failing is a PublishError, as for every call."""
+        text = self.asset_text(release, "manifest.json")
+        if text is None:
+            return None
+        try:
+            return ManifestRecord.loads(text, f"manifest.json of release {release.tag_name}")
+        except RecordError as exc:
+            console.warn(f"{exc.message}; that release is skipped")
+            return None
 
     def tag_names(self, prefix: str = "") -> list[str]:
         def read() -> list[str]:
@@ -140,8 +156,9 @@ class GitHub:
     def assets(self, release: Any) -> list[Any]:
         return self.call(f"listing the assets of {release.tag_name}", lambda: list(release.get_assets()))
 
-    def asset_json(self, release: Any, name: str) -> dict[str, Any] | None:
-        """The JSON object in ``release``'s asset ``name`` (manifest.json), None when there is no such asset."""
+    def asset_text(self, release: Any, name: str) -> str | None:
+        """The text of ``release``'s asset ``name`` (manifest.json), None when there is no such asset. A server that
+        answered with something unreadable is not a network failure: the caller judges the text."""
         import requests
 
         asset = next((a for a in self.assets(release) if a.name == name), None)
@@ -153,8 +170,7 @@ class GitHub:
         try:
             response = requests.get(asset.url, headers=headers, timeout=60)
             response.raise_for_status()
-            data = response.json()
-        except (requests.RequestException, ValueError) as exc:
+        except requests.RequestException as exc:
             raise PublishError(f"reading {name} of {release.tag_name} failed: {describe(exc, self.token)}",
-                               hint=self._hint(exc) if isinstance(exc, requests.RequestException) else None) from None
-        return data if isinstance(data, dict) else None
+                               hint=self._hint(exc)) from None
+        return response.content.decode("utf-8", errors="replace")

@@ -256,3 +256,39 @@ def test_a_when_proven_job_is_optional_until_its_smoke_passes_in_a_release(world
     assert [(j.id, j.required) for j in plan.build] == [("linux-gfx1151", True)]
     assert load_inputs(out / "inputs.json").job("linux-gfx1151").required is True
     assert plan.github_matrix()["include"][0]["required"] is True
+
+
+def test_bad_manifests_in_later_releases_are_skipped_and_the_last_good_still_found(world, tmp_path, run_rockbuild):
+    """A release's manifest.json is outside input (issue 28, items 1 and 4): a truncated one, an HTML error page,
+    another tool's JSON and a release without any are each skipped (the invalid ones with one warning naming the
+    release), and the last good tarball still comes from the valid release behind them."""
+    good = TODAY - datetime.timedelta(days=1)
+    out = tmp_path / "out"
+    index = world.publish_tarballs({good: False}, "night1.html")
+    first = run_night(world.options(out, index))
+    assert first.state == "published", first.message
+    tag1 = first.release["tag"]
+    valid = json.dumps(world.manifest(tag1)).encode()
+    state = world.github.state
+    state.add_release("b7001", assets={"manifest.json": valid[: len(valid) // 2]})  # truncated
+    state.add_release("b7002", assets={"manifest.json": b"<html><body>502 Bad Gateway</body></html>"})
+    state.add_release("b7003", assets={"manifest.json": b'{"jobs": 3}'})  # another tool's JSON
+    state.add_release("b7004", assets={"notes.txt": b"no manifest"})  # the newest: no manifest at all
+    world.new_commit()
+    index = world.publish_tarballs({good: False, TODAY: False}, "night2.html")  # a newer nightly to fall back from
+
+    result = run_rockbuild("nightly", "--plan", "-c", str(world.matrix), "--index-url", index, "--git-url",
+                           str(world.bare), "--repo", world.github.full_name, "--api-url", world.github.api_url,
+                           "--inputs", str(tmp_path / "plan.json"), "--out", str(out), "--json",
+                           env={"GITHUB_TOKEN": TOKEN})
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "that release is skipped" in line]
+    assert len(warnings) == 3, result.stderr
+    for tag, why in (("b7001", "not valid JSON"), ("b7002", "not valid JSON"), ("b7003", "schema is missing")):
+        assert any(f"manifest.json of release {tag}: {why}" in line for line in warnings), (tag, warnings)
+    assert "JSONDecodeError" not in result.stderr and "check the network" not in result.stderr
+    plan = json.loads(result.stdout)
+    assert "the latest release b7004 has no valid manifest.json" in plan["changes"], plan["changes"]
+    (rocm,) = load_inputs(tmp_path / "plan.json").rocm.values()
+    assert rocm.last_good is not None and rocm.last_good["release"] == tag1  # found behind the four bad releases
+    assert TOKEN not in result.stdout + result.stderr

@@ -87,3 +87,17 @@ def test_short_histories_and_releases_without_gpu_figures():
     assert steady.drop(5.0) is None and steady.sparkline() == "▁" * 10
     rising = Series("j", "tg128", (Point("a", 1.0), Point("b", 2.0), Point("c", 3.0)))
     assert rising.sparkline() == "▁▅█"
+
+
+@pytest.mark.parametrize("bad", [b'{"schema": 1, "jobs": 3}', b"<html>503</html>", b'{"schema": 1, "jo',
+                                 json.dumps({"schema": 1, "jobs": [{"id": "linux-gfx1151", "gpu_smoke": {
+                                     "ok": True, "bench": {"tg128": 50.0}}}]}).encode()])
+def test_a_bad_manifest_in_the_history_is_skipped_with_a_warning(gh, bad, capsys):
+    """Issue 28, item 1: another tool's JSON, an error page, a truncated file or a `bench` written as {test: t/s}
+    in one release used to stop perf (exit 12 or an internal TypeError) or show "-" silently."""
+    gh.state.add_release("b1011", assets={"manifest.json": bad})
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    assert "b1011" not in report.releases and "b1009" in report.releases
+    assert [f"{d.job} {d.test}" for d in report.drops] == ["linux-gfx1151 tg128"]  # the history still counts
+    err = capsys.readouterr().err
+    assert "manifest.json of release b1011:" in err and "that release is skipped" in err
