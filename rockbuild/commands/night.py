@@ -237,16 +237,24 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHub
 
 
 @command
-@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=True, type=folder(exists=True))
+@click.argument("job_dirs", metavar="[JOB_DIR...]", nargs=-1, type=folder(exists=True))
 @click.option("--run-url", required=True, metavar="URL", help="The CI run that failed (linked from the issue).")
+@click.option("--failed-leg", "failed_legs", multiple=True, metavar="LEG[=REASON]",
+              help="A leg of the night that failed outside any job folder (prepare, build, gpu-smoke, publish), with "
+              "what it said when known. Repeatable; the issue's title names them.")
 @GITHUB
 @JSON
-def alert(job_dirs: tuple[Path, ...], run_url: str, github: GitHubTarget, as_json: bool) -> None:
-    """Comment on the open 'nightly-failure' issue (or open one) with each failed job, its step and log tail."""
-    from rockbuild.publish.alert import send_alert
+def alert(job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...], github: GitHubTarget,
+          as_json: bool) -> None:
+    """Comment on the open 'nightly-failure' issue (or open one) with each failed leg and job, its step and log tail."""
+    from rockbuild.core.errors import UsageError
+    from rockbuild.publish.alert import LegFailure, send_alert
 
+    if not job_dirs and not failed_legs:
+        raise UsageError("nothing to report: give the night's job folders, or --failed-leg LEG")
+    legs = [LegFailure.parse(text) for text in failed_legs]
     show(send_alert(job_dirs, run_url=run_url, repo=github.repo, api_url=github.api_url, quiet=as_json,
-                    context=settings(), config=settings().publish), as_json)
+                    context=settings(), config=settings().publish, legs=legs, published=not legs), as_json)
 
 
 @command

@@ -44,7 +44,7 @@ from rockbuild.core.records import (
 from rockbuild.jobfolder import JobFolder
 from rockbuild.matrix import github_matrix
 from rockbuild.nightly.stages import STAGES, EventHook, Stage, StagesOutcome, fingerprint, run_stages
-from rockbuild.publish.alert import send_alert
+from rockbuild.publish.alert import LegFailure, send_alert
 from rockbuild.publish.config import PublishConfig
 from rockbuild.publish.github import GitHub, describe
 from rockbuild.publish.jobs import load_job
@@ -639,6 +639,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     failed_required = [o for o in outcomes if o.status != "ok" and o.required]
     failed_optional = [o for o in outcomes if o.status != "ok" and not o.required]
     release: dict[str, Any] | None = None
+    legs: list[LegFailure] = []
     state, message = "built", f"{sum(o.status == 'ok' for o in outcomes)} of {len(outcomes)} jobs passed"
     if failed_optional:
         message += f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}"
@@ -659,10 +660,12 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                 f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
         except PublishError as exc:
             state, message = "failed", f"publishing failed: {exc.message}"
+            legs.append(LegFailure("publish", message + (f" (hint: {exc.hint})" if exc.hint else "")))
     alert = None
     fell_back = [d for d in dirs if JobFolder(Path(d)).fallback()]
     if (state in ("blocked", "failed") or fell_back) and publishing:
-        alert = _send_alert(dirs, options, repo, token)  # a fallback names the ROCm nightly that broke the job
+        # a fallback names the ROCm nightly that broke the job; a failed leg says what failed
+        alert = _send_alert(dirs, options, repo, token, legs=legs, published=release is not None)
     report = NightReport(state, message, path, inputs.llama.commit, tuple(outcomes), (), release,
                          alert, time.monotonic() - start, changes)
     if summary:
@@ -709,12 +712,13 @@ def _run_guarded(job: Job, night: Night) -> StagesOutcome:
         return StagesOutcome(job.id, job.required, "failed", {}, "setup", exc.message)
 
 
-def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None) -> str:
+def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None, *,
+                legs: Sequence[LegFailure] = (), published: bool = True) -> str:
     run_url = options.run_url or options.context.github.run_url or f"file://{Path(options.out).absolute()}"
     try:
         with console.step("alert"):
             report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
-                                context=options.context, config=options.data.publish,
+                                context=options.context, config=options.data.publish, legs=legs, published=published,
                                 throttle=options.throttle, quiet=options.quiet)
         return report.message
     except RockbuildError as exc:

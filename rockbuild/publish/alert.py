@@ -39,8 +39,22 @@ class AlertReport:
                 "issue_url": self.issue_url, "failed_jobs": list(self.failed)}
 
 
+@dataclass(frozen=True)
+class LegFailure:
+    """A leg of the night that failed outside any job folder: the plan, the GPU leg, gating, publishing."""
+
+    leg: str  # plan | build | gpu-smoke | publish | ...
+    reason: str  # one line, as the leg said it (or where to read it: the run's log)
+
+    @classmethod
+    def parse(cls, text: str) -> LegFailure:
+        """``LEG`` or ``LEG=REASON`` (``rockbuild alert --failed-leg``)."""
+        leg, _, reason = text.partition("=")
+        return cls(leg.strip(), reason.strip() or f"the {leg.strip()} leg failed; its log in the run says why")
+
+
 def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: str | None = None,
-               fell_back: Sequence[BuiltJob] = ()) -> str:
+               fell_back: Sequence[BuiltJob] = (), legs: Sequence[LegFailure] = (), published: bool = True) -> str:
     jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": j.reason or "",
              "log": str(j.log) if j.log else None, "tail": [redact(line, token) for line in j.log_tail]}
             for j in failed]
@@ -58,7 +72,8 @@ def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: st
             "tail": [redact(line, token) for line in record.log_tail],
         })
     text = render("alert.md.j2", failed=jobs, fallbacks=fallbacks, run_url=run_url, date=date,
-                  marker=marker({"run": run_url}))
+                  legs=[{"leg": leg.leg, "reason": redact(leg.reason, token)} for leg in legs],
+                  published=published and not legs, marker=marker({"run": run_url}))
     return redact(text, token)
 
 
@@ -75,9 +90,12 @@ def _reported(text: str | None, run_url: str) -> bool:
 
 def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
                token: str | None = None, date: str | None = None, config: PublishConfig | None = None,
-               throttle: bool = True, quiet: bool = False, context: Context) -> AlertReport:
-    """Open (or comment on) the night's failure issue. ``repo``, ``token`` and ``run_url`` default to the
-    context's GitHub (GITHUB_REPOSITORY, GITHUB_TOKEN/GH_TOKEN, this run's page)."""
+               throttle: bool = True, quiet: bool = False, context: Context, legs: Sequence[LegFailure] = (),
+               published: bool = True) -> AlertReport:
+    """Open (or comment on) the night's failure issue: for its failed jobs, its jobs that fell back to the last good
+    ROCm, and its ``legs`` that failed outside any job (the plan, publishing: ``published`` False says the release
+    was not made). ``repo``, ``token`` and ``run_url`` default to the context's GitHub (GITHUB_REPOSITORY,
+    GITHUB_TOKEN/GH_TOKEN, this run's page)."""
     config = config or load_publish_config()
     say = (lambda m: None) if quiet else console.info
     run_url = run_url or context.github.run_url or ""
@@ -87,7 +105,7 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
     failed = [j for j in jobs if not j.ok]
     # the newest ROCm broke them: worth an issue even when published
     fell_back = [j for j in jobs if j.fallback is not None]
-    if not failed and not fell_back:
+    if not failed and not fell_back and not legs:
         message = f"all {len(jobs)} jobs passed; no alert"
         say(message)
         return AlertReport("nothing-failed", message)
@@ -98,13 +116,18 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
     if not token:
         raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (issues: write)")
     day = date or datetime.datetime.now(datetime.UTC).date().isoformat()
-    body = alert_body(failed, run_url=run_url, date=day, token=token, fell_back=fell_back)
-    ids = tuple(dict.fromkeys(j.id for j in (*failed, *fell_back)))
-    what = ", ".join(x for x in (f"{len(failed)} failed job(s)" if failed else "",
+    body = alert_body(failed, run_url=run_url, date=day, token=token, fell_back=fell_back, legs=legs,
+                      published=published)
+    ids = tuple(dict.fromkeys([*(f"{leg.leg} leg" for leg in legs), *(j.id for j in (*failed, *fell_back))]))
+    what = ", ".join(x for x in (", ".join(f"the {leg.leg} leg failed" for leg in legs),
+                                 f"{len(failed)} failed job(s)" if failed else "",
                                  f"{len(fell_back)} on the last good ROCm" if fell_back else "") if x)
     gh = GitHub(repo, api_url=api_url, token=token, throttle=throttle)
     try:
-        title = config.alert_title.format(date=day) if failed else fallback_title(fell_back)
+        if legs:  # what failed, in the title: "Nightly failed (2026-12-01): publish"
+            title = f"{config.alert_title.format(date=day)}: {', '.join(leg.leg for leg in legs)}"
+        else:
+            title = config.alert_title.format(date=day) if failed else fallback_title(fell_back)
         return file_issue(gh, label=config.alert_label, color=config.alert_label_color, title=title, body=body,
                           what=what, reported=lambda text: _reported(text, run_url),
                           items=ids, say=say, already=f"run {run_url} is already reported")

@@ -80,6 +80,7 @@ class GitHubState:
         self.writes: list[tuple[str, str]] = []
         self.requests: list[tuple[str, str]] = []
         self.abort_upload_number: int | None = None
+        self.fail_release_create: int | None = None  # answer POST /releases with this status, creating nothing
         self.uploads = 0
         self.lock = threading.RLock()
 
@@ -338,6 +339,8 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                 return self._page([server.release_json(r) for r in rels], query, path)
             if rest == "" and method == "POST":
                 body = self._json_body()
+                if state.fail_release_create is not None:
+                    return self._error(state.fail_release_create, "Server Error")
                 tag = body["tag_name"]
                 if any(r.tag_name == tag and not r.draft for r in state.releases.values()):
                     return self._error(422, "Validation Failed",

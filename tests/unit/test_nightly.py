@@ -317,3 +317,29 @@ def test_the_modes_are_exclusive(run_rockbuild, tmp_path):
     assert both.returncode == 2 and "give one of --plan, --job ID and --release" in both.stderr
     stray = run_rockbuild("nightly", "--plan", str(tmp_path))
     assert stray.returncode == 2 and "JOB_DIRs are for --release" in stray.stderr
+
+
+def test_a_night_whose_publishing_fails_is_alerted_with_the_failure(world, tmp_path, run_rockbuild):
+    """Issue 28, item 2: with the API answering 502 to POST /releases the night used to say "all 1 jobs passed; no
+    alert". The release leg's failure is the alert, its title saying what failed; `rockbuild alert --failed-leg`
+    reports a leg that left no job folder (the plan), once per run."""
+    world.github.state.fail_release_create = 502
+    report = run_night(world.options(tmp_path / "out", world.matrix("m.yaml")))
+    assert report.state == "failed" and report.message.startswith("publishing failed: creating the draft release")
+    assert report.alert is not None and report.alert.startswith("opened issue #"), report.alert
+    (issue,) = world.github.state.issues.values()
+    assert issue.title.endswith(": publish") and issue.title.startswith("Nightly build failed")
+    assert "### The night's `publish` failed" in issue.body and "HTTP 502" in issue.body
+    assert "was published" not in issue.body and TOKEN not in issue.body
+
+    env = {"GITHUB_TOKEN": TOKEN}
+    args = ["alert", "--repo", world.github.full_name, "--api-url", world.github.api_url, "--run-url",
+            "https://ci.example/run/2", "--failed-leg", "prepare=resolving the inputs failed: git ls-remote timed out"]
+    first, again = run_rockbuild(*args, env=env), run_rockbuild(*args, env=env)
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    (issue,) = world.github.state.issues.values()  # the open issue gets a comment, once
+    (comment,) = issue.comments
+    assert "### The night's `prepare` failed" in comment["body"] and "git ls-remote timed out" in comment["body"]
+    assert "already reported" in again.stdout + again.stderr
+    refused = run_rockbuild("alert", "--repo", world.github.full_name, "--run-url", "https://ci.example/run/3", env=env)
+    assert refused.returncode == 2 and "nothing to report" in refused.stderr
