@@ -422,8 +422,9 @@ def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
     console.info("----")
     timed_out = re.search(r"timed out after \d+s", exc.message)
     what = timed_out.group(0) if timed_out else f"exit code {exc.returncode}"
-    return BuildFailed(f"{step} failed ({what}); the log's last lines are above; full log: {log}",
-                       step=step, log=log, tail=tail)
+    # the message stands alone (records, notes and alerts quote it): it names the log by its place in the job folder
+    return BuildFailed(f"{step} failed ({what}); build.log in the job folder says why", step=step, log=log, tail=tail,
+                       hint=f"its last lines are printed above; the whole log: {log}")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -714,11 +715,13 @@ def _run_guarded(job: Job, night: Night) -> StagesOutcome:
 
 def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None, *,
                 legs: Sequence[LegFailure] = (), published: bool = True) -> str:
-    run_url = options.run_url or options.context.github.run_url or f"file://{Path(options.out).absolute()}"
+    # off GitHub Actions no URL names the run: the host does (a file:// URL would be this machine's path)
+    run_url = options.run_url or options.context.github.run_url or f"rockbuild nightly on {socket.gethostname()}"
     try:
         with console.step("alert"):
             report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
-                                context=options.context, config=options.data.publish, legs=legs, published=published,
+                                context=options.context.but(cache=options.cache), config=options.data.publish,
+                                legs=legs, published=published,
                                 throttle=options.throttle, quiet=options.quiet)
         return report.message
     except RockbuildError as exc:

@@ -8,7 +8,7 @@ carries the run URL in a hidden marker, so running the alert twice for one run w
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,10 +53,38 @@ class LegFailure:
         return cls(leg.strip(), reason.strip() or f"the {leg.strip()} leg failed; its log in the run says why")
 
 
+def shortener(places: Mapping[str, Path | None]) -> Callable[[str], str]:
+    """Replaces each of ``places``' folders (the night's output, the cache) by its short name in a quoted log line:
+    public text names no runner path. The longest folder first (the cache may live inside the output)."""
+    spelled = sorted(((str(path).rstrip("/"), name) for name, path in places.items() if path is not None and
+                      str(path) not in ("", "/")), key=lambda item: -len(item[0]))
+
+    def shorten(line: str) -> str:
+        for folder, name in spelled:
+            line = line.replace(folder, name)
+        return line
+
+    return shorten
+
+
+def _log_name(job: BuiltJob) -> str | None:
+    """The job's log as the night's artifacts name it (``linux-gfx1151/build.log``), never the runner's path."""
+    if job.log is None:
+        return None
+    try:
+        return job.log.relative_to(job.dir.parent).as_posix()
+    except ValueError:
+        return f"{job.id}/{job.log.name}"
+
+
 def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: str | None = None,
-               fell_back: Sequence[BuiltJob] = (), legs: Sequence[LegFailure] = (), published: bool = True) -> str:
-    jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": j.reason or "",
-             "log": str(j.log) if j.log else None, "tail": [redact(line, token) for line in j.log_tail]}
+               fell_back: Sequence[BuiltJob] = (), legs: Sequence[LegFailure] = (), published: bool = True,
+               shorten: Callable[[str], str] = lambda line: line) -> str:
+    def quoted(line: str) -> str:
+        return shorten(redact(line, token))
+
+    jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": quoted(j.reason or ""),
+             "log": _log_name(j), "tail": [quoted(line) for line in j.log_tail]}
             for j in failed]
     fallbacks = []
     for j in fell_back:
@@ -65,14 +93,14 @@ def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: st
             continue
         good = record.last_good  # the manifest's summary names its release, the alert its date too
         fallbacks.append({
-            "id": j.id, "ok": j.ok, "step": summary["failed_stage"] or "?", "reason": summary["reason"] or "",
+            "id": j.id, "ok": j.ok, "step": summary["failed_stage"] or "?", "reason": quoted(summary["reason"] or ""),
             "newest": summary["newest"], "newest_version": summary["newest_version"],
             "newest_date": summary["newest_date"], "release": summary["last_good_release"],
             "used": good.version if good else None, "good_date": good.date if good else None,
-            "tail": [redact(line, token) for line in record.log_tail],
+            "tail": [quoted(line) for line in record.log_tail],
         })
     text = render("alert.md.j2", failed=jobs, fallbacks=fallbacks, run_url=run_url, date=date,
-                  legs=[{"leg": leg.leg, "reason": redact(leg.reason, token)} for leg in legs],
+                  legs=[{"leg": leg.leg, "reason": quoted(leg.reason)} for leg in legs],
                   published=published and not legs, marker=marker({"run": run_url}))
     return redact(text, token)
 
@@ -116,8 +144,12 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
     if not token:
         raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (issues: write)")
     day = date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    outs = {Path(d).absolute().parent for d in job_dirs}
+    places: dict[str, Path | None] = {"<cache>": context.cache, "~": Path.home()}
+    if len(outs) == 1:  # the night's output folder (the job folders' parent)
+        places["<out>"] = next(iter(outs))
     body = alert_body(failed, run_url=run_url, date=day, token=token, fell_back=fell_back, legs=legs,
-                      published=published)
+                      published=published, shorten=shortener(places))
     ids = tuple(dict.fromkeys([*(f"{leg.leg} leg" for leg in legs), *(j.id for j in (*failed, *fell_back))]))
     what = ", ".join(x for x in (", ".join(f"the {leg.leg} leg failed" for leg in legs),
                                  f"{len(failed)} failed job(s)" if failed else "",

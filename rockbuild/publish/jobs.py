@@ -7,6 +7,8 @@ the step and the log tail for the alert); it is never an exception here.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,17 @@ def rocm_info(rocm: BuildRocm | None) -> RocmInfo:
     return RocmInfo(version or None, date, rocm.therock_commit, tarball_name,
                     tarball.sha256 if tarball is not None else None,
                     (tarball.group if tarball is not None else None) or rocm.group)
+
+
+def is_runner_path(value: str) -> bool:
+    """An absolute path of the machine that built (a compiler in its cache, its ROCm root): never published."""
+    return os.path.isabs(value) or bool(re.match(r"^[A-Za-z]:[\\/]", value))
+
+
+def public_cmake(cmake: Mapping[str, str]) -> dict[str, str]:
+    """A build's CMake definitions as a release states them: the runner's paths left out (the fingerprint of the
+    inputs leaves them out too)."""
+    return {k: v for k, v in sorted(cmake.items()) if not is_runner_path(v)}
 
 
 @dataclass(frozen=True)
@@ -155,7 +168,7 @@ class BuiltJob:
                 "required": self.required, "status": self.status, "failed_step": self.failed_step,
                 "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
                 "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
-                "cmake": dict(self.cmake)}
+                "cmake": public_cmake(self.cmake)}
 
 
 def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu, SmokeModel
 
-from .jobs import BuiltJob
+from .jobs import BuiltJob, public_cmake
 
 SCHEMA = MANIFEST_SCHEMA
 CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
@@ -49,7 +49,7 @@ def fingerprint(jobs: Sequence[BuiltJob]) -> str:
     ROCm tarball, CMake definitions. The same inputs on a re-run give the same fingerprint (the release is found)."""
     data = [{"id": j.id, "targets": list(j.targets), "llama": [j.llama_commit, j.llama_build],
              "rocm": [j.rocm.version, j.rocm.tarball, j.rocm.tarball_sha256],
-             "cmake": {k: v for k, v in sorted(j.cmake.items()) if not os.path.isabs(v)}}
+             "cmake": public_cmake(j.cmake)}
             for j in sorted(jobs, key=lambda j: j.id)]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

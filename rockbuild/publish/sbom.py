@@ -96,7 +96,7 @@ def make_sbom(job: BuiltJob, asset: str, tag: str, *, timestamp: int) -> str:
         root = (recorded.rocm if recorded is not None else None) or BuildRocm()
         properties = [Property(name=f"rockbuild:{k}", value=str(v)) for k, v in (
             ("tarball", rocm.tarball), ("therock_commit", rocm.therock_commit), ("group", rocm.group),
-            ("date", rocm.date), ("root_kind", root.kind), ("root", root.root)) if v]
+            ("date", rocm.date), ("root_kind", root.kind)) if v]  # the root's path is the runner's
         packages[ROCM] = Component(
             type=ComponentType.FRAMEWORK, name=rocm.tarball.removesuffix(".tar.gz") if rocm.tarball else "rocm",
             version=rocm.version or "unknown", bom_ref=ROCM, properties=properties,

@@ -157,6 +157,13 @@ def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_an
     assert fallback["newest_date"] == bad.isoformat() and fallback["last_good_release"] == tag1
     assert fallback["reason"] == "the smoke test failed: cli: killed by SIGSEGV (exit code -11)", fallback["reason"]
     body = next(r for r in world.github.state.releases.values() if r.tag_name == tag2).body
+    # public text names no runner path (issue 28, item 3): not the compilers in the cache (manifest's cmake), not
+    # the ROCm root (the SBOM), not the failed attempt's log (the fallback's reason, the notes)
+    release2 = next(r for r in world.github.state.releases.values() if r.tag_name == tag2)
+    for asset in release2.assets:
+        if asset.name.endswith((".json", ".txt")):
+            assert str(tmp_path) not in asset.data.decode(), asset.name
+    assert str(tmp_path) not in body and "above" not in fallback["reason"]
     assert "### Built on the last good ROCm" in body
     assert f"gfx1151 (`llama-{tag2}-ubuntu-rocm-gfx1151-x64.zip`): ROCm {version(good)}, newest {version(bad)} " \
            "failed smoke:" in body

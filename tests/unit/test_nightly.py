@@ -115,6 +115,11 @@ def test_failing_required_job_blocks_and_alerts(world, tmp_path):
     assert not world.github.state.releases
     (issue,) = world.github.state.issues.values()
     assert "linux-gfx1151" in issue.body + json.dumps(issue.comments)
+    # public text names no runner path (issue 28, item 3): the log by its place in the artifacts, the quoted tail
+    # with the output and cache folders shortened, a reason that stands alone
+    assert str(tmp_path) not in issue.body, issue.body
+    assert "Log: `linux-gfx1151/build.log`" in issue.body and ("<out>/" in issue.body or "<cache>/" in issue.body)
+    assert "above" not in issue.body.split("<details>")[0] and "build.log in the job folder says why" in issue.body
 
 
 def test_interrupted_night_resumes_without_redoing_completed_stages(world, tmp_path):
