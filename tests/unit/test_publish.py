@@ -557,3 +557,20 @@ def test_a_required_gpu_smoke_that_failed_or_never_ran_blocks_an_optional_one_do
     _with_gpu_smoke(night[0], required=False, ok=ok)
     report = publish(options(gh, night, tmp_path / "again"))
     assert report.state == "published" and "llama-b1000-ubuntu-rocm-gfx1151-x64.zip" in {a.name for a in report.assets}
+
+
+def test_the_notes_say_what_ran_again_on_the_last_good_rocm(gh, night, tmp_path):
+    """Issue 28, item 5: a fallback asset was said to be "built and tested again" also when no smoke test ran."""
+    from rockbuild.core.records import FallbackRecord, TarballRef
+
+    for job in (night[0], night[2]):  # linux-gfx1151 ran its smoke test; windows-gfx1151 has none (its CI leg)
+        FallbackRecord(newest=TarballRef(name="therock-dist-x-gfx1151-7.2.0a20261201.tar.gz", version="7.2.0a20261201",
+                                         date="2026-12-01"),
+                       failed_stage="build", reason="compile failed (exit code 1)",
+                       last_good=TarballRef(version="7.2.0a20261128", date="2026-11-28", release="b0999"),
+                       result="ok").write(job / "fallback.json")
+    report = publish(options(gh, night, tmp_path, dry_run=True))
+    notes = (report.out_dir / "release-notes.md").read_text()
+    assert "(`llama-b1000-ubuntu-rocm-gfx1151-x64.zip`, built, bundled and smoke-tested):" in notes, notes
+    assert "(`llama-b1000-windows-rocm-gfx1151-x64.zip`, built and bundled (no smoke test ran)):" in notes
+    assert "built and tested again" not in notes
