@@ -72,7 +72,8 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
         "gpu": _gpu_row(job),
         "fallback": job.fallback_note(),
         # what ran again on the last good ROCm: a night without the smoke stage did not test it
-        "again": "built, bundled and smoke-tested" if job.smoke is not None else "built and bundled (no smoke test ran)",
+        "again": ("built, bundled and smoke-tested" if job.smoke is not None
+                  else "built and bundled (no smoke test ran)"),
     }
 
 
