@@ -432,9 +432,7 @@ def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Seq
                     warnings: list[str], say: Any) -> tuple[Any, list[tuple[str, str]]]:
     """The draft for ``tag`` holding exactly our verified assets (created, or completed when a run left one)."""
     if existing is None:
-        release = gh.call(f"creating the draft release {tag}", lambda: gh.repo.create_git_release(
-            tag, name=tag, message=notes, draft=True, prerelease=False))
-        say(f"{tag}: created a draft release")
+        release = _create_draft(gh, tag, notes, say)
     else:
         release = existing
         say(f"{tag}: completing the draft a previous run left")
@@ -461,9 +459,7 @@ def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Seq
         if actions.get(local.name) == "kept":
             continue
         say(f"    uploading {local.name} ({local.size:,} bytes)")
-        uploaded = gh.call(
-            f"uploading {local.name} to the draft {tag} (the draft stays unpublished; run the same command again "
-            "to complete it)", _uploader(release, local))
+        uploaded = _upload(gh, release, local, tag, say)
         same, why = _matches(uploaded, local)
         if not same and _digest(uploaded) is not None:
             raise PublishError(f"{local.name} was uploaded to the draft {tag} but the API reports {why}",
@@ -471,6 +467,47 @@ def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Seq
         actions[local.name] = "replaced" if actions.get(local.name) == "replaced" else "uploaded"
     _verify_draft(gh, release, assets)
     return release, [(a.name, actions[a.name]) for a in assets]
+
+
+def _create_draft(gh: GitHub, tag: str, notes: str, say: Any) -> Any:
+    """The new draft for ``tag`` (there was none). GitHub sometimes creates the release and answers 5xx, and
+    PyGithub's retries post again: each such post left a draft. The one answered, else the first made, is kept (found
+    by its tag) and the others are deleted."""
+    answered: Any = None
+    try:
+        answered = gh.call(f"creating the draft release {tag}", lambda: gh.repo.create_git_release(
+            tag, name=tag, message=notes, draft=True, prerelease=False))
+    except PublishError as failure:
+        error: PublishError | None = failure
+    else:
+        error = None
+    made = sorted((r for r in gh.releases() if r.draft and r.tag_name == tag), key=lambda r: (r.created_at, r.id))
+    release = answered or (made[0] if made else None)
+    if release is None:
+        assert error is not None
+        raise error
+    if error is not None:
+        say(f"{tag}: GitHub created the draft although it answered an error ({error.message}); using it")
+    else:
+        say(f"{tag}: created a draft release")
+    for duplicate in (r for r in made if r.id != release.id):
+        say(f"{tag}: deleting a duplicate draft an answered-with-an-error request made")
+        gh.call(f"deleting a duplicate draft {tag}", duplicate.delete_release)
+    return release
+
+
+def _upload(gh: GitHub, release: Any, local: AssetFile, tag: str, say: Any) -> Any:
+    """Upload ``local`` to the draft. GitHub sometimes stores an upload and answers 5xx (a retry then gets 422
+    already_exists): when the stored asset is ours (name, size and, when reported, sha256), it is taken."""
+    try:
+        return gh.call(f"uploading {local.name} to the draft {tag} (the draft stays unpublished; run the same "
+                       "command again to complete it)", _uploader(release, local))
+    except PublishError as failure:
+        stored = next((a for a in gh.assets(release) if a.name == local.name), None)
+        if stored is None or not _matches(stored, local)[0]:
+            raise
+        say(f"    {local.name}: GitHub stored it although it answered an error ({failure.message}); it is ours")
+        return stored
 
 
 def _uploader(release: Any, local: AssetFile) -> Any:

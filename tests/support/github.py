@@ -81,6 +81,8 @@ class GitHubState:
         self.requests: list[tuple[str, str]] = []
         self.abort_upload_number: int | None = None
         self.fail_release_create: int | None = None  # answer POST /releases with this status, creating nothing
+        self.create_then_fail_releases = 0  # this many POST /releases create the release, then answer 502
+        self.store_then_fail_upload_number: int | None = None  # the N-th upload is stored whole, answered 502
         self.uploads = 0
         self.lock = threading.RLock()
 
@@ -349,6 +351,9 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                               bool(body.get("draft")), bool(body.get("prerelease")),
                               body.get("target_commitish") or "main", state.now())
                 state.releases[rel.id] = rel
+                if state.create_then_fail_releases > 0:  # GitHub made it, and the answer got lost
+                    state.create_then_fail_releases -= 1
+                    return self._error(502, "Server Error")
                 if not rel.draft:
                     state.publish(rel, body.get("make_latest"))
                 return self._send(201, server.release_json(rel))
@@ -441,7 +446,9 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                               self.headers.get("Content-Type", "application/octet-stream"), data,
                               created_at=state.now())
                 rel.assets.append(asset)
-                return self._send(201, server.asset_json(rel, asset))
+            if state.store_then_fail_upload_number == number:  # stored, and then GitHub answers an error
+                return self._error(502, "Server Error")
+            return self._send(201, server.asset_json(rel, asset))
 
         def _download(self, tag: str, name: str) -> None:
             rel = state.release_by_tag(tag, drafts=False)

@@ -574,3 +574,24 @@ def test_the_notes_say_what_ran_again_on_the_last_good_rocm(gh, night, tmp_path)
     assert "(`llama-b1000-ubuntu-rocm-gfx1151-x64.zip`, built, bundled and smoke-tested):" in notes, notes
     assert "(`llama-b1000-windows-rocm-gfx1151-x64.zip`, built and bundled (no smoke test ran)):" in notes
     assert "built and tested again" not in notes
+
+
+def test_an_upload_github_stored_but_answered_5xx_is_taken(gh, night, tmp_path):
+    """Issue 28, item 6: GitHub stores the upload and answers 502; the retry gets 422 already_exists. The stored
+    asset is ours (name, size, digest): the run takes it and publishes, in one run."""
+    gh.state.store_then_fail_upload_number = 2
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "published", report.message
+    (rel,) = gh.state.releases.values()
+    names = [a.name for a in rel.assets]
+    assert sorted(names) == sorted(EXPECTED) and len(names) == len(set(names))
+
+
+def test_a_release_github_created_but_answered_5xx_is_found_by_its_tag(gh, night, tmp_path):
+    """Issue 28, item 7: POST /releases created the draft and answered 502 (twice: PyGithub's retry posted again).
+    The draft is found by its tag, the duplicate deleted, and the night published: one release, no second try."""
+    gh.state.create_then_fail_releases = 2
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "published", report.message
+    (rel,) = gh.state.releases.values()
+    assert rel.tag_name == "b1000" and not rel.draft and sorted(a.name for a in rel.assets) == sorted(EXPECTED)
