@@ -149,7 +149,7 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert rockbuild_calls("build") == ['rockbuild nightly --job', 'rockbuild smoke "out/$JOB_ID"']
     windows_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
     assert windows_smoke["if"] == "runner.os == 'Windows'" and windows_smoke["continue-on-error"] is True
-    assert rockbuild_calls("publish") == ["rockbuild nightly --release"]
+    assert rockbuild_calls("publish") == ["rockbuild publish --dry-run", "rockbuild nightly --release"]
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
     assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
@@ -172,7 +172,13 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
     attest = next(s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith(
         "actions/attest-build-provenance@"))
-    assert "out/release/*/llama-*.zip" in attest["with"]["subject-path"]
+    # every asset (the .deb and SHA256SUMS too) is attested before the release is published (issue 28, item 9)
+    for subject in ("zip", "tar.gz", "deb", "cdx.json"):
+        assert f"out/release/*/llama-*.{subject}" in attest["with"]["subject-path"]
+    assert "out/release/*/SHA256SUMS" in attest["with"]["subject-path"]
+    steps = [s.get("name") for s in jobs["publish"]["steps"]]
+    assert steps.index("Make the release files") < steps.index("Attest the assets' build provenance") \
+        < steps.index("Publish the release")
 
 
 def test_ci_run_calls_the_readme_test_command():

@@ -595,3 +595,16 @@ def test_a_release_github_created_but_answered_5xx_is_found_by_its_tag(gh, night
     assert report.state == "published", report.message
     (rel,) = gh.state.releases.values()
     assert rel.tag_name == "b1000" and not rel.draft and sorted(a.name for a in rel.assets) == sorted(EXPECTED)
+
+
+def test_the_dry_run_makes_the_files_the_release_then_uploads(gh, night, tmp_path):
+    """Issue 28, item 9: the workflow attests the dry run's files before the release exists, so the published
+    assets must be those very bytes (reproducible archives, same tag, same folder)."""
+    dry = publish(options(gh, night, tmp_path, dry_run=True))
+    made = {p.name: p.read_bytes() for p in dry.out_dir.iterdir() if p.is_file() and p.name != "release-notes.md"}
+    report = publish(options(gh, night, tmp_path))
+    assert report.state == "published" and report.tag == dry.tag and report.out_dir == dry.out_dir
+    (rel,) = gh.state.releases.values()
+    uploaded = {a.name: a.data for a in rel.assets}
+    assert set(uploaded) == set(EXPECTED) and set(uploaded) <= set(made)
+    assert all(uploaded[name] == made[name] for name in uploaded), [n for n in uploaded if uploaded[n] != made[n]]
