@@ -42,6 +42,7 @@ from rockbuild.core.errors import (
     ExtractionError,
     FetchError,
     NotFoundError,
+    RecordError,
     UnsafeArchiveError,
     UsageError,
 )
@@ -137,6 +138,7 @@ class InstallOptions:
     cache: Path | None = None  # default: <cache>/releases
     quiet: bool = False
     require_attestation: bool = False  # refuse unless GitHub's build provenance is verified (needs gh)
+    upgrade: bool = False  # replace an existing --dest, once the new bundle is verified and audited
     families: FamilyTable = field(kw_only=True, repr=False, compare=False)  # which GPUs a target runs on
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's token, Windows' PATH
 
@@ -403,6 +405,20 @@ def _discard(downloader_cache: Path, name: str) -> None:
             (downloader_cache / f"{name}{suffix}").unlink()
 
 
+def _move_into_place(staging: Path, dest: Path) -> None:
+    """``staging`` becomes ``dest``; an existing ``dest`` (an upgrade) is moved aside first and removed after."""
+    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    if os.path.lexists(dest):
+        os.replace(dest, old)
+    try:
+        os.replace(staging, dest)
+    except OSError:
+        if os.path.lexists(old):
+            os.replace(old, dest)  # put the old install back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def verify_attestation(asset: Path, repo: str, context: Context, *, required: bool = False,
                        api_url: str = DEFAULT_API_URL) -> str:
     """GitHub's build provenance of ``asset`` (the nightly workflow attests every asset), checked with ``gh
@@ -447,18 +463,26 @@ def install(options: InstallOptions) -> InstallReport:
     release = fetch_release(options.api_url, options.repo, options.tag)
     tag = str(release.get("tag_name"))
     assets = {str(a.get("name")): a for a in release["assets"] if isinstance(a, Mapping)}
-    manifest = None
-    if MANIFEST_NAME in assets:
-        with contextlib.suppress(ValueError):
-            manifest = json.loads(_text_asset(assets, MANIFEST_NAME) or "null")
-    chosen, warnings = choose_asset(release, manifest if isinstance(manifest, dict) else None, target=target,
-                                    os_name=os_name, backend=options.backend)
+    manifest: ManifestRecord | None = None
+    if MANIFEST_NAME in assets:  # outside input: one that is not a valid manifest.json is set aside, with a warning
+        try:
+            manifest = ManifestRecord.loads(_text_asset(assets, MANIFEST_NAME) or "", f"{MANIFEST_NAME} of {tag}")
+        except RecordError as exc:
+            console.warn(f"{exc.message}; choosing the asset by its name")
+    chosen, warnings = choose_asset(release, manifest, target=target, os_name=os_name, backend=options.backend)
     for w in warnings:
         console.warn(w)
     base = chosen.name[: -len(".tar.gz")] if chosen.name.endswith(".tar.gz") else chosen.name[: -len(".zip")]
     dest = (options.dest or Path.cwd() / base).absolute()
-    if os.path.lexists(dest):
-        raise UsageError(f"{dest} already exists; not installing over it", hint="delete it or pass another --dest")
+    if os.path.lexists(dest) and not options.upgrade:
+        raise UsageError(f"{dest} already exists; not installing over it",
+                         hint="pass --upgrade to replace it once the new one is verified and audited, or another "
+                         "--dest")
+    if options.require_attestation and shutil.which("gh", path=options.context.env.get("PATH")) is None:
+        # refused before anything is downloaded: the provenance could not be checked afterwards either
+        raise ChecksumError("--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance "
+                            f"of {chosen.name} cannot be verified; nothing was downloaded",
+                            hint="install gh (https://cli.github.com)")
     sums_text = _text_asset(assets, SUMS_NAME)
     if sums_text is None:
         raise ChecksumError(f"release {tag} has no {SUMS_NAME}: refusing to install bytes nobody vouched for",
@@ -480,15 +504,25 @@ def install(options: InstallOptions) -> InstallReport:
                                 f"({exc.message})", hint="run again; if it repeats, report it") from None
     attestation = verify_attestation(got.path, options.repo, options.context, required=options.require_attestation,
                                      api_url=options.api_url)
-    # both extractors work in a staging folder and leave nothing behind when they refuse or fail
-    if chosen.name.endswith(".tar.gz"):
-        extract_tarball(got.path, dest)
-    else:
-        extract_zip_safely(got.path, dest)
-    report = audit_bundle(dest, platform=os_name)
+    # extracted and audited beside the destination; only a bundle that passed is moved into place (an upgrade keeps
+    # the old install until then), and a refused one leaves nothing behind, in the cache neither
+    staging = dest.with_name(f".{dest.name}.new-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        if chosen.name.endswith(".tar.gz"):
+            extract_tarball(got.path, staging)
+        else:
+            extract_zip_safely(got.path, staging)
+    except UnsafeArchiveError:
+        _discard(cache, chosen.name)
+        raise
+    report = audit_bundle(staging, platform=os_name)
     if not report.ok:
-        raise AuditError(f"{dest}: installed, but its audit failed ({len(report.failures)}): {report.failures[0]}",
-                         hint=f"details: rockbuild audit {dest}; report it to the release's maintainers")
+        shutil.rmtree(staging, ignore_errors=True)
+        raise AuditError(f"{chosen.name}: its audit failed ({len(report.failures)}): {report.failures[0]}; "
+                         f"nothing was installed{' (the old install is kept)' if os.path.lexists(dest) else ''}",
+                         hint="report it to the release's maintainers")
+    _move_into_place(staging, dest)
     if os_name == "windows" and options.context.windows is not None:
         for line in windows_dll_warnings(dest, options.context.windows):
             console.warn(line)

@@ -63,9 +63,12 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
 @click.option("--require-attestation", is_flag=True,
               help="Refuse the asset unless its GitHub build provenance verifies (gh attestation verify; needs gh). "
               "Without it the provenance is checked whenever gh is installed; SHA256SUMS always is.")
+@click.option("--upgrade", is_flag=True,
+              help="Replace an existing --dest folder (an older install): the new bundle is downloaded, verified and "
+              "audited beside it first, and the old one is kept until then.")
 @JSON
 def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | None, api_url: str | None,
-            os_name: str | None, sysfs_root: Path, require_attestation: bool, as_json: bool) -> None:
+            os_name: str | None, sysfs_root: Path, require_attestation: bool, upgrade: bool, as_json: bool) -> None:
     """Download the release asset that fits this machine's GPU, verify it (SHA256SUMS), extract it, audit it."""
     from rockbuild.install import DEFAULT_API_URL, DEFAULT_REPO, InstallOptions
     from rockbuild.install import install as install_asset
@@ -73,7 +76,7 @@ def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | 
     show(install_asset(InstallOptions(
         repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
         api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
-        require_attestation=require_attestation, families=settings().families, context=settings(),
+        require_attestation=require_attestation, upgrade=upgrade, families=settings().families, context=settings(),
     )), as_json)
 
 

@@ -202,21 +202,46 @@ def test_seed_release_without_manifest_is_found_by_name_and_unzipped(gh, tmp_pat
     assert report.visible_devices == "0"  # by name, the asset is taken to cover gfx1036, device 0
 
 
-def test_asset_failing_its_audit_is_reported_and_kept(gh, tmp_path):
-    bundle = real_bundle(make_job(tmp_path / "out", "linux-gfx1151") / "bundle", ("gfx1151",))
-    (bundle / "library").mkdir()  # a stray kernel folder rocBLAS would read first
+def _bad_release(gh, tmp_path, tag: str) -> str:
+    """A release whose gfx1151 asset fails its audit (a stray kernel folder rocBLAS would read first)."""
+    bundle = real_bundle(make_job(tmp_path / f"out-{tag}", "linux-gfx1151") / "bundle", ("gfx1151",))
+    (bundle / "library").mkdir()
     (bundle / "library" / "x.dat").write_bytes(b"k")
     entries, _ = collect_entries(bundle)
-    data = write_zip(entries, tmp_path / "bad.zip", mtime=1_700_000_000).read_bytes()
-    name = "llama-b0998-ubuntu-rocm-gfx1151-x64.zip"
-    gh.state.add_release("b0998", assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n"
-                                          .encode()}, prerelease=True)
+    data = write_zip(entries, tmp_path / f"bad-{tag}.zip", mtime=1_700_000_000).read_bytes()
+    name = f"llama-{tag}-ubuntu-rocm-gfx1151-x64.zip"
+    gh.state.add_release(tag, assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n"
+                                      .encode()}, prerelease=True)
+    return name
+
+
+def test_an_asset_failing_its_audit_installs_nothing(gh, tmp_path):
+    """Issue 28, item 10: it used to stay in --dest after "installed, but its audit failed", and the next run then
+    said the folder exists. It is audited in a staging folder, and nothing of it is left."""
+    name = _bad_release(gh, tmp_path, "b0998")
     with pytest.raises(AuditError) as info:
         install(options(gh, tmp_path, tag="b0998", target="gfx1151"))
     assert info.value.exit_code == 10
-    assert info.value.message.startswith(f"{tmp_path}/llama: installed, but its audit failed (1): kernel-data: a "
-                                         "library/ folder")
-    assert (tmp_path / "llama" / "llama-server").is_file()  # kept for inspection, as the message says
+    assert info.value.message.startswith(f"{name}: its audit failed (1): kernel-data: a library/ folder")
+    assert info.value.message.endswith("nothing was installed")
+    assert not (tmp_path / "llama").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".llama.")]  # no staging folder either
+
+
+def test_upgrade_keeps_the_old_install_until_the_new_one_is_verified_and_audited(gh, release, tmp_path):
+    first = install(options(gh, tmp_path, target="gfx1151"))
+    (first.dest / "mine.txt").write_text("the old install")
+    with pytest.raises(UsageError, match="already exists") as exists:
+        install(options(gh, tmp_path, target="gfx1151"))
+    assert "--upgrade" in (exists.value.hint or "")
+    _bad_release(gh, tmp_path, "b0997")
+    with pytest.raises(AuditError, match=r"nothing was installed \(the old install is kept\)"):
+        install(options(gh, tmp_path, tag="b0997", target="gfx1151", upgrade=True))
+    assert (first.dest / "mine.txt").read_text() == "the old install"
+    again = install(options(gh, tmp_path, target="gfx1151", upgrade=True))  # a good one replaces it
+    assert again.dest == first.dest and not (again.dest / "mine.txt").exists()
+    assert (again.dest / "llama-server").is_file()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".llama.")]
 
 
 def test_no_vulkan_asset_lists_the_assets(gh, release, tmp_path):
@@ -345,3 +370,20 @@ def test_without_gh_sha256sums_is_enough_unless_the_attestation_is_required(gh, 
     with pytest.raises(ChecksumError, match="--require-attestation: gh .* is not installed"):
         install(options(gh, tmp_path, target="gfx1151", dest=tmp_path / "other", require_attestation=True))
     assert not (tmp_path / "other").exists()
+
+
+def test_what_cannot_be_verified_or_is_unsafe_is_not_kept(gh, release, tmp_path):
+    """Issue 28, item 10: --require-attestation without gh is refused before the download; an archive refused as
+    unsafe does not stay in the cache."""
+    (tmp_path / "a").mkdir()
+    with pytest.raises(ChecksumError, match="nothing was downloaded"):
+        install(options(gh, tmp_path / "a", target="gfx1151", require_attestation=True))
+    assert not (tmp_path / "a" / "cache").exists()
+    data = make_zip(tmp_path / "evil.zip", [("ok.txt", b"x", stat.S_IFREG | 0o644),
+                                            ("link", b"/etc", stat.S_IFLNK | 0o777)]).read_bytes()
+    name = "llama-b0996-ubuntu-rocm-gfx1151-x64.zip"
+    gh.state.add_release("b0996", assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n"
+                                          .encode()}, prerelease=True)
+    with pytest.raises(UnsafeArchiveError, match="is a symlink"):
+        install(options(gh, tmp_path, tag="b0996", target="gfx1151"))
+    assert not (tmp_path / "cache" / name).exists() and not (tmp_path / "llama").exists()
