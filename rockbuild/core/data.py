@@ -193,7 +193,10 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    loader = _LineLoader(text)
+    try:
+        loader = _LineLoader(text)  # the reader checks the characters here already (a control character is refused)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     loader.name = str(path)
     try:
         node = loader.get_single_node()
