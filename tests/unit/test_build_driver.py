@@ -202,7 +202,9 @@ def test_failing_compile_ends_with_the_log_tail(world, capsys):
         build_job(job, options)
     exc = info.value
     log = world["base"] / "out-fail" / "linux-gfx1151" / "build.log"
-    assert "\n" not in exc.message and str(log) in exc.message and exc.message.startswith("compile failed (exit code")
+    # the message stands alone in public text (no runner path, no "above"); the path is the hint the user sees
+    assert "\n" not in exc.message and str(log) not in exc.message and exc.message.startswith("compile failed (exit code")
+    assert exc.message.endswith("build.log in the job folder says why") and exc.hint.endswith(f"the whole log: {log}")
     assert exc.exit_code == 1 and exc.step == "compile" and exc.log == log
     assert 0 < len(exc.tail) <= 40 and any("compile fails on purpose" in line for line in exc.tail)
     err = capsys.readouterr().err
@@ -221,7 +223,8 @@ def test_cli_failing_configure_exit_code_and_tail(world, run_rockbuild, tmp_path
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     log = tmp_path / "out" / "linux-gfx1151" / "build.log"
-    assert lines[-1].startswith("error: configure failed (exit code 1)") and lines[-1].endswith(f"full log: {log}")
+    assert lines[-2] == "error: configure failed (exit code 1); build.log in the job folder says why"
+    assert lines[-1] == f"hint: its last lines are printed above; the whole log: {log}"
     assert "configure fails on purpose" in result.stderr
     assert f"lines of {log} ----" in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""

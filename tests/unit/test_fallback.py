@@ -165,8 +165,8 @@ def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_an
             assert str(tmp_path) not in asset.data.decode(), asset.name
     assert str(tmp_path) not in body and "above" not in fallback["reason"]
     assert "### Built on the last good ROCm" in body
-    assert f"gfx1151 (`llama-{tag2}-ubuntu-rocm-gfx1151-x64.zip`): ROCm {version(good)}, newest {version(bad)} " \
-           "failed smoke:" in body
+    assert f"gfx1151 (`llama-{tag2}-ubuntu-rocm-gfx1151-x64.zip`, built, bundled and smoke-tested): ROCm " \
+           f"{version(good)}, newest {version(bad)} failed smoke:" in body
     # the failed attempt is kept beside the job folder, whole
     kept = out / f"linux-gfx1151@rocm-{version(bad)}"
     assert json.loads((kept / "smoke.json").read_text())["ok"] is False
