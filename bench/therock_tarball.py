@@ -141,8 +141,10 @@ def make_therock_tarball(path: Path, *, scale: float = 1.0, seed: int = 7) -> di
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    default = "/var/cache/rockbuild/bench/therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else default)
-    print(json.dumps(make_therock_tarball(target), indent=2))
+    parser = argparse.ArgumentParser(description="A TheRock-shaped gfx1151 tarball (about 1.2 GB) for bench/fetch.py.")
+    parser.add_argument("out", nargs="?", type=Path,
+                        default=Path("/var/cache/rockbuild/bench/therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"),
+                        help="where to write it (default: under /var/cache/rockbuild/bench)")
+    print(json.dumps(make_therock_tarball(parser.parse_args().out), indent=2))
