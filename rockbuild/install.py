@@ -419,16 +419,25 @@ def _move_into_place(staging: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _gh(context: Context) -> str | None:
+    """GitHub's CLI on the PATH rockbuild was given, which verifies the build provenance."""
+    return shutil.which("gh", path=context.env.get("PATH"))
+
+
+def _no_gh(asset: str, after: str = "") -> ChecksumError:
+    return ChecksumError(f"--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance of "
+                         f"{asset} cannot be verified{after}", hint="install gh (https://cli.github.com)")
+
+
 def verify_attestation(asset: Path, repo: str, context: Context, *, required: bool = False,
                        api_url: str = DEFAULT_API_URL) -> str:
     """GitHub's build provenance of ``asset`` (the nightly workflow attests every asset), checked with ``gh
     attestation verify`` when gh is installed: "verified", or why it was not checked. A failed verification is a
     ChecksumError; so is a missing gh when ``required``. gh gets the GitHub token, and only it."""
-    gh = shutil.which("gh", path=context.env.get("PATH"))
+    gh = _gh(context)
     if gh is None:
         if required:
-            raise ChecksumError("--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance "
-                                f"of {asset.name} cannot be verified", hint="install gh (https://cli.github.com)")
+            raise _no_gh(asset.name)
         return "not checked (gh is not installed; SHA256SUMS verified)"
     env = child_env(base=context.env, inherit=("PATH", "HOME", "LANG", "SSL_CERT_FILE", "XDG_CONFIG_HOME"))
     if api_url.rstrip("/") != DEFAULT_API_URL:
@@ -478,11 +487,9 @@ def install(options: InstallOptions) -> InstallReport:
         raise UsageError(f"{dest} already exists; not installing over it",
                          hint="pass --upgrade to replace it once the new one is verified and audited, or another "
                          "--dest")
-    if options.require_attestation and shutil.which("gh", path=options.context.env.get("PATH")) is None:
+    if options.require_attestation and _gh(options.context) is None:
         # refused before anything is downloaded: the provenance could not be checked afterwards either
-        raise ChecksumError("--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance "
-                            f"of {chosen.name} cannot be verified; nothing was downloaded",
-                            hint="install gh (https://cli.github.com)")
+        raise _no_gh(chosen.name, "; nothing was downloaded")
     sums_text = _text_asset(assets, SUMS_NAME)
     if sums_text is None:
         raise ChecksumError(f"release {tag} has no {SUMS_NAME}: refusing to install bytes nobody vouched for",
