@@ -90,6 +90,7 @@ class BundlePlan:
     backend: str = DEFAULT  # rocm | vulkan
     fatbin_tools: OffloadTools | None = None  # LLVM's tools that prove the pruned fat binaries (verify_pruned)
     pruning: dict[str, Any] = field(default_factory=dict)  # asked (on/auto/off), done, tools, why not
+    policy: BundlePolicy | None = field(default=None, repr=False, compare=False)  # the audit after bundling holds to it
 
     @property
     def pruned_files(self) -> tuple[PlannedFile, ...]:
@@ -446,7 +447,7 @@ def make_plan(request: BundleRequest) -> BundlePlan:
         out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
         warnings=tuple(warnings), seconds=time.monotonic() - start, backend=flavour.name, fatbin_tools=tools,
-        pruning=pruning,
+        pruning=pruning, policy=policy,
     )
 
 
@@ -599,7 +600,7 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         start = time.monotonic()
         # audited where it was written, reported where it lands
         audit_report = dataclasses.replace(
-            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend), path=plan.out)
+            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy), path=plan.out)
         seconds["audit"] = time.monotonic() - start
     report = BundleReport(plan.out, plan, False, audit_report, seconds, reports, refs)
     write_bundle_json(report, partial)

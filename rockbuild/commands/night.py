@@ -147,7 +147,7 @@ def night_data(selection: JobSelection, publish_config: Path | None = None) -> N
     from rockbuild.nightly import NightData
 
     files = settings().but(publish_file=publish_config)
-    return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
+    return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke, programs=files.programs,
                      policy=files.policy)
 
 

@@ -172,6 +172,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=compile_flags.offline,
         jobs=jobs, use_ccache=compile_flags.use_ccache, ccache_dir=compile_flags.ccache_dir, context=settings(),
+        programs=settings().programs,
     )
     matrix = settings().but(matrix_file=config)
     inputs = load_inputs(inputs_file) if inputs_file is not None else None

@@ -351,6 +351,9 @@ class BuildRecord(Record):
     job: JobEntry | None = None
     gpu_targets: tuple[str, ...] = ()
     build_targets: tuple[str, ...] = ()
+    programs: tuple[Mapping[str, Any], ...] = ()  # Program.to_dict of each program built
+    programs_unavailable: tuple[str, ...] = ()
+    dropped_definitions: tuple[str, ...] = ()
     llama_cpp: LlamaCpp | None = None
     rocm: BuildRocm | None = None
     toolchain: Mapping[str, Any] | None = None

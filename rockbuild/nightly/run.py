@@ -33,6 +33,7 @@ from rockbuild.core.environment import Context
 from rockbuild.core.errors import LayoutError, PublishError, RockbuildError, SmokeError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
+from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import (
     FALLBACK_SCHEMA,
     BuildErrorInfo,
@@ -134,6 +135,7 @@ class NightData:
     publish: PublishConfig
     smoke: Mapping[str, Any]
     policy: BundlePolicy
+    programs: ProgramList = field(default_factory=load_programs)  # matrices/programs.yaml
 
 
 @dataclass(frozen=True)
@@ -346,7 +348,7 @@ class _JobRun:
             build_options = build_options_for_inputs(BuildOptions(
                 out_dir=self.night.out, offline=options.compile.offline, jobs=options.compile_jobs,
                 use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
-                context=options.context,
+                context=options.context, programs=options.data.programs,
             ), inputs, self.root)
             try:
                 build_job(self.job, build_options)

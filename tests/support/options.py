@@ -24,7 +24,8 @@ def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Se
     files = settings(matrix_file=config, publish_file=publish_config, policy_file=policy)
     jobs = files.jobs(os_override=split_list(list(oses), aliases={"ubuntu": "linux"}),
                       target_override=split_list(list(targets)))
-    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy)
+    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy,
+                     programs=files.programs)
 
 
 _GROUPS = {
