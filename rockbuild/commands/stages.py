@@ -252,13 +252,14 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 @click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
 def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | None,
           bench_preset: str, report_path: Path | None, as_json: bool) -> None:
-    """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
+    """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths, then every other
+    shipped program's --help (matrices/programs.yaml)."""
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
     chosen = provide_model(model.spec, vocab=model.vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
-                                       device=device)
+                                       device=device, programs=settings().programs.programs)
     report = run_smoke(bundle_dir, chosen, options, report_path=report_path, quiet=as_json)
     show(report, as_json)
     report.raise_if_failed()

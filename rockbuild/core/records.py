@@ -474,6 +474,10 @@ class SmokeRun(Record):
     failure: str | None = None
     log: str | None = None
     log_tail: tuple[str, ...] = ()
+    # the programs run (rockbuild.smoke.runner.run_programs): each one's status, arguments, exit code and log
+    programs: tuple[Mapping[str, Any], ...] = ()
+    checked: int | None = None
+    absent: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -388,7 +388,8 @@ class _JobRun:
         def run() -> None:
             folder.smoke_json.unlink(missing_ok=True)
             with console.step(f"{self.job.id}: smoke test") as step:
-                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(options.data.smoke),
+                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(
+                    options.data.smoke, programs=options.data.programs.programs),
                                    report_path=folder.smoke_json, quiet=options.quiet)
                 if not report.ok:
                     step.fail()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.audit import bundle_backend
 from rockbuild.core.environment import host_os
 from rockbuild.core.errors import SmokeError
+from rockbuild.core.programs import Program
 from rockbuild.core.records import BundleRecord, SmokeRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail, spawn, stop
@@ -61,6 +63,9 @@ class SmokeOptions:
     # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
     # so a missing device fails in the command itself instead of falling back to the CPU with exit code 0
     device: str | None = None
+    # every shipped program, each run from the bundle with its check arguments (matrices/programs.yaml); () = none
+    programs: tuple[Program, ...] = ()
+    program_timeout: float = 60.0
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
@@ -368,6 +373,52 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
                      details=details)
 
 
+def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOptions, *, platform: str,
+                 env: Mapping[str, str], logs: Path) -> RunRecord:
+    """Run every shipped program from the bundle with its check arguments (``--help``, ``--version``): each must
+    exit as its entry says, within the timeout, and print what it expects. A required program missing from the bundle
+    fails; an optional one the build did not have is listed as absent (build.json says why)."""
+    start = time.monotonic()
+    folder = logs / "programs"
+    folder.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for program in programs:
+        exe = bundle / program.file_for(platform)
+        if not exe.is_file():
+            results.append({"program": program.file_name, "status": "absent", "required": program.required})
+            if program.required:
+                failures.append(f"{program.file_name} is not in the bundle")
+            continue
+        log = folder / f"{program.file_name}.log"
+        args = [str(exe), *program.check]
+        output, rc, problem, seconds = run_program(program.file_name, args, cwd=bundle, env=env,
+                                                   timeout=options.program_timeout, log=log)
+        if problem is not None and "timed out" in problem:
+            pass
+        elif rc == program.exit_code:
+            problem = None
+        else:
+            problem = f"{exit_reason(rc) if rc is not None else problem} (expected exit code {program.exit_code})"
+        if problem is None and program.expect and not re.search(program.expect, output or ""):
+            problem = f"its output does not match {program.expect!r}"
+        results.append({"program": program.file_name, "status": "ok" if problem is None else "failed",
+                        "args": list(program.check), "returncode": rc, "seconds": round(seconds, 3),
+                        "failure": problem, "log": str(log)})
+        if problem is not None:
+            failures.append(" ".join([program.file_name, *program.check]) + f": {problem}")
+    ran = sum(1 for r in results if r["status"] != "absent")
+    details = {"programs": results, "checked": ran,
+               "absent": [r["program"] for r in results if r["status"] == "absent"]}
+    failure = None
+    if failures:
+        listed = ran + sum(1 for r in results if r["status"] == "absent" and r["required"])
+        failure = f"{len(failures)} of {listed} programs failed: {failures[0]}" + (
+            f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
+    return RunRecord("programs", tuple(p.file_name for p in programs), failure is None, time.monotonic() - start,
+                     None, failure, str(folder), (), details=details)
+
+
 def bench_threads(options: SmokeOptions) -> int:
     """llama-bench's threads: ``bench_threads`` capped at this machine's CPUs, else the runs' ``threads``."""
     if options.bench_threads:
@@ -479,6 +530,17 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
             console.warn(f"{exe_name}: {record.failure}; last lines of {record.log}:")
             for line in record.log_tail[-15:]:
                 console.info(f"    {line}")
+        records.append(record)
+    if options.programs and preflight is None:
+        with contextlib.nullcontext(console.Step()) if quiet else console.step(
+                f"smoke: {len(options.programs)} programs") as step:
+            record = run_programs(bundle, options.programs, options, platform=platform, env=child, logs=logs)
+            if not record.ok:
+                step.fail()
+        if not record.ok and not quiet:
+            for item in record.details["programs"]:
+                if item["status"] == "failed":
+                    console.warn(f"{item['program']}: {item['failure']}; log: {item['log']}")
         records.append(record)
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]

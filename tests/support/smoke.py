@@ -32,6 +32,9 @@ if VK == "noloader":
 if VK and "-dev" in sys.argv and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
     sys.stderr.write('error while handling argument "-dev": invalid device: ' + arg("-dev") + "\\n")
     sys.exit(1)
+if sys.argv[1:] in (["--version"], ["--help"]):  # the smoke's program checks (matrices/programs.yaml)
+    print("version: 11312 (0c1e570)" if sys.argv[1] == "--version" else "usage: " + sys.argv[0] + " [options]")
+    sys.exit(0)
 if "--list-devices" in sys.argv:
     print("Available devices:")
     print("  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)" if VK == "lavapipe" else "  (none)")
@@ -105,7 +108,7 @@ def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Pat
     environment and arguments in ``envlog``."""
     head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
     for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog))),
-                       ("llama-bench", BENCH)):
+                       ("llama-bench", BENCH), ("ggml-rpc-server", "sys.exit(1)\n")):
         path = folder / name
         path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
         path.chmod(0o755)
