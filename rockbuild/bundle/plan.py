@@ -10,6 +10,8 @@ and audit result.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import mmap
 import os
 import shutil
 import stat
@@ -206,6 +208,27 @@ def _applicable(extra: Extra, shipped: set[str], platform: str) -> bool:
     return not extra.when or any(name_matches(n, extra.when, platform=platform) for n in shipped)
 
 
+@functools.lru_cache(maxsize=64)
+def _file_holds(path: Path, needles: tuple[bytes, ...]) -> bool:
+    """Whether the file's bytes hold one of ``needles`` (case-insensitive ASCII), read without loading it whole."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for needle in needles:
+                for variant in {needle, needle.upper(), needle.capitalize()}:
+                    if data.find(variant) != -1:
+                        return True
+    except (OSError, ValueError):  # an empty file cannot be mapped: it names nothing
+        return False
+    return False
+
+
+def _named(extra: Extra, closure: Closure, platform: str) -> bool:
+    """An ``only_if_named`` extra: a shipped ``when`` library holds its name (it can load it)."""
+    users = [e.real_path for e in closure.shipped
+             if e.real_path is not None and name_matches(e.name, extra.when, platform=platform)]
+    return any(_file_holds(path, extra.stems) for path in users)
+
+
 def _missing_extra(extra: Extra, shipped: set[str], platform: str) -> Library:
     users = sorted(n for n in shipped if name_matches(n, extra.when, platform=platform))
     return Library(name=" or ".join(extra.names), status=MISSING, needed_by=tuple(users), via="extra",
@@ -229,6 +252,8 @@ def _closure_with_extras(
         for index, extra in enumerate(extras):
             if index in applied or not _applicable(extra, shipped, platform):
                 continue
+            if extra.only_if_named and not _named(extra, closure, platform):
+                continue  # looked at again next round: another extra may bring a library that names it
             applied.add(index)
             found, new_roots = extra_files(extra, closure, shipped)
             if not found and extra.required:

@@ -51,12 +51,28 @@ class Extra:
     rocm_major: tuple[int, ...] = ()
     kinds: tuple[str, ...] = ()
     store_as: str | None = None
+    # ship only when a shipped library matching `when` names it (its bytes hold the extra's name, as a dlopen or
+    # DT_NEEDED string does): a rocBLAS built without hipBLASLt support never loads it
+    only_if_named: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "names": list(self.names), "when": list(self.when), "required": self.required, "reason": self.reason,
             "rocm_major": list(self.rocm_major), "kinds": list(self.kinds), "as": self.store_as,
+            "only_if_named": self.only_if_named,
         }
+
+    @property
+    def stems(self) -> tuple[bytes, ...]:
+        """What a library that loads this extra holds: its names without the glob, ``lib`` and suffix parts
+        (``libhipblaslt.so*`` -> ``hipblaslt``)."""
+        out = []
+        for name in self.names:
+            stem = re.split(r"[*?\[]", name, maxsplit=1)[0].lower()
+            stem = stem.removeprefix("lib").split(".so", 1)[0].removesuffix(".dll")
+            if len(stem) >= 4:
+                out.append(stem.encode())
+        return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -180,7 +196,13 @@ def _extras(path: Path, parent: YDict) -> tuple[Extra, ...]:
     out = []
     for i, entry in enumerate(extras):
         expect_type(path, extras, i, entry, YDict, f"extras[{i}]")
-        check_keys(path, entry, ["names", "when", "required", "reason", "rocm_major", "kinds", "as"], "an extra")
+        check_keys(path, entry, ["names", "when", "required", "reason", "rocm_major", "kinds", "as", "only_if_named"],
+                   "an extra")
+        only_if_named = entry.get("only_if_named", False)
+        expect_type(path, entry, "only_if_named", only_if_named, bool, f"extras[{i}].only_if_named")
+        if only_if_named and not entry.get("when"):
+            raise ConfigError(f"{where(path, entry, 'only_if_named')}: only_if_named needs 'when' (the libraries that "
+                              "name it)")
         majors = entry.get("rocm_major", YList())
         expect_type(path, entry, "rocm_major", majors, list, f"extras[{i}].rocm_major")
         if not all(isinstance(m, int) and not isinstance(m, bool) for m in majors):
@@ -199,7 +221,7 @@ def _extras(path: Path, parent: YDict) -> tuple[Extra, ...]:
             names=_strings(path, entry, "names", entry.get("names"), f"extras[{i}].names"),
             when=_strings(path, entry, "when", entry.get("when", YList()), f"extras[{i}].when"),
             required=required, reason=_reason(path, entry, f"extras[{i}]"),
-            rocm_major=tuple(majors), kinds=kinds, store_as=store_as,
+            rocm_major=tuple(majors), kinds=kinds, store_as=store_as, only_if_named=only_if_named,
         ))
     return tuple(out)
 
