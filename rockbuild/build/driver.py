@@ -28,13 +28,12 @@ from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.programs import ProgramList, Selection, load_programs
 from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
 from rockbuild.rocm.layout import RocmLayout, detect_layout
-
-from rockbuild.core.programs import ProgramList, Selection, load_programs
 
 from .cmake import (
     UnusedVariables,

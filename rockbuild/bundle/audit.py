@@ -385,7 +385,7 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
                         f"policy lists {len(expected)} for {machine}): those CPUs would load a slower one")
     if variants and expected and expected[0] not in variants:
         failures.append(f"no baseline CPU variant ({expected[0]}): a CPU older than every shipped variant runs nothing")
-    for variant, path in sorted(variants.items()):
+    for _name, path in sorted(variants.items()):
         symbols = exported_symbols(path)
         absent = [s for s in BACKEND_ENTRY_POINTS if symbols is not None and s not in symbols]
         if absent:

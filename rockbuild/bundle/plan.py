@@ -625,7 +625,8 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         start = time.monotonic()
         # audited where it was written, reported where it lands
         audit_report = dataclasses.replace(
-            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy), path=plan.out)
+            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy),
+            path=plan.out)
         seconds["audit"] = time.monotonic() - start
     report = BundleReport(plan.out, plan, False, audit_report, seconds, reports, refs)
     write_bundle_json(report, partial)

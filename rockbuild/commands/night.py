@@ -147,8 +147,8 @@ def night_data(selection: JobSelection, publish_config: Path | None = None) -> N
     from rockbuild.nightly import NightData
 
     files = settings().but(publish_file=publish_config)
-    return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke, programs=files.programs,
-                     policy=files.policy)
+    return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
+                     policy=files.policy, programs=files.programs)
 
 
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:
