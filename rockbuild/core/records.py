@@ -677,6 +677,8 @@ class ManifestJob(Record):
     llama_cpp: LlamaCpp | None = None
     rocm: ManifestRocm | None = None
     isas: tuple[str, ...] = ()
+    programs: tuple[str, ...] = ()  # the programs the asset ships (matrices/programs.yaml, as the tree had them)
+    cpu_variants: tuple[str, ...] = ()  # the CPU backend variants it ships (GGML_CPU_ALL_VARIANTS)
     cmake: Mapping[str, str] = field(default_factory=dict)
     assets: tuple[ManifestAsset, ...] = ()
     bundle: Mapping[str, Any] | None = None

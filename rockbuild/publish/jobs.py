@@ -90,6 +90,8 @@ class BuiltJob:
     rocm: RocmInfo = field(default_factory=lambda: RocmInfo(None, None, None, None, None, None))
     cmake: Mapping[str, str] = field(default_factory=dict)
     isas: tuple[str, ...] = ()  # GPU code really inside libggml-hip (audit), else the job's targets
+    programs: tuple[str, ...] = ()  # the shipped programs' files (build.json), each run by the smoke
+    cpu_variants: tuple[str, ...] = ()  # the CPU backend variants in the bundle (libggml-cpu-<variant>.so)
     bundle: Path | None = None
     audit: AuditRecord | None = None
     smoke: SmokeRecord | None = None
@@ -168,6 +170,7 @@ class BuiltJob:
                 "required": self.required, "status": self.status, "failed_step": self.failed_step,
                 "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
                 "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
+                "programs": list(self.programs), "cpu_variants": list(self.cpu_variants),
                 "cmake": public_cmake(self.cmake)}
 
 
@@ -177,6 +180,17 @@ def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[s
         if (fat.file or "").startswith(("libggml-hip", "ggml-hip")) and fat.targets:
             return fat.targets
     return targets
+
+
+_CPU_VARIANT_RE = re.compile(r"^(?:lib)?ggml-cpu-([A-Za-z0-9_.]+?)\.(?:so|dll)$", re.I)
+
+
+def cpu_variants(bundle_dir: Path) -> tuple[str, ...]:
+    """The CPU backend variants a bundle folder holds, by name (x64, haswell, zen4, ...)."""
+    if not bundle_dir.is_dir():
+        return ()
+    found = (_CPU_VARIANT_RE.match(p.name) for p in bundle_dir.iterdir())
+    return tuple(sorted(m.group(1) for m in found if m))
 
 
 def _smoke_tail(smoke: SmokeRecord) -> tuple[tuple[str, ...], Path | None]:
@@ -233,6 +247,8 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
         fallback=fallback,
+        programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
+        cpu_variants=cpu_variants(bundle_dir),
     )
     paths = build.paths if build is not None else None
     build_log = Path(paths.log) if paths is not None and paths.log else folder.build_log

@@ -111,4 +111,14 @@ def notes_context(
         "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],
         "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not j.gpu_tested],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
+        "programs": _shared(j.programs for j in jobs),
+        "cpu_variants": _shared(j.cpu_variants for j in jobs),
     }
+
+
+def _shared(values: Any) -> list[str]:
+    """What every shipped job has (the programs, the CPU variants), in the first job's order."""
+    lists = [list(v) for v in values]
+    if not lists:
+        return []
+    return [item for item in lists[0] if all(item in other for other in lists[1:])]
