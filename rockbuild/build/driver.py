@@ -580,7 +580,8 @@ def _configure_step(b: _Build) -> None:
                 b.recorded["warnings"] = tuple(b.notices.messages)
                 raise _failure("configure", exc, log) from None
             matrix_names = {name.upper() for name, _ in job.cmake}
-            for message in unused.warnings(ours=[n for n, _ in definitions if n.upper() not in matrix_names]):
+            named = [n for n, _ in definitions if n.upper() not in matrix_names] + list(checked.unknown)
+            for message in unused.warnings(ours=named):  # a name already warned of is said once
                 if message not in b.notices.messages:
                     b.notices.messages.append(message)
                     console.warn(message)
