@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-# Debian's chromium first: the one the project's machines and CI have
-CHROMIUM_NAMES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# Debian's chromium first (/usr/bin/chromium): the one the project's machines and CI have
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
 PLAYWRIGHT_HINT = "pip install 'rockbuild[browser]'"
