@@ -146,7 +146,8 @@ def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prun
 COMPILE = option_group(
     "compile_flags", _compile_flags,
     click.option("--offline", is_flag=True,
-                 help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone)."),
+                 help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone); "
+                 "the web UI only from the cache (no npm ci)."),
     click.option("--ccache-dir", type=folder(), default=None, help="ccache directory (default: <cache>/ccache)."),
     click.option("--no-ccache", is_flag=True, help="Do not use ccache even when it is installed."),
     click.option("--prune-fatbin/--no-prune-fatbin", default=None,
