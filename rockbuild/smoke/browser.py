@@ -138,6 +138,9 @@ def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | 
                 box.press("Enter", timeout=ms)
             step = f"wait for the answer ({page.answer})"
             text = _answer(tab, page)
+            # the page follows the answer down; the picture shows the message typed and what came back
+            with contextlib.suppress(PlaywrightError):
+                tab.get_by_text(page.message, exact=True).last.scroll_into_view_if_needed(timeout=5000)
         except PlaywrightError as exc:
             _shoot(tab, screenshot)
             context.close()
