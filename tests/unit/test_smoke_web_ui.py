@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import threading
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from support.smoke import CHAT_PAGE, gguf_header, make_bundle
 
 from rockbuild.core.records import SmokeRecord
-from rockbuild.smoke.browser import ChatPage, check_chat
+from rockbuild.smoke.browser import ChatPage, check_chat, find_chromium
 from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
@@ -31,7 +30,7 @@ def browser_here() -> bool:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return False
-    return shutil.which("chromium") is not None
+    return find_chromium() is not None
 
 
 needs_browser = pytest.mark.skipif(not browser_here(), reason="needs playwright (pip install '.[test]') and chromium")
@@ -167,7 +166,7 @@ def test_the_browser_types_sends_and_sees_the_answer(tmp_path):
                             screenshot=shot, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert result.result == "passed", result.detail
     assert server.messages == ["Hello from rockbuild"]  # what was typed is what the page sent
-    assert result.answer == "echo: Hello from rockbuild" and result.browser and "chromium" in result.browser
+    assert result.answer == "echo: Hello from rockbuild" and result.browser and "chrom" in result.browser
     assert result.screenshot == str(shot) and shot.read_bytes().startswith(PNG)
 
 
