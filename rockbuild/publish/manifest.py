@@ -75,9 +75,9 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
         return None
     model, gpu = smoke.model or SmokeModel(), smoke.gpu or SmokeGpu()
     server = smoke.runs.get("server")
+    found = {"web_ui": server.web_ui, "browser": server.browser} if server is not None else {}
     checks = {what: f"{check.result}: {check.detail}" if check.detail else check.result
-              for what, check in (("web_ui", server and server.web_ui), ("browser", server and server.browser))
-              if check is not None}
+              for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
             "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks}
 
