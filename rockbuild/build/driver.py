@@ -485,12 +485,12 @@ def _web_ui_step(b: _Build) -> None:
     reason in build.json) when npm cannot make it: never a failed build."""
     options, source = b.options, b.source
     assert source is not None
+    web_ui = WebUiOptions(cache=(options.cache or options.context.cache) / "webui", enabled=options.web_ui,
+                          dist=options.web_ui_dist, offline=options.offline, env=options.context.env)
     with console.step("web UI"):
         _log_header(b.log, "web UI")
-        b.recorded["web_ui"] = provide_web_ui(source.path, build_number=source.build_number_value, log=b.log,
-                                              options=WebUiOptions(
-            cache=(options.cache or options.context.cache) / "webui", enabled=options.web_ui,
-            dist=options.web_ui_dist, offline=options.offline, env=options.context.env))
+        b.recorded["web_ui"] = provide_web_ui(source.path, build_number=source.build_number_value, options=web_ui,
+                                              log=b.log)
 
 
 def _configure_step(b: _Build) -> None:
