@@ -47,6 +47,7 @@ from .cmake import (
     tree_variables,
 )
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
+from .webui import WebUi, WebUiOptions, provide_web_ui
 
 if TYPE_CHECKING:
     from rockbuild.core.vocabulary import Toolchain
@@ -96,6 +97,8 @@ class BuildOptions:
     ccache_dir: Path | None = None  # default <cache>/ccache
     cache: Path | None = None  # default: the context's cache
     vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
+    web_ui: bool = True  # --no-web-ui: llama-server without its chat page
+    web_ui_dist: Path | None = None  # --web-ui DIR: a dist built once for every build leg (rockbuild webui)
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, the host OS
@@ -269,6 +272,7 @@ class BuildResult:
     ninja: Mapping[str, Any] | None = None
     binaries: tuple[Mapping[str, Any], ...] = ()
     error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
+    web_ui: WebUi | None = None  # llama-server's chat page (rockbuild.build.webui)
 
     @property
     def build_json(self) -> Path:
@@ -299,6 +303,7 @@ class BuildResult:
             "environment": dict(self.environment),
             "configure_skipped": self.configure_skipped,
             "warnings": list(self.warnings),
+            "web_ui": self.web_ui.to_dict() if self.web_ui is not None else None,
             "durations": dict(self.durations),
             "ccache": dict(self.ccache) if self.ccache is not None else None,
             "ninja": dict(self.ninja) if self.ninja is not None else None,
@@ -505,6 +510,19 @@ def _select(b: _Build, available: set[str]) -> None:
                       programs_unavailable=b.selection.unavailable)
 
 
+def _web_ui_step(b: _Build) -> None:
+    """llama-server's chat page, built once per tree and embedded as its prebuilt UI; none (with a warning and the
+    reason in build.json) when npm cannot make it: never a failed build."""
+    options, source = b.options, b.source
+    assert source is not None
+    web_ui = WebUiOptions(cache=(options.cache or options.context.cache) / "webui", enabled=options.web_ui,
+                          dist=options.web_ui_dist, offline=options.offline, env=options.context.env)
+    with console.step("web UI"):
+        _log_header(b.log, "web UI")
+        b.recorded["web_ui"] = provide_web_ui(source.path, build_number=source.build_number_value, options=web_ui,
+                                              log=b.log)
+
+
 def _configure_step(b: _Build) -> None:
     job, options, backend, build_dir, log = b.job, b.options, b.backend, b.build_dir, b.log
     assert b.source is not None
@@ -635,7 +653,7 @@ def _compile_step(b: _Build) -> None:
 # A build's steps, in order: each fills in the build and records into build.json; the first to fail is its
 # failed_step (build.json, build.log's last line).
 BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
-    ("rocm", _provide_rocm_step), ("source", _source_step), ("configure", _configure_step),
+    ("rocm", _provide_rocm_step), ("source", _source_step), ("web_ui", _web_ui_step), ("configure", _configure_step),
     ("compile", _compile_step),
 )
 

@@ -341,14 +341,16 @@ class _JobRun:
     def build(self) -> Stage:
         options, inputs = self.options, self.inputs
         sha256 = self.tarball.sha256 if self.tarball else None
+        web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
-                                               self.job.to_dict(), __version__, options.compile.offline)
+                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
                 out_dir=self.night.out, offline=options.compile.offline, jobs=options.compile_jobs,
                 use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
-                context=options.context, programs=options.data.programs,
+                web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
+                programs=options.data.programs,
             ), inputs, self.root)
             try:
                 build_job(self.job, build_options)

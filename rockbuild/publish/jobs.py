@@ -24,6 +24,7 @@ from rockbuild.core.records import (
     BundleRecord,
     FallbackRecord,
     SmokeRecord,
+    WebUiRecord,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
@@ -101,6 +102,7 @@ class BuiltJob:
     gpu_required: bool = False
     gpu_smoke: SmokeRecord | None = None  # gpu-smoke.json, when the GPU leg ran
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
+    web_ui: WebUiRecord | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
 
     @property
     def file_name(self) -> str:
@@ -164,6 +166,13 @@ class BuiltJob:
             return None
         return (f"ROCm {self.rocm.version or '?'}, newest {summary['newest_version'] or summary['newest']} failed "
                 f"{summary['failed_stage']}: {summary['reason']}")
+
+    def web_ui_summary(self) -> dict[str, Any] | None:
+        """What manifest.json says of llama-server's web UI: built in (its sha256, files, bytes) or why not."""
+        if self.web_ui is None:
+            return None
+        return {"status": self.web_ui.status, "reason": self.web_ui.reason, "sha256": self.web_ui.sha256,
+                "files": self.web_ui.files, "bytes": self.web_ui.bytes, "build_number": self.web_ui.build_number}
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "os": self.os, "name": self.name, "backend": self.backend, "targets": list(self.targets),
@@ -246,7 +255,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=build.finished if build is not None else None,
         backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
-        fallback=fallback,
+        fallback=fallback, web_ui=build.web_ui if build is not None else None,
         programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
         cpu_variants=cpu_variants(bundle_dir),
     )

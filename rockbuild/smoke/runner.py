@@ -22,6 +22,7 @@ from rockbuild.core.programs import Program
 from rockbuild.core.records import BundleRecord, SmokeRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail, spawn, stop
+from rockbuild.smoke.browser import ChatPage, check_chat
 from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 
@@ -66,6 +67,12 @@ class SmokeOptions:
     # every shipped program, each run from the bundle with its check arguments (matrices/programs.yaml); () = none
     programs: tuple[Program, ...] = ()
     program_timeout: float = 60.0
+    # llama-server's chat page: whether the build has one (build.json's web_ui; None: it does not say) and why not;
+    # ``browser``: a real browser chats with it too (--browser, smoke.yaml's run.browser.enabled)
+    web_ui: bool | None = None
+    web_ui_reason: str = ""
+    browser: bool = False
+    chat_page: Mapping[str, Any] = field(default_factory=dict)  # run.browser: the page's selectors, the timeout
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
@@ -85,6 +92,8 @@ class SmokeOptions:
             bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
             bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)), timeouts=timeouts,
             bench_threads=int(bench["threads"]) if bench.get("threads") else None,
+            browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
+            chat_page=dict(run_cfg.get("browser") or {}),
         )
         values.update(overrides)
         return cls(**values)
@@ -204,6 +213,11 @@ class SmokeReport:
             tokens = f", {gen.tokens} tokens" if gen and gen.tokens is not None else ""
             lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds:.1f}s{tokens}{rate}"
                          + (f": {r.failure}" if r.failure else ""))
+            for what in ("web_ui", "browser"):
+                check = r.details.get(what)
+                if isinstance(check, Mapping):
+                    label = "web UI (GET /)" if what == "web_ui" else "browser chat"
+                    lines.append(f"         {label}: {check.get('result')}: {check.get('detail')}")
             for b in r.bench:
                 lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
         lines.append(f"  {self.gpu.summary}")
@@ -226,6 +240,15 @@ def locate_bundle(path: Path) -> tuple[Path, Path | None]:
     if (parent / "build.json").exists() or path.name == "bundle":
         return path, parent
     return path, None
+
+
+def web_ui_facts(job_dir: Path | None) -> tuple[bool | None, str]:
+    """(whether the build has llama-server's web UI, why not) from build.json; None: it does not say."""
+    build = JobFolder(job_dir).build() if job_dir else None
+    web_ui = build.web_ui if build is not None else None
+    if web_ui is None:
+        return None, ""
+    return web_ui.available, web_ui.reason or ""
 
 
 def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
@@ -358,6 +381,8 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
                 failure = f"/v1/chat/completions did not answer within {options.timeouts['request']:.0f}s"
             except requests.RequestException as exc:
                 failure = f"/v1/chat/completions failed: {type(exc).__name__}"
+        if healthy and failure is None:
+            failure = check_pages(base, options, env=env, logs=logs, details=details)
     finally:
         details["stop_returncode"] = stop(proc)
     seconds = time.monotonic() - start
@@ -417,6 +442,44 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
             f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
     return RunRecord("programs", tuple(p.file_name for p in programs), failure is None, time.monotonic() - start,
                      None, failure, str(folder), (), details=details)
+
+
+def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path,
+                details: dict[str, Any]) -> str | None:
+    """llama-server's chat page, when the build has one: ``GET /`` answers 200 with an HTML page, and with
+    ``options.browser`` a browser chats with it (screenshot ``web-ui.png`` beside the logs). Recorded in ``details``
+    (``web_ui``, ``browser``); the failure, or None. A build without one is *not checked*, never passed."""
+    import requests
+
+    if not options.web_ui:
+        why = ("no web UI" + (f" ({options.web_ui_reason})" if options.web_ui_reason else "")
+               if options.web_ui is False else "no web UI recorded in build.json")
+        details["web_ui"] = {"result": "not checked", "detail": why}
+        if options.browser:
+            details["browser"] = {"result": "not checked", "detail": why}
+        return None
+    start = time.monotonic()
+    try:
+        with requests.Session() as session:
+            session.trust_env = False
+            resp = session.get(f"{base}/", timeout=options.timeouts["request"])
+        kind = resp.headers.get("Content-Type", "")
+        html = resp.status_code == 200 and kind.startswith("text/html") and "<html" in resp.text[:4096].lower()
+        detail = f"HTTP {resp.status_code}, {kind or 'no Content-Type'}, {len(resp.content)} bytes"
+        page = {"result": "passed" if html else "failed", "detail": detail, "status": resp.status_code,
+                "content_type": kind}
+    except requests.RequestException as exc:
+        page = {"result": "failed", "detail": f"no answer ({type(exc).__name__})"}
+    details["web_ui"] = {**page, "url": f"{base}/", "seconds": round(time.monotonic() - start, 3)}
+    if page["result"] != "passed":
+        return f"GET / answered {page['detail']}, not the web UI the build has"
+    if not options.browser:
+        return None
+    chat = check_chat(f"{base}/", ChatPage.from_config(options.chat_page), screenshot=logs / "web-ui.png", env=env)
+    details["browser"] = chat.to_dict()
+    if chat.result == "not checked":
+        console.warn(f"browser check not run: {chat.detail}")
+    return f"browser: {chat.detail}" if chat.result == "failed" else None
 
 
 def bench_threads(options: SmokeOptions) -> int:
@@ -516,7 +579,8 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     found = backend.smoke_devices(_exe(bundle, "llama-cli", platform), targets, asked=options.expect_gpu,
                                   device=options.device, env=child, logs=logs, kfd_topology=kfd_topology)
     devices, expect, reason, preflight = found.devices, found.expect, found.reason, found.preflight
-    options = replace(options, device=found.device)
+    has_web_ui, no_web_ui_reason = web_ui_facts(job_dir)
+    options = replace(options, device=found.device, web_ui=has_web_ui, web_ui_reason=no_web_ui_reason)
     runners = {"cli": ("llama-cli", run_cli), "server": ("llama-server", run_server),
                "bench": ("llama-bench", run_bench)}
     records = []

@@ -32,7 +32,7 @@ _GROUPS = {
     "pins": (Pins, ("llama_ref", "rocm_version", "max_age_days", "index_url", "git_url")),
     "github": (GitHubTarget, ("repo", "api_url")),
     "model": (ModelChoice, ("spec", "vocab")),
-    "compile": (CompileFlags, ("offline", "ccache_dir", "use_ccache", "prune_fatbin")),
+    "compile": (CompileFlags, ("offline", "ccache_dir", "use_ccache", "prune_fatbin", "web_ui", "web_ui_dist")),
 }
 
 

@@ -140,7 +140,9 @@ def test_build_json_and_log(first_build, world):
     assert data["cmake_command"][:2] == ["cmake", "-S"] and "-DGPU_TARGETS=gfx1100;gfx1101;gfx1102;gfx1103" in data[
         "cmake_command"]
     assert data["compile_command"][-2:] == ["--parallel", "2"]
-    assert set(data["durations"]) == {"rocm", "source", "configure", "compile", "total"}
+    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "total"}
+    # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
+    assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert data["durations"]["total"] >= data["durations"]["compile"] > 0
     names = {b["name"]: b for b in data["binaries"]}
     assert {"llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion", "libggml.so"} <= set(
@@ -400,7 +402,9 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     assert "GGML_VULKAN:UNINITIALIZED=ON" in (result.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
     assert "-DGGML_VULKAN=ON" in data["cmake_command"] and not [
         a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS", "-DCMAKE_C_COMPILER"))]
-    assert set(data["durations"]) == {"rocm", "source", "configure", "compile", "total"}
+    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "total"}
+    # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
+    assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the same command and environment: the second run does not configure again
     again = _with_path(fake_bin, lambda: build_job(job, options))
