@@ -50,10 +50,25 @@ build_llama() {
         build) log "build (incremental)" ;;
     esac
     mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
+    # llama-server's chat page: the root has no npm, so the host's rockbuild builds the UI once (cached by the tree's
+    # tools/ui; the workflow's prepare leg does the same) and the build in the root embeds it with --web-ui
+    local web_ui=()
+    if [[ -z ${ROCKBUILD_E2E_NO_WEBUI:-} ]] && command -v npm >/dev/null && [[ -x $REPO/.venv/bin/rockbuild ]]; then
+        rm -rf "$ROOT/e2e/webui"
+        if "$REPO/.venv/bin/rockbuild" webui --source "$LLAMA_UNPACKED/vendor/llama.cpp" \
+                --build-number "$LLAMA_BUILD_NUMBER" --cache "${ROCKBUILD_E2E_CACHE:-$E2E/..}" --out "$ROOT/e2e/webui"; then
+            web_ui=(--web-ui /e2e/webui)
+        else
+            log "warning: the web UI could not be built on this host; the bundle has none"
+        fi
+    else
+        log "no npm (or no $REPO/.venv) on this host: the bundle has no web UI"
+    fi
     local start end
     start=$(date +%s.%N)
     in_root "$VENV/bin/rockbuild" build --target "$TARGET" --rocm /usr --source "$LLAMA_IN_ROOT" \
-        --build-number "$LLAMA_BUILD_NUMBER" --offline --out "$OUT" --ccache-dir "$CCACHE_DIR_IN_ROOT" -j "$JOBS"
+        --build-number "$LLAMA_BUILD_NUMBER" --offline --out "$OUT" --ccache-dir "$CCACHE_DIR_IN_ROOT" -j "$JOBS" \
+        "${web_ui[@]}"
     end=$(date +%s.%N)
     log "rockbuild build took $(printf '%.1f' "$(echo "$end - $start" | bc)") s (wall, including configure)"
     cp "$job_dir/build.json" "$BENCH/$mode.json"
@@ -170,6 +185,7 @@ clean_root_checks() {
         > "$E2E/bench/from-root-$TARGET.txt" || true
     log "libraries loaded from the clean root: $(tr '\n' ' ' < "$E2E/bench/from-root-$TARGET.txt")"
     cpu_variant_checks
+    browser_check
     # what a release asset of this bundle weighs (gzip, as the Linux .tar.gz)
     local gz=gzip
     command -v pigz >/dev/null && gz=pigz
@@ -199,6 +215,46 @@ cpu_variant_checks() {
     printf '%s\n%s\n' "${loaded##*/}" "${baseline##*/}" > "$E2E/bench/cpu-variant-$TARGET.txt"
     du -s --block-size=1 "$ROOT$OUT/$JOB_ID/bundle" | cut -f1 > "$E2E/bench/disk-$TARGET.bytes"
     log "the bundle on disk: $(du -sh "$ROOT$OUT/$JOB_ID/bundle" | cut -f1) (du -sh; 494M-496M before, issue 27)"
+}
+
+# The chat page as a user meets it: llama-server from the bundle in the clean root, opened by a real browser (the host's
+# chromium, driven by rockbuild's own check: it types a message and waits for the model's answer), screenshot kept.
+browser_check() {
+    if [[ -n ${ROCKBUILD_E2E_NO_WEBUI:-} ]] || ! command -v chromium >/dev/null || [[ ! -x $REPO/.venv/bin/python ]]; then
+        log "no chromium (or no $REPO/.venv) on this host: the chat page was not opened in a browser"
+        return 0
+    fi
+    local port pid rc=0
+    port=$("$REPO/.venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    in_clean "$BUNDLE_IN_CLEAN/llama-server" -m /models/tiny-qwen3.gguf --host 127.0.0.1 --port "$port" -t 1 \
+        > "$E2E/bench/web-ui-server-$TARGET.log" 2>&1 </dev/null &
+    pid=$!
+    "$REPO/.venv/bin/python" - "http://127.0.0.1:$port/" "$E2E/bench/web-ui-$TARGET.png" "$REPO/matrices/smoke.yaml" \
+        > "$E2E/bench/web-ui-$TARGET.json" <<'PYEOF' || rc=$?
+import json, sys, time
+from pathlib import Path
+import requests
+from rockbuild.smoke.browser import ChatPage, check_chat
+from rockbuild.smoke.config import load_smoke_config
+url, shot, config = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+for _ in range(600):
+    try:
+        if requests.get(url + "health", timeout=2).status_code == 200:
+            break
+    except requests.RequestException:
+        pass
+    time.sleep(0.2)
+page = requests.get(url, timeout=10)
+result = check_chat(url, ChatPage.from_config(load_smoke_config(config)["run"].get("browser")), screenshot=shot)
+out = {"get": {"status": page.status_code, "content_type": page.headers.get("Content-Type"), "bytes": len(page.content)},
+       "browser": result.to_dict()}
+print(json.dumps(out, indent=2))
+sys.exit(0 if page.status_code == 200 and result.result == "passed" else 1)
+PYEOF
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    [[ $rc -eq 0 ]] || die "the chat page failed in the browser: $E2E/bench/web-ui-$TARGET.json"
+    log "chat page: GET / and a real browser passed; screenshot $E2E/bench/web-ui-$TARGET.png"
 }
 
 summary() {
