@@ -451,9 +451,8 @@ def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], log
     (``web_ui``, ``browser``); the failure, or None. A build without one is *not checked*, never passed."""
     import requests
 
-    if not options.web_ui:
-        why = ("no web UI" + (f" ({options.web_ui_reason})" if options.web_ui_reason else "")
-               if options.web_ui is False else "no web UI recorded in build.json")
+    if options.web_ui is False:
+        why = "no web UI" + (f" ({options.web_ui_reason})" if options.web_ui_reason else "")
         details["web_ui"] = {"result": "not checked", "detail": why}
         if options.browser:
             details["browser"] = {"result": "not checked", "detail": why}
@@ -470,7 +469,17 @@ def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], log
                 "content_type": kind}
     except requests.RequestException as exc:
         page = {"result": "failed", "detail": f"no answer ({type(exc).__name__})"}
+    if options.web_ui is None and page["result"] != "passed":
+        # no build.json beside the bundle says (a bundle copied alone): what the server answers is recorded, never
+        # a pass and never a failure
+        why = f"no web UI recorded in build.json (GET / answered {page['detail']})"
+        details["web_ui"] = {"result": "not checked", "detail": why}
+        if options.browser:
+            details["browser"] = {"result": "not checked", "detail": why}
+        return None
     details["web_ui"] = {**page, "url": f"{base}/", "seconds": round(time.monotonic() - start, 3)}
+    if options.web_ui is None:
+        details["web_ui"]["detail"] += " (build.json does not say; the page is there)"
     if page["result"] != "passed":
         return f"GET / answered {page['detail']}, not the web UI the build has"
     if not options.browser:

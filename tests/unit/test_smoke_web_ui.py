@@ -85,7 +85,8 @@ def test_a_build_json_that_does_not_say_is_not_checked(tmp_path, model):
     job, _ = make_bundle(tmp_path)  # build.json from before the web UI step
     report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, quiet=True)
     assert report.ok and server_run(report).details["web_ui"] == {
-        "result": "not checked", "detail": "no web UI recorded in build.json"}
+        "result": "not checked", "detail": "no web UI recorded in build.json (GET / answered HTTP 404, "
+                                           "application/json, 2 bytes)"}
 
 
 def test_smoke_yaml_turns_the_browser_on_and_names_the_page(tmp_path):
