@@ -251,6 +251,8 @@ out = {"get": {"status": page.status_code, "content_type": page.headers.get("Con
 print(json.dumps(out, indent=2))
 sys.exit(0 if page.status_code == 200 and result.result == "passed" else 1)
 PYEOF
+    # $pid is the subshell around chroot: the server is its grandchild, found by its port
+    pkill -TERM -f -- "llama-server -m /models/tiny-qwen3.gguf --host 127.0.0.1 --port $port" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     [[ $rc -eq 0 ]] || die "the chat page failed in the browser: $E2E/bench/web-ui-$TARGET.json"
