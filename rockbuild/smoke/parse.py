@@ -442,6 +442,8 @@ def parse_list_devices(output: str) -> list[tuple[str, str]]:
 _LOADED_BACKEND = re.compile(r"load_backend: loaded (?P<name>\S+) backend from (?P<path>.+?)\s*$")
 # the same pattern as the audit's cpu-backends check: plain (lib)ggml-cpu.so is the module without a variant
 CPU_MODULE = re.compile(r"^(?:lib)?ggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+?))?\.(?:so|dll)$", re.I)
+# where ``rockbuild doctor --fix-cpu`` moves a CPU variant this CPU cannot run: ggml never looks into a subfolder
+DISABLED_CPU_VARIANTS = "disabled-cpu-variants"
 # the names ggml_backend_load_all() searches, in its order: a (lib)ggml-<name>(-*).so/.dll in the current folder
 # is loaded (its constructors run) by every program started there
 BACKEND_SEARCH_NAMES = ("blas", "zendnn", "cann", "cuda", "hip", "metal", "rpc", "sycl", "vulkan", "virtgpu", "opencl",
@@ -531,8 +533,9 @@ def parse_backend_loads(text: str) -> BackendLoads:
     return BackendLoads(tuple(found.values()))
 
 
-# a program killed by SIGILL: -4 from subprocess, 132 (128 + 4) through a shell
-SIGILL_EXIT_CODES = (-int(signal.SIGILL), 128 + int(signal.SIGILL))
+# a program killed by SIGILL: -4 from subprocess, 132 (128 + 4) through a shell; on Windows the process ends with
+# STATUS_ILLEGAL_INSTRUCTION
+SIGILL_EXIT_CODES = (-int(signal.SIGILL), 128 + int(signal.SIGILL), 0xC000001D)
 CPU_SIGILL_FIX = "remove it from the bundle folder (the next best variant then loads)"
 
 

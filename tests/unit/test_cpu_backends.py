@@ -7,6 +7,8 @@ The programs are stand-ins (tests/support/cpu_variants.py) that choose a variant
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -18,6 +20,7 @@ from support.paths import REPO
 from support.smoke import gguf_header, make_bundle
 
 from rockbuild.core.records import SmokeRecord
+from rockbuild.doctor import check_cpu_variants, check_cwd_backends
 from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.parse import (
     BackendLoads,
@@ -186,3 +189,181 @@ def test_a_bundle_without_modules_is_judged_as_before(tmp_path, model):
     data = json.loads((job / "smoke.json").read_text())
     assert data["backends"] == {"cpu": None, "cpu_variant": None, "gpu": None, "gpu_file": None, "others": [],
                                 "shipped": []}
+
+
+# -- rockbuild doctor --bundle -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gguf(tmp_path) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(gguf_header() + bytes(40))
+    return path
+
+
+def test_doctor_without_a_model_names_the_variant_and_asks_for_a_real_batch(tmp_path):
+    log = tmp_path / "runs.jsonl"
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "haswell", "zen4"), supported=("x64", "haswell"), log=log)
+    findings, info = check_cpu_variants(bundle, env={"PATH": os.environ["PATH"]})
+    assert [(f.severity, f.message) for f in findings] == [(
+        "info", "the bundle's programs load libggml-cpu-haswell.so on this CPU (of 3 CPU variants shipped); only a "
+                "real batch shows whether this CPU runs it")]
+    assert findings[0].action == f"rockbuild doctor --bundle {bundle} --model MODEL.gguf runs a 512-token batch on it"
+    assert info["loaded"] == "libggml-cpu-haswell.so" and info["variant"] == "haswell" and info["batch"] is False
+    assert not log.exists()  # --list-devices: nothing ran
+
+
+def test_doctor_with_a_model_runs_a_real_batch_on_the_cpu_only(tmp_path, gguf):
+    log = tmp_path / "runs.jsonl"
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "haswell", "zen4"), speeds={"zen4": 3.0}, log=log)
+    findings, info = check_cpu_variants(bundle, model=gguf, env={"PATH": os.environ["PATH"]})
+    assert [(f.severity, f.message) for f in findings] == [(
+        "ok", "the bundle's programs load libggml-cpu-zen4.so on this CPU (of 3 CPU variants shipped) and it ran a "
+              "512-token batch, 300.0 t/s")]
+    (run,) = [json.loads(line) for line in log.read_text().splitlines()]
+    args = run["args"]
+    assert args[args.index("-p") + 1] == "512" and args[args.index("-dev") + 1] == "none"
+    assert args[args.index("-ngl") + 1] == "0" and args[args.index("-m") + 1] == str(gguf)
+    assert run["cwd"] == str(bundle) and info["batch"] is True
+
+
+def test_doctor_names_the_variant_that_dies_of_sigill_and_the_fix(tmp_path, gguf):
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "zen4", "sapphirerapids"), crashes=("sapphirerapids",))
+    findings, info = check_cpu_variants(bundle, model=gguf, env={"PATH": os.environ["PATH"]})
+    (error,) = findings
+    assert error.severity == "error" and error.message == (
+        "the CPU variant libggml-cpu-sapphirerapids.so picked on this machine died of SIGILL on a real batch")
+    assert error.action == (
+        "remove it from the bundle folder (the next best variant then loads): rockbuild doctor --bundle "
+        f"{bundle} --model {gguf} --fix-cpu moves it into disabled-cpu-variants/")
+    assert (bundle / "libggml-cpu-sapphirerapids.so").is_file() and info["moved"] == []
+
+
+def test_doctor_fix_cpu_sets_the_variant_aside_and_the_next_best_runs(tmp_path, gguf):
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "zen4", "sapphirerapids"), crashes=("sapphirerapids",))
+    findings, info = check_cpu_variants(bundle, model=gguf, env={"PATH": os.environ["PATH"]}, fix=True)
+    assert [(f.severity, f.message) for f in findings] == [
+        ("warning", f"moved libggml-cpu-sapphirerapids.so into {bundle}/disabled-cpu-variants/: the CPU variant ggml "
+                    "picked on this machine died of SIGILL on a real batch"),
+        ("ok", "the bundle's programs load libggml-cpu-zen4.so on this CPU (of 2 CPU variants shipped) and it ran a "
+               "512-token batch, 100.0 t/s")]
+    assert findings[0].action == (f"to undo: mv {bundle}/disabled-cpu-variants/libggml-cpu-sapphirerapids.so "
+                                  f"{bundle}/")
+    assert not (bundle / "libggml-cpu-sapphirerapids.so").exists()
+    assert (bundle / "disabled-cpu-variants" / "libggml-cpu-sapphirerapids.so").read_text() == (
+        "fake sapphirerapids module\n")  # moved, not deleted
+    assert info["moved"] == ["libggml-cpu-sapphirerapids.so"] and info["variant"] == "zen4"
+    again, info = check_cpu_variants(bundle, model=gguf, env={"PATH": os.environ["PATH"]})
+    assert [f.severity for f in again] == ["info", "ok"]
+    assert again[0].message == (f"1 CPU variant(s) set aside in {bundle}/disabled-cpu-variants "
+                                "(libggml-cpu-sapphirerapids.so): ggml does not load them")
+    assert info["disabled"] == ["libggml-cpu-sapphirerapids.so"]
+
+
+def test_doctor_fix_cpu_never_removes_the_last_variant(tmp_path, gguf):
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "zen4"), crashes=("x64", "zen4"))
+    findings, info = check_cpu_variants(bundle, model=gguf, env={"PATH": os.environ["PATH"]}, fix=True)
+    assert [f.severity for f in findings] == ["warning", "error"]
+    assert findings[1].message == ("the CPU variant libggml-cpu-x64.so picked on this machine died of SIGILL on a "
+                                   "real batch")
+    assert findings[1].action == "this CPU runs none of the bundle's CPU variants: report it"
+    assert (bundle / "libggml-cpu-x64.so").is_file() and info["moved"] == ["libggml-cpu-zen4.so"]
+
+
+def test_doctor_variants_shipped_and_none_loaded_or_no_variants_at_all(tmp_path, gguf):
+    bundle = make_variant_bundle(tmp_path / "b", ("haswell", "zen4"), supported=("x64",))
+    (error,), _ = check_cpu_variants(bundle, env={"PATH": os.environ["PATH"]})
+    assert error.severity == "error" and error.message.startswith(
+        "the bundle ships 2 CPU variant modules (libggml-cpu-haswell.so, ...) but the llama-bench log shows no CPU "
+        "backend loaded")
+    linked = make_variant_bundle(tmp_path / "linked", ())
+    assert check_cpu_variants(linked, model=gguf, env={}) == ([], {
+        "shipped": [], "disabled": [], "loaded": None, "variant": None, "gpu": None, "batch": True, "moved": []})
+
+
+def test_doctor_a_failed_batch_for_another_reason_quotes_its_error_line(tmp_path, gguf):
+    bundle = make_variant_bundle(tmp_path / "b", ("x64",), programs=())
+    (bundle / "llama-bench").write_text("#!/bin/sh\necho 'load_backend: loaded CPU backend from '\"$0\"'/../"
+                                        "libggml-cpu-x64.so' >&2\necho 'error: failed to load model' >&2\nexit 1\n")
+    (bundle / "llama-bench").chmod(0o755)
+    (error,), _ = check_cpu_variants(bundle, model=gguf, env={"PATH": os.environ["PATH"]})
+    assert error.message == ("the bundle's llama-bench failed on a 512-token batch (exit code 1): error: failed to "
+                             "load model")
+
+
+def test_doctor_warns_of_backend_modules_in_the_current_folder(tmp_path):
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "haswell"))
+    here = tmp_path / "here"
+    here.mkdir()
+    shutil.copy2(bundle / "libggml-cpu-x64.so", here / "libggml-cpu-x64.so")  # the bundle's own bytes: harmless
+    (here / "libggml-base.so").write_bytes(b"not a backend")  # ggml never loads it as a backend
+    assert check_cwd_backends(bundle, here) == []
+    (here / "libggml-cpu-sapphirerapids.so").write_bytes(b"from another build")
+    (here / "libggml-hip.so").write_bytes(b"from another build")
+    (warning,) = check_cwd_backends(bundle, here)
+    assert warning.severity == "warning" and warning.message == (
+        f"the current folder {here} holds 2 ggml backend module(s) that are not the bundle's (libggml-cpu-"
+        "sapphirerapids.so, libggml-hip.so): ggml loads backends from the current folder too, so a program started "
+        "here may load one of them")
+    assert warning.action == "start the bundle's programs from another folder, or move those files away"
+    assert check_cwd_backends(bundle, bundle) == [] and check_cwd_backends(bundle, None) == []
+    # and the stand-in shows why: started from that folder it loads the foreign variant
+    out = subprocess.run([str(bundle / "llama-bench"), "--list-devices"], cwd=here, capture_output=True, text=True,
+                         timeout=30)
+    assert parse_backend_loads(out.stderr).cpu_file == "libggml-cpu-sapphirerapids.so"
+
+
+def test_doctor_command_runs_the_cpu_check_and_refuses_what_cannot_work(run_rockbuild, tmp_path, gguf):
+    bundle = make_variant_bundle(tmp_path / "b", ("x64", "sapphirerapids"), crashes=("sapphirerapids",))
+    sysfs = REPO / "tests" / "fixtures" / "sysfs" / "no-gpu" / "sys"
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "libggml-vulkan.so").write_bytes(b"stray")
+    args = ["doctor", "--sysfs-root", str(sysfs), "--dev-root", str(tmp_path / "dev")]
+    got = run_rockbuild(*args, "--json", "--bundle", str(bundle), "--model", str(gguf), cwd=here)
+    assert got.returncode == 1, got.stderr
+    data = json.loads(got.stdout)
+    cpu = [f for f in data["findings"] if f["topic"] == "cpu"]
+    assert [(f["severity"], f["message"].split(":")[0]) for f in cpu] == [
+        ("error", "the CPU variant libggml-cpu-sapphirerapids.so picked on this machine died of SIGILL on a real "
+                  "batch"),
+        ("warning", f"the current folder {here} holds 1 ggml backend module(s) that are not the bundle's (libggml-"
+                    "vulkan.so)")]
+    assert data["bundle"]["cpu"]["variant"] == "sapphirerapids"
+    fixed = run_rockbuild(*args, "--bundle", str(bundle), "--model", str(gguf), "--fix-cpu")
+    assert f"[warning] moved libggml-cpu-sapphirerapids.so into {bundle}/disabled-cpu-variants/" in fixed.stdout
+    assert "[ok] the bundle's programs load libggml-cpu-x64.so on this CPU" in fixed.stdout
+    for extra, says in ((["--bundle", str(bundle), "--fix-cpu"], "error: --fix-cpu needs --model: only a real batch "
+                         "shows whether this CPU runs the CPU variant ggml picks"),
+                        (["--model", str(gguf)], "error: --model checks a bundle's CPU variant: it needs --bundle"),
+                        (["--fix-cpu"], "error: --fix-cpu checks a bundle's CPU variant: it needs --bundle")):
+        refused = run_rockbuild(*args, *extra)
+        assert refused.returncode == 2 and refused.stderr.splitlines()[0] == says, refused.stderr
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("version https://git-lfs.github.com/spec/v1\n")
+    refused = run_rockbuild(*args, "--bundle", str(bundle), "--model", str(bad))
+    assert refused.returncode == 11 and refused.stderr.splitlines()[0] == (
+        f"error: {bad} is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)")
+
+
+@pytest.mark.xfail(strict=True, reason="for the merge: the audit walks disabled-cpu-variants/ and resolves a moved "
+                   "module's $ORIGIN there; it must leave that folder out (rockbuild.smoke.parse.DISABLED_CPU_VARIANTS)")
+def test_a_bundle_fixed_by_doctor_still_passes_its_audit(tmp_path):
+    from support.bundles import cc
+
+    from rockbuild.bundle.audit import audit_bundle
+
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "targets": ["gfx1151"]}))
+    base = cc(bundle / "libggml-base.so", "int ggml_base(void) { return 1; }\n", shared=True, soname="libggml-base.so")
+    module = ("int ggml_base(void);\nint ggml_backend_score(void) { return ggml_base(); }\n"
+              "void *ggml_backend_init(void) { return 0; }\n")
+    for variant in ("x64", "zen4"):
+        cc(bundle / f"libggml-cpu-{variant}.so", module, shared=True, libs=(base,), runpath=("$ORIGIN",))
+    cc(bundle / "llama-server", "int main(void) { return 0; }\n", libs=(base,), runpath=("$ORIGIN",))
+    assert audit_bundle(bundle).ok
+    (bundle / "disabled-cpu-variants").mkdir()
+    os.replace(bundle / "libggml-cpu-zen4.so", bundle / "disabled-cpu-variants" / "libggml-cpu-zen4.so")
+    report = audit_bundle(bundle)
+    assert report.ok, report.failures
