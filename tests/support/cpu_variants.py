@@ -60,11 +60,15 @@ n_prompt = int(arg("-p", "512").split(",")[0]) if bench else 8  # llama-cli: a s
 if variant in CONFIG["crashes"] and n_prompt >= 512:
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGILL)
+factor = 1.0
 if CONFIG["log"]:
+    earlier = [json.loads(line) for line in open(CONFIG["log"])] if os.path.exists(CONFIG["log"]) else []
+    runs = sum(1 for e in earlier if e["variant"] == variant and e["program"] == Path(sys.argv[0]).name)
+    factor = CONFIG["factors"][runs % len(CONFIG["factors"])]
     with open(CONFIG["log"], "a") as fh:
         fh.write(json.dumps({{"program": Path(sys.argv[0]).name, "args": args, "variant": variant,
                              "cwd": os.getcwd()}}) + "\n")
-speed = CONFIG["speeds"].get(variant, 1.0)
+speed = CONFIG["speeds"].get(variant, 1.0) * factor
 if bench:
     n_gen = int(arg("-n", "128"))
     reps = int(arg("-r", "5"))
@@ -86,10 +90,12 @@ print("[ Prompt: 100.0 t/s | Generation: " + str(10.0 * speed) + " t/s ]")
 '''
 
 
-def write_program(path: Path, *, supported=RANK, crashes=(), speeds=None, gpu=None, log: Path | None = None) -> Path:
-    """One fake llama.cpp program at ``path`` (llama-bench behaves as llama-bench, any other name as llama-cli)."""
+def write_program(path: Path, *, supported=RANK, crashes=(), speeds=None, gpu=None, log: Path | None = None,
+                  factors=(1.0,)) -> Path:
+    """One fake llama.cpp program at ``path`` (llama-bench behaves as llama-bench, any other name as llama-cli).
+    With ``log`` each run is appended to it, and the n-th run of a variant is ``factors[n]`` times as fast."""
     config = {"rank": list(RANK), "supported": list(supported), "crashes": list(crashes), "speeds": speeds or {},
-              "gpu": gpu or {}, "log": str(log) if log else ""}
+              "gpu": gpu or {}, "log": str(log) if log else "", "factors": list(factors)}
     path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(PROGRAM.format(config=json.dumps(config))))
     path.chmod(0o755)
     return path
