@@ -443,7 +443,7 @@ def check_cpu_variants(bundle: Path, *, model: Path | None = None, env: Mapping[
                                 "picked on this machine died of SIGILL on a real batch",
                                 f"to undo: mv {disabled_dir}/{picked} {bundle}/"))
         shipped = tuple(n for n in shipped if n != picked)
-    of = f"{len(shipped)} CPU variants shipped"
+    of = f"{len(shipped)} CPU variants shipped" if len(shipped) > 1 else "the one CPU variant shipped"
     if problem is not None and died_of_sigill(run.returncode) and run.loads.cpu_variant is not None:
         action = CPU_SIGILL_FIX if len(shipped) > 1 else "this CPU runs none of the bundle's CPU variants: report it"
         if len(shipped) > 1 and not fix:

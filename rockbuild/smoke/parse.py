@@ -557,7 +557,9 @@ def cpu_backend_problem(loads: BackendLoads, returncode: int | None, shipped: Se
     if loads.cpu is not None or returncode is None:
         return None
     if shipped:
-        return (f"the bundle ships {len(shipped)} CPU variant modules ({shipped[0]}, ...) but the {program} log shows "
+        modules = f"{len(shipped)} CPU variant modules ({shipped[0]}, ...)" if len(shipped) > 1 else (
+            f"a CPU variant module ({shipped[0]})")
+        return (f"the bundle ships {modules} but the {program} log shows "
                 "no CPU backend loaded: none scored on this CPU, or none could be loaded")
     if loads.loaded:
         names = ", ".join(b.name for b in loads.loaded)
