@@ -15,6 +15,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.cpu_variants import make_variant_bundle
 from support.paths import REPO
 from support.smoke import gguf_header, make_bundle
@@ -96,6 +98,22 @@ def test_the_cpu_backend_verdicts():
         "the llama-cli log shows backend modules loaded (ROCm) but no CPU backend")
     assert cpu_backend_problem(BackendLoads(), 0, (), "llama-cli") is None  # linked in: nothing to say
     assert cpu_backend_problem(BackendLoads(), None, shipped, "llama-cli") is None  # a timeout says it already
+
+
+@settings(max_examples=int(os.environ.get("ROCKBUILD_HYPOTHESIS_EXAMPLES", "150")), deadline=None, derandomize=True,
+          database=None)
+@given(noise=st.text(), name=st.sampled_from(["CPU", "ROCm", "Vulkan", "RPC"]),
+       folder=st.text(st.characters(blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029/\\"),
+                      min_size=1).map(str.strip).filter(bool),
+       variant=st.sampled_from(["x64", "haswell", "zen4", "armv8.2_1"]))
+def test_any_log_is_read_and_a_line_among_noise_is_found(noise, name, folder, variant):
+    assert isinstance(parse_backend_loads(noise).to_dict(), dict)  # any text: no exception
+    path = f"/opt/{folder}/libggml-cpu-{variant}.so" if name == "CPU" else f"/opt/{folder}/libggml-x.so"
+    loads = parse_backend_loads(f"{noise}\nload_backend: loaded {name} backend from {path}\n{noise}")
+    found = [b for b in loads.loaded if b.name == name]
+    if "load_backend: loaded" not in noise:
+        assert found and found[0].path == path
+        assert loads.cpu_variant == (variant if name == "CPU" else None)
 
 
 def test_the_stand_in_dies_of_a_real_sigill(tmp_path):
