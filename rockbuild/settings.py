@@ -23,6 +23,7 @@ from typing import Any
 from rockbuild.bundle.policy import BundlePolicy, load_policy
 from rockbuild.core.environment import Context
 from rockbuild.core.jobs import FamilyTable, Job, load_families
+from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.matrix import load_matrix, select_job
 from rockbuild.publish.config import PublishConfig, load_publish_config
 from rockbuild.rocm.channels import Channel, load_channels
@@ -39,6 +40,7 @@ class Settings(Context):
     smoke_file: Path | None = None
     publish_file: Path | None = None  # --publish-config FILE
     channels_file: Path | None = None
+    programs_file: Path | None = None
 
     @cached_property
     def families(self) -> FamilyTable:
@@ -55,6 +57,10 @@ class Settings(Context):
     @cached_property
     def publish(self) -> PublishConfig:
         return load_publish_config(self.publish_file)
+
+    @cached_property
+    def programs(self) -> ProgramList:
+        return load_programs(self.programs_file)
 
     @cached_property
     def channels(self) -> dict[str, Channel]:

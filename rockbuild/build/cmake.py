@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
 from rockbuild.core.errors import BuildError, ConfigError
@@ -30,10 +31,15 @@ SEED_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("CMAKE_BUILD_TYPE", "Release"),
     ("BUILD_SHARED_LIBS", "ON"),
     ("GGML_HIP", "ON"),
-    ("GGML_NATIVE", "OFF"),  # CPU code for any x86-64 (AVX2) machine, not the build host's
+    ("GGML_NATIVE", "OFF"),  # never the build host's CPU
+    # The CPU backend as loadable modules, one per CPU generation (x64 ... zen4, sapphirerapids): the program loads the
+    # best one this machine can run, as llama.cpp's own releases do. One variant would be AVX2 at best (or, with
+    # SOURCE_DATE_EPOCH set, which turns GGML_NATIVE's default off and AVX2 with it, plain x86-64).
+    ("GGML_BACKEND_DL", "ON"),
+    ("GGML_CPU_ALL_VARIANTS", "ON"),
     ("GGML_RPC", "ON"),
     ("GGML_OPENMP", "OFF"),  # no libomp to ship
-    ("GGML_HIP_ROCWMMA_FATTN", "OFF"),
+    ("GGML_HIP_ROCWMMA_FATTN", "OFF"),  # removed upstream (llama.cpp #26046): dropped for trees that lack it
     ("GGML_STATIC", "OFF"),
     ("LLAMA_BUILD_TESTS", "OFF"),
     ("LLAMA_BUILD_BORINGSSL", "ON"),  # HTTPS in llama-server/-cli with BoringSSL linked statically
@@ -90,19 +96,15 @@ def compose_definitions(
     return list(defs.items())
 
 
-# The programs a release ships. The RPC server was renamed: ggml-rpc-server now, rpc-server before.
-REQUIRED_TARGETS = ("llama-cli", "llama-server", "llama-bench")
-RPC_TARGETS = ("ggml-rpc-server", "rpc-server")
-OPTIONAL_TARGETS = ("llama-completion",)
-
 _SET_TARGET_RE = re.compile(r"^\s*set\s*\(\s*TARGET\s+([A-Za-z0-9_.+-]+)\s*\)", re.M | re.I)
 _ADD_EXECUTABLE_RE = re.compile(r"^\s*add_executable\s*\(\s*([A-Za-z0-9_.+-]+)", re.M | re.I)
 
 
 def executable_targets(source: Path) -> set[str]:
-    """Executable targets the tree's tools/ and examples/ define (``set(TARGET x)`` / ``add_executable(x``)."""
+    """Executable targets the tree's tools/, examples/ and app/ define (``set(TARGET x)`` / ``add_executable(x``),
+    whether or not this configuration builds them (:func:`configured_targets` says that)."""
     names: set[str] = set()
-    for top in ("tools", "examples"):
+    for top in ("tools", "examples", "app"):
         base = source / top
         if not base.is_dir():
             continue
@@ -113,19 +115,113 @@ def executable_targets(source: Path) -> set[str]:
     return names
 
 
-def shipped_targets(source: Path) -> list[str]:
-    """The ninja targets to build in this tree: llama-cli/-server/-bench, the RPC server, llama-completion if any."""
-    available = executable_targets(source)
-    missing = [t for t in REQUIRED_TARGETS if t not in available]
-    rpc = next((t for t in RPC_TARGETS if t in available), "")
-    if not rpc:
-        missing.append(" or ".join(RPC_TARGETS))
-    if missing:
-        raise BuildError(
-            f"{source} defines no target {', '.join(missing)} under tools/ or examples/; "
-            "is it a llama.cpp tree from 2025 or later?"
-        )
-    return [*REQUIRED_TARGETS, rpc, *(t for t in OPTIONAL_TARGETS if t in available)]
+_NINJA_TARGET_RE = re.compile(r"^([A-Za-z0-9_.+-]+): phony$", re.M)
+
+
+def configured_targets(ninja_targets_output: str) -> set[str]:
+    """The top-level targets of a configured build folder, from ``ninja -t targets all``'s ``name: phony`` lines."""
+    return set(_NINJA_TARGET_RE.findall(ninja_targets_output))
+
+
+def targets_command(build_dir: Path | str) -> list[str]:
+    return ["ninja", "-C", str(build_dir), "-t", "targets", "all"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Definitions the tree does not know. CMake's own warning ("Manually-specified variables were not used by the
+# project") never names a GGML_ one: ggml's CMakeLists reads every GGML_* variable to write its package config, which
+# counts as a use (checked on b11312: -DFOO_TYPO=1 is named, -DGGML_HIP_ROCWMMA_FATTN=OFF is not). So rockbuild looks
+# for each name in the tree's CMake files itself.
+
+_CMAKE_WORD_RE = re.compile(r"\b[A-Z][A-Z0-9_]{2,}\b")
+
+
+def tree_variables(source: Path) -> frozenset[str]:
+    """Every upper-case word of the tree's CMakeLists.txt and *.cmake files: the variables it can read."""
+    words: set[str] = set()
+    for pattern in ("CMakeLists.txt", "*.cmake"):
+        for path in source.rglob(pattern):
+            if any(part in {".git", "node_modules"} for part in path.parts):
+                continue
+            try:
+                words.update(_CMAKE_WORD_RE.findall(path.read_text(encoding="utf-8", errors="replace")))
+            except OSError:
+                continue
+    return frozenset(words)
+
+
+def _ours(name: str) -> bool:
+    """A definition CMake itself, or the compilers' toolchain, reads (never looked for in the tree)."""
+    return name.startswith("CMAKE_") or name in RESERVED_DEFINITIONS
+
+
+@dataclass(frozen=True)
+class CheckedDefinitions:
+    definitions: tuple[tuple[str, str], ...]  # what the configure step passes
+    dropped: tuple[str, ...] = ()  # seed flags this tree no longer defines (not passed)
+    unknown: tuple[str, ...] = ()  # the job's own (matrix `cmake:`) names the tree does not define (passed, warned)
+
+    def warnings(self) -> list[str]:
+        return [f"the matrix's cmake option {name} is not used by this llama.cpp tree (no CMake file reads it): "
+                "a typo, or an option removed upstream?" for name in self.unknown]
+
+
+def check_definitions(definitions: Sequence[tuple[str, str]], known: frozenset[str], *,
+                      extra: Sequence[str] = ()) -> CheckedDefinitions:
+    """Drop the seed flags ``known`` (:func:`tree_variables`) lacks; keep, and name, the job's ``extra`` ones it
+    lacks (the user asked for them); pass everything else (the backend's compilers and targets) as it is."""
+    seed = {name for name, _ in SEED_DEFINITIONS} | {name for name, _ in OFFLINE_DEFINITIONS}
+    extra_names = {name.upper() for name in extra}
+    kept: list[tuple[str, str]] = []
+    dropped: list[str] = []
+    unknown: list[str] = []
+    for name, value in definitions:
+        if _ours(name) or name in known:
+            kept.append((name, value))
+        elif name.upper() in extra_names:
+            kept.append((name, value))
+            unknown.append(name)
+        elif name in seed:
+            dropped.append(name)
+        else:
+            kept.append((name, value))
+    return CheckedDefinitions(tuple(kept), tuple(dropped), tuple(unknown))
+
+
+_UNUSED_HEADER = "Manually-specified variables were not used by the project"
+
+
+class UnusedVariables:
+    """Reads CMake's "Manually-specified variables were not used by the project:" block from configure's output."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._inside = False
+
+    def on_line(self, line: str) -> None:
+        if _UNUSED_HEADER in line:
+            self._inside = True
+            return
+        if not self._inside:
+            return
+        stripped = line.strip()
+        if not stripped:
+            if self.names:
+                self._inside = False
+            return
+        if line[:1].isspace() and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", stripped):
+            if stripped not in self.names:
+                self.names.append(stripped)
+        else:
+            self._inside = False
+
+    def warnings(self, ours: Iterable[str] = ()) -> list[str]:
+        """One line per unused name, but those rockbuild set itself (``ours``: a HIP flag in a tree without HIP is
+        no mistake of the user's)."""
+        ours = {n.upper() for n in ours}
+        return [f"CMake did not use the option {name} (\"Manually-specified variables were not used by the "
+                "project\"): a typo in the matrix's cmake, or an option the tree no longer has?" for name in self.names
+                if name.upper() not in ours]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

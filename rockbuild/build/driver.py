@@ -28,14 +28,26 @@ from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.programs import ProgramList, Selection, load_programs
 from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
-from .cmake import capture_msvc_environment, compile_command, configure_command, shipped_targets
+from .cmake import (
+    UnusedVariables,
+    capture_msvc_environment,
+    check_definitions,
+    compile_command,
+    configure_command,
+    configured_targets,
+    executable_targets,
+    targets_command,
+    tree_variables,
+)
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
+from .webui import WebUi, WebUiOptions, provide_web_ui
 
 if TYPE_CHECKING:
     from rockbuild.core.vocabulary import Toolchain
@@ -85,9 +97,13 @@ class BuildOptions:
     ccache_dir: Path | None = None  # default <cache>/ccache
     cache: Path | None = None  # default: the context's cache
     vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
+    web_ui: bool = True  # --no-web-ui: llama-server without its chat page
+    web_ui_dist: Path | None = None  # --web-ui DIR: a dist built once for every build leg (rockbuild webui)
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, the host OS
+    # the programs to build (Settings.programs: matrices/programs.yaml)
+    programs: ProgramList = field(default_factory=load_programs, kw_only=True, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -241,6 +257,9 @@ class BuildResult:
     rocm: Mapping[str, Any] | None = None
     toolchain: Toolchain | None = None
     build_targets: tuple[str, ...] = ()
+    programs: tuple[Mapping[str, Any], ...] = ()  # the shipped programs this tree defines (Program.to_dict)
+    programs_unavailable: tuple[str, ...] = ()  # listed optional programs this tree (configuration) does not define
+    dropped_definitions: tuple[str, ...] = ()  # seed flags this tree no longer defines (not passed to CMake)
     compilers: Mapping[str, str] = field(default_factory=dict)
     tools: Mapping[str, str] = field(default_factory=dict)
     cmake_definitions: tuple[tuple[str, str], ...] = ()
@@ -253,6 +272,7 @@ class BuildResult:
     ninja: Mapping[str, Any] | None = None
     binaries: tuple[Mapping[str, Any], ...] = ()
     error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
+    web_ui: WebUi | None = None  # llama-server's chat page (rockbuild.build.webui)
 
     @property
     def build_json(self) -> Path:
@@ -268,6 +288,9 @@ class BuildResult:
             "job": self.job.to_dict(),
             "gpu_targets": list(self.job.targets),
             "build_targets": list(self.build_targets),
+            "programs": [dict(p) for p in self.programs],
+            "programs_unavailable": list(self.programs_unavailable),
+            "dropped_definitions": list(self.dropped_definitions),
             "llama_cpp": self.source.to_dict() if self.source else None,
             "rocm": dict(self.rocm) if self.rocm is not None else None,
             "toolchain": self.toolchain.to_dict() if self.toolchain else None,
@@ -280,6 +303,7 @@ class BuildResult:
             "environment": dict(self.environment),
             "configure_skipped": self.configure_skipped,
             "warnings": list(self.warnings),
+            "web_ui": self.web_ui.to_dict() if self.web_ui is not None else None,
             "durations": dict(self.durations),
             "ccache": dict(self.ccache) if self.ccache is not None else None,
             "ninja": dict(self.ninja) if self.ninja is not None else None,
@@ -375,16 +399,17 @@ def job_label(job: Job) -> str:
     return ", ".join(job.targets) if backend.per_target else f"{backend.label}, host compiler"
 
 
-def _list_binaries(build_dir: Path, job_dir: Path, targets: list[str], windows: bool) -> list[dict[str, Any]]:
+def _list_binaries(build_dir: Path, job_dir: Path, files: list[str], windows: bool) -> list[dict[str, Any]]:
+    """build.json's ``binaries``: the programs' ``files`` (each must be there) and every library of bin/."""
     bin_dir = build_dir / "bin"
     suffix = ".exe" if windows else ""
-    missing = [t for t in targets if not (bin_dir / f"{t}{suffix}").is_file()]
+    missing = [t for t in files if not (bin_dir / f"{t}{suffix}").is_file()]
     if missing:
         raise BuildError(f"the build finished but {', '.join(missing)} is missing from {bin_dir}")
     out = []
     for path in sorted(bin_dir.iterdir()) if bin_dir.is_dir() else []:
         name = path.name
-        if name.removesuffix(suffix) in targets:
+        if name.removesuffix(suffix) in files:
             kind = "executable"
         elif name.endswith(".dll") or ".so" in name or name.endswith(".dylib"):
             kind = "library"
@@ -442,6 +467,7 @@ class _Build:
     toolchain: Toolchain | None = None
     source: LlamaSource | None = None
     targets: tuple[str, ...] = ()
+    selection: Selection | None = None
     env: dict[str, str] = field(default_factory=dict)
     ccache: str | None = None  # the ccache program, when used
     ccache_dir: Path | None = None
@@ -471,8 +497,30 @@ def _source_step(b: _Build) -> None:
     with console.step("llama.cpp source"):
         _log_header(b.log, "llama.cpp source")
         b.source = _provide_source(b.options, b.job, b.log)
-        b.targets = tuple(shipped_targets(b.source.path))
-    b.recorded.update(source=b.source, build_targets=b.targets)
+        # what the tree defines, whatever the configuration: a required program it lacks fails here, before configure
+        _select(b, executable_targets(b.source.path))
+
+
+def _select(b: _Build, available: set[str]) -> None:
+    assert b.source is not None
+    b.selection = b.options.programs.select(available, f"{b.source.path} (tools/, examples/, app/)")
+    b.targets = b.selection.targets
+    b.recorded.update(source=b.source, build_targets=b.targets,
+                      programs=tuple(p.to_dict() for p in b.selection.programs),
+                      programs_unavailable=b.selection.unavailable)
+
+
+def _web_ui_step(b: _Build) -> None:
+    """llama-server's chat page, built once per tree and embedded as its prebuilt UI; none (with a warning and the
+    reason in build.json) when npm cannot make it: never a failed build."""
+    options, source = b.options, b.source
+    assert source is not None
+    web_ui = WebUiOptions(cache=(options.cache or options.context.cache) / "webui", enabled=options.web_ui,
+                          dist=options.web_ui_dist, offline=options.offline, env=options.context.env)
+    with console.step("web UI"):
+        _log_header(b.log, "web UI")
+        b.recorded["web_ui"] = provide_web_ui(source.path, build_number=source.build_number_value, options=web_ui,
+                                              log=b.log)
 
 
 def _configure_step(b: _Build) -> None:
@@ -503,8 +551,18 @@ def _configure_step(b: _Build) -> None:
             tools["ccache"] = first_line([b.ccache, "--version"], env)
         compilers, own_tools = backend.compilers(job, b.toolchain, env)
         tools.update(own_tools)
-        definitions = backend.cmake_definitions(job, b.toolchain, offline=options.offline,
-                                                build_info=b.source.cmake_build_info(), ccache=bool(b.ccache))
+        checked = check_definitions(
+            backend.cmake_definitions(job, b.toolchain, offline=options.offline,
+                                      build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),
+            tree_variables(b.source.path), extra=[name for name, _ in job.cmake])
+        definitions = list(checked.definitions)
+        if checked.dropped:
+            console.info(f"    not passed (this tree no longer defines them): {', '.join(checked.dropped)}")
+        for message in checked.warnings():
+            if message not in b.notices.messages:
+                b.notices.messages.append(message)
+                console.warn(message)
+        b.recorded["dropped_definitions"] = checked.dropped
         command = configure_command(b.source.path, build_dir, definitions)
         ours = [*variables, "PATH", "Path"]
         b.recorded.update(
@@ -518,7 +576,7 @@ def _configure_step(b: _Build) -> None:
         if {k: previous.get(k) for k in fingerprint} == fingerprint:
             console.info(f"    {build_dir} is configured with this command already; not configuring again")
             b.recorded["configure_skipped"] = True
-            b.notices = Notices(tuple(previous.get("warnings", ())))
+            b.notices = Notices(tuple(dict.fromkeys((*b.notices.messages, *previous.get("warnings", ())))))
             for message in b.notices.messages:
                 console.warn(message)
             _log_header(log, "configure: skipped (same command and environment as the last configure)")
@@ -528,14 +586,29 @@ def _configure_step(b: _Build) -> None:
             if _forget_other_source(build_dir, b.source.path):
                 console.info(f"    {build_dir} was configured from another source tree; configuring afresh")
             _log_header(log, "configure: " + " ".join(command))
+            unused = UnusedVariables()
+
+            def on_line(line: str) -> None:
+                b.notices.on_line(line)
+                unused.on_line(line)
+
             try:
-                run(command, env=env, log=log, capture=False, timeout=options.configure_timeout,
-                    on_line=b.notices.on_line)
+                run(command, env=env, log=log, capture=False, timeout=options.configure_timeout, on_line=on_line)
             except ProcessError as exc:
                 b.recorded["warnings"] = tuple(b.notices.messages)
                 raise _failure("configure", exc, log) from None
+            matrix_names = {name.upper() for name, _ in job.cmake}
+            named = [n for n, _ in definitions if n.upper() not in matrix_names] + list(checked.unknown)
+            for message in unused.warnings(ours=named):  # a name already warned of is said once
+                if message not in b.notices.messages:
+                    b.notices.messages.append(message)
+                    console.warn(message)
             write_json_atomic(stamp, {**fingerprint, "warnings": b.notices.messages})
         b.recorded["warnings"] = tuple(b.notices.messages)
+        # what this configuration builds (llama-convert-llama2c-to-ggml is not built with GGML_BACKEND_DL, say)
+        listed = run(targets_command(build_dir), env=env, log=None, timeout=120, check=False)
+        if listed.returncode == 0:
+            _select(b, executable_targets(b.source.path) & configured_targets(listed.output))
 
 
 def _compile_step(b: _Build) -> None:
@@ -543,6 +616,8 @@ def _compile_step(b: _Build) -> None:
     build = compile_command(b.build_dir, list(b.targets), jobs=jobs)
     b.recorded["compile_command"] = tuple(build)
     with console.step(f"compile ({len(b.targets)} programs, -j{jobs})"):
+        if b.selection is not None and b.selection.unavailable:
+            console.info(f"    not in this tree: {', '.join(b.selection.unavailable)}")
         console.info(f"    targets: {' '.join(b.targets)}")
         before = ccache_counts(b.ccache, b.env) if b.ccache else None
         _log_header(b.log, "compile: " + " ".join(build))
@@ -570,13 +645,15 @@ def _compile_step(b: _Build) -> None:
         rate = ccache["hit_rate"]
         did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
         console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
-        b.recorded["binaries"] = tuple(_list_binaries(b.build_dir, b.job_dir, list(b.targets), b.windows))
+        assert b.selection is not None
+        files = [p.file_name for p in b.selection.programs]
+        b.recorded["binaries"] = tuple(_list_binaries(b.build_dir, b.job_dir, files, b.windows))
 
 
 # A build's steps, in order: each fills in the build and records into build.json; the first to fail is its
 # failed_step (build.json, build.log's last line).
 BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
-    ("rocm", _provide_rocm_step), ("source", _source_step), ("configure", _configure_step),
+    ("rocm", _provide_rocm_step), ("source", _source_step), ("web_ui", _web_ui_step), ("configure", _configure_step),
     ("compile", _compile_step),
 )
 

@@ -327,6 +327,77 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
     return Check("programs", not failures, tuple(failures), details={"programs": rels})
 
 
+# GGML_BACKEND_DL: ggml_backend_load_best() loads (lib)ggml-cpu-<variant>.so/.dll by its name pattern, scores each
+# with ggml_backend_score() and initialises the best with ggml_backend_init(); a plain (lib)ggml-cpu module is the
+# fallback it loads only when no variant scores (a GGML_NATIVE build: the build host's CPU code).
+_CPU_MODULE_RE = re.compile(r"^(?:lib)?ggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+?))?\.(?:so|dll)$", re.I)
+_CPU_LINKED_RE = re.compile(r"^(?:lib)?ggml-cpu(?:\.so\.[0-9.]+|\.dll)$", re.I)
+BACKEND_ENTRY_POINTS = ("ggml_backend_init", "ggml_backend_score")
+
+
+def exported_symbols(path: Path) -> set[str] | None:
+    """The names a library exports (ELF: defined dynamic symbols; PE: the export table); None when unreadable."""
+    try:
+        if is_pe(path):
+            import pefile
+
+            pe = pefile.PE(str(path), fast_load=True)
+            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"]])
+            exports = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
+            return {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
+        from elftools.elf.elffile import ELFFile
+
+        with open(path, "rb") as fh:
+            section = ELFFile(fh).get_section_by_name(".dynsym")
+            if section is None:
+                return set()
+            return {s.name for s in section.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
+    except Exception:  # a damaged file is the file-formats check's finding
+        return None
+
+
+def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, machine: str) -> Check:
+    """The CPU backend of a GGML_CPU_ALL_VARIANTS bundle: every variant the policy lists for ``machine`` ships, each
+    is a loadable backend module (exports ggml_backend_init and ggml_backend_score), and no plain one (tuned to one
+    CPU: the build host's, with GGML_NATIVE) ships beside them. A bundle whose CPU backend is linked in (built without
+    GGML_BACKEND_DL) passes with a warning: it runs the same CPU code on every machine."""
+    variants: dict[str, Path] = {}
+    plain: list[Path] = []
+    linked = [p.name for p in top if _CPU_LINKED_RE.match(p.name)]
+    for path in top:
+        match = _CPU_MODULE_RE.match(path.name)
+        if match:
+            (plain.append(path) if match.group("variant") is None else variants.__setitem__(match.group("variant"),
+                                                                                           path))
+    expected = rules.cpu_variants_for(machine)
+    details: dict[str, Any] = {"variants": sorted(variants), "expected": list(expected), "machine": machine}
+    if not variants and not plain:
+        warnings = (f"{linked[0]} is the one CPU backend, linked in (built without GGML_BACKEND_DL and "
+                    "GGML_CPU_ALL_VARIANTS): every machine runs the same CPU code",) if linked else ()
+        return Check("cpu-backends", True, (), warnings, details)
+    failures: list[str] = []
+    for path in plain:
+        failures.append(f"{path.name} is a CPU backend built for one CPU (with GGML_NATIVE, the build host's) and "
+                        "loads wherever no variant scores: build with GGML_CPU_ALL_VARIANTS=ON, GGML_NATIVE=OFF")
+    missing = [v for v in expected if v not in variants]
+    if missing:
+        failures.append(f"CPU variant{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (the bundle "
+                        f"policy lists {len(expected)} for {machine}): those CPUs would load a slower one")
+    if variants and expected and expected[0] not in variants:
+        failures.append(f"no baseline CPU variant ({expected[0]}): a CPU older than every shipped variant runs nothing")
+    for _name, path in sorted(variants.items()):
+        symbols = exported_symbols(path)
+        absent = [s for s in BACKEND_ENTRY_POINTS if symbols is not None and s not in symbols]
+        if absent:
+            failures.append(f"{path.name} is not a loadable backend module (it exports no {', '.join(absent)})")
+    unknown = sorted(set(variants) - set(expected))
+    warnings = (f"CPU variant{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} not in the bundle policy's list "
+                f"for {machine} (matrices/bundle-policy.yaml cpu_variants)",) if unknown and expected else ()
+    if not expected:
+        warnings += (f"the bundle policy lists no CPU variants for {machine}: only their loadability was checked",)
+    return Check("cpu-backends", not failures, tuple(failures), warnings, details)
+
+
 def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
     """``--max-version`` values (``GLIBC=2.35``) as {family: version}; a UsageError names a malformed one."""
     ceilings = {}
@@ -526,6 +597,7 @@ def audit_bundle(
                             (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
         checks.append(_check_needed_pe(root, pes, rules))
         checks.append(_check_extras(root, {n.lower() for n in names}, rules, meta))
+        checks.append(check_cpu_backends(root, list(pes), rules, next(iter(machines), "AMD64")))
         own, fat = flavour.audit_checks(root, names, targets, rules, list(pes), meta=meta, windows=True)
         checks += own
     else:
@@ -542,6 +614,8 @@ def audit_bundle(
         checks.append(_check_run_paths(root, elves, rules))
         checks.append(check_kpack_refs(root, elves))
         checks.append(_check_extras(root, names, rules, meta))
+        checks.append(check_cpu_backends(root, [p for p in elves if p.parent == root], rules,
+                                          reference.machine if reference else "EM_X86_64"))
         own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
                                         meta=meta, windows=False)
         checks += own

@@ -10,6 +10,8 @@ and audit result.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import mmap
 import os
 import shutil
 import stat
@@ -90,6 +92,7 @@ class BundlePlan:
     backend: str = DEFAULT  # rocm | vulkan
     fatbin_tools: OffloadTools | None = None  # LLVM's tools that prove the pruned fat binaries (verify_pruned)
     pruning: dict[str, Any] = field(default_factory=dict)  # asked (on/auto/off), done, tools, why not
+    policy: BundlePolicy | None = field(default=None, repr=False, compare=False)  # the audit after bundling holds to it
 
     @property
     def pruned_files(self) -> tuple[PlannedFile, ...]:
@@ -205,6 +208,27 @@ def _applicable(extra: Extra, shipped: set[str], platform: str) -> bool:
     return not extra.when or any(name_matches(n, extra.when, platform=platform) for n in shipped)
 
 
+@functools.lru_cache(maxsize=64)
+def _file_holds(path: Path, needles: tuple[bytes, ...]) -> bool:
+    """Whether the file's bytes hold one of ``needles`` (case-insensitive ASCII), read without loading it whole."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for needle in needles:
+                for variant in {needle, needle.upper(), needle.capitalize()}:
+                    if data.find(variant) != -1:
+                        return True
+    except (OSError, ValueError):  # an empty file cannot be mapped: it names nothing
+        return False
+    return False
+
+
+def _named(extra: Extra, closure: Closure, platform: str) -> bool:
+    """An ``only_if_named`` extra: a shipped ``when`` library holds its name (it can load it)."""
+    users = [e.real_path for e in closure.shipped
+             if e.real_path is not None and name_matches(e.name, extra.when, platform=platform)]
+    return any(_file_holds(path, extra.stems) for path in users)
+
+
 def _missing_extra(extra: Extra, shipped: set[str], platform: str) -> Library:
     users = sorted(n for n in shipped if name_matches(n, extra.when, platform=platform))
     return Library(name=" or ".join(extra.names), status=MISSING, needed_by=tuple(users), via="extra",
@@ -228,6 +252,8 @@ def _closure_with_extras(
         for index, extra in enumerate(extras):
             if index in applied or not _applicable(extra, shipped, platform):
                 continue
+            if extra.only_if_named and not _named(extra, closure, platform):
+                continue  # looked at again next round: another extra may bring a library that names it
             applied.add(index)
             found, new_roots = extra_files(extra, closure, shipped)
             if not found and extra.required:
@@ -446,7 +472,7 @@ def make_plan(request: BundleRequest) -> BundlePlan:
         out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
         warnings=tuple(warnings), seconds=time.monotonic() - start, backend=flavour.name, fatbin_tools=tools,
-        pruning=pruning,
+        pruning=pruning, policy=policy,
     )
 
 
@@ -599,7 +625,8 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         start = time.monotonic()
         # audited where it was written, reported where it lands
         audit_report = dataclasses.replace(
-            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend), path=plan.out)
+            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy),
+            path=plan.out)
         seconds["audit"] = time.monotonic() - start
     report = BundleReport(plan.out, plan, False, audit_report, seconds, reports, refs)
     write_bundle_json(report, partial)

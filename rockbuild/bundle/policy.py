@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +51,28 @@ class Extra:
     rocm_major: tuple[int, ...] = ()
     kinds: tuple[str, ...] = ()
     store_as: str | None = None
+    # ship only when a shipped library matching `when` names it (its bytes hold the extra's name, as a dlopen or
+    # DT_NEEDED string does): a rocBLAS built without hipBLASLt support never loads it
+    only_if_named: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "names": list(self.names), "when": list(self.when), "required": self.required, "reason": self.reason,
             "rocm_major": list(self.rocm_major), "kinds": list(self.kinds), "as": self.store_as,
+            "only_if_named": self.only_if_named,
         }
+
+    @property
+    def stems(self) -> tuple[bytes, ...]:
+        """What a library that loads this extra holds: its names without the glob, ``lib`` and suffix parts
+        (``libhipblaslt.so*`` -> ``hipblaslt``)."""
+        out = []
+        for name in self.names:
+            stem = re.split(r"[*?\[]", name, maxsplit=1)[0].lower()
+            stem = stem.removeprefix("lib").split(".so", 1)[0].removesuffix(".dll")
+            if len(stem) >= 4:
+                out.append(stem.encode())
+        return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,14 @@ class PlatformPolicy:
     extras: tuple[Extra, ...]
     kernel_data: tuple[KernelRule, ...]
     rpath_tag: str = "RPATH"  # linux only: RPATH or RUNPATH
+    # GGML_CPU_ALL_VARIANTS: per machine (x86_64, aarch64), the CPU backend modules a bundle must ship, baseline first
+    cpu_variants: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (machine, variants): hashable, as the cache wants
+
+    def cpu_variants_for(self, machine: str) -> tuple[str, ...]:
+        """The CPU variants of ``machine`` (uname -m, or the ELF/PE machine name: x64, EM_X86_64, AMD64)."""
+        key = {"x64": "x86_64", "amd64": "x86_64", "em_x86_64": "x86_64", "arm64": "aarch64",
+               "em_aarch64": "aarch64"}.get(machine.lower(), machine.lower())
+        return dict(self.cpu_variants).get(key, ())
 
     def system_reason(self, name: str) -> str | None:
         """Why ``name`` never ships (None: it is not a system library)."""
@@ -113,6 +138,7 @@ class PlatformPolicy:
             "system": [r.to_dict() for r in self.system],
             "extras": [e.to_dict() for e in self.extras],
             "kernel_data": [k.to_dict() for k in self.kernel_data],
+            "cpu_variants": {m: list(v) for m, v in self.cpu_variants},
         }
 
 
@@ -170,7 +196,13 @@ def _extras(path: Path, parent: YDict) -> tuple[Extra, ...]:
     out = []
     for i, entry in enumerate(extras):
         expect_type(path, extras, i, entry, YDict, f"extras[{i}]")
-        check_keys(path, entry, ["names", "when", "required", "reason", "rocm_major", "kinds", "as"], "an extra")
+        check_keys(path, entry, ["names", "when", "required", "reason", "rocm_major", "kinds", "as", "only_if_named"],
+                   "an extra")
+        only_if_named = entry.get("only_if_named", False)
+        expect_type(path, entry, "only_if_named", only_if_named, bool, f"extras[{i}].only_if_named")
+        if only_if_named and not entry.get("when"):
+            raise ConfigError(f"{where(path, entry, 'only_if_named')}: only_if_named needs 'when' (the libraries that "
+                              "name it)")
         majors = entry.get("rocm_major", YList())
         expect_type(path, entry, "rocm_major", majors, list, f"extras[{i}].rocm_major")
         if not all(isinstance(m, int) and not isinstance(m, bool) for m in majors):
@@ -189,7 +221,7 @@ def _extras(path: Path, parent: YDict) -> tuple[Extra, ...]:
             names=_strings(path, entry, "names", entry.get("names"), f"extras[{i}].names"),
             when=_strings(path, entry, "when", entry.get("when", YList()), f"extras[{i}].when"),
             required=required, reason=_reason(path, entry, f"extras[{i}]"),
-            rocm_major=tuple(majors), kinds=kinds, store_as=store_as,
+            rocm_major=tuple(majors), kinds=kinds, store_as=store_as, only_if_named=only_if_named,
         ))
     return tuple(out)
 
@@ -210,6 +242,24 @@ def _kernel_rules(path: Path, parent: YDict) -> tuple[KernelRule, ...]:
     return tuple(out)
 
 
+def _cpu_variants(path: Path, parent: YDict) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    body = parent.get("cpu_variants", YDict())
+    expect_type(path, parent, "cpu_variants", body, YDict, "'cpu_variants'")
+    check_keys(path, body, ["machines", "reason"], "'cpu_variants'")
+    if body:
+        _reason(path, body, "cpu_variants")
+    machines = body.get("machines", YDict())
+    expect_type(path, body, "machines", machines, YDict, "cpu_variants.machines")
+    out = {}
+    for machine, names in machines.items():
+        variants = _strings(path, machines, machine, names, f"cpu_variants.machines.{machine}")
+        bad = [v for v in variants if not re.fullmatch(r"[a-z0-9_.]+", v)]
+        if bad:
+            raise ConfigError(f"{where(path, machines, machine)}: {bad[0]!r} is not a CPU variant name (x64, zen4)")
+        out[str(machine)] = variants
+    return tuple(out.items())
+
+
 def parse_policy(doc: Any, path: Path) -> BundlePolicy:
     """The bundle policy from a parsed ``bundle-policy.yaml`` (read by :func:`load_policy`);
     ConfigError names file:line."""
@@ -223,16 +273,18 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
         body = doc.get(platform, YDict())
         expect_type(path, doc, platform, body, YDict, f"'{platform}'")
         if platform == "linux":
-            check_keys(path, body, ["rpath", "rpath_reason", "never_ship", "extras", "kernel_data"], "'linux'")
+            check_keys(path, body, ["rpath", "rpath_reason", "never_ship", "extras", "kernel_data", "cpu_variants"],
+                       "'linux'")
             tag = body.get("rpath", "RPATH")
             if tag not in ("RPATH", "RUNPATH"):
                 raise ConfigError(f"{where(path, body, 'rpath')}: rpath must be RPATH or RUNPATH, not {tag!r}")
             system = _system_rules(path, body, "never_ship")
         else:
-            check_keys(path, body, ["system", "extras", "kernel_data"], "'windows'")
+            check_keys(path, body, ["system", "extras", "kernel_data", "cpu_variants"], "'windows'")
             tag = "RPATH"
             system = _system_rules(path, body, "system")
-        platforms[platform] = PlatformPolicy(platform, system, _extras(path, body), _kernel_rules(path, body), tag)
+        platforms[platform] = PlatformPolicy(platform, system, _extras(path, body), _kernel_rules(path, body), tag,
+                                             _cpu_variants(path, body))
     return BundlePolicy(str(path), platforms["linux"], platforms["windows"])
 
 

@@ -133,16 +133,31 @@ MODEL = option_group(
     click.option("--vocab", type=file(exists=True), default=None,
                  help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
 )
+def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None,
+                   web_ui_dist: Path | None, no_web_ui: bool) -> CompileFlags:
+    if web_ui_dist is not None and no_web_ui:
+        from rockbuild.core.errors import UsageError
+
+        raise UsageError("give --web-ui DIR or --no-web-ui, not both")
+    return CompileFlags(offline, ccache_dir, not no_ccache, prune_fatbin, web_ui=not no_web_ui,
+                        web_ui_dist=web_ui_dist)
+
+
 COMPILE = option_group(
-    "compile_flags", lambda offline, ccache_dir, no_ccache, prune_fatbin: CompileFlags(
-        offline, ccache_dir, not no_ccache, prune_fatbin),
+    "compile_flags", _compile_flags,
     click.option("--offline", is_flag=True,
-                 help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone)."),
+                 help="No network during configure: system OpenSSL instead of BoringSSL (a configure-time clone); "
+                 "the web UI only from the cache (no npm ci)."),
     click.option("--ccache-dir", type=folder(), default=None, help="ccache directory (default: <cache>/ccache)."),
     click.option("--no-ccache", is_flag=True, help="Do not use ccache even when it is installed."),
     click.option("--prune-fatbin/--no-prune-fatbin", default=None,
                  help="Drop other GPU targets' code from rocBLAS/rocSOLVER, each pruned library proved against its "
                  "original by the ROCm root's clang-offload-bundler (default: when the root has it)."),
+    click.option("--web-ui", "web_ui_dist", type=folder(exists=True), default=None, metavar="DIR",
+                 help="Embed this built web UI (rockbuild webui --out DIR) in llama-server instead of building it "
+                 "with npm."),
+    click.option("--no-web-ui", is_flag=True,
+                 help="Build llama-server without its web UI (the chat page at /); build.json says so."),
 )
 POLICY = click.option("--policy", type=file(exists=True), default=None,
                       help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")

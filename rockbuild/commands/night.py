@@ -148,7 +148,7 @@ def night_data(selection: JobSelection, publish_config: Path | None = None) -> N
 
     files = settings().but(publish_file=publish_config)
     return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
-                     policy=files.policy)
+                     policy=files.policy, programs=files.programs)
 
 
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:

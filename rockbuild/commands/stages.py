@@ -172,6 +172,8 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=compile_flags.offline,
         jobs=jobs, use_ccache=compile_flags.use_ccache, ccache_dir=compile_flags.ccache_dir, context=settings(),
+        programs=settings().programs,
+        web_ui=compile_flags.web_ui, web_ui_dist=compile_flags.web_ui_dist,
     )
     matrix = settings().but(matrix_file=config)
     inputs = load_inputs(inputs_file) if inputs_file is not None else None
@@ -181,6 +183,49 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
         job = matrix.job(target=target, family=family, job_id=job_id, os_name=os_name)
     show(build_and_bundle(build_options, job, policy=settings().policy, inputs=inputs, make_bundle=make_bundle,
                           prune_fatbin=compile_flags.prune_fatbin, quiet=as_json, git_url_flag=git_url is not None),
+         as_json)
+
+
+@command
+@click.option("--source", "source_dir", type=folder(exists=True), default=None, help="This llama.cpp tree.")
+@click.option("--ref", default=None, help="Clone this llama.cpp tag, branch or full commit (into the cache).")
+@click.option("--git-url", default=None, help="Clone from this URL (default: the upstream llama.cpp repository).")
+@click.option("--inputs", "inputs_file", type=file(exists=True), default=None,
+              help="The night's inputs.json: its llama.cpp commit (the workflow builds the UI once for every leg).")
+@click.option("--build-number", default=None, help="llama.cpp build number of a tree git cannot tell (11312, b11312).")
+@click.option("--out", "out_dir", type=folder(), required=True,
+              help="Write the dist here, for rockbuild build --web-ui DIR (replaced when it is a dist already).")
+@click.option("--offline", is_flag=True, help="No npm ci (it downloads): a cached dist or node_modules only.")
+@click.option("--cache", type=folder(), default=None,
+              help="Cache folder (default: $ROCKBUILD_CACHE or ~/.cache/rockbuild); the UI's is CACHE/webui.")
+@JSON
+def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_file: Path | None,
+          build_number: str | None, out_dir: Path, offline: bool, cache: Path | None, as_json: bool) -> None:
+    """Build llama-server's web UI (tools/ui: npm ci, npm run build) once, for rockbuild build --web-ui DIR."""
+    from rockbuild.build.source import DEFAULT_GIT_URL, checkout_ref, describe_tree
+    from rockbuild.build.webui import WebUiOptions, export_web_ui
+    from rockbuild.core.errors import UsageError
+
+    if sum(x is not None for x in (source_dir, ref, inputs_file)) != 1:
+        raise UsageError("give one of --source TREE, --ref REF or --inputs FILE")
+    cache = cache or settings().cache
+    out_dir = out_dir.absolute()
+    log = out_dir.with_name(f"{out_dir.name}.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("rockbuild webui\n", encoding="utf-8")
+    if source_dir is not None:
+        source = describe_tree(source_dir, build_number=build_number, log=log)
+    else:
+        url = git_url or DEFAULT_GIT_URL
+        if inputs_file is not None:
+            from rockbuild.nightly import load_inputs
+
+            llama = load_inputs(inputs_file).llama
+            ref, url, build_number = llama.commit, git_url or llama.url, build_number or llama.build_number
+        assert ref is not None
+        source = checkout_ref(ref, url=url, cache=cache, build_number=build_number, log=log, slot="webui")
+    options = WebUiOptions(cache=cache / "webui", offline=offline, env=settings().env)
+    show(export_web_ui(source.path, out_dir, build_number=source.build_number_value, options=options, log=log),
          as_json)
 
 
@@ -248,16 +293,21 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
               "release publishes; the GPU smoke legs use it).")
 @click.option("--report", "report_path", type=file(), default=None,
               help="Write smoke.json here (default: the job folder, beside bundle/).")
+@click.option("--browser/--no-browser", default=None,
+              help="Also chat with llama-server's web UI in a real browser (the system's chromium, through "
+              "rockbuild[browser]) and save web-ui.png (default: smoke.yaml's run.browser.enabled).")
 @click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
 def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | None,
-          bench_preset: str, report_path: Path | None, as_json: bool) -> None:
-    """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths."""
+          bench_preset: str, report_path: Path | None, browser: bool | None, as_json: bool) -> None:
+    """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths, then every other
+    shipped program's --help (matrices/programs.yaml)."""
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
     chosen = provide_model(model.spec, vocab=model.vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
+    overrides = {"browser": browser} if browser is not None else {}
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
-                                       device=device)
+                                       device=device, programs=settings().programs.programs, **overrides)
     report = run_smoke(bundle_dir, chosen, options, report_path=report_path, quiet=as_json)
     show(report, as_json)
     report.raise_if_failed()
@@ -294,4 +344,5 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
     show(run_compare(list(bundle_dirs), model, options, quiet=as_json, env=settings().env), as_json)
 
 
-COMMANDS = (matrix, fetch, rocm, build, bundle, audit, smoke, compare)  # in the order `rockbuild --help` lists them
+# in the order `rockbuild --help` lists them
+COMMANDS = (matrix, fetch, rocm, build, webui, bundle, audit, smoke, compare)

@@ -49,10 +49,13 @@ class ModelChoice:
 
 @dataclass(frozen=True)
 class CompileFlags:
-    """``--offline --ccache-dir --no-ccache --prune-fatbin``: how a build compiles and bundles."""
+    """``--offline --ccache-dir --no-ccache --prune-fatbin --web-ui DIR --no-web-ui``: how a build compiles and
+    bundles."""
 
     offline: bool = False  # system OpenSSL instead of BoringSSL's configure-time clone
     ccache_dir: Path | None = None  # None: <cache>/ccache
     use_ccache: bool = True
     prune_fatbin: bool | None = None  # None: prune when the ROCm root can prove it
+    web_ui: bool = True  # False: llama-server without its chat page (--no-web-ui)
+    web_ui_dist: Path | None = None  # a prebuilt web UI (rockbuild webui --out DIR) instead of building it
 

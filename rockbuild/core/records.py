@@ -338,6 +338,32 @@ class BuildPaths(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WebUiRecord(Record):
+    """build.json's ``web_ui`` (rockbuild.build.webui.WebUi) and, its paths left out, manifest.json's: whether
+    llama-server embeds its chat page (status built | cached | prebuilt) or not (none, and the reason)."""
+
+    status: str
+    reason: str | None = None
+    sha256: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    seconds: float | None = None
+    npm: str | None = None
+    node: str | None = None
+    build_number: str | None = None
+    key: str | None = None
+    dist: str | None = None
+    embedded: str | None = None
+    replaced: bool | None = None
+    npm_ci_seconds: float | None = None
+    build_seconds: float | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.status != "none"
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildRecord(Record):
     """``out/<job-id>/build.json``: what was built from what, and how it went."""
 
@@ -351,6 +377,9 @@ class BuildRecord(Record):
     job: JobEntry | None = None
     gpu_targets: tuple[str, ...] = ()
     build_targets: tuple[str, ...] = ()
+    programs: tuple[Mapping[str, Any], ...] = ()  # Program.to_dict of each program built
+    programs_unavailable: tuple[str, ...] = ()
+    dropped_definitions: tuple[str, ...] = ()
     llama_cpp: LlamaCpp | None = None
     rocm: BuildRocm | None = None
     toolchain: Mapping[str, Any] | None = None
@@ -363,6 +392,7 @@ class BuildRecord(Record):
     environment: Mapping[str, str] = field(default_factory=dict)
     configure_skipped: bool = False
     warnings: tuple[str, ...] = ()
+    web_ui: WebUiRecord | None = None  # absent in files from before the web UI step
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
     ninja: Mapping[str, Any] | None = None
@@ -473,6 +503,22 @@ class SmokeBackends(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SmokeCheck(Record):
+    """A check the smoke makes of some bundles only (llama-server's web UI: ``GET /``, the browser's chat):
+    ``result`` passed | failed | not checked, ``detail`` what was seen or why it was not checked."""
+
+    result: str
+    detail: str | None = None
+    seconds: float | None = None
+    url: str | None = None
+    status: int | None = None  # GET /: the HTTP status
+    content_type: str | None = None
+    screenshot: str | None = None  # the browser: a PNG of the page with the model's answer
+    answer: str | None = None  # the browser: the start of the answer as the page shows it
+    browser: str | None = None  # the browser's name and version
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmokeRun(Record):
     """One of the smoke's runs (cli, server, bench): its verdict, log and, when it failed, the log's tail."""
 
@@ -485,6 +531,12 @@ class SmokeRun(Record):
     failure: str | None = None
     log: str | None = None
     log_tail: tuple[str, ...] = ()
+    # the programs run (rockbuild.smoke.runner.run_programs): each one's status, arguments, exit code and log
+    programs: tuple[Mapping[str, Any], ...] = ()
+    checked: int | None = None
+    absent: tuple[str, ...] = ()
+    web_ui: SmokeCheck | None = None  # the server run: GET / of a build with a web UI
+    browser: SmokeCheck | None = None  # the server run, with --browser: a message typed into the chat page
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -653,6 +705,8 @@ class ManifestSmoke(Record):
     gpu: str | None = None
     placement: str | None = None
     model: Mapping[str, Any] | None = None
+    web_ui: str | None = None  # "passed", "not checked: no web UI", ...
+    browser: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -685,6 +739,8 @@ class ManifestJob(Record):
     llama_cpp: LlamaCpp | None = None
     rocm: ManifestRocm | None = None
     isas: tuple[str, ...] = ()
+    programs: tuple[str, ...] = ()  # the programs the asset ships (matrices/programs.yaml, as the tree had them)
+    cpu_variants: tuple[str, ...] = ()  # the CPU backend variants it ships (GGML_CPU_ALL_VARIANTS)
     cmake: Mapping[str, str] = field(default_factory=dict)
     assets: tuple[ManifestAsset, ...] = ()
     bundle: Mapping[str, Any] | None = None
@@ -693,6 +749,7 @@ class ManifestJob(Record):
     bench: tuple[BenchFigure, ...] = ()
     gpu_smoke: ManifestGpuSmoke | None = None
     glibc_floor: Mapping[str, Mapping[str, str]] | None = None
+    web_ui: WebUiRecord | None = None  # llama-server's chat page: built in, or why not
 
 
 @dataclass(frozen=True, kw_only=True)

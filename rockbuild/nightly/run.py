@@ -33,6 +33,7 @@ from rockbuild.core.environment import Context
 from rockbuild.core.errors import LayoutError, PublishError, RockbuildError, SmokeError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
+from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import (
     FALLBACK_SCHEMA,
     BuildErrorInfo,
@@ -134,6 +135,7 @@ class NightData:
     publish: PublishConfig
     smoke: Mapping[str, Any]
     policy: BundlePolicy
+    programs: ProgramList = field(default_factory=load_programs)  # matrices/programs.yaml
 
 
 @dataclass(frozen=True)
@@ -339,14 +341,16 @@ class _JobRun:
     def build(self) -> Stage:
         options, inputs = self.options, self.inputs
         sha256 = self.tarball.sha256 if self.tarball else None
+        web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
-                                               self.job.to_dict(), __version__, options.compile.offline)
+                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
                 out_dir=self.night.out, offline=options.compile.offline, jobs=options.compile_jobs,
                 use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
-                context=options.context,
+                web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
+                programs=options.data.programs,
             ), inputs, self.root)
             try:
                 build_job(self.job, build_options)
@@ -386,7 +390,8 @@ class _JobRun:
         def run() -> None:
             folder.smoke_json.unlink(missing_ok=True)
             with console.step(f"{self.job.id}: smoke test") as step:
-                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(options.data.smoke),
+                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(
+                    options.data.smoke, programs=options.data.programs.programs),
                                    report_path=folder.smoke_json, quiet=options.quiet)
                 if not report.ok:
                     step.fail()

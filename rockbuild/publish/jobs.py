@@ -24,6 +24,7 @@ from rockbuild.core.records import (
     BundleRecord,
     FallbackRecord,
     SmokeRecord,
+    WebUiRecord,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
@@ -90,6 +91,8 @@ class BuiltJob:
     rocm: RocmInfo = field(default_factory=lambda: RocmInfo(None, None, None, None, None, None))
     cmake: Mapping[str, str] = field(default_factory=dict)
     isas: tuple[str, ...] = ()  # GPU code really inside libggml-hip (audit), else the job's targets
+    programs: tuple[str, ...] = ()  # the shipped programs' files (build.json), each run by the smoke
+    cpu_variants: tuple[str, ...] = ()  # the CPU backend variants in the bundle (libggml-cpu-<variant>.so)
     bundle: Path | None = None
     audit: AuditRecord | None = None
     smoke: SmokeRecord | None = None
@@ -99,6 +102,7 @@ class BuiltJob:
     gpu_required: bool = False
     gpu_smoke: SmokeRecord | None = None  # gpu-smoke.json, when the GPU leg ran
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
+    web_ui: WebUiRecord | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
 
     @property
     def file_name(self) -> str:
@@ -163,11 +167,19 @@ class BuiltJob:
         return (f"ROCm {self.rocm.version or '?'}, newest {summary['newest_version'] or summary['newest']} failed "
                 f"{summary['failed_stage']}: {summary['reason']}")
 
+    def web_ui_summary(self) -> dict[str, Any] | None:
+        """What manifest.json says of llama-server's web UI: built in (its sha256, files, bytes) or why not."""
+        if self.web_ui is None:
+            return None
+        return {"status": self.web_ui.status, "reason": self.web_ui.reason, "sha256": self.web_ui.sha256,
+                "files": self.web_ui.files, "bytes": self.web_ui.bytes, "build_number": self.web_ui.build_number}
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "os": self.os, "name": self.name, "backend": self.backend, "targets": list(self.targets),
                 "required": self.required, "status": self.status, "failed_step": self.failed_step,
                 "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
                 "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
+                "programs": list(self.programs), "cpu_variants": list(self.cpu_variants),
                 "cmake": public_cmake(self.cmake)}
 
 
@@ -177,6 +189,17 @@ def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[s
         if (fat.file or "").startswith(("libggml-hip", "ggml-hip")) and fat.targets:
             return fat.targets
     return targets
+
+
+_CPU_VARIANT_RE = re.compile(r"^(?:lib)?ggml-cpu-([A-Za-z0-9_.]+?)\.(?:so|dll)$", re.I)
+
+
+def cpu_variants(bundle_dir: Path) -> tuple[str, ...]:
+    """The CPU backend variants a bundle folder holds, by name (x64, haswell, zen4, ...)."""
+    if not bundle_dir.is_dir():
+        return ()
+    found = (_CPU_VARIANT_RE.match(p.name) for p in bundle_dir.iterdir())
+    return tuple(sorted(m.group(1) for m in found if m))
 
 
 def _smoke_tail(smoke: SmokeRecord) -> tuple[tuple[str, ...], Path | None]:
@@ -232,7 +255,9 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=build.finished if build is not None else None,
         backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
-        fallback=fallback,
+        fallback=fallback, web_ui=build.web_ui if build is not None else None,
+        programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
+        cpu_variants=cpu_variants(bundle_dir),
     )
     paths = build.paths if build is not None else None
     build_log = Path(paths.log) if paths is not None and paths.log else folder.build_log

@@ -74,8 +74,12 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
     if smoke is None:
         return None
     model, gpu = smoke.model or SmokeModel(), smoke.gpu or SmokeGpu()
+    server = smoke.runs.get("server")
+    found = {"web_ui": server.web_ui, "browser": server.browser} if server is not None else {}
+    checks = {what: f"{check.result}: {check.detail}" if check.detail else check.result
+              for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
-            "model": {"name": model.name, "sha256": model.sha256, "source": model.source}}
+            "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks}
 
 
 def build_manifest(
@@ -100,6 +104,7 @@ def build_manifest(
             "smoke": _smoke(job),
             "bench": [b.to_dict() for b in job.bench],
             "gpu_smoke": job.gpu_summary(),  # the real-GPU figures `rockbuild perf` tracks
+            "web_ui": job.web_ui_summary(),  # llama-server's chat page, or why it has none
         }
         if job.os == "linux":
             entry["glibc_floor"] = {k: {"version": v, "file": f} for k, (v, f) in (floors.get(job.id) or {}).items()}

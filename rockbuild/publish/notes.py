@@ -110,5 +110,20 @@ def notes_context(
         "fallbacks": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["fallback"]],
         "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],
         "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not j.gpu_tested],
+        # llama-server's chat page: the assets that have it, and those without it with the reason (never silent)
+        "with_web_ui": [row["asset"] for j, row in ((j, job_row(j, assets, os_words)) for j in jobs)
+                        if j.web_ui is not None and j.web_ui.available],
+        "no_web_ui": [{"asset": job_row(j, assets, os_words)["asset"], "reason": j.web_ui.reason or "?"}
+                      for j in jobs if j.web_ui is not None and not j.web_ui.available],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
+        "programs": _shared(j.programs for j in jobs),
+        "cpu_variants": _shared(j.cpu_variants for j in jobs),
     }
+
+
+def _shared(values: Any) -> list[str]:
+    """What every shipped job has (the programs, the CPU variants), in the first job's order."""
+    lists = [list(v) for v in values]
+    if not lists:
+        return []
+    return [item for item in lists[0] if all(item in other for other in lists[1:])]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -17,9 +18,11 @@ from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.audit import bundle_backend
 from rockbuild.core.environment import host_os
 from rockbuild.core.errors import SmokeError
+from rockbuild.core.programs import Program
 from rockbuild.core.records import BundleRecord, SmokeRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail, spawn, stop
+from rockbuild.smoke.browser import ChatPage, check_chat
 from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 
@@ -66,6 +69,15 @@ class SmokeOptions:
     # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
     # so a missing device fails in the command itself instead of falling back to the CPU with exit code 0
     device: str | None = None
+    # every shipped program, each run from the bundle with its check arguments (matrices/programs.yaml); () = none
+    programs: tuple[Program, ...] = ()
+    program_timeout: float = 60.0
+    # llama-server's chat page: whether the build has one (build.json's web_ui; None: it does not say) and why not;
+    # ``browser``: a real browser chats with it too (--browser, smoke.yaml's run.browser.enabled)
+    web_ui: bool | None = None
+    web_ui_reason: str = ""
+    browser: bool = False
+    chat_page: Mapping[str, Any] = field(default_factory=dict)  # run.browser: the page's selectors, the timeout
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
@@ -85,6 +97,8 @@ class SmokeOptions:
             bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
             bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)), timeouts=timeouts,
             bench_threads=int(bench["threads"]) if bench.get("threads") else None,
+            browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
+            chat_page=dict(run_cfg.get("browser") or {}),
         )
         values.update(overrides)
         return cls(**values)
@@ -216,6 +230,11 @@ class SmokeReport:
             tokens = f", {gen.tokens} tokens" if gen and gen.tokens is not None else ""
             lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds:.1f}s{tokens}{rate}"
                          + (f": {r.failure}" if r.failure else ""))
+            for what in ("web_ui", "browser"):
+                check = r.details.get(what)
+                if isinstance(check, Mapping):
+                    label = "web UI (GET /)" if what == "web_ui" else "browser chat"
+                    lines.append(f"         {label}: {check.get('result')}: {check.get('detail')}")
             for b in r.bench:
                 lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
         backends = self.backends
@@ -243,6 +262,15 @@ def locate_bundle(path: Path) -> tuple[Path, Path | None]:
     if (parent / "build.json").exists() or path.name == "bundle":
         return path, parent
     return path, None
+
+
+def web_ui_facts(job_dir: Path | None) -> tuple[bool | None, str]:
+    """(whether the build has llama-server's web UI, why not) from build.json; None: it does not say."""
+    build = JobFolder(job_dir).build() if job_dir else None
+    web_ui = build.web_ui if build is not None else None
+    if web_ui is None:
+        return None, ""
+    return web_ui.available, web_ui.reason or ""
 
 
 def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
@@ -384,6 +412,8 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
                 failure = f"/v1/chat/completions did not answer within {options.timeouts['request']:.0f}s"
             except requests.RequestException as exc:
                 failure = f"/v1/chat/completions failed: {type(exc).__name__}"
+        if healthy and failure is None:
+            failure = check_pages(base, options, env=env, logs=logs, details=details)
     finally:
         details["stop_returncode"] = stop(proc)
     seconds = time.monotonic() - start
@@ -397,6 +427,90 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
                        details=details)
     return RunRecord("server", tuple(args), True, seconds, proc.returncode, None, str(log), (), generation, load,
                      details=details)
+
+
+def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOptions, *, platform: str,
+                 env: Mapping[str, str], logs: Path) -> RunRecord:
+    """Run every shipped program from the bundle with its check arguments (``--help``, ``--version``): each must
+    exit as its entry says, within the timeout, and print what it expects. A required program missing from the bundle
+    fails; an optional one the build did not have is listed as absent (build.json says why)."""
+    start = time.monotonic()
+    folder = logs / "programs"
+    folder.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for program in programs:
+        exe = bundle / program.file_for(platform)
+        if not exe.is_file():
+            results.append({"program": program.file_name, "status": "absent", "required": program.required})
+            if program.required:
+                failures.append(f"{program.file_name} is not in the bundle")
+            continue
+        log = folder / f"{program.file_name}.log"
+        args = [str(exe), *program.check]
+        output, rc, problem, seconds = run_program(program.file_name, args, cwd=bundle, env=env,
+                                                   timeout=options.program_timeout, log=log)
+        if problem is not None and "timed out" in problem:
+            pass
+        elif rc == program.exit_code:
+            problem = None
+        else:
+            problem = f"{exit_reason(rc) if rc is not None else problem} (expected exit code {program.exit_code})"
+        if problem is None and program.expect and not re.search(program.expect, output or ""):
+            problem = f"its output does not match {program.expect!r}"
+        results.append({"program": program.file_name, "status": "ok" if problem is None else "failed",
+                        "args": list(program.check), "returncode": rc, "seconds": round(seconds, 3),
+                        "failure": problem, "log": str(log)})
+        if problem is not None:
+            failures.append(" ".join([program.file_name, *program.check]) + f": {problem}")
+    ran = sum(1 for r in results if r["status"] != "absent")
+    details = {"programs": results, "checked": ran,
+               "absent": [r["program"] for r in results if r["status"] == "absent"]}
+    failure = None
+    if failures:
+        listed = ran + sum(1 for r in results if r["status"] == "absent" and r["required"])
+        failure = f"{len(failures)} of {listed} programs failed: {failures[0]}" + (
+            f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
+    return RunRecord("programs", tuple(p.file_name for p in programs), failure is None, time.monotonic() - start,
+                     None, failure, str(folder), (), details=details)
+
+
+def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path,
+                details: dict[str, Any]) -> str | None:
+    """llama-server's chat page, when the build has one: ``GET /`` answers 200 with an HTML page, and with
+    ``options.browser`` a browser chats with it (screenshot ``web-ui.png`` beside the logs). Recorded in ``details``
+    (``web_ui``, ``browser``); the failure, or None. A build without one is *not checked*, never passed."""
+    import requests
+
+    if not options.web_ui:
+        why = ("no web UI" + (f" ({options.web_ui_reason})" if options.web_ui_reason else "")
+               if options.web_ui is False else "no web UI recorded in build.json")
+        details["web_ui"] = {"result": "not checked", "detail": why}
+        if options.browser:
+            details["browser"] = {"result": "not checked", "detail": why}
+        return None
+    start = time.monotonic()
+    try:
+        with requests.Session() as session:
+            session.trust_env = False
+            resp = session.get(f"{base}/", timeout=options.timeouts["request"])
+        kind = resp.headers.get("Content-Type", "")
+        html = resp.status_code == 200 and kind.startswith("text/html") and "<html" in resp.text[:4096].lower()
+        detail = f"HTTP {resp.status_code}, {kind or 'no Content-Type'}, {len(resp.content)} bytes"
+        page = {"result": "passed" if html else "failed", "detail": detail, "status": resp.status_code,
+                "content_type": kind}
+    except requests.RequestException as exc:
+        page = {"result": "failed", "detail": f"no answer ({type(exc).__name__})"}
+    details["web_ui"] = {**page, "url": f"{base}/", "seconds": round(time.monotonic() - start, 3)}
+    if page["result"] != "passed":
+        return f"GET / answered {page['detail']}, not the web UI the build has"
+    if not options.browser:
+        return None
+    chat = check_chat(f"{base}/", ChatPage.from_config(options.chat_page), screenshot=logs / "web-ui.png", env=env)
+    details["browser"] = chat.to_dict()
+    if chat.result == "not checked":
+        console.warn(f"browser check not run: {chat.detail}")
+    return f"browser: {chat.detail}" if chat.result == "failed" else None
 
 
 def bench_threads(options: SmokeOptions) -> int:
@@ -498,7 +612,8 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     found = backend.smoke_devices(_exe(bundle, "llama-cli", platform), targets, asked=options.expect_gpu,
                                   device=options.device, env=child, logs=logs, kfd_topology=kfd_topology)
     devices, expect, reason, preflight = found.devices, found.expect, found.reason, found.preflight
-    options = replace(options, device=found.device)
+    has_web_ui, no_web_ui_reason = web_ui_facts(job_dir)
+    options = replace(options, device=found.device, web_ui=has_web_ui, web_ui_reason=no_web_ui_reason)
     runners = {"cli": ("llama-cli", run_cli), "server": ("llama-server", run_server),
                "bench": ("llama-bench", run_bench)}
     records = []
@@ -512,6 +627,17 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
             console.warn(f"{exe_name}: {record.failure}; last lines of {record.log}:")
             for line in record.log_tail[-15:]:
                 console.info(f"    {line}")
+        records.append(record)
+    if options.programs and preflight is None:
+        with contextlib.nullcontext(console.Step()) if quiet else console.step(
+                f"smoke: {len(options.programs)} programs") as step:
+            record = run_programs(bundle, options.programs, options, platform=platform, env=child, logs=logs)
+            if not record.ok:
+                step.fail()
+        if not record.ok and not quiet:
+            for item in record.details["programs"]:
+                if item["status"] == "failed":
+                    console.warn(f"{item['program']}: {item['failure']}; log: {item['log']}")
         records.append(record)
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]

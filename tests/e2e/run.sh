@@ -169,12 +169,36 @@ clean_root_checks() {
         | grep 'calling init:' | grep -v "$BUNDLE_IN_CLEAN" | sed 's/.*calling init: //' | sort -u \
         > "$E2E/bench/from-root-$TARGET.txt" || true
     log "libraries loaded from the clean root: $(tr '\n' ' ' < "$E2E/bench/from-root-$TARGET.txt")"
+    cpu_variant_checks
     # what a release asset of this bundle weighs (gzip, as the Linux .tar.gz)
     local gz=gzip
     command -v pigz >/dev/null && gz=pigz
     tar -C "$ROOT$OUT/$JOB_ID/bundle" -cf - . | "$gz" -6 | wc -c > "$E2E/bench/archive-$TARGET.bytes"
     cp "$ROOT$OUT/$JOB_ID/bundle/bundle.json" "$E2E/bench/bundle-$TARGET.json"
     summary
+}
+
+# The CPU variant this machine loads from the bundle, then the one it loads from a copy holding only the baseline
+# (x64): GGML_CPU_ALL_VARIANTS' dispatch, seen from the programs' own log (load_backend: loaded CPU backend from ...).
+cpu_variant_checks() {
+    local model=/models/tiny-qwen3.gguf loaded only
+    loaded=$(in_clean "$BUNDLE_IN_CLEAN/llama-completion" -m "$model" -p hi -n 1 -no-cnv --temp 0 -t 1 -lv 4 \
+        </dev/null 2>&1 | grep -o 'loaded CPU backend from .*' | head -1 || true)
+    [[ -n $loaded ]] || die "llama-completion did not say which CPU backend it loaded"
+    log "this machine's CPU variant: ${loaded##*/}"
+    only=/tmp/bundle-x64-only
+    in_clean rm -rf "$only"
+    in_clean cp -a "$BUNDLE_IN_CLEAN" "$only"
+    in_clean find "$only" -maxdepth 1 -name 'libggml-cpu-*.so' ! -name libggml-cpu-x64.so -delete
+    local baseline
+    baseline=$(in_clean "$only/llama-completion" -m "$model" -p hi -n 1 -no-cnv --temp 0 -t 1 -lv 4 </dev/null 2>&1 \
+        | grep -o 'loaded CPU backend from .*' | head -1 || true)
+    in_clean rm -rf "$only"
+    [[ ${baseline##*/} == libggml-cpu-x64.so ]] || die "with only the x64 variant left, the bundle loaded: ${baseline:-nothing}"
+    log "with only the baseline left: ${baseline##*/}"
+    printf '%s\n%s\n' "${loaded##*/}" "${baseline##*/}" > "$E2E/bench/cpu-variant-$TARGET.txt"
+    du -s --block-size=1 "$ROOT$OUT/$JOB_ID/bundle" | cut -f1 > "$E2E/bench/disk-$TARGET.bytes"
+    log "the bundle on disk: $(du -sh "$ROOT$OUT/$JOB_ID/bundle" | cut -f1) (du -sh; 494M-496M before, issue 27)"
 }
 
 summary() {

@@ -24,14 +24,15 @@ def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Se
     files = settings(matrix_file=config, publish_file=publish_config, policy_file=policy)
     jobs = files.jobs(os_override=split_list(list(oses), aliases={"ubuntu": "linux"}),
                       target_override=split_list(list(targets)))
-    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy)
+    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy,
+                     programs=files.programs)
 
 
 _GROUPS = {
     "pins": (Pins, ("llama_ref", "rocm_version", "max_age_days", "index_url", "git_url")),
     "github": (GitHubTarget, ("repo", "api_url")),
     "model": (ModelChoice, ("spec", "vocab")),
-    "compile": (CompileFlags, ("offline", "ccache_dir", "use_ccache", "prune_fatbin")),
+    "compile": (CompileFlags, ("offline", "ccache_dir", "use_ccache", "prune_fatbin", "web_ui", "web_ui_dist")),
 }
 
 

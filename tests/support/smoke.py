@@ -32,6 +32,9 @@ if VK == "noloader":
 if VK and "-dev" in sys.argv and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
     sys.stderr.write('error while handling argument "-dev": invalid device: ' + arg("-dev") + "\\n")
     sys.exit(1)
+if sys.argv[1:] in (["--version"], ["--help"]):  # the smoke's program checks (matrices/programs.yaml)
+    print("version: 11312 (0c1e570)" if sys.argv[1] == "--version" else "usage: " + sys.argv[0] + " [options]")
+    sys.exit(0)
 if "--list-devices" in sys.argv:
     print("Available devices:")
     print("  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)" if VK == "lavapipe" else "  (none)")
@@ -75,6 +78,14 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
     def do_GET(self):
+        if self.path == "/" and MODE.get("ui") in ("html", "chat"):
+            page = CHAT_PAGE if MODE["ui"] == "chat" else "<!doctype html><html><body>llama.cpp</body></html>"
+            data = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            return self.wfile.write(data)
         if self.path == "/health":
             if time.monotonic() - START < 0.3:
                 return self._send(503, {{"error": {{"code": 503, "message": "Loading model"}}}})
@@ -86,6 +97,7 @@ class H(http.server.BaseHTTPRequestHandler):
         if MODE.get("server") == "slow":
             time.sleep(600)
         self._send(200, json.loads((FIX / "server-reply.json").read_text()))
+CHAT_PAGE = {chat_page!r}
 srv = http.server.HTTPServer(("127.0.0.1", int(arg("--port"))), H)
 Path({envlog!r}).joinpath("server.pid").write_text(str(os.getpid()))
 srv.serve_forever()
@@ -100,21 +112,59 @@ sys.stdout.write((FIX / ("vulkan-bench.constructed.txt" if VK == "lavapipe" else
 """
 
 
+# A chat page shaped like llama.cpp's (the selectors of smoke.yaml's run.browser find its chat box, send button and
+# answer): the message goes to /v1/chat/completions, the answer shows word by word, as a streamed one does.
+CHAT_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>llama.cpp - chat</title>
+<style>body{font:16px sans-serif;margin:2em} .user{font-weight:bold} textarea{width:30em;height:4em}</style></head>
+<body><main id="chat"></main>
+<form id="form"><textarea placeholder="Ask anything..."></textarea><button type="submit">Send</button></form>
+<script>
+const form = document.getElementById("form"), box = form.querySelector("textarea"), chat = document.getElementById("chat");
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const text = box.value;
+  box.value = "";
+  const user = document.createElement("div");
+  user.className = "user";
+  user.textContent = text;
+  chat.appendChild(user);
+  const group = document.createElement("div");
+  group.setAttribute("role", "group");
+  group.setAttribute("aria-label", "Assistant message with actions");
+  const answer = document.createElement("div");
+  answer.className = "markdown-content";
+  group.appendChild(answer);
+  chat.appendChild(group);
+  const reply = await fetch("/v1/chat/completions", {method: "POST", headers: {"Content-Type": "application/json"},
+                                                     body: JSON.stringify({messages: [{role: "user", content: text}]})});
+  const words = (await reply.json()).choices[0].message.content.split(" ");
+  for (const word of words) {
+    answer.textContent += word + " ";
+    await new Promise((done) => setTimeout(done, 20));
+  }
+});
+</script></body></html>
+"""
+
+
 def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Path:
     """llama-cli, llama-server and llama-bench stand-ins in ``folder``, behaving as ``mode`` says and recording their
     environment and arguments in ``envlog``."""
     head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
-    for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog))),
-                       ("llama-bench", BENCH)):
+    for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog), chat_page=CHAT_PAGE)),
+                       ("llama-bench", BENCH), ("ggml-rpc-server", "sys.exit(1)\n")):
         path = folder / name
         path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
         path.chmod(0o755)
     return folder
 
 
-def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",)) -> tuple[Path, Path]:
+def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",),
+                web_ui: dict | None = None) -> tuple[Path, Path]:
     """out/<job>/bundle with fake llama binaries; returns (job dir, folder where the fakes record env/argv).
-    ``mode["vk"]`` makes it a Vulkan bundle (it holds a libggml-vulkan.so)."""
+    ``mode["vk"]`` makes it a Vulkan bundle (it holds a libggml-vulkan.so); ``mode["ui"]`` html | chat makes the
+    server answer ``GET /`` with a page (else 404); ``web_ui`` is build.json's."""
     job = root / "out" / "linux-gfx1151"
     bundle = job / "bundle"
     bundle.mkdir(parents=True)
@@ -123,8 +173,10 @@ def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",)) -
         (bundle / "libggml-vulkan.so").write_bytes(b"")
     envlog = root / "envlog"
     envlog.mkdir()
-    (job / "build.json").write_text(json.dumps({"status": "ok", "job": {"id": "linux-gfx1151", "os": "linux",
-                                                                         "targets": list(targets)}}))
+    build = {"status": "ok", "job": {"id": "linux-gfx1151", "os": "linux", "targets": list(targets)}}
+    if web_ui is not None:
+        build["web_ui"] = web_ui
+    (job / "build.json").write_text(json.dumps(build))
     (bundle / "bundle.json").write_text(json.dumps({"platform": "linux", "targets": list(targets)}))
     write_stand_ins(bundle, envlog, mode)
     return job, envlog

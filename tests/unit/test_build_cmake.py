@@ -14,16 +14,21 @@ from rockbuild.build.cmake import (
     OFFLINE_DEFINITIONS,
     SEED_DEFINITIONS,
     SET_MARKER,
+    UnusedVariables,
+    check_definitions,
     compile_command,
     configure_command,
+    configured_targets,
+    executable_targets,
     msvc_delta,
     parse_set_output,
-    shipped_targets,
+    tree_variables,
     vcvars_from_vswhere,
     vcvars_script,
     vswhere_command,
 )
 from rockbuild.core.errors import BuildError, ConfigError
+from rockbuild.core.programs import load_programs
 from rockbuild.core.vocabulary import Toolchain
 from rockbuild.rocm.layout import detect_layout
 
@@ -94,23 +99,69 @@ def _tool(root: Path, directory: str, text: str) -> None:
     touch(root / directory / "CMakeLists.txt", text)
 
 
-def test_shipped_targets_follow_the_tree(tmp_path):
+def test_shipped_programs_follow_the_tree(tmp_path):
+    programs = load_programs()
     new = tmp_path / "new"
     for d, name in (("tools/cli", "llama-cli"), ("tools/server", "llama-server"), ("tools/llama-bench", "llama-bench"),
                     ("tools/rpc", "ggml-rpc-server"), ("tools/completion", "llama-completion")):
         _tool(new, d, f"set(TARGET {name}-impl)\nadd_library(${{TARGET}} x.cpp)\nset(TARGET {name})\n"
                       "add_executable(${TARGET} main.cpp)\n")
-    assert shipped_targets(new) == ["llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion"]
+    _tool(new, "app", "set(TARGET llama-app)\nadd_executable(${TARGET} llama.cpp)\n")
+    chosen = programs.select(executable_targets(new), "new")
+    assert chosen.targets == ("llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion",
+                              "llama-app")
+    assert chosen.programs[-1].file_name == "llama"
+    assert "llama-quantize" in chosen.unavailable and "llama-app" in executable_targets(new)
     old = tmp_path / "old"  # 2025: rpc-server under examples/, no llama-completion
     _tool(old, "tools/main", "set(TARGET llama-cli)\nadd_executable(${TARGET} main.cpp)\n")
     _tool(old, "tools/server", "set(TARGET llama-server)\n")
     _tool(old, "tools/llama-bench", "set(TARGET llama-bench)\n")
     _tool(old, "examples/rpc", "add_executable(rpc-server rpc-server.cpp)\n")
-    assert shipped_targets(old) == ["llama-cli", "llama-server", "llama-bench", "rpc-server"]
+    assert programs.select(executable_targets(old), "old").targets == (
+        "llama-cli", "llama-server", "llama-bench", "rpc-server")
     broken = tmp_path / "broken"
     _tool(broken, "tools/cli", "set(TARGET llama-cli)\n")
-    with pytest.raises(BuildError, match="llama-server, llama-bench, ggml-rpc-server or rpc-server"):
-        shipped_targets(broken)
+    with pytest.raises(BuildError, match="broken defines no target llama-server, llama-bench, ggml-rpc-server;"):
+        programs.select(executable_targets(broken), "broken")
+
+
+def test_configured_targets_read_ninja_listing():
+    listing = "llama-cli: phony\nbin/llama-cli: CXX_EXECUTABLE_LINKER__llama-cli_Release\nall: phony\nclean: CLEAN\n"
+    assert configured_targets(listing) == {"llama-cli", "all"}
+
+
+def test_seed_flags_the_tree_lacks_are_dropped_and_the_matrix_typos_named(tmp_path):
+    touch(tmp_path / "CMakeLists.txt", "option(GGML_NATIVE \"x\" ON)\nif (GGML_HIP)\nendif()\n")
+    touch(tmp_path / "ggml" / "src" / "ggml-hip" / "CMakeLists.txt", "if (GGML_BACKEND_DL)\nendif()\n")
+    touch(tmp_path / "tools" / "ui" / "node_modules" / "x" / "CMakeLists.txt", "GGML_CPU_ALL_VARIANTS\n")
+    known = tree_variables(tmp_path)
+    assert {"GGML_NATIVE", "GGML_HIP", "GGML_BACKEND_DL"} <= known and "GGML_CPU_ALL_VARIANTS" not in known
+    checked = check_definitions(
+        [("CMAKE_BUILD_TYPE", "Release"), ("GGML_NATIVE", "OFF"), ("GGML_CPU_ALL_VARIANTS", "ON"),
+         ("GGML_HIP_ROCWMMA_FATTN", "OFF"), ("GPU_TARGETS", "gfx1151"), ("GGML_HIP_TYPO", "ON"),
+         ("GGML_VULKAN", "ON")],
+        known, extra=["GGML_HIP_TYPO"])
+    assert [n for n, _ in checked.definitions] == ["CMAKE_BUILD_TYPE", "GGML_NATIVE", "GPU_TARGETS", "GGML_HIP_TYPO",
+                                                   "GGML_VULKAN"]
+    assert checked.dropped == ("GGML_CPU_ALL_VARIANTS", "GGML_HIP_ROCWMMA_FATTN")
+    assert checked.unknown == ("GGML_HIP_TYPO",)
+    assert "GGML_HIP_TYPO is not used by this llama.cpp tree" in checked.warnings()[0]
+
+
+def test_cmakes_unused_variables_block_is_read():
+    unused = UnusedVariables()
+    for line in ["-- Configuring done", "CMake Warning:", "  Manually-specified variables were not used by the project:",
+                 "", "    FOO_TYPO", "    BAR", "", "", "-- Build files have been written to: /b", "    NOT_ONE"]:
+        unused.on_line(line)
+    assert unused.names == ["FOO_TYPO", "BAR"]
+    assert "CMake did not use the option FOO_TYPO" in unused.warnings()[0]
+    assert len(unused.warnings(ours=["BAR"])) == 1
+
+
+def test_every_build_asks_for_all_cpu_variants_whatever_the_environment():
+    seed = dict(SEED_DEFINITIONS)
+    # SOURCE_DATE_EPOCH turns GGML_NATIVE's default (and AVX2 with it) off; the variants name their own flags
+    assert seed["GGML_BACKEND_DL"] == "ON" and seed["GGML_CPU_ALL_VARIANTS"] == "ON" and seed["GGML_NATIVE"] == "OFF"
 
 
 # ------------------------------------------------------------------------------------------------ environment

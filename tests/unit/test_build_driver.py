@@ -60,7 +60,8 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def first_build(world):
     """One real build of the family job (4 targets) with matrix extras, tokens in our environment, ccache."""
-    matrix = matrix_file(world["base"] / "matrix.yaml", {"MY_EXTRA": "from-matrix", "GGML_HIP_ROCWMMA_FATTN": "ON"})
+    matrix = matrix_file(world["base"] / "matrix.yaml", {"MY_EXTRA": "from-matrix", "GGML_HIP_ROCWMMA_FATTN": "ON",
+                                                              "GGML_HIP_TYPO": "ON"})
     job = resolve_job(family="gfx110X", config=matrix)
     options = BuildOptions(
         context=context(), out_dir=world["base"] / "out", rocm_dir=world["rocm"], source_dir=world["project"], build_number="11312",
@@ -118,7 +119,13 @@ def test_build_json_and_log(first_build, world):
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
     assert data == result.to_dict()
     assert data["status"] == "ok" and data["failed_step"] is None
-    assert data["warnings"] == []
+    # the matrix's typo is named (passed: the user asked for it); the seed flags this tree lacks are not passed
+    assert data["warnings"] == ["the matrix's cmake option GGML_HIP_TYPO is not used by this llama.cpp tree (no CMake "
+                                "file reads it): a typo, or an option removed upstream?"]
+    assert "-DGGML_HIP_TYPO=ON" in data["cmake_command"]
+    assert data["dropped_definitions"] == ["GGML_BACKEND_DL", "GGML_CPU_ALL_VARIANTS", "GGML_STATIC"]  # no ggml/ here
+    assert [p["file"] for p in data["programs"]] == data["build_targets"]
+    assert "llama-quantize" in data["programs_unavailable"] and "llama-not-shipped" not in data["build_targets"]
     assert data["job"]["id"] == job.id == "linux-gfx110X"
     assert data["gpu_targets"] == ["gfx1100", "gfx1101", "gfx1102", "gfx1103"]
     assert data["build_targets"] == ["llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion"]
@@ -133,7 +140,9 @@ def test_build_json_and_log(first_build, world):
     assert data["cmake_command"][:2] == ["cmake", "-S"] and "-DGPU_TARGETS=gfx1100;gfx1101;gfx1102;gfx1103" in data[
         "cmake_command"]
     assert data["compile_command"][-2:] == ["--parallel", "2"]
-    assert set(data["durations"]) == {"rocm", "source", "configure", "compile", "total"}
+    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "total"}
+    # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
+    assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert data["durations"]["total"] >= data["durations"]["compile"] > 0
     names = {b["name"]: b for b in data["binaries"]}
     assert {"llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion", "libggml.so"} <= set(
@@ -393,7 +402,9 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     assert "GGML_VULKAN:UNINITIALIZED=ON" in (result.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
     assert "-DGGML_VULKAN=ON" in data["cmake_command"] and not [
         a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS", "-DCMAKE_C_COMPILER"))]
-    assert set(data["durations"]) == {"rocm", "source", "configure", "compile", "total"}
+    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "total"}
+    # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
+    assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the same command and environment: the second run does not configure again
     again = _with_path(fake_bin, lambda: build_job(job, options))

@@ -280,3 +280,35 @@ def test_prune_fatbin_keeps_the_job_targets_and_the_bundle_running(tree, plugin_
     assert again.check("code-objects").failures == (
         "librocblas.so.5 has device code for gfx90a, gfx1100, gfx1151: also has gfx90a, gfx1100",
         "librocblas.so.5 changed since it was verified (sha256 differs)")
+
+
+def test_hipblaslt_ships_only_when_the_shipped_rocblas_names_it(tmp_path):
+    """TheRock's rocBLAS hands GEMMs to hipBLASLt; a rocBLAS built without it (Debian's) never loads its ~30 MB."""
+    from support.bundles import cc, make_tree, write_policy
+
+    from rockbuild.bundle.policy import load_policy
+    from rockbuild.rocm.layout import detect_layout
+
+    policy_path = write_policy(tmp_path / "policy.yaml")
+    text = policy_path.read_text(encoding="utf-8")
+    policy_path.write_text(text.replace("  kernel_data:\n", """    - names: [libhipblaslt.so*]
+      when: [librocblas.so*]
+      only_if_named: true
+      required: false
+      reason: rocBLAS hands GEMMs to hipBLASLt
+  kernel_data:
+""", 1), encoding="utf-8")
+    policy = load_policy(policy_path)
+    shipped = {}
+    for case, blas_source in (("names", 'const char *lt = "libhipblaslt.so.1";\nint blas_value(void){return 5;}'),
+                              ("silent", "int blas_value(void){return 5;}")):
+        tree = make_tree(tmp_path / case)
+        cc(tree["lib"] / "libhipblaslt.so.1", "int lt_value(void){return 1;}", shared=True, soname="libhipblaslt.so.1")
+        # rocBLAS rebuilt with (or without) the string a dlopen of hipBLASLt carries
+        real = (tree["lib"] / "librocblas.so.5").resolve()
+        cc(real, blas_source, shared=True, soname="librocblas.so.5")
+        report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / f"{case}-out",
+                             policy=policy, quiet=True, audit=False)
+        shipped[case] = (tmp_path / f"{case}-out" / "libhipblaslt.so.1").is_file()
+        assert report is not None
+    assert shipped == {"names": True, "silent": False}

@@ -145,7 +145,16 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
                     calls.append(" ".join(line.split()[:3]))
         return calls
 
-    assert rockbuild_calls("prepare") == ["rockbuild nightly --plan"]
+    # the plan, and llama-server's web UI built once for every leg (issue 27): never gating, handed on as an artifact
+    assert rockbuild_calls("prepare") == ["rockbuild nightly --plan", "rockbuild webui --inputs"]
+    webui = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "webui")
+    assert webui["continue-on-error"] is True and webui["if"] == "steps.plan.outputs.changed == 'true'"
+    upload = next(s for s in jobs["prepare"]["steps"] if s.get("with", {}).get("name") == "webui")
+    assert upload["if"] == "steps.webui.outcome == 'success'"
+    download = next(s for s in jobs["build"]["steps"] if s.get("with", {}).get("name") == "webui")
+    assert download["continue-on-error"] is True
+    leg = next(s for s in jobs["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
+    assert '--web-ui webui' in leg["run"]
     assert rockbuild_calls("build") == ['rockbuild nightly --job', 'rockbuild smoke "out/$JOB_ID"']
     windows_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
     assert windows_smoke["if"] == "runner.os == 'Windows'" and windows_smoke["continue-on-error"] is True

@@ -608,3 +608,27 @@ def test_the_dry_run_makes_the_files_the_release_then_uploads(gh, night, tmp_pat
     uploaded = {a.name: a.data for a in rel.assets}
     assert set(uploaded) == set(EXPECTED) and set(uploaded) <= set(made)
     assert all(uploaded[name] == made[name] for name in uploaded), [n for n in uploaded if uploaded[n] != made[n]]
+
+
+def test_the_manifest_and_the_notes_say_which_assets_have_the_web_ui(gh, night, tmp_path):
+    """Issue 27, item 1: an asset without llama-server's chat page says so, with the reason; never silently."""
+    for job, web_ui in ((night[0], {"status": "built", "sha256": "cd" * 32, "files": 70, "bytes": 9947831,
+                                    "build_number": "1000", "dist": "/runner/cache/webui/dist-x"}),
+                        (night[1], {"status": "none", "reason": "npm is not installed (not on PATH)"})):
+        build = json.loads((job / "build.json").read_text())
+        (job / "build.json").write_text(json.dumps({**build, "web_ui": web_ui}))
+    smoke = json.loads((night[0] / "smoke.json").read_text())
+    smoke["runs"] = {"server": {"name": "server", "ok": True, "web_ui": {"result": "passed", "detail": "HTTP 200"}}}
+    (night[0] / "smoke.json").write_text(json.dumps(smoke))
+    report = publish(options(gh, night, tmp_path, dry_run=True))
+    manifest = json.loads((report.out_dir / "manifest.json").read_text())
+    jobs = {j["id"]: j for j in manifest["jobs"]}
+    assert jobs["linux-gfx1151"]["web_ui"] == {"status": "built", "reason": None, "sha256": "cd" * 32, "files": 70,
+                                               "bytes": 9947831, "build_number": "1000"}  # no runner path
+    assert jobs["linux-gfx110X"]["web_ui"]["status"] == "none"
+    assert jobs["windows-gfx1151"]["web_ui"] is None  # its build.json does not say
+    assert jobs["linux-gfx1151"]["smoke"]["web_ui"] == "passed: HTTP 200"
+    notes = (report.out_dir / "release-notes.md").read_text()
+    assert "serves llama.cpp's chat page at http://127.0.0.1:8080/ (1 of 3 assets)" in notes
+    assert ("**No web UI** (llama-server answers its API only, `/` is a 404) in: "
+            "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip` (npm is not installed (not on PATH)).") in notes

@@ -328,3 +328,44 @@ def test_the_gpu_preset_gives_llama_bench_its_own_threads_capped_at_the_cpus(tmp
     bench = json.loads((envlog / "llama-bench.argv.json").read_text())
     cli = json.loads((envlog / "llama-cli.argv.json").read_text())
     assert bench[bench.index("-t") + 1] == str(os.cpu_count()) and cli[cli.index("-t") + 1] == "1"
+
+
+def _program(folder: Path, name: str, script: str) -> None:
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + script + "\n")
+    path.chmod(0o755)
+
+
+def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
+    from rockbuild.core.programs import Program
+
+    job, _ = make_bundle(tmp_path)
+    bundle = job / "bundle"
+    _program(bundle, "llama-quantize", 'echo "usage: $0 [--help]"; exit 1')  # its --help exits 1, as upstream's
+    _program(bundle, "llama-tokenize", 'echo "usage"; exit 0')
+    _program(bundle, "llama-gguf", 'echo "no usage here"; exit 255')
+    _program(bundle, "llama-tts", "kill -ILL $$")
+    programs = (
+        Program("llama-quantize", check=("--help",), exit_code=1, expect="usage: .*llama-quantize"),
+        Program("llama-tokenize"),
+        Program("llama-gguf", check=(), exit_code=255, expect="usage: "),
+        Program("llama-tts"),
+        Program("llama-embedding"),  # optional, not in this bundle
+    )
+    from dataclasses import replace
+
+    report = run_smoke(job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd", quiet=True)
+    run = next(r for r in report.runs if r.name == "programs")
+    assert not report.ok and not run.ok
+    assert run.failure == ("2 of 4 programs failed: llama-gguf: its output does not match 'usage: ' (and 1 more)")
+    by_name = {p["program"]: p for p in run.details["programs"]}
+    assert by_name["llama-quantize"]["status"] == "ok" and by_name["llama-tokenize"]["status"] == "ok"
+    assert by_name["llama-tts"]["failure"] == "killed by SIGILL (exit code -4) (expected exit code 0)"
+    assert run.details["absent"] == ["llama-embedding"]
+    data = json.loads((job / "smoke.json").read_text())
+    assert data["runs"]["programs"]["checked"] == 4 and not data["ok"]
+    # a required program missing from the bundle fails the run
+    (bundle / "ggml-rpc-server").unlink()
+    report = run_smoke(job, model, replace(FAST, programs=(Program("ggml-rpc-server", required=True),)),
+                       kfd_topology=tmp_path / "no-kfd", quiet=True)
+    assert report.failures == ("programs: 1 of 1 programs failed: ggml-rpc-server is not in the bundle",)

@@ -1,0 +1,167 @@
+"""The programs a release ships (``matrices/programs.yaml``), as a typed, frozen list every layer shares.
+
+The build compiles them (the ninja targets the configured tree defines), the smoke test runs each from the bundle
+(:class:`Program.check`), and the .deb and ``install`` follow the bundle. Programs left out carry the reason, so a
+maintainer sees why a program of llama.cpp's release is not in ours. (The CPU backend modules a bundle ships are
+the bundle policy's: :mod:`rockbuild.bundle.policy`.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
+from rockbuild.core.errors import BuildError, ConfigError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect", "what")
+
+
+@dataclass(frozen=True)
+class Program:
+    """One shipped program: its ninja target, its file in the bundle, and how the smoke test proves it runs."""
+
+    target: str
+    file: str = ""  # "" = the target's name
+    required: bool = False
+    aliases: tuple[str, ...] = ()
+    check: tuple[str, ...] = ("--help",)
+    exit_code: int = 0
+    expect: str = ""  # a regular expression the output must match ("" = any output)
+    what: str = ""
+
+    @property
+    def file_name(self) -> str:
+        return self.file or self.target
+
+    def file_for(self, platform: str) -> str:
+        return self.file_name + (".exe" if platform == "windows" else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "file": self.file_name, "required": self.required,
+                "aliases": list(self.aliases), "check": list(self.check), "exit": self.exit_code,
+                "expect": self.expect, "what": self.what}
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The programs of one tree: the ninja targets to build (an alias replaced by the name the tree defines), and the
+    listed optional programs it does not define."""
+
+    programs: tuple[Program, ...]
+    unavailable: tuple[str, ...] = ()
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(p.target for p in self.programs)
+
+
+@dataclass(frozen=True)
+class ProgramList:
+    programs: tuple[Program, ...]
+    left_out: tuple[LeftOut, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.target for p in self.programs)
+
+    def select(self, available: Iterable[str], where_from: str) -> Selection:
+        """The listed programs ``available`` (the tree's executable targets) defines; a required one it lacks (under
+        none of its names) is a BuildError naming ``where_from``."""
+        available = set(available)
+        chosen: list[Program] = []
+        unavailable: list[str] = []
+        missing: list[str] = []
+        for program in self.programs:
+            name = next((n for n in (program.target, *program.aliases) if n in available), None)
+            if name is None:
+                (missing if program.required else unavailable).append(program.target)
+                continue
+            if name != program.target:  # the tree's older name: build and ship it under that name
+                program = Program(name, program.file if program.file else "", program.required, (),
+                                  program.check, program.exit_code, program.expect, program.what)
+            chosen.append(program)
+        if missing:
+            raise BuildError(f"{where_from} defines no target {', '.join(missing)}; is it a llama.cpp tree from 2025 "
+                             "or later?")
+        return Selection(tuple(chosen), tuple(unavailable))
+
+
+def _strings(path: Path, node: Any, key: str, value: Any, what: str) -> tuple[str, ...]:
+    expect_type(path, node, key, value, (list, YList), what)
+    for item in value:
+        if not isinstance(item, str):
+            raise ConfigError(f"{where(path, node, key)}: {what} must hold strings, not {type(item).__name__}")
+    return tuple(value)
+
+
+def _name(path: Path, node: YDict, key: str, what: str) -> str:
+    value = node.get(key)
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise ConfigError(f"{where(path, node, key)}: {what} needs a {key} (a program name such as llama-cli), "
+                          f"not {value!r}")
+    return value
+
+
+def _program(path: Path, node: Any) -> Program:
+    expect_type(path, node, None, node, (dict, YDict), "a ship entry")
+    check_keys(path, node, _SHIP_KEYS, "a ship entry")
+    target = _name(path, node, "target", "a ship entry")
+    file = node.get("file", "")
+    if file and not _NAME_RE.match(str(file)):
+        raise ConfigError(f"{where(path, node, 'file')}: {file!r} is not a file name")
+    required = node.get("required", False)
+    expect_type(path, node, "required", required, bool, "required")
+    exit_code = node.get("exit", 0)
+    if not isinstance(exit_code, int) or isinstance(exit_code, bool) or not 0 <= exit_code <= 255:
+        raise ConfigError(f"{where(path, node, 'exit')}: exit must be an exit code (0-255), not {exit_code!r}")
+    expect = node.get("expect", "")
+    expect_type(path, node, "expect", expect, str, "expect")
+    try:
+        re.compile(expect)
+    except re.error as exc:
+        raise ConfigError(f"{where(path, node, 'expect')}: expect is not a regular expression: {exc}") from None
+    what = node.get("what", "")
+    expect_type(path, node, "what", what, str, "what")
+    check = _strings(path, node, "check", node.get("check", ["--help"]), "check")
+    aliases = _strings(path, node, "aliases", node.get("aliases", []), "aliases")
+    return Program(target, str(file), required, aliases, check, exit_code, expect, what)
+
+
+def parse_programs(doc: Any, path: Path) -> ProgramList:
+    """The program list from a parsed ``programs.yaml`` (read by :func:`load_programs`)."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'ship' (see the shipped matrices/programs.yaml)")
+    check_keys(path, doc, ("ship", "left_out"), "programs.yaml")
+    ship = doc.get("ship")
+    if not isinstance(ship, list) or not ship:
+        raise ConfigError(f"{where(path, doc, 'ship')}: ship must be a non-empty list of programs")
+    programs = tuple(_program(path, node) for node in ship)
+    left: list[LeftOut] = []
+    for node in doc.get("left_out") or []:
+        expect_type(path, doc, "left_out", node, (dict, YDict), "a left_out entry")
+        check_keys(path, node, ("target", "reason"), "a left_out entry")
+        reason = node.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(f"{where(path, node, 'reason')}: a program left out needs its reason")
+        left.append(LeftOut(_name(path, node, "target", "a left_out entry"), reason))
+    seen: dict[str, str] = {}
+    for name, kind in [(p.target, "ship") for p in programs] + [(lo.target, "left_out") for lo in left]:
+        if name in seen:
+            raise ConfigError(f"{path}: {name} is listed twice (in {seen[name]} and {kind})")
+        seen[name] = kind
+    return ProgramList(programs, tuple(left))
+
+
+def load_programs(path: Path | None = None) -> ProgramList:
+    """The program list (default: the shipped ``matrices/programs.yaml``)."""
+    return load_data_file(path, "programs.yaml", parse_programs)
