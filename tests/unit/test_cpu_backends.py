@@ -364,24 +364,31 @@ def test_doctor_command_runs_the_cpu_check_and_refuses_what_cannot_work(run_rock
         f"error: {bad} is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)")
 
 
-@pytest.mark.xfail(strict=True, reason="for the merge: the audit walks disabled-cpu-variants/ and resolves a moved "
-                   "module's $ORIGIN there; it must leave that folder out (rockbuild.smoke.parse.DISABLED_CPU_VARIANTS)")
+@pytest.mark.xfail(strict=True, reason="for the merge: the audit walks disabled-cpu-variants/ (its needed check resolves "
+                   "a moved module's $ORIGIN there) and its cpu-backends check counts the moved variant as missing; it "
+                   "must leave that folder out, or name it as set aside (rockbuild.smoke.parse.DISABLED_CPU_VARIANTS)")
 def test_a_bundle_fixed_by_doctor_still_passes_its_audit(tmp_path):
     from support.bundles import cc
 
     from rockbuild.bundle.audit import audit_bundle
+    from rockbuild.bundle.policy import load_policy
 
+    policy = load_policy(REPO / "matrices" / "bundle-policy.yaml")
+    variants = policy.linux.cpu_variants_for("EM_X86_64")
+    assert "zen4" in variants
     bundle = tmp_path / "b"
     bundle.mkdir()
     (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "targets": ["gfx1151"]}))
     base = cc(bundle / "libggml-base.so", "int ggml_base(void) { return 1; }\n", shared=True, soname="libggml-base.so")
     module = ("int ggml_base(void);\nint ggml_backend_score(void) { return ggml_base(); }\n"
               "void *ggml_backend_init(void) { return 0; }\n")
-    for variant in ("x64", "zen4"):
-        cc(bundle / f"libggml-cpu-{variant}.so", module, shared=True, libs=(base,), runpath=("$ORIGIN",))
+    cc(bundle / "libggml-cpu-x64.so", module, shared=True, libs=(base,), runpath=("$ORIGIN",))
+    for variant in variants[1:]:
+        shutil.copy2(bundle / "libggml-cpu-x64.so", bundle / f"libggml-cpu-{variant}.so")
     cc(bundle / "llama-server", "int main(void) { return 0; }\n", libs=(base,), runpath=("$ORIGIN",))
-    assert audit_bundle(bundle).ok
+    before = audit_bundle(bundle, policy=policy)
+    assert before.ok, before.failures  # outside the xfail's reason: this must hold today
     (bundle / "disabled-cpu-variants").mkdir()
     os.replace(bundle / "libggml-cpu-zen4.so", bundle / "disabled-cpu-variants" / "libggml-cpu-zen4.so")
-    report = audit_bundle(bundle)
+    report = audit_bundle(bundle, policy=policy)
     assert report.ok, report.failures
