@@ -12,10 +12,12 @@ The GPUs come from :mod:`rockbuild.gpu`, the one reader of the KFD topology.
 
 from __future__ import annotations
 
+import filecmp
 import grp
 import os
 import platform
 import stat
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +25,24 @@ from typing import Any
 
 from rockbuild.backends import get_backend
 from rockbuild.bundle.audit import audit_bundle
-from rockbuild.core.environment import WindowsHost, environment
+from rockbuild.core.environment import WindowsHost, environment, host_os
 from rockbuild.core.errors import RockbuildError
 from rockbuild.core.jobs import MIX, FamilyTable, load_families
 from rockbuild.core.vocabulary import Finding, Gpu
 from rockbuild.gpu import kfd_nodes_dir, read_kfd_gpus
+from rockbuild.smoke.models import check_gguf
+from rockbuild.smoke.parse import (
+    CPU_SIGILL_FIX,
+    DISABLED_CPU_VARIANTS,
+    BackendLoads,
+    cpu_backend_problem,
+    cpu_variant_files,
+    died_of_sigill,
+    is_backend_file,
+    parse_backend_loads,
+    parse_bench_json,
+)
+from rockbuild.smoke.probe import run_program, smoke_env
 
 from .dllsearch import outside_shadows, resolve_bundle_dlls
 
@@ -337,6 +352,147 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     return findings, info
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# The CPU backend: which of the bundle's CPU variants ggml picks on this CPU, and whether this CPU runs it
+
+CPU_BATCH = 512  # the real batch: pp512 died of SIGILL on the lent H200 host where -p 8 ran
+CPU_RUN_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class CpuRun:
+    """One run of the bundle's llama-bench: what it loaded, how it ended, its last line worth quoting."""
+
+    loads: BackendLoads
+    returncode: int | None
+    failure: str | None  # exit code N, killed by SIGILL, timed out
+    last_line: str
+    batch_tps: float | None  # pp512's t/s
+
+
+def _last_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+
+
+def run_cpu_probe(exe: Path, model: Path | None, *, env: Mapping[str, str], timeout: float = CPU_RUN_TIMEOUT) -> CpuRun:
+    """Run the bundle's llama-bench from its folder: on a real batch (``-p 512``, no GPU device, so the CPU variant
+    does the matrix products) with ``model``, else ``--list-devices``, which loads the backends and runs nothing."""
+    if model is not None:
+        threads = str(max(1, min(4, os.cpu_count() or 1)))
+        args = [str(exe), "-m", str(model), "-p", str(CPU_BATCH), "-n", "0", "-r", "1", "-t", threads,
+                "-dev", "none", "-ngl", "0", "-o", "json"]
+    else:
+        args = [str(exe), "--list-devices"]
+    child, _ = smoke_env(env)
+    with tempfile.TemporaryDirectory(prefix="rockbuild-doctor-") as tmp:
+        output, rc, failure, _ = run_program("cpu", args, cwd=exe.parent, env=child, timeout=timeout,
+                                             log=Path(tmp) / "llama-bench.log")
+    text = output or ""
+    batch = next((r.tokens_per_second for r in parse_bench_json(text) if r.n_prompt == CPU_BATCH), None)
+    return CpuRun(parse_backend_loads(text), rc, failure, _last_line(text), batch)
+
+
+def _fix_hint(bundle: Path, model: Path | None) -> str:
+    model_arg = f" --model {model}" if model else " --model MODEL.gguf"
+    return f"rockbuild doctor --bundle {bundle}{model_arg} --fix-cpu moves it into {DISABLED_CPU_VARIANTS}/"
+
+
+def check_cpu_variants(bundle: Path, *, model: Path | None = None, env: Mapping[str, str] | None = None,
+                       fix: bool = False, timeout: float = CPU_RUN_TIMEOUT) -> tuple[list[Finding], dict[str, Any]]:
+    """Which of the bundle's CPU variants (libggml-cpu-<variant>.so, GGML_CPU_ALL_VARIANTS) ggml picks on this CPU,
+    read from the bundle's own llama-bench, and, with ``model``, whether it survives a real batch. A variant that dies
+    of SIGILL is named with the fix (remove its file: no environment variable skips it); ``fix`` moves it into
+    ``disabled-cpu-variants/`` and runs again, until a variant runs or one is left."""
+    env = environment() if env is None else env
+    if not bundle.is_dir():
+        return [], {}
+    shipped = cpu_variant_files(p.name for p in bundle.iterdir())
+    disabled_dir = bundle / DISABLED_CPU_VARIANTS
+    disabled = cpu_variant_files(p.name for p in disabled_dir.iterdir()) if disabled_dir.is_dir() else ()
+    info: dict[str, Any] = {"shipped": list(shipped), "disabled": list(disabled), "loaded": None, "variant": None,
+                            "gpu": None, "batch": model is not None, "moved": []}
+    findings: list[Finding] = []
+    if disabled:
+        findings.append(Finding("info", "cpu", f"{len(disabled)} CPU variant(s) set aside in {disabled_dir} "
+                                f"({', '.join(disabled)}): ggml does not load them",
+                                f"to bring one back: mv {disabled_dir}/FILE {bundle}/"))
+    if not shipped:
+        return findings, info  # a CPU backend linked in (the audit says so) or a bundle of another kind
+    exe = bundle / ("llama-bench.exe" if host_os() == "windows" else "llama-bench")
+    if not exe.is_file():
+        findings.append(Finding("info", "cpu", f"{bundle} has no {exe.name} to run here: which of its "
+                                f"{len(shipped)} CPU variants this CPU gets was not checked", ""))
+        return findings, info
+    if model is not None:
+        check_gguf(model, need_tensors=True)
+    while True:
+        run = run_cpu_probe(exe, model, env=env, timeout=timeout)
+        problem = cpu_backend_problem(run.loads, run.returncode, shipped, exe.name)
+        picked = run.loads.cpu_file
+        info.update(loaded=picked, variant=run.loads.cpu_variant,
+                    gpu=run.loads.gpu.name if run.loads.gpu else None)
+        # set aside only a variant of the bundle's own that died here, and never the last one
+        if (picked is None or not fix or not died_of_sigill(run.returncode) or picked not in shipped
+                or not (bundle / picked).is_file() or len(shipped) < 2):
+            break
+        disabled_dir.mkdir(exist_ok=True)
+        os.replace(bundle / picked, disabled_dir / picked)
+        info["moved"].append(picked)
+        findings.append(Finding("warning", "cpu", f"moved {picked} into {disabled_dir}/: the CPU variant ggml "
+                                "picked on this machine died of SIGILL on a real batch",
+                                f"to undo: mv {disabled_dir}/{picked} {bundle}/"))
+        shipped = tuple(n for n in shipped if n != picked)
+    of = f"{len(shipped)} CPU variants shipped" if len(shipped) > 1 else "the one CPU variant shipped"
+    if problem is not None and died_of_sigill(run.returncode) and run.loads.cpu_variant is not None:
+        action = CPU_SIGILL_FIX if len(shipped) > 1 else "this CPU runs none of the bundle's CPU variants: report it"
+        if len(shipped) > 1 and not fix:
+            action += f": {_fix_hint(bundle, model)}"
+        findings.append(Finding("error", "cpu", f"the CPU variant {picked} picked on this machine died of SIGILL on "
+                                "a real batch", action))
+    elif problem is not None:
+        findings.append(Finding("error", "cpu", problem, "download the asset again (rockbuild install); if that "
+                                "does not help, report it with the output of rockbuild doctor --json"))
+    elif run.failure is not None:
+        what = f"a {CPU_BATCH}-token batch" if model else "--list-devices"
+        findings.append(Finding("error", "cpu", f"the bundle's {exe.name} failed on {what} ({run.failure})"
+                                + (f": {run.last_line}" if run.last_line else ""),
+                                "check the model file" if model else "run it by hand to see why"))
+    elif model is not None:
+        rate = f", {run.batch_tps:.1f} t/s" if run.batch_tps else ""
+        findings.append(Finding("ok", "cpu", f"the bundle's programs load {picked} on this CPU (of {of}) and it ran "
+                                f"a {CPU_BATCH}-token batch{rate}"))
+    else:
+        findings.append(Finding("info", "cpu", f"the bundle's programs load {picked} on this CPU (of {of}); only a "
+                                "real batch shows whether this CPU runs it",
+                                f"rockbuild doctor --bundle {bundle} --model MODEL.gguf runs a {CPU_BATCH}-token "
+                                "batch on it"))
+    return findings, info
+
+
+def check_cwd_backends(bundle: Path, cwd: Path | None) -> list[Finding]:
+    """ggml_backend_load_all() also loads (lib)ggml-<backend>(-*).so from the current folder: files there that are
+    not the bundle's own are loaded (their code run) by a program started there, and a higher-scoring CPU variant
+    among them wins over the bundle's."""
+    if cwd is None:
+        return []
+    try:
+        if cwd.resolve() == bundle.resolve():
+            return []
+        entries = sorted(p for p in cwd.iterdir() if is_backend_file(p.name) and p.is_file())
+    except OSError:
+        return []
+    stray = [p.name for p in entries
+             if not ((bundle / p.name).is_file() and filecmp.cmp(p, bundle / p.name, shallow=False))]
+    if not stray:
+        return []
+    names = ", ".join(stray[:3]) + (f" and {len(stray) - 3} more" if len(stray) > 3 else "")
+    return [Finding("warning", "cpu", f"the current folder {cwd} holds {len(stray)} ggml backend module(s) that are "
+                    f"not the bundle's ({names}): ggml loads backends from the current folder too, so a program "
+                    "started here may load one of them", "start the bundle's programs from another folder, or move "
+                    "those files away")]
+
+
 def check_dll_shadowing(bundle: Path, windows: WindowsHost, *, loader: Path | None = None,
                         cwd: Path | None = None) -> list[Finding]:
     """Windows: which amdhip64/amd_comgr/hiprtc DLL the loader takes instead of the bundle's (see
@@ -419,10 +575,12 @@ def run_doctor(
     *, sysfs_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), proc_root: Path = Path("/proc"),
     env: Mapping[str, str] | None = None, bundle: Path | None = None, kernel: str | None = None,
     table: FamilyTable | None = None, windows: WindowsHost | None = None, loader: Path | None = None,
-    cwd: Path | None = None,
+    cwd: Path | None = None, model: Path | None = None, fix_cpu: bool = False,
 ) -> DoctorReport:
     """Every check, in the order a user should fix things. ``windows`` (``Settings.windows``: on Windows, or passed
-    in by a test) adds the DLL shadowing check of ``bundle``, for its own programs or for ``loader``."""
+    in by a test) adds the DLL shadowing check of ``bundle``, for its own programs or for ``loader``. With ``bundle``
+    the CPU variant its programs load here is checked (on a real batch with ``model``; ``fix_cpu`` sets aside a
+    variant that dies of SIGILL), and backend modules in ``cwd`` that are not the bundle's are named."""
     table = table or load_families()
     env = environment() if env is None else env
     kernel = kernel or platform.release()
@@ -450,4 +608,6 @@ def run_doctor(
                                   f"nothing to do for the Vulkan build, which runs on {', '.join(devices)}")
         if windows is not None:
             findings += check_dll_shadowing(bundle, windows, loader=loader, cwd=cwd)
+        cpu, bundle_info["cpu"] = check_cpu_variants(bundle, model=model, env=env, fix=fix_cpu)
+        findings += cpu + check_cwd_backends(bundle, cwd)
     return DoctorReport(tuple(gpus), tuple(findings), tuple(recommend_flavours(gpus, table)), kernel, bundle_info)

@@ -12,7 +12,8 @@ from rockbuild.commands.common import JSON, command, file, folder, settings, sho
 
 @command
 @click.option("--bundle", "bundle_dir", type=folder(exists=True), default=None,
-              help="Also check this bundle: kernels for each GPU found, and its audit.")
+              help="Also check this bundle: kernels for each GPU found, its audit, and the CPU variant its programs "
+              "load on this CPU.")
 @click.option("--sysfs-root", type=folder(), default=Path("/sys"), show_default=True,
               help="Read the KFD topology and module parameters from this sysfs tree.")
 @click.option("--dev-root", type=folder(), default=Path("/dev"), show_default=True,
@@ -23,9 +24,15 @@ from rockbuild.commands.common import JSON, command, file, folder, settings, sho
               "(a wrapper), started from the current folder: which amdhip64/amd_comgr/hiprtc DLL it would get.")
 @click.option("--windows-root", type=folder(exists=True), default=None, hidden=True,
               help="Check DLL loading against this Windows folder (%SystemRoot%), also on a host that is not Windows.")
+@click.option("--model", type=file(exists=True), default=None, metavar="GGUF",
+              help="With --bundle: run the bundle's llama-bench on a real batch (512 tokens, CPU only) with this "
+              "model, which is where a CPU variant this CPU cannot run dies (SIGILL).")
+@click.option("--fix-cpu", is_flag=True,
+              help="With --bundle and --model: move a CPU variant that dies of SIGILL here into the bundle's "
+              "disabled-cpu-variants/ folder (ggml then loads the next best one) and check again.")
 @JSON
 def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root: Path, loader: Path | None,
-           windows_root: Path | None, as_json: bool) -> None:
+           windows_root: Path | None, model: Path | None, fix_cpu: bool, as_json: bool) -> None:
     """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
     from rockbuild.core.environment import WindowsHost
     from rockbuild.core.errors import UsageError
@@ -37,9 +44,16 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
     if loader is not None and (bundle_dir is None or windows is None):
         raise UsageError("--loader checks which DLLs a Windows program loads from a bundle: it needs --bundle, on "
                          "Windows", hint="rockbuild doctor --bundle DIR --loader EXE")
-    report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, bundle=bundle_dir,
-                        env=settings().env, table=settings().families, windows=windows,
-                        loader=loader.absolute() if loader else None, cwd=Path.cwd())
+    if (model is not None or fix_cpu) and bundle_dir is None:
+        raise UsageError(f"{'--model' if model is not None else '--fix-cpu'} checks a bundle's CPU variant: it needs "
+                         "--bundle", hint="rockbuild doctor --bundle DIR --model MODEL.gguf")
+    if fix_cpu and model is None:
+        raise UsageError("--fix-cpu needs --model: only a real batch shows whether this CPU runs the CPU variant "
+                         "ggml picks", hint="rockbuild doctor --bundle DIR --model MODEL.gguf --fix-cpu")
+    report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root,
+                        bundle=bundle_dir.absolute() if bundle_dir else None, env=settings().env,
+                        table=settings().families, windows=windows, loader=loader.absolute() if loader else None,
+                        cwd=Path.cwd(), model=model.absolute() if model else None, fix_cpu=fix_cpu)
     show(report, as_json)
     failure = report.failure(as_json)
     if failure is not None:

@@ -490,6 +490,19 @@ class SmokeGpu(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SmokeBackends(Record):
+    """The ggml backend modules a run loaded (its ``load_backend: loaded X backend from PATH`` lines): the CPU variant
+    file, the GPU backend; at the top of smoke.json also the CPU variant modules the bundle ships."""
+
+    cpu: str | None = None  # libggml-cpu-zen4.so
+    cpu_variant: str | None = None  # zen4 (None: plain libggml-cpu.so, or no CPU module loaded)
+    gpu: str | None = None  # the GPU backend's name: ROCm | Vulkan
+    gpu_file: str | None = None  # libggml-hip.so
+    others: tuple[str, ...] = ()  # RPC, BLAS
+    shipped: tuple[str, ...] = ()  # the bundle's libggml-cpu-<variant>.so files
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmokeCheck(Record):
     """A check the smoke makes of some bundles only (llama-server's web UI: ``GET /``, the browser's chat):
     ``result`` passed | failed | not checked, ``detail`` what was seen or why it was not checked."""
@@ -514,6 +527,7 @@ class SmokeRun(Record):
     ok: bool | None = None
     seconds: float | None = None
     returncode: int | None = None
+    backends: SmokeBackends | None = None
     failure: str | None = None
     log: str | None = None
     log_tail: tuple[str, ...] = ()
@@ -566,6 +580,7 @@ class SmokeRecord(Record):
     gpu: SmokeGpu | None = None
     runs: Mapping[str, SmokeRun] = field(default_factory=dict)
     bench: tuple[BenchFigure, ...] = ()
+    backends: SmokeBackends | None = None  # what llama-cli and llama-bench loaded, and what the bundle ships
     texts_agree: bool | None = None
     environment_removed: tuple[str, ...] = ()
     started: str | None = None

@@ -53,7 +53,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Finding:
     severity: str  # ok | info | warning | error
-    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll
+    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll | cpu
     message: str
     action: str = ""  # one line: what to do
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -427,3 +428,140 @@ def parse_list_devices(output: str) -> list[tuple[str, str]]:
             continue
         found.append((match["name"], match["desc"].strip()))
     return found
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Backend modules (GGML_BACKEND_DL)
+#
+# ggml_backend_load_all() dlopen()s, per backend name, every (lib)ggml-<name>-*.so/.dll in the executable's folder and
+# in the current working folder, keeps the one whose ggml_backend_score() is highest (0: this CPU cannot run it) and
+# falls back to plain (lib)ggml-<name>.so; each module it keeps is logged (GGML_LOG_INFO, stderr) as
+# "load_backend: loaded <reg name> backend from <path>", the reg name being CPU, ROCm (HIP), Vulkan, RPC, BLAS, ...
+# (ggml/src/ggml-backend-reg.cpp). No environment variable skips a CPU variant: removing its file is the only way.
+
+_LOADED_BACKEND = re.compile(r"load_backend: loaded (?P<name>\S+) backend from (?P<path>.+?)\s*$")
+# the same pattern as the audit's cpu-backends check: plain (lib)ggml-cpu.so is the module without a variant
+CPU_MODULE = re.compile(r"^(?:lib)?ggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+?))?\.(?:so|dll)$", re.I)
+# where ``rockbuild doctor --fix-cpu`` moves a CPU variant this CPU cannot run: ggml never looks into a subfolder
+DISABLED_CPU_VARIANTS = "disabled-cpu-variants"
+# the names ggml_backend_load_all() searches, in its order: a (lib)ggml-<name>(-*).so/.dll in the current folder
+# is loaded (its constructors run) by every program started there
+BACKEND_SEARCH_NAMES = ("blas", "zendnn", "cann", "cuda", "hip", "metal", "rpc", "sycl", "vulkan", "virtgpu", "opencl",
+                        "hexagon", "musa", "openvino", "cpu")
+_BACKEND_FILE = re.compile(rf"^(?:lib)?ggml-(?:{'|'.join(BACKEND_SEARCH_NAMES)})(?:-[^/\\]*)?\.(?:so|dll)$", re.I)
+# reg names of the backends that run on a GPU (the others, RPC and BLAS, are neither the CPU nor a GPU)
+GPU_BACKENDS = ("ROCm", "Vulkan", "CUDA", "MUSA", "SYCL", "Metal", "OpenCL", "CANN", "WebGPU")
+
+
+def _file_name(path: str) -> str:
+    return re.split(r"[/\\]", path)[-1]
+
+
+def cpu_variant_of(file_name: str) -> str | None:
+    """``zen4`` for ``libggml-cpu-zen4.so`` (or ``ggml-cpu-zen4.dll``); None for another file or plain libggml-cpu."""
+    match = CPU_MODULE.match(file_name)
+    return match["variant"] if match else None
+
+
+def cpu_variant_files(names: Iterable[str]) -> tuple[str, ...]:
+    """The CPU variant modules among a folder's file ``names`` (libggml-cpu-<variant>.so), sorted."""
+    return tuple(sorted(n for n in names if cpu_variant_of(n) is not None))
+
+
+def is_backend_file(file_name: str) -> bool:
+    """Would ggml_backend_load_all() load a file of this name from a folder it searches?"""
+    return _BACKEND_FILE.match(file_name) is not None
+
+
+@dataclass(frozen=True)
+class LoadedBackend:
+    """One ``load_backend: loaded X backend from PATH`` line."""
+
+    name: str  # the backend's reg name: CPU, ROCm, Vulkan, RPC, ...
+    path: str
+
+    @property
+    def file(self) -> str:
+        return _file_name(self.path)
+
+
+@dataclass(frozen=True)
+class BackendLoads:
+    """Which backend modules a program loaded, as its log says: the CPU variant file, the GPU backend, the others.
+    Empty for a program whose backends are linked in (built without GGML_BACKEND_DL): it prints no such line."""
+
+    loaded: tuple[LoadedBackend, ...] = ()
+
+    def _first(self, names: Iterable[str]) -> LoadedBackend | None:
+        wanted = set(names)
+        return next((b for b in self.loaded if b.name in wanted), None)
+
+    @property
+    def cpu(self) -> LoadedBackend | None:
+        return self._first(("CPU",))
+
+    @property
+    def cpu_file(self) -> str | None:
+        return self.cpu.file if self.cpu else None
+
+    @property
+    def cpu_variant(self) -> str | None:
+        """``zen4``; None when no CPU module was loaded or it was plain libggml-cpu.so."""
+        return cpu_variant_of(self.cpu.file) if self.cpu else None
+
+    @property
+    def gpu(self) -> LoadedBackend | None:
+        return self._first(GPU_BACKENDS)
+
+    @property
+    def others(self) -> tuple[LoadedBackend, ...]:
+        return tuple(b for b in self.loaded if b.name != "CPU" and b.name not in GPU_BACKENDS)
+
+    def to_dict(self) -> dict[str, Any]:
+        gpu = self.gpu
+        return {"cpu": self.cpu_file, "cpu_variant": self.cpu_variant, "gpu": gpu.name if gpu else None,
+                "gpu_file": gpu.file if gpu else None, "others": [b.name for b in self.others]}
+
+
+def parse_backend_loads(text: str) -> BackendLoads:
+    """The ``load_backend: loaded ...`` lines of a program's output (stderr, with or without a log prefix); a
+    backend logged twice counts once, with its first path."""
+    found: dict[str, LoadedBackend] = {}
+    for raw in text.splitlines():
+        if m := _LOADED_BACKEND.search(strip_log_prefix(raw)):
+            found.setdefault(m["name"], LoadedBackend(m["name"], m["path"]))
+    return BackendLoads(tuple(found.values()))
+
+
+# a program killed by SIGILL: -4 from subprocess, 132 (128 + 4) through a shell; on Windows the process ends with
+# STATUS_ILLEGAL_INSTRUCTION
+SIGILL_EXIT_CODES = (-int(signal.SIGILL), 128 + int(signal.SIGILL), 0xC000001D)
+CPU_SIGILL_FIX = "remove it from the bundle folder (the next best variant then loads)"
+
+
+def died_of_sigill(returncode: int | None) -> bool:
+    return returncode in SIGILL_EXIT_CODES
+
+
+def cpu_backend_problem(loads: BackendLoads, returncode: int | None, shipped: Sequence[str],
+                        program: str) -> str | None:
+    """Why a run's CPU backend is wrong (None when it is not): it died of SIGILL (the CPU variant ggml picked runs an
+    instruction this CPU lacks), or the bundle ships CPU variant modules (``shipped``), or the log shows other backend
+    modules loaded, and no CPU backend was loaded (none scored on this CPU, or none could be dlopen()ed)."""
+    if died_of_sigill(returncode):
+        if loads.cpu_variant is not None:
+            return (f"the CPU variant {loads.cpu_file} picked on this machine died of SIGILL on a real batch: "
+                    f"{CPU_SIGILL_FIX}")
+        which = f" (its CPU backend: {loads.cpu_file})" if loads.cpu_file else ""
+        return f"{program} died of SIGILL, an instruction this CPU cannot run{which}"
+    if loads.cpu is not None or returncode is None:
+        return None
+    if shipped:
+        modules = f"{len(shipped)} CPU variant modules ({shipped[0]}, ...)" if len(shipped) > 1 else (
+            f"a CPU variant module ({shipped[0]})")
+        return (f"the bundle ships {modules} but the {program} log shows "
+                "no CPU backend loaded: none scored on this CPU, or none could be loaded")
+    if loads.loaded:
+        names = ", ".join(b.name for b in loads.loaded)
+        return f"the {program} log shows backend modules loaded ({names}) but no CPU backend"
+    return None

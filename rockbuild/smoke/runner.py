@@ -27,10 +27,14 @@ from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 
 from .parse import (
+    BackendLoads,
     BenchResult,
     Generation,
     GpuVerdict,
     LoadReport,
+    cpu_backend_problem,
+    cpu_variant_files,
+    parse_backend_loads,
     parse_bench_json,
     parse_cli,
     parse_load,
@@ -51,7 +55,8 @@ class SmokeOptions:
     threads: int = 1
     seed: int = 42
     gpu_layers: int = 99
-    bench_prompt: int = 64
+    # a real batch: pp512 is where a CPU variant this CPU cannot run died of SIGILL while -p 8 ran (matrices/smoke.yaml)
+    bench_prompt: int = 512
     bench_gen: int = 16
     bench_repetitions: int = 1
     # llama-bench's CPU threads when they differ from the other runs' (the GPU figures: one thread makes pp512 on a
@@ -115,12 +120,15 @@ class RunRecord:
     load: LoadReport | None = None
     bench: tuple[BenchResult, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
+    backends: BackendLoads | None = None  # the backend modules it loaded (llama-cli, llama-bench)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "name": self.name, "command": list(self.command), "ok": self.ok, "seconds": round(self.seconds, 3),
             "returncode": self.returncode, "failure": self.failure, "log": self.log,
         }
+        if self.backends is not None:
+            out["backends"] = self.backends.to_dict()
         if self.generation is not None:
             out.update(self.generation.to_dict())
         if self.load is not None:
@@ -177,6 +185,15 @@ class SmokeReport:
         return tuple(b for r in self.runs for b in r.bench)
 
     @property
+    def backends(self) -> dict[str, Any]:
+        """What llama-bench loaded (a real batch ran on its CPU variant), else llama-cli, and the CPU variant modules
+        the bundle ships."""
+        runs = {r.name: r.backends for r in self.runs if r.backends is not None and r.backends.loaded}
+        loads = runs.get("bench") or runs.get("cli") or BackendLoads()
+        shipped = cpu_variant_files(p.name for p in self.bundle.iterdir()) if self.bundle.is_dir() else ()
+        return {**loads.to_dict(), "shipped": list(shipped)}
+
+    @property
     def texts_agree(self) -> bool | None:
         """llama-cli and llama-server got the same prompt at temperature 0: the same text is expected (recorded,
         not required: GPU kernels need not be bit-identical across batch shapes)."""
@@ -192,7 +209,7 @@ class SmokeReport:
                            "devices_found": list(self.gpu_devices)},
             "device": self.device, "preflight": self.preflight,
             "gpu": self.gpu.to_dict(), "runs": {r.name: r.to_dict() for r in self.runs},
-            "bench": [b.to_dict() for b in self.bench], "texts_agree": self.texts_agree,
+            "bench": [b.to_dict() for b in self.bench], "backends": self.backends, "texts_agree": self.texts_agree,
             "environment_removed": list(self.env_removed),
             "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
             "host": dict(self.host),
@@ -220,6 +237,11 @@ class SmokeReport:
                     lines.append(f"         {label}: {check.get('result')}: {check.get('detail')}")
             for b in r.bench:
                 lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
+        backends = self.backends
+        if backends["cpu"] or backends["gpu"]:
+            gpu = f", GPU {backends['gpu']} ({backends['gpu_file']})" if backends["gpu"] else ""
+            lines.append(f"  backends loaded: CPU {backends['cpu'] or 'none'}{gpu}"
+                         + (f" (of {len(backends['shipped'])} CPU variants shipped)" if backends["shipped"] else ""))
         lines.append(f"  {self.gpu.summary}")
         lines.extend(f"  note: {n}" for n in self.gpu.notes)
         if self.report_path is not None:
@@ -289,6 +311,13 @@ def _device_args(options: SmokeOptions) -> list[str]:
     return ["-dev", options.device] if options.device else []
 
 
+def _cpu_backend_failure(exe: Path, backends: BackendLoads, returncode: int | None) -> str | None:
+    """The run's failure when its CPU backend is wrong: the CPU variant ggml picked died of SIGILL, or the bundle
+    (``exe``'s folder) ships CPU variant modules and none was loaded."""
+    shipped = cpu_variant_files(p.name for p in exe.parent.iterdir())
+    return cpu_backend_problem(backends, returncode, shipped, exe.name)
+
+
 def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
             logs: Path) -> RunRecord:
     log = logs / "llama-cli.log"
@@ -300,14 +329,16 @@ def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, en
                                                 log=log)
     text = output or ""
     generation, load = parse_cli(text, options.prompt), parse_load(text)
+    backends = parse_backend_loads(text)
     if failure is None:
         if generation.tokens is not None and generation.tokens < 1:
             failure = "no tokens generated"
         elif problem := text_problem(generation.text):
             failure = problem
+    failure = _cpu_backend_failure(exe, backends, rc) or failure
     if failure:
-        return _failed("cli", args, start, failure, log, rc, generation=generation, load=load)
-    return RunRecord("cli", tuple(args), True, seconds, rc, None, str(log), (), generation, load)
+        return _failed("cli", args, start, failure, log, rc, generation=generation, load=load, backends=backends)
+    return RunRecord("cli", tuple(args), True, seconds, rc, None, str(log), (), generation, load, backends=backends)
 
 
 def _http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
@@ -508,6 +539,7 @@ def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, 
     output, rc, failure, seconds = run_program("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
                                                 log=log)
     results = tuple(parse_bench_json(output or ""))
+    backends = parse_backend_loads(output or "")
     if failure is None:
         tests = {(b.n_prompt > 0, b.n_gen > 0) for b in results}
         if not results:
@@ -516,9 +548,10 @@ def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, 
             failure = "the results lack a pp or a tg test"
         elif any(b.tokens_per_second <= 0 for b in results):
             failure = "a test reports 0 tokens/s"
+    failure = _cpu_backend_failure(exe, backends, rc) or failure
     if failure:
-        return _failed("bench", args, start, failure, log, rc, bench=results)
-    return RunRecord("bench", tuple(args), True, seconds, rc, None, str(log), (), bench=results)
+        return _failed("bench", args, start, failure, log, rc, bench=results, backends=backends)
+    return RunRecord("bench", tuple(args), True, seconds, rc, None, str(log), (), bench=results, backends=backends)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
