@@ -42,6 +42,7 @@ from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
+from rockbuild.smoke.parse import CPU_MODULE, DISABLED_CPU_VARIANTS
 
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport
@@ -117,6 +118,10 @@ class AuditReport:
 def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
     files, links = [], []
     for dirpath, dirnames, filenames in os.walk(root):
+        # the CPU variants `rockbuild doctor --fix-cpu` set aside: ggml never searches a subfolder, so they are not
+        # part of the bundle until moved back
+        if Path(dirpath) == root and DISABLED_CPU_VARIANTS in dirnames:
+            dirnames.remove(DISABLED_CPU_VARIANTS)
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             if path.is_symlink():
@@ -330,7 +335,7 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
 # GGML_BACKEND_DL: ggml_backend_load_best() loads (lib)ggml-cpu-<variant>.so/.dll by its name pattern, scores each
 # with ggml_backend_score() and initialises the best with ggml_backend_init(); a plain (lib)ggml-cpu module is the
 # fallback it loads only when no variant scores (a GGML_NATIVE build: the build host's CPU code).
-_CPU_MODULE_RE = re.compile(r"^(?:lib)?ggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+?))?\.(?:so|dll)$", re.I)
+_CPU_MODULE_RE = CPU_MODULE
 _CPU_LINKED_RE = re.compile(r"^(?:lib)?ggml-cpu(?:\.so\.[0-9.]+|\.dll)$", re.I)
 BACKEND_ENTRY_POINTS = ("ggml_backend_init", "ggml_backend_score")
 
@@ -346,10 +351,11 @@ def exported_symbols(path: Path) -> set[str] | None:
             exports = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
             return {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
         from elftools.elf.elffile import ELFFile
+        from elftools.elf.sections import SymbolTableSection
 
         with open(path, "rb") as fh:
             section = ELFFile(fh).get_section_by_name(".dynsym")
-            if section is None:
+            if not isinstance(section, SymbolTableSection):
                 return set()
             return {s.name for s in section.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
     except Exception:  # a damaged file is the file-formats check's finding
@@ -371,6 +377,7 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
                                                                                            path))
     expected = rules.cpu_variants_for(machine)
     details: dict[str, Any] = {"variants": sorted(variants), "expected": list(expected), "machine": machine}
+    warnings: tuple[str, ...]
     if not variants and not plain:
         warnings = (f"{linked[0]} is the one CPU backend, linked in (built without GGML_BACKEND_DL and "
                     "GGML_CPU_ALL_VARIANTS): every machine runs the same CPU code",) if linked else ()
@@ -379,7 +386,11 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
     for path in plain:
         failures.append(f"{path.name} is a CPU backend built for one CPU (with GGML_NATIVE, the build host's) and "
                         "loads wherever no variant scores: build with GGML_CPU_ALL_VARIANTS=ON, GGML_NATIVE=OFF")
-    missing = [v for v in expected if v not in variants]
+    aside_dir = root / DISABLED_CPU_VARIANTS
+    aside = {m.group("variant") for p in (aside_dir.iterdir() if aside_dir.is_dir() else ())
+             if (m := _CPU_MODULE_RE.match(p.name)) and m.group("variant")}
+    missing = [v for v in expected if v not in variants and v not in aside]
+    set_aside = [v for v in expected if v not in variants and v in aside]
     if missing:
         failures.append(f"CPU variant{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (the bundle "
                         f"policy lists {len(expected)} for {machine}): those CPUs would load a slower one")
@@ -395,6 +406,11 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
                 f"for {machine} (matrices/bundle-policy.yaml cpu_variants)",) if unknown and expected else ()
     if not expected:
         warnings += (f"the bundle policy lists no CPU variants for {machine}: only their loadability was checked",)
+    if set_aside:
+        warnings += (f"CPU variant{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} set aside in "
+                     f"{DISABLED_CPU_VARIANTS}/ (rockbuild doctor --fix-cpu: this machine's CPU cannot run "
+                     f"{'them' if len(set_aside) > 1 else 'it'}); move back to undo",)
+        details["set_aside"] = set_aside
     return Check("cpu-backends", not failures, tuple(failures), warnings, details)
 
 

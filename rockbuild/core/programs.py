@@ -139,7 +139,7 @@ def _program(path: Path, node: Any) -> Program:
 
 def parse_programs(doc: Any, path: Path) -> ProgramList:
     """The program list from a parsed ``programs.yaml`` (read by :func:`load_programs`)."""
-    if not isinstance(doc, dict):
+    if not isinstance(doc, YDict):
         raise ConfigError(f"{path}: expected a mapping with 'ship' (see the shipped matrices/programs.yaml)")
     check_keys(path, doc, ("ship", "left_out"), "programs.yaml")
     ship = doc.get("ship")

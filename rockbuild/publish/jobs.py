@@ -29,6 +29,7 @@ from rockbuild.core.records import (
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
 from rockbuild.rocm.names import parse_rocm_version, parse_tarball_name
+from rockbuild.smoke.parse import cpu_variant_of
 
 
 @dataclass(frozen=True)
@@ -191,15 +192,11 @@ def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[s
     return targets
 
 
-_CPU_VARIANT_RE = re.compile(r"^(?:lib)?ggml-cpu-([A-Za-z0-9_.]+?)\.(?:so|dll)$", re.I)
-
-
 def cpu_variants(bundle_dir: Path) -> tuple[str, ...]:
     """The CPU backend variants a bundle folder holds, by name (x64, haswell, zen4, ...)."""
     if not bundle_dir.is_dir():
         return ()
-    found = (_CPU_VARIANT_RE.match(p.name) for p in bundle_dir.iterdir())
-    return tuple(sorted(m.group(1) for m in found if m))
+    return tuple(sorted(v for p in bundle_dir.iterdir() if (v := cpu_variant_of(p.name)) is not None))
 
 
 def _smoke_tail(smoke: SmokeRecord) -> tuple[tuple[str, ...], Path | None]:

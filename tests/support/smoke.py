@@ -153,7 +153,8 @@ def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Pat
     environment and arguments in ``envlog``."""
     head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
     for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog), chat_page=CHAT_PAGE)),
-                       ("llama-bench", BENCH), ("ggml-rpc-server", "sys.exit(1)\n")):
+                       ("llama-bench", BENCH), ("ggml-rpc-server", "sys.exit(1)\n"),
+                       ("llama-completion", "sys.exit(1)\n")):
         path = folder / name
         path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
         path.chmod(0o755)

@@ -364,9 +364,6 @@ def test_doctor_command_runs_the_cpu_check_and_refuses_what_cannot_work(run_rock
         f"error: {bad} is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)")
 
 
-@pytest.mark.xfail(strict=True, reason="for the merge: the audit walks disabled-cpu-variants/ (its needed check resolves "
-                   "a moved module's $ORIGIN there) and its cpu-backends check counts the moved variant as missing; it "
-                   "must leave that folder out, or name it as set aside (rockbuild.smoke.parse.DISABLED_CPU_VARIANTS)")
 def test_a_bundle_fixed_by_doctor_still_passes_its_audit(tmp_path):
     from support.bundles import cc
 
