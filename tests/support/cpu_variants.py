@@ -35,7 +35,8 @@ for folder in (here, Path.cwd()):  # ggml: the executable's folder, then the cur
         variant = path.name[len("libggml-cpu-"):-len(".so")]
         if variant in CONFIG["supported"] and variant in RANK:
             seen.append((RANK.index(variant), -len(seen), path))
-for name, file in CONFIG["gpu"].items():
+# a GGML_BACKEND_DL build has the RPC backend as a module too: ggml logs it whether or not a CPU variant scores
+for name, file in [("RPC", "libggml-rpc.so"), *CONFIG["gpu"].items()]:
     if (here / file).exists():
         sys.stderr.write("load_backend: loaded " + name + " backend from " + str(here / file) + "\n")
 chosen = max(seen)[2] if seen else None
@@ -107,6 +108,8 @@ def make_variant_bundle(folder: Path, variants=RANK, *, programs=("llama-bench",
     folder.mkdir(parents=True, exist_ok=True)
     for variant in variants:
         (folder / f"libggml-cpu-{variant}.so").write_bytes(f"fake {variant} module\n".encode())
+    if variants:
+        (folder / "libggml-rpc.so").write_bytes(b"fake rpc module\n")
     for name in programs:
         write_program(folder / name, **behaviour)
     return folder

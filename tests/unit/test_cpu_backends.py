@@ -90,9 +90,12 @@ def test_the_cpu_backend_verdicts():
             "from the bundle folder (the next best variant then loads)")
     assert cpu_backend_problem(BackendLoads(), -4, (), "llama-bench") == (
         "llama-bench died of SIGILL, an instruction this CPU cannot run")
-    assert cpu_backend_problem(BackendLoads(), 1, shipped, "llama-bench") == (
+    rpc_only = parse_backend_loads("load_backend: loaded RPC backend from /b/libggml-rpc.so\n")
+    assert cpu_backend_problem(rpc_only, 1, shipped, "llama-bench") == (
         "the bundle ships 2 CPU variant modules (libggml-cpu-x64.so, ...) but the llama-bench log shows no CPU "
         "backend loaded: none scored on this CPU, or none could be loaded")
+    # a log without any load_backend line is not judged: llama-cli prints none (measured on b11312)
+    assert cpu_backend_problem(BackendLoads(), 0, shipped, "llama-cli") is None
     gpu_only = parse_backend_loads("load_backend: loaded ROCm backend from /b/libggml-hip.so\n")
     assert cpu_backend_problem(gpu_only, 0, (), "llama-cli") == (
         "the llama-cli log shows backend modules loaded (ROCm) but no CPU backend")
@@ -161,7 +164,7 @@ def test_the_smoke_records_the_variant_and_gpu_backend_loaded(tmp_path, model):
     assert record is not None and record.backends is not None and record.backends.cpu_variant == "haswell"
     assert record.runs["bench"].backends is not None and record.runs["bench"].backends.gpu == "ROCm"
     assert data["backends"] == {"cpu": "libggml-cpu-haswell.so", "cpu_variant": "haswell", "gpu": "ROCm",
-                                "gpu_file": "libggml-hip.so", "others": [],
+                                "gpu_file": "libggml-hip.so", "others": ["RPC"],
                                 "shipped": ["libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-cpu-zen4.so"]}
     assert data["runs"]["bench"]["backends"]["cpu_variant"] == "haswell"
     assert data["runs"]["cli"]["backends"]["cpu"] == "libggml-cpu-haswell.so"
