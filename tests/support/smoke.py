@@ -186,3 +186,19 @@ def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",),
 def gguf_header(version: int = 3, tensors: int = 1, kv: int = 0) -> bytes:
     """The fixed GGUF header: magic, version, tensor count, metadata key/value count."""
     return b"GGUF" + struct.pack("<IQQ", version, tensors, kv)
+
+
+def header_model(folder: Path):
+    """A file with a valid GGUF header (the stand-in programs never read it), as the smoke's ModelFile."""
+    from rockbuild.smoke.models import ModelFile
+
+    path = folder / "model.gguf"
+    path.write_bytes(gguf_header() + bytes(40))
+    return ModelFile("model.gguf", path, "0" * 64, 64, "path")
+
+
+def fast_smoke():
+    """SmokeOptions with short timeouts: a stand-in that hangs fails in seconds."""
+    from rockbuild.smoke.runner import SmokeOptions
+
+    return SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 20, "bench": 20})

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.cpu_variants import make_variant_bundle
 from support.paths import REPO
-from support.smoke import gguf_header, make_bundle
+from support.smoke import fast_smoke, gguf_header, header_model, make_bundle
 
 from rockbuild.core.records import SmokeRecord
 from rockbuild.doctor import check_cpu_variants, check_cwd_backends
@@ -137,12 +137,10 @@ def test_the_stand_in_dies_of_a_real_sigill(tmp_path):
 
 @pytest.fixture
 def model(tmp_path) -> ModelFile:
-    path = tmp_path / "model.gguf"
-    path.write_bytes(gguf_header() + bytes(40))
-    return ModelFile("model.gguf", path, "0" * 64, 64, "path")
+    return header_model(tmp_path)
 
 
-FAST = SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 20, "bench": 20})
+FAST = fast_smoke()
 
 
 def variant_job(tmp_path: Path, variants=("x64", "haswell", "zen4"), **behaviour) -> Path:

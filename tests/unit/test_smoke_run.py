@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
-from support.smoke import gguf_header, make_bundle
+from support.smoke import fast_smoke, gguf_header, header_model, make_bundle
 
 from rockbuild.backends.rocm import decide_expectation, kfd_gfx_targets
 from rockbuild.core.errors import ModelError, SmokeError
@@ -24,13 +24,10 @@ from rockbuild.smoke.runner import SmokeOptions, locate_bundle, run_smoke
 
 @pytest.fixture
 def model(tmp_path) -> ModelFile:
-    """A file with a valid GGUF header (the fake programs never read it)."""
-    path = tmp_path / "model.gguf"
-    path.write_bytes(gguf_header() + bytes(40))
-    return ModelFile("model.gguf", path, "0" * 64, 64, "path")
+    return header_model(tmp_path)
 
 
-FAST = SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 20, "bench": 20})
+FAST = fast_smoke()
 
 
 def test_a_cpu_bundle_passes_and_reports_everything(tmp_path, model):
