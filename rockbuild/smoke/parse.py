@@ -547,17 +547,18 @@ def cpu_backend_problem(loads: BackendLoads, returncode: int | None, shipped: Se
                         program: str) -> str | None:
     """Why a run's CPU backend is wrong (None when it is not): it died of SIGILL (the CPU variant ggml picked runs an
     instruction this CPU lacks), or the bundle ships CPU variant modules (``shipped``), or the log shows other backend
-    modules loaded, and no CPU backend was loaded (none scored on this CPU, or none could be dlopen()ed). A log that
-    shows no backend loaded at all is not judged (llama-cli prints none)."""
+    modules loaded, and no CPU backend was loaded (none scored on this CPU, or none could be dlopen()ed). A run that
+    exited 0 and logged no backend at all is not judged (llama-cli prints none)."""
     if died_of_sigill(returncode):
         if loads.cpu_variant is not None:
             return (f"the CPU variant {loads.cpu_file} picked on this machine died of SIGILL on a real batch: "
                     f"{CPU_SIGILL_FIX}")
         which = f" (its CPU backend: {loads.cpu_file})" if loads.cpu_file else ""
         return f"{program} died of SIGILL, an instruction this CPU cannot run{which}"
-    if loads.cpu is not None or returncode is None or not loads.loaded:
-        # a log with no load_backend line at all says nothing either way: llama-cli loads its backends before its
-        # log is set up and prints none (measured, b11312), llama-bench and llama-completion print every one
+    if loads.cpu is not None or returncode is None or (returncode == 0 and not loads.loaded):
+        # a run that worked and logged no load_backend line at all says nothing either way: llama-cli loads its
+        # backends before its log is set up and prints none (measured, b11312); llama-bench and llama-completion
+        # print every one
         return None
     if shipped:
         modules = f"{len(shipped)} CPU variant modules ({shipped[0]}, ...)" if len(shipped) > 1 else (
