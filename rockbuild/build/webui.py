@@ -27,14 +27,14 @@ import re
 import shutil
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
 from rockbuild import console
-from rockbuild.core.errors import ProcessError, UsageError
+from rockbuild.core.errors import BuildError, ProcessError, UsageError
 from rockbuild.process import INHERITED, child_env, run
 
 UI_DIR = Path("tools") / "ui"
@@ -299,12 +299,20 @@ def embed_dist(dist: Path, tree: Path) -> tuple[Path, bool]:
     if target.is_dir() and dist_digest(target)[0] == dist_digest(dist)[0]:
         return target, False
     replaced = target.exists()
-    staging = target.with_name(f".{DIST}.rockbuild-new")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(dist, staging)
-    remove_embedded(tree)
-    staging.rename(target)
+    _replace_folder(dist, target)
     return target, replaced
+
+
+def _replace_folder(source: Path, target: Path) -> None:
+    """``target`` becomes a copy of ``source``: copied beside it first, so a failed copy leaves the old one whole."""
+    staging = target.with_name(f".{target.name}.rockbuild-new")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir():
+        shutil.rmtree(target)
+    staging.rename(target)
 
 
 def remove_embedded(tree: Path) -> bool:
@@ -350,8 +358,6 @@ def provide_web_ui(tree: Path, *, build_number: int | None, options: WebUiOption
 
 
 def _with(record: WebUi, start: float, **changes: Any) -> WebUi:
-    from dataclasses import replace
-
     return replace(record, seconds=round(time.monotonic() - start, 3), **changes)
 
 
@@ -378,8 +384,6 @@ def export_web_ui(tree: Path, out: Path, *, build_number: int | None, options: W
                   log: Path | None = None) -> Exported:
     """Build (or take from the cache) the web UI of ``tree`` and copy its dist to ``out``; a BuildError when npm
     cannot make it (this command has no other result), a UsageError when ``out`` holds something else."""
-    from rockbuild.core.errors import BuildError
-
     out = Path(out).absolute()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and dist_problems(out))):
         raise UsageError(f"{out} exists and is not a web UI dist; give a new folder")
@@ -388,10 +392,6 @@ def export_web_ui(tree: Path, out: Path, *, build_number: int | None, options: W
         raise BuildError(f"no web UI for {tree}: {record.reason}",
                          hint=f"npm's output is in {log}" if log is not None else None)
     sha256, count, size = dist_digest(dist)
-    staging = out.with_name(f".{out.name}.rockbuild-new")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(dist, staging)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    _replace_folder(dist, out)
     return Exported(Path(tree), out, _with(record, time.monotonic() - record.seconds, sha256=sha256, files=count,
                                            bytes=size))

@@ -335,7 +335,6 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
 # GGML_BACKEND_DL: ggml_backend_load_best() loads (lib)ggml-cpu-<variant>.so/.dll by its name pattern, scores each
 # with ggml_backend_score() and initialises the best with ggml_backend_init(); a plain (lib)ggml-cpu module is the
 # fallback it loads only when no variant scores (a GGML_NATIVE build: the build host's CPU code).
-_CPU_MODULE_RE = CPU_MODULE
 _CPU_LINKED_RE = re.compile(r"^(?:lib)?ggml-cpu(?:\.so\.[0-9.]+|\.dll)$", re.I)
 BACKEND_ENTRY_POINTS = ("ggml_backend_init", "ggml_backend_score")
 
@@ -371,7 +370,7 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
     plain: list[Path] = []
     linked = [p.name for p in top if _CPU_LINKED_RE.match(p.name)]
     for path in top:
-        match = _CPU_MODULE_RE.match(path.name)
+        match = CPU_MODULE.match(path.name)
         if match:
             (plain.append(path) if match.group("variant") is None else variants.__setitem__(match.group("variant"),
                                                                                            path))
@@ -388,7 +387,7 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
                         "loads wherever no variant scores: build with GGML_CPU_ALL_VARIANTS=ON, GGML_NATIVE=OFF")
     aside_dir = root / DISABLED_CPU_VARIANTS
     aside = {m.group("variant") for p in (aside_dir.iterdir() if aside_dir.is_dir() else ())
-             if (m := _CPU_MODULE_RE.match(p.name)) and m.group("variant")}
+             if (m := CPU_MODULE.match(p.name)) and m.group("variant")}
     missing = [v for v in expected if v not in variants and v not in aside]
     set_aside = [v for v in expected if v not in variants and v in aside]
     if missing:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,7 @@ class ProgramList:
                 (missing if program.required else unavailable).append(program.target)
                 continue
             if name != program.target:  # the tree's older name: build and ship it under that name
-                program = Program(name, program.file if program.file else "", program.required, (),
-                                  program.check, program.exit_code, program.expect, program.what)
+                program = replace(program, target=name, aliases=())
             chosen.append(program)
         if missing:
             raise BuildError(f"{where_from} defines no target {', '.join(missing)}; is it a llama.cpp tree from 2025 "
