@@ -582,6 +582,7 @@ class SmokeRecord(Record):
     bench: tuple[BenchFigure, ...] = ()
     backends: SmokeBackends | None = None  # what llama-cli and llama-bench loaded, and what the bundle ships
     texts_agree: bool | None = None
+    numerics: Mapping[str, Any] = field(default_factory=dict)  # rockbuild.smoke.numerics: cross-backend, answers
     environment_removed: tuple[str, ...] = ()
     started: str | None = None
     finished: str | None = None
@@ -707,6 +708,7 @@ class ManifestSmoke(Record):
     model: Mapping[str, Any] | None = None
     web_ui: str | None = None  # "passed", "not checked: no web UI", ...
     browser: str | None = None
+    numerics: Mapping[str, Any] | None = None  # BuiltJob.numerics(): cross_backend, known_answers and their figures
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -720,6 +722,7 @@ class ManifestGpuSmoke(Record):
     driver: str | None = None
     kernel: str | None = None
     summary: str | None = None
+    numerics: Mapping[str, Any] | None = None  # the GPU run against the CPU (rockbuild.smoke.numerics)
     bench: tuple[BenchFigure, ...] = ()
 
 

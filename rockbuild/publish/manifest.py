@@ -79,7 +79,8 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
     checks = {what: f"{check.result}: {check.detail}" if check.detail else check.result
               for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
-            "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks}
+            "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks,
+            "numerics": job.numerics()}
 
 
 def build_manifest(

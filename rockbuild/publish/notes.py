@@ -70,6 +70,7 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
         "assets": [a.name for a in assets if a.job == job.id],
         "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
         "gpu": _gpu_row(job),
+        "numerics": job.numerics_words() if job.smoke is not None else None,
         "fallback": job.fallback_note(),
         # what ran again on the last good ROCm: a night without the smoke stage did not test it
         "again": ("built, bundled and smoke-tested" if job.smoke is not None

@@ -24,6 +24,7 @@ from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
 from rockbuild.smoke.models import ModelFile, check_gguf
+from rockbuild.smoke.numerics import NumericsConfig, Target, not_checked, parse_numerics_config, run_numerics
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 
 from .parse import (
@@ -78,6 +79,8 @@ class SmokeOptions:
     web_ui_reason: str = ""
     browser: bool = False
     chat_page: Mapping[str, Any] = field(default_factory=dict)  # run.browser: the page's selectors, the timeout
+    # the numerics step (smoke.yaml's numerics; rockbuild.smoke.numerics): None or disabled: not run
+    numerics: NumericsConfig | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
@@ -99,6 +102,7 @@ class SmokeOptions:
             bench_threads=int(bench["threads"]) if bench.get("threads") else None,
             browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
             chat_page=dict(run_cfg.get("browser") or {}),
+            numerics=parse_numerics_config(config.get("numerics")),
         )
         values.update(overrides)
         return cls(**values)
@@ -194,6 +198,16 @@ class SmokeReport:
         return {**loads.to_dict(), "shipped": list(shipped)}
 
     @property
+    def numerics(self) -> dict[str, Any]:
+        """The numerics step's record (its run's details), or why it did not run."""
+        run = next((r for r in self.runs if r.name == "numerics"), None)
+        if run is None:
+            why = self.preflight or "not run"
+            return {"ok": True, "cross_backend": not_checked(why), "known_answers": not_checked(why),
+                    "summary": {"cross_backend": "not checked", "known_answers": "not checked"}}
+        return dict(run.details)
+
+    @property
     def texts_agree(self) -> bool | None:
         """llama-cli and llama-server got the same prompt at temperature 0: the same text is expected (recorded,
         not required: GPU kernels need not be bit-identical across batch shapes)."""
@@ -210,6 +224,7 @@ class SmokeReport:
             "device": self.device, "preflight": self.preflight,
             "gpu": self.gpu.to_dict(), "runs": {r.name: r.to_dict() for r in self.runs},
             "bench": [b.to_dict() for b in self.bench], "backends": self.backends, "texts_agree": self.texts_agree,
+            "numerics": self.numerics,
             "environment_removed": list(self.env_removed),
             "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
             "host": dict(self.host),
@@ -237,6 +252,10 @@ class SmokeReport:
                     lines.append(f"         {label}: {check.get('result')}: {check.get('detail')}")
             for b in r.bench:
                 lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
+            for what in ("cross_backend", "known_answers", "cpu"):
+                check = r.details.get(what) if r.name == "numerics" else None
+                if isinstance(check, Mapping):
+                    lines.append(f"         {what.replace('_', ' ')}: {check.get('result')}: {check.get('detail')}")
         backends = self.backends
         if backends["cpu"] or backends["gpu"]:
             gpu = f", GPU {backends['gpu']} ({backends['gpu_file']})" if backends["gpu"] else ""
@@ -475,6 +494,27 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
                      None, failure, str(folder), (), details=details)
 
 
+def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str, backend: str,
+                      gpu_device: str | None, device_description: str, env: Mapping[str, str],
+                      logs: Path) -> RunRecord:
+    """The numerics step (:mod:`rockbuild.smoke.numerics`) as a run of the smoke: its failure fails the smoke."""
+    assert options.numerics is not None
+    start = time.monotonic()
+    folder = logs / "numerics"
+    perplexity = _exe(bundle, "llama-perplexity", platform)
+    completion = _exe(bundle, "llama-completion", platform)
+    target = Target(perplexity=perplexity if perplexity.is_file() else None,
+                    completion=completion if completion.is_file() else None, model=model.path, model_name=model.name,
+                    backend=backend, gpu_device=gpu_device, device_description=device_description,
+                    gpu_layers=options.gpu_layers, seed=options.seed)
+    result = run_numerics(options.numerics, target, cwd=bundle, env=env, logs=folder)
+    failure = None
+    if result.failures:
+        failure = result.failures[0] + (f" (and {len(result.failures) - 1} more)" if len(result.failures) > 1 else "")
+    return RunRecord("numerics", (str(perplexity),), result.ok, time.monotonic() - start, None, failure, str(folder),
+                     (), details=result.to_dict())
+
+
 def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path,
                 details: dict[str, Any]) -> str | None:
     """llama-server's chat page, when the build has one: ``GET /`` answers 200 with an HTML page, and with
@@ -647,6 +687,17 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
             for item in record.details["programs"]:
                 if item["status"] == "failed":
                     console.warn(f"{item['program']}: {item['failure']}; log: {item['log']}")
+        records.append(record)
+    if preflight is None and options.numerics is not None and options.numerics.enabled:
+        gpu_device = (found.device or "") if expect else None
+        described = next((d for d in devices if gpu_device and d.startswith(f"{gpu_device}:")), "")
+        with contextlib.nullcontext(console.Step()) if quiet else console.step("smoke: numerics") as step:
+            record = run_numerics_step(bundle, model, options, platform=platform, backend=backend.name,
+                                       gpu_device=gpu_device, device_description=described, env=child, logs=logs)
+            if not record.ok:
+                step.fail()
+        if not record.ok and not quiet:
+            console.warn(f"numerics: {record.failure}; logs in {record.log}")
         records.append(record)
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]

@@ -29,7 +29,7 @@ if VK == "noloader":
     sys.stderr.write(Path(sys.argv[0]).name + ": error while loading shared libraries: libvulkan.so.1: cannot open "
                      "shared object file: No such file or directory\\n")
     sys.exit(127)
-if VK and "-dev" in sys.argv and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
+if VK and "-dev" in sys.argv and arg("-dev") != "none" and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
     sys.stderr.write('error while handling argument "-dev": invalid device: ' + arg("-dev") + "\\n")
     sys.exit(1)
 if sys.argv[1:] in (["--version"], ["--help"]):  # the smoke's program checks (matrices/programs.yaml)
@@ -111,6 +111,56 @@ if MODE.get("bench") == "garbage":
 sys.stdout.write((FIX / ("vulkan-bench.constructed.txt" if VK == "lavapipe" else "bench.json.txt")).read_text())
 """
 
+# llama-perplexity as tools/perplexity/perplexity.cpp prints: the CPU base run (--kl-divergence-base without
+# --kl-divergence) writes the base file and its final PPL; the GPU run prints the KL divergence block. MODE["numerics"]:
+# pass | wrong (a wrong kernel: KLD 40x the floor) | garbage | nan | crash (the GPU run dies) | cpu-crash
+PERPLEXITY = """
+N = MODE.get("numerics", "pass")
+Path({envlog!r}).joinpath("perplexity.calls").open("a").write(json.dumps(sys.argv) + "\\n")
+if "--kl-divergence" not in sys.argv:
+    if N == "cpu-crash":
+        os.kill(os.getpid(), 11)
+    Path(arg("--kl-divergence-base")).write_bytes(b"_logits_" + bytes(64))
+    print("perplexity: calculating perplexity over 8 chunks, n_ctx=256, batch_size=256, n_seq=1")
+    print("[1]9.1234,[2]10.2345,[3]11.0000,[4]11.5000,[5]11.9000,[6]12.1000,[7]12.2000,[8]12.3456,")
+    print("Final estimate: PPL = 12.3456 +/- 0.45678")
+    sys.exit(0)
+assert Path(arg("--kl-divergence-base")).read_bytes().startswith(b"_logits_"), "no base file"
+if N == "crash":
+    sys.stderr.write("ggml_vulkan: device lost\\n")
+    os.kill(os.getpid(), 11)
+KLD, TOP, PPL = {{"pass": (0.0057, 96.4, 12.41), "wrong": (0.26, 71.2, 19.8), "garbage": (9.81, 0.8, 59000.0),
+                 "nan": ("nan", "nan", "nan")}}[N]
+def f(v, spec):
+    return v if isinstance(v, str) else format(v, spec)
+print("====== Perplexity statistics ======")
+print("Mean PPL(Q)                   :  " + f(PPL, "10.6f") + " ±   0.400000")
+print("Mean PPL(base)                :   12.345600 ±   0.456780")
+print("====== KL divergence statistics ======")
+print("Mean    KLD:   " + f(KLD, "10.6f") + " ±   0.000300")
+print("Maximum KLD:   " + f(KLD if isinstance(KLD, str) else KLD * 28, "10.6f"))
+print("99.0%   KLD:   " + f(KLD if isinstance(KLD, str) else KLD * 9, "10.6f"))
+print("Median  KLD:   " + f(KLD if isinstance(KLD, str) else KLD / 3, "10.6f"))
+print("====== Token probability statistics ======")
+print("Same top p: " + f(TOP, "6.3f") + " ± 0.412 %")
+"""
+
+# llama-completion -p PROMPT -no-cnv --temp 0: the prompt, then what SmolLM2-135M-Instruct answers greedily on the CPU
+# (issue 26); MODE["answers"] wrong: a broken model's noise, on the GPU only with MODE["answers_on"] == "gpu"
+COMPLETION = """
+RIGHT = {{"The capital of France is": " Paris. It is", "1, 2, 3, 4, 5, 6,": " 7, 8, 9,",
+         "The opposite of hot is": " cold. The"}}
+prompt = arg("-p")
+gpu = arg("-dev") not in (None, "none")
+# STANDIN_ANSWERS=wrong: set by a program a "computes wrong" ROCm nightly compiled (tests/unit/test_fallback.py)
+wrong = (MODE.get("answers") == "wrong" or os.environ.get("STANDIN_ANSWERS") == "wrong") and (
+    MODE.get("answers_on", "all") == "all" or gpu)
+sys.stderr.write("llama_model_loader: loaded meta data with 30 key-value pairs\\n")
+sys.stdout.write(prompt + (" 1111 sum sum sum" if wrong else RIGHT.get(prompt, " something")))
+sys.stdout.write("\\n\\n")
+sys.stderr.write("common_perf_print:    sampling time =       0.50 ms\\n")
+"""
+
 
 # A chat page shaped like llama.cpp's (the selectors of smoke.yaml's run.browser find its chat box, send button and
 # answer): the message goes to /v1/chat/completions, the answer shows word by word, as a streamed one does.
@@ -154,7 +204,13 @@ def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Pat
     head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
     for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog), chat_page=CHAT_PAGE)),
                        ("llama-bench", BENCH), ("ggml-rpc-server", "sys.exit(1)\n"),
-                       ("llama-completion", "sys.exit(1)\n")):
+                       ("llama-completion", "sys.exit(1)\n"), ("llama-perplexity", None)):
+        if name == "llama-perplexity":
+            if "numerics" not in (mode or {}):
+                continue
+            body = PERPLEXITY.format(envlog=str(envlog))
+        if name == "llama-completion" and "numerics" in (mode or {}):
+            body = COMPLETION.format()
         path = folder / name
         path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(head) + textwrap.dedent(body))
         path.chmod(0o755)

@@ -41,6 +41,7 @@ TODAY = datetime.datetime.now(datetime.UTC).date()
 
 MAIN = r"""
 #include <csignal>
+#include <cstdlib>
 #include <string>
 #include <vector>
 #include <unistd.h>
@@ -48,6 +49,9 @@ int ggml_answer();
 int main(int argc, char** argv) {
 #ifdef ROCM_BROKEN
     std::raise(SIGSEGV);  // what a broken HSA runtime did to every llama.cpp program
+#endif
+#ifdef ROCM_WRONG
+    setenv("STANDIN_ANSWERS", "wrong", 1);  // a miscompiling nightly: every program runs, the numbers are wrong
 #endif
     if (ggml_answer() != 42) return 2;
     std::string self = argv[0];
@@ -79,21 +83,22 @@ class World:
         stubs.mkdir()
         envlog = base / "envlog"
         envlog.mkdir()
-        write_stand_ins(stubs, envlog)
+        write_stand_ins(stubs, envlog, {"numerics": "pass"})  # llama-completion answers as SmolLM2 does
         self.work = make_project(base / "work")
         (self.work / "tools" / "main.cpp").write_text(MAIN.replace("@STUBS@", str(stubs)))
         self.bare = llama_repository(self.work, base / "llama.cpp.git")
-        self.model = base / "model.gguf"
+        self.model = base / "SmolLM2-135M-Instruct.Q4_1.gguf"  # the model with known answers (smoke.yaml)
         self.model.write_bytes(gguf_header() + bytes(40))
         self.matrix = write(base / "nightly.yaml", MATRIX)
 
     def name(self, day: datetime.date) -> str:
         return f"therock-dist-linux-gfx1151-{version(day)}.tar.gz"
 
-    def publish_tarballs(self, days: dict[datetime.date, bool], page: str) -> str:
-        """An index page listing a tarball per day (True: broken); returns its URL."""
+    def publish_tarballs(self, days: dict[datetime.date, bool | str], page: str) -> str:
+        """An index page listing a tarball per day (True: broken, "wrong": computes wrong); returns its URL."""
         for day, broken in days.items():
-            rocm = gcc_therock(package_version=version(day), flags="-DROCM_BROKEN " if broken else "")
+            flags = "-DROCM_WRONG " if broken == "wrong" else "-DROCM_BROKEN " if broken else ""
+            rocm = gcc_therock(package_version=version(day), flags=flags)
             self.server.add(self.name(day), tar_tree(self.base / self.name(day), rocm).read_bytes(),
                             content_type="application/gzip")
         return self.server.add_text(page, links_page([self.name(d) for d in days]))
@@ -194,6 +199,30 @@ def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_an
     assert TOKEN not in result.stdout + result.stderr
 
 
+def test_a_nightly_that_computes_wrong_ships_on_the_last_good_one(world, tmp_path):
+    """Wrong numbers are a failure like a crash (issue 26): a nightly whose programs run but answer wrong fails the
+    smoke's known answers, and the job is published on the last good ROCm, the figures in the fallback's reason."""
+    good, bad = TODAY - datetime.timedelta(days=1), TODAY
+    out = tmp_path / "out"
+    first = run_night(world.options(out, world.publish_tarballs({good: False}, "n1.html")))
+    assert first.state == "published", first.message
+    smoke = json.loads((out / "linux-gfx1151" / "smoke.json").read_text())
+    assert smoke["numerics"]["known_answers"]["result"] == "passed"
+    world.new_commit()
+    second = run_night(world.options(out, world.publish_tarballs({good: False, bad: "wrong"}, "n2.html")))
+    assert second.state == "published", second.message
+    (job,) = second.jobs
+    assert job.status == "ok" and job.fallback.startswith(f"ROCm {version(good)} ({good}), newest {version(bad)} "
+                                                          "failed smoke")
+    fallback = world.manifest(second.release["tag"])["jobs"][0]["rocm"]["fallback"]
+    assert fallback["newest"] == world.name(bad) and fallback["failed_stage"] == "smoke"
+    assert fallback["reason"].startswith("the smoke test failed: numerics: known_answers: 3 of 3 known answers wrong: "
+                                         "'The capital of France is' on the CPU answered ' 1111 sum sum sum'"), \
+        fallback["reason"]
+    kept = json.loads((out / f"linux-gfx1151@rocm-{version(bad)}" / "smoke.json").read_text())
+    assert kept["runs"]["cli"]["ok"] and kept["runs"]["numerics"]["ok"] is False  # it ran; its answers were wrong
+
+
 def test_a_group_with_no_good_tarball_fails_as_before(world, tmp_path):
     index = world.publish_tarballs({TODAY: True}, "broken.html")
     report = run_night(world.options(tmp_path / "out", index))
@@ -229,6 +258,16 @@ def test_bisect_names_the_first_bad_nightly_of_four(world, tmp_path, run_rockbui
     data = json.loads(result.stdout)
     assert data["first_bad"] == report.first_bad and len(data["trials"]) == 2
     assert all(t["seconds"] < 5 for t in data["trials"]), data["trials"]
+
+
+def test_bisect_takes_a_nightly_that_computes_wrong_as_bad(world, tmp_path):
+    days = [TODAY - datetime.timedelta(days=n) for n in (2, 1, 0)]
+    index = world.publish_tarballs(dict(zip(days, (False, "wrong", "wrong"), strict=True)), "wrong.html")
+    report = bisect_rocm(world.options(tmp_path / "bisect", index, publish=False), "linux-gfx1151", days[0], days[2])
+    assert report.first_bad == f"{version(days[1])} ({days[1]})"
+    (trial,) = report.trials
+    assert trial.verdict == "bad" and trial.failed_stage == "smoke"
+    assert "known answers wrong" in (trial.message or ""), trial.message
 
 
 def test_bisect_errors_are_one_line(world, tmp_path, run_rockbuild):

@@ -1,0 +1,396 @@
+"""Right answers, not just tokens: the smoke test's numerics step (``smoke.yaml``'s ``numerics`` section).
+
+Three checks, each ``passed``, ``failed`` or ``not checked`` (with why), never a pass by default:
+
+* **cross-backend**: the bundle's own ``llama-perplexity`` on a fixed English text (``matrices/numerics.txt``), once
+  on the CPU backend (``-dev none``: no op offload either) saving its log-probabilities (``--kl-divergence-base``),
+  then on the GPU device of the smoke (``--kl-divergence``), on the same tokens. The KL divergence of the GPU's
+  distributions from the CPU's and the share of positions where both pick the same top token are judged by the first
+  threshold of ``numerics.thresholds`` whose backend, model and device match, each set from a measured noise floor
+  that the entry names. A wrong GPU kernel, a miscompiling ROCm nightly or a broken code object fails here. No GPU
+  device (a ROCm bundle on a CI runner): not checked.
+* **known answers**: greedy completions (``llama-completion --temp 0``) of a few prompts on a real model, on the CPU
+  and on the GPU when there is one; each must match its expected answer. A llama.cpp commit that breaks the model on
+  every backend, which the cross-backend check cannot see, fails here. A model with no known answers (the tiny
+  random one, a user's file): not checked.
+* **the CPU's figure**: the CPU run's perplexity on the text, recorded for the release (``manifest.json``) so that
+  ``rockbuild perf`` follows it from night to night (it reports, it does not gate: see docs/numerics.md).
+
+NaN or inf anywhere in a figure fails: a NaN never compares above a threshold.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from rockbuild.core.data import data_path
+from rockbuild.core.errors import ConfigError
+from rockbuild.smoke.probe import run_program
+
+PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
+_NUMBER = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|-?inf))"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The limits of the GPU-vs-CPU comparison for one backend and model (and device, a glob on its description)."""
+
+    backend: str  # rocm | vulkan | *
+    model: str  # the model file's name (glob), * for any
+    max_mean_kld: float
+    min_same_top: float  # percent
+    device: str = "*"  # glob on the device's description ("*llvmpipe*"), * for any
+    floor: str = ""  # the noise floor it was set from, and where that was measured
+
+    def matches(self, backend: str, model: str, device: str) -> bool:
+        return (fnmatchcase(backend, self.backend) and fnmatchcase(model, self.model)
+                and fnmatchcase(device.lower(), self.device.lower()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "model": self.model, "device": self.device,
+                "max_mean_kld": self.max_mean_kld, "min_same_top": self.min_same_top, "floor": self.floor}
+
+
+@dataclass(frozen=True)
+class KnownAnswer:
+    prompt: str
+    expect: str  # a regular expression the completion (without the prompt) must match at its start
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "expect": self.expect}
+
+
+@dataclass(frozen=True)
+class NumericsConfig:
+    text: Path
+    ctx: int = 256
+    chunks: int = 8
+    threads: int = 2
+    timeout: float = 900.0
+    n_predict: int = 8
+    thresholds: tuple[Threshold, ...] = ()
+    answers: Mapping[str, tuple[KnownAnswer, ...]] = field(default_factory=dict)  # model file name -> its answers
+    enabled: bool = True
+
+    def threshold(self, backend: str, model: str, device: str) -> Threshold | None:
+        return next((t for t in self.thresholds if t.matches(backend, model, device)), None)
+
+    def answers_for(self, model: str) -> tuple[KnownAnswer, ...]:
+        return next((a for pattern, a in self.answers.items() if fnmatchcase(model, pattern)), ())
+
+    @property
+    def run_threads(self) -> int:
+        return max(1, min(self.threads, os.cpu_count() or 1))
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"smoke.yaml: {where} must be a finite number, not {value!r}")
+    return float(value)
+
+
+def parse_numerics_config(section: Any, *, data_dir: Path | None = None) -> NumericsConfig:
+    """``smoke.yaml``'s ``numerics`` section; a ConfigError naming the key for a mistake. The text is looked up beside
+    the data files (``data_dir``: the folder of smoke.yaml) unless absolute."""
+    if section is None:
+        return NumericsConfig(text=Path(), enabled=False)
+    if not isinstance(section, Mapping):
+        raise ConfigError("smoke.yaml: numerics must be a mapping (see the shipped matrices/smoke.yaml)")
+    text_name = Path(str(section.get("text") or "numerics.txt"))
+    text = text_name if text_name.is_absolute() else (data_dir or data_path("matrices", "smoke.yaml").parent) / text_name
+    thresholds = []
+    for i, item in enumerate(section.get("thresholds") or ()):
+        where = f"numerics.thresholds[{i}]"
+        if not isinstance(item, Mapping) or "max_mean_kld" not in item or "min_same_top" not in item:
+            raise ConfigError(f"smoke.yaml: {where} needs max_mean_kld and min_same_top")
+        thresholds.append(Threshold(
+            backend=str(item.get("backend", "*")), model=str(item.get("model", "*")),
+            device=str(item.get("device", "*")), floor=str(item.get("floor", "")),
+            max_mean_kld=_number(item["max_mean_kld"], f"{where}.max_mean_kld"),
+            min_same_top=_number(item["min_same_top"], f"{where}.min_same_top")))
+    answers: dict[str, tuple[KnownAnswer, ...]] = {}
+    for model, items in (section.get("known_answers") or {}).items():
+        where = f"numerics.known_answers[{model!r}]"
+        if not isinstance(items, Sequence) or isinstance(items, str):
+            raise ConfigError(f"smoke.yaml: {where} must be a list of {{prompt, expect}}")
+        parsed = []
+        for item in items:
+            if not isinstance(item, Mapping) or not item.get("prompt") or not item.get("expect"):
+                raise ConfigError(f"smoke.yaml: {where}: every entry needs a prompt and an expect")
+            try:
+                re.compile(str(item["expect"]))
+            except re.error as exc:
+                raise ConfigError(f"smoke.yaml: {where}: expect {item['expect']!r} is not a regular expression "
+                                  f"({exc})") from None
+            parsed.append(KnownAnswer(str(item["prompt"]), str(item["expect"])))
+        answers[str(model)] = tuple(parsed)
+    try:
+        return NumericsConfig(
+            text=text, ctx=int(section.get("ctx", 256)), chunks=int(section.get("chunks", 8)),
+            threads=int(section.get("threads", 2)), timeout=float(section.get("timeout", 900)),
+            n_predict=int(section.get("n_predict", 8)), thresholds=tuple(thresholds), answers=answers,
+            enabled=bool(section.get("enabled", True)))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"smoke.yaml: numerics: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama-perplexity's output
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """What ``llama-perplexity --kl-divergence`` prints at its end (tools/perplexity/perplexity.cpp)."""
+
+    mean_kld: float
+    max_kld: float | None
+    p99_kld: float | None
+    same_top: float  # percent
+    ppl: float | None  # PPL(Q): the GPU run's perplexity
+    ppl_base: float | None  # PPL(base): the CPU run's, from the base file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean_kld": self.mean_kld, "max_kld": self.max_kld, "p99_kld": self.p99_kld,
+                "same_top": self.same_top, "ppl": self.ppl, "ppl_base": self.ppl_base}
+
+
+def _find(pattern: str, text: str) -> float | None:
+    m = re.search(pattern, text)
+    return float(m[1]) if m else None
+
+
+def parse_final_ppl(text: str) -> float | None:
+    """The CPU base run's ``Final estimate: PPL = 11.2345 +/- 0.1``."""
+    return _find(rf"Final estimate: PPL = {_NUMBER}", text)
+
+
+def parse_divergence(text: str) -> Divergence | None:
+    """The KL divergence statistics of a ``--kl-divergence`` run, None when the block is missing."""
+    mean = _find(rf"Mean\s+KLD:\s*{_NUMBER}", text)
+    same = _find(rf"Same top p:\s*{_NUMBER}", text)
+    if mean is None or same is None:
+        return None
+    return Divergence(mean_kld=mean, max_kld=_find(rf"Maximum KLD:\s*{_NUMBER}", text),
+                      p99_kld=_find(rf"99\.0%\s+KLD:\s*{_NUMBER}", text), same_top=same,
+                      ppl=_find(rf"Mean PPL\(Q\)\s*:\s*{_NUMBER}", text),
+                      ppl_base=_find(rf"Mean PPL\(base\)\s*:\s*{_NUMBER}", text))
+
+
+def judge_divergence(div: Divergence, limit: Threshold) -> str | None:
+    """Why the GPU's numbers are wrong, or None."""
+    figures = [div.mean_kld, div.same_top] + [v for v in (div.max_kld, div.ppl) if v is not None]
+    if not all(math.isfinite(v) for v in figures):
+        return f"NaN or inf in the GPU's numbers (mean KLD {div.mean_kld}, same top token {div.same_top} %)"
+    problems = []
+    if div.mean_kld > limit.max_mean_kld:
+        problems.append(f"mean KLD {div.mean_kld:.5f} > {limit.max_mean_kld:g}")
+    if div.same_top < limit.min_same_top:
+        problems.append(f"same top token {div.same_top:.1f} % < {limit.min_same_top:g} %")
+    if not problems:
+        return None
+    return "wrong numbers against the CPU: " + ", ".join(problems) + (f" (noise floor: {limit.floor})"
+                                                                      if limit.floor else "")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The runs
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the numerics run: the bundle's programs, the model, the GPU device (None: no GPU run)."""
+
+    perplexity: Path | None  # None: the bundle has no llama-perplexity
+    completion: Path | None
+    model: Path
+    model_name: str
+    backend: str  # the bundle's: rocm | vulkan
+    gpu_device: str | None  # "-dev" of the GPU run (Vulkan0), "" for the default GPU (ROCm); None: no GPU here
+    device_description: str = ""
+    gpu_layers: int = 99
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """The step's result: ``checks`` holds cross_backend, known_answers and cpu, each with its ``result``."""
+
+    checks: Mapping[str, Mapping[str, Any]]
+    seconds: float
+    logs: Path
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        return tuple(f"{name}: {check['detail']}" for name, check in self.checks.items()
+                     if check.get("result") == FAILED)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> dict[str, Any]:
+        """The figures a release carries (manifest.json, notes, perf)."""
+        cross, answers, cpu = (self.checks.get(k) or {} for k in ("cross_backend", "known_answers", "cpu"))
+        figures = cross.get("figures") or {}
+        return {
+            "cross_backend": cross.get("result", NOT_CHECKED),
+            "mean_kld": figures.get("mean_kld"), "max_kld": figures.get("max_kld"),
+            "same_top": figures.get("same_top"),
+            "known_answers": answers.get("result", NOT_CHECKED),
+            "answers_passed": answers.get("passed"), "answers_total": answers.get("total"),
+            "cpu_ppl": cpu.get("ppl"), "model": cpu.get("model"),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failures": list(self.failures), "seconds": round(self.seconds, 3),
+                "logs": str(self.logs), **{k: dict(v) for k, v in self.checks.items()}, "summary": self.summary()}
+
+
+def not_checked(detail: str) -> dict[str, Any]:
+    return {"result": NOT_CHECKED, "detail": detail}
+
+
+def _ppl_args(config: NumericsConfig, target: Target) -> list[str]:
+    return [str(target.perplexity), "-m", str(target.model), "-c", str(config.ctx), "-b", str(config.ctx),
+            "--chunks", str(config.chunks), "-t", str(config.run_threads), "--seed", str(target.seed)]
+
+
+def _cpu_args() -> list[str]:
+    return ["-ngl", "0", "-dev", "none"]
+
+
+def _gpu_args(target: Target) -> list[str]:
+    return ["-ngl", str(target.gpu_layers), *(["-dev", target.gpu_device] if target.gpu_device else [])]
+
+
+def run_cross_backend(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
+                      logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(cpu, cross_backend): the CPU base run (its perplexity), then the GPU run against it."""
+    base = logs / "cpu.kld"
+    if target.perplexity is None:
+        why = "llama-perplexity is not in the bundle"
+        return not_checked(why), not_checked(why)
+    if not config.text.is_file():
+        why = f"the numerics text {config.text} is missing"
+        return {"result": FAILED, "detail": why}, not_checked(why)
+    args = [*_ppl_args(config, target), "-f", str(config.text), "--kl-divergence-base", str(base), *_cpu_args()]
+    output, rc, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=config.timeout,
+                                               log=logs / "perplexity-cpu.log")
+    ppl = parse_final_ppl(output or "")
+    cpu: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(logs / "perplexity-cpu.log"),
+                           "model": target.model_name, "ppl": ppl, "ctx": config.ctx, "chunks": config.chunks,
+                           "text": config.text.name}
+    if failure is None and (ppl is None or not math.isfinite(ppl)):
+        failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
+    if failure is not None:
+        base.unlink(missing_ok=True)
+        cpu.update(result=FAILED, detail=f"llama-perplexity on the CPU: {failure}")
+        return cpu, not_checked("the CPU reference run failed")
+    cpu.update(result=PASSED, detail=f"perplexity {ppl:.4f} on {config.chunks} x {config.ctx} tokens")
+    if target.gpu_device is None:
+        base.unlink(missing_ok=True)
+        return cpu, not_checked("no GPU device on this machine: the GPU's numbers were not compared")
+    limit = config.threshold(target.backend, target.model_name, target.device_description)
+    if limit is None:
+        base.unlink(missing_ok=True)
+        return cpu, not_checked(f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}")
+    args = [*_ppl_args(config, target), "--kl-divergence-base", str(base), "--kl-divergence", *_gpu_args(target)]
+    log = logs / "perplexity-gpu.log"
+    try:
+        output, rc, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=config.timeout,
+                                                   log=log)
+    finally:
+        base.unlink(missing_ok=True)  # hundreds of MB of log-probabilities: the figures are what is kept
+    cross: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(log),
+                             "device": target.gpu_device or "(default GPU)", "threshold": limit.to_dict()}
+    div = parse_divergence(output or "")
+    if failure is None and div is None:
+        failure = "no KL divergence statistics in its output"
+        if re.search(r"\bnan\b", output or "", re.IGNORECASE):
+            failure = "NaN in the GPU's numbers (no KL divergence statistics)"
+    if failure is not None:
+        cross.update(result=FAILED, detail=f"llama-perplexity on {cross['device']}: {failure}")
+        return cpu, cross
+    assert div is not None
+    cross["figures"] = div.to_dict()
+    problem = judge_divergence(div, limit)
+    shown = (f"mean KLD {div.mean_kld:.5f} (limit {limit.max_mean_kld:g}), same top token {div.same_top:.1f} % "
+             f"(limit {limit.min_same_top:g} %)")
+    cross.update(result=FAILED if problem else PASSED, detail=problem or shown)
+    return cpu, cross
+
+
+def completion_text(output: str, prompt: str) -> str | None:
+    """The text llama-completion generated after ``prompt`` in its merged output (stdout: the prompt, then each
+    token; stderr: logs), up to a blank line, ``[end of text]`` or the performance lines; None without the prompt."""
+    at = output.rfind(prompt)
+    if at < 0:
+        return None
+    text = output[at + len(prompt):]
+    for end in ("\n\n", "[end of text]", "\nllama_perf", "\ncommon_perf"):
+        text = text.split(end, 1)[0]
+    return text
+
+
+def run_known_answers(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
+                      logs: Path) -> dict[str, Any]:
+    """Each known prompt, greedy, on the CPU and on the GPU (when there is one): every completion must match."""
+    answers = config.answers_for(target.model_name)
+    if not answers:
+        return not_checked(f"no known answers for {target.model_name} in smoke.yaml (a real model has them: "
+                           "rockbuild smoke --model smollm2)")
+    if target.completion is None:
+        return {"result": FAILED, "detail": "llama-completion is not in the bundle"}
+    places = [("cpu", _cpu_args())]
+    if target.gpu_device is not None:
+        places.append(("gpu", _gpu_args(target)))
+    results = []
+    for where, device_args in places:
+        for i, answer in enumerate(answers):
+            log = logs / f"answer-{where}-{i}.log"
+            args = [str(target.completion), "-m", str(target.model), "-p", answer.prompt, "-n", str(config.n_predict),
+                    "--temp", "0", "--seed", str(target.seed), "-no-cnv", "--no-warmup",
+                    "-t", str(config.run_threads), "-c", "512", *device_args]
+            output, rc, failure, seconds = run_program("completion", args, cwd=cwd, env=env, timeout=config.timeout,
+                                                       log=log)
+            got = completion_text(output or "", answer.prompt)
+            if failure is None and got is None:
+                failure = "the prompt is not in its output"
+            text = got or ""
+            ok = failure is None and re.match(answer.expect, text) is not None
+            results.append({"on": where, "prompt": answer.prompt, "expect": answer.expect, "got": text[:200],
+                            "ok": ok, "failure": failure, "seconds": round(seconds, 3), "log": str(log)})
+    wrong = [r for r in results if not r["ok"]]
+    out: dict[str, Any] = {"model": target.model_name, "answers": results, "passed": len(results) - len(wrong),
+                           "total": len(results)}
+    if wrong:
+        first = wrong[0]
+        said = first["failure"] or f"answered {first['got']!r}, expected {first['expect']!r}"
+        out.update(result=FAILED, detail=f"{len(wrong)} of {len(results)} known answers wrong: "
+                                         f"{first['prompt']!r} on the {first['on'].upper()} {said}")
+    else:
+        out.update(result=PASSED, detail=f"{len(results)} of {len(results)} known answers right "
+                                         f"({', '.join(sorted({r['on'].upper() for r in results}))})")
+    return out
+
+
+def run_numerics(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
+                 logs: Path) -> Numerics:
+    """The whole step (see the module docstring); writes its logs under ``logs``."""
+    logs.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    cpu, cross = run_cross_backend(config, target, cwd=cwd, env=env, logs=logs)
+    answers = run_known_answers(config, target, cwd=cwd, env=env, logs=logs)
+    return Numerics({"cross_backend": cross, "known_answers": answers, "cpu": cpu}, time.monotonic() - start, logs)

@@ -1,0 +1,207 @@
+"""The smoke's numerics step (rockbuild/smoke/numerics.py): llama-perplexity's KL divergence of the GPU against the
+CPU of the same bundle, and known greedy answers of a real model. Stand-in programs (tests/support/smoke.py) print
+what tools/perplexity/perplexity.cpp and llama-completion print, for every branch: pass, wrong numbers, garbage, NaN,
+a crash, no GPU, no known answers; the thresholds come from smoke.yaml."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support.smoke import fast_smoke, gguf_header, make_bundle
+
+from rockbuild.core.errors import ConfigError
+from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.models import ModelFile
+from rockbuild.smoke.numerics import (
+    FAILED,
+    NOT_CHECKED,
+    PASSED,
+    completion_text,
+    parse_divergence,
+    parse_final_ppl,
+    parse_numerics_config,
+)
+from rockbuild.smoke.runner import run_smoke
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# the end of a real `llama-perplexity --kl-divergence` run's output, in perplexity.cpp's format
+KLD_OUTPUT = """\
+chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p
+   1      11.3420 ±    1.9012      -0.00511 ±    0.00870       0.00573 ±    0.00063       2.374 ±  0.211 %    96.078 ± 1.218 %
+====== Perplexity statistics ======
+Mean PPL(Q)                   :  12.412345 ±   0.402115
+Mean PPL(base)                :  12.345600 ±   0.401000
+Cor(ln(PPL(Q)), ln(PPL(base))):  99.81%
+Mean ln(PPL(Q)/PPL(base))     :   0.005392 ±   0.002113
+
+====== KL divergence statistics ======
+Mean    KLD:   0.005700 ±   0.000300
+Maximum KLD:   0.164000
+99.9%   KLD:   0.120000
+99.0%   KLD:   0.051000
+Median  KLD:   0.001900
+Minimum KLD:  -0.000001
+
+====== Token probability statistics ======
+Same top p: 96.400 ± 0.412 %
+"""
+
+
+def smoke_config() -> dict:
+    return load_smoke_config()
+
+
+def numerics_config():
+    return parse_numerics_config(smoke_config()["numerics"])
+
+
+@pytest.fixture
+def smollm2(tmp_path) -> ModelFile:
+    path = tmp_path / SMOLLM2
+    path.write_bytes(gguf_header() + bytes(40))
+    return ModelFile(SMOLLM2, path, "0" * 64, 64, "path")
+
+
+def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, expect_gpu: str = "yes"):
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", **mode})
+    options = replace(fast_smoke(), numerics=numerics_config(), expect_gpu=expect_gpu)
+    report = run_smoke(job, model, options, quiet=True, kfd_topology=tmp_path / "no-kfd")
+    return report, json.loads((job / "smoke.json").read_text()), envlog
+
+
+# -- parsing and thresholds ------------------------------------------------------------------------------------------
+
+
+def test_the_kld_block_is_read_as_perplexity_cpp_prints_it():
+    div = parse_divergence(KLD_OUTPUT)
+    assert div is not None
+    assert (div.mean_kld, div.max_kld, div.p99_kld, div.same_top) == (0.0057, 0.164, 0.051, 96.4)
+    assert (div.ppl, div.ppl_base) == (12.412345, 12.3456)
+    assert parse_divergence("perplexity: tokenizing the input ..") is None
+    assert parse_final_ppl("[1]9.1,[2]10.2,\nFinal estimate: PPL = 12.3456 +/- 0.45678\n") == 12.3456
+    nan = parse_divergence("Mean    KLD:        nan ±        nan\nSame top p:    nan ± nan %\n")
+    assert nan is not None and nan.mean_kld != nan.mean_kld  # NaN
+
+
+def test_thresholds_come_from_smoke_yaml_each_with_its_floor():
+    config = numerics_config()
+    assert config.text.is_file() and len(config.text.read_text().split()) > 1600  # 8 x 256 tokens and more
+    lava = config.threshold("vulkan", SMOLLM2, "Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)")
+    assert lava is not None and lava.max_mean_kld == 0.017 and lava.min_same_top == 94.0
+    assert "0.0057" in lava.floor and "96.4" in lava.floor
+    other = config.threshold("vulkan", "tiny-qwen3.gguf", "")
+    assert other is not None and other.model == "*" and other.floor
+    assert config.threshold("rocm", SMOLLM2, "").floor.startswith("not measured on an AMD GPU")
+    assert [a.prompt for a in config.answers_for(SMOLLM2)][0] == "The capital of France is"
+    assert config.answers_for("tiny-qwen3.gguf") == ()
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"thresholds": [{"backend": "vulkan", "max_mean_kld": 0.01}]}, "numerics.thresholds[0] needs"),
+    ({"thresholds": [{"max_mean_kld": ".nan", "min_same_top": 90}]}, "must be a finite number"),
+    ({"known_answers": {"m": [{"prompt": "x", "expect": "("}]}}, "is not a regular expression"),
+    ({"known_answers": {"m": "Paris"}}, "must be a list"),
+    ({"ctx": "big"}, "numerics:"),
+    ("yes", "numerics must be a mapping"),
+])
+def test_config_mistakes_are_one_config_error_each(section, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        parse_numerics_config(section)
+
+
+def test_a_completion_is_the_text_after_its_prompt():
+    out = "load: 30 keys\nThe capital of France is Paris. It is\n\ncommon_perf_print: 1 ms\n"
+    assert completion_text(out, "The capital of France is") == " Paris. It is"
+    assert completion_text("error: no model", "The capital of France is") is None
+
+
+# -- the step in the smoke, every branch -----------------------------------------------------------------------------
+
+
+def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smollm2):
+    report, data, envlog = smoke(tmp_path, smollm2, {"numerics": "pass"})
+    assert report.ok, report.failures
+    numerics = data["numerics"]
+    assert numerics["cross_backend"]["result"] == PASSED
+    assert numerics["cross_backend"]["figures"]["mean_kld"] == 0.0057
+    assert numerics["cross_backend"]["threshold"]["floor"].startswith("lavapipe")
+    assert numerics["known_answers"]["result"] == PASSED and numerics["known_answers"]["total"] == 6  # CPU + GPU
+    assert numerics["cpu"]["ppl"] == 12.3456
+    assert numerics["summary"] == {
+        "cross_backend": PASSED, "mean_kld": 0.0057, "max_kld": 0.1596, "same_top": 96.4,
+        "known_answers": PASSED, "answers_passed": 6, "answers_total": 6, "cpu_ppl": 12.3456, "model": SMOLLM2}
+    calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
+    cpu, gpu = calls
+    assert cpu[cpu.index("-dev") + 1] == "none" and "-f" in cpu and "--kl-divergence" not in cpu
+    assert gpu[gpu.index("-dev") + 1] == "Vulkan0" and "--kl-divergence" in gpu
+    assert cpu[cpu.index("--kl-divergence-base") + 1] == gpu[gpu.index("--kl-divergence-base") + 1]
+    assert not Path(cpu[cpu.index("--kl-divergence-base") + 1]).exists()  # hundreds of MB: not kept
+    assert "cross backend: passed: mean KLD 0.00570" in report.render()
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("wrong", "wrong numbers against the CPU: mean KLD 0.26000 > 0.017, same top token 71.2 % < 94 %"),
+    ("garbage", "wrong numbers against the CPU: mean KLD 9.81000 > 0.017"),
+    ("nan", "NaN or inf in the GPU's numbers"),
+    ("crash", "llama-perplexity on Vulkan0: killed by SIGSEGV"),
+])
+def test_wrong_numbers_fail_the_smoke_like_a_crash(tmp_path, smollm2, mode, words):
+    report, data, _ = smoke(tmp_path, smollm2, {"numerics": mode})
+    assert not report.ok
+    assert data["numerics"]["cross_backend"]["result"] == FAILED
+    assert any(f.startswith("numerics: cross_backend: ") and words in f for f in report.failures), report.failures
+    assert data["runs"]["numerics"]["ok"] is False
+
+
+def test_wrong_answers_on_the_gpu_only_fail_and_name_the_prompt(tmp_path, smollm2):
+    report, data, _ = smoke(tmp_path, smollm2, {"numerics": "pass", "answers": "wrong", "answers_on": "gpu"})
+    answers = data["numerics"]["known_answers"]
+    assert not report.ok and answers["result"] == FAILED
+    assert answers["passed"] == 3 and answers["total"] == 6
+    assert "3 of 6 known answers wrong: 'The capital of France is' on the GPU answered ' 1111 sum sum sum'" in \
+        answers["detail"]
+
+
+def test_no_gpu_device_is_not_checked_and_known_answers_still_run_on_the_cpu(tmp_path, smollm2):
+    report, data, envlog = smoke(tmp_path, smollm2, {"numerics": "pass"}, expect_gpu="no")
+    assert report.ok, report.failures
+    assert data["numerics"]["cross_backend"] == {
+        "result": NOT_CHECKED, "detail": "no GPU device on this machine: the GPU's numbers were not compared"}
+    assert data["numerics"]["known_answers"]["result"] == PASSED and data["numerics"]["known_answers"]["total"] == 3
+    assert len((envlog / "perplexity.calls").read_text().splitlines()) == 1  # the CPU figure only
+
+
+def test_a_model_without_known_answers_says_not_checked_never_passed(tmp_path):
+    path = tmp_path / "tiny-qwen3.gguf"
+    path.write_bytes(gguf_header() + bytes(40))
+    tiny = ModelFile("tiny-qwen3.gguf", path, "0" * 64, 64, "tiny")
+    report, data, _ = smoke(tmp_path, tiny, {"numerics": "pass"})
+    assert report.ok
+    assert data["numerics"]["known_answers"]["result"] == NOT_CHECKED
+    assert data["numerics"]["summary"]["known_answers"] == NOT_CHECKED
+    assert data["numerics"]["cross_backend"]["threshold"]["model"] == "*"  # the any-model limits judged it
+
+
+def test_a_cpu_reference_that_dies_fails_and_the_gpu_is_not_judged(tmp_path, smollm2):
+    report, data, envlog = smoke(tmp_path, smollm2, {"numerics": "cpu-crash"})
+    assert not report.ok
+    assert data["numerics"]["cpu"]["result"] == FAILED
+    assert data["numerics"]["cross_backend"] == {"result": NOT_CHECKED, "detail": "the CPU reference run failed"}
+
+
+def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
+    path = tmp_path / "tiny-qwen3.gguf"
+    path.write_bytes(gguf_header() + bytes(40))
+    tiny = ModelFile("tiny-qwen3.gguf", path, "0" * 64, 64, "tiny")
+    job, _ = make_bundle(tmp_path, {"vk": "lavapipe"})
+    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"), quiet=True)
+    data = json.loads((job / "smoke.json").read_text())
+    assert report.ok, report.failures
+    assert data["numerics"]["cross_backend"] == {"result": NOT_CHECKED,
+                                                 "detail": "llama-perplexity is not in the bundle"}
+    assert data["numerics"]["summary"]["cross_backend"] == NOT_CHECKED
+    assert data["numerics"]["summary"]["known_answers"] == NOT_CHECKED
