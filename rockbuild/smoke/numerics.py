@@ -109,7 +109,8 @@ def parse_numerics_config(section: Any, *, data_dir: Path | None = None) -> Nume
     if not isinstance(section, Mapping):
         raise ConfigError("smoke.yaml: numerics must be a mapping (see the shipped matrices/smoke.yaml)")
     text_name = Path(str(section.get("text") or "numerics.txt"))
-    text = text_name if text_name.is_absolute() else (data_dir or data_path("matrices", "smoke.yaml").parent) / text_name
+    folder = data_dir or data_path("matrices", "smoke.yaml").parent
+    text = text_name if text_name.is_absolute() else folder / text_name
     thresholds = []
     for i, item in enumerate(section.get("thresholds") or ()):
         where = f"numerics.thresholds[{i}]"
@@ -356,7 +357,7 @@ def run_known_answers(config: NumericsConfig, target: Target, *, cwd: Path, env:
     places = [("cpu", _cpu_args())]
     if target.gpu_device is not None:
         places.append(("gpu", _gpu_args(target)))
-    results = []
+    results: list[dict[str, Any]] = []
     for where, device_args in places:
         for i, answer in enumerate(answers):
             log = logs / f"answer-{where}-{i}.log"
