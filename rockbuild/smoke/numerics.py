@@ -258,6 +258,11 @@ class Numerics:
         return {"ok": self.ok, "failures": list(self.failures), "seconds": round(self.seconds, 3),
                 "logs": str(self.logs), **{k: dict(v) for k, v in self.checks.items()}, "summary": self.summary()}
 
+    @classmethod
+    def skipped(cls, why: str, logs: Path) -> Numerics:
+        """The step's record when it did not run (a preflight failure, numerics disabled)."""
+        return cls({"cross_backend": not_checked(why), "known_answers": not_checked(why)}, 0.0, logs)
+
 
 def not_checked(detail: str) -> dict[str, Any]:
     return {"result": NOT_CHECKED, "detail": detail}
@@ -278,8 +283,17 @@ def _gpu_args(target: Target) -> list[str]:
 
 def run_cross_backend(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
                       logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(cpu, cross_backend): the CPU base run (its perplexity), then the GPU run against it."""
+    """(cpu, cross_backend): the CPU base run (its perplexity), then the GPU run against it. The CPU's
+    log-probabilities (hundreds of MB) are removed whatever happens: the figures are what is kept."""
     base = logs / "cpu.kld"
+    try:
+        return _cross_backend(config, target, base, cwd=cwd, env=env, logs=logs)
+    finally:
+        base.unlink(missing_ok=True)
+
+
+def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: Path, env: Mapping[str, str],
+                   logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if target.perplexity is None:
         why = "llama-perplexity is not in the bundle"
         return not_checked(why), not_checked(why)
@@ -296,24 +310,17 @@ def run_cross_backend(config: NumericsConfig, target: Target, *, cwd: Path, env:
     if failure is None and (ppl is None or not math.isfinite(ppl)):
         failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
     if failure is not None:
-        base.unlink(missing_ok=True)
         cpu.update(result=FAILED, detail=f"llama-perplexity on the CPU: {failure}")
         return cpu, not_checked("the CPU reference run failed")
     cpu.update(result=PASSED, detail=f"perplexity {ppl:.4f} on {config.chunks} x {config.ctx} tokens")
     if target.gpu_device is None:
-        base.unlink(missing_ok=True)
         return cpu, not_checked("no GPU device on this machine: the GPU's numbers were not compared")
     limit = config.threshold(target.backend, target.model_name, target.device_description)
     if limit is None:
-        base.unlink(missing_ok=True)
         return cpu, not_checked(f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}")
     args = [*_ppl_args(config, target), "--kl-divergence-base", str(base), "--kl-divergence", *_gpu_args(target)]
     log = logs / "perplexity-gpu.log"
-    try:
-        output, rc, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=config.timeout,
-                                                   log=log)
-    finally:
-        base.unlink(missing_ok=True)  # hundreds of MB of log-probabilities: the figures are what is kept
+    output, rc, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=config.timeout, log=log)
     cross: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(log),
                              "device": target.gpu_device or "(default GPU)", "threshold": limit.to_dict()}
     div = parse_divergence(output or "")

@@ -24,7 +24,7 @@ from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
 from rockbuild.smoke.models import ModelFile, check_gguf
-from rockbuild.smoke.numerics import NumericsConfig, Target, not_checked, parse_numerics_config, run_numerics
+from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, parse_numerics_config, run_numerics
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 
 from .parse import (
@@ -202,9 +202,8 @@ class SmokeReport:
         """The numerics step's record (its run's details), or why it did not run."""
         run = next((r for r in self.runs if r.name == "numerics"), None)
         if run is None:
-            why = self.preflight or "not run"
-            return {"ok": True, "cross_backend": not_checked(why), "known_answers": not_checked(why),
-                    "summary": {"cross_backend": "not checked", "known_answers": "not checked"}}
+            logs = self.report_path.parent / "smoke-logs" / "numerics" if self.report_path else self.bundle
+            return Numerics.skipped(self.preflight or "not run", logs).to_dict()
         return dict(run.details)
 
     @property
