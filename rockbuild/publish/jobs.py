@@ -140,15 +140,14 @@ class BuiltJob:
                 "backends": next((b.backends for b in bench if b.backends), None),
                 "driver": host.driver if host else None, "kernel": host.kernel if host else None,
                 "summary": gpu.summary if gpu else None,
-                "numerics": dict((self.gpu_smoke.numerics or {}).get("summary") or {}) or None,
+                "numerics": _numerics_summary(self.gpu_smoke) or None,
                 "bench": [{"test": b.test, "tokens_per_second": b.tokens_per_second, "stddev": b.stddev}
                           for b in bench]}
 
     def numerics(self) -> dict[str, Any]:
         """The smoke's numerics figures (rockbuild.smoke.numerics): GPU vs CPU KL divergence and same top token, the
         known answers, the CPU's perplexity; an older smoke.json, or none, says "not checked" for each."""
-        summary = dict((self.smoke.numerics or {}).get("summary") or {}) if self.smoke is not None else {}
-        gpu = dict((self.gpu_smoke.numerics or {}).get("summary") or {}) if self.gpu_smoke is not None else {}
+        summary, gpu = _numerics_summary(self.smoke), _numerics_summary(self.gpu_smoke)
         if gpu.get("cross_backend") not in (None, "not checked"):  # the GPU leg compared a real GPU with the CPU
             summary = {**summary, **gpu}
         summary.setdefault("cross_backend", "not checked")
@@ -220,6 +219,11 @@ def cpu_variants(bundle_dir: Path) -> tuple[str, ...]:
     if not bundle_dir.is_dir():
         return ()
     return tuple(sorted(v for p in bundle_dir.iterdir() if (v := cpu_variant_of(p.name)) is not None))
+
+
+def _numerics_summary(smoke: SmokeRecord | None) -> dict[str, Any]:
+    """A smoke.json's numerics figures (its ``numerics.summary``); {} for none or an older file."""
+    return dict((smoke.numerics or {}).get("summary") or {}) if smoke is not None else {}
 
 
 def _smoke_tail(smoke: SmokeRecord) -> tuple[tuple[str, ...], Path | None]:
