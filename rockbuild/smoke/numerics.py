@@ -251,7 +251,7 @@ class Numerics:
             "same_top": figures.get("same_top"),
             "known_answers": answers.get("result", NOT_CHECKED),
             "answers_passed": answers.get("passed"), "answers_total": answers.get("total"),
-            "cpu_ppl": cpu.get("ppl"), "model": cpu.get("model"),
+            "cpu_ppl": cpu.get("ppl"), "model": answers.get("model") or cpu.get("model"),
         }
 
     def to_dict(self) -> dict[str, Any]:

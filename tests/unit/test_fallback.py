@@ -219,6 +219,13 @@ def test_a_nightly_that_computes_wrong_ships_on_the_last_good_one(world, tmp_pat
     assert fallback["reason"].startswith("the smoke test failed: numerics: known_answers: 3 of 3 known answers wrong: "
                                          "'The capital of France is' on the CPU answered ' 1111 sum sum sum'"), \
         fallback["reason"]
+    # what a user of the release reads: the answers of the job that shipped, in manifest.json and the notes
+    (shipped,) = world.manifest(second.release["tag"])["jobs"]
+    numerics = shipped["smoke"]["numerics"]
+    assert numerics["known_answers"] == "passed" and (numerics["answers_passed"], numerics["answers_total"]) == (3, 3)
+    assert numerics["cross_backend"] == "not checked"  # no GPU here: never a pass
+    body = next(r for r in world.github.state.releases.values() if r.tag_name == second.release["tag"]).body
+    assert "GPU vs CPU not checked; known answers passed (3/3, SmolLM2-135M-Instruct.Q4_1.gguf)" in body
     kept = json.loads((out / f"linux-gfx1151@rocm-{version(bad)}" / "smoke.json").read_text())
     assert kept["runs"]["cli"]["ok"] and kept["runs"]["numerics"]["ok"] is False  # it ran; its answers were wrong
 
