@@ -5,6 +5,12 @@ same settings every night, on the runner's GPU: ``jobs[].gpu_smoke.bench``). Thi
 published releases, prints each asset's history (a table and a small plot in the terminal), and flags a figure
 that dropped by more than the threshold (default 5 %) below the median of the previous seven releases. ``--alert``
 files the drops as an issue (one per run, commented on while it stays open).
+
+A figure is only as good as its repetitions: one whose spread (llama-bench's standard deviation over its
+repetitions, in per cent of their mean) is beyond ``--max-spread`` is *noisy*: it is neither flagged nor alerted on,
+and it is left out of the median later figures are compared with; the report lists it. The limit defaults to the
+threshold (5 %): a figure that varies by more than that within one run cannot tell a 5 % drop from its own noise.
+Releases that published no spread (older manifests) count as within the limit.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from rockbuild.publish.notes import marker, read_marker
 
 DEFAULT_THRESHOLD = 5.0  # per cent below the median of the previous releases
 WINDOW = 7  # previous releases the median is taken over
+DEFAULT_MAX_SPREAD = DEFAULT_THRESHOLD  # per cent: a noisier figure is not flagged (module docstring)
 BARS = "▁▂▃▄▅▆▇█"
 LABEL, LABEL_COLOR = "performance-regression", "fbca04"
 
@@ -38,6 +45,10 @@ class Point:
     tag: str
     tokens_per_second: float
     gpu: str | None = None
+    spread_pct: float | None = None  # the repetitions' standard deviation, per cent of the mean; None: not published
+
+    def noisy(self, max_spread: float) -> bool:
+        return self.spread_pct is not None and self.spread_pct > max_spread
 
 
 @dataclass(frozen=True)
@@ -63,13 +74,17 @@ class Series:
     test: str  # pp512 | tg128
     points: tuple[Point, ...]  # oldest first
 
-    def drop(self, threshold: float) -> Drop | None:
-        """The newest figure, when it is more than ``threshold`` % below the median of up to WINDOW before it."""
-        if len(self.points) < 2:
+    def baseline(self, max_spread: float = DEFAULT_MAX_SPREAD) -> float | None:
+        """The median of up to WINDOW figures before the newest, noisy ones left out; None: none to compare."""
+        before = [p.tokens_per_second for p in self.points[:-1] if not p.noisy(max_spread)][-WINDOW:]
+        return statistics.median(before) if before else None
+
+    def drop(self, threshold: float, max_spread: float = DEFAULT_MAX_SPREAD) -> Drop | None:
+        """The newest figure, when it is more than ``threshold`` % below the baseline and not noisy itself."""
+        if len(self.points) < 2 or self.points[-1].noisy(max_spread):
             return None
-        *before, last = self.points
-        median = statistics.median(p.tokens_per_second for p in before[-WINDOW:])
-        if median > 0 and last.tokens_per_second < median * (1 - threshold / 100.0):
+        last, median = self.points[-1], self.baseline(max_spread)
+        if median is not None and median > 0 and last.tokens_per_second < median * (1 - threshold / 100.0):
             return Drop(self.job, self.test, last.tag, last.tokens_per_second, median)
         return None
 
@@ -88,17 +103,26 @@ class PerfReport:
     threshold: float = DEFAULT_THRESHOLD
     alert: str | None = None
     untested: dict[str, tuple[str, ...]] = field(default_factory=dict)  # release -> jobs shipped without GPU figures
+    max_spread: float = DEFAULT_MAX_SPREAD
 
     @property
     def drops(self) -> tuple[Drop, ...]:
-        return tuple(d for s in self.series if (d := s.drop(self.threshold)) is not None)
+        return tuple(d for s in self.series if (d := s.drop(self.threshold, self.max_spread)) is not None)
+
+    @property
+    def noisy(self) -> tuple[tuple[Series, Point], ...]:
+        """The newest figures whose spread is beyond the limit: not judged."""
+        return tuple((s, s.points[-1]) for s in self.series if s.points and s.points[-1].noisy(self.max_spread))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "repo": self.repo, "releases": list(self.releases), "threshold_percent": self.threshold,
+            "max_spread_percent": self.max_spread,
             "series": [{"job": s.job, "test": s.test, "points": [
-                {"tag": p.tag, "tokens_per_second": p.tokens_per_second, "gpu": p.gpu} for p in s.points]}
-                for s in self.series],
+                {"tag": p.tag, "tokens_per_second": p.tokens_per_second, "gpu": p.gpu, "spread_pct": p.spread_pct}
+                for p in s.points]} for s in self.series],
+            "noisy": [{"job": s.job, "test": s.test, "tag": p.tag, "spread_pct": p.spread_pct}
+                      for s, p in self.noisy],
             "drops": [{"job": d.job, "test": d.test, "tag": d.tag, "tokens_per_second": d.value,
                        "median_before": d.median, "percent": round(d.percent, 2)} for d in self.drops],
             "untested": {tag: list(jobs) for tag, jobs in self.untested.items()}, "alert": self.alert,
@@ -117,13 +141,12 @@ class PerfReport:
         drops = {(d.job, d.test) for d in self.drops}
         for s in self.series:
             by_tag = {p.tag: p.tokens_per_second for p in s.points}
-            before = [p.tokens_per_second for p in s.points[:-1][-WINDOW:]]
-            change = ""
-            if before:
-                median = statistics.median(before)
-                change = f"{100.0 * (s.points[-1].tokens_per_second - median) / median:+.1f} %" if median else ""
+            median = s.baseline(self.max_spread) if len(s.points) > 1 else None
+            change = f"{100.0 * (s.points[-1].tokens_per_second - median) / median:+.1f} %" if median else ""
             if (s.job, s.test) in drops:
                 change = f"[bold red]{change} DROP[/]"
+            elif s.points[-1].noisy(self.max_spread):
+                change = f"{change} noisy".strip()
             table.add_row(s.job, s.test, s.points[-1].gpu or "?", s.sparkline(),
                           *(f"{by_tag[t]:.1f}" if t in by_tag else "-" for t in self.releases[-6:]), change)
         out = StringIO()
@@ -132,6 +155,8 @@ class PerfReport:
         if not self.series:
             lines.append("no release carries GPU smoke figures yet (jobs[].gpu_smoke.bench in manifest.json)")
         lines.extend(f"drop: {d.render()}" for d in self.drops)
+        lines.extend(f"noisy: {s.job} {s.test} in {p.tag}: spread {p.spread_pct:.1f} % over its repetitions, beyond "
+                     f"the {self.max_spread:g} % limit; not judged" for s, p in self.noisy)
         if self.alert:
             lines.append(f"alert: {self.alert}")
         return "\n".join(lines)
@@ -155,7 +180,8 @@ def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mappin
             for entry in gpu.bench:
                 value = entry.tokens_per_second
                 if value is not None and entry.test:
-                    points.setdefault((job.id, entry.test), []).append(Point(tag, float(value), gpu.gpu))
+                    points.setdefault((job.id, entry.test), []).append(Point(tag, float(value), gpu.gpu,
+                                                                             entry.spread))
         if missing:
             untested[tag] = tuple(missing)
     series = tuple(Series(job, test, tuple(pts)) for (job, test), pts in sorted(points.items()))
@@ -163,14 +189,16 @@ def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mappin
 
 
 def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: int = 30,
-              threshold: float = DEFAULT_THRESHOLD, alert: bool = False, quiet: bool = False) -> PerfReport:
+              threshold: float = DEFAULT_THRESHOLD, alert: bool = False, quiet: bool = False,
+              max_spread: float = DEFAULT_MAX_SPREAD) -> PerfReport:
     """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
     token = context.github.token
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
-        report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested)
+        report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested,
+                            max_spread=max_spread)
         if alert and report.drops:
             report = _file_alert(gh, report, context, quiet)
         return report

@@ -263,9 +263,13 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...]
               help="Read the manifests of this many of the newest published releases.")
 @click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Flag a figure more than this many per cent below the median of the 7 releases before it.")
+@click.option("--max-spread", type=click.FloatRange(min=0), default=None,
+              help="Judge no figure whose repetitions spread by more than this many per cent of their mean "
+                   "[default: the threshold].")
 @click.option("--alert", is_flag=True, help="File the drops as a 'performance-regression' issue (token: issues write).")
 @JSON
-def perf(github: GitHubTarget, last: int, threshold: float, alert: bool, as_json: bool) -> None:
+def perf(github: GitHubTarget, last: int, threshold: float, max_spread: float | None, alert: bool,
+         as_json: bool) -> None:
     """Each asset's GPU llama-bench figures (pp512, tg128) release after release; exit 1 when one dropped."""
     from rockbuild.core.errors import UsageError
     from rockbuild.perf import PerfRegression, read_perf
@@ -274,7 +278,7 @@ def perf(github: GitHubTarget, last: int, threshold: float, alert: bool, as_json
     if not repo:
         raise UsageError("which releases? pass --repo OWNER/NAME")
     report = read_perf(repo, context=settings(), api_url=github.api_url, last=last, threshold=threshold, alert=alert,
-                       quiet=as_json)
+                       quiet=as_json, max_spread=threshold if max_spread is None else max_spread)
     show(report, as_json)
     if report.drops:
         first = report.drops[0]

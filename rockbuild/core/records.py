@@ -548,8 +548,19 @@ class BenchFigure(Record):
     n_gen: int | None = None
     tokens_per_second: float | None = None
     stddev: float | None = None
+    spread_pct: float | None = None  # stddev in per cent of the mean (rockbuild perf's noise limit reads it)
+    warmup: int | None = None  # discarded runs before the measured one (the GPU bench warms up)
     backends: str | None = None
     gpu_info: str | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """``spread_pct``, else computed from ``stddev`` (manifests from before the field)."""
+        if self.spread_pct is not None:
+            return self.spread_pct
+        if self.stddev is not None and self.tokens_per_second:
+            return round(100.0 * self.stddev / self.tokens_per_second, 2)
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,8 +141,8 @@ class BuiltJob:
                 "driver": host.driver if host else None, "kernel": host.kernel if host else None,
                 "summary": gpu.summary if gpu else None,
                 "numerics": _numerics_summary(self.gpu_smoke) or None,
-                "bench": [{"test": b.test, "tokens_per_second": b.tokens_per_second, "stddev": b.stddev}
-                          for b in bench]}
+                "bench": [{"test": b.test, "tokens_per_second": b.tokens_per_second, "stddev": b.stddev,
+                           "spread_pct": b.spread, "warmup": b.warmup} for b in bench]}
 
     def numerics(self) -> dict[str, Any]:
         """The smoke's numerics figures (rockbuild.smoke.numerics): GPU vs CPU KL divergence and same top token, the

@@ -200,12 +200,18 @@ class BenchResult:
     n_gpu_layers: int | None
     model_type: str
     build: str
+    warmup: int = 0  # discarded llama-bench runs before this one (smoke.yaml's gpu_bench.warmup)
+
+    @property
+    def spread_pct(self) -> float | None:
+        """The repetitions' standard deviation in per cent of their mean (None without a mean)."""
+        return round(100.0 * self.stddev / self.tokens_per_second, 2) if self.tokens_per_second > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"test": self.test, "n_prompt": self.n_prompt, "n_gen": self.n_gen,
-                "tokens_per_second": self.tokens_per_second, "stddev": self.stddev, "backends": self.backends,
-                "gpu_info": self.gpu_info, "n_gpu_layers": self.n_gpu_layers, "model_type": self.model_type,
-                "build": self.build}
+                "tokens_per_second": self.tokens_per_second, "stddev": self.stddev, "spread_pct": self.spread_pct,
+                "warmup": self.warmup, "backends": self.backends, "gpu_info": self.gpu_info,
+                "n_gpu_layers": self.n_gpu_layers, "model_type": self.model_type, "build": self.build}
 
 
 def _json_array(text: str) -> list[Any] | None:

@@ -63,6 +63,9 @@ class SmokeOptions:
     # llama-bench's CPU threads when they differ from the other runs' (the GPU figures: one thread makes pp512 on a
     # GPU half as fast and its repetitions spread by 70 %, bench/gpu_threads.py); capped at this machine's CPUs
     bench_threads: int | None = None
+    # discarded llama-bench runs before the measured one: a GPU fresh from idle clocks up during the first (on the
+    # H200 pp512 gave 8,040 +- 2,399 t/s cold, 20,624 +- 114 a minute later: issue 26)
+    bench_warmup: int = 0
     timeouts: Mapping[str, float] = field(default_factory=lambda: {
         "cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0})
     expect_gpu: str = "auto"  # auto | yes | no
@@ -100,6 +103,7 @@ class SmokeOptions:
             bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
             bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)), timeouts=timeouts,
             bench_threads=int(bench["threads"]) if bench.get("threads") else None,
+            bench_warmup=int(bench.get("warmup", defaults.bench_warmup)),
             browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
             chat_page=dict(run_cfg.get("browser") or {}),
             numerics=parse_numerics_config(config.get("numerics")),
@@ -575,9 +579,17 @@ def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, 
             "-r", str(options.bench_repetitions), "-t", str(bench_threads(options)), "-ngl", str(options.gpu_layers),
             *_device_args(options), "-o", "json"]
     start = time.monotonic()
+    for n in range(options.bench_warmup):  # the same command once, -r 1, its figures discarded
+        warm = [*args]
+        warm[warm.index("-r") + 1] = "1"
+        warm_log = logs / f"llama-bench-warmup{n + 1}.log"
+        _, rc, failure, _ = run_program("bench", warm, cwd=cwd, env=env, timeout=options.timeouts["bench"],
+                                        log=warm_log)
+        if failure is not None:
+            return _failed("bench", warm, start, f"warm-up run: {failure}", warm_log, rc)
     output, rc, failure, seconds = run_program("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
                                                 log=log)
-    results = tuple(parse_bench_json(output or ""))
+    results = tuple(replace(b, warmup=options.bench_warmup) for b in parse_bench_json(output or ""))
     backends = parse_backend_loads(output or "")
     if failure is None:
         tests = {(b.n_prompt > 0, b.n_gen > 0) for b in results}

@@ -21,6 +21,7 @@ FIX = Path({fixtures!r})
 MODE = {mode!r}
 Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".env.json").write_text(json.dumps(dict(os.environ)))
 Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".argv.json").write_text(json.dumps(sys.argv))
+Path({envlog!r}).joinpath(Path(sys.argv[0]).name + ".calls").open("a").write(json.dumps(sys.argv) + "\\n")
 def arg(flag, default=None):
     return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default
 LOAD = (FIX / ("rocm0-buffers.constructed.txt" if MODE.get("gpu") else "completion-lv4-cpu.txt")).read_text()
@@ -105,6 +106,8 @@ srv.serve_forever()
 
 BENCH = """
 sys.stderr.write("0.00.001.000 I llama-bench: loading\\n")
+if MODE.get("bench") == "crash":
+    os.kill(os.getpid(), 11)
 if MODE.get("bench") == "garbage":
     print("| model | size |")
     sys.exit(0)

@@ -366,3 +366,31 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     report = run_smoke(job, model, replace(FAST, programs=(Program("ggml-rpc-server", required=True),)),
                        kfd_topology=tmp_path / "no-kfd", quiet=True)
     assert report.failures == ("programs: 1 of 1 programs failed: ggml-rpc-server is not in the bundle",)
+
+
+def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
+    """Issue 26, item 5: the same llama-bench command once with -r 1 (discarded), then the measured run; each figure
+    carries its spread in per cent, and smoke.yaml's gpu preset asks for one warm-up run."""
+    from rockbuild.settings import Settings
+
+    assert SmokeOptions.from_config(Settings.from_environment({}).smoke, bench_preset="gpu").bench_warmup == 1
+    assert SmokeOptions.from_config(Settings.from_environment({}).smoke).bench_warmup == 0
+    job, envlog = make_bundle(tmp_path)
+    options = SmokeOptions(timeouts=FAST.timeouts, runs=("bench",), bench_repetitions=5, bench_warmup=1)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    assert report.ok, report.failures
+    calls = [json.loads(line) for line in (envlog / "llama-bench.calls").read_text().splitlines()]
+    assert [c[c.index("-r") + 1] for c in calls] == ["1", "5"]
+    assert calls[0][:calls[0].index("-r")] == calls[1][:calls[1].index("-r")]  # the same command otherwise
+    assert [p.name for p in tmp_path.rglob("llama-bench-warmup*.log")] == ["llama-bench-warmup1.log"]
+    for b in report.bench:
+        assert b.warmup == 1 and b.spread_pct == round(100 * b.stddev / b.tokens_per_second, 2)
+        assert b.to_dict()["spread_pct"] == b.spread_pct
+
+
+def test_a_crash_in_the_warm_up_run_fails_the_bench(tmp_path, model):
+    job, _ = make_bundle(tmp_path, {"bench": "crash"})
+    options = SmokeOptions(timeouts=FAST.timeouts, runs=("bench",), bench_warmup=1)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    (run,) = report.runs
+    assert not run.ok and run.failure == "warm-up run: killed by SIGSEGV (exit code -11)"
