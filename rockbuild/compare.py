@@ -4,14 +4,20 @@ On a user's AMD GPU this compares the ROCm and the Vulkan flavour of one release
 not a rule); on a machine without a GPU it compares the CPU path with Mesa's lavapipe. Each bundle runs from its own
 folder with the smoke test's environment (no ROCm paths, no LD_LIBRARY_PATH), so its own run paths do the work.
 The spread shown is llama-bench's own standard deviation over the ``-r`` repetitions.
+
+``--numerics`` adds the smoke's numerics step (:mod:`rockbuild.smoke.numerics`) for each bundle on the same model:
+its llama-perplexity on the CPU and on the device llama-bench used (KL divergence, same top token, judged by
+smoke.yaml's thresholds), and the model's known answers. Speed is only worth comparing between builds that compute
+the same numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,7 @@ from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import ProcessError, SmokeError, UsageError
 from rockbuild.process import log_tail, run
 from rockbuild.smoke.models import ModelFile
+from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, run_numerics
 from rockbuild.smoke.parse import BenchResult, parse_bench_json
 from rockbuild.smoke.probe import smoke_env
 from rockbuild.smoke.runner import locate_bundle
@@ -71,6 +78,7 @@ class BundleBench:
     seconds: float
     results: tuple[BenchResult, ...]
     log: Path
+    numerics: Numerics | None = None  # --numerics: the smoke's numerics step on this bundle
 
     @property
     def backends(self) -> str:
@@ -89,7 +97,14 @@ class BundleBench:
                 "seconds": round(self.seconds, 3), "backends": self.backends, "gpu_info": self.device,
                 "n_gpu_layers": next((b.n_gpu_layers for b in self.results), None),
                 "build": next((b.build for b in self.results), ""), "log": str(self.log),
-                "results": [b.to_dict() for b in self.results]}
+                "results": [b.to_dict() for b in self.results],
+                "numerics": self.numerics.to_dict() if self.numerics is not None else None}
+
+    @property
+    def backend(self) -> str:
+        """The GPU backend llama-bench reported, as smoke.yaml's thresholds name it (rocm, vulkan), else cpu."""
+        names = self.backends.lower()
+        return "rocm" if "rocm" in names or "hip" in names else "vulkan" if "vulkan" in names else "cpu"
 
 
 @dataclass(frozen=True)
@@ -118,6 +133,16 @@ class Comparison:
             out.append(f"{r.label}: the {r.backends} build used no GPU device (llama-bench reports no gpu_info): "
                        f"its figures are the CPU's{hint}")
         return tuple(out)
+
+    def raise_if_wrong(self) -> None:
+        """SmokeError (exit like a failed smoke) when a bundle's numbers are wrong (--numerics)."""
+        wrong = [r for r in self.runs if r.numerics is not None and not r.numerics.ok]
+        if wrong:
+            first = wrong[0]
+            assert first.numerics is not None
+            more = f" (and {len(wrong) - 1} more bundle(s))" if len(wrong) > 1 else ""
+            raise SmokeError(f"the numbers of {first.label} are wrong: {first.numerics.failures[0]}{more}",
+                             hint=f"logs: {first.numerics.logs}")
 
     def to_dict(self) -> dict[str, Any]:
         table: dict[str, dict[str, Any]] = {}
@@ -155,12 +180,51 @@ class Comparison:
                     cell += f" ({b.tokens_per_second / first.tokens_per_second:.2f}x)"
                 cells.append(cell)
             rows.append([test, *cells])
+        if any(r.numerics is not None for r in self.runs):
+            rows += _numerics_rows(self.runs)
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = [head] + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                           for row in rows]
         lines += [f"  {r.label}: {r.bundle}" for r in self.runs]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _numerics_rows(runs: Sequence[BundleBench]) -> list[list[str]]:
+    """The numerics figures under the speed: each bundle's device against its own CPU, and its known answers."""
+    def cells(fmt: Any) -> list[str]:
+        return [fmt(r.numerics.summary(), r.numerics) if r.numerics is not None else "-" for r in runs]
+
+    def kld(s: Mapping[str, Any], _n: Numerics) -> str:
+        if s["mean_kld"] is None:
+            return s["cross_backend"]
+        return f"{s['mean_kld']:.5f} ({s['cross_backend']})"
+
+    def top(s: Mapping[str, Any], _n: Numerics) -> str:
+        return "-" if s["same_top"] is None else f"{s['same_top']:.1f} %"
+
+    def answers(s: Mapping[str, Any], _n: Numerics) -> str:
+        if s["answers_total"] is None:
+            return s["known_answers"]
+        return f"{s['answers_passed']}/{s['answers_total']} ({s['known_answers']})"
+
+    return [["mean KLD vs CPU", *cells(kld)], ["same top token", *cells(top)],
+            ["known answers", *cells(answers)],
+            ["CPU perplexity", *cells(lambda s, _n: "-" if s["cpu_ppl"] is None else f"{s['cpu_ppl']:.4f}")]]
+
+
+def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig, *, gpu_layers: int,
+                     env: Mapping[str, str], logs: Path) -> Numerics:
+    """The smoke's numerics step on one bundle: its llama-perplexity on the CPU, then on the device llama-bench used
+    (none: the GPU half is not checked), and the model's known answers."""
+    exe = ".exe" if host_os() == "windows" else ""
+    perplexity, completion = run.bundle / f"llama-perplexity{exe}", run.bundle / f"llama-completion{exe}"
+    target = Target(perplexity=perplexity if perplexity.is_file() else None,
+                    completion=completion if completion.is_file() else None, model=model.path,
+                    model_name=model.name, backend=run.backend,
+                    gpu_device="" if run.device and gpu_layers else None, device_description=run.device,
+                    gpu_layers=gpu_layers)
+    return run_numerics(config, target, cwd=run.bundle, env=env, logs=logs)
 
 
 def bench_exe(bundle: Path) -> Path:
@@ -205,8 +269,9 @@ def bench_bundle(bundle: Path, label: str, model: ModelFile, options: CompareOpt
 
 def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptions | None = None, *,
                 env: Mapping[str, str] | None = None, logs: Path | None = None,
-                quiet: bool = False) -> Comparison:
-    """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings."""
+                quiet: bool = False, numerics: NumericsConfig | None = None) -> Comparison:
+    """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings;
+    with ``numerics``, then the numerics step on each (the module docstring)."""
     options = options or CompareOptions()
     if not bundles:
         raise UsageError("give at least one bundle folder to compare")
@@ -226,4 +291,11 @@ def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptio
         else:
             with console.step(f"compare: llama-bench of {label} ({i}/{len(folders)})"):
                 runs.append(bench_bundle(folder, label, model, options, env=child, log=log))
+    if numerics is not None:
+        for i, run_ in enumerate(list(runs)):
+            folder = logs / f"{i + 1}-{run_.label.replace('#', '-')}.numerics"
+            with contextlib.nullcontext() if quiet else console.step(f"compare: numerics of {run_.label}"):
+                checked = compare_numerics(run_, model, numerics, gpu_layers=options.gpu_layers, env=child,
+                                           logs=folder)
+            runs[i] = replace(run_, numerics=checked)
     return Comparison(model, options, tuple(runs), tuple(removed))

@@ -315,7 +315,7 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
 
 @command
 @click.argument("bundle_dirs", metavar="BUNDLE...", nargs=-1, required=True, type=folder(exists=True))
-@click.option("--model", "model_spec", required=True, metavar="PATH|URL|tiny|default",
+@click.option("--model", "model_spec", required=True, metavar="PATH|URL|tiny|smollm2|default",
               help="GGUF to benchmark (see rockbuild smoke; 'tiny' measures overheads, not a real model).")
 @click.option("--vocab", type=file(exists=True), default=None,
               help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny.")
@@ -329,10 +329,13 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
               help="Flash attention off/on for every bundle (default: llama-bench's).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=1800, show_default=True,
               help="Seconds per bundle before llama-bench is stopped.")
+@click.option("--numerics", is_flag=True,
+              help="Also check each bundle's numbers (smoke.yaml numerics): its device against its CPU (KL divergence, "
+              "same top token) and the model's known answers; a real model (--model smollm2) has both.")
 @JSON
 def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, n_prompt: int, n_gen: int,
             repetitions: int, threads: int | None, gpu_layers: int, flash_attn: str | None, timeout: float,
-            as_json: bool) -> None:
+            numerics: bool, as_json: bool) -> None:
     """Run llama-bench on each bundle with identical settings; pp and tg side by side (e.g. ROCm vs Vulkan)."""
     from rockbuild.compare import CompareOptions, run_compare
     from rockbuild.smoke.models import provide_model
@@ -341,7 +344,17 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
     options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
                              gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
                              timeout=timeout)
-    show(run_compare(list(bundle_dirs), model, options, quiet=as_json, env=settings().env), as_json)
+    checks = None
+    if numerics:
+        from rockbuild.core.errors import UsageError
+        from rockbuild.smoke.numerics import parse_numerics_config
+
+        checks = parse_numerics_config(settings().smoke.get("numerics"))
+        if not checks.enabled:
+            raise UsageError("--numerics: smoke.yaml's numerics section is missing or disabled")
+    comparison = run_compare(list(bundle_dirs), model, options, quiet=as_json, env=settings().env, numerics=checks)
+    show(comparison, as_json)
+    comparison.raise_if_wrong()
 
 
 # in the order `rockbuild --help` lists them

@@ -202,3 +202,68 @@ def test_real_llama_bench_twice_on_the_cpu_build(run_rockbuild):
         a, b = data["tests"][test]["bin"], data["tests"][test]["bin#2"]
         assert a["tokens_per_second"] > 0 and b["tokens_per_second"] > 0
         print(test, a, b)
+
+
+def _with_numerics(bundle: Path, tmp_path: Path, mode: dict) -> Path:
+    """The smoke's llama-perplexity and llama-completion stand-ins (tests/support/smoke.py) beside the bench."""
+    import shutil
+
+    from support.smoke import write_stand_ins
+
+    stand_ins, envlog = tmp_path / f"stand-ins-{bundle.parent.name}", tmp_path / f"envlog-{bundle.parent.name}"
+    stand_ins.mkdir()
+    envlog.mkdir()
+    write_stand_ins(stand_ins, envlog, mode)
+    for name in ("llama-perplexity", "llama-completion"):
+        shutil.copy2(stand_ins / name, bundle / name)
+    return envlog
+
+
+@pytest.mark.parametrize("case", ["pass", "wrong"])
+def test_numerics_side_by_side_and_wrong_numbers_exit_like_a_failed_smoke(tmp_path, case):
+    """Issue 26, item 4: compare --numerics runs the smoke's numerics step on each bundle, on the device its
+    llama-bench used, and shows KLD, same top token, known answers and the CPU perplexity under the speed."""
+    path = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path.write_bytes(b"GGUF fake")
+    cpu, _ = make_bundle(tmp_path, "linux-cpu")
+    vk, _ = make_bundle(tmp_path, "linux-vulkan", "vulkan-bench.constructed.txt")
+    _with_numerics(cpu, tmp_path, {"numerics": "pass"})
+    envlog = _with_numerics(vk, tmp_path, {"numerics": case, **({"answers": "wrong"} if case == "wrong" else {})})
+    args = [rockbuild_exe(), "compare", str(cpu), str(vk), "--model", str(path), "-r", "1", "--numerics"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    table = proc.stdout.splitlines()
+    row = {line.split("  ")[1]: line for line in table if line.startswith("  ") and "  " in line[2:]}
+    assert row["mean KLD vs CPU"].split()[4:6] == ["not", "checked"]  # the CPU build used no GPU device
+    calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
+    assert calls[0][calls[0].index("-dev"):calls[0].index("-dev") + 2] == ["-dev", "none"]  # the CPU reference
+    assert "--kl-divergence" in calls[1] and "-dev" not in calls[1]  # the device llama-bench used
+    if case == "pass":
+        assert proc.returncode == 0, proc.stderr
+        assert "0.00570 (passed)" in row["mean KLD vs CPU"] and "96.4 %" in row["same top token"]
+        assert "3/3 (passed)" in row["known answers"] and "6/6 (passed)" in row["known answers"]
+        assert "12.3456" in row["CPU perplexity"]
+    else:
+        assert proc.returncode == 11
+        error = next(line for line in proc.stderr.splitlines() if line.startswith("error: "))
+        assert error.startswith("error: the numbers of linux-vulkan are wrong: cross_backend: wrong numbers against the "
+                                "CPU: mean KLD 0.26000 > 0.017")
+        assert "Traceback" not in proc.stderr and "hint: logs: " in proc.stderr
+        assert "0.26000 (failed)" in row["mean KLD vs CPU"] and "0/6 (failed)" in row["known answers"]
+
+
+def test_numerics_in_json(tmp_path, model):
+    cpu, _ = make_bundle(tmp_path, "linux-cpu")
+    _with_numerics(cpu, tmp_path, {"numerics": "pass"})
+    from rockbuild.smoke.config import load_smoke_config
+    from rockbuild.smoke.numerics import parse_numerics_config
+
+    checks = parse_numerics_config(load_smoke_config()["numerics"])
+    comparison = run_compare([cpu], model, CompareOptions(repetitions=1), quiet=True, logs=tmp_path / "logs",
+                             numerics=checks)
+    (bundle,) = comparison.to_dict()["bundles"]
+    summary = bundle["numerics"]["summary"]
+    # the CPU build: no GPU device, so the GPU half is not checked; a model without known answers: not checked
+    assert summary["cross_backend"] == "not checked" and summary["known_answers"] == "not checked"
+    assert summary["cpu_ppl"] == 12.3456
+    assert not (tmp_path / "logs" / "1-linux-cpu.numerics" / "cpu.kld").exists()
+    comparison.raise_if_wrong()  # not checked is not wrong

