@@ -212,3 +212,25 @@ def test_usage_errors_are_one_line_naming_the_help(run_rockbuild, args, says):
 def test_a_group_alone_still_shows_its_help(run_rockbuild):
     result = run_rockbuild("rocm")
     assert "Usage: rockbuild rocm" in result.stdout + result.stderr and "error:" not in result.stderr
+
+
+@pytest.mark.parametrize(("runner_os", "vk", "expect"), [
+    ("Linux", "0", ["--model", "smollm2"]), ("Linux", "", []), ("Windows", "", ["--no-smoke"])])
+def test_the_linux_vulkan_leg_smokes_the_real_model(tmp_path, runner_os, vk, expect):
+    """Issue 26: lavapipe runs the numerics step in CI's Vulkan leg, on SmolLM2 (known answers, a measured floor);
+    the ROCm legs keep the pinned Qwen3-0.6B, Windows skips the smoke. The leg's own script, run by bash."""
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    leg = next(s for s in wf["jobs"]["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
+    assert leg["env"]["GGML_VK_VISIBLE_DEVICES"] == "${{ matrix.backend == 'vulkan' && '0' || '' }}"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "rockbuild").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
+    (shim / "rockbuild").chmod(0o755)
+    env = {"PATH": f"{shim}:/usr/bin:/bin", "RUNNER_OS": runner_os, "GGML_VK_VISIBLE_DEVICES": vk,
+           "JOB_ID": "linux-vulkan", "ARGS_OUT": str(tmp_path / "args")}
+    subprocess.run(["bash", "-euo", "pipefail", "-c", leg["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
+    args = (tmp_path / "args").read_text().split()
+    assert args[:3] == ["nightly", "--job", "linux-vulkan"]
+    assert args[9:] == expect
