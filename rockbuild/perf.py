@@ -11,6 +11,13 @@ repetitions, in per cent of their mean) is beyond ``--max-spread`` is *noisy*: i
 and it is left out of the median later figures are compared with; the report lists it. The limit defaults to the
 threshold (5 %): a figure that varies by more than that within one run cannot tell a 5 % drop from its own noise.
 Releases that published no spread (older manifests) count as within the limit.
+
+Beside the speed, each release's numbers (``jobs[].smoke.numerics``: the CPU's perplexity on the numerics text and
+the CPU variant it ran on, the GPU's KL divergence from the CPU, the known answers) are listed release after release.
+A CPU perplexity that moved by more than ``NUMERICS_NOTICE`` per cent since the last release with the same model and
+CPU variant is reported as a *numerics change*: it never fails ``perf`` or files an alert (docs/numerics.md says
+why: a new llama.cpp commit may change the CPU's kernels legitimately, and a broken model fails the smoke's known
+answers first).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from rockbuild.publish.notes import marker, read_marker
 DEFAULT_THRESHOLD = 5.0  # per cent below the median of the previous releases
 WINDOW = 7  # previous releases the median is taken over
 DEFAULT_MAX_SPREAD = DEFAULT_THRESHOLD  # per cent: a noisier figure is not flagged (module docstring)
+NUMERICS_NOTICE = 0.5  # per cent: a CPU perplexity that moved more (same model, same CPU variant) is reported
 BARS = "▁▂▃▄▅▆▇█"
 LABEL, LABEL_COLOR = "performance-regression", "fbca04"
 
@@ -96,6 +104,62 @@ class Series:
 
 
 @dataclass(frozen=True)
+class NumericsPoint:
+    """One release's numbers for one job (manifest.json ``jobs[].smoke.numerics``)."""
+
+    tag: str
+    model: str | None = None
+    cpu_ppl: float | None = None
+    cpu_variant: str | None = None
+    mean_kld: float | None = None
+    same_top: float | None = None
+    cross_backend: str | None = None
+    known_answers: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tag": self.tag, "model": self.model, "cpu_ppl": self.cpu_ppl, "cpu_variant": self.cpu_variant,
+                "mean_kld": self.mean_kld, "same_top": self.same_top, "cross_backend": self.cross_backend,
+                "known_answers": self.known_answers}
+
+
+@dataclass(frozen=True)
+class NumericsChange:
+    job: str
+    tag: str
+    before_tag: str
+    ppl: float
+    before: float
+    model: str | None
+    cpu_variant: str | None
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * (self.ppl - self.before) / self.before
+
+    def render(self) -> str:
+        return (f"{self.job}: the CPU's perplexity {self.ppl:.4f} in {self.tag} is {self.percent:+.2f} % from "
+                f"{self.before:.4f} in {self.before_tag} ({self.model}, CPU variant {self.cpu_variant or '?'})")
+
+
+def numerics_changes(history: Mapping[str, Sequence[NumericsPoint]],
+                     notice: float = NUMERICS_NOTICE) -> tuple[NumericsChange, ...]:
+    """Per job, the newest CPU perplexity against the last release before it with the same model and CPU variant."""
+    out = []
+    for job, points in history.items():
+        if not points or points[-1].cpu_ppl is None:
+            continue
+        last = points[-1]
+        same = [p for p in points[:-1] if p.cpu_ppl and p.model == last.model and p.cpu_variant == last.cpu_variant]
+        if same:
+            before = same[-1]
+            assert last.cpu_ppl is not None and before.cpu_ppl is not None
+            if abs(last.cpu_ppl - before.cpu_ppl) > before.cpu_ppl * notice / 100.0:
+                out.append(NumericsChange(job, last.tag, before.tag, last.cpu_ppl, before.cpu_ppl, last.model,
+                                          last.cpu_variant))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class PerfReport:
     repo: str
     releases: tuple[str, ...]  # oldest first
@@ -104,6 +168,11 @@ class PerfReport:
     alert: str | None = None
     untested: dict[str, tuple[str, ...]] = field(default_factory=dict)  # release -> jobs shipped without GPU figures
     max_spread: float = DEFAULT_MAX_SPREAD
+    numerics: Mapping[str, tuple[NumericsPoint, ...]] = field(default_factory=dict)  # job -> oldest first
+
+    @property
+    def numerics_changes(self) -> tuple[NumericsChange, ...]:
+        return numerics_changes(self.numerics)
 
     @property
     def drops(self) -> tuple[Drop, ...]:
@@ -114,6 +183,26 @@ class PerfReport:
         """The newest figures whose spread is beyond the limit: not judged."""
         return tuple((s, s.points[-1]) for s in self.series if s.points and s.points[-1].noisy(self.max_spread))
 
+    def _numerics_table(self) -> str:
+        from io import StringIO
+
+        from rich.console import Console
+        from rich.table import Table
+
+        tags = self.releases[-6:]
+        table = Table(title="numbers: the CPU's perplexity on the numerics text, the GPU's mean KLD from the CPU, the "
+                      "known answers", title_justify="left")
+        for column in ("job", "model", "CPU variant", *tags):
+            table.add_column(column, no_wrap=True)
+        for job, points in self.numerics.items():
+            by_tag = {p.tag: p for p in points}
+            last = points[-1]
+            table.add_row(job, last.model or "?", last.cpu_variant or "?",
+                          *(_numerics_cell(by_tag.get(t)) for t in tags))
+        out = StringIO()
+        Console(file=out, width=200, force_terminal=False).print(table)
+        return out.getvalue().rstrip()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "repo": self.repo, "releases": list(self.releases), "threshold_percent": self.threshold,
@@ -123,6 +212,10 @@ class PerfReport:
                 for p in s.points]} for s in self.series],
             "noisy": [{"job": s.job, "test": s.test, "tag": p.tag, "spread_pct": p.spread_pct}
                       for s, p in self.noisy],
+            "numerics": {job: [p.to_dict() for p in points] for job, points in self.numerics.items()},
+            "numerics_changes": [{"job": c.job, "tag": c.tag, "before_tag": c.before_tag, "cpu_ppl": c.ppl,
+                                  "before": c.before, "percent": round(c.percent, 3), "model": c.model,
+                                  "cpu_variant": c.cpu_variant} for c in self.numerics_changes],
             "drops": [{"job": d.job, "test": d.test, "tag": d.tag, "tokens_per_second": d.value,
                        "median_before": d.median, "percent": round(d.percent, 2)} for d in self.drops],
             "untested": {tag: list(jobs) for tag, jobs in self.untested.items()}, "alert": self.alert,
@@ -157,9 +250,46 @@ class PerfReport:
         lines.extend(f"drop: {d.render()}" for d in self.drops)
         lines.extend(f"noisy: {s.job} {s.test} in {p.tag}: spread {p.spread_pct:.1f} % over its repetitions, beyond "
                      f"the {self.max_spread:g} % limit; not judged" for s, p in self.noisy)
+        if any(self.numerics.values()):
+            lines.append(self._numerics_table())
+        lines.extend(f"numerics change (reported, not gating): {c.render()}" for c in self.numerics_changes)
         if self.alert:
             lines.append(f"alert: {self.alert}")
         return "\n".join(lines)
+
+
+def _numerics_cell(p: NumericsPoint | None) -> str:
+    if p is None:
+        return "-"
+    ppl = f"{p.cpu_ppl:.3f}" if p.cpu_ppl is not None else "-"
+    kld = f" kld {p.mean_kld:.4f}" if p.mean_kld is not None else ""
+    answers = {"passed": " ok", "failed": " WRONG"}.get(str(p.known_answers), "")
+    return ppl + kld + answers
+
+
+def numerics_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
+                            ) -> dict[str, tuple[NumericsPoint, ...]]:
+    """Each job's numbers over ``manifests`` (oldest first); releases without figures are left out."""
+    out: dict[str, list[NumericsPoint]] = {}
+    for tag, manifest in manifests:
+        for job in ManifestRecord.of(manifest, f"{tag}'s manifest.json").jobs:
+            n = (job.smoke.numerics if job.smoke is not None else None) or {}
+            if not job.id or not any(n.get(k) is not None for k in ("cpu_ppl", "mean_kld", "answers_total")):
+                continue
+
+            def num(key: str, n: Mapping[str, Any] = n) -> float | None:
+                value = n.get(key)
+                return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+            def text(key: str, n: Mapping[str, Any] = n) -> str | None:
+                value = n.get(key)
+                return str(value) if value is not None else None
+
+            out.setdefault(job.id, []).append(NumericsPoint(
+                tag, model=text("model"), cpu_ppl=num("cpu_ppl"), cpu_variant=text("cpu_variant"),
+                mean_kld=num("mean_kld"), same_top=num("same_top"), cross_backend=text("cross_backend"),
+                known_answers=text("known_answers")))
+    return {job: tuple(points) for job, points in sorted(out.items())}
 
 
 def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
@@ -198,7 +328,7 @@ def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: 
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
         report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested,
-                            max_spread=max_spread)
+                            max_spread=max_spread, numerics=numerics_from_manifests(manifests))
         if alert and report.drops:
             report = _file_alert(gh, report, context, quiet)
         return report

@@ -148,10 +148,14 @@ class BuiltJob:
         """The smoke's numerics figures (rockbuild.smoke.numerics): GPU vs CPU KL divergence and same top token, the
         known answers, the CPU's perplexity; an older smoke.json, or none, says "not checked" for each."""
         summary, gpu = _numerics_summary(self.smoke), _numerics_summary(self.gpu_smoke)
+        source = self.smoke
         if gpu.get("cross_backend") not in (None, "not checked"):  # the GPU leg compared a real GPU with the CPU
-            summary = {**summary, **gpu}
+            summary, source = {**summary, **gpu}, self.gpu_smoke
         summary.setdefault("cross_backend", "not checked")
         summary.setdefault("known_answers", "not checked")
+        if summary.get("cpu_ppl") is not None and source is not None and source.backends is not None:
+            # the CPU variant that runner's CPU loaded: the CPU's figures compare across nights only within one
+            summary.setdefault("cpu_variant", source.backends.cpu_variant)
         return summary
 
     def numerics_words(self) -> str:

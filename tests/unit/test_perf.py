@@ -140,3 +140,62 @@ def test_perf_cli_max_spread(gh):
     assert "beyond the 5 % limit; not judged" in quiet.stdout
     loud = subprocess.run([*args, "--max-spread", "40", "--json"], capture_output=True, text=True, env=env, timeout=60)
     assert loud.returncode == 1 and json.loads(loud.stdout)["max_spread_percent"] == 40.0
+
+
+def _with_numerics(tg: float, ppl: float, *, variant: str = "zen4", model: str = "SmolLM2-135M-Instruct.Q4_1.gguf"):
+    data = json.loads(manifest(tg, 2000.0))
+    data["jobs"][0]["smoke"] = {"ok": True, "numerics": {
+        "cross_backend": "not checked", "known_answers": "passed", "answers_passed": 3, "answers_total": 3,
+        "cpu_ppl": ppl, "cpu_variant": variant, "model": model}}
+    return json.dumps(data).encode()
+
+
+def test_the_numbers_are_listed_and_a_moved_cpu_perplexity_is_reported_not_gated():
+    """Issue 26, item 3/4: perf lists each release's numbers beside its speed; the CPU's perplexity compared with
+    the last release on the same model and CPU variant is a notice (it never fails perf: docs/numerics.md)."""
+    with GitHubAPIServer(token=TOKEN) as server:
+        nights = [(24.8094, "zen4"), (24.8094, "zen4"), (24.9000, "haswell"), (25.2900, "zen4")]
+        for n, (ppl, variant) in enumerate(nights, start=1):
+            server.state.add_release(f"b20{n:02d}", assets={"manifest.json": _with_numerics(100.0, ppl,
+                                                                                             variant=variant)})
+        report = read_perf(server.full_name, context=settings(), api_url=server.api_url, quiet=True)
+        history = report.numerics["linux-gfx1151"]
+        assert [(p.tag, p.cpu_ppl, p.cpu_variant) for p in history] == [
+            ("b2001", 24.8094, "zen4"), ("b2002", 24.8094, "zen4"), ("b2003", 24.9, "haswell"),
+            ("b2004", 25.29, "zen4")]
+        (change,) = report.numerics_changes
+        # compared with b2002 (the last zen4 night), not with b2003's haswell runner
+        assert (change.tag, change.before_tag, round(change.percent, 2)) == ("b2004", "b2002", 1.94)
+        text = report.render()
+        assert "numerics change (reported, not gating): linux-gfx1151: the CPU's perplexity 25.2900 in b2004" in text
+        assert "24.809 ok" in text and report.drops == ()
+        assert report.to_dict()["numerics_changes"][0]["percent"] == 1.937
+        env = {**os.environ, "GITHUB_TOKEN": TOKEN}
+        shown = subprocess.run([rockbuild_exe(), "perf", "--repo", server.full_name, "--api-url", server.api_url],
+                               capture_output=True, text=True, env=env, timeout=60)
+        assert shown.returncode == 0, shown.stderr  # a notice, not a failure
+        # within the notice: nothing reported; another model: not compared
+        server.state.add_release("b2005", assets={"manifest.json": _with_numerics(100.0, 25.30)})
+        server.state.add_release("b2006", assets={"manifest.json": _with_numerics(100.0, 9.0, model="Other.gguf")})
+        assert read_perf(server.full_name, context=settings(), api_url=server.api_url, quiet=True).numerics_changes == ()
+
+
+def test_the_manifest_names_the_cpu_variant_of_the_cpu_perplexity():
+    """The CPU figure perf compares is only comparable within one CPU variant: the release says which one ran it
+    (the smoke's, or the GPU leg's when that one's figures are the ones shipped)."""
+    from pathlib import Path
+
+    from rockbuild.core.records import SmokeRecord
+    from rockbuild.publish.jobs import BuiltJob
+
+    def smoke(variant: str, cross: str) -> SmokeRecord:
+        return SmokeRecord.from_dict({"ok": True, "backends": {"cpu_variant": variant}, "numerics": {"summary": {
+            "cross_backend": cross, "known_answers": "passed", "cpu_ppl": 24.8094, "mean_kld": 0.0057}}})
+
+    job = BuiltJob(dir=Path("."), id="linux-vulkan", os="linux", name="vulkan", targets=(), required=True,
+                   status="ok", backend="vulkan", smoke=smoke("zen4", "not checked"))
+    assert job.numerics()["cpu_variant"] == "zen4" and job.numerics()["cpu_ppl"] == 24.8094
+    from dataclasses import replace
+
+    on_gpu = replace(job, gpu_smoke=smoke("sapphirerapids", "passed"))
+    assert on_gpu.numerics()["cpu_variant"] == "sapphirerapids" and on_gpu.numerics()["cross_backend"] == "passed"
