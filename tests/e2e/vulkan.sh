@@ -291,6 +291,7 @@ PYEOF
 # the numerics step on lavapipe with a real model (issue 26): a pass, and a corrupted tensor that must fail
 numerics_vulkan() {
     mount_host
+    mkdir -p "$BENCH"
     local name=SmolLM2-135M-Instruct.Q4_1.gguf model
     model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
 from rockbuild.smoke.config import load_smoke_config
