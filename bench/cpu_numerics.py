@@ -53,7 +53,9 @@ def perplexity(folder: Path, model: Path, text: Path, *, variant_file: str, thre
         raise BenchError(f"llama-perplexity with {variant_file} failed (exit code {result.returncode}): "
                          f"{(result.stderr.strip().splitlines() or [''])[-1]}")
     loaded = parse_backend_loads(output).cpu_file
-    if loaded != variant_file:
+    # llama-perplexity may not print its load_backend lines at its default verbosity: then the folder, which holds
+    # no other variant, is the proof; a line naming another file stops the script
+    if loaded is not None and loaded != variant_file:
         raise BenchError(f"llama-perplexity in {folder} loaded {loaded or 'no CPU variant'}, not {variant_file}")
     div = parse_divergence(output) if against else None
     ppl = div.ppl if div is not None and div.ppl is not None else parse_final_ppl(output)
