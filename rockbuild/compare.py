@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -192,25 +192,21 @@ class Comparison:
 
 def _numerics_rows(runs: Sequence[BundleBench]) -> list[list[str]]:
     """The numerics figures under the speed: each bundle's device against its own CPU, and its known answers."""
-    def cells(fmt: Any) -> list[str]:
-        return [fmt(r.numerics.summary(), r.numerics) if r.numerics is not None else "-" for r in runs]
+    def cells(fmt: Callable[[Mapping[str, Any]], str]) -> list[str]:
+        return [fmt(r.numerics.summary()) if r.numerics is not None else "-" for r in runs]
 
-    def kld(s: Mapping[str, Any], _n: Numerics) -> str:
-        if s["mean_kld"] is None:
-            return s["cross_backend"]
-        return f"{s['mean_kld']:.5f} ({s['cross_backend']})"
+    def kld(s: Mapping[str, Any]) -> str:
+        return s["cross_backend"] if s["mean_kld"] is None else f"{s['mean_kld']:.5f} ({s['cross_backend']})"
 
-    def top(s: Mapping[str, Any], _n: Numerics) -> str:
-        return "-" if s["same_top"] is None else f"{s['same_top']:.1f} %"
-
-    def answers(s: Mapping[str, Any], _n: Numerics) -> str:
+    def answers(s: Mapping[str, Any]) -> str:
         if s["answers_total"] is None:
             return s["known_answers"]
         return f"{s['answers_passed']}/{s['answers_total']} ({s['known_answers']})"
 
-    return [["mean KLD vs CPU", *cells(kld)], ["same top token", *cells(top)],
+    return [["mean KLD vs CPU", *cells(kld)],
+            ["same top token", *cells(lambda s: "-" if s["same_top"] is None else f"{s['same_top']:.1f} %")],
             ["known answers", *cells(answers)],
-            ["CPU perplexity", *cells(lambda s, _n: "-" if s["cpu_ppl"] is None else f"{s['cpu_ppl']:.4f}")]]
+            ["CPU perplexity", *cells(lambda s: "-" if s["cpu_ppl"] is None else f"{s['cpu_ppl']:.4f}")]]
 
 
 def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig, *, gpu_layers: int,
