@@ -213,13 +213,9 @@ def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig,
                      env: Mapping[str, str], logs: Path) -> Numerics:
     """The smoke's numerics step on one bundle: its llama-perplexity on the CPU, then on the device llama-bench used
     (none: the GPU half is not checked), and the model's known answers."""
-    exe = ".exe" if host_os() == "windows" else ""
-    perplexity, completion = run.bundle / f"llama-perplexity{exe}", run.bundle / f"llama-completion{exe}"
-    target = Target(perplexity=perplexity if perplexity.is_file() else None,
-                    completion=completion if completion.is_file() else None, model=model.path,
-                    model_name=model.name, backend=run.backend,
-                    gpu_device="" if run.device and gpu_layers else None, device_description=run.device,
-                    gpu_layers=gpu_layers)
+    target = Target.of_bundle(run.bundle, platform=host_os(), model=model.path, model_name=model.name,
+                              backend=run.backend, gpu_device="" if run.device and gpu_layers else None,
+                              device_description=run.device, gpu_layers=gpu_layers)
     return run_numerics(config, target, cwd=run.bundle, env=env, logs=logs)
 
 

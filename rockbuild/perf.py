@@ -184,9 +184,6 @@ class PerfReport:
         return tuple((s, s.points[-1]) for s in self.series if s.points and s.points[-1].noisy(self.max_spread))
 
     def _numerics_table(self) -> str:
-        from io import StringIO
-
-        from rich.console import Console
         from rich.table import Table
 
         tags = self.releases[-6:]
@@ -199,9 +196,7 @@ class PerfReport:
             last = points[-1]
             table.add_row(job, last.model or "?", last.cpu_variant or "?",
                           *(_numerics_cell(by_tag.get(t)) for t in tags))
-        out = StringIO()
-        Console(file=out, width=200, force_terminal=False).print(table)
-        return out.getvalue().rstrip()
+        return _text(table)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -222,9 +217,6 @@ class PerfReport:
         }
 
     def render(self) -> str:
-        from io import StringIO
-
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"{self.repo}: GPU llama-bench over {len(self.releases)} release(s) (t/s)",
@@ -242,9 +234,7 @@ class PerfReport:
                 change = f"{change} noisy".strip()
             table.add_row(s.job, s.test, s.points[-1].gpu or "?", s.sparkline(),
                           *(f"{by_tag[t]:.1f}" if t in by_tag else "-" for t in self.releases[-6:]), change)
-        out = StringIO()
-        Console(file=out, width=200, force_terminal=False).print(table)
-        lines = [out.getvalue().rstrip()]
+        lines = [_text(table)]
         if not self.series:
             lines.append("no release carries GPU smoke figures yet (jobs[].gpu_smoke.bench in manifest.json)")
         lines.extend(f"drop: {d.render()}" for d in self.drops)
@@ -256,6 +246,17 @@ class PerfReport:
         if self.alert:
             lines.append(f"alert: {self.alert}")
         return "\n".join(lines)
+
+
+def _text(table: Any) -> str:
+    """A rich table as plain text, 200 columns wide."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    Console(file=out, width=200, force_terminal=False).print(table)
+    return out.getvalue().rstrip()
 
 
 def _numerics_cell(p: NumericsPoint | None) -> str:

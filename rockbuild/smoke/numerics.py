@@ -223,6 +223,18 @@ class Target:
     gpu_layers: int = 99
     seed: int = 42
 
+    @classmethod
+    def of_bundle(cls, bundle: Path, *, platform: str, model: Path, model_name: str, backend: str,
+                  gpu_device: str | None, device_description: str = "", gpu_layers: int = 99,
+                  seed: int = 42) -> Target:
+        """The bundle's own llama-perplexity and llama-completion (None where it lacks one) on ``model``."""
+        suffix = ".exe" if platform == "windows" else ""
+        perplexity, completion = bundle / f"llama-perplexity{suffix}", bundle / f"llama-completion{suffix}"
+        return cls(perplexity=perplexity if perplexity.is_file() else None,
+                   completion=completion if completion.is_file() else None, model=model, model_name=model_name,
+                   backend=backend, gpu_device=gpu_device, device_description=device_description,
+                   gpu_layers=gpu_layers, seed=seed)
+
 
 @dataclass(frozen=True)
 class Numerics:

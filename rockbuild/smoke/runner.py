@@ -505,11 +505,9 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
     start = time.monotonic()
     folder = logs / "numerics"
     perplexity = _exe(bundle, "llama-perplexity", platform)
-    completion = _exe(bundle, "llama-completion", platform)
-    target = Target(perplexity=perplexity if perplexity.is_file() else None,
-                    completion=completion if completion.is_file() else None, model=model.path, model_name=model.name,
-                    backend=backend, gpu_device=gpu_device, device_description=device_description,
-                    gpu_layers=options.gpu_layers, seed=options.seed)
+    target = Target.of_bundle(bundle, platform=platform, model=model.path, model_name=model.name, backend=backend,
+                              gpu_device=gpu_device, device_description=device_description,
+                              gpu_layers=options.gpu_layers, seed=options.seed)
     result = run_numerics(options.numerics, target, cwd=bundle, env=env, logs=folder)
     failure = None
     if result.failures:
