@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -29,7 +30,7 @@ INHERITED = (
     "LOCALAPPDATA", "APPDATA", "USERPROFILE", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
     "CCACHE_DIR", "CCACHE_MAXSIZE", "CCACHE_BASEDIR", "SOURCE_DATE_EPOCH", "CI", "GITHUB_ACTIONS",
 )
-INHERITED_PREFIXES = ("LC_",)
+INHERITED_PREFIXES = ("LC_", "WINE")  # WINEPREFIX, WINEDEBUG...: a Windows program run under wine
 # Never handed to a child, whoever asks: the build and smoke steps need none of them.
 SECRET_NAMES = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ACTIONS_RUNTIME_TOKEN",
                           "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "NPM_TOKEN", "PYPI_TOKEN", "TWINE_PASSWORD"})
@@ -92,6 +93,27 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+# Debian's wine64 package puts wine64 on PATH (sid, 10.0) or only under /usr/lib/wine (Debian 12, 8.0)
+WINE_PROGRAMS = ("wine", "wine64")
+WINE_FALLBACK = Path("/usr/lib/wine/wine64")
+
+
+def launch_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """How this machine runs ``argv``: as it is, or, for a Windows program (``.exe``) on a machine that is not
+    Windows, under wine (the end-to-end test of a Windows bundle, docs/e2e.md). A ProcessError when wine is missing."""
+    argv = list(argv)
+    if os.name == "nt" or not argv or not argv[0].lower().endswith(".exe"):
+        return argv
+    path = env.get("PATH", "")
+    wine = next((found for name in WINE_PROGRAMS if (found := shutil.which(name, path=path))), None)
+    if wine is None and os.access(WINE_FALLBACK, os.X_OK):
+        wine = str(WINE_FALLBACK)
+    if wine is None:
+        raise ProcessError(f"{Path(argv[0]).name} is a Windows program: on this machine it runs only under wine, "
+                           "which is not installed (apt install wine64)", returncode=None)
+    return [wine, *argv]
+
+
 def run(
     args: Sequence[str | os.PathLike[str]],
     *,
@@ -115,9 +137,9 @@ def run(
     line is passed to ``on_line`` (progress parsing). A timeout kills the whole process group. With ``check``, a
     non-zero exit or a timeout raises :class:`ProcessError` carrying the last ``tail_lines`` lines and the log path.
     """
-    argv = [str(a) for a in args]
     environment = dict(env) if env is not None else child_env()
     environment = {k: v for k, v in environment.items() if not is_secret(k)}
+    argv = launch_command([str(a) for a in args], environment)
     environment.update(secrets or {})
     start = time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
@@ -191,10 +213,11 @@ def spawn(
     """Start a long-lived child (a server) in its own process group, output to ``log``; stop it with :func:`stop`."""
     environment = dict(env) if env is not None else child_env()
     environment = {k: v for k, v in environment.items() if not is_secret(k)}
+    argv = launch_command([str(a) for a in args], environment)
     log_fh = open(log, "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
-            [str(a) for a in args], cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=log_fh,
+            argv, cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=log_fh,
             stderr=subprocess.STDOUT, start_new_session=(os.name == "posix"),
         )
     finally:

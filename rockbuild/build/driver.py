@@ -46,6 +46,7 @@ from .cmake import (
     targets_command,
     tree_variables,
 )
+from .cross import CrossToolchain, cross_spec, provide_cross
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 from .webui import WebUi, WebUiOptions, provide_web_ui
 
@@ -97,6 +98,7 @@ class BuildOptions:
     ccache_dir: Path | None = None  # default <cache>/ccache
     cache: Path | None = None  # default: the context's cache
     vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
+    cross: str | None = None  # a cross toolchain (rockbuild.build.cross: mingw-w64) for a job of another OS
     web_ui: bool = True  # --no-web-ui: llama-server without its chat page
     web_ui_dist: Path | None = None  # --web-ui DIR: a dist built once for every build leg (rockbuild webui)
     configure_timeout: float = 1800.0
@@ -273,6 +275,7 @@ class BuildResult:
     binaries: tuple[Mapping[str, Any], ...] = ()
     error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
     web_ui: WebUi | None = None  # llama-server's chat page (rockbuild.build.webui)
+    cross: CrossToolchain | None = None  # the cross toolchain of a build for another OS (--cross)
 
     @property
     def build_json(self) -> Path:
@@ -304,6 +307,7 @@ class BuildResult:
             "configure_skipped": self.configure_skipped,
             "warnings": list(self.warnings),
             "web_ui": self.web_ui.to_dict() if self.web_ui is not None else None,
+            "cross": self.cross.to_dict() if self.cross is not None else None,
             "durations": dict(self.durations),
             "ccache": dict(self.ccache) if self.ccache is not None else None,
             "ninja": dict(self.ninja) if self.ninja is not None else None,
@@ -393,10 +397,11 @@ def _configure_fingerprint(command: list[str], env: Mapping[str, str], variables
     return {"command": command, "env": {k: env[k] for k in keys if k in env}}
 
 
-def job_label(job: Job) -> str:
-    """What a job builds, for log lines: its gfx targets, or its backend (with the host's compiler)."""
+def job_label(job: Job, cross: str | None = None) -> str:
+    """What a job builds, for log lines: its gfx targets, or its backend (with the host's compiler, or ``cross``)."""
     backend = get_backend(job.backend)
-    return ", ".join(job.targets) if backend.per_target else f"{backend.label}, host compiler"
+    compiler = f"{cross} cross compiler" if cross else "host compiler"
+    return ", ".join(job.targets) if backend.per_target else f"{backend.label}, {compiler}"
 
 
 def _list_binaries(build_dir: Path, job_dir: Path, files: list[str], windows: bool) -> list[dict[str, Any]]:
@@ -526,8 +531,9 @@ def _web_ui_step(b: _Build) -> None:
 def _configure_step(b: _Build) -> None:
     job, options, backend, build_dir, log = b.job, b.options, b.backend, b.build_dir, b.log
     assert b.source is not None
-    with console.step(f"configure ({job_label(job)})"):
-        msvc = capture_msvc_environment(b.job_dir, vcvars=options.vcvars, log=log) if b.windows else None
+    with console.step(f"configure ({job_label(job, options.cross)})"):
+        native_windows = b.windows and options.cross is None
+        msvc = capture_msvc_environment(b.job_dir, vcvars=options.vcvars, log=log) if native_windows else None
         cache = options.cache or options.context.cache
 
         def environment(ccache_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
@@ -551,9 +557,17 @@ def _configure_step(b: _Build) -> None:
             tools["ccache"] = first_line([b.ccache, "--version"], env)
         compilers, own_tools = backend.compilers(job, b.toolchain, env)
         tools.update(own_tools)
+        cross_definitions: list[tuple[str, str]] = []
+        if options.cross is not None:
+            cross = provide_cross(options.cross, job.os, b.job_dir, env)
+            compilers = dict(cross.compilers)
+            cross_definitions = cross.definitions()
+            b.recorded["cross"] = cross
+            console.info(f"    cross toolchain {cross.name}: {compilers.get('cxx')}")
         checked = check_definitions(
-            backend.cmake_definitions(job, b.toolchain, offline=options.offline,
-                                      build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),
+            [*backend.cmake_definitions(job, b.toolchain, offline=options.offline,
+                                        build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),
+             *cross_definitions],
             tree_variables(b.source.path), extra=[name for name, _ in job.cmake])
         definitions = list(checked.definitions)
         if checked.dropped:
@@ -660,8 +674,11 @@ BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
 
 def build_job(job: Job, options: BuildOptions) -> BuildResult:
     """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
-    if job.os != options.context.host_os:
-        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
+    if options.cross is not None:
+        cross_spec(options.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
+    elif job.os != options.context.host_os:
+        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine"
+                         + (" (or cross-build it: --cross mingw-w64)" if job.os == "windows" else ""))
     started, start = _now(), time.monotonic()
     job_dir = Path(options.out_dir).absolute() / job.id
     b = _Build(job, options, get_backend(job.backend), job_dir, job_dir / "build", job_dir / "build.log")

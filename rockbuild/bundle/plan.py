@@ -292,12 +292,14 @@ def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPo
     return closure, skipped
 
 
-def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
-    """The closure of every .exe/.dll in ``build_bin`` plus the policy's LoadLibrary extras."""
+def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy,
+                    library_dirs: Sequence[Path] = ()) -> tuple[Closure, list[Path]]:
+    """The closure of every .exe/.dll in ``build_bin`` plus the policy's LoadLibrary extras; DLLs are looked for in
+    the ROCm root's DLL folders, then in ``library_dirs`` (a cross toolchain's runtime: libstdc++-6.dll)."""
     roots, skipped = pe_bin_roots(build_bin)
     if not roots:
         raise BundleError(f"{build_bin} holds no .exe or .dll; did the build finish?")
-    resolver = PeResolver.for_host(layout.library_dirs if layout else (), policy)
+    resolver = PeResolver.for_host([*(layout.library_dirs if layout else ()), *library_dirs], policy)
 
     def extra_files(extra: Extra, closure: Closure, shipped: set[str]) -> tuple[bool, list[Any]]:
         found = find_extra_dlls(extra.names, resolver)
@@ -344,6 +346,7 @@ class BundleRequest:
     targets: tuple[str, ...] = ()
     backend: str = DEFAULT
     platform: str | None = None  # the OS of a bundle without a ROCm root to tell it (default: this machine's)
+    library_dirs: tuple[Path, ...] = ()  # Windows: where a cross toolchain's runtime DLLs are (build.json's cross)
     strip: bool = False
     prune_fatbin: bool | None = None  # None: prune when the ROCm root has the tools to prove it
     dry_run: bool = False
@@ -418,7 +421,7 @@ def make_plan(request: BundleRequest) -> BundlePlan:
     platform = flavour.bundle_platform(layout, targets, request.platform)
     platform_policy = policy.for_platform(platform)
     if platform == "windows":
-        closure, skipped = windows_closure(build_bin, layout, platform_policy)
+        closure, skipped = windows_closure(build_bin, layout, platform_policy, request.library_dirs)
     else:
         closure, skipped = linux_closure(build_bin, layout, platform_policy)
     errors: list[str] = []

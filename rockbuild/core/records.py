@@ -338,6 +338,17 @@ class BuildPaths(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CrossRecord(Record):
+    """build.json's ``cross`` (rockbuild.build.cross.CrossToolchain): a build for another OS than the machine's."""
+
+    name: str
+    system: str | None = None
+    toolchain_file: str | None = None
+    compilers: Mapping[str, str] = field(default_factory=dict)
+    runtime_dirs: tuple[str, ...] = ()  # where the toolchain's runtime DLLs are: the bundle's closure searches them
+
+
+@dataclass(frozen=True, kw_only=True)
 class WebUiRecord(Record):
     """build.json's ``web_ui`` (rockbuild.build.webui.WebUi) and, its paths left out, manifest.json's: whether
     llama-server embeds its chat page (status built | cached | prebuilt) or not (none, and the reason)."""
@@ -393,6 +404,7 @@ class BuildRecord(Record):
     configure_skipped: bool = False
     warnings: tuple[str, ...] = ()
     web_ui: WebUiRecord | None = None  # absent in files from before the web UI step
+    cross: CrossRecord | None = None  # a cross build (--cross mingw-w64); absent in a native build's older files
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
     ninja: Mapping[str, Any] | None = None

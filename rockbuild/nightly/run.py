@@ -371,9 +371,12 @@ class _JobRun:
             shutil.rmtree(folder.bundle_dir, ignore_errors=True)
             folder.bundle_log.unlink(missing_ok=True)
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
+                built = folder.build()
+                cross = built.cross if built is not None else None
                 bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
                                              policy=self.options.data.policy, quiet=self.options.quiet,
-                                             prune_fatbin=self.options.compile.prune_fatbin))
+                                             prune_fatbin=self.options.compile.prune_fatbin,
+                                             library_dirs=tuple(Path(d) for d in cross.runtime_dirs) if cross else ()))
 
         def failed(exc: RockbuildError) -> None:
             folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")

@@ -60,6 +60,6 @@ def build_and_bundle(
         with step(f"bundle ({', '.join(job.targets) or job.backend})"):
             request = BundleRequest.for_job(job, result.build_dir / "bin", Path(rocm_root) if rocm_root else None,
                                             result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
-                                            quiet=quiet)
+                                            quiet=quiet, library_dirs=result.cross.runtime_dirs if result.cross else ())
             bundled = bundle(request)
     return Built(job, result, bundled)

@@ -21,7 +21,7 @@ _ROCM_PATH_ENTRY = re.compile(r"rocm|therock|[\\/]hip[\\/]|amdgpu", re.I)
 
 
 _ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH", "HIP_DEVICE_LIB_PATH", "HSA_PATH", "LD_LIBRARY_PATH",
-                   "LD_PRELOAD", "DYLD_LIBRARY_PATH")
+                   "LD_PRELOAD", "DYLD_LIBRARY_PATH", "WINEPATH")  # WINEPATH: wine's DLL search path, its PATH
 
 
 # Device selection the user set on purpose passes through (lavapipe is only used with GGML_VK_VISIBLE_DEVICES set;

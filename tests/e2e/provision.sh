@@ -5,14 +5,17 @@
 #   $ROCKBUILD_E2E/vulkan-root Debian sid minbase + glslc, Vulkan headers, g++ (the Vulkan flavour's build root)
 #   $ROCKBUILD_E2E/lavapipe-root Debian sid minbase + the Vulkan loader and Mesa's lavapipe, no ROCm, no compiler
 #                              (a host with a Vulkan driver: runs Vulkan bundles, and ROCm bundles on the CPU)
+#   $ROCKBUILD_E2E/mingw-root  Debian sid minbase + mingw-w64 (posix threads), cmake, ninja (the Windows cross build root)
+#   $ROCKBUILD_E2E/wine-root   Debian sid minbase + wine64 and python3, no compiler, no mingw runtime (a Windows host:
+#                              runs Windows bundles under wine)
 #   $ROCKBUILD_E2E/../src/     the llama.cpp source the e2e test pins (llama-cpp-python sdist)
 # Each item is made once: a finished item leaves a stamp file, and a second run only reports what it finds.
 # Roots are built under "<name>.partial" and renamed when complete, so "<name>" never exists half-made.
 # Needs root (debootstrap, chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
 # ROCKBUILD_E2E_MIRROR (default: the first Debian mirror in the host's apt sources), ROCKBUILD_SRC
 # (default /var/cache/rockbuild/src).
-#   provision.sh [rocm|vulkan|all]   rocm: rocm-root, clean-root, source; vulkan: vulkan-root, lavapipe-root, source;
-#                                    all (default): everything
+#   provision.sh [rocm|vulkan|windows|all]   rocm: rocm-root, clean-root, source; vulkan: vulkan-root, lavapipe-root,
+#                                    source; windows: mingw-root, wine-root, source; all (default): everything
 set -euo pipefail
 
 E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
@@ -21,6 +24,8 @@ ROCM=$E2E/rocm-root
 CLEAN=$E2E/clean-root
 VULKAN=$E2E/vulkan-root
 LAVAPIPE=$E2E/lavapipe-root
+MINGW=$E2E/mingw-root
+WINE=$E2E/wine-root
 WHAT=${1:-all}
 
 # Only ROCm comes from experimental: `-t experimental` would also upgrade glibc, perl, openssl, cmake (proving-it-here.md §2).
@@ -33,6 +38,11 @@ TOOL_PACKAGES=(cmake ninja-build ccache git python3 python3-venv patchelf file b
 VULKAN_BUILD_PACKAGES=(glslc libvulkan-dev spirv-headers g++ libssl-dev)
 # What a user's host has: the loader and a driver (lavapipe, a Vulkan device on the CPU), plus python3 to run rockbuild.
 LAVAPIPE_PACKAGES=(libvulkan1 mesa-vulkan-drivers vulkan-tools python3 python3-venv ca-certificates)
+# The Windows cross build (issue 29): sid's mingw-w64 (Debian 12's is too old for llama.cpp: no
+# THREAD_POWER_THROTTLING_STATE), the -posix compilers (std::thread needs winpthreads)
+MINGW_PACKAGES=(g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix binutils-mingw-w64-x86-64)
+# A Windows host as wine gives one: no mingw runtime DLLs anywhere wine could find them, so the bundle must carry its own
+WINE_PACKAGES=(wine64 python3 python3-venv ca-certificates)
 
 LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
 LLAMA_SDIST_REQ=llama-cpp-python==0.3.36
@@ -207,20 +217,25 @@ provision_llama_source() {
 }
 
 case $WHAT in
-    rocm | vulkan | all) ;;
-    *) die "unknown argument $WHAT (rocm, vulkan, all)" ;;
+    rocm | vulkan | windows | all) ;;
+    *) die "unknown argument $WHAT (rocm, vulkan, windows, all)" ;;
 esac
 log "E2E=$E2E SRC=$SRC mirror=$MIRROR ($WHAT)"
 ensure_debootstrap
-if [[ $WHAT != vulkan ]]; then
+if [[ $WHAT == rocm || $WHAT == all ]]; then
     provision_root rocm-root "$ROCM" /usr/bin/hipconfig rocm_installer
     provision_root clean-root "$CLEAN" /bin/sh none
 fi
-if [[ $WHAT != rocm ]]; then
+if [[ $WHAT == vulkan || $WHAT == all ]]; then
     provision_root vulkan-root "$VULKAN" /usr/bin/glslc packages_installer \
         "${VULKAN_BUILD_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
     provision_root lavapipe-root "$LAVAPIPE" /usr/share/vulkan/icd.d/lvp_icd.json packages_installer \
         "${LAVAPIPE_PACKAGES[@]}"
+fi
+if [[ $WHAT == windows || $WHAT == all ]]; then
+    provision_root mingw-root "$MINGW" /usr/bin/x86_64-w64-mingw32-g++-posix packages_installer \
+        "${MINGW_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
+    provision_root wine-root "$WINE" /usr/bin/wine64 packages_installer "${WINE_PACKAGES[@]}"
 fi
 provision_llama_source
 log "ready in ${SECONDS} s ($WHAT) under $E2E, source $SRC/$LLAMA_SDIST"

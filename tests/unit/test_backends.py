@@ -45,13 +45,13 @@ def a_job(backend: str, os_name: str = "linux", **changes) -> Job:
 
 def test_the_shipped_backends_are_the_modules_of_the_package_default_first():
     assert DEFAULT == "rocm"
-    assert BACKENDS == ("rocm", "vulkan") == names()
-    assert [b.name for b in all_backends()] == ["rocm", "vulkan"]
+    assert BACKENDS == ("rocm", "cpu", "vulkan") == names()
+    assert [b.name for b in all_backends()] == ["rocm", "cpu", "vulkan"]
     assert get_backend("vulkan") is get_backend("vulkan")  # one object per backend
 
 
 def test_an_unknown_backend_is_a_config_error_with_a_suggestion():
-    with pytest.raises(ConfigError, match=r"unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, vulkan"):
+    with pytest.raises(ConfigError, match=r"unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, cpu, vulkan"):
         get_backend("vulcan")
 
 
@@ -73,7 +73,7 @@ def test_listing_the_backends_imports_none_of_them():
             "'rockbuild.build.cmake' in sys.modules); b.get_backend('vulkan'); "
             "print(sorted(m for m in sys.modules if m.startswith('rockbuild.backends.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == ["('rocm', 'vulkan') [] False", "['rockbuild.backends.vulkan']"]
+    assert out == ["('rocm', 'cpu', 'vulkan') [] False", "['rockbuild.backends.vulkan']"]
 
 
 def test_register_refuses_a_shipped_name():
@@ -187,14 +187,14 @@ def test_a_bundle_tells_its_backend_by_bundle_json_else_by_its_ggml_library():
 class CpuBackend:
     """llama.cpp's CPU backend alone: no ROCm, no GPU, one job per OS, built with the host's compiler."""
 
-    name = "cpu"
-    label = "CPU"
+    name = "blas"
+    label = "BLAS"
     needs_rocm = False
     per_target = False
-    ggml_libraries: tuple[str, ...] = ()  # libggml-cpu ships in every bundle: only bundle.json tells a CPU one
+    ggml_libraries: tuple[str, ...] = ()  # libggml-blas ships in every bundle: only bundle.json tells a CPU one
 
     def job_fields(self, os_name, target, families, origin):
-        return {"id": f"{os_name}-cpu", "name": "cpu", "family": "", "group": "", "legacy_groups": (), "targets": ()}
+        return {"id": f"{os_name}-blas", "name": "blas", "family": "", "group": "", "legacy_groups": (), "targets": ()}
 
     def toolchain(self, job, layout):
         return None
@@ -231,14 +231,14 @@ class CpuBackend:
         words = VerdictWords(gpu="gpu: none", partial="gpu: none", cpu="gpu: none (a CPU build)",
                              partial_lacks="a GPU", weights_on="the CPU")
         host = max((sum(b.mib for b in load.buffers) for load in with_buffers), default=0.0)
-        return judge(words, loads, with_buffers, "cpu" if with_buffers else "unknown", expect_gpu=expect_gpu,
+        return judge(words, loads, with_buffers, "blas" if with_buffers else "unknown", expect_gpu=expect_gpu,
                      texts=texts, gpu_mib=0.0, host_mib=host, notes=())
 
     def in_logs(self, loads):
         return False
 
     def asset_template(self, template):
-        return template.replace("rocm-{name}", "cpu").replace("{name}", "cpu")
+        return template.replace("rocm-{name}", "blas").replace("{name}", "blas")
 
     def release_isas(self, isas):
         return ["x86-64 (AVX2)"]
@@ -251,7 +251,7 @@ class CpuBackend:
 def cpu():
     backend: Backend = register(CpuBackend())
     yield backend
-    unregister("cpu")
+    unregister("blas")
     assert names() == BACKENDS
 
 
@@ -259,41 +259,41 @@ def test_a_third_backend_expands_in_the_matrix(cpu, tmp_path):
     from rockbuild.core.jobs import load_families
     from rockbuild.matrix import github_matrix, load_matrix
 
-    assert names() == ("rocm", "vulkan", "cpu") and get_backend("cpu") is cpu
+    assert names() == ("rocm", "cpu", "vulkan", "blas") and get_backend("blas") is cpu
     families = load_families()
     path = write(tmp_path / "m.yaml", """
         matrix:
           os: [linux]
           target: [gfx1151]
-          backend: [cpu, rocm]
+          backend: [blas, rocm]
           include:
-            - {os: windows, backend: cpu, required: false}
+            - {os: windows, backend: blas, required: false}
     """)
     jobs = load_matrix(path, families)
-    assert [j.id for j in jobs] == ["linux-gfx1151", "linux-cpu", "windows-cpu"]
+    assert [j.id for j in jobs] == ["linux-gfx1151", "linux-blas", "windows-blas"]
     windows = jobs[-1]
-    assert (windows.name, windows.targets, windows.group, windows.required) == ("cpu", (), "", False)
-    assert github_matrix(jobs)["include"][1]["backend"] == "cpu"
+    assert (windows.name, windows.targets, windows.group, windows.required) == ("blas", (), "", False)
+    assert github_matrix(jobs)["include"][1]["backend"] == "blas"
     # a per-OS backend is no per-target one, and a --target override asks for per-target jobs only
     assert [j.id for j in load_matrix(path, families, target_override=["gfx1151"])] == ["linux-gfx1151"]
     bad = write(tmp_path / "bad.yaml", """
         matrix:
           os: [linux]
-          backend: [cpu]
+          backend: [blas]
           include:
-            - {os: linux, backend: cpu, target: gfx1151}
+            - {os: linux, backend: blas, target: gfx1151}
     """)
-    with pytest.raises(ConfigError, match=r"bad\.yaml:5: a CPU job is one per OS, not per GPU target"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml:5: a BLAS job is one per OS, not per GPU target"):
         load_matrix(bad, families)
-    with pytest.raises(ConfigError, match=r"unknown backend 'cpx' \(did you mean cpu\?\); known: rocm, vulkan, cpu"):
-        load_matrix(write(tmp_path / "typo.yaml", "matrix: {os: [linux], backend: [cpx]}\n"), families)
+    with pytest.raises(ConfigError, match=r"unknown backend 'blsa' \(did you mean blas\?\); known: rocm, cpu, vulkan, blas"):
+        load_matrix(write(tmp_path / "typo.yaml", "matrix: {os: [linux], backend: [blsa]}\n"), families)
 
 
 def test_a_third_backend_has_its_own_cmake_definitions(cpu):
     from rockbuild.build.driver import job_label
 
-    job = a_job("cpu", cmake=(("MY_EXTRA", "x"),))
-    assert job_label(job) == "CPU, host compiler"
+    job = a_job("blas", cmake=(("MY_EXTRA", "x"),))
+    assert job_label(job) == "BLAS, host compiler"
     defs = cpu.cmake_definitions(job, None, offline=True, build_info={"LLAMA_BUILD_NUMBER": "7"}, ccache=False)
     names_ = [n for n, _ in defs]
     assert names_[:2] == ["CMAKE_BUILD_TYPE", "BUILD_SHARED_LIBS"] and names_[-1] == "MY_EXTRA"
@@ -303,7 +303,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
     assert len(defs) == len(SEED_DEFINITIONS) - 2 + 4  # minus the HIP switches; OpenSSL, ccache, build, extra
     assert "-DMY_EXTRA=x" in configure_command("/src", "/b", defs)
     with pytest.raises(ConfigError, match="the job's cmake option GGML_VULKAN is set by rockbuild for a CPU job"):
-        cpu.cmake_definitions(a_job("cpu", cmake=(("GGML_VULKAN", "ON"),)), None, offline=False, build_info={},
+        cpu.cmake_definitions(a_job("blas", cmake=(("GGML_VULKAN", "ON"),)), None, offline=False, build_info={},
                               ccache=False)
 
 
@@ -312,13 +312,13 @@ def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, 
     from rockbuild.bundle.plan import BundleRequest
     from rockbuild.nightly.resolve import Inputs, LlamaInput
 
-    job = a_job("cpu")
+    job = a_job("blas")
     inputs = Inputs(llama=LlamaInput("master", "0" * 40, "1", "url"), rocm={}, jobs=(job,), job_rocm={job.id: None})
     assert inputs.rocm_for(job.id) is None and len(inputs.job_fingerprint(job.id)) == 16
-    assert Inputs.from_dict(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "cpu"
-    with pytest.raises(UsageError, match="a CPU bundle takes no --rocm and no --targets"):
-        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="cpu", policy=load_policy())
-    assert bundle_backend(["libggml-cpu.so"], {"backend": "cpu"}, "linux") == "cpu"
+    assert Inputs.from_dict(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "blas"
+    with pytest.raises(UsageError, match="a BLAS bundle takes no --rocm and no --targets"):
+        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="blas", policy=load_policy())
+    assert bundle_backend(["libggml-blas.so"], {"backend": "blas"}, "linux") == "blas"
 
 
 def test_a_third_backend_names_its_assets_and_install_finds_them(cpu):
@@ -329,20 +329,20 @@ def test_a_third_backend_names_its_assets_and_install_finds_them(cpu):
     from rockbuild.publish.release import asset_base
 
     config = load_publish_config()
-    record = BuiltJob(dir=Path("."), id="linux-cpu", os="linux", name="cpu", targets=(), required=True, status="ok",
-                       backend="cpu")
-    assert asset_base(config, "b1234", record) == "llama-b1234-ubuntu-cpu-x64"
+    record = BuiltJob(dir=Path("."), id="linux-blas", os="linux", name="blas", targets=(), required=True, status="ok",
+                       backend="blas")
+    assert asset_base(config, "b1234", record) == "llama-b1234-ubuntu-blas-x64"
     row = job_row(record, [], config.os_words)
     assert (row["isas"], row["rocm_version"], row["rocm_date"]) == (["x86-64 (AVX2)"], "-", "no ROCm")
-    pattern = asset_name_pattern(config.asset_name, tag="b1234", os_word="ubuntu", backend="cpu")
+    pattern = asset_name_pattern(config.asset_name, tag="b1234", os_word="ubuntu", backend="blas")
     release = {"tag_name": "b1234", "assets": [
         {"name": f"llama-b1234-ubuntu-{kind}-x64.{suffix}", "browser_download_url": f"https://x/{kind}.{suffix}"}
-        for kind in ("rocm-gfx1151", "vulkan", "cpu") for suffix in ("zip", "tar.gz")]}
+        for kind in ("rocm-gfx1151", "vulkan", "blas") for suffix in ("zip", "tar.gz")]}
     assert [a["name"] for a in release["assets"] if pattern.fullmatch(a["name"])] == [
-        "llama-b1234-ubuntu-cpu-x64.zip", "llama-b1234-ubuntu-cpu-x64.tar.gz"]
-    chosen, warnings = choose_asset(release, None, target=None, os_name="linux", backend="cpu",
+        "llama-b1234-ubuntu-blas-x64.zip", "llama-b1234-ubuntu-blas-x64.tar.gz"]
+    chosen, warnings = choose_asset(release, None, target=None, os_name="linux", backend="blas",
                                     template=config.asset_name, os_words=config.os_words)
-    assert chosen.name == "llama-b1234-ubuntu-cpu-x64.tar.gz" and not warnings
+    assert chosen.name == "llama-b1234-ubuntu-blas-x64.tar.gz" and not warnings
 
 
 @pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc")
@@ -354,12 +354,12 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     from rockbuild.bundle.audit import audit_bundle
     from rockbuild.bundle.plan import BundleRequest, bundle
 
-    job = a_job("cpu", cmake=(("MY_EXTRA", "from-matrix"),))
+    job = a_job("blas", cmake=(("MY_EXTRA", "from-matrix"),))
     options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),
                            build_number="11312", commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
     result = build_job(job, options)
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
-    assert data["status"] == "ok" and data["job"]["backend"] == "cpu" and data["job"]["id"] == "linux-cpu"
+    assert data["status"] == "ok" and data["job"]["backend"] == "blas" and data["job"]["id"] == "linux-blas"
     assert data["rocm"] is None and data["toolchain"] is None and set(data["compilers"]) == {"c", "cxx"}
     assert list(data["environment"])[:1] == ["NINJA_STATUS"] and "ROCM_PATH" not in data["environment"]
     seen = read_seen(result.build_dir)
@@ -371,11 +371,11 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     out = tmp_path / "bundle"
     bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy(), quiet=True))
     assert bundled.audit is not None and bundled.audit.ok, bundled.audit.failures
-    assert "linux, CPU (no GPU targets)" in bundled.plan.render()
+    assert "linux, BLAS (no GPU targets)" in bundled.plan.render()
     meta = json.loads((out / "bundle.json").read_text(encoding="utf-8"))
-    assert (meta["backend"], meta["rocm"], meta["targets"], meta["audit"]["backend"]) == ("cpu", None, [], "cpu")
+    assert (meta["backend"], meta["rocm"], meta["targets"], meta["audit"]["backend"]) == ("blas", None, [], "blas")
     again = audit_bundle(out)  # from bundle.json alone
-    assert again.ok and again.backend == "cpu"
+    assert again.ok and again.backend == "blas"
     assert [c.name for c in again.checks] == ["no-symlinks", "file-formats", "programs", "architecture", "needed",
                                               "run-paths", "kpack-refs", "extras", "cpu-backends", "symbol-versions"]
     assert subprocess.run([out / "llama-cli"], env={}).returncode == 0

@@ -334,7 +334,7 @@ def test_overrides_keep_vulkan_for_os_but_drop_it_for_targets(write, families):
     ("text", "pattern"),
     [
         ("matrix: {os: [linux], target: [gfx1151], backend: [rocm, vulcan]}\n",
-         r"m\.yaml:1: unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, vulkan"),
+         r"m\.yaml:1: unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, cpu, vulkan"),
         ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: linux, backend: vulkan, target: gfx1151}\n",
          r"m\.yaml:5: a Vulkan job is one per OS, not per GPU target"),
         ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {backend: vulkan}\n", r"m\.yaml:5: .*lacks 'os'"),

