@@ -19,6 +19,8 @@ from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 from rockbuild.settings import Settings
 
+CROSS_TOOLCHAINS = ("mingw-w64",)  # rockbuild.build.cross.CROSS, named here so that --help imports no build code
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,13 +138,13 @@ MODEL = option_group(
                  help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
 )
 def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None,
-                   web_ui_dist: Path | None, no_web_ui: bool) -> CompileFlags:
+                   web_ui_dist: Path | None, no_web_ui: bool, cross: str | None) -> CompileFlags:
     if web_ui_dist is not None and no_web_ui:
         from rockbuild.core.errors import UsageError
 
         raise UsageError("give --web-ui DIR or --no-web-ui, not both")
     return CompileFlags(offline, ccache_dir, not no_ccache, prune_fatbin, web_ui=not no_web_ui,
-                        web_ui_dist=web_ui_dist)
+                        web_ui_dist=web_ui_dist, cross=cross)
 
 
 COMPILE = option_group(
@@ -160,6 +162,9 @@ COMPILE = option_group(
                  "with npm."),
     click.option("--no-web-ui", is_flag=True,
                  help="Build llama-server without its web UI (the chat page at /); build.json says so."),
+    click.option("--cross", type=click.Choice(CROSS_TOOLCHAINS), default=None,
+                 help="Cross-build a job of another OS with this toolchain (mingw-w64: a Windows job on Linux, run "
+                 "under wine by the smoke test; the end-to-end test's, docs/e2e.md)."),
 )
 POLICY = click.option("--policy", type=file(exists=True), default=None,
                       help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")

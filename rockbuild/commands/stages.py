@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from rockbuild.backends import BACKENDS, DEFAULT
-
-CROSS_TOOLCHAINS = ("mingw-w64",)  # rockbuild.build.cross.CROSS, named here so that --help imports no build code
 from rockbuild.commands.common import (
     COMPILE,
     CONTEXT,
@@ -159,15 +157,11 @@ def rocm_info(root: Path, as_json: bool) -> None:
               help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
 @click.option("--inputs", "inputs_file", type=file(), default=None,
               help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
-@click.option("--cross", type=click.Choice(CROSS_TOOLCHAINS), default=None,
-              help="Cross-build a job of another OS with this toolchain (mingw-w64: a Windows job on Linux, for the "
-              "end-to-end test under wine; docs/e2e.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout.")
 def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
-          compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, cross: str | None,
-          as_json: bool) -> None:
+          compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, as_json: bool) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
     from rockbuild.build.driver import BuildOptions
     from rockbuild.build.source import DEFAULT_GIT_URL
@@ -179,7 +173,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
         git_url=git_url or DEFAULT_GIT_URL, build_number=build_number, commit=commit, offline=compile_flags.offline,
         jobs=jobs, use_ccache=compile_flags.use_ccache, ccache_dir=compile_flags.ccache_dir, context=settings(),
         programs=settings().programs,
-        web_ui=compile_flags.web_ui, web_ui_dist=compile_flags.web_ui_dist, cross=cross,
+        web_ui=compile_flags.web_ui, web_ui_dist=compile_flags.web_ui_dist, cross=compile_flags.cross,
     )
     matrix = settings().but(matrix_file=config)
     inputs = load_inputs(inputs_file) if inputs_file is not None else None

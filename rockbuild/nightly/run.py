@@ -26,6 +26,7 @@ from typing import Any
 
 from rockbuild import __version__, console, matrix
 from rockbuild.archive import read_marker
+from rockbuild.build.cross import cross_spec
 from rockbuild.build.driver import BuildOptions, build_job
 from rockbuild.bundle.plan import BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
@@ -342,15 +343,17 @@ class _JobRun:
         options, inputs = self.options, self.inputs
         sha256 = self.tarball.sha256 if self.tarball else None
         web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
+        cross = (f"cross {options.compile.cross}",) if options.compile.cross else ()
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
-                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui)
+                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui,
+                                               *cross)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
                 out_dir=self.night.out, offline=options.compile.offline, jobs=options.compile_jobs,
                 use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
                 web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
-                programs=options.data.programs,
+                programs=options.data.programs, cross=options.compile.cross,
             ), inputs, self.root)
             try:
                 build_job(self.job, build_options)
@@ -624,7 +627,9 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     path = _inputs_file(options, inputs_file)
     inputs = load_inputs(path)
     job = inputs.job(job_id)
-    if job.os != options.context.host_os:
+    if options.compile.cross is not None:
+        cross_spec(options.compile.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
+    elif job.os != options.context.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     outcome = _run_guarded(job, Night(options, inputs))
     state = "built" if outcome.status == "ok" else "failed"

@@ -9,7 +9,10 @@
 #   tests/e2e/windows.sh smoke     in wine-root: rockbuild audit, then rockbuild smoke on the real SmolLM2-135M-Instruct
 #                                  (--model smollm2): llama-cli, llama-server (a served completion), llama-bench, the
 #                                  numerics and known answers, every .exe run under wine
-#   tests/e2e/windows.sh all       build, smoke
+#   tests/e2e/windows.sh install   rockbuild publish to the GitHub fake, then in wine-root rockbuild install of that
+#                                  Windows asset into the wine prefix (C:\\llama), doctor --bundle there, and a
+#                                  generation by the installed llama-completion.exe
+#   tests/e2e/windows.sh all       build, smoke, install
 #
 # Leaves $E2E/bench/windows-*.json. Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
 set -euo pipefail
@@ -130,6 +133,7 @@ smoke_windows() {
     start=$(date +%s.%N)
     in_host "$VENV/bin/rockbuild" smoke "$BUNDLE_IN_HOST" --model /models/SmolLM2-135M-Instruct.Q4_1.gguf \
         --report /tmp/smoke-windows.json --json > "$BENCH/windows-smoke.json"
+    cp "$HOST/tmp/smoke-windows.json" "$BENCH/windows-smoke-report.json"
     end=$(date +%s.%N)
     log "smoke passed in $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
     python3 - "$BENCH/windows-smoke.json" <<'PYEOF'
@@ -145,14 +149,60 @@ for key in ("cpu", "known_answers", "cross_backend"):
 PYEOF
 }
 
+SERVER_PID=""
+stop_fake() { [[ -z $SERVER_PID ]] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; }; }
+trap stop_fake EXIT
+
+json() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+# publish the smoked job folder to the GitHub fake (tests/e2e/github_fake.py on 127.0.0.1), then, in wine-root,
+# rockbuild install of the Windows asset into the wine prefix's C:, doctor --bundle against that prefix's Windows,
+# and a generation by the installed llama-completion.exe
+install_windows() {
+    local job_dir=$ROOT$OUT/$JOB_ID ready=$BENCH/windows-github.json
+    [[ -f $BENCH/windows-smoke-report.json ]] || die "no smoke report; run: $0 smoke"
+    cp "$BENCH/windows-smoke-report.json" "$job_dir/smoke.json"
+    rm -f "$ready"
+    "$REPO/.venv/bin/python" "$REPO/tests/e2e/github_fake.py" --ready "$ready" > "$BENCH/windows-github.log" 2>&1 &
+    SERVER_PID=$!
+    local i
+    for i in $(seq 100); do [[ -f $ready ]] && break; sleep 0.1; done
+    [[ -f $ready ]] || die "the GitHub fake did not start"
+    local api repo token
+    api=$(json "$ready" 'd["api_url"]'); repo=$(json "$ready" 'd["repo"]'); token=$(json "$ready" 'd["token"]')
+    log "rockbuild publish $JOB_ID to the GitHub fake ($api, $repo)"
+    chroot_env "$ROOT" GITHUB_TOKEN="$token" "$VENV/bin/rockbuild" publish "$OUT/$JOB_ID" --repo "$repo" \
+        --api-url "$api" --json > "$BENCH/windows-publish.json"
+    log "published: $(json "$BENCH/windows-publish.json" 'd.get("tag") or d')"
+    mount_host
+    local dest=$WINEPREFIX_IN_HOST/drive_c/llama
+    rm -rf "${HOST:?}$dest"
+    log "wine-root: rockbuild install --backend cpu --os windows --dest C:\\llama (in the wine prefix)"
+    in_host "$VENV/bin/rockbuild" install --repo "$repo" --api-url "$api" --tag latest --backend cpu --os windows \
+        --dest "$dest" --json > "$BENCH/windows-install.json"
+    log "installed: $(json "$BENCH/windows-install.json" 'd["asset"]["name"] + " (" + d["tag"] + "), audit ok: " + str(d["audit_ok"])')"
+    local rc=0
+    in_host "$VENV/bin/rockbuild" doctor --bundle "$dest" --windows-root "$WINEPREFIX_IN_HOST/drive_c/windows" \
+        --json > "$BENCH/windows-doctor.json" || rc=$?
+    log "doctor --bundle: exit $rc; $(json "$BENCH/windows-doctor.json" \
+        '"; ".join(f["severity"] + ": " + f["message"] for f in d["findings"] if f["topic"] not in ("gpu", "kfd", "dri"))')"
+    log "a generation by the installed llama-completion.exe, started from C:\\ (not its folder)"
+    chroot_env "$HOST" "${WINE_ENV[@]}" /bin/sh -c "cd $WINEPREFIX_IN_HOST/drive_c && wine64 $dest/llama-completion.exe \
+        -m /models/SmolLM2-135M-Instruct.Q4_1.gguf -p 'The capital of France is' -n 8 --temp 0 -no-cnv -t 2" \
+        > "$BENCH/windows-generation.txt" 2> "$BENCH/windows-generation.log"
+    log "generated: $(tr -d '\r' < "$BENCH/windows-generation.txt")"
+    grep -q "Paris" "$BENCH/windows-generation.txt" || die "the installed llama-completion.exe did not say Paris"
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
         build | cold) build_windows "$mode" ;;
         figures) figures ;;
         smoke) smoke_windows ;;
-        all) build_windows build; smoke_windows ;;
-        *) die "unknown mode $mode (build, cold, figures, smoke, all)" ;;
+        install) install_windows ;;
+        all) build_windows build; smoke_windows; install_windows ;;
+        *) die "unknown mode $mode (build, cold, figures, smoke, install, all)" ;;
     esac
     log "done in ${SECONDS} s"
 }

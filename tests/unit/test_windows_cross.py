@@ -17,7 +17,7 @@ from rockbuild.build.cross import CROSS, MINGW_W64, cross_spec, provide_cross, r
 from rockbuild.bundle.closure import SHIPS
 from rockbuild.bundle.plan import BundleRequest, bundle, make_plan
 from rockbuild.bundle.policy import load_policy
-from rockbuild.commands.stages import CROSS_TOOLCHAINS
+from rockbuild.commands.common import CROSS_TOOLCHAINS
 from rockbuild.core.errors import BuildError, ProcessError, UsageError
 from rockbuild.process import launch_command, run
 
@@ -169,3 +169,23 @@ def test_the_bundle_runs_under_wine_from_its_own_folder(cross_tree, tmp_path):
     os.remove(out / "libruntime-1.dll")  # what the bundle would be without the toolchain's runtime
     missing = run([out / "app.exe"], env=env, cwd=tmp_path, check=False, timeout=300)
     assert missing.returncode != 0
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a Linux host's view")
+def test_the_cli_refuses_a_cross_build_for_the_wrong_os_or_a_windows_job_without_one(run_rockbuild, tmp_path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("matrix:\n  os: [linux, windows]\n  backend: [cpu]\n", encoding="utf-8")
+    tree = tmp_path / "llama.cpp"
+    (tree / "tools" / "cli").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text("project(llama)\n", encoding="utf-8")
+    wrong = run_rockbuild("build", "--job", "linux-cpu", "-c", str(matrix), "--cross", "mingw-w64", "--source",
+                          str(tree), "--out", str(tmp_path / "out"))
+    assert wrong.returncode == 2, wrong.stderr
+    assert wrong.stderr.strip().splitlines()[0] == ("error: --cross mingw-w64 builds for windows, not for this linux "
+                                                   "job")
+    native = run_rockbuild("build", "--job", "windows-cpu", "-c", str(matrix), "--source", str(tree),
+                           "--out", str(tmp_path / "out"))
+    assert native.returncode == 2, native.stderr
+    assert native.stderr.strip().splitlines()[0] == ("error: job windows-cpu builds for windows; run it on a windows "
+                                                    "machine (or cross-build it: --cross mingw-w64)")
+    assert "Traceback" not in wrong.stderr + native.stderr
