@@ -28,7 +28,7 @@ from rockbuild.process import log_tail, run
 from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, run_numerics
 from rockbuild.smoke.parse import BenchResult, parse_bench_json
-from rockbuild.smoke.probe import smoke_env
+from rockbuild.smoke.probe import bundle_program, smoke_env
 from rockbuild.smoke.runner import locate_bundle
 
 SCHEMA = 1
@@ -220,7 +220,7 @@ def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig,
 
 
 def bench_exe(bundle: Path) -> Path:
-    return bundle / ("llama-bench.exe" if host_os() == "windows" else "llama-bench")
+    return bundle_program(bundle, "llama-bench")
 
 
 def _labels(bundles: Sequence[Path]) -> list[str]:

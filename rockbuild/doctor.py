@@ -25,7 +25,7 @@ from typing import Any
 
 from rockbuild.backends import get_backend
 from rockbuild.bundle.audit import audit_bundle
-from rockbuild.core.environment import WindowsHost, environment, host_os
+from rockbuild.core.environment import WindowsHost, environment
 from rockbuild.core.errors import RockbuildError
 from rockbuild.core.jobs import MIX, FamilyTable, load_families
 from rockbuild.core.vocabulary import Finding, Gpu
@@ -42,7 +42,7 @@ from rockbuild.smoke.parse import (
     parse_backend_loads,
     parse_bench_json,
 )
-from rockbuild.smoke.probe import run_program, smoke_env
+from rockbuild.smoke.probe import bundle_program, run_program, smoke_env
 
 from .dllsearch import outside_shadows, resolve_bundle_dlls
 
@@ -419,7 +419,7 @@ def check_cpu_variants(bundle: Path, *, model: Path | None = None, env: Mapping[
                                 f"to bring one back: mv {disabled_dir}/FILE {bundle}/"))
     if not shipped:
         return findings, info  # a CPU backend linked in (the audit says so) or a bundle of another kind
-    exe = bundle / ("llama-bench.exe" if host_os() == "windows" else "llama-bench")
+    exe = bundle_program(bundle, "llama-bench")
     if not exe.is_file():
         findings.append(Finding("info", "cpu", f"{bundle} has no {exe.name} to run here: which of its "
                                 f"{len(shipped)} CPU variants this CPU gets was not checked", ""))

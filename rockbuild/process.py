@@ -98,16 +98,29 @@ WINE_PROGRAMS = ("wine", "wine64")
 WINE_FALLBACK = Path("/usr/lib/wine/wine64")
 
 
+# wine ends a program that died of an exception with the NTSTATUS cut to 8 bits (0xC000001D: 29), which says nothing
+# alone; its "wine: Unhandled <what> at address" line says which, and the run gets back the status Windows reports
+WINE_UNHANDLED = re.compile(r"^wine: Unhandled (illegal instruction|page fault|stack overflow|privileged instruction)")
+WINE_STATUS = {"illegal instruction": 0xC000001D, "page fault": 0xC0000005, "stack overflow": 0xC00000FD,
+               "privileged instruction": 0xC0000096}
+
+
+def find_wine(env: Mapping[str, str]) -> str | None:
+    """wine on ``env``'s PATH (or where Debian 12 keeps it), or None."""
+    path = env.get("PATH", "")
+    wine = next((found for name in WINE_PROGRAMS if (found := shutil.which(name, path=path))), None)
+    if wine is None and os.access(WINE_FALLBACK, os.X_OK):
+        wine = str(WINE_FALLBACK)
+    return wine
+
+
 def launch_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """How this machine runs ``argv``: as it is, or, for a Windows program (``.exe``) on a machine that is not
     Windows, under wine (the end-to-end test of a Windows bundle, docs/e2e.md). A ProcessError when wine is missing."""
     argv = list(argv)
     if os.name == "nt" or not argv or not argv[0].lower().endswith(".exe"):
         return argv
-    path = env.get("PATH", "")
-    wine = next((found for name in WINE_PROGRAMS if (found := shutil.which(name, path=path))), None)
-    if wine is None and os.access(WINE_FALLBACK, os.X_OK):
-        wine = str(WINE_FALLBACK)
+    wine = find_wine(env)
     if wine is None:
         raise ProcessError(f"{Path(argv[0]).name} is a Windows program: on this machine it runs only under wine, "
                            "which is not installed (apt install wine64)", returncode=None)
@@ -140,7 +153,9 @@ def run(
     environment = dict(env) if env is not None else child_env()
     environment = {k: v for k, v in environment.items() if not is_secret(k)}
     argv = launch_command([str(a) for a in args], environment)
+    under_wine = argv[:1] != [str(args[0])] if args else False
     environment.update(secrets or {})
+    unhandled: list[str] = []
     start = time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
     captured: list[str] = []
@@ -176,9 +191,13 @@ def run(
                     captured.append(line)
                 stripped = line.rstrip("\r\n")
                 tail.append(stripped)
+                if under_wine and (match := WINE_UNHANDLED.match(stripped)):
+                    unhandled.append(match.group(1))
                 if on_line:
                     on_line(stripped)
             returncode = proc.wait()
+            if unhandled and returncode == WINE_STATUS[unhandled[-1]] & 0xFF:
+                returncode = WINE_STATUS[unhandled[-1]]
         except BaseException:
             _kill_tree(proc)
             raise

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 from rockbuild.backends import ROCM_LIBRARIES
 from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.bundle.policy import name_matches
-from rockbuild.core.environment import host_os
 from rockbuild.core.errors import BuildError, BundleError
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
 from rockbuild.process import first_line
 from rockbuild.smoke.parse import VerdictWords, combined_placement, judge, offload_claim
-from rockbuild.smoke.probe import list_devices, smoke_env
+from rockbuild.smoke.probe import bundle_program, list_devices, smoke_env
 
 if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
@@ -211,7 +210,7 @@ def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str])
     which Vulkan devices this host's loader and drivers give it."""
     import tempfile
 
-    exe = bundle / ("llama-cli.exe" if host_os() == "windows" else "llama-cli")
+    exe = bundle_program(bundle, "llama-cli")
     if not exe.is_file():
         return [Finding("error", "bundle", f"{bundle} has no {exe.name}: cannot ask it for its Vulkan devices",
                         "pass the folder rockbuild install made")], []

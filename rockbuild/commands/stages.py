@@ -235,7 +235,13 @@ def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_
               help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root); not for Vulkan.")
 @click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
 @click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT, show_default=True,
-              help="vulkan: no ROCm, no targets; the Vulkan loader and drivers stay the host's.")
+              help="vulkan: no ROCm, no targets; the Vulkan loader and drivers stay the host's. cpu: no GPU backend.")
+@click.option("--os", "os_name", type=OS_CHOICE, default=None,
+              help="The build's OS, for a build without a ROCm root to tell it (default: this machine's; windows for "
+              "a cross build).")
+@click.option("--library-dir", "library_dirs", type=folder(exists=True), multiple=True,
+              help="Also look for DLLs here (repeatable): a cross toolchain's runtime (build.json's "
+              "cross.runtime_dirs).")
 @click.option("--out", required=True, type=folder(), help="The bundle folder.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (files, sources, patches, kernel data); write nothing.")
 @click.option("--strip", "strip_debug", is_flag=True, help="Strip debug sections from the shipped ELF files.")
@@ -244,16 +250,17 @@ def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_
               "originals by the root's clang-offload-bundler (default: when the root has it).")
 @POLICY
 @click.option("--json", "as_json", is_flag=True, help="Print the report (or with --dry-run the plan) as JSON.")
-def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, out: Path, dry_run: bool,
-           strip_debug: bool, prune_fatbin: bool | None, policy: Path | None, as_json: bool) -> None:
+def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, os_name: str | None,
+           library_dirs: tuple[Path, ...], out: Path, dry_run: bool, strip_debug: bool, prune_fatbin: bool | None,
+           policy: Path | None, as_json: bool) -> None:
     """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
     from rockbuild.bundle.plan import BundleRequest
     from rockbuild.bundle.plan import bundle as make_bundle
 
     request = BundleRequest.from_flags(build_dir, rocm_root, split_list(targets), out, backend=backend,
                                        policy=settings().but(policy_file=policy).policy,
-                                       platform=settings().host_os, dry_run=dry_run, strip=strip_debug,
-                                       prune_fatbin=prune_fatbin, quiet=as_json)
+                                       platform=os_name or settings().host_os, dry_run=dry_run, strip=strip_debug,
+                                       prune_fatbin=prune_fatbin, quiet=as_json, library_dirs=library_dirs)
     show(make_bundle(request), as_json)
 
 

@@ -30,6 +30,15 @@ DEVICE_SELECTION = ("GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FI
                     "XDG_CACHE_HOME", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
+def bundle_program(bundle: Path, name: str) -> Path:
+    """The bundle's program ``name``: ``name.exe`` on Windows, and in a Windows bundle on Linux (run under wine:
+    :func:`rockbuild.process.launch_command`); else ``name``."""
+    exe = bundle / f"{name}.exe"
+    if os.name == "nt" or (exe.is_file() and not (bundle / name).is_file()):
+        return exe
+    return bundle / name
+
+
 def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
                  timeout: float = 120.0) -> tuple[list[tuple[str, str]], str | None]:
     """The devices the bundle's llama-cli can use (``--list-devices``), or why it could not tell (it did not start:

@@ -16,12 +16,12 @@ from typing import Any
 from rockbuild import __version__, console
 from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.audit import bundle_backend
-from rockbuild.core.environment import host_os
+from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import SmokeError
 from rockbuild.core.programs import Program
 from rockbuild.core.records import BundleRecord, SmokeRecord
 from rockbuild.jobfolder import JobFolder
-from rockbuild.process import log_tail, spawn, stop
+from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
 from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, parse_numerics_config, run_numerics
@@ -640,7 +640,8 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``.
 
     Writes ``smoke.json`` (default: in the job folder) whatever the outcome and returns the report; the caller
-    decides what a failure means (the CLI exits non-zero). A Windows bundle cannot run on Linux and vice versa.
+    decides what a failure means (the CLI exits non-zero). A Windows bundle runs on Linux only under wine, a
+    Linux bundle never on Windows.
     """
     options = options or SmokeOptions()
     bundle, job_dir = locate_bundle(Path(bundle_path))
@@ -648,8 +649,12 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         raise SmokeError(f"{bundle} is not a folder; pass a bundle made by rockbuild bundle (or its job folder)")
     platform, targets, job_id = bundle_facts(bundle, job_dir)
     host = host_os()
-    if platform != host:
-        raise SmokeError(f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on {platform}")
+    # a Windows bundle runs on Linux under wine (rockbuild.process.launch_command): the end-to-end test's host
+    under_wine = platform == "windows" and host == "linux" and find_wine(environment()) is not None
+    if platform != host and not under_wine:
+        also = " (or install wine here: apt install wine64)" if platform == "windows" and host == "linux" else ""
+        raise SmokeError(f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on "
+                         f"{platform}{also}")
     missing = [name for name, run_name in (("llama-cli", "cli"), ("llama-server", "server"), ("llama-bench", "bench"))
                if run_name in options.runs and not _exe(bundle, name, platform).is_file()]
     if missing:

@@ -83,7 +83,7 @@ install_rockbuild() {
     local root=$1
     copy_repo "$root$RB_SRC"
     [[ -x $root$VENV/bin/python ]] || { log "creating $VENV in $root"; chroot_env "$root" python3 -m venv "$VENV"; }
-    chroot_env "$root" "$VENV/bin/pip" install --quiet --editable "$RB_SRC[tiny]"
+    chroot_env "$root" "$VENV/bin/pip" install --quiet --editable "${RB_SRC}[tiny]"
     log "rockbuild in $root: $(chroot_env "$root" "$VENV/bin/rockbuild" --version)"
 }
 
@@ -102,4 +102,22 @@ generate_tiny_qwen3(Path('$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf'), Path('/
 "
     cp "$root/e2e/models/tiny-qwen3.gguf" "$MODELS/tiny-qwen3.gguf"
     log "tiny model: $(sha256sum "$MODELS/tiny-qwen3.gguf" | cut -c1-16)..., $(stat -c %s "$MODELS/tiny-qwen3.gguf") bytes"
+}
+
+# host_web_ui ROOT: llama-server's chat page. The roots have no npm, so the host's rockbuild builds the UI once (cached
+# by the tree's tools/ui; the workflow's prepare leg does the same) into ROOT/e2e/webui; sets the caller's web_ui array
+# to the build's --web-ui /e2e/webui, or leaves it empty (the bundle then has no chat page) with a warning
+host_web_ui() {
+    local root=$1
+    if [[ -z ${ROCKBUILD_E2E_NO_WEBUI:-} ]] && command -v npm >/dev/null && [[ -x $REPO/.venv/bin/rockbuild ]]; then
+        rm -rf "$root/e2e/webui"
+        if "$REPO/.venv/bin/rockbuild" webui --source "$LLAMA_UNPACKED/vendor/llama.cpp" \
+                --build-number "$LLAMA_BUILD_NUMBER" --cache "${ROCKBUILD_E2E_CACHE:-$E2E/..}" --out "$root/e2e/webui"; then
+            web_ui=(--web-ui /e2e/webui)
+        else
+            log "warning: the web UI could not be built on this host; the bundle has none"
+        fi
+    else
+        log "no npm (or no $REPO/.venv) on this host: the bundle has no web UI"
+    fi
 }

@@ -50,20 +50,8 @@ build_llama() {
         build) log "build (incremental)" ;;
     esac
     mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
-    # llama-server's chat page: the root has no npm, so the host's rockbuild builds the UI once (cached by the tree's
-    # tools/ui; the workflow's prepare leg does the same) and the build in the root embeds it with --web-ui
     local web_ui=()
-    if [[ -z ${ROCKBUILD_E2E_NO_WEBUI:-} ]] && command -v npm >/dev/null && [[ -x $REPO/.venv/bin/rockbuild ]]; then
-        rm -rf "$ROOT/e2e/webui"
-        if "$REPO/.venv/bin/rockbuild" webui --source "$LLAMA_UNPACKED/vendor/llama.cpp" \
-                --build-number "$LLAMA_BUILD_NUMBER" --cache "${ROCKBUILD_E2E_CACHE:-$E2E/..}" --out "$ROOT/e2e/webui"; then
-            web_ui=(--web-ui /e2e/webui)
-        else
-            log "warning: the web UI could not be built on this host; the bundle has none"
-        fi
-    else
-        log "no npm (or no $REPO/.venv) on this host: the bundle has no web UI"
-    fi
+    host_web_ui "$ROOT"
     local start end
     start=$(date +%s.%N)
     in_root "$VENV/bin/rockbuild" build --target "$TARGET" --rocm /usr --source "$LLAMA_IN_ROOT" \

@@ -47,7 +47,7 @@ def fake_mingw(base: Path, *, with_dlls: bool = True) -> tuple[Path, Path]:
 
 
 def test_the_cli_names_every_cross_toolchain():
-    assert CROSS_TOOLCHAINS == tuple(CROSS)
+    assert tuple(CROSS) == CROSS_TOOLCHAINS
 
 
 def test_cross_spec_refuses_an_unknown_toolchain_and_another_os():
@@ -189,3 +189,28 @@ def test_the_cli_refuses_a_cross_build_for_the_wrong_os_or_a_windows_job_without
     assert native.stderr.strip().splitlines()[0] == ("error: job windows-cpu builds for windows; run it on a windows "
                                                     "machine (or cross-build it: --cross mingw-w64)")
     assert "Traceback" not in wrong.stderr + native.stderr
+
+
+def test_a_crash_under_wine_gets_the_status_windows_reports(tmp_path):
+    # wine cuts STATUS_ILLEGAL_INSTRUCTION (0xC000001D) to its low byte; its "Unhandled" line says which it was
+    _script(tmp_path / "wine", 'echo "load_backend: loaded CPU backend"\n'
+            'echo "wine: Unhandled illegal instruction at address 00006FFFF9D4C7F4 (thread 00ec), starting debugger..."'
+            '\nexit 29\n')
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    result = run([tmp_path / "llama-bench.exe"], env=env, check=False)
+    assert result.returncode == 0xC000001D
+    from rockbuild.smoke.parse import died_of_sigill
+
+    assert died_of_sigill(result.returncode)
+    _script(tmp_path / "wine", "echo 'wine: Unhandled page fault on read access'\nexit 3\n")
+    assert run([tmp_path / "x.exe"], env=env, check=False).returncode == 3  # not the page fault's low byte: as is
+    _script(tmp_path / "plain", "echo 'wine: Unhandled illegal instruction'\nexit 29\n")
+    assert run([tmp_path / "plain"], env=env, check=False).returncode == 29  # not run under wine: never translated
+
+
+def test_a_windows_bundle_names_its_programs_with_exe_on_linux_too(tmp_path):
+    from rockbuild.smoke.probe import bundle_program
+
+    (tmp_path / "llama-bench.exe").write_bytes(b"MZ")
+    assert bundle_program(tmp_path, "llama-bench").name == "llama-bench.exe"
+    assert bundle_program(tmp_path, "llama-cli").name == ("llama-cli.exe" if os.name == "nt" else "llama-cli")
