@@ -606,6 +606,10 @@ def run_doctor(
             # AMD GPU is worth knowing, not a problem
             findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
                                   f"nothing to do for the Vulkan build, which runs on {', '.join(devices)}")
+        elif not gpus and bundle_info.get("backend") == "cpu":
+            # a CPU build needs no GPU at all (the Windows end-to-end job's flavour)
+            findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
+                                  "nothing to do for a CPU build")
         if windows is not None:
             findings += check_dll_shadowing(bundle, windows, loader=loader, cwd=cwd)
         cpu, bundle_info["cpu"] = check_cpu_variants(bundle, model=model, env=env, fix=fix_cpu)

@@ -380,3 +380,16 @@ def test_gpus_of_two_families_get_one_mixed_bundle_recommended(tmp_path):
     assert [r.target for r in recommend_flavours([_gpu("gfx1100"), _gpu("gfx1101")], table)] == ["gfx1100", "gfx1101"]
     assert [r.target for r in recommend_flavours([_gpu("gfx902", True), _gpu("gfx1100")], table)] == ["gfx902",
                                                                                                        "gfx1100"]
+
+
+def test_no_amd_gpu_is_not_a_problem_for_a_cpu_bundle(tmp_path):
+    """A CPU build (the Windows end-to-end job's flavour) needs no GPU: doctor says there is none, as information."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "bundle.json").write_text(json.dumps({"backend": "cpu", "platform": "linux", "targets": [],
+                                                     "audit": {"ok": True}}), encoding="utf-8")
+    report = doctor("no-gpu", tmp_path, bundle=bundle)
+    (gpu,) = by_topic(report, "gpu")
+    assert gpu.severity == "info" and gpu.message.startswith("no AMD GPU: ")
+    assert gpu.action == "nothing to do for a CPU build"
+    assert by_topic(report, "cpu", "ok")[0].message.startswith("a CPU build: it needs no GPU driver")

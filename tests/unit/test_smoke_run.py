@@ -178,10 +178,21 @@ def test_cli_json_on_success(tmp_path, model):
     assert data["ok"] and data["model"]["source"] == "path"
 
 
-def test_a_windows_bundle_is_refused_on_linux(tmp_path, model):
+def test_a_windows_bundle_is_refused_on_linux_without_wine(tmp_path, model, monkeypatch):
     job, _ = make_bundle(tmp_path)
     (job / "bundle" / "bundle.json").write_text(json.dumps({"platform": "windows", "targets": ["gfx1151"]}))
-    with pytest.raises(SmokeError, match="windows bundle"):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-wine-here"))
+    monkeypatch.setattr("rockbuild.process.WINE_FALLBACK", tmp_path / "no-wine")
+    with pytest.raises(SmokeError, match=r"windows bundle and this machine runs linux; smoke-test it on windows "
+                                         r"\(or install wine here: apt install wine64\)"):
+        run_smoke(job, model, FAST, quiet=True)
+    # with wine, the platform is no reason to stop: the bundle's own programs are looked for (.exe, under wine)
+    fake = tmp_path / "bin" / "wine"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    with pytest.raises(SmokeError, match="has no llama-cli, llama-server, llama-bench"):
         run_smoke(job, model, FAST, quiet=True)
 
 
