@@ -40,6 +40,24 @@ ROCM_LIBRARIES = (
     "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
 )
 
+def foreign_files(root: Path, names: set[str], policy: PlatformPolicy, *, forbidden: Sequence[str], why: str,
+                  flavour: str) -> list[str]:
+    """The audit's failures for a bundle without ROCm: a top-level file matching ``forbidden`` (``{name} {why}``), one
+    the policy says never ships, or a ROCm kernel data folder."""
+    from rockbuild.bundle.policy import name_matches
+
+    failures = []
+    for name in sorted(names):
+        if name_matches(name, forbidden, platform=policy.platform):
+            failures.append(f"{name} {why}")
+        elif (reason := policy.system_reason(name)) is not None:
+            failures.append(f"{name} ships although it never may: {reason}")
+    for folder in [*(rule.dest for rule in policy.kernel_data), "library"]:
+        if (root / folder).is_dir():
+            failures.append(f"{folder}/ (ROCm kernel data) is in a {flavour} bundle")
+    return failures
+
+
 DEFAULT = "rocm"  # what a matrix without a backend axis, a bundle without bundle.json and `--backend`'s default mean
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rockbuild.backends import ROCM_LIBRARIES
+from rockbuild.backends import ROCM_LIBRARIES, foreign_files
 from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BundleError
@@ -58,13 +58,8 @@ def cpu_cmake_definitions(
 
 def check_no_gpu_backend(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
     """A CPU bundle: no GPU backend library, nothing of ROCm, no kernel data, and its CPU modules present."""
-    failures = [f"{name} is a GPU backend's library: a CPU bundle must not carry one"
-                for name in sorted(names) if name_matches(name, GPU_BACKEND_LIBRARIES, platform=policy.platform)]
-    failures += [f"{name} ships although it never may: {reason}"
-                 for name in sorted(names) if (reason := policy.system_reason(name)) is not None]
-    for folder in [*(rule.dest for rule in policy.kernel_data), "library"]:
-        if (root / folder).is_dir():
-            failures.append(f"{folder}/ (ROCm kernel data) is in a CPU bundle")
+    failures = foreign_files(root, names, policy, forbidden=GPU_BACKEND_LIBRARIES,
+                             why="is a GPU backend's library: a CPU bundle must not carry one", flavour="CPU")
     cpu = sorted(n for n in names if name_matches(n, GGML_CPU, platform=policy.platform))
     warnings = () if cpu else ("no ggml-cpu library in the bundle: is this a llama.cpp build?",)
     return Check("no-gpu-backend", not failures, tuple(failures), warnings, {"ggml_cpu": cpu})

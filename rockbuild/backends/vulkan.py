@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rockbuild.backends import ROCM_LIBRARIES
+from rockbuild.backends import ROCM_LIBRARIES, foreign_files
 from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BuildError, BundleError
@@ -85,15 +85,8 @@ def find_glslc(env: Mapping[str, str]) -> str:
 
 def check_no_rocm(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
     """A Vulkan bundle: nothing of ROCm in it, and no library the host must provide (the Vulkan loader, a driver)."""
-    failures = []
-    for name in sorted(names):
-        if name_matches(name, ROCM_LIBRARIES, platform=policy.platform):
-            failures.append(f"{name} is a ROCm library: a Vulkan bundle must not carry ROCm")
-        elif (reason := policy.system_reason(name)) is not None:
-            failures.append(f"{name} ships although it never may: {reason}")
-    for folder in [*(rule.dest for rule in policy.kernel_data), "library"]:
-        if (root / folder).is_dir():
-            failures.append(f"{folder}/ (ROCm kernel data) is in a Vulkan bundle")
+    failures = foreign_files(root, names, policy, forbidden=ROCM_LIBRARIES,
+                             why="is a ROCm library: a Vulkan bundle must not carry ROCm", flavour="Vulkan")
     vulkan = sorted(n for n in names if name_matches(n, GGML_VULKAN, platform=policy.platform))
     warnings = () if vulkan else ("no libggml-vulkan in the bundle: is this a Vulkan build?",)
     return Check("no-rocm", not failures, tuple(failures), warnings, {"ggml_vulkan": vulkan})
