@@ -77,6 +77,8 @@ class JobFolder:
     bundle_log = _At("bundle.log")
     smoke_json = _At("smoke.json")
     gpu_smoke_json = _At("gpu-smoke.json")  # the CI's GPU leg: rockbuild smoke --expect-gpu yes --bench gpu
+    # the CI runner's smoke of a `runner_smoke: informational` job (an asset that cannot start there): never gates
+    runner_smoke_json = _At("runner-smoke", "smoke.json")
     night_json = _At("night.json")
     fallback_json = _At("fallback.json")  # the night's retry on the last good ROCm (rockbuild.nightly.run)
 
@@ -96,6 +98,9 @@ class JobFolder:
 
     def gpu_smoke(self) -> SmokeRecord | None:
         return SmokeRecord.read(self.gpu_smoke_json)
+
+    def runner_smoke(self) -> SmokeRecord | None:
+        return SmokeRecord.read(self.runner_smoke_json)
 
     def night(self) -> NightRecord | None:
         return NightRecord.read(self.night_json)

@@ -34,7 +34,8 @@ from .console import warn
 
 AXES = ("os", "target", "backend")
 WHEN_PROVEN = "when-proven"  # required: optional until its smoke test passed in a published release
-OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke")
+OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke", "runner_smoke")
+RUNNER_SMOKE = ("gate", "informational")  # what the CPU smoke on the CI runner means (core.jobs.Job.runner_smoke)
 GPU_SMOKE_KEYS = ("runner", "required")
 ROCM_KEYS = ("channel", "version")
 ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
@@ -46,6 +47,7 @@ BUILTIN_OPTIONS: dict[str, Any] = {
     "required": True,
     "runner": dict(DEFAULT_RUNNERS),
     "gpu_smoke": None,  # {runner: [self-hosted, gfx1151], required: true}: a smoke test on that runner's GPU
+    "runner_smoke": "gate",
 }
 
 
@@ -109,6 +111,11 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
             out[key] = cmake
         elif key == "gpu_smoke":
             out[key] = _check_gpu_smoke(path, node, value, what)
+        elif key == "runner_smoke":
+            if value not in RUNNER_SMOKE:
+                raise ConfigError(f"{where(path, node, key)}: {what}.runner_smoke must be gate or informational, "
+                                  f"not {value!r}{suggest(str(value), RUNNER_SMOKE)}")
+            out[key] = value
         elif key == "runner":
             if isinstance(value, str):
                 out[key] = value
@@ -357,6 +364,7 @@ def _option_fields(combo: _Combo) -> dict[str, Any]:
         "runner": _runner_for(opts, combo.os),
         "gpu_runner": tuple(gpu_smoke.get("runner") or ()),
         "gpu_required": bool(gpu_smoke.get("required", False)),
+        "runner_smoke": str(opts["runner_smoke"]),
     }
 
 

@@ -284,6 +284,10 @@ class Job:
     # matrix `required: when-proven`: optional until the job passed its smoke test in a published release, required
     # from then on (the night's plan sets ``required``; rockbuild.nightly.run.promote_proven)
     when_proven: bool = False
+    # matrix `runner_smoke:`: what the CPU smoke on the CI runner that built the job means. gate (the default): it
+    # runs in the leg and a failure fails the job; informational: for an asset that cannot start on that runner (no
+    # driver there), it runs after the leg, its record goes to runner-smoke/smoke.json and never gates
+    runner_smoke: str = "gate"
 
     @property
     def gpu_targets(self) -> str:
@@ -309,4 +313,5 @@ class Job:
             "backend": self.backend,
             "gpu_smoke": {"runner": list(self.gpu_runner), "required": self.gpu_required} if self.gpu_runner else None,
             "when_proven": self.when_proven,
+            "runner_smoke": self.runner_smoke,
         }

@@ -18,7 +18,28 @@ from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data
 from rockbuild.core.errors import BuildError, ConfigError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect", "what")
+_SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect", "what", "known_failure")
+_KNOWN_KEYS = ("ships", "failure", "timeout", "reason")
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """An upstream bug the smoke's check of a program is known to hit, in bundles of one kind only: those that ship one
+    of the ``ships`` files (e.g. ``libwinpthread-1.dll``: a mingw-w64 build). There, a check that fails with a problem
+    containing ``failure`` is recorded as *known* (with ``reason``) and does not fail the smoke; any other failure
+    still does, and a check that passes says the entry may be dropped."""
+
+    ships: tuple[str, ...]
+    failure: str
+    reason: str
+    timeout: float | None = None  # the check's timeout in those bundles (a known hang need not cost the full one)
+
+    def applies_to(self, names: Iterable[str]) -> bool:
+        lowered = {n.lower() for n in names}
+        return any(s.lower() in lowered for s in self.ships)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ships": list(self.ships), "failure": self.failure, "reason": self.reason, "timeout": self.timeout}
 
 
 @dataclass(frozen=True)
@@ -33,6 +54,7 @@ class Program:
     exit_code: int = 0
     expect: str = ""  # a regular expression the output must match ("" = any output)
     what: str = ""
+    known_failure: KnownFailure | None = None
 
     @property
     def file_name(self) -> str:
@@ -44,7 +66,8 @@ class Program:
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "file": self.file_name, "required": self.required,
                 "aliases": list(self.aliases), "check": list(self.check), "exit": self.exit_code,
-                "expect": self.expect, "what": self.what}
+                "expect": self.expect, "what": self.what,
+                "known_failure": self.known_failure.to_dict() if self.known_failure else None}
 
 
 @dataclass(frozen=True)
@@ -133,7 +156,29 @@ def _program(path: Path, node: Any) -> Program:
     expect_type(path, node, "what", what, str, "what")
     check = _strings(path, node, "check", node.get("check", ["--help"]), "check")
     aliases = _strings(path, node, "aliases", node.get("aliases", []), "aliases")
-    return Program(target, str(file), required, aliases, check, exit_code, expect, what)
+    known = _known_failure(path, node) if "known_failure" in node else None
+    return Program(target, str(file), required, aliases, check, exit_code, expect, what, known)
+
+
+def _known_failure(path: Path, parent: YDict) -> KnownFailure:
+    node = parent.get("known_failure")
+    expect_type(path, parent, "known_failure", node, (dict, YDict), "known_failure")
+    check_keys(path, node, _KNOWN_KEYS, "known_failure")
+    ships = _strings(path, node, "ships", node.get("ships", []), "ships")
+    if not ships:
+        raise ConfigError(f"{where(path, node, 'ships')}: known_failure needs ships (the file names of the bundles "
+                          "it happens in, e.g. [libwinpthread-1.dll])")
+    texts = {}
+    for key in ("failure", "reason"):
+        value = node.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where(path, node, key)}: known_failure needs a {key} (a non-empty string)")
+        texts[key] = value.strip()
+    timeout = node.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ConfigError(f"{where(path, node, 'timeout')}: timeout must be a number of seconds above 0, "
+                          f"not {timeout!r}")
+    return KnownFailure(ships, texts["failure"], texts["reason"], float(timeout) if timeout is not None else None)
 
 
 def parse_programs(doc: Any, path: Path) -> ProgramList:

@@ -265,6 +265,7 @@ class JobEntry(Record):
     backend: str | None = None
     gpu_smoke: GpuSmokeConfig | None = None
     when_proven: bool = False
+    runner_smoke: str = "gate"  # matrix `runner_smoke:` (gate | informational)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,6 +53,7 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             gpu_runner=tuple(str(r) for r in gpu_smoke.get("runner") or ()),
             gpu_required=bool(gpu_smoke.get("required", False)),
             when_proven=bool(data.get("when_proven", False)),
+            runner_smoke=str(data.get("runner_smoke") or "gate"),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None

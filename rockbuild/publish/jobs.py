@@ -102,6 +102,7 @@ class BuiltJob:
     gpu_runner: tuple[str, ...] = ()  # the matrix's gpu_smoke runner labels (none: no GPU smoke configured)
     gpu_required: bool = False
     gpu_smoke: SmokeRecord | None = None  # gpu-smoke.json, when the GPU leg ran
+    runner_smoke: SmokeRecord | None = None  # runner-smoke/smoke.json: the informational smoke on the CI runner
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
     web_ui: WebUiRecord | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
 
@@ -170,6 +171,12 @@ class BuiltJob:
         return f"{cross}; {answers}"
 
     def smoke_summary(self) -> str:
+        if self.smoke is None and self.runner_smoke is not None:
+            runner = self.runner_smoke
+            if runner.ok:
+                return "passed on the CI runner (informational)"
+            first = (runner.failures or ("see runner-smoke/smoke.json",))[0]
+            return f"not gated: on the CI runner (informational) it failed: {first}"
         if self.smoke is None:
             return "not run"
         placement = self.smoke.gpu.placement if self.smoke.gpu is not None else None
@@ -259,6 +266,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
     bundle_meta: BundleRecord | None = read("bundle", folder.bundle_meta, folder.bundle_json)
     smoke: SmokeRecord | None = read("smoke", folder.smoke, folder.smoke_json)
     gpu_smoke: SmokeRecord | None = read("gpu-smoke", folder.gpu_smoke, folder.gpu_smoke_json)
+    runner_smoke: SmokeRecord | None = read("runner-smoke", folder.runner_smoke, folder.runner_smoke_json)
     fallback: FallbackRecord | None = read("fallback", folder.fallback, folder.fallback_json)
     job = build.job if build is not None else None
     gpu_config = job.gpu_smoke if job is not None else None
@@ -283,7 +291,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=build.finished if build is not None else None,
         backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
-        fallback=fallback, web_ui=build.web_ui if build is not None else None,
+        fallback=fallback, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
         programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
         cpu_variants=cpu_variants(bundle_dir),
     )

@@ -6,9 +6,11 @@
 #   7.2.4 root (therock_tarball.py); a bare clone of the pinned llama.cpp with its tag b11312; the project's GitHub
 #   API fake (github_fake.py) holding a previous release b1290; then
 #     night 1   rockbuild nightly --plan (rocm-root) -> --job linux-gfx1151 (rocm-root, builds with the extracted
-#               TheRock tree) -> --job linux-vulkan (vulkan-root) -> --release (rocm-root): release b1291;
-#               rockbuild install + doctor --bundle + smoke (a generation on the CPU) in clean-root (no ROCm), and the
-#               Vulkan asset on lavapipe in lavapipe-root
+#               TheRock tree) -> --job linux-vulkan (vulkan-root) -> --job windows-cpu --cross mingw-w64 --no-smoke
+#               (mingw-root), then rockbuild smoke of that job under wine (wine-root), as the workflow's Windows
+#               smoke step -> --release (rocm-root): release b1291; rockbuild install + doctor --bundle + smoke (a
+#               generation on the CPU) in clean-root (no ROCm), the Vulkan asset on lavapipe in lavapipe-root, and
+#               the Windows asset installed into a wine prefix in wine-root, a generation from there
 #     night 2   the same night again: the plan says unchanged (no leg, no release), nothing fetched or uploaded
 #     night 3   a new llama.cpp commit in the bare clone (tag b11313): legs from an empty out/ with the ccache of
 #               night 1 (as CI runners start), release b1292
@@ -30,6 +32,11 @@ NIGHT=$E2E/night          # on the host
 IN=/e2e/night             # the same folder in every root (bind mount): inputs, out/, caches, the bare clone
 ROCM_ROOT=$E2E/rocm-root
 VK_ROOT=$E2E/vulkan-root
+MINGW_ROOT=$E2E/mingw-root
+WINE_ROOT=$E2E/wine-root
+WIN_JOB=windows-cpu
+# as windows.sh: a wine prefix of its own, no debug chatter, no desktop, no debugger on a crash
+WINE_ENV=(WINEPREFIX=/e2e/night-wineprefix WINEDEBUG=-all "WINEDLLOVERRIDES=winemenubuilder.exe=d;winedbg.exe=d")
 CLEAN=$E2E/clean-root
 LAVA=$E2E/lavapipe-root
 GROUP=gfx1151
@@ -40,8 +47,9 @@ HOST_PY=${ROCKBUILD_E2E_PYTHON:-python3}   # the host's python: the servers need
 
 nlog() { printf '[night %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-for item in rocm-root clean-root vulkan-root; do
-    [[ -f $E2E/.$item.stamp ]] || die "$E2E/$item is not provisioned; run tests/e2e/provision.sh (and provision.sh vulkan)"
+for item in rocm-root clean-root vulkan-root mingw-root wine-root; do
+    [[ -f $E2E/.$item.stamp ]] \
+        || die "$E2E/$item is not provisioned; run tests/e2e/provision.sh (or provision.sh rocm, vulkan and windows)"
 done
 
 # ---- steps: each timed, one line in $NIGHT/steps.jsonl -------------------------------------------------------------
@@ -149,6 +157,11 @@ prepare_roots() {
     mount_source "$VK_ROOT"
     mkdir -p "$MODELS"
     bind_mount "$MODELS" "$CLEAN/models"
+    for root in "$MINGW_ROOT" "$WINE_ROOT"; do
+        mount_proc "$root"
+        bind_mount "$NIGHT" "$root$IN"
+    done
+    bind_mount "$MODELS" "$WINE_ROOT/models"
     ensure_python "$CLEAN"
     if compgen -G "$CLEAN/usr/lib/x86_64-linux-gnu/libamdhip64*" >/dev/null || [[ -e $CLEAN/opt/rocm ]]; then
         die "the clean root has ROCm in it; delete $CLEAN and its stamp, then run provision.sh"
@@ -156,6 +169,12 @@ prepare_roots() {
     install_rockbuild "$ROCM_ROOT"
     install_rockbuild "$VK_ROOT"
     install_rockbuild "$CLEAN"
+    install_rockbuild "$MINGW_ROOT"
+    install_rockbuild "$WINE_ROOT"
+    if [[ ! -f $WINE_ROOT/e2e/night-wineprefix/system.reg ]]; then
+        in_wine wine64 wineboot --init
+        in_wine /usr/lib/x86_64-linux-gnu/wine/wineserver --wait || true
+    fi
     ensure_tiny_model "$ROCM_ROOT"
     if [[ -f $E2E/.lavapipe-root.stamp ]]; then
         mount_proc "$LAVA"
@@ -169,6 +188,8 @@ in_rocm() { chroot_env "$ROCM_ROOT" ROCKBUILD_CACHE="$IN/cache/rocm-root" "$@"; 
 in_vulkan() { chroot_env "$VK_ROOT" ROCKBUILD_CACHE="$IN/cache/vulkan-root" "$@"; }
 in_clean() { chroot_env "$CLEAN" ROCKBUILD_CACHE="$IN/cache/clean-root" "$@"; }
 in_lava() { chroot_env "$LAVA" ROCKBUILD_CACHE="$IN/cache/lavapipe-root" "$@"; }
+in_mingw() { chroot_env "$MINGW_ROOT" ROCKBUILD_CACHE="$IN/cache/mingw-root" "$@"; }
+in_wine() { chroot_env "$WINE_ROOT" ROCKBUILD_CACHE="$IN/cache/wine-root" "${WINE_ENV[@]}" "$@"; }
 
 # ---- the night's inputs: the tarball, the bare clone, the configuration --------------------------------------------
 
@@ -247,6 +268,8 @@ matrix:
   target: [gfx1151]
   include:
     - {os: linux, backend: vulkan, required: false}
+    # the Windows leg: the CPU flavour cross-built by mingw-w64 (no OpenSSL for mingw in mingw-root)
+    - {os: windows, backend: cpu, required: false, cmake: {LLAMA_OPENSSL: "OFF"}}
 EOF
     # the shipped publish.yaml with the glibc floor RAISED to what Debian sid provides (the rehearsal builds there)
     FLOOR_GLIBC=$(highest GLIBC libc.so.6)
@@ -272,20 +295,40 @@ plan() {
         --inputs "$IN/n$n/inputs.json" --json > "$NIGHT/n$n/plan.json"
 }
 
-# leg N JOB: rockbuild nightly --job JOB in its root (ROCm: rocm-root; Vulkan: vulkan-root), out/ as a runner's
+# leg N JOB: rockbuild nightly --job JOB in its root (ROCm: rocm-root; Vulkan: vulkan-root; Windows: mingw-root,
+# cross-compiled, its smoke left to windows_smoke), out/ as a runner's
 leg() {
-    local n=$1 job=$2 run=in_rocm
+    local n=$1 job=$2 run=in_rocm extra=(--model tiny --vocab "$VOCAB")
     [[ $job == *vulkan ]] && run=in_vulkan
+    [[ $job == "$WIN_JOB" ]] && { run=in_mingw; extra=(--cross mingw-w64 --no-smoke); }
     "$run" "$VENV/bin/rockbuild" nightly --job "$job" --inputs "$IN/n$n/inputs.json" --out "$IN/out" \
-        --ccache-dir "$IN/ccache/$job" --offline --compile-jobs "$JOBS" --model tiny --vocab "$VOCAB" --json \
+        --ccache-dir "$IN/ccache/$job" --offline --compile-jobs "$JOBS" "${extra[@]}" --json \
         > "$NIGHT/n$n/job-$job.json" 2> "$NIGHT/n$n/job-$job.log"
+}
+
+# windows_smoke N: the workflow's Windows smoke step, here under wine in wine-root: rockbuild smoke of the leg's job,
+# its smoke.json written into the job folder, where --release gates on it. The bundle is smoked in a copy, after
+# doctor --fix-cpu set aside the CPU variant wine cannot run on this AMX Xeon (AMX needs a permission from Linux
+# that wine never asks for; docs/e2e.md#the-windows-half-under-wine); the asset keeps every variant.
+windows_smoke() {
+    local n=$1 copy=/tmp/night-bundle-windows rc=0
+    rm -rf "${WINE_ROOT:?}$copy"
+    cp -r "$NIGHT/out/$WIN_JOB/bundle" "$WINE_ROOT$copy"
+    in_wine "$VENV/bin/rockbuild" doctor --bundle "$copy" --model /models/tiny-qwen3.gguf --fix-cpu --json \
+        > "$NIGHT/n$n/doctor-$WIN_JOB.json" || rc=$?
+    nlog "wine-root: doctor --fix-cpu exit $rc: $(json "$NIGHT/n$n/doctor-$WIN_JOB.json" \
+        '"; ".join(f["message"] for f in d["findings"] if f["topic"] in ("cpu", "cpu-variant"))')"
+    in_wine "$VENV/bin/rockbuild" smoke "$copy" --model /models/tiny-qwen3.gguf --expect-gpu no \
+        --report "$IN/out/$WIN_JOB/smoke.json" --json > "$NIGHT/n$n/smoke-$WIN_JOB.json" \
+        2> "$NIGHT/n$n/smoke-$WIN_JOB.log"
 }
 
 release() {
     local n=$1
     in_rocm GITHUB_TOKEN="$GH_TOKEN" "$VENV/bin/rockbuild" nightly --release --inputs "$IN/n$n/inputs.json" \
         --repo "$GH_REPO" --api-url "$API_URL" --publish-config "$IN/publish.yaml" --out "$IN/out" \
-        "$IN/out/linux-$GROUP" "$IN/out/linux-vulkan" --json > "$NIGHT/n$n/release.json" 2> "$NIGHT/n$n/release.log"
+        "$IN/out/linux-$GROUP" "$IN/out/linux-vulkan" "$IN/out/$WIN_JOB" --json > "$NIGHT/n$n/release.json" \
+        2> "$NIGHT/n$n/release.log"
 }
 
 # keep N: the night's job folders (what a runner uploads) move to nN/out; the next night starts from an empty out/
@@ -350,6 +393,8 @@ night_one() {
     snapshot n1-rocm
     check_therock_build 1
     step "night 1: leg linux-vulkan (vulkan-root)" leg 1 linux-vulkan
+    step "night 1: leg $WIN_JOB (mingw-root: build, bundle)" leg 1 "$WIN_JOB"
+    step "night 1: smoke $WIN_JOB under wine (wine-root)" windows_smoke 1
     step "night 1: release" release 1
     snapshot n1-released
     nlog "night 1: $(json "$NIGHT/n1/release.json" 'd["message"]')"
@@ -388,6 +433,20 @@ install_checks() {
             --model /models/tiny-qwen3.gguf --expect-gpu yes --report /tmp/night-smoke-vulkan.json --json \
             > "$NIGHT/installed/smoke-vulkan.json"
     fi
+    # the Windows asset, as a Windows user gets it: rockbuild install into the wine prefix's C:\llama, doctor there,
+    # and a generation by the installed llama-completion.exe started from C:\
+    local win=/e2e/night-wineprefix/drive_c/llama
+    rm -rf "${WINE_ROOT:?}$win"
+    step "wine-root: rockbuild install --os windows --backend cpu" in_wine "$VENV/bin/rockbuild" install \
+        --repo "$GH_REPO" --api-url "$API_URL" --tag latest --os windows --backend cpu --dest "$win" --json \
+        > "$NIGHT/installed/install-windows.json"
+    in_wine "$VENV/bin/rockbuild" doctor --bundle "$win" --windows-root /e2e/night-wineprefix/drive_c/windows --json \
+        > "$NIGHT/installed/doctor-windows.json" || true
+    in_wine /bin/sh -c "cd /e2e/night-wineprefix/drive_c && wine64 $win/llama-completion.exe \
+        -m /models/tiny-qwen3.gguf -p 'The quick brown fox' -n 16 -no-cnv --temp 0 -t 1 -s 1" \
+        > "$NIGHT/installed/generation-windows.txt" 2> "$NIGHT/installed/generation-windows.log" || true
+    nlog "wine-root: installed $(json "$NIGHT/installed/install-windows.json" 'd["asset"]["name"]'); the installed" \
+        "llama-completion.exe generated $(wc -c < "$NIGHT/installed/generation-windows.txt") bytes"
 }
 
 night_two() {
@@ -411,6 +470,8 @@ night_three() {
     [[ $(json "$NIGHT/out/linux-$GROUP/build.json" 'd["llama_cpp"]["commit"]') == "$NEW_COMMIT" ]] \
         || die "night 3 did not build the new commit ${NEW_COMMIT:0:12}"
     step "night 3: leg linux-vulkan (warm)" leg 3 linux-vulkan
+    step "night 3: leg $WIN_JOB (warm)" leg 3 "$WIN_JOB"
+    step "night 3: smoke $WIN_JOB under wine" windows_smoke 3
     step "night 3: release" release 3
     snapshot n3-end
     nlog "night 3: $(json "$NIGHT/n3/release.json" 'd["message"]')"
@@ -421,7 +482,7 @@ rehearse() {
     local mode=$1
     exec 9> "$E2E/.night.lock"
     flock -n 9 || die "another night rehearsal is running"
-    if pgrep -f 'tests/e2e/(run|vulkan)\.sh' > /dev/null; then die "another e2e build is running; never two at once"; fi
+    if pgrep -f 'tests/e2e/(run|vulkan|windows)\.sh' > /dev/null; then die "another e2e build is running; never two at once"; fi
     mkdir -p "$NIGHT"
     # a fresh rehearsal: no out/, caches, clone or records of the last one; kept: today's tarball and the ccache
     rm -rf "${NIGHT:?}"/{out,n1,n2,n3,cache,installed,snapshots,servers,llama.git,therock-stage,therock-stage.json} \
@@ -429,7 +490,7 @@ rehearse() {
     if [[ $mode == cold ]]; then rm -rf "$NIGHT/ccache"; nlog "cold: the rehearsal's ccache emptied"; fi
     mkdir -p "$NIGHT/out" "$NIGHT/ccache" "$NIGHT/cache"
     : > "$NIGHT/steps.jsonl"
-    step "prepare the roots (mounts, rockbuild in 4 roots, tiny model)" prepare_roots
+    step "prepare the roots (mounts, rockbuild in 6 roots, tiny model)" prepare_roots
     step "TheRock tarball (tree in rocm-root, pack on the host)" therock_tarball
     step "bare clone of llama.cpp b$LLAMA_BUILD_NUMBER" bare_clone
     write_config
@@ -505,6 +566,10 @@ installed = {
     "vulkan_install": load("installed/install-vulkan.json"),
     "vulkan_smoke_ok": (load("installed/smoke-vulkan.json", {}) or {}).get("ok"),
     "vulkan_smoke_gpu": ((load("installed/smoke-vulkan.json", {}) or {}).get("gpu") or {}).get("summary"),
+    "windows_install": load("installed/install-windows.json"),
+    "windows_doctor": [f"{f['severity']}: {f['message']}" for f in (load("installed/doctor-windows.json", {}) or {}).get("findings", [])],
+    "windows_generation": open(os.path.join(night, "installed/generation-windows.txt"), errors="replace").read()
+                          if os.path.exists(os.path.join(night, "installed/generation-windows.txt")) else None,
 }
 figures = {
     "date": datetime.date.today().isoformat(),
@@ -514,13 +579,13 @@ figures = {
     "glibc_floor_raised_to": floor,
     "night1": {"plan": load("n1/plan.json"), "traffic": delta("n1-start", "n1-released"),
                "rocm_leg_traffic": delta("n1-planned", "n1-rocm"),
-               "jobs": {j: job(1, j) for j in ("linux-gfx1151", "linux-vulkan")}, "release": release(1)},
+               "jobs": {j: job(1, j) for j in ("linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(1)},
     "installed": installed,
     "night2": {"state": plan2.get("state"), "release": plan2.get("release"), "jobs": plan2.get("jobs"),
                "seconds": next((s["seconds"] for s in steps if s["step"].startswith("night 2")), None),
                "traffic": delta("n2-start", "n2-end")},
     "night3": {"plan": load("n3/plan.json"), "traffic": delta("n3-start", "n3-end"),
-               "jobs": {j: job(3, j) for j in ("linux-gfx1151", "linux-vulkan")}, "release": release(3)},
+               "jobs": {j: job(3, j) for j in ("linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(3)},
     "github": {"releases": [{"tag": r["tag"], "latest": r["latest"], "assets": {a["name"]: a["size"] for a in r["assets"]}}
                             for r in final.get("releases", [])],
                "writes": final.get("writes"), "uploads": final.get("uploads"), "issues": final.get("issues")},
@@ -562,6 +627,9 @@ print(f"    clean-root: installed {(i['install'] or {}).get('asset', {}).get('na
       f"doctor exit {i['doctor_rc']}; smoke {'passed' if i['smoke_ok'] else 'FAILED'} "
       f"({(i['smoke_cli'] or {}).get('tokens')} tokens at {(i['smoke_cli'] or {}).get('tokens_per_second')} t/s); "
       f"from the root: {' '.join(p.rsplit('/', 1)[-1] for p in i['from_root'])}")
+if i.get("windows_install"):
+    print(f"    wine-root: installed {i['windows_install']['asset']['name']} (audit {i['windows_install'].get('audit_ok')}); "
+          f"llama-completion.exe generated {len(i['windows_generation'] or '')} characters")
 if i.get("vulkan_install"):
     print(f"    lavapipe-root: installed {i['vulkan_install']['asset']['name']}; smoke {'passed' if i['vulkan_smoke_ok'] else 'FAILED'}: {i['vulkan_smoke_gpu']}")
 print(f"    GitHub: " + "; ".join(f"{r['tag']}{' (latest)' if r['latest'] else ''}: {len(r['assets'])} assets" for r in f["github"]["releases"])

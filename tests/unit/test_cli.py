@@ -129,7 +129,8 @@ def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
 
 def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night_starts_no_build():
     """One night, one code path (issue 18): prepare plans, each build leg runs one job, publish releases; the
-    only other rockbuild calls are the informational Windows smoke and the alert."""
+    only other rockbuild calls are the informational runner smoke (matrix `runner_smoke: informational`) and the
+    alert."""
     import re
 
     import yaml
@@ -156,8 +157,9 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     leg = next(s for s in jobs["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
     assert '--web-ui webui' in leg["run"]
     assert rockbuild_calls("build") == ['rockbuild nightly --job', 'rockbuild smoke "out/$JOB_ID"']
-    windows_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
-    assert windows_smoke["if"] == "runner.os == 'Windows'" and windows_smoke["continue-on-error"] is True
+    runner_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
+    assert runner_smoke["if"] == "matrix.runner_smoke == 'informational'" and runner_smoke["continue-on-error"] is True
+    assert "runner-smoke/smoke.json" in runner_smoke["run"]
     assert rockbuild_calls("publish") == ["rockbuild publish --dry-run", "rockbuild nightly --release"]
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
@@ -214,22 +216,26 @@ def test_a_group_alone_still_shows_its_help(run_rockbuild):
     assert "Usage: rockbuild rocm" in result.stdout + result.stderr and "error:" not in result.stderr
 
 
-@pytest.mark.parametrize(("runner_os", "vk", "expect"), [
-    ("Linux", "0", ["--model", "smollm2"]), ("Linux", "", []), ("Windows", "", ["--no-smoke"])])
-def test_the_linux_vulkan_leg_smokes_the_real_model(tmp_path, runner_os, vk, expect):
+@pytest.mark.parametrize(("runner_os", "vk", "runner_smoke", "expect"), [
+    ("Linux", "0", "gate", ["--model", "smollm2"]), ("Linux", "", "gate", []), ("Windows", "", "gate", []),
+    ("Windows", "", "", []), ("Windows", "", "informational", ["--no-smoke"])])
+def test_the_linux_vulkan_leg_smokes_the_real_model(tmp_path, runner_os, vk, runner_smoke, expect):
     """Issue 26: lavapipe runs the numerics step in CI's Vulkan leg, on SmolLM2 (known answers, a measured floor);
-    the ROCm legs keep the pinned Qwen3-0.6B, Windows skips the smoke. The leg's own script, run by bash."""
+    the ROCm legs keep the pinned Qwen3-0.6B. Issue 29: a Windows leg runs the gated CPU smoke too, unless the
+    matrix says `runner_smoke: informational`. The leg's own script, run by bash."""
     import yaml
 
     wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
     leg = next(s for s in wf["jobs"]["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
-    assert leg["env"]["GGML_VK_VISIBLE_DEVICES"] == "${{ matrix.backend == 'vulkan' && '0' || '' }}"
+    assert leg["env"]["GGML_VK_VISIBLE_DEVICES"] == (
+        "${{ matrix.backend == 'vulkan' && runner.os == 'Linux' && '0' || '' }}")
+    assert leg["env"]["RUNNER_SMOKE"] == "${{ matrix.runner_smoke }}"
     shim = tmp_path / "bin"
     shim.mkdir()
     (shim / "rockbuild").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
     (shim / "rockbuild").chmod(0o755)
     env = {"PATH": f"{shim}:/usr/bin:/bin", "RUNNER_OS": runner_os, "GGML_VK_VISIBLE_DEVICES": vk,
-           "JOB_ID": "linux-vulkan", "ARGS_OUT": str(tmp_path / "args")}
+           "JOB_ID": "linux-vulkan", "ARGS_OUT": str(tmp_path / "args"), "RUNNER_SMOKE": runner_smoke}
     subprocess.run(["bash", "-euo", "pipefail", "-c", leg["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
     args = (tmp_path / "args").read_text().split()
     assert args[:3] == ["nightly", "--job", "linux-vulkan"]

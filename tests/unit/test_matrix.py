@@ -395,6 +395,33 @@ def test_gpu_smoke_errors_name_file_and_line(write, families, entry, pattern):
         load_matrix(path, families)
 
 
+def test_runner_smoke_is_gate_unless_the_matrix_says_informational_and_reaches_the_legs(write, families):
+    """Issue 29: every Windows leg runs the gated CPU smoke; `runner_smoke: informational` marks an asset that cannot
+    start on a driverless runner. It reaches the GitHub matrix (matrix.runner_smoke) and survives inputs.json."""
+    from rockbuild.matrix import github_matrix
+    from rockbuild.nightly.resolve import job_from_dict
+
+    path = write("m.yaml", """
+        matrix:
+          os: [windows]
+          target: [gfx1151, gfx110X]
+          include:
+            - {os: windows, target: gfx110X, runner_smoke: informational}
+        """)
+    jobs = {j.id: j for j in load_matrix(path, families)}
+    assert (jobs["windows-gfx1151"].runner_smoke, jobs["windows-gfx110X"].runner_smoke) == ("gate", "informational")
+    entries = {e["id"]: e for e in github_matrix(list(jobs.values()))["include"]}
+    assert entries["windows-gfx110X"]["runner_smoke"] == "informational"
+    assert job_from_dict(jobs["windows-gfx110X"].to_dict()) == jobs["windows-gfx110X"]
+    older = {k: v for k, v in jobs["windows-gfx1151"].to_dict().items() if k != "runner_smoke"}
+    assert job_from_dict(older).runner_smoke == "gate"  # an inputs.json written before the key
+    assert {j.runner_smoke for j in load_matrix(None, families)} == {"gate"}  # the shipped matrix gates every leg
+    bad = write("bad.yaml", "options:\n  runner_smoke: informationl\nmatrix: {os: [linux], target: [gfx1151]}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:2: options.runner_smoke must be gate or informational, not "
+                                          r"'informationl'.*did you mean"):
+        load_matrix(bad, families)
+
+
 def test_required_when_proven_is_optional_until_the_plan_promotes_it(tmp_path):
     from rockbuild.settings import Settings
 

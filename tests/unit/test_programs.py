@@ -18,6 +18,10 @@ def test_the_shipped_list():
     assert "GGML_BACKEND_DL" in left["llama-export-lora"] and "stub" in left["llama-llava-cli"]
     quantize = next(p for p in programs.programs if p.target == "llama-quantize")
     assert (quantize.check, quantize.exit_code) == (("--help",), 1)
+    server = next(p for p in programs.programs if p.target == "llama-server")
+    assert server.known_failure is not None and server.known_failure.ships == ("libwinpthread-1.dll",)
+    assert server.known_failure.applies_to(["llama-server.exe", "LibWinPthread-1.dll"])
+    assert not server.known_failure.applies_to(["llama-server", "libstdc++.so.6"])
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -29,6 +33,13 @@ def test_the_shipped_list():
     ("ship:\n  - {target: '../evil'}\n", r":2: a ship entry needs a target"),
     ("ship: []\n", r"ship must be a non-empty list"),
     ("- llama-cli\n", r"expected a mapping with 'ship'"),
+    ("ship:\n  - {target: llama-cli, known_failure: {failure: x, reason: y}}\n", r":2: known_failure needs ships"),
+    ("ship:\n  - {target: llama-cli, known_failure: {ships: [a.dll], reason: y}}\n",
+     r":2: known_failure needs a failure"),
+    ("ship:\n  - {target: llama-cli, known_failure: {ships: [a.dll], failure: x, reason: y, timeout: 0}}\n",
+     r":2: timeout must be a number of seconds above 0, not 0"),
+    ("ship:\n  - {target: llama-cli, known_failure: {ships: [a.dll], failure: x, reason: y, when: 1}}\n",
+     r":2: unknown key 'when'"),
 ])
 def test_each_mistake_is_named(tmp_path, text, message):
     path = tmp_path / "programs.yaml"

@@ -234,6 +234,28 @@ def test_a_job_folder_without_bundle_or_with_failed_audit_or_smoke_is_failed(tmp
     assert job.failed_step == "compile" and job.log_tail[-1] == "error: out of memory"
 
 
+def test_an_informational_runner_smoke_never_gates_and_its_error_reaches_the_notes(gh, tmp_path):
+    """Issue 29: a `runner_smoke: informational` job's smoke on the CI runner (runner-smoke/smoke.json) is recorded,
+    not gated: a failure there leaves the job shippable, and the release notes give its exact error."""
+    from rockbuild.publish.jobs import load_job
+
+    out = tmp_path / "out"
+    job_dir = make_job(out, "windows-gfx1151")
+    (job_dir / "runner-smoke").mkdir()
+    (job_dir / "runner-smoke" / "smoke.json").write_text(json.dumps({
+        "ok": False, "failures": ["cli: exit code -1073741515 (0xC0000135: a DLL was not found)"], "runs": {}}))
+    job = load_job(job_dir)
+    assert job.ok and job.smoke is None
+    assert job.smoke_summary() == ("not gated: on the CI runner (informational) it failed: cli: exit code "
+                                   "-1073741515 (0xC0000135: a DLL was not found)")
+    report = publish(options(gh, [make_job(out, "linux-gfx1151", smoke=smoke_ok()), job_dir], tmp_path))
+    assert report.state == "published" and "llama-b1000-windows-rocm-gfx1151-x64.zip" in {
+        a.name for a in gh.state.release_by_tag("b1000").assets}
+    assert "0xC0000135: a DLL was not found" in gh.state.release_by_tag("b1000").body
+    (job_dir / "runner-smoke" / "smoke.json").write_text(json.dumps({"ok": True, "runs": {}}))
+    assert load_job(job_dir).smoke_summary() == "passed on the CI runner (informational)"
+
+
 def test_jobs_from_different_llama_commits_are_refused(gh, tmp_path):
     out = tmp_path / "out"
     a = make_job(out, "linux-gfx1151")

@@ -379,6 +379,45 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     assert report.failures == ("programs: 1 of 1 programs failed: ggml-rpc-server is not in the bundle",)
 
 
+def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described(tmp_path, model):
+    """programs.yaml's known_failure: a mingw build's llama-server hangs at exit (issue 29). In a bundle shipping
+    libwinpthread-1.dll the hang is listed as known, under its own shorter timeout; a different failure there, or the
+    same hang in any other bundle, still fails; a check that passes says the entry may go."""
+    from dataclasses import replace
+
+    from rockbuild.core.programs import KnownFailure, Program
+
+    job, _ = make_bundle(tmp_path)
+    bundle = job / "bundle"
+    _program(bundle, "llama-hangs", "sleep 30")
+    known = KnownFailure(("libwinpthread-1.dll",), "timed out", "a winpthreads build hangs at exit", timeout=0.5)
+    programs = (Program("llama-hangs", check=("--version",), known_failure=known),)
+    options = replace(FAST, programs=programs, program_timeout=1.0)
+
+    def programs_run():
+        report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", quiet=True)
+        return report, next(r for r in report.runs if r.name == "programs")
+
+    report, run = programs_run()  # no winpthreads here: the hang is a failure like any other
+    assert not run.ok and run.failure == "1 of 1 programs failed: llama-hangs --version: timed out after 1s"
+    (bundle / "LIBWINPTHREAD-1.DLL").write_bytes(b"MZ")  # Windows names compare case-insensitively
+    report, run = programs_run()
+    assert report.ok and run.ok, report.failures
+    item = run.details["programs"][0]
+    assert (item["status"], item["failure"], item["known_reason"]) == (
+        "known", "timed out after 0s", "a winpthreads build hangs at exit")
+    assert 0.4 < item["seconds"] < 5 and run.details["known"] == ["llama-hangs"]
+    data = json.loads((job / "smoke.json").read_text())
+    assert data["ok"] and data["runs"]["programs"]["known"] == ["llama-hangs"]
+    _program(bundle, "llama-hangs", "exit 3")  # another failure in the same bundle is not the known one
+    report, run = programs_run()
+    assert run.failure == "1 of 1 programs failed: llama-hangs --version: exit code 3 (expected exit code 0)"
+    _program(bundle, "llama-hangs", "echo fixed")  # fixed upstream: passes, and says the entry may be dropped
+    report, run = programs_run()
+    assert run.ok and run.details["programs"][0]["status"] == "ok"
+    assert "drop known_failure" in run.details["programs"][0]["note"]
+
+
 def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
     """Issue 26, item 5: the same llama-bench command once with -r 1 (discarded), then the measured run; each figure
     carries its spread in per cent, and smoke.yaml's gpu preset asks for one warm-up run."""
