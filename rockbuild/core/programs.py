@@ -162,7 +162,8 @@ def _program(path: Path, node: Any) -> Program:
 
 def _known_failure(path: Path, parent: YDict) -> KnownFailure:
     node = parent.get("known_failure")
-    expect_type(path, parent, "known_failure", node, (dict, YDict), "known_failure")
+    expect_type(path, parent, "known_failure", node, YDict, "known_failure")
+    assert isinstance(node, YDict)
     check_keys(path, node, _KNOWN_KEYS, "known_failure")
     ships = _strings(path, node, "ships", node.get("ships", []), "ships")
     if not ships:
