@@ -125,6 +125,7 @@ in_host() { chroot_env "$HOST" "${WINE_ENV[@]}" "$@"; }
 ensure_smollm2() {
     local name=SmolLM2-135M-Instruct.Q4_1.gguf model
     [[ -f $MODELS/$name ]] && return
+    mkdir -p "$MODELS"
     model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
 from rockbuild.smoke.config import load_smoke_config
 from rockbuild.smoke.models import provide_model
