@@ -3,10 +3,11 @@
 The whole night as the CI fan-out runs it, on this machine, with no internet: a local TheRock index serving a
 TheRock-layout tarball made from the Debian ROCm 7.2.4 root, a bare clone of the pinned llama.cpp (tag b11312), the
 project's GitHub API fake holding a release b1290; night 1 (plan, the linux-gfx1151 leg in rocm-root built with the
-extracted tarball, the linux-vulkan leg in vulkan-root, release b1291), rockbuild install + doctor + a generation in
-the clean root (no ROCm), the same night again (unchanged, nothing fetched or uploaded, in seconds), and a night with
+extracted tarball, the linux-vulkan leg in vulkan-root, the windows-cpu leg cross-built in mingw-root and smoke-tested
+under wine in wine-root, release b1291), rockbuild install + doctor + a generation in the clean root (no ROCm), and of
+the Windows asset into a wine prefix, the same night again (unchanged, nothing fetched or uploaded, in seconds), and a night with
 a new commit (warm ccache, release b1292). Needs root and `sudo tests/e2e/provision.sh && sudo tests/e2e/provision.sh
-vulkan`; 26-40 minutes from an empty ccache on 2 cores, about 10 with the rehearsal's ccache of an earlier run.
+vulkan` and `sudo tests/e2e/provision.sh windows`; 26-40 minutes from an empty ccache on 2 cores, about 10 with the rehearsal's ccache of an earlier run.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ pytestmark = pytest.mark.e2e
 def figures():
     if os.geteuid() != 0:
         pytest.skip("the night rehearsal needs root (chroot, mount)")
-    missing = [r for r in ("rocm-root", "clean-root", "vulkan-root") if not (E2E / f".{r}.stamp").exists()]
+    missing = [r for r in ("rocm-root", "clean-root", "vulkan-root", "mingw-root", "wine-root")
+               if not (E2E / f".{r}.stamp").exists()]
     if missing:
-        pytest.skip(f"not provisioned in {E2E}: {', '.join(missing)}; run `sudo tests/e2e/provision.sh` and "
-                    "`sudo tests/e2e/provision.sh vulkan` first")
+        pytest.skip(f"not provisioned in {E2E}: {', '.join(missing)}; run `sudo tests/e2e/provision.sh` first")
     result = subprocess.run([str(SCRIPT)], cwd=REPO)
     assert result.returncode == 0, "tests/e2e/night.sh failed (its log names the step)"
     return json.loads((NIGHT / "figures.json").read_text())
@@ -48,13 +49,16 @@ def assets_of(figures, tag):
 @pytest.mark.timeout(4 * 3600)
 def test_first_night_publishes_b1291_with_both_jobs_built_from_the_tarball(figures):
     night = figures["night1"]
-    assert night["plan"]["state"] == "changed" and set(night["plan"]["jobs"]) == {"linux-gfx1151", "linux-vulkan"}
+    assert night["plan"]["state"] == "changed" and set(night["plan"]["jobs"]) == {
+        "linux-gfx1151", "linux-vulkan", "windows-cpu"}
     assert night["release"]["state"] == "published" and night["release"]["tag"] == "b1291"
     assets = assets_of(figures, "b1291")
     for kind in ("zip", "tar.gz"):
         assert f"llama-b1291-ubuntu-rocm-gfx1151-x64.{kind}" in assets
         assert any(n.startswith("llama-b1291-ubuntu-vulkan") and n.endswith(kind) for n in assets)
     assert {"manifest.json", "SHA256SUMS"} <= set(assets)
+    # issue 29: the Windows asset, bundled, audited and smoke-tested under wine before it shipped
+    assert "llama-b1291-windows-cpu-x64.zip" in assets
     assert night["release"]["assets"] == assets  # what publish made is what the API holds, byte for byte in size
     # resolve -> download -> extract -> layout detection on real bytes: the whole tarball came from the local index
     tarball = figures["tarball"]
@@ -80,6 +84,10 @@ def test_install_doctor_and_a_generation_in_the_clean_root(figures):
     assert installed["doctor"], "doctor --bundle said nothing"
     if installed.get("vulkan_install"):  # lavapipe-root provisioned: the Vulkan asset on a Vulkan device
         assert installed["vulkan_smoke_ok"]
+    # the Windows asset, installed into the wine prefix's C:\llama, generates from there
+    windows = installed["windows_install"]
+    assert windows["asset"]["name"] == "llama-b1291-windows-cpu-x64.zip" and windows["audit_ok"]
+    assert installed["windows_generation"].startswith("The quick brown fox")
 
 
 @pytest.mark.timeout(4 * 3600)
@@ -106,6 +114,6 @@ def test_a_new_commit_builds_warm_and_publishes_b1292(figures):
     first = figures["night1"]["jobs"]["linux-gfx1151"]
     if not first["ccache_hits"]:  # a cold night 1 (night.sh cold, or the first rehearsal on this machine)
         assert rocm["build_s"] < first["build_s"] / 2
-    assert {"manifest.json", "SHA256SUMS"} <= set(assets_of(figures, "b1292"))
+    assert {"manifest.json", "SHA256SUMS", "llama-b1292-windows-cpu-x64.zip"} <= set(assets_of(figures, "b1292"))
     latest = [r["tag"] for r in figures["github"]["releases"] if r["latest"]]
     assert latest == ["b1292"]
