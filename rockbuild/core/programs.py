@@ -18,28 +18,32 @@ from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data
 from rockbuild.core.errors import BuildError, ConfigError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect", "what", "known_failure")
-_KNOWN_KEYS = ("ships", "failure", "timeout", "reason")
+_SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect", "what")
+_KNOWN_KEYS = ("ships", "programs", "failure", "after_output", "timeout", "reason")
 
 
 @dataclass(frozen=True)
 class KnownFailure:
-    """An upstream bug the smoke's check of a program is known to hit, in bundles of one kind only: those that ship one
+    """An upstream bug the smoke's program checks are known to hit, in bundles of one kind only: those that ship one
     of the ``ships`` files (e.g. ``libwinpthread-1.dll``: a mingw-w64 build). There, a check that fails with a problem
-    containing ``failure`` is recorded as *known* (with ``reason``) and does not fail the smoke; any other failure
-    still does, and a check that passes says the entry may be dropped."""
+    containing ``failure`` (and, with ``after_output``, only after printing what the check expects) is recorded as
+    *known* (with ``reason``) and does not fail the smoke; any other failure still does, and a check that passes
+    says so."""
 
     ships: tuple[str, ...]
     failure: str
     reason: str
     timeout: float | None = None  # the check's timeout in those bundles (a known hang need not cost the full one)
+    after_output: bool = True  # known only once the program printed its output (its expect, or anything)
+    programs: tuple[str, ...] = ()  # the targets it hits (none: every shipped program)
 
     def applies_to(self, names: Iterable[str]) -> bool:
         lowered = {n.lower() for n in names}
         return any(s.lower() in lowered for s in self.ships)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ships": list(self.ships), "failure": self.failure, "reason": self.reason, "timeout": self.timeout}
+        return {"ships": list(self.ships), "programs": list(self.programs), "failure": self.failure,
+                "after_output": self.after_output, "reason": self.reason, "timeout": self.timeout}
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Program:
     exit_code: int = 0
     expect: str = ""  # a regular expression the output must match ("" = any output)
     what: str = ""
-    known_failure: KnownFailure | None = None
+    known_failures: tuple[KnownFailure, ...] = ()  # programs.yaml's known_failures that name this program
 
     @property
     def file_name(self) -> str:
@@ -67,7 +71,7 @@ class Program:
         return {"target": self.target, "file": self.file_name, "required": self.required,
                 "aliases": list(self.aliases), "check": list(self.check), "exit": self.exit_code,
                 "expect": self.expect, "what": self.what,
-                "known_failure": self.known_failure.to_dict() if self.known_failure else None}
+                "known_failures": [k.to_dict() for k in self.known_failures]}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class Selection:
 class ProgramList:
     programs: tuple[Program, ...]
     left_out: tuple[LeftOut, ...] = ()
+    known_failures: tuple[KnownFailure, ...] = ()
 
     def names(self) -> tuple[str, ...]:
         return tuple(p.target for p in self.programs)
@@ -156,37 +161,39 @@ def _program(path: Path, node: Any) -> Program:
     expect_type(path, node, "what", what, str, "what")
     check = _strings(path, node, "check", node.get("check", ["--help"]), "check")
     aliases = _strings(path, node, "aliases", node.get("aliases", []), "aliases")
-    known = _known_failure(path, node) if "known_failure" in node else None
-    return Program(target, str(file), required, aliases, check, exit_code, expect, what, known)
+    return Program(target, str(file), required, aliases, check, exit_code, expect, what)
 
 
-def _known_failure(path: Path, parent: YDict) -> KnownFailure:
-    node = parent.get("known_failure")
-    expect_type(path, parent, "known_failure", node, YDict, "known_failure")
+def _known_failure(path: Path, parent: YDict, node: Any) -> KnownFailure:
+    expect_type(path, parent, "known_failures", node, YDict, "a known_failures entry")
     assert isinstance(node, YDict)
-    check_keys(path, node, _KNOWN_KEYS, "known_failure")
+    check_keys(path, node, _KNOWN_KEYS, "a known_failures entry")
     ships = _strings(path, node, "ships", node.get("ships", []), "ships")
     if not ships:
-        raise ConfigError(f"{where(path, node, 'ships')}: known_failure needs ships (the file names of the bundles "
+        raise ConfigError(f"{where(path, node, 'ships')}: a known failure needs ships (the file names of the bundles "
                           "it happens in, e.g. [libwinpthread-1.dll])")
     texts = {}
     for key in ("failure", "reason"):
         value = node.get(key)
         if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{where(path, node, key)}: known_failure needs a {key} (a non-empty string)")
+            raise ConfigError(f"{where(path, node, key)}: a known failure needs a {key} (a non-empty string)")
         texts[key] = value.strip()
     timeout = node.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ConfigError(f"{where(path, node, 'timeout')}: timeout must be a number of seconds above 0, "
                           f"not {timeout!r}")
-    return KnownFailure(ships, texts["failure"], texts["reason"], float(timeout) if timeout is not None else None)
+    after_output = node.get("after_output", True)
+    expect_type(path, node, "after_output", after_output, bool, "after_output")
+    programs = _strings(path, node, "programs", node.get("programs", []), "programs")
+    return KnownFailure(ships, texts["failure"], texts["reason"], float(timeout) if timeout is not None else None,
+                        after_output, programs)
 
 
 def parse_programs(doc: Any, path: Path) -> ProgramList:
     """The program list from a parsed ``programs.yaml`` (read by :func:`load_programs`)."""
     if not isinstance(doc, YDict):
         raise ConfigError(f"{path}: expected a mapping with 'ship' (see the shipped matrices/programs.yaml)")
-    check_keys(path, doc, ("ship", "left_out"), "programs.yaml")
+    check_keys(path, doc, ("ship", "left_out", "known_failures"), "programs.yaml")
     ship = doc.get("ship")
     if not isinstance(ship, list) or not ship:
         raise ConfigError(f"{where(path, doc, 'ship')}: ship must be a non-empty list of programs")
@@ -204,7 +211,16 @@ def parse_programs(doc: Any, path: Path) -> ProgramList:
         if name in seen:
             raise ConfigError(f"{path}: {name} is listed twice (in {seen[name]} and {kind})")
         seen[name] = kind
-    return ProgramList(programs, tuple(left))
+    known_nodes = doc.get("known_failures") or []
+    expect_type(path, doc, "known_failures", known_nodes, (list, YList), "known_failures")
+    known = tuple(_known_failure(path, doc, node) for node in known_nodes)
+    for entry in known:
+        unknown = [t for t in entry.programs if t not in seen or seen[t] != "ship"]
+        if unknown:
+            raise ConfigError(f"{path}: a known failure names {', '.join(unknown)}, which ship does not list")
+    programs = tuple(replace(p, known_failures=tuple(k for k in known if not k.programs or p.target in k.programs))
+                     for p in programs)
+    return ProgramList(programs, tuple(left), known)
 
 
 def load_programs(path: Path | None = None) -> ProgramList:

@@ -562,6 +562,7 @@ installed = {
     "smoke_ok": (load("installed/smoke.json", {}) or {}).get("ok"),
     "smoke_cli": ((load("installed/smoke.json", {}) or {}).get("runs") or {}).get("cli"),
     "generation_bytes": os.path.getsize(os.path.join(night, "installed/generation.txt")),
+    "generation": open(os.path.join(night, "installed/generation.txt"), errors="replace").read(),
     "from_root": open(os.path.join(night, "installed/from-root.txt")).read().split(),
     "vulkan_install": load("installed/install-vulkan.json"),
     "vulkan_smoke_ok": (load("installed/smoke-vulkan.json", {}) or {}).get("ok"),
@@ -629,7 +630,9 @@ print(f"    clean-root: installed {(i['install'] or {}).get('asset', {}).get('na
       f"from the root: {' '.join(p.rsplit('/', 1)[-1] for p in i['from_root'])}")
 if i.get("windows_install"):
     print(f"    wine-root: installed {i['windows_install']['asset']['name']} (audit {i['windows_install'].get('audit_ok')}); "
-          f"llama-completion.exe generated {len(i['windows_generation'] or '')} characters")
+          f"llama-completion.exe generated {len(i['windows_generation'] or '')} characters, "
+          f"{'the same text as' if (i['windows_generation'] or '').replace(chr(13), '') == i['generation'] else 'NOT the text of'} "
+          "the Linux llama-completion on the same model and prompt")
 if i.get("vulkan_install"):
     print(f"    lavapipe-root: installed {i['vulkan_install']['asset']['name']}; smoke {'passed' if i['vulkan_smoke_ok'] else 'FAILED'}: {i['vulkan_smoke_gpu']}")
 print(f"    GitHub: " + "; ".join(f"{r['tag']}{' (latest)' if r['latest'] else ''}: {len(r['assets'])} assets" for r in f["github"]["releases"])
