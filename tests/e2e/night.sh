@@ -562,14 +562,14 @@ installed = {
     "smoke_ok": (load("installed/smoke.json", {}) or {}).get("ok"),
     "smoke_cli": ((load("installed/smoke.json", {}) or {}).get("runs") or {}).get("cli"),
     "generation_bytes": os.path.getsize(os.path.join(night, "installed/generation.txt")),
-    "generation": open(os.path.join(night, "installed/generation.txt"), errors="replace").read(),
+    "generation": open(os.path.join(night, "installed/generation.txt"), errors="replace", newline="").read(),
     "from_root": open(os.path.join(night, "installed/from-root.txt")).read().split(),
     "vulkan_install": load("installed/install-vulkan.json"),
     "vulkan_smoke_ok": (load("installed/smoke-vulkan.json", {}) or {}).get("ok"),
     "vulkan_smoke_gpu": ((load("installed/smoke-vulkan.json", {}) or {}).get("gpu") or {}).get("summary"),
     "windows_install": load("installed/install-windows.json"),
     "windows_doctor": [f"{f['severity']}: {f['message']}" for f in (load("installed/doctor-windows.json", {}) or {}).get("findings", [])],
-    "windows_generation": open(os.path.join(night, "installed/generation-windows.txt"), errors="replace").read()
+    "windows_generation": open(os.path.join(night, "installed/generation-windows.txt"), errors="replace", newline="").read()
                           if os.path.exists(os.path.join(night, "installed/generation-windows.txt")) else None,
 }
 figures = {
@@ -631,7 +631,7 @@ print(f"    clean-root: installed {(i['install'] or {}).get('asset', {}).get('na
 if i.get("windows_install"):
     print(f"    wine-root: installed {i['windows_install']['asset']['name']} (audit {i['windows_install'].get('audit_ok')}); "
           f"llama-completion.exe generated {len(i['windows_generation'] or '')} characters, "
-          f"{'the same text as' if (i['windows_generation'] or '').replace(chr(13), '') == i['generation'] else 'NOT the text of'} "
+          f"{'the same text as' if (i['windows_generation'] or '').replace(chr(13), '') == i['generation'].replace(chr(13), '') else 'NOT the text of'} "
           "the Linux llama-completion on the same model and prompt")
 if i.get("vulkan_install"):
     print(f"    lavapipe-root: installed {i['vulkan_install']['asset']['name']}; smoke {'passed' if i['vulkan_smoke_ok'] else 'FAILED'}: {i['vulkan_smoke_gpu']}")
