@@ -5,9 +5,10 @@ TheRock-layout tarball made from the Debian ROCm 7.2.4 root, a bare clone of the
 project's GitHub API fake holding a release b1290; night 1 (plan, the linux-gfx1151 leg in rocm-root built with the
 extracted tarball, the linux-vulkan leg in vulkan-root, the windows-cpu leg cross-built in mingw-root and smoke-tested
 under wine in wine-root, release b1291), rockbuild install + doctor + a generation in the clean root (no ROCm), and of
-the Windows asset into a wine prefix, the same night again (unchanged, nothing fetched or uploaded, in seconds), and a night with
-a new commit (warm ccache, release b1292). Needs root and `sudo tests/e2e/provision.sh && sudo tests/e2e/provision.sh
-vulkan` and `sudo tests/e2e/provision.sh windows`; 26-40 minutes from an empty ccache on 2 cores, about 10 with the rehearsal's ccache of an earlier run.
+the Windows asset into a wine prefix, the same night again (unchanged, nothing fetched or uploaded, in seconds), and a
+night with a new commit (warm ccache, release b1292). Needs root and `sudo tests/e2e/provision.sh` (every root);
+35-50 minutes from an empty ccache on 2 cores (the Windows leg adds about 9), about 9 with the rehearsal's ccache of
+an earlier run.
 """
 
 from __future__ import annotations
