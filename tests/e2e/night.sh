@@ -7,10 +7,10 @@
 #   API fake (github_fake.py) holding a previous release b1290; then
 #     night 1   rockbuild nightly --plan (rocm-root) -> --job linux-gfx1151 (rocm-root, builds with the extracted
 #               TheRock tree) -> --job linux-vulkan (vulkan-root) -> --job windows-cpu --cross mingw-w64 --no-smoke
-#               (mingw-root), then rockbuild smoke of that job under wine (wine-root), as the workflow's Windows
-#               smoke step -> --release (rocm-root): release b1291; rockbuild install + doctor --bundle + smoke (a
-#               generation on the CPU) in clean-root (no ROCm), the Vulkan asset on lavapipe in lavapipe-root, and
-#               the Windows asset installed into a wine prefix in wine-root, a generation from there
+#               (mingw-root), then rockbuild smoke of that job under wine (wine-root): the smoke stage a Windows
+#               runner's leg runs in place -> --release (rocm-root): release b1291; rockbuild install + doctor
+#               --bundle + smoke (a generation on the CPU) in clean-root (no ROCm), the Vulkan asset on lavapipe in
+#               lavapipe-root, and the Windows asset installed into a wine prefix in wine-root, a generation there
 #     night 2   the same night again: the plan says unchanged (no leg, no release), nothing fetched or uploaded
 #     night 3   a new llama.cpp commit in the bare clone (tag b11313): legs from an empty out/ with the ccache of
 #               night 1 (as CI runners start), release b1292
@@ -306,10 +306,11 @@ leg() {
         > "$NIGHT/n$n/job-$job.json" 2> "$NIGHT/n$n/job-$job.log"
 }
 
-# windows_smoke N: the workflow's Windows smoke step, here under wine in wine-root: rockbuild smoke of the leg's job,
-# its smoke.json written into the job folder, where --release gates on it. The bundle is smoked in a copy, after
-# doctor --fix-cpu set aside the CPU variant wine cannot run on this AMX Xeon (AMX needs a permission from Linux
-# that wine never asks for; docs/e2e.md#the-windows-half-under-wine); the asset keeps every variant.
+# windows_smoke N: the smoke stage a Windows runner's leg runs in place, here apart because mingw-root has no wine:
+# rockbuild smoke of the leg's job under wine in wine-root, its smoke.json written into the job folder, where
+# --release gates on it. The bundle is smoked in a copy, after doctor --fix-cpu set aside any CPU variant wine cannot
+# run here (on an AMX CPU: AMX needs a permission from Linux that wine never asks for;
+# docs/e2e.md#the-windows-half-under-wine); the asset keeps every variant.
 windows_smoke() {
     local n=$1 copy=/tmp/night-bundle-windows rc=0
     rm -rf "${WINE_ROOT:?}$copy"
