@@ -26,8 +26,9 @@ _ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH", "HIP_DEVICE_LIB_PATH", 
 
 # Device selection the user set on purpose passes through (lavapipe is only used with GGML_VK_VISIBLE_DEVICES set;
 # an iGPU listed first is skipped with HIP_VISIBLE_DEVICES): they choose a device, they do not supply libraries.
+# DISPLAY: a Windows Vulkan bundle under wine reaches the host's Vulkan driver only through wine's X11 driver
 DEVICE_SELECTION = ("GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "MESA_SHADER_CACHE_DIR",
-                    "XDG_CACHE_HOME", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+                    "XDG_CACHE_HOME", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "DISPLAY")
 
 
 def bundle_program(bundle: Path, name: str) -> Path:

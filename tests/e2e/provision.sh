@@ -39,10 +39,14 @@ VULKAN_BUILD_PACKAGES=(glslc libvulkan-dev spirv-headers g++ libssl-dev)
 # What a user's host has: the loader and a driver (lavapipe, a Vulkan device on the CPU), plus python3 to run rockbuild.
 LAVAPIPE_PACKAGES=(libvulkan1 mesa-vulkan-drivers vulkan-tools python3 python3-venv ca-certificates)
 # The Windows cross build (issue 29): sid's mingw-w64 (Debian 12's is too old for llama.cpp: no
-# THREAD_POWER_THROTTLING_STATE), the -posix compilers (std::thread needs winpthreads)
-MINGW_PACKAGES=(g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix binutils-mingw-w64-x86-64)
-# A Windows host as wine gives one: no mingw runtime DLLs anywhere wine could find them, so the bundle must carry its own
-WINE_PACKAGES=(wine64 python3 python3-venv ca-certificates)
+# THREAD_POWER_THROTTLING_STATE), the -posix compilers (std::thread needs winpthreads); for windows-vulkan glslc, the
+# Vulkan and SPIR-V headers, the Linux Vulkan loader (its exports make vulkan-1.dll's import library) and a host g++
+# (ggml builds its vulkan-shaders-gen for the build machine)
+MINGW_PACKAGES=(g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix binutils-mingw-w64-x86-64
+                glslc libvulkan-dev spirv-headers g++)
+# A Windows host as wine gives one: no mingw runtime DLLs anywhere wine could find them, so the bundle must carry its
+# own; Mesa's lavapipe and an X server (Xvfb) for windows-vulkan: wine's Vulkan goes through its X11 driver
+WINE_PACKAGES=(wine64 python3 python3-venv ca-certificates libvulkan1 mesa-vulkan-drivers xvfb xauth)
 
 LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
 LLAMA_SDIST_REQ=llama-cpp-python==0.3.36

@@ -4,6 +4,7 @@
 #               cross-compiled by Debian sid's mingw-w64 g++), bundled by rockbuild's PE closure
 #   wine-root   runs: wine64 and python3, no compiler and no mingw runtime: a Windows host whose only DLLs are wine's
 #
+#   tests/e2e/windows.sh [MODE] [cpu|vulkan]   the job windows-cpu (default) or windows-vulkan, MODE one of:
 #   tests/e2e/windows.sh [build]   build + bundle (incremental), then the figures
 #   tests/e2e/windows.sh cold      empty the ccache and the build dir first
 #   tests/e2e/windows.sh smoke     in wine-root: rockbuild audit, then rockbuild smoke on the real SmolLM2-135M-Instruct
@@ -14,7 +15,12 @@
 #                                  generation by the installed llama-completion.exe
 #   tests/e2e/windows.sh all       build, smoke, install
 #
-# Leaves $E2E/bench/windows-*.json. Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
+# windows-vulkan: llama.cpp's Vulkan backend, cross-built against a vulkan-1.dll import library made from the Vulkan
+# loader's exports (Debian has no mingw Vulkan package) and the Vulkan and SPIR-V headers copied into the mingw
+# sysroot; under wine its Vulkan reaches Mesa's lavapipe in wine-root through wine's X11 driver, so an Xvfb display
+# runs for the smoke test and the installed program (GGML_VK_VISIBLE_DEVICES=0: lavapipe, a CPU device)
+#
+# Leaves $E2E/bench/windows-*.json (windows-vulkan-*.json for the Vulkan job). Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
 set -euo pipefail
 
 # shellcheck source=tests/e2e/common.sh
@@ -22,15 +28,22 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 ROOT=$E2E/mingw-root
 HOST=$E2E/wine-root
-JOB_ID=windows-cpu
-OUT=/e2e/out
+FLAVOUR=${2:-cpu}
+[[ $FLAVOUR == cpu || $FLAVOUR == vulkan ]] || { echo "unknown flavour $FLAVOUR (cpu, vulkan)" >&2; exit 2; }
+JOB_ID=windows-$FLAVOUR
+P=windows  # the bench files' prefix
 CCACHE_DIR_IN_ROOT=/e2e/ccache
-MATRIX_IN_ROOT=/e2e/windows-matrix.yaml
-BUNDLE_IN_HOST=/opt/bundle-windows
+INSTALL_DIR=llama
+if [[ $FLAVOUR == vulkan ]]; then P=windows-vulkan; CCACHE_DIR_IN_ROOT=/e2e/ccache-vulkan; INSTALL_DIR=llama-vulkan; fi
+OUT=/e2e/out
+MATRIX_IN_ROOT=/e2e/$JOB_ID-matrix.yaml
+BUNDLE_IN_HOST=/opt/bundle-$JOB_ID
 WINEPREFIX_IN_HOST=/e2e/wineprefix
 # what a command under wine gets on top of ROOT_ENV: its own prefix, no debug chatter, no desktop, no debugger on a
 # crash (winedbg would print pages of backtrace; wine then prints one "Unhandled ..." line)
 WINE_ENV=("WINEPREFIX=$WINEPREFIX_IN_HOST" WINEDEBUG=-all "WINEDLLOVERRIDES=winemenubuilder.exe=d;winedbg.exe=d")
+# the Vulkan job: wine's Vulkan needs its X11 driver, so a display (Xvfb in wine-root), and lavapipe pinned
+[[ $FLAVOUR == vulkan ]] && WINE_ENV+=(DISPLAY=:99 GGML_VK_VISIBLE_DEVICES=0)
 
 [[ -x $ROOT/usr/bin/x86_64-w64-mingw32-g++-posix && -f $E2E/.mingw-root.stamp ]] \
     || die "$ROOT is not provisioned; run tests/e2e/provision.sh windows"
@@ -38,8 +51,27 @@ WINE_ENV=("WINEPREFIX=$WINEPREFIX_IN_HOST" WINEDEBUG=-all "WINEDLLOVERRIDES=wine
 # the CPU flavour for Windows: not in the default matrix (a test flavour, docs/e2e.md). No OpenSSL for mingw in the
 # root: llama-server/-cli are built without HTTPS
 write_matrix() {
-    printf 'options:\n  cmake: {LLAMA_OPENSSL: "OFF"}\nmatrix:\n  os: [windows]\n  backend: [cpu]\n' \
+    printf 'options:\n  cmake: {LLAMA_OPENSSL: "OFF"}\nmatrix:\n  os: [windows]\n  backend: [%s]\n' "$FLAVOUR" \
         > "$ROOT$MATRIX_IN_ROOT"
+}
+
+# the Vulkan SDK's part for mingw, which Debian does not package: the Vulkan, vk_video and SPIR-V headers and
+# SPIRV-Headers' CMake package copied into the sysroot (CMake searches only there when it cross-compiles), and
+# libvulkan-1.a, an import library for vulkan-1.dll made with dlltool from the exports of the root's Vulkan loader
+vulkan_sysroot() {
+    local sysroot=$ROOT/usr/x86_64-w64-mingw32
+    [[ -x $ROOT/usr/bin/glslc && -f $ROOT/usr/include/vulkan/vulkan.h && -x $ROOT/usr/bin/g++ ]] \
+        || die "$ROOT lacks glslc, the Vulkan headers or a host g++ (vulkan-shaders-gen); run provision.sh windows again"
+    [[ -f $sysroot/lib/libvulkan-1.a ]] && return
+    cp -r "$ROOT/usr/include/vulkan" "$ROOT/usr/include/vk_video" "$ROOT/usr/include/spirv" "$sysroot/include/"
+    mkdir -p "$sysroot/share/cmake"
+    cp -r "$ROOT/usr/share/cmake/SPIRV-Headers" "$sysroot/share/cmake/"
+    { echo "LIBRARY vulkan-1.dll"; echo "EXPORTS"
+      nm -D --defined-only "$ROOT/usr/lib/x86_64-linux-gnu/libvulkan.so.1" | awk '$2 == "T" && $3 ~ /^vk/ {print "    " $3}'
+    } > "$ROOT/e2e/vulkan-1.def"
+    chroot_env "$ROOT" x86_64-w64-mingw32-dlltool -d /e2e/vulkan-1.def -l /usr/x86_64-w64-mingw32/lib/libvulkan-1.a \
+        -D vulkan-1.dll
+    log "mingw sysroot: Vulkan headers and libvulkan-1.a ($(grep -c '^    vk' "$ROOT/e2e/vulkan-1.def") functions)"
 }
 
 build_windows() {
@@ -54,6 +86,7 @@ build_windows() {
     esac
     mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT" "$BENCH"
     write_matrix
+    [[ $FLAVOUR == vulkan ]] && vulkan_sysroot
     local web_ui=()
     host_web_ui "$ROOT"
     local start end
@@ -63,8 +96,8 @@ build_windows() {
         --ccache-dir "$CCACHE_DIR_IN_ROOT" -j "$JOBS" "${web_ui[@]}"
     end=$(date +%s.%N)
     log "rockbuild build (+ bundle) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
-    cp "$job_dir/build.json" "$BENCH/windows-$mode.json"
-    cp "$job_dir/bundle/bundle.json" "$BENCH/windows-bundle.json"
+    cp "$job_dir/build.json" "$BENCH/$P-$mode.json"
+    cp "$job_dir/bundle/bundle.json" "$BENCH/$P-bundle.json"
     figures
 }
 
@@ -82,7 +115,7 @@ closure = bundle.get("closure") or {}
 system = sorted(lib["name"] for lib in closure.get("system") or [])
 shipped = sorted(f for f in files if f.lower().endswith(".dll"))
 configure = "skipped" if data["configure_skipped"] else f"{d['configure']:.1f} s"
-print("[e2e] Windows (mingw-w64 cross build) figures")
+print(f"[e2e] Windows (mingw-w64 cross build) figures: {data['job']['id']}")
 print(f"    llama.cpp   {data['llama_cpp']['build_number']} {data['llama_cpp']['commit'][:12]}; compiler {data['compilers']['cxx']}")
 print(f"    configure   {configure}; compile {d['compile']:.1f} s; total {d['total']:.1f} s")
 print(f"    ninja       {ninja.get('steps')} of {ninja.get('total')} steps; ccache {cc.get('hits')} hits / {cc.get('misses')} misses")
@@ -136,35 +169,40 @@ print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load
 smoke_windows() {
     ensure_smollm2
     mount_host
+    start_xvfb
     mkdir -p "$BENCH"
     log "rockbuild audit in wine-root"
-    in_host "$VENV/bin/rockbuild" audit "$BUNDLE_IN_HOST" --json > "$BENCH/windows-audit.json"
+    in_host "$VENV/bin/rockbuild" audit "$BUNDLE_IN_HOST" --json > "$BENCH/$P-audit.json"
     # wine on Linux: a program may use AMX only after asking the kernel (arch_prctl ARCH_REQ_XCOMP_PERM), which
-    # Windows does for it and wine does not, so ggml-cpu-sapphirerapids.dll, which ggml picks on this AMX Xeon, dies
+    # Windows does for it and wine does not, so ggml-cpu-sapphirerapids.dll, which ggml picks on an AMX Xeon, dies
     # at its first AMX instruction. doctor --fix-cpu finds that and sets the variant aside, as on a user's machine
     log "rockbuild doctor --bundle --model --fix-cpu under wine (the CPU variant ggml picks here must run)"
     local rc=0
     in_host "$VENV/bin/rockbuild" doctor --bundle "$BUNDLE_IN_HOST" --model /models/SmolLM2-135M-Instruct.Q4_1.gguf \
-        --fix-cpu --json > "$BENCH/windows-doctor-cpu.json" || rc=$?
-    log "doctor: exit $rc; $(json "$BENCH/windows-doctor-cpu.json" \
+        --fix-cpu --json > "$BENCH/$P-doctor-cpu.json" || rc=$?
+    log "doctor: exit $rc; $(json "$BENCH/$P-doctor-cpu.json" \
         '"; ".join(f["severity"] + ": " + f["message"] for f in d["findings"] if f["topic"] in ("cpu", "cpu-variant", "bundle"))')"
     log "rockbuild smoke under wine: every program, llama-server's completion, llama-bench, the numerics"
-    local start end rc=0
+    local start end rc=0 expect=()
+    # the Vulkan job must run on lavapipe (through wine's Vulkan): the weights and KV cache on the Vulkan device
+    [[ $FLAVOUR == vulkan ]] && expect=(--expect-gpu yes)
     start=$(date +%s.%N)
     in_host "$VENV/bin/rockbuild" smoke "$BUNDLE_IN_HOST" --model /models/SmolLM2-135M-Instruct.Q4_1.gguf \
-        --report /tmp/smoke-windows.json --json > "$BENCH/windows-smoke.json" 2> "$BENCH/windows-smoke.stderr" || rc=$?
+        "${expect[@]}" --report /tmp/smoke-$JOB_ID.json --json > "$BENCH/$P-smoke.json" 2> "$BENCH/$P-smoke.stderr" \
+        || rc=$?
     end=$(date +%s.%N)
-    cp "$HOST/tmp/smoke-windows.json" "$BENCH/windows-smoke-report.json"
+    cp "$HOST/tmp/smoke-$JOB_ID.json" "$BENCH/$P-smoke-report.json"
     log "smoke: exit $rc in $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
     # every run must pass; the known failure (programs.yaml's known_failures: a winpthreads build may hang at exit
     # after printing its --version, docs/e2e.md#the-windows-half-under-wine) is listed, not failed
-    python3 - "$BENCH/windows-smoke-report.json" "$rc" <<'PYEOF'
+    python3 - "$BENCH/$P-smoke-report.json" "$rc" <<'PYEOF'
 import json, sys
 d, rc = json.load(open(sys.argv[1])), int(sys.argv[2])
 for name, r in d["runs"].items():
     extra = f", {r.get('tokens')} tokens" if r.get("tokens") else ""
     known = f" (known failure: {', '.join(r['known'])})" if r.get("known") else ""
     print(f"    {name}: {'ok' if r.get('ok') else 'FAILED: ' + str(r.get('failure'))} in {r['seconds']:.1f} s{extra}{known}")
+print(f"    {(d.get('gpu') or {}).get('summary')}")
 n = d.get("numerics") or {}
 for key in ("cpu", "known_answers", "cross_backend"):
     if n.get(key):
@@ -176,8 +214,26 @@ PYEOF
 }
 
 SERVER_PID=""
+XVFB_PID=""
 stop_fake() { [[ -z $SERVER_PID ]] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; }; }
-trap stop_fake EXIT
+stop_xvfb() { [[ -z $XVFB_PID ]] || { kill "$XVFB_PID" 2>/dev/null; wait "$XVFB_PID" 2>/dev/null || true; }; }
+# mounts.sh's trap too: this one replaces it
+trap 'stop_fake; stop_xvfb; unmount_ours' EXIT
+
+# the Vulkan job: an X display in wine-root (:99), for wine's X11 driver, which winevulkan needs
+start_xvfb() {
+    [[ $FLAVOUR == vulkan && -z $XVFB_PID ]] || return 0
+    [[ -x $HOST/usr/bin/Xvfb && -f $HOST/usr/share/vulkan/icd.d/lvp_icd.json ]] \
+        || die "$HOST lacks Xvfb or Mesa's lavapipe; run provision.sh windows again"
+    rm -f "$HOST/tmp/.X99-lock" "$HOST/tmp/.X11-unix/X99"
+    # chroot, env and Xvfb exec one another: $! is Xvfb's pid (chroot_env, a function, would be a subshell)
+    chroot "$HOST" /usr/bin/env -i "${ROOT_ENV[@]}" /usr/bin/Xvfb :99 -screen 0 640x480x24 -nolisten tcp \
+        > "$BENCH/$P-xvfb.log" 2>&1 &
+    XVFB_PID=$!
+    local i
+    for i in $(seq 50); do [[ -e $HOST/tmp/.X11-unix/X99 ]] && return 0; sleep 0.1; done
+    die "Xvfb did not start in $HOST (see $BENCH/$P-xvfb.log)"
+}
 
 json() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1"; }
 
@@ -185,11 +241,11 @@ json() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($
 # rockbuild install of the Windows asset into the wine prefix's C:, doctor --bundle against that prefix's Windows,
 # and a generation by the installed llama-completion.exe
 install_windows() {
-    local job_dir=$ROOT$OUT/$JOB_ID ready=$BENCH/windows-github.json
-    [[ -f $BENCH/windows-smoke-report.json ]] || die "no smoke report; run: $0 smoke"
-    cp "$BENCH/windows-smoke-report.json" "$job_dir/smoke.json"
+    local job_dir=$ROOT$OUT/$JOB_ID ready=$BENCH/$P-github.json
+    [[ -f $BENCH/$P-smoke-report.json ]] || die "no smoke report; run: $0 smoke"
+    cp "$BENCH/$P-smoke-report.json" "$job_dir/smoke.json"
     rm -f "$ready"
-    "$REPO/.venv/bin/python" "$REPO/tests/e2e/github_fake.py" --ready "$ready" > "$BENCH/windows-github.log" 2>&1 &
+    "$REPO/.venv/bin/python" "$REPO/tests/e2e/github_fake.py" --ready "$ready" > "$BENCH/$P-github.log" 2>&1 &
     SERVER_PID=$!
     local i
     for i in $(seq 100); do [[ -f $ready ]] && break; sleep 0.1; done
@@ -198,26 +254,33 @@ install_windows() {
     api=$(json "$ready" 'd["api_url"]'); repo=$(json "$ready" 'd["repo"]'); token=$(json "$ready" 'd["token"]')
     log "rockbuild publish $JOB_ID to the GitHub fake ($api, $repo)"
     chroot_env "$ROOT" GITHUB_TOKEN="$token" "$VENV/bin/rockbuild" publish "$OUT/$JOB_ID" --repo "$repo" \
-        --api-url "$api" --json > "$BENCH/windows-publish.json"
-    log "published: $(json "$BENCH/windows-publish.json" 'd.get("tag") or d')"
+        --api-url "$api" --json > "$BENCH/$P-publish.json"
+    log "published: $(json "$BENCH/$P-publish.json" 'd.get("tag") or d')"
     mount_host
-    local dest=$WINEPREFIX_IN_HOST/drive_c/llama
+    start_xvfb
+    local dest=$WINEPREFIX_IN_HOST/drive_c/$INSTALL_DIR gpu=()
+    [[ $FLAVOUR == vulkan ]] && gpu=(-ngl 99 -dev Vulkan0 -lv 4)
     rm -rf "${HOST:?}$dest"
-    log "wine-root: rockbuild install --backend cpu --os windows --dest C:\\llama (in the wine prefix)"
-    in_host "$VENV/bin/rockbuild" install --repo "$repo" --api-url "$api" --tag latest --backend cpu --os windows \
-        --dest "$dest" --json > "$BENCH/windows-install.json"
-    log "installed: $(json "$BENCH/windows-install.json" 'd["asset"]["name"] + " (" + d["tag"] + "), audit ok: " + str(d["audit_ok"])')"
+    log "wine-root: rockbuild install --backend $FLAVOUR --os windows --dest C:\\$INSTALL_DIR (in the wine prefix)"
+    in_host "$VENV/bin/rockbuild" install --repo "$repo" --api-url "$api" --tag latest --backend "$FLAVOUR" --os windows \
+        --dest "$dest" --json > "$BENCH/$P-install.json"
+    log "installed: $(json "$BENCH/$P-install.json" 'd["asset"]["name"] + " (" + d["tag"] + "), audit ok: " + str(d["audit_ok"])')"
     local rc=0
     in_host "$VENV/bin/rockbuild" doctor --bundle "$dest" --windows-root "$WINEPREFIX_IN_HOST/drive_c/windows" \
-        --json > "$BENCH/windows-doctor.json" || rc=$?
-    log "doctor --bundle: exit $rc; $(json "$BENCH/windows-doctor.json" \
+        --json > "$BENCH/$P-doctor.json" || rc=$?
+    log "doctor --bundle: exit $rc; $(json "$BENCH/$P-doctor.json" \
         '"; ".join(f["severity"] + ": " + f["message"] for f in d["findings"] if f["topic"] not in ("gpu", "kfd", "dri"))')"
     log "a generation by the installed llama-completion.exe, started from C:\\ (not its folder)"
     chroot_env "$HOST" "${WINE_ENV[@]}" /bin/sh -c "cd $WINEPREFIX_IN_HOST/drive_c && wine64 $dest/llama-completion.exe \
-        -m /models/SmolLM2-135M-Instruct.Q4_1.gguf -p 'The capital of France is' -n 8 --temp 0 -no-cnv -t 2" \
-        > "$BENCH/windows-generation.txt" 2> "$BENCH/windows-generation.log"
-    log "generated: $(tr -d '\r' < "$BENCH/windows-generation.txt")"
-    grep -q "Paris" "$BENCH/windows-generation.txt" || die "the installed llama-completion.exe did not say Paris"
+        -m /models/SmolLM2-135M-Instruct.Q4_1.gguf -p 'The capital of France is' -n 8 --temp 0 -no-cnv -t 2 ${gpu[*]}" \
+        > "$BENCH/$P-generation.txt" 2> "$BENCH/$P-generation.log"
+    log "generated: $(tr -d '\r' < "$BENCH/$P-generation.txt")"
+    grep -q "Paris" "$BENCH/$P-generation.txt" || die "the installed llama-completion.exe did not say Paris"
+    if [[ $FLAVOUR == vulkan ]]; then
+        grep -q "offloaded .* layers to GPU" "$BENCH/$P-generation.log" \
+            || die "the installed llama-completion.exe did not offload to the Vulkan device (see $P-generation.log)"
+        log "on the Vulkan device: $(grep -m1 -o 'using device Vulkan0 ([^)]*)\|Vulkan0 ([^)]*)' "$BENCH/$P-generation.log" || true)"
+    fi
 }
 
 main() {

@@ -152,10 +152,11 @@ def test_env_keeps_the_allowlist_only():
 
 
 def test_env_lets_device_selection_through():
-    """lavapipe is used only with GGML_VK_VISIBLE_DEVICES; HIP_VISIBLE_DEVICES skips an iGPU listed first."""
+    """lavapipe is used only with GGML_VK_VISIBLE_DEVICES; HIP_VISIBLE_DEVICES skips an iGPU listed first; a Windows
+    Vulkan bundle under wine reaches lavapipe through wine's X11 driver, which needs DISPLAY (issue 29)."""
     env, removed = smoke_env({"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1",
-                              "ROCM_PATH": "/opt/rocm"})
-    assert env == {"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1"}
+                              "ROCM_PATH": "/opt/rocm", "DISPLAY": ":99"})
+    assert env == {"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1", "DISPLAY": ":99"}
     assert removed == ["ROCM_PATH"]
 
 
