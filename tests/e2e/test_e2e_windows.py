@@ -25,12 +25,16 @@ SCRIPT = E2E_SCRIPTS / "windows.sh"
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def windows_roots():
+def provisioned() -> None:
     if os.geteuid() != 0:
         pytest.skip("the e2e proof needs root (chroot, mount)")
     if not (E2E / ".mingw-root.stamp").exists() or not (E2E / ".wine-root.stamp").exists():
         pytest.skip(f"the Windows roots are not provisioned in {E2E}: run `sudo tests/e2e/provision.sh windows` first")
+
+
+@pytest.fixture(scope="module")
+def windows_roots():
+    provisioned()
     result = subprocess.run([str(SCRIPT), "build"], cwd=REPO)
     assert result.returncode == 0, "windows.sh build failed"
 
@@ -67,3 +71,24 @@ def test_the_cross_built_windows_bundle_runs_under_wine_and_installs_from_the_re
     install = json.loads((BENCH / "windows-install.json").read_text())
     assert install["audit_ok"] and "windows" in install["asset"]["name"] and "cpu" in install["asset"]["name"]
     assert "Paris" in (BENCH / "windows-generation.txt").read_text()
+
+
+@pytest.mark.timeout(3600)
+def test_the_windows_vulkan_bundle_runs_on_lavapipe_through_wines_vulkan():
+    """windows-vulkan: ggml's Vulkan backend cross-built against an import library of vulkan-1.dll; under wine (its
+    X11 driver on Xvfb) it must run on lavapipe: weights and KV cache on the Vulkan device, the numerics step's KL
+    divergence against the CPU within the floor, the known answers on both, then installed from the release."""
+    provisioned()
+    for mode in ("build", "smoke", "install"):
+        result = subprocess.run([str(SCRIPT), mode, "vulkan"], cwd=REPO)
+        assert result.returncode == 0, f"windows.sh {mode} vulkan failed"
+    bundle = json.loads((BENCH / "windows-vulkan-bundle.json").read_text())
+    names = {f["path"].lower() for f in bundle["files"]}
+    assert "ggml-vulkan.dll" in names and "vulkan-1.dll" not in names  # the loader is the host's driver stack
+    smoke = json.loads((BENCH / "windows-vulkan-smoke-report.json").read_text())
+    assert smoke["ok"] and smoke["gpu"]["placement"] == "gpu" and "Vulkan" in smoke["gpu"]["summary"]
+    summary = smoke["numerics"]["summary"]
+    assert summary["cross_backend"] == "passed" and summary["known_answers"] == "passed"
+    install = json.loads((BENCH / "windows-vulkan-install.json").read_text())
+    assert install["audit_ok"] and install["asset"]["name"].endswith("-windows-vulkan-x64.zip")
+    assert "offloaded 31/31 layers to GPU" in (BENCH / "windows-vulkan-generation.log").read_text()
