@@ -188,7 +188,7 @@ smoke_windows() {
     [[ $FLAVOUR == vulkan ]] && expect=(--expect-gpu yes)
     start=$(date +%s.%N)
     in_host "$VENV/bin/rockbuild" smoke "$BUNDLE_IN_HOST" --model /models/SmolLM2-135M-Instruct.Q4_1.gguf \
-        "${expect[@]}" --report /tmp/smoke-$JOB_ID.json --json > "$BENCH/$P-smoke.json" 2> "$BENCH/$P-smoke.stderr" \
+        "${expect[@]}" --report "/tmp/smoke-$JOB_ID.json" --json > "$BENCH/$P-smoke.json" 2> "$BENCH/$P-smoke.stderr" \
         || rc=$?
     end=$(date +%s.%N)
     cp "$HOST/tmp/smoke-$JOB_ID.json" "$BENCH/$P-smoke-report.json"
