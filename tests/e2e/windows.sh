@@ -20,7 +20,8 @@
 # sysroot; under wine its Vulkan reaches Mesa's lavapipe in wine-root through wine's X11 driver, so an Xvfb display
 # runs for the smoke test and the installed program (GGML_VK_VISIBLE_DEVICES=0: lavapipe, a CPU device)
 #
-# Leaves $E2E/bench/windows-*.json (windows-vulkan-*.json for the Vulkan job). Needs root. Env as run.sh (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
+# Leaves $E2E/bench/windows-*.json (windows-vulkan-*.json for the Vulkan job). Needs root. Env as run.sh
+# (ROCKBUILD_E2E, ROCKBUILD_SRC, ROCKBUILD_E2E_JOBS).
 set -euo pipefail
 
 # shellcheck source=tests/e2e/common.sh
