@@ -26,7 +26,16 @@ import bracex
 
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
 from rockbuild.core.errors import ConfigError, UsageError
-from rockbuild.core.jobs import DEFAULT_RUNNERS, GFX_TARGET_RE, MIX, OSES, FamilyTable, Job, load_families
+from rockbuild.core.jobs import (
+    DEFAULT_RUNNERS,
+    GFX_TARGET_RE,
+    MIX,
+    OSES,
+    RUNNER_SMOKE_MODES,
+    FamilyTable,
+    Job,
+    load_families,
+)
 
 from .backends import DEFAULT, get_backend
 from .backends import names as backend_names
@@ -35,7 +44,6 @@ from .console import warn
 AXES = ("os", "target", "backend")
 WHEN_PROVEN = "when-proven"  # required: optional until its smoke test passed in a published release
 OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke", "runner_smoke")
-RUNNER_SMOKE = ("gate", "informational")  # what the CPU smoke on the CI runner means (core.jobs.Job.runner_smoke)
 GPU_SMOKE_KEYS = ("runner", "required")
 ROCM_KEYS = ("channel", "version")
 ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
@@ -47,7 +55,7 @@ BUILTIN_OPTIONS: dict[str, Any] = {
     "required": True,
     "runner": dict(DEFAULT_RUNNERS),
     "gpu_smoke": None,  # {runner: [self-hosted, gfx1151], required: true}: a smoke test on that runner's GPU
-    "runner_smoke": "gate",
+    "runner_smoke": RUNNER_SMOKE_MODES[0],
 }
 
 
@@ -112,9 +120,9 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
         elif key == "gpu_smoke":
             out[key] = _check_gpu_smoke(path, node, value, what)
         elif key == "runner_smoke":
-            if value not in RUNNER_SMOKE:
+            if value not in RUNNER_SMOKE_MODES:
                 raise ConfigError(f"{where(path, node, key)}: {what}.runner_smoke must be gate or informational, "
-                                  f"not {value!r}{suggest(str(value), RUNNER_SMOKE)}")
+                                  f"not {value!r}{suggest(str(value), RUNNER_SMOKE_MODES)}")
             out[key] = value
         elif key == "runner":
             if isinstance(value, str):

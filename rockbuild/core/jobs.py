@@ -258,6 +258,7 @@ def load_families(path: Path | None = None) -> FamilyTable:
 # A job: everything later stages need, resolved once.
 
 DEFAULT_RUNNERS = {"linux": "ubuntu-22.04", "windows": "windows-2022"}
+RUNNER_SMOKE_MODES = ("gate", "informational")  # matrix `runner_smoke:` (Job.runner_smoke), the default first
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ class Job:
     # matrix `runner_smoke:`: what the CPU smoke on the CI runner that built the job means. gate (the default): it
     # runs in the leg and a failure fails the job; informational: for an asset that cannot start on that runner (no
     # driver there), it runs after the leg, its record goes to runner-smoke/smoke.json and never gates
-    runner_smoke: str = "gate"
+    runner_smoke: str = RUNNER_SMOKE_MODES[0]
 
     @property
     def gpu_targets(self) -> str:

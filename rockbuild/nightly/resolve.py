@@ -26,7 +26,7 @@ from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.build.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.core.data import suggest, write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
-from rockbuild.core.jobs import Job
+from rockbuild.core.jobs import RUNNER_SMOKE_MODES, Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS
 from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
 from rockbuild.downloader import get_text
@@ -53,7 +53,7 @@ def job_from_dict(data: dict[str, Any]) -> Job:
             gpu_runner=tuple(str(r) for r in gpu_smoke.get("runner") or ()),
             gpu_required=bool(gpu_smoke.get("required", False)),
             when_proven=bool(data.get("when_proven", False)),
-            runner_smoke=str(data.get("runner_smoke") or "gate"),
+            runner_smoke=str(data.get("runner_smoke") or RUNNER_SMOKE_MODES[0]),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None

@@ -74,7 +74,9 @@ def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], li
 
 def run_program(name: str, args: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
                  log: Path) -> tuple[str | None, int | None, str | None, float]:
-    """(output, return code, failure, seconds) of one run to completion under a timeout."""
+    """(output, return code, failure, seconds) of one run to completion under a timeout. ``log`` holds this run only
+    (the runner appends to it): a failed run's output is read back from it, never an earlier smoke's."""
+    log.unlink(missing_ok=True)
     start = time.monotonic()
     try:
         result = run(args, cwd=cwd, env=env, timeout=timeout, log=log, check=False)

@@ -474,7 +474,6 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
         known = next((k for k in program.known_failures if k.applies_to(names)), None)
         timeout = known.timeout if known and known.timeout else options.program_timeout
         log = folder / f"{program.file_name}.log"
-        log.unlink(missing_ok=True)  # this run's output only (the runner appends), not an earlier smoke's
         args = [str(exe), *program.check]
         output, rc, problem, seconds = run_program(program.file_name, args, cwd=bundle, env=env, timeout=timeout,
                                                    log=log)
@@ -484,13 +483,14 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
             problem = None
         else:
             problem = f"{exit_reason(rc) if rc is not None else problem} (expected exit code {program.exit_code})"
-        if problem is None and program.expect and not re.search(program.expect, output or ""):
+        # what the check expects (its usage line), or, with no expect, any output at all
+        printed = bool(re.search(program.expect, output or "")) if program.expect else bool((output or "").strip())
+        if problem is None and program.expect and not printed:
             problem = f"its output does not match {program.expect!r}"
         status = "ok" if problem is None else "failed"
         result = {"program": program.file_name, "status": status, "args": list(program.check), "returncode": rc,
                   "seconds": round(seconds, 3), "failure": problem, "log": str(log)}
         if known is not None:
-            printed = bool(re.search(program.expect, output or "")) if program.expect else bool((output or "").strip())
             if problem is not None and known.failure in problem and (printed or not known.after_output):
                 result.update(status="known", known_reason=known.reason)
             elif problem is None:

@@ -87,6 +87,20 @@ install_rockbuild() {
     log "rockbuild in $root: $(chroot_env "$root" "$VENV/bin/rockbuild" --version)"
 }
 
+# What every command under wine gets on top of ROOT_ENV (windows.sh, night.sh; with its own WINEPREFIX): no debug
+# chatter, no desktop, no debugger on a crash (winedbg would print pages of backtrace; wine then prints one
+# "Unhandled ..." line)
+WINE_QUIET=(WINEDEBUG=-all "WINEDLLOVERRIDES=winemenubuilder.exe=d;winedbg.exe=d")
+
+# ensure_wine_prefix ROOT PREFIX: a wine prefix at PREFIX (as ROOT sees it), made once with wineboot
+ensure_wine_prefix() {
+    local root=$1 prefix=$2
+    [[ -f $root$prefix/system.reg ]] && return
+    log "$(basename "$root"): wineboot --init (a new prefix, $prefix)"
+    chroot_env "$root" "WINEPREFIX=$prefix" "${WINE_QUIET[@]}" wine64 wineboot --init
+    chroot_env "$root" "WINEPREFIX=$prefix" /usr/lib/x86_64-linux-gnu/wine/wineserver --wait || true
+}
+
 # ensure_tiny_model ROOT: the random-weight Qwen3 GGUF of llama-source-and-tiny-model.md in $MODELS, made in ROOT
 # (which has rockbuild installed and the source mounted) from the vocab in the pinned source tree
 ensure_tiny_model() {

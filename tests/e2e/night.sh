@@ -35,8 +35,8 @@ VK_ROOT=$E2E/vulkan-root
 MINGW_ROOT=$E2E/mingw-root
 WINE_ROOT=$E2E/wine-root
 WIN_JOB=windows-cpu
-# as windows.sh: a wine prefix of its own, no debug chatter, no desktop, no debugger on a crash
-WINE_ENV=(WINEPREFIX=/e2e/night-wineprefix WINEDEBUG=-all "WINEDLLOVERRIDES=winemenubuilder.exe=d;winedbg.exe=d")
+# as windows.sh: a wine prefix of its own, and common.sh's WINE_QUIET
+WINE_ENV=(WINEPREFIX=/e2e/night-wineprefix "${WINE_QUIET[@]}")
 CLEAN=$E2E/clean-root
 LAVA=$E2E/lavapipe-root
 GROUP=gfx1151
@@ -171,10 +171,7 @@ prepare_roots() {
     install_rockbuild "$CLEAN"
     install_rockbuild "$MINGW_ROOT"
     install_rockbuild "$WINE_ROOT"
-    if [[ ! -f $WINE_ROOT/e2e/night-wineprefix/system.reg ]]; then
-        in_wine wine64 wineboot --init
-        in_wine /usr/lib/x86_64-linux-gnu/wine/wineserver --wait || true
-    fi
+    ensure_wine_prefix "$WINE_ROOT" /e2e/night-wineprefix
     ensure_tiny_model "$ROCM_ROOT"
     if [[ -f $E2E/.lavapipe-root.stamp ]]; then
         mount_proc "$LAVA"

@@ -40,9 +40,8 @@ OUT=/e2e/out
 MATRIX_IN_ROOT=/e2e/$JOB_ID-matrix.yaml
 BUNDLE_IN_HOST=/opt/bundle-$JOB_ID
 WINEPREFIX_IN_HOST=/e2e/wineprefix
-# what a command under wine gets on top of ROOT_ENV: its own prefix, no debug chatter, no desktop, no debugger on a
-# crash (winedbg would print pages of backtrace; wine then prints one "Unhandled ..." line)
-WINE_ENV=("WINEPREFIX=$WINEPREFIX_IN_HOST" WINEDEBUG=-all "WINEDLLOVERRIDES=winemenubuilder.exe=d;winedbg.exe=d")
+# what a command under wine gets on top of ROOT_ENV: its own prefix, and common.sh's WINE_QUIET
+WINE_ENV=("WINEPREFIX=$WINEPREFIX_IN_HOST" "${WINE_QUIET[@]}")
 # the Vulkan job: wine's Vulkan needs its X11 driver, so a display (Xvfb in wine-root), and lavapipe pinned
 [[ $FLAVOUR == vulkan ]] && WINE_ENV+=(DISPLAY=:99 GGML_VK_VISIBLE_DEVICES=0)
 
@@ -145,11 +144,7 @@ mount_host() {
         die "$HOST has a compiler or the mingw runtime ($runtime) in it; delete it and its stamp, then run provision.sh windows"
     fi
     [[ -x $HOST$VENV/bin/rockbuild && ${RB_REINSTALL:-1} == 0 ]] || install_rockbuild "$HOST"
-    if [[ ! -f $HOST$WINEPREFIX_IN_HOST/system.reg ]]; then
-        log "wine-root: wineboot --init (a new prefix, $WINEPREFIX_IN_HOST)"
-        in_host wine64 wineboot --init
-        in_host /usr/lib/x86_64-linux-gnu/wine/wineserver --wait || true
-    fi
+    ensure_wine_prefix "$HOST" "$WINEPREFIX_IN_HOST"
     log "wine-root: $(in_host wine64 --version)"
 }
 
