@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from rockbuild.build.patches import PatchSeries, load_patch_series
 from rockbuild.bundle.policy import BundlePolicy, load_policy
 from rockbuild.core.environment import Context
 from rockbuild.core.jobs import FamilyTable, Job, load_families
@@ -61,6 +62,11 @@ class Settings(Context):
     @cached_property
     def programs(self) -> ProgramList:
         return load_programs(self.programs_file)
+
+    @cached_property
+    def patch_series(self) -> PatchSeries:
+        """The carried fixes (``patches_file``: $ROCKBUILD_PATCHES or --patches, else patches/patches.yaml)."""
+        return load_patch_series(self.patches_file)
 
     @cached_property
     def channels(self) -> dict[str, Channel]:

@@ -10,6 +10,7 @@ environment are the ones the build directory was configured with).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -47,6 +48,7 @@ from .cmake import (
     tree_variables,
 )
 from .cross import CrossToolchain, cross_spec, provide_cross
+from .patches import NO_PATCHES, PatchedTree, PatchSeries, apply_patch_series, load_patch_series, patch_summary
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 from .webui import WebUi, WebUiOptions, provide_web_ui
 
@@ -101,6 +103,8 @@ class BuildOptions:
     cross: str | None = None  # a cross toolchain (rockbuild.build.cross: mingw-w64) for a job of another OS
     web_ui: bool = True  # --no-web-ui: llama-server without its chat page
     web_ui_dist: Path | None = None  # --web-ui DIR: a dist built once for every build leg (rockbuild webui)
+    patches: bool = True  # --no-patches: the pristine tree, without the carried fixes of patches/patches.yaml
+    patch_series: PatchSeries | None = None  # default: the series rockbuild ships
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, the host OS
@@ -276,6 +280,8 @@ class BuildResult:
     error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
     web_ui: WebUi | None = None  # llama-server's chat page (rockbuild.build.webui)
     cross: CrossToolchain | None = None  # the cross toolchain of a build for another OS (--cross)
+    patches: PatchedTree | None = None  # the carried fixes and what became of each (rockbuild.build.patches)
+    patches_disabled: bool = False  # --no-patches
 
     @property
     def build_json(self) -> Path:
@@ -308,6 +314,7 @@ class BuildResult:
             "warnings": list(self.warnings),
             "web_ui": self.web_ui.to_dict() if self.web_ui is not None else None,
             "cross": self.cross.to_dict() if self.cross is not None else None,
+            "patches": self._patches_dict(),
             "durations": dict(self.durations),
             "ccache": dict(self.ccache) if self.ccache is not None else None,
             "ninja": dict(self.ninja) if self.ninja is not None else None,
@@ -317,6 +324,11 @@ class BuildResult:
             "started": self.started,
             "finished": self.finished,
         }
+
+    def _patches_dict(self) -> dict[str, Any] | None:
+        if self.patches_disabled:
+            return {"digest": NO_PATCHES, "disabled": True, "patches": []}
+        return {**self.patches.to_dict(), "disabled": False} if self.patches is not None else None
 
     def record(self) -> BuildRecord:
         """build.json's record of this result."""
@@ -502,8 +514,39 @@ def _source_step(b: _Build) -> None:
     with console.step("llama.cpp source"):
         _log_header(b.log, "llama.cpp source")
         b.source = _provide_source(b.options, b.job, b.log)
+        b.source = _patch_source(b, b.source)
         # what the tree defines, whatever the configuration: a required program it lacks fails here, before configure
         _select(b, executable_targets(b.source.path))
+
+
+def patched_tree_dir(cache: Path, slot: str) -> Path:
+    """Where a job's patched mirror of llama.cpp lives: one per job id, the same path every night (ccache)."""
+    return cache / "llama.cpp-patched" / slot
+
+
+def _patch_source(b: _Build, source: LlamaSource) -> LlamaSource:
+    """The carried fixes applied to a mirror of the tree (the tree itself is never written); the source to build."""
+    options = b.options
+    if not options.patches:
+        console.info("    carried patches: none (--no-patches: the pristine tree)")
+        b.recorded.update(patches_disabled=True)
+        return source
+    series = options.patch_series if options.patch_series is not None else \
+        load_patch_series(options.context.patches_file)
+    label = f"llama.cpp {source.build_number} ({source.short_commit})"
+    _log_header(b.log, f"carried patches ({series.path})")
+    patched = apply_patch_series(
+        series, source.path, patched_tree_dir(options.cache or options.context.cache, b.job.id),
+        build_number=source.build_number_value, tree_label=label, os_name=b.job.os, backend=b.job.backend, log=b.log,
+    )
+    b.recorded.update(patches=patched)
+    if series.patches:
+        console.info(f"    carried patches: {patch_summary(patched.outcomes)}")
+        with open(b.log, "a", encoding="utf-8") as fh:
+            fh.write(f"carried patches: {patch_summary(patched.outcomes)}\n")
+    if patched.path == source.path:
+        return source
+    return dataclasses.replace(source, path=patched.path, patched_from=source.path)
 
 
 def _select(b: _Build, available: set[str]) -> None:

@@ -50,6 +50,7 @@ class LlamaSource:
     shallow: bool | None = None  # None: not a git checkout
     reused: bool = False  # a clone already in the cache was used without fetching
     commit_time: int | None = None  # the commit's committer date (Unix time): archives' timestamp, reproducibly
+    patched_from: Path | None = None  # ``path`` is a patched mirror of this tree (rockbuild.build.patches)
 
     @property
     def build_number_value(self) -> int | None:
@@ -86,6 +87,7 @@ class LlamaSource:
             "shallow": self.shallow,
             "reused": self.reused,
             "commit_time": self.commit_time,
+            "patched_from": str(self.patched_from) if self.patched_from is not None else None,
         }
 
 
@@ -139,6 +141,7 @@ def _apply_given(
     """The caller's build number / commit win; a given commit that contradicts git is a mistake, not an override."""
     fields = source.to_dict()
     fields["path"] = source.path
+    fields["patched_from"] = source.patched_from
     if commit:
         given = commit.strip().lower()
         if source.commit_source == "git" and not source.commit.startswith(given):

@@ -18,6 +18,7 @@ import click
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 from rockbuild.settings import Settings
+from rockbuild.smoke.config import CPU_VARIANT_CHECKS
 
 CROSS_TOOLCHAINS = ("mingw-w64",)  # rockbuild.build.cross.CROSS, named here so that --help imports no build code
 
@@ -138,13 +139,16 @@ MODEL = option_group(
                  help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
 )
 def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None,
-                   web_ui_dist: Path | None, no_web_ui: bool, cross: str | None) -> CompileFlags:
-    if web_ui_dist is not None and no_web_ui:
-        from rockbuild.core.errors import UsageError
+                   web_ui_dist: Path | None, no_web_ui: bool, cross: str | None, patch_series: Path | None,
+                   no_patches: bool) -> CompileFlags:
+    from rockbuild.core.errors import UsageError
 
+    if web_ui_dist is not None and no_web_ui:
         raise UsageError("give --web-ui DIR or --no-web-ui, not both")
+    if patch_series is not None and no_patches:
+        raise UsageError("give --patches FILE or --no-patches, not both")
     return CompileFlags(offline, ccache_dir, not no_ccache, prune_fatbin, web_ui=not no_web_ui,
-                        web_ui_dist=web_ui_dist, cross=cross)
+                        web_ui_dist=web_ui_dist, cross=cross, patches=not no_patches, patch_series=patch_series)
 
 
 COMPILE = option_group(
@@ -165,9 +169,18 @@ COMPILE = option_group(
     click.option("--cross", type=click.Choice(CROSS_TOOLCHAINS), default=None,
                  help="Cross-build a job of another OS with this toolchain (mingw-w64: a Windows job on Linux, run "
                  "under wine by the smoke test; the end-to-end test's, docs/e2e.md)."),
+    click.option("--patches", "patch_series", type=file(exists=True), default=None, metavar="FILE",
+                 help="Carry this patch series instead of the shipped patches/patches.yaml (docs/patches.md)."),
+    click.option("--no-patches", is_flag=True,
+                 help="Build the pristine llama.cpp tree, without the carried fixes; build.json says so."),
 )
 POLICY = click.option("--policy", type=file(exists=True), default=None,
                       help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")
+CPU_VARIANTS = click.option(
+    "--cpu-variants", type=click.Choice(CPU_VARIANT_CHECKS), default=None,
+    help="Run each CPU variant module the bundle ships alone (libggml-cpu-<variant>.so: pp512, a short tg and the "
+    "model's known answers): all (every one this CPU runs), picked (the one ggml picks here) or none (default: "
+    "smoke.yaml's run.cpu_variants.check, all).")
 
 
 def split_list(values: tuple[str, ...] | str | None) -> list[str]:

@@ -52,7 +52,7 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
     jobs = matrix_mod.select_jobs(matrix_jobs(selection), selection.only)
     inputs = resolve_inputs(jobs, llama_ref=pins.llama_ref, rocm_version=pins.rocm_version,
                             max_age_days=pins.max_age_days, index_url=pins.index_url, git_url=pins.git_url,
-                            quiet=as_json)
+                            quiet=as_json, patches=settings().patch_series.digest)
     if github.repo:
         from rockbuild.nightly.resolve import attach_last_good
         from rockbuild.nightly.run import known_good, release_manifests
@@ -119,7 +119,8 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     options = NightOptions(
         only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
         publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
-        on_event=overview.on_event, data=night_data(selection, publish_config), context=settings(),
+        on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
+        context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -142,13 +143,15 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     ctx.exit(report.exit_code)
 
 
-def night_data(selection: JobSelection, publish_config: Path | None = None) -> NightData:
-    """What a night reads from the data files (-c, --os, --target, --publish-config), loaded once here."""
+def night_data(selection: JobSelection, publish_config: Path | None = None,
+               patches_file: Path | None = None) -> NightData:
+    """What a night reads from the data files (-c, --os, --target, --publish-config, --patches), loaded once
+    here."""
     from rockbuild.nightly import NightData
 
-    files = settings().but(publish_file=publish_config)
+    files = settings().but(publish_file=publish_config, patches_file=patches_file)
     return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
-                     policy=files.policy, programs=files.programs)
+                     policy=files.policy, programs=files.programs, patches=files.patch_series)
 
 
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:
@@ -194,7 +197,7 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
     options = NightOptions(
         pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url), model=model, compile=compile_flags,
         out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
-        data=night_data(JobSelection(config)), context=settings(),
+        data=night_data(JobSelection(config), None, compile_flags.patch_series), context=settings(),
     )
     show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
          as_json)

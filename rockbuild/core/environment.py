@@ -1,7 +1,7 @@
 """The one reader of this process's environment and platform: everything rockbuild takes from outside its command
 line that is not a data file (the cache folder, the GitHub Actions context and token, ``HF_*``, ``SOURCE_DATE_EPOCH``,
-``CI``). :class:`rockbuild.settings.Settings` is made from it once at the CLI's entry; nothing else reads
-``os.environ``.
+``CI``, ``ROCKBUILD_PATCHES``). :class:`rockbuild.settings.Settings` is made from it once at the CLI's entry; nothing
+else reads ``os.environ``.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ class Context:
     hf_token: str | None = field(default=None, repr=False)
     source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH: archive timestamps
     windows: WindowsHost | None = None  # on Windows: SystemRoot and PATH, where the DLL loader looks (doctor, install)
+    patches_file: Path | None = None  # $ROCKBUILD_PATCHES or --patches FILE: another carried patch series
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Any:
@@ -121,6 +122,8 @@ class Context:
             ci=flag(env, "CI"), github=GitHubContext.from_environment(env),
             hf_endpoint=(env.get("HF_ENDPOINT", "").strip() or "https://huggingface.co").rstrip("/"),
             hf_token=env.get("HF_TOKEN", "").strip() or None, source_date_epoch=int(epoch) if epoch else None,
+            patches_file=Path(env["ROCKBUILD_PATCHES"]).expanduser() if env.get("ROCKBUILD_PATCHES", "").strip()
+            else None,
         )
         values.update({k: v for k, v in flags.items() if v is not None})
         if values["host_os"] == "windows" and values.get("windows") is None:

@@ -49,8 +49,8 @@ class ModelChoice:
 
 @dataclass(frozen=True)
 class CompileFlags:
-    """``--offline --ccache-dir --no-ccache --prune-fatbin --web-ui DIR --no-web-ui --cross``: how a build compiles
-    and bundles."""
+    """``--offline --ccache-dir --no-ccache --prune-fatbin --web-ui DIR --no-web-ui --cross --patches FILE
+    --no-patches``: how a build compiles and bundles."""
 
     offline: bool = False  # system OpenSSL instead of BoringSSL's configure-time clone
     ccache_dir: Path | None = None  # None: <cache>/ccache
@@ -59,4 +59,6 @@ class CompileFlags:
     web_ui: bool = True  # False: llama-server without its chat page (--no-web-ui)
     web_ui_dist: Path | None = None  # a prebuilt web UI (rockbuild webui --out DIR) instead of building it
     cross: str | None = None  # a cross toolchain (mingw-w64) for a job of another OS than this machine's
+    patches: bool = True  # False: the pristine llama.cpp tree, no carried fix (--no-patches)
+    patch_series: Path | None = None  # another patch series (--patches FILE); None: patches/patches.yaml
 

@@ -286,6 +286,35 @@ class LlamaCpp(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PatchEntry(Record):
+    """One carried fix and what became of it on a tree (rockbuild.build.patches.PatchOutcome)."""
+
+    id: str
+    url: str | None = None
+    why: str | None = None
+    status: str | None = None  # applied | upstream | not for this tree
+    note: str | None = None
+    files: tuple[str, ...] = ()
+    sha256: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchSet(Record):
+    """The carried fixes of a build (build.json's and a manifest job's ``patches``): the series' digest, whether
+    --no-patches turned them off, and each patch's outcome."""
+
+    digest: str
+    disabled: bool = False
+    tree: str | None = None  # the tree compiled (the patched mirror)
+    pristine: str | None = None  # the tree it mirrors (never written)
+    patches: tuple[PatchEntry, ...] = ()
+
+    @property
+    def applied(self) -> tuple[PatchEntry, ...]:
+        return tuple(p for p in self.patches if p.status == "applied")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Tarball(Record):
     """A ROCm tarball: its name, where from, its sha256 and size, its group."""
 
@@ -406,6 +435,7 @@ class BuildRecord(Record):
     warnings: tuple[str, ...] = ()
     web_ui: WebUiRecord | None = None  # absent in files from before the web UI step
     cross: CrossRecord | None = None  # a cross build (--cross mingw-w64); absent in a native build's older files
+    patches: PatchSet | None = None  # the carried fixes (absent in files from before them)
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
     ninja: Mapping[str, Any] | None = None
@@ -577,6 +607,32 @@ class BenchFigure(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SmokeCpuVariant(Record):
+    """One CPU variant module run alone (rockbuild.smoke.variants): whether ggml runs it here, its figures, why it
+    failed."""
+
+    variant: str  # zen4
+    runnable: bool  # ggml's scorer loaded it on this CPU
+    result: str  # passed | failed | not runnable here
+    pp512_tps: float | None = None
+    tg_tps: float | None = None
+    known_answers: str | None = None  # passed | failed | not run
+    seconds: float | None = None
+    failure: str | None = None  # "llama-bench died of SIGILL (illegal instruction) on pp512"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeCpuVariants(Record):
+    """The smoke's cpu_variants step: every CPU variant this machine runs, each alone, and the one ggml picks from
+    the whole bundle."""
+
+    result: str  # passed | failed | skipped
+    detail: str | None = None
+    picked: str | None = None  # the variant the default dispatch (the whole bundle) loads here
+    variants: tuple[SmokeCpuVariant, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmokeHost(Record):
     driver: str | None = None
     kernel: str | None = None
@@ -607,6 +663,7 @@ class SmokeRecord(Record):
     backends: SmokeBackends | None = None  # what llama-cli and llama-bench loaded, and what the bundle ships
     texts_agree: bool | None = None
     numerics: Mapping[str, Any] = field(default_factory=dict)  # rockbuild.smoke.numerics: cross-backend, answers
+    cpu_variants: SmokeCpuVariants | None = None  # rockbuild.smoke.variants: each CPU variant alone
     environment_removed: tuple[str, ...] = ()
     started: str | None = None
     finished: str | None = None
@@ -696,6 +753,7 @@ class InputsRecord(Record):
     max_age_days: int | None = None
     index_url: str | None = None
     llama_cpp: InputsLlama
+    patches: str | None = None  # the carried patch series' digest every leg builds with ("none": --no-patches)
     rocm: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     jobs: tuple[InputsJob, ...] = ()
 
@@ -777,6 +835,7 @@ class ManifestJob(Record):
     gpu_smoke: ManifestGpuSmoke | None = None
     glibc_floor: Mapping[str, Mapping[str, str]] | None = None
     web_ui: WebUiRecord | None = None  # llama-server's chat page: built in, or why not
+    patches: PatchSet | None = None  # the carried fixes applied to its llama.cpp tree, and those skipped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -800,6 +859,7 @@ class ManifestRecord(Record):
     repository: str | None = None
     fingerprint: str | None = None
     llama_cpp: LlamaCpp | None = None
+    patches: PatchSet | None = None  # the carried fixes applied in any shipped job (each job's are in its entry)
     glibc_floor_allowed: Mapping[str, str] = field(default_factory=dict)
     assets: tuple[ManifestAsset, ...] = ()
     jobs: tuple[ManifestJob, ...]

@@ -155,6 +155,7 @@ class Inputs:
     index_url: str | None = None
     schema: int = SCHEMA
     rockbuild_version: str = field(default=__version__)
+    patches: str | None = None  # the carried patch series' digest (rockbuild.build.patches); None: not recorded
 
     def job(self, job_id: str) -> Job:
         for job in self.jobs:
@@ -184,7 +185,8 @@ class Inputs:
         """A hash of everything this job is built from (the job, the commit, the tarball)."""
         rocm = self.rocm_for(job_id)
         data = {"job": self.job(job_id).to_dict(), "llama": self.llama.to_dict(),
-                "rocm": rocm.to_dict() if rocm is not None else None}
+                "rocm": rocm.to_dict() if rocm is not None else None,
+                **({"patches": self.patches} if self.patches is not None else {})}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def render(self) -> str:
@@ -199,7 +201,7 @@ class Inputs:
         return {
             "schema": self.schema, "tool": "rockbuild", "rockbuild_version": self.rockbuild_version,
             "resolved_at": self.resolved_at, "max_age_days": self.max_age_days, "index_url": self.index_url,
-            "llama_cpp": self.llama.to_dict(),
+            "llama_cpp": self.llama.to_dict(), "patches": self.patches,
             "rocm": {key: value.to_dict() for key, value in self.rocm.items()},
             "jobs": [{**job.to_dict(), "rocm_key": self.job_rocm[job.id]} for job in self.jobs],
         }
@@ -221,6 +223,7 @@ class Inputs:
             job_rocm={j.id: j.rocm_key for j in record.jobs},
             resolved_at=record.resolved_at or "", max_age_days=record.max_age_days,
             index_url=record.index_url, rockbuild_version=record.rockbuild_version or "",
+            patches=record.patches,
         )
 
     def write(self, path: Path) -> Path:
@@ -341,8 +344,10 @@ def resolve_inputs(
     jobs: Sequence[Job], *, llama_ref: str | None = None, rocm_version: str | None = None,
     max_age_days: int | None = DEFAULT_MAX_AGE_DAYS, index_url: str | None = None, git_url: str | None = None,
     fetch_text: Callable[[str], str] | None = None, today: datetime.date | None = None, quiet: bool = False,
+    patches: str | None = None,
 ) -> Inputs:
-    """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version)."""
+    """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version); ``patches``
+    (the carried patch series' digest) is recorded as it is, for every leg to build with."""
     if not jobs:
         raise UsageError("no job to resolve inputs for")
     say = (lambda m: None) if quiet else console.info
@@ -374,7 +379,7 @@ def resolve_inputs(
         job_rocm[job.id] = key
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return Inputs(llama=llama, rocm=rocm, jobs=tuple(jobs), job_rocm=job_rocm, resolved_at=now,
-                  max_age_days=max_age_days, index_url=index_url)
+                  max_age_days=max_age_days, index_url=index_url, patches=patches)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -469,4 +474,7 @@ def manifest_differences(inputs: Inputs, manifest: ManifestRecord | Mapping[str,
         changed = [k for k, v in job.cmake if entry.cmake.get(k) != v]
         if changed:
             why.append(f"{job_id}: CMake {', '.join(changed)} changed")
+        shipped_patches = entry.patches.digest if entry.patches is not None else None
+        if inputs.patches is not None and shipped_patches != inputs.patches:
+            why.append(f"{job_id}: carried patches {shipped_patches or 'not recorded'} -> {inputs.patches}")
     return why

@@ -28,10 +28,18 @@ from rockbuild import __version__, console, matrix
 from rockbuild.archive import read_marker
 from rockbuild.build.cross import cross_spec
 from rockbuild.build.driver import BuildOptions, build_job
+from rockbuild.build.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.bundle.plan import BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
-from rockbuild.core.errors import LayoutError, PublishError, RockbuildError, SmokeError, UsageError
+from rockbuild.core.errors import (
+    LayoutError,
+    PublishError,
+    RockbuildError,
+    SmokeError,
+    StaleInputError,
+    UsageError,
+)
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.core.programs import ProgramList, load_programs
@@ -137,6 +145,7 @@ class NightData:
     smoke: Mapping[str, Any]
     policy: BundlePolicy
     programs: ProgramList = field(default_factory=load_programs)  # matrices/programs.yaml
+    patches: PatchSeries = field(default_factory=load_patch_series)  # patches/patches.yaml, or --patches FILE
 
 
 @dataclass(frozen=True)
@@ -344,9 +353,11 @@ class _JobRun:
         sha256 = self.tarball.sha256 if self.tarball else None
         web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
         cross = (f"cross {options.compile.cross}",) if options.compile.cross else ()
+        patches = night_patches(options)
+        carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
                                                self.job.to_dict(), __version__, options.compile.offline, *web_ui,
-                                               *cross)
+                                               *cross, *carried)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
@@ -354,6 +365,7 @@ class _JobRun:
                 use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
                 web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
                 programs=options.data.programs, cross=options.compile.cross,
+                patches=options.compile.patches, patch_series=options.data.patches,
             ), inputs, self.root)
             try:
                 build_job(self.job, build_options)
@@ -557,6 +569,11 @@ def _repo_and_token(options: NightOptions) -> tuple[str | None, str | None, bool
     return repo, token, publishing
 
 
+def night_patches(options: NightOptions) -> str:
+    """The digest of the patch series this night carries (``none`` with --no-patches)."""
+    return options.data.patches.digest if options.compile.patches else NO_PATCHES
+
+
 def _inputs_file(options: NightOptions, inputs_file: Path | None) -> Path:
     return Path(inputs_file) if inputs_file is not None else Path(options.out).absolute() / INPUTS_FILE
 
@@ -571,7 +588,7 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     with console.step("resolve the night's inputs"):
         inputs = resolve_inputs(jobs, llama_ref=options.pins.llama_ref, rocm_version=options.pins.rocm_version,
                                 max_age_days=options.pins.max_age_days, index_url=options.pins.index_url,
-                                git_url=options.pins.git_url, quiet=options.quiet)
+                                git_url=options.pins.git_url, quiet=options.quiet, patches=night_patches(options))
         path = inputs.write(_inputs_file(options, inputs_file))
     counted = [j for j in jobs if host is None or j.os == host]
     plan = NightPlan(inputs, path, tuple(counted))
@@ -627,6 +644,11 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     path = _inputs_file(options, inputs_file)
     inputs = load_inputs(path)
     job = inputs.job(job_id)
+    if inputs.patches is not None and inputs.patches != night_patches(options):
+        raise StaleInputError(
+            f"{path} was planned with the carried patch series {inputs.patches}; this leg carries "
+            f"{night_patches(options)}", hint="every leg builds what the plan resolved: run the leg from the same "
+            "rockbuild checkout and flags (--patches/--no-patches) as --plan, or plan again")
     if options.compile.cross is not None:
         cross_spec(options.compile.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
     elif job.os != options.context.host_os:

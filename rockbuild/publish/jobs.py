@@ -23,6 +23,7 @@ from rockbuild.core.records import (
     BuildRocm,
     BundleRecord,
     FallbackRecord,
+    PatchSet,
     SmokeRecord,
     WebUiRecord,
 )
@@ -105,6 +106,7 @@ class BuiltJob:
     runner_smoke: SmokeRecord | None = None  # runner-smoke/smoke.json: the informational smoke on the CI runner
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
     web_ui: WebUiRecord | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
+    patches: PatchSet | None = None  # build.json's patches: the carried fixes (None: not recorded)
 
     @property
     def file_name(self) -> str:
@@ -214,7 +216,16 @@ class BuiltJob:
                 "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
                 "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
                 "programs": list(self.programs), "cpu_variants": list(self.cpu_variants),
-                "cmake": public_cmake(self.cmake)}
+                "cmake": public_cmake(self.cmake),
+                "patches": self.patches_summary()}
+
+    def patches_summary(self) -> dict[str, Any] | None:
+        """What manifest.json says of the carried fixes: the series' digest and every patch's outcome (the local
+        paths of build.json left out)."""
+        if self.patches is None:
+            return None
+        return {"digest": self.patches.digest, "disabled": self.patches.disabled,
+                "patches": [p.to_dict() for p in self.patches.patches]}
 
 
 def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[str, ...]:
@@ -292,6 +303,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
         fallback=fallback, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
+        patches=build.patches if build is not None else None,
         programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
         cpu_variants=cpu_variants(bundle_dir),
     )

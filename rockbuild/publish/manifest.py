@@ -46,10 +46,13 @@ class AssetFile:
 
 def fingerprint(jobs: Sequence[BuiltJob]) -> str:
     """What the release is made from, as one hash: llama.cpp commit and build, and per shipped job its targets,
-    ROCm tarball, CMake definitions. The same inputs on a re-run give the same fingerprint (the release is found)."""
+    ROCm tarball, CMake definitions, carried patches. The same inputs on a re-run give the same fingerprint (the
+    release is found)."""
     data = [{"id": j.id, "targets": list(j.targets), "llama": [j.llama_commit, j.llama_build],
              "rocm": [j.rocm.version, j.rocm.tarball, j.rocm.tarball_sha256],
-             "cmake": public_cmake(j.cmake)}
+             "cmake": public_cmake(j.cmake),
+             # the carried fixes are what it is made from too (absent from jobs built before them: same hash)
+             **({"patches": j.patches.digest} if j.patches is not None else {})}
             for j in sorted(jobs, key=lambda j: j.id)]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -116,6 +119,7 @@ def build_manifest(
         "fingerprint": fingerprint_value,
         "llama_cpp": {"commit": first.llama_commit if first else None,
                       "build_number": first.llama_build if first else None},
+        "patches": release_patches(jobs),
         "glibc_floor_allowed": dict(floor_config),
         "assets": [a.to_dict() for a in assets],
         "jobs": shipped,
@@ -123,6 +127,21 @@ def build_manifest(
         "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
                         for j in failed],
     }
+
+
+def release_patches(jobs: Sequence[BuiltJob]) -> dict[str, Any] | None:
+    """manifest.json's ``patches``: the series' digest (when every job carried the same) and each patch applied in
+    any shipped job; each job's own outcomes are in its entry. None when no job recorded its patches."""
+    recorded = [j.patches for j in jobs if j.patches is not None]
+    if not recorded:
+        return None
+    digests = {p.digest for p in recorded}
+    applied: dict[str, dict[str, Any]] = {}
+    for patches in recorded:
+        for p in patches.applied:
+            applied.setdefault(p.id, p.to_dict())
+    return {"digest": digests.pop() if len(digests) == 1 else "mixed", "disabled": all(p.disabled for p in recorded),
+            "patches": list(applied.values())}
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> Path:

@@ -119,7 +119,25 @@ def notes_context(
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
         "programs": _shared(j.programs for j in jobs),
         "cpu_variants": _shared(j.cpu_variants for j in jobs),
+        "patches": carried_patches(jobs),
+        "no_patches": [job_row(j, assets, os_words)["asset"] for j in jobs
+                       if j.patches is not None and j.patches.disabled],
     }
+
+
+def carried_patches(jobs: Sequence[BuiltJob]) -> list[dict[str, Any]]:
+    """The fixes the release's llama.cpp carries: each patch applied in any job, with its link and why, and the
+    jobs it was applied in when not all of them."""
+    found: dict[str, dict[str, Any]] = {}
+    recorded = [j for j in jobs if j.patches is not None and not j.patches.disabled]
+    for job in recorded:
+        assert job.patches is not None
+        for p in job.patches.applied:
+            entry = found.setdefault(p.id, {"id": p.id, "url": p.url or "", "why": p.why or "", "jobs": []})
+            entry["jobs"].append(job.id)
+    for entry in found.values():
+        entry["everywhere"] = len(entry["jobs"]) == len(jobs)
+    return list(found.values())
 
 
 def _shared(values: Any) -> list[str]:

@@ -60,6 +60,27 @@ def _origin(rel: str, origins: Mapping[str, str]) -> str:
     return next((o for prefix, o in origins.items() if prefix.endswith("/") and rel.startswith(prefix)), "unknown")
 
 
+def _pedigree(job: BuiltJob) -> Any:
+    """llama.cpp's CycloneDX ``pedigree.patches``: each carried fix applied to its tree (an unofficial patch that
+    resolves the defect its upstream PR or issue names); None when none was applied."""
+    from cyclonedx.model import XsUri
+    from cyclonedx.model.component import Patch, PatchClassification, Pedigree
+    from cyclonedx.model.issue import IssueClassification, IssueType
+
+    applied = job.patches.applied if job.patches is not None and not job.patches.disabled else ()
+    if not applied:
+        return None
+    patches = [
+        Patch(type=PatchClassification.UNOFFICIAL, resolves=[IssueType(
+            type=IssueClassification.DEFECT, id=p.id, name=p.id, description=p.why or None,
+            references=[XsUri(p.url)] if p.url else None)])
+        for p in applied
+    ]
+    notes = "carried by rockbuild (patches/patches.yaml): " + ", ".join(
+        f"{p.id} (sha256 {(p.sha256 or '?')[:16]})" for p in applied)
+    return Pedigree(patches=patches, notes=notes)
+
+
 def make_sbom(job: BuiltJob, asset: str, tag: str, *, timestamp: int) -> str:
     """The CycloneDX JSON of ``asset`` (an archive of ``job``'s bundle, released as ``tag``)."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
@@ -87,7 +108,9 @@ def make_sbom(job: BuiltJob, asset: str, tag: str, *, timestamp: int) -> str:
         type=ComponentType.APPLICATION, name=LLAMA, version=build or commit[:12], bom_ref=LLAMA,
         purl=PackageURL("github", "ggml-org", "llama.cpp", commit) if job.llama_commit else None,
         properties=[Property(name="rockbuild:commit", value=commit),
-                    Property(name="rockbuild:build_number", value=build or "unknown")],
+                    Property(name="rockbuild:build_number", value=build or "unknown"),
+                    *([Property(name="rockbuild:patches", value=job.patches.digest)] if job.patches else [])],
+        pedigree=_pedigree(job),
     )
     packages = {LLAMA: llama}
     if job.rocm.version or job.rocm.tarball:

@@ -25,7 +25,7 @@ def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Se
     jobs = files.jobs(os_override=split_list(list(oses), aliases={"ubuntu": "linux"}),
                       target_override=split_list(list(targets)))
     return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy,
-                     programs=files.programs)
+                     programs=files.programs, patches=files.patch_series)
 
 
 _GROUPS = {

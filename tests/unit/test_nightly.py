@@ -348,3 +348,63 @@ def test_a_night_whose_publishing_fails_is_alerted_with_the_failure(world, tmp_p
     assert "already reported" in again.stdout + again.stderr
     refused = run_rockbuild("alert", "--repo", world.github.full_name, "--run-url", "https://ci.example/run/3", env=env)
     assert refused.returncode == 2 and "nothing to report" in refused.stderr
+
+
+def test_the_carried_patch_series_is_part_of_the_nights_inputs(world, tmp_path):
+    """Issue 38: the plan records the series' digest in inputs.json; a leg carrying another series refuses (exit 8);
+    the release names the patch; the next plan with the same series is unchanged, with a changed patch it is not."""
+    import difflib
+
+    base = "int ggml_base(void) { return 41; }\n"
+    series_dir = tmp_path / "series"
+
+    def carry(comment: str) -> Path:
+        after = base + f"// {comment}\n"
+        write(series_dir / "note.patch", "".join(difflib.unified_diff(
+            base.splitlines(True), after.splitlines(True), "a/ggml/ggml-base.c", "b/ggml/ggml-base.c")))
+        return write(series_dir / "patches.yaml", """
+            patches:
+              - {id: note, file: note.patch, url: 'https://github.com/ggml-org/llama.cpp/pull/1', why: a note}
+        """)
+
+    series = carry("first")
+    matrix = world.matrix("nightly.yaml")
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache"),
+           "ROCKBUILD_PATCHES": str(series)}
+    common = ["-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare), "--repo",
+              world.github.full_name, "--api-url", world.github.api_url]
+
+    def nightly(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([rockbuild_exe(), "nightly", *args], capture_output=True, text=True, cwd=tmp_path,
+                              env={**env, **extra}, timeout=110)
+
+    plan = nightly("--plan", *common, "--inputs", "inputs.json", "--json")
+    assert plan.returncode == 0, plan.stderr
+    digest = json.loads((tmp_path / "inputs.json").read_text())["patches"]
+    assert digest == load_inputs(tmp_path / "inputs.json").patches and len(digest) == 16
+    jobs = json.loads(plan.stdout)["jobs"]
+
+    # a leg whose checkout carries another series than the plan's: it builds nothing
+    other = nightly("--job", jobs[0], "--inputs", "inputs.json", "--out", "leg", "--no-smoke", "--no-patches")
+    assert other.returncode == 8
+    assert (f"error: inputs.json was planned with the carried patch series {digest}; this leg "
+            "carries none") in other.stderr
+    assert not (tmp_path / "leg" / jobs[0] / "build.json").exists()
+    for job in jobs:
+        leg = nightly("--job", job, "--inputs", "inputs.json", "--out", "leg", "--no-smoke", "--no-ccache")
+        assert leg.returncode == 0, leg.stderr
+    build = json.loads((tmp_path / "leg" / jobs[0] / "build.json").read_text())
+    assert [(p["id"], p["status"]) for p in build["patches"]["patches"]] == [("note", "applied")]
+    assert Path(build["llama_cpp"]["path"]).parent.name == "llama.cpp-patched"
+    release = nightly("--release", "--inputs", "inputs.json", "--repo", world.github.full_name, "--api-url",
+                      world.github.api_url, *(str(tmp_path / "leg" / job) for job in jobs))
+    assert release.returncode == 0, release.stderr
+    (published,) = world.github.state.releases.values()
+    assert "- `note` (https://github.com/ggml-org/llama.cpp/pull/1): a note" in published.body
+
+    same = nightly("--plan", *common, "--inputs", "inputs-2.json", "--json")
+    assert json.loads(same.stdout)["state"] == "unchanged", same.stderr
+    carry("second")  # the same id, another fix: a changed night
+    changed = json.loads(nightly("--plan", *common, "--inputs", "inputs-3.json", "--json").stdout)
+    assert changed["state"] == "changed"
+    assert any(c.startswith(f"{jobs[0]}: carried patches {digest} -> ") for c in changed["changes"]), changed

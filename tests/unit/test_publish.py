@@ -654,3 +654,67 @@ def test_the_manifest_and_the_notes_say_which_assets_have_the_web_ui(gh, night, 
     assert "serves llama.cpp's chat page at http://127.0.0.1:8080/ (1 of 3 assets)" in notes
     assert ("**No web UI** (llama-server answers its API only, `/` is a 404) in: "
             "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip` (npm is not installed (not on PATH)).") in notes
+
+
+def _with_patches(job, patches: list[dict], *, digest: str = "cb23002fdad53ebd", disabled: bool = False):
+    build = json.loads((job / "build.json").read_text())
+    build["patches"] = {"digest": digest, "disabled": disabled, "tree": "/runner/cache/llama.cpp-patched/x",
+                        "pristine": "/runner/src/llama.cpp", "patches": patches}
+    (job / "build.json").write_text(json.dumps(build))
+    return job
+
+
+AMX = {"id": "amx-tile-config", "url": "https://github.com/ggml-org/llama.cpp/pull/26954",
+       "why": "the sapphirerapids variant dies of SIGILL when GCC 12 compiles it", "status": "applied", "note": "",
+       "files": ["ggml/src/ggml-cpu/amx/mmq.cpp"], "sha256": "ef" * 32}
+WIN = {"id": "win-only", "url": "https://github.com/ggml-org/llama.cpp/issues/5", "why": "a Windows fix",
+       "status": "applied", "note": "", "files": ["ggml/src/x.cpp"], "sha256": "12" * 32}
+
+
+def test_carried_patches_reach_the_manifest_the_notes_and_the_sbom(gh, night, tmp_path):
+    """Issue 38: every applied patch is named with its link in manifest.json, the release notes and the SBOM
+    (CycloneDX pedigree.patches); a patch applied in some jobs only says which; a --no-patches asset is named."""
+    skipped = {**WIN, "status": "not for this tree", "note": "for windows only, not linux"}
+    _with_patches(night[0], [AMX, skipped])
+    _with_patches(night[1], [], digest="none", disabled=True)
+    _with_patches(night[2], [AMX, WIN])
+    report = publish(options(gh, night, tmp_path))
+    rel = gh.state.release_by_tag(report.tag)
+    data = {a.name: a.data for a in rel.assets}
+    manifest = json.loads(data["manifest.json"])
+    jobs = {j["id"]: j for j in manifest["jobs"]}
+    assert jobs["linux-gfx1151"]["patches"] == {"digest": "cb23002fdad53ebd", "disabled": False,
+                                                "patches": [AMX, skipped]}  # no runner paths
+    assert jobs["linux-gfx110X"]["patches"]["disabled"] is True
+    assert manifest["patches"]["digest"] == "mixed"
+    assert [p["id"] for p in manifest["patches"]["patches"]] == ["amx-tile-config", "win-only"]
+    notes = rel.body
+    assert "### Carried patches" in notes
+    assert ("- `amx-tile-config` (https://github.com/ggml-org/llama.cpp/pull/26954), in `linux-gfx1151`, "
+            "`windows-gfx1151` only: the sapphirerapids variant dies of SIGILL when GCC 12 compiles it") in notes
+    assert "- `win-only` (https://github.com/ggml-org/llama.cpp/issues/5), in `windows-gfx1151` only" in notes
+    assert ("Built from the pristine llama.cpp tree (`--no-patches`, without the carried fixes): "
+            "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip`.") in notes
+    sbom = json.loads(data["llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json"])
+    llama = next(c for c in sbom["components"] if c["name"] == "llama.cpp")
+    assert {"name": "rockbuild:patches", "value": "cb23002fdad53ebd"} in llama["properties"]
+    pedigree = llama["pedigree"]
+    assert pedigree["patches"] == [{"type": "unofficial", "resolves": [{
+        "type": "defect", "id": "amx-tile-config", "name": "amx-tile-config",
+        "description": "the sapphirerapids variant dies of SIGILL when GCC 12 compiles it",
+        "references": ["https://github.com/ggml-org/llama.cpp/pull/26954"]}]}]  # the skipped one is not carried
+    assert pedigree["notes"].startswith("carried by rockbuild (patches/patches.yaml): amx-tile-config (sha256 efef")
+    plain = json.loads(data["llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json"])
+    assert "pedigree" not in next(c for c in plain["components"] if c["name"] == "llama.cpp")
+
+
+def test_a_changed_patch_series_changes_the_release_fingerprint(tmp_path):
+    from rockbuild.publish.jobs import load_job
+    from rockbuild.publish.manifest import fingerprint
+
+    job = make_job(tmp_path / "out", "linux-gfx1151", smoke=smoke_ok())
+    before = fingerprint([load_job(job)])  # a build.json from before the patches: the same hash as ever
+    _with_patches(job, [AMX])
+    carried = fingerprint([load_job(job)])
+    _with_patches(job, [AMX], digest="0000000000000000")
+    assert len({before, carried, fingerprint([load_job(job)])}) == 3
