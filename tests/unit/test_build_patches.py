@@ -231,6 +231,17 @@ def test_a_mirror_inside_the_tree_is_refused(tmp_path):
         mirror_tree(tree, tree / "build" / "mirror", {})
 
 
+def test_the_web_ui_the_build_embeds_in_the_mirror_is_left_to_it(tmp_path):
+    tree = stand_in(tmp_path / "llama.cpp")
+    mirror = tmp_path / "mirror"
+    mirror_tree(tree, mirror, {})
+    index = write(mirror / "tools" / "ui" / "dist" / "index.html", "<html>built</html>\n")
+    stamp = index.stat().st_mtime_ns
+    mirror_tree(tree, mirror, {})
+    assert index.read_text() == "<html>built</html>\n" and index.stat().st_mtime_ns == stamp
+    assert not (tree / "tools" / "ui").exists()
+
+
 def test_a_build_folder_inside_a_users_checkout_is_not_mirrored(tmp_path):
     tree = stand_in(tmp_path / "llama.cpp")
     write(tree / "build" / "CMakeCache.txt", "# a user's own build\n")
