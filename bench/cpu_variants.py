@@ -1,7 +1,8 @@
 """What GGML_CPU_ALL_VARIANTS buys on this CPU: llama-bench of one bundle with one CPU variant at a time.
 
 For each variant measured (default: x64, haswell and the one ggml picks here), the bundle is linked (hard links, a
-copy across file systems) into a temporary folder that holds that one ``libggml-cpu-<variant>.so`` and no other, so
+copy across file systems; rockbuild.smoke.variants.one_variant_folder, as the smoke's cpu_variants step does) into a
+temporary folder that holds that one ``libggml-cpu-<variant>.so`` and no other, so
 ggml_backend_load_all() can only load it (it searches the program's folder and the current folder, which is the
 same one here). Each runs ``llama-bench -t 1 -p 128 -n 32 -r R -o json``; the variants take turns for several
 rounds and each keeps its best round, so a slow moment of the machine does not land on one variant only. The log's
@@ -29,7 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from rockbuild.smoke.parse import cpu_variant_files, cpu_variant_of, parse_backend_loads  # noqa: E402
+from rockbuild.smoke.parse import parse_backend_loads  # noqa: E402
+from rockbuild.smoke.variants import one_variant_folder, shipped_variants  # noqa: E402  (as the smoke's step does)
 
 PICKED = "picked"  # in --variants: the variant ggml picks on this CPU from the whole bundle
 BASELINES = ("haswell", "x64")
@@ -54,29 +56,6 @@ def picked_variant(bundle: Path, timeout: float = 120.0) -> str:
         raise BenchError(f"{bundle}/{exe_name(bundle)} --list-devices loaded no CPU variant (exit code "
                          f"{result.returncode}): is it a GGML_BACKEND_DL build?")
     return loads.cpu_variant
-
-
-def _link_or_copy(src: str | Path, dst: str | Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def one_variant_folder(bundle: Path, variant_file: str, dest: Path) -> Path:
-    """``dest``: the bundle with ``variant_file`` as its only CPU variant. Files are hard-linked (the program's folder
-    is the link's, /proc/self/exe does not lead back to the bundle), folders copied the same way."""
-    dest.mkdir(parents=True)
-    for path in bundle.iterdir():
-        if cpu_variant_of(path.name) is not None and path.name != variant_file:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.copytree(path, dest / path.name, symlinks=True, copy_function=_link_or_copy)
-        elif path.is_symlink():
-            (dest / path.name).symlink_to(os.readlink(path))
-        else:
-            _link_or_copy(path, dest / path.name)
-    return dest
 
 
 def bench_once(folder: Path, model: Path, *, variant_file: str, threads: int, n_prompt: int, n_gen: int,
@@ -174,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not bundle.is_dir():
             raise BenchError(f"{args.bundle} is not a folder; pass a bundle folder")
-        shipped = {str(cpu_variant_of(n)): n for n in cpu_variant_files(p.name for p in bundle.iterdir())}
+        shipped = shipped_variants(bundle)
         if not shipped:
             raise BenchError(f"{bundle} ships no libggml-cpu-<variant>.so: build it with GGML_BACKEND_DL=ON and "
                              "GGML_CPU_ALL_VARIANTS=ON")

@@ -7,7 +7,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,9 +23,12 @@ from rockbuild.core.records import BundleRecord, SmokeRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
+from rockbuild.smoke.config import parse_cpu_variants
 from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, parse_numerics_config, run_numerics
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
+from rockbuild.smoke.variants import NONE as NO_CPU_VARIANTS
+from rockbuild.smoke.variants import CpuVariants, VariantSettings, run_cpu_variants, shipped_variants
 
 from .parse import (
     BackendLoads,
@@ -84,6 +87,10 @@ class SmokeOptions:
     chat_page: Mapping[str, Any] = field(default_factory=dict)  # run.browser: the page's selectors, the timeout
     # the numerics step (smoke.yaml's numerics; rockbuild.smoke.numerics): None or disabled: not run
     numerics: NumericsConfig | None = None
+    # the cpu_variants step (rockbuild.smoke.variants; smoke.yaml's run.cpu_variants, --cpu-variants): each CPU variant
+    # module alone, all | picked | none, pp512 and a tg of cpu_variant_gen tokens, one repetition
+    cpu_variants: str = "all"
+    cpu_variant_gen: int = 8
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
@@ -92,6 +99,7 @@ class SmokeOptions:
         run_cfg = config.get("run") or {}
         bench = run_cfg.get("gpu_bench" if bench_preset == "gpu" else "bench") or {}
         defaults = cls()
+        variants = parse_cpu_variants(run_cfg.get("cpu_variants"), "smoke.yaml", run_cfg)
         timeouts = {**defaults.timeouts, **{k: float(v) for k, v in (run_cfg.get("timeouts") or {}).items()}}
         values: dict[str, Any] = dict(
             prompt=str(run_cfg.get("prompt", defaults.prompt)),
@@ -107,6 +115,8 @@ class SmokeOptions:
             browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
             chat_page=dict(run_cfg.get("browser") or {}),
             numerics=parse_numerics_config(config.get("numerics")),
+            cpu_variants=variants.get("check", defaults.cpu_variants),
+            cpu_variant_gen=variants.get("n_gen", defaults.cpu_variant_gen),
         )
         values.update(overrides)
         return cls(**values)
@@ -169,11 +179,14 @@ class SmokeReport:
     device: str | None = None  # the -dev every run got
     preflight: str | None = None  # why the runs were not started (no device where one was required)
     host: Mapping[str, Any] = field(default_factory=dict)  # kernel and GPU driver of the machine it ran on
+    cpu_variants: CpuVariants | None = None  # each CPU variant alone (None: the step did not run)
 
     @property
     def failures(self) -> tuple[str, ...]:
         out = [self.preflight] if self.preflight else []
         out += [f"{r.name}: {r.failure}" for r in self.runs if not r.ok]
+        if self.cpu_variants is not None:
+            out += self.cpu_variants.failures
         if not self.gpu.ok:
             out.append(self.gpu.summary)
         return tuple(out)
@@ -228,6 +241,7 @@ class SmokeReport:
             "gpu": self.gpu.to_dict(), "runs": {r.name: r.to_dict() for r in self.runs},
             "bench": [b.to_dict() for b in self.bench], "backends": self.backends, "texts_agree": self.texts_agree,
             "numerics": self.numerics,
+            "cpu_variants": (self.cpu_variants or CpuVariants.skipped(self.preflight or "not run")).to_dict(),
             "environment_removed": list(self.env_removed),
             "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
             "host": dict(self.host),
@@ -259,6 +273,8 @@ class SmokeReport:
                 check = r.details.get(what) if r.name == "numerics" else None
                 if isinstance(check, Mapping):
                     lines.append(f"         {what.replace('_', ' ')}: {check.get('result')}: {check.get('detail')}")
+        if self.cpu_variants is not None and self.cpu_variants.ran:
+            lines.extend(self.cpu_variants.render_lines())
         backends = self.backends
         if backends["cpu"] or backends["gpu"]:
             gpu = f", GPU {backends['gpu']} ({backends['gpu_file']})" if backends["gpu"] else ""
@@ -531,6 +547,32 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
                      (), details=result.to_dict())
 
 
+def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str,
+                      env: Mapping[str, str], logs: Path, quiet: bool = False) -> CpuVariants:
+    """The cpu_variants step (:mod:`rockbuild.smoke.variants`): each CPU variant module the bundle ships, alone, on a
+    real batch with llama-bench's threads and timeout, and the model's known answers when it has some; a variant that
+    crashes, is not the one loaded or answers wrong fails the smoke."""
+    numerics = options.numerics
+    settings = VariantSettings(check=options.cpu_variants, n_gen=options.cpu_variant_gen,
+                               threads=bench_threads(options), timeout=options.timeouts["bench"],
+                               answers=numerics if numerics is not None and numerics.enabled else None)
+
+    def run(progress: Callable[[str], None] | None = None) -> CpuVariants:
+        return run_cpu_variants(bundle, model=model.path, model_name=model.name, settings=settings, platform=platform,
+                                env=env, logs=logs / "cpu-variants", progress=progress)
+
+    if options.cpu_variants == NO_CPU_VARIANTS or not shipped_variants(bundle):
+        return run()  # skipped, saying why
+    with contextlib.nullcontext(console.Step()) if quiet else console.step("smoke: CPU variants") as step:
+        result = run(None if quiet else console.info)
+        if not result.ok:
+            step.fail()
+    if not quiet:
+        for failure in result.failures:
+            console.warn(f"{failure}; logs in {result.logs}")
+    return result
+
+
 def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path,
                 details: dict[str, Any]) -> str | None:
     """llama-server's chat page, when the build has one: ``GET /`` answers 200 with an HTML page, and with
@@ -721,6 +763,8 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                 elif item.get("note"):
                     console.info(f"{item['program']}: {item['note']}")
         records.append(record)
+    variants = run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs, quiet=quiet) \
+        if preflight is None else None
     if preflight is None and options.numerics is not None and options.numerics.enabled:
         gpu_device = (found.device or "") if expect else None
         described = next((d for d in devices if gpu_device and d.startswith(f"{gpu_device}:")), "")
@@ -738,7 +782,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, bench=bench, default=backend.name)
     report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
                          tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path,
-                         device=options.device, preflight=preflight, host=host_facts())
+                         device=options.device, preflight=preflight, host=host_facts(), cpu_variants=variants)
     write_smoke_json(report, report_path)
     return report
 

@@ -58,9 +58,15 @@ if chosen is None and not (here / "libggml-cpu.so").exists():
     sys.exit(1)
 bench = Path(sys.argv[0]).name == "llama-bench"
 n_prompt = int(arg("-p", "512").split(",")[0]) if bench else 8  # llama-cli: a short prompt, no real batch
+def progress(what):  # llama-bench --progress: where a run that dies was
+    if bench and "--progress" in args:
+        sys.stderr.write("llama-bench: benchmark " + what + " run 1/" + arg("-r", "5") + "\n")
+        sys.stderr.flush()
+progress("1/2: prompt")
 if variant in CONFIG["crashes"] and n_prompt >= 512:
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGILL)
+progress("2/2: generation")
 factor = 1.0
 if CONFIG["log"]:
     earlier = [json.loads(line) for line in open(CONFIG["log"])] if os.path.exists(CONFIG["log"]) else []

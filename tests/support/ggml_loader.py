@@ -6,7 +6,7 @@ in a release, into a program named llama-bench; the nine libggml-base functions 
 modules are real ``ggml_backend_init``/``ggml_backend_score`` modules whose registry is named CPU; a module made with
 ``trap`` executes an illegal instruction (ud2) when the program runs a batch of 512 tokens or more, so the SIGILL is
 a real one. The program prints what llama-bench prints that rockbuild reads: ``Available devices:`` for
-``--list-devices``, else a JSON result for ``-p N``.
+``--list-devices``, else a JSON result for ``-p N`` (and ``-n N``).
 """
 
 from __future__ import annotations
@@ -54,17 +54,23 @@ MAIN = r"""
 #include <cstring>
 int main(int argc, char ** argv) {
     ggml_backend_load_all();
-    int n_prompt = 512;
+    int n_prompt = 512, n_gen = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--list-devices")) { printf("Available devices:\n  (none)\n"); return 0; }
         if (!strcmp(argv[i], "-p") && i + 1 < argc) { n_prompt = atoi(argv[i + 1]); }
+        if (!strcmp(argv[i], "-n") && i + 1 < argc) { n_gen = atoi(argv[i + 1]); }
     }
     ggml_backend_reg_t cpu = ggml_backend_reg_by_name("CPU");
     if (!cpu) { fprintf(stderr, "error: no CPU backend\n"); return 1; }
     auto batch = (double (*)(int)) cpu->iface.get_proc_address(cpu, "fake_batch");
     double ts = batch(n_prompt);
-    printf("[\n  {\"n_prompt\": %d, \"n_gen\": 0, \"avg_ts\": %.1f, \"stddev_ts\": 0.0, \"backends\": \"CPU\"}\n]\n",
+    printf("[\n  {\"n_prompt\": %d, \"n_gen\": 0, \"avg_ts\": %.1f, \"stddev_ts\": 0.0, \"backends\": \"CPU\"}",
            n_prompt, ts);
+    if (n_gen > 0) {  // -n N: a tg row too, a tenth as fast
+        printf(",\n  {\"n_prompt\": 0, \"n_gen\": %d, \"avg_ts\": %.1f, \"stddev_ts\": 0.0, \"backends\": \"CPU\"}",
+               n_gen, ts / 10);
+    }
+    printf("\n]\n");
     return 0;
 }
 """

@@ -185,7 +185,9 @@ def test_a_variant_that_dies_of_sigill_fails_the_smoke_naming_the_file_and_the_f
     assert not report.ok
     assert report.failures == (
         "bench: the CPU variant libggml-cpu-sapphirerapids.so picked on this machine died of SIGILL on a real batch: "
-        "remove it from the bundle folder (the next best variant then loads)",)
+        "remove it from the bundle folder (the next best variant then loads)",
+        # the cpu_variants step runs it alone too (tests/unit/test_smoke_cpu_variants.py)
+        "CPU variant sapphirerapids: llama-bench died of SIGILL (illegal instruction) on pp512")
     data = json.loads((job / "smoke.json").read_text())
     assert data["runs"]["bench"]["returncode"] == -signal.SIGILL
     assert data["backends"]["cpu_variant"] == "sapphirerapids"  # the bench run's, although it died
@@ -195,10 +197,12 @@ def test_a_variant_that_dies_of_sigill_fails_the_smoke_naming_the_file_and_the_f
 def test_variants_shipped_but_none_loaded_fails_the_smoke(tmp_path, model):
     job = variant_job(tmp_path, ("haswell", "zen4"), supported=("x64",))  # this "CPU" scores neither
     report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", quiet=True)
-    assert [f.split(":")[0] for f in report.failures] == ["cli", "bench"]
+    assert [f.split(":")[0] for f in report.failures] == ["cli", "bench", "CPU variants"]
     assert report.failures[1] == (
         "bench: the bundle ships 2 CPU variant modules (libggml-cpu-haswell.so, ...) but the llama-bench log shows no "
         "CPU backend loaded: none scored on this CPU, or none could be loaded")
+    assert report.failures[2] == ("CPU variants: the whole bundle loads no CPU variant here (llama-bench "
+                                  "--list-devices): ggml scored none of its 2 CPU variant modules on this CPU")
 
 
 def test_a_bundle_without_modules_is_judged_as_before(tmp_path, model):

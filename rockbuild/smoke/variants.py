@@ -1,0 +1,380 @@
+"""Every CPU variant this machine can run, proved one at a time: the smoke test's ``cpu_variants`` step.
+
+A GGML_CPU_ALL_VARIANTS bundle ships its CPU backend as one module per x86-64 generation
+(``libggml-cpu-<variant>.so``, ``ggml-cpu-<variant>.dll``) and ggml loads the one scoring highest on the CPU at
+hand. A variant compiled wrong (the AMX sapphirerapids one built by GCC 12 dies of SIGILL on every AMX machine) shows
+only on a CPU that picks it, so the rest of the smoke, which runs whatever ggml picks here, cannot see it. This step
+links the bundle into a temporary folder holding that one variant module and no other (:func:`one_variant_folder`)
+and, from there:
+
+* asks ggml whether this machine runs it (``llama-bench --list-devices``: ggml's own scorer decides; no CPU backend
+  loaded means *not runnable here*, skipped, never failed);
+* runs a real batch on it (``llama-bench -p 512 -n N -r 1 -dev none -ngl 0``: the CPU variant does every matrix
+  product; pp512 is where the sapphirerapids variant died while ``-p 8`` ran);
+* with a model that has known answers (smoke.yaml's ``numerics.known_answers``), checks them with that variant only.
+
+A crash, a variant other than the one meant being loaded, or a wrong answer fails the smoke with one line naming the
+variant. The variant the whole bundle's default dispatch picks is recorded too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild.smoke.config import CPU_VARIANT_CHECKS
+from rockbuild.smoke.numerics import FAILED, PASSED, NumericsConfig, Target, run_known_answers
+from rockbuild.smoke.parse import (
+    BackendLoads,
+    cpu_variant_files,
+    cpu_variant_of,
+    died_of_sigill,
+    parse_backend_loads,
+    parse_bench_json,
+)
+from rockbuild.smoke.probe import run_program
+
+# what the step checks (smoke.yaml's run.cpu_variants.check, rockbuild smoke --cpu-variants)
+ALL, PICKED, NONE = CPU_VARIANT_CHECKS
+# the real batch: the sapphirerapids variant died of SIGILL on pp512 on the lent H200 host while -p 8 ran
+BATCH = 512
+NOT_RUNNABLE = "not runnable here"
+NOT_RUN = "not run"
+SKIPPED = "skipped"
+LIST_TIMEOUT = 120.0
+_EXIT_CODE = re.compile(r"exit code (-?\d+)\)?$")  # the end of run_program's failure: killed by X (exit code -4)
+# "llama-bench: benchmark 1/2: prompt run 1/1" (--progress, on stderr): the last one before a crash says where it died
+_PROGRESS = re.compile(r"llama-bench: benchmark \d+/\d+: (?:warmup )?(?P<what>prompt|generation|depth) run")
+
+
+@dataclass(frozen=True)
+class VariantSettings:
+    """How each variant is run: llama-bench's tg length and threads, its timeout, and the known answers (None: the
+    model has none, or numerics are off)."""
+
+    check: str = ALL  # all | picked | none
+    n_gen: int = 8
+    threads: int = 1
+    timeout: float = 600.0
+    answers: NumericsConfig | None = None
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant, alone in its folder: whether ggml runs it here and how it did."""
+
+    variant: str
+    runnable: bool
+    result: str  # passed | failed | not runnable here
+    pp512_tps: float | None = None
+    tg_tps: float | None = None
+    known_answers: str = NOT_RUN  # passed | failed | not run
+    seconds: float = 0.0
+    failure: str | None = None
+
+    def describe(self, tg_test: str = "tg") -> str:
+        """``passed (pp512 230.1 t/s, tg8 23.4 t/s, known answers passed) in 12.3s``, ``not runnable here``, or the
+        result with why it failed."""
+        if not self.runnable and self.result != FAILED:
+            return NOT_RUNNABLE
+        parts = [f"{name} {tps:.1f} t/s" for name, tps in ((f"pp{BATCH}", self.pp512_tps), (tg_test, self.tg_tps))
+                 if tps is not None]
+        if self.known_answers != NOT_RUN:
+            parts.append(f"known answers {self.known_answers}")
+        figures = f" ({', '.join(parts)})" if parts else ""
+        return f"{self.result}{figures} in {self.seconds:.1f}s" + (f": {self.failure}" if self.failure else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "runnable": self.runnable, "result": self.result,
+                "pp512_tps": self.pp512_tps, "tg_tps": self.tg_tps, "known_answers": self.known_answers,
+                "seconds": round(self.seconds, 3), "failure": self.failure}
+
+
+@dataclass(frozen=True)
+class CpuVariants:
+    """The step's result: ``passed``, ``failed`` or ``skipped`` (with why), the variant the whole bundle's default
+    dispatch picks, each variant checked."""
+
+    result: str
+    detail: str
+    picked: str | None = None
+    variants: tuple[VariantResult, ...] = ()
+    problem: str | None = None  # a failure of the step as a whole (no variant loads from the whole bundle)
+    logs: Path | None = None
+    seconds: float = 0.0
+    tg_test: str = ""  # tg8: the tg test each variant ran
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One line per failed variant (``CPU variant sapphirerapids: llama-bench died of SIGILL ...``)."""
+        out = [f"CPU variants: {self.problem}"] if self.problem else []
+        return tuple(out + [f"CPU variant {v.variant}: {v.failure}" for v in self.variants if v.result == FAILED])
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"result": self.result, "detail": self.detail, "picked": self.picked,
+                "variants": [v.to_dict() for v in self.variants]}
+
+    def render_lines(self) -> list[str]:
+        """The human lines: the verdict, then one line per variant with its t/s."""
+        mark = {PASSED: "ok", FAILED: "FAIL"}.get(self.result, "skip")
+        lines = [f"  [{mark}] cpu variants" + (f" in {self.seconds:.1f}s" if self.variants else "")
+                 + f": {self.detail}"]
+        for v in self.variants:
+            label = v.variant + (" (picked)" if v.variant == self.picked else "")
+            lines.append(f"         {label}: {v.describe(self.tg_test)}")
+        if self.logs is not None and self.variants:
+            lines.append(f"         logs: {self.logs}")
+        return lines
+
+    @property
+    def ran(self) -> bool:
+        return self.result != SKIPPED
+
+    @classmethod
+    def skipped(cls, why: str, picked: str | None = None) -> CpuVariants:
+        return cls(SKIPPED, why, picked)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A folder with one CPU variant
+
+
+def _link_or_copy(src: str | Path, dst: str | Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(src, dst)
+
+
+def one_variant_folder(bundle: Path, variant_file: str, dest: Path) -> Path:
+    """``dest``: the bundle with ``variant_file`` as its only CPU variant module, so that ggml_backend_load_all(),
+    which searches the executable's folder and the current folder, can load only it. The files are hard-linked (a
+    copy across file systems): a program's folder is its link's, /proc/self/exe does not lead back to the bundle.
+    Subfolders (rocBLAS' kernels, ``disabled-cpu-variants/``) become symbolic links to the bundle's: ggml never looks
+    into a subfolder, and the libraries that do find the same files there."""
+    dest.mkdir(parents=True)
+    for path in bundle.iterdir():
+        if cpu_variant_of(path.name) is not None and path.name != variant_file:
+            continue
+        if path.is_symlink():
+            (dest / path.name).symlink_to(os.readlink(path))
+        elif path.is_dir():
+            (dest / path.name).symlink_to(path.absolute(), target_is_directory=True)
+        else:
+            _link_or_copy(path, dest / path.name)
+    return dest
+
+
+def work_folder(bundle: Path, fallback: Path) -> Path:
+    """A new hidden folder for the one-variant folders: beside the bundle, so that hard links work, else (a bundle in
+    a folder this user cannot write) under ``fallback``."""
+    for parent in (bundle.parent, fallback):
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix=".cpu-variants-", dir=parent))
+        except OSError:
+            continue
+    return Path(tempfile.mkdtemp(prefix="rockbuild-cpu-variants-"))
+
+
+def shipped_variants(bundle: Path) -> dict[str, str]:
+    """The bundle's CPU variant modules: variant -> file name (``zen4`` -> ``libggml-cpu-zen4.so``), by file name."""
+    return {str(cpu_variant_of(name)): name for name in cpu_variant_files(p.name for p in bundle.iterdir())}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The runs
+
+
+def _program(folder: Path, name: str, platform: str) -> Path:
+    return folder / (f"{name}.exe" if platform == "windows" else name)
+
+
+def _last_error(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "error" in line.lower()), "")
+
+
+def _how_it_ended(program: str, returncode: int | None, failure: str, output: str) -> str:
+    """``llama-bench died of SIGILL (illegal instruction)``, ``llama-bench failed (exit code 1): <its error line>``,
+    ``llama-bench timed out after 600s``."""
+    if died_of_sigill(returncode):
+        return f"{program} died of SIGILL (illegal instruction)"
+    if "timed out" in failure:
+        return f"{program} {failure}"
+    if failure.startswith("killed by"):
+        return f"{program} was {failure}"
+    error = _last_error(output)
+    return f"{program} failed ({failure})" + (f": {error}" if error else "")
+
+
+def _wrong_variant(program: str, loads: BackendLoads, variant_file: str) -> str | None:
+    if loads.cpu_file == variant_file:
+        return None
+    return f"{program} loaded {loads.cpu_file or 'no CPU backend'}, not {variant_file}"
+
+
+def list_cpu_backend(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
+                     timeout: float = LIST_TIMEOUT) -> tuple[BackendLoads, int | None, str | None, str]:
+    """What ``exe --list-devices`` loads when started in ``cwd``: ggml scores every CPU variant module it finds and
+    loads the best (none: this CPU runs none of them). (loads, return code, failure, output)."""
+    output, rc, failure, _ = run_program("devices", [str(exe), "--list-devices"], cwd=cwd, env=env, timeout=timeout,
+                                         log=log)
+    return parse_backend_loads(output or ""), rc, failure, output or ""
+
+
+def _where_it_died(output: str, n_gen: int) -> str:
+    """The test llama-bench was running when it ended: its last ``--progress`` line, else pp512 (run first)."""
+    steps = _PROGRESS.findall(output)
+    if steps and steps[-1] == "generation":
+        return f"tg{n_gen}"
+    if not steps and any(r.n_prompt == BATCH for r in parse_bench_json(output)):
+        return f"tg{n_gen}"
+    return f"pp{BATCH}"
+
+
+def run_variant(bundle: Path, variant: str, variant_file: str, *, model: Path, model_name: str,
+                settings: VariantSettings, platform: str, env: Mapping[str, str], work: Path,
+                logs: Path) -> VariantResult:
+    """One variant alone in a folder linked from ``bundle`` under ``work`` (removed afterwards): runnable here? then
+    the real batch and the known answers."""
+    start = time.monotonic()
+    logs.mkdir(parents=True, exist_ok=True)
+    folder = one_variant_folder(bundle, variant_file, work / variant)
+    try:
+        return _run_variant(folder, variant, variant_file, model=model, model_name=model_name, settings=settings,
+                            platform=platform, env=env, logs=logs, start=start)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_variant(folder: Path, variant: str, variant_file: str, *, model: Path, model_name: str,
+                 settings: VariantSettings, platform: str, env: Mapping[str, str], logs: Path,
+                 start: float) -> VariantResult:
+    def ended(**values: Any) -> VariantResult:
+        return VariantResult(variant, seconds=time.monotonic() - start, **values)
+
+    exe = _program(folder, "llama-bench", platform)
+    loads, rc, failure, output = list_cpu_backend(exe, cwd=folder, env=env, log=logs / "list-devices.log")
+    if failure is not None:
+        return ended(runnable=False, result=FAILED,
+                     failure=_how_it_ended(exe.name, rc, failure, output) + " on --list-devices")
+    if loads.cpu_variant is None:  # ggml's scorer: this CPU lacks an instruction set the variant needs
+        return ended(runnable=False, result=NOT_RUNNABLE)
+    if wrong := _wrong_variant(exe.name, loads, variant_file):
+        return ended(runnable=False, result=FAILED, failure=wrong)
+
+    log = logs / "llama-bench.log"
+    args = [str(exe), "-m", str(model), "-p", str(BATCH), "-n", str(settings.n_gen), "-r", "1",
+            "-t", str(settings.threads), "-dev", "none", "-ngl", "0", "--no-warmup", "--progress", "-o", "json"]
+    printed, rc, failure, _ = run_program("bench", args, cwd=folder, env=env, timeout=settings.timeout, log=log)
+    text = printed or ""
+    results = parse_bench_json(text)
+    pp = next((r.tokens_per_second for r in results if r.n_prompt == BATCH and not r.n_gen), None)
+    tg = next((r.tokens_per_second for r in results if r.n_gen == settings.n_gen and not r.n_prompt), None)
+    figures = {"pp512_tps": pp, "tg_tps": tg}
+    if failure is not None:
+        where = _where_it_died(text, settings.n_gen)
+        return ended(runnable=True, result=FAILED, failure=f"{_how_it_ended(exe.name, rc, failure, text)} on {where}",
+                     **figures)
+    if wrong := _wrong_variant(exe.name, parse_backend_loads(text), variant_file):
+        return ended(runnable=True, result=FAILED, failure=wrong, **figures)
+    if pp is None or tg is None or pp <= 0 or tg <= 0:
+        return ended(runnable=True, result=FAILED, failure=f"{exe.name} printed no pp{BATCH} and tg{settings.n_gen} "
+                     "figures above 0 t/s", **figures)
+
+    config = settings.answers
+    if config is None or not config.answers_for(model_name):
+        return ended(runnable=True, result=PASSED, **figures)
+    target = Target.of_bundle(folder, platform=platform, model=model, model_name=model_name, backend="cpu",
+                              gpu_device=None)
+    answers = run_known_answers(config, target, cwd=folder, env=env, logs=logs)
+    problem = _answers_problem(answers, variant_file)
+    if problem is None:
+        return ended(runnable=True, result=PASSED, known_answers=PASSED, **figures)
+    return ended(runnable=True, result=FAILED, known_answers=FAILED, failure=problem, **figures)
+
+
+def _answers_problem(answers: Mapping[str, Any], variant_file: str) -> str | None:
+    """Why the known answers with this variant only are wrong: a crash, another variant loaded, a wrong answer."""
+    if answers.get("result") == FAILED and not answers.get("answers"):
+        return str(answers.get("detail"))
+    for item in answers.get("answers") or ():
+        log = Path(item["log"])
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        program = "llama-completion"
+        if item.get("failure"):
+            code = _EXIT_CODE.search(item["failure"])
+            rc = int(code[1]) if code else None
+            return f"{_how_it_ended(program, rc, item['failure'], text)} on known answer {item['prompt']!r}"
+        if wrong := _wrong_variant(program, parse_backend_loads(text), variant_file):
+            return wrong
+        if not item.get("ok"):
+            return f"known answer {item['prompt']!r} wrong: answered {item['got']!r}, expected {item['expect']!r}"
+    return None
+
+
+def run_cpu_variants(bundle: Path, *, model: Path, model_name: str, settings: VariantSettings, platform: str,
+                     env: Mapping[str, str], logs: Path, progress: Callable[[str], None] | None = None) -> CpuVariants:
+    """The step (see the module docstring) on ``bundle`` with ``model``; logs under ``logs`` (one folder per variant).
+    ``progress(line)``, when given, is told each variant's verdict as it comes."""
+    start = time.monotonic()
+    if settings.check == NONE:
+        return CpuVariants.skipped("turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: none)")
+    shipped = shipped_variants(bundle)
+    if not shipped:
+        return CpuVariants.skipped("the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
+                                   "backend is linked in or built for one CPU")
+    exe = _program(bundle, "llama-bench", platform)
+    if not exe.is_file():
+        return CpuVariants.skipped(f"the bundle has no {exe.name} to run its {len(shipped)} CPU variants with")
+    logs.mkdir(parents=True, exist_ok=True)
+    loads, rc, failure, output = list_cpu_backend(exe, cwd=bundle, env=env, log=logs / "bundle-list-devices.log")
+    picked = loads.cpu_variant if failure is None else None
+    if failure is not None:
+        problem = f"the whole bundle's {_how_it_ended(exe.name, rc, failure, output)} on --list-devices"
+    elif picked is None:
+        problem = (f"the whole bundle loads no CPU variant here ({exe.name} --list-devices): ggml scored none of its "
+                   f"{len(shipped)} CPU variant modules on this CPU")
+    else:
+        problem = None
+    wanted = sorted(shipped) if settings.check == ALL else [v for v in shipped if v == picked]
+    work = work_folder(bundle, logs)
+    results: list[VariantResult] = []
+    try:
+        for variant in wanted:
+            result = run_variant(bundle, variant, shipped[variant], model=model, model_name=model_name,
+                                 settings=settings, platform=platform, env=env, work=work, logs=logs / variant)
+            results.append(result)
+            if progress is not None:
+                progress(f"CPU variant {variant}: {result.describe(f'tg{settings.n_gen}')}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if problem is None and results and not any(r.runnable for r in results):
+        problem = f"this CPU runs none of the {len(results)} CPU variants checked"
+    failed = problem is not None or any(r.result == FAILED for r in results)
+    return CpuVariants(FAILED if failed else PASSED, _summary(results, picked, settings.check, len(shipped)), picked,
+                       tuple(results), problem, logs, time.monotonic() - start, f"tg{settings.n_gen}")
+
+
+def _summary(results: Sequence[VariantResult], picked: str | None, check: str, shipped: int) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.result] = counts.get(r.result, 0) + 1
+    said = ", ".join(f"{n} {what}" for what in (PASSED, FAILED, NOT_RUNNABLE) if (n := counts.get(what)))
+    of = f"{len(results)} of {shipped} CPU variants" if check == PICKED else f"{shipped} CPU variants"
+    dispatch = f"ggml picks {picked} from the whole bundle" if picked else "ggml picks none from the whole bundle"
+    only = " (--cpu-variants picked: the others not checked)" if check == PICKED else ""
+    return f"{of}: {said or 'none checked'}; {dispatch}{only}"
+
