@@ -10,6 +10,7 @@ from rockbuild.backends import BACKENDS, DEFAULT
 from rockbuild.commands.common import (
     COMPILE,
     CONTEXT,
+    CPU_VARIANTS,
     JOB_SELECTION,
     JSON,
     MATRIX_FILE,
@@ -306,16 +307,20 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
 @click.option("--browser/--no-browser", default=None,
               help="Also chat with llama-server's web UI in a real browser (the system's chromium, through "
               "rockbuild[browser]) and save web-ui.png (default: smoke.yaml's run.browser.enabled).")
+@CPU_VARIANTS
 @click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
 def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | None,
-          bench_preset: str, report_path: Path | None, browser: bool | None, as_json: bool) -> None:
+          bench_preset: str, report_path: Path | None, browser: bool | None, cpu_variants: str | None,
+          as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths, then every other
     shipped program's --help (matrices/programs.yaml)."""
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
     chosen = provide_model(model.spec, vocab=model.vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
-    overrides = {"browser": browser} if browser is not None else {}
+    overrides: dict[str, object] = {"browser": browser} if browser is not None else {}
+    if cpu_variants is not None:
+        overrides["cpu_variants"] = cpu_variants
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
                                        device=device, programs=settings().programs.programs, **overrides)
     report = run_smoke(bundle_dir, chosen, options, report_path=report_path, quiet=as_json)

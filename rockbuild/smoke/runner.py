@@ -547,14 +547,21 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
                      (), details=result.to_dict())
 
 
+VARIANT_THREADS = 16
+
+
 def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str,
                       env: Mapping[str, str], logs: Path, quiet: bool = False) -> CpuVariants:
     """The cpu_variants step (:mod:`rockbuild.smoke.variants`): each CPU variant module the bundle ships, alone, on a
     real batch with llama-bench's threads and timeout, and the model's known answers when it has some; a variant that
     crashes, is not the one loaded or answers wrong fails the smoke."""
     numerics = options.numerics
+    # every CPU of the machine (up to 16): the step proves each variant runs and answers right, and fast enough to
+    # run 14 of them every night (x64 alone does pp512 of Qwen3-0.6B at a few t/s on one thread); many threads also
+    # take the paths one thread never does (the AMX tile permission is asked per thread)
+    threads = max(bench_threads(options), min(os.cpu_count() or 1, VARIANT_THREADS))
     settings = VariantSettings(check=options.cpu_variants, n_gen=options.cpu_variant_gen,
-                               threads=bench_threads(options), timeout=options.timeouts["bench"],
+                               threads=threads, timeout=options.timeouts["bench"],
                                answers=numerics if numerics is not None and numerics.enabled else None)
 
     def run(progress: Callable[[str], None] | None = None) -> CpuVariants:

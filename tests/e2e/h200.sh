@@ -246,21 +246,23 @@ cpu() {
     [ -f /var/tmp/h200/smollm2.part1 ] || { echo "no /var/tmp/h200/smollm2.part1: run 'model' first, on the same machine" >&2; exit 1; }
     QWEN_SHAPED=0 H200_FROM=.h200n setup_device
     rb() { python3 -m rockbuild "$@"; }
-    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf q=/tmp/qwen3-0.6b-shaped-q4_0.gguf
+    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf q=/tmp/qwen3-0.6b-shaped-q4_0.gguf R=/tmp/cpu-results
+    # $OUT brings back 8 files at most: every report goes into $R, and $R comes back as one tarball
+    mkdir -p "$R"
     mkdir -p /tmp/smollm2
     cat /var/tmp/h200/smollm2.part1 .h200n/smollm2.part2 > "$m"
     echo "$(cat .h200n/smollm2.sha256)  $m" | sha256sum -c - | tee -a "$OUT/versions.txt"
-    { lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core)'; grep -m1 -o 'amx[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } \
-        > "$OUT/cpu.txt"
     set +e
+    { lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core)'; grep -m1 -o 'amx[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } \
+        > "$R/cpu.txt"
     # 1. what a user meets: doctor on a real batch, no --fix-cpu; the default dispatch's variant and whether it runs
-    rb doctor --bundle /tmp/job/bundle --model "$m" > "$OUT/doctor.txt" 2>&1; echo "doctor exit $?" >> "$OUT/doctor.txt"
+    rb doctor --bundle /tmp/job/bundle --model "$m" > "$R/doctor.txt" 2>&1; echo "doctor exit $?" >> "$R/doctor.txt"
     # 2. the smoke with every CPU variant alone (pp512, the known answers), and the GPU runs as ever
-    rb smoke /tmp/job --model "$m" --expect-gpu yes --cpu-variants all --report "$OUT/cpu-smoke.json" \
-        > "$OUT/cpu-smoke.txt" 2>&1; echo "smoke exit $?" >> "$OUT/cpu-smoke.txt"
+    rb smoke /tmp/job --model "$m" --expect-gpu yes --cpu-variants all --report "$R/cpu-smoke.json" \
+        > "$R/cpu-smoke.txt" 2>&1; echo "smoke exit $?" >> "$R/cpu-smoke.txt"
     # 3. the default dispatch (the whole bundle, CPU only) on pp512, 16 threads, from an empty folder
     (cd /tmp && /tmp/job/bundle/llama-bench -m "$m" -p 512 -n 0 -t 16 -ngl 0 -dev none -r 3 -o md) \
-        > "$OUT/default-dispatch.txt" 2>&1; echo "llama-bench exit $?" >> "$OUT/default-dispatch.txt"
+        > "$R/default-dispatch.txt" 2>&1; echo "llama-bench exit $?" >> "$R/default-dispatch.txt"
     # 4. sapphirerapids (AMX) against zen4 and haswell, each alone, on a Qwen3-0.6B-shaped Q4_0 (random weights) and
     # on SmolLM2, 16 threads and 1, in this one call
     python3 - <<'PY'
@@ -269,20 +271,21 @@ from rockbuild.smoke.models import QWEN3_0_6B_SHAPE, generate_tiny_qwen3
 generate_tiny_qwen3(Path(".h200n/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-shaped.gguf"), seed=0,
                     shape=QWEN3_0_6B_SHAPE)
 PY
-    /tmp/job/bundle/llama-quantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$OUT/quantize.txt" 2>&1
+    /tmp/job/bundle/llama-quantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$R/quantize.txt" 2>&1
     for model in "$q" "$m"; do
         for t in 16 1; do
             python3 "$REPO/bench/cpu_variants.py" /tmp/job/bundle --model "$model" --variants sapphirerapids,zen4,haswell \
-                -t "$t" -p 512 -n 0 -r 3 --rounds 2 --json "$OUT/variants-$(basename "$model" .gguf)-t$t.json" \
-                > "$OUT/variants-$(basename "$model" .gguf)-t$t.txt" 2>&1
+                -t "$t" -p 512 -n 16 -r 3 --rounds 2 --json "$R/variants-$(basename "$model" .gguf)-t$t.json" \
+                > "$R/variants-$(basename "$model" .gguf)-t$t.txt" 2>&1
         done
     done
     # 5. the mutant: the same bundle with the unpatched AMX variant; the smoke must fail, naming sapphirerapids
     cp -a /tmp/job /tmp/mutant
     xz -dc .h200n/libggml-cpu-sapphirerapids.pristine.so.xz > /tmp/mutant/bundle/libggml-cpu-sapphirerapids.so
-    rb smoke /tmp/mutant --model "$m" --expect-gpu yes --cpu-variants all --report "$OUT/mutant-smoke.json" \
-        > "$OUT/mutant-smoke.txt" 2>&1; echo "smoke exit $?" >> "$OUT/mutant-smoke.txt"
+    rb smoke /tmp/mutant --model "$m" --expect-gpu yes --cpu-variants all --report "$R/mutant-smoke.json" \
+        > "$R/mutant-smoke.txt" 2>&1; echo "smoke exit $?" >> "$R/mutant-smoke.txt"
     set -e
+    tar -C "$R" -czf "$OUT/cpu-results.tar.gz" .
 }
 
 case ${1:-} in
