@@ -791,6 +791,7 @@ class ManifestSmoke(Record):
     web_ui: str | None = None  # "passed", "not checked: no web UI", ...
     browser: str | None = None
     numerics: Mapping[str, Any] | None = None  # BuiltJob.numerics(): cross_backend, known_answers and their figures
+    cpu_variants: tuple[Mapping[str, Any], ...] = ()  # BuiltJob.cpu_variant_runs(): each variant alone, per smoke
 
 
 @dataclass(frozen=True, kw_only=True)

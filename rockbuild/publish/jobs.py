@@ -161,6 +161,40 @@ class BuiltJob:
             summary.setdefault("cpu_variant", source.backends.cpu_variant)
         return summary
 
+    def cpu_variant_runs(self) -> list[dict[str, Any]]:
+        """Each smoke's per-variant step (rockbuild.smoke.variants) that ran: the CI runner's, then the GPU leg's
+        (another CPU: the H200 host has AMX), as {where, result, picked, passed, failed, not_runnable, pp512}."""
+        runs = []
+        for where, smoke in (("smoke", self.smoke), ("gpu-smoke", self.gpu_smoke)):
+            step = smoke.cpu_variants if smoke is not None else None
+            if step is None or step.result == "skipped":
+                continue
+            by = {r: [v.variant for v in step.variants if v.result == r]
+                  for r in ("passed", "failed", "not runnable here")}
+            runs.append({"where": where, "result": step.result, "picked": step.picked, "passed": by["passed"],
+                         "failed": by["failed"], "not_runnable": by["not runnable here"],
+                         "pp512": {v.variant: v.pp512_tps for v in step.variants if v.pp512_tps is not None}})
+        return runs
+
+    def cpu_variant_words(self) -> list[str]:
+        """``13 of 14 CPU variants passed alone (pp512, known answers) on the smoke's CPU, where ggml picks zen4
+        (pp512 t/s: zen4 201, ...); not runnable there: sapphirerapids`` per smoke that ran the step."""
+        words = []
+        for run in self.cpu_variant_runs():
+            total = len(run["passed"]) + len(run["failed"]) + len(run["not_runnable"])
+            host = "the GPU leg's host" if run["where"] == "gpu-smoke" else "the smoke's CPU"
+            text = (f"{len(run['passed'])} of {total} CPU variants passed alone on {host}"
+                    + (f", where ggml picks {run['picked']}" if run["picked"] else ""))
+            if run["pp512"]:
+                best = sorted(run["pp512"].items(), key=lambda kv: -kv[1])
+                text += " (pp512 t/s: " + ", ".join(f"{v} {tps:.0f}" for v, tps in best) + ")"
+            if run["failed"]:
+                text += f"; FAILED: {', '.join(run['failed'])}"
+            if run["not_runnable"]:
+                text += f"; not runnable there: {', '.join(run['not_runnable'])}"
+            words.append(text)
+        return words
+
     def numerics_words(self) -> str:
         """``GPU vs CPU passed (mean KLD 0.0057, same top token 96.4 %); known answers passed (6/6)`` for the notes."""
         n = self.numerics()

@@ -83,7 +83,7 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
               for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
             "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks,
-            "numerics": job.numerics()}
+            "numerics": job.numerics(), "cpu_variants": job.cpu_variant_runs()}
 
 
 def build_manifest(

@@ -71,6 +71,7 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
         "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
         "gpu": _gpu_row(job),
         "numerics": job.numerics_words() if job.smoke is not None else None,
+        "cpu_variant_runs": job.cpu_variant_words(),
         "fallback": job.fallback_note(),
         # what ran again on the last good ROCm: a night without the smoke stage did not test it
         "again": ("built, bundled and smoke-tested" if job.smoke is not None

@@ -718,3 +718,32 @@ def test_a_changed_patch_series_changes_the_release_fingerprint(tmp_path):
     carried = fingerprint([load_job(job)])
     _with_patches(job, [AMX], digest="0000000000000000")
     assert len({before, carried, fingerprint([load_job(job)])}) == 3
+
+
+def test_the_cpu_variant_runs_of_each_smoke_reach_the_manifest_and_the_notes(gh, night, tmp_path):
+    """Issue 38: each variant's result and pp512 from the runner's smoke and the GPU leg's (the AMX host)."""
+    def step(picked, rows):
+        return {"result": "failed" if any(r[1] == "failed" for r in rows) else "passed", "detail": "", "picked": picked,
+                "variants": [{"variant": v, "runnable": r != "not runnable here", "result": r, "pp512_tps": tps,
+                              "tg_tps": None, "known_answers": "passed" if r == "passed" else "not run",
+                              "seconds": 1.0, "failure": None} for v, r, tps in rows]}
+    smoke = json.loads((night[0] / "smoke.json").read_text())
+    smoke["cpu_variants"] = step("zen4", [("x64", "passed", 40.0), ("zen4", "passed", 201.4),
+                                          ("sapphirerapids", "not runnable here", None)])
+    (night[0] / "smoke.json").write_text(json.dumps(smoke))
+    _with_gpu_smoke(night[0], required=False, ok=True)
+    gpu = json.loads((night[0] / "gpu-smoke.json").read_text())
+    gpu["cpu_variants"] = step("sapphirerapids", [("zen4", "passed", 899.0), ("sapphirerapids", "passed", 1252.0)])
+    (night[0] / "gpu-smoke.json").write_text(json.dumps(gpu))
+    report = publish(options(gh, night, tmp_path, dry_run=True))
+    manifest = json.loads((report.out_dir / "manifest.json").read_text())
+    runs = {j["id"]: j["smoke"]["cpu_variants"] for j in manifest["jobs"] if j["smoke"]}
+    assert runs["linux-gfx1151"][0] == {"where": "smoke", "result": "passed", "picked": "zen4",
+                                        "passed": ["x64", "zen4"], "failed": [], "not_runnable": ["sapphirerapids"],
+                                        "pp512": {"x64": 40.0, "zen4": 201.4}}
+    assert runs["linux-gfx1151"][1]["where"] == "gpu-smoke" and runs["linux-gfx110X"] == []
+    notes = (report.out_dir / "release-notes.md").read_text()
+    assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 3 CPU variants passed alone on the smoke's CPU, where "
+            "ggml picks zen4 (pp512 t/s: zen4 201, x64 40); not runnable there: sapphirerapids") in notes
+    assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 2 CPU variants passed alone on the GPU leg's host, "
+            "where ggml picks sapphirerapids (pp512 t/s: sapphirerapids 1252, zen4 899)") in notes
