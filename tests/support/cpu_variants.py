@@ -35,15 +35,20 @@ for folder in (here, Path.cwd()):  # ggml: the executable's folder, then the cur
         variant = path.name[len("libggml-cpu-"):-len(".so")]
         if variant in CONFIG["supported"] and variant in RANK:
             seen.append((RANK.index(variant), -len(seen), path))
+# as b11312's llama-completion, which loads the backends before its log is set up: it prints no load_backend line
+quiet = Path(sys.argv[0]).name == "llama-completion"
+def loaded(line):
+    if not quiet:
+        sys.stderr.write(line + "\n")
 # a GGML_BACKEND_DL build has the RPC backend as a module too: ggml logs it whether or not a CPU variant scores
 for name, file in [("RPC", "libggml-rpc.so"), *CONFIG["gpu"].items()]:
     if (here / file).exists():
-        sys.stderr.write("load_backend: loaded " + name + " backend from " + str(here / file) + "\n")
+        loaded("load_backend: loaded " + name + " backend from " + str(here / file))
 chosen = max(seen)[2] if seen else None
 if chosen is not None:
-    sys.stderr.write("load_backend: loaded CPU backend from " + str(chosen) + "\n")
+    loaded("load_backend: loaded CPU backend from " + str(chosen))
 elif (here / "libggml-cpu.so").exists():
-    sys.stderr.write("load_backend: loaded CPU backend from " + str(here / "libggml-cpu.so") + "\n")
+    loaded("load_backend: loaded CPU backend from " + str(here / "libggml-cpu.so"))
 sys.stderr.flush()
 variant = chosen.name[len("libggml-cpu-"):-len(".so")] if chosen else None
 if "--list-devices" in args:
@@ -66,7 +71,6 @@ progress("1/2: prompt")
 if variant in CONFIG["crashes"] and n_prompt >= 512:
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGILL)
-progress("2/2: generation")
 factor = 1.0
 if CONFIG["log"]:
     earlier = [json.loads(line) for line in open(CONFIG["log"])] if os.path.exists(CONFIG["log"]) else []
@@ -88,7 +92,15 @@ if bench:
                      "backends": "CPU", "model_filename": arg("-m"), "model_type": "qwen3 ?B F16",
                      "n_threads": int(arg("-t", "1")), "n_prompt": n_p, "n_gen": n_g, "avg_ts": ts,
                      "stddev_ts": 0.0, "samples_ts": [ts] * reps}})
-    print(json.dumps(rows, indent=2))
+    # as llama-bench's JSON printer: each test's object as it ends, so the next test's --progress line (stderr, the
+    # same pipe) lands inside the array
+    sys.stdout.write("[\n")
+    for i, row in enumerate(rows):
+        if i:
+            progress("2/2: generation")
+        sys.stdout.write((",\n" if i else "") + json.dumps(row, indent=2))  # its closing brace: no newline yet
+        sys.stdout.flush()
+    sys.stdout.write("\n]\n")
     sys.exit(0)
 prompt = arg("-p", "")
 print("> " + prompt)
