@@ -20,9 +20,10 @@
 #   tests/e2e/h200.sh cpu        there, after `model` (.h200n carried): every CPU variant on the AMX host (issue 38):
 #                                doctor without --fix-cpu (the default dispatch on a real batch), rockbuild smoke
 #                                --cpu-variants all (each variant alone: pp512 and the known answers), pp512 of the
-#                                default dispatch, sapphirerapids against zen4 and haswell (bench/cpu_variants.py,
-#                                16 threads and 1), and the same smoke on the bundle with the unpatched AMX variant
+#                                default dispatch, and the same smoke on the bundle with the unpatched AMX variant
 #                                (built by prepare from the pristine tree: it must fail)
+#   tests/e2e/h200.sh cpubench   there, next (.h200n carried): sapphirerapids against zen4 and haswell
+#                                (bench/cpu_variants.py, pp512 at 16 threads and 1)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -241,51 +242,68 @@ numerics() {
     set -e
 }
 
-# Issue 38: every CPU variant proven on the one AMX machine at hand, with rockbuild's own commands, no --fix-cpu
-cpu() {
+# Issue 38: every CPU variant proven on the one AMX machine at hand, with rockbuild's own commands, no --fix-cpu.
+# Two calls (each under the device's 10 minutes), both after `model`, each with .h200n carried; the reports come back
+# as one tarball each ($OUT brings back 8 files at most)
+cpu_setup() {
     [ -f /var/tmp/h200/smollm2.part1 ] || { echo "no /var/tmp/h200/smollm2.part1: run 'model' first, on the same machine" >&2; exit 1; }
     QWEN_SHAPED=0 H200_FROM=.h200n setup_device
+    M=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf R=/tmp/cpu-results
+    mkdir -p /tmp/smollm2 "$R"
+    [ -f "$M" ] || cat /var/tmp/h200/smollm2.part1 .h200n/smollm2.part2 > "$M"
+    echo "$(cat .h200n/smollm2.sha256)  $M" | sha256sum -c - | tee -a "$OUT/versions.txt"
+}
+
+cpu() {
+    local M R
+    cpu_setup
     rb() { python3 -m rockbuild "$@"; }
-    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf q=/tmp/qwen3-0.6b-shaped-q4_0.gguf R=/tmp/cpu-results
-    # $OUT brings back 8 files at most: every report goes into $R, and $R comes back as one tarball
-    mkdir -p "$R"
-    mkdir -p /tmp/smollm2
-    cat /var/tmp/h200/smollm2.part1 .h200n/smollm2.part2 > "$m"
-    echo "$(cat .h200n/smollm2.sha256)  $m" | sha256sum -c - | tee -a "$OUT/versions.txt"
     set +e
     { lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core)'; grep -m1 -o 'amx[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } \
         > "$R/cpu.txt"
     # 1. what a user meets: doctor on a real batch, no --fix-cpu; the default dispatch's variant and whether it runs
-    rb doctor --bundle /tmp/job/bundle --model "$m" > "$R/doctor.txt" 2>&1; echo "doctor exit $?" >> "$R/doctor.txt"
+    rb doctor --bundle /tmp/job/bundle --model "$M" > "$R/doctor.txt" 2>&1; echo "doctor exit $?" >> "$R/doctor.txt"
     # 2. the smoke with every CPU variant alone (pp512, the known answers), and the GPU runs as ever
-    rb smoke /tmp/job --model "$m" --expect-gpu yes --cpu-variants all --report "$R/cpu-smoke.json" \
+    rb smoke /tmp/job --model "$M" --expect-gpu yes --cpu-variants all --report "$R/cpu-smoke.json" \
         > "$R/cpu-smoke.txt" 2>&1; echo "smoke exit $?" >> "$R/cpu-smoke.txt"
     # 3. the default dispatch (the whole bundle, CPU only) on pp512, 16 threads, from an empty folder
-    (cd /tmp && /tmp/job/bundle/llama-bench -m "$m" -p 512 -n 0 -t 16 -ngl 0 -dev none -r 3 -o md) \
+    (cd /tmp && /tmp/job/bundle/llama-bench -m "$M" -p 512 -n 0 -t 16 -ngl 0 -dev none -r 3 -o md) \
         > "$R/default-dispatch.txt" 2>&1; echo "llama-bench exit $?" >> "$R/default-dispatch.txt"
-    # 4. sapphirerapids (AMX) against zen4 and haswell, each alone, on a Qwen3-0.6B-shaped Q4_0 (random weights) and
-    # on SmolLM2, 16 threads and 1, in this one call
-    python3 - <<'PY'
+    # 4. the mutant: the same bundle with the unpatched AMX variant; the smoke must fail, naming sapphirerapids
+    rm -rf /tmp/mutant && cp -a /tmp/job /tmp/mutant
+    xz -dc .h200n/libggml-cpu-sapphirerapids.pristine.so.xz > /tmp/mutant/bundle/libggml-cpu-sapphirerapids.so
+    rb smoke /tmp/mutant --model "$M" --expect-gpu yes --cpu-variants all --report "$R/mutant-smoke.json" \
+        > "$R/mutant-smoke.txt" 2>&1; echo "smoke exit $?" >> "$R/mutant-smoke.txt"
+    set -e
+    tar -C "$R" -czf "$OUT/cpu-results.tar.gz" .
+}
+
+# sapphirerapids (AMX) against zen4 and haswell, each alone (bench/cpu_variants.py), pp512 at 16 threads and 1, on a
+# Qwen3-0.6B-shaped Q4_0 (random weights, quantized by the bundle's llama-quantize) and on SmolLM2 Q4_1
+cpubench() {
+    local M R q=/tmp/qwen3-0.6b-shaped-q4_0.gguf
+    cpu_setup
+    rm -rf "$R" && mkdir -p "$R"
+    set +e
+    if [ ! -f "$q" ]; then
+        python3 - <<'PY'
 from pathlib import Path
 from rockbuild.smoke.models import QWEN3_0_6B_SHAPE, generate_tiny_qwen3
 generate_tiny_qwen3(Path(".h200n/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-shaped.gguf"), seed=0,
                     shape=QWEN3_0_6B_SHAPE)
 PY
-    /tmp/job/bundle/llama-quantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$R/quantize.txt" 2>&1
-    for model in "$q" "$m"; do
+        /tmp/job/bundle/llama-quantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$R/quantize.txt" 2>&1
+    fi
+    for model in "$q" "$M"; do
         for t in 16 1; do
+            name=variants-$(basename "$model" .gguf)-t$t
             python3 "$REPO/bench/cpu_variants.py" /tmp/job/bundle --model "$model" --variants sapphirerapids,zen4,haswell \
-                -t "$t" -p 512 -n 16 -r 3 --rounds 2 --json "$R/variants-$(basename "$model" .gguf)-t$t.json" \
-                > "$R/variants-$(basename "$model" .gguf)-t$t.txt" 2>&1
+                -t "$t" -p 512 -n 16 -r 3 --rounds "$([ "$t" = 1 ] && echo 1 || echo 2)" --json "$R/$name.json" \
+                > "$R/$name.txt" 2>&1
         done
     done
-    # 5. the mutant: the same bundle with the unpatched AMX variant; the smoke must fail, naming sapphirerapids
-    cp -a /tmp/job /tmp/mutant
-    xz -dc .h200n/libggml-cpu-sapphirerapids.pristine.so.xz > /tmp/mutant/bundle/libggml-cpu-sapphirerapids.so
-    rb smoke /tmp/mutant --model "$m" --expect-gpu yes --cpu-variants all --report "$R/mutant-smoke.json" \
-        > "$R/mutant-smoke.txt" 2>&1; echo "smoke exit $?" >> "$R/mutant-smoke.txt"
     set -e
-    tar -C "$R" -czf "$OUT/cpu-results.tar.gz" .
+    tar -C "$R" -czf "$OUT/cpubench-results.tar.gz" .
 }
 
 case ${1:-} in
@@ -296,6 +314,7 @@ case ${1:-} in
     model) model_part ;;
     numerics) numerics ;;
     cpu) cpu ;;
+    cpubench) cpubench ;;
     pristine) pristine_variant ;;
-    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|pristine" >&2; exit 2 ;;
+    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|cpubench|pristine" >&2; exit 2 ;;
 esac
