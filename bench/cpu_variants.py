@@ -61,8 +61,10 @@ def picked_variant(bundle: Path, timeout: float = 120.0) -> str:
 def bench_once(folder: Path, model: Path, *, variant_file: str, threads: int, n_prompt: int, n_gen: int,
                repetitions: int, timeout: float) -> dict[str, float]:
     """pp and tg t/s of one llama-bench run in ``folder``, after checking that it loaded ``variant_file``."""
+    # -ngl 0 -dev none: the CPU variant does the work even in a GPU bundle (a Vulkan bundle on a GPU host would
+    # otherwise measure the GPU)
     args = [str(folder / exe_name(folder)), "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n",
-            str(n_gen), "-r", str(repetitions), "-o", "json"]
+            str(n_gen), "-r", str(repetitions), "-ngl", "0", "-dev", "none", "-o", "json"]
     result = subprocess.run(args, capture_output=True, text=True, cwd=folder, timeout=timeout, env=dict(os.environ))
     loaded = parse_backend_loads(result.stderr + "\n" + result.stdout).cpu_file
     if result.returncode != 0:

@@ -285,6 +285,7 @@ cpubench() {
     cpu_setup
     rm -rf "$R" && mkdir -p "$R"
     set +e
+    rm -f "$q"  # a failed quantize of an earlier call leaves a file llama-bench cannot load
     if [ ! -f "$q" ]; then
         python3 - <<'PY'
 from pathlib import Path
@@ -292,7 +293,7 @@ from rockbuild.smoke.models import QWEN3_0_6B_SHAPE, generate_tiny_qwen3
 generate_tiny_qwen3(Path(".h200n/ggml-vocab-qwen2.gguf"), Path("/tmp/qwen3-0.6b-shaped.gguf"), seed=0,
                     shape=QWEN3_0_6B_SHAPE)
 PY
-        /tmp/job/bundle/llama-quantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$R/quantize.txt" 2>&1
+        /tmp/job/bundle/llama-quantize --allow-requantize /tmp/qwen3-0.6b-shaped.gguf "$q" Q4_0 16 > "$R/quantize.txt" 2>&1
     fi
     for model in "$q" "$M"; do
         for t in 16 1; do
