@@ -372,5 +372,49 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
     comparison.raise_if_wrong()
 
 
+@command
+@click.argument("smoke_json", type=file(exists=True), metavar="SMOKE_JSON")
+@click.option("--file", "baselines_file", type=click.Path(path_type=Path), default=None,
+              help="The baselines file to rewrite (default: smoke.yaml's numerics.baselines, matrices/baselines.yaml "
+              "of this checkout).")
+@click.option("--measured", default=None,
+              help="Where and when the figure was measured (default: from the smoke.json: the CPU variant and the "
+              "smoke's date).")
+@JSON
+def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None, as_json: bool) -> None:
+    """Take a smoke.json's CPU perplexity as its model's baseline (after a human checked the move is right)."""
+    from rockbuild.core.records import SmokeRecord
+    from rockbuild.smoke.baselines import rebaseline
+    from rockbuild.smoke.numerics import parse_numerics_config
+
+    record = SmokeRecord.read(smoke_json)
+    if record is None:
+        from rockbuild.core.errors import UsageError
+
+        raise UsageError(f"{smoke_json} is not a smoke.json")
+    cpu = dict((record.numerics or {}).get("cpu") or {})
+    target = baselines_file or parse_numerics_config(settings().smoke.get("numerics")).baselines.path
+    if target is None:
+        from rockbuild.core.errors import UsageError
+
+        raise UsageError("smoke.yaml's numerics names no baselines file: give --file FILE")
+    variant = record.backends.cpu_variant if record.backends is not None else None
+    words = measured or ", ".join(str(v) for v in (
+        f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
+        if v)
+    old, new = rebaseline(target, cpu, words)
+
+    class Result:
+        def to_dict(self) -> dict[str, object]:
+            return {"file": str(target), "old": old.to_dict() if old else None, "new": new.to_dict()}
+
+        def render(self) -> str:
+            was = f"{old.ppl:.4f} -> " if old else "new: "
+            return (f"{target}: {new.model} on {new.text}, {new.chunks} x {new.ctx} tokens: {was}{new.ppl:.4f} "
+                    f"({new.measured or 'measured: not said'})")
+
+    show(Result(), as_json)
+
+
 # in the order `rockbuild --help` lists them
-COMMANDS = (matrix, fetch, rocm, build, webui, bundle, audit, smoke, compare)
+COMMANDS = (matrix, fetch, rocm, build, webui, bundle, audit, smoke, compare, baseline)

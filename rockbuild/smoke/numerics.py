@@ -33,6 +33,7 @@ from typing import Any
 
 from rockbuild.core.data import data_path
 from rockbuild.core.errors import ConfigError
+from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
 from rockbuild.smoke.probe import run_program
 
 PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
@@ -83,6 +84,7 @@ class NumericsConfig:
     thresholds: tuple[Threshold, ...] = ()
     answers: Mapping[str, tuple[KnownAnswer, ...]] = field(default_factory=dict)  # model file name -> its answers
     enabled: bool = True
+    baselines: Baselines = field(default_factory=Baselines)  # the CPU's perplexity per model (baselines.yaml)
 
     def threshold(self, backend: str, model: str, device: str) -> Threshold | None:
         return next((t for t in self.thresholds if t.matches(backend, model, device)), None)
@@ -142,7 +144,8 @@ def parse_numerics_config(section: Any, *, data_dir: Path | None = None) -> Nume
             text=text, ctx=int(section.get("ctx", 256)), chunks=int(section.get("chunks", 8)),
             threads=int(section.get("threads", 2)), timeout=float(section.get("timeout", 900)),
             n_predict=int(section.get("n_predict", 8)), thresholds=tuple(thresholds), answers=answers,
-            enabled=bool(section.get("enabled", True)))
+            enabled=bool(section.get("enabled", True)),
+            baselines=load_baselines(baselines_path(section.get("baselines"), data_dir)))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"smoke.yaml: numerics: {exc}") from None
 
@@ -264,6 +267,7 @@ class Numerics:
             "known_answers": answers.get("result", NOT_CHECKED),
             "answers_passed": answers.get("passed"), "answers_total": answers.get("total"),
             "cpu_ppl": cpu.get("ppl"), "model": answers.get("model") or cpu.get("model"),
+            "cpu_baseline": (cpu.get("baseline") or {}).get("result", NOT_CHECKED),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -324,7 +328,16 @@ def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: P
     if failure is not None:
         cpu.update(result=FAILED, detail=f"llama-perplexity on the CPU: {failure}")
         return cpu, not_checked("the CPU reference run failed")
-    cpu.update(result=PASSED, detail=f"perplexity {ppl:.4f} on {config.chunks} x {config.ctx} tokens")
+    # against the recorded baseline (baselines.yaml): a figure out of the band fails the check; the GPU is still
+    # compared with this CPU run, which is what it is
+    assert ppl is not None  # a run without a finite perplexity failed above
+    judged = judge_ppl(ppl, target.model_name, config.text.name, config.ctx, config.chunks, config.baselines)
+    cpu["baseline"] = judged
+    if judged["result"] == FAILED:
+        cpu.update(result=FAILED, detail=judged["detail"])
+    else:
+        cpu.update(result=PASSED, detail=f"perplexity {ppl:.4f} on {config.chunks} x {config.ctx} tokens; "
+                                         f"baseline: {judged['detail']}")
     if target.gpu_device is None:
         return cpu, not_checked("no GPU device on this machine: the GPU's numbers were not compared")
     limit = config.threshold(target.backend, target.model_name, target.device_description)

@@ -125,8 +125,11 @@ if "--kl-divergence" not in sys.argv:
         os.kill(os.getpid(), 11)
     Path(arg("--kl-divergence-base")).write_bytes(b"_logits_" + bytes(64))
     print("perplexity: calculating perplexity over 8 chunks, n_ctx=256, batch_size=256, n_seq=1")
-    print("[1]9.1234,[2]10.2345,[3]11.0000,[4]11.5000,[5]11.9000,[6]12.1000,[7]12.2000,[8]12.3456,")
-    print("Final estimate: PPL = 12.3456 +/- 0.45678")
+    # SmolLM2's figure on the numerics text (matrices/baselines.yaml: 24.7663 +- 2 %); MODE["cpu_ppl"]: another one
+    # (a model broken on every backend: the sign-flipped SmolLM2 gave 1.5e15)
+    PPL_CPU = MODE.get("cpu_ppl", "24.7912")
+    print("[1]19.1234,[2]20.2345,[3]21.0000,[4]22.5000,[5]23.9000,[6]24.1000,[7]24.6000,[8]" + PPL_CPU + ",")
+    print("Final estimate: PPL = " + PPL_CPU + " +/- 0.45678")
     sys.exit(0)
 assert Path(arg("--kl-divergence-base")).read_bytes().startswith(b"_logits_"), "no base file"
 if N == "crash":

@@ -241,7 +241,7 @@ def test_numerics_side_by_side_and_wrong_numbers_exit_like_a_failed_smoke(tmp_pa
         assert proc.returncode == 0, proc.stderr
         assert "0.00570 (passed)" in row["mean KLD vs CPU"] and "96.4 %" in row["same top token"]
         assert "3/3 (passed)" in row["known answers"] and "6/6 (passed)" in row["known answers"]
-        assert "12.3456" in row["CPU perplexity"]
+        assert "24.7912" in row["CPU perplexity"]
     else:
         assert proc.returncode == 11
         error = next(line for line in proc.stderr.splitlines() if line.startswith("error: "))
@@ -264,6 +264,6 @@ def test_numerics_in_json(tmp_path, model):
     summary = bundle["numerics"]["summary"]
     # the CPU build: no GPU device, so the GPU half is not checked; a model without known answers: not checked
     assert summary["cross_backend"] == "not checked" and summary["known_answers"] == "not checked"
-    assert summary["cpu_ppl"] == 12.3456
+    assert summary["cpu_ppl"] == 24.7912
     assert not (tmp_path / "logs" / "1-linux-cpu.numerics" / "cpu.kld").exists()
     comparison.raise_if_wrong()  # not checked is not wrong

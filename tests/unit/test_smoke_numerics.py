@@ -131,10 +131,11 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
     assert numerics["cross_backend"]["figures"]["mean_kld"] == 0.0057
     assert numerics["cross_backend"]["threshold"]["floor"].startswith("lavapipe")
     assert numerics["known_answers"]["result"] == PASSED and numerics["known_answers"]["total"] == 6  # CPU + GPU
-    assert numerics["cpu"]["ppl"] == 12.3456
+    assert numerics["cpu"]["ppl"] == 24.7912
     assert numerics["summary"] == {
         "cross_backend": PASSED, "mean_kld": 0.0057, "max_kld": 0.1596, "same_top": 96.4,
-        "known_answers": PASSED, "answers_passed": 6, "answers_total": 6, "cpu_ppl": 12.3456, "model": SMOLLM2}
+        "known_answers": PASSED, "answers_passed": 6, "answers_total": 6, "cpu_ppl": 24.7912, "model": SMOLLM2,
+        "cpu_baseline": PASSED}
     calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
     cpu, gpu = calls
     assert cpu[cpu.index("-dev") + 1] == "none" and "-f" in cpu and "--kl-divergence" not in cpu
@@ -207,3 +208,44 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
                                                  "detail": "llama-perplexity is not in the bundle"}
     assert data["numerics"]["summary"]["cross_backend"] == NOT_CHECKED
     assert data["numerics"]["summary"]["known_answers"] == NOT_CHECKED
+
+
+# -- the CPU's perplexity against its baseline (matrices/baselines.yaml) ---------------------------------------------
+
+
+def test_a_model_broken_on_every_backend_fails_on_the_cpu_alone_against_its_baseline(tmp_path, smollm2):
+    """The sign-flipped SmolLM2 (1.5e15 on the H200, docs/numerics.md): no GPU, no known answers needed."""
+    report, data, _ = smoke(tmp_path, smollm2, {"numerics": "pass", "cpu_ppl": "1500000000000000.0"},
+                            expect_gpu="no")
+    cpu = data["numerics"]["cpu"]
+    assert cpu["result"] == FAILED and cpu["baseline"]["result"] == FAILED
+    assert cpu["detail"].startswith("perplexity 1.5e+15 is x6.06e+13 from the baseline 24.7663 for "
+                                    f"{SMOLLM2} on numerics.txt, 8 x 256 tokens (tolerance 2%; measured b11312")
+    assert cpu["detail"].endswith("once a human has checked the new figure is right: rockbuild baseline "
+                                  "<its smoke.json>")
+    assert not report.ok and any(f.startswith("numerics: cpu: perplexity 1.5e+15") for f in report.failures)
+
+
+def test_a_drift_past_the_tolerance_fails_and_one_inside_it_passes_with_its_deviation(tmp_path, smollm2):
+    report, data, _ = smoke(tmp_path / "a", smollm2, {"numerics": "pass", "cpu_ppl": "25.4000"})
+    cpu = data["numerics"]["cpu"]
+    assert cpu["result"] == FAILED and "is +2.56 % from the baseline 24.7663" in cpu["detail"]
+    assert data["numerics"]["cross_backend"]["result"] == PASSED  # the GPU is still compared with that CPU run
+    report, data, _ = smoke(tmp_path / "b", smollm2, {"numerics": "pass", "cpu_ppl": "24.2900"})
+    cpu = data["numerics"]["cpu"]
+    assert report.ok and cpu["result"] == PASSED
+    assert cpu["detail"] == ("perplexity 24.2900 on 8 x 256 tokens; baseline: -1.92 % from the baseline 24.7663 "
+                             "(tolerance 2%)")
+    assert cpu["baseline"]["deviation"] == pytest.approx(24.29 / 24.7663 - 1)
+
+
+def test_a_model_without_a_baseline_is_not_judged_by_one(tmp_path):
+    model = tmp_path / "other.gguf"
+    model.write_bytes(gguf_header() + bytes(40))
+    report, data, _ = smoke(tmp_path, ModelFile("other.gguf", model, "0" * 64, 64, "path"),
+                            {"numerics": "pass", "cpu_ppl": "900.0"})
+    cpu = data["numerics"]["cpu"]
+    assert cpu["result"] == PASSED and cpu["baseline"]["result"] == NOT_CHECKED
+    assert cpu["detail"].endswith("baseline: no baseline for other.gguf on numerics.txt, 8 x 256 tokens "
+                                  "(baselines.yaml)")
+    assert data["numerics"]["summary"]["cpu_baseline"] == NOT_CHECKED

@@ -1,0 +1,176 @@
+"""The CPU's perplexity against a recorded baseline: the numerics step's ``cpu`` check (issue 39, item 3).
+
+``matrices/baselines.yaml`` holds, per model file, text, context and chunks, the perplexity the CPU measured and where,
+and one relative tolerance for all. A night whose CPU perplexity leaves the band fails its smoke with both figures and
+the one command that re-baselines once a human has looked (``rockbuild baseline SMOKE_JSON``, which rewrites the
+entry from that smoke.json). A model, text or context without an entry is "no baseline", never a pass of this gate.
+
+Why a band and not an exact figure: one CPU variant with one compiler is deterministic, but another variant or a
+compiler update on a runner moves the figure by up to 0.41 % (docs/numerics.md), so an exact match would fail on a
+new runner image. The band catches what moves every backend alike far more than that (a model broken on every
+backend: 1.5e15 for the sign-flipped SmolLM2), not a 20 % error in one layer (1.1-1.9 %): the cross-backend limits and
+the known answers have that job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
+from rockbuild.core.errors import ConfigError
+
+BASELINES_FILE = "baselines.yaml"
+DEFAULT_TOLERANCE = 0.02
+_KEYS = ("model", "text", "ctx", "chunks", "ppl", "measured")
+HEADER = """\
+# The CPU's perplexity per model file, text, context and chunks: the numerics step's `cpu` check judges each night's
+# against it (rockbuild/smoke/baselines.py, docs/numerics.md). tolerance: relative, for every entry. Once a human has
+# checked that a moved figure is right: `rockbuild baseline out/<job>/smoke.json` rewrites its entry here.
+"""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    model: str  # the model file's name (a glob)
+    text: str  # the numerics text's file name
+    ctx: int
+    chunks: int
+    ppl: float
+    measured: str = ""  # where and when, with what
+
+    def matches(self, model: str, text: str, ctx: int, chunks: int) -> bool:
+        return fnmatchcase(model, self.model) and text == self.text and (ctx, chunks) == (self.ctx, self.chunks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "text": self.text, "ctx": self.ctx, "chunks": self.chunks, "ppl": self.ppl,
+                "measured": self.measured}
+
+
+@dataclass(frozen=True)
+class Baselines:
+    entries: tuple[Baseline, ...] = ()
+    tolerance: float = DEFAULT_TOLERANCE
+    path: Path | None = None
+
+    def find(self, model: str, text: str, ctx: int, chunks: int) -> Baseline | None:
+        return next((b for b in self.entries if b.matches(model, text, ctx, chunks)), None)
+
+
+def _positive(path: Path, node: Any, key: str, value: Any, what: str, kind: type) -> Any:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = number and math.isfinite(float(value)) and float(value) > 0
+    if not ok or (kind is int and not isinstance(value, int)):
+        noun = "integer" if kind is int else "number"
+        raise ConfigError(f"{where(path, node, key)}: {what} must be a positive {noun}, not {value!r}")
+    return kind(value)
+
+
+def parse_baselines(data: Any, path: Path) -> Baselines:
+    """``baselines.yaml``'s parsed YAML; every mistake is a ConfigError naming ``file:line``."""
+    if data is None:
+        return Baselines((), DEFAULT_TOLERANCE, path)
+    expect_type(path, None, None, data, (dict, YDict), "the baselines file")
+    check_keys(path, data, ("tolerance", "baselines"), "the baselines file")
+    tolerance = _positive(path, data, "tolerance", data.get("tolerance", DEFAULT_TOLERANCE), "tolerance", float)
+    if tolerance >= 1:
+        raise ConfigError(f"{where(path, data, 'tolerance')}: tolerance is relative (0.02 is 2 %), not {tolerance!r}")
+    items = data.get("baselines") or []
+    expect_type(path, data, "baselines", items, (list, YList), "baselines")
+    entries = []
+    for i, node in enumerate(items):
+        expect_type(path, items, i, node, (dict, YDict), f"baselines[{i}]")
+        check_keys(path, node, _KEYS, f"baselines[{i}]")
+        for key in ("model", "text"):
+            if not isinstance(node.get(key), str) or not node[key].strip():
+                raise ConfigError(f"{where(path, node, key if key in node else None)}: baselines[{i}] needs a {key} "
+                                  "(a non-empty string)")
+        entries.append(Baseline(
+            model=node["model"].strip(), text=node["text"].strip(),
+            ctx=_positive(path, node, "ctx", node.get("ctx"), f"baselines[{i}].ctx", int),
+            chunks=_positive(path, node, "chunks", node.get("chunks"), f"baselines[{i}].chunks", int),
+            ppl=_positive(path, node, "ppl", node.get("ppl"), f"baselines[{i}].ppl", float),
+            measured=str(node.get("measured") or ""),
+        ))
+    return Baselines(tuple(entries), tolerance, path)
+
+
+def baselines_path(name: str | None, data_dir: Path | None = None) -> Path | None:
+    """smoke.yaml's ``numerics.baselines`` (a file name beside smoke.yaml, or absolute); None: no baselines."""
+    if not name:
+        return None
+    path = Path(name)
+    return path if path.is_absolute() else (data_dir or data_path("matrices", "smoke.yaml").parent) / path
+
+
+def load_baselines(path: Path | None) -> Baselines:
+    return parse_baselines(load_yaml(path), path) if path is not None else Baselines()
+
+
+def judge_ppl(ppl: float, model: str, text: str, ctx: int, chunks: int, baselines: Baselines) -> dict[str, Any]:
+    """The ``cpu`` check's baseline part: {result: passed | failed | not checked, detail, baseline, deviation}."""
+    found = baselines.find(model, text, ctx, chunks)
+    if found is None:
+        where_ = baselines.path.name if baselines.path is not None else "no baselines file"
+        return {"result": "not checked", "detail": f"no baseline for {model} on {text}, {chunks} x {ctx} tokens "
+                f"({where_})", "baseline": None, "deviation": None}
+    deviation = ppl / found.ppl - 1.0
+    shown = f"{deviation * 100:+.2f} %" if abs(deviation) < 100 else f"x{ppl / found.ppl:.3g}"
+    record = {"baseline": found.to_dict(), "deviation": deviation, "tolerance": baselines.tolerance}
+    if abs(deviation) <= baselines.tolerance:
+        return {**record, "result": "passed",
+                "detail": f"{shown} from the baseline {found.ppl:.4f} (tolerance {baselines.tolerance:.0%})"}
+    return {**record, "result": "failed",
+            "detail": (f"perplexity {ppl:.6g} is {shown} from the baseline {found.ppl:.4f} for {model} on {text}, "
+                       f"{chunks} x {ctx} tokens (tolerance {baselines.tolerance:.0%}; measured "
+                       f"{found.measured or '?'}); once a human has checked the new figure is right: "
+                       "rockbuild baseline <its smoke.json>")}
+
+
+def _line(b: Baseline) -> str:
+    return (f"  - {{model: {json.dumps(b.model)}, text: {json.dumps(b.text)}, ctx: {b.ctx}, chunks: {b.chunks}, "
+            f"ppl: {b.ppl!r},\n     measured: {json.dumps(b.measured)}}}\n")
+
+
+def write_baselines(path: Path, baselines: Baselines) -> Path:
+    """The file anew: its leading comment kept (else the standard one), then the tolerance and every entry."""
+    old = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.is_file() else []
+    header = "".join(line for line in _leading_comments(old)) or HEADER
+    text = header + f"tolerance: {baselines.tolerance!r}\nbaselines:\n" + "".join(_line(b) for b in baselines.entries)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _leading_comments(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        out.append(line)
+    return out
+
+
+def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> tuple[Baseline | None, Baseline]:
+    """Set the baseline of ``cpu`` (a smoke.json's ``numerics.cpu``: model, text, ctx, chunks, ppl) in ``path``:
+    (the entry it replaces or None, the new entry). The model's entry keeps its glob when one matched."""
+    try:
+        model, text = str(cpu["model"]), str(cpu["text"])
+        ctx, chunks, ppl = int(cpu["ctx"]), int(cpu["chunks"]), float(cpu["ppl"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError("the smoke.json has no CPU perplexity to take as a baseline (numerics.cpu needs model, text, "
+                          "ctx, chunks and a ppl): run `rockbuild smoke --model smollm2` first") from None
+    if not math.isfinite(ppl) or ppl <= 0:
+        raise ConfigError(f"the smoke.json's CPU perplexity is {ppl!r}: no baseline can be that")
+    baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
+    old = baselines.find(model, text, ctx, chunks)
+    new = Baseline(old.model if old else model, text, ctx, chunks, round(ppl, 4), measured)
+    entries = [new if b is old else b for b in baselines.entries] if old else [*baselines.entries, new]
+    write_baselines(path, Baselines(tuple(entries), baselines.tolerance, path))
+    return old, new
