@@ -313,7 +313,19 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
           bench_preset: str, report_path: Path | None, browser: bool | None, cpu_variants: str | None,
           as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths, then every other
-    shipped program's --help (matrices/programs.yaml)."""
+    shipped program's --help (matrices/programs.yaml).
+
+    \b
+    Then, as smoke.yaml configures them:
+    - every CPU variant module alone (--cpu-variants): pp512, a short
+      tg and the model's known answers;
+    - the numerics step (right answers, not just tokens): the GPU's KL
+      divergence and same top token against the CPU (llama-perplexity on
+      matrices/numerics.txt), the model's known greedy answers on the CPU
+      and the GPU, and the CPU's perplexity against its baseline
+      (matrices/baselines.yaml; `rockbuild baseline` re-baselines).
+    A wrong number fails the smoke like a crash.
+    """
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
