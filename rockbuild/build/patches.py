@@ -466,6 +466,15 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
                 rewritten.append(rel)
         elif not _same_file(src, dst):
             _mirror_one(src, dst)
+    for rel, content in overrides.items():  # files a patch adds
+        if rel not in wanted:
+            dst = dest / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if not dst.is_file() or dst.read_bytes() != content:
+                tmp = dst.with_name(f".{dst.name}.rockbuild-tmp")
+                tmp.write_bytes(content)
+                os.replace(tmp, dst)
+                rewritten.append(rel)
     for dirpath, dirnames, filenames in os.walk(dest, topdown=False):
         if not dirnames and not filenames and Path(dirpath) != dest:
             with contextlib.suppress(OSError):

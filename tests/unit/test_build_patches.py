@@ -208,6 +208,25 @@ def test_a_second_run_rewrites_nothing_and_follows_the_tree(tmp_path):
     assert (mirror / "tools" / "main.cpp").read_text().endswith("// next commit\n")
 
 
+def test_a_patch_that_adds_a_file_and_one_that_deletes_one(tmp_path):
+    tree = stand_in(tmp_path / "llama.cpp")
+    added = "--- /dev/null\n+++ b/ggml/added.h\n@@ -0,0 +1 @@\n+#define ADDED 1\n"
+    write(tmp_path / "s" / "add.patch", added)
+    write(tmp_path / "s" / "drop.patch", "--- a/tools/main.cpp\n+++ /dev/null\n@@ -1,3 +0,0 @@\n"
+          + "".join(f"-{line}\n" for line in MAIN_WITH_NOTE.splitlines()))
+    path = write(tmp_path / "s" / "patches.yaml", """
+        patches:
+          - {id: add, file: add.patch, url: 'https://x/1', why: a new header}
+          - {id: drop, file: drop.patch, url: 'https://x/2', why: a file upstream removed}
+    """)
+    mirror = tmp_path / "mirror"
+    for _ in range(2):  # the second time: the same result, nothing rewritten
+        patched = apply_patch_series(load_patch_series(path), tree, mirror, build_number=None, tree_label="t")
+        assert (mirror / "ggml" / "added.h").read_text() == "#define ADDED 1\n"
+        assert not (mirror / "tools" / "main.cpp").exists() and (tree / "tools" / "main.cpp").is_file()
+    assert patched.rewritten == ()
+
+
 def test_nothing_to_apply_builds_the_pristine_tree(tmp_path):
     tree = stand_in(tmp_path / "llama.cpp")
     empty = load_patch_series(write(tmp_path / "empty.yaml", "patches: []\n"))
