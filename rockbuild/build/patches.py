@@ -394,11 +394,18 @@ def _same_file(a: Path, b: Path) -> bool:
     return sa.st_size == sb.st_size and sa.st_mtime_ns == sb.st_mtime_ns
 
 
-def _mirror_one(src: Path, dst: Path) -> None:
+def _beside(dst: Path) -> Path:
+    """A free temporary name next to ``dst``: each file of the mirror is made there, then renamed over ``dst``
+    (never written through, so a hard link to the pristine tree is replaced, not changed)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.rockbuild-tmp")
     if tmp.exists() or tmp.is_symlink():
         tmp.unlink()
+    return tmp
+
+
+def _mirror_one(src: Path, dst: Path) -> None:
+    tmp = _beside(dst)
     if src.is_symlink():
         os.symlink(os.readlink(src), tmp)
     else:
@@ -409,29 +416,23 @@ def _mirror_one(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-def _write_if_changed(content: bytes, src: Path, dst: Path) -> bool:
-    """Write ``content`` at ``dst`` (a new file, never through a hard link to the pristine tree) unless it is there.
-    The mtime of a rewritten file is now; an unchanged one keeps its own, so ninja rebuilds only what changed."""
+def _write_if_changed(content: bytes, src: Path | None, dst: Path) -> bool:
+    """Write ``content`` at ``dst`` unless it is there (``src``: the pristine file it replaces, None for a file a
+    patch adds). The mtime of a rewritten file is now; an unchanged one keeps its own, so ninja rebuilds only what
+    changed."""
     try:
-        if not dst.is_symlink() and not _same_inode(src, dst) and dst.read_bytes() == content:
+        linked = src is not None and os.path.samefile(src, dst)
+        if not dst.is_symlink() and not linked and dst.read_bytes() == content:
             return False
     except OSError:
         pass
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.rockbuild-tmp")
+    tmp = _beside(dst)
     tmp.write_bytes(content)
-    with contextlib.suppress(OSError):
-        shutil.copymode(src, tmp)
+    if src is not None:
+        with contextlib.suppress(OSError):
+            shutil.copymode(src, tmp)
     os.replace(tmp, dst)
     return True
-
-
-def _same_inode(a: Path, b: Path) -> bool:
-    try:
-        sa, sb = a.stat(), b.stat()
-    except OSError:
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 # what the build's own steps write into the tree it compiles: the mirror leaves it to them (the web UI step embeds
@@ -456,25 +457,15 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
     for rel, current in _tree_files(dest).items():
         if rel not in wanted and rel not in overrides and not _owned(rel):
             current.unlink()
-    rewritten = []
     for rel, src in wanted.items():
         dst = dest / rel
-        if _owned(rel) and dst.parent.exists():
+        if rel in overrides or (_owned(rel) and dst.parent.exists()):
             continue
-        if rel in overrides:
-            if _write_if_changed(overrides[rel], src, dst):
-                rewritten.append(rel)
-        elif not _same_file(src, dst):
+        if not _same_file(src, dst):
             _mirror_one(src, dst)
-    for rel, content in overrides.items():  # files a patch adds
-        if rel not in wanted:
-            dst = dest / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if not dst.is_file() or dst.read_bytes() != content:
-                tmp = dst.with_name(f".{dst.name}.rockbuild-tmp")
-                tmp.write_bytes(content)
-                os.replace(tmp, dst)
-                rewritten.append(rel)
+    # the patched files, in the tree's order, then the files a patch adds
+    patched = [*(rel for rel in wanted if rel in overrides), *(rel for rel in overrides if rel not in wanted)]
+    rewritten = [rel for rel in patched if _write_if_changed(overrides[rel], wanted.get(rel), dest / rel)]
     for dirpath, dirnames, filenames in os.walk(dest, topdown=False):
         if not dirnames and not filenames and Path(dirpath) != dest:
             with contextlib.suppress(OSError):
