@@ -414,18 +414,7 @@ def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None
     words = measured or ", ".join(str(v) for v in (
         f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
         if v)
-    old, new = rebaseline(target, cpu, words)
-
-    class Result:
-        def to_dict(self) -> dict[str, object]:
-            return {"file": str(target), "old": old.to_dict() if old else None, "new": new.to_dict()}
-
-        def render(self) -> str:
-            was = f"{old.ppl:.4f} -> " if old else "new: "
-            return (f"{target}: {new.model} on {new.text}, {new.chunks} x {new.ctx} tokens: {was}{new.ppl:.4f} "
-                    f"({new.measured or 'measured: not said'})")
-
-    show(Result(), as_json)
+    show(rebaseline(target, cpu, words), as_json)
 
 
 # in the order `rockbuild --help` lists them

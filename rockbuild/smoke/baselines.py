@@ -157,9 +157,26 @@ def _leading_comments(lines: list[str]) -> list[str]:
     return out
 
 
-def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> tuple[Baseline | None, Baseline]:
-    """Set the baseline of ``cpu`` (a smoke.json's ``numerics.cpu``: model, text, ctx, chunks, ppl) in ``path``:
-    (the entry it replaces or None, the new entry). The model's entry keeps its glob when one matched."""
+@dataclass(frozen=True)
+class Rebaselined:
+    """What ``rockbuild baseline`` did: the file, the entry replaced (None: a new one) and the new entry."""
+
+    path: Path
+    old: Baseline | None
+    new: Baseline
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": str(self.path), "old": self.old.to_dict() if self.old else None, "new": self.new.to_dict()}
+
+    def render(self) -> str:
+        was = f"{self.old.ppl:.4f} -> " if self.old else "new: "
+        return (f"{self.path}: {self.new.model} on {self.new.text}, {self.new.chunks} x {self.new.ctx} tokens: "
+                f"{was}{self.new.ppl:.4f} ({self.new.measured or 'measured: not said'})")
+
+
+def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> Rebaselined:
+    """Set the baseline of ``cpu`` (a smoke.json's ``numerics.cpu``: model, text, ctx, chunks, ppl) in ``path``. The
+    model's entry keeps its glob when one matched."""
     try:
         model, text = str(cpu["model"]), str(cpu["text"])
         ctx, chunks, ppl = int(cpu["ctx"]), int(cpu["chunks"]), float(cpu["ppl"])
@@ -173,4 +190,4 @@ def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> tuple[Basel
     new = Baseline(old.model if old else model, text, ctx, chunks, round(ppl, 4), measured)
     entries = [new if b is old else b for b in baselines.entries] if old else [*baselines.entries, new]
     write_baselines(path, Baselines(tuple(entries), baselines.tolerance, path))
-    return old, new
+    return Rebaselined(path, old, new)
