@@ -395,25 +395,21 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
 @JSON
 def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None, as_json: bool) -> None:
     """Take a smoke.json's CPU perplexity as its model's baseline (after a human checked the move is right)."""
+    from rockbuild.core.errors import UsageError
     from rockbuild.core.records import SmokeRecord
     from rockbuild.smoke.baselines import rebaseline
     from rockbuild.smoke.numerics import parse_numerics_config
 
     record = SmokeRecord.read(smoke_json)
     if record is None:
-        from rockbuild.core.errors import UsageError
-
         raise UsageError(f"{smoke_json} is not a smoke.json")
     cpu = dict((record.numerics or {}).get("cpu") or {})
     target = baselines_file or parse_numerics_config(settings().smoke.get("numerics")).baselines.path
     if target is None:
-        from rockbuild.core.errors import UsageError
-
         raise UsageError("smoke.yaml's numerics names no baselines file: give --file FILE")
     variant = record.backends.cpu_variant if record.backends is not None else None
-    words = measured or ", ".join(str(v) for v in (
-        f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
-        if v)
+    said = (f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
+    words = measured or ", ".join(v for v in said if v)
     show(rebaseline(target, cpu, words), as_json)
 
 
