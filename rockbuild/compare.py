@@ -214,6 +214,7 @@ def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig,
     """The smoke's numerics step on one bundle: its llama-perplexity on the CPU, then on the device llama-bench used
     (none: the GPU half is not checked), and the model's known answers."""
     target = Target.of_bundle(run.bundle, platform=host_os(), model=model.path, model_name=model.name,
+                              model_sha256=model.sha256,
                               backend=run.backend, gpu_device="" if run.device and gpu_layers else None,
                               device_description=run.device, gpu_layers=gpu_layers)
     return run_numerics(config, target, cwd=run.bundle, env=env, logs=logs)

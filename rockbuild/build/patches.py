@@ -390,8 +390,11 @@ def _same_file(a: Path, b: Path) -> bool:
         return stat.S_ISLNK(sa.st_mode) and stat.S_ISLNK(sb.st_mode) and os.readlink(a) == os.readlink(b)
     if (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino):
         return True
-    # a copy (another file system) is current when size and mtime match (copy2 keeps the mtime)
-    return sa.st_size == sb.st_size and sa.st_mtime_ns == sb.st_mtime_ns
+    # a copy (another file system) is current when size and mtime match (copy2 keeps the mtime); a file restored
+    # from a patched one (see _restore_one) has its own mtime and the pristine bytes
+    if sa.st_size != sb.st_size:
+        return False
+    return sa.st_mtime_ns == sb.st_mtime_ns or a.read_bytes() == b.read_bytes()
 
 
 def _beside(dst: Path) -> Path:
@@ -413,6 +416,17 @@ def _mirror_one(src: Path, dst: Path) -> None:
             os.link(src, tmp)
         except OSError:
             shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _restore_one(src: Path, dst: Path) -> None:
+    """``dst`` (a file that was patched, or an older copy) becomes a copy of ``src`` with the mtime of now: a hard
+    link would bring back the pristine file's older mtime, and ninja, which rebuilds what is *newer* than its
+    output, would keep the objects compiled from the patched file (a series that drops a patch, a mutant build)."""
+    tmp = _beside(dst)
+    shutil.copyfile(src, tmp)
+    with contextlib.suppress(OSError):
+        shutil.copymode(src, tmp)
     os.replace(tmp, dst)
 
 
@@ -462,7 +476,8 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
         if rel in overrides or (_owned(rel) and dst.parent.exists()):
             continue
         if not _same_file(src, dst):
-            _mirror_one(src, dst)
+            restore = dst.is_file() and not dst.is_symlink() and not src.is_symlink()
+            (_restore_one if restore else _mirror_one)(src, dst)
     # the patched files, in the tree's order, then the files a patch adds
     patched = [*(rel for rel in wanted if rel in overrides), *(rel for rel in overrides if rel not in wanted)]
     rewritten = [rel for rel in patched if _write_if_changed(overrides[rel], wanted.get(rel), dest / rel)]

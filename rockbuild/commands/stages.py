@@ -392,25 +392,36 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
 @click.option("--measured", default=None,
               help="Where and when the figure was measured (default: from the smoke.json: the CPU variant and the "
               "smoke's date).")
+@click.option("--only", type=click.Choice(["ppl", "long"]), default=None,
+              help="Record only the CPU perplexity (ppl) or only the long-context reference (long); default: each "
+              "the smoke.json has.")
 @JSON
-def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None, as_json: bool) -> None:
-    """Take a smoke.json's CPU perplexity as its model's baseline (after a human checked the move is right)."""
+def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None, only: str | None,
+             as_json: bool) -> None:
+    """Take a smoke.json's CPU perplexity as its model's baseline and its long-context run (the CPU's top-k past one
+    ubatch) as its reference, after a human checked that the move is right."""
     from rockbuild.core.errors import UsageError
     from rockbuild.core.records import SmokeRecord
-    from rockbuild.smoke.baselines import rebaseline
+    from rockbuild.smoke.baselines import Recorded, rebaseline, rereference
     from rockbuild.smoke.numerics import parse_numerics_config
 
     record = SmokeRecord.read(smoke_json)
     if record is None:
         raise UsageError(f"{smoke_json} is not a smoke.json")
-    cpu = dict((record.numerics or {}).get("cpu") or {})
+    numerics = record.numerics or {}
     target = baselines_file or parse_numerics_config(settings().smoke.get("numerics")).baselines.path
     if target is None:
         raise UsageError("smoke.yaml's numerics names no baselines file: give --file FILE")
     variant = record.backends.cpu_variant if record.backends is not None else None
     said = (f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
     words = measured or ", ".join(v for v in said if v)
-    show(rebaseline(target, cpu, words), as_json)
+    long = dict(numerics.get("long_reference") or {})
+    done = []
+    if only != "long":
+        done.append(rebaseline(target, dict(numerics.get("cpu") or {}), words))
+    if only == "long" or (only is None and long.get("topk")):
+        done.append(rereference(target, long, words))
+    show(Recorded(tuple(done)), as_json)
 
 
 # in the order `rockbuild --help` lists them

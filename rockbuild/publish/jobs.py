@@ -204,7 +204,28 @@ class BuiltJob:
         answers = f"known answers {n['known_answers']}"
         if n.get("answers_total"):
             answers += f" ({n.get('answers_passed')}/{n['answers_total']}, {n.get('model')})"
-        return f"{cross}; {answers}"
+        return f"{cross}; {answers}" + self._long_words(n)
+
+    @staticmethod
+    def _long_words(n: dict[str, Any]) -> str:
+        """``; past one ubatch (4096 tokens, -b 2048 -ub 512): the CPU against the last good build passed (mean KLD
+        0, same top token 100.0 %), GPU vs CPU passed (...), pass key passed (4813 prompt tokens)``; "" for a smoke
+        before the long-context checks."""
+        if n.get("long_reference") is None:
+            return ""
+        parts = []
+        for label, result, kld, top in (
+                ("the CPU against the last good build", n.get("long_reference"), n.get("long_reference_kld"),
+                 n.get("long_reference_same_top")),
+                ("GPU vs CPU", n.get("long_cross_backend"), n.get("long_mean_kld"), n.get("long_same_top"))):
+            text = f"{label} {result or 'not checked'}"
+            if kld is not None and top is not None:
+                text += f" (mean KLD {kld:.4g}, same top token {top:.1f} %)"
+            parts.append(text)
+        answer = f"pass key {n.get('long_answer') or 'not checked'}"
+        if n.get("long_answer_tokens"):
+            answer += f" ({n['long_answer_tokens']} prompt tokens)"
+        return f"; past one ubatch ({n.get('long_ctx') or '?'} tokens): " + ", ".join([*parts, answer])
 
     def smoke_summary(self) -> str:
         if self.smoke is None and self.runner_smoke is not None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -28,6 +30,9 @@ from rockbuild.core.errors import ConfigError
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
 _KEYS = ("model", "text", "ctx", "chunks", "ppl", "measured")
+_REF_KEYS = ("model", "sha256", "text", "ctx", "file", "max_mean_kld", "min_same_top", "measured")
+# a new reference's limits when no entry had any: measured on SmolLM2 (docs/numerics.md, "Long prompts")
+DEFAULT_REF_LIMITS = {"max_mean_kld": 0.001, "min_same_top": 99.0}
 HEADER = """\
 # The CPU's perplexity per model file, text, context and chunks: the numerics step's `cpu` check judges each night's
 # against it (rockbuild/smoke/baselines.py, docs/numerics.md). tolerance: relative, for every entry. Once a human has
@@ -53,13 +58,40 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """The long-context reference of one model, text and context: the last good build's CPU top-k
+    (:mod:`rockbuild.smoke.logprobs`) and the limits of a night's CPU run against it."""
+
+    model: str  # the model file's name
+    sha256: str  # and its sha256: a top-k belongs to one file's weights, not to every file of that name
+    text: str
+    ctx: int
+    file: Path  # the .topk file (relative names are beside baselines.yaml)
+    max_mean_kld: float
+    min_same_top: float  # percent
+    measured: str = ""
+
+    def matches(self, model: str, text: str, ctx: int, sha256: str) -> bool:
+        return (fnmatchcase(model, self.model) and sha256.lower() == self.sha256 and text == self.text
+                and ctx == self.ctx)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "sha256": self.sha256, "text": self.text, "ctx": self.ctx, "file": self.file.name,
+                "max_mean_kld": self.max_mean_kld, "min_same_top": self.min_same_top, "measured": self.measured}
+
+
+@dataclass(frozen=True)
 class Baselines:
     entries: tuple[Baseline, ...] = ()
     tolerance: float = DEFAULT_TOLERANCE
     path: Path | None = None
+    references: tuple[Reference, ...] = ()
 
     def find(self, model: str, text: str, ctx: int, chunks: int) -> Baseline | None:
         return next((b for b in self.entries if b.matches(model, text, ctx, chunks)), None)
+
+    def reference(self, model: str, text: str, ctx: int, sha256: str) -> Reference | None:
+        return next((r for r in self.references if r.matches(model, text, ctx, sha256)), None)
 
 
 def _positive(path: Path, node: Any, key: str, value: Any, what: str, kind: type) -> Any:
@@ -76,7 +108,7 @@ def parse_baselines(data: Any, path: Path) -> Baselines:
     if data is None:
         return Baselines((), DEFAULT_TOLERANCE, path)
     expect_type(path, None, None, data, (dict, YDict), "the baselines file")
-    check_keys(path, data, ("tolerance", "baselines"), "the baselines file")
+    check_keys(path, data, ("tolerance", "baselines", "references"), "the baselines file")
     tolerance = _positive(path, data, "tolerance", data.get("tolerance", DEFAULT_TOLERANCE), "tolerance", float)
     if tolerance >= 1:
         raise ConfigError(f"{where(path, data, 'tolerance')}: tolerance is relative (0.02 is 2 %), not {tolerance!r}")
@@ -97,7 +129,38 @@ def parse_baselines(data: Any, path: Path) -> Baselines:
             ppl=_positive(path, node, "ppl", node.get("ppl"), f"baselines[{i}].ppl", float),
             measured=str(node.get("measured") or ""),
         ))
-    return Baselines(tuple(entries), tolerance, path)
+    return Baselines(tuple(entries), tolerance, path, _parse_references(data, path))
+
+
+def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
+    items = data.get("references") or []
+    expect_type(path, data, "references", items, (list, YList), "references")
+    out = []
+    for i, node in enumerate(items):
+        expect_type(path, items, i, node, (dict, YDict), f"references[{i}]")
+        check_keys(path, node, _REF_KEYS, f"references[{i}]")
+        for key in ("model", "text", "file"):
+            if not isinstance(node.get(key), str) or not node[key].strip():
+                raise ConfigError(f"{where(path, node, key if key in node else None)}: references[{i}] needs a {key} "
+                                  "(a non-empty string)")
+        digest = node.get("sha256")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+            raise ConfigError(f"{where(path, node, 'sha256' if 'sha256' in node else None)}: references[{i}] needs the "
+                              "model file's sha256 (64 hex digits)")
+        same_top = _positive(path, node, "min_same_top", node.get("min_same_top"), f"references[{i}].min_same_top",
+                             float)
+        if same_top > 100:
+            raise ConfigError(f"{where(path, node, 'min_same_top')}: references[{i}].min_same_top is a percentage, "
+                              f"not {same_top!r}")
+        file = Path(node["file"].strip())
+        out.append(Reference(
+            model=node["model"].strip(), sha256=digest.lower(), text=node["text"].strip(),
+            ctx=_positive(path, node, "ctx", node.get("ctx"), f"references[{i}].ctx", int),
+            file=file if file.is_absolute() else path.parent / file,
+            max_mean_kld=_positive(path, node, "max_mean_kld", node.get("max_mean_kld"),
+                                   f"references[{i}].max_mean_kld", float),
+            min_same_top=same_top, measured=str(node.get("measured") or "")))
+    return tuple(out)
 
 
 def baselines_path(name: str | None, data_dir: Path | None = None) -> Path | None:
@@ -137,11 +200,20 @@ def _line(b: Baseline) -> str:
             f"ppl: {b.ppl!r},\n     measured: {json.dumps(b.measured)}}}\n")
 
 
+def _ref_line(r: Reference, folder: Path) -> str:
+    file = r.file.relative_to(folder) if r.file.is_relative_to(folder) else r.file
+    return (f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
+            f"ctx: {r.ctx}, file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, min_same_top: {r.min_same_top!r},"
+            f"\n     measured: {json.dumps(r.measured)}}}\n")
+
+
 def write_baselines(path: Path, baselines: Baselines) -> Path:
     """The file anew: its leading comment kept (else the standard one), then the tolerance and every entry."""
     old = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.is_file() else []
     header = "".join(line for line in _leading_comments(old)) or HEADER
     text = header + f"tolerance: {baselines.tolerance!r}\nbaselines:\n" + "".join(_line(b) for b in baselines.entries)
+    if baselines.references:
+        text += "references:\n" + "".join(_ref_line(r, path.parent) for r in baselines.references)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
@@ -189,5 +261,69 @@ def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> Rebaselined
     old = baselines.find(model, text, ctx, chunks)
     new = Baseline(old.model if old else model, text, ctx, chunks, round(ppl, 4), measured)
     entries = [new if b is old else b for b in baselines.entries] if old else [*baselines.entries, new]
-    write_baselines(path, Baselines(tuple(entries), baselines.tolerance, path))
+    write_baselines(path, Baselines(tuple(entries), baselines.tolerance, path, baselines.references))
     return Rebaselined(path, old, new)
+
+
+@dataclass(frozen=True)
+class Rereferenced:
+    """What ``rockbuild baseline`` did to the long-context reference: the entry replaced (None: new) and the new."""
+
+    path: Path
+    old: Reference | None
+    new: Reference
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": str(self.path), "old": self.old.to_dict() if self.old else None, "new": self.new.to_dict()}
+
+    def render(self) -> str:
+        return (f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens: "
+                f"{'replaced' if self.old else 'new'}, {self.new.file.name} "
+                f"({self.new.measured or 'measured: not said'})")
+
+
+def reference_name(model: str, text: str, ctx: int) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model.removesuffix('.gguf')}-{Path(text).stem}-{ctx}").strip("-")
+    return f"references/{stem}.topk"
+
+
+def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rereferenced:
+    """Record the night's long-context top-k (a smoke.json's ``numerics.long_reference``: its ``topk`` file and
+    ``about``) as the reference of its model, text and context; an entry's limits are kept."""
+    topk = Path(str(long_check.get("topk") or ""))
+    about = long_check.get("about") or {}
+    try:
+        model, text, ctx = str(about["model"]), str(about["text"]), int(about["ctx"])
+        sha256 = str(about["model_sha256"]).lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise ValueError(sha256)
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError("the smoke.json has no long-context run to take as a reference (numerics.long_reference "
+                          "needs its about: model, model_sha256, text, ctx)") from None
+    if not topk.is_file():
+        raise ConfigError(f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the "
+                          "smoke again")
+    baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
+    old = baselines.reference(model, text, ctx, sha256)
+    target = old.file if old else path.parent / reference_name(model, text, ctx)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(topk, target)
+    limits = {"max_mean_kld": old.max_mean_kld, "min_same_top": old.min_same_top} if old else DEFAULT_REF_LIMITS
+    new = Reference(old.model if old else model, sha256, text, ctx, target, limits["max_mean_kld"],
+                    limits["min_same_top"], measured)
+    refs = [new if r is old else r for r in baselines.references] if old else [*baselines.references, new]
+    write_baselines(path, Baselines(baselines.entries, baselines.tolerance, path, tuple(refs)))
+    return Rereferenced(path, old, new)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one ``rockbuild baseline`` recorded: a perplexity baseline, a long-context reference, or both."""
+
+    items: tuple[Rebaselined | Rereferenced, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {("reference" if isinstance(i, Rereferenced) else "baseline"): i.to_dict() for i in self.items}
+
+    def render(self) -> str:
+        return "\n".join(i.render() for i in self.items)

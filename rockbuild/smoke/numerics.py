@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ from typing import Any
 from rockbuild.core.data import data_path
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
+from rockbuild.smoke.longctx import LongContext, parse_long_context, passkey_check, read_text, reference_check
 from rockbuild.smoke.probe import run_program
 
 PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
+LONG_CHECKS = ("long_reference", "long_cross_backend", "long_answer")  # rockbuild.smoke.longctx
 _NUMBER = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|-?inf))"
 
 
@@ -85,6 +88,7 @@ class NumericsConfig:
     answers: Mapping[str, tuple[KnownAnswer, ...]] = field(default_factory=dict)  # model file name -> its answers
     enabled: bool = True
     baselines: Baselines = field(default_factory=Baselines)  # the CPU's perplexity per model (baselines.yaml)
+    long: LongContext | None = None  # the checks past one ubatch (rockbuild.smoke.longctx); None: not configured
 
     def threshold(self, backend: str, model: str, device: str) -> Threshold | None:
         return next((t for t in self.thresholds if t.matches(backend, model, device)), None)
@@ -145,7 +149,8 @@ def parse_numerics_config(section: Any, *, data_dir: Path | None = None) -> Nume
             threads=int(section.get("threads", 2)), timeout=float(section.get("timeout", 900)),
             n_predict=int(section.get("n_predict", 8)), thresholds=tuple(thresholds), answers=answers,
             enabled=bool(section.get("enabled", True)),
-            baselines=load_baselines(baselines_path(section.get("baselines"), data_dir)))
+            baselines=load_baselines(baselines_path(section.get("baselines"), data_dir)),
+            long=parse_long_context(section.get("long_context"), folder / "smoke.yaml", folder))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"smoke.yaml: numerics: {exc}") from None
 
@@ -225,18 +230,22 @@ class Target:
     device_description: str = ""
     gpu_layers: int = 99
     seed: int = 42
+    server: Path | None = None  # llama-server: the long known answer goes through its HTTP API
+    model_sha256: str = ""  # the long-context reference belongs to one model file
 
     @classmethod
     def of_bundle(cls, bundle: Path, *, platform: str, model: Path, model_name: str, backend: str,
                   gpu_device: str | None, device_description: str = "", gpu_layers: int = 99,
-                  seed: int = 42) -> Target:
+                  seed: int = 42, model_sha256: str = "") -> Target:
         """The bundle's own llama-perplexity and llama-completion (None where it lacks one) on ``model``."""
         suffix = ".exe" if platform == "windows" else ""
         perplexity, completion = bundle / f"llama-perplexity{suffix}", bundle / f"llama-completion{suffix}"
+        server = bundle / f"llama-server{suffix}"
         return cls(perplexity=perplexity if perplexity.is_file() else None,
+                   server=server if server.is_file() else None,
                    completion=completion if completion.is_file() else None, model=model, model_name=model_name,
                    backend=backend, gpu_device=gpu_device, device_description=device_description,
-                   gpu_layers=gpu_layers, seed=seed)
+                   gpu_layers=gpu_layers, seed=seed, model_sha256=model_sha256)
 
 
 @dataclass(frozen=True)
@@ -260,7 +269,19 @@ class Numerics:
         """The figures a release carries (manifest.json, notes, perf)."""
         cross, answers, cpu = (self.checks.get(k) or {} for k in ("cross_backend", "known_answers", "cpu"))
         figures = cross.get("figures") or {}
-        return {
+        ref, long_cross, long_answer = (self.checks.get(k) or {} for k in LONG_CHECKS)
+        long = {
+            "long_ctx": ref.get("ctx") or long_cross.get("ctx"),
+            "long_reference": ref.get("result", NOT_CHECKED),
+            "long_reference_kld": (ref.get("figures") or {}).get("mean_kld"),
+            "long_reference_same_top": (ref.get("figures") or {}).get("same_top"),
+            "long_cross_backend": long_cross.get("result", NOT_CHECKED),
+            "long_mean_kld": (long_cross.get("figures") or {}).get("mean_kld"),
+            "long_same_top": (long_cross.get("figures") or {}).get("same_top"),
+            "long_answer": long_answer.get("result", NOT_CHECKED),
+            "long_answer_tokens": long_answer.get("prompt_tokens"),
+        }
+        return {**long,
             "cross_backend": cross.get("result", NOT_CHECKED),
             "mean_kld": figures.get("mean_kld"), "max_kld": figures.get("max_kld"),
             "same_top": figures.get("same_top"),
@@ -277,7 +298,8 @@ class Numerics:
     @classmethod
     def skipped(cls, why: str, logs: Path) -> Numerics:
         """The step's record when it did not run (a preflight failure, numerics disabled)."""
-        return cls({"cross_backend": not_checked(why), "known_answers": not_checked(why)}, 0.0, logs)
+        return cls({"cross_backend": not_checked(why), "known_answers": not_checked(why),
+                    **{name: not_checked(why) for name in LONG_CHECKS}}, 0.0, logs)
 
 
 def not_checked(detail: str) -> dict[str, Any]:
@@ -426,4 +448,85 @@ def run_numerics(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapp
     start = time.monotonic()
     cpu, cross = run_cross_backend(config, target, cwd=cwd, env=env, logs=logs)
     answers = run_known_answers(config, target, cwd=cwd, env=env, logs=logs)
-    return Numerics({"cross_backend": cross, "known_answers": answers, "cpu": cpu}, time.monotonic() - start, logs)
+    checks = {"cross_backend": cross, "known_answers": answers, "cpu": cpu}
+    if config.long is not None and config.long.enabled:
+        checks.update(run_long_context(config, config.long, target, cwd=cwd, env=env, logs=logs))
+    return Numerics(checks, time.monotonic() - start, logs)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_long_context(config: NumericsConfig, long: LongContext, target: Target, *, cwd: Path,
+                     env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
+    """The checks past one ubatch (:mod:`rockbuild.smoke.longctx`): the CPU's long run against the last good build's
+    reference, the GPU's against the CPU's, and the pass key through llama-server. The CPU's full log-probabilities
+    (200 MB per 4,096 tokens) are removed whatever happens; the run's top-k stays in the logs."""
+    base = logs / "long-cpu.kld"
+    try:
+        return _long_context(config, long, target, base, cwd=cwd, env=env, logs=logs)
+    finally:
+        base.unlink(missing_ok=True)
+
+
+def _long_context(config: NumericsConfig, long: LongContext, target: Target, base: Path, *, cwd: Path,
+                  env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
+    text, why = read_text(long)
+    if text is None:
+        assert why is not None
+        return {name: {"result": FAILED, "detail": why} for name in LONG_CHECKS}
+    on = "GPU" if target.gpu_device is not None else "CPU"
+    answer = passkey_check(long, text, server=target.server, model=target.model, threads=config.run_threads,
+                           device_args=_gpu_args(target) if on == "GPU" else _cpu_args(), on=on, port=_free_port(),
+                           cwd=cwd, env=env, logs=logs, seed=target.seed)
+    if target.perplexity is None:
+        why = "llama-perplexity is not in the bundle"
+        return {"long_reference": not_checked(why), "long_cross_backend": not_checked(why), "long_answer": answer}
+    about = {"model": target.model_name, "model_sha256": target.model_sha256, "text": long.text.name,
+             "ctx": long.ctx, "batch": long.batch, "ubatch": long.ubatch}
+    shape = ["-c", str(long.ctx), "-b", str(long.batch), "-ub", str(long.ubatch), "--chunks", "1"]
+    common = [str(target.perplexity), "-m", str(target.model), *shape, "-t", str(config.run_threads),
+              "--seed", str(target.seed)]
+    args = [*common, "-f", str(long.text), "--kl-divergence-base", str(base), *_cpu_args()]
+    log = logs / "long-cpu.log"
+    output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
+    ppl = parse_final_ppl(output or "")
+    if failure is None and (ppl is None or not math.isfinite(ppl)):
+        failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
+    run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
+    if failure is not None:
+        ref = {**run, "result": FAILED, "detail": f"llama-perplexity on the CPU, {long.ctx} tokens: {failure}"}
+        return {"long_reference": ref, "long_cross_backend": not_checked("the CPU's long run failed"),
+                "long_answer": answer}
+    reference = config.baselines.reference(target.model_name, long.text.name, long.ctx, target.model_sha256)
+    ref = {**run, **reference_check(base, reference, logs=logs, about=about)}
+    if target.gpu_device is None:
+        return {"long_reference": ref, "long_answer": answer,
+                "long_cross_backend": not_checked("no GPU device on this machine: the GPU's numbers were not "
+                                                  "compared")}
+    limit = config.threshold(target.backend, target.model_name, target.device_description)
+    if limit is None:
+        return {"long_reference": ref, "long_answer": answer, "long_cross_backend": not_checked(
+            f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}")}
+    args = [*common, "--kl-divergence-base", str(base), "--kl-divergence", *_gpu_args(target)]
+    log = logs / "long-gpu.log"
+    output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
+    cross: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ctx": long.ctx,
+                             "device": target.gpu_device or "(default GPU)", "threshold": limit.to_dict()}
+    div = parse_divergence(output or "")
+    if failure is None and div is None:
+        failure = "no KL divergence statistics in its output"
+    if failure is not None or div is None:
+        cross.update(result=FAILED, detail=f"llama-perplexity on {cross['device']}, {long.ctx} tokens: {failure}")
+    else:
+        cross["figures"] = div.to_dict()
+        problem = judge_divergence(div, limit)
+        cross.update(result=FAILED if problem else PASSED,
+                     detail=(f"{long.ctx} tokens (-b {long.batch} -ub {long.ubatch}): {problem}" if problem else
+                             f"{long.ctx} tokens (-b {long.batch} -ub {long.ubatch}): mean KLD {div.mean_kld:.5f} "
+                             f"(limit {limit.max_mean_kld:g}), same top token {div.same_top:.1f} % "
+                             f"(limit {limit.min_same_top:g} %)"))
+    return {"long_reference": ref, "long_cross_backend": cross, "long_answer": answer}

@@ -537,6 +537,7 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
     folder = logs / "numerics"
     perplexity = _exe(bundle, "llama-perplexity", platform)
     target = Target.of_bundle(bundle, platform=platform, model=model.path, model_name=model.name, backend=backend,
+                              model_sha256=model.sha256,
                               gpu_device=gpu_device, device_description=device_description,
                               gpu_layers=options.gpu_layers, seed=options.seed)
     result = run_numerics(options.numerics, target, cwd=bundle, env=env, logs=folder)

@@ -97,6 +97,12 @@ class H(http.server.BaseHTTPRequestHandler):
         Path({envlog!r}).joinpath("request.json").write_text(json.dumps(body))
         if MODE.get("server") == "slow":
             time.sleep(600)
+        if self.path == "/completion":  # the long known answer: the pass key of the prompt, or MODE["long"] forget
+            import re
+            key = re.search(r"The pass key is (\\d+)", body["prompt"]).group(1)
+            said = " 12345. The" if MODE.get("long") == "forget" else " " + key + ". Remember"
+            tokens = 900 if MODE.get("long") == "short" else len(body["prompt"]) // 4
+            return self._send(200, {{"content": said, "tokens_evaluated": tokens, "stop": True}})
         self._send(200, json.loads((FIX / "server-reply.json").read_text()))
 CHAT_PAGE = {chat_page!r}
 srv = http.server.HTTPServer(("127.0.0.1", int(arg("--port"))), H)
@@ -114,12 +120,41 @@ if MODE.get("bench") == "garbage":
 sys.stdout.write((FIX / ("vulkan-bench.constructed.txt" if VK == "lavapipe" else "bench.json.txt")).read_text())
 """
 
+# A --kl-divergence-base file in perplexity.cpp's format (rockbuild/smoke/logprobs.py), small: a vocabulary of 8.
+# From position ``drift_from`` on, every fourth position's top token moves to the next one.
+LONG_BASE = """
+def write_long_base(path, n_ctx, drift_from=None):
+    import struct
+    n_vocab = 8
+    out = bytearray(b"_logits_" + struct.pack("<Iii", n_ctx, n_vocab, 1))
+    out += struct.pack("<%di" % n_ctx, *[(i * 7) % n_vocab for i in range(n_ctx)])
+    for r in range(n_ctx - 1 - n_ctx // 2):
+        top = (r * 3) % n_vocab
+        if drift_from is not None and n_ctx // 2 + 1 + r >= drift_from and r % 4 == 0:
+            top = (top + 1) % n_vocab
+        logp = [-0.2 if v == top else -4.5 - 0.1 * v for v in range(n_vocab)]
+        lo, hi = min(logp), max(logp)
+        scale = (hi - lo) / 65535
+        out += struct.pack("<ff", scale, lo) + struct.pack("<%dH" % n_vocab, *[round((x - lo) / scale) for x in logp])
+    open(path, "wb").write(bytes(out))
+    return path
+"""
+
 # llama-perplexity as tools/perplexity/perplexity.cpp prints: the CPU base run (--kl-divergence-base without
 # --kl-divergence) writes the base file and its final PPL; the GPU run prints the KL divergence block. MODE["numerics"]:
 # pass | wrong (a wrong kernel: KLD 40x the floor) | garbage | nan | crash (the GPU run dies) | cpu-crash
 PERPLEXITY = """
 N = MODE.get("numerics", "pass")
 Path({envlog!r}).joinpath("perplexity.calls").open("a").write(json.dumps(sys.argv) + "\\n")
+LONG = "-ub" in sys.argv  # the long-context runs (rockbuild/smoke/longctx.py): one sequence, llama-server's batches
+if "--kl-divergence" not in sys.argv and LONG:
+    if MODE.get("long") == "cpu-crash":
+        os.kill(os.getpid(), 11)
+    # MODE["long"] drift: a fault in code every backend runs, from position 3,072 on (rockbuild's own mutant (b))
+    write_long_base(arg("--kl-divergence-base"), int(arg("-c")), 3072 if MODE.get("long") == "drift" else None)
+    print("perplexity: calculating perplexity over 1 chunks, n_ctx=" + arg("-c") + ", batch_size=2048, n_seq=1")
+    print("Final estimate: PPL = 52.1555 +/- 3.76961")
+    sys.exit(0)
 if "--kl-divergence" not in sys.argv:
     if N == "cpu-crash":
         os.kill(os.getpid(), 11)
@@ -214,7 +249,7 @@ def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Pat
         if name == "llama-perplexity":
             if "numerics" not in (mode or {}):
                 continue
-            body = PERPLEXITY.format(envlog=str(envlog))
+            body = LONG_BASE + PERPLEXITY.format(envlog=str(envlog))
         if name == "llama-completion" and "numerics" in (mode or {}):
             body = COMPLETION.format()
         path = folder / name
@@ -243,6 +278,13 @@ def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",),
     (bundle / "bundle.json").write_text(json.dumps({"platform": "linux", "targets": list(targets)}))
     write_stand_ins(bundle, envlog, mode)
     return job, envlog
+
+
+def write_long_base(path: Path, n_ctx: int, drift_from: int | None = None) -> Path:
+    """The stand-in llama-perplexity's long-context base file (the same code it runs)."""
+    scope: dict = {}
+    exec(LONG_BASE, scope)  # noqa: S102 - our own code, shared with the stand-in program
+    return Path(scope["write_long_base"](str(path), n_ctx, drift_from))
 
 
 def gguf_header(version: int = 3, tensors: int = 1, kv: int = 0) -> bytes:

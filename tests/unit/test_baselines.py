@@ -62,7 +62,7 @@ def test_rockbuild_baseline_rewrites_the_entry_and_keeps_the_header(tmp_path, ru
     # another model: a new entry beside it
     result = run_rockbuild("baseline", str(smoke_json(tmp_path / "q.json", 14.02, model="Qwen3-0.6B-Q4_0.gguf")),
                            "--file", str(target), "--measured", "gfx1151 runner, 2026-12-05", "--json")
-    assert json.loads(result.stdout)["old"] is None
+    assert json.loads(result.stdout)["baseline"]["old"] is None
     assert [(b.model, b.ppl, b.measured) for b in load_baselines(target).entries][1] == (
         "Qwen3-0.6B-Q4_0.gguf", 14.02, "gfx1151 runner, 2026-12-05")
 

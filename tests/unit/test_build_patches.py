@@ -208,6 +208,26 @@ def test_a_second_run_rewrites_nothing_and_follows_the_tree(tmp_path):
     assert (mirror / "tools" / "main.cpp").read_text().endswith("// next commit\n")
 
 
+def test_a_file_a_series_no_longer_patches_comes_back_newer_so_ninja_rebuilds_it(tmp_path):
+    """A series that drops a patch (a mutant build, then the release's): the pristine file must not come back with
+    its old mtime, or ninja keeps the objects compiled from the patched one."""
+    tree = stand_in(tmp_path / "llama.cpp")
+    mirror = tmp_path / "mirror"
+    apply_patch_series(load_patch_series(series(tmp_path / "series")), tree, mirror, build_number=11312,
+                       tree_label="t", os_name="linux")
+    patched_at = (mirror / "ggml" / "ggml-base.c").stat().st_mtime_ns
+    empty = write(tmp_path / "none" / "patches.yaml", "patches:\n  - {id: other, file: o.patch, url: 'https://x/1', "
+                  "why: another file}\n")
+    write(tmp_path / "none" / "o.patch", "--- /dev/null\n+++ b/ggml/other.h\n@@ -0,0 +1 @@\n+#define OTHER 1\n")
+    apply_patch_series(load_patch_series(empty), tree, mirror, build_number=None, tree_label="t")
+    restored = mirror / "ggml" / "ggml-base.c"
+    assert restored.read_text() == BASE_BUGGY and (tree / "ggml" / "ggml-base.c").read_text() == BASE_BUGGY
+    assert restored.stat().st_mtime_ns > patched_at > (tree / "ggml" / "ggml-base.c").stat().st_mtime_ns
+    stamp = restored.stat().st_mtime_ns
+    apply_patch_series(load_patch_series(empty), tree, mirror, build_number=None, tree_label="t")
+    assert restored.stat().st_mtime_ns == stamp  # once restored, left alone
+
+
 def test_a_patch_that_adds_a_file_and_one_that_deletes_one(tmp_path):
     tree = stand_in(tmp_path / "llama.cpp")
     added = "--- /dev/null\n+++ b/ggml/added.h\n@@ -0,0 +1 @@\n+#define ADDED 1\n"

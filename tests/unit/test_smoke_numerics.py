@@ -10,10 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support.smoke import fast_smoke, gguf_header, make_bundle
+from support.smoke import fast_smoke, gguf_header, make_bundle, write_long_base
 
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.logprobs import read_base, top_k, write_topk
 from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.numerics import (
     FAILED,
@@ -55,8 +56,18 @@ def smoke_config() -> dict:
     return load_smoke_config()
 
 
-def numerics_config():
-    return parse_numerics_config(smoke_config()["numerics"])
+def numerics_config(tmp_path: Path | None = None, drift_reference: bool = False):
+    """The shipped numerics configuration; with ``tmp_path``, its SmolLM2 long-context reference is the stand-in
+    llama-perplexity's own clean run (a vocabulary of 8, not SmolLM2's 49,152)."""
+    config = parse_numerics_config(smoke_config()["numerics"])
+    if tmp_path is None:
+        return config
+    folder = tmp_path / "reference"
+    folder.mkdir(parents=True, exist_ok=True)
+    base = write_long_base(folder / "clean.kld", 4096, 3072 if drift_reference else None)
+    topk = write_topk(top_k(read_base(base)), folder / "standin.topk")
+    refs = tuple(replace(r, file=topk, sha256="0" * 64) for r in config.baselines.references)
+    return replace(config, baselines=replace(config.baselines, references=refs))
 
 
 @pytest.fixture
@@ -68,7 +79,7 @@ def smollm2(tmp_path) -> ModelFile:
 
 def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, expect_gpu: str = "yes"):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", **mode})
-    options = replace(fast_smoke(), numerics=numerics_config(), expect_gpu=expect_gpu)
+    options = replace(fast_smoke(), numerics=numerics_config(tmp_path), expect_gpu=expect_gpu)
     report = run_smoke(job, model, options, quiet=True, kfd_topology=tmp_path / "no-kfd")
     return report, json.loads((job / "smoke.json").read_text()), envlog
 
@@ -135,9 +146,11 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
     assert numerics["summary"] == {
         "cross_backend": PASSED, "mean_kld": 0.0057, "max_kld": 0.1596, "same_top": 96.4,
         "known_answers": PASSED, "answers_passed": 6, "answers_total": 6, "cpu_ppl": 24.7912, "model": SMOLLM2,
-        "cpu_baseline": PASSED}
+        "cpu_baseline": PASSED, "long_ctx": 4096, "long_reference": PASSED, "long_reference_kld": 0.0,
+        "long_reference_same_top": 100.0, "long_cross_backend": PASSED, "long_mean_kld": 0.0057,
+        "long_same_top": 96.4, "long_answer": PASSED, "long_answer_tokens": numerics["long_answer"]["prompt_tokens"]}
     calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
-    cpu, gpu = calls
+    cpu, gpu, long_cpu, long_gpu = calls
     assert cpu[cpu.index("-dev") + 1] == "none" and "-f" in cpu and "--kl-divergence" not in cpu
     assert gpu[gpu.index("-dev") + 1] == "Vulkan0" and "--kl-divergence" in gpu
     assert cpu[cpu.index("--kl-divergence-base") + 1] == gpu[gpu.index("--kl-divergence-base") + 1]
@@ -174,7 +187,9 @@ def test_no_gpu_device_is_not_checked_and_known_answers_still_run_on_the_cpu(tmp
     assert data["numerics"]["cross_backend"] == {
         "result": NOT_CHECKED, "detail": "no GPU device on this machine: the GPU's numbers were not compared"}
     assert data["numerics"]["known_answers"]["result"] == PASSED and data["numerics"]["known_answers"]["total"] == 3
-    assert len((envlog / "perplexity.calls").read_text().splitlines()) == 1  # the CPU figure only
+    assert len((envlog / "perplexity.calls").read_text().splitlines()) == 2  # the CPU's figures only (256, 4,096)
+    assert data["numerics"]["long_cross_backend"]["result"] == NOT_CHECKED
+    assert data["numerics"]["long_answer"]["on"] == "CPU" and data["numerics"]["long_answer"]["result"] == PASSED
 
 
 def test_a_model_without_known_answers_says_not_checked_never_passed(tmp_path):

@@ -1,0 +1,298 @@
+"""Long prompts: the numerics step's checks past one ubatch (issue 39, item 1).
+
+The step's other checks run chunks of 256 tokens: one ubatch each, blind by construction to everything that goes
+wrong *between* the ubatches of one prompt, the class of the gfx1151 race (llama.cpp #24233, reverted by #28604: the
+HIP backend read inputs from pinned host buffers the host was already refilling with the next ubatch; users saw
+gibberish from about 4-5K tokens with llama-server's defaults). Three checks, each passed / failed / not checked:
+
+* **long_reference**: the bundle's llama-perplexity on one sequence of ``ctx`` tokens of a long public-domain text
+  (``moby-dick.txt``, pinned by sha256) with llama-server's defaults ``-b 2048 -ub 512``, on the CPU, against the
+  top-k reference recorded from the last good build (``baselines.yaml``'s ``references``,
+  :mod:`rockbuild.smoke.logprobs`). A fault in code every backend runs (positions, KV-cache bookkeeping, batching on
+  the host) moves the perplexity 0.05 % (inside any baseline's tolerance) but not the distributions: this sees it.
+* **long_cross_backend**: the same sequence on the GPU against that CPU run, judged by the numerics thresholds.
+* **long_answer**: a pass key placed early in a prompt of several thousand tokens, asked for at its end, through
+  llama-server's HTTP API (``/completion``, greedy) on the GPU (on the CPU where there is none): the path users take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rockbuild.core.data import where
+from rockbuild.core.errors import ConfigError
+from rockbuild.process import spawn, stop
+
+from .logprobs import DEFAULT_K, LogProbsError, compare, read_base, read_topk, top_k, write_topk
+from .probe import exit_reason
+
+PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
+TOPK_NAME = "long-cpu.topk"  # the night's own top-k, kept in the logs: `rockbuild baseline` records it
+
+
+@dataclass(frozen=True)
+class Passkey:
+    """The long known answer: ``key`` after ``at`` characters of a ``chars``-character stretch of the text."""
+
+    key: str = "71432"
+    chars: int = 20000
+    at: int = 300
+    min_tokens: int = 3000  # the prompt must really be long: fewer evaluated tokens fails
+    n_predict: int = 8
+    server_ctx: int = 8192
+
+    def prompt(self, text: str) -> str:
+        filler = text[:self.chars]
+        return ("There is an important number hidden in the long text below. Find it and remember it.\n\n"
+                + filler[:self.at] + f"\n\nThe pass key is {self.key}. Remember it. {self.key} is the pass key.\n\n"
+                + filler[self.at:] + "\n\nWhat is the pass key? The pass key is")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "chars": self.chars, "at": self.at, "min_tokens": self.min_tokens,
+                "n_predict": self.n_predict, "server_ctx": self.server_ctx}
+
+
+@dataclass(frozen=True)
+class LongContext:
+    """smoke.yaml's ``numerics.long_context``."""
+
+    text: Path
+    sha256: str
+    source: str = ""
+    ctx: int = 4096
+    batch: int = 2048  # llama-server's default -b
+    ubatch: int = 512  # and -ub
+    timeout: float = 1200.0
+    passkey: Passkey | None = Passkey()
+    enabled: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text.name, "sha256": self.sha256, "ctx": self.ctx, "batch": self.batch,
+                "ubatch": self.ubatch, "passkey": self.passkey.to_dict() if self.passkey else None}
+
+
+_LONG_KEYS = ("enabled", "text", "sha256", "source", "ctx", "batch", "ubatch", "timeout", "passkey")
+_PASSKEY_KEYS = ("key", "chars", "at", "min_tokens", "n_predict", "server_ctx")
+
+
+def _whole(path: Path, node: Mapping[str, Any], key: str, default: int, what: str, least: int = 1) -> int:
+    value = node.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a whole number, at least {least}, "
+                          f"not {value!r}")
+    return value
+
+
+def _known(path: Path, node: Mapping[str, Any], keys: tuple[str, ...], what: str) -> None:
+    unknown = [k for k in node if k not in keys]
+    if unknown:
+        raise ConfigError(f"{where(path, node, unknown[0])}: unknown key {unknown[0]!r} in {what}; allowed: "
+                          f"{', '.join(keys)}")
+
+
+def parse_long_context(node: Any, path: Path, folder: Path) -> LongContext | None:
+    """``numerics.long_context`` (None: absent); a mistake is a ConfigError naming ``file:line`` and the key."""
+    what = "numerics.long_context"
+    if node is None:
+        return None
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"{path}: {what} must be a mapping (see the shipped matrices/smoke.yaml)")
+    _known(path, node, _LONG_KEYS, what)
+    name, digest = node.get("text"), node.get("sha256")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where(path, node, 'text' if 'text' in node else None)}: {what}.text must name the long "
+                          "text's file")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise ConfigError(f"{where(path, node, 'sha256' if 'sha256' in node else None)}: {what}.sha256 must be the "
+                          "text's sha256 (64 hex digits)")
+    ctx = _whole(path, node, "ctx", 4096, what, least=64)
+    batch = _whole(path, node, "batch", 2048, what)
+    ubatch = _whole(path, node, "ubatch", 512, what)
+    if ubatch > batch:
+        raise ConfigError(f"{where(path, node, 'ubatch')}: {what}.ubatch ({ubatch}) cannot exceed batch ({batch})")
+    timeout = node.get("timeout", 1200)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
+        raise ConfigError(f"{where(path, node, 'timeout')}: {what}.timeout must be seconds (a positive number), "
+                          f"not {timeout!r}")
+    passkey: Passkey | None = None
+    pk = node.get("passkey")
+    if pk is not None:
+        if not isinstance(pk, Mapping):
+            raise ConfigError(f"{where(path, node, 'passkey')}: {what}.passkey must be a mapping such as "
+                              "{key: '71432', chars: 20000}")
+        _known(path, pk, _PASSKEY_KEYS, f"{what}.passkey")
+        key = pk.get("key", Passkey.key)
+        if not isinstance(key, str | int) or isinstance(key, bool) or not re.fullmatch(r"\d{3,12}", str(key)):
+            raise ConfigError(f"{where(path, pk, 'key')}: {what}.passkey.key must be a number of 3 to 12 digits "
+                              f"(quoted), not {key!r}")
+        chars = _whole(path, pk, "chars", Passkey.chars, f"{what}.passkey", least=1000)
+        at = _whole(path, pk, "at", Passkey.at, f"{what}.passkey", least=0)
+        if at >= chars:
+            raise ConfigError(f"{where(path, pk, 'at')}: {what}.passkey.at ({at}) must lie inside its chars ({chars})")
+        passkey = Passkey(key=str(key), chars=chars, at=at,
+                          min_tokens=_whole(path, pk, "min_tokens", Passkey.min_tokens, f"{what}.passkey"),
+                          n_predict=_whole(path, pk, "n_predict", Passkey.n_predict, f"{what}.passkey"),
+                          server_ctx=_whole(path, pk, "server_ctx", Passkey.server_ctx, f"{what}.passkey", least=64))
+    text = Path(name.strip())
+    return LongContext(text=text if text.is_absolute() else folder / text, sha256=digest,
+                       source=str(node.get("source") or ""), ctx=ctx, batch=batch, ubatch=ubatch,
+                       timeout=float(timeout), passkey=passkey, enabled=bool(node.get("enabled", True)))
+
+
+def not_checked(detail: str) -> dict[str, Any]:
+    return {"result": NOT_CHECKED, "detail": detail}
+
+
+def read_text(config: LongContext) -> tuple[str | None, str | None]:
+    """(the long text, None) or (None, why it cannot be used): missing, or not the pinned one."""
+    try:
+        data = config.text.read_bytes()
+    except OSError as exc:
+        return None, f"the long text {config.text} cannot be read ({exc.strerror or exc})"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != config.sha256:
+        return None, (f"the long text {config.text.name} is not the pinned one (sha256 {digest[:16]}..., pinned "
+                      f"{config.sha256[:16]}...)")
+    return data.decode("utf-8"), None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The CPU's long run against the last good build's reference
+
+
+def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep this run's top-k (``logs/long-cpu.topk``: what ``rockbuild baseline`` records once a human has looked),
+    then judge it against ``reference`` (a :class:`rockbuild.smoke.baselines.Reference`, or None)."""
+    try:
+        night = read_base(base)
+        write_topk(top_k(night, DEFAULT_K, dict(about)), logs / TOPK_NAME)
+    except LogProbsError as exc:
+        return {"result": FAILED, "detail": f"the CPU's long run left no usable log-probabilities: {exc}"}
+    out: dict[str, Any] = {"topk": str(logs / TOPK_NAME)}
+    if reference is None:
+        out.update(not_checked(f"no reference for {about.get('model')} (sha256 {str(about.get('model_sha256'))[:12]}) "
+                               f"on {about.get('text')}, {about.get('ctx')} tokens in baselines.yaml (record one: "
+                               "rockbuild baseline <smoke.json>)"))
+        return out
+    out["reference"] = reference.to_dict()
+    try:
+        got = compare(night, read_topk(reference.file), window=int(about.get("ubatch") or 512))
+    except LogProbsError as exc:
+        out.update(result=FAILED, detail=f"against the reference {reference.file.name}: {exc}")
+        return out
+    out["figures"] = got.to_dict()
+    problems = []
+    if not math.isfinite(got.mean_kld):
+        problems.append("NaN or inf in the CPU's long-context numbers")
+    else:
+        if got.mean_kld > reference.max_mean_kld:
+            worst = max(got.windows, key=lambda w: w[1])
+            problems.append(f"mean KLD {got.mean_kld:.5f} > {reference.max_mean_kld:g} (worst from position "
+                            f"{worst[0]}: {worst[1]:.5f})")
+        if got.same_top < reference.min_same_top:
+            problems.append(f"same top token {got.same_top:.1f} % < {reference.min_same_top:g} %")
+    shown = (f"mean KLD {got.mean_kld:.6f} (limit {reference.max_mean_kld:g}), same top token {got.same_top:.1f} % "
+             f"(limit {reference.min_same_top:g} %) over {got.positions} positions against the reference "
+             f"({reference.measured or reference.file.name})")
+    if problems:
+        out.update(result=FAILED, detail="the CPU's long context differs from the last good build's: "
+                   + ", ".join(problems) + f" (reference: {reference.measured or reference.file.name})")
+    else:
+        out.update(result=PASSED, detail=shown)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The long known answer through llama-server
+
+
+@contextlib.contextmanager
+def serving(args: list[str], *, cwd: Path, env: Mapping[str, str], log: Path, base: str,
+            timeout: float) -> Iterator[str | None]:
+    """llama-server started with ``args``: yields None once /health answers 200, else why not; stopped at the end."""
+    import requests
+
+    log.unlink(missing_ok=True)
+    try:
+        proc = spawn(args, cwd=cwd, env=env, log=log)
+    except OSError as exc:
+        yield f"cannot start {Path(args[0]).name}: {exc.strerror}"
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        why: str | None = f"/health did not answer 200 within {timeout:.0f}s"
+        with requests.Session() as session:
+            session.trust_env = False
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    why = f"{exit_reason(proc.returncode)} before /health answered"
+                    break
+                try:
+                    if session.get(f"{base}/health", timeout=2.0).status_code == 200:
+                        why = None
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(0.2)
+        yield why
+    finally:
+        stop(proc)
+
+
+def passkey_check(config: LongContext, text: str, *, server: Path | None, model: Path, threads: int,
+                  device_args: list[str], on: str, port: int, cwd: Path, env: Mapping[str, str],
+                  logs: Path, seed: int = 42) -> dict[str, Any]:
+    """Ask the bundle's llama-server, on ``on`` (GPU or CPU), for the pass key at the end of a long prompt."""
+    import requests
+
+    pk = config.passkey
+    if pk is None:
+        return not_checked("no passkey in smoke.yaml's numerics.long_context")
+    if server is None:
+        return {"result": FAILED, "detail": "llama-server is not in the bundle"}
+    base, log = f"http://127.0.0.1:{port}", logs / "long-server.log"
+    args = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(pk.server_ctx),
+            "-np", "1", "-t", str(threads), *device_args]
+    out: dict[str, Any] = {"on": on, "command": args, "log": str(log), "passkey": pk.to_dict()}
+    start = time.monotonic()
+    with serving(args, cwd=cwd, env=env, log=log, base=base, timeout=config.timeout) as why:
+        if why is not None:
+            out.update(result=FAILED, detail=f"llama-server on the {on}: {why}")
+            return out
+        body = {"prompt": pk.prompt(text), "n_predict": pk.n_predict, "temperature": 0, "top_k": 1, "seed": seed,
+                "cache_prompt": False}
+        try:
+            with requests.Session() as session:
+                session.trust_env = False
+                resp = session.post(f"{base}/completion", json=body, timeout=config.timeout)
+            reply = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
+        except requests.Timeout:
+            out.update(result=FAILED, detail=f"/completion did not answer within {config.timeout:.0f}s on the {on}")
+            return out
+        except (requests.RequestException, ValueError) as exc:
+            out.update(result=FAILED, detail=f"/completion failed on the {on}: {type(exc).__name__}")
+            return out
+    out["seconds"] = round(time.monotonic() - start, 3)
+    if resp.status_code != 200 or not isinstance(reply, dict):
+        out.update(result=FAILED, detail=f"/completion answered HTTP {resp.status_code} on the {on}")
+        return out
+    content, evaluated = str(reply.get("content") or ""), reply.get("tokens_evaluated")
+    out.update(got=content[:200], prompt_tokens=evaluated)
+    if not isinstance(evaluated, int) or evaluated < pk.min_tokens:
+        out.update(result=FAILED, detail=f"the prompt was {evaluated} tokens, fewer than {pk.min_tokens}: not a long "
+                                         "prompt (the text or the tokenizer changed)")
+    elif re.match(rf"\s*{pk.key}\b", content):
+        out.update(result=PASSED, detail=f"the pass key {pk.key} recalled after {evaluated} prompt tokens on the {on} "
+                                         "(llama-server, /completion)")
+    else:
+        out.update(result=FAILED, detail=f"asked for the pass key {pk.key} after {evaluated} prompt tokens, "
+                                         f"llama-server on the {on} answered {content[:60]!r}")
+    return out

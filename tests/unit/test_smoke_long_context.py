@@ -1,0 +1,283 @@
+"""Long prompts (rockbuild/smoke/longctx.py, rockbuild/smoke/logprobs.py): one 4,096-token sequence with llama-server's
+batches on the CPU against the last good build's top-k reference and on the GPU against the CPU, and a pass key through
+llama-server's HTTP API. Real log-probability files in perplexity.cpp's format (a vocabulary of 8), the stand-in
+programs of tests/support/smoke.py, and `rockbuild baseline` recording the reference."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support.files import write
+from support.smoke import fast_smoke, gguf_header, make_bundle, write_long_base
+
+from rockbuild.core.data import data_path
+from rockbuild.core.errors import ConfigError
+from rockbuild.smoke.baselines import load_baselines
+from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.logprobs import LogProbsError, compare, read_base, read_topk, top_k, write_topk
+from rockbuild.smoke.longctx import read_text
+from rockbuild.smoke.models import ModelFile
+from rockbuild.smoke.numerics import FAILED, NOT_CHECKED, PASSED, parse_numerics_config
+from rockbuild.smoke.runner import run_smoke
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# -- the data: the pinned text and the shipped reference -------------------------------------------------------------
+
+
+def test_the_shipped_long_text_is_the_pinned_one_and_its_reference_fits_it():
+    config = parse_numerics_config(load_smoke_config()["numerics"])
+    long = config.long
+    assert long is not None and long.enabled and (long.ctx, long.batch, long.ubatch) == (4096, 2048, 512)
+    text, why = read_text(long)
+    assert why is None and text is not None and text.startswith("CHAPTER 1. Loomings.")
+    assert len(text) > 4 * 2 * long.ctx  # perplexity needs 2 x ctx tokens; about 4 characters a token
+    assert "public domain" in long.source
+    pinned = load_smoke_config()["models"]["smollm2"]["sha256"]
+    ref = config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, pinned)
+    assert config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, "0" * 64) is None  # another file's weights
+    assert ref is not None and ref.max_mean_kld <= 0.0053 / 2  # below the fault measured in issue 39
+    topk = read_topk(ref.file)
+    assert (topk.n_ctx, topk.n_vocab, topk.n_chunk, topk.k) == (4096, 49152, 1, 16)
+    assert topk.ids.shape == (2047, 16) and (topk.logp[:, :-1] >= topk.logp[:, 1:]).all()  # most likely first
+    assert topk.about["model"] == SMOLLM2 and "b11312" in topk.about["build"]
+
+
+def test_a_changed_text_is_refused_by_its_pin(tmp_path):
+    long = parse_numerics_config(load_smoke_config()["numerics"]).long
+    assert long is not None
+    copy = tmp_path / "moby-dick.txt"
+    copy.write_text(long.text.read_text() + " ")
+    text, why = read_text(replace(long, text=copy))
+    assert text is None and why is not None and "is not the pinned one" in why
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"text": "t.txt"}, "numerics.long_context.sha256 must be the text's sha256"),
+    ({"sha256": "0" * 64}, "numerics.long_context.text must name"),
+    ({"text": "t", "sha256": "0" * 64, "ctx": "lots"}, "numerics.long_context.ctx must be a whole number"),
+    ({"text": "t", "sha256": "0" * 64, "ubatch": 4096}, "ubatch (4096) cannot exceed batch (2048)"),
+    ({"text": "t", "sha256": "0" * 64, "timeout": "soon"}, "timeout must be seconds"),
+    ({"text": "t", "sha256": "0" * 64, "passkey": {"key": "abc"}}, "passkey.key must be a number of 3 to 12 digits"),
+    ({"text": "t", "sha256": "0" * 64, "passkey": {"at": 50000}}, "passkey.at (50000) must lie inside"),
+    ({"text": "t", "sha256": "0" * 64, "passkey": "yes"}, "passkey must be a mapping"),
+    ({"text": "t", "sha256": "0" * 64, "tokens": 8}, "unknown key 'tokens' in numerics.long_context"),
+    ("long", "numerics.long_context must be a mapping"),
+])
+def test_long_context_config_mistakes_are_one_config_error(section, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_numerics_config({"long_context": section})
+
+
+def test_a_mistake_in_a_data_file_names_its_line(tmp_path):
+    shipped = data_path("matrices", "smoke.yaml").read_text()
+    broken = write(tmp_path / "smoke.yaml", shipped.replace("    ubatch: 512\n", "    ubatch: many\n"))
+    write(tmp_path / "baselines.yaml", "baselines: []\n")
+    from rockbuild.core.data import load_yaml
+
+    with pytest.raises(ConfigError) as info:
+        parse_numerics_config(load_yaml(broken)["numerics"], data_dir=tmp_path)
+    line = shipped.splitlines().index("    ubatch: 512") + 1
+    assert info.value.message.startswith(f"{broken}:{line}:") and "ubatch must be a whole number" in info.value.message
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, file: f.topk, max_mean_kld: 0.001,\n"
+     "     min_same_top: 990}\n" % ("a" * 64), "references[0].min_same_top is a percentage"),
+    ("references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, max_mean_kld: 0.001, min_same_top: 99}\n"
+     % ("a" * 64), "references[0] needs a file"),
+    ("references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, file: f, max_mean_kld: none,\n"
+     "     min_same_top: 99}\n" % ("a" * 64), "references[0].max_mean_kld must be a positive number"),
+    ("references:\n  - {model: m, sha256: abc, text: t, ctx: 4096, file: f, max_mean_kld: 0.1, min_same_top: 99}\n",
+     "references[0] needs the model file's sha256"),
+])
+def test_a_wrong_reference_entry_is_a_config_error(tmp_path, text, message):
+    path = write(tmp_path / "baselines.yaml", text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")) as info:
+        load_baselines(path)
+    assert info.value.message.startswith(f"{path}:")
+
+
+# -- log-probability files -------------------------------------------------------------------------------------------
+
+
+def test_a_run_against_its_own_top_k_is_zero_and_a_drift_shows_where(tmp_path):
+    clean = read_base(write_long_base(tmp_path / "clean.kld", 4096))
+    assert (clean.n_ctx, clean.n_vocab, clean.n_chunk, clean.rows.shape) == (4096, 8, 1, (2047, 12))
+    ref = read_topk(write_topk(top_k(clean, 4, {"model": "m"}), tmp_path / "ref.topk"))
+    assert ref.k == 4 and ref.about == {"model": "m"}
+    same = compare(clean, ref)
+    assert (same.mean_kld, same.same_top, same.positions) == (0.0, 100.0, 2047)
+    drift = compare(read_base(write_long_base(tmp_path / "drift.kld", 4096, 3072)), ref)
+    assert drift.mean_kld > 0.1 and drift.same_top < 90
+    by_window = {w[0]: w for w in drift.windows}
+    assert set(by_window) == {2048, 2560, 3072, 3584}  # the second half of the sequence, one window per ubatch
+    assert by_window[2048][1] == 0.0 and by_window[2560][1] == 0.0 and by_window[3072][1] > 0.2
+    assert drift.worst_position >= 3072
+
+
+def test_damaged_files_are_one_line_errors(tmp_path):
+    base = write_long_base(tmp_path / "b.kld", 256)
+    data = base.read_bytes()
+    (tmp_path / "short.kld").write_bytes(data[:-10])
+    (tmp_path / "other.kld").write_bytes(b"GGUF" + data[4:])
+    with pytest.raises(LogProbsError, match="is truncated"):
+        read_base(tmp_path / "short.kld")
+    with pytest.raises(LogProbsError, match="is not a llama-perplexity log-probability file"):
+        read_base(tmp_path / "other.kld")
+    (tmp_path / "x.topk").write_bytes(b"not zstd")
+    with pytest.raises(LogProbsError, match="not a rockbuild top-k reference"):
+        read_topk(tmp_path / "x.topk")
+    ref = top_k(read_base(base))
+    # the same shape, other tokens: another text or tokenizer, not a small divergence
+    other = bytearray(data)
+    other[20:24] = struct.pack("<i", 5)
+    (tmp_path / "tokens.kld").write_bytes(bytes(other))
+    with pytest.raises(LogProbsError, match="the evaluated tokens differ from the reference's"):
+        compare(read_base(tmp_path / "tokens.kld"), ref)
+    with pytest.raises(LogProbsError, match="holds 1 x 512 tokens"):
+        compare(read_base(write_long_base(tmp_path / "c.kld", 512)), ref)
+
+
+def test_a_nan_in_the_run_is_not_a_small_divergence(tmp_path):
+    base = write_long_base(tmp_path / "b.kld", 256)
+    ref = top_k(read_base(base))
+    data = bytearray(base.read_bytes())
+    first_row = 20 + 4 * 256
+    data[first_row:first_row + 4] = struct.pack("<f", math.nan)  # the first row's scale
+    (tmp_path / "nan.kld").write_bytes(bytes(data))
+    got = compare(read_base(tmp_path / "nan.kld"), ref)
+    assert math.isnan(got.mean_kld)
+
+
+# -- the checks in the smoke -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def smollm2(tmp_path) -> ModelFile:
+    path = tmp_path / SMOLLM2
+    path.write_bytes(gguf_header() + bytes(40))
+    return ModelFile(SMOLLM2, path, "0" * 64, 64, "path")
+
+
+def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, reference: str | None = "stand-in",
+          expect_gpu: str = "yes"):
+    """The smoke of a stand-in Vulkan bundle on lavapipe; ``reference``: the stand-in's own clean run, None (no
+    reference for the model) or a baselines file's path."""
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", **mode})
+    config = parse_numerics_config(load_smoke_config()["numerics"])
+    if reference == "stand-in":
+        topk = write_topk(top_k(read_base(write_long_base(tmp_path / "clean.kld", 4096))), tmp_path / "ref.topk")
+        refs = tuple(replace(r, file=topk, sha256="0" * 64) for r in config.baselines.references)
+        config = replace(config, baselines=replace(config.baselines, references=refs))
+    elif reference is None:
+        config = replace(config, baselines=replace(config.baselines, references=()))
+    else:
+        config = replace(config, baselines=load_baselines(Path(reference)))
+    report = run_smoke(job, model, replace(fast_smoke(), numerics=config, expect_gpu=expect_gpu), quiet=True,
+                       kfd_topology=tmp_path / "no-kfd")
+    return report, json.loads((job / "smoke.json").read_text()), envlog
+
+
+def test_the_long_runs_use_llama_servers_batches_and_keep_only_a_top_k(tmp_path, smollm2):
+    report, data, envlog = smoke(tmp_path, smollm2, {})
+    assert report.ok, report.failures
+    numerics = data["numerics"]
+    assert {numerics[k]["result"] for k in ("long_reference", "long_cross_backend", "long_answer")} == {PASSED}
+    calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
+    long_cpu, long_gpu = calls[2], calls[3]
+    for call in (long_cpu, long_gpu):
+        assert [call[call.index(f) + 1] for f in ("-c", "-b", "-ub", "--chunks")] == ["4096", "2048", "512", "1"]
+    assert long_cpu[long_cpu.index("-dev") + 1] == "none" and long_cpu[long_cpu.index("-f") + 1].endswith(
+        "moby-dick.txt")
+    assert long_gpu[long_gpu.index("-dev") + 1] == "Vulkan0" and "--kl-divergence" in long_gpu
+    base = Path(long_cpu[long_cpu.index("--kl-divergence-base") + 1])
+    assert not base.exists()  # the full log-probabilities are not kept
+    kept = Path(numerics["long_reference"]["topk"])
+    assert kept.is_file() and kept.stat().st_size < 100_000
+    assert numerics["long_reference"]["figures"]["windows"][0]["from"] == 2048
+    assert numerics["long_cross_backend"]["detail"].startswith("4096 tokens (-b 2048 -ub 512): mean KLD 0.00570")
+    answer = numerics["long_answer"]
+    assert answer["on"] == "GPU" and answer["prompt_tokens"] >= 3000
+    assert answer["detail"].startswith("the pass key 71432 recalled after")
+    request = json.loads((envlog / "request.json").read_text())
+    assert request["prompt"].index("The pass key is 71432") < 400 < len(request["prompt"]) - 100
+    assert request["prompt"].endswith("What is the pass key? The pass key is") and request["temperature"] == 0
+    server = json.loads((envlog / "llama-server.argv.json").read_text())
+    assert "-b" not in server and "-ub" not in server  # llama-server's own defaults, as users run it
+    assert server[server.index("-dev") + 1] == "Vulkan0"
+
+
+def test_a_fault_past_position_3072_on_every_backend_fails_on_the_cpu_against_the_last_good_build(tmp_path, smollm2):
+    """rockbuild's mutant (b) in miniature: the GPU agrees with the CPU (both are wrong alike), the perplexity of the
+    short check is untouched; only the reference sees it, and says from which position."""
+    report, data, _ = smoke(tmp_path, smollm2, {"long": "drift"})
+    ref = data["numerics"]["long_reference"]
+    assert not report.ok and ref["result"] == FAILED
+    assert data["numerics"]["long_cross_backend"]["result"] == PASSED
+    assert data["numerics"]["cpu"]["result"] == PASSED
+    assert "the CPU's long context differs from the last good build's: mean KLD" in ref["detail"]
+    assert "worst from position 3072" in ref["detail"]
+    assert any(f.startswith("numerics: long_reference: ") for f in report.failures)
+    assert data["numerics"]["summary"]["long_reference"] == FAILED
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("forget", "asked for the pass key 71432 after"),
+    ("short", "the prompt was 900 tokens, fewer than 3000: not a long prompt"),
+])
+def test_a_forgotten_pass_key_or_a_short_prompt_fails(tmp_path, smollm2, mode, words):
+    report, data, _ = smoke(tmp_path, smollm2, {"long": mode})
+    answer = data["numerics"]["long_answer"]
+    assert not report.ok and answer["result"] == FAILED and words in answer["detail"], answer["detail"]
+
+
+def test_a_long_cpu_run_that_dies_fails_and_the_gpu_is_not_judged(tmp_path, smollm2):
+    report, data, _ = smoke(tmp_path, smollm2, {"long": "cpu-crash"})
+    numerics = data["numerics"]
+    assert not report.ok and numerics["long_reference"]["result"] == FAILED
+    assert "llama-perplexity on the CPU, 4096 tokens: killed by SIGSEGV" in numerics["long_reference"]["detail"]
+    assert numerics["long_cross_backend"] == {"result": NOT_CHECKED, "detail": "the CPU's long run failed"}
+
+
+def test_no_reference_is_not_checked_and_rockbuild_baseline_records_the_nights_top_k(tmp_path, smollm2,
+                                                                                     run_rockbuild):
+    report, data, _ = smoke(tmp_path / "first", smollm2, {}, reference=None)
+    ref = data["numerics"]["long_reference"]
+    assert report.ok and ref["result"] == NOT_CHECKED and "no reference for " + SMOLLM2 in ref["detail"]
+    smoke_json = tmp_path / "first" / "out" / "linux-gfx1151" / "smoke.json"
+    target = tmp_path / "baselines.yaml"
+    target.write_text(data_path("matrices", "baselines.yaml").read_text().split("\nreferences:\n")[0] + "\n")
+    result = run_rockbuild("baseline", str(smoke_json), "--file", str(target), "--only", "long",
+                           "--measured", "stand-in, 2026-12-05", "--json")
+    assert result.returncode == 0, result.stderr
+    recorded = json.loads(result.stdout)["reference"]
+    assert recorded["old"] is None and recorded["new"]["ctx"] == 4096 and recorded["new"]["max_mean_kld"] == 0.001
+    written = load_baselines(target)
+    assert written.entries and written.references[0].file.is_file()  # the perplexity baselines kept beside it
+    assert written.references[0].file.parent == tmp_path / "references"
+    # the next smoke is judged against it: the same run passes, a drift fails
+    report, data, _ = smoke(tmp_path / "again", smollm2, {}, reference=str(target))
+    assert report.ok and data["numerics"]["long_reference"]["result"] == PASSED
+    report, data, _ = smoke(tmp_path / "drift", smollm2, {"long": "drift"}, reference=str(target))
+    assert data["numerics"]["long_reference"]["result"] == FAILED
+
+
+def test_a_model_with_a_long_text_that_is_not_the_pinned_one_fails_every_long_check(tmp_path, smollm2):
+    job, _ = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass"})
+    config = parse_numerics_config(load_smoke_config()["numerics"])
+    assert config.long is not None
+    wrong = write(tmp_path / "moby-dick.txt", "Call me Ishmael.\n")
+    config = replace(config, long=replace(config.long, text=wrong))
+    report = run_smoke(job, smollm2, replace(fast_smoke(), numerics=config, expect_gpu="yes"), quiet=True,
+                       kfd_topology=tmp_path / "no-kfd")
+    data = json.loads((job / "smoke.json").read_text())["numerics"]
+    assert not report.ok
+    for name in ("long_reference", "long_cross_backend", "long_answer"):
+        assert data[name]["result"] == FAILED and "is not the pinned one" in data[name]["detail"]
