@@ -18,6 +18,9 @@ A CPU perplexity that moved by more than ``NUMERICS_NOTICE`` per cent since the 
 CPU variant is reported as a *numerics change*: it never fails ``perf`` or files an alert (docs/numerics.md says
 why: a new llama.cpp commit may change the CPU's kernels legitimately, and a broken model fails the smoke's known
 answers first).
+
+And each release's op test (``jobs[].gpu_smoke.ops``, else ``jobs[].smoke.ops``: test-backend-ops' passed, failed and
+not supported cases, rockbuild.smoke.ops) is listed per job; a release with a failed case is flagged.
 """
 
 from __future__ import annotations
@@ -160,6 +163,52 @@ def numerics_changes(history: Mapping[str, Sequence[NumericsPoint]],
 
 
 @dataclass(frozen=True)
+class OpsPoint:
+    """One release's test-backend-ops counts for one job (rockbuild.smoke.ops' summary in manifest.json: the GPU
+    leg's ``jobs[].gpu_smoke.ops`` when it checked, else the smoke's ``jobs[].smoke.ops``). A failed case is flagged."""
+
+    tag: str
+    result: str | None
+    passed: int = 0
+    failed: int = 0
+    not_supported: int = 0
+    device: str | None = None
+    mode: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tag": self.tag, "result": self.result, "passed": self.passed, "failed": self.failed,
+                "not_supported": self.not_supported, "device": self.device, "mode": self.mode}
+
+    def cell(self) -> str:
+        if self.result == "not checked":
+            return "not checked"
+        text = f"{self.passed}/{self.failed}/{self.not_supported}"
+        return f"[bold red]{text} FAILED[/]" if self.failed or self.result == "failed" else text
+
+
+def ops_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
+                       ) -> dict[str, tuple[OpsPoint, ...]]:
+    """Each job's test-backend-ops counts over ``manifests`` (oldest first); releases without the step left out."""
+    out: dict[str, list[OpsPoint]] = {}
+    for tag, manifest in manifests:
+        for job in ManifestRecord.of(manifest, f"{tag}'s manifest.json").jobs:
+            gpu = (job.gpu_smoke.ops if job.gpu_smoke is not None else None) or {}
+            smoke = (job.smoke.ops if job.smoke is not None else None) or {}
+            ops = gpu if gpu and (gpu.get("result") != "not checked" or not smoke) else smoke
+            if not job.id or not ops:
+                continue
+
+            def count(key: str, ops: Mapping[str, Any] = ops) -> int:
+                value = ops.get(key)
+                return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+            out.setdefault(job.id, []).append(OpsPoint(
+                tag, str(ops.get("result")) if ops.get("result") is not None else None, count("passed"),
+                count("failed"), count("not_supported"), ops.get("device"), ops.get("mode")))
+    return {job: tuple(points) for job, points in sorted(out.items())}
+
+
+@dataclass(frozen=True)
 class PerfReport:
     repo: str
     releases: tuple[str, ...]  # oldest first
@@ -169,6 +218,26 @@ class PerfReport:
     untested: dict[str, tuple[str, ...]] = field(default_factory=dict)  # release -> jobs shipped without GPU figures
     max_spread: float = DEFAULT_MAX_SPREAD
     numerics: Mapping[str, tuple[NumericsPoint, ...]] = field(default_factory=dict)  # job -> oldest first
+    ops: Mapping[str, tuple[OpsPoint, ...]] = field(default_factory=dict)  # job -> test-backend-ops, oldest first
+
+    @property
+    def ops_failed(self) -> tuple[tuple[str, OpsPoint], ...]:
+        """(job, point) of every release where a test-backend-ops case failed (or the step failed)."""
+        return tuple((job, p) for job, points in self.ops.items() for p in points
+                     if p.failed or p.result == "failed")
+
+    def _ops_table(self) -> str:
+        from rich.table import Table
+
+        tags = self.releases[-6:]
+        table = Table(title="every op (test-backend-ops): passed/failed/not supported", title_justify="left")
+        for column in ("job", "device", "mode", *tags):
+            table.add_column(column, no_wrap=True)
+        for job, points in self.ops.items():
+            by_tag = {p.tag: p for p in points}
+            table.add_row(job, points[-1].device or "?", points[-1].mode or "?",
+                          *(by_tag[t].cell() if t in by_tag else "-" for t in tags))
+        return _text(table)
 
     @property
     def numerics_changes(self) -> tuple[NumericsChange, ...]:
@@ -211,6 +280,9 @@ class PerfReport:
             "numerics_changes": [{"job": c.job, "tag": c.tag, "before_tag": c.before_tag, "cpu_ppl": c.ppl,
                                   "before": c.before, "percent": round(c.percent, 3), "model": c.model,
                                   "cpu_variant": c.cpu_variant} for c in self.numerics_changes],
+            "ops": {job: [p.to_dict() for p in points] for job, points in self.ops.items()},
+            "ops_failed": [{"job": job, "tag": p.tag, "failed": p.failed, "device": p.device}
+                           for job, p in self.ops_failed],
             "drops": [{"job": d.job, "test": d.test, "tag": d.tag, "tokens_per_second": d.value,
                        "median_before": d.median, "percent": round(d.percent, 2)} for d in self.drops],
             "untested": {tag: list(jobs) for tag, jobs in self.untested.items()}, "alert": self.alert,
@@ -243,6 +315,10 @@ class PerfReport:
         if any(self.numerics.values()):
             lines.append(self._numerics_table())
         lines.extend(f"numerics change (reported, not gating): {c.render()}" for c in self.numerics_changes)
+        if self.ops:
+            lines.append(self._ops_table())
+        lines.extend(f"ops FAILED: {job} in {p.tag}: {p.failed} test-backend-ops case(s) failed on {p.device or '?'}"
+                     for job, p in self.ops_failed)
         if self.alert:
             lines.append(f"alert: {self.alert}")
         return "\n".join(lines)
@@ -329,7 +405,8 @@ def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: 
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
         report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested,
-                            max_spread=max_spread, numerics=numerics_from_manifests(manifests))
+                            max_spread=max_spread, numerics=numerics_from_manifests(manifests),
+                            ops=ops_from_manifests(manifests))
         if alert and report.drops:
             report = _file_alert(gh, report, context, quiet)
         return report

@@ -29,8 +29,8 @@ from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.core.jobs import Job
-from rockbuild.core.programs import ProgramList, Selection, load_programs
-from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord
+from rockbuild.core.programs import OP_TEST_PROGRAM, ProgramList, Selection, load_programs
+from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord, OpTestRecord
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
@@ -282,6 +282,7 @@ class BuildResult:
     cross: CrossToolchain | None = None  # the cross toolchain of a build for another OS (--cross)
     patches: PatchedTree | None = None  # the carried fixes and what became of each (rockbuild.build.patches)
     patches_disabled: bool = False  # --no-patches
+    test_backend_ops: OpTestRecord | None = None  # llama.cpp's op test in <job>/tools/, or why there is none
 
     @property
     def build_json(self) -> Path:
@@ -315,6 +316,7 @@ class BuildResult:
             "web_ui": self.web_ui.to_dict() if self.web_ui is not None else None,
             "cross": self.cross.to_dict() if self.cross is not None else None,
             "patches": self._patches_dict(),
+            "test_backend_ops": self.test_backend_ops.to_dict() if self.test_backend_ops is not None else None,
             "durations": dict(self.durations),
             "ccache": dict(self.ccache) if self.ccache is not None else None,
             "ninja": dict(self.ninja) if self.ninja is not None else None,
@@ -707,11 +709,54 @@ def _compile_step(b: _Build) -> None:
         b.recorded["binaries"] = tuple(_list_binaries(b.build_dir, b.job_dir, files, b.windows))
 
 
+OP_TEST_DIR = "tools"  # <job>/tools/: beside bundle/, never in it
+
+
+def _op_test_step(b: _Build) -> None:
+    """llama.cpp's op test, ``test-backend-ops``, from the same configured tree: one more ninja target, moved out of
+    build/bin (whose every ELF the bundle step takes) into ``<job>/tools/``. A tree or configuration that cannot make
+    it costs the build nothing: build.json says why it is absent and the smoke's ops step says *not checked*."""
+    suffix = ".exe" if b.windows else ""
+    tools = b.job_dir / OP_TEST_DIR
+    placed = tools / f"{OP_TEST_PROGRAM}{suffix}"
+    placed.unlink(missing_ok=True)  # never a stale one from an earlier build of another tree
+
+    def absent(reason: str) -> None:
+        b.recorded["test_backend_ops"] = OpTestRecord(status="absent", reason=reason)
+        console.warn(f"{OP_TEST_PROGRAM} is not built: {reason} (the smoke's ops step will say not checked)")
+
+    listed = run(targets_command(b.build_dir), env=b.env, log=None, timeout=120, check=False)
+    if listed.returncode != 0 or OP_TEST_PROGRAM not in configured_targets(listed.output):
+        absent("this llama.cpp tree (configured with LLAMA_BUILD_TESTS=ON) has no test-backend-ops target")
+        return
+    jobs = b.options.jobs or os.cpu_count() or 2
+    command = compile_command(b.build_dir, [OP_TEST_PROGRAM], jobs=jobs)
+    start = time.monotonic()
+    with console.step(f"compile {OP_TEST_PROGRAM} (kept in {OP_TEST_DIR}/, not shipped)"):
+        _log_header(b.log, "compile: " + " ".join(command))
+        try:
+            run(command, env=b.env, log=b.log, capture=False, timeout=b.options.compile_timeout)
+        except ProcessError as exc:
+            timed_out = re.search(r"timed out after \d+s", exc.message)
+            absent(f"its compile failed ({timed_out.group(0) if timed_out else f'exit code {exc.returncode}'}); "
+                   "build.log in the job folder says why")
+            return
+        built = b.build_dir / "bin" / placed.name
+        if not built.is_file():
+            absent(f"the compile finished but {built} is not there")
+            return
+        tools.mkdir(parents=True, exist_ok=True)
+        shutil.move(built, placed)
+    b.recorded["test_backend_ops"] = OpTestRecord(
+        status="built", path=f"{OP_TEST_DIR}/{placed.name}", seconds=round(time.monotonic() - start, 3),
+        size=placed.stat().st_size)
+
+
 # A build's steps, in order: each fills in the build and records into build.json; the first to fail is its
 # failed_step (build.json, build.log's last line).
 BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("rocm", _provide_rocm_step), ("source", _source_step), ("web_ui", _web_ui_step), ("configure", _configure_step),
-    ("compile", _compile_step),
+    ("compile", _compile_step), ("test_backend_ops", _op_test_step),
 )
 
 

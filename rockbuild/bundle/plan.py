@@ -29,6 +29,7 @@ from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Libr
 from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.programs import NEVER_SHIPPED
 from rockbuild.core.records import BUNDLE_FORMAT, BundleRecord
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
@@ -267,9 +268,16 @@ def _closure_with_extras(
     return closure
 
 
+def _shippable(roots: list[Any], skipped: list[Path]) -> tuple[list[Any], list[Path]]:
+    """``roots`` without the programs no release ships (test-backend-ops: the build moves it to the job's tools/, and
+    one left in bin/ by hand or by an older rockbuild is skipped here, whatever it is)."""
+    kept = [r for r in roots if r.name not in NEVER_SHIPPED]
+    return kept, [*skipped, *(r.path for r in roots if r.name in NEVER_SHIPPED)]
+
+
 def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy) -> tuple[Closure, list[Path]]:
     """The closure of every ELF in ``build_bin`` plus the policy's extras (each with its own closure)."""
-    roots, skipped = bin_roots(build_bin)
+    roots, skipped = _shippable(*bin_roots(build_bin))
     if not roots:
         raise BundleError(f"{build_bin} holds no ELF executable or library; did the build finish?")
     reference = next((r.info for r in roots if r.info.is_executable), roots[0].info)
@@ -296,7 +304,7 @@ def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: Platform
                     library_dirs: Sequence[Path] = ()) -> tuple[Closure, list[Path]]:
     """The closure of every .exe/.dll in ``build_bin`` plus the policy's LoadLibrary extras; DLLs are looked for in
     the ROCm root's DLL folders, then in ``library_dirs`` (a cross toolchain's runtime: libstdc++-6.dll)."""
-    roots, skipped = pe_bin_roots(build_bin)
+    roots, skipped = _shippable(*pe_bin_roots(build_bin))
     if not roots:
         raise BundleError(f"{build_bin} holds no .exe or .dll; did the build finish?")
     resolver = PeResolver.for_host([*(layout.library_dirs if layout else ()), *library_dirs], policy)

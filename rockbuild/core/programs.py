@@ -17,6 +17,12 @@ from typing import Any
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
 from rockbuild.core.errors import BuildError, ConfigError
 
+# llama.cpp's op-level test (tests/test-backend-ops.cpp): built with every job from the same tree and flags, kept in
+# the job folder's tools/ for the smoke's ops step (rockbuild.smoke.ops), and never shipped: the bundle leaves it out
+# whatever build/bin/ holds.
+OP_TEST_PROGRAM = "test-backend-ops"
+NEVER_SHIPPED = frozenset({OP_TEST_PROGRAM, f"{OP_TEST_PROGRAM}.exe"})
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect", "what")
 _KNOWN_KEYS = ("ships", "programs", "failure", "after_output", "timeout", "reason")

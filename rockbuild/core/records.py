@@ -405,6 +405,19 @@ class WebUiRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OpTestRecord(Record):
+    """build.json's ``test_backend_ops``: llama.cpp's op-level test, built from the same tree and flags as the bundle
+    and kept in the job folder (``path``, relative to it: tools/test-backend-ops), never in the bundle; or why the
+    build has none (``status`` absent, ``reason``). The smoke's ops step runs it (rockbuild.smoke.ops)."""
+
+    status: str  # built | absent
+    path: str | None = None
+    reason: str | None = None
+    seconds: float | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildRecord(Record):
     """``out/<job-id>/build.json``: what was built from what, and how it went."""
 
@@ -436,6 +449,7 @@ class BuildRecord(Record):
     web_ui: WebUiRecord | None = None  # absent in files from before the web UI step
     cross: CrossRecord | None = None  # a cross build (--cross mingw-w64); absent in a native build's older files
     patches: PatchSet | None = None  # the carried fixes (absent in files from before them)
+    test_backend_ops: OpTestRecord | None = None  # the op test beside the bundle (absent in files from before it)
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
     ninja: Mapping[str, Any] | None = None
@@ -664,6 +678,7 @@ class SmokeRecord(Record):
     texts_agree: bool | None = None
     numerics: Mapping[str, Any] = field(default_factory=dict)  # rockbuild.smoke.numerics: cross-backend, answers
     cpu_variants: SmokeCpuVariants | None = None  # rockbuild.smoke.variants: each CPU variant alone
+    ops: Mapping[str, Any] = field(default_factory=dict)  # rockbuild.smoke.ops: test-backend-ops on the GPU
     environment_removed: tuple[str, ...] = ()
     started: str | None = None
     finished: str | None = None
@@ -792,6 +807,7 @@ class ManifestSmoke(Record):
     browser: str | None = None
     numerics: Mapping[str, Any] | None = None  # BuiltJob.numerics(): cross_backend, known_answers and their figures
     cpu_variants: tuple[Mapping[str, Any], ...] = ()  # BuiltJob.cpu_variant_runs(): each variant alone, per smoke
+    ops: Mapping[str, Any] | None = None  # rockbuild.smoke.ops' summary: test-backend-ops' counts, the CPU fallbacks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -806,6 +822,7 @@ class ManifestGpuSmoke(Record):
     kernel: str | None = None
     summary: str | None = None
     numerics: Mapping[str, Any] | None = None  # the GPU run against the CPU (rockbuild.smoke.numerics)
+    ops: Mapping[str, Any] | None = None  # test-backend-ops on the real GPU (rockbuild.smoke.ops' summary)
     bench: tuple[BenchFigure, ...] = ()
 
 

@@ -144,6 +144,7 @@ class BuiltJob:
                 "driver": host.driver if host else None, "kernel": host.kernel if host else None,
                 "summary": gpu.summary if gpu else None,
                 "numerics": _numerics_summary(self.gpu_smoke) or None,
+                "ops": ops_summary(self.gpu_smoke) or None,
                 "bench": [{"test": b.test, "tokens_per_second": b.tokens_per_second, "stddev": b.stddev,
                            "spread_pct": b.spread, "warmup": b.warmup} for b in bench]}
 
@@ -160,6 +161,35 @@ class BuiltJob:
             # the CPU variant that runner's CPU loaded: the CPU's figures compare across nights only within one
             summary.setdefault("cpu_variant", source.backends.cpu_variant)
         return summary
+
+    def ops(self) -> dict[str, Any] | None:
+        """The ops step's summary (rockbuild.smoke.ops: test-backend-ops' counts, the ops the backend leaves to the
+        CPU): the GPU leg's when it checked there (a real GPU, the full test mode), else the smoke's (on CI: lavapipe's
+        subset, or why not checked); None when no smoke.json has the step."""
+        gpu, smoke = ops_summary(self.gpu_smoke), ops_summary(self.smoke)
+        if gpu and (gpu.get("result") != "not checked" or not smoke):
+            return {**gpu, "where": "gpu-smoke"}
+        return {**smoke, "where": "smoke"} if smoke else None
+
+    def ops_words(self) -> str | None:
+        """``19011 passed, 0 failed, 1755 not supported on Vulkan0 (full test mode, the GPU leg); ops that fall back
+        to the CPU on this backend: OUT_PROD (1344 cases), ...`` for the notes; None without the step."""
+        ops = self.ops()
+        if ops is None:
+            return None
+        if ops.get("result") == "not checked":
+            return f"not checked: {ops.get('detail')}"
+        where = ", the GPU leg" if ops.get("where") == "gpu-smoke" else ""
+        words = (f"{ops.get('passed', 0)} passed, {ops.get('failed', 0)} failed, {ops.get('not_supported', 0)} not "
+                 f"supported on {ops.get('device')} ({ops.get('mode')} test mode{where})")
+        if ops.get("result") == "failed":
+            words = f"FAILED: {ops.get('detail')}; {words}"
+        fallback = ops.get("fallback_ops") or {}
+        if fallback:
+            top = ", ".join(f"{op} ({n} cases)" for op, n in list(fallback.items())[:6])
+            more = f" and {len(fallback) - 6} more ops" if len(fallback) > 6 else ""
+            words += f"; ops that fall back to the CPU on this backend: {top}{more}"
+        return words
 
     def cpu_variant_runs(self) -> list[dict[str, Any]]:
         """Each smoke's per-variant step (rockbuild.smoke.variants) that ran: the CI runner's, then the GPU leg's
@@ -296,6 +326,11 @@ def cpu_variants(bundle_dir: Path) -> tuple[str, ...]:
     if not bundle_dir.is_dir():
         return ()
     return tuple(sorted(v for p in bundle_dir.iterdir() if (v := cpu_variant_of(p.name)) is not None))
+
+
+def ops_summary(smoke: SmokeRecord | None) -> dict[str, Any]:
+    """A smoke.json's ops step (its ``ops.summary``); {} for none or a file from before the step."""
+    return dict((smoke.ops or {}).get("summary") or {}) if smoke is not None else {}
 
 
 def _numerics_summary(smoke: SmokeRecord | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu, SmokeModel
 
-from .jobs import BuiltJob, public_cmake
+from .jobs import BuiltJob, ops_summary, public_cmake
 
 SCHEMA = MANIFEST_SCHEMA
 CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
@@ -83,7 +83,8 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
               for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
             "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks,
-            "numerics": job.numerics(), "cpu_variants": job.cpu_variant_runs()}
+            "numerics": job.numerics(), "cpu_variants": job.cpu_variant_runs(),
+            "ops": ops_summary(smoke) or None}
 
 
 def build_manifest(

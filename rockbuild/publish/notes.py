@@ -72,6 +72,7 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
         "gpu": _gpu_row(job),
         "numerics": job.numerics_words() if job.smoke is not None else None,
         "cpu_variant_runs": job.cpu_variant_words(),
+        "ops": job.ops_words(),  # test-backend-ops (rockbuild.smoke.ops): counts, CPU fallbacks, or why not checked
         "fallback": job.fallback_note(),
         # what ran again on the last good ROCm: a night without the smoke stage did not test it
         "again": ("built, bundled and smoke-tested" if job.smoke is not None

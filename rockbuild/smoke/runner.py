@@ -26,6 +26,7 @@ from rockbuild.smoke.browser import ChatPage, check_chat
 from rockbuild.smoke.config import parse_cpu_variants
 from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, parse_numerics_config, run_numerics
+from rockbuild.smoke.ops import Ops, OpsConfig, find_op_test, parse_ops_config, run_ops
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 from rockbuild.smoke.variants import NONE as NO_CPU_VARIANTS
 from rockbuild.smoke.variants import CpuVariants, VariantSettings, run_cpu_variants, shipped_variants
@@ -91,6 +92,8 @@ class SmokeOptions:
     # module alone, all | picked | none, pp512 and a tg of cpu_variant_gen tokens, one repetition
     cpu_variants: str = "all"
     cpu_variant_gen: int = 8
+    # the ops step (rockbuild.smoke.ops; smoke.yaml's ops): test-backend-ops on the GPU; None: not run
+    ops: OpsConfig | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
@@ -117,6 +120,7 @@ class SmokeOptions:
             numerics=parse_numerics_config(config.get("numerics")),
             cpu_variants=variants.get("check", defaults.cpu_variants),
             cpu_variant_gen=variants.get("n_gen", defaults.cpu_variant_gen),
+            ops=parse_ops_config(config.get("ops")),
         )
         values.update(overrides)
         return cls(**values)
@@ -180,6 +184,7 @@ class SmokeReport:
     preflight: str | None = None  # why the runs were not started (no device where one was required)
     host: Mapping[str, Any] = field(default_factory=dict)  # kernel and GPU driver of the machine it ran on
     cpu_variants: CpuVariants | None = None  # each CPU variant alone (None: the step did not run)
+    ops: Ops | None = None  # test-backend-ops on the GPU (None: the step did not run)
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -187,6 +192,8 @@ class SmokeReport:
         out += [f"{r.name}: {r.failure}" for r in self.runs if not r.ok]
         if self.cpu_variants is not None:
             out += self.cpu_variants.failures
+        if self.ops is not None and not self.ops.ok:
+            out.append(f"ops: {self.ops.detail}")
         if not self.gpu.ok:
             out.append(self.gpu.summary)
         return tuple(out)
@@ -242,6 +249,7 @@ class SmokeReport:
             "bench": [b.to_dict() for b in self.bench], "backends": self.backends, "texts_agree": self.texts_agree,
             "numerics": self.numerics,
             "cpu_variants": (self.cpu_variants or CpuVariants.skipped(self.preflight or "not run")).to_dict(),
+            "ops": (self.ops or Ops.not_checked(self.preflight or "not run")).to_dict(),
             "environment_removed": list(self.env_removed),
             "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
             "host": dict(self.host),
@@ -275,6 +283,8 @@ class SmokeReport:
                     lines.append(f"         {what.replace('_', ' ')}: {check.get('result')}: {check.get('detail')}")
         if self.cpu_variants is not None and self.cpu_variants.ran:
             lines.extend(self.cpu_variants.render_lines())
+        if self.ops is not None:
+            lines.extend(self.ops.render_lines())
         backends = self.backends
         if backends["cpu"] or backends["gpu"]:
             gpu = f", GPU {backends['gpu']} ({backends['gpu_file']})" if backends["gpu"] else ""
@@ -548,6 +558,31 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
                      (), details=result.to_dict())
 
 
+def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, platform: str,
+                 gpu_device: str | None, devices: Sequence[str], reason: str, env: Mapping[str, str], logs: Path,
+                 quiet: bool = False) -> Ops:
+    """The ops step (:mod:`rockbuild.smoke.ops`): the job's test-backend-ops against the bundle's own backend on the
+    smoke's GPU device; *not checked* (never passed) without a GPU device or without the binary, saying why."""
+    assert options.ops is not None
+    if gpu_device is None:
+        return Ops.not_checked(f"no GPU device to test ({reason})")
+    tool, why = find_op_test(job_dir, platform, JobFolder(job_dir).build() if job_dir else None)
+    if tool is None:
+        if not quiet:
+            console.warn(f"ops: not checked: {why}")
+        return Ops.not_checked(why, device=gpu_device)
+    described = next((d for d in devices if d.startswith(f"{gpu_device}:")), "")
+    with contextlib.nullcontext(console.Step()) if quiet else console.step(
+            f"smoke: every op on {gpu_device} (test-backend-ops)") as step:
+        result = run_ops(options.ops, bundle=bundle, tool=tool, device=gpu_device, description=described, env=env,
+                         logs=logs / "ops", platform=platform, progress=None if quiet else console.info)
+        if not result.ok:
+            step.fail()
+    if not result.ok and not quiet:
+        console.warn(f"ops: {result.detail}; logs in {logs / 'ops'}")
+    return result
+
+
 VARIANT_THREADS = 16
 
 
@@ -784,13 +819,17 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         if not record.ok and not quiet:
             console.warn(f"numerics: {record.failure}; logs in {record.log}")
         records.append(record)
+    ops = run_ops_step(bundle, job_dir, options, platform=platform, gpu_device=(
+        found.device or f"{backend.label}0") if expect else None, devices=devices, reason=reason, env=child,
+        logs=logs, quiet=quiet) if preflight is None and options.ops is not None else None
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]
     bench = [b for r in records for b in r.bench]
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, bench=bench, default=backend.name)
     report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
                          tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path,
-                         device=options.device, preflight=preflight, host=host_facts(), cpu_variants=variants)
+                         device=options.device, preflight=preflight, host=host_facts(), cpu_variants=variants,
+                         ops=ops)
     write_smoke_json(report, report_path)
     return report
 

@@ -24,6 +24,12 @@
 #                                (built by prepare from the pristine tree: it must fail)
 #   tests/e2e/h200.sh cpubench   there, next (.h200n carried): sapphirerapids against zen4 and haswell
 #                                (bench/cpu_variants.py, pp512 at 16 threads and 1)
+#   tests/e2e/h200.sh ops-prepare  here: the job's test-backend-ops (rockbuild build puts it in the job folder's
+#                                tools/, beside the bundle, never in it; `prepare` does this too) into .h200/tools/
+#   tests/e2e/h200.sh ops        there (.h200 carried): every op on the H200 (issue 39 item 2): rockbuild smoke of the
+#                                job folder (bundle/ + tools/test-backend-ops) with --expect-gpu yes: its ops step runs
+#                                the full test mode on Vulkan0 (-j 16) against the bundle's own libggml-vulkan and
+#                                support mode; per-op counts in $OUT/ops-smoke.json, the logs in $OUT/smoke-logs/ops/
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -66,6 +72,7 @@ EOF
         --build-number 11312 --commit "$LLAMA_COMMIT" --offline --out "$WORK/out" -j 2 --json > "$WORK/build.json"
     "$REPO/.venv/bin/rockbuild" audit "$WORK/out/linux-vulkan/bundle" --max-version GLIBC=2.39 > "$WORK/audit.txt"
     tar -C "$WORK/out/linux-vulkan" -cf - bundle | zstd -q -19 -T2 -f -o "$CARRY/bundle.tar.zst"
+    ops_prepare
     cp "$tree/models/ggml-vocab-qwen2.gguf" "$CARRY/"
     rm -rf "$CARRY/wheels" && mkdir -p "$CARRY/wheels"
     (cd "$REPO" && .venv/bin/pip wheel -q --no-deps -w "$CARRY/wheels" .)
@@ -307,6 +314,30 @@ PY
     tar -C "$R" -czf "$OUT/cpubench-results.tar.gz" .
 }
 
+# the op test beside the bundle: the build put it in the job folder's tools/ (build.json's test_backend_ops)
+ops_prepare() {
+    local tool=$WORK/out/linux-vulkan/tools/test-backend-ops
+    [ -x "$tool" ] || die "no $tool: rockbuild build makes it (build.json's test_backend_ops says why not)"
+    mkdir -p "$CARRY/tools" && cp "$tool" "$CARRY/tools/"
+    log "test-backend-ops ($(stat -c %s "$tool") bytes) in $CARRY/tools"
+}
+
+# every op on the H200's Vulkan0 through rockbuild's own smoke: the job folder /tmp/job holds bundle/ and, as a CI
+# artifact carries it, tools/test-backend-ops; the smoke's ops step finds it there and runs the full test mode
+ops() {
+    setup_device
+    rb() { python3 -m rockbuild "$@"; }
+    [ -x .h200/tools/test-backend-ops ] || die "no .h200/tools/test-backend-ops: run '$0 ops-prepare' here first"
+    mkdir -p /tmp/job/tools && cp .h200/tools/test-backend-ops /tmp/job/tools/
+    nproc > "$OUT/nproc.txt"
+    set +e
+    rb smoke /tmp/job --model /tmp/qwen3-0.6b-shaped.gguf --expect-gpu yes --report "$OUT/ops-smoke.json" \
+        > "$OUT/ops-smoke.txt" 2>&1; echo "smoke exit $?" >> "$OUT/ops-smoke.txt"
+    set -e
+    python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))["ops"]; print(o["detail"]); print(json.dumps(o["totals"]))' \
+        "$OUT/ops-smoke.json" | tee "$OUT/ops-summary.txt"
+}
+
 case ${1:-} in
     prepare) prepare ;;
     device) device ;;
@@ -317,5 +348,7 @@ case ${1:-} in
     cpu) cpu ;;
     cpubench) cpubench ;;
     pristine) pristine_variant ;;
-    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|cpubench|pristine" >&2; exit 2 ;;
+    ops-prepare) ops_prepare ;;
+    ops) ops ;;
+    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|cpubench|pristine|ops-prepare|ops" >&2; exit 2 ;;
 esac

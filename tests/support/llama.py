@@ -50,6 +50,14 @@ add_subdirectory(tools/llama-bench)
 add_subdirectory(tools/rpc)
 add_subdirectory(tools/completion)
 add_executable(llama-not-shipped tools/main.cpp)
+# what llama.cpp's tests/CMakeLists.txt does for its op test (make_project(op_test=True) writes the source)
+if(LLAMA_BUILD_TESTS AND EXISTS ${CMAKE_SOURCE_DIR}/tests/test-backend-ops.cpp)
+    add_executable(test-backend-ops tests/test-backend-ops.cpp)
+    target_link_libraries(test-backend-ops PRIVATE ggml)
+    if(FAIL_OP_TEST)
+        target_compile_definitions(test-backend-ops PRIVATE FAIL_COMPILE)
+    endif()
+endif()
 """
 
 TOOL_CMAKELISTS = """
@@ -59,8 +67,18 @@ target_link_libraries(${{TARGET}} PRIVATE ggml)
 """
 
 
-def make_project(root: Path, *, rpc_name: str = "ggml-rpc-server") -> Path:
+def make_project(root: Path, *, rpc_name: str = "ggml-rpc-server", op_test: bool = False) -> Path:
+    """The stand-in tree; ``op_test``: with tests/test-backend-ops.cpp (its target exists with LLAMA_BUILD_TESTS=ON;
+    -DFAIL_OP_TEST=ON makes its compile fail)."""
     write(root / "CMakeLists.txt", TOP_CMAKELISTS)
+    if op_test:
+        write(root / "tests" / "test-backend-ops.cpp", """
+            #ifdef FAIL_COMPILE
+            #error "the op test fails to compile on purpose"
+            #endif
+            int ggml_answer();
+            int main() { return ggml_answer() == 42 ? 0 : 1; }
+        """)
     write(root / "ggml" / "ggml.cpp", """
         #ifdef FAIL_COMPILE
         #error "compile fails on purpose"

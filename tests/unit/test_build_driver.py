@@ -52,7 +52,7 @@ def world(tmp_path_factory):
     return {
         "base": base,
         "rocm": write_tree(base / "therock", gcc_therock()),
-        "project": make_project(base / "llama.cpp"),
+        "project": make_project(base / "llama.cpp", op_test=True),
         "ccache": base / "ccache",
     }
 
@@ -89,7 +89,7 @@ def test_flags_and_environment_reach_cmake(first_build, world):
     assert seen["CMAKE_CXX_COMPILER"] == seen["CMAKE_HIP_COMPILER"] == str(llvm_bin / "clang++")
     assert (seen["GGML_HIP"], seen["BUILD_SHARED_LIBS"], seen["GGML_NATIVE"], seen["GGML_RPC"]) == ("ON",) * 2 + (
         "OFF", "ON")
-    assert (seen["GGML_OPENMP"], seen["LLAMA_BUILD_TESTS"], seen["LLAMA_USE_PREBUILT_UI"]) == ("OFF",) * 3
+    assert (seen["GGML_OPENMP"], seen["LLAMA_USE_PREBUILT_UI"], seen["LLAMA_BUILD_TESTS"]) == ("OFF", "OFF", "ON")
     assert (seen["LLAMA_BUILD_BORINGSSL"], seen["CMAKE_BUILD_TYPE"]) == ("ON", "Release")
     # the matrix's extras reach CMake and win over the built-in flags
     assert (seen["MY_EXTRA"], seen["GGML_HIP_ROCWMMA_FATTN"]) == ("from-matrix", "ON")
@@ -140,7 +140,7 @@ def test_build_json_and_log(first_build, world):
     assert data["cmake_command"][:2] == ["cmake", "-S"] and "-DGPU_TARGETS=gfx1100;gfx1101;gfx1102;gfx1103" in data[
         "cmake_command"]
     assert data["compile_command"][-2:] == ["--parallel", "2"]
-    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "total"}
+    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "test_backend_ops", "total"}
     # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
     assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert data["durations"]["total"] >= data["durations"]["compile"] > 0
@@ -155,6 +155,44 @@ def test_build_json_and_log(first_build, world):
     log = result.log.read_text(encoding="utf-8")
     assert "==> configure: cmake -S" in log and "==> compile: cmake --build" in log
     assert "Building CXX object" in log
+
+
+def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, tmp_path):
+    """test-backend-ops comes from the same configured tree, is kept in <job>/tools/ (build.json says so) and is not in
+    build/bin, whose every ELF the bundle step takes; the bundle made from this build does not have it."""
+    from rockbuild.bundle.plan import BundleRequest, bundle
+    from rockbuild.bundle.policy import load_policy
+
+    _job, _options, result = first_build
+    record = result.record().test_backend_ops
+    assert record is not None and (record.status, record.path, record.reason) == (
+        "built", "tools/test-backend-ops", None)
+    tool = result.job_dir / "tools" / "test-backend-ops"
+    assert tool.is_file() and record.size == tool.stat().st_size
+    assert not (result.build_dir / "bin" / "test-backend-ops").exists()
+    assert subprocess.run([tool]).returncode == 0  # linked against the build's ggml, and it runs
+    assert "test-backend-ops" not in {b["name"] for b in result.to_dict()["binaries"]}
+    # even one left in build/bin (an older rockbuild, a hand-made build) never reaches the bundle
+    shutil.copy2(tool, result.build_dir / "bin" / "test-backend-ops")
+    report = bundle(BundleRequest(result.build_dir / "bin", tmp_path / "bundle", load_policy(), backend="vulkan",
+                                  platform="linux", quiet=True, audit=False))
+    assert (tmp_path / "bundle" / "llama-cli").is_file() and not (tmp_path / "bundle" / "test-backend-ops").exists()
+    assert result.build_dir / "bin" / "test-backend-ops" in report.plan.skipped
+
+
+def test_an_op_test_that_fails_to_compile_costs_the_build_nothing_and_says_why(world, capsys):
+    matrix = matrix_file(world["base"] / "fail-op-test.yaml", {"FAIL_OP_TEST": "ON"})
+    job = resolve_job(target="gfx1151", config=matrix)
+    options = BuildOptions(context=context(), out_dir=world["base"] / "out-op", rocm_dir=world["rocm"],
+                           source_dir=world["project"], use_ccache=False, jobs=2)
+    result = build_job(job, options)
+    assert result.status == "ok"
+    record = result.record().test_backend_ops
+    assert record is not None and record.status == "absent" and record.path is None
+    assert record.reason == "its compile failed (exit code 1); build.log in the job folder says why"
+    assert not (result.job_dir / "tools" / "test-backend-ops").exists()
+    assert "test-backend-ops is not built: its compile failed" in capsys.readouterr().err
+    assert "the op test fails to compile on purpose" in result.log.read_text(encoding="utf-8")
 
 
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed on this host")
@@ -402,7 +440,7 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     assert "GGML_VULKAN:UNINITIALIZED=ON" in (result.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
     assert "-DGGML_VULKAN=ON" in data["cmake_command"] and not [
         a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS", "-DCMAKE_C_COMPILER"))]
-    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "total"}
+    assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "test_backend_ops", "total"}
     # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
     assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0

@@ -199,3 +199,25 @@ def test_the_manifest_names_the_cpu_variant_of_the_cpu_perplexity():
 
     on_gpu = replace(job, gpu_smoke=smoke("sapphirerapids", "passed"))
     assert on_gpu.numerics()["cpu_variant"] == "sapphirerapids" and on_gpu.numerics()["cross_backend"] == "passed"
+
+
+def _with_ops(failed: int, *, where: str = "gpu_smoke"):
+    data = json.loads(manifest(100.0, 2000.0))
+    summary = {"result": "failed" if failed else "passed", "device": "Vulkan0", "mode": "full", "passed": 19011 - failed,
+               "failed": failed, "not_supported": 1755}
+    data["jobs"][0].setdefault(where, {"ok": True})["ops"] = summary
+    return json.dumps(data).encode()
+
+
+def test_the_op_test_counts_are_listed_per_release_and_a_failed_case_is_flagged():
+    with GitHubAPIServer(token=TOKEN) as server:
+        server.state.add_release("b3001", assets={"manifest.json": _with_ops(0)})
+        server.state.add_release("b3002", assets={"manifest.json": _with_ops(2)})
+        report = read_perf(server.full_name, context=settings(), api_url=server.api_url, quiet=True)
+        points = report.ops["linux-gfx1151"]
+        assert [(p.tag, p.passed, p.failed) for p in points] == [("b3001", 19011, 0), ("b3002", 19009, 2)]
+        text = report.render()
+        assert "every op (test-backend-ops)" in text and "19011/0/1755" in text and "19009/2/1755 FAILED" in text
+        assert "ops FAILED: linux-gfx1151 in b3002: 2 test-backend-ops case(s) failed on Vulkan0" in text
+        assert report.to_dict()["ops_failed"] == [{"job": "linux-gfx1151", "tag": "b3002", "failed": 2,
+                                                   "device": "Vulkan0"}]

@@ -747,3 +747,29 @@ def test_the_cpu_variant_runs_of_each_smoke_reach_the_manifest_and_the_notes(gh,
             "ggml picks zen4 (pp512 t/s: zen4 201, x64 40); not runnable there: sapphirerapids") in notes
     assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 2 CPU variants passed alone on the GPU leg's host, "
             "where ggml picks sapphirerapids (pp512 t/s: sapphirerapids 1252, zen4 899)") in notes
+
+
+def test_the_op_test_counts_reach_the_manifest_and_the_notes(gh, night, tmp_path):
+    """Issue 39 item 2: test-backend-ops' counts and the CPU fallbacks: the GPU leg's (the full test on a real GPU)
+    in the notes' line, each smoke's in its manifest entry; a smoke without a GPU says not checked, never passed."""
+    def ops(result, passed, failed, ns, device="Vulkan0", mode="full", detail="", fallback=None):
+        summary = {"result": result, "detail": detail, "device": device, "mode": mode, "passed": passed,
+                   "failed": failed, "not_supported": ns, "cases": passed + failed + ns, "seconds": 250.0,
+                   "failed_cases": [], "fallback_ops": fallback or {}}
+        return {"result": result, "detail": detail, "summary": summary}
+    smoke = json.loads((night[0] / "smoke.json").read_text())
+    smoke["ops"] = ops("not checked", 0, 0, 0, None, None, detail="no GPU device to test (auto: no ROCm device)")
+    (night[0] / "smoke.json").write_text(json.dumps(smoke))
+    _with_gpu_smoke(night[0], required=False, ok=True)
+    gpu = json.loads((night[0] / "gpu-smoke.json").read_text())
+    gpu["ops"] = ops("passed", 19011, 0, 1755, "ROCm0", fallback={"OUT_PROD": 1344, "CONV_2D": 1178})
+    (night[0] / "gpu-smoke.json").write_text(json.dumps(gpu))
+    report = publish(options(gh, night, tmp_path, dry_run=True))
+    manifest = json.loads((report.out_dir / "manifest.json").read_text())
+    job = next(j for j in manifest["jobs"] if j["id"] == "linux-gfx1151")
+    assert job["smoke"]["ops"]["result"] == "not checked"
+    assert (job["gpu_smoke"]["ops"]["passed"], job["gpu_smoke"]["ops"]["failed"]) == (19011, 0)
+    notes = (report.out_dir / "release-notes.md").read_text()
+    assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 19011 passed, 0 failed, 1755 not supported on ROCm0 (full "
+            "test mode, the GPU leg); ops that fall back to the CPU on this backend: OUT_PROD (1344 cases), CONV_2D "
+            "(1178 cases)") in notes
