@@ -318,6 +318,7 @@ PY
 ops_prepare() {
     local tool=$WORK/out/linux-vulkan/tools/test-backend-ops
     [ -x "$tool" ] || die "no $tool: rockbuild build makes it (build.json's test_backend_ops says why not)"
+    grep -qx '/.h200/' "$REPO/.git/info/exclude" 2>/dev/null || echo '/.h200/' >> "$REPO/.git/info/exclude"
     mkdir -p "$CARRY/tools" && cp "$tool" "$CARRY/tools/"
     log "test-backend-ops ($(stat -c %s "$tool") bytes) in $CARRY/tools"
 }
