@@ -21,12 +21,14 @@ NaN or inf anywhere in a figure fails: a NaN never compares above a threshold.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import shutil
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -460,6 +462,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def _one_variant(program: Path, variant: str | None, logs: Path) -> Iterator[tuple[Path, str | None]]:
+    """(the program to run, the CPU variant it will load): ``program`` from a folder of the bundle with ``variant``'s
+    module alone (rockbuild.smoke.variants), removed afterwards; the bundle's own program and None (ggml's pick)
+    when no variant is asked for or the bundle ships none of that name."""
+    from rockbuild.smoke.variants import one_variant_folder, shipped_variants, work_folder
+
+    bundle = program.parent
+    shipped = shipped_variants(bundle) if variant else {}
+    if not variant or variant not in shipped:
+        yield program, None
+        return
+    work = work_folder(bundle, logs)
+    try:
+        folder = one_variant_folder(bundle, shipped[variant], work / variant)
+        yield folder / program.name, variant
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run_long_context(config: NumericsConfig, long: LongContext, target: Target, *, cwd: Path,
                      env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
     """The checks past one ubatch (:mod:`rockbuild.smoke.longctx`): the CPU's long run against the last good build's
@@ -485,14 +507,16 @@ def _long_context(config: NumericsConfig, long: LongContext, target: Target, bas
     if target.perplexity is None:
         why = "llama-perplexity is not in the bundle"
         return {"long_reference": not_checked(why), "long_cross_backend": not_checked(why), "long_answer": answer}
-    about = {"model": target.model_name, "model_sha256": target.model_sha256, "text": long.text.name,
-             "ctx": long.ctx, "batch": long.batch, "ubatch": long.ubatch}
     shape = ["-c", str(long.ctx), "-b", str(long.batch), "-ub", str(long.ubatch), "--chunks", "1"]
-    common = [str(target.perplexity), "-m", str(target.model), *shape, "-t", str(config.run_threads),
-              "--seed", str(target.seed)]
-    args = [*common, "-f", str(long.text), "--kl-divergence-base", str(base), *_cpu_args()]
-    log = logs / "long-cpu.log"
-    output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
+    common = [*shape, "-t", str(config.run_threads), "--seed", str(target.seed)]
+    with _one_variant(target.perplexity, long.cpu_variant, logs) as (cpu_program, variant):
+        about = {"model": target.model_name, "model_sha256": target.model_sha256, "text": long.text.name,
+                 "ctx": long.ctx, "batch": long.batch, "ubatch": long.ubatch, "cpu_variant": variant}
+        args = [str(cpu_program), "-m", str(target.model), *common, "-f", str(long.text), "--kl-divergence-base",
+                str(base), *_cpu_args()]
+        log = logs / "long-cpu.log"
+        output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout,
+                                                  log=log)
     ppl = parse_final_ppl(output or "")
     if failure is None and (ppl is None or not math.isfinite(ppl)):
         failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
@@ -511,7 +535,8 @@ def _long_context(config: NumericsConfig, long: LongContext, target: Target, bas
     if limit is None:
         return {"long_reference": ref, "long_answer": answer, "long_cross_backend": not_checked(
             f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}")}
-    args = [*common, "--kl-divergence-base", str(base), "--kl-divergence", *_gpu_args(target)]
+    args = [str(target.perplexity), "-m", str(target.model), *common, "--kl-divergence-base", str(base),
+            "--kl-divergence", *_gpu_args(target)]
     log = logs / "long-gpu.log"
     output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
     cross: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ctx": long.ctx,

@@ -47,6 +47,7 @@ def test_the_shipped_long_text_is_the_pinned_one_and_its_reference_fits_it():
     assert (topk.n_ctx, topk.n_vocab, topk.n_chunk, topk.k) == (4096, 49152, 1, 16)
     assert topk.ids.shape == (2047, 16) and (topk.logp[:, :-1] >= topk.logp[:, 1:]).all()  # most likely first
     assert topk.about["model"] == SMOLLM2 and "b11312" in topk.about["build"]
+    assert topk.about["cpu_variant"] == long.cpu_variant == "haswell"
 
 
 def test_a_changed_text_is_refused_by_its_pin(tmp_path):
@@ -281,3 +282,37 @@ def test_a_model_with_a_long_text_that_is_not_the_pinned_one_fails_every_long_ch
     assert not report.ok
     for name in ("long_reference", "long_cross_backend", "long_answer"):
         assert data[name]["result"] == FAILED and "is not the pinned one" in data[name]["detail"]
+
+
+def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_path, smollm2):
+    """Two variant modules of one build differ (haswell against zen4 on SmolLM2: mean KLD 0.0023), one module on two
+    machines does not: the long CPU run loads the haswell module alone, from a folder of the bundle without the
+    others, removed afterwards; a reference recorded with another variant is not judged against it."""
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass"})
+    for variant in ("haswell", "zen4"):
+        (job / "bundle" / f"libggml-cpu-{variant}.so").write_bytes(b"")
+    config = parse_numerics_config(load_smoke_config()["numerics"])
+    assert config.long is not None and config.long.cpu_variant == "haswell"
+    clean = read_base(write_long_base(tmp_path / "clean.kld", 4096))
+    refs = {}
+    for variant in ("haswell", "zen4"):
+        topk = write_topk(top_k(clean, about={"cpu_variant": variant}), tmp_path / f"{variant}.topk")
+        refs[variant] = tuple(replace(r, file=topk, sha256="0" * 64) for r in config.baselines.references)
+    runs = {}
+    for variant in ("haswell", "zen4"):
+        numerics = replace(config, baselines=replace(config.baselines, references=refs[variant]))
+        run_smoke(job, smollm2, replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"),
+                  quiet=True, kfd_topology=tmp_path / "no-kfd")
+        runs[variant] = json.loads((job / "smoke.json").read_text())["numerics"]["long_reference"]
+    assert runs["haswell"]["result"] == PASSED and runs["haswell"]["about"]["cpu_variant"] == "haswell"
+    assert runs["zen4"]["result"] == NOT_CHECKED
+    assert runs["zen4"]["detail"].startswith("the reference was recorded with CPU variant zen4, this run had haswell")
+    long_cpu = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()
+                if "-ub" in line and "--kl-divergence\"" not in line][0]
+    program = Path(long_cpu[0])
+    assert program.name == "llama-perplexity" and program.parent.name == "haswell"
+    assert program.parent.parent.parent == job  # beside the bundle, so that hard links work
+    assert not program.parent.exists()  # the one-variant folder is gone
+    gpu = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()
+           if "-ub" in line and "--kl-divergence\"" in line][0]
+    assert Path(gpu[0]).parent == job / "bundle"  # the GPU runs the bundle itself
