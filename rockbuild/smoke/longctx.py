@@ -76,6 +76,12 @@ class LongContext:
     # the CPU's long run uses this CPU variant module alone, as its reference did: two variants of one build differ
     # (AVX-512 against AVX2 kernels: mean KLD 0.003 on SmolLM2), one variant on two machines does not. None: ggml's pick
     cpu_variant: str | None = "haswell"
+    # a Vulkan device on the CPU (lavapipe, llvmpipe): the GPU's long runs are not made there (on 2 cores the pass key
+    # alone took 553 s on lavapipe, 50 s on the CPU): the pass key goes to the CPU, the GPU comparison is not checked
+    software_devices: tuple[str, ...] = ("llvmpipe", "lavapipe", "swiftshader")
+
+    def software(self, description: str) -> bool:
+        return any(name in description.lower() for name in self.software_devices)
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text.name, "sha256": self.sha256, "ctx": self.ctx, "batch": self.batch,
@@ -83,7 +89,8 @@ class LongContext:
                 "passkey": self.passkey.to_dict() if self.passkey else None}
 
 
-_LONG_KEYS = ("enabled", "text", "sha256", "source", "ctx", "batch", "ubatch", "timeout", "passkey", "cpu_variant")
+_LONG_KEYS = ("enabled", "text", "sha256", "source", "ctx", "batch", "ubatch", "timeout", "passkey", "cpu_variant",
+              "software_devices")
 _PASSKEY_KEYS = ("key", "chars", "at", "min_tokens", "n_predict", "server_ctx")
 
 
@@ -149,8 +156,13 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContext | Non
     if variant is not None and (not isinstance(variant, str) or not re.fullmatch(r"[a-z0-9_]+", variant)):
         raise ConfigError(f"{where(path, node, 'cpu_variant')}: {what}.cpu_variant must name a CPU variant module "
                           f"(haswell for libggml-cpu-haswell), or be null for ggml's pick, not {variant!r}")
+    software = node.get("software_devices", list(LongContext.software_devices))
+    if not isinstance(software, list) or not all(isinstance(s, str) and s for s in software):
+        raise ConfigError(f"{where(path, node, 'software_devices')}: {what}.software_devices must be a list of names "
+                          f"a software device's description contains (llvmpipe), not {software!r}")
     text = Path(name.strip())
     return LongContext(text=text if text.is_absolute() else folder / text, sha256=digest, cpu_variant=variant,
+                       software_devices=tuple(s.lower() for s in software),
                        source=str(node.get("source") or ""), ctx=ctx, batch=batch, ubatch=ubatch,
                        timeout=float(timeout), passkey=passkey, enabled=bool(node.get("enabled", True)))
 

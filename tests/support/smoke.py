@@ -38,7 +38,9 @@ if sys.argv[1:] in (["--version"], ["--help"]):  # the smoke's program checks (m
     sys.exit(0)
 if "--list-devices" in sys.argv:
     print("Available devices:")
-    print("  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)" if VK == "lavapipe" else "  (none)")
+    # MODE["vk_name"]: another device than lavapipe's (a real GPU: "NVIDIA H200")
+    name = MODE.get("vk_name", "llvmpipe (LLVM 22.1.8, 256 bits)")
+    print("  Vulkan0: " + name + " (24105 MiB, 23528 MiB free)" if VK == "lavapipe" else "  (none)")
     sys.exit(0)
 if VK:
     LOAD = (FIX / ("vulkan-completion-lv4.txt" if VK == "lavapipe" else "vulkan-no-icd.constructed.txt")).read_text()

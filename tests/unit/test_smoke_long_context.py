@@ -171,7 +171,7 @@ def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, reference: str | None
           expect_gpu: str = "yes"):
     """The smoke of a stand-in Vulkan bundle on lavapipe; ``reference``: the stand-in's own clean run, None (no
     reference for the model) or a baselines file's path."""
-    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", **mode})
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", "vk_name": "NVIDIA H200", **mode})
     config = parse_numerics_config(load_smoke_config()["numerics"])
     if reference == "stand-in":
         topk = write_topk(top_k(read_base(write_long_base(tmp_path / "clean.kld", 4096))), tmp_path / "ref.topk")
@@ -288,7 +288,7 @@ def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_p
     """Two variant modules of one build differ (haswell against zen4 on SmolLM2: mean KLD 0.0023), one module on two
     machines does not: the long CPU run loads the haswell module alone, from a folder of the bundle without the
     others, removed afterwards; a reference recorded with another variant is not judged against it."""
-    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass"})
+    job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", "vk_name": "NVIDIA H200"})
     for variant in ("haswell", "zen4"):
         (job / "bundle" / f"libggml-cpu-{variant}.so").write_bytes(b"")
     config = parse_numerics_config(load_smoke_config()["numerics"])
@@ -316,3 +316,17 @@ def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_p
     gpu = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()
            if "-ub" in line and "--kl-divergence\"" in line][0]
     assert Path(gpu[0]).parent == job / "bundle"  # the GPU runs the bundle itself
+
+
+def test_on_a_software_device_the_pass_key_runs_on_the_cpu_and_the_long_gpu_run_is_not_made(tmp_path, smollm2):
+    """lavapipe is the CPU under a Vulkan driver: on 2 cores its pass key took 553 s (50 s on the CPU) and the GPU's
+    4,096 tokens longer still; the CPU's long run and the pass key on the CPU stand for them."""
+    report, data, envlog = smoke(tmp_path, smollm2, {"vk_name": "llvmpipe (LLVM 22.1.8, 256 bits)"})
+    numerics = data["numerics"]
+    assert report.ok, report.failures
+    assert numerics["long_reference"]["result"] == PASSED and numerics["long_answer"]["on"] == "CPU"
+    assert numerics["long_cross_backend"]["result"] == NOT_CHECKED
+    server = json.loads((envlog / "llama-server.argv.json").read_text())
+    assert server[server.index("-dev") + 1] == "none" and server[server.index("-ngl") + 1] == "0"
+    calls = [line for line in (envlog / "perplexity.calls").read_text().splitlines() if "-ub" in line]
+    assert len(calls) == 1  # the CPU's long run only

@@ -147,10 +147,14 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
         "cross_backend": PASSED, "mean_kld": 0.0057, "max_kld": 0.1596, "same_top": 96.4,
         "known_answers": PASSED, "answers_passed": 6, "answers_total": 6, "cpu_ppl": 24.7912, "model": SMOLLM2,
         "cpu_baseline": PASSED, "long_ctx": 4096, "long_reference": PASSED, "long_reference_kld": 0.0,
-        "long_reference_same_top": 100.0, "long_cross_backend": PASSED, "long_mean_kld": 0.0057,
-        "long_same_top": 96.4, "long_answer": PASSED, "long_answer_tokens": numerics["long_answer"]["prompt_tokens"]}
+        "long_reference_same_top": 100.0, "long_cross_backend": NOT_CHECKED, "long_mean_kld": None,
+        "long_same_top": None, "long_answer": PASSED, "long_answer_tokens": numerics["long_answer"]["prompt_tokens"]}
+    # lavapipe is a software device: its long runs are not made, the pass key runs on the CPU
+    assert numerics["long_answer"]["on"] == "CPU"
+    assert numerics["long_cross_backend"]["detail"].startswith("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) is a "
+                                                               "software device: its long runs are not made")
     calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
-    cpu, gpu, long_cpu, long_gpu = calls
+    cpu, gpu, long_cpu = calls
     assert cpu[cpu.index("-dev") + 1] == "none" and "-f" in cpu and "--kl-divergence" not in cpu
     assert gpu[gpu.index("-dev") + 1] == "Vulkan0" and "--kl-divergence" in gpu
     assert cpu[cpu.index("--kl-divergence-base") + 1] == gpu[gpu.index("--kl-divergence-base") + 1]
