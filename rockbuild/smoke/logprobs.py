@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import lzma
 import math
 import struct
 from collections.abc import Iterator
@@ -28,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zstandard
 
 from rockbuild.core.errors import ConfigError
 
 MAGIC = b"_logits_"
-TOPK_MAGIC = b"rockbuild-topk 1\n"
+TOPK_MAGIC = b"rockbuild-topk 1\n"  # inside the xz stream (Python's own lzma: nothing to install where it is read)
 DEFAULT_K = 16
 _BLOCK = 256  # rows at a time: 256 x 49k u16 is 25 MB
 
@@ -133,7 +133,7 @@ def top_k(base: BaseFile, k: int = DEFAULT_K, about: dict[str, Any] | None = Non
 
 
 def write_topk(topk: TopK, path: Path) -> Path:
-    """The reference file: zstd of a magic line, a JSON header line, then ids (i32) and log-probabilities (f32)."""
+    """The reference file: xz of a magic line, a JSON header line, then ids (i32) and log-probabilities (f32)."""
     raw = io.BytesIO()
     raw.write(TOPK_MAGIC)
     raw.write(json.dumps(topk.header(), sort_keys=True).encode() + b"\n")
@@ -141,18 +141,18 @@ def write_topk(topk: TopK, path: Path) -> Path:
     raw.write(np.ascontiguousarray(topk.logp, dtype="<f4").tobytes())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(zstandard.ZstdCompressor(level=19).compress(raw.getvalue()))
+    tmp.write_bytes(lzma.compress(raw.getvalue(), preset=9))
     tmp.replace(path)
     return path
 
 
 def read_topk(path: Path) -> TopK:
     try:
-        data = zstandard.ZstdDecompressor().decompress(path.read_bytes())
+        data = lzma.decompress(path.read_bytes())
     except OSError as exc:
         raise LogProbsError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except zstandard.ZstdError:
-        raise LogProbsError(f"{path} is not a rockbuild top-k reference (not zstd)") from None
+    except lzma.LZMAError:
+        raise LogProbsError(f"{path} is not a rockbuild top-k reference (not xz)") from None
     if not data.startswith(TOPK_MAGIC):
         raise LogProbsError(f"{path} is not a rockbuild top-k reference")
     end = data.index(b"\n", len(TOPK_MAGIC)) if b"\n" in data[len(TOPK_MAGIC):] else -1

@@ -24,6 +24,15 @@
 #                                (built by prepare from the pristine tree: it must fail)
 #   tests/e2e/h200.sh cpubench   there, next (.h200n carried): sapphirerapids against zen4 and haswell
 #                                (bench/cpu_variants.py, pp512 at 16 threads and 1)
+#   tests/e2e/h200.sh mutants-prepare  here (issue 39): the mutant libraries tests/e2e/mutants/ makes (built by
+#                                `$0 mutants-build` through rockbuild's patch mechanism) into .h200x/, test-backend-ops
+#                                into .h200n/
+#   tests/e2e/h200.sh long       there, after `model` (.h200n carried, split with H200_CPU_EXTRAS=0 so that the op
+#                                test fits): the whole smoke of the clean bundle on SmolLM2
+#                                (the numerics step with its long-context checks, every op on Vulkan0 in full mode);
+#                                it leaves the set-up in /var/tmp/h200 for the next call
+#   tests/e2e/h200.sh mutants M.. there, next (.h200x carried): the same smoke on a copy of the bundle with each
+#                                mutant's library (the op subset: four full runs do not fit a call); each must fail
 #   tests/e2e/h200.sh ops-prepare  here: the job's test-backend-ops (rockbuild build puts it in the job folder's
 #                                tools/, beside the bundle, never in it; `prepare` does this too) into .h200/tools/
 #   tests/e2e/h200.sh ops        there (.h200 carried): every op on the H200 (issue 39 item 2): rockbuild smoke of the
@@ -129,8 +138,12 @@ print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load
     tar -C "$WORK/out/linux-vulkan" -cf - bundle | xz -9 -T2 > "$REPO/.h200n/bundle.tar.xz"
     cp -a "$CARRY/debs" "$REPO/.h200n/"
     # the cpu call's extras: the unpatched AMX variant (the mutant), the vocab of the Qwen3-0.6B-shaped model
-    cp "$WORK/libggml-cpu-sapphirerapids.pristine.so.xz" "$CARRY/ggml-vocab-qwen2.gguf" "$REPO/.h200n/"
+    # (H200_CPU_EXTRAS=0 for the long call: without them the op test fits beside the model's second part)
+    [ "${H200_CPU_EXTRAS:-1}" = 0 ] || cp "$WORK/libggml-cpu-sapphirerapids.pristine.so.xz" "$CARRY/ggml-vocab-qwen2.gguf" "$REPO/.h200n/"
     find "$CARRY/wheels" -name '*.whl' ! -name 'zstandard-*' ! -name 'sentencepiece-*' -exec cp {} "$REPO/.h200n/wheels/" \;
+    # the op test beside the bundle (issue 39): the long call's smoke runs it in full mode
+    local tool=$WORK/out/linux-vulkan/tools/test-backend-ops
+    [ ! -x "$tool" ] || { mkdir -p "$REPO/.h200n/tools" && cp "$tool" "$REPO/.h200n/tools/"; }
     size=$(stat -c %s "$model")
     carried=$(du -sb "$REPO/.h200n" | cut -f1)
     tree=$(cd "$REPO" && git ls-files -z | xargs -0 stat -c %s | paste -sd+ | bc)
@@ -339,6 +352,113 @@ ops() {
         "$OUT/ops-smoke.json" | tee "$OUT/ops-summary.txt"
 }
 
+# Issue 39's mutants: each series of tests/e2e/mutants/ (the release's carried fixes plus one fault) applied to a mirror
+# of the pinned tree by rockbuild's patch mechanism, in the build folder `rockbuild build --patches` configured; only
+# the library the mutant changes is rebuilt (libllama for (b), libggml-vulkan for the others), then swapped into a copy
+# of the release's bundle
+MUTANTS="a-q4_1-dequant:libggml-vulkan.so b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so"
+MUT=${ROCKBUILD_MUTANTS:-/var/cache/rockbuild/mutants}
+
+mutants_build() {
+    local tree=$WORK/src/llama_cpp_python-0.3.36/vendor/llama.cpp b=$MUT/out/linux-vulkan/build spec name lib target
+    if [ ! -f "$b/build.ninja" ]; then
+        log "configure the mutants' build folder (rockbuild build --patches, stopped after its configure)"
+        ROCKBUILD_CACHE=$MUT/cache timeout 300 "$REPO/.venv/bin/rockbuild" build -c "$WORK/matrix.yaml" --job linux-vulkan \
+            --source "$tree" --build-number 11312 --commit "$LLAMA_COMMIT" --offline --out "$MUT/out" -j 2 \
+            --ccache-dir "$MUT/ccache" --patches "$HERE/mutants/b-positions.yaml" > "$MUT/configure.log" 2>&1 || true
+        [ -f "$b/build.ninja" ] || die "no $b/build.ninja (see $MUT/configure.log)"
+    fi
+    mkdir -p "$MUT/libs"
+    for spec in $MUTANTS; do
+        name=${spec%%:*} lib=${spec#*:}
+        target=$([ "$lib" = libllama.so.0 ] && echo llama || echo ggml-vulkan)
+        "$REPO/.venv/bin/python" - "$HERE/mutants/$name.yaml" "$tree" "$MUT/cache/llama.cpp-patched/linux-vulkan" <<'PY'
+import sys
+from pathlib import Path
+from rockbuild.build.patches import apply_patch_series, load_patch_series
+done = apply_patch_series(load_patch_series(Path(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]),
+                          build_number=11312, tree_label="llama.cpp b11312", os_name="linux", backend="vulkan")
+print(" ".join(f"{o.id}:{o.status}" for o in done.outcomes))
+PY
+        CCACHE_DIR=$MUT/ccache ninja -C "$b" -j 2 "$target" > "$MUT/libs/$name.ninja.log" 2>&1 || die "ninja $target for $name"
+        mkdir -p "$MUT/libs/$name" && cp -L "$b/bin/$lib" "$MUT/libs/$name/$lib"
+        log "$name: $lib rebuilt ($(grep -c '^\[' "$MUT/libs/$name.ninja.log") ninja steps)"
+    done
+}
+
+mutants_prepare() {
+    local spec name lib
+    rm -rf "$REPO/.h200x" && mkdir -p "$REPO/.h200x"
+    grep -qx '/.h200x/' "$REPO/.git/info/exclude" || echo '/.h200x/' >> "$REPO/.git/info/exclude"
+    for spec in $MUTANTS; do
+        name=${spec%%:*} lib=${spec#*:}
+        [ -f "$MUT/libs/$name/$lib" ] || die "no $MUT/libs/$name/$lib: run $0 mutants-build"
+        xz -9 -T2 -c "$MUT/libs/$name/$lib" > "$REPO/.h200x/$name.$lib.xz"
+    done
+    du -sh "$REPO/.h200x" "$REPO/.h200n" >&2
+}
+
+# the long-context call: everything it sets up stays in /var/tmp/h200 (the machine stays warm 30 s between calls)
+long_setup() {
+    local V=/var/tmp/h200
+    [ -f $V/smollm2.part1 ] || { echo "no $V/smollm2.part1: run 'model' first, on the same machine" >&2; exit 1; }
+    local from=.h200n
+    for f in "$from"/debs/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    python3 -m pip install -q --no-index --no-deps --target $V/rbsite "$from"/wheels/*.whl
+    rm -rf $V/job && mkdir -p $V/job/tools
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], filter="tar")' \
+        "$from/bundle.tar.xz" $V/job
+    [ ! -x "$from/tools/test-backend-ops" ] || cp "$from/tools/test-backend-ops" $V/job/tools/
+    cat $V/smollm2.part1 "$from/smollm2.part2" > $V/SmolLM2-135M-Instruct.Q4_1.gguf
+    echo "$(cat "$from/smollm2.sha256")  $V/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c -
+}
+
+long_env() {
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    export PYTHONPATH=/var/tmp/h200/rbsite
+}
+
+long() {
+    : "${OUT:?run me through the device tool}"
+    local V=/var/tmp/h200 R=/tmp/long-results
+    rm -rf $R && mkdir -p $R
+    long_setup > $R/setup.txt 2>&1 || { cat $R/setup.txt; exit 1; }
+    long_env
+    { python3 -m rockbuild --version; nvidia-smi -L; lscpu | grep -E '^Model name'; } > $R/versions.txt 2>&1
+    set +e
+    python3 -m rockbuild smoke $V/job --model $V/SmolLM2-135M-Instruct.Q4_1.gguf --expect-gpu yes --cpu-variants none \
+        --report $R/clean-smoke.json > $R/clean-smoke.txt 2>&1
+    echo "smoke exit $?" >> $R/clean-smoke.txt
+    set -e
+    tar -C $R -czf "$OUT/long-results.tar.gz" .
+}
+
+mutants_run() {
+    : "${OUT:?run me through the device tool}"
+    local V=/var/tmp/h200 R=/tmp/mutant-results name lib spec
+    [ -f $V/job/bundle/bundle.json ] || { echo "no $V/job: run 'long' first, on the same machine" >&2; exit 1; }
+    long_env
+    rm -rf $R && mkdir -p $R
+    # the op subset instead of the full test: four full runs (250 s each) do not fit the device's calls
+    local yaml=$V/rbsite/rockbuild/_data/matrices/smoke.yaml
+    sed -i 's/^  mode: {gpu: full, software: subset}/  mode: {gpu: subset, software: subset}/' "$yaml"
+    grep -q '^  mode: {gpu: subset' "$yaml" || echo "warning: the op mode was not switched to the subset" >> $R/notes.txt
+    set +e
+    for name in "$@"; do
+        spec=$(echo "$MUTANTS" | tr ' ' '\n' | grep "^$name:") lib=${spec#*:}
+        rm -rf "/tmp/mut-$name" && cp -a $V/job "/tmp/mut-$name"
+        xz -dc ".h200x/$name.$lib.xz" > "/tmp/mut-$name/bundle/$lib"
+        python3 -m rockbuild smoke "/tmp/mut-$name" --model $V/SmolLM2-135M-Instruct.Q4_1.gguf --expect-gpu yes \
+            --cpu-variants none --report "$R/$name.json" > "$R/$name.txt" 2>&1
+        echo "smoke exit $?" >> "$R/$name.txt"
+    done
+    set -e
+    sed -i 's/^  mode: {gpu: subset, software: subset}/  mode: {gpu: full, software: subset}/' "$yaml"
+    tar -C $R -czf "$OUT/mutant-results-$1.tar.gz" .
+}
+
 case ${1:-} in
     prepare) prepare ;;
     device) device ;;
@@ -351,5 +471,9 @@ case ${1:-} in
     pristine) pristine_variant ;;
     ops-prepare) ops_prepare ;;
     ops) ops ;;
-    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|cpubench|pristine|ops-prepare|ops" >&2; exit 2 ;;
+    mutants-build) mutants_build ;;
+    mutants-prepare) mutants_prepare ;;
+    long) long ;;
+    mutants) shift; mutants_run "$@" ;;
+    *) echo "usage: $0 prepare|device|threads|model|numerics|cpu|cpubench|pristine|ops-prepare|ops|mutants-build|mutants-prepare|long|mutants NAME..." >&2; exit 2 ;;
 esac

