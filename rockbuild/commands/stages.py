@@ -323,7 +323,15 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
       divergence and same top token against the CPU (llama-perplexity on
       matrices/numerics.txt), the model's known greedy answers on the CPU
       and the GPU, and the CPU's perplexity against its baseline
-      (matrices/baselines.yaml; `rockbuild baseline` re-baselines).
+      (matrices/baselines.yaml; `rockbuild baseline` re-baselines);
+    - past one ubatch (numerics.long_context): one 4,096-token sequence
+      with llama-server's -b 2048 -ub 512 on the CPU against the last good
+      build's reference and on the GPU against the CPU, and a pass key
+      recalled through llama-server's HTTP API after ~4,800 tokens;
+    - every op on the GPU (smoke.yaml's ops): llama.cpp's test-backend-ops,
+      built beside the bundle (<job>/tools/, never shipped), against the
+      bundle's own backend: the full test on a real GPU, a named subset on
+      lavapipe; one failed case fails the smoke, naming the op.
     A wrong number fails the smoke like a crash.
     """
     from rockbuild.smoke.models import provide_model
