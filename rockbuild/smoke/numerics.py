@@ -516,8 +516,10 @@ def _long_context(config: NumericsConfig, long: LongContext, target: Target, bas
         args = [str(cpu_program), "-m", str(target.model), *common, "-f", str(long.text), "--kl-divergence-base",
                 str(base), *_cpu_args()]
         log = logs / "long-cpu.log"
-        output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout,
-                                                  log=log)
+        # from the one-variant folder: ggml also loads CPU modules from the current folder, which for the bundle
+        # would bring every variant back (and its best one wins)
+        output, _, failure, seconds = run_program("perplexity", args, cwd=cpu_program.parent, env=env,
+                                                  timeout=long.timeout, log=log)
     ppl = parse_final_ppl(output or "")
     if failure is None and (ppl is None or not math.isfinite(ppl)):
         failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"

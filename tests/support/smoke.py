@@ -148,6 +148,7 @@ def write_long_base(path, n_ctx, drift_from=None):
 PERPLEXITY = """
 N = MODE.get("numerics", "pass")
 Path({envlog!r}).joinpath("perplexity.calls").open("a").write(json.dumps(sys.argv) + "\\n")
+Path({envlog!r}).joinpath("perplexity.cwd").open("a").write(os.getcwd() + "\\n")
 LONG = "-ub" in sys.argv  # the long-context runs (rockbuild/smoke/longctx.py): one sequence, llama-server's batches
 if "--kl-divergence" not in sys.argv and LONG:
     if MODE.get("long") == "cpu-crash":
