@@ -203,8 +203,8 @@ def _line(b: Baseline) -> str:
 def _ref_line(r: Reference, folder: Path) -> str:
     file = r.file.relative_to(folder) if r.file.is_relative_to(folder) else r.file
     return (f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
-            f"ctx: {r.ctx}, file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, min_same_top: {r.min_same_top!r},"
-            f"\n     measured: {json.dumps(r.measured)}}}\n")
+            f"ctx: {r.ctx}, file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, "
+            f"min_same_top: {r.min_same_top!r},\n     measured: {json.dumps(r.measured)}}}\n")
 
 
 def write_baselines(path: Path, baselines: Baselines) -> Path:

@@ -367,7 +367,9 @@ def op_test_folder(bundle: Path, tool: Path, dest: Path) -> Path:
         if path.name == tool.name:
             continue
         (dest / path.name).symlink_to(path.absolute(), target_is_directory=path.is_dir())
-    shutil.copy2(tool, dest / tool.name)
+    copy = Path(shutil.copy2(tool, dest / tool.name))
+    # a CI artifact drops the exec bits (upload-artifact): the copy is this step's own program, so it is made runnable
+    copy.chmod(copy.stat().st_mode | 0o755)
     return dest
 
 

@@ -315,7 +315,7 @@ def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_p
     # and run from there: ggml also loads CPU modules from the current folder, the bundle's would all come back
     calls = (envlog / "perplexity.calls").read_text().splitlines()
     cwds = (envlog / "perplexity.cwd").read_text().splitlines()
-    assert {cwd for line, cwd in zip(calls, cwds) if json.loads(line)[0] == str(program)} == {str(program.parent)}
+    assert {cwd for line, cwd in zip(calls, cwds, strict=True) if json.loads(line)[0] == str(program)} == {str(program.parent)}
     assert not program.parent.exists()  # the one-variant folder is gone
     gpu = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()
            if "-ub" in line and "--kl-divergence\"" in line][0]

@@ -339,3 +339,19 @@ def test_smoke_json_carries_the_step_and_its_compact_summary(tmp_path):
     schema = json.loads((REPO / "docs" / "schemas" / "smoke.schema.json").read_text())
     assert "ops" in schema["properties"]
     assert Ops.not_checked("why").to_dict()["summary"]["result"] == NOT_CHECKED
+
+
+def test_the_op_test_copied_beside_the_bundle_runs_though_the_artifact_dropped_its_exec_bit(tmp_path):
+    """upload-artifact drops the exec bits of the job folder's files: the step's own copy is made runnable."""
+    from rockbuild.smoke.ops import op_test_folder
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "libggml-base.so.0").write_bytes(b"")
+    tool = tmp_path / "tools" / "test-backend-ops"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho ok\n")
+    tool.chmod(0o644)
+    folder = op_test_folder(bundle, tool, tmp_path / "run")
+    assert os.access(folder / "test-backend-ops", os.X_OK) and not os.access(tool, os.X_OK)
+    assert (folder / "libggml-base.so.0").is_symlink()
