@@ -39,6 +39,7 @@ from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
 from rockbuild.smoke.longctx import LongContext, parse_long_context, passkey_check, read_text, reference_check
 from rockbuild.smoke.probe import run_program
+from rockbuild.smoke.variant_folder import one_variant_folder, shipped_variants, work_folder
 
 PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
 LONG_CHECKS = ("long_reference", "long_cross_backend", "long_answer")  # rockbuild.smoke.longctx
@@ -467,8 +468,6 @@ def _one_variant(program: Path, variant: str | None, logs: Path) -> Iterator[tup
     """(the program to run, the CPU variant it will load): ``program`` from a folder of the bundle with ``variant``'s
     module alone (rockbuild.smoke.variants), removed afterwards; the bundle's own program and None (ggml's pick)
     when no variant is asked for or the bundle ships none of that name."""
-    from rockbuild.smoke.variants import one_variant_folder, shipped_variants, work_folder
-
     bundle = program.parent
     shipped = shipped_variants(bundle) if variant else {}
     if not variant or variant not in shipped:
