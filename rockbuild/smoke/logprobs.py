@@ -26,11 +26,12 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from rockbuild.core.errors import ConfigError
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the CLI starts without it (a command that never reads one)
+    import numpy as np
 
 MAGIC = b"_logits_"
 TOPK_MAGIC = b"rockbuild-topk 1\n"  # inside the xz stream (Python's own lzma: nothing to install where it is read)
@@ -63,6 +64,8 @@ class BaseFile:
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(first row, log-probabilities f32 (rows, n_vocab), argmax per row) for each block of rows."""
+        import numpy as np
+
         for start in range(0, self.rows.shape[0], _BLOCK):
             raw = np.asarray(self.rows[start:start + _BLOCK])
             head = np.ascontiguousarray(raw[:, :4]).view("<f4")  # scale, min_log_prob
@@ -73,6 +76,8 @@ class BaseFile:
 
 def read_base(path: Path) -> BaseFile:
     """Open a ``--kl-divergence-base`` file; a LogProbsError for anything that is not one, or a truncated one."""
+    import numpy as np
+
     try:
         with path.open("rb") as f:
             head = f.read(20)
@@ -118,6 +123,8 @@ class TopK:
 
 def top_k(base: BaseFile, k: int = DEFAULT_K, about: dict[str, Any] | None = None) -> TopK:
     """The k most likely tokens of every position of ``base``."""
+    import numpy as np
+
     if k < 1:
         raise LogProbsError(f"top-k of {k}: at least one token per position")
     k = min(k, base.n_vocab)
@@ -134,6 +141,8 @@ def top_k(base: BaseFile, k: int = DEFAULT_K, about: dict[str, Any] | None = Non
 
 def write_topk(topk: TopK, path: Path) -> Path:
     """The reference file: xz of a magic line, a JSON header line, then ids (i32) and log-probabilities (f32)."""
+    import numpy as np
+
     raw = io.BytesIO()
     raw.write(TOPK_MAGIC)
     raw.write(json.dumps(topk.header(), sort_keys=True).encode() + b"\n")
@@ -147,6 +156,8 @@ def write_topk(topk: TopK, path: Path) -> Path:
 
 
 def read_topk(path: Path) -> TopK:
+    import numpy as np
+
     try:
         data = lzma.decompress(path.read_bytes())
     except OSError as exc:
@@ -193,6 +204,8 @@ class Comparison:
 def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
     """How far ``base`` (a new run's full distributions) is from ``ref``. A different context, vocabulary or token
     sequence is a LogProbsError: they are different experiments, not a small divergence."""
+    import numpy as np
+
     if (base.n_ctx, base.n_vocab, base.n_chunk) != (ref.n_ctx, ref.n_vocab, ref.n_chunk):
         raise LogProbsError(f"{base.path} holds {base.n_chunk} x {base.n_ctx} tokens of a {base.n_vocab}-token "
                             f"vocabulary, the reference {ref.n_chunk} x {ref.n_ctx} of {ref.n_vocab}")
