@@ -445,7 +445,9 @@ mutants_run() {
     long_env
     rm -rf $R && mkdir -p $R
     # the op subset instead of the full test: four full runs (250 s each) do not fit the device's calls
-    local yaml=$V/rbsite/rockbuild/_data/matrices/smoke.yaml
+    # (the file rockbuild reads: `python3 -m rockbuild` from this checkout imports the checkout's package first)
+    local yaml
+    yaml=$(python3 -c 'from rockbuild.core.data import data_path; print(data_path("matrices", "smoke.yaml"))')
     sed -i 's/^  mode: {gpu: full, software: subset}/  mode: {gpu: subset, software: subset}/' "$yaml"
     grep -q '^  mode: {gpu: subset' "$yaml" || echo "warning: the op mode was not switched to the subset" >> $R/notes.txt
     set +e
