@@ -230,15 +230,23 @@ def _leading_comments(lines: list[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Rebaselined:
-    """What ``rockbuild baseline`` did: the file, the entry replaced (None: a new one) and the new entry."""
+class _Replaced:
+    """What ``rockbuild baseline`` did to one entry: the file, the entry replaced (None: a new one) and the new one."""
 
     path: Path
-    old: Baseline | None
-    new: Baseline
+    old: Any
+    new: Any
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": str(self.path), "old": self.old.to_dict() if self.old else None, "new": self.new.to_dict()}
+
+
+@dataclass(frozen=True)
+class Rebaselined(_Replaced):
+    """A perplexity baseline (:class:`Baseline`) set."""
+
+    old: Baseline | None
+    new: Baseline
 
     def render(self) -> str:
         was = f"{self.old.ppl:.4f} -> " if self.old else "new: "
@@ -266,15 +274,11 @@ def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> Rebaselined
 
 
 @dataclass(frozen=True)
-class Rereferenced:
-    """What ``rockbuild baseline`` did to the long-context reference: the entry replaced (None: new) and the new."""
+class Rereferenced(_Replaced):
+    """A long-context reference (:class:`Reference`) set."""
 
-    path: Path
     old: Reference | None
     new: Reference
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": str(self.path), "old": self.old.to_dict() if self.old else None, "new": self.new.to_dict()}
 
     def render(self) -> str:
         return (f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens: "
