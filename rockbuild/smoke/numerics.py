@@ -16,6 +16,10 @@ Three checks, each ``passed``, ``failed`` or ``not checked`` (with why), never a
 * **the CPU's figure**: the CPU run's perplexity on the text, recorded for the release (``manifest.json``) so that
   ``rockbuild perf`` follows it from night to night (it reports, it does not gate: see docs/numerics.md).
 
+* **past one ubatch** (``numerics.long_context``, :mod:`rockbuild.smoke.longctx`): one 4,096-token sequence with
+  llama-server's batches on the CPU against the last good build's reference, on the GPU against the CPU, and a pass
+  key through llama-server's HTTP API (``long_reference``, ``long_cross_backend``, ``long_answer``).
+
 NaN or inf anywhere in a figure fails: a NaN never compares above a threshold.
 """
 
