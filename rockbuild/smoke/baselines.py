@@ -112,16 +112,8 @@ def parse_baselines(data: Any, path: Path) -> Baselines:
     tolerance = _positive(path, data, "tolerance", data.get("tolerance", DEFAULT_TOLERANCE), "tolerance", float)
     if tolerance >= 1:
         raise ConfigError(f"{where(path, data, 'tolerance')}: tolerance is relative (0.02 is 2 %), not {tolerance!r}")
-    items = data.get("baselines") or []
-    expect_type(path, data, "baselines", items, (list, YList), "baselines")
     entries = []
-    for i, node in enumerate(items):
-        expect_type(path, items, i, node, (dict, YDict), f"baselines[{i}]")
-        check_keys(path, node, _KEYS, f"baselines[{i}]")
-        for key in ("model", "text"):
-            if not isinstance(node.get(key), str) or not node[key].strip():
-                raise ConfigError(f"{where(path, node, key if key in node else None)}: baselines[{i}] needs a {key} "
-                                  "(a non-empty string)")
+    for i, node in _entries(data, path, "baselines", _KEYS, ("model", "text")):
         entries.append(Baseline(
             model=node["model"].strip(), text=node["text"].strip(),
             ctx=_positive(path, node, "ctx", node.get("ctx"), f"baselines[{i}].ctx", int),
@@ -132,17 +124,24 @@ def parse_baselines(data: Any, path: Path) -> Baselines:
     return Baselines(tuple(entries), tolerance, path, _parse_references(data, path))
 
 
-def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
-    items = data.get("references") or []
-    expect_type(path, data, "references", items, (list, YList), "references")
-    out = []
+def _entries(data: Any, path: Path, name: str, keys: tuple[str, ...],
+             texts: tuple[str, ...]) -> list[tuple[int, Any]]:
+    """The list ``name`` of the file: each entry a mapping of known keys whose ``texts`` are non-empty strings."""
+    items = data.get(name) or []
+    expect_type(path, data, name, items, (list, YList), name)
     for i, node in enumerate(items):
-        expect_type(path, items, i, node, (dict, YDict), f"references[{i}]")
-        check_keys(path, node, _REF_KEYS, f"references[{i}]")
-        for key in ("model", "text", "file"):
+        expect_type(path, items, i, node, (dict, YDict), f"{name}[{i}]")
+        check_keys(path, node, keys, f"{name}[{i}]")
+        for key in texts:
             if not isinstance(node.get(key), str) or not node[key].strip():
-                raise ConfigError(f"{where(path, node, key if key in node else None)}: references[{i}] needs a {key} "
+                raise ConfigError(f"{where(path, node, key if key in node else None)}: {name}[{i}] needs a {key} "
                                   "(a non-empty string)")
+    return list(enumerate(items))
+
+
+def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
+    out = []
+    for i, node in _entries(data, path, "references", _REF_KEYS, ("model", "text", "file")):
         digest = node.get("sha256")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
             raise ConfigError(f"{where(path, node, 'sha256' if 'sha256' in node else None)}: references[{i}] needs the "
