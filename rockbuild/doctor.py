@@ -606,7 +606,7 @@ def run_doctor(
             # AMD GPU is worth knowing, not a problem
             findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
                                   f"nothing to do for the Vulkan build, which runs on {', '.join(devices)}")
-        elif not gpus and bundle_info.get("backend") == "cpu":
+        elif not gpus and not get_backend(bundle_info["backend"]).needs_gpu:
             # a CPU build needs no GPU at all (the Windows end-to-end job's flavour)
             findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
                                   "nothing to do for a CPU build")

@@ -67,6 +67,7 @@ class Backend(Protocol):
     name: str  # Job.backend, the matrix's backend axis, bundle.json's backend: rocm
     label: str  # the flavour for people: ROCm
     needs_rocm: bool  # resolve and fetch a TheRock tarball, build from its root, bundle its closure
+    needs_gpu: bool  # its bundle computes on a GPU (doctor: a machine without one is a problem only then)
     per_target: bool  # one job per gfx family or target (the matrix's target axis) with GPU code for exactly those;
     #                   else one job per OS with no gfx targets
     ggml_libraries: tuple[str, ...]  # llama.cpp's library of this backend (globs): tells a bundle's flavour

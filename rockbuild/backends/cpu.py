@@ -78,6 +78,7 @@ class CpuBackend:
     name = NAME
     label = "CPU"
     needs_rocm = False
+    needs_gpu = False
     per_target = False
     ggml_libraries: tuple[str, ...] = ()  # the CPU modules are in every bundle: a bundle's flavour is told by the
     #                                       absence of the others (bundle.json says it)

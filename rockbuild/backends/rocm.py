@@ -312,6 +312,7 @@ class RocmBackend:
     name = "rocm"
     label = "ROCm"
     needs_rocm = True
+    needs_gpu = True
     per_target = True
     ggml_libraries: tuple[str, ...] = GGML_HIP
 

@@ -233,6 +233,7 @@ class VulkanBackend:
     name = NAME
     label = "Vulkan"
     needs_rocm = False
+    needs_gpu = True
     per_target = False
     ggml_libraries: tuple[str, ...] = GGML_VULKAN
 

@@ -410,7 +410,7 @@ def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None
     ubatch) as its reference, after a human checked that the move is right."""
     from rockbuild.core.errors import UsageError
     from rockbuild.core.records import SmokeRecord
-    from rockbuild.smoke.baselines import Recorded, rebaseline, rereference
+    from rockbuild.smoke.baselines import Rebaselined, Recorded, Rereferenced, rebaseline, rereference
     from rockbuild.smoke.numerics import parse_numerics_config
 
     record = SmokeRecord.read(smoke_json)
@@ -424,7 +424,7 @@ def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None
     said = (f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
     words = measured or ", ".join(v for v in said if v)
     long = dict(numerics.get("long_reference") or {})
-    done = []
+    done: list[Rebaselined | Rereferenced] = []
     if only != "long":
         done.append(rebaseline(target, dict(numerics.get("cpu") or {}), words))
     if only == "long" or (only is None and long.get("topk")):

@@ -59,14 +59,14 @@ def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = 
 # YAML that remembers where each value came from, so errors can name file and line.
 
 
-class YDict(dict):
+class YDict(dict[Any, Any]):
     """A mapping from YAML with the 1-based line of itself (``line``) and of each key (``lines``)."""
 
     line: int = 0
     lines: dict[Any, int]
 
 
-class YList(list):
+class YList(list[Any]):
     """A sequence from YAML with the 1-based line of itself and of each item."""
 
     line: int = 0

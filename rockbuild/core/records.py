@@ -232,7 +232,7 @@ class Record:
         f = next(f for f in self._fields() if f.name == name)
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-        return getattr(self, name) != default
+        return bool(getattr(self, name) != default)
 
     def write(self, path: Path, *, ensure_ascii: bool = True) -> Path:
         """Write the record to ``path`` atomically (readers see the old file or the new one)."""
@@ -865,6 +865,25 @@ class FailedJob(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PartialJob(Record):
+    """A job of a release published not whole (rockbuild.publish.whole): what its bundle lacks (``web_ui``, program
+    names) and, for each, why."""
+
+    id: str
+    lacks: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestPartial(Record):
+    """manifest.json's ``partial``: the release was published with ``--allow-partial REASON`` although these jobs'
+    bundles lack the chat page or a listed program."""
+
+    reason: str | None = None
+    jobs: tuple[PartialJob, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ManifestRecord(Record):
     """A release's ``manifest.json``: every job it ships with its assets, and every job that failed."""
 
@@ -882,6 +901,7 @@ class ManifestRecord(Record):
     assets: tuple[ManifestAsset, ...] = ()
     jobs: tuple[ManifestJob, ...]
     not_gpu_tested: tuple[str, ...] = ()
+    partial: ManifestPartial | None = None  # None: whole; else published with --allow-partial (the reason, the holes)
     failed_jobs: tuple[FailedJob, ...] = ()
 
     def job(self, job_id: str) -> ManifestJob | None:

@@ -88,7 +88,7 @@ def test_no_stage_module_branches_on_a_backend_name():
     """The stages ask their backend; only rockbuild/backends/ knows which flavour is which. publish/jobs.py (being
     reworked elsewhere) still infers and labels the flavour from its name."""
     pattern = re.compile(r"""is_vulkan|toolchain is None|(==|!=)\s*["']vulkan["']|["']vulkan["']\s*(==|!=)"""
-                         r"""|backend\S*\s*(==|!=)\s*["']rocm["']""")
+                         r"""|backend\S*\s*(==|!=)\s*["'](rocm|cpu)["']|["'](rocm|cpu)["']\s*(==|!=)\s*\S*backend""")
     allowed = {"rockbuild/publish/jobs.py"}
     found = []
     for path in sorted((ROOT / "rockbuild").rglob("*.py")):
@@ -190,6 +190,7 @@ class CpuBackend:
     name = "blas"
     label = "BLAS"
     needs_rocm = False
+    needs_gpu = False
     per_target = False
     ggml_libraries: tuple[str, ...] = ()  # libggml-blas ships in every bundle: only bundle.json tells a CPU one
 
