@@ -124,9 +124,9 @@ class GitHub:
 
     def manifests(self, limit: int) -> Iterator[tuple[str, ManifestRecord]]:
         """(tag, manifest.json) of the newest ``limit`` published releases, newest first, read one at a time (a
-        caller that has what it needs stops early). A release's manifest is outside input: one that is missing is
-        skipped, one that is not a valid manifest.json is skipped with one warning naming the release and why, and
-        the others still count."""
+        caller that has what it needs stops early). A release's manifest is outside input: one that is missing or
+        not a valid manifest.json is skipped with one warning naming the release and why, and the others still
+        count."""
         published = sorted((r for r in self.releases() if not r.draft),
                            key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
         for release in published:
@@ -139,6 +139,7 @@ class GitHub:
         invalid) when it cannot be used. The API or the network failing is a PublishError, as for every call."""
         text = self.asset_text(release, "manifest.json")
         if text is None:
+            console.warn(f"release {release.tag_name} has no manifest.json; that release is skipped")
             return None
         try:
             return ManifestRecord.loads(text, f"manifest.json of release {release.tag_name}")

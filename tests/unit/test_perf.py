@@ -103,6 +103,17 @@ def test_a_bad_manifest_in_the_history_is_skipped_with_a_warning(gh, bad, capsys
     assert "manifest.json of release b1011:" in err and "that release is skipped" in err
 
 
+def test_a_release_without_a_manifest_is_skipped_with_a_warning(gh, capsys):
+    """Issue 40, item 8: a release that published no manifest.json (an asset upload cut short, a hand-made release)
+    used to drop out of the history silently."""
+    gh.state.add_release("b1011", assets={"llama-b1011-linux-gfx1151.tar.gz": b"x"})
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    assert "b1011" not in report.releases and "b1009" in report.releases
+    err = capsys.readouterr().err
+    assert "release b1011 has no manifest.json; that release is skipped" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_a_noisy_figure_is_not_judged_and_stays_out_of_the_baseline(gh):
     """Issue 26, item 5: a 10 % drop whose own repetitions spread by 12 % is noise, not a regression; the limit
     defaults to the threshold, --max-spread sets it, and older manifests without a spread still count."""
