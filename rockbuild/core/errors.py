@@ -144,6 +144,13 @@ class PublishError(RockbuildError):
     exit_code = 12
 
 
+class ImageError(PublishError):
+    """A release's container image cannot be made, fails its podman test, or its push to the registry failed: a failed
+    publish (exit 12), the release stays a draft."""
+
+    exit_code = 12
+
+
 class StaleInputError(RockbuildError):
     """The newest input (e.g. a ROCm nightly) is older than allowed."""
 
