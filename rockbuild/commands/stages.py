@@ -432,5 +432,60 @@ def baseline(smoke_json: Path, baselines_file: Path | None, measured: str | None
     show(Recorded(tuple(done)), as_json)
 
 
+@command
+@click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=True, type=folder(exists=True))
+@click.option("--tag", required=True, metavar="TAG", help="The release tag the images are made for (b1234).")
+@click.option("--out", "out_dir", type=folder(), default=Path("release"), show_default=True,
+              help="The images go to OUT/images/<flavour>/ (podman pull dir:FOLDER reads one).")
+@click.option("--repo", default=None, metavar="OWNER/NAME",
+              help="The GitHub repository (the images' source label; default: $GITHUB_REPOSITORY).")
+@click.option("--model", type=file(exists=True), default=None, metavar="GGUF",
+              help="The real model the podman test serves from the /models volume (its known answer is checked).")
+@click.option("--no-test", is_flag=True, help="Build only (nothing untested is ever pushed: not with --push).")
+@click.option("--push", "repository", default=None, metavar="REGISTRY/NAME",
+              help="After the test, push to this repository (ghcr.io/OWNER/NAME; token: $GITHUB_TOKEN) under the "
+              "release's tag and the moving tag of each flavour.")
+@click.option("--base-root", type=folder(exists=True), default=Path("/"), show_default=True,
+              help="Whose installed Debian packages make the base: this machine, or the root the bundles were "
+              "built in.")
+@click.option("--runtime", default=None, metavar="RUNTIME",
+              help="podman --runtime for the test (runc where crun refuses the cgroups).")
+@click.option("--registry-user", default=None, metavar="USER", help="The registry's user name (default: the owner).")
+@click.option("--publish-config", type=file(exists=True), default=None, metavar="YAML",
+              help="The publish.yaml whose deb_packages name the libraries' packages.")
+@JSON
+def image(job_dirs: tuple[Path, ...], tag: str, out_dir: Path, repo: str | None, model: Path | None, no_test: bool,
+          repository: str | None, base_root: Path, runtime: str | None, registry_user: str | None,
+          publish_config: Path | None, as_json: bool) -> None:
+    """Make a container image of each Linux job's bundle (reproducible), test it with podman, push it (--push)."""
+    from dataclasses import replace
+
+    from rockbuild import console
+    from rockbuild.core.errors import UsageError
+    from rockbuild.publish.image import ImageOptions, load_images_config, push_release_images, release_images
+    from rockbuild.publish.jobs import load_job
+    from rockbuild.publish.release import archive_mtime
+
+    if repository and no_test:
+        raise UsageError("--push needs the podman test: an untested image is never pushed", hint="drop --no-test")
+    context = settings()
+    repo = repo or context.github.repository
+    options = ImageOptions(repository=repository, model=model.absolute() if model else None,
+                           base_root=base_root.absolute(), runtime=runtime,
+                           user=registry_user or (repo.split("/")[0] if repo else None), token=context.github.token)
+    jobs = [load_job(d.absolute()) for d in job_dirs]
+    failed = [j for j in jobs if not j.ok]
+    if failed:
+        raise UsageError(f"job {failed[0].id} failed ({failed[0].failed_step}): only a passed job's bundle makes "
+                         "an image")
+    say = (lambda m: None) if as_json else console.info
+    report = release_images(jobs, tag, out_dir.absolute(), publish=context.but(publish_file=publish_config).publish,
+                            config=load_images_config(), options=options, repo=repo, test=not no_test, say=say,
+                            mtime_of=lambda j: archive_mtime(j, context.source_date_epoch))
+    if repository:
+        report = replace(report, images=tuple(push_release_images(report.images, options, say)))
+    show(report, as_json)
+
+
 # in the order `rockbuild --help` lists them
-COMMANDS = (matrix, fetch, rocm, build, webui, bundle, audit, smoke, compare, baseline)
+COMMANDS = (matrix, fetch, rocm, build, webui, bundle, audit, smoke, compare, baseline, image)

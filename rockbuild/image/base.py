@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rockbuild.core.errors import ProcessError, PublishError
+from rockbuild.core.errors import ImageError, ProcessError
 from rockbuild.process import child_env, run
 
 from .oci import Member
@@ -59,7 +59,7 @@ def installed_packages(root: Path = Path("/")) -> dict[str, Package]:
         out = run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W", "-f", fmt], env=child_env(),
                   timeout=120).output
     except ProcessError as exc:
-        raise PublishError(f"cannot list this machine's Debian packages with dpkg-query: {exc}",
+        raise ImageError(f"cannot list this machine's Debian packages with dpkg-query: {exc}",
                            hint="an image's base is made from the publishing machine's installed packages "
                            "(Debian or Ubuntu)") from None
     found: dict[str, Package] = {}
@@ -82,7 +82,7 @@ def package_closure(roots: Sequence[str], installed: Mapping[str, Package], *, n
     skip = set(never)
     missing = [r for r in roots if r not in installed]
     if missing:
-        raise PublishError(f"the image needs the Debian package {missing[0]}, which this machine has not installed",
+        raise ImageError(f"the image needs the Debian package {missing[0]}, which this machine has not installed",
                            hint=f"apt-get install {' '.join(missing)} on the publishing machine")
     seen: dict[str, Package] = {}
     todo = list(roots)
@@ -106,7 +106,7 @@ def package_paths(package: Package, root: Path = Path("/")) -> list[str]:
         path = info / name
         if path.is_file():
             return [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line]
-    raise PublishError(f"dpkg has no file list for {package.name} ({info})")
+    raise ImageError(f"dpkg has no file list for {package.name} ({info})")
 
 
 def _kept(rel: str) -> bool:
@@ -158,7 +158,7 @@ def base_members(packages: Sequence[Package], extra_files: Sequence[str], root: 
     for path in extra_files:
         found = host_members([path], root)
         if not found:
-            raise PublishError(f"the image needs {path}, which this machine does not have",
+            raise ImageError(f"the image needs {path}, which this machine does not have",
                                hint="apt-get install ca-certificates on the publishing machine")
         members.extend(found)
     return members

@@ -11,7 +11,7 @@ and pushed to the repository's registry only with the release (docs/images.md).
 * **Runs**: ``llama-server`` as entrypoint, on 0.0.0.0:8080 (``LLAMA_ARG_HOST``/``LLAMA_ARG_PORT``, which its
   arguments override), a HEALTHCHECK on ``/health``, the user ``llama`` (10001), the model passed as ``-m
   /models/NAME.gguf`` from the volume.
-* **Before a push**: the image must have passed :func:`test_image` (podman: /health, the chat page, a known answer
+* **Before a push**: the image must have passed :func:`check_image` (podman: /health, the chat page, a known answer
   of a real model, non-root, read-only root); a push that fails is a failed publish; a re-run sends only what is
   missing.
 """
@@ -254,7 +254,7 @@ def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig
         oci.write_layer(oci.tree_members(job.bundle, PREFIX), folder, mtime=mtime, level=options.level,
                         comment=f"bundle of {job.id} (llama.cpp {job.llama_build or '?'})"),
         oci.write_layer([oci.Member(SBOM_PATH, "file", 0o644, data=image_sbom(
-            job, f"{repository or 'image'}:{release_tag}", tag, packages, timestamp=mtime))], folder, mtime=mtime,
+            job, f"image {release_tag}", tag, packages, timestamp=mtime))], folder, mtime=mtime,
             level=options.level, comment="CycloneDX SBOM"),
     ]
     port = config.port
@@ -274,7 +274,7 @@ def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig
                         packages=tuple(packages), run_command=run_command(job, reference, config))
 
 
-def test_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> ReleaseImage:
+def check_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> ReleaseImage:
     """``image`` with its podman test's result; an ImageError when podman or the model is missing or the test
     fails (an untested image is never pushed)."""
     podman = Podman.find(options.runtime)
@@ -336,3 +336,55 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 def image_folder(out_dir: Path, image_flavour_name: str) -> Path:
     return out_dir / "images" / _SAFE.sub("-", image_flavour_name)
+
+
+@dataclass(frozen=True)
+class ImagesReport:
+    """What ``rockbuild image`` did: each image, and what was skipped (a Windows job) and why."""
+
+    tag: str
+    images: tuple[ReleaseImage, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tag": self.tag, "images": [i.to_dict() for i in self.images],
+                "skipped": [{"job": j, "why": w} for j, w in self.skipped]}
+
+    def render(self) -> str:
+        lines = []
+        for i in self.images:
+            lines.append(f"{i.flavour}: {i.digest} ({i.compressed_bytes / 1e6:.1f} MB compressed, "
+                         f"{i.unpacked_bytes / 1e6:.1f} MB unpacked) in {i.folder}")
+            if i.test is not None:
+                lines.append(f"  tested: /health after {i.test.seconds_to_health or 0:.1f} s, user {i.test.user}, "
+                             f"read-only root, chat page {i.test.chat_page}, answer {i.test.completion!r}")
+            if i.push is not None:
+                lines.append(f"  pushed: {', '.join(f'{i.push.reference}:{t} ({a})' for t, a in i.push.tags)}")
+            lines.append(f"  run: {i.run_command}")
+        lines.extend(f"{job}: no image ({why})" for job, why in self.skipped)
+        return "\n".join(lines)
+
+
+WINDOWS_WHY = ("a Windows container runs only on a Windows host, which gives a container no AMD GPU "
+               "(no /dev/kfd or /dev/dri; GPU-PV is DirectX only)")
+
+
+def release_images(jobs: Sequence[BuiltJob], tag: str, out_dir: Path, *, publish: PublishConfig,
+                   config: ImagesConfig, options: ImageOptions, mtime_of: Callable[[BuiltJob], int],
+                   repo: str | None, test: bool = True, say: Callable[[str], None] = lambda m: None) -> ImagesReport:
+    """An image per Linux job in ``out_dir/images/<flavour>``, each tested with podman when ``test`` (pushing needs
+    it); nothing is pushed here (:func:`push_release_images` does, with the release)."""
+    installed = installed_packages(options.base_root)
+    images, skipped = [], []
+    for job in jobs:
+        if job.os != "linux" or job.bundle is None:
+            skipped.append((job.id, WINDOWS_WHY if job.os == "windows" else "no bundle"))
+            continue
+        say(f"image {image_flavour(job)}: building from {job.bundle}")
+        image = build_image(job, tag, image_folder(out_dir, image_flavour(job)), publish=publish, config=config,
+                            options=options, mtime=mtime_of(job), repo=repo, installed=installed)
+        if test:
+            say(f"image {image.flavour}: testing {image.digest[:19]} with podman")
+            image = check_image(image, job, options)
+        images.append(image)
+    return ImagesReport(tag, tuple(images), tuple(skipped))
