@@ -24,10 +24,10 @@ from rockbuild.image.registry import Reference, Registry, push_image
 from rockbuild.publish.image import (
     ImageOptions,
     build_image,
+    check_image,
     image_tags,
     load_images_config,
     release_images,
-    check_image,
 )
 from rockbuild.publish.jobs import load_job
 
