@@ -32,6 +32,14 @@ PUBLISH_CONFIG = click.option(
 )
 
 
+# the emergency override of publish's whole-release check (rockbuild.publish.whole): written into the notes and
+# manifest.json
+ALLOW_PARTIAL = click.option(
+    "--allow-partial", "allow_partial", default=None, metavar="REASON",
+    help="Publish even though a bundle lacks llama-server's chat page or a program of programs.yaml (an emergency); "
+    "REASON goes into the release notes and manifest.json.")
+
+
 @command
 @JOB_SELECTION
 @NIGHT_PINS
@@ -93,12 +101,14 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
               help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
 @MODEL
 @COMPILE
+@ALLOW_PARTIAL
 @click.option("--json", "as_json", is_flag=True, help="Print the night's report (or plan) as JSON on stdout.")
 @click.pass_context
 def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
             inputs_file: Path | None, selection: JobSelection, publish_release: bool | None, parallel: int,
             compile_jobs: int | None, out_dir: Path, pins: Pins, github: GitHubTarget, publish_config: Path | None,
-            smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, as_json: bool) -> None:
+            smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, allow_partial: str | None,
+            as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
@@ -120,7 +130,7 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
         only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
         publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
         on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
-        context=settings(),
+        allow_partial=allow_partial, context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -219,15 +229,17 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
               help="After publishing, delete rockbuild's published releases older than the newest N.")
 @click.option("--out", "out_dir", type=folder(), default=None,
               help="Folder for the release files (default: release/ beside the job folders).")
+@ALLOW_PARTIAL
 @JSON
 def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHubTarget, publish_config: Path | None,
             tag: str | None, scheme: str | None,
-            draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None,
+            draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None, allow_partial: str | None,
             as_json: bool) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
 
     The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
-    completes a draft; a published release is never changed.
+    completes a draft; a published release is never changed. A release is whole or it is not published: every bundle
+    must carry llama-server's chat page and every program of programs.yaml (--allow-partial REASON: an emergency).
     """
     from rockbuild.nightly.run import job_dirs_to_publish
     from rockbuild.publish.release import PublishOptions
@@ -235,8 +247,9 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHub
 
     show(publish_release(PublishOptions(
         job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=github.repo, api_url=github.api_url, tag=tag,
-        scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, context=settings(),
-    ), settings().but(publish_file=publish_config).publish), as_json)
+        scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, allow_partial=allow_partial,
+        context=settings(),
+    ), settings().but(publish_file=publish_config).publish, settings().programs), as_json)
 
 
 @command

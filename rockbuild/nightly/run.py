@@ -170,6 +170,7 @@ class NightOptions:
     throttle: bool = True
     quiet: bool = False
     on_event: EventHook | None = None
+    allow_partial: str | None = None  # publish a release that is not whole, for this reason (rockbuild.publish.whole)
     data: NightData = field(kw_only=True, repr=False, compare=False)
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's context, the host OS
 
@@ -690,7 +691,9 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                                                 out=Path(options.out).absolute() / "release",
                                                 run_url=options.run_url, step_summary=options.step_summary,
                                                 throttle=options.throttle, quiet=options.quiet,
-                                                context=options.context), options.data.publish)
+                                                allow_partial=options.allow_partial,
+                                                context=options.context), options.data.publish,
+                                        options.data.programs)
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (
                 f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")

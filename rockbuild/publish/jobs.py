@@ -94,6 +94,7 @@ class BuiltJob:
     cmake: Mapping[str, str] = field(default_factory=dict)
     isas: tuple[str, ...] = ()  # GPU code really inside libggml-hip (audit), else the job's targets
     programs: tuple[str, ...] = ()  # the shipped programs' files (build.json), each run by the smoke
+    programs_unavailable: tuple[str, ...] = ()  # listed optional programs the job's tree does not define (build.json)
     cpu_variants: tuple[str, ...] = ()  # the CPU backend variants in the bundle (libggml-cpu-<variant>.so)
     bundle: Path | None = None
     audit: AuditRecord | None = None
@@ -395,6 +396,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         fallback=fallback, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
         patches=build.patches if build is not None else None,
         programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
+        programs_unavailable=build.programs_unavailable if build is not None else (),
         cpu_variants=cpu_variants(bundle_dir),
     )
     paths = build.paths if build is not None else None

@@ -90,7 +90,7 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
 def build_manifest(
     *, tag: str, fingerprint_value: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob],
     assets: Sequence[AssetFile], floors: Mapping[str, Mapping[str, tuple[str, str]]],
-    floor_config: Mapping[str, str], repo: str | None,
+    floor_config: Mapping[str, str], repo: str | None, partial: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a release: every job that ships, with its assets, and every job that failed."""
     by_job: dict[str, list[AssetFile]] = {}
@@ -125,6 +125,8 @@ def build_manifest(
         "assets": [a.to_dict() for a in assets],
         "jobs": shipped,
         "not_gpu_tested": [j.id for j in jobs if not j.gpu_tested],
+        # None: whole (every bundle has the chat page and every program); else published with --allow-partial
+        "partial": dict(partial) if partial is not None else None,
         "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
                         for j in failed],
     }

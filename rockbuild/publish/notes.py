@@ -93,7 +93,7 @@ def _gpu_row(job: BuiltJob) -> dict[str, Any] | None:
 def notes_context(
     *, tag: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob], assets: Sequence[AssetFile],
     known_issues: Sequence[str], os_words: Mapping[str, str], fingerprint_value: str, repo: str | None,
-    run_url: str | None, release_url: str | None = None, state: str = "",
+    run_url: str | None, release_url: str | None = None, state: str = "", partial: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     first = jobs[0] if jobs else (failed[0] if failed else None)
     commit = (first.llama_commit if first else None) or "unknown"
@@ -119,6 +119,7 @@ def notes_context(
         "no_web_ui": [{"asset": job_row(j, assets, os_words)["asset"], "reason": j.web_ui.reason or "?"}
                       for j in jobs if j.web_ui is not None and not j.web_ui.available],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
+        "partial": partial,  # published with --allow-partial (publish/whole.py): the reason and each job's holes
         "programs": _shared(j.programs for j in jobs),
         "cpu_variants": _shared(j.cpu_variants for j in jobs),
         "patches": carried_patches(jobs),

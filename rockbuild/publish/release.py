@@ -1,7 +1,8 @@
 """Publishing one night's jobs as one GitHub release that is never half and never changes once published.
 
 1. Read the job folders; gate: every required job must have passed (failed optional jobs are listed in the notes);
-   a Linux bundle above the glibc floor fails its job; llama.cpp must be the same build for every job.
+   a Linux bundle above the glibc floor fails its job; llama.cpp must be the same build for every job; every bundle
+   must be whole (the chat page, every program of programs.yaml: ``whole.py``) unless ``--allow-partial REASON``.
 2. Pick the tag: the release already made from the same inputs (its notes carry a fingerprint), else ``--tag``, else
    the next ``b####`` after the highest among tags and releases (or the llama.cpp-aligned tag).
 3. A *published* release is never touched: same inputs -> "nothing changed"; other assets under that tag -> refused.
@@ -25,6 +26,7 @@ from rockbuild import console
 from rockbuild.backends import get_backend
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError
+from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.downloader import sha256_file
 from rockbuild.rocm.names import parse_rocm_version
 
@@ -38,6 +40,7 @@ from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_
 from .notes import notes_context, read_marker, render
 from .sbom import SBOM_SUFFIX, make_sbom
 from .tags import llama_tag, next_sequential_tag
+from .whole import check_whole
 
 MANIFEST, CHECKSUMS, NOTES = "manifest.json", "SHA256SUMS", "release-notes.md"
 _DEFAULT_MTIME = 1_704_067_200  # 2024-01-01: used when a job does not say when it was built
@@ -59,6 +62,7 @@ class PublishOptions:
     step_summary: Path | None = None  # default: $GITHUB_STEP_SUMMARY
     throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
     quiet: bool = False
+    allow_partial: str | None = None  # the emergency override's reason: publish a release that is not whole (whole.py)
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
@@ -296,7 +300,8 @@ def _write_summary(path: Path | None, text: str) -> None:
         fh.write(text)
 
 
-def publish(options: PublishOptions, config: PublishConfig | None = None) -> PublishReport:
+def publish(options: PublishOptions, config: PublishConfig | None = None,
+            programs: ProgramList | None = None) -> PublishReport:
     """Publish the jobs in ``options.job_dirs`` (see the module docstring). Raises PublishError when refused."""
     config = config or load_publish_config()
     if not options.job_dirs:
@@ -307,6 +312,10 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
     shipped, failed, floors = gate_jobs(jobs, config)
     for job in failed:
         console.warn(f"{job.id} is left out (optional): {job.failed_step}: {job.reason}")
+    wholeness = check_whole(shipped, programs or load_programs(), allow_partial=options.allow_partial)
+    for hole in wholeness.holes:  # only with --allow-partial: check_whole refused otherwise
+        console.warn(f"published partial ({wholeness.allowed}): {hole.words()}")
+        warnings.append(f"partial release ({wholeness.allowed}): {hole.words()}")
     fp = fingerprint(shipped)
     github = options.context.github
     repo = options.repo or github.repository
@@ -345,7 +354,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
                 console.warn(f"{job.id}: {note}")
                 warnings.append(f"{job.id}: {note}")
         manifest = build_manifest(tag=tag, fingerprint_value=fp, jobs=shipped, failed=failed, assets=assets,
-                                  floors=floors, floor_config=config.glibc_floor, repo=repo)
+                                  floors=floors, floor_config=config.glibc_floor, repo=repo,
+                                  partial=wholeness.partial())
         manifest_path = write_json(out_dir / MANIFEST, manifest)
         assets.append(AssetFile(MANIFEST, manifest_path, manifest_path.stat().st_size, sha256_file(manifest_path),
                                 "manifest"))
@@ -353,7 +363,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None) -> Pub
         sums_path.write_text(sha256sums(assets), encoding="utf-8")
         assets.append(AssetFile(CHECKSUMS, sums_path, sums_path.stat().st_size, sha256_file(sums_path), "checksums"))
         context = notes_context(tag=tag, jobs=shipped, failed=failed, assets=assets, known_issues=config.known_issues,
-                                os_words=config.os_words, fingerprint_value=fp, repo=repo, run_url=run_url)
+                                os_words=config.os_words, fingerprint_value=fp, repo=repo, run_url=run_url,
+                                partial=wholeness.partial())
         notes = render("release-notes.md.j2", **context)
         (out_dir / NOTES).write_text(notes, encoding="utf-8")
         base_report.update(assets=tuple(assets), out_dir=out_dir)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from rockbuild.core.jobs import load_families
+from rockbuild.core.programs import load_programs
 from rockbuild.install import InstallOptions
 from rockbuild.settings import Settings
 from support.bundles import cc, fatbin_source, offload_bundle
@@ -18,7 +20,8 @@ SYSFS = FIXTURES / "sysfs"
 
 
 def real_bundle(bundle: Path, targets: tuple[str, ...]) -> Path:
-    """Replace a make_job bundle's stand-ins by a llama-server that runs and a libggml-hip carrying ``targets``."""
+    """Replace a make_job bundle's stand-ins by a llama-server that runs (every other program of programs.yaml a copy
+    of it, so the release is whole) and a libggml-hip carrying ``targets``."""
     for path in sorted(bundle.rglob("*"), reverse=True):
         if path.name != "bundle.json":
             path.rmdir() if path.is_dir() else path.unlink()
@@ -27,6 +30,10 @@ def real_bundle(bundle: Path, targets: tuple[str, ...]) -> Path:
     cc(bundle / "llama-server", '#include <stdio.h>\nint ggml_hip_value(void);\n'
        'int main(void){printf("llama-server %d\\n", ggml_hip_value());return 0;}', libs=(hip,),
        runpath=("$ORIGIN",))
+    for program in load_programs().programs:  # the rest of a whole release's programs: copies that run too
+        name = program.file_name
+        if not (bundle / name).exists():
+            shutil.copy2(bundle / "llama-server", bundle / name)
     meta = json.loads((bundle / "bundle.json").read_text())
     meta.update(targets=list(targets))
     meta["audit"]["fat_binaries"] = [{"file": "libggml-hip.so", "targets": list(targets)}]

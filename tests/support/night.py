@@ -20,6 +20,7 @@ from support.index import links_page
 from support.llama import llama_repository, make_project
 from support.options import night_options
 from support.trees import gcc_therock, tar_tree
+from support.webui import write_dist
 
 TOKEN = "ghp_NightlyTestToken0123456789SECRET"
 TODAY = datetime.datetime.now(datetime.UTC).date()
@@ -32,6 +33,15 @@ matrix:
   target: [gfx1151, gfx1150]
   include:
     - {{target: gfx1150, required: false{optional_extra}}}
+"""
+# the programs the stand-in llama.cpp defines (support/llama.py), as a programs.yaml: what its release ships whole
+PROGRAMS = """
+ship:
+  - {target: llama-cli, required: true, check: [--version]}
+  - {target: llama-server, required: true, check: [--version]}
+  - {target: llama-bench, required: true}
+  - {target: ggml-rpc-server, required: true, aliases: [rpc-server]}
+  - {target: llama-completion}
 """
 
 
@@ -49,6 +59,10 @@ class World:
         for name in self.tarballs:
             server.add(name, tarball, content_type="application/gzip")
         self.index = server.add_text("index.html", links_page(self.tarballs))
+        # a release is whole (rockbuild.publish.whole): the chat page the workflow's webui job builds (--web-ui DIR),
+        # and every program of the stand-in's programs.yaml
+        self.web_ui = write_dist(base / "webui")
+        self.programs = write(base / "programs.yaml", PROGRAMS)
 
     def matrix(self, name: str, *, optional_fails: bool = False, required_fails: bool = False) -> Path:
         cmake = '{FAIL_COMPILE: "ON"}' if required_fails else "{}"
@@ -64,7 +78,8 @@ class World:
     def options(self, out: Path, matrix: Path, **changes) -> NightOptions:
         values = dict(config=matrix, out=out, index_url=self.index, git_url=str(self.bare), repo=self.github.full_name,
                       api_url=self.github.api_url, token=TOKEN, smoke=False, use_ccache=False,
-                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
+                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2,
+                      web_ui_dist=self.web_ui, programs=self.programs)
         values.update(changes)
         return night_options(**values)
 

@@ -20,8 +20,9 @@ def settings(env: Mapping[str, str] | None = None, **flags: Any) -> Settings:
 
 
 def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Sequence[str] = (),
-               publish_config: Path | None = None, policy: Path | None = None) -> NightData:
-    files = settings(matrix_file=config, publish_file=publish_config, policy_file=policy)
+               publish_config: Path | None = None, policy: Path | None = None,
+               programs: Path | None = None) -> NightData:
+    files = settings(matrix_file=config, publish_file=publish_config, policy_file=policy, programs_file=programs)
     jobs = files.jobs(os_override=split_list(list(oses), aliases={"ubuntu": "linux"}),
                       target_override=split_list(list(targets)))
     return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy,
@@ -37,9 +38,10 @@ _GROUPS = {
 
 
 def night_options(*, config: Path | None = None, oses: Sequence[str] = (), targets: Sequence[str] = (),
-                  publish_config: Path | None = None, env: Mapping[str, str] | None = None,
-                  **values: Any) -> NightOptions:
-    """NightOptions as ``rockbuild nightly`` makes them: -c, --os, --target and --publish-config become its data, and
+                  publish_config: Path | None = None, programs: Path | None = None,
+                  env: Mapping[str, str] | None = None, **values: Any) -> NightOptions:
+    """NightOptions as ``rockbuild nightly`` makes them: -c, --os, --target and --publish-config (and ``programs``:
+    another programs.yaml, Settings.programs_file) become its data, and
     the flags of each option group (``llama_ref=``, ``repo=``, ``model=`` (the spec), ``use_ccache=``...) its values."""
     if "model" in values and not isinstance(values["model"], ModelChoice):
         values["spec"] = values.pop("model")
@@ -47,7 +49,8 @@ def night_options(*, config: Path | None = None, oses: Sequence[str] = (), targe
         given = {name: values.pop(name) for name in names if name in values}
         if given:
             values[group] = make(**given)
-    return NightOptions(**values, data=night_data(config, oses, targets, publish_config), context=settings(env))
+    return NightOptions(**values, data=night_data(config, oses, targets, publish_config, programs=programs),
+                        context=settings(env))
 
 
 def resolve_job(*, target: str | None = None, family: str | None = None, job_id: str | None = None,

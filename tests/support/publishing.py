@@ -46,7 +46,12 @@ def tiny_pe(payload: bytes, *, dll: bool, sections: dict[str, bytes] | None = No
 
 def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, status="ok", failed_step=None,
              rocm="7.2.0a20261128", commit=COMMIT, build="11312", smoke: dict | None = None,
-             extra_files: dict[str, bytes] | None = None, audit_ok=True) -> Path:
+             extra_files: dict[str, bytes] | None = None, audit_ok=True, web_ui=True, programs=None) -> Path:
+    """A job folder as the night leaves it. Whole by default, as publish wants it (rockbuild.publish.whole): build.json
+    records an embedded chat page (``web_ui=False``: none, npm missing, as a root without npm builds) and the bundle
+    holds every program of the shipped programs.yaml (``programs``: only these targets)."""
+    from rockbuild.core.programs import load_programs
+
     os_name, name = job_id.split("-", 1)
     job = out / job_id
     job.mkdir(parents=True)
@@ -63,7 +68,10 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
         "cmake_definitions": {"GGML_HIP": "ON", "GPU_TARGETS": ";".join(targets), "CMAKE_C_COMPILER": "/r/clang"},
         "paths": {"log": str(job / "build.log")},
         "finished": f"{day[:4]}-{day[4:6]}-{day[6:]}T13:40:00+00:00",
+        "web_ui": WEB_UI if web_ui else NO_WEB_UI,
     }
+    listed = [p for p in load_programs().programs if programs is None or p.target in programs]
+    build_json["programs"] = [p.to_dict() for p in listed]
     (job / "build.json").write_text(json.dumps(build_json))
     (job / "build.log").write_text("".join(f"[{i}/363] Building HIP object ggml/x{i}.cu.o\n" for i in range(50))
                                    + "FAILED: ggml/src/ggml-cuda/mmq.cu.o\nerror: out of memory\n")
@@ -86,6 +94,8 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
         ("ggml-hip.dll" if windows else "libggml-hip.so"): (stand_in(b"hip " * 64 + job_id.encode(), True), 0o755),
         "rocblas/library/TensileLibrary_lazy_gfx1151.dat": (b"kernels" * 100, 0o644),
     }
+    for program in listed:  # the rest of the release's programs (the three above are bigger, to tell assets apart)
+        files.setdefault(program.file_for(os_name), (stand_in(program.target.encode()), 0o755))
     for rel, data in (extra_files or {}).items():
         files[rel] = (data, 0o755)
     for rel, (data, mode) in files.items():
@@ -100,6 +110,11 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
     if smoke is not None:
         (job / "smoke.json").write_text(json.dumps(smoke))
     return job
+
+
+WEB_UI = {"status": "built", "reason": None, "sha256": "5e" * 32, "files": 9, "bytes": 1_843_211,
+          "build_number": "11312", "embedded": "/src/llama.cpp/tools/ui/dist"}
+NO_WEB_UI = {"status": "none", "reason": "npm is not installed (not on PATH)"}
 
 
 def smoke_ok(placement="cpu", pp=335.3, tg=1438.4) -> dict:

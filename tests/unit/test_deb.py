@@ -18,6 +18,7 @@ from support.options import context
 from support.publishing import config, make_job
 
 from rockbuild.core.errors import PublishError
+from rockbuild.core.programs import load_programs
 from rockbuild.publish.deb import (
     _LIBSTDCXX_GCC,
     bundle_programs,
@@ -81,9 +82,15 @@ def compile_bundle(bundle: Path, backend: str = "HIP", extra_libs: tuple[str, ..
     shutil.rmtree(src)
 
 
-def real_job(out: Path, job_id: str = "linux-gfx1151", **kw) -> Path:
-    job = make_job(out, job_id, **kw)
+def real_job(out: Path, job_id: str = "linux-gfx1151", *, whole: bool = False, **kw) -> Path:
+    """A job whose bundle holds real ELF files: PROGRAMS, or (``whole``, as publish wants it) every program of
+    programs.yaml, the others copies of llama-cli."""
+    job = make_job(out, job_id, programs=None if whole else PROGRAMS, **kw)
     compile_bundle(job / "bundle")
+    if whole:
+        for program in load_programs().programs:
+            if not (job / "bundle" / program.file_name).exists():
+                shutil.copy2(job / "bundle" / "llama-cli", job / "bundle" / program.file_name)
     return job
 
 
@@ -313,7 +320,7 @@ def test_a_host_library_without_a_known_package_is_refused(tmp_path):
 
 def test_without_dpkg_deb_a_configured_deb_fails_in_one_line_and_an_unconfigured_one_is_not_made(tmp_path,
                                                                                                    monkeypatch):
-    job = real_job(tmp_path / "out")
+    job = real_job(tmp_path / "out", whole=True)
     with pytest.raises(PublishError) as err:
         write_deb(load_job(job), "b1000", tmp_path / "x.deb", config(), mtime=EPOCH, env={"PATH": str(tmp_path)})
     assert "dpkg-deb is not installed" in err.value.message and "\n" not in err.value.message
@@ -327,7 +334,7 @@ def test_without_dpkg_deb_a_configured_deb_fails_in_one_line_and_an_unconfigured
 
 
 def test_publish_lists_the_deb_in_sha256sums_and_the_manifest(tmp_path):
-    jobs = [real_job(tmp_path / "out"), make_job(tmp_path / "out", "windows-gfx1151")]
+    jobs = [real_job(tmp_path / "out", whole=True), make_job(tmp_path / "out", "windows-gfx1151")]
     report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, quiet=True, token="",
                                     out=tmp_path / "release"), config())
     name = "llama-b1000-ubuntu-rocm-gfx1151-x64.deb"

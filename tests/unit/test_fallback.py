@@ -26,6 +26,7 @@ from support.night import night_servers
 from support.options import night_options
 from support.smoke import gguf_header, write_stand_ins
 from support.trees import gcc_therock, tar_tree
+from support.webui import write_dist
 
 from rockbuild.core.errors import NotFoundError, UsageError
 from rockbuild.nightly import NightOptions, load_inputs, plan_night, run_night
@@ -83,7 +84,7 @@ class World:
         stubs.mkdir()
         envlog = base / "envlog"
         envlog.mkdir()
-        write_stand_ins(stubs, envlog, {"numerics": "pass"})  # llama-completion answers as SmolLM2 does
+        write_stand_ins(stubs, envlog, {"numerics": "pass", "ui": "html"})  # SmolLM2's answers; GET /: the page
         self.work = make_project(base / "work")
         (self.work / "tools" / "main.cpp").write_text(MAIN.replace("@STUBS@", str(stubs)))
         self.bare = llama_repository(self.work, base / "llama.cpp.git")
@@ -106,7 +107,8 @@ class World:
     def options(self, out: Path, index: str, **changes) -> NightOptions:
         values = dict(config=self.matrix, out=out, index_url=index, git_url=str(self.bare), repo=self.github.full_name,
                       api_url=self.github.api_url, token=TOKEN, model=str(self.model), use_ccache=False,
-                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2)
+                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2,
+                      web_ui_dist=write_dist(self.base / "webui"))  # the chat page: a release is whole
         values.update(changes)
         return night_options(**values)
 

@@ -21,6 +21,7 @@ from support.publishing import TOKEN, make_job, tiny_pe
 
 from rockbuild.core.errors import AuditError, ChecksumError, NotFoundError, UnsafeArchiveError, UsageError
 from rockbuild.core.jobs import load_families
+from rockbuild.core.programs import load_programs
 from rockbuild.install import InstallOptions, asset_family, extract_zip_safely, install
 from rockbuild.publish.archives import collect_entries, write_zip
 from rockbuild.publish.release import PublishOptions, publish
@@ -69,8 +70,8 @@ def test_auto_picks_the_dgpu_beside_an_igpu(gh, release, tmp_path):
     sums = next(a for a in release.assets if a.name == "SHA256SUMS").data.decode()
     assert f"{report.sha256}  {report.asset.name}\n" in sums
     dest = tmp_path / "llama"
-    assert report.dest == dest and sorted(p.name for p in dest.iterdir()) == [
-        "bundle.json", "libggml-hip.so", "llama-server"]
+    assert report.dest == dest and sorted(p.name for p in dest.iterdir()) == sorted(
+        ["bundle.json", "libggml-hip.so", *(p.file_name for p in load_programs().programs)])
     assert stat.S_IMODE((dest / "llama-server").stat().st_mode) & 0o111
     # the gfx1036 iGPU has no kernels in this asset: the command pins the dGPU
     assert report.visible_devices == "1"

@@ -285,9 +285,12 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     assert [j["id"] for j in json.loads(written["matrix"])["include"]] == ["linux-gfx1151", "linux-gfx1150"]
     assert world.tarball_requests() == 0  # planning downloads no tarball
 
+    # the webui job's artifact (--web-ui DIR) reached one leg only; the other built llama-server without its page
+    web_ui = {"linux-gfx1151": ["--web-ui", str(world.web_ui)], "linux-gfx1150": []}
     for job in ("linux-gfx1151", "linux-gfx1150"):  # two runners, each with its own out/ and cache
         leg = subprocess.run([rockbuild_exe(), "nightly", "--job", job, "--inputs", "inputs.json", "--out",
-                              f"leg-{job}", "--no-smoke", "--no-ccache", "--json"], capture_output=True, text=True,
+                              f"leg-{job}", "--no-smoke", "--no-ccache", *web_ui[job], "--json"],
+                             capture_output=True, text=True,
                              cwd=tmp_path, env={**env, "ROCKBUILD_CACHE": str(tmp_path / f"cache-{job}")}, timeout=110)
         assert leg.returncode == 0, leg.stderr
         report = json.loads(leg.stdout)
@@ -299,12 +302,26 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
                     "--no-ccache", "--json")
     assert json.loads(again.stdout)["jobs"][0]["stages"]["build"] == "reused"
 
-    release = nightly("--release", "--inputs", "inputs.json", "--repo", world.github.full_name, "--api-url",
-                      world.github.api_url, "--json", *(str(p) for p in sorted((tmp_path / "artifacts").iterdir())))
+    # a release is whole or not published (test_publish_whole.py); the override publishes it and says so
+    artifacts = [str(p) for p in sorted((tmp_path / "artifacts").iterdir())]
+    base = ["--release", "--inputs", "inputs.json", "--repo", world.github.full_name, "--api-url",
+            world.github.api_url, "--json", *artifacts]
+    refused = nightly(*base)
+    assert refused.returncode == 1 and json.loads(refused.stdout)["message"] == (
+        "publishing failed: the release is not whole: linux-gfx1150 lacks the chat page (build.json web_ui: none: "
+        "tools/ui has no package.json and package-lock.json (a llama.cpp before the UI moved there?)); nothing was "
+        "published")
+    assert not world.github.state.releases
+    release = nightly(*base, "--allow-partial", "the webui artifact did not reach linux-gfx1150")
     assert release.returncode == 0, release.stderr
     assert json.loads(release.stdout)["state"] == "published"
     (published,) = world.github.state.releases.values()
     assert not published.draft and published.tag_name == "b1000"
+    manifest = json.loads(next(a for a in published.assets if a.name == "manifest.json").data)
+    assert manifest["partial"]["reason"] == "the webui artifact did not reach linux-gfx1150"
+    assert [(j["id"], j["lacks"]) for j in manifest["partial"]["jobs"]] == [("linux-gfx1150", ["web_ui"])]
+    assert "**Partial release**: published with `--allow-partial` (the webui artifact did not reach " \
+        "linux-gfx1150)" in published.body
     writes, fetched = len(world.github.writes), world.tarball_requests()
 
     output.unlink()
@@ -391,7 +408,8 @@ def test_the_carried_patch_series_is_part_of_the_nights_inputs(world, tmp_path):
             "carries none") in other.stderr
     assert not (tmp_path / "leg" / jobs[0] / "build.json").exists()
     for job in jobs:
-        leg = nightly("--job", job, "--inputs", "inputs.json", "--out", "leg", "--no-smoke", "--no-ccache")
+        leg = nightly("--job", job, "--inputs", "inputs.json", "--out", "leg", "--no-smoke", "--no-ccache",
+                      "--web-ui", str(world.web_ui))
         assert leg.returncode == 0, leg.stderr
     build = json.loads((tmp_path / "leg" / jobs[0] / "build.json").read_text())
     assert [(p["id"], p["status"]) for p in build["patches"]["patches"]] == [("note", "applied")]
