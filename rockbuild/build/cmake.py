@@ -276,11 +276,18 @@ def _prepend_path(current: str, entries: Sequence[str], windows: bool) -> str:
 HOST_BUILD_INHERITED = ("CC", "CXX")
 
 
+# ccache judges the compiler by its bytes, not its path and mtime: every TheRock nightly unpacks the same clang under
+# a new path with a new mtime, which ccache's default (compiler_check = mtime) calls a new compiler. The content hash
+# is computed once per binary (ccache's inode cache). Nor is the working folder hashed (a compile with -g hashes it by
+# default): a runner's out/ may sit elsewhere each night; only the debug info's DW_AT_comp_dir can then differ.
+CCACHE_IDENTITY = {"CCACHE_COMPILERCHECK": "content", "CCACHE_NOHASHDIR": "1"}
+
+
 def host_build_variables(ccache_dir: Path | str | None = None) -> dict[str, str]:
     """The variables rockbuild sets for every build, and all it sets for one with the host's compiler (no ROCm)."""
     variables = {"NINJA_STATUS": "[%f/%t] "}  # the progress parser reads [finished/total]
     if ccache_dir is not None:
-        variables["CCACHE_DIR"] = str(ccache_dir)
+        variables.update(CCACHE_DIR=str(ccache_dir), **CCACHE_IDENTITY)
     return variables
 
 

@@ -317,7 +317,9 @@ def test_host_build_environment_has_no_rocm_and_keeps_the_vulkan_sdk(tmp_path):
     assert env["PATH"] == "/usr/bin:/bin" and env["VULKAN_SDK"] == "/opt/vk" and env["CC"] == "gcc-14"
     assert env["NINJA_STATUS"] == "[%f/%t] " and env["CCACHE_DIR"] == str(tmp_path / "cc")
     assert not {"ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "HIP_DEVICE_LIB_PATH", "RANDOM_VAR", *TOKENS} & set(env)
-    assert variables == ["NINJA_STATUS", "CCACHE_DIR", "VULKAN_SDK", "CC", "CXX"]
+    assert variables == ["NINJA_STATUS", "CCACHE_DIR", "CCACHE_COMPILERCHECK", "CCACHE_NOHASHDIR", "VULKAN_SDK", "CC",
+                         "CXX"]
+    assert env["CCACHE_COMPILERCHECK"] == "content"  # the compiler's bytes, not its path and mtime (issue 41)
     # the Vulkan SDK is the Vulkan backend's: a plain host-compiler build does not take it
     plain = host_build_environment("linux", base=base)
     assert "VULKAN_SDK" not in plain and plain["CC"] == "gcc-14" and "CCACHE_DIR" not in plain
