@@ -448,13 +448,15 @@ def latest_manifest(repo: str, *, api_url: str | None = None,
         gh.close()
 
 
-def release_manifests(repo: str, *, api_url: str | None = None, token: str | None = None,
-                      limit: int = 20) -> Iterator[tuple[str, ManifestRecord]]:
+def release_manifests(repo: str, *, api_url: str | None = None, token: str | None = None, limit: int = 20,
+                      read: Mapping[str, ManifestRecord | None] | None = None,
+                      ) -> Iterator[tuple[str, ManifestRecord]]:
     """(tag, manifest.json) of the repository's published releases, newest first, at most ``limit``; read one at a
-    time, so a caller that has what it needs stops early."""
+    time, so a caller that has what it needs stops early. ``read``: manifests already read, by tag (not read or
+    warned about twice)."""
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
     try:
-        yield from gh.manifests(limit)
+        yield from gh.manifests(limit, read)
     finally:
         gh.close()
 
@@ -612,7 +614,8 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
         + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
     # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs),
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
-    good, read = known_good(inputs, release_manifests(repo, api_url=options.github.api_url, token=token))
+    good, read = known_good(inputs, release_manifests(repo, api_url=options.github.api_url, token=token,
+                                                          read={latest: manifest}))
     inputs = promote_proven(attach_last_good(inputs, good, quiet=options.quiet), read, quiet=options.quiet)
     inputs.write(path)
     jobs_now = {j.id: j for j in inputs.jobs}

@@ -7,7 +7,7 @@ to PyGithub only, and every message that leaves this module passes :func:`redact
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -122,17 +122,21 @@ class GitHub:
         """Every release, drafts included (drafts are only listed to a token with push access)."""
         return self.call("listing releases", lambda: list(self.repo.get_releases()))
 
-    def manifests(self, limit: int) -> Iterator[tuple[str, ManifestRecord]]:
+    def manifests(self, limit: int, read: Mapping[str, ManifestRecord | None] | None = None,
+                  ) -> Iterator[tuple[str, ManifestRecord]]:
         """(tag, manifest.json) of the newest ``limit`` published releases, newest first, read one at a time (a
         caller that has what it needs stops early). A release's manifest is outside input: one that is missing or
         not a valid manifest.json is skipped with one warning naming the release and why, and the others still
-        count."""
+        count. ``read``: the manifests the caller already has by tag (None: it was unusable and said so), neither
+        downloaded nor warned about again."""
+        read = read or {}
         published = sorted((r for r in self.releases() if not r.draft),
                            key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
         for release in published:
-            manifest = self.release_manifest(release)
+            tag = str(release.tag_name)
+            manifest = read[tag] if tag in read else self.release_manifest(release)
             if manifest is not None:
-                yield str(release.tag_name), manifest
+                yield tag, manifest
 
     def release_manifest(self, release: Any) -> ManifestRecord | None:
         """``release``'s manifest.json, checked against its record; None (with a warning when it is there but

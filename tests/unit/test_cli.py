@@ -160,7 +160,9 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     runner_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
     assert runner_smoke["if"] == "matrix.runner_smoke == 'informational'" and runner_smoke["continue-on-error"] is True
     assert "runner-smoke/smoke.json" in runner_smoke["run"]
-    assert rockbuild_calls("publish") == ["rockbuild publish --dry-run", "rockbuild nightly --release"]
+    # the release's container images (issue 42): tested with podman and pushed after the release
+    assert rockbuild_calls("publish") == ["rockbuild publish --dry-run", "rockbuild nightly --release",
+                                          "rockbuild image out/job-linux-*"]
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
     assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
@@ -180,7 +182,8 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert gpu["continue-on-error"] == "${{ !matrix.gpu_required }}"
     assert "gpu-smoke" in jobs["publish"]["needs"]
     # every published asset gets GitHub's build provenance (rockbuild install verifies it with gh)
-    assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
+    assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write",
+                                             "packages": "write"}  # the images go to ghcr.io
     attest = next(s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith(
         "actions/attest-build-provenance@"))
     # every asset (the .deb and SHA256SUMS too) is attested before the release is published (issue 28, item 9)
