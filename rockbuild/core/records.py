@@ -884,6 +884,25 @@ class ManifestPartial(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ManifestImage(Record):
+    """A container image a release comes with (rockbuild.publish.image): made from one Linux job's bundle, named by
+    its digest (the same bundle and base give the same digest), pushed under its tags when the release was published.
+    What the podman test saw is not here (it has timings: manifest.json stays the same bytes on a re-run); the notes
+    and ``--json`` say it."""
+
+    job: str
+    flavour: str | None = None  # rocm-gfx1151 | vulkan
+    repository: str | None = None  # ghcr.io/owner/name (None: built, pushed nowhere)
+    tags: tuple[str, ...] = ()  # the release's tag, then the flavour's moving tag
+    digest: str
+    image_id: str | None = None  # the config's digest (what podman load reports)
+    compressed_bytes: int | None = None
+    unpacked_bytes: int | None = None
+    run: str | None = None  # the one command that runs it
+    base_packages: tuple[Mapping[str, str], ...] = ()  # the base's Debian packages: name, version, architecture
+
+
+@dataclass(frozen=True, kw_only=True)
 class ManifestRecord(Record):
     """A release's ``manifest.json``: every job it ships with its assets, and every job that failed."""
 
@@ -903,6 +922,7 @@ class ManifestRecord(Record):
     not_gpu_tested: tuple[str, ...] = ()
     partial: ManifestPartial | None = None  # None: whole; else published with --allow-partial (the reason, the holes)
     failed_jobs: tuple[FailedJob, ...] = ()
+    images: tuple[ManifestImage, ...] = ()  # absent before issue 42 and in a release published without --images
 
     def job(self, job_id: str) -> ManifestJob | None:
         return next((j for j in self.jobs if j.id == job_id), None)
