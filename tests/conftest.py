@@ -67,3 +67,12 @@ def gh():
 
     with GitHubAPIServer(token=TOKEN) as server:
         yield server
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """A real registry on 127.0.0.1 (tests/support/registry.py): (``127.0.0.1:PORT``, its process)."""
+    from support.registry import local_registry
+
+    with local_registry(tmp_path / "registry") as running:
+        yield running

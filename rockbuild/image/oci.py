@@ -184,7 +184,7 @@ def write_layer(members: Sequence[Member], blobs: Path, *, mtime: int, level: in
         compressed = _Hashing(raw)
         with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, compresslevel=level, mtime=0) as gz:
             plain = _Hashing(gz)  # type: ignore[arg-type]
-            with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for m in with_parents(members):
                     info = _tar_info(m, mtime)
                     if info.isreg():

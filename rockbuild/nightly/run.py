@@ -58,6 +58,7 @@ from rockbuild.nightly.stages import STAGES, EventHook, Stage, StagesOutcome, fi
 from rockbuild.publish.alert import LegFailure, send_alert
 from rockbuild.publish.config import PublishConfig
 from rockbuild.publish.github import GitHub, describe
+from rockbuild.publish.image import ImageOptions
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
@@ -171,6 +172,7 @@ class NightOptions:
     quiet: bool = False
     on_event: EventHook | None = None
     allow_partial: str | None = None  # publish a release that is not whole, for this reason (rockbuild.publish.whole)
+    images: ImageOptions | None = None  # --images: an image per Linux asset, tested and pushed with the release
     data: NightData = field(kw_only=True, repr=False, compare=False)
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's context, the host OS
 
@@ -694,7 +696,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                                                 out=Path(options.out).absolute() / "release",
                                                 run_url=options.run_url, step_summary=options.step_summary,
                                                 throttle=options.throttle, quiet=options.quiet,
-                                                allow_partial=options.allow_partial,
+                                                allow_partial=options.allow_partial, images=options.images,
                                                 context=options.context), options.data.publish,
                                         options.data.programs)
             release = result.to_dict()

@@ -29,7 +29,7 @@ from typing import Any
 from rockbuild import __version__
 from rockbuild.backends import get_backend
 from rockbuild.bundle.elf import version_key
-from rockbuild.core.data import YDict, check_keys, load_data_file
+from rockbuild.core.data import YDict, check_keys, load_data_file, mapping, text, texts, whole
 from rockbuild.core.errors import ConfigError, ImageError
 from rockbuild.image import oci
 from rockbuild.image.base import (
@@ -71,18 +71,19 @@ def parse_images_config(doc: Any, path: Path) -> ImagesConfig:
     if not isinstance(doc, YDict):
         raise ConfigError(f"{path}: expected a mapping (see the shipped matrices/images.yaml)")
     check_keys(path, doc, ["packages", "never", "files", "user", "port", "tags"], "the images configuration")
-    packages = doc.get("packages") or {}
-    user = doc.get("user") or {}
-    tags = doc.get("tags") or {}
-    if not isinstance(packages, dict) or not all(isinstance(v, list) for v in packages.values()):
-        raise ConfigError(f"{path}: packages must map 'all' or a backend to a list of Debian packages")
-    if not isinstance(user, dict) or not str(user.get("uid", 10001)).isdigit() or int(user.get("uid", 10001)) == 0:
-        raise ConfigError(f"{path}: user must be {{name: NAME, uid: N}} with N > 0 (the image runs as non-root)")
+    packages = mapping(path, doc, "packages", "images.yaml")
+    user = mapping(path, doc, "user", "images.yaml")
+    if isinstance(user, YDict):
+        check_keys(path, user, ["name", "uid"], "images.yaml's user")
+    tags = mapping(path, doc, "tags", "images.yaml")
     return ImagesConfig(
-        packages={str(k): tuple(str(p) for p in v) for k, v in packages.items()},
-        never=tuple(str(p) for p in doc.get("never") or ()), files=tuple(str(f) for f in doc.get("files") or ()),
-        user=str(user.get("name", "llama")), uid=int(user.get("uid", 10001)), port=int(doc.get("port", 8080)),
-        release_tag=str(tags.get("release", "{flavour}-{tag}")), moving_tag=str(tags.get("moving", "{flavour}")))
+        packages={str(k): texts(path, packages, k, (), "packages") for k in packages},
+        never=texts(path, doc, "never", (), "images.yaml"), files=texts(path, doc, "files", (), "images.yaml"),
+        user=text(path, user, "name", "llama", "user"),
+        uid=whole(path, user, "uid", 10001, "user", least=1),  # never 0: the image runs as non-root
+        port=whole(path, doc, "port", 8080, "images.yaml", least=1, most=65535),
+        release_tag=text(path, tags, "release", "{flavour}-{tag}", "tags"),
+        moving_tag=text(path, tags, "moving", "{flavour}", "tags"))
 
 
 def load_images_config(path: Path | None = None) -> ImagesConfig:
@@ -91,7 +92,12 @@ def load_images_config(path: Path | None = None) -> ImagesConfig:
 
 @dataclass(frozen=True)
 class ImageOptions:
-    """What ``--image-*`` asks for; None repository: build and test, push nowhere."""
+    """What ``--images``/``--image-*`` ask for (``rockbuild image``'s options too); None repository: build and test,
+    push nowhere.
+
+    ``test`` False builds without the podman test. The commands allow it only where nothing is pushed (``rockbuild
+    image`` without ``--push``, ``publish --dry-run``); :func:`push_release_images` refuses an image whose test did
+    not pass whenever ``test`` is on."""
 
     repository: str | None = None  # ghcr.io/<owner>/<name>
     model: Path | None = None  # the .gguf the podman test serves (a real model: the known answer)
@@ -102,6 +108,8 @@ class ImageOptions:
     user: str | None = None  # the registry user (ghcr.io: any name with GITHUB_TOKEN)
     token: str | None = field(default=None, repr=False)
     level: int = 6  # gzip
+    test: bool = True  # the podman test before a push (off: build only)
+    config: ImagesConfig | None = field(default=None, repr=False)  # None: the shipped matrices/images.yaml
 
 
 @dataclass(frozen=True)
@@ -137,8 +145,7 @@ class ReleaseImage:
 
 def image_flavour(job: BuiltJob) -> str:
     """``rocm-gfx1151`` (a per-target backend: one image per GPU family) or ``vulkan``."""
-    backend = get_backend(job.backend)
-    return f"{backend.name}-{job.file_name}".lower() if backend.per_target else backend.name
+    return flavour_name(job.backend, job.file_name)
 
 
 def image_tags(job: BuiltJob, tag: str, config: ImagesConfig) -> tuple[str, str]:
@@ -146,12 +153,24 @@ def image_tags(job: BuiltJob, tag: str, config: ImagesConfig) -> tuple[str, str]
     return config.release_tag.format(flavour=flavour, tag=tag), config.moving_tag.format(flavour=flavour)
 
 
-def run_command(job: BuiltJob, reference: str, config: ImagesConfig) -> str:
-    """The one command the notes give: the devices the flavour needs, the user's groups for them, the port, the
-    model folder."""
-    devices = "--device /dev/kfd --device /dev/dri" if get_backend(job.backend).needs_rocm else "--device /dev/dri"
-    return (f"podman run -d --name llama-server {devices} --group-add keep-groups -p {config.port}:{config.port} "
+def flavour_name(backend: str, name: str) -> str:
+    """An image's flavour: ``rocm-gfx1151`` (a per-target backend: one image per GPU family, the job's file name) or
+    ``vulkan``; lower case, as registries want tags. What ``rockbuild doctor`` names for a GPU too."""
+    flavour = get_backend(backend)
+    return f"{flavour.name}-{name}".lower() if flavour.per_target else flavour.name
+
+
+def podman_run(needs_rocm: bool, reference: str, port: int = 8080) -> str:
+    """The one command that runs an image: the devices the flavour needs (ROCm: /dev/kfd and /dev/dri; Vulkan:
+    /dev/dri), the user's groups for them, the port, the model folder."""
+    devices = "--device /dev/kfd --device /dev/dri" if needs_rocm else "--device /dev/dri"
+    return (f"podman run -d --name llama-server {devices} --group-add keep-groups -p {port}:{port} "
             f"-v ~/models:/models:ro,Z {reference} -m /models/MODEL.gguf")
+
+
+def run_command(job: BuiltJob, reference: str, config: ImagesConfig) -> str:
+    """The one command the notes give for ``job``'s image."""
+    return podman_run(get_backend(job.backend).needs_rocm, reference, config.port)
 
 
 def base_packages(job: BuiltJob, publish: PublishConfig, config: ImagesConfig,
@@ -296,12 +315,13 @@ def check_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> Re
 
 def push_release_images(images: Sequence[ReleaseImage], options: ImageOptions,
                         say: Callable[[str], None] = lambda m: None) -> list[ReleaseImage]:
-    """Push every tested image under its tags; any failure is an ImageError (a failed publish)."""
+    """Push every tested image under its tags; any failure is an ImageError (a failed publish). With ``options.test``
+    (the default) an image whose podman test did not pass is refused before anything is sent."""
     if not options.repository:
         return list(images)
     untested = [i.flavour for i in images if i.test is None or not i.test.ok]
-    if untested:
-        raise ImageError(f"image {untested[0]} was not tested; an untested image is never pushed")
+    if untested and options.test:
+        raise ImageError(f"image {untested[0]} was not tested with podman; an untested image is never pushed")
     registry = Registry(Reference.parse(options.repository), user=options.user, token=options.token)
     out = []
     try:
@@ -323,12 +343,14 @@ def notes_rows(images: Sequence[ReleaseImage], asset_of: Mapping[str, str]) -> l
     """What the release notes' "Container images" section shows per image."""
     return [{"flavour": i.flavour, "asset": asset_of.get(i.job, i.job), "reference": i.reference,
              "moving": f"{i.repository or 'IMAGE'}:{i.tags[1]}", "digest": i.digest, "run": i.run_command,
-             "size": i.compressed_bytes} for i in images]
+             "size": i.compressed_bytes, "tested": i.test is not None and i.test.ok} for i in images]
 
 
 def manifest_entries(images: Sequence[ReleaseImage]) -> list[dict[str, Any]]:
-    """manifest.json's ``images``."""
-    return [{k: v for k, v in i.to_dict().items() if k != "push"} for i in images]
+    """manifest.json's ``images`` (:class:`~rockbuild.core.records.ManifestImage`): what each image is, not what its
+    test saw (timings) nor its push, so that a re-run writes the same manifest.json (and the dry run's attested one
+    is the one uploaded)."""
+    return [{k: v for k, v in i.to_dict().items() if k not in ("test", "push")} for i in images]
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -371,9 +393,9 @@ WINDOWS_WHY = ("a Windows container runs only on a Windows host, which gives a c
 
 def release_images(jobs: Sequence[BuiltJob], tag: str, out_dir: Path, *, publish: PublishConfig,
                    config: ImagesConfig, options: ImageOptions, mtime_of: Callable[[BuiltJob], int],
-                   repo: str | None, test: bool = True, say: Callable[[str], None] = lambda m: None) -> ImagesReport:
-    """An image per Linux job in ``out_dir/images/<flavour>``, each tested with podman when ``test`` (pushing needs
-    it); nothing is pushed here (:func:`push_release_images` does, with the release)."""
+                   repo: str | None, say: Callable[[str], None] = lambda m: None) -> ImagesReport:
+    """An image per Linux job in ``out_dir/images/<flavour>``, each tested with podman when ``options.test``
+    (pushing needs it); nothing is pushed here (:func:`push_release_images` does, with the release)."""
     installed = installed_packages(options.base_root)
     images, skipped = [], []
     for job in jobs:
@@ -383,7 +405,7 @@ def release_images(jobs: Sequence[BuiltJob], tag: str, out_dir: Path, *, publish
         say(f"image {image_flavour(job)}: building from {job.bundle}")
         image = build_image(job, tag, image_folder(out_dir, image_flavour(job)), publish=publish, config=config,
                             options=options, mtime=mtime_of(job), repo=repo, installed=installed)
-        if test:
+        if options.test:
             say(f"image {image.flavour}: testing {image.digest[:19]} with podman")
             image = check_image(image, job, options)
         images.append(image)

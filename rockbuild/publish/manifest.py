@@ -91,8 +91,10 @@ def build_manifest(
     *, tag: str, fingerprint_value: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob],
     assets: Sequence[AssetFile], floors: Mapping[str, Mapping[str, tuple[str, str]]],
     floor_config: Mapping[str, str], repo: str | None, partial: Mapping[str, Any] | None = None,
+    images: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of a release: every job that ships, with its assets, and every job that failed."""
+    """The manifest of a release: every job that ships, with its assets, and every job that failed; with ``images``
+    (``--images``; None: the key is left out, as before images) each container image's digest and tags."""
     by_job: dict[str, list[AssetFile]] = {}
     for a in assets:
         if a.job:
@@ -115,7 +117,7 @@ def build_manifest(
             entry["glibc_floor"] = {k: {"version": v, "file": f} for k, (v, f) in (floors.get(job.id) or {}).items()}
         shipped.append(entry)
     first = jobs[0] if jobs else None
-    return {
+    manifest = {
         "schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__, "tag": tag, "repository": repo,
         "fingerprint": fingerprint_value,
         "llama_cpp": {"commit": first.llama_commit if first else None,
@@ -130,6 +132,9 @@ def build_manifest(
         "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
                         for j in failed],
     }
+    if images is not None:
+        manifest["images"] = [dict(i) for i in images]
+    return manifest
 
 
 def release_patches(jobs: Sequence[BuiltJob]) -> dict[str, Any] | None:

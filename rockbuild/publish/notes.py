@@ -94,6 +94,7 @@ def notes_context(
     *, tag: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob], assets: Sequence[AssetFile],
     known_issues: Sequence[str], os_words: Mapping[str, str], fingerprint_value: str, repo: str | None,
     run_url: str | None, release_url: str | None = None, state: str = "", partial: Mapping[str, Any] | None = None,
+    images: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     first = jobs[0] if jobs else (failed[0] if failed else None)
     commit = (first.llama_commit if first else None) or "unknown"
@@ -120,6 +121,8 @@ def notes_context(
                       for j in jobs if j.web_ui is not None and not j.web_ui.available],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
         "partial": partial,  # published with --allow-partial (publish/whole.py): the reason and each job's holes
+        # the container images (publish/image.py: notes_rows): reference, digest, the run command
+        "images": [{**dict(i), "size": human_bytes(int(i["size"]))} for i in images],
         "programs": _shared(j.programs for j in jobs),
         "cpu_variants": _shared(j.cpu_variants for j in jobs),
         "patches": carried_patches(jobs),

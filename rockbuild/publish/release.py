@@ -7,9 +7,14 @@
    the next ``b####`` after the highest among tags and releases (or the llama.cpp-aligned tag).
 3. A *published* release is never touched: same inputs -> "nothing changed"; other assets under that tag -> refused.
 4. Write the archives (refusing any over 2 GiB), manifest.json, SHA256SUMS and the notes, all reproducible.
+   With ``--images REGISTRY/NAME`` (:mod:`.image`), an image per Linux asset is made from the same bundle and tested
+   with podman here, before anything is written to GitHub; each image's digest and tags go into manifest.json and its
+   run command into the notes.
 5. Create the release as a draft (or reuse the draft a crashed run left), upload what is missing, replace what
    differs (drafts only, our own names only), verify every asset (size, and sha256 where the API reports a digest),
-   then publish in one call, so ``releases/latest`` never shows a release that lacks an asset.
+   push the images (a blob or tag the registry has is not sent again), then publish in one call, so
+   ``releases/latest`` never shows a release that lacks an asset or an image: a failed push leaves the draft, and a
+   re-run completes it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import contextlib
 import datetime
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,15 @@ from .config import PublishConfig, load_publish_config
 from .deb import write_deb
 from .floor import bundle_floor, floor_violations
 from .github import GitHub
+from .image import (
+    ImageOptions,
+    ReleaseImage,
+    load_images_config,
+    manifest_entries,
+    notes_rows,
+    push_release_images,
+    release_images,
+)
 from .jobs import BuiltJob, load_job, with_failure
 from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_json
 from .notes import notes_context, read_marker, render
@@ -63,6 +77,7 @@ class PublishOptions:
     throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
     quiet: bool = False
     allow_partial: str | None = None  # the emergency override's reason: publish a release that is not whole (whole.py)
+    images: ImageOptions | None = None  # --images: an image per Linux asset, tested, pushed with the release (image.py)
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
@@ -80,6 +95,7 @@ class PublishReport:
     out_dir: Path | None = None
     pruned: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    images: tuple[ReleaseImage, ...] = ()  # with --images: each image, its test and (once published) its push
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,7 +105,7 @@ class PublishReport:
             "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
                             for j in self.failed],
             "out_dir": str(self.out_dir) if self.out_dir else None, "pruned": list(self.pruned),
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "images": [i.to_dict() for i in self.images],
         }
 
     def render(self) -> str:
@@ -101,6 +117,11 @@ class PublishReport:
         for job in self.failed:
             lines.append(f"  not shipped: {job.id}{'' if job.required else ' (optional)'}: {job.failed_step}: "
                          f"{job.reason}")
+        for image in self.images:
+            pushed = f"pushed as {', '.join(t for t, _ in image.push.tags)}" if image.push is not None else \
+                "not pushed"
+            tested = "tested" if image.test is not None and image.test.ok else "untested"
+            lines.append(f"  image {image.reference} {image.digest} ({tested}, {pushed})")
         lines.extend(f"  pruned {tag}" for tag in self.pruned)
         lines.extend(f"  warning: {w}" for w in self.warnings)
         return "\n".join(lines)
@@ -353,9 +374,13 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
             for note in link_notes:
                 console.warn(f"{job.id}: {note}")
                 warnings.append(f"{job.id}: {note}")
+        # the images, made and tested before anything is written to GitHub (pushed only with the release, below)
+        image_options = _image_options(options.images, repo, token)
+        images = _release_images(image_options, shipped, tag, out_dir, config, options, repo, say)
         manifest = build_manifest(tag=tag, fingerprint_value=fp, jobs=shipped, failed=failed, assets=assets,
                                   floors=floors, floor_config=config.glibc_floor, repo=repo,
-                                  partial=wholeness.partial())
+                                  partial=wholeness.partial(),
+                                  images=manifest_entries(images) if image_options is not None else None)
         manifest_path = write_json(out_dir / MANIFEST, manifest)
         assets.append(AssetFile(MANIFEST, manifest_path, manifest_path.stat().st_size, sha256_file(manifest_path),
                                 "manifest"))
@@ -364,10 +389,12 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         assets.append(AssetFile(CHECKSUMS, sums_path, sums_path.stat().st_size, sha256_file(sums_path), "checksums"))
         context = notes_context(tag=tag, jobs=shipped, failed=failed, assets=assets, known_issues=config.known_issues,
                                 os_words=config.os_words, fingerprint_value=fp, repo=repo, run_url=run_url,
-                                partial=wholeness.partial())
+                                partial=wholeness.partial(),
+                                images=notes_rows(images, {a.job: a.name for a in assets
+                                                           if a.job and a.kind == "zip"}))
         notes = render("release-notes.md.j2", **context)
         (out_dir / NOTES).write_text(notes, encoding="utf-8")
-        base_report.update(assets=tuple(assets), out_dir=out_dir)
+        base_report.update(assets=tuple(assets), out_dir=out_dir, images=tuple(images))
 
         if existing is not None and not existing.draft:
             return _published_elsewhere(gh, existing, assets, base_report, warnings, say)  # type: ignore[arg-type]
@@ -382,8 +409,13 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
                                  **base_report)
         release, actions = _complete_draft(gh, existing, tag, notes, assets, warnings, say)
         if options.draft:
-            state, message = "draft", f"draft {tag} holds every asset; run without --draft to publish it"
+            state, message = "draft", f"draft {tag} holds every asset; run without --draft to publish it" + (
+                " and push its images" if images and image_options and image_options.repository else "")
         else:
+            if images and image_options is not None:
+                # before the release is public: a failed push leaves the draft (a re-run sends only what is missing)
+                images = push_release_images(images, image_options, say)
+                base_report["images"] = tuple(images)
             release = gh.call(f"publishing {tag}", lambda: release.update_release(
                 name=tag, message=notes, draft=False, prerelease=False,
                 make_latest="true" if config.make_latest else "false"))
@@ -401,6 +433,31 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
     finally:
         if gh is not None:
             gh.close()
+
+
+def _image_options(images: ImageOptions | None, repo: str | None, token: str | None) -> ImageOptions | None:
+    """``images`` with the registry's credentials filled in: the repository owner and the GitHub token (ghcr.io takes
+    the workflow's GITHUB_TOKEN with ``packages: write``), unless given; the shipped images.yaml unless another."""
+    if images is None:
+        return None
+    return replace(images, user=images.user or (repo.split("/")[0] if repo else None),
+                   token=images.token if images.token is not None else token,
+                   config=images.config or load_images_config())
+
+
+def _release_images(images: ImageOptions | None, shipped: Sequence[BuiltJob], tag: str, out_dir: Path,
+                    config: PublishConfig, options: PublishOptions, repo: str | None, say: Any) -> list[ReleaseImage]:
+    """An image of each shipped Linux job (none without ``--images``), tested with podman unless the options say
+    not to (:func:`.image.release_images`)."""
+    if images is None:
+        return []
+    assert images.config is not None
+    report = release_images(shipped, tag, out_dir, publish=config, config=images.config, options=images,
+                            mtime_of=lambda job: archive_mtime(job, options.context.source_date_epoch), repo=repo,
+                            say=say)
+    for job, why in report.skipped:
+        say(f"{job}: no image ({why})")
+    return list(report.images)
 
 
 def _published_elsewhere(gh: GitHub, existing: Any, assets: Sequence[AssetFile], base_report: dict[str, Any],

@@ -7,10 +7,8 @@ import gzip
 import io
 import json
 import shutil
-import socket
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -110,7 +108,7 @@ def test_a_windows_job_gets_no_image_and_an_older_c_runtime_is_refused(tmp_path)
     out = tmp_path / "out"
     windows = load_job(make_job(out, "windows-gfx1151"))
     report = release_images([windows], "b1", tmp_path / "rel", publish=publish_config(), config=load_images_config(),
-                            options=ImageOptions(), mtime_of=lambda j: 0, repo=None, test=False)
+                            options=ImageOptions(test=False), mtime_of=lambda j: 0, repo=None)
     assert report.images == () and "Windows host" in report.skipped[0][1]
     fake_root = tmp_path / "root"  # a root with no C runtime installed: the packages are named
     (fake_root / "var/lib/dpkg/info").mkdir(parents=True)
@@ -129,35 +127,6 @@ def test_a_windows_job_gets_no_image_and_an_older_c_runtime_is_refused(tmp_path)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # A real registry
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def registry(tmp_path):
-    program = shutil.which("docker-registry")
-    if program is None:
-        pytest.skip("Debian's docker-registry is not installed (apt-get install docker-registry)")
-    port = _free_port()
-    conf = tmp_path / "registry.yml"
-    conf.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\n"
-                    f"http:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([program, "serve", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import requests
-
-    for _ in range(100):
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            time.sleep(0.1)
-    yield f"127.0.0.1:{port}", proc
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def _small_image(folder: Path, text: bytes = b"hello") -> oci.ImageLayout:
