@@ -7,6 +7,7 @@ commands allow only with --dry-run); the one podman run here shows that a failed
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -179,3 +180,67 @@ def test_the_options_of_images_on_the_command_line(tmp_path, run_rockbuild):
     manifest = json.loads((tmp_path / "out/release/b1000/manifest.json").read_text())
     assert manifest["images"][0]["digest"] == image["digest"]
     assert (tmp_path / "out/release/b1000/images/rocm-gfx1151").is_dir()
+
+
+REAL_JOB = Path("/var/cache/rockbuild/h200/out/linux-vulkan")  # llama.cpp b11312, Vulkan, no chat page (no npm)
+REAL_MODEL = Path("/var/cache/rockbuild/e2e/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.mark.timeout(600)
+def test_nightly_release_tests_pushes_and_publishes_the_real_image(tmp_path):
+    """The CI publish leg as it runs: `rockbuild nightly --release --images` with the real Vulkan bundle, podman (the
+    test serves the real SmolLM2 and checks its answer), the fake GitHub and a registry that is down, then up: the
+    first run is a failed publish (exit 1, alerted, the draft unpublished), the second publishes and writes the pushed
+    image's digest into $GITHUB_OUTPUT for the attestation."""
+    if shutil.which("podman") is None or not (REAL_JOB / "bundle" / "llama-server").exists() or \
+            not REAL_MODEL.exists():
+        pytest.skip("needs podman (apt-get install podman runc), a real bundle and the real model on this machine")
+    from conftest import rockbuild_exe
+    from support.github import GitHubAPIServer
+
+    build = json.loads((REAL_JOB / "build.json").read_text())
+    inputs = {"schema": 1, "tool": "rockbuild",
+              "llama_cpp": {"ref": "master", "commit": build["llama_cpp"]["commit"],
+                            "build_number": build["llama_cpp"]["build_number"], "url": "https://example/llama.cpp"},
+              "jobs": [{**build["job"], "rocm_key": None}]}
+    (tmp_path / "inputs.json").write_text(json.dumps(inputs))
+    port = free_port()
+    output = tmp_path / "github-output"
+    with GitHubAPIServer(token=TOKEN) as gh:
+        repository = f"127.0.0.1:{port}/{gh.full_name}"
+
+        def release() -> subprocess.CompletedProcess[str]:
+            output.write_text("")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+            return subprocess.run(
+                [rockbuild_exe(), "nightly", "--release", "--inputs", "inputs.json", "--repo", gh.full_name,
+                 "--api-url", gh.api_url, "--out", "out", "--allow-partial", "built without npm",
+                 "--images", repository, "--image-model", str(REAL_MODEL), "--image-runtime", "runc", str(REAL_JOB)],
+                capture_output=True, text=True, cwd=tmp_path, timeout=500,
+                env={**env, "GITHUB_TOKEN": TOKEN, "GITHUB_OUTPUT": str(output),
+                     "ROCKBUILD_CACHE": str(tmp_path / "cache")})
+
+        down = release()
+        assert down.returncode == 1, down.stderr
+        assert "night: failed: publishing failed: " in down.stdout and "cannot be reached" in down.stdout
+        (issue,) = gh.state.issues.values()  # alerted as any failed publish
+        assert "### The night's `publish` failed" in issue.body and "cannot be reached" in issue.body
+        (draft,) = gh.state.releases.values()
+        assert draft.draft and "### Container images" in draft.body and "not tested" not in draft.body
+        assert output.read_text() == "images=[]\n"
+        with local_registry(tmp_path / "registry", port):
+            up = release()
+            assert up.returncode == 0, up.stdout + up.stderr
+            (published,) = gh.state.releases.values()
+            assert not published.draft
+            manifest = json.loads(next(a.data for a in published.assets if a.name == "manifest.json"))
+            (image,) = manifest["images"]
+            assert image["tags"] == ["vulkan-b1000", "vulkan"]
+            assert f"digest `{image['digest']}`" in published.body and "--device /dev/dri " in published.body
+            written = dict(line.split("=", 1) for line in output.read_text().splitlines())
+            assert json.loads(written["images"]) == [{"name": repository, "digest": image["digest"]}]
+            registry = Registry(Reference.parse(repository))
+            assert registry.tag_digest("vulkan-b1000") == image["digest"] == registry.tag_digest("vulkan")
+            registry.close()
+    subprocess.run(["podman", "rmi", "-f", image["image_id"].removeprefix("sha256:")], capture_output=True,
+                   timeout=120)
