@@ -122,7 +122,7 @@ def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
     assert inputs["rocm_version"]["default"] == "latest" and inputs["llamacpp_version"]["default"] == "latest"
     assert inputs["create_release"]["type"] == "boolean" and inputs["create_release"]["default"] is True
     assert on["schedule"] == [{"cron": "0 13 * * *"}]
-    assert set(wf["jobs"]) == {"prepare", "build", "gpu-smoke", "publish", "alert"}
+    assert set(wf["jobs"]) == {"prepare", "build", "gpu-smoke", "publish", "attest-images", "alert"}
     assert wf["jobs"]["build"]["strategy"]["matrix"] == "${{ fromJson(needs.prepare.outputs.matrix) }}"
     assert {wf["jobs"]["build"]["runs-on"]} == {"${{ matrix.runner }}"}
 
@@ -160,9 +160,26 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     runner_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
     assert runner_smoke["if"] == "matrix.runner_smoke == 'informational'" and runner_smoke["continue-on-error"] is True
     assert "runner-smoke/smoke.json" in runner_smoke["run"]
-    # the release's container images (issue 42): tested with podman and pushed after the release
-    assert rockbuild_calls("publish") == ["rockbuild publish --dry-run", "rockbuild nightly --release",
-                                          "rockbuild image out/job-linux-*"]
+    # the release's container images (issue 42): made by the same two calls (the dry run's manifest.json, which is
+    # attested, names their digests), tested with podman and pushed by `nightly --release` before it publishes
+    assert rockbuild_calls("publish") == ["rockbuild publish --dry-run", "rockbuild nightly --release"]
+    files_step = next(s for s in jobs["publish"]["steps"] if s.get("name") == "Make the release files")
+    release_step = next(s for s in jobs["publish"]["steps"] if s.get("name") == "Publish the release")
+    assert '--images "ghcr.io/${REPO,,}" --no-image-test' in files_step["run"]
+    assert '--images "ghcr.io/${REPO,,}"' in release_step["run"] and "--no-image-test" not in release_step["run"]
+    steps_before = [s.get("name") for s in jobs["publish"]["steps"]]
+    assert steps_before.index("podman and the images' base packages") < steps_before.index("Make the release files")
+    assert jobs["publish"]["outputs"] == {"images": "${{ steps.release.outputs.images }}"}
+    # each pushed image's provenance, from the digests `nightly --release` wrote into $GITHUB_OUTPUT
+    attest_images = jobs["attest-images"]
+    assert attest_images["needs"] == "publish" and "needs.publish.outputs.images != '[]'" in attest_images["if"]
+    assert attest_images["strategy"]["matrix"]["include"] == "${{ fromJson(needs.publish.outputs.images) }}"
+    provenance = next(s for s in attest_images["steps"] if str(s.get("uses", "")).startswith(
+        "actions/attest-build-provenance@"))
+    assert provenance["with"] == {"subject-name": "${{ matrix.name }}", "subject-digest": "${{ matrix.digest }}",
+                                  "push-to-registry": True}
+    assert attest_images["permissions"] == {"packages": "write", "id-token": "write", "attestations": "write"}
+    assert "attest-images" in jobs["alert"]["needs"]
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
     assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
