@@ -19,7 +19,7 @@ import platform
 import stat
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ from rockbuild.core.errors import RockbuildError
 from rockbuild.core.jobs import MIX, FamilyTable, load_families
 from rockbuild.core.vocabulary import Finding, Gpu
 from rockbuild.gpu import kfd_nodes_dir, read_kfd_gpus
+from rockbuild.install import DEFAULT_REPO
+from rockbuild.publish.image import ImagesConfig, flavour_name, podman_run
 from rockbuild.smoke.models import check_gguf
 from rockbuild.smoke.parse import (
     CPU_SIGILL_FIX,
@@ -56,6 +58,8 @@ OTHER_OVERRIDES = ("HSA_ENABLE_SDMA", "HSA_XNACK", "HSA_NO_SCRATCH_RECLAIM", "AM
 # When the GTT limit of an APU is below this share of RAM, big models fail to load on its GPU.
 GTT_SHARE_WANTED = 0.75
 VULKAN_INSTALL = "rockbuild install --backend vulkan"
+# the container images of the release repository `rockbuild install` reads (docs/images.md), by their moving tags
+IMAGE_REPOSITORY = f"ghcr.io/{DEFAULT_REPO.lower()}"
 # What to try on a machine without an AMD GPU. ggml-vulkan skips CPU-type Vulkan devices unless
 # GGML_VK_VISIBLE_DEVICES lists one (the smoke test's and compare's rule), so without a GPU the build runs on ggml's CPU
 # backend, or on lavapipe when asked to.
@@ -80,9 +84,12 @@ class Recommendation:
     flavour: str  # rocm | vulkan | both
     reason: str
     command: str  # what to run
+    images: tuple[str, ...] = ()  # the container images that fit, the one to try first first (Linux only)
+    image_command: str = ""  # the podman command that runs the first
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "flavour": self.flavour, "reason": self.reason, "command": self.command}
+        return {"target": self.target, "flavour": self.flavour, "reason": self.reason, "command": self.command,
+                "images": list(self.images), "image_command": self.image_command}
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,10 @@ class DoctorReport:
             for r in self.recommendations:
                 lines.append(f"  {r.target or 'no AMD GPU'}: {r.flavour} ({r.reason})")
                 lines.append(f"      $ {r.command}")
+                if r.images:
+                    more = "".join(f" (or {i})" for i in r.images[1:])
+                    lines.append(f"      container: {r.images[0]}{more}")
+                    lines.append(f"      $ {r.image_command}")
         return "\n".join(lines)
 
     def failure(self, as_json: bool = False) -> RockbuildError | None:
@@ -530,9 +541,34 @@ def compare_command(target: str) -> str:
             f"rockbuild compare llama-rocm-{target} llama-vulkan --model MODEL.gguf")
 
 
-def recommend_flavours(gpus: Sequence[Gpu], table: FamilyTable) -> list[Recommendation]:
-    """Which build to try first per GPU: ROCm, Vulkan, or both with a benchmark (issue 12's rules). Without an AMD
-    GPU: Vulkan (target ""), since no ROCm build can run."""
+def image_reference(backend: str, name: str = "") -> str:
+    """The image of a flavour by its moving tag: ``ghcr.io/OWNER/NAME:rocm-gfx110x`` (one per GPU family, named as
+    publish names it) or ``...:vulkan``."""
+    return f"{IMAGE_REPOSITORY}:{ImagesConfig().moving_tag.format(flavour=flavour_name(backend, name))}"
+
+
+def with_images(rec: Recommendation, table: FamilyTable) -> Recommendation:
+    """``rec`` with the container images that fit its GPU: the ROCm image of its family and/or the Vulkan image, in
+    the order of the recommendation (a mixed-GPU bundle has none: no release builds it)."""
+    family = table.family_of_target(rec.target) if rec.target else None
+    rocm = (image_reference("rocm", family.short),) if family is not None else ()
+    vulkan = (image_reference("vulkan"),)
+    images = {"rocm": rocm, "vulkan": vulkan, "both": rocm + vulkan}.get(rec.flavour, ())
+    if not images or MIX in rec.target:
+        return rec
+    needs_rocm = images[0] in rocm
+    return replace(rec, images=images, image_command=podman_run(needs_rocm, images[0]))
+
+
+def recommend_flavours(gpus: Sequence[Gpu], table: FamilyTable, *, images: bool = True) -> list[Recommendation]:
+    """Which build to try first per GPU: ROCm, Vulkan, or both with a benchmark (issue 12's rules), and with
+    ``images`` (a Linux host) the container images that fit. Without an AMD GPU: Vulkan (target ""), since no ROCm
+    build can run."""
+    found = _recommend(gpus, table)
+    return [with_images(r, table) for r in found] if images else found
+
+
+def _recommend(gpus: Sequence[Gpu], table: FamilyTable) -> list[Recommendation]:
     if not gpus:
         return [Recommendation("", "vulkan", NO_GPU_RECOMMENDATION_REASON, VULKAN_INSTALL)]
     out: list[Recommendation] = []
@@ -614,4 +650,5 @@ def run_doctor(
             findings += check_dll_shadowing(bundle, windows, loader=loader, cwd=cwd)
         cpu, bundle_info["cpu"] = check_cpu_variants(bundle, model=model, env=env, fix=fix_cpu)
         findings += cpu + check_cwd_backends(bundle, cwd)
-    return DoctorReport(tuple(gpus), tuple(findings), tuple(recommend_flavours(gpus, table)), kernel, bundle_info)
+    recommendations = recommend_flavours(gpus, table, images=windows is None)  # images are Linux's only
+    return DoctorReport(tuple(gpus), tuple(findings), tuple(recommendations), kernel, bundle_info)

@@ -393,3 +393,54 @@ def test_no_amd_gpu_is_not_a_problem_for_a_cpu_bundle(tmp_path):
     assert gpu.severity == "info" and gpu.message.startswith("no AMD GPU: ")
     assert gpu.action == "nothing to do for a CPU build"
     assert by_topic(report, "cpu", "ok")[0].message.startswith("a CPU build: it needs no GPU driver")
+
+
+# -- which container image fits (issue 42) ------------------------------------------------------------------------------
+
+IMAGES = "ghcr.io/lemonade-sdk/llamacpp-rocm"
+
+
+def test_doctor_names_the_image_that_fits_each_gpu(tmp_path):
+    """As it names the asset: the ROCm image of the GPU's family (the tag publish gives that family's job) and the
+    Vulkan image, in the order of the recommendation, with the one podman command that runs the first."""
+    from support.publishing import make_job
+
+    from rockbuild.publish.image import image_flavour
+    from rockbuild.publish.jobs import load_job
+
+    (rdna3,) = doctor("rdna3-dgpu", tmp_path / "a").recommendations
+    assert rdna3.images == (f"{IMAGES}:rocm-gfx110x", f"{IMAGES}:vulkan")
+    job = load_job(make_job(tmp_path / "out", "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103")))
+    assert rdna3.images[0].endswith(":" + image_flavour(job))  # the moving tag of the image the release pushed
+    assert rdna3.image_command == (
+        "podman run -d --name llama-server --device /dev/kfd --device /dev/dri --group-add keep-groups -p 8080:8080 "
+        f"-v ~/models:/models:ro,Z {IMAGES}:rocm-gfx110x -m /models/MODEL.gguf")
+    (strix,) = doctor("strix-halo", tmp_path / "b").recommendations
+    assert strix.images[0] == f"{IMAGES}:rocm-gfx1151"
+    (none,) = doctor("no-gpu", tmp_path / "c").recommendations
+    assert none.images == (f"{IMAGES}:vulkan",) and "--device /dev/dri " in none.image_command
+    assert "/dev/kfd" not in none.image_command
+    text = doctor("rdna3-dgpu", tmp_path / "d").render()
+    assert f"      container: {IMAGES}:rocm-gfx110x (or {IMAGES}:vulkan)\n      $ podman run -d" in text
+
+
+@pytest.mark.parametrize("target,integrated,images", [
+    ("gfx90a", False, ["rocm-gfx90a"]), ("gfx1031", False, ["vulkan"]),  # Instinct; an older Radeon: Vulkan first
+    ("gfx1201", False, ["rocm-gfx120x", "vulkan"]), ("gfx902", True, ["vulkan"]),  # no ROCm build: no ROCm image
+])
+def test_the_image_follows_the_recommendation(target, integrated, images):
+    (rec,) = recommend_flavours([_gpu(target, integrated)], load_families())
+    assert [i.rsplit(":", 1)[1] for i in rec.images] == images
+    assert not recommend_flavours([_gpu(target, integrated)], load_families(), images=False)[0].images  # Windows
+    mixed = recommend_flavours([_gpu("gfx1036", True), _gpu("gfx1100")], load_families())[-1]
+    assert "+" in mixed.target and mixed.images == ()  # a mixed-GPU bundle is built by the user: no image
+
+
+def test_cli_json_names_the_images(run_rockbuild, tmp_path):
+    sys_root, proc_root = machine("strix-halo")
+    ok = run_rockbuild("doctor", "--json", "--sysfs-root", str(sys_root), "--dev-root", str(dev_root(tmp_path)),
+                       "--proc-root", str(proc_root))
+    assert ok.returncode == 0, ok.stderr
+    (rec,) = json.loads(ok.stdout)["recommendations"]
+    assert rec["images"] == [f"{IMAGES}:rocm-gfx1151", f"{IMAGES}:vulkan"] and "--device /dev/kfd" in \
+        rec["image_command"]
