@@ -14,7 +14,7 @@ of a ``repr``, a log or a child's environment (:func:`rockbuild.process.child_en
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 
 from rockbuild.build.patches import PatchSeries, load_patch_series
 from rockbuild.bundle.policy import BundlePolicy, load_policy
-from rockbuild.core.environment import Context
+from rockbuild.core.environment import Context, environment
 from rockbuild.core.jobs import FamilyTable, Job, load_families
 from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.matrix import load_matrix, select_job
@@ -42,6 +42,14 @@ class Settings(Context):
     publish_file: Path | None = None  # --publish-config FILE
     channels_file: Path | None = None
     programs_file: Path | None = None
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Any:
+        """:meth:`Context.from_environment`, and ``$ROCKBUILD_SMOKE_CONFIG``: another smoke.yaml (the model, the
+        run, the numerics and ops sections) than the shipped one."""
+        env = environment() if env is None else dict(env)
+        smoke = env.get("ROCKBUILD_SMOKE_CONFIG", "").strip()
+        return super().from_environment(env, **{"smoke_file": Path(smoke).expanduser() if smoke else None, **flags})
 
     @cached_property
     def families(self) -> FamilyTable:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -53,6 +54,89 @@ def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = 
                    encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+# Typed reads of one key: the value, or a ConfigError naming ``file:line``, the key and what it must be. Every data
+# file's parser reads its numbers, lists and mappings through these, so a wrong value anywhere is a config error
+# (exit 2), never a TypeError deep in a stage.
+
+_MISSING: Any = object()
+
+
+def _get(node: Any, key: Any, default: Any) -> Any:
+    return node.get(key, default) if isinstance(node, Mapping) else default
+
+
+def whole(path: Path | str, node: Any, key: str, default: int, what: str, *, least: int | None = None,
+          most: int | None = None) -> int:
+    """``node[key]`` as a whole number in [least, most] (``default`` when absent)."""
+    value = _get(node, key, default)
+    if (isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least)
+            or (most is not None and value > most)):
+        bounds = (f" from {least} to {most}" if least is not None and most is not None
+                  else f", at least {least}" if least is not None else f", at most {most}" if most is not None
+                  else "")
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a whole number{bounds}, not {value!r}")
+    return value
+
+
+def number(path: Path | str, node: Any, key: str, default: float, what: str, *, positive: bool = False) -> float:
+    """``node[key]`` as a finite number (> 0 when ``positive``; ``default`` when absent)."""
+    value = _get(node, key, default)
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or (positive and not value > 0)):
+        kind = "a positive number" if positive else "a finite number"
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be {kind}, not {value!r}")
+    return float(value)
+
+
+def flag(path: Path | str, node: Any, key: str, default: bool, what: str) -> bool:
+    value = _get(node, key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be true or false, not {value!r}")
+    return value
+
+
+def text(path: Path | str, node: Any, key: str, default: str, what: str) -> str:
+    """``node[key]`` as a text (a number is taken as written: ``label_color: 123456``); a list or mapping is an
+    error."""
+    value = _get(node, key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a text, not {value!r}")
+    return str(value)
+
+
+def texts(path: Path | str, node: Any, key: str, default: Iterable[str], what: str) -> tuple[str, ...]:
+    """``node[key]`` as a list of texts (``default`` when absent or null)."""
+    value = _get(node, key, None)
+    if value is None:
+        return tuple(default)
+    if not isinstance(value, list) or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in value):
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a list of texts, not {value!r}")
+    return tuple(str(v) for v in value)
+
+
+def mapping(path: Path | str, node: Any, key: str, what: str) -> Mapping[Any, Any]:
+    """``node[key]`` as a mapping (empty when absent or null)."""
+    value = _get(node, key, None)
+    if value is None:
+        return YDict()
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a mapping, not {value!r}")
+    return value
+
+
+def text_map(path: Path | str, node: Any, key: str, default: Mapping[str, str], what: str) -> dict[str, str]:
+    """``node[key]`` as a mapping of texts to texts (``default`` when absent or null)."""
+    value = _get(node, key, None)
+    if value is None:
+        return dict(default)
+    if not isinstance(value, Mapping) or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
+                                                 for v in value.values()):
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must map names to texts, not {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -111,7 +195,7 @@ def suggest(name: str, known: Iterable[str], n: int = 3) -> str:
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
-def check_keys(path: Path | str, node: YDict, allowed: Iterable[str], what: str) -> None:
+def check_keys(path: Path | str, node: Mapping[Any, Any], allowed: Iterable[str], what: str) -> None:
     allowed = list(allowed)
     for key in node:
         if key not in allowed:
@@ -124,7 +208,9 @@ def check_keys(path: Path | str, node: YDict, allowed: Iterable[str], what: str)
 def expect_type(path: Path | str, parent: Any, key: Any, value: Any, types: type | tuple[type, ...], what: str) -> None:
     if not isinstance(value, types):
         names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
-        names = names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
+        names = (names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
+                 .replace("Mapping", "mapping"))
+        names = " or ".join(dict.fromkeys(names.split(" or ")))  # (dict, YDict): "a mapping", once
         raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {type(value).__name__}")
 
 

@@ -145,8 +145,9 @@ def _name(path: Path, node: YDict, key: str, what: str) -> str:
     return value
 
 
-def _program(path: Path, node: Any) -> Program:
-    expect_type(path, node, None, node, (dict, YDict), "a ship entry")
+def _program(path: Path, ship: list[Any], i: int) -> Program:
+    node = ship[i]
+    expect_type(path, ship, i, node, (dict, YDict), "a ship entry")
     check_keys(path, node, _SHIP_KEYS, "a ship entry")
     target = _name(path, node, "target", "a ship entry")
     file = node.get("file", "")
@@ -203,10 +204,12 @@ def parse_programs(doc: Any, path: Path) -> ProgramList:
     ship = doc.get("ship")
     if not isinstance(ship, list) or not ship:
         raise ConfigError(f"{where(path, doc, 'ship')}: ship must be a non-empty list of programs")
-    programs = tuple(_program(path, node) for node in ship)
+    programs = tuple(_program(path, ship, i) for i in range(len(ship)))
     left: list[LeftOut] = []
-    for node in doc.get("left_out") or []:
-        expect_type(path, doc, "left_out", node, (dict, YDict), "a left_out entry")
+    left_out = doc.get("left_out") or []
+    expect_type(path, doc, "left_out", left_out, list, "left_out")
+    for i, node in enumerate(left_out):
+        expect_type(path, left_out, i, node, (dict, YDict), "a left_out entry")
         check_keys(path, node, ("target", "reason"), "a left_out entry")
         reason = node.get("reason")
         if not isinstance(reason, str) or not reason.strip():

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import YDict, check_keys, load_data_file, where
+from rockbuild.core.data import YDict, check_keys, flag, load_data_file, text, text_map, texts, where, whole
 from rockbuild.core.errors import ConfigError
 
 GITHUB_ASSET_LIMIT = 2 * 1024**3  # GitHub: "each file must be under 2 GiB"
@@ -63,37 +63,32 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
     for family, version in floor.items():
         if not version.replace(".", "").isdigit():
             raise ConfigError(f"{where(path, doc, 'glibc_floor')}: {family}: {version!r} is not a version like 2.35")
-    known = doc.get("known_issues") or []
-    if not isinstance(known, list):
-        raise ConfigError(f"{where(path, doc, 'known_issues')}: known_issues must be a list of texts")
-    max_bytes = int(assets.get("max_bytes", GITHUB_ASSET_LIMIT))
-    deb_for = tuple(str(x) for x in assets.get("deb_for") or ())
-    deb_maintainer = " ".join(str(assets.get("deb_maintainer") or "").split())
+    max_bytes = whole(path, assets, "max_bytes", GITHUB_ASSET_LIMIT, "assets", least=1)
+    deb_for = texts(path, assets, "deb_for", (), "assets")
+    deb_maintainer = " ".join(text(path, assets, "deb_maintainer", "", "assets").split())
     if deb_for and not _MAINTAINER_RE.fullmatch(deb_maintainer):
         raise ConfigError(f"{where(path, assets, 'deb_maintainer' if 'deb_maintainer' in assets else 'deb_for')}: "
                           f"a .deb needs assets.deb_maintainer as 'Name <address>', not {deb_maintainer!r}")
-    deb_packages = assets.get("deb_packages") or {}
-    if not isinstance(deb_packages, dict):
-        raise ConfigError(f"{where(path, assets, 'deb_packages')}: assets.deb_packages must map a library's SONAME "
-                          "to its Debian package (libc.so.6: libc6)")
     return PublishConfig(
-        tag_scheme=scheme, tag_first=int(tags.get("first", 1000)), tag_width=int(tags.get("width", 4)),
-        llama_tag=str(tags.get("llama", "b{build}-rocm{rocm}")),
-        asset_name=str(assets.get("name", "llama-{tag}-{os}-rocm-{name}-x64")),
-        os_words={str(k): str(v) for k, v in (assets.get("os_words") or {"linux": "ubuntu",
-                                                                           "windows": "windows"}).items()},
-        tar_gz_for=tuple(str(x) for x in assets.get("tar_gz_for") or ("linux",)),
+        tag_scheme=scheme, tag_first=whole(path, tags, "first", 1000, "tags", least=0),
+        tag_width=whole(path, tags, "width", 4, "tags", least=1, most=12),
+        llama_tag=text(path, tags, "llama", "b{build}-rocm{rocm}", "tags"),
+        asset_name=text(path, assets, "name", "llama-{tag}-{os}-rocm-{name}-x64", "assets"),
+        os_words=text_map(path, assets, "os_words", {"linux": "ubuntu", "windows": "windows"}, "assets"),
+        tar_gz_for=texts(path, assets, "tar_gz_for", ("linux",), "assets"),
         deb_for=deb_for, deb_maintainer=deb_maintainer,
-        deb_homepage=str(assets.get("deb_homepage") or PublishConfig.deb_homepage),
-        deb_packages={str(k): str(v) for k, v in deb_packages.items()},
-        max_bytes=min(max_bytes, GITHUB_ASSET_LIMIT), compress_level=int(assets.get("compress_level", 6)),
-        glibc_floor=floor, make_latest=bool(release.get("make_latest", True)),
-        protect=tuple(str(t) for t in retention.get("protect") or ()),
-        alert_label=str(alert.get("label", "nightly-failure")), alert_label_color=str(alert.get("label_color",
-                                                                                                  "d73a4a")),
-        alert_title=str(alert.get("title", "Nightly build failed ({date})")),
-        alert_log_lines=int(alert.get("log_lines", 40)),
-        known_issues=tuple(" ".join(str(k).split()) for k in known), source=str(path),
+        deb_homepage=text(path, assets, "deb_homepage", PublishConfig.deb_homepage, "assets"),
+        deb_packages=text_map(path, assets, "deb_packages", {}, "assets"),
+        max_bytes=min(max_bytes, GITHUB_ASSET_LIMIT),
+        compress_level=whole(path, assets, "compress_level", 6, "assets", least=0, most=9),
+        glibc_floor=floor, make_latest=flag(path, release, "make_latest", True, "release"),
+        protect=texts(path, retention, "protect", (), "retention"),
+        alert_label=text(path, alert, "label", "nightly-failure", "alert"),
+        alert_label_color=text(path, alert, "label_color", "d73a4a", "alert"),
+        alert_title=text(path, alert, "title", "Nightly build failed ({date})", "alert"),
+        alert_log_lines=whole(path, alert, "log_lines", 40, "alert", least=0),
+        known_issues=tuple(" ".join(k.split()) for k in texts(path, doc, "known_issues", (), "publish.yaml")),
+        source=str(path),
     )
 
 

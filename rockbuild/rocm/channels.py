@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from rockbuild.core.data import load_data_file
+from rockbuild.core.data import YDict, check_keys, load_data_file, text, where
 from rockbuild.core.errors import ConfigError, UsageError
 
 LISTINGS = ("html", "s3", "s3v2")
@@ -78,7 +78,8 @@ class Channel:
         return {"name": self.name, "hosts": [h.to_dict() for h in self.hosts]}
 
 
-def _config_date(value: Any, where: str) -> datetime.date | None:
+def _config_date(path: Path, host: Any, key: str, what: str) -> datetime.date | None:
+    value = host.get(key)
     if value is None:
         return None
     if isinstance(value, datetime.date):
@@ -86,38 +87,46 @@ def _config_date(value: Any, where: str) -> datetime.date | None:
     try:
         return datetime.date.fromisoformat(str(value))
     except ValueError:
-        raise ConfigError(f"{where}: {value!r} is not a date (expected YYYY-MM-DD)") from None
+        raise ConfigError(f"{where(path, host, key)}: {what}.{key}: {value!r} is not a date (expected YYYY-MM-DD)"
+                          ) from None
 
 
 def parse_channels(data: Any, path: Path) -> dict[str, Channel]:
-    """The channels of a parsed ``rocm-channels.yaml`` (read by :func:`load_channels`)."""
-    if not isinstance(data, dict) or not isinstance(data.get("channels"), dict) or not data["channels"]:
-        raise ConfigError(f"{path}: expected a top-level 'channels:' mapping of channel name -> hosts")
+    """The channels of a parsed ``rocm-channels.yaml`` (read by :func:`load_channels`); a mistake is a ConfigError
+    naming ``file:line``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where(path, data)}: expected a top-level 'channels:' mapping of channel name -> hosts")
+    check_keys(path, data, ("channels",), "rocm-channels.yaml")
+    if not isinstance(data.get("channels"), dict) or not data["channels"]:
+        raise ConfigError(f"{where(path, data, 'channels')}: expected a top-level 'channels:' mapping of channel "
+                          "name -> hosts")
     channels = {}
     for name, body in data["channels"].items():
-        where = f"{path}: channel {name!r}"
+        what = f"channel {name!r}"
         hosts_data = body.get("hosts") if isinstance(body, dict) else None
         if not isinstance(hosts_data, list) or not hosts_data:
-            raise ConfigError(f"{where} needs a non-empty 'hosts:' list")
+            at = where(path, body, "hosts") if isinstance(body, dict) else where(path, data["channels"], name)
+            raise ConfigError(f"{at}: {what} needs a non-empty 'hosts:' list")
         hosts = []
         for i, h in enumerate(hosts_data):
+            host_what = f"{what}, host #{i + 1}"
             if isinstance(h, str):
                 h = {"url": h}
             if not isinstance(h, dict) or not isinstance(h.get("url"), str) or not h["url"].strip():
-                raise ConfigError(f"{where}, host #{i + 1}: each host needs a 'url:'")
-            unknown = set(h) - {"url", "from", "until", "listing", "key_prefix"}
-            if unknown:
-                raise ConfigError(f"{where}, host #{i + 1}: unknown key(s) {', '.join(sorted(unknown))}")
+                at = where(path, h, "url") if isinstance(h, YDict) else where(path, hosts_data, i)
+                raise ConfigError(f"{at}: {host_what}: each host needs a 'url:'")
+            check_keys(path, h, ("url", "from", "until", "listing", "key_prefix"), host_what)
             listing = h.get("listing", "html")
             if listing not in LISTINGS:
-                raise ConfigError(f"{where}, host #{i + 1}: listing {listing!r} is not one of {', '.join(LISTINGS)}")
+                raise ConfigError(f"{where(path, h, 'listing')}: {host_what}: listing {listing!r} is not one of "
+                                  f"{', '.join(LISTINGS)}")
             hosts.append(
                 IndexHost(
                     url=directory_url(h["url"].strip()),
-                    since=_config_date(h.get("from"), where),
-                    until=_config_date(h.get("until"), where),
+                    since=_config_date(path, h, "from", host_what),
+                    until=_config_date(path, h, "until", host_what),
                     listing=listing,
-                    key_prefix=str(h.get("key_prefix", "")),
+                    key_prefix=text(path, h, "key_prefix", "", host_what),
                 )
             )
         channels[str(name)] = Channel(name=str(name), hosts=tuple(hosts))

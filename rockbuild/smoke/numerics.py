@@ -32,13 +32,13 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import data_path
+from rockbuild.core.data import check_keys, data_path, expect_type, flag, mapping, number, text, where, whole
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
 from rockbuild.smoke.longctx import LongContext, parse_long_context, passkey_check, read_text, reference_check
@@ -108,58 +108,80 @@ class NumericsConfig:
         return max(1, min(self.threads, os.cpu_count() or 1))
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"smoke.yaml: {where} must be a finite number, not {value!r}")
-    return float(value)
+_KEYS = ("enabled", "text", "ctx", "chunks", "threads", "timeout", "n_predict", "thresholds", "known_answers",
+         "baselines", "long_context")
+_THRESHOLD_KEYS = ("backend", "model", "device", "floor", "max_mean_kld", "min_same_top")
 
 
-def parse_numerics_config(section: Any, *, data_dir: Path | None = None) -> NumericsConfig:
-    """``smoke.yaml``'s ``numerics`` section; a ConfigError naming the key for a mistake. The text is looked up beside
-    the data files (``data_dir``: the folder of smoke.yaml) unless absolute."""
+def parse_numerics_config(section: Any, *, path: Path | None = None, data_dir: Path | None = None) -> NumericsConfig:
+    """``smoke.yaml``'s ``numerics`` section; a mistake is a ConfigError naming ``file:line`` and the key. ``path``:
+    the smoke.yaml it came from, for the messages (default: the shipped one); the text and baselines are looked up
+    beside the shipped data files (``data_dir`` overrides) unless absolute."""
+    folder = data_dir or data_path("matrices", "smoke.yaml").parent
+    where_file = path or folder / "smoke.yaml"
+    what = "numerics"
     if section is None:
         return NumericsConfig(text=Path(), enabled=False)
     if not isinstance(section, Mapping):
-        raise ConfigError("smoke.yaml: numerics must be a mapping (see the shipped matrices/smoke.yaml)")
-    text_name = Path(str(section.get("text") or "numerics.txt"))
-    folder = data_dir or data_path("matrices", "smoke.yaml").parent
-    text = text_name if text_name.is_absolute() else folder / text_name
+        raise ConfigError(f"{where(where_file, section)}: numerics must be a mapping (see the shipped "
+                          f"matrices/smoke.yaml), not {section!r}")
+    check_keys(where_file, section, _KEYS, what)
+    text_name = Path(text(where_file, section, "text", "numerics.txt", what) or "numerics.txt")
     thresholds = []
-    for i, item in enumerate(section.get("thresholds") or ()):
-        where = f"numerics.thresholds[{i}]"
-        if not isinstance(item, Mapping) or "max_mean_kld" not in item or "min_same_top" not in item:
-            raise ConfigError(f"smoke.yaml: {where} needs max_mean_kld and min_same_top")
+    items = section.get("thresholds") or []
+    expect_type(where_file, section, "thresholds", items, list, "numerics.thresholds")
+    for i, item in enumerate(items):
+        at = f"numerics.thresholds[{i}]"
+        expect_type(where_file, items, i, item, Mapping, at)
+        check_keys(where_file, item, _THRESHOLD_KEYS, at)
+        if "max_mean_kld" not in item or "min_same_top" not in item:
+            raise ConfigError(f"{where(where_file, items, i)}: {at} needs max_mean_kld and min_same_top")
         thresholds.append(Threshold(
-            backend=str(item.get("backend", "*")), model=str(item.get("model", "*")),
-            device=str(item.get("device", "*")), floor=str(item.get("floor", "")),
-            max_mean_kld=_number(item["max_mean_kld"], f"{where}.max_mean_kld"),
-            min_same_top=_number(item["min_same_top"], f"{where}.min_same_top")))
+            backend=text(where_file, item, "backend", "*", at), model=text(where_file, item, "model", "*", at),
+            device=text(where_file, item, "device", "*", at), floor=text(where_file, item, "floor", "", at),
+            max_mean_kld=number(where_file, item, "max_mean_kld", 0, at),
+            min_same_top=number(where_file, item, "min_same_top", 0, at)))
     answers: dict[str, tuple[KnownAnswer, ...]] = {}
-    for model, items in (section.get("known_answers") or {}).items():
-        where = f"numerics.known_answers[{model!r}]"
-        if not isinstance(items, Sequence) or isinstance(items, str):
-            raise ConfigError(f"smoke.yaml: {where} must be a list of {{prompt, expect}}")
+    known = mapping(where_file, section, "known_answers", what)
+    for model, entries in known.items():
+        at = f"numerics.known_answers[{model!r}]"
+        if not isinstance(entries, list):
+            raise ConfigError(f"{where(where_file, known, model)}: {at} must be a list of {{prompt, expect}}, "
+                              f"not {entries!r}")
         parsed = []
-        for item in items:
-            if not isinstance(item, Mapping) or not item.get("prompt") or not item.get("expect"):
-                raise ConfigError(f"smoke.yaml: {where}: every entry needs a prompt and an expect")
+        for i, item in enumerate(entries):
+            if not isinstance(item, Mapping) or not isinstance(item.get("prompt"), str) or not item.get("prompt") \
+                    or not isinstance(item.get("expect"), str) or not item.get("expect"):
+                raise ConfigError(f"{where(where_file, entries, i)}: {at}: every entry needs a prompt and an expect "
+                                  "(texts)")
             try:
-                re.compile(str(item["expect"]))
+                re.compile(item["expect"])
             except re.error as exc:
-                raise ConfigError(f"smoke.yaml: {where}: expect {item['expect']!r} is not a regular expression "
-                                  f"({exc})") from None
-            parsed.append(KnownAnswer(str(item["prompt"]), str(item["expect"])))
+                raise ConfigError(f"{where(where_file, item, 'expect')}: {at}: expect {item['expect']!r} is not a "
+                                  f"regular expression ({exc})") from None
+            parsed.append(KnownAnswer(item["prompt"], item["expect"]))
         answers[str(model)] = tuple(parsed)
-    try:
-        return NumericsConfig(
-            text=text, ctx=int(section.get("ctx", 256)), chunks=int(section.get("chunks", 8)),
-            threads=int(section.get("threads", 2)), timeout=float(section.get("timeout", 900)),
-            n_predict=int(section.get("n_predict", 8)), thresholds=tuple(thresholds), answers=answers,
-            enabled=bool(section.get("enabled", True)),
-            baselines=load_baselines(baselines_path(section.get("baselines"), data_dir)),
-            long=parse_long_context(section.get("long_context"), folder / "smoke.yaml", folder))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"smoke.yaml: numerics: {exc}") from None
+    long_context = section.get("long_context")
+    if long_context is not None:
+        expect_type(where_file, section, "long_context", long_context, Mapping, "numerics.long_context")
+    baselines = section.get("baselines")
+    if baselines is not None and not isinstance(baselines, str):
+        raise ConfigError(f"{where(where_file, section, 'baselines')}: numerics.baselines must name a file, "
+                          f"not {baselines!r}")
+    baselines_file = baselines_path(baselines, folder)
+    if baselines_file is not None and not baselines_file.is_file():
+        raise ConfigError(f"{where(where_file, section, 'baselines')}: numerics.baselines: {baselines_file} is not "
+                          "a file")
+    return NumericsConfig(
+        text=text_name if text_name.is_absolute() else folder / text_name,
+        ctx=whole(where_file, section, "ctx", 256, what, least=16),
+        chunks=whole(where_file, section, "chunks", 8, what, least=1),
+        threads=whole(where_file, section, "threads", 2, what, least=1),
+        timeout=number(where_file, section, "timeout", 900, what, positive=True),
+        n_predict=whole(where_file, section, "n_predict", 8, what, least=1), thresholds=tuple(thresholds),
+        answers=answers, enabled=flag(where_file, section, "enabled", True, what),
+        baselines=load_baselines(baselines_file),
+        long=parse_long_context(long_context, where_file, folder))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -419,9 +441,9 @@ def run_known_answers(config: NumericsConfig, target: Target, *, cwd: Path, env:
     if target.gpu_device is not None:
         places.append(("gpu", _gpu_args(target)))
     results: list[dict[str, Any]] = []
-    for where, device_args in places:
+    for place, device_args in places:
         for i, answer in enumerate(answers):
-            log = logs / f"answer-{where}-{i}.log"
+            log = logs / f"answer-{place}-{i}.log"
             args = [str(target.completion), "-m", str(target.model), "-p", answer.prompt, "-n", str(config.n_predict),
                     "--temp", "0", "--seed", str(target.seed), "-no-cnv", "--no-warmup",
                     "-t", str(config.run_threads), "-c", "512", *device_args]
@@ -432,7 +454,7 @@ def run_known_answers(config: NumericsConfig, target: Target, *, cwd: Path, env:
                 failure = "the prompt is not in its output"
             text = got or ""
             ok = failure is None and re.match(answer.expect, text) is not None
-            results.append({"on": where, "prompt": answer.prompt, "expect": answer.expect, "got": text[:200],
+            results.append({"on": place, "prompt": answer.prompt, "expect": answer.expect, "got": text[:200],
                             "ok": ok, "failure": failure, "seconds": round(seconds, 3), "log": str(log)})
     wrong = [r for r in results if not r["ok"]]
     out: dict[str, Any] = {"model": target.model_name, "answers": results, "passed": len(results) - len(wrong),

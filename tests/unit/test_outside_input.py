@@ -21,13 +21,16 @@ from rockbuild.bundle.policy import parse_policy
 from rockbuild.core.data import load_yaml
 from rockbuild.core.errors import BundleError, ConfigError, ModelError, RecordError, RockbuildError
 from rockbuild.core.jobs import load_families, parse_families
+from rockbuild.core.programs import parse_programs
 from rockbuild.core.records import RECORDS, ManifestRecord
 from rockbuild.gpu import gpus_in_topology
 from rockbuild.install import parse_sha256sums
 from rockbuild.matrix import expand_matrix
 from rockbuild.publish.config import parse_publish_config
+from rockbuild.publish.image import parse_images_config
 from rockbuild.rocm.channels import parse_channels
 from rockbuild.rocm.index import parse_index_page, parse_s3_listing
+from rockbuild.smoke.baselines import parse_baselines
 from rockbuild.smoke.config import parse_smoke_config
 from rockbuild.smoke.models import check_gguf
 
@@ -134,6 +137,7 @@ PARSERS = {
     "families.yaml": parse_families, "bundle-policy.yaml": parse_policy, "smoke.yaml": parse_smoke_config,
     "publish.yaml": parse_publish_config, "rocm-channels.yaml": parse_channels,
     "nightly.yaml": lambda doc, path: expand_matrix(doc, path, load_families()),
+    "programs.yaml": parse_programs, "baselines.yaml": parse_baselines, "images.yaml": parse_images_config,
 }
 
 

@@ -54,3 +54,27 @@ def test_a_wrong_run_value_is_one_config_error_naming_file_line_and_key(tmp_path
 def test_the_shipped_smoke_yaml_passes_its_own_checks():
     config = load_smoke_config()
     assert config["run"]["n_predict"] >= 1 and config["run"]["timeouts"]["cli"] > 0
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ("  n_predict: 16", "  n_predict: many", "run.n_predict"),
+    ("  timeouts: {cli: 300,", "  timeouts: {cli: soon,", "run.timeouts.cli"),
+    ("  gpu_layers: 99", "  gpu_layers: [1]", "run.gpu_layers"),
+    ("  threads: 1", "  threads: null", "run.threads"),
+    ("  ctx: 256", "  ctx: lots", "numerics.ctx"),
+    ("  chunks: 8", "  chunks: .inf", "numerics.chunks"),
+])
+def test_the_four_bad_values_of_the_issue_are_one_config_line_and_exit_2(tmp_path, run_rockbuild, old, new, key):
+    """As a user meets them: `rockbuild smoke` with the edited smoke.yaml ($ROCKBUILD_SMOKE_CONFIG) says one line
+    naming the file, the line and the key, and exits 2 (was: internal error, exit 70)."""
+    assert old in SHIPPED, old
+    text = SHIPPED.replace(old, new, 1)
+    path = tmp_path / "smoke.yaml"
+    path.write_text(text)
+    (tmp_path / "bundle").mkdir()
+    result = run_rockbuild("smoke", str(tmp_path / "bundle"), env={"ROCKBUILD_SMOKE_CONFIG": str(path)})
+    assert result.returncode == 2, result.stderr
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith(new))
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr
+    assert result.stderr.startswith(f"error: {path}:{line}: {key} must be"), result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr

@@ -117,7 +117,11 @@ def test_thresholds_come_from_smoke_yaml_each_with_its_floor():
     ({"thresholds": [{"max_mean_kld": ".nan", "min_same_top": 90}]}, "must be a finite number"),
     ({"known_answers": {"m": [{"prompt": "x", "expect": "("}]}}, "is not a regular expression"),
     ({"known_answers": {"m": "Paris"}}, "must be a list"),
-    ({"ctx": "big"}, "numerics:"),
+    ({"ctx": "big"}, "numerics.ctx must be a whole number"),
+    ({"chunks": float("inf")}, "numerics.chunks must be a whole number"),
+    ({"thresholds": 3}, "numerics.thresholds must be a list"),
+    ({"known_answers": "m"}, "numerics.known_answers must be a mapping"),
+    ({"ctx_size": 256}, "unknown key 'ctx_size'"),
     ("yes", "numerics must be a mapping"),
 ])
 def test_config_mistakes_are_one_config_error_each(section, message):
