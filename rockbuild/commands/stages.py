@@ -66,7 +66,7 @@ ROCM_SOURCE = options(
     click.option("--target", default=None, help="A single gfx target; its family's tarball is used."),
     click.option("--os", "os_name", type=OS_CHOICE, default=None, help="Tarball platform (default: this machine's)."),
     click.option("--channel", type=click.Choice(["nightly", "dev", "prerelease", "stable"]), default="nightly",
-                 show_default=True),
+                 show_default=True, help="Which of matrices/rocm-channels.yaml's channels to read."),
     click.option("--index-url", default=None,
                  help="Read this index page or S3 listing instead of the channel's hosts."),
 )
