@@ -121,3 +121,54 @@ def test_only_the_environment_module_reads_the_environment():
                  for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "core" / "environment.py"
                  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if readers.search(line)]
     assert offenders == []
+
+
+def _modules() -> list[str]:
+    """Every module of the package, by dotted name (a package by its own name)."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts not in (["rockbuild"], ["rockbuild", "__main__"]):
+            names.append(".".join(parts))
+    return names
+
+
+def _layers() -> list[str]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    layers = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")["layers"]
+    return [m.strip() for layer in layers for m in re.split(r"[:|]", layer) if m.strip()]
+
+
+def test_every_module_sits_in_the_layers_contract():
+    """A module the contract does not name may import anything (issue 40, item 5): each is in a layer, itself or
+    through the package that holds it (a package with modules of its own is placed through them)."""
+    listed = _layers()
+    modules = _modules()
+    packages = {m.rsplit(".", 1)[0] for m in modules if "." in m}
+    loose = [m for m in modules if m not in packages
+             and not any(m == layer or m.startswith(layer + ".") for layer in listed)]
+    assert not loose, f"modules outside pyproject's layers contract: {loose}"
+
+
+def test_the_architecture_page_names_every_module():
+    """docs/architecture.md's table of layers is true to the tree: every module is named in it (as `name`,
+    `package/name`, `name.py`, or by its package as `package/*`)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split("## The layers, top to bottom", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([^`]+)`", table))
+    modules = _modules()
+    packages = {m.rsplit(".", 1)[0] for m in modules if "." in m}
+    missing = []
+    for module in modules:
+        parts = module.split(".")[1:]
+        name, package = parts[-1], "/".join(parts[:-1])
+        if module in packages:
+            continue
+        ways = {name, f"{name}.py", f"{package}/{name}", f"{package}/*"} if package else {name, f"{name}.py"}
+        if not ways & named:
+            missing.append(module)
+    assert not missing, f"modules docs/architecture.md does not name: {missing}"
