@@ -16,7 +16,7 @@ the folder itself::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,14 +26,12 @@ from rockbuild.core.records import (
     BuildErrorInfo,
     BuildPaths,
     BuildRecord,
-    BuildRocm,
     BundleRecord,
     FallbackRecord,
     JobEntry,
     LlamaCpp,
     NightRecord,
     SmokeRecord,
-    Tarball,
 )
 
 from . import __version__
@@ -114,7 +112,8 @@ class JobFolder:
         return build is not None and build.ok and build.commit == commit and self.bin_dir.is_dir()
 
     def write_build(self, record: BuildRecord) -> Path:
-        """build.json: its one writer (the build driver's result, :meth:`record_failure`, :meth:`record_tarball`)."""
+        """build.json: its one writer (the build driver's result, written once with the night's tarball in it, or
+        :meth:`record_failure`)."""
         return record.write(self.build_json)
 
     def record_failure(self, job: Job, step: str, error: BuildErrorInfo, llama: LlamaCpp | None = None) -> None:
@@ -133,10 +132,3 @@ class JobFolder:
                   "rocm", "paths", "started", "finished"),
         ))
 
-    def record_tarball(self, tarball: Tarball | None) -> None:
-        """Put the ROCm tarball's name and sha256 into build.json (the driver saw only a ROCm folder): the release
-        notes, manifest.json and the next night's unchanged check read them."""
-        data = self.build()
-        if data is None or tarball is None:
-            return
-        self.write_build(replace(data, rocm=replace(data.rocm or BuildRocm(), tarball=tarball)))

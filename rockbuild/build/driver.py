@@ -88,6 +88,7 @@ class Notices:
 class BuildOptions:
     out_dir: Path = Path("out")
     rocm_dir: Path | None = None  # an existing ROCm root; else fetch the job's (or rocm_version's) tarball
+    rocm_tarball: Any = None  # the tarball rocm_dir was extracted from (a night's fetch): build.json records it
     rocm_version: str | None = None
     source_dir: Path | None = None  # an existing llama.cpp tree; else clone `ref` (default: the job's llama_ref)
     ref: str | None = None
@@ -355,11 +356,14 @@ def _log_header(log: Path, text: str) -> None:
         fh.write(f"\n==> {text}\n")
 
 
+def rocm_report_tarball(fetched: Any) -> dict[str, Any]:
+    """build.json's ``rocm.tarball``: a fetched tarball's (or a Tarball record's) name, URL, sha256, size, group."""
+    return {"name": fetched.name, "url": fetched.url, "sha256": fetched.sha256, "size": fetched.size,
+            "group": fetched.group}
+
+
 def rocm_report(layout: RocmLayout, fetched: Any = None) -> dict[str, Any]:
-    tarball = None
-    if fetched is not None:
-        tarball = {"name": fetched.name, "url": fetched.url, "sha256": fetched.sha256, "size": fetched.size,
-                   "group": fetched.group}
+    tarball = rocm_report_tarball(fetched) if fetched is not None else None
     return {
         "root": str(layout.root),
         "kind": str(layout.kind),
@@ -377,7 +381,7 @@ def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, dict[str
     if options.rocm_dir is not None:
         layout = detect_layout(options.rocm_dir)
         console.info(f"    {layout.root}: {layout.kind} ROCm {layout.version or '(version unknown)'}")
-        return layout, rocm_report(layout)
+        return layout, rocm_report(layout, options.rocm_tarball)
 
     fetched = fetch_rocm(
         job_groups(job), os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,
@@ -500,6 +504,8 @@ class _Build:
 def _provide_rocm_step(b: _Build) -> None:
     job, options = b.job, b.options
     if b.backend.needs_rocm:
+        if options.rocm_tarball is not None:  # known before the root is read: a failure below still names it
+            b.recorded.update(rocm={"tarball": rocm_report_tarball(options.rocm_tarball)})
         with console.step(f"ROCm for {job.id}"):
             layout, rocm = _provide_rocm(job, options)
             b.toolchain = b.backend.toolchain(job, layout)

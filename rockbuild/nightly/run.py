@@ -126,10 +126,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
             folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama.pin()))
             raise
         rocm_dir, tarball = fetched.root, tarball_report(fetched)
-    try:
-        return build_job(job, build_options_for_inputs(options, inputs, rocm_dir))
-    finally:
-        folder.record_tarball(tarball)
+    return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -370,10 +367,7 @@ class _JobRun:
                 programs=options.data.programs, cross=options.compile.cross,
                 patches=options.compile.patches, patch_series=options.data.patches,
             ), inputs, self.root)
-            try:
-                build_job(self.job, build_options)
-            finally:
-                self.folder.record_tarball(self.tarball)
+            build_job(self.job, replace(build_options, rocm_tarball=self.tarball))
 
         return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama.commit))
 

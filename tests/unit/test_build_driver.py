@@ -26,6 +26,7 @@ from rockbuild.build.driver import (
     parse_ccache_stats,
 )
 from rockbuild.core.errors import BuildError, ConfigError, UsageError
+from rockbuild.core.records import Tarball
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc") and shutil.which("g++")),
@@ -356,7 +357,16 @@ def test_a_chroot_layout_is_refused_with_the_way_to_build_in_it(tmp_path):
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang++", "#!/bin/sh\n", 0o755)
     with pytest.raises(ConfigError, match=r"run rockbuild in the root .* with --rocm /usr"):
         build_job(resolve_job(target="gfx1151"), BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=root,
-                                                              source_dir=tmp_path))
+                                                              source_dir=tmp_path, rocm_tarball=TARBALL))
+    # build.json is written once, by the build, and names the night's tarball even when its root was refused
+    # (it used to be read back and rewritten by the night to put the tarball in)
+    build = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
+    assert build["status"] == "failed" and build["failed_step"] == "rocm"
+    assert build["rocm"]["tarball"] == {"name": TARBALL.name, "url": None, "sha256": TARBALL.sha256, "size": 5,
+                                        "group": "gfx1151"}
+
+
+TARBALL = Tarball(name="therock-dist-linux-gfx1151-7.2.0a20261204.tar.gz", sha256="ab" * 32, size=5, group="gfx1151")
 
 
 PRINT_STATS = "stats_updated_timestamp\t1764400000\ndirect_cache_hit\t140\npreprocessed_cache_hit\t4\ncache_miss\t6\n"

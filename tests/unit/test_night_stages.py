@@ -6,7 +6,7 @@ import json
 
 from rockbuild.core.errors import BuildError, NotFoundError
 from rockbuild.core.jobs import Job
-from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
+from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp
 from rockbuild.jobfolder import JobFolder
 from rockbuild.nightly.stages import Stage, StageLog, fingerprint, run_stages
 
@@ -60,7 +60,7 @@ def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsy
     assert run_stages(JOB.id, True, folder, stages(ran), quiet=True).status == "ok" and ran == ["build", "bundle"]
 
 
-def test_job_folder_records_a_failure_before_the_build_and_the_tarball_after(tmp_path):
+def test_job_folder_records_a_failure_before_the_build(tmp_path):
     folder = JobFolder.of(tmp_path, JOB.id)
     assert folder.path == tmp_path.absolute() / JOB.id and folder.id == JOB.id
     assert (folder.bundle_json, folder.bin_dir) == (folder.path / "bundle" / "bundle.json",
@@ -78,10 +78,6 @@ def test_job_folder_records_a_failure_before_the_build_and_the_tarball_after(tmp
 
     folder.write_build(BuildRecord.from_dict({"schema": 1, "status": "ok", "llama_cpp": {"commit": "c0ffee"},
                                               "rocm": {"version": "7.2"}}))
-    folder.record_tarball(Tarball(name="t.tar.gz", sha256="ab" * 32))
-    assert json.loads(folder.build_json.read_text())["rocm"] == {
-        "version": "7.2", "tarball": {"name": "t.tar.gz", "url": None, "sha256": "ab" * 32, "size": None,
-                                      "group": None}}
     assert not folder.built_from("c0ffee")  # no programs left
     folder.bin_dir.mkdir(parents=True)
     assert folder.built_from("c0ffee") and not folder.built_from("other")
