@@ -327,7 +327,11 @@ def push_release_images(images: Sequence[ReleaseImage], options: ImageOptions,
     try:
         for image in images:
             say(f"  pushing {image.reference} ({image.digest[:19]})")
-            out.append(_replace(image, push=push_image(image.folder, registry, image.tags, say=say)))
+            try:
+                pushed = push_image(image.folder, registry, image.tags, say=say)
+            except ImageError as exc:  # which image, in the one line
+                raise ImageError(f"pushing {image.reference}: {exc.message}", hint=exc.hint) from None
+            out.append(_replace(image, push=pushed))
     finally:
         registry.close()
     return out

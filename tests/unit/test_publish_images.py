@@ -58,6 +58,7 @@ def test_images_go_out_with_the_release_and_a_dead_registry_leaves_the_draft(gh,
         publish(_options(gh, jobs, tmp_path, images))
     error = failed.value
     assert error.exit_code == 12 and "\n" not in error.message and "cannot be reached" in error.message, error.message
+    assert error.message.startswith(f"pushing {repository}:rocm-gfx1151-b1000: checking sha256:")
     assert error.hint == "run the same command again: what was pushed is not sent twice"
     draft = gh.state.release_by_tag("b1000")
     assert draft.draft and gh.state.latest() is None  # every asset is in the draft, and nothing is public
