@@ -29,6 +29,10 @@ INHERITED = (
     "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "PROGRAMDATA", "PROGRAMFILES", "PROGRAMFILES(X86)",
     "LOCALAPPDATA", "APPDATA", "USERPROFILE", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
     "CCACHE_DIR", "CCACHE_MAXSIZE", "CCACHE_BASEDIR", "SOURCE_DATE_EPOCH", "CI", "GITHUB_ACTIONS",
+    # how this machine reaches the network: its proxy and the CA bundle that trusts it (a company's TLS-inspecting
+    # proxy), for git, npm and CMake's downloads in the children as for rockbuild's own requests
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
 )
 INHERITED_PREFIXES = ("LC_", "WINE")  # WINEPREFIX, WINEDEBUG...: a Windows program run under wine
 # Never handed to a child, whoever asks: the build and smoke steps need none of them.

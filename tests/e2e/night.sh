@@ -34,6 +34,7 @@ ROCM_ROOT=$E2E/rocm-root
 VK_ROOT=$E2E/vulkan-root
 MINGW_ROOT=$E2E/mingw-root
 WINE_ROOT=$E2E/wine-root
+WEBUI_ROOT=$E2E/webui-root
 WIN_JOB=windows-cpu
 # as windows.sh: a wine prefix of its own, and common.sh's WINE_QUIET
 WINE_ENV=(WINEPREFIX=/e2e/night-wineprefix "${WINE_QUIET[@]}")
@@ -47,7 +48,7 @@ HOST_PY=${ROCKBUILD_E2E_PYTHON:-python3}   # the host's python: the servers need
 
 nlog() { printf '[night %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-for item in rocm-root clean-root vulkan-root mingw-root wine-root; do
+for item in rocm-root clean-root vulkan-root mingw-root wine-root webui-root; do
     [[ -f $E2E/.$item.stamp ]] \
         || die "$E2E/$item is not provisioned; run tests/e2e/provision.sh (or provision.sh rocm, vulkan and windows)"
 done
@@ -157,7 +158,7 @@ prepare_roots() {
     mount_source "$VK_ROOT"
     mkdir -p "$MODELS"
     bind_mount "$MODELS" "$CLEAN/models"
-    for root in "$MINGW_ROOT" "$WINE_ROOT"; do
+    for root in "$MINGW_ROOT" "$WINE_ROOT" "$WEBUI_ROOT"; do
         mount_proc "$root"
         bind_mount "$NIGHT" "$root$IN"
     done
@@ -171,6 +172,7 @@ prepare_roots() {
     install_rockbuild "$CLEAN"
     install_rockbuild "$MINGW_ROOT"
     install_rockbuild "$WINE_ROOT"
+    install_rockbuild "$WEBUI_ROOT"
     ensure_wine_prefix "$WINE_ROOT" /e2e/night-wineprefix
     ensure_tiny_model "$ROCM_ROOT"
     if [[ -f $E2E/.lavapipe-root.stamp ]]; then
@@ -187,6 +189,8 @@ in_clean() { chroot_env "$CLEAN" ROCKBUILD_CACHE="$IN/cache/clean-root" "$@"; }
 in_lava() { chroot_env "$LAVA" ROCKBUILD_CACHE="$IN/cache/lavapipe-root" "$@"; }
 in_mingw() { chroot_env "$MINGW_ROOT" ROCKBUILD_CACHE="$IN/cache/mingw-root" "$@"; }
 in_wine() { chroot_env "$WINE_ROOT" ROCKBUILD_CACHE="$IN/cache/wine-root" "${WINE_ENV[@]}" "$@"; }
+# npm reaches its registry through the host's CA bundle, as pip does
+in_webui() { chroot_env "$WEBUI_ROOT" ROCKBUILD_CACHE="$IN/cache/webui-root" NODE_EXTRA_CA_CERTS=/e2e/host-ca.crt "$@"; }
 
 # ---- the night's inputs: the tarball, the bare clone, the configuration --------------------------------------------
 
@@ -292,6 +296,14 @@ plan() {
         --inputs "$IN/n$n/inputs.json" --json > "$NIGHT/n$n/plan.json"
 }
 
+# webui N: the workflow's webui job (in its prepare leg): llama-server's chat page built once, with npm, in a root of
+# its own (the build roots have no npm), from the night's commit in inputs.json; every leg embeds it (--web-ui)
+webui() {
+    local n=$1
+    in_webui "$VENV/bin/rockbuild" webui --inputs "$IN/n$n/inputs.json" --git-url "$IN/llama.git" \
+        --out "$IN/n$n/webui" --json > "$NIGHT/n$n/webui.json" 2> "$NIGHT/n$n/webui.log"
+}
+
 # leg N JOB: rockbuild nightly --job JOB in its root (ROCm: rocm-root; Vulkan: vulkan-root; Windows: mingw-root,
 # cross-compiled, its smoke left to windows_smoke), out/ as a runner's
 leg() {
@@ -299,7 +311,7 @@ leg() {
     [[ $job == *vulkan ]] && run=in_vulkan
     [[ $job == "$WIN_JOB" ]] && { run=in_mingw; extra=(--cross mingw-w64 --no-smoke); }
     "$run" "$VENV/bin/rockbuild" nightly --job "$job" --inputs "$IN/n$n/inputs.json" --out "$IN/out" \
-        --ccache-dir "$IN/ccache/$job" --offline --compile-jobs "$JOBS" "${extra[@]}" --json \
+        --ccache-dir "$IN/ccache/$job" --offline --compile-jobs "$JOBS" --web-ui "$IN/n$n/webui" "${extra[@]}" --json \
         > "$NIGHT/n$n/job-$job.json" 2> "$NIGHT/n$n/job-$job.log"
 }
 
@@ -387,6 +399,7 @@ night_one() {
     step "night 1: plan" plan 1
     changed 1 || die "night 1: the plan says unchanged; b1290 was made from other inputs"
     snapshot n1-planned
+    step "night 1: webui (webui-root: npm, as the workflow's prepare job)" webui 1
     step "night 1: leg linux-$GROUP (rocm-root: fetch, build, bundle, smoke)" leg 1 "linux-$GROUP"
     snapshot n1-rocm
     check_therock_build 1
@@ -463,6 +476,7 @@ night_three() {
     snapshot n3-start
     step "night 3: plan" plan 3
     changed 3 || die "night 3: the plan says unchanged after a new commit"
+    step "night 3: webui (webui-root)" webui 3
     step "night 3: leg linux-$GROUP (warm: ccache of night 1)" leg 3 "linux-$GROUP"
     check_therock_build 3
     [[ $(json "$NIGHT/out/linux-$GROUP/build.json" 'd["llama_cpp"]["commit"]') == "$NEW_COMMIT" ]] \

@@ -8,14 +8,17 @@
 #   $ROCKBUILD_E2E/mingw-root  Debian sid minbase + mingw-w64 (posix threads), cmake, ninja (the Windows cross build root)
 #   $ROCKBUILD_E2E/wine-root   Debian sid minbase + wine64 and python3, no compiler, no mingw runtime (a Windows host:
 #                              runs Windows bundles under wine)
+#   $ROCKBUILD_E2E/webui-root  Debian sid minbase + nodejs, npm, git and python3 (the workflow's webui job: llama-server's
+#                              chat page built once per night, handed to every leg; no compiler)
 #   $ROCKBUILD_E2E/../src/     the llama.cpp source the e2e test pins (llama-cpp-python sdist)
 # Each item is made once: a finished item leaves a stamp file, and a second run only reports what it finds.
 # Roots are built under "<name>.partial" and renamed when complete, so "<name>" never exists half-made.
 # Needs root (debootstrap, chroot, mount). Env: ROCKBUILD_E2E (default /var/cache/rockbuild/e2e),
 # ROCKBUILD_E2E_MIRROR (default: the first Debian mirror in the host's apt sources), ROCKBUILD_SRC
 # (default /var/cache/rockbuild/src).
-#   provision.sh [rocm|vulkan|windows|all]   rocm: rocm-root, clean-root, source; vulkan: vulkan-root, lavapipe-root,
-#                                    source; windows: mingw-root, wine-root, source; all (default): everything
+#   provision.sh [rocm|vulkan|windows|webui|all]   rocm: rocm-root, clean-root, source; vulkan: vulkan-root,
+#                                    lavapipe-root, source; windows: mingw-root, wine-root, source; webui: webui-root,
+#                                    source; all (default): everything
 set -euo pipefail
 
 E2E=${ROCKBUILD_E2E:-/var/cache/rockbuild/e2e}
@@ -26,6 +29,7 @@ VULKAN=$E2E/vulkan-root
 LAVAPIPE=$E2E/lavapipe-root
 MINGW=$E2E/mingw-root
 WINE=$E2E/wine-root
+WEBUI=$E2E/webui-root
 WHAT=${1:-all}
 
 # Only ROCm comes from experimental: `-t experimental` would also upgrade glibc, perl, openssl, cmake (proving-it-here.md §2).
@@ -47,6 +51,9 @@ MINGW_PACKAGES=(g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix binutils-m
 # A Windows host as wine gives one: no mingw runtime DLLs anywhere wine could find them, so the bundle must carry its
 # own; Mesa's lavapipe and an X server (Xvfb) for windows-vulkan: wine's Vulkan goes through its X11 driver
 WINE_PACKAGES=(wine64 python3 python3-venv ca-certificates libvulkan1 mesa-vulkan-drivers xvfb xauth)
+# The web UI's build (tools/ui: npm ci, npm run build), as the workflow's prepare job runs it: node and npm, git to
+# clone the night's commit, python3 for rockbuild
+WEBUI_PACKAGES=(nodejs npm git python3 python3-venv ca-certificates)
 
 LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz
 LLAMA_SDIST_REQ=llama-cpp-python==0.3.36
@@ -221,8 +228,8 @@ provision_llama_source() {
 }
 
 case $WHAT in
-    rocm | vulkan | windows | all) ;;
-    *) die "unknown argument $WHAT (rocm, vulkan, windows, all)" ;;
+    rocm | vulkan | windows | webui | all) ;;
+    *) die "unknown argument $WHAT (rocm, vulkan, windows, webui, all)" ;;
 esac
 log "E2E=$E2E SRC=$SRC mirror=$MIRROR ($WHAT)"
 ensure_debootstrap
@@ -240,6 +247,9 @@ if [[ $WHAT == windows || $WHAT == all ]]; then
     provision_root mingw-root "$MINGW" /usr/bin/x86_64-w64-mingw32-g++-posix packages_installer \
         "${MINGW_PACKAGES[@]}" "${TOOL_PACKAGES[@]}"
     provision_root wine-root "$WINE" /usr/bin/wine64 packages_installer "${WINE_PACKAGES[@]}"
+fi
+if [[ $WHAT == webui || $WHAT == all ]]; then
+    provision_root webui-root "$WEBUI" /usr/bin/npm packages_installer "${WEBUI_PACKAGES[@]}"
 fi
 provision_llama_source
 log "ready in ${SECONDS} s ($WHAT) under $E2E, source $SRC/$LLAMA_SDIST"

@@ -20,6 +20,16 @@ def test_child_env_keeps_the_allowlist_and_drops_every_secret():
     assert all(is_secret(k) for k in ("GITHUB_TOKEN", "gh_token", "HF_TOKEN", "DB_PASSWORD", "MY_API_KEY"))
 
 
+def test_a_child_reaches_the_network_as_this_machine_does():
+    """Behind a TLS-inspecting proxy npm, git and CMake need the proxy and the CA bundle that trusts it (the
+    rehearsal's webui root: npm ci failed with SELF_SIGNED_CERT_IN_CHAIN when NODE_EXTRA_CA_CERTS was dropped)."""
+    base = {"PATH": "/bin", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost", "SSL_CERT_FILE": "/ca.crt",
+            "NODE_EXTRA_CA_CERTS": "/ca.crt", "GIT_SSL_CAINFO": "/ca.crt", "NPM_TOKEN": "x", "PROXY_PASSWORD": "x"}
+    assert child_env(base=base) == {"PATH": "/bin", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost",
+                                    "SSL_CERT_FILE": "/ca.crt", "NODE_EXTRA_CA_CERTS": "/ca.crt",
+                                    "GIT_SSL_CAINFO": "/ca.crt"}
+
+
 def test_a_child_never_sees_a_token_even_if_the_caller_passes_one(monkeypatch, tmp_path):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret_value")
     result = run([PY, "-c", "import os; print(sorted(os.environ))"], env={"PATH": "/usr/bin", "GH_TOKEN": "x"})
