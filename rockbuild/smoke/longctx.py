@@ -273,28 +273,48 @@ def serving(args: list[str], *, cwd: Path, env: Mapping[str, str], log: Path, ba
         stop(proc)
 
 
-def passkey_check(config: LongContext, text: str, *, server: Path | None, model: Path, threads: int,
-                  device_args: list[str], on: str, port: int, cwd: Path, env: Mapping[str, str],
-                  logs: Path, seed: int = 42) -> dict[str, Any]:
-    """Ask the bundle's llama-server, on ``on`` (GPU or CPU), for the pass key at the end of a long prompt."""
+@dataclass(frozen=True)
+class ServerCommand:
+    """The bundle's llama-server as the pass key asks it: on ``on`` (GPU or CPU, by ``device_args``) with ``model``,
+    listening on ``port``; ``program`` None: the bundle has no llama-server."""
+
+    program: Path | None
+    model: Path
+    on: str  # GPU | CPU
+    device_args: tuple[str, ...]
+    threads: int
+    port: int
+    seed: int = 42
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def args(self, ctx: int) -> list[str]:
+        return [str(self.program), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
+                "-c", str(ctx), "-np", "1", "-t", str(self.threads), *self.device_args]
+
+
+def passkey_check(config: LongContext, text: str, server: ServerCommand, *, cwd: Path, env: Mapping[str, str],
+                  logs: Path) -> dict[str, Any]:
+    """Ask the bundle's llama-server, on ``server.on`` (GPU or CPU), for the pass key at the end of a long prompt."""
     import requests
 
     pk = config.passkey
     if pk is None:
         return not_checked("no passkey in smoke.yaml's numerics.long_context")
-    if server is None:
+    if server.program is None:
         return {"result": FAILED, "detail": "llama-server is not in the bundle"}
-    base, log = f"http://127.0.0.1:{port}", logs / "long-server.log"
-    args = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(pk.server_ctx),
-            "-np", "1", "-t", str(threads), *device_args]
+    on, base, log = server.on, server.base, logs / "long-server.log"
+    args = server.args(pk.server_ctx)
     out: dict[str, Any] = {"on": on, "command": args, "log": str(log), "passkey": pk.to_dict()}
     start = time.monotonic()
     with serving(args, cwd=cwd, env=env, log=log, base=base, timeout=config.timeout) as why:
         if why is not None:
             out.update(result=FAILED, detail=f"llama-server on the {on}: {why}")
             return out
-        body = {"prompt": pk.prompt(text), "n_predict": pk.n_predict, "temperature": 0, "top_k": 1, "seed": seed,
-                "cache_prompt": False}
+        body = {"prompt": pk.prompt(text), "n_predict": pk.n_predict, "temperature": 0, "top_k": 1,
+                "seed": server.seed, "cache_prompt": False}
         try:
             with requests.Session() as session:
                 session.trust_env = False

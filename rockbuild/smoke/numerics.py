@@ -41,7 +41,14 @@ from typing import Any
 from rockbuild.core.data import check_keys, data_path, expect_type, flag, mapping, number, text, where, whole
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
-from rockbuild.smoke.longctx import LongContext, parse_long_context, passkey_check, read_text, reference_check
+from rockbuild.smoke.longctx import (
+    LongContext,
+    ServerCommand,
+    parse_long_context,
+    passkey_check,
+    read_text,
+    reference_check,
+)
 from rockbuild.smoke.probe import run_program
 from rockbuild.smoke.variant_folder import one_variant_folder, shipped_variants, work_folder
 
@@ -527,9 +534,9 @@ def _long_context(config: NumericsConfig, long: LongContext, target: Target, bas
         return {name: {"result": FAILED, "detail": why} for name in LONG_CHECKS}
     software = target.gpu_device is not None and long.software(target.device_description)
     on = "GPU" if target.gpu_device is not None and not software else "CPU"
-    answer = passkey_check(long, text, server=target.server, model=target.model, threads=config.run_threads,
-                           device_args=_gpu_args(target) if on == "GPU" else _cpu_args(), on=on, port=_free_port(),
-                           cwd=cwd, env=env, logs=logs, seed=target.seed)
+    server = ServerCommand(target.server, target.model, on, tuple(_gpu_args(target) if on == "GPU" else _cpu_args()),
+                           threads=config.run_threads, port=_free_port(), seed=target.seed)
+    answer = passkey_check(long, text, server, cwd=cwd, env=env, logs=logs)
     if target.perplexity is None:
         why = "llama-perplexity is not in the bundle"
         return {"long_reference": not_checked(why), "long_cross_backend": not_checked(why), "long_answer": answer}
