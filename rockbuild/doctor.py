@@ -607,19 +607,43 @@ def recommend_mixed_bundle(gpus: Sequence[Gpu], table: FamilyTable, os_name: str
                           f"add '- target: [{', '.join(targets)}]' to the matrix, then rockbuild build --job {job}")
 
 
-def run_doctor(
-    *, sysfs_root: Path = Path("/sys"), dev_root: Path = Path("/dev"), proc_root: Path = Path("/proc"),
-    env: Mapping[str, str] | None = None, bundle: Path | None = None, kernel: str | None = None,
-    table: FamilyTable | None = None, windows: WindowsHost | None = None, loader: Path | None = None,
-    cwd: Path | None = None, model: Path | None = None, fix_cpu: bool = False,
-) -> DoctorReport:
-    """Every check, in the order a user should fix things. ``windows`` (``Settings.windows``: on Windows, or passed
-    in by a test) adds the DLL shadowing check of ``bundle``, for its own programs or for ``loader``. With ``bundle``
-    the CPU variant its programs load here is checked (on a real batch with ``model``; ``fix_cpu`` sets aside a
-    variant that dies of SIGILL), and backend modules in ``cwd`` that are not the bundle's are named."""
+@dataclass(frozen=True)
+class Machine:
+    """The machine the doctor looks at: where its kernel's trees are (a test passes synthetic ones), its environment
+    (None: this process's), its kernel release (None: this one's) and, on Windows, the host (``Settings.windows``)."""
+
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
+    proc_root: Path = Path("/proc")
+    env: Mapping[str, str] | None = None
+    kernel: str | None = None
+    windows: WindowsHost | None = None
+
+
+@dataclass(frozen=True)
+class BundleCheck:
+    """``--bundle DIR`` and how it is checked: the Windows program whose DLL search is checked (``loader``; None: the
+    bundle's own), the folder it runs from (``cwd``), the model of the CPU variants' real batch, and whether a variant
+    that dies of SIGILL is set aside (``fix_cpu``)."""
+
+    bundle: Path
+    loader: Path | None = None
+    cwd: Path | None = None
+    model: Path | None = None
+    fix_cpu: bool = False
+
+
+def run_doctor(machine: Machine, *, bundle: BundleCheck | None = None,
+               table: FamilyTable | None = None) -> DoctorReport:
+    """Every check, in the order a user should fix things. On Windows (``machine.windows``: ``Settings.windows``, or
+    passed in by a test) the DLL shadowing check of ``bundle`` is added, for its own programs or for its ``loader``.
+    With ``bundle`` the CPU variant its programs load here is checked (on a real batch with its ``model``;
+    ``fix_cpu`` sets aside a variant that dies of SIGILL), and backend modules in its ``cwd`` that are not the
+    bundle's are named."""
+    sysfs_root, dev_root, proc_root, windows = machine.sysfs_root, machine.dev_root, machine.proc_root, machine.windows
     table = table or load_families()
-    env = environment() if env is None else env
-    kernel = kernel or platform.release()
+    env = environment() if machine.env is None else machine.env
+    kernel = machine.kernel or platform.release()
     gpus = read_kfd_gpus(sysfs_root, table)
     findings: list[Finding] = [] if gpus else [check_no_gpu(sysfs_root, dev_root)]
     for gpu in gpus:
@@ -634,7 +658,7 @@ def run_doctor(
     findings.append(Finding("info", "kernel", f"Linux kernel {kernel}", ""))
     bundle_info = None
     if bundle is not None:
-        more, bundle_info = check_bundle(gpus, bundle, env)
+        more, bundle_info = check_bundle(gpus, bundle.bundle, env)
         findings += more
         devices = bundle_info.get("vulkan_devices")
         if not gpus and devices:
@@ -647,8 +671,8 @@ def run_doctor(
             findings[0] = Finding("info", "gpu", findings[0].message.replace("no AMD GPU found", "no AMD GPU", 1),
                                   "nothing to do for a CPU build")
         if windows is not None:
-            findings += check_dll_shadowing(bundle, windows, loader=loader, cwd=cwd)
-        cpu, bundle_info["cpu"] = check_cpu_variants(bundle, model=model, env=env, fix=fix_cpu)
-        findings += cpu + check_cwd_backends(bundle, cwd)
+            findings += check_dll_shadowing(bundle.bundle, windows, loader=bundle.loader, cwd=bundle.cwd)
+        cpu, bundle_info["cpu"] = check_cpu_variants(bundle.bundle, model=bundle.model, env=env, fix=bundle.fix_cpu)
+        findings += cpu + check_cwd_backends(bundle.bundle, bundle.cwd)
     recommendations = recommend_flavours(gpus, table, images=windows is None)  # images are Linux's only
     return DoctorReport(tuple(gpus), tuple(findings), tuple(recommendations), kernel, bundle_info)

@@ -36,7 +36,7 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
     """Check this machine's AMD GPUs (no ROCm needed): targets, device access, overrides, APU memory, a bundle."""
     from rockbuild.core.environment import WindowsHost
     from rockbuild.core.errors import UsageError
-    from rockbuild.doctor import run_doctor
+    from rockbuild.doctor import BundleCheck, Machine, run_doctor
 
     windows = settings().windows
     if windows_root is not None:
@@ -50,10 +50,11 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
     if fix_cpu and model is None:
         raise UsageError("--fix-cpu needs --model: only a real batch shows whether this CPU runs the CPU variant "
                          "ggml picks", hint="rockbuild doctor --bundle DIR --model MODEL.gguf --fix-cpu")
-    report = run_doctor(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root,
-                        bundle=bundle_dir.absolute() if bundle_dir else None, env=settings().env,
-                        table=settings().families, windows=windows, loader=loader.absolute() if loader else None,
-                        cwd=Path.cwd(), model=model.absolute() if model else None, fix_cpu=fix_cpu)
+    machine = Machine(sysfs_root=sysfs_root, dev_root=dev_root, proc_root=proc_root, env=settings().env,
+                      windows=windows)
+    check = BundleCheck(bundle_dir.absolute(), loader=loader.absolute() if loader else None, cwd=Path.cwd(),
+                        model=model.absolute() if model else None, fix_cpu=fix_cpu) if bundle_dir else None
+    report = run_doctor(machine, bundle=check, table=settings().families)
     show(report, as_json)
     failure = report.failure(as_json)
     if failure is not None:

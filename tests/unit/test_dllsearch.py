@@ -30,7 +30,7 @@ from rockbuild.dllsearch import (
     same_file,
     search_folders,
 )
-from rockbuild.doctor import run_doctor
+from rockbuild.doctor import BundleCheck, Machine, run_doctor
 from rockbuild.rocm.layout import detect_layout
 from rockbuild.settings import Settings
 
@@ -338,16 +338,18 @@ def test_doctor_names_a_stale_path_entry_ahead_of_the_bundle(win_bundle, parts, 
     (dev / "dri").mkdir(parents=True)
     for node in (dev / "kfd", dev / "dri" / "renderD128"):
         node.write_bytes(b"")
-    report = run_doctor(sysfs_root=sys_root, proc_root=proc_root, dev_root=dev, env={}, kernel="t", bundle=win_bundle,
-                        windows=settings.windows, loader=loader, cwd=tmp_path)
+    def host(windows):
+        return Machine(sysfs_root=sys_root, proc_root=proc_root, dev_root=dev, env={}, kernel="t", windows=windows)
+
+    check = BundleCheck(win_bundle, loader=loader, cwd=tmp_path)
+    report = run_doctor(host(settings.windows), bundle=check)
     (error,) = report.errors
     assert error.message.startswith(f"{stale / HIP} (PATH) shadows the bundle's {win_bundle / HIP} for {loader}")
     assert error.action == f"put {win_bundle} before {stale} on PATH, or take {stale} off PATH"
     swapped = Settings.from_environment({"SystemRoot": str(root), "PATH": f"{win_bundle};{stale}"}, host_os="windows")
-    assert run_doctor(sysfs_root=sys_root, proc_root=proc_root, dev_root=dev, env={}, kernel="t", bundle=win_bundle,
-                      windows=swapped.windows, loader=loader, cwd=tmp_path).ok
+    assert run_doctor(host(swapped.windows), bundle=check).ok
     # on Linux (no Windows environment) the check does nothing
-    linux = run_doctor(sysfs_root=sys_root, proc_root=proc_root, dev_root=dev, env={}, kernel="t", bundle=win_bundle)
+    linux = run_doctor(host(None), bundle=BundleCheck(win_bundle))
     assert linux.ok and not [f for f in linux.findings if f.topic == "dll"]
 
 

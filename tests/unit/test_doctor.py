@@ -18,7 +18,7 @@ from support.paths import FIXTURES
 
 from rockbuild.core.jobs import load_families
 from rockbuild.core.vocabulary import Gpu
-from rockbuild.doctor import gfx_from_override, recommend_flavours, run_doctor
+from rockbuild.doctor import BundleCheck, Machine, gfx_from_override, recommend_flavours, run_doctor
 from rockbuild.gpu import gfx_name, read_kfd_gpus
 
 FIXTURES = FIXTURES / "sysfs"
@@ -38,11 +38,12 @@ def dev_root(base: Path, minors=(128,), mode: int = 0o660) -> Path:
     return root
 
 
-def doctor(name: str, tmp_path: Path, *, env=None, minors=(128,), **kw):
+def doctor(name: str, tmp_path: Path, *, env=None, minors=(128,), dev: Path | None = None,
+           bundle: Path | None = None):
     sys_root, proc_root = machine(name)
-    if "dev_root" not in kw:
-        kw["dev_root"] = dev_root(tmp_path, minors)
-    return run_doctor(sysfs_root=sys_root, proc_root=proc_root, env=env or {}, kernel="6.16.0-test", **kw)
+    host = Machine(sysfs_root=sys_root, dev_root=dev or dev_root(tmp_path, minors), proc_root=proc_root,
+                   env=env or {}, kernel="6.16.0-test")
+    return run_doctor(host, bundle=BundleCheck(bundle) if bundle else None)
 
 
 def by_topic(report, topic, severity=None):
@@ -99,7 +100,7 @@ def test_strix_halo_with_raised_ttm_limit(tmp_path):
     shutil.copytree(FIXTURES / "strix-halo", tree)
     pages = int(129558720 * 1024 * 0.9) // 4096
     (tree / "sys/module/ttm/parameters/pages_limit").write_text(f"{pages}\n")
-    report = run_doctor(sysfs_root=tree / "sys", proc_root=tree / "proc", dev_root=dev_root(tmp_path), env={})
+    report = run_doctor(Machine(sysfs_root=tree / "sys", proc_root=tree / "proc", dev_root=dev_root(tmp_path), env={}))
     assert [f.severity for f in by_topic(report, "memory") if f.severity != "info"] == ["ok"]
     assert "may map 111.2 GiB of 123.6 GiB" in by_topic(report, "memory", "ok")[0].message
 
@@ -130,7 +131,7 @@ def test_no_gpu(tmp_path):
     (rec,) = report.recommendations
     assert (rec.target, rec.flavour, rec.command) == ("", "vulkan", "rockbuild install --backend vulkan")
     assert rec.reason.startswith("the ROCm builds need one; the Vulkan build runs on any GPU with a Vulkan driver")
-    empty = run_doctor(sysfs_root=tmp_path / "nothing", dev_root=tmp_path / "nodev", env={})
+    empty = run_doctor(Machine(sysfs_root=tmp_path / "nothing", dev_root=tmp_path / "nodev", env={}))
     (error,) = empty.errors
     assert error.message == (f"no AMD GPU found: {tmp_path}/nothing/class/kfd does not exist and {tmp_path}/nodev/kfd "
                              "is missing: the amdgpu kernel driver is not loaded (or has no KFD)")
@@ -148,7 +149,7 @@ def test_cli_without_a_gpu_says_once_what_it_found_what_to_do_and_which_build(ru
     (tmp_path / "dev").mkdir()  # no /dev/kfd
     result = run_rockbuild("doctor", "--sysfs-root", str(sys_root), "--dev-root", str(tmp_path / "dev"))
     assert result.returncode == 1, result.stderr
-    (error,) = run_doctor(sysfs_root=sys_root, dev_root=tmp_path / "dev", env={}).errors
+    (error,) = run_doctor(Machine(sysfs_root=sys_root, dev_root=tmp_path / "dev", env={})).errors
     assert error.message.startswith("no AMD GPU found: ") and f"{tmp_path}/dev/kfd is missing" in error.message
     output = result.stdout + result.stderr
     assert output.count(error.message) == 1, output
@@ -179,7 +180,7 @@ def test_visibility_variable_hiding_every_gpu_is_an_error(tmp_path):
 def test_missing_device_nodes(tmp_path):
     empty = tmp_path / "dev"
     empty.mkdir()
-    report = doctor("rdna3-dgpu", tmp_path, dev_root=empty)
+    report = doctor("rdna3-dgpu", tmp_path, dev=empty)
     assert [f.message for f in report.errors] == [
         f"{empty}/kfd does not exist: ROCm cannot reach the compute driver, /dev/kfd",
         f"{empty}/dri/renderD128 does not exist: ROCm cannot reach gfx1100's render node",
