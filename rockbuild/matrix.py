@@ -248,8 +248,11 @@ def expand_matrix(
     targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
     if os_override:
         os_values = [_check_os("--os", None, None, o) for o in dict.fromkeys(os_override)]
+    # --target may name a backend that is not per target (vulkan) beside GPU families: keep that backend's jobs
+    flavours = [t for t in dict.fromkeys(target_override) if t in per_target and not per_target[t]]
+    target_names = [t for t in dict.fromkeys(target_override) if t not in flavours]
     if target_override:
-        targets = [families.select(t, context="--target").short for t in dict.fromkeys(target_override)]
+        targets = [families.select(t, context="--target").short for t in target_names]
     combos: list[_Combo] = []
     for name in (b for b in backend_names() if b in backends):  # rockbuild's order of backends, not the axis's
         if per_target[name]:
@@ -315,9 +318,11 @@ def expand_matrix(
                              where(path, includes, i), wanted["backend"]))
 
     if os_override or target_override:
-        # a --target override asks for builds of those targets: jobs of backends that are not per target go with it
+        # a --target override asks for builds of those targets: jobs of backends that are not per target stay only
+        # when it names them too (--target gfx1151,vulkan)
         combos = [c for c in combos if c.os in os_values and (
-            (c.target in targets or not target_override) if per_target[c.backend] else not target_override)]
+            (c.target in targets or not target_override) if per_target[c.backend]
+            else not target_override or c.backend in flavours)]
     if not combos:
         raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
 

@@ -112,7 +112,8 @@ JOB_SELECTION = option_group(
     click.option("--os", "oses", multiple=True, metavar="OS[,OS]",
                  help="Only these OSes (linux, windows; 'ubuntu' means linux). Replaces the matrix's os axis."),
     click.option("--target", "targets", multiple=True, metavar="NAME[,NAME]",
-                 help="Only these families/targets (gfx110X, gfx1151, ...). Replaces the matrix's target axis."),
+                 help="Only these families/targets (gfx110X, gfx1151, ...) and one-per-OS flavours (vulkan). "
+                      "Replaces the matrix's target axis."),
 )
 NIGHT_PINS = option_group(
     "pins", Pins,

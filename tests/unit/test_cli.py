@@ -118,7 +118,8 @@ def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
     on = wf[True]  # PyYAML reads the bare key `on` as a boolean
     inputs = on["workflow_dispatch"]["inputs"]
     assert inputs["operating_systems"]["default"] == "windows,ubuntu"
-    assert inputs["gfx_target"]["default"] == "gfx1151,gfx1150,gfx120X,gfx110X,gfx103X,gfx90a,gfx908"
+    # the seed's targets, and the Vulkan flavour (a manual night without it would publish a release without Vulkan)
+    assert inputs["gfx_target"]["default"] == "gfx1151,gfx1150,gfx120X,gfx110X,gfx103X,gfx90a,gfx908,vulkan"
     assert inputs["rocm_version"]["default"] == "latest" and inputs["llamacpp_version"]["default"] == "latest"
     assert inputs["create_release"]["type"] == "boolean" and inputs["create_release"]["default"] is True
     assert on["schedule"] == [{"cron": "0 13 * * *"}]

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from conftest import SHARED
+from support.paths import REPO
 
 from rockbuild.core.errors import ConfigError, UsageError
 from rockbuild.core.jobs import load_families
@@ -328,6 +329,24 @@ def test_overrides_keep_vulkan_for_os_but_drop_it_for_targets(write, families):
     assert "linux-vulkan" in [j.id for j in jobs] and all(j.os == "linux" for j in jobs)
     jobs = load_matrix(path, families, os_override=["linux"], target_override=["gfx1151"])
     assert [j.id for j in jobs] == ["linux-gfx1151"]
+    # a manual night names the flavours that are one job per OS beside the families (the workflow's default does)
+    jobs = load_matrix(path, families, os_override=["linux"], target_override=["gfx1151", "vulkan"])
+    assert sorted(j.id for j in jobs) == ["linux-gfx1151", "linux-vulkan"]
+    assert {j.id for j in load_matrix(path, families, target_override=["vulkan"])} == {
+        f"{o}-vulkan" for o in {j.os for j in load_matrix(path, families)}}
+
+
+def test_a_manual_night_with_the_workflows_default_inputs_builds_the_scheduled_nights_flavours():
+    """The dispatch inputs replace the matrix's axes; with their defaults the night still carries Vulkan (it once
+    could not: --target dropped every job that is not per target, and 'vulkan' was an unknown target)."""
+    import yaml
+
+    inputs = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())[True]["workflow_dispatch"]
+    oses = [o.replace("ubuntu", "linux") for o in inputs["inputs"]["operating_systems"]["default"].split(",")]
+    targets = inputs["inputs"]["gfx_target"]["default"].split(",")
+    manual = {j.id for j in load_matrix(None, os_override=oses, target_override=targets)}
+    scheduled = {j.id for j in load_matrix(None)}
+    assert {j for j in scheduled if j.endswith("-vulkan")} <= manual and "linux-vulkan" in manual
 
 
 @pytest.mark.parametrize(
