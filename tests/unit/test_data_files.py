@@ -70,6 +70,11 @@ def test_every_shipped_data_file_is_covered():
     assert shipped == set(LOADERS), "a data file without its property test (or a test of a file that is gone)"
 
 
+@pytest.mark.parametrize("name", sorted(LOADERS))
+def test_every_shipped_data_file_loads_as_shipped(name):
+    LOADERS[name](data_path("matrices", name))
+
+
 def places(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     """Every path into a YAML document: each mapping value and each list item, depth first."""
     if at:
