@@ -24,6 +24,7 @@ from typing import Any
 from rockbuild import __version__, console
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import ProcessError, SmokeError, UsageError
+from rockbuild.core.vocabulary import GpuDevice
 from rockbuild.process import log_tail, run
 from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, run_numerics
@@ -213,10 +214,9 @@ def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig,
                      env: Mapping[str, str], logs: Path) -> Numerics:
     """The smoke's numerics step on one bundle: its llama-perplexity on the CPU, then on the device llama-bench used
     (none: the GPU half is not checked), and the model's known answers."""
-    target = Target.of_bundle(run.bundle, platform=host_os(), model=model.path, model_name=model.name,
-                              model_sha256=model.sha256,
-                              backend=run.backend, gpu_device="" if run.device and gpu_layers else None,
-                              device_description=run.device, gpu_layers=gpu_layers)
+    target = Target.of_bundle(run.bundle, platform=host_os(), model=model, backend=run.backend,
+                              gpu=GpuDevice("", run.device) if run.device and gpu_layers else None,
+                              gpu_layers=gpu_layers)
     return run_numerics(config, target, cwd=run.bundle, env=env, logs=logs)
 
 

@@ -1,11 +1,11 @@
-"""The words every layer shares: a check and its findings, a GPU and the devices a smoke test runs on, a compiler
-toolchain, and the fixed sets of names (statuses, severities, steps) that records and reports use."""
+"""The words every layer shares: a check and its findings, a GPU, the devices a smoke test runs on and the model it
+runs, a compiler toolchain, and the fixed sets of names (statuses, severities, steps) that records and reports use."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PureWindowsPath
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 
@@ -62,6 +62,16 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class GpuDevice:
+    """The GPU device a smoke step runs on: ggml's name for it (``-dev Vulkan0``, ``-b ROCm0``; "" the backend's
+    default GPU) and its description as the bundle lists it (``Vulkan0: llvmpipe ...``: thresholds and the ops' modes
+    match on it; "" when it lists none)."""
+
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class SmokeDevices:
     """What a backend's smoke test found before any run: the devices, whether a GPU run is expected and why, the
     ``-dev`` every run gets, and why no run may start (``preflight``)."""
@@ -71,6 +81,30 @@ class SmokeDevices:
     reason: str
     device: str | None = None
     preflight: str | None = None
+
+    def gpu(self, default: str = "") -> GpuDevice | None:
+        """The GPU device a step runs on: the pinned ``device``, else ``default``; None when no GPU run is expected."""
+        if not self.expect:
+            return None
+        name = self.device or default
+        return GpuDevice(name, next((d for d in self.devices if name and d.startswith(f"{name}:")), ""))
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """The model a smoke run used."""
+
+    name: str
+    path: Path
+    sha256: str
+    size: int
+    source: str  # default | url | path | tiny | package
+    url: str | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "sha256": self.sha256, "size": self.size,
+                "source": self.source, "url": self.url, "note": self.note}
 
 
 @dataclass(frozen=True)

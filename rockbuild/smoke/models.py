@@ -31,6 +31,7 @@ from typing import Any
 from rockbuild import console
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import ConfigError, ModelError, UsageError
+from rockbuild.core.vocabulary import ModelFile  # the value lives in the vocabulary: the smoke's steps take it too
 from rockbuild.downloader import Downloader, name_from_url, sha256_file
 from rockbuild.smoke.config import load_smoke_config
 
@@ -113,23 +114,6 @@ class TinySpec:
     name: str
     seed: int
     vocab_candidates: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    """The model a smoke run used."""
-
-    name: str
-    path: Path
-    sha256: str
-    size: int
-    source: str  # default | url | path | tiny | package
-    url: str | None = None
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": str(self.path), "sha256": self.sha256, "size": self.size,
-                "source": self.source, "url": self.url, "note": self.note}
 
 
 def default_model_pin(config: Mapping[str, Any] | None = None) -> ModelPin:

@@ -40,6 +40,7 @@ from typing import Any
 
 from rockbuild.core.data import check_keys, data_path, expect_type, flag, mapping, number, text, where, whole
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.vocabulary import GpuDevice, ModelFile
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
 from rockbuild.smoke.longctx import (
     LongContext,
@@ -270,18 +271,19 @@ class Target:
     model_sha256: str = ""  # the long-context reference belongs to one model file
 
     @classmethod
-    def of_bundle(cls, bundle: Path, *, platform: str, model: Path, model_name: str, backend: str,
-                  gpu_device: str | None, device_description: str = "", gpu_layers: int = 99,
-                  seed: int = 42, model_sha256: str = "") -> Target:
-        """The bundle's own llama-perplexity and llama-completion (None where it lacks one) on ``model``."""
+    def of_bundle(cls, bundle: Path, *, platform: str, model: ModelFile, backend: str, gpu: GpuDevice | None,
+                  gpu_layers: int = 99, seed: int = 42) -> Target:
+        """The bundle's own llama-perplexity and llama-completion (None where it lacks one) on ``model``, the GPU
+        run on ``gpu`` (None: none)."""
         suffix = ".exe" if platform == "windows" else ""
         perplexity, completion = bundle / f"llama-perplexity{suffix}", bundle / f"llama-completion{suffix}"
         server = bundle / f"llama-server{suffix}"
         return cls(perplexity=perplexity if perplexity.is_file() else None,
                    server=server if server.is_file() else None,
-                   completion=completion if completion.is_file() else None, model=model, model_name=model_name,
-                   backend=backend, gpu_device=gpu_device, device_description=device_description,
-                   gpu_layers=gpu_layers, seed=seed, model_sha256=model_sha256)
+                   completion=completion if completion.is_file() else None, model=model.path, model_name=model.name,
+                   backend=backend, gpu_device=gpu.name if gpu else None,
+                   device_description=gpu.description if gpu else "", gpu_layers=gpu_layers, seed=seed,
+                   model_sha256=model.sha256)
 
 
 @dataclass(frozen=True)

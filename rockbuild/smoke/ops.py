@@ -38,6 +38,7 @@ from rockbuild.core.data import YDict, YList, check_keys, where
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.programs import OP_TEST_PROGRAM
 from rockbuild.core.records import BuildRecord
+from rockbuild.core.vocabulary import GpuDevice
 from rockbuild.smoke.probe import exit_reason, run_program
 
 PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
@@ -467,11 +468,12 @@ def _detail(counts: OpCounts, device: str, mode: str, seconds: float) -> str:
             f"({mode} test mode) in {seconds:.0f}s")
 
 
-def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, device: str, description: str, env: Mapping[str, str],
-            logs: Path, platform: str = "linux", progress: Callable[[str], None] | None = None) -> Ops:
-    """Run test-backend-ops from a folder of the bundle's files on ``device`` (``Vulkan0``, ``ROCm0``): the full
-    test mode or the subset, by the device's kind, then ``support`` mode. ``logs`` gets one log per run."""
+def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env: Mapping[str, str], logs: Path,
+            platform: str = "linux", progress: Callable[[str], None] | None = None) -> Ops:
+    """Run test-backend-ops from a folder of the bundle's files on ``gpu`` (``Vulkan0``, ``ROCm0``): the full test
+    mode or the subset, by the kind its description tells, then ``support`` mode. ``logs`` gets one log per run."""
     start = time.monotonic()
+    device, description = gpu.name, gpu.description
     kind = config.kind_of(description)
     mode = config.mode.get(kind, "none")
     common: dict[str, Any] = {"device": device, "description": description, "kind": kind, "mode": mode,

@@ -20,6 +20,7 @@ from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import SmokeError
 from rockbuild.core.programs import Program
 from rockbuild.core.records import BundleRecord, SmokeRecord
+from rockbuild.core.vocabulary import GpuDevice, SmokeDevices
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
@@ -539,16 +540,14 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
 
 
 def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str, backend: str,
-                      gpu_device: str | None, device_description: str, env: Mapping[str, str],
-                      logs: Path) -> RunRecord:
-    """The numerics step (:mod:`rockbuild.smoke.numerics`) as a run of the smoke: its failure fails the smoke."""
+                      gpu: GpuDevice | None, env: Mapping[str, str], logs: Path) -> RunRecord:
+    """The numerics step (:mod:`rockbuild.smoke.numerics`) as a run of the smoke, on ``gpu`` (None: the CPU alone):
+    its failure fails the smoke."""
     assert options.numerics is not None
     start = time.monotonic()
     folder = logs / "numerics"
     perplexity = _exe(bundle, "llama-perplexity", platform)
-    target = Target.of_bundle(bundle, platform=platform, model=model.path, model_name=model.name, backend=backend,
-                              model_sha256=model.sha256,
-                              gpu_device=gpu_device, device_description=device_description,
+    target = Target.of_bundle(bundle, platform=platform, model=model, backend=backend, gpu=gpu,
                               gpu_layers=options.gpu_layers, seed=options.seed)
     result = run_numerics(options.numerics, target, cwd=bundle, env=env, logs=folder)
     failure = None
@@ -558,24 +557,24 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
                      (), details=result.to_dict())
 
 
-def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, platform: str,
-                 gpu_device: str | None, devices: Sequence[str], reason: str, env: Mapping[str, str], logs: Path,
-                 quiet: bool = False) -> Ops:
+def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, platform: str, devices: SmokeDevices,
+                 env: Mapping[str, str], logs: Path, quiet: bool = False) -> Ops:
     """The ops step (:mod:`rockbuild.smoke.ops`): the job's test-backend-ops against the bundle's own backend on the
-    smoke's GPU device; *not checked* (never passed) without a GPU device or without the binary, saying why."""
+    smoke's GPU device (``devices.device``, named as test-backend-ops names it: ROCm0 for ROCm's default GPU); *not
+    checked* (never passed) without a GPU device or without the binary, saying why."""
     assert options.ops is not None
-    if gpu_device is None:
-        return Ops.not_checked(f"no GPU device to test ({reason})")
+    gpu = devices.gpu()
+    if gpu is None:
+        return Ops.not_checked(f"no GPU device to test ({devices.reason})")
     tool, why = find_op_test(job_dir, platform, JobFolder(job_dir).build() if job_dir else None)
     if tool is None:
         if not quiet:
             console.warn(f"ops: not checked: {why}")
-        return Ops.not_checked(why, device=gpu_device)
-    described = next((d for d in devices if d.startswith(f"{gpu_device}:")), "")
+        return Ops.not_checked(why, device=gpu.name)
     with contextlib.nullcontext(console.Step()) if quiet else console.step(
-            f"smoke: every op on {gpu_device} (test-backend-ops)") as step:
-        result = run_ops(options.ops, bundle=bundle, tool=tool, device=gpu_device, description=described, env=env,
-                         logs=logs / "ops", platform=platform, progress=None if quiet else console.info)
+            f"smoke: every op on {gpu.name} (test-backend-ops)") as step:
+        result = run_ops(options.ops, bundle=bundle, tool=tool, gpu=gpu, env=env, logs=logs / "ops",
+                         platform=platform, progress=None if quiet else console.info)
         if not result.ok:
             step.fail()
     if not result.ok and not quiet:
@@ -601,7 +600,7 @@ def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
                                answers=numerics if numerics is not None and numerics.enabled else None)
 
     def run(progress: Callable[[str], None] | None = None) -> CpuVariants:
-        return run_cpu_variants(bundle, model=model.path, model_name=model.name, settings=settings, platform=platform,
+        return run_cpu_variants(bundle, model=model, settings=settings, platform=platform,
                                 env=env, logs=logs / "cpu-variants", progress=progress)
 
     if options.cpu_variants == NO_CPU_VARIANTS or not shipped_variants(bundle):
@@ -809,19 +808,18 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     variants = run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs, quiet=quiet) \
         if preflight is None else None
     if preflight is None and options.numerics is not None and options.numerics.enabled:
-        gpu_device = (found.device or "") if expect else None
-        described = next((d for d in devices if gpu_device and d.startswith(f"{gpu_device}:")), "")
         with contextlib.nullcontext(console.Step()) if quiet else console.step("smoke: numerics") as step:
             record = run_numerics_step(bundle, model, options, platform=platform, backend=backend.name,
-                                       gpu_device=gpu_device, device_description=described, env=child, logs=logs)
+                                       gpu=found.gpu(), env=child, logs=logs)
             if not record.ok:
                 step.fail()
         if not record.ok and not quiet:
             console.warn(f"numerics: {record.failure}; logs in {record.log}")
         records.append(record)
-    ops = run_ops_step(bundle, job_dir, options, platform=platform, gpu_device=(
-        found.device or f"{backend.label}0") if expect else None, devices=devices, reason=reason, env=child,
-        logs=logs, quiet=quiet) if preflight is None and options.ops is not None else None
+    # test-backend-ops names the default GPU too: ROCm0
+    ops = run_ops_step(bundle, job_dir, options, platform=platform,
+                       devices=replace(found, device=found.device or f"{backend.label}0"), env=child, logs=logs,
+                       quiet=quiet) if preflight is None and options.ops is not None else None
     loads = [r.load for r in records if r.load is not None]
     texts = [r.generation.text for r in records if r.generation is not None]
     bench = [b for r in records for b in r.bench]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.vocabulary import ModelFile
 from rockbuild.smoke.config import CPU_VARIANT_CHECKS
 from rockbuild.smoke.numerics import FAILED, PASSED, NumericsConfig, Target, run_known_answers
 from rockbuild.smoke.parse import (
@@ -62,6 +63,14 @@ class VariantSettings:
     threads: int = 1
     timeout: float = 600.0
     answers: NumericsConfig | None = None
+
+
+@dataclass(frozen=True)
+class CpuVariant:
+    """One CPU variant module a bundle ships: ggml's name for it and its file."""
+
+    name: str  # sapphirerapids
+    file: str  # libggml-cpu-sapphirerapids.so, ggml-cpu-sapphirerapids.dll
 
 
 @dataclass(frozen=True)
@@ -206,26 +215,24 @@ def _where_it_died(output: str, n_gen: int) -> str:
     return f"pp{BATCH}"
 
 
-def run_variant(bundle: Path, variant: str, variant_file: str, *, model: Path, model_name: str,
-                settings: VariantSettings, platform: str, env: Mapping[str, str], work: Path,
-                logs: Path) -> VariantResult:
+def run_variant(bundle: Path, variant: CpuVariant, *, model: ModelFile, settings: VariantSettings, platform: str,
+                env: Mapping[str, str], work: Path, logs: Path) -> VariantResult:
     """One variant alone in a folder linked from ``bundle`` under ``work`` (removed afterwards): runnable here? then
     the real batch and the known answers."""
     start = time.monotonic()
     logs.mkdir(parents=True, exist_ok=True)
-    folder = one_variant_folder(bundle, variant_file, work / variant)
+    folder = one_variant_folder(bundle, variant.file, work / variant.name)
     try:
-        return _run_variant(folder, variant, variant_file, model=model, model_name=model_name, settings=settings,
-                            platform=platform, env=env, logs=logs, start=start)
+        return _run_variant(folder, variant, model=model, settings=settings, platform=platform,
+                            env=env, logs=logs, start=start)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_variant(folder: Path, variant: str, variant_file: str, *, model: Path, model_name: str,
-                 settings: VariantSettings, platform: str, env: Mapping[str, str], logs: Path,
-                 start: float) -> VariantResult:
+def _run_variant(folder: Path, variant: CpuVariant, *, model: ModelFile, settings: VariantSettings, platform: str,
+                 env: Mapping[str, str], logs: Path, start: float) -> VariantResult:
     def ended(**values: Any) -> VariantResult:
-        return VariantResult(variant, seconds=time.monotonic() - start, **values)
+        return VariantResult(variant.name, seconds=time.monotonic() - start, **values)
 
     exe = _program(folder, "llama-bench", platform)
     loads, rc, failure, output = list_cpu_backend(exe, cwd=folder, env=env, log=logs / "list-devices.log")
@@ -234,11 +241,11 @@ def _run_variant(folder: Path, variant: str, variant_file: str, *, model: Path, 
                      failure=_how_it_ended(exe.name, rc, failure, output) + " on --list-devices")
     if loads.cpu_variant is None:  # ggml's scorer: this CPU lacks an instruction set the variant needs
         return ended(runnable=False, result=NOT_RUNNABLE)
-    if wrong := _wrong_variant(exe.name, loads, variant_file):
+    if wrong := _wrong_variant(exe.name, loads, variant.file):
         return ended(runnable=False, result=FAILED, failure=wrong)
 
     log = logs / "llama-bench.log"
-    args = [str(exe), "-m", str(model), "-p", str(BATCH), "-n", str(settings.n_gen), "-r", "1",
+    args = [str(exe), "-m", str(model.path), "-p", str(BATCH), "-n", str(settings.n_gen), "-r", "1",
             "-t", str(settings.threads), "-dev", "none", "-ngl", "0", "--no-warmup", "--progress", "-o", "json"]
     printed, rc, failure, _ = run_program("bench", args, cwd=folder, env=env, timeout=settings.timeout, log=log)
     text = printed or ""
@@ -250,19 +257,18 @@ def _run_variant(folder: Path, variant: str, variant_file: str, *, model: Path, 
         where = _where_it_died(text, settings.n_gen)
         return ended(runnable=True, result=FAILED, failure=f"{_how_it_ended(exe.name, rc, failure, text)} on {where}",
                      **figures)
-    if wrong := _wrong_variant(exe.name, parse_backend_loads(text), variant_file):
+    if wrong := _wrong_variant(exe.name, parse_backend_loads(text), variant.file):
         return ended(runnable=True, result=FAILED, failure=wrong, **figures)
     if pp is None or tg is None or pp <= 0 or tg <= 0:
         return ended(runnable=True, result=FAILED, failure=f"{exe.name} printed no pp{BATCH} and tg{settings.n_gen} "
                      "figures above 0 t/s", **figures)
 
     config = settings.answers
-    if config is None or not config.answers_for(model_name):
+    if config is None or not config.answers_for(model.name):
         return ended(runnable=True, result=PASSED, **figures)
-    target = Target.of_bundle(folder, platform=platform, model=model, model_name=model_name, backend="cpu",
-                              gpu_device=None)
+    target = Target.of_bundle(folder, platform=platform, model=model, backend="cpu", gpu=None)
     answers = run_known_answers(config, target, cwd=folder, env=env, logs=logs)
-    problem = _answers_problem(answers, variant_file)
+    problem = _answers_problem(answers, variant.file)
     if problem is None:
         return ended(runnable=True, result=PASSED, known_answers=PASSED, **figures)
     return ended(runnable=True, result=FAILED, known_answers=FAILED, failure=problem, **figures)
@@ -290,7 +296,7 @@ def _answers_problem(answers: Mapping[str, Any], variant_file: str) -> str | Non
     return None
 
 
-def run_cpu_variants(bundle: Path, *, model: Path, model_name: str, settings: VariantSettings, platform: str,
+def run_cpu_variants(bundle: Path, *, model: ModelFile, settings: VariantSettings, platform: str,
                      env: Mapping[str, str], logs: Path, progress: Callable[[str], None] | None = None) -> CpuVariants:
     """The step (see the module docstring) on ``bundle`` with ``model``; logs under ``logs`` (one folder per variant).
     ``progress(line)``, when given, is told each variant's verdict as it comes."""
@@ -319,8 +325,8 @@ def run_cpu_variants(bundle: Path, *, model: Path, model_name: str, settings: Va
     results: list[VariantResult] = []
     try:
         for variant in wanted:
-            result = run_variant(bundle, variant, shipped[variant], model=model, model_name=model_name,
-                                 settings=settings, platform=platform, env=env, work=work, logs=logs / variant)
+            result = run_variant(bundle, CpuVariant(variant, shipped[variant]), model=model, settings=settings,
+                                 platform=platform, env=env, work=work, logs=logs / variant)
             results.append(result)
             if progress is not None:
                 progress(f"CPU variant {variant}: {result.describe(f'tg{settings.n_gen}')}")

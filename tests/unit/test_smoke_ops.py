@@ -21,6 +21,7 @@ from support.paths import FIXTURES, REPO
 from rockbuild.core.data import load_yaml
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.records import BuildRecord, SmokeRecord
+from rockbuild.core.vocabulary import GpuDevice, SmokeDevices
 from rockbuild.smoke.config import load_smoke_config
 from rockbuild.smoke.ops import (
     FAILED,
@@ -199,8 +200,9 @@ OK_CASES = [("MUL_MAT", "type_a=q4_0,n=1", "ok"), ("MUL_MAT", "type_a=q4_0,n=2",
 def test_full_mode_on_a_real_gpu_passes_with_per_op_counts_and_the_cpu_fallbacks(tmp_path):
     job, tool = fake_job(tmp_path, OK_CASES)
     env, log = argv_log(tmp_path)
-    result = run_ops(OpsConfig(jobs=4), bundle=job / "bundle", tool=tool, device="Vulkan0",
-                     description="Vulkan0: NVIDIA H200", env=env, logs=tmp_path / "logs")
+    result = run_ops(OpsConfig(jobs=4), bundle=job / "bundle", tool=tool,
+                     gpu=GpuDevice("Vulkan0", "Vulkan0: NVIDIA H200"),
+                     env=env, logs=tmp_path / "logs")
     assert result.result == PASSED and result.ok, result.detail
     assert result.mode == "full" and result.kind == "gpu"
     assert {op: c.to_dict() for op, c in result.ops.items()} == {
@@ -225,7 +227,7 @@ def test_full_mode_on_a_real_gpu_passes_with_per_op_counts_and_the_cpu_fallbacks
 def test_one_failed_case_fails_and_names_the_op_and_its_parameters(tmp_path):
     job, tool = fake_job(tmp_path, [*OK_CASES, ("MUL_MAT", "type_a=q4_K,m=16,n=3,k=256", "fail")])
     env, _ = argv_log(tmp_path)
-    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, device="Vulkan0", description="", env=env,
+    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, gpu=GpuDevice("Vulkan0"), env=env,
                      logs=tmp_path / "logs")
     assert result.result == FAILED and not result.ok
     assert result.detail == "1 of 4 cases failed on Vulkan0: MUL_MAT(type_a=q4_K,m=16,n=3,k=256)"
@@ -237,7 +239,7 @@ def test_a_crash_fails_and_names_the_last_case_that_finished(tmp_path):
     job, tool = fake_job(tmp_path, [("FLASH_ATTN_EXT", "hsk=128,type_K=f16", "ok"),
                                     ("FLASH_ATTN_EXT", "hsk=576,type_K=q8_0", "crash")])
     env, _ = argv_log(tmp_path)
-    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, device="ROCm0", description="", env=env,
+    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, gpu=GpuDevice("ROCm0"), env=env,
                      logs=tmp_path / "logs")
     assert result.result == FAILED
     assert result.detail == ("test-backend-ops was killed by SIGSEGV (exit code -11) after "
@@ -248,8 +250,9 @@ def test_lavapipe_runs_the_named_subset_one_op_at_a_time(tmp_path):
     job, tool = fake_job(tmp_path, OK_CASES)
     env, log = argv_log(tmp_path)
     config = OpsConfig(subset=(SubsetEntry("MUL_MAT", "type_a=q4_0"), SubsetEntry("SOFT_MAX")))
-    result = run_ops(config, bundle=job / "bundle", tool=tool, device="Vulkan0",
-                     description="Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)", env=env, logs=tmp_path / "logs")
+    result = run_ops(config, bundle=job / "bundle", tool=tool,
+                     gpu=GpuDevice("Vulkan0", "Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)"),
+                     env=env, logs=tmp_path / "logs")
     assert result.result == PASSED and (result.kind, result.mode) == ("software", "subset")
     assert [c["argv"] for c in calls(log)][:2] == [["test", "-b", "Vulkan0", "-o", "MUL_MAT", "-p", "type_a=q4_0"],
                                                    ["test", "-b", "Vulkan0", "-o", "SOFT_MAX"]]
@@ -260,7 +263,7 @@ def test_a_subset_entry_that_selects_nothing_fails(tmp_path):
     job, tool = fake_job(tmp_path, OK_CASES)
     env, _ = argv_log(tmp_path)
     config = OpsConfig(subset=(SubsetEntry("ROPE", "type=f32"),))
-    result = run_ops(config, bundle=job / "bundle", tool=tool, device="Vulkan0", description="llvmpipe", env=env,
+    result = run_ops(config, bundle=job / "bundle", tool=tool, gpu=GpuDevice("Vulkan0", "llvmpipe"), env=env,
                      logs=tmp_path / "logs")
     assert result.result == FAILED
     assert "selected no case on Vulkan0" in result.detail and "-o ROPE -p 'type=f32'" in result.detail
@@ -269,7 +272,7 @@ def test_a_subset_entry_that_selects_nothing_fails(tmp_path):
 def test_a_device_the_binary_does_not_know_fails(tmp_path):
     job, tool = fake_job(tmp_path, OK_CASES)
     env, _ = argv_log(tmp_path)
-    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, device="Vulkan1", description="", env=env,
+    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, gpu=GpuDevice("Vulkan1"), env=env,
                      logs=tmp_path / "logs")
     assert result.result == FAILED and result.detail.startswith("test-backend-ops did not test Vulkan1 (the devices "
                                                                  "it has: Vulkan0, CPU")
@@ -279,7 +282,7 @@ def test_a_hang_fails_at_the_timeout(tmp_path):
     job, tool = fake_job(tmp_path, [("ROPE", "type=f32", "ok"), ("ROPE", "type=f16", "hang")])
     env, _ = argv_log(tmp_path)
     config = OpsConfig(timeouts={"full": 2.0, "op": 2.0, "support": 10.0})
-    result = run_ops(config, bundle=job / "bundle", tool=tool, device="Vulkan0", description="", env=env,
+    result = run_ops(config, bundle=job / "bundle", tool=tool, gpu=GpuDevice("Vulkan0"), env=env,
                      logs=tmp_path / "logs")
     assert result.detail == "test-backend-ops timed out after 2s after ROPE(type=f32), the last case to finish"
 
@@ -287,9 +290,9 @@ def test_a_hang_fails_at_the_timeout(tmp_path):
 def test_mode_none_and_an_empty_subset_are_not_checked(tmp_path):
     job, tool = fake_job(tmp_path, OK_CASES)
     env, log = argv_log(tmp_path)
-    kwargs = dict(bundle=job / "bundle", tool=tool, device="Vulkan0", env=env, logs=tmp_path / "logs")
-    none = run_ops(OpsConfig(mode={"gpu": "none", "software": "subset"}), description="", **kwargs)
-    empty = run_ops(OpsConfig(), description="llvmpipe", **kwargs)
+    kwargs = dict(bundle=job / "bundle", tool=tool, env=env, logs=tmp_path / "logs")
+    none = run_ops(OpsConfig(mode={"gpu": "none", "software": "subset"}), gpu=GpuDevice("Vulkan0"), **kwargs)
+    empty = run_ops(OpsConfig(), gpu=GpuDevice("Vulkan0", "llvmpipe"), **kwargs)
     assert (none.result, empty.result) == (NOT_CHECKED, NOT_CHECKED) and none.ok
     assert none.detail == "ops.mode.gpu is none in smoke.yaml"
     assert "ops.subset is empty" in empty.detail and not log.exists()
@@ -316,13 +319,15 @@ def test_the_step_without_a_gpu_device_or_a_binary_is_not_checked_never_passed(t
     job, tool = fake_job(tmp_path, OK_CASES)
     options = SmokeOptions(ops=OpsConfig())
     env, _ = argv_log(tmp_path)
-    common = dict(platform="linux", devices=["Vulkan0: llvmpipe"], env=env, logs=tmp_path / "logs", quiet=True)
-    no_gpu = run_ops_step(job / "bundle", job, options, gpu_device=None, reason="auto: no Vulkan device", **common)
+    common = dict(platform="linux", env=env, logs=tmp_path / "logs", quiet=True)
+    none = SmokeDevices(("Vulkan0: llvmpipe",), False, "auto: no Vulkan device")
+    no_gpu = run_ops_step(job / "bundle", job, options, devices=none, **common)
     assert (no_gpu.result, no_gpu.detail) == (NOT_CHECKED, "no GPU device to test (auto: no Vulkan device)")
     tool.unlink()
     (job / "build.json").write_text(json.dumps({"status": "ok", "test_backend_ops": {
         "status": "absent", "reason": "its compile failed (exit code 1); build.log in the job folder says why"}}))
-    no_tool = run_ops_step(job / "bundle", job, options, gpu_device="Vulkan0", reason="", **common)
+    vulkan0 = SmokeDevices(("Vulkan0: llvmpipe",), True, "", "Vulkan0")
+    no_tool = run_ops_step(job / "bundle", job, options, devices=vulkan0, **common)
     assert no_tool.result == NOT_CHECKED and no_tool.detail.endswith("its compile failed (exit code 1); build.log "
                                                                      "in the job folder says why")
 
@@ -330,7 +335,7 @@ def test_the_step_without_a_gpu_device_or_a_binary_is_not_checked_never_passed(t
 def test_smoke_json_carries_the_step_and_its_compact_summary(tmp_path):
     job, tool = fake_job(tmp_path, [*OK_CASES, ("MUL_MAT", "type_a=q4_K,n=3", "fail")])
     env, _ = argv_log(tmp_path)
-    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, device="Vulkan0", description="", env=env,
+    result = run_ops(OpsConfig(), bundle=job / "bundle", tool=tool, gpu=GpuDevice("Vulkan0"), env=env,
                      logs=tmp_path / "logs")
     data = result.to_dict()
     assert data["totals"] == {"passed": 3, "failed": 1, "not_supported": 1, "cases": 5}
