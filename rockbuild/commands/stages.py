@@ -93,16 +93,19 @@ def fetch(family: str | None, target: str | None, os_name: str | None, channel: 
           as_json: bool) -> None:
     """Find, download and safely extract a TheRock ROCm tarball."""
     import sys
+    import time
 
     from rockbuild.core.errors import UsageError
-    from rockbuild.rocm.fetch import fetch_rocm
+    from rockbuild.rocm.fetch import fetch_entry, find_tarball
 
     if old_version is not None:
         raise UsageError(f"fetch --version is now --rocm-version: use --rocm-version {old_version}")
     os_name = os_name or settings().host_os
-    show(fetch_rocm(_groups(family, target, os_name), os_name=os_name, version=version, channel=channel,
-                    index_url=index_url, cache=cache or settings().cache, dest=dest, sha256=sha256,
-                    quiet=as_json and not sys.stderr.isatty()), as_json)
+    started = time.monotonic()
+    entry = find_tarball(_groups(family, target, os_name), os_name=os_name, version=version, channel=channel,
+                         index_url=index_url)
+    show(fetch_entry(entry, cache=cache or settings().cache, dest=dest, sha256=sha256,
+                     quiet=as_json and not sys.stderr.isatty(), started=started), as_json)
 
 
 @click.group(cls=OrderedGroup, context_settings=CONTEXT)

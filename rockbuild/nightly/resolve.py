@@ -31,7 +31,7 @@ from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS
 from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
 from rockbuild.downloader import get_text
 from rockbuild.process import ProcessError, run
-from rockbuild.rocm.index import TarballEntry, resolve_tarball
+from rockbuild.rocm.index import IndexSource, TarballEntry, resolve_tarball
 from rockbuild.rocm.names import parse_tarball_name
 
 SCHEMA = INPUTS_SCHEMA
@@ -110,7 +110,7 @@ class RocmInput:
         return f"{self.version or self.name}" + (f" ({self.date})" if self.date else "")
 
     def entry(self) -> Any:
-        """The :class:`~rockbuild.rocm.index.TarballEntry` for :func:`~rockbuild.rocm.fetch.fetch_rocm`."""
+        """The :class:`~rockbuild.rocm.index.TarballEntry` for :func:`~rockbuild.rocm.fetch.fetch_entry`."""
         if self.error or not self.name or not self.url:
             raise self.failure()
         parsed = parse_tarball_name(self.name)
@@ -315,8 +315,9 @@ def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days:
     base = RocmInput(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel,
                      requested=version)
     try:
-        entry = resolve_tarball(platform=job.os, groups=groups, version=version, channel=job.rocm_channel,
-                                index_url=index_url, fetch_text=fetch_text, today=today, max_age_days=max_age_days)
+        entry = resolve_tarball(platform=job.os, groups=groups, version=version, channel=job.rocm_channel, today=today,
+                                max_age_days=max_age_days,
+                                source=IndexSource(index_url=index_url, fetch_text=fetch_text))
     except StaleInputError as exc:
         return _with(base, error=exc.message, error_kind="stale")
     except NotFoundError as exc:
@@ -422,7 +423,8 @@ def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]
             continue  # nothing pinned, nothing known good, or the newest is the last good one
         try:
             found = resolve_tarball(platform=entry.os, groups=entry.groups, version=good["version"],
-                                    channel=entry.channel, index_url=inputs.index_url, fetch_text=get)
+                                    channel=entry.channel,
+                                    source=IndexSource(index_url=inputs.index_url, fetch_text=get))
         except RockbuildError as exc:
             console.warn(f"ROCm for {entry.os} {entry.groups[0]}: the last good tarball {good['name']} (release "
                          f"{good['release']}) cannot be found: {exc.message}; no fallback")

@@ -61,7 +61,7 @@ from rockbuild.publish.github import GitHub, describe
 from rockbuild.publish.image import ImageOptions
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
-from rockbuild.rocm.fetch import fetch_rocm, job_groups
+from rockbuild.rocm.fetch import fetch_entry
 from rockbuild.smoke.models import provide_model
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
@@ -95,7 +95,7 @@ def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
     rocm = rocm or inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    fetched = fetch_rocm(job_groups(job), os_name=job.os, entry=rocm.entry(), cache=cache, quiet=quiet)
+    fetched = fetch_entry(rocm.entry(), cache=cache, quiet=quiet)
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
     return fetched

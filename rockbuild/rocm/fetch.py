@@ -25,7 +25,7 @@ from rockbuild.core.errors import LayoutError, UnreachableError, UsageError
 from rockbuild.core.jobs import FamilyTable, Job, Selection
 from rockbuild.downloader import Downloader, get_text
 
-from .index import TarballEntry, list_tarballs, resolve_tarball
+from .index import IndexSource, TarballEntry, list_tarballs, resolve_tarball
 from .layout import RocmLayout, detect_layout
 
 
@@ -170,28 +170,30 @@ def _reusable(root: Path, entry: TarballEntry, expected_sha256: str | None) -> d
     return marker
 
 
-def fetch_rocm(
-    groups: Sequence[str],
-    *,
-    os_name: str,
-    version: str = "latest",
-    channel: str = "nightly",
-    index_url: str | None = None,
-    cache: Path,
-    dest: Path | None = None,
-    sha256: str | None = None,
-    quiet: bool = False,
-    entry: TarballEntry | None = None,
-) -> FetchResult:
-    """Resolve (unless ``entry`` is given), download and extract the ROCm tarball of ``groups`` (the current name,
-    then legacy names: :func:`tarball_groups`, :func:`job_groups`) for ``os_name``, into ``cache``."""
+def find_tarball(groups: Sequence[str], *, os_name: str, version: str = "latest", channel: str = "nightly",
+                 index_url: str | None = None) -> TarballEntry:
+    """The ROCm tarball of ``groups`` (the current name, then legacy names: :func:`tarball_groups`,
+    :func:`job_groups`) for ``os_name``: ``version`` on ``channel``'s hosts, or on the index page ``index_url``."""
+    with offline_routes():
+        return resolve_tarball(platform=os_name, groups=list(groups), version=version, channel=channel,
+                               source=IndexSource(index_url=index_url, fetch_text=get_text))
+
+
+def fetch_rocm(groups: Sequence[str], *, os_name: str, version: str = "latest", channel: str = "nightly",
+               index_url: str | None = None, cache: Path, quiet: bool = False) -> FetchResult:
+    """Find (:func:`find_tarball`), download and extract the ROCm tarball of ``groups`` for ``os_name`` into
+    ``cache``."""
     start = time.monotonic()
-    if entry is None:
-        with offline_routes():
-            entry = resolve_tarball(
-                platform=os_name, groups=list(groups), version=version, channel=channel, index_url=index_url,
-                fetch_text=get_text,
-            )
+    entry = find_tarball(groups, os_name=os_name, version=version, channel=channel, index_url=index_url)
+    return fetch_entry(entry, cache=cache, quiet=quiet, started=start)
+
+
+def fetch_entry(entry: TarballEntry, *, cache: Path, dest: Path | None = None, sha256: str | None = None,
+                quiet: bool = False, started: float | None = None) -> FetchResult:
+    """Download and extract ``entry`` into ``cache`` (or ``dest``), refusing a tarball whose sha256 is not
+    ``sha256``; the result's seconds count from ``started`` (a ``time.monotonic()``: the index read counts too; None:
+    now)."""
+    start = time.monotonic() if started is None else started
     root = _root_for(entry, dest, cache)
     if not quiet:
         console.info(f"    ROCm {entry.name.version.text} ({entry.name.filename}) from {entry.url}")

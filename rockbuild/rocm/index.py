@@ -285,25 +285,35 @@ def _nearest_versions(entries: Sequence[TarballEntry], wanted_date: datetime.dat
     return seen
 
 
+@dataclass(frozen=True)
+class IndexSource:
+    """Where the tarballs are listed and how a page is read: the channel's hosts from ``channels_file`` (None: the
+    shipped rocm-channels.yaml), or one index page ``index_url`` that replaces them entirely; each page read through
+    ``fetch_text``."""
+
+    index_url: str | None = None
+    channels_file: Path | None = None
+    fetch_text: FetchText = get_text
+
+
 def resolve_tarball(
     *,
     platform: str,
     groups: str | Sequence[str],
     version: str = "latest",
     channel: str = "nightly",
-    index_url: str | None = None,
-    fetch_text: FetchText = get_text,
+    source: IndexSource | None = None,
     today: datetime.date | None = None,
     max_age_days: int | None = None,
-    channels_file: Path | None = None,
 ) -> TarballEntry:
-    """The one tarball to build against.
+    """The one tarball to build against, listed on ``source`` (None: the channel's hosts, read with get_text).
 
     ``latest``: the newest runtime tarball of ``groups`` on the channel's current host (the host covering ``today``);
     with ``max_age_days`` a newest file older than that raises StaleInputError, because frozen hosts keep answering.
     An explicit version: the hosts covering its date first, then the others; the error names the nearest versions.
-    ``index_url`` replaces the channel's hosts entirely.
     """
+    source = source or IndexSource()
+    index_url, fetch_text, channels_file = source.index_url, source.fetch_text, source.channels_file
     _check_platform(platform)
     wanted = _as_groups(groups)
     today = today or datetime.datetime.now(datetime.UTC).date()

@@ -13,7 +13,7 @@ from support.index import index_page
 from support.tarballs import MALICIOUS, therock_like_tarball
 
 from rockbuild.core.errors import ChecksumError, NotFoundError, UnsafeArchiveError
-from rockbuild.rocm.fetch import fetch_rocm
+from rockbuild.rocm.fetch import fetch_entry, fetch_rocm, find_tarball
 
 NEW = "therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"
 OLD = "therock-dist-linux-gfx1151-10.2.0a20261127.tar.gz"
@@ -99,8 +99,9 @@ def test_cut_mid_download_resumes_and_extracts(server, tmp_path, gfx1151):
 
 
 def test_checksum_mismatch_leaves_no_tree(server, tmp_path, gfx1151):
+    entry = find_tarball(gfx1151, os_name="linux", index_url=server.index_url)
     with pytest.raises(ChecksumError):
-        fetch_rocm(gfx1151, os_name="linux", index_url=server.index_url, cache=tmp_path, sha256="0" * 64, quiet=True)
+        fetch_entry(entry, cache=tmp_path, sha256="0" * 64, quiet=True)
     assert not (tmp_path / "rocm" / NEW.removesuffix(".tar.gz")).exists()
     assert [p.name for p in (tmp_path / "rocm").iterdir() if not p.name.endswith(".lock")] == []
 
@@ -146,8 +147,9 @@ def test_dest_that_rockbuild_did_not_make_is_left_alone(server, tmp_path, gfx115
     dest = tmp_path / "opt-rocm"
     dest.mkdir()
     (dest / "precious").write_text("mine")
+    entry = find_tarball(gfx1151, os_name="linux", index_url=server.index_url)
     with pytest.raises(Exception, match="was not extracted by rockbuild"):
-        fetch_rocm(gfx1151, os_name="linux", index_url=server.index_url, cache=tmp_path, dest=dest, quiet=True)
+        fetch_entry(entry, cache=tmp_path, dest=dest, quiet=True)
     assert (dest / "precious").read_text() == "mine"
 
 
@@ -163,8 +165,8 @@ def test_rocm_list_and_info(server, tmp_path, run_rockbuild):
     assert [e["filename"] for e in as_json] == [WIN]
 
     tree = tmp_path / "tree"
-    fetch_rocm(["gfx1151"], os_name="linux", index_url=server.index_url, cache=tmp_path,
-               dest=tree, quiet=True)
+    fetch_entry(find_tarball(["gfx1151"], os_name="linux", index_url=server.index_url), cache=tmp_path, dest=tree,
+                quiet=True)
     info = run_rockbuild("rocm", "info", str(tree), "--json")
     assert info.returncode == 0, info.stderr
     report = json.loads(info.stdout)
