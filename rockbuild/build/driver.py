@@ -49,6 +49,8 @@ from .cmake import (
 )
 from .cross import CrossToolchain, cross_spec, provide_cross
 from .patches import NO_PATCHES, PatchedTree, PatchSeries, apply_patch_series, load_patch_series, patch_summary
+from .shader_cache import disabled as shader_cache_disabled
+from .shader_cache import log_counts, log_offset
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 from .webui import WebUi, WebUiOptions, provide_web_ui
 
@@ -276,6 +278,7 @@ class BuildResult:
     configure_skipped: bool = False
     warnings: tuple[str, ...] = ()
     ccache: Mapping[str, Any] | None = None
+    shader_cache: Mapping[str, Any] | None = None  # Vulkan: glslc's outputs across trees (rockbuild.build.shader_cache)
     ninja: Mapping[str, Any] | None = None
     binaries: tuple[Mapping[str, Any], ...] = ()
     error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
@@ -320,6 +323,7 @@ class BuildResult:
             "test_backend_ops": self.test_backend_ops.to_dict() if self.test_backend_ops is not None else None,
             "durations": dict(self.durations),
             "ccache": dict(self.ccache) if self.ccache is not None else None,
+            **({"shader_cache": dict(self.shader_cache)} if self.shader_cache is not None else {}),
             "ninja": dict(self.ninja) if self.ninja is not None else None,
             "binaries": [dict(b) for b in self.binaries],
             "paths": {"job_dir": str(self.job_dir), "build_dir": str(self.build_dir), "log": str(self.log),
@@ -494,6 +498,7 @@ class _Build:
     env: dict[str, str] = field(default_factory=dict)
     ccache: str | None = None  # the ccache program, when used
     ccache_dir: Path | None = None
+    shader_cache: dict[str, Any] | None = None  # a Vulkan build's glslc cache (enabled, dir), before its counts
     notices: Notices = field(default_factory=Notices)
 
     @property
@@ -615,8 +620,15 @@ def _configure_step(b: _Build) -> None:
             cross_definitions = cross.definitions()
             b.recorded["cross"] = cross
             console.info(f"    cross toolchain {cross.name}: {compilers.get('cxx')}")
+        # Vulkan: glslc through the shader cache (<cache>/glslc), off with --no-ccache or ROCKBUILD_SHADER_CACHE=0;
+        # first, so that a matrix's own Vulkan_GLSLC_EXECUTABLE still wins
+        shader_definitions: list[tuple[str, str]] = []
+        glslc_definitions = getattr(backend, "glslc_definitions", None)
+        if glslc_definitions is not None:
+            use = options.use_ccache and not shader_cache_disabled(options.context.env)
+            shader_definitions, b.shader_cache = glslc_definitions(env, build_dir, cache / "glslc" if use else None)
         checked = check_definitions(
-            [*backend.cmake_definitions(job, b.toolchain, offline=options.offline,
+            [*shader_definitions, *backend.cmake_definitions(job, b.toolchain, offline=options.offline,
                                         build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),
              *cross_definitions],
             tree_variables(b.source.path), extra=[name for name, _ in job.cmake])
@@ -685,6 +697,7 @@ def _compile_step(b: _Build) -> None:
             console.info(f"    not in this tree: {', '.join(b.selection.unavailable)}")
         console.info(f"    targets: {' '.join(b.targets)}")
         before = ccache_counts(b.ccache, b.env) if b.ccache else None
+        glslc_log = log_offset(b.build_dir)
         _log_header(b.log, "compile: " + " ".join(build))
         progress = NinjaProgress("compile")
 
@@ -706,6 +719,11 @@ def _compile_step(b: _Build) -> None:
         else:
             ccache = {"enabled": False, "dir": None, "hits": None, "misses": None, "hit_rate": None}
         b.recorded["ccache"] = ccache
+        if b.shader_cache is not None:
+            shaders = {**b.shader_cache, **(log_counts(b.build_dir, glslc_log) if b.shader_cache["enabled"] else {})}
+            b.recorded["shader_cache"] = shaders
+            if shaders.get("hits") or shaders.get("misses"):
+                console.info(f"    shader cache: {shaders['hits']} hits, {shaders['misses']} misses (glslc)")
         objects = ", ".join(f"{n} {lang}" for lang, n in sorted(progress.objects.items())) or "no"
         rate = ccache["hit_rate"]
         did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
