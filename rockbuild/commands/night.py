@@ -60,9 +60,7 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
     from rockbuild.nightly import resolve_inputs
 
     jobs = matrix_mod.select_jobs(matrix_jobs(selection), selection.only)
-    inputs = resolve_inputs(jobs, llama_ref=pins.llama_ref, rocm_version=pins.rocm_version,
-                            max_age_days=pins.max_age_days, index_url=pins.index_url, git_url=pins.git_url,
-                            quiet=as_json, patches=settings().patch_series.digest)
+    inputs = resolve_inputs(jobs, pins, quiet=as_json, patches=settings().patch_series.digest)
     if github.repo:
         from rockbuild.nightly.resolve import attach_last_good
         from rockbuild.nightly.run import known_good, release_manifests

@@ -27,7 +27,7 @@ from rockbuild.build.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number
 from rockbuild.core.data import suggest, write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import RUNNER_SMOKE_MODES, Job
-from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS
+from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, Pins
 from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
 from rockbuild.downloader import get_text
 from rockbuild.process import ProcessError, run
@@ -342,13 +342,15 @@ def _with(base: RocmInput, **changes: Any) -> RocmInput:
 
 
 def resolve_inputs(
-    jobs: Sequence[Job], *, llama_ref: str | None = None, rocm_version: str | None = None,
-    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS, index_url: str | None = None, git_url: str | None = None,
-    fetch_text: Callable[[str], str] | None = None, today: datetime.date | None = None, quiet: bool = False,
-    patches: str | None = None,
+    jobs: Sequence[Job], pins: Pins | None = None, *, fetch_text: Callable[[str], str] | None = None,
+    today: datetime.date | None = None, quiet: bool = False, patches: str | None = None,
 ) -> Inputs:
-    """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version); ``patches``
-    (the carried patch series' digest) is recorded as it is, for every leg to build with."""
+    """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version), as ``pins``
+    (None: the matrix's ref and versions, the default age limit) pin them; ``patches`` (the carried patch series'
+    digest) is recorded as it is, for every leg to build with."""
+    pins = pins or Pins()
+    llama_ref, rocm_version, max_age_days = pins.llama_ref, pins.rocm_version, pins.max_age_days
+    index_url, git_url = pins.index_url, pins.git_url
     if not jobs:
         raise UsageError("no job to resolve inputs for")
     say = (lambda m: None) if quiet else console.info

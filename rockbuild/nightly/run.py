@@ -585,9 +585,7 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     repo, token, publishing = _repo_and_token(options)
     jobs = select_night_jobs(options)
     with console.step("resolve the night's inputs"):
-        inputs = resolve_inputs(jobs, llama_ref=options.pins.llama_ref, rocm_version=options.pins.rocm_version,
-                                max_age_days=options.pins.max_age_days, index_url=options.pins.index_url,
-                                git_url=options.pins.git_url, quiet=options.quiet, patches=night_patches(options))
+        inputs = resolve_inputs(jobs, options.pins, quiet=options.quiet, patches=night_patches(options))
         path = inputs.write(_inputs_file(options, inputs_file))
     counted = [j for j in jobs if host is None or j.os == host]
     plan = NightPlan(inputs, path, tuple(counted))
