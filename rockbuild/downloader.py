@@ -305,6 +305,17 @@ class _Done(Exception):
     """The .part already holds the whole file (an earlier run stopped between the last byte and the rename)."""
 
 
+@dataclass(frozen=True)
+class TransferPolicy:
+    """How each transfer is tried: ``retries`` failed attempts resumed after an exponential ``backoff`` (seconds,
+    doubling), the (connect, read) ``timeout`` of each request, and the ``chunk_size`` read and hashed at a time."""
+
+    retries: int = 5
+    backoff: float = 0.5
+    timeout: tuple[float, float] = (10.0, 60.0)
+    chunk_size: int = 1 << 20
+
+
 class Downloader:
     """Downloads files into ``cache_dir`` (see the module docstring). One instance may serve many fetches."""
 
@@ -312,28 +323,26 @@ class Downloader:
         self,
         cache_dir: Path,
         *,
-        retries: int = 5,
-        backoff: float = 0.5,
-        timeout: tuple[float, float] = (10.0, 60.0),
+        policy: TransferPolicy | None = None,
         quiet: bool = False,
         session: requests.Session | None = None,
-        chunk_size: int = 1 << 20,
         progress_every: float = 10.0,
         durable: bool = True,
     ) -> None:
+        policy = policy or TransferPolicy()
         self.cache_dir = Path(cache_dir)
-        self.retries = retries
-        self.backoff = backoff
-        self.timeout = timeout
+        self.retries = policy.retries
+        self.backoff = policy.backoff
+        self.timeout = policy.timeout
         self.quiet = quiet
-        self.chunk_size = chunk_size
+        self.chunk_size = policy.chunk_size
         self.progress_every = progress_every
         # durable=False skips the fsync before the rename (seconds for a 2 GB tarball on a busy disk). Such entries
         # are marked "synced": false and re-hashed before any use, so a file torn by a crash is never trusted.
         self.durable = durable
         # Our own session already retries connection errors and 5xx with backoff; a caller's session may not.
         self._own_session = session is None
-        self.session = make_session(retries, backoff) if session is None else session
+        self.session = make_session(policy.retries, policy.backoff) if session is None else session
 
     def close(self) -> None:
         if self._own_session:

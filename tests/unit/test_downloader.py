@@ -17,7 +17,15 @@ import pytest
 from support.faultserver import Fault, FaultServer
 
 from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
-from rockbuild.downloader import Download, Downloader, get_text, make_session, name_from_url, quote_url_path
+from rockbuild.downloader import (
+    Download,
+    Downloader,
+    TransferPolicy,
+    get_text,
+    make_session,
+    name_from_url,
+    quote_url_path,
+)
 
 CHUNK = 16 * 1024
 NAME = "therock-dist-linux-gfx1151-7.9.0rc20250101.tar.gz"
@@ -37,10 +45,11 @@ def server():
         yield srv
 
 
-def make(cache: Path, **kw) -> Downloader:
-    opts: dict = {"retries": 3, "backoff": 0.01, "timeout": (2.0, 2.0), "quiet": True, "chunk_size": CHUNK}
-    opts.update(kw)
-    return Downloader(cache, **opts)
+def make(cache: Path, *, quiet: bool = True, durable: bool = True, progress_every: float = 10.0,
+         **policy) -> Downloader:
+    opts: dict = {"retries": 3, "backoff": 0.01, "timeout": (2.0, 2.0), "chunk_size": CHUNK, **policy}
+    return Downloader(cache, policy=TransferPolicy(**opts), quiet=quiet, durable=durable,
+                      progress_every=progress_every)
 
 
 class Collector:
@@ -176,8 +185,8 @@ def test_resume_after_the_process_was_killed(server, tmp_path):
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from rockbuild.downloader import Downloader
-        Downloader(Path({str(tmp_path)!r}), quiet=True, chunk_size={CHUNK}).fetch({url!r})
+        from rockbuild.downloader import Downloader, TransferPolicy
+        Downloader(Path({str(tmp_path)!r}), quiet=True, policy=TransferPolicy(chunk_size={CHUNK})).fetch({url!r})
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
