@@ -49,8 +49,8 @@ from .cmake import (
 )
 from .cross import CrossToolchain, cross_spec, provide_cross
 from .patches import NO_PATCHES, PatchedTree, PatchSeries, apply_patch_series, load_patch_series, patch_summary
+from .shader_cache import SHADER_CACHE_FOLDER, log_counts, log_offset
 from .shader_cache import disabled as shader_cache_disabled
-from .shader_cache import log_counts, log_offset
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 from .webui import WebUi, WebUiOptions, provide_web_ui
 
@@ -620,13 +620,15 @@ def _configure_step(b: _Build) -> None:
             cross_definitions = cross.definitions()
             b.recorded["cross"] = cross
             console.info(f"    cross toolchain {cross.name}: {compilers.get('cxx')}")
-        # Vulkan: glslc through the shader cache (<cache>/glslc), off with --no-ccache or ROCKBUILD_SHADER_CACHE=0;
-        # first, so that a matrix's own Vulkan_GLSLC_EXECUTABLE still wins
+        # Vulkan: glslc through the shader cache, <ccache-dir>/glslc (kept wherever ccache is kept: CI's cache of
+        # .ccache carries it), off with --no-ccache or ROCKBUILD_SHADER_CACHE=0; first, so that a matrix's own
+        # Vulkan_GLSLC_EXECUTABLE still wins
         shader_definitions: list[tuple[str, str]] = []
         glslc_definitions = getattr(backend, "glslc_definitions", None)
         if glslc_definitions is not None:
             use = options.use_ccache and not shader_cache_disabled(options.context.env)
-            shader_definitions, b.shader_cache = glslc_definitions(env, build_dir, cache / "glslc" if use else None)
+            shader_dir = b.ccache_dir / SHADER_CACHE_FOLDER if use else None
+            shader_definitions, b.shader_cache = glslc_definitions(env, build_dir, shader_dir)
         checked = check_definitions(
             [*shader_definitions, *backend.cmake_definitions(job, b.toolchain, offline=options.offline,
                                         build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),

@@ -18,7 +18,8 @@ A hit writes OUT byte for byte as glslc wrote it, DEP (when asked) with the curr
 stderr; a miss runs glslc, always with ``-MD`` so the includes are known, and stores its result. Anything else
 (``--version``, ``-E``, ``-o -``, an option not known here) is glslc itself (exec).
 
-Layout, under ``<cache>/glslc/``: ``m/<xx>/<key>`` manifests (JSON), ``r/<xx>/<key>`` results (a JSON header line
+Layout, under ``<ccache-dir>/glslc/`` (default ``<cache>/ccache/glslc``: kept wherever ccache's folder is kept, as a
+CI's cache of it): ``m/<xx>/<key>`` manifests (JSON), ``r/<xx>/<key>`` results (a JSON header line
 with the sha256 of the SPIR-V, then the SPIR-V), ``tmp/``. Every file is written whole to ``tmp/`` and renamed into
 place, so concurrent builds never read half a file; two writers of one manifest may lose an entry (a later miss, never
 a wrong hit). A result whose checksum or header does not hold is a miss (and is deleted), never a failure. Size: after
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 VERSION = "rockbuild-glslc-cache 1"
 WRAPPER_NAME = "rockbuild-glslc"
+SHADER_CACHE_FOLDER = "glslc"  # in the ccache folder (ccache itself reads and cleans only its 0-f subfolders)
 DEFAULT_SIZE_MIB = 1024
 SIZE_VARIABLE = "ROCKBUILD_SHADER_CACHE_SIZE"
 SWITCH_VARIABLE = "ROCKBUILD_SHADER_CACHE"  # 0 / off / no / false: no shader cache (as --no-ccache)
