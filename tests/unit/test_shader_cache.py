@@ -228,3 +228,19 @@ def test_depfile_templates_survive_paths_with_spaces(tmp_path):
     assert depfile_template("something else\n", compile) is None
     assert Compile.parse(["-c", "x.comp"]) is None and Compile.parse(["x.comp", "-o", "-"]) is None
     assert Compile.parse(["--unknown", "x.comp", "-o", "x.spv"]) is None
+
+
+def test_a_vulkan_build_with_ccache_puts_it_in_front_of_vulkan_shaders_gen_too(tmp_path):
+    """vulkan-shaders-gen is an ExternalProject without GGML_CCACHE's launcher: CMake's default launcher variables
+    (which ggml honours instead of its own) reach it through the build's environment."""
+    from rockbuild.backends import get_backend
+    from rockbuild.matrix import find_job, load_matrix
+
+    (tmp_path / "m.yaml").write_text("matrix: {os: [linux], backend: [vulkan]}\n")
+    job = find_job(load_matrix(tmp_path / "m.yaml"), "linux-vulkan")
+    backend = get_backend("vulkan")
+    env, variables = backend.build_environment(job, None, ccache_dir=tmp_path / "ccache", base={"PATH": "/usr/bin"})
+    assert env["CMAKE_C_COMPILER_LAUNCHER"] == env["CMAKE_CXX_COMPILER_LAUNCHER"] == "ccache"
+    assert "CMAKE_CXX_COMPILER_LAUNCHER" in variables  # recorded in build.json's environment
+    plain, _ = backend.build_environment(job, None, ccache_dir=None, base={"PATH": "/usr/bin"})
+    assert "CMAKE_CXX_COMPILER_LAUNCHER" not in plain
