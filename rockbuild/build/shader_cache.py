@@ -38,6 +38,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from rockbuild.core.environment import environment
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -399,7 +401,8 @@ def main(args: list[str], config: dict) -> int:
     """The wrapper: glslc ``args`` through the cache ``config`` (glslc, stat, identity, cache, log)."""
     glslc = config["glslc"]
     compile = Compile.parse(args)
-    if compile is None or disabled(os.environ):
+    env = environment()  # the wrapper is its own process: the one reader of the environment gives it
+    if compile is None or disabled(env):
         return _exec(glslc, args)
     try:
         if _stat_key(glslc) != config["stat"]:  # glslc changed since the wrapper was written: its identity is stale
@@ -409,7 +412,7 @@ def main(args: list[str], config: dict) -> int:
         if source_bytes is None:
             return _exec(glslc, args)  # glslc says why
         try:
-            size = int(os.environ.get(SIZE_VARIABLE) or DEFAULT_SIZE_MIB)
+            size = int(env.get(SIZE_VARIABLE) or DEFAULT_SIZE_MIB)
         except ValueError:
             size = DEFAULT_SIZE_MIB
         cache = Cache(config["cache"], size)
