@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rockbuild.backends import ROCM_LIBRARIES, foreign_files
 from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
-from rockbuild.build.shader_cache import install_wrapper
+from rockbuild.build.shader_cache import DEFAULT_SIZE_MIB, install_wrapper
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BuildError, BundleError
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
@@ -82,8 +82,8 @@ def find_glslc(env: Mapping[str, str]) -> str:
     return found
 
 
-def glslc_definitions(env: Mapping[str, str], build_dir: Path,
-                      cache_dir: Path | None) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+def glslc_definitions(env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *,
+                      size_mib: int = DEFAULT_SIZE_MIB) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
     """``-DVulkan_GLSLC_EXECUTABLE`` and what build.json records of the shader cache: with ``cache_dir``, the
     wrapper that keeps glslc's outputs there across build trees (:mod:`rockbuild.build.shader_cache`); without, the
     real glslc (so a tree configured with the wrapper before drops it). Nothing on Windows, whose vulkan-shaders-gen
@@ -93,8 +93,9 @@ def glslc_definitions(env: Mapping[str, str], build_dir: Path,
     glslc = find_glslc(env)
     if cache_dir is None:
         return [("Vulkan_GLSLC_EXECUTABLE", glslc)], {"enabled": False, "dir": None}
-    wrapper = install_wrapper(build_dir, glslc, cache_dir)
-    return [("Vulkan_GLSLC_EXECUTABLE", wrapper)], {"enabled": True, "dir": str(cache_dir), "glslc": glslc}
+    wrapper = install_wrapper(build_dir, glslc, cache_dir, size=size_mib)
+    return [("Vulkan_GLSLC_EXECUTABLE", wrapper)], {"enabled": True, "dir": str(cache_dir), "glslc": glslc,
+                                                    "size_mib": size_mib}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -280,10 +281,10 @@ class VulkanBackend:
             variables += list(VULKAN_LAUNCHERS)
         return env, variables
 
-    def glslc_definitions(self, env: Mapping[str, str], build_dir: Path,
-                          cache_dir: Path | None) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    def glslc_definitions(self, env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *,
+                          size_mib: int = DEFAULT_SIZE_MIB) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
         # the shader cache (rockbuild.build.shader_cache): glslc through a wrapper that keeps its outputs
-        return glslc_definitions(env, build_dir, cache_dir)
+        return glslc_definitions(env, build_dir, cache_dir, size_mib=size_mib)
 
     def compilers(self, job: Job, toolchain: Toolchain | None,
                   env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

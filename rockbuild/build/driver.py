@@ -51,6 +51,7 @@ from .cross import CrossToolchain, cross_spec, provide_cross
 from .patches import NO_PATCHES, PatchedTree, PatchSeries, apply_patch_series, load_patch_series, patch_summary
 from .shader_cache import SHADER_CACHE_FOLDER, log_counts, log_offset
 from .shader_cache import disabled as shader_cache_disabled
+from .shader_cache import size_mib as shader_cache_size
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 from .webui import WebUi, WebUiOptions, provide_web_ui
 
@@ -628,7 +629,8 @@ def _configure_step(b: _Build) -> None:
         if glslc_definitions is not None:
             use = options.use_ccache and not shader_cache_disabled(options.context.env)
             shader_dir = b.ccache_dir / SHADER_CACHE_FOLDER if use else None
-            shader_definitions, b.shader_cache = glslc_definitions(env, build_dir, shader_dir)
+            shader_definitions, b.shader_cache = glslc_definitions(
+                env, build_dir, shader_dir, size_mib=shader_cache_size(options.context.env))
         checked = check_definitions(
             [*shader_definitions, *backend.cmake_definitions(job, b.toolchain, offline=options.offline,
                                         build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),

@@ -23,8 +23,9 @@ CI's cache of it): ``m/<xx>/<key>`` manifests (JSON), ``r/<xx>/<key>`` results (
 with the sha256 of the SPIR-V, then the SPIR-V), ``tmp/``. Every file is written whole to ``tmp/`` and renamed into
 place, so concurrent builds never read half a file; two writers of one manifest may lose an entry (a later miss, never
 a wrong hit). A result whose checksum or header does not hold is a miss (and is deleted), never a failure. Size: after
-about one store in 16 the folder is measured, and over its bound (``ROCKBUILD_SHADER_CACHE_SIZE`` in MiB, default
-1024) the least recently used files (a hit touches its result) go until it is under 80 % of it.
+about one store in 16 the folder is measured, and over its bound (``ROCKBUILD_SHADER_CACHE_SIZE`` in MiB when rockbuild
+configures the build, default 1024) the least recently used files (a hit touches its result) go until it is under
+80 % of it.
 
 This module uses only the standard library: the wrapper imports it with ``python -I -S`` for each of the ~1,100 glslc
 runs of a build.
@@ -37,8 +38,6 @@ import json
 import os
 import sys
 from typing import TYPE_CHECKING
-
-from rockbuild.core.environment import environment
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -60,6 +59,14 @@ _MANIFEST_ENTRIES = 8
 def disabled(env: Mapping[str, str]) -> bool:
     """``ROCKBUILD_SHADER_CACHE`` set to 0, off, no or false."""
     return env.get(SWITCH_VARIABLE, "").strip().lower() in {"0", "off", "no", "false"}
+
+
+def size_mib(env: Mapping[str, str]) -> int:
+    """The bound of the folder: ``ROCKBUILD_SHADER_CACHE_SIZE`` MiB, else 1024."""
+    try:
+        return max(1, int(env.get(SIZE_VARIABLE) or DEFAULT_SIZE_MIB))
+    except ValueError:
+        return DEFAULT_SIZE_MIB
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -100,13 +107,15 @@ def glslc_identity(glslc: str) -> str:
 
 
 def install_wrapper(build_dir: os.PathLike[str] | str, glslc: str, cache_dir: os.PathLike[str] | str, *,
-                    python: str | None = None) -> str:
+                    size: int = DEFAULT_SIZE_MIB, python: str | None = None) -> str:
     """Write ``<build_dir>/rockbuild-glslc``, the glslc CMake is given (rewritten only when its text changes, so a
-    configured tree does not see a new compiler); returns its path."""
+    configured tree does not see a new compiler); returns its path. Everything the wrapper needs is written into it
+    (the folder's bound ``size`` in MiB too): it reads no environment, and costs one Python start per glslc run."""
     glslc = os.path.realpath(glslc)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = {"glslc": glslc, "stat": _stat_key(glslc), "identity": glslc_identity(glslc),
-              "cache": os.path.abspath(cache_dir), "log": os.path.join(os.path.abspath(build_dir), LOG_NAME)}
+              "cache": os.path.abspath(cache_dir), "log": os.path.join(os.path.abspath(build_dir), LOG_NAME),
+              "size_mib": size}
     text = (f"#!{python or sys.executable} -IS\n"
             "# glslc through rockbuild's shader cache (rockbuild/build/shader_cache.py); written by rockbuild\n"
             "import sys\n"
@@ -401,8 +410,7 @@ def main(args: list[str], config: dict) -> int:
     """The wrapper: glslc ``args`` through the cache ``config`` (glslc, stat, identity, cache, log)."""
     glslc = config["glslc"]
     compile = Compile.parse(args)
-    env = environment()  # the wrapper is its own process: the one reader of the environment gives it
-    if compile is None or disabled(env):
+    if compile is None:
         return _exec(glslc, args)
     try:
         if _stat_key(glslc) != config["stat"]:  # glslc changed since the wrapper was written: its identity is stale
@@ -411,11 +419,7 @@ def main(args: list[str], config: dict) -> int:
         source_bytes = _read(compile.source)
         if source_bytes is None:
             return _exec(glslc, args)  # glslc says why
-        try:
-            size = int(env.get(SIZE_VARIABLE) or DEFAULT_SIZE_MIB)
-        except ValueError:
-            size = DEFAULT_SIZE_MIB
-        cache = Cache(config["cache"], size)
+        cache = Cache(config["cache"], config.get("size_mib", DEFAULT_SIZE_MIB))
         key = compile.key(config["identity"], source_bytes)
     except OSError:
         return _exec(glslc, args)  # a cache we cannot use is no cache, never a failed build

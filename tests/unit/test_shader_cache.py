@@ -181,19 +181,21 @@ def test_a_glslc_changed_since_the_wrapper_was_written_runs_uncached(tmp_path):
     assert log_counts(tmp_path / "build") == {"hits": 0, "misses": 0, "uncached": 1}
 
 
-def test_the_switch_turns_the_cache_off(tmp_path, wrapper):
-    src = tree(tmp_path / "src") / "add.comp"
-    env = {**os.environ, "ROCKBUILD_SHADER_CACHE": "off"}
-    assert run(wrapper, args(src, tmp_path / "x.spv"), env=env).returncode == 0
-    assert (tmp_path / "x.spv").is_file() and not (tmp_path / "cache").exists()
-    assert shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "0"}) and not shader_cache.disabled({})
+def test_the_switch_and_the_bound_are_read_when_rockbuild_configures(tmp_path):
+    """The driver reads them from rockbuild's environment; the wrapper reads none (one Python start per glslc)."""
+    assert shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "0"}) and shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "off"})
+    assert not shader_cache.disabled({}) and not shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "1"})
+    assert shader_cache.size_mib({}) == 1024 and shader_cache.size_mib({"ROCKBUILD_SHADER_CACHE_SIZE": "64"}) == 64
+    assert shader_cache.size_mib({"ROCKBUILD_SHADER_CACHE_SIZE": "lots"}) == 1024
+    wrapper = install_wrapper(tmp_path / "build", GLSLC, tmp_path / "cache", size=64)
+    assert "'size_mib': 64" in Path(wrapper).read_text() and "environ" not in Path(wrapper).read_text()
 
 
 def test_the_vulkan_backend_configures_the_wrapper_or_the_real_glslc(tmp_path):
     env = {"PATH": os.environ["PATH"]}
     defs, record = glslc_definitions(env, tmp_path / "build", tmp_path / "cache" / "glslc")
     assert defs == [("Vulkan_GLSLC_EXECUTABLE", str(tmp_path / "build" / "rockbuild-glslc"))]
-    assert record == {"enabled": True, "dir": str(tmp_path / "cache" / "glslc"), "glslc": GLSLC}
+    assert record == {"enabled": True, "dir": str(tmp_path / "cache" / "glslc"), "glslc": GLSLC, "size_mib": 1024}
     text = (tmp_path / "build" / "rockbuild-glslc").read_text()
     mtime = (tmp_path / "build" / "rockbuild-glslc").stat().st_mtime_ns
     glslc_definitions(env, tmp_path / "build", tmp_path / "cache" / "glslc")  # the same: not rewritten
