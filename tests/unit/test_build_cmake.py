@@ -318,7 +318,9 @@ def test_host_build_environment_has_no_rocm_and_keeps_the_vulkan_sdk(tmp_path):
     assert env["NINJA_STATUS"] == "[%f/%t] " and env["CCACHE_DIR"] == str(tmp_path / "cc")
     assert not {"ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "HIP_DEVICE_LIB_PATH", "RANDOM_VAR", *TOKENS} & set(env)
     assert variables == ["NINJA_STATUS", "CCACHE_DIR", "CCACHE_COMPILERCHECK", "CCACHE_NOHASHDIR", "VULKAN_SDK", "CC",
-                         "CXX"]
+                         "CXX", "CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER"]
+    # vulkan-shaders-gen, an ExternalProject without GGML_CCACHE's launcher, compiles through ccache too (issue 41)
+    assert env["CMAKE_C_COMPILER_LAUNCHER"] == env["CMAKE_CXX_COMPILER_LAUNCHER"] == "ccache"
     assert env["CCACHE_COMPILERCHECK"] == "content"  # the compiler's bytes, not its path and mtime (issue 41)
     # the Vulkan SDK is the Vulkan backend's: a plain host-compiler build does not take it
     plain = host_build_environment("linux", base=base)
