@@ -28,7 +28,6 @@ from rockbuild.core.records import (
     BuildRecord,
     BundleRecord,
     FallbackRecord,
-    JobEntry,
     LlamaCpp,
     NightRecord,
     SmokeRecord,
@@ -126,7 +125,7 @@ class JobFolder:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         self.write_build(BuildRecord(
             schema=BUILD_SCHEMA, rockbuild_version=__version__, status="failed", failed_step=step, error=error,
-            job=JobEntry.from_dict(job.to_dict()), gpu_targets=tuple(job.targets), llama_cpp=llama, rocm=None,
+            job=job, gpu_targets=tuple(job.targets), llama_cpp=llama, rocm=None,
             paths=BuildPaths(job_dir=str(self.path), log=str(self.build_log)), started=now, finished=now,
             keys=("schema", "rockbuild_version", "status", "failed_step", "error", "job", "gpu_targets", "llama_cpp",
                   "rocm", "paths", "started", "finished"),

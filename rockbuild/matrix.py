@@ -33,6 +33,7 @@ from rockbuild.core.jobs import (
     OSES,
     RUNNER_SMOKE_MODES,
     FamilyTable,
+    GpuSmoke,
     Job,
     load_families,
 )
@@ -375,8 +376,8 @@ def _option_fields(combo: _Combo) -> dict[str, Any]:
         "rocm_version": opts["rocm"]["version"],
         "cmake": tuple(opts["cmake"].items()),
         "runner": _runner_for(opts, combo.os),
-        "gpu_runner": tuple(gpu_smoke.get("runner") or ()),
-        "gpu_required": bool(gpu_smoke.get("required", False)),
+        "gpu_smoke": GpuSmoke(runner=tuple(gpu_smoke["runner"]), required=bool(gpu_smoke.get("required", False)))
+        if gpu_smoke.get("runner") else None,
         "runner_smoke": str(opts["runner_smoke"]),
     }
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import PAIRS, Record
 
 OSES = ("linux", "windows")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
@@ -261,27 +262,38 @@ DEFAULT_RUNNERS = {"linux": "ubuntu-22.04", "windows": "windows-2022"}
 RUNNER_SMOKE_MODES = ("gate", "informational")  # matrix `runner_smoke:` (Job.runner_smoke), the default first
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuSmoke(Record):
+    """The matrix's ``gpu_smoke:`` of a job: the GPU runner's labels and whether the asset waits for its smoke test."""
+
+    runner: tuple[str, ...] = ()
+    required: bool = False
+
+
 @dataclass(frozen=True)
-class Job:
+class Job(Record):
+    """One build job, as the matrix resolves it; the same record is the ``job`` of build.json and of inputs.json's
+    ``jobs[]`` (Job.to_dict() / Job.from_dict(); older files lack the later keys: their defaults)."""
+
     id: str  # stable: <os>-<short>, e.g. linux-gfx1151, windows-gfx110X
-    os: str
-    name: str  # the family short name or single target the job builds for (used in ids and asset names)
-    family: str  # TheRock family, e.g. gfx110X-all
-    group: str  # TheRock tarball group for this OS
-    legacy_groups: tuple[str, ...]
-    targets: tuple[str, ...]  # exactly the gfx targets compiled and shipped
-    required: bool
-    llama_ref: str
-    rocm_channel: str
-    rocm_version: str
-    cmake: tuple[tuple[str, str], ...]  # extra -D definitions, in order
-    runner: str
+    os: str = ""  # linux | windows ("" only in a partial file: a build.json written by hand)
+    name: str = ""  # the family short name or single target the job builds for (used in ids and asset names)
+    family: str = ""  # TheRock family, e.g. gfx110X-all ("": a Vulkan job)
+    group: str = ""  # TheRock tarball group for this OS ("": a Vulkan job)
+    legacy_groups: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()  # exactly the gfx targets compiled and shipped
+    gpu_targets: str = field(init=False, default="")  # the value for CMake's GPU_TARGETS (derived: targets joined)
+    required: bool = True
+    llama_ref: str = "master"
+    rocm_channel: str = "nightly"
+    rocm_version: str = "latest"
+    cmake: tuple[tuple[str, str], ...] = field(default=(), metadata=PAIRS)  # extra -D definitions, in order
+    runner: str = ""
     # the flavour (rockbuild.backends): rocm, or vulkan (id <os>-vulkan, name "vulkan", family/group "" and no
     # targets: no ROCm tarball, no gfx code)
     backend: str = "rocm"
     # a smoke test on a real GPU after the build (matrix `gpu_smoke:`): the CI runner's labels, and whether it gates
-    gpu_runner: tuple[str, ...] = ()
-    gpu_required: bool = False
+    gpu_smoke: GpuSmoke | None = None
     # matrix `required: when-proven`: optional until the job passed its smoke test in a published release, required
     # from then on (the night's plan sets ``required``; rockbuild.nightly.run.promote_proven)
     when_proven: bool = False
@@ -290,29 +302,13 @@ class Job:
     # driver there), it runs after the leg, its record goes to runner-smoke/smoke.json and never gates
     runner_smoke: str = RUNNER_SMOKE_MODES[0]
 
-    @property
-    def gpu_targets(self) -> str:
-        """The value for CMake's GPU_TARGETS."""
-        return ";".join(self.targets)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_targets", ";".join(self.targets))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "os": self.os,
-            "name": self.name,
-            "family": self.family,
-            "group": self.group,
-            "legacy_groups": list(self.legacy_groups),
-            "targets": list(self.targets),
-            "gpu_targets": self.gpu_targets,
-            "required": self.required,
-            "llama_ref": self.llama_ref,
-            "rocm_channel": self.rocm_channel,
-            "rocm_version": self.rocm_version,
-            "cmake": dict(self.cmake),
-            "runner": self.runner,
-            "backend": self.backend,
-            "gpu_smoke": {"runner": list(self.gpu_runner), "required": self.gpu_required} if self.gpu_runner else None,
-            "when_proven": self.when_proven,
-            "runner_smoke": self.runner_smoke,
-        }
+    @property
+    def gpu_runner(self) -> tuple[str, ...]:
+        return self.gpu_smoke.runner if self.gpu_smoke is not None else ()
+
+    @property
+    def gpu_required(self) -> bool:
+        return self.gpu_smoke is not None and self.gpu_smoke.required

@@ -28,17 +28,13 @@ manifest.json      :class:`ManifestRecord`  rockbuild.publish.manifest (build_ma
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar, get_args, get_origin
+from typing import Any, ClassVar
 
-from rockbuild.core.data import write_json_atomic
-from rockbuild.core.errors import BUG_EXIT_CODE, RecordError, RockbuildError
+from rockbuild.core.errors import BUG_EXIT_CODE, RockbuildError
+from rockbuild.core.jobs import Job
+from rockbuild.core.record import Record
 
 BUILD_SCHEMA = 1
 """build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
@@ -49,231 +45,8 @@ MANIFEST_SCHEMA = 1
 SMOKE_SCHEMA = 1
 BUNDLE_FORMAT = 1
 
-R = TypeVar("R", bound="Record")
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The engine: a record's fields are its keys; their annotations say what each must be.
-
-_JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", type(None): "null"}
-
-
-def _what(value: Any) -> str:
-    """The JSON name of ``value``'s type, for messages."""
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "int", float: "number",
-            type(None): "null"}.get(type(value), type(value).__name__)
-
-
-def _describe(tp: Any) -> str:
-    origin = get_origin(tp)
-    if tp is Any:
-        return "any value"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in get_args(tp))
-    if origin in (tuple, list):
-        return "an array"
-    if origin in (dict, Mapping) or tp in (dict, Mapping) or origin is typing.Mapping:  # noqa: UP006
-        return "an object"
-    if isinstance(tp, type) and issubclass(tp, Record):
-        return "an object"
-    return _JSON_NAMES.get(tp, str(tp))
-
-
-def _join(where: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{where}[{key}]"
-    return f"{where}.{key}" if where else key
-
-
-class _Wrong(Exception):
-    """A value of the wrong type at ``where`` (turned into a RecordError naming the source)."""
-
-    def __init__(self, where: str, message: str) -> None:
-        super().__init__(message)
-        self.where = where
-        self.message = message
-
-
-def _convert(tp: Any, value: Any, where: str, source: str) -> Any:
-    """``value`` as ``tp`` (a record class, a union, tuple[X, ...], Mapping[str, X], a scalar, Any)."""
-    origin = get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        options = get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, value, where, source)
-            except _Wrong as exc:
-                if exc.where != where or len(options) == 2:
-                    raise
-        raise _Wrong(where, f"{where or 'the file'} must be {_describe(tp)}, not {_what(value)}")
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise _Wrong(where, f"{where} must be an array, not {_what(value)}")
-        item = get_args(tp)[0]
-        return tuple(_convert(item, v, _join(where, i), source) for i, v in enumerate(value))
-    if origin in (dict, Mapping) or origin is typing.Mapping or tp in (dict, Mapping):  # noqa: UP006
-        if not isinstance(value, dict):
-            raise _Wrong(where, f"{where} must be an object, not {_what(value)}")
-        args = get_args(tp)
-        item = args[1] if args else Any
-        return {str(k): _convert(item, v, _join(where, str(k)), source) for k, v in value.items()}
-    if isinstance(tp, type) and issubclass(tp, Record):
-        return tp._load(value, where, source)
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif isinstance(tp, type) and isinstance(value, tp):
-        return value
-    raise _Wrong(where, f"{where or 'the file'} must be {_describe(tp)}, not {_what(value)}")
-
-
-def _dump(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_dict()
-    if isinstance(value, tuple | list):
-        return [_dump(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _dump(v) for k, v in value.items()}
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-@dataclass(frozen=True)
-class Record:
-    """A JSON object with typed keys: each dataclass field is a key (a field without a default is required).
-
-    ``extra`` keeps the keys the record does not know; ``keys`` the order of the keys read (``to_dict`` writes them
-    back in that order; a record made in code writes its fields in their order)."""
-
-    FILE: ClassVar[str] = ""  # the file's name, for messages ("build.json")
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
-    keys: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
-
-    @classmethod
-    def _fields(cls) -> list[dataclasses.Field[Any]]:
-        return [f for f in dataclasses.fields(cls) if f.name not in ("extra", "keys")]
-
-    @classmethod
-    def _hints(cls) -> dict[str, Any]:
-        hints = _HINTS.get(cls)
-        if hints is None:
-            hints = _HINTS[cls] = typing.get_type_hints(cls)
-        return hints
-
-    @classmethod
-    def _load(cls: type[R], data: Any, where: str, source: str) -> R:
-        if not isinstance(data, dict):
-            raise _Wrong(where, f"{where or 'the file'} must be an object, not {_what(data)}")
-        hints = cls._hints()
-        values: dict[str, Any] = {}
-        known = set()
-        for f in cls._fields():
-            known.add(f.name)
-            if f.name not in data:
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise _Wrong(_join(where, f.name), f"{_join(where, f.name)} is missing")
-                continue
-            values[f.name] = _convert(hints[f.name], data[f.name], _join(where, f.name), source)
-        extra = {k: v for k, v in data.items() if k not in known}
-        return cls(**values, extra=extra, keys=tuple(data))
-
-    @classmethod
-    def from_dict(cls: type[R], data: Any, source: str | Path | None = None) -> R:
-        """The record of ``data`` (a file's JSON value); a RecordError names ``source`` and the key when malformed."""
-        name = str(source) if source is not None else cls.FILE
-        try:
-            return cls._load(data, "", name)
-        except _Wrong as exc:
-            raise RecordError(f"{name}: {exc.message}",
-                              hint=f"{cls.FILE or 'the file'} was not written by this rockbuild, or was damaged; "
-                                   "write it again") from None
-
-    @classmethod
-    def loads(cls: type[R], text: str, source: str | Path | None = None) -> R:
-        """The record of a JSON text (a file, a release asset)."""
-        name = str(source) if source is not None else cls.FILE
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise RecordError(f"{name}: not valid JSON ({exc})",
-                              hint=f"{cls.FILE or 'the file'} is truncated or is not JSON; write it again") from None
-        return cls.from_dict(data, name)
-
-    @classmethod
-    def read(cls: type[R], path: Path) -> R | None:
-        """The record in ``path``; None when there is no such file, a RecordError when it is malformed."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecordError(f"{path}: cannot be read ({exc})") from None
-        return cls.loads(text, path)
-
-    def to_dict(self) -> dict[str, Any]:
-        names = [f.name for f in self._fields()]
-        order = [k for k in self.keys if k in names or k in self.extra] if self.keys else names
-        order += [n for n in names if n not in order and (not self.keys or self._set(n))]
-        order += [k for k in self.extra if k not in order]
-        return {k: _dump(getattr(self, k) if k in names else self.extra[k]) for k in order}
-
-    def _set(self, name: str) -> bool:
-        """A field a record read from a file did not have, set since (replace()): written too."""
-        f = next(f for f in self._fields() if f.name == name)
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-        return bool(getattr(self, name) != default)
-
-    def write(self, path: Path, *, ensure_ascii: bool = True) -> Path:
-        """Write the record to ``path`` atomically (readers see the old file or the new one)."""
-        return write_json_atomic(Path(path), self.to_dict(), ensure_ascii=ensure_ascii)
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # build.json
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobEntry(Record):
-    """The job a file is of (build.json's ``job``, inputs.json's ``jobs[]``): Job.to_dict(); older files have fewer
-    keys."""
-
-    id: str
-    os: str | None = None
-    name: str | None = None
-    family: str | None = None
-    group: str | None = None
-    legacy_groups: tuple[str, ...] = ()
-    targets: tuple[str, ...] = ()
-    gpu_targets: str | None = None
-    required: bool = True
-    llama_ref: str | None = None
-    rocm_channel: str | None = None
-    rocm_version: str | None = None
-    cmake: Mapping[str, str] = field(default_factory=dict)
-    runner: str | None = None
-    backend: str | None = None
-    gpu_smoke: GpuSmokeConfig | None = None
-    when_proven: bool = False
-    runner_smoke: str = "gate"  # matrix `runner_smoke:` (gate | informational)
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuSmokeConfig(Record):
-    """The matrix's ``gpu_smoke:`` of a job: the GPU runner's labels and whether the asset waits for it."""
-
-    runner: tuple[str, ...] = ()
-    required: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -428,7 +201,7 @@ class BuildRecord(Record):
     status: str  # ok | failed
     failed_step: str | None = None
     error: BuildErrorInfo | None = None
-    job: JobEntry | None = None
+    job: Job | None = None
     gpu_targets: tuple[str, ...] = ()
     build_targets: tuple[str, ...] = ()
     programs: tuple[Mapping[str, Any], ...] = ()  # Program.to_dict of each program built
@@ -749,7 +522,7 @@ class InputsLlama(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class InputsJob(JobEntry):
+class InputsJob(Job):
     """A job of inputs.json: the job (all of Job.to_dict()) and the key of its ROCm tarball (None: none usable)."""
 
     rocm_key: str | None = None

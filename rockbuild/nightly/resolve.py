@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.backends import DEFAULT, get_backend
+from rockbuild.backends import get_backend
 from rockbuild.build.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.core.data import suggest, write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
-from rockbuild.core.jobs import RUNNER_SMOKE_MODES, Job
+from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, Pins
 from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
 from rockbuild.downloader import get_text
@@ -36,27 +36,6 @@ from rockbuild.rocm.names import parse_tarball_name
 
 SCHEMA = INPUTS_SCHEMA
 _LATEST_ALIASES = ("latest", "")
-
-
-def job_from_dict(data: dict[str, Any]) -> Job:
-    """The inverse of :meth:`Job.to_dict` (``inputs.json`` carries the matrix as dicts)."""
-    gpu_smoke = data.get("gpu_smoke") or {}
-    try:
-        return Job(
-            id=str(data["id"]), os=str(data["os"]), name=str(data["name"]), family=str(data["family"]),
-            group=str(data["group"]), legacy_groups=tuple(data.get("legacy_groups") or ()),
-            targets=tuple(data["targets"]), required=bool(data.get("required", True)),
-            llama_ref=str(data.get("llama_ref") or "master"), rocm_channel=str(data.get("rocm_channel") or "nightly"),
-            rocm_version=str(data.get("rocm_version") or "latest"),
-            cmake=tuple((str(k), str(v)) for k, v in (data.get("cmake") or {}).items()),
-            runner=str(data.get("runner") or ""), backend=str(data.get("backend") or DEFAULT),
-            gpu_runner=tuple(str(r) for r in gpu_smoke.get("runner") or ()),
-            gpu_required=bool(gpu_smoke.get("required", False)),
-            when_proven=bool(data.get("when_proven", False)),
-            runner_smoke=str(data.get("runner_smoke") or RUNNER_SMOKE_MODES[0]),
-        )
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(f"a job in inputs.json lacks {exc}; write it again with rockbuild resolve") from None
 
 
 @dataclass(frozen=True)
@@ -219,7 +198,7 @@ class Inputs:
         return cls(
             llama=LlamaInput(llama.ref, llama.commit, build_number, llama.url),
             rocm={k: RocmInput.from_dict(dict(v)) for k, v in record.rocm.items()},
-            jobs=tuple(job_from_dict(j.to_dict()) for j in record.jobs),
+            jobs=tuple(j.narrow(Job) for j in record.jobs),
             job_rocm={j.id: j.rocm_key for j in record.jobs},
             resolved_at=record.resolved_at or "", max_age_days=record.max_age_days,
             index_url=record.index_url, rockbuild_version=record.rockbuild_version or "",

@@ -10,7 +10,7 @@ from conftest import SHARED
 from support.paths import REPO
 
 from rockbuild.core.errors import ConfigError, UsageError
-from rockbuild.core.jobs import load_families
+from rockbuild.core.jobs import Job, load_families
 from rockbuild.matrix import github_matrix, load_matrix, select_jobs, split_list, write_github_output
 
 SEED_TARGETS = ["gfx1151", "gfx1150", "gfx120X", "gfx110X", "gfx103X", "gfx90a", "gfx908"]
@@ -379,7 +379,6 @@ def test_deeply_nested_yaml_is_a_configuration_error(write, run_rockbuild, depth
 
 def test_gpu_smoke_runners_are_data_and_reach_the_plan(write, families, tmp_path):
     """Issue 19: `gpu_smoke: {runner: [labels], required: bool}` per job; the plan turns it into the GPU legs."""
-    from rockbuild.nightly.resolve import job_from_dict
     from rockbuild.nightly.run import NightPlan
 
     path = write("m.yaml", """
@@ -395,7 +394,7 @@ def test_gpu_smoke_runners_are_data_and_reach_the_plan(write, families, tmp_path
     assert (strix.gpu_runner, strix.gpu_required) == (("self-hosted", "gfx1151"), True)
     assert (rdna3.gpu_runner, rdna3.gpu_required) == (("rdna3-box",), False)
     assert strix.to_dict()["gpu_smoke"] == {"runner": ["self-hosted", "gfx1151"], "required": True}
-    assert job_from_dict(strix.to_dict()) == strix  # inputs.json keeps it
+    assert Job.from_dict(strix.to_dict()) == strix  # inputs.json keeps it
     plan = NightPlan(inputs=None, inputs_path=tmp_path / "inputs.json", jobs=(strix, rdna3))  # type: ignore[arg-type]
     assert plan.gpu_matrix() == {"include": [
         {"id": "linux-gfx1151", "gpu_runner": ["self-hosted", "gfx1151"], "gpu_required": True},
@@ -418,7 +417,6 @@ def test_runner_smoke_is_gate_unless_the_matrix_says_informational_and_reaches_t
     """Issue 29: every Windows leg runs the gated CPU smoke; `runner_smoke: informational` marks an asset that cannot
     start on a driverless runner. It reaches the GitHub matrix (matrix.runner_smoke) and survives inputs.json."""
     from rockbuild.matrix import github_matrix
-    from rockbuild.nightly.resolve import job_from_dict
 
     path = write("m.yaml", """
         matrix:
@@ -431,9 +429,9 @@ def test_runner_smoke_is_gate_unless_the_matrix_says_informational_and_reaches_t
     assert (jobs["windows-gfx1151"].runner_smoke, jobs["windows-gfx110X"].runner_smoke) == ("gate", "informational")
     entries = {e["id"]: e for e in github_matrix(list(jobs.values()))["include"]}
     assert entries["windows-gfx110X"]["runner_smoke"] == "informational"
-    assert job_from_dict(jobs["windows-gfx110X"].to_dict()) == jobs["windows-gfx110X"]
+    assert Job.from_dict(jobs["windows-gfx110X"].to_dict()) == jobs["windows-gfx110X"]
     older = {k: v for k, v in jobs["windows-gfx1151"].to_dict().items() if k != "runner_smoke"}
-    assert job_from_dict(older).runner_smoke == "gate"  # an inputs.json written before the key
+    assert Job.from_dict(older).runner_smoke == "gate"  # an inputs.json written before the key
     # the shipped matrix gates every Linux leg and the Windows Vulkan one; a Windows ROCm asset's runner smoke is
     # recorded, not gated, until a night shows that TheRock's HIP runtime starts without AMD's driver
     shipped = load_matrix(None, families)

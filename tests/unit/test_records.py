@@ -21,6 +21,7 @@ from support.publishing import make_job, smoke_ok
 
 from rockbuild.core.errors import NotFoundError, RecordError
 from rockbuild.core.jobs import Job
+from rockbuild.core.record import Record, form_of
 from rockbuild.core.records import (
     RECORDS,
     BuildErrorInfo,
@@ -31,7 +32,6 @@ from rockbuild.core.records import (
     LlamaCpp,
     ManifestRecord,
     NightRecord,
-    Record,
     SmokeRecord,
     TarballRef,
 )
@@ -75,7 +75,9 @@ def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
     fields = cls._fields()
     required = [f.name for f in fields if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
-    out: dict[str, Any] = {"type": "object", "properties": {f.name: _type_schema(hints[f.name], defs) for f in fields}}
+    out: dict[str, Any] = {"type": "object", "properties": {
+        f.name: _type_schema(form.json_type if (form := form_of(f)) is not None else hints[f.name], defs)
+        for f in fields}}
     if required:
         out["required"] = required
     return out
