@@ -9,7 +9,8 @@ Why dataclasses and this converter rather than pydantic or msgspec: the records 
 layer passes around; the converter is ~250 lines, has no dependency, gives rockbuild's own one-line messages, and keeps
 what the files need (unknown keys kept and written back, a file's key order kept). A field says how it is written:
 
-- its annotation (a record, ``tuple[X, ...]``, ``Mapping[str, X]``, a union, a scalar) is checked on read;
+- its annotation (a record, ``tuple[X, ...]``, ``Mapping[str, X]``, a union, a scalar, a ``Path``: a string in
+  JSON) is checked on read;
 - a field without a default is required; ``init=False`` marks a *derived* field (computed in ``__post_init__``,
   written, ignored on read);
 - ``field(metadata=json_form(load, dump))`` gives a field a JSON form other than its Python one (the matrix's
@@ -35,7 +36,7 @@ R = TypeVar("R", bound="Record")
 # ---------------------------------------------------------------------------------------------------------------------
 # The engine: a record's fields are its keys; their annotations say what each must be.
 
-_JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", type(None): "null"}
+_JSON_NAMES = {str: "a string", Path: "a path (a string)", int: "an integer", float: "a number", bool: "a boolean", type(None): "null"}
 
 
 def _what(value: Any) -> str:
@@ -75,7 +76,7 @@ class _Wrong(Exception):
 
 
 def _convert(tp: Any, value: Any, where: str, source: str) -> Any:
-    """``value`` as ``tp`` (a record class, a union, tuple[X, ...], Mapping[str, X], a scalar, Any)."""
+    """``value`` as ``tp`` (a record class, a union, tuple[X, ...], Mapping[str, X], a scalar, a Path, Any)."""
     origin = get_origin(tp)
     if tp is Any:
         return value
@@ -105,7 +106,12 @@ def _convert(tp: Any, value: Any, where: str, source: str) -> Any:
         return {str(k): _convert(item, v, _join(where, str(k)), source) for k, v in value.items()}
     if isinstance(tp, type) and issubclass(tp, Record):
         return tp._load(value, where, source)
-    if tp is float:
+    if tp is Path:  # a path is a string in JSON
+        if isinstance(value, str):
+            return Path(value)
+        if isinstance(value, Path):
+            return value
+    elif tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return value
     elif tp is int:
@@ -123,6 +129,8 @@ def _dump(value: Any) -> Any:
         return [_dump(v) for v in value]
     if isinstance(value, Mapping):
         return {k: _dump(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
     return value
 
 

@@ -7,12 +7,13 @@ types); and from_dict rejects malformed input with a one-line RecordError naming
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, ClassVar, get_args, get_origin
 
 import jsonschema
 import pytest
@@ -21,7 +22,7 @@ from support.publishing import make_job, smoke_ok
 
 from rockbuild.core.errors import NotFoundError, RecordError
 from rockbuild.core.jobs import Job
-from rockbuild.core.record import Record, form_of
+from rockbuild.core.record import PAIRS, Record, form_of
 from rockbuild.core.records import (
     RECORDS,
     BuildErrorInfo,
@@ -65,7 +66,8 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
             defs[tp.__name__] = {}
             defs[tp.__name__] = _object_schema(tp, defs)
         return {"$ref": f"#/$defs/{tp.__name__}"}
-    return {"type": {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}[tp]}
+    return {"type": {str: "string", Path: "string", int: "integer", float: "number", bool: "boolean",
+                     type(None): "null"}[tp]}
 
 
 def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
@@ -235,3 +237,47 @@ def test_older_files_and_unknown_keys_are_read():
     assert old.commit == "c" and old.schema is None and old.extra == {"from_the_future": {"x": 1}}
     assert old.to_dict() == {"status": "ok", "llama_cpp": {"commit": "c"}, "from_the_future": {"x": 1}}
     assert valid("build.json", old.to_dict())
+
+
+# -- the engine (rockbuild.core.record): what a field can say about its JSON --------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Sample(Record):
+    FILE: ClassVar[str] = "sample.json"
+
+    where: Path
+    names: tuple[str, ...] = ()
+    joined: str = dataclasses.field(init=False, default="")  # derived: written, never read
+    defines: tuple[tuple[str, str], ...] = dataclasses.field(default=(), metadata=PAIRS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "joined", ";".join(self.names))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _SampleWithKey(_Sample):
+    key: str | None = None
+
+
+def test_the_engine_writes_paths_derived_fields_and_json_forms_and_reads_them_back():
+    sample = _Sample(where=Path("/out/job"), names=("a", "b"), defines=(("Z", "1"), ("A", "2")))
+    data = sample.to_dict()
+    assert data == {"where": "/out/job", "names": ["a", "b"], "joined": "a;b", "defines": {"Z": "1", "A": "2"}}
+    assert list(data["defines"]) == ["Z", "A"]  # the pairs' order is the object's
+    back = _Sample.from_dict(json.loads(json.dumps(data)))
+    assert back == sample and isinstance(back.where, Path) and back.defines == (("Z", "1"), ("A", "2"))
+    # a derived key in the file is not trusted: it is computed from what it derives from
+    assert _Sample.from_dict({**data, "joined": "forged"}).joined == "a;b"
+    assert _SampleWithKey.from_dict({**data, "key": "k"}).narrow(_Sample) == sample
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"where": 5}, "sample.json: where must be a path (a string), not int"),
+    ({"where": "/x", "defines": ["Z", "1"]}, "sample.json: defines must be an object, not array"),
+    ({"where": "/x", "defines": {"Z": 1}}, "sample.json: defines.Z must be a string, not int"),
+])
+def test_the_engine_rejects_a_wrong_path_or_json_form_in_one_line(data, message):
+    with pytest.raises(RecordError) as caught:
+        _Sample.from_dict(data)
+    assert caught.value.message == message
