@@ -36,7 +36,8 @@ R = TypeVar("R", bound="Record")
 # ---------------------------------------------------------------------------------------------------------------------
 # The engine: a record's fields are its keys; their annotations say what each must be.
 
-_JSON_NAMES = {str: "a string", Path: "a path (a string)", int: "an integer", float: "a number", bool: "a boolean", type(None): "null"}
+_JSON_NAMES = {str: "a string", Path: "a path (a string)", int: "an integer", float: "a number", bool: "a boolean",
+               type(None): "null"}
 
 
 def _what(value: Any) -> str:
