@@ -126,7 +126,7 @@ class JobFolder:
         self.write_build(BuildRecord(
             schema=BUILD_SCHEMA, rockbuild_version=__version__, status="failed", failed_step=step, error=error,
             job=job, gpu_targets=tuple(job.targets), llama_cpp=llama, rocm=None,
-            paths=BuildPaths(job_dir=str(self.path), log=str(self.build_log)), started=now, finished=now,
+            paths=BuildPaths(job_dir=self.path, log=self.build_log), started=now, finished=now,
             keys=("schema", "rockbuild_version", "status", "failed_step", "error", "job", "gpu_targets", "llama_cpp",
                   "rocm", "paths", "started", "finished"),
         ))

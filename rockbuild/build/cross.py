@@ -16,10 +16,10 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rockbuild.core.data import suggest
 from rockbuild.core.errors import BuildError, UsageError
+from rockbuild.core.records import CrossToolchain
 from rockbuild.process import first_line, run
 
 
@@ -57,24 +57,6 @@ def cross_spec(name: str, job_os: str) -> CrossSpec:
     if spec.system != job_os:
         raise UsageError(f"--cross {name} builds for {spec.system}, not for this {job_os} job")
     return spec
-
-
-@dataclass(frozen=True)
-class CrossToolchain:
-    """A checked cross toolchain of one build: build.json's ``cross``."""
-
-    name: str
-    system: str
-    toolchain_file: Path
-    compilers: Mapping[str, str]  # c, cxx: their --version's first line
-    runtime_dirs: tuple[Path, ...]  # where its runtime DLLs are: the bundle's closure searches them
-
-    def definitions(self) -> list[tuple[str, str]]:
-        return [("CMAKE_TOOLCHAIN_FILE", str(self.toolchain_file))]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "system": self.system, "toolchain_file": str(self.toolchain_file),
-                "compilers": dict(self.compilers), "runtime_dirs": [str(p) for p in self.runtime_dirs]}
 
 
 def toolchain_file_text(spec: CrossSpec, programs: Mapping[str, str]) -> str:
@@ -132,4 +114,5 @@ def provide_cross(name: str, job_os: str, job_dir: Path, env: Mapping[str, str])
     text = toolchain_file_text(spec, programs)
     if not toolchain_file.is_file() or toolchain_file.read_text(encoding="utf-8") != text:
         toolchain_file.write_text(text, encoding="utf-8")  # unchanged: its mtime stays, no reconfigure
-    return CrossToolchain(spec.name, spec.system, toolchain_file, compilers, dirs)
+    return CrossToolchain(name=spec.name, system=spec.system, toolchain_file=toolchain_file, compilers=compilers,
+                          runtime_dirs=dirs)

@@ -30,7 +30,16 @@ from rockbuild.core.environment import Context
 from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.programs import OP_TEST_PROGRAM, ProgramList, Selection, load_programs
-from rockbuild.core.records import BUILD_SCHEMA, BuildErrorInfo, BuildRecord, OpTestRecord
+from rockbuild.core.records import (
+    BUILD_SCHEMA,
+    BuildErrorInfo,
+    BuildPaths,
+    BuildRecord,
+    BuildRocm,
+    OpTestRecord,
+    PatchSet,
+    Tarball,
+)
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
@@ -47,13 +56,13 @@ from .cmake import (
     targets_command,
     tree_variables,
 )
-from .cross import CrossToolchain, cross_spec, provide_cross
-from .patches import NO_PATCHES, PatchedTree, PatchSeries, apply_patch_series, load_patch_series, patch_summary
+from .cross import cross_spec, provide_cross
+from .patches import NO_PATCHES, PatchSeries, apply_patch_series, load_patch_series, patch_summary
 from .shader_cache import SHADER_CACHE_FOLDER, log_counts, log_offset
 from .shader_cache import disabled as shader_cache_disabled
 from .shader_cache import size_mib as shader_cache_size
 from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
-from .webui import WebUi, WebUiOptions, provide_web_ui
+from .webui import WebUiOptions, provide_web_ui
 
 if TYPE_CHECKING:
     from rockbuild.core.vocabulary import Toolchain
@@ -248,102 +257,6 @@ def _stderr_console() -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The result
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    job: Job
-    status: str  # ok | failed
-    failed_step: str | None
-    job_dir: Path
-    build_dir: Path
-    log: Path
-    offline: bool
-    started: str
-    finished: str
-    durations: Mapping[str, float]
-    source: LlamaSource | None = None
-    rocm: Mapping[str, Any] | None = None
-    toolchain: Toolchain | None = None
-    build_targets: tuple[str, ...] = ()
-    programs: tuple[Mapping[str, Any], ...] = ()  # the shipped programs this tree defines (Program.to_dict)
-    programs_unavailable: tuple[str, ...] = ()  # listed optional programs this tree (configuration) does not define
-    dropped_definitions: tuple[str, ...] = ()  # seed flags this tree no longer defines (not passed to CMake)
-    compilers: Mapping[str, str] = field(default_factory=dict)
-    tools: Mapping[str, str] = field(default_factory=dict)
-    cmake_definitions: tuple[tuple[str, str], ...] = ()
-    cmake_command: tuple[str, ...] = ()
-    compile_command: tuple[str, ...] = ()
-    environment: Mapping[str, str] = field(default_factory=dict)
-    configure_skipped: bool = False
-    warnings: tuple[str, ...] = ()
-    ccache: Mapping[str, Any] | None = None
-    shader_cache: Mapping[str, Any] | None = None  # Vulkan: glslc's outputs across trees (rockbuild.build.shader_cache)
-    ninja: Mapping[str, Any] | None = None
-    binaries: tuple[Mapping[str, Any], ...] = ()
-    error: Mapping[str, Any] | None = None  # a failed build: {message, hint, exit_code, type}
-    web_ui: WebUi | None = None  # llama-server's chat page (rockbuild.build.webui)
-    cross: CrossToolchain | None = None  # the cross toolchain of a build for another OS (--cross)
-    patches: PatchedTree | None = None  # the carried fixes and what became of each (rockbuild.build.patches)
-    patches_disabled: bool = False  # --no-patches
-    test_backend_ops: OpTestRecord | None = None  # llama.cpp's op test in <job>/tools/, or why there is none
-
-    @property
-    def build_json(self) -> Path:
-        return self.job_dir / "build.json"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": BUILD_SCHEMA,
-            "rockbuild_version": __version__,
-            "status": self.status,
-            "failed_step": self.failed_step,
-            "error": dict(self.error) if self.error is not None else None,
-            "job": self.job.to_dict(),
-            "gpu_targets": list(self.job.targets),
-            "build_targets": list(self.build_targets),
-            "programs": [dict(p) for p in self.programs],
-            "programs_unavailable": list(self.programs_unavailable),
-            "dropped_definitions": list(self.dropped_definitions),
-            "llama_cpp": self.source.to_dict() if self.source else None,
-            "rocm": dict(self.rocm) if self.rocm is not None else None,
-            "toolchain": self.toolchain.to_dict() if self.toolchain else None,
-            "compilers": dict(self.compilers),
-            "tools": dict(self.tools),
-            "offline": self.offline,
-            "cmake_definitions": dict(self.cmake_definitions),
-            "cmake_command": list(self.cmake_command),
-            "compile_command": list(self.compile_command),
-            "environment": dict(self.environment),
-            "configure_skipped": self.configure_skipped,
-            "warnings": list(self.warnings),
-            "web_ui": self.web_ui.to_dict() if self.web_ui is not None else None,
-            "cross": self.cross.to_dict() if self.cross is not None else None,
-            "patches": self._patches_dict(),
-            "test_backend_ops": self.test_backend_ops.to_dict() if self.test_backend_ops is not None else None,
-            "durations": dict(self.durations),
-            "ccache": dict(self.ccache) if self.ccache is not None else None,
-            **({"shader_cache": dict(self.shader_cache)} if self.shader_cache is not None else {}),
-            "ninja": dict(self.ninja) if self.ninja is not None else None,
-            "binaries": [dict(b) for b in self.binaries],
-            "paths": {"job_dir": str(self.job_dir), "build_dir": str(self.build_dir), "log": str(self.log),
-                      "bin_dir": str(self.build_dir / "bin")},
-            "started": self.started,
-            "finished": self.finished,
-        }
-
-    def _patches_dict(self) -> dict[str, Any] | None:
-        if self.patches_disabled:
-            return {"digest": NO_PATCHES, "disabled": True, "patches": []}
-        return {**self.patches.to_dict(), "disabled": False} if self.patches is not None else None
-
-    def record(self) -> BuildRecord:
-        """build.json's record of this result."""
-        return BuildRecord.from_dict(self.to_dict(), self.build_json)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Steps
 
 
@@ -351,38 +264,25 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _error_record(exc: BaseException) -> dict[str, Any]:
-    """What build.json and build.log say of a failed build: the message and hint the user sees, or the bug."""
-    return BuildErrorInfo.of(exc).to_dict()
-
-
 def _log_header(log: Path, text: str) -> None:
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(f"\n==> {text}\n")
 
 
-def rocm_report_tarball(fetched: Any) -> dict[str, Any]:
+def rocm_report_tarball(fetched: Any) -> Tarball:
     """build.json's ``rocm.tarball``: a fetched tarball's (or a Tarball record's) name, URL, sha256, size, group."""
-    return {"name": fetched.name, "url": fetched.url, "sha256": fetched.sha256, "size": fetched.size,
-            "group": fetched.group}
+    return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
 
 
-def rocm_report(layout: RocmLayout, fetched: Any = None) -> dict[str, Any]:
-    tarball = rocm_report_tarball(fetched) if fetched is not None else None
-    return {
-        "root": str(layout.root),
-        "kind": str(layout.kind),
-        "platform": layout.platform,
-        "version": layout.version,
-        "version_source": layout.version_source,
-        "hip_version": layout.hip_version,
-        "package_version": layout.package_version,
-        "therock_commit": layout.therock_commit,
-        "tarball": tarball,
-    }
+def rocm_report(layout: RocmLayout, fetched: Any = None) -> BuildRocm:
+    """build.json's ``rocm``: the root a job was built with and what it is (and the tarball it came from)."""
+    return BuildRocm(root=str(layout.root), kind=str(layout.kind), platform=layout.platform, version=layout.version,
+                     version_source=layout.version_source, hip_version=layout.hip_version,
+                     package_version=layout.package_version, therock_commit=layout.therock_commit,
+                     tarball=rocm_report_tarball(fetched) if fetched is not None else None)
 
 
-def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, dict[str, Any]]:
+def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, BuildRocm]:
     if options.rocm_dir is not None:
         layout = detect_layout(options.rocm_dir)
         console.info(f"    {layout.root}: {layout.kind} ROCm {layout.version or '(version unknown)'}")
@@ -483,7 +383,7 @@ def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
 @dataclass
 class _Build:
     """One build as its steps fill it in: what they share (the environment, ccache, the notices seen so far) and
-    what build.json records (``recorded``: BuildResult's fields)."""
+    what build.json records (``recorded``: BuildRecord's fields)."""
 
     job: Job
     options: BuildOptions
@@ -511,17 +411,17 @@ def _provide_rocm_step(b: _Build) -> None:
     job, options = b.job, b.options
     if b.backend.needs_rocm:
         if options.rocm_tarball is not None:  # known before the root is read: a failure below still names it
-            b.recorded.update(rocm={"tarball": rocm_report_tarball(options.rocm_tarball)})
+            b.recorded.update(rocm=BuildRocm(tarball=rocm_report_tarball(options.rocm_tarball)))
         with console.step(f"ROCm for {job.id}"):
             layout, rocm = _provide_rocm(job, options)
             b.toolchain = b.backend.toolchain(job, layout)
-        b.recorded.update(rocm=rocm, toolchain=b.toolchain)
+        b.recorded.update(rocm=rocm, toolchain=b.toolchain.to_dict() if b.toolchain is not None else None)
         return
     # build.json's rocm stays null: the job uses no ROCm (and ships none)
     if options.rocm_dir is not None or options.rocm_version:
         console.warn(f"{job.id} is a {b.backend.label} job: it uses no ROCm, --rocm/--rocm-version are ignored")
     b.toolchain = b.backend.toolchain(job, None)
-    b.recorded.update(toolchain=b.toolchain)
+    b.recorded.update(toolchain=b.toolchain.to_dict() if b.toolchain is not None else None)
 
 
 def _source_step(b: _Build) -> None:
@@ -543,7 +443,7 @@ def _patch_source(b: _Build, source: LlamaSource) -> LlamaSource:
     options = b.options
     if not options.patches:
         console.info("    carried patches: none (--no-patches: the pristine tree)")
-        b.recorded.update(patches_disabled=True)
+        b.recorded.update(patches=PatchSet.off(NO_PATCHES))
         return source
     series = options.patch_series if options.patch_series is not None else \
         load_patch_series(options.context.patches_file)
@@ -555,19 +455,19 @@ def _patch_source(b: _Build, source: LlamaSource) -> LlamaSource:
     )
     b.recorded.update(patches=patched)
     if series.patches:
-        console.info(f"    carried patches: {patch_summary(patched.outcomes)}")
+        console.info(f"    carried patches: {patch_summary(patched.patches)}")
         with open(b.log, "a", encoding="utf-8") as fh:
-            fh.write(f"carried patches: {patch_summary(patched.outcomes)}\n")
-    if patched.path == source.path:
+            fh.write(f"carried patches: {patch_summary(patched.patches)}\n")
+    if patched.tree is None or patched.tree == source.path:
         return source
-    return dataclasses.replace(source, path=patched.path, patched_from=source.path)
+    return dataclasses.replace(source, path=patched.tree, patched_from=source.path)
 
 
 def _select(b: _Build, available: set[str]) -> None:
     assert b.source is not None
     b.selection = b.options.programs.select(available, f"{b.source.path} (tools/, examples/, app/)")
     b.targets = b.selection.targets
-    b.recorded.update(source=b.source, build_targets=b.targets,
+    b.recorded.update(llama_cpp=b.source, build_targets=b.targets,
                       programs=tuple(p.to_dict() for p in b.selection.programs),
                       programs_unavailable=b.selection.unavailable)
 
@@ -647,7 +547,7 @@ def _configure_step(b: _Build) -> None:
         command = configure_command(b.source.path, build_dir, definitions)
         ours = [*variables, "PATH", "Path"]
         b.recorded.update(
-            compilers=compilers, tools=tools, cmake_definitions=tuple(definitions), cmake_command=tuple(command),
+            compilers=compilers, tools=tools, cmake_definitions=dict(definitions), cmake_command=tuple(command),
             environment={k: env[k] for k in ours if k in env},
         )
         stamp = build_dir / _CONFIGURE_STAMP
@@ -788,7 +688,7 @@ BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
 )
 
 
-def build_job(job: Job, options: BuildOptions) -> BuildResult:
+def build_job(job: Job, options: BuildOptions) -> BuildRecord:
     """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
     if options.cross is not None:
         cross_spec(options.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
@@ -803,13 +703,12 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
                      encoding="utf-8")
     durations: dict[str, float] = {}
 
-    def result(status: str, failed_step: str | None = None, error: Mapping[str, Any] | None = None) -> BuildResult:
+    def result(status: str, failed_step: str | None = None, error: BuildErrorInfo | None = None) -> BuildRecord:
         durations["total"] = round(time.monotonic() - start, 3)
-        return BuildResult(
-            job=job, status=status, failed_step=failed_step, job_dir=job_dir, build_dir=b.build_dir, log=b.log,
-            offline=options.offline, started=started, finished=_now(), durations=dict(durations), error=error,
-            **b.recorded,
-        )
+        paths = BuildPaths(job_dir=job_dir, build_dir=b.build_dir, log=b.log, bin_dir=b.build_dir / "bin")
+        return BuildRecord(schema=BUILD_SCHEMA, rockbuild_version=__version__, status=status, failed_step=failed_step,
+                           error=error, job=job, gpu_targets=job.targets, offline=options.offline,
+                           durations=dict(durations), paths=paths, started=started, finished=_now(), **b.recorded)
 
     for name, step in BUILD_STEPS:
         t0 = time.monotonic()
@@ -817,16 +716,16 @@ def build_job(job: Job, options: BuildOptions) -> BuildResult:
             step(b)
         except Exception as exc:
             durations[name] = round(time.monotonic() - t0, 3)
-            error = _error_record(exc)
+            error = BuildErrorInfo.of(exc)
             with open(b.log, "a", encoding="utf-8") as fh:
-                fh.write(f"\n==> failed at step {name}: {error['message']}\n")
-                if error["hint"]:
-                    fh.write(f"hint: {error['hint']}\n")
-            JobFolder(job_dir).write_build(result("failed", name, error).record())
+                fh.write(f"\n==> failed at step {name}: {error.message}\n")
+                if error.hint:
+                    fh.write(f"hint: {error.hint}\n")
+            JobFolder(job_dir).write_build(result("failed", name, error))
             raise
         durations[name] = round(time.monotonic() - t0, 3)
 
     done = result("ok")
-    JobFolder(job_dir).write_build(done.record())
+    JobFolder(job_dir).write_build(done)
     console.info(f"    {job.id}: build.json and build.log in {job_dir}")
     return done

@@ -29,6 +29,7 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import BuildError, ConfigError, ProcessError
+from rockbuild.core.records import PatchEntry, PatchSet
 from rockbuild.process import child_env, run
 
 SERIES_FILE = "patches.yaml"
@@ -118,8 +119,9 @@ class Patch:
         """The tree's files the patch changes (its ``+++``/``---`` paths)."""
         return patch_files(self.data.decode("utf-8", errors="replace"))
 
-    def outcome(self, status: str, note: str = "") -> PatchOutcome:
-        return PatchOutcome(self.id, self.url, self.why, status, note, self.files, self.sha256)
+    def outcome(self, status: str, note: str = "") -> PatchEntry:
+        return PatchEntry(id=self.id, url=self.url, why=self.why, status=status, note=note, files=self.files,
+                          sha256=self.sha256)
 
     def for_tree(self, build_number: int | None, os_name: str | None, backend: str | None) -> str | None:
         """Why the patch is not for this tree, or None when it is (an unknown build number is in every range)."""
@@ -279,42 +281,6 @@ def load_patch_series(path: Path | None = None) -> PatchSeries:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Applying a series to a copy of a tree
-
-
-@dataclass(frozen=True)
-class PatchOutcome:
-    """What became of one patch on one tree."""
-
-    id: str
-    url: str
-    why: str
-    status: str  # applied | upstream | not for this tree
-    note: str = ""
-    files: tuple[str, ...] = ()
-    sha256: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "url": self.url, "why": self.why, "status": self.status, "note": self.note,
-                "files": list(self.files), "sha256": self.sha256}
-
-
-@dataclass(frozen=True)
-class PatchedTree:
-    """The tree to build: the pristine one (no patch applied) or its patched mirror."""
-
-    path: Path
-    pristine: Path
-    digest: str
-    outcomes: tuple[PatchOutcome, ...] = ()
-    rewritten: tuple[str, ...] = ()  # the mirror's files written this time (new content)
-
-    @property
-    def applied(self) -> tuple[PatchOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.status == APPLIED)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"digest": self.digest, "tree": str(self.path), "pristine": str(self.pristine),
-                "patches": [o.to_dict() for o in self.outcomes]}
 
 
 def _git_apply_env(staging: Path) -> dict[str, str]:
@@ -491,14 +457,14 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
 def apply_patch_series(
     series: PatchSeries, tree: Path, dest: Path, *, build_number: int | None, tree_label: str,
     os_name: str | None = None, backend: str | None = None, log: Path | None = None,
-) -> PatchedTree:
+) -> PatchSet:
     """Apply ``series`` to a mirror of ``tree`` at ``dest`` (``tree`` is never written).
 
     With nothing to apply the pristine tree is built as it is (no mirror). ``tree_label`` names the tree in errors
     (``llama.cpp b11312 (0c1e57098bba)``).
     """
     tree = Path(tree).resolve()
-    outcomes: list[PatchOutcome] = []
+    outcomes: list[PatchEntry] = []
     todo: list[Patch] = []
     for patch in series.patches:
         if (why_not := patch.for_tree(build_number, os_name, backend)) is not None:
@@ -509,7 +475,7 @@ def apply_patch_series(
             todo.append(patch)
             outcomes.append(patch.outcome(APPLIED))
     if not todo:
-        return PatchedTree(tree, tree, series.digest, tuple(outcomes))
+        return PatchSet(digest=series.digest, tree=tree, pristine=tree, patches=tuple(outcomes))
 
     overrides: dict[str, bytes] = {}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -548,11 +514,12 @@ def apply_patch_series(
         if (dest / rel).exists():
             (dest / rel).unlink()
     if not any(o.status == APPLIED for o in outcomes):
-        return PatchedTree(tree, tree, series.digest, tuple(outcomes))
-    return PatchedTree(dest.resolve(), tree, series.digest, tuple(outcomes), rewritten)
+        return PatchSet(digest=series.digest, tree=tree, pristine=tree, patches=tuple(outcomes))
+    return PatchSet(digest=series.digest, tree=dest.resolve(), pristine=tree, patches=tuple(outcomes),
+                    rewritten=rewritten)
 
 
-def patch_summary(outcomes: Iterable[PatchOutcome]) -> str:
+def patch_summary(outcomes: Iterable[PatchEntry]) -> str:
     """One line for logs: 'applied amx-tile-config, x86-os-state; skipped: foo (upstream has it since b12000)'."""
     outcomes = list(outcomes)
     applied = [o.id for o in outcomes if o.status == APPLIED]

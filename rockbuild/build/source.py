@@ -8,6 +8,7 @@ lie the seed pipeline told.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -21,6 +22,7 @@ from filelock import FileLock
 from rockbuild import console
 from rockbuild.core.data import read_json_object
 from rockbuild.core.errors import FetchError, UsageError
+from rockbuild.core.records import LlamaCpp
 from rockbuild.process import ProcessError, child_env, run
 
 DEFAULT_GIT_URL = "https://github.com/ggml-org/llama.cpp"
@@ -34,9 +36,10 @@ GIT_TIMEOUT = 1800.0  # a depth-1 fetch of llama.cpp is ~60 MB
 GIT_QUICK_TIMEOUT = 120.0
 
 
-@dataclass(frozen=True)
-class LlamaSource:
-    """A llama.cpp source tree and what it is."""
+@dataclass(frozen=True, kw_only=True)
+class LlamaSource(LlamaCpp):
+    """A llama.cpp source tree and what it is: build.json's ``llama_cpp`` (read back as its base,
+    :class:`~rockbuild.core.records.LlamaCpp`)."""
 
     path: Path
     commit: str  # full commit (or what the caller gave), else "unknown"
@@ -57,11 +60,6 @@ class LlamaSource:
         match = _BUILD_TAG_RE.match(self.build_number)
         return int(match.group(1)) if match else None
 
-    @property
-    def short_commit(self) -> str:
-        """What llama.cpp shows in ``--version`` (``git rev-parse --short``: 7 characters)."""
-        return self.commit[:7] if FULL_COMMIT_RE.match(self.commit) else self.commit
-
     def cmake_build_info(self) -> dict[str, str]:
         """LLAMA_BUILD_NUMBER/LLAMA_BUILD_COMMIT: always passed, so llama.cpp never counts a shallow history itself.
 
@@ -70,24 +68,7 @@ class LlamaSource:
         number = self.build_number_value
         return {
             "LLAMA_BUILD_NUMBER": str(number) if number is not None else "0",
-            "LLAMA_BUILD_COMMIT": self.short_commit,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "commit": self.commit,
-            "commit_source": self.commit_source,
-            "build_number": self.build_number,
-            "build_number_source": self.build_number_source,
-            "origin": self.origin,
-            "ref": self.ref,
-            "url": self.url,
-            "ref_kind": self.ref_kind,
-            "shallow": self.shallow,
-            "reused": self.reused,
-            "commit_time": self.commit_time,
-            "patched_from": str(self.patched_from) if self.patched_from is not None else None,
+            "LLAMA_BUILD_COMMIT": self.short_commit or UNKNOWN,
         }
 
 
@@ -139,9 +120,7 @@ def _apply_given(
     source: LlamaSource, build_number: str | int | None, commit: str | None
 ) -> LlamaSource:
     """The caller's build number / commit win; a given commit that contradicts git is a mistake, not an override."""
-    fields = source.to_dict()
-    fields["path"] = source.path
-    fields["patched_from"] = source.patched_from
+    fields: dict[str, Any] = {}
     if commit:
         given = commit.strip().lower()
         if source.commit_source == "git" and not source.commit.startswith(given):
@@ -150,7 +129,7 @@ def _apply_given(
             fields.update(commit=given, commit_source="given")
     if build_number is not None and str(build_number).strip():
         fields.update(build_number=normalize_build_number(build_number), build_number_source="given")
-    return LlamaSource(**fields)
+    return dataclasses.replace(source, **fields)
 
 
 def _commit_time(repo: Path, env: Mapping[str, str] | None, log: Path | None) -> int | None:
@@ -164,7 +143,8 @@ def describe_tree(
 ) -> LlamaSource:
     """What the llama.cpp tree at ``path`` is. Git facts count only when ``path`` is the top of its own checkout."""
     path = check_llama_tree(path)
-    source = LlamaSource(path, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, "tree")
+    source = LlamaSource(path=path, commit=UNKNOWN, commit_source=UNKNOWN, build_number=UNKNOWN,
+                         build_number_source=UNKNOWN, origin="tree")
     try:
         lines = _git(
             ["rev-parse", "--show-toplevel", "HEAD", "--is-shallow-repository"], cwd=path, env=env, log=log,
@@ -185,8 +165,8 @@ def describe_tree(
             if count.isdigit():
                 number, number_source = f"b{count}", "rev-list"
         source = LlamaSource(
-            path, head, "git", number or UNKNOWN, number_source, "tree", shallow=shallow,
-            commit_time=_commit_time(path, env, log),
+            path=path, commit=head, commit_source="git", build_number=number or UNKNOWN,
+            build_number_source=number_source, origin="tree", shallow=shallow, commit_time=_commit_time(path, env, log),
         )
     return _apply_given(source, build_number, commit)
 
@@ -257,9 +237,10 @@ def checkout_ref(
             if head == marker["commit"] and not dirty:
                 console.info(f"    {repo}: {ref} already checked out ({head[:12]}); not fetching")
                 source = LlamaSource(
-                    repo, head, "git", marker.get("build_number") or UNKNOWN,
-                    marker.get("build_number_source") or UNKNOWN, "clone", ref=ref, url=url,
-                    ref_kind=marker["kind"], shallow=True, reused=True, commit_time=_commit_time(repo, env, log),
+                    path=repo, commit=head, commit_source="git", build_number=marker.get("build_number") or UNKNOWN,
+                    build_number_source=marker.get("build_number_source") or UNKNOWN, origin="clone", ref=ref,
+                    url=url, ref_kind=marker["kind"], shallow=True, reused=True,
+                    commit_time=_commit_time(repo, env, log),
                 )
                 return _apply_given(source, build_number, None)
         if not (repo / ".git").is_dir():
@@ -297,7 +278,8 @@ def checkout_ref(
             encoding="utf-8",
         )
     source = LlamaSource(
-        repo, commit, "git", number or UNKNOWN, number_source, "clone", ref=ref, url=url, ref_kind=kind,
-        shallow=True, reused=False, commit_time=_commit_time(repo, env, log),
+        path=repo, commit=commit, commit_source="git", build_number=number or UNKNOWN,
+        build_number_source=number_source, origin="clone", ref=ref, url=url, ref_kind=kind, shallow=True,
+        reused=False, commit_time=_commit_time(repo, env, log),
     )
     return _apply_given(source, build_number, None)

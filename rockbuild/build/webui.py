@@ -35,6 +35,7 @@ from filelock import FileLock
 
 from rockbuild import console
 from rockbuild.core.errors import BuildError, ProcessError, UsageError
+from rockbuild.core.records import WebUi
 from rockbuild.process import INHERITED, child_env, run
 
 UI_DIR = Path("tools") / "ui"
@@ -68,44 +69,14 @@ class WebUiOptions:
     timeout: float = 1800.0
 
 
-@dataclass(frozen=True)
-class WebUi:
-    """What a build's web UI is: ``status`` built | cached | prebuilt | none (``reason`` says why none)."""
-
-    status: str
-    reason: str | None = None
-    sha256: str | None = None  # over the dist's sorted file names and contents (:func:`dist_digest`)
-    files: int | None = None
-    bytes: int | None = None
-    seconds: float = 0.0
-    npm: str | None = None
-    node: str | None = None
-    build_number: str | None = None  # what the UI shows as its version (LLAMA_BUILD_NUMBER)
-    key: str | None = None  # the dist's cache key
-    dist: str | None = None  # where the dist came from (the cache, or the folder given)
-    embedded: str | None = None  # the tree's tools/ui/dist it was copied to
-    replaced: bool = False  # another dist was there and was replaced (or, with none, removed)
-    npm_ci_seconds: float | None = None  # None: node_modules came from the cache (or npm ci did not run)
-    build_seconds: float | None = None  # None: the dist came from the cache
-
-    @property
-    def available(self) -> bool:
-        return self.status != "none"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason, "sha256": self.sha256, "files": self.files,
-                "bytes": self.bytes, "seconds": round(self.seconds, 3), "npm": self.npm, "node": self.node,
-                "build_number": self.build_number, "key": self.key, "dist": self.dist, "embedded": self.embedded,
-                "replaced": self.replaced, "npm_ci_seconds": self.npm_ci_seconds,
-                "build_seconds": self.build_seconds}
-
-    def render(self) -> str:
-        if not self.available:
-            return f"web UI: none ({self.reason})"
-        size = console.human_bytes(self.bytes or 0)
-        where = f" -> {self.embedded}" if self.embedded else ""
-        return (f"web UI: {self.status}, {self.files} files, {size}, sha256 {str(self.sha256)[:12]}..., "
-                f"{self.seconds:.1f}s{where}")
+def describe(web_ui: WebUi) -> str:
+    """One line on a build's web UI, for the console."""
+    if not web_ui.available:
+        return f"web UI: none ({web_ui.reason})"
+    size = console.human_bytes(web_ui.bytes or 0)
+    where = f" -> {web_ui.embedded}" if web_ui.embedded else ""
+    return (f"web UI: {web_ui.status}, {web_ui.files} files, {size}, sha256 {str(web_ui.sha256)[:12]}..., "
+            f"{web_ui.seconds:.1f}s{where}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -206,7 +177,7 @@ def _stage(ui_dir: Path, work: Path) -> None:
 
 
 def _none(reason: str, start: float, **facts: Any) -> WebUi:
-    return WebUi("none", reason=reason, seconds=time.monotonic() - start, **facts)
+    return WebUi(status="none", reason=reason, seconds=round(time.monotonic() - start, 3), **facts)
 
 
 def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, log: Path | None = None) -> tuple[
@@ -228,7 +199,7 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
     dist = cache / f"dist-{key[:32]}"
     if dist.is_dir() and not dist_problems(dist):
         _touch(dist)
-        return WebUi("cached", dist=str(dist), seconds=time.monotonic() - start, **facts), dist
+        return WebUi(status="cached", dist=str(dist), seconds=round(time.monotonic() - start, 3), **facts), dist
 
     env = npm_env(options.env, cache)
     npm = shutil.which("npm", path=env.get("PATH") or env.get("Path") or "")
@@ -242,7 +213,7 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
 
     with FileLock(str(cache / f".lock-{lock[:32]}")):
         if dist.is_dir() and not dist_problems(dist):  # another build made it while we waited
-            return WebUi("cached", dist=str(dist), seconds=time.monotonic() - start, **facts), dist
+            return WebUi(status="cached", dist=str(dist), seconds=round(time.monotonic() - start, 3), **facts), dist
         work = cache / f"work-{key[:16]}"
         out = work / DIST
         _stage(ui_dir, work)
@@ -283,7 +254,7 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
         _touch(installed)
         _prune(cache, "node_modules-", KEEP_NODE_MODULES)
         _prune(cache, "dist-", KEEP_DISTS)
-    return WebUi("built", dist=str(dist), seconds=time.monotonic() - start, **facts), dist
+    return WebUi(status="built", dist=str(dist), seconds=round(time.monotonic() - start, 3), **facts), dist
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -339,10 +310,10 @@ def provide_web_ui(tree: Path, *, build_number: int | None, options: WebUiOption
         if missing:
             raise UsageError(f"--web-ui {options.dist} is not a built llama.cpp web UI (missing "
                              f"{', '.join(missing)})", hint="pass the folder `rockbuild webui --out DIR` made")
-        record = WebUi("prebuilt", dist=str(given), build_number=str(build_number) if build_number else None)
+        record = WebUi(status="prebuilt", dist=str(given), build_number=str(build_number) if build_number else None)
         dist: Path | None = given
     elif not options.enabled:
-        record, dist = WebUi("none", reason="--no-web-ui"), None
+        record, dist = WebUi(status="none", reason="--no-web-ui"), None
     else:
         record, dist = build_dist(tree, build_number=build_number, options=options, log=log)
     if dist is None:
@@ -353,7 +324,7 @@ def provide_web_ui(tree: Path, *, build_number: int | None, options: WebUiOption
     sha256, count, size = dist_digest(dist)
     target, replaced = embed_dist(dist, tree)
     done = _with(record, start, sha256=sha256, files=count, bytes=size, embedded=str(target), replaced=replaced)
-    console.info(f"    {done.render()}")
+    console.info(f"    {describe(done)}")
     return done
 
 
@@ -377,7 +348,7 @@ class Exported:
         return {"tree": str(self.tree), "out": str(self.out), **self.web_ui.to_dict()}
 
     def render(self) -> str:
-        return f"{self.web_ui.render()}\n  dist: {self.out} (rockbuild build --web-ui {self.out})"
+        return f"{describe(self.web_ui)}\n  dist: {self.out} (rockbuild build --web-ui {self.out})"
 
 
 def export_web_ui(tree: Path, out: Path, *, build_number: int | None, options: WebUiOptions,

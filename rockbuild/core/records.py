@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rockbuild.core.errors import BUG_EXIT_CODE, RockbuildError
@@ -57,34 +58,47 @@ class LlamaCpp(Record):
     build_number: str | int | None = None
     commit_time: int | None = None
 
+    @property
+    def short_commit(self) -> str | None:
+        """What llama.cpp shows in ``--version`` (``git rev-parse --short``: 7 characters of a full commit)."""
+        full = self.commit is not None and len(self.commit) == 40 and all(c in "0123456789abcdef" for c in self.commit)
+        return self.commit[:7] if full and self.commit is not None else self.commit
+
 
 @dataclass(frozen=True, kw_only=True)
 class PatchEntry(Record):
-    """One carried fix and what became of it on a tree (rockbuild.build.patches.PatchOutcome)."""
+    """One carried fix and what became of it on a tree (rockbuild.build.patches makes it)."""
 
     id: str
-    url: str | None = None
-    why: str | None = None
-    status: str | None = None  # applied | upstream | not for this tree
-    note: str | None = None
-    files: tuple[str, ...] = ()
-    sha256: str | None = None
+    url: str = ""
+    why: str = ""
+    status: str = ""  # applied | upstream | not for this tree
+    note: str = ""
+    files: tuple[str, ...] = ()  # the tree's files it changes
+    sha256: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
 class PatchSet(Record):
     """The carried fixes of a build (build.json's and a manifest job's ``patches``): the series' digest, whether
-    --no-patches turned them off, and each patch's outcome."""
+    --no-patches turned them off, and each patch's outcome; for the build, the tree to compile (the patched mirror, or
+    the pristine tree when nothing applied) and the mirror's files written this time."""
 
     digest: str
     disabled: bool = False
-    tree: str | None = None  # the tree compiled (the patched mirror)
-    pristine: str | None = None  # the tree it mirrors (never written)
+    tree: Path | None = None  # the tree compiled (the patched mirror)
+    pristine: Path | None = None  # the tree it mirrors
     patches: tuple[PatchEntry, ...] = ()
+    rewritten: tuple[str, ...] = ()  # the mirror's files written this time (new content): what ninja will see
 
     @property
     def applied(self) -> tuple[PatchEntry, ...]:
         return tuple(p for p in self.patches if p.status == "applied")
+
+    @classmethod
+    def off(cls, digest: str) -> PatchSet:
+        """--no-patches: none carried (build.json says only that)."""
+        return cls(digest=digest, disabled=True, keys=("digest", "disabled", "patches"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,43 +148,48 @@ class BuildErrorInfo(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class BuildPaths(Record):
-    job_dir: str | None = None
-    build_dir: str | None = None
-    log: str | None = None
-    bin_dir: str | None = None
+    job_dir: Path | None = None
+    build_dir: Path | None = None
+    log: Path | None = None
+    bin_dir: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class CrossRecord(Record):
-    """build.json's ``cross`` (rockbuild.build.cross.CrossToolchain): a build for another OS than the machine's."""
+class CrossToolchain(Record):
+    """build.json's ``cross``: the checked cross toolchain of a build for another OS than the machine's (made by
+    rockbuild.build.cross)."""
 
     name: str
     system: str | None = None
-    toolchain_file: str | None = None
-    compilers: Mapping[str, str] = field(default_factory=dict)
-    runtime_dirs: tuple[str, ...] = ()  # where the toolchain's runtime DLLs are: the bundle's closure searches them
+    toolchain_file: Path | None = None
+    compilers: Mapping[str, str] = field(default_factory=dict)  # c, cxx: their --version's first line
+    runtime_dirs: tuple[Path, ...] = ()  # where the toolchain's runtime DLLs are: the bundle's closure searches them
+
+    def definitions(self) -> list[tuple[str, str]]:
+        """What CMake is given for it."""
+        return [("CMAKE_TOOLCHAIN_FILE", str(self.toolchain_file))]
 
 
 @dataclass(frozen=True, kw_only=True)
-class WebUiRecord(Record):
-    """build.json's ``web_ui`` (rockbuild.build.webui.WebUi) and, its paths left out, manifest.json's: whether
+class WebUi(Record):
+    """build.json's ``web_ui`` (made by rockbuild.build.webui) and, its paths left out, manifest.json's: whether
     llama-server embeds its chat page (status built | cached | prebuilt) or not (none, and the reason)."""
 
     status: str
     reason: str | None = None
-    sha256: str | None = None
+    sha256: str | None = None  # over the dist's sorted file names and contents (rockbuild.build.webui)
     files: int | None = None
     bytes: int | None = None
-    seconds: float | None = None
+    seconds: float = 0.0
     npm: str | None = None
     node: str | None = None
-    build_number: str | None = None
-    key: str | None = None
-    dist: str | None = None
-    embedded: str | None = None
-    replaced: bool | None = None
-    npm_ci_seconds: float | None = None
-    build_seconds: float | None = None
+    build_number: str | None = None  # what the UI shows as its version (LLAMA_BUILD_NUMBER)
+    key: str | None = None  # the dist's cache key
+    dist: str | None = None  # where the dist came from (the cache, or the folder given)
+    embedded: str | None = None  # the tree's tools/ui/dist it was copied to
+    replaced: bool = False  # another dist was there and was replaced (or, with none, removed)
+    npm_ci_seconds: float | None = None  # None: node_modules came from the cache (or npm ci did not run)
+    build_seconds: float | None = None  # None: the dist came from the cache
 
     @property
     def available(self) -> bool:
@@ -219,12 +238,13 @@ class BuildRecord(Record):
     environment: Mapping[str, str] = field(default_factory=dict)
     configure_skipped: bool = False
     warnings: tuple[str, ...] = ()
-    web_ui: WebUiRecord | None = None  # absent in files from before the web UI step
-    cross: CrossRecord | None = None  # a cross build (--cross mingw-w64); absent in a native build's older files
+    web_ui: WebUi | None = None  # absent in files from before the web UI step
+    cross: CrossToolchain | None = None  # a cross build (--cross mingw-w64); absent in a native build's older files
     patches: PatchSet | None = None  # the carried fixes (absent in files from before them)
     test_backend_ops: OpTestRecord | None = None  # the op test beside the bundle (absent in files from before it)
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
+    shader_cache: Mapping[str, Any] | None = None  # Vulkan: glslc's outputs across trees (rockbuild.build.shader_cache)
     ninja: Mapping[str, Any] | None = None
     binaries: tuple[Mapping[str, Any], ...] = ()
     paths: BuildPaths | None = None
@@ -238,6 +258,23 @@ class BuildRecord(Record):
     @property
     def commit(self) -> str | None:
         return self.llama_cpp.commit if self.llama_cpp is not None else None
+
+    # where the build left things (build.json's paths; None in a file without them)
+    @property
+    def job_dir(self) -> Path | None:
+        return self.paths.job_dir if self.paths is not None else None
+
+    @property
+    def build_dir(self) -> Path | None:
+        return self.paths.build_dir if self.paths is not None else None
+
+    @property
+    def log(self) -> Path | None:
+        return self.paths.log if self.paths is not None else None
+
+    @property
+    def build_json(self) -> Path | None:
+        return self.job_dir / self.FILE if self.job_dir is not None else None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -625,7 +662,7 @@ class ManifestJob(Record):
     bench: tuple[BenchFigure, ...] = ()
     gpu_smoke: ManifestGpuSmoke | None = None
     glibc_floor: Mapping[str, Mapping[str, str]] | None = None
-    web_ui: WebUiRecord | None = None  # llama-server's chat page: built in, or why not
+    web_ui: WebUi | None = None  # llama-server's chat page: built in, or why not
     patches: PatchSet | None = None  # the carried fixes applied to its llama.cpp tree, and those skipped
 
 

@@ -388,7 +388,7 @@ class _JobRun:
                 bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
                                              policy=self.options.data.policy, quiet=self.options.quiet,
                                              prune_fatbin=self.options.compile.prune_fatbin,
-                                             library_dirs=tuple(Path(d) for d in cross.runtime_dirs) if cross else ()))
+                                             library_dirs=cross.runtime_dirs if cross else ()))
 
         def failed(exc: RockbuildError) -> None:
             folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rockbuild.build.driver import BuildOptions, BuildResult, build_job
+from rockbuild.build.driver import BuildOptions, build_job
 from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.console import step
 from rockbuild.core.errors import UsageError
 from rockbuild.core.jobs import Job
+from rockbuild.core.records import BuildRecord
 
 from .resolve import Inputs
 from .run import build_with_inputs
@@ -23,19 +24,20 @@ class Built:
     """``rockbuild build``'s result: the build (build.json) and, unless --no-bundle, its bundle."""
 
     job: Job
-    build: BuildResult
+    build: BuildRecord
     bundle: BundleReport | None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.build.to_dict(), "bundle": self.bundle.to_dict() if self.bundle else None}
 
     def render(self) -> str:
-        source = self.build.source
+        source = self.build.llama_cpp
         what = f"build {source.build_number}, commit {source.short_commit}" if source else "?"
         lines = [f"{self.job.id}: llama.cpp ({what}) built for {', '.join(self.job.targets) or self.job.backend}",
-                 f"  binaries:   {self.build.build_dir / 'bin'}", f"  build.json: {self.build.build_json}"]
+                 f"  binaries:   {self.build.paths.bin_dir if self.build.paths else '?'}",
+                 f"  build.json: {self.build.build_json}"]
         if self.bundle is not None:
-            lines.append(f"  bundle:     {self.build.job_dir / 'bundle'} (audit passed)")
+            lines.append(f"  bundle:     {self.build.job_dir / 'bundle' if self.build.job_dir else '?'} (audit passed)")
         return "\n".join(lines)
 
 
@@ -56,9 +58,10 @@ def build_and_bundle(
         result = build_job(job, options)
     bundled = None
     if make_bundle:
-        rocm_root = result.rocm.get("root") if result.rocm is not None else None
+        rocm_root = result.rocm.root if result.rocm is not None else None
+        assert result.paths is not None and result.paths.bin_dir is not None and result.job_dir is not None
         with step(f"bundle ({', '.join(job.targets) or job.backend})"):
-            request = BundleRequest.for_job(job, result.build_dir / "bin", Path(rocm_root) if rocm_root else None,
+            request = BundleRequest.for_job(job, result.paths.bin_dir, Path(rocm_root) if rocm_root else None,
                                             result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
                                             quiet=quiet, library_dirs=result.cross.runtime_dirs if result.cross else ())
             bundled = bundle(request)

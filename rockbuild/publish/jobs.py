@@ -25,7 +25,7 @@ from rockbuild.core.records import (
     FallbackRecord,
     PatchSet,
     SmokeRecord,
-    WebUiRecord,
+    WebUi,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
@@ -106,7 +106,7 @@ class BuiltJob:
     gpu_smoke: SmokeRecord | None = None  # gpu-smoke.json, when the GPU leg ran
     runner_smoke: SmokeRecord | None = None  # runner-smoke/smoke.json: the informational smoke on the CI runner
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
-    web_ui: WebUiRecord | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
+    web_ui: WebUi | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
     patches: PatchSet | None = None  # build.json's patches: the carried fixes (None: not recorded)
 
     @property

@@ -165,7 +165,7 @@ def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, 
     from rockbuild.bundle.policy import load_policy
 
     _job, _options, result = first_build
-    record = result.record().test_backend_ops
+    record = result.test_backend_ops
     assert record is not None and (record.status, record.path, record.reason) == (
         "built", "tools/test-backend-ops", None)
     tool = result.job_dir / "tools" / "test-backend-ops"
@@ -188,7 +188,7 @@ def test_an_op_test_that_fails_to_compile_costs_the_build_nothing_and_says_why(w
                            source_dir=world["project"], use_ccache=False, jobs=2)
     result = build_job(job, options)
     assert result.status == "ok"
-    record = result.record().test_backend_ops
+    record = result.test_backend_ops
     assert record is not None and record.status == "absent" and record.path is None
     assert record.reason == "its compile failed (exit code 1); build.log in the job folder says why"
     assert not (result.job_dir / "tools" / "test-backend-ops").exists()
@@ -218,7 +218,7 @@ def test_rerun_is_incremental(first_build):
     assert "ninja: no work to do." in log and "configure: skipped" in log
     assert "Building CXX object" not in log  # the log is this run's
     # one changed source recompiles that file only
-    source = Path(again.source.path) / "ggml" / "ggml-base.c"
+    source = Path(again.llama_cpp.path) / "ggml" / "ggml-base.c"
     source.write_text("int ggml_base(void) { return 40 + 1; }\n", encoding="utf-8")
     third = build_job(job, options)
     assert third.ninja is not None and third.ninja["objects"] == {"C": 1}
@@ -326,8 +326,8 @@ def test_build_from_a_ref_of_a_configurable_git_url(world, tmp_path):
     result = build_job(resolve_job(target="gfx1151"), BuildOptions(
         context=context(), out_dir=tmp_path / "out", rocm_dir=world["rocm"], ref="b777", git_url=f"file://{tmp_path / 'up.git'}",
         cache=tmp_path / "cache", use_ccache=False, jobs=2))
-    assert result.source is not None and result.source.path.parent == tmp_path / "cache" / "llama.cpp"
-    assert (result.source.commit, result.source.build_number, result.source.origin) == (commit, "b777", "clone")
+    assert result.llama_cpp is not None and result.llama_cpp.path.parent == tmp_path / "cache" / "llama.cpp"
+    assert (result.llama_cpp.commit, result.llama_cpp.build_number, result.llama_cpp.origin) == (commit, "b777", "clone")
     seen = read_seen(result.build_dir)
     assert (seen["LLAMA_BUILD_NUMBER"], seen["LLAMA_BUILD_COMMIT"]) == ("777", commit[:7])
     assert "==> llama.cpp source" in result.log.read_text() and "b777" in result.log.read_text()

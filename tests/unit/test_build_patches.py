@@ -173,13 +173,13 @@ def test_a_series_on_the_stand_in_applied_skipped_and_never_touching_the_tree(tm
     mirror = tmp_path / "cache" / "llama.cpp-patched" / "linux-cpu"
     patched = apply_patch_series(load_patch_series(series(tmp_path / "series")), tree, mirror, build_number=11312,
                                  tree_label="llama.cpp b11312", os_name="linux", backend="cpu")
-    got = {o.id: (o.status, o.note) for o in patched.outcomes}
+    got = {o.id: (o.status, o.note) for o in patched.patches}
     assert got["fix-answer"] == (APPLIED, "")
     assert got["already-in"] == (UPSTREAM, "the tree already has this change (the patch reverse-applies); upstream "
                                            "has it since b12000 (commit 0123456789ab)")
     assert got["merged"] == (UPSTREAM, "upstream has it since b1000; this tree is b11312")
     assert got["windows-only"] == (NOT_FOR_TREE, "for windows only, not linux")
-    assert patched.path == mirror.resolve() and patched.pristine == tree.resolve()
+    assert patched.tree == mirror.resolve() and patched.pristine == tree.resolve()
     assert (mirror / "ggml" / "ggml-base.c").read_text() == BASE_FIXED
     assert (tree / "ggml" / "ggml-base.c").read_text() == BASE_BUGGY  # the user's tree is never written
     assert git("status", "--porcelain", cwd=tree) == ""
@@ -252,7 +252,7 @@ def test_nothing_to_apply_builds_the_pristine_tree(tmp_path):
     tree = stand_in(tmp_path / "llama.cpp")
     empty = load_patch_series(write(tmp_path / "empty.yaml", "patches: []\n"))
     patched = apply_patch_series(empty, tree, tmp_path / "mirror", build_number=1, tree_label="t")
-    assert patched.path == tree.resolve() and patched.outcomes == () and not (tmp_path / "mirror").exists()
+    assert patched.tree == tree.resolve() and patched.patches == () and not (tmp_path / "mirror").exists()
 
 
 def test_a_patch_that_no_longer_applies_names_itself_and_its_file(tmp_path):
@@ -318,7 +318,7 @@ def test_build_compiles_the_patched_mirror_and_build_json_names_each_patch(tmp_p
     assert data["patches"]["pristine"] == str(tree.resolve())
     assert data["llama_cpp"]["path"] == str(tmp_path / "cache" / "llama.cpp-patched" / "linux-gfx1151")
     assert data["llama_cpp"]["patched_from"] == str(tree.resolve())
-    assert result.record().patches is not None and [p.id for p in result.record().patches.applied] == \
+    assert result.patches is not None and [p.id for p in result.patches.applied] == \
         ["fix-answer"]
     log = (result.job_dir / "build.log").read_text()
     assert "carried patches: applied fix-answer; skipped: already-in" in log

@@ -55,9 +55,9 @@ def trees(tmp_path_factory):
     patched = apply_patch_series(load_patch_series(data_path("patches", "patches.yaml")), pristine,
                                  base / "mirror", build_number=11312, tree_label="llama.cpp b11312", os_name="linux",
                                  backend="vulkan")
-    assert [(o.id, o.status) for o in patched.outcomes] == [("amx-tile-config", APPLIED), ("x86-os-state", APPLIED),
+    assert [(o.id, o.status) for o in patched.patches] == [("amx-tile-config", APPLIED), ("x86-os-state", APPLIED),
                                                             ("vulkan-shaders-depfile", APPLIED)]
-    return pristine, patched.path
+    return pristine, patched.tree
 
 
 def _includes(tree: Path) -> list[str]:

@@ -46,9 +46,9 @@ def generators(tmp_path_factory):
     vulkan_only = PatchSeries(tuple(p for p in series.patches if p.id == "vulkan-shaders-depfile"), series.path)
     patched = apply_patch_series(vulkan_only, pristine, base / "mirror", build_number=11312,
                                  tree_label="llama.cpp b11312", os_name="linux", backend="vulkan")
-    assert [(o.id, o.status) for o in patched.outcomes] == [("vulkan-shaders-depfile", APPLIED)]
+    assert [(o.id, o.status) for o in patched.patches] == [("vulkan-shaders-depfile", APPLIED)]
     out = {}
-    for name, tree in (("pristine", pristine), ("patched", patched.path)):
+    for name, tree in (("pristine", pristine), ("patched", patched.tree)):
         exe = base / f"vulkan-shaders-gen-{name}"
         # no GGML_VULKAN_*_GLSLC_SUPPORT: as with a glslc that lacks coopmat, coopmat2 and integer dot product
         subprocess.run(["g++", "-std=c++17", "-O1", "-pthread", str(tree / SHADERS / "vulkan-shaders-gen.cpp"),
