@@ -10,7 +10,7 @@ the folder itself::
                  bundle.log   why the bundle could not be made
                  smoke.json   the smoke test's report (+ smoke-logs/)
                  gpu-smoke.json  the smoke test on a real GPU, with the release's llama-bench figures (CI's GPU leg)
-                 night.json   each stage's input fingerprint and result, (:class:`rockbuild.nightly.stages.StageLog`)
+                 night.json   each stage's input fingerprint and result, (:class:`rockbuild.pipeline.stages.StageLog`)
                  fallback.json  the newest ROCm failed and the job ran on its group's last good one: what failed, why
 """
 

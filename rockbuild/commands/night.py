@@ -62,8 +62,8 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
     jobs = matrix_mod.select_jobs(matrix_jobs(selection), selection.only)
     inputs = resolve_inputs(jobs, pins, quiet=as_json, patches=settings().patch_series.digest)
     if github.repo:
-        from rockbuild.nightly.resolve import attach_last_good
         from rockbuild.nightly.run import known_good, release_manifests
+        from rockbuild.pipeline.inputs import attach_last_good
 
         history = release_manifests(github.repo, api_url=github.api_url, token=settings().github.token)
         good, _read = known_good(inputs, history)

@@ -170,7 +170,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
     from rockbuild.build.driver import BuildOptions
     from rockbuild.build.source import DEFAULT_GIT_URL
     from rockbuild.nightly import load_inputs
-    from rockbuild.nightly.single import build_and_bundle
+    from rockbuild.pipeline.job import build_and_bundle
 
     build_options = BuildOptions(
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,

@@ -19,9 +19,9 @@ build.json         :class:`BuildRecord`     the build driver; a failure before i
 bundle.json        :class:`BundleRecord`    rockbuild.bundle.plan (write_bundle_json)
 smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (write_smoke_json)
 gpu-smoke.json     :class:`SmokeRecord`     the same (rockbuild smoke --report gpu-smoke.json on the GPU leg)
-night.json         :class:`NightRecord`     rockbuild.nightly.stages.StageLog
+night.json         :class:`NightRecord`     rockbuild.pipeline.stages.StageLog
 fallback.json      :class:`FallbackRecord`  rockbuild.nightly.run (the retry on the last good ROCm)
-inputs.json        :class:`InputsRecord`    rockbuild.nightly.resolve.Inputs
+inputs.json        :class:`InputsRecord`    rockbuild.pipeline.inputs.Inputs
 manifest.json      :class:`ManifestRecord`  rockbuild.publish.manifest (build_manifest)
 =================  ===================  =====================================================================
 """
@@ -511,7 +511,7 @@ class StageEntry(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class NightRecord(Record):
-    """``out/<job-id>/night.json``: each stage's input fingerprint and result (rockbuild.nightly.stages.StageLog)."""
+    """``out/<job-id>/night.json``: each stage's input fingerprint and result (rockbuild.pipeline.stages.StageLog)."""
 
     FILE: ClassVar[str] = "night.json"
 

@@ -1,4 +1,5 @@
-"""The whole night: pin the inputs (:mod:`.resolve`), run every job's stages with resume (:mod:`.run`), publish by
+"""The whole night: pin the inputs (:mod:`rockbuild.pipeline.inputs`), run every job through the one-job pipeline
+(:mod:`rockbuild.pipeline.job`) with resume and fallback (:mod:`.run`), publish by
 the gating rules, alert on failure.
 
 Public API: :func:`resolve_inputs`, :func:`load_inputs`, :class:`Inputs`, :func:`run_night`, :class:`NightOptions`,
@@ -7,13 +8,14 @@ Public API: :func:`resolve_inputs`, :func:`load_inputs`, :class:`Inputs`, :func:
 
 from __future__ import annotations
 
-from .resolve import DEFAULT_MAX_AGE_DAYS, Inputs, LlamaInput, RocmInput, load_inputs, resolve_inputs
+from rockbuild.pipeline.inputs import DEFAULT_MAX_AGE_DAYS, Inputs, LlamaInput, RocmInput, load_inputs, resolve_inputs
+from rockbuild.pipeline.job import build_with_inputs
+
 from .run import (
     NightData,
     NightOptions,
     NightPlan,
     NightReport,
-    build_with_inputs,
     plan_night,
     publish_dirs_for_inputs,
     release_night,

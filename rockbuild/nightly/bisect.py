@@ -23,11 +23,11 @@ from rockbuild.build.source import DEFAULT_GIT_URL
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
 from rockbuild.downloader import get_text
 from rockbuild.matrix import find_job
+from rockbuild.pipeline.inputs import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
 from rockbuild.rocm.index import list_tarballs
 from rockbuild.rocm.names import parse_rocm_version
 
-from .resolve import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
-from .run import Night, NightOptions, job_stages, select_night_jobs
+from .run import Night, NightOptions, select_night_jobs
 
 _DATE_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
 
@@ -137,7 +137,7 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
         inputs = Inputs(llama=llama, rocm={rocm.key: rocm}, jobs=(job,), job_rocm={job.id: rocm.key},
                         index_url=options.pins.index_url)
         with console.step(f"{job.id} on ROCm {rocm.describe()}") as step:
-            outcome = job_stages(job, Night(replace(options, out=out), inputs), rocm)
+            outcome = Night(replace(options, out=out), inputs).pipeline.run(job, rocm)
             if outcome.status != "ok":
                 step.fail()
         if outcome.failed_stage == "fetch":  # not a verdict on the nightly: it could not be tried

@@ -24,19 +24,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild import __version__, console, matrix
-from rockbuild.archive import read_marker
+from rockbuild import console, matrix
 from rockbuild.build.cross import cross_spec
-from rockbuild.build.driver import BuildOptions, build_job
-from rockbuild.build.patches import NO_PATCHES, PatchSeries, load_patch_series
-from rockbuild.bundle.plan import BundleRequest, bundle
+from rockbuild.build.patches import PatchSeries, load_patch_series
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import (
-    LayoutError,
     PublishError,
     RockbuildError,
-    SmokeError,
     StaleInputError,
     UsageError,
 )
@@ -45,27 +40,13 @@ from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import (
     FALLBACK_SCHEMA,
-    BuildErrorInfo,
     FallbackRecord,
-    LlamaCpp,
     ManifestRecord,
-    Tarball,
     TarballRef,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.matrix import github_matrix
-from rockbuild.nightly.stages import STAGES, EventHook, Stage, StagesOutcome, fingerprint, run_stages
-from rockbuild.publish.alert import LegFailure, send_alert
-from rockbuild.publish.config import PublishConfig
-from rockbuild.publish.github import GitHub, describe
-from rockbuild.publish.image import ImageOptions
-from rockbuild.publish.jobs import load_job
-from rockbuild.publish.release import PublishOptions, publish
-from rockbuild.rocm.fetch import fetch_entry
-from rockbuild.smoke.models import provide_model
-from rockbuild.smoke.runner import SmokeOptions, run_smoke
-
-from .resolve import (
+from rockbuild.pipeline.inputs import (
     Inputs,
     RocmInput,
     attach_last_good,
@@ -75,58 +56,18 @@ from .resolve import (
     resolve_inputs,
     smoke_passed,
 )
+from rockbuild.pipeline.job import JobPipeline, carried_patches
+from rockbuild.pipeline.stages import STAGES, EventHook, StagesOutcome
+from rockbuild.publish.alert import LegFailure, send_alert
+from rockbuild.publish.config import PublishConfig
+from rockbuild.publish.github import GitHub, describe
+from rockbuild.publish.image import ImageOptions
+from rockbuild.publish.jobs import load_job
+from rockbuild.publish.release import PublishOptions, publish
+from rockbuild.smoke.models import provide_model
 
 INPUTS_FILE = "inputs.json"
 
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# One job's stages, usable on their own (``rockbuild build --inputs``)
-
-
-def tarball_report(fetched: Any) -> Tarball:
-    return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
-
-
-def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
-                  rocm: RocmInput | None = None) -> Any:
-    """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
-    StaleInputError/NotFoundError when resolve found none)."""
-    rocm = rocm or inputs.rocm_for(job.id)
-    if rocm is None:
-        raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    fetched = fetch_entry(rocm.entry(), cache=cache, quiet=quiet)
-    if fetched.layout is None:
-        raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
-    return fetched
-
-
-def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None) -> Any:
-    """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
-    pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
-    if options.source_dir is None:
-        pinned.update(ref=inputs.llama.commit, git_url=inputs.llama.url,
-                      build_number=options.build_number or inputs.llama.build_number)
-    return replace(options, **pinned)
-
-
-def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = False) -> Any:
-    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
-    needs no ROCm), the
-    inputs' commit."""
-    folder = JobFolder.of(options.out_dir, job.id)
-    tarball = None
-    rocm_dir = options.rocm_dir
-    rocm = inputs.rocm_for(job.id)
-    if rocm_dir is None and rocm is not None:
-        try:
-            with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
-                fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache, quiet=quiet)
-        except RockbuildError as exc:
-            folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama.pin()))
-            raise
-        rocm_dir, tarball = fetched.root, tarball_report(fetched)
-    return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -236,6 +177,12 @@ class Night:
         self.cache = options.cache or options.context.cache
         self._model: Any = None
         self._model_lock = threading.Lock()
+        data = options.data
+        self.pipeline = JobPipeline(
+            inputs=inputs, out=self.out, cache=self.cache, context=options.context, model=self.model,
+            policy=data.policy, model_spec=options.model.spec, compile=options.compile,
+            compile_jobs=options.compile_jobs, programs=data.programs, patches=data.patches, smoke_config=data.smoke,
+            smoke=options.smoke, on_event=options.on_event, quiet=options.quiet)
 
     def event(self, job_id: str, stage: str, status: str) -> None:
         if self.options.on_event is not None:
@@ -262,16 +209,10 @@ def run_job(job: Job, night: Night) -> StagesOutcome:
         # a resumed night: the newest already failed here; go on with the last good one
         return _on_last_good(job, night, folder, record, fallback)
     folder.fallback_json.unlink(missing_ok=True)
-    outcome = job_stages(job, night, rocm)
+    outcome = night.pipeline.run(job, rocm)
     if outcome.status == "ok" or fallback is None or rocm is None:
         return outcome
     return _fall_back(job, night, folder, outcome, rocm, fallback)
-
-
-def job_stages(job: Job, night: Night, rocm: RocmInput | None) -> StagesOutcome:
-    run = _JobRun(job, night, rocm)
-    return run_stages(job.id, job.required, run.folder, (run.fetch, run.build, run.bundle, run.smoke),
-                      on_event=night.options.on_event, quiet=night.options.quiet)
 
 
 def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: RocmInput,
@@ -298,7 +239,7 @@ def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome,
 
 def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRecord, good: RocmInput,
                   first: StagesOutcome | None = None) -> StagesOutcome:
-    outcome = job_stages(job, night, good)
+    outcome = night.pipeline.run(job, good)
     note = f"ROCm {good.describe()}, newest {record.newest.version} failed {record.failed_stage}: {record.reason}"
     replace(record, result=outcome.status).write(folder.fallback_json)
     seconds = outcome.seconds + (first.seconds if first else 0.0)
@@ -307,118 +248,6 @@ def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRec
     return replace(outcome, fallback=note, seconds=seconds,
                    message=f"{outcome.message} (also with the last good ROCm {good.describe()}; the newest "
                            f"{record.newest.version} failed {record.failed_stage}: {record.reason})")
-
-
-class _JobRun:
-    """The four stages of one job in one night: what each takes from the ones before (the ROCm root, the keys)."""
-
-    def __init__(self, job: Job, night: Night, rocm: RocmInput | None) -> None:
-        self.job, self.night, self.options, self.inputs = job, night, night.options, night.inputs
-        self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
-        self.folder = JobFolder.of(night.out, job.id)
-        self.root: Path | None = None
-        self.tarball: Tarball | None = None
-        self.keys: dict[str, str] = {}
-
-    def fetch(self) -> Stage:  # the plan pins no tarball for a backend that needs no ROCm (Vulkan): nothing to fetch
-        job, rocm = self.job, self.rocm
-        key = self.keys["fetch"] = fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch",
-                                                                                                     job.backend)
-        if rocm is None:
-            return Stage("fetch", key, skip=True)
-
-        def still_there(entry: dict[str, Any]) -> bool:
-            marker = read_marker(Path(entry["root"]))
-            return marker is not None and marker.get("name") == rocm.name
-
-        def reuse(entry: dict[str, Any]) -> None:
-            tarball = entry.get("tarball")
-            self.root = Path(entry["root"])
-            self.tarball = Tarball.from_dict(tarball, "night.json: stages.fetch.tarball") if tarball else None
-
-        def run() -> dict[str, Any]:
-            with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
-                fetched = fetch_for_job(job, self.inputs, cache=self.night.cache, quiet=self.options.quiet,
-                                        rocm=rocm)
-            self.root, self.tarball = fetched.root, tarball_report(fetched)
-            return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
-
-        def failed(exc: RockbuildError) -> None:
-            self.folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(self.inputs.llama.pin()))
-
-        return Stage("fetch", key, run, still_there, reuse, failed)
-
-    def build(self) -> Stage:
-        options, inputs = self.options, self.inputs
-        sha256 = self.tarball.sha256 if self.tarball else None
-        web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
-        cross = (f"cross {options.compile.cross}",) if options.compile.cross else ()
-        patches = night_patches(options)
-        carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
-        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
-                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui,
-                                               *cross, *carried)
-
-        def run() -> None:
-            build_options = build_options_for_inputs(BuildOptions(
-                out_dir=self.night.out, offline=options.compile.offline, jobs=options.compile_jobs,
-                use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.night.cache,
-                web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
-                programs=options.data.programs, cross=options.compile.cross,
-                patches=options.compile.patches, patch_series=options.data.patches,
-            ), inputs, self.root)
-            build_job(self.job, replace(build_options, rocm_tarball=self.tarball))
-
-        return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama.commit))
-
-    def bundle(self) -> Stage:
-        folder, job = self.folder, self.job
-        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.compile.prune_fatbin)
-
-        def still_there(_entry: dict[str, Any]) -> bool:
-            meta = folder.bundle_meta()
-            return meta is not None and not meta.audit_failed
-
-        def run() -> None:
-            shutil.rmtree(folder.bundle_dir, ignore_errors=True)
-            folder.bundle_log.unlink(missing_ok=True)
-            with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
-                built = folder.build()
-                cross = built.cross if built is not None else None
-                bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
-                                             policy=self.options.data.policy, quiet=self.options.quiet,
-                                             prune_fatbin=self.options.compile.prune_fatbin,
-                                             library_dirs=cross.runtime_dirs if cross else ()))
-
-        def failed(exc: RockbuildError) -> None:
-            folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")
-
-        return Stage("bundle", key, run, still_there, on_failure=failed)
-
-    def smoke(self) -> Stage:
-        folder, options = self.folder, self.options
-        key = fingerprint("smoke", self.keys["bundle"], options.model.spec)
-        if not options.smoke:
-            folder.smoke_json.unlink(missing_ok=True)
-            return Stage("smoke", key, skip=True)
-
-        def run() -> None:
-            folder.smoke_json.unlink(missing_ok=True)
-            with console.step(f"{self.job.id}: smoke test") as step:
-                report = run_smoke(folder.path, self.night.model(), SmokeOptions.from_config(
-                    options.data.smoke, programs=options.data.programs.programs),
-                                   report_path=folder.smoke_json, quiet=options.quiet)
-                if not report.ok:
-                    step.fail()
-            if not report.ok:
-                raise SmokeError(f"the smoke test failed: {report.failures[0]}")
-
-        return Stage("smoke", key, run, lambda _entry: _smoke_passed(folder))
-
-
-def _smoke_passed(folder: JobFolder) -> bool:
-    smoke = folder.smoke()
-    return smoke is not None and smoke.ok is True
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -570,7 +399,7 @@ def _repo_and_token(options: NightOptions) -> tuple[str | None, str | None, bool
 
 def night_patches(options: NightOptions) -> str:
     """The digest of the patch series this night carries (``none`` with --no-patches)."""
-    return options.data.patches.digest if options.compile.patches else NO_PATCHES
+    return carried_patches(options.data.patches, options.compile)
 
 
 def _inputs_file(options: NightOptions, inputs_file: Path | None) -> Path:

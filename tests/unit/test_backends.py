@@ -311,7 +311,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
 def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, tmp_path):
     from rockbuild.bundle.audit import bundle_backend
     from rockbuild.bundle.plan import BundleRequest
-    from rockbuild.nightly.resolve import Inputs, LlamaInput
+    from rockbuild.pipeline.inputs import Inputs, LlamaInput
 
     job = a_job("blas")
     inputs = Inputs(llama=LlamaInput("master", "0" * 40, "1", "url"), rocm={}, jobs=(job,), job_rocm={job.id: None})

@@ -8,7 +8,7 @@ from rockbuild.core.errors import BuildError, NotFoundError
 from rockbuild.core.jobs import Job
 from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp
 from rockbuild.jobfolder import JobFolder
-from rockbuild.nightly.stages import Stage, StageLog, fingerprint, run_stages
+from rockbuild.pipeline.stages import Stage, StageLog, fingerprint, run_stages
 
 JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
           targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",

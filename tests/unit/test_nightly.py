@@ -20,7 +20,7 @@ from support.files import write
 from support.night import TODAY, TOKEN, World, night_servers
 
 from rockbuild.nightly import load_inputs, run_night
-from rockbuild.nightly.resolve import parse_ls_remote
+from rockbuild.pipeline.inputs import parse_ls_remote
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++", "git")),

@@ -140,8 +140,8 @@ def _check(name: str, path: Path) -> Record:
 
 
 def test_the_writers_files_pass_their_schemas(tmp_path):
-    from rockbuild.nightly.resolve import Inputs, LlamaInput
-    from rockbuild.nightly.stages import StageLog
+    from rockbuild.pipeline.inputs import Inputs, LlamaInput
+    from rockbuild.pipeline.stages import StageLog
     from rockbuild.publish.jobs import load_job
     from rockbuild.publish.manifest import AssetFile, build_manifest, write_json
 

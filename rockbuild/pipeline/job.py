@@ -1,0 +1,289 @@
+"""The one-job pipeline: a job's stages, fetch, build, bundle and smoke, each entered once and handing what it made
+to the next, with resume (:mod:`.stages`: each stage's fingerprint in the job folder's night.json).
+
+The night runs it for every job (:mod:`rockbuild.nightly.run`: the fan-out, the fallback to the last good ROCm,
+publishing); ``rockbuild build`` runs its build and bundle on a maintainer's machine (:func:`build_and_bundle`), from
+the flags or from the night's pinned inputs (:mod:`.inputs`). It sits above the stages and below the night: it
+imports no command and nothing of the night.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rockbuild import __version__, console
+from rockbuild.archive import read_marker
+from rockbuild.build.driver import BuildOptions, build_job
+from rockbuild.build.patches import NO_PATCHES, PatchSeries, load_patch_series
+from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
+from rockbuild.bundle.policy import BundlePolicy
+from rockbuild.core.environment import Context
+from rockbuild.core.errors import LayoutError, RockbuildError, SmokeError, UsageError
+from rockbuild.core.jobs import Job
+from rockbuild.core.options import CompileFlags
+from rockbuild.core.programs import ProgramList, load_programs
+from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
+from rockbuild.jobfolder import JobFolder
+from rockbuild.rocm.fetch import fetch_entry
+from rockbuild.smoke.runner import SmokeOptions, run_smoke
+
+from .inputs import Inputs, RocmInput
+from .stages import EventHook, Stage, StagesOutcome, fingerprint, run_stages
+
+
+def carried_patches(series: PatchSeries, flags: CompileFlags) -> str:
+    """The digest of the patch series the builds carry (``none`` with --no-patches)."""
+    return series.digest if flags.patches else NO_PATCHES
+
+
+@dataclass(frozen=True)
+class JobPipeline:
+    """What every job of one run goes through its stages with: the pinned inputs, where job folders and caches go,
+    the compile flags, the data files' values, the smoke model (one provider shared by the jobs)."""
+
+    inputs: Inputs
+    out: Path
+    cache: Path
+    context: Context
+    model: Callable[[], Any]  # the smoke model (a ModelFile), provided once and shared by the jobs
+    policy: BundlePolicy
+    model_spec: str | None = None  # what it is (it keys the smoke stage)
+    compile: CompileFlags = field(default_factory=CompileFlags)
+    compile_jobs: int | None = None
+    programs: ProgramList = field(default_factory=load_programs)
+    patches: PatchSeries = field(default_factory=load_patch_series)
+    smoke_config: Mapping[str, Any] = field(default_factory=dict)
+    smoke: bool = True
+    on_event: EventHook | None = None
+    quiet: bool = False
+
+    @property
+    def carried_patches(self) -> str:
+        return carried_patches(self.patches, self.compile)
+
+    def run(self, job: Job, rocm: RocmInput | None) -> StagesOutcome:
+        """``job``'s stages with ``rocm`` (its pinned tarball, or its group's last good one; None: a job that takes
+        no ROCm), reusing each whose inputs did not change. Never raises for a failure of the job itself: it is
+        recorded in the job folder and in the outcome."""
+        stages = _JobStages(job, self, rocm)
+        return run_stages(job.id, job.required, stages.folder,
+                          (stages.fetch, stages.build, stages.bundle, stages.smoke), on_event=self.on_event,
+                          quiet=self.quiet)
+
+
+class _JobStages:
+    """The four stages of one job: what each takes from the ones before (the ROCm root, the tarball, the keys)."""
+
+    def __init__(self, job: Job, pipeline: JobPipeline, rocm: RocmInput | None) -> None:
+        self.job, self.pipeline, self.options, self.inputs = job, pipeline, pipeline, pipeline.inputs
+        self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
+        self.folder = JobFolder.of(pipeline.out, job.id)
+        self.root: Path | None = None
+        self.tarball: Tarball | None = None
+        self.keys: dict[str, str] = {}
+
+    def fetch(self) -> Stage:  # the plan pins no tarball for a backend that needs no ROCm (Vulkan): nothing to fetch
+        job, rocm = self.job, self.rocm
+        key = self.keys["fetch"] = fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch",
+                                                                                                     job.backend)
+        if rocm is None:
+            return Stage("fetch", key, skip=True)
+
+        def still_there(entry: dict[str, Any]) -> bool:
+            marker = read_marker(Path(entry["root"]))
+            return marker is not None and marker.get("name") == rocm.name
+
+        def reuse(entry: dict[str, Any]) -> None:
+            tarball = entry.get("tarball")
+            self.root = Path(entry["root"])
+            self.tarball = Tarball.from_dict(tarball, "night.json: stages.fetch.tarball") if tarball else None
+
+        def run() -> dict[str, Any]:
+            with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
+                fetched = fetch_for_job(job, self.inputs, cache=self.pipeline.cache, quiet=self.options.quiet,
+                                        rocm=rocm)
+            self.root, self.tarball = fetched.root, tarball_report(fetched)
+            return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
+
+        def failed(exc: RockbuildError) -> None:
+            self.folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(self.inputs.llama.pin()))
+
+        return Stage("fetch", key, run, still_there, reuse, failed)
+
+    def build(self) -> Stage:
+        options, inputs = self.options, self.inputs
+        sha256 = self.tarball.sha256 if self.tarball else None
+        web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
+        cross = (f"cross {options.compile.cross}",) if options.compile.cross else ()
+        patches = options.carried_patches
+        carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
+        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
+                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui,
+                                               *cross, *carried)
+
+        def run() -> None:
+            build_options = build_options_for_inputs(BuildOptions(
+                out_dir=self.pipeline.out, offline=options.compile.offline, jobs=options.compile_jobs,
+                use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.pipeline.cache,
+                web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
+                programs=options.programs, cross=options.compile.cross,
+                patches=options.compile.patches, patch_series=options.patches,
+            ), inputs, self.root)
+            build_job(self.job, replace(build_options, rocm_tarball=self.tarball))
+
+        return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama.commit))
+
+    def bundle(self) -> Stage:
+        folder, job = self.folder, self.job
+        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.compile.prune_fatbin)
+
+        def still_there(_entry: dict[str, Any]) -> bool:
+            meta = folder.bundle_meta()
+            return meta is not None and not meta.audit_failed
+
+        def run() -> None:
+            shutil.rmtree(folder.bundle_dir, ignore_errors=True)
+            folder.bundle_log.unlink(missing_ok=True)
+            with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
+                built = folder.build()
+                cross = built.cross if built is not None else None
+                bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
+                                             policy=self.options.policy, quiet=self.options.quiet,
+                                             prune_fatbin=self.options.compile.prune_fatbin,
+                                             library_dirs=cross.runtime_dirs if cross else ()))
+
+        def failed(exc: RockbuildError) -> None:
+            folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")
+
+        return Stage("bundle", key, run, still_there, on_failure=failed)
+
+    def smoke(self) -> Stage:
+        folder, options = self.folder, self.options
+        key = fingerprint("smoke", self.keys["bundle"], options.model_spec)
+        if not options.smoke:
+            folder.smoke_json.unlink(missing_ok=True)
+            return Stage("smoke", key, skip=True)
+
+        def run() -> None:
+            folder.smoke_json.unlink(missing_ok=True)
+            with console.step(f"{self.job.id}: smoke test") as step:
+                report = run_smoke(folder.path, self.pipeline.model(), SmokeOptions.from_config(
+                    options.smoke_config, programs=options.programs.programs),
+                                   report_path=folder.smoke_json, quiet=options.quiet)
+                if not report.ok:
+                    step.fail()
+            if not report.ok:
+                raise SmokeError(f"the smoke test failed: {report.failures[0]}")
+
+        return Stage("smoke", key, run, lambda _entry: _smoke_passed(folder))
+
+
+def _smoke_passed(folder: JobFolder) -> bool:
+    smoke = folder.smoke()
+    return smoke is not None and smoke.ok is True
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A job's fetch and build from the pinned inputs, usable on their own (``rockbuild build --inputs``)
+
+
+def tarball_report(fetched: Any) -> Tarball:
+    return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
+
+
+def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
+                  rocm: RocmInput | None = None) -> Any:
+    """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
+    StaleInputError/NotFoundError when resolve found none)."""
+    rocm = rocm or inputs.rocm_for(job.id)
+    if rocm is None:
+        raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
+    fetched = fetch_entry(rocm.entry(), cache=cache, quiet=quiet)
+    if fetched.layout is None:
+        raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
+    return fetched
+
+
+def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None) -> Any:
+    """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
+    pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
+    if options.source_dir is None:
+        pinned.update(ref=inputs.llama.commit, git_url=inputs.llama.url,
+                      build_number=options.build_number or inputs.llama.build_number)
+    return replace(options, **pinned)
+
+
+def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = False) -> Any:
+    """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
+    needs no ROCm), the
+    inputs' commit."""
+    folder = JobFolder.of(options.out_dir, job.id)
+    tarball = None
+    rocm_dir = options.rocm_dir
+    rocm = inputs.rocm_for(job.id)
+    if rocm_dir is None and rocm is not None:
+        try:
+            with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
+                fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache, quiet=quiet)
+        except RockbuildError as exc:
+            folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama.pin()))
+            raise
+        rocm_dir, tarball = fetched.root, tarball_report(fetched)
+    return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ``rockbuild build``: one job built and bundled outside the night
+
+
+@dataclass(frozen=True)
+class Built:
+    """``rockbuild build``'s result: the build (build.json) and, unless --no-bundle, its bundle."""
+
+    job: Job
+    build: BuildRecord
+    bundle: BundleReport | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.build.to_dict(), "bundle": self.bundle.to_dict() if self.bundle else None}
+
+    def render(self) -> str:
+        source = self.build.llama_cpp
+        what = f"build {source.build_number}, commit {source.short_commit}" if source else "?"
+        lines = [f"{self.job.id}: llama.cpp ({what}) built for {', '.join(self.job.targets) or self.job.backend}",
+                 f"  binaries:   {self.build.paths.bin_dir if self.build.paths else '?'}",
+                 f"  build.json: {self.build.build_json}"]
+        if self.bundle is not None:
+            lines.append(f"  bundle:     {self.build.job_dir / 'bundle' if self.build.job_dir else '?'} (audit passed)")
+        return "\n".join(lines)
+
+
+def build_and_bundle(
+    options: BuildOptions, job: Job, *, policy: BundlePolicy, inputs: Inputs | None = None,
+    make_bundle: bool = True, prune_fatbin: bool | None = None, quiet: bool = False, git_url_flag: bool = False,
+) -> Built:
+    """``rockbuild build``: ``job`` (the one ``--target``/``--family``/``--job`` names; with ``inputs_file``, the
+    night's record of it), its build (the inputs' commit and tarball with ``inputs``), then its bundle with
+    ``policy``."""
+    if options.rocm_dir is not None and options.rocm_version is not None:
+        raise UsageError("give --rocm DIR or --rocm-version V, not both")
+    if inputs is not None:
+        if options.ref or options.rocm_version or git_url_flag:
+            raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
+        result = build_with_inputs(job, inputs, options, quiet=quiet)
+    else:
+        result = build_job(job, options)
+    bundled = None
+    if make_bundle:
+        rocm_root = result.rocm.root if result.rocm is not None else None
+        assert result.paths is not None and result.paths.bin_dir is not None and result.job_dir is not None
+        with console.step(f"bundle ({', '.join(job.targets) or job.backend})"):
+            request = BundleRequest.for_job(job, result.paths.bin_dir, Path(rocm_root) if rocm_root else None,
+                                            result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
+                                            quiet=quiet, library_dirs=result.cross.runtime_dirs if result.cross else ())
+            bundled = bundle(request)
+    return Built(job, result, bundled)
