@@ -83,8 +83,8 @@ def test_a_record_file_of_any_text_is_read_or_refused_in_one_line(file, text):
 @PROFILE
 @given(data=SHAPED)
 def test_a_manifest_that_reads_gives_what_the_night_and_perf_ask(data):
-    from rockbuild.pipeline.inputs import last_good_tarballs, smoke_passed
     from rockbuild.perf import series_from_manifests
+    from rockbuild.pipeline.inputs import last_good_tarballs, smoke_passed
 
     try:
         manifest = ManifestRecord.from_dict(data, "manifest.json")
