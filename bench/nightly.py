@@ -1,8 +1,8 @@
 """Benchmark the unchanged-night skip: a full night, then the same night again, in the same run.
 
-The world is the end-to-end test's (tests/support/night.py, used by tests/unit/test_nightly.py): local TheRock index
-with small TheRock-layout tarballs whose clang runs the host's gcc, a bare git repository standing in for llama.cpp,
-the local GitHub API server. The
+The world is the end-to-end test's (tests/support/night.py, used by tests/integration/test_nightly.py): local TheRock
+index with small TheRock-layout tarballs whose clang runs the host's gcc, a bare git repository standing in for
+llama.cpp, the local GitHub API server. The
 full night runs in-process; the unchanged night runs as users run it (`rockbuild nightly ...`, a fresh process).
 Goal for the unchanged night: <= 5 s, 0 tarball bytes, 0 compiles.
 

@@ -19,7 +19,7 @@ and every dependency of a DLL loaded by its full path ("as if loaded with just i
 So a program of the bundle (``llama-server.exe`` started by any path, from any folder) always gets the bundle's
 copies: the application folder comes first. Another program that loads the bundle's DLLs (a wrapper, Python) gets a
 copy from System32 even with the bundle first on PATH or as its current folder; a copy on PATH wins only over a
-bundle reached through a later PATH entry. tests/unit/test_dllsearch.py proves each case with wine's loader.
+bundle reached through a later PATH entry. tests/integration/test_dllsearch.py proves each case with wine's loader.
 
 File names are matched case-insensitively, as Windows does. Nothing here reads the environment: ``SystemRoot`` and
 ``PATH`` come in as a :class:`WindowsHost` (``Settings.windows``).

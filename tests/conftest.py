@@ -19,7 +19,7 @@ NO_PATCHES = REPO / "tests" / "fixtures" / "no-patches.yaml"
 def pytest_configure(config):
     # The stand-in llama.cpp trees of the unit tests are not llama.cpp: the fixes rockbuild carries for the real tree
     # (patches/patches.yaml) cannot apply to them. Their builds carry an empty series unless a test names its own
-    # (tests/unit/test_build_patches.py); the end-to-end tests (`-m e2e`, the real tree) carry the shipped one.
+    # (tests/integration/test_build_patches.py); the end-to-end tests (`-m e2e`, the real tree) carry the shipped one.
     if "not e2e" in (config.option.markexpr or "not e2e"):
         os.environ.setdefault("ROCKBUILD_PATCHES", str(NO_PATCHES))
 

@@ -1,4 +1,4 @@
-"""The world of a test night (tests/unit/test_nightly.py, and bench/nightly.py): a TheRock index page with small
+"""The world of a test night (tests/integration/test_nightly.py, and bench/nightly.py): a TheRock index page with small
 TheRock-layout tarballs whose "clang" runs the host's gcc (and counts its calls), the stand-in llama.cpp project
 committed as b1000 in a bare git repository, and the local GitHub API server."""
 

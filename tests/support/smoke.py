@@ -196,7 +196,7 @@ RIGHT = {{"The capital of France is": " Paris. It is", "1, 2, 3, 4, 5, 6,": " 7,
          "The opposite of hot is": " cold. The"}}
 prompt = arg("-p")
 gpu = arg("-dev") not in (None, "none")
-# STANDIN_ANSWERS=wrong: set by a program a "computes wrong" ROCm nightly compiled (tests/unit/test_fallback.py)
+# STANDIN_ANSWERS=wrong: set by a program a "computes wrong" ROCm nightly compiled (tests/integration/test_fallback.py)
 wrong = (MODE.get("answers") == "wrong" or os.environ.get("STANDIN_ANSWERS") == "wrong") and (
     MODE.get("answers_on", "all") == "all" or gpu)
 sys.stderr.write("llama_model_loader: loaded meta data with 30 key-value pairs\\n")

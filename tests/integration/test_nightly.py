@@ -3,7 +3,7 @@ script running the host's gcc (so the build driver's real code path compiles the
 git repository standing in for llama.cpp with a bNNNN tag, and the local GitHub API server.
 
 Smoke is left out here (``smoke=False`` / ``--no-smoke``): the stand-in project's programs are not llama.cpp; the smoke
-runner is covered by tests/unit/test_smoke_run.py."""
+runner is covered by tests/integration/test_smoke_run.py."""
 
 from __future__ import annotations
 

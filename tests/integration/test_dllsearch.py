@@ -1,6 +1,6 @@
 """Windows DLL shadowing (rockbuild/dllsearch.py, doctor's and install's check), proven with wine's loader: a stand-in
 amdhip64_7.dll in a bundle folder and copies of it in the wine prefix's system32, Windows folder and syswow64, in a
-folder on PATH, in a program's folder and in a current folder; a probe (mingw-w64, like tests/unit/test_bundle_pe.py) loads
+folder on PATH, in a program's folder and in a current folder; a probe (mingw-w64, like tests/integration/test_bundle_pe.py) loads
 the bundle's ggml-hip.dll (which imports amdhip64_7.dll) and prints which amdhip64_7.dll the loader took
 (GetModuleFileName). Every case asserts that rockbuild's prediction is that file.
 

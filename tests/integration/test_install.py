@@ -114,7 +114,7 @@ def test_windows_zip_is_extracted_with_the_zip_extractor(gh, release, tmp_path):
 def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for_other_programs(gh, release,
                                                                                                tmp_path):
     """On Windows, a System32\\amdhip64_7.dll (a driver's) shadows the installed bundle's copy for a program outside it
-    that loads its DLLs (tests/unit/test_dllsearch.py proves the loader order under wine): a warning naming the file and
+    that loads its DLLs (tests/integration/test_dllsearch.py proves the loader order under wine): a warning naming the file and
     the fix, not a refusal, since the printed command starts the bundle's own llama-server.exe, which gets its own."""
     root = tmp_path / "Windows"
     (root / "System32").mkdir(parents=True)

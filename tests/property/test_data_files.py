@@ -3,7 +3,7 @@ hostile (a wrong type, a word for a number, infinity, a huge or negative number,
 deleted) either still loads or is one ConfigError line naming the file, and the line wherever the value has one;
 never a TypeError or ValueError from deep inside a stage (the CLI's exit 70, "internal error").
 
-Unlike tests/unit/test_outside_input.py, which feeds whole random documents (mostly refused at the top), this walks
+Unlike tests/property/test_outside_input.py, which feeds whole random documents (mostly refused at the top), this walks
 the shipped files' own structure, so every key's reader is reached. ``ROCKBUILD_HYPOTHESIS_EXAMPLES`` sets how many
 mutations per file (default 150; derandomized, so CI is repeatable)."""
 

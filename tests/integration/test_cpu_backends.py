@@ -186,7 +186,7 @@ def test_a_variant_that_dies_of_sigill_fails_the_smoke_naming_the_file_and_the_f
     assert report.failures == (
         "bench: the CPU variant libggml-cpu-sapphirerapids.so picked on this machine died of SIGILL on a real batch: "
         "remove it from the bundle folder (the next best variant then loads)",
-        # the cpu_variants step runs it alone too (tests/unit/test_smoke_cpu_variants.py)
+        # the cpu_variants step runs it alone too (tests/integration/test_smoke_cpu_variants.py)
         "CPU variant sapphirerapids: llama-bench died of SIGILL (illegal instruction) on pp512")
     data = json.loads((job / "smoke.json").read_text())
     assert data["runs"]["bench"]["returncode"] == -signal.SIGILL
