@@ -48,7 +48,7 @@ def test_pe_closure(tree):
 
 def test_bundle_runs_under_wine(tree, tmp_path):
     out = tmp_path / "bundle"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, quiet=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     assert report.audit.ok, report.audit.failures
     assert tree_files(out) == [
         "amd_comgr0702.dll", "amdhip64_7.dll", "app.exe", "bundle.json", "ggml-hip.dll", "hipblas.dll",
@@ -78,8 +78,22 @@ def test_missing_delay_loaded_dll_is_an_error_naming_the_importer(tree, tmp_path
 
 def test_audit_of_a_windows_bundle_catches_a_missing_dll(tree, tmp_path):
     out = tmp_path / "bundle"
-    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, quiet=True)
+    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     (out / "hipblas.dll").unlink()
     report = audit_bundle(out)
     assert {c.name for c in report.checks if not c.ok} == {"needed"}
     assert report.check("needed").failures == ("hipblas.dll (ggml-hip.dll delay-loads it) is not in the bundle's top folder",)
+
+
+def test_a_truncated_pe_file_is_an_audit_failure(tmp_path):
+    from support.pe import build_pe
+
+    exe = build_pe(tmp_path / "bundle" / "llama-server.exe", "int main(void){return 0;}\n", dll=False)
+    shutil.rmtree(tmp_path / "bundle" / ".llama-server.exe.work", ignore_errors=True)
+    report = audit_bundle(exe.parent, ["gfx1151"])
+    assert report.check("file-formats").ok and report.check("programs").details == {"programs": ["llama-server.exe"]}
+    data = exe.read_bytes()
+    exe.write_bytes(data[: len(data) // 2])
+    report = audit_bundle(exe.parent, ["gfx1151"])
+    (failure,) = report.check("file-formats").failures
+    assert failure.startswith(f"llama-server.exe is a truncated PE file ({len(data) // 2} of the ")

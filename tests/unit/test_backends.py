@@ -1,30 +1,23 @@
 """The backends (rockbuild/backends/): the registry, what ROCm and Vulkan answer at each stage, and a third backend
-(CPU only) that is one class in this file, registered through the public API, and works in the matrix, the build,
-the bundle command, the night's inputs and the asset names without a line of any stage module knowing it."""
+(CPU only) that is one class (tests/support/third_backend.py), registered through the public API, and works in the
+matrix, the build, the bundle command, the night's inputs and the asset names without a line of any stage module
+knowing it (its real build and bundle: tests/integration/test_backends_build.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.files import write
-from support.options import context
 from support.paths import FIXTURES, REPO
+from support.third_backend import CpuBackend
 
 from rockbuild.backends import BACKENDS, DEFAULT, Backend, all_backends, get_backend, names, register, unregister
-from rockbuild.build.cmake import (
-    HOST_BUILD_INHERITED,
-    SEED_DEFINITIONS,
-    compose_definitions,
-    configure_command,
-    host_build_environment,
-    host_build_variables,
-)
+from rockbuild.build.cmake import SEED_DEFINITIONS, configure_command
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError, ConfigError, UsageError
 from rockbuild.core.jobs import Job
@@ -184,70 +177,6 @@ def test_a_bundle_tells_its_backend_by_bundle_json_else_by_its_ggml_library():
 # --- a third backend: one new module (here, one class), registered, and the stages take it -------------------------
 
 
-class CpuBackend:
-    """llama.cpp's CPU backend alone: no ROCm, no GPU, one job per OS, built with the host's compiler."""
-
-    name = "blas"
-    label = "BLAS"
-    needs_rocm = False
-    needs_gpu = False
-    per_target = False
-    ggml_libraries: tuple[str, ...] = ()  # libggml-blas ships in every bundle: only bundle.json tells a CPU one
-
-    def job_fields(self, os_name, target, families, origin):
-        return {"id": f"{os_name}-blas", "name": "blas", "family": "", "group": "", "legacy_groups": (), "targets": ()}
-
-    def toolchain(self, job, layout):
-        return None
-
-    def build_environment(self, job, toolchain, *, msvc=None, ccache_dir=None, base=None):
-        env = host_build_environment(job.os, base=base, msvc=msvc, ccache_dir=ccache_dir)
-        return env, [*host_build_variables(ccache_dir), *HOST_BUILD_INHERITED]
-
-    def compilers(self, job, toolchain, env):
-        from rockbuild.build.cmake import host_compilers
-
-        return host_compilers(env, job.os == "windows"), {}
-
-    def cmake_definitions(self, job, toolchain, *, offline, build_info, ccache):
-        return compose_definitions(swap={"GGML_HIP": None, "GGML_HIP_ROCWMMA_FATTN": None},
-                                   reserved={"GGML_HIP", "GGML_VULKAN"}, set_by="for a CPU job", extra=job.cmake,
-                                   offline=offline, build_info=build_info, ccache=ccache)
-
-    def bundle_platform(self, layout, targets, platform):
-        if targets:
-            raise BundleError(f"a CPU bundle has no GPU targets, not {tuple(targets)}")
-        return platform or "linux"
-
-    def audit_checks(self, root, names, targets, policy, binaries, *, meta, windows):
-        return [], []
-
-    def smoke_devices(self, cli, targets, *, asked, device, env, logs, kfd_topology):
-        return SmokeDevices((), False, "a CPU build: no GPU run to expect", device)
-
-    def smoke_verdict(self, loads, *, expect_gpu, texts, bench):
-        from rockbuild.smoke.parse import VerdictWords, judge
-
-        with_buffers = [load for load in loads if load.buffers]
-        words = VerdictWords(gpu="gpu: none", partial="gpu: none", cpu="gpu: none (a CPU build)",
-                             partial_lacks="a GPU", weights_on="the CPU")
-        host = max((sum(b.mib for b in load.buffers) for load in with_buffers), default=0.0)
-        return judge(words, loads, with_buffers, "blas" if with_buffers else "unknown", expect_gpu=expect_gpu,
-                     texts=texts, gpu_mib=0.0, host_mib=host, notes=())
-
-    def in_logs(self, loads):
-        return False
-
-    def asset_template(self, template):
-        return template.replace("rocm-{name}", "blas").replace("{name}", "blas")
-
-    def release_isas(self, isas):
-        return ["x86-64 (AVX2)"]
-
-    def doctor_findings(self, gpus, bundle, targets, env):
-        return [], {}
-
-
 @pytest.fixture
 def cpu():
     backend: Backend = register(CpuBackend())
@@ -344,39 +273,3 @@ def test_a_third_backend_names_its_assets_and_install_finds_them(cpu):
     chosen, warnings = choose_asset(release, None, target=None, os_name="linux", backend="blas",
                                     template=config.asset_name, os_words=config.os_words)
     assert chosen.name == "llama-b1234-ubuntu-blas-x64.tar.gz" and not warnings
-
-
-@pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc")
-                         and shutil.which("g++")), reason="needs cmake, ninja, gcc and g++ on the host")
-def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tmp_path):
-    from support.llama import make_project, read_seen
-
-    from rockbuild.build.driver import BuildOptions, build_job
-    from rockbuild.bundle.audit import audit_bundle
-    from rockbuild.bundle.plan import BundleRequest, bundle
-
-    job = a_job("blas", cmake=(("MY_EXTRA", "from-matrix"),))
-    options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),
-                           build_number="11312", commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
-    result = build_job(job, options)
-    data = json.loads(result.build_json.read_text(encoding="utf-8"))
-    assert data["status"] == "ok" and data["job"]["backend"] == "blas" and data["job"]["id"] == "linux-blas"
-    assert data["rocm"] is None and data["toolchain"] is None and set(data["compilers"]) == {"c", "cxx"}
-    assert list(data["environment"])[:1] == ["NINJA_STATUS"] and "ROCM_PATH" not in data["environment"]
-    seen = read_seen(result.build_dir)
-    assert seen["GGML_HIP"] == seen["GPU_TARGETS"] == seen["GGML_HIP_ROCWMMA_FATTN"] == "" and seen["MY_EXTRA"] == (
-        "from-matrix")
-    assert not [a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGGML_VULKAN", "-DGPU_TARGETS"))]
-    assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
-    # the bundle: no ROCm root, no targets, the backend's (empty) audit rules after the shared ones
-    out = tmp_path / "bundle"
-    bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy(), quiet=True))
-    assert bundled.audit is not None and bundled.audit.ok, bundled.audit.failures
-    assert "linux, BLAS (no GPU targets)" in bundled.plan.render()
-    meta = json.loads((out / "bundle.json").read_text(encoding="utf-8"))
-    assert (meta["backend"], meta["rocm"], meta["targets"], meta["audit"]["backend"]) == ("blas", None, [], "blas")
-    again = audit_bundle(out)  # from bundle.json alone
-    assert again.ok and again.backend == "blas"
-    assert [c.name for c in again.checks] == ["no-symlinks", "file-formats", "programs", "architecture", "needed",
-                                              "run-paths", "kpack-refs", "extras", "cpu-backends", "symbol-versions"]
-    assert subprocess.run([out / "llama-cli"], env={}).returncode == 0

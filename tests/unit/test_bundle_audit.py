@@ -27,7 +27,7 @@ def policy(tmp_path_factory):
 def good(tmp_path_factory, policy):
     tree = make_tree(tmp_path_factory.mktemp("tree"))
     out = tmp_path_factory.mktemp("bundles") / "good"
-    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
+    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
     return out
 
 
@@ -279,20 +279,6 @@ def test_windows_files_named_like_dlls_and_programs_must_be_pe_files(tmp_path):
     )
     assert report.check("programs").failures == (
         "no program: the bundle holds 2 files but not a .exe program (such as llama-server.exe or llama-cli.exe)",)
-
-
-def test_a_truncated_pe_file_is_an_audit_failure(tmp_path):
-    from support.pe import build_pe
-
-    exe = build_pe(tmp_path / "bundle" / "llama-server.exe", "int main(void){return 0;}\n", dll=False)
-    shutil.rmtree(tmp_path / "bundle" / ".llama-server.exe.work", ignore_errors=True)
-    report = audit_bundle(exe.parent, ["gfx1151"])
-    assert report.check("file-formats").ok and report.check("programs").details == {"programs": ["llama-server.exe"]}
-    data = exe.read_bytes()
-    exe.write_bytes(data[: len(data) // 2])
-    report = audit_bundle(exe.parent, ["gfx1151"])
-    (failure,) = report.check("file-formats").failures
-    assert failure.startswith(f"llama-server.exe is a truncated PE file ({len(data) // 2} of the ")
 
 
 @pytest.mark.parametrize("case", ["empty", "libfoo", "truncated"])
