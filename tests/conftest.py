@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from support import files
-from support.paths import REPO
+from support.paths import REPO, TESTS
+from support.unit_rule import no_toolchain
 
 SHARED = REPO.parent / "shared"
 NO_PATCHES = REPO / "tests" / "fixtures" / "no-patches.yaml"
@@ -22,6 +23,28 @@ def pytest_configure(config):
     # (tests/integration/test_build_patches.py); the end-to-end tests (`-m e2e`, the real tree) carry the shipped one.
     if "not e2e" in (config.option.markexpr or "not e2e"):
         os.environ.setdefault("ROCKBUILD_PATCHES", str(NO_PATCHES))
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_toolchain(request, tmp_path_factory):
+    """A test under tests/unit starts no compiler, build tool, wine, browser, container, npm or git
+    (tests/support/unit_rule.py); the other folders' tests run what they need."""
+    if not request.node.path.is_relative_to(TESTS / "unit"):
+        yield
+        return
+    with no_toolchain(tmp_path_factory.getbasetemp().resolve(), lambda: request.node.stash.get(CALL_FAILED, False)):
+        yield
 
 
 def rockbuild_exe() -> str:
