@@ -188,7 +188,7 @@ def main() -> int:
                        "plan_seconds_runs": plan_times, "libraries": ours_names, "errors": list(plan.errors)}
     print(f"ours: closure + dlopen extras in {closure_s * 1000:.0f} ms, whole plan (+ kernel pruning) in "
           f"{plan_s * 1000:.0f} ms (medians of 5, cold caches), {len(ours_names)} libraries", flush=True)
-    report = bundle(BundleRequest(build_bin, work / "ours", load_policy(), layout, tuple(targets), quiet=True,
+    report = bundle(BundleRequest(build_bin, work / "ours", load_policy(), layout, tuple(targets),
                                   prune_fatbin=False))
     results["ours"].update({
         "bundle_seconds": report.seconds, "bundle_bytes": report.plan.total_bytes, "files": len(report.plan.files),
@@ -229,8 +229,7 @@ def main() -> int:
                   f"tar.gz {ours_tgz:,} B = {ours_tgz / seed_zip:.2f}x of the seed's (goal <= {GOAL_ARCHIVE_RATIO})",
                   flush=True)
             # the default: every non-target code object pruned out of the shipped fat binaries, and proved
-            pruned = bundle(BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets),
-                                          quiet=True))
+            pruned = bundle(BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets)))
             pruned_zip, pruned_zip_s = zip_size(work / "ours-pruned", work / "ours-pruned.zip")
             pruned_tgz, pruned_tgz_s = targz_size(work / "ours-pruned", work / "ours-pruned.tar.gz")
             per_file = {}

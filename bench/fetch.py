@@ -119,7 +119,7 @@ def main() -> int:
             subprocess.run(["sync"], check=True)
             cache = fresh(work / "cache-a")
             took, result = timed(
-                lambda c=cache: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=c, quiet=True)
+                lambda c=cache: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=c)
             )
             ours_runs.append(took)
             assert result.extracted and result.sha256 == info["sha256"], result  # type: ignore[attr-defined]
@@ -127,7 +127,7 @@ def main() -> int:
         baseline, ours = statistics.median(baselines), statistics.median(ours_runs)
 
         second, again = timed(
-            lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache, quiet=True)
+            lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache)
         )
 
         # a download cut at ~50%: the downloader resumes with Range in the same call
@@ -135,7 +135,7 @@ def main() -> int:
         before = server.ask("stats")
         server.ask(f"cut {size // 2}")
         resumed_time, resumed = timed(
-            lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache_b, quiet=True)
+            lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache_b)
         )
         after = server.ask("stats")
     finally:

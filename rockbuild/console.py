@@ -21,11 +21,33 @@ def _stream() -> TextIO:
 class _Mode:
     github_actions = False  # ::group:: folds and ::warning:: annotations
     ci = False  # no progress bars even on a terminal
+    quiet = False  # --json: no steps, progress or info lines; warnings and errors only (stdout holds the result)
 
 
-def configure(*, github_actions: bool, ci: bool) -> None:
-    """Set once at the CLI's entry from :class:`rockbuild.settings.Settings` (GITHUB_ACTIONS, CI)."""
-    _Mode.github_actions, _Mode.ci = github_actions, ci
+def configure(*, github_actions: bool, ci: bool, quiet: bool = False) -> None:
+    """Set once at the CLI's entry from :class:`rockbuild.settings.Settings` (GITHUB_ACTIONS, CI); ``quiet`` is
+    turned on by a command's --json (:func:`set_quiet`)."""
+    _Mode.github_actions, _Mode.ci, _Mode.quiet = github_actions, ci, quiet
+
+
+def set_quiet(on: bool) -> None:
+    """Steps, progress and info lines off (on: a command's --json) or on again; warnings always print."""
+    _Mode.quiet = on
+
+
+def is_quiet() -> bool:
+    return _Mode.quiet
+
+
+@contextlib.contextmanager
+def quieted(on: bool = True) -> Iterator[None]:
+    """:func:`set_quiet` for a block (a nested run whose chatter would repeat its caller's), restored after."""
+    before = _Mode.quiet
+    _Mode.quiet = on
+    try:
+        yield
+    finally:
+        _Mode.quiet = before
 
 
 def on_github_actions() -> bool:
@@ -40,7 +62,8 @@ def interactive() -> bool:
 
 
 def info(message: str) -> None:
-    print(message, file=_stream(), flush=True)
+    if not _Mode.quiet:
+        print(message, file=_stream(), flush=True)
 
 
 def warn(message: str) -> None:
@@ -73,6 +96,9 @@ class Step:
 def step(title: str) -> Iterator[Step]:
     """One pipeline step: a fold on GitHub Actions, a header line elsewhere, at the end ``done`` or ``failed`` (the
     block raised, or called :meth:`Step.fail`) and its duration."""
+    if _Mode.quiet:
+        yield Step()
+        return
     start = time.monotonic()
     if on_github_actions():
         print(f"::group::{title}", file=_stream(), flush=True)
@@ -176,9 +202,9 @@ class _RichProgress:
         self._p.stop()
 
 
-def byte_progress(label: str, total: int | None, *, quiet: bool = False, every: float = 10.0) -> Progress:
-    """A progress sink for a transfer of ``total`` bytes (None when unknown)."""
-    if quiet:
+def byte_progress(label: str, total: int | None, *, every: float = 10.0) -> Progress:
+    """A progress sink for a transfer of ``total`` bytes (None when unknown); none when quiet."""
+    if _Mode.quiet:
         return _NullProgress()
     if interactive():
         return _RichProgress(label, total)

@@ -324,7 +324,6 @@ class Downloader:
         cache_dir: Path,
         *,
         policy: TransferPolicy | None = None,
-        quiet: bool = False,
         session: requests.Session | None = None,
         progress_every: float = 10.0,
         durable: bool = True,
@@ -334,7 +333,6 @@ class Downloader:
         self.retries = policy.retries
         self.backoff = policy.backoff
         self.timeout = policy.timeout
-        self.quiet = quiet
         self.chunk_size = policy.chunk_size
         self.progress_every = progress_every
         # durable=False skips the fsync before the rename (seconds for a 2 GB tarball on a busy disk). Such entries
@@ -465,8 +463,7 @@ class Downloader:
             )
 
     def _info(self, message: str) -> None:
-        if not self.quiet:
-            console.info(message)
+        console.info(message)
 
 
 class _Transfer:
@@ -657,7 +654,7 @@ class _Transfer:
             self.total = total
         if self.progress is None:
             self.progress = console.byte_progress(
-                self.name, self.total, quiet=self.dl.quiet, every=self.dl.progress_every
+                self.name, self.total, every=self.dl.progress_every
             )
         self.progress.reset(self.have, self.total)
 

@@ -136,7 +136,6 @@ class InstallOptions:
     os_name: str | None = None  # default: this machine's
     sysfs_root: Path = Path("/sys")
     cache: Path | None = None  # default: <cache>/releases
-    quiet: bool = False
     require_attestation: bool = False  # refuse unless GitHub's build provenance is verified (needs gh)
     upgrade: bool = False  # replace an existing --dest, once the new bundle is verified and audited
     families: FamilyTable = field(kw_only=True, repr=False, compare=False)  # which GPUs a target runs on
@@ -468,7 +467,7 @@ def install(options: InstallOptions) -> InstallReport:
         target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
         if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
             raise UsageError(f"--target {target!r} is not a gfx target{suggest(target, table.known_names)}")
-    say = (lambda m: None) if options.quiet else console.info
+    say = console.info
     release = fetch_release(options.api_url, options.repo, options.tag)
     tag = str(release.get("tag_name"))
     assets = {str(a.get("name")): a for a in release["assets"] if isinstance(a, Mapping)}
@@ -502,7 +501,7 @@ def install(options: InstallOptions) -> InstallReport:
                             f"{chosen.digest[:16]}...: refusing it", hint="report it to the release's maintainers")
     cache = options.cache or options.context.cache / "releases"
     say(f"==> {chosen.name} ({options.repo} {tag}) for {target or options.backend}")
-    with Downloader(cache, quiet=options.quiet) as dl:
+    with Downloader(cache) as dl:
         try:
             got = dl.fetch(chosen.url, name=chosen.name, sha256=expected, size=chosen.size)
         except ChecksumError as exc:

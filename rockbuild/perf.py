@@ -396,7 +396,7 @@ def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mappin
 
 
 def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: int = 30,
-              threshold: float = DEFAULT_THRESHOLD, alert: bool = False, quiet: bool = False,
+              threshold: float = DEFAULT_THRESHOLD, alert: bool = False,
               max_spread: float = DEFAULT_MAX_SPREAD) -> PerfReport:
     """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
     token = context.github.token
@@ -408,13 +408,13 @@ def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: 
                             max_spread=max_spread, numerics=numerics_from_manifests(manifests),
                             ops=ops_from_manifests(manifests))
         if alert and report.drops:
-            report = _file_alert(gh, report, context, quiet)
+            report = _file_alert(gh, report, context)
         return report
     finally:
         gh.close()
 
 
-def _file_alert(gh: Any, report: PerfReport, context: Context, quiet: bool) -> PerfReport:
+def _file_alert(gh: Any, report: PerfReport, context: Context) -> PerfReport:
     from dataclasses import replace
 
     if not context.github.token:

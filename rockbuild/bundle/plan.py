@@ -358,7 +358,6 @@ class BundleRequest:
     strip: bool = False
     prune_fatbin: bool | None = None  # None: prune when the ROCm root has the tools to prove it
     dry_run: bool = False
-    quiet: bool = False
     audit: bool = True
 
     @classmethod
@@ -402,7 +401,7 @@ def bundle(request: BundleRequest) -> BundleReport:
     plan = make_plan(request)
     if request.dry_run:
         return BundleReport(plan.out, plan, True, None, {"plan": plan.seconds})
-    return apply_plan(plan, quiet=request.quiet, audit=request.audit)
+    return apply_plan(plan, audit=request.audit)
 
 
 def make_plan(request: BundleRequest) -> BundlePlan:
@@ -556,8 +555,8 @@ def _prepare_out(out: Path) -> Path:
     return partial
 
 
-def _copy(plan: BundlePlan, dest_root: Path, quiet: bool) -> None:
-    progress = console.byte_progress("copy", plan.total_bytes, quiet=quiet)
+def _copy(plan: BundlePlan, dest_root: Path) -> None:
+    progress = console.byte_progress("copy", plan.total_bytes)
     try:
         for f in plan.files:
             target = dest_root / f.dest
@@ -599,14 +598,14 @@ def write_bundle_json(report: BundleReport, folder: Path) -> Path:
     return BundleRecord.from_dict(report.to_dict(), path).write(path)
 
 
-def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> BundleReport:
+def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     """Write the bundle: copy, patch, strip, bundle.json, audit; then move ``<out>.partial`` to ``out``."""
     if plan.errors:
         raise BundleError(_errors_line(plan.errors), hint="rockbuild bundle --dry-run shows the whole plan")
     seconds: dict[str, float] = {"plan": plan.seconds}
     partial = _prepare_out(plan.out)
     start = time.monotonic()
-    _copy(plan, partial, quiet)
+    _copy(plan, partial)
     seconds["copy"] = time.monotonic() - start
     pruned: list[tuple[PlannedFile, PruneReport]] = []
     if plan.pruned_files:
@@ -626,7 +625,7 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
         os.chmod(partial / f.dest, f.mode)
     if pruned:
         start = time.monotonic()
-        pruned = [(f, _prove(f, one, partial, plan, quiet)) for f, one in pruned]
+        pruned = [(f, _prove(f, one, partial, plan)) for f, one in pruned]
         seconds["verify"] = time.monotonic() - start
     reports = tuple(one for _f, one in pruned)
     report = BundleReport(plan.out, plan, False, None, seconds, reports, refs)
@@ -659,15 +658,14 @@ def apply_plan(plan: BundlePlan, *, quiet: bool = False, audit: bool = True) -> 
     return report
 
 
-def _prove(f: PlannedFile, report: PruneReport, partial: Path, plan: BundlePlan, quiet: bool) -> PruneReport:
+def _prove(f: PlannedFile, report: PruneReport, partial: Path, plan: BundlePlan) -> PruneReport:
     """Leave the pruned copy's zero blocks as holes, then check it against its original with LLVM's tools."""
     shipped = partial / f.dest
     holes = make_sparse(shipped)
     assert plan.fatbin_tools is not None
-    if not quiet:
-        console.info(f"checking the pruned {f.dest} against {f.source} with {plan.fatbin_tools.bundler.name}")
+    console.info(f"checking the pruned {f.dest} against {f.source} with {plan.fatbin_tools.bundler.name}")
     verification = verify_pruned(f.source, shipped, plan.targets, plan.fatbin_tools, scratch=partial.parent)
-    if not verification.ok and not quiet:
+    if not verification.ok:
         console.warn(f"the pruned {f.dest} failed its independent check: {verification.failures[0]}")
     return dataclasses.replace(report, verification=verification, bytes_in_holes=holes)
 

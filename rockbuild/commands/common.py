@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from rockbuild import console
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 from rockbuild.settings import Settings
@@ -82,7 +83,15 @@ def file(**kw: Any) -> click.Path:
 # ---------------------------------------------------------------------------------------------------------------------
 # The option groups several commands share (one declaration each)
 
-JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def quiet_with_json(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """A --json flag's callback: with it, the console is quiet for the whole command."""
+    if value:  # the result alone: on stderr only warnings and errors (rockbuild.console)
+        console.set_quiet(True)
+    return value
+
+
+JSON = click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
+                    help="Print the result as JSON on stdout (stderr keeps only warnings and errors).")
 MATRIX_FILE = click.option("-c", "--config", "config", type=file(), default=None,
                            help="Matrix YAML (default: the shipped matrices/nightly.yaml).")
 def option_group(name: str, make: Callable[..., Any], *decorators: Callable[[F], F]) -> Callable[[F], F]:

@@ -19,6 +19,7 @@ from rockbuild.commands.common import (
     file,
     folder,
     matrix_jobs,
+    quiet_with_json,
     settings,
     show,
 )
@@ -47,7 +48,8 @@ ALLOW_PARTIAL = click.option(
 @NIGHT_PINS
 @click.option("--out", "out_file", type=file(), default=Path("inputs.json"), show_default=True,
               help="Write the inputs here.")
-@click.option("--json", "as_json", is_flag=True, help="Also print the inputs as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
+              help="Also print the inputs as JSON on stdout.")
 @GITHUB
 def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, github: GitHubTarget) -> None:
     """Pin the night's inputs once for every job: the llama.cpp commit and each group's ROCm tarball (inputs.json).
@@ -60,14 +62,14 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
     from rockbuild.nightly import resolve_inputs
 
     jobs = matrix_mod.select_jobs(matrix_jobs(selection), selection.only)
-    inputs = resolve_inputs(jobs, pins, quiet=as_json, patches=settings().patch_series.digest)
+    inputs = resolve_inputs(jobs, pins, patches=settings().patch_series.digest)
     if github.repo:
         from rockbuild.nightly.run import known_good, release_manifests
         from rockbuild.pipeline.inputs import attach_last_good
 
         history = release_manifests(github.repo, api_url=github.api_url, token=settings().github.token)
         good, _read = known_good(inputs, history)
-        inputs = attach_last_good(inputs, good, quiet=as_json)
+        inputs = attach_last_good(inputs, good)
     inputs.write(out_file)
     show(inputs, as_json)
 
@@ -103,7 +105,8 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
 @COMPILE
 @ALLOW_PARTIAL
 @IMAGES
-@click.option("--json", "as_json", is_flag=True, help="Print the night's report (or plan) as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
+              help="Print the night's report (or plan) as JSON on stdout.")
 @click.pass_context
 def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
             inputs_file: Path | None, selection: JobSelection, publish_release: bool | None, parallel: int,
@@ -138,7 +141,7 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     overview = Overview(enabled=not as_json and mode in (None, "job"))
     options = NightOptions(
         only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
-        publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
+        publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
         on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
         allow_partial=allow_partial, images=images, context=settings(),
     )
@@ -231,7 +234,7 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
 
     options = NightOptions(
         pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url), model=model, compile=compile_flags,
-        out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test, quiet=as_json,
+        out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test,
         data=night_data(JobSelection(config), None, compile_flags.patch_series), context=settings(),
     )
     show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
@@ -278,7 +281,7 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHub
         raise UsageError("--no-image-test is for --dry-run: an untested image is never pushed")
     show(publish_release(PublishOptions(
         job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=github.repo, api_url=github.api_url, tag=tag,
-        scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, quiet=as_json, allow_partial=allow_partial,
+        scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, allow_partial=allow_partial,
         images=images, context=settings(),
     ), settings().but(publish_file=publish_config).publish, settings().programs), as_json)
 
@@ -300,7 +303,7 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...]
     if not job_dirs and not failed_legs:
         raise UsageError("nothing to report: give the night's job folders, or --failed-leg LEG")
     legs = [LegFailure.parse(text) for text in failed_legs]
-    show(send_alert(job_dirs, run_url=run_url, repo=github.repo, api_url=github.api_url, quiet=as_json,
+    show(send_alert(job_dirs, run_url=run_url, repo=github.repo, api_url=github.api_url,
                     context=settings(), config=settings().publish, legs=legs, published=not legs), as_json)
 
 
@@ -325,7 +328,7 @@ def perf(github: GitHubTarget, last: int, threshold: float, max_spread: float | 
     if not repo:
         raise UsageError("which releases? pass --repo OWNER/NAME")
     report = read_perf(repo, context=settings(), api_url=github.api_url, last=last, threshold=threshold, alert=alert,
-                       quiet=as_json, max_spread=threshold if max_spread is None else max_spread)
+                       max_spread=threshold if max_spread is None else max_spread)
     show(report, as_json)
     if report.drops:
         first = report.drops[0]

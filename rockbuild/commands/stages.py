@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from rockbuild import console
 from rockbuild.backends import BACKENDS, DEFAULT
 from rockbuild.commands.common import (
     COMPILE,
@@ -22,6 +23,7 @@ from rockbuild.commands.common import (
     folder,
     matrix_jobs,
     options,
+    quiet_with_json,
     settings,
     show,
     split_list,
@@ -101,11 +103,11 @@ def fetch(family: str | None, target: str | None, os_name: str | None, channel: 
     if old_version is not None:
         raise UsageError(f"fetch --version is now --rocm-version: use --rocm-version {old_version}")
     os_name = os_name or settings().host_os
+    console.set_quiet(as_json and not sys.stderr.isatty())  # a person at a terminal keeps the progress bar
     started = time.monotonic()
     entry = find_tarball(_groups(family, target, os_name), os_name=os_name, version=version, channel=channel,
                          index_url=index_url)
-    show(fetch_entry(entry, cache=cache or settings().cache, dest=dest, sha256=sha256,
-                     quiet=as_json and not sys.stderr.isatty(), started=started), as_json)
+    show(fetch_entry(entry, cache=cache or settings().cache, dest=dest, sha256=sha256, started=started), as_json)
 
 
 @click.group(cls=OrderedGroup, context_settings=CONTEXT)
@@ -161,7 +163,7 @@ def rocm_info(root: Path, as_json: bool) -> None:
               help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
 @click.option("--inputs", "inputs_file", type=file(), default=None,
               help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
-@click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout.")
+@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json, help="Print build.json on stdout.")
 def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
@@ -189,7 +191,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
     else:
         job = matrix.job(target=target, family=family, job_id=job_id, os_name=os_name)
     show(build_and_bundle(build_options, job, policy=settings().policy, inputs=inputs, make_bundle=make_bundle,
-                          prune_fatbin=compile_flags.prune_fatbin, quiet=as_json, git_url_flag=git_url is not None),
+                          prune_fatbin=compile_flags.prune_fatbin, git_url_flag=git_url is not None),
          as_json)
 
 
@@ -256,7 +258,8 @@ def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_
               help="Drop other GPU targets' code from shipped fat binaries (rocBLAS, rocSOLVER), proved against the "
               "originals by the root's clang-offload-bundler (default: when the root has it).")
 @POLICY
-@click.option("--json", "as_json", is_flag=True, help="Print the report (or with --dry-run the plan) as JSON.")
+@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
+              help="Print the report (or with --dry-run the plan) as JSON.")
 def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend: str, os_name: str | None,
            library_dirs: tuple[Path, ...], out: Path, dry_run: bool, strip_debug: bool, prune_fatbin: bool | None,
            policy: Path | None, as_json: bool) -> None:
@@ -267,7 +270,7 @@ def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend
     request = BundleRequest.from_flags(build_dir, rocm_root, split_list(targets), out, backend=backend,
                                        policy=settings().but(policy_file=policy).policy,
                                        platform=os_name or settings().host_os, dry_run=dry_run, strip=strip_debug,
-                                       prune_fatbin=prune_fatbin, quiet=as_json, library_dirs=library_dirs)
+                                       prune_fatbin=prune_fatbin, library_dirs=library_dirs)
     show(make_bundle(request), as_json)
 
 
@@ -311,7 +314,7 @@ def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], 
               help="Also chat with llama-server's web UI in a real browser (the system's chromium, through "
               "rockbuild[browser]) and save web-ui.png (default: smoke.yaml's run.browser.enabled).")
 @CPU_VARIANTS
-@click.option("--json", "as_json", is_flag=True, help="Print smoke.json on stdout.")
+@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json, help="Print smoke.json on stdout.")
 def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | None,
           bench_preset: str, report_path: Path | None, browser: bool | None, cpu_variants: str | None,
           as_json: bool) -> None:

@@ -90,7 +90,7 @@ def install(repo: str | None, tag: str, target: str, backend: str, dest: Path | 
 
     show(install_asset(InstallOptions(
         repo=repo or DEFAULT_REPO, tag=tag, target=target, backend=backend, dest=dest,
-        api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root, quiet=as_json,
+        api_url=api_url or DEFAULT_API_URL, os_name=os_name, sysfs_root=sysfs_root,
         require_attestation=require_attestation, upgrade=upgrade, families=settings().families, context=settings(),
     )), as_json)
 

@@ -128,7 +128,7 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
         raise UsageError(f"{job.id} is a {job.backend} job: it uses no ROCm, so there is no ROCm nightly to bisect")
     candidates = nightly_tarballs(job, good, bad, index_url=options.pins.index_url, fetch_text=fetch_text)
     llama = resolve_llama(options.pins.llama_ref or job.llama_ref, options.pins.git_url or DEFAULT_GIT_URL)
-    say = (lambda m: None) if options.quiet else console.info
+    say = console.info
     say(f"bisect {job.id}: {len(candidates)} nightlies from {good} to {bad}, llama.cpp {llama.commit[:12]}")
     trials: list[Trial] = []
 

@@ -107,7 +107,6 @@ class NightOptions:
     run_url: str | None = None
     step_summary: Path | None = None
     throttle: bool = True
-    quiet: bool = False
     on_event: EventHook | None = None
     allow_partial: str | None = None  # publish a release that is not whole, for this reason (rockbuild.publish.whole)
     images: ImageOptions | None = None  # --images: an image per Linux asset, tested and pushed with the release
@@ -182,7 +181,7 @@ class Night:
             inputs=inputs, out=self.out, cache=self.cache, context=options.context, model=self.model,
             policy=data.policy, model_spec=options.model.spec, compile=options.compile,
             compile_jobs=options.compile_jobs, programs=data.programs, patches=data.patches, smoke_config=data.smoke,
-            smoke=options.smoke, on_event=options.on_event, quiet=options.quiet)
+            smoke=options.smoke, on_event=options.on_event)
 
     def event(self, job_id: str, stage: str, status: str) -> None:
         if self.options.on_event is not None:
@@ -193,7 +192,7 @@ class Night:
             if self._model is None:
                 self._model = provide_model(self.options.model.spec, vocab=self.options.model.vocab, cache=self.cache,
                                             context=self.options.context, smoke=self.options.data.smoke,
-                                            quiet=self.options.quiet)
+                                            quiet=console.is_quiet())
             return self._model
 
 
@@ -410,11 +409,11 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     """``rockbuild nightly --plan``: resolve the inputs once (written to ``inputs_file``, default OUT/inputs.json)
     and compare them with the last release's manifest when publishing. ``host``: only that OS's jobs count (a whole
     night on one machine); None: every job (the CI fan-out plans for all runners)."""
-    say = (lambda m: None) if options.quiet else console.info
+    say = console.info
     repo, token, publishing = _repo_and_token(options)
     jobs = select_night_jobs(options)
     with console.step("resolve the night's inputs"):
-        inputs = resolve_inputs(jobs, options.pins, quiet=options.quiet, patches=night_patches(options))
+        inputs = resolve_inputs(jobs, options.pins, patches=night_patches(options))
         path = inputs.write(_inputs_file(options, inputs_file))
     counted = [j for j in jobs if host is None or j.os == host]
     plan = NightPlan(inputs, path, tuple(counted))
@@ -439,14 +438,13 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
     good, read = known_good(inputs, release_manifests(repo, api_url=options.github.api_url, token=token,
                                                           read={latest: manifest}))
-    inputs = promote_proven(attach_last_good(inputs, good, quiet=options.quiet), read, quiet=options.quiet)
+    inputs = promote_proven(attach_last_good(inputs, good), read)
     inputs.write(path)
     jobs_now = {j.id: j for j in inputs.jobs}
     return replace(plan, inputs=inputs, changes=changes, jobs=tuple(jobs_now[j.id] for j in plan.jobs))
 
 
-def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]], *,
-                   quiet: bool = False) -> Inputs:
+def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> Inputs:
     """``inputs`` with every ``required: when-proven`` job required once it passed its smoke test in one of
     ``manifests`` (published releases, newest first): from then on a failure blocks the release."""
     passed: dict[str, str] = {}
@@ -457,9 +455,8 @@ def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, ManifestRecord
     for job in inputs.jobs:
         if job.when_proven and not job.required and job.id in passed:
             job = replace(job, required=True)
-            if not quiet:
-                console.info(f"{job.id} is required: it passed its smoke test in release {passed[job.id]} "
-                             "(required: when-proven)")
+            console.info(f"{job.id} is required: it passed its smoke test in release {passed[job.id]} "
+                         "(required: when-proven)")
         jobs.append(job)
     return replace(inputs, jobs=tuple(jobs))
 
@@ -516,7 +513,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                 result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.github.api_url, token=token,
                                                 out=Path(options.out).absolute() / "release",
                                                 run_url=options.run_url, step_summary=options.step_summary,
-                                                throttle=options.throttle, quiet=options.quiet,
+                                                throttle=options.throttle,
                                                 allow_partial=options.allow_partial, images=options.images,
                                                 context=options.context), options.data.publish,
                                         options.data.programs)
@@ -542,7 +539,7 @@ def run_night(options: NightOptions) -> NightReport:
     """The whole night on one machine: plan (stop when the last release was made from the same inputs), run every
     job of this machine's OS, then release (publish by the gating rules when publishing, alert on failure)."""
     start = time.monotonic()
-    say = (lambda m: None) if options.quiet else console.info
+    say = console.info
     host = options.context.host_os
     plan = plan_night(options, host=host)
     here = list(plan.jobs)
@@ -586,7 +583,7 @@ def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, t
             report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
                                 context=options.context.but(cache=options.cache), config=options.data.publish,
                                 legs=legs, published=published,
-                                throttle=options.throttle, quiet=options.quiet)
+                                throttle=options.throttle)
         return report.message
     except RockbuildError as exc:
         console.warn(f"the alert was not sent: {exc.message}")

@@ -322,7 +322,7 @@ def _with(base: RocmInput, **changes: Any) -> RocmInput:
 
 def resolve_inputs(
     jobs: Sequence[Job], pins: Pins | None = None, *, fetch_text: Callable[[str], str] | None = None,
-    today: datetime.date | None = None, quiet: bool = False, patches: str | None = None,
+    today: datetime.date | None = None, patches: str | None = None,
 ) -> Inputs:
     """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version), as ``pins``
     (None: the matrix's ref and versions, the default age limit) pin them; ``patches`` (the carried patch series'
@@ -332,7 +332,7 @@ def resolve_inputs(
     index_url, git_url = pins.index_url, pins.git_url
     if not jobs:
         raise UsageError("no job to resolve inputs for")
-    say = (lambda m: None) if quiet else console.info
+    say = console.info
     refs = sorted({j.llama_ref for j in jobs})
     if llama_ref is None and len(refs) > 1:
         raise ConfigError(f"the jobs ask for different llama.cpp refs ({', '.join(refs)}); one night builds one "
@@ -391,7 +391,7 @@ def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[s
 
 
 def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]], *,
-                     fetch_text: Callable[[str], str] | None = None, quiet: bool = False) -> Inputs:
+                     fetch_text: Callable[[str], str] | None = None) -> Inputs:
     """``inputs`` with each tarball's last good one (from :func:`last_good_tarballs`) looked up in the index, so a
     retry can download it. One that is no longer listed is left out with a warning."""
     from dataclasses import replace
@@ -411,9 +411,8 @@ def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]
                          f"{good['release']}) cannot be found: {exc.message}; no fallback")
             continue
         rocm[key] = _with(entry, last_good={**good, **tarball_fields(found)})
-        if not quiet:
-            console.info(f"ROCm for {entry.os} {entry.groups[0]}: last good {good['version']} (release "
-                         f"{good['release']})")
+        console.info(f"ROCm for {entry.os} {entry.groups[0]}: last good {good['version']} (release "
+                     f"{good['release']})")
     return replace(inputs, rocm=rocm)
 
 

@@ -59,8 +59,6 @@ class JobPipeline:
     smoke_config: Mapping[str, Any] = field(default_factory=dict)
     smoke: bool = True
     on_event: EventHook | None = None
-    quiet: bool = False
-
     @property
     def carried_patches(self) -> str:
         return carried_patches(self.patches, self.compile)
@@ -71,8 +69,7 @@ class JobPipeline:
         recorded in the job folder and in the outcome."""
         stages = _JobStages(job, self, rocm)
         return run_stages(job.id, job.required, stages.folder,
-                          (stages.fetch, stages.build, stages.bundle, stages.smoke), on_event=self.on_event,
-                          quiet=self.quiet)
+                          (stages.fetch, stages.build, stages.bundle, stages.smoke), on_event=self.on_event)
 
 
 class _JobStages:
@@ -104,7 +101,7 @@ class _JobStages:
 
         def run() -> dict[str, Any]:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
-                fetched = fetch_for_job(job, self.inputs, cache=self.pipeline.cache, quiet=self.options.quiet,
+                fetched = fetch_for_job(job, self.inputs, cache=self.pipeline.cache,
                                         rocm=rocm)
             self.root, self.tarball = fetched.root, tarball_report(fetched)
             return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
@@ -152,7 +149,7 @@ class _JobStages:
                 built = folder.build()
                 cross = built.cross if built is not None else None
                 bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
-                                             policy=self.options.policy, quiet=self.options.quiet,
+                                             policy=self.options.policy,
                                              prune_fatbin=self.options.compile.prune_fatbin,
                                              library_dirs=cross.runtime_dirs if cross else ()))
 
@@ -173,7 +170,7 @@ class _JobStages:
             with console.step(f"{self.job.id}: smoke test") as step:
                 report = run_smoke(folder.path, self.pipeline.model(), SmokeOptions.from_config(
                     options.smoke_config, programs=options.programs.programs),
-                                   report_path=folder.smoke_json, quiet=options.quiet)
+                                   report_path=folder.smoke_json, quiet=console.is_quiet())
                 if not report.ok:
                     step.fail()
             if not report.ok:
@@ -195,14 +192,14 @@ def tarball_report(fetched: Any) -> Tarball:
     return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
 
 
-def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path, quiet: bool = False,
+def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path,
                   rocm: RocmInput | None = None) -> Any:
     """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
     StaleInputError/NotFoundError when resolve found none)."""
     rocm = rocm or inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    fetched = fetch_entry(rocm.entry(), cache=cache, quiet=quiet)
+    fetched = fetch_entry(rocm.entry(), cache=cache)
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
     return fetched
@@ -217,7 +214,7 @@ def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None
     return replace(options, **pinned)
 
 
-def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = False) -> Any:
+def build_with_inputs(job: Job, inputs: Inputs, options: Any) -> Any:
     """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
     needs no ROCm), the
     inputs' commit."""
@@ -228,7 +225,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: Any, *, quiet: bool = F
     if rocm_dir is None and rocm is not None:
         try:
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
-                fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache, quiet=quiet)
+                fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache)
         except RockbuildError as exc:
             folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama.pin()))
             raise
@@ -264,7 +261,7 @@ class Built:
 
 def build_and_bundle(
     options: BuildOptions, job: Job, *, policy: BundlePolicy, inputs: Inputs | None = None,
-    make_bundle: bool = True, prune_fatbin: bool | None = None, quiet: bool = False, git_url_flag: bool = False,
+    make_bundle: bool = True, prune_fatbin: bool | None = None, git_url_flag: bool = False,
 ) -> Built:
     """``rockbuild build``: ``job`` (the one ``--target``/``--family``/``--job`` names; with ``inputs_file``, the
     night's record of it), its build (the inputs' commit and tarball with ``inputs``), then its bundle with
@@ -274,7 +271,7 @@ def build_and_bundle(
     if inputs is not None:
         if options.ref or options.rocm_version or git_url_flag:
             raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
-        result = build_with_inputs(job, inputs, options, quiet=quiet)
+        result = build_with_inputs(job, inputs, options)
     else:
         result = build_job(job, options)
     bundled = None
@@ -284,6 +281,6 @@ def build_and_bundle(
         with console.step(f"bundle ({', '.join(job.targets) or job.backend})"):
             request = BundleRequest.for_job(job, result.paths.bin_dir, Path(rocm_root) if rocm_root else None,
                                             result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
-                                            quiet=quiet, library_dirs=result.cross.runtime_dirs if result.cross else ())
+                                            library_dirs=result.cross.runtime_dirs if result.cross else ())
             bundled = bundle(request)
     return Built(job, result, bundled)

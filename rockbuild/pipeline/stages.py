@@ -93,7 +93,7 @@ class Stage:
 
 
 def run_stages(job_id: str, required: bool, folder: JobFolder, stages: Iterable[Callable[[], Stage]], *,
-               on_event: EventHook | None = None, quiet: bool = False) -> StagesOutcome:
+               on_event: EventHook | None = None) -> StagesOutcome:
     """Run ``stages`` in order (each a factory called when its turn comes); stop at the first failure."""
     folder.create()
     state = StageLog(folder)
@@ -115,8 +115,7 @@ def run_stages(job_id: str, required: bool, folder: JobFolder, stages: Iterable[
         if previous is not None and stage.reusable(previous):
             stage.reuse(previous)
             event(stage.name, "reused")
-            if not quiet:
-                console.info(f"    {job_id}: {stage.name}: inputs unchanged since the last run; not redone")
+            console.info(f"    {job_id}: {stage.name}: inputs unchanged since the last run; not redone")
             continue
         event(stage.name, "start")
         t0 = time.monotonic()

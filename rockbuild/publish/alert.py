@@ -118,14 +118,14 @@ def _reported(text: str | None, run_url: str) -> bool:
 
 def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
                token: str | None = None, date: str | None = None, config: PublishConfig | None = None,
-               throttle: bool = True, quiet: bool = False, context: Context, legs: Sequence[LegFailure] = (),
+               throttle: bool = True, context: Context, legs: Sequence[LegFailure] = (),
                published: bool = True) -> AlertReport:
     """Open (or comment on) the night's failure issue: for its failed jobs, its jobs that fell back to the last good
     ROCm, and its ``legs`` that failed outside any job (the plan, publishing: ``published`` False says the release
     was not made). ``repo``, ``token`` and ``run_url`` default to the context's GitHub (GITHUB_REPOSITORY,
     GITHUB_TOKEN/GH_TOKEN, this run's page)."""
     config = config or load_publish_config()
-    say = (lambda m: None) if quiet else console.info
+    say = console.info
     run_url = run_url or context.github.run_url or ""
     if not run_url:
         raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")

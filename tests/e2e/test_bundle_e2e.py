@@ -46,7 +46,7 @@ def bundle(tmp_path_factory):
     if not ROCM.is_dir() or not CLEAN.is_dir():
         pytest.skip("tests/e2e/provision.sh has not made the ROCm and clean roots")
     out = Path(os.environ.get("ROCKBUILD_E2E_BUNDLE_DIR", str(tmp_path_factory.mktemp("e2e")))) / "bundle"
-    report = make_bundle(find_build(), detect_layout(ROCM), ["gfx1151"], out, quiet=True)
+    report = make_bundle(find_build(), detect_layout(ROCM), ["gfx1151"], out)
     return report, out
 
 

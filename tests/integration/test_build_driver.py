@@ -176,7 +176,7 @@ def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, 
     # even one left in build/bin (an older rockbuild, a hand-made build) never reaches the bundle
     shutil.copy2(tool, result.build_dir / "bin" / "test-backend-ops")
     report = bundle(BundleRequest(result.build_dir / "bin", tmp_path / "bundle", load_policy(), backend="vulkan",
-                                  platform="linux", quiet=True, audit=False))
+                                  platform="linux", audit=False))
     assert (tmp_path / "bundle" / "llama-cli").is_file() and not (tmp_path / "bundle" / "test-backend-ops").exists()
     assert result.build_dir / "bin" / "test-backend-ops" in report.plan.skipped
 

@@ -443,7 +443,7 @@ def test_bundles_prune_by_default_proved_by_the_roots_clang_offload_bundler(tmp_
     tree, policy = _tree(tmp_path)
     real_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
     out = tmp_path / "bundle"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
     assert report.audit.ok, report.audit.failures
     (pruned,) = report.pruned
     proof = pruned.verification
@@ -468,7 +468,7 @@ def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_pa
 
     tree, policy = _tree(tmp_path)  # a fake TheRock tree: no clang-offload-bundler
     layout = detect_layout(tree["rocm"])
-    report = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "b", policy=policy, quiet=True)
+    report = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "b", policy=policy)
     assert report.audit.ok and report.pruned == ()
     assert read_fatbin(tmp_path / "b" / "librocblas.so.5").targets == ("gfx90a", "gfx1100", "gfx1151")
     (warning,) = [w for w in report.plan.warnings if "not pruned" in w]
@@ -476,8 +476,8 @@ def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_pa
     assert report.plan.pruning["done"] is False and "clang-offload-bundler" in report.plan.pruning["reason"]
     assert any("fat binaries not pruned" in w for w in report.audit.check("code-objects").warnings)
     with pytest.raises(BundleError, match="--prune-fatbin: .* could not be proved identical to the originals"):
-        make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "c", policy=policy, quiet=True, prune_fatbin=True)
-    off = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "d", policy=policy, quiet=True,
+        make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "c", policy=policy, prune_fatbin=True)
+    off = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "d", policy=policy,
                       prune_fatbin=False)
     assert off.audit.ok and not off.audit.check("code-objects").warnings and off.plan.pruning["asked"] == "off"
 
@@ -493,8 +493,7 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
     tree, policy = _tree(tmp_path)  # what the record proves (no --rocm: as where the bundle is installed)
     fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
     out = tmp_path / "b"
-    assert make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy,
-                       quiet=True).audit.ok
+    assert make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy).audit.ok
     meta_path = out / "bundle.json"
     meta = json.loads(meta_path.read_text())
     pristine = json.dumps(meta)
@@ -533,8 +532,7 @@ def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
                               offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20)], "librocblas.so.5")
     shutil.copyfile(big, tree["lib"] / "librocblas.so.5.0")
     fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / "b", policy=policy,
-                         quiet=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / "b", policy=policy)
     assert report.audit.ok, report.audit.failures
     shipped = tmp_path / "b" / "librocblas.so.5"
     (pruned,) = report.pruned
@@ -558,7 +556,7 @@ def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
     tree, policy = _tree(tmp_path)
     fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
     out = tmp_path / "b"
-    made = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
+    made = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
     (note,) = made.audit.check("code-objects").details["checked_again"]
     assert note.startswith("the pruned fat binaries' records were checked; rockbuild audit --rocm ROOT")
     report = audit_bundle(out, policy=policy, rocm=tree["rocm"])

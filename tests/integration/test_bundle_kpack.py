@@ -114,8 +114,7 @@ def test_a_bundle_of_a_split_rocm_tree_ships_refs_that_name_its_own_kpack(tmp_pa
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     out = tmp_path / "bundle"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), out, policy=load_policy(policy),
-                         quiet=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), out, policy=load_policy(policy))
     assert report.audit is not None and report.audit.ok, report.audit.failures
     meta = json.loads((out / "bundle.json").read_text())
     assert meta["kpack_refs"] == [{"file": "librocblas.so.5", "from": "../.kpack/blas_lib.kpm",

@@ -327,15 +327,15 @@ def test_without_dpkg_deb_a_configured_deb_fails_in_one_line_and_an_unconfigured
     assert "apt-get install dpkg" in (err.value.hint or "") and "deb_for" in err.value.hint
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # a machine without dpkg-deb (Windows, macOS)
     with pytest.raises(PublishError, match="dpkg-deb is not installed"):
-        publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, quiet=True, token="", out=tmp_path / "rel"), config())
-    report = publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, quiet=True, token="", out=tmp_path / "rel2"),
+        publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, token="", out=tmp_path / "rel"), config())
+    report = publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, token="", out=tmp_path / "rel2"),
                      config(deb_for=()))
     assert not any(a.name.endswith(".deb") for a in report.assets)
 
 
 def test_publish_lists_the_deb_in_sha256sums_and_the_manifest(tmp_path):
     jobs = [real_job(tmp_path / "out", whole=True), make_job(tmp_path / "out", "windows-gfx1151")]
-    report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, quiet=True, token="",
+    report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, token="",
                                     out=tmp_path / "release"), config())
     name = "llama-b1000-ubuntu-rocm-gfx1151-x64.deb"
     assert [a.name for a in report.assets if a.name.endswith(".deb")] == [name]  # Linux only
@@ -349,6 +349,6 @@ def test_publish_lists_the_deb_in_sha256sums_and_the_manifest(tmp_path):
     job_assets = next(j for j in manifest["jobs"] if j["id"] == "linux-gfx1151")["assets"]
     assert name in {a["name"] for a in job_assets}
     # a re-run reuses the .deb it made (same key), and the bytes are the same
-    again = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, quiet=True, token="",
+    again = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, token="",
                                    out=tmp_path / "release"), config())
     assert next(a for a in again.assets if a.name == name).sha256 == sums[name]

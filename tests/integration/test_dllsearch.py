@@ -265,7 +265,7 @@ def tree(tmp_path_factory):
 @pytest.fixture(scope="module")
 def win_bundle(tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("winbundle") / "llama"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, quiet=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     assert report.audit.ok, report.audit.failures
     return out
 

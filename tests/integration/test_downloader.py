@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from support.faultserver import Fault, FaultServer
 
+from rockbuild import console
 from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 from rockbuild.downloader import (
     Download,
@@ -45,11 +46,16 @@ def server():
         yield srv
 
 
-def make(cache: Path, *, quiet: bool = True, durable: bool = True, progress_every: float = 10.0,
-         **policy) -> Downloader:
+@pytest.fixture(autouse=True)
+def _quiet():
+    """The console is quiet (rockbuild.console: what --json does) unless a test turns it on to read the output."""
+    with console.quieted():
+        yield
+
+
+def make(cache: Path, *, durable: bool = True, progress_every: float = 10.0, **policy) -> Downloader:
     opts: dict = {"retries": 3, "backoff": 0.01, "timeout": (2.0, 2.0), "chunk_size": CHUNK, **policy}
-    return Downloader(cache, policy=TransferPolicy(**opts), quiet=quiet, durable=durable,
-                      progress_every=progress_every)
+    return Downloader(cache, policy=TransferPolicy(**opts), durable=durable, progress_every=progress_every)
 
 
 class Collector:
@@ -185,8 +191,10 @@ def test_resume_after_the_process_was_killed(server, tmp_path):
     script = textwrap.dedent(
         f"""
         from pathlib import Path
+        from rockbuild import console
         from rockbuild.downloader import Downloader, TransferPolicy
-        Downloader(Path({str(tmp_path)!r}), quiet=True, policy=TransferPolicy(chunk_size={CHUNK})).fetch({url!r})
+        console.set_quiet(True)
+        Downloader(Path({str(tmp_path)!r}), policy=TransferPolicy(chunk_size={CHUNK})).fetch({url!r})
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
@@ -243,7 +251,8 @@ def test_wrong_content_range_restarts_from_zero(server, tmp_path, capsys, shift)
     data = blob(400_000)
     url = server.add(NAME, data)
     server.inject(NAME, Fault.short(after=150_000), Fault.wrong_range(shift=shift))
-    d = make(tmp_path, quiet=False).fetch(url)
+    with console.quieted(False):
+        d = make(tmp_path).fetch(url)
     assert d.path.read_bytes() == data and d.sha256 == sha(data)
     st = server.stats(NAME)
     assert st.statuses == [200, 206, 200] and st.ranges == [None, "bytes=150000-", None]
@@ -398,8 +407,10 @@ def test_two_processes_one_download(server, tmp_path):
         f"""
         import json
         from pathlib import Path
+        from rockbuild import console
         from rockbuild.downloader import Downloader
-        print(json.dumps(Downloader(Path({str(tmp_path)!r}), quiet=True).fetch({url!r}).to_dict()))
+        console.set_quiet(True)
+        print(json.dumps(Downloader(Path({str(tmp_path)!r})).fetch({url!r}).to_dict()))
         """
     )
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -484,7 +495,8 @@ def test_plus_name_downloads_from_an_s3_like_server(tmp_path):
 def test_headers_are_sent_and_never_printed(server, tmp_path, capsys):
     url = server.add(NAME, blob(100_000))
     server.inject(NAME, Fault.cut(after=30_000))
-    make(tmp_path, quiet=False).fetch(url, headers={"Authorization": "Bearer s3cr3t-token"})
+    with console.quieted(False):
+        make(tmp_path).fetch(url, headers={"Authorization": "Bearer s3cr3t-token"})
     assert all(r.headers.get("Authorization") == "Bearer s3cr3t-token" for r in server.requests_for(NAME))
     err = capsys.readouterr().err
     assert "resuming" in err and "s3cr3t" not in err
@@ -495,14 +507,16 @@ def test_progress_prints_plain_lines_when_not_interactive(server, tmp_path, caps
     data = blob(400_000)
     url = server.add(NAME, data)
     server.inject(NAME, Fault.slow(2_000_000))
-    make(tmp_path, quiet=False, progress_every=0.05).fetch(url)
+    with console.quieted(False):
+        make(tmp_path, progress_every=0.05).fetch(url)
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if NAME in line and "/" in line]
     assert len(lines) >= 2 and "(100%)" in lines[-1] and "\r" not in err
-    make(tmp_path, quiet=False).fetch(url)
+    with console.quieted(False):
+        make(tmp_path).fetch(url)
     assert "cached" in capsys.readouterr().err
     (tmp_path / NAME).unlink()
-    make(tmp_path, quiet=True).fetch(url)
+    make(tmp_path).fetch(url)  # quiet (the fixture): nothing printed
     assert capsys.readouterr().err == ""
 
 

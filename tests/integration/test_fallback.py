@@ -107,7 +107,7 @@ class World:
     def options(self, out: Path, index: str, **changes) -> NightOptions:
         values = dict(config=self.matrix, out=out, index_url=index, git_url=str(self.bare), repo=self.github.full_name,
                       api_url=self.github.api_url, token=TOKEN, model=str(self.model), use_ccache=False,
-                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2,
+                      cache=self.base / "cache", throttle=False, compile_jobs=2,
                       web_ui_dist=write_dist(self.base / "webui"))  # the chat page: a release is whole
         values.update(changes)
         return night_options(**values)

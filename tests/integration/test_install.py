@@ -50,7 +50,7 @@ def release(gh, tmp_path_factory):
     hip = {name: tiny_pe(name.encode(), dll=True) for name in ("amdhip64_7.dll", "amd_comgr0713.dll")}
     jobs.append(make_job(out, "windows-gfx1151", extra_files=hip))
     report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                                    throttle=False, out=out.parent / "release", quiet=True))
+                                    throttle=False, out=out.parent / "release"))
     assert report.tag == "b1000" and report.state == "published"
     return gh.state.release_by_tag("b1000")
 
@@ -122,7 +122,7 @@ def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for
 
     def windows_install(dest: Path):
         env = {"HOME": str(tmp_path), "SystemRoot": str(root), "PATH": str(tmp_path / "no-gh"), "GITHUB_TOKEN": TOKEN}
-        return install(InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
+        return install(InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache",
                                       target="gfx1151", dest=dest, sysfs_root=SYSFS / "strix-halo" / "sys",
                                       context=Settings.from_environment(env, host_os="windows"),
                                       families=load_families()))

@@ -278,7 +278,7 @@ def test_fetch_picks_the_multiarch_tarball_for_a_mixed_job_from_a_local_index(tm
                                                                   ".tar.gz"]))
         job = resolve_job(target="gfx1151+gfx1201", os_name="linux")
         fetched = fetch_rocm(job_groups(job), os_name="linux", index_url=srv.url_for("index.html"),
-                             cache=tmp_path / "cache", quiet=True)
+                             cache=tmp_path / "cache")
         assert (fetched.name, fetched.group) == (names["multiarch"], "multiarch")
         assert srv.stats(names["gfx1151"]).requests == 0 and srv.stats(names["gfx120X-all"]).requests == 0
         assert fetched.layout is not None
@@ -307,7 +307,7 @@ def mixed_bundle(tmp_path_factory):
     policy_file.write_text(POLICY)
     out = base / "bundle"
     report = make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), out,
-                         policy=load_policy(policy_file), quiet=True)
+                         policy=load_policy(policy_file))
     return tree, report, out
 
 
@@ -367,7 +367,7 @@ def test_a_mixed_target_missing_from_the_tree_is_an_error(tmp_path):
     (tmp_path / "policy.yaml").write_text(POLICY)
     with pytest.raises(BundleError, match="has no files for gfx1201"):
         make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), tmp_path / "b",
-                    policy=load_policy(tmp_path / "policy.yaml"), quiet=True, prune_fatbin=False)
+                    policy=load_policy(tmp_path / "policy.yaml"), prune_fatbin=False)
 
 
 # ------------------------------------------------------------------------------------------------ publish, install
@@ -409,7 +409,7 @@ def mixed_release(tmp_path_factory):
             real_bundle(job / "bundle", targets)
             jobs.append(job)
         report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                                        throttle=False, out=out.parent / "release", quiet=True))
+                                        throttle=False, out=out.parent / "release"))
         assert report.state == "published"
         yield gh, gh.state.release_by_tag(report.tag)
 

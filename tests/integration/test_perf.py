@@ -43,7 +43,7 @@ def settings(**env: str) -> Settings:
 
 
 def test_the_history_flags_only_the_injected_drop(gh):
-    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url)
     assert report.releases == tuple(f"b10{n:02d}" for n in range(1, 10))  # published only, oldest first
     by_key = {(s.job, s.test): s for s in report.series}
     assert set(by_key) == {("linux-gfx1151", "pp512"), ("linux-gfx1151", "tg128"), ("linux-vulkan", "tg128")}
@@ -54,7 +54,7 @@ def test_the_history_flags_only_the_injected_drop(gh):
     assert "DROP" in text and "b1009" in text and "AMD Radeon 8060S" in text
     assert "drop: linux-gfx1151 tg128: 90.0 t/s in b1009, 10.0 % below the median 100.0 t/s" in text
     # a 10 % drop is not flagged when the threshold allows 12 %
-    assert read_perf(gh.full_name, context=settings(), api_url=gh.api_url, threshold=12, quiet=True).drops == ()
+    assert read_perf(gh.full_name, context=settings(), api_url=gh.api_url, threshold=12).drops == ()
 
 
 def test_the_cli_exits_1_on_a_drop_and_alert_files_it_once(gh, tmp_path):
@@ -96,7 +96,7 @@ def test_a_bad_manifest_in_the_history_is_skipped_with_a_warning(gh, bad, capsys
     """Issue 28, item 1: another tool's JSON, an error page, a truncated file or a `bench` written as {test: t/s}
     in one release used to stop perf (exit 12 or an internal TypeError) or show "-" silently."""
     gh.state.add_release("b1011", assets={"manifest.json": bad})
-    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url)
     assert "b1011" not in report.releases and "b1009" in report.releases
     assert [f"{d.job} {d.test}" for d in report.drops] == ["linux-gfx1151 tg128"]  # the history still counts
     err = capsys.readouterr().err
@@ -107,7 +107,7 @@ def test_a_release_without_a_manifest_is_skipped_with_a_warning(gh, capsys):
     """Issue 40, item 8: a release that published no manifest.json (an asset upload cut short, a hand-made release)
     used to drop out of the history silently."""
     gh.state.add_release("b1011", assets={"llama-b1011-linux-gfx1151.tar.gz": b"x"})
-    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url)
     assert "b1011" not in report.releases and "b1009" in report.releases
     err = capsys.readouterr().err
     assert "release b1011 has no manifest.json; that release is skipped" in err
@@ -121,7 +121,7 @@ def test_a_noisy_figure_is_not_judged_and_stays_out_of_the_baseline(gh):
     noisy = json.loads(manifest(81.0, 2011.0, vulkan_tg=80.0))
     noisy["jobs"][0]["gpu_smoke"]["bench"][1].update(stddev=9.72)  # 12 % of 81 t/s: spread computed from stddev
     gh.state.add_release("b1011", assets={"manifest.json": json.dumps(noisy).encode()})
-    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url)
     assert report.drops == ()
     ((series, point),) = report.noisy
     assert (series.test, point.tag, point.spread_pct) == ("tg128", "b1011", 12.0)
@@ -129,13 +129,13 @@ def test_a_noisy_figure_is_not_judged_and_stays_out_of_the_baseline(gh):
     assert "noisy: linux-gfx1151 tg128 in b1011: spread 12.0 % over its repetitions, beyond the 5 % limit" in text
     assert report.to_dict()["noisy"] == [{"job": "linux-gfx1151", "test": "tg128", "tag": "b1011", "spread_pct": 12.0}]
     # a wider limit judges it: 81 is 19 % below the median of the seven before (b1009's 90 among them)
-    (drop,) = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True, max_spread=15).drops
+    (drop,) = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, max_spread=15).drops
     assert (drop.tag, drop.value) == ("b1011", 81.0)
     # the next release's baseline leaves the noisy figure out: the median of b1004..b1010's published figures
     calm = json.loads(manifest(95.0, 2012.0, vulkan_tg=80.0))
     calm["jobs"][0]["gpu_smoke"]["bench"][1].update(spread_pct=0.5)
     gh.state.add_release("b1012", assets={"manifest.json": json.dumps(calm).encode()})
-    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url, quiet=True)
+    report = read_perf(gh.full_name, context=settings(), api_url=gh.api_url)
     tg = next(s for s in report.series if (s.job, s.test) == ("linux-gfx1151", "tg128"))
     assert tg.baseline() == 100.0 and report.drops == () and report.noisy == ()
 
@@ -169,7 +169,7 @@ def test_the_numbers_are_listed_and_a_moved_cpu_perplexity_is_reported_not_gated
         for n, (ppl, variant) in enumerate(nights, start=1):
             server.state.add_release(f"b20{n:02d}", assets={"manifest.json": _with_numerics(100.0, ppl,
                                                                                              variant=variant)})
-        report = read_perf(server.full_name, context=settings(), api_url=server.api_url, quiet=True)
+        report = read_perf(server.full_name, context=settings(), api_url=server.api_url)
         history = report.numerics["linux-gfx1151"]
         assert [(p.tag, p.cpu_ppl, p.cpu_variant) for p in history] == [
             ("b2001", 24.8094, "zen4"), ("b2002", 24.8094, "zen4"), ("b2003", 24.9, "haswell"),
@@ -188,7 +188,7 @@ def test_the_numbers_are_listed_and_a_moved_cpu_perplexity_is_reported_not_gated
         # within the notice: nothing reported; another model: not compared
         server.state.add_release("b2005", assets={"manifest.json": _with_numerics(100.0, 25.30)})
         server.state.add_release("b2006", assets={"manifest.json": _with_numerics(100.0, 9.0, model="Other.gguf")})
-        assert read_perf(server.full_name, context=settings(), api_url=server.api_url, quiet=True).numerics_changes == ()
+        assert read_perf(server.full_name, context=settings(), api_url=server.api_url).numerics_changes == ()
 
 
 def test_the_manifest_names_the_cpu_variant_of_the_cpu_perplexity():
@@ -224,7 +224,7 @@ def test_the_op_test_counts_are_listed_per_release_and_a_failed_case_is_flagged(
     with GitHubAPIServer(token=TOKEN) as server:
         server.state.add_release("b3001", assets={"manifest.json": _with_ops(0)})
         server.state.add_release("b3002", assets={"manifest.json": _with_ops(2)})
-        report = read_perf(server.full_name, context=settings(), api_url=server.api_url, quiet=True)
+        report = read_perf(server.full_name, context=settings(), api_url=server.api_url)
         points = report.ops["linux-gfx1151"]
         assert [(p.tag, p.passed, p.failed) for p in points] == [("b3001", 19011, 0), ("b3002", 19009, 2)]
         text = report.render()

@@ -31,7 +31,7 @@ def night(tmp_path):
 
 def options(gh, jobs, tmp_path, **kw) -> PublishOptions:
     return PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN, throttle=False,
-                          out=tmp_path / "release", quiet=True, **kw)
+                          out=tmp_path / "release", **kw)
 
 
 EXPECTED = {
@@ -300,7 +300,7 @@ def test_dry_run_writes_files_but_never_the_api(gh, night, tmp_path):
 
 def test_dry_run_without_a_repository(tmp_path, night, monkeypatch):
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
-    report = publish(PublishOptions(context=context(), job_dirs=tuple(night), dry_run=True, quiet=True, token=""))
+    report = publish(PublishOptions(context=context(), job_dirs=tuple(night), dry_run=True, token=""))
     assert report.tag == "b1000" and report.out_dir == night[0].parent / "release" / "b1000"
 
 
@@ -367,7 +367,7 @@ def test_llama_aligned_tags(gh, night, tmp_path):
 
 def test_the_api_refusing_the_token_is_one_line_without_the_token(gh, night, tmp_path):
     bad = PublishOptions(context=context(), job_dirs=tuple(night), repo=gh.full_name, api_url=gh.api_url, token="wrong-" + TOKEN,
-                         throttle=False, out=tmp_path / "release", quiet=True)
+                         throttle=False, out=tmp_path / "release")
     with pytest.raises(PublishError) as err:
         publish(bad)
     assert "HTTP 401" in err.value.message and TOKEN not in err.value.message
@@ -476,7 +476,7 @@ def test_an_api_outage_and_an_unreachable_api_have_their_own_hints(httpserver, n
     httpserver.expect_request("/repos/o/r").respond_with_data("bad gateway", status=502)
     with pytest.raises(PublishError) as outage:
         publish(PublishOptions(context=context(), job_dirs=tuple(night), repo="o/r", api_url=httpserver.url_for("/").rstrip("/"),
-                               token=TOKEN, throttle=False, out=tmp_path / "staging-1", quiet=True))
+                               token=TOKEN, throttle=False, out=tmp_path / "staging-1"))
     assert "HTTP 502" in outage.value.message and TOKEN not in outage.value.message
     assert outage.value.hint is not None and "try again later" in outage.value.hint and "--repo" not in outage.value.hint
 
@@ -485,7 +485,7 @@ def test_an_api_outage_and_an_unreachable_api_have_their_own_hints(httpserver, n
         port = s.getsockname()[1]
     with pytest.raises(PublishError) as down:
         publish(PublishOptions(context=context(), job_dirs=tuple(night), repo="o/r", api_url=f"http://127.0.0.1:{port}", token=TOKEN,
-                               throttle=False, out=tmp_path / "staging-2", quiet=True))
+                               throttle=False, out=tmp_path / "staging-2"))
     assert down.value.message.endswith("failed: connection refused")
     assert down.value.hint is not None and "could not be reached" in down.value.hint
 

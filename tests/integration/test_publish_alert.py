@@ -26,7 +26,7 @@ def night(tmp_path):
 
 def alert(gh, jobs, **kw):
     return send_alert(jobs, run_url=kw.pop("run_url", RUN), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                      throttle=False, quiet=True, date="2026-11-29", context=kw.pop("context", context()), **kw)
+                      throttle=False, date="2026-11-29", context=kw.pop("context", context()), **kw)
 
 
 def test_opens_an_issue_listing_each_failed_job(gh, night):
@@ -81,4 +81,4 @@ def test_no_token_is_refused(gh, night, monkeypatch):
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     monkeypatch.delenv("GH_TOKEN", raising=False)
     with pytest.raises(PublishError, match="no GitHub token"):
-        send_alert(night, run_url=RUN, repo=gh.full_name, api_url=gh.api_url, quiet=True, context=context())
+        send_alert(night, run_url=RUN, repo=gh.full_name, api_url=gh.api_url, context=context())

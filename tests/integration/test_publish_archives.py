@@ -121,7 +121,7 @@ def test_lemonade_finds_every_asset_of_latest(tmp_path):
     with GitHubAPIServer(token=TOKEN) as gh:
         gh.state.add_release("b1292", assets={"llama-b1292-ubuntu-rocm-gfx1151-x64.zip": b"old"})
         publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                               throttle=False, out=tmp_path / "release", quiet=True))
+                               throttle=False, out=tmp_path / "release"))
         # Lemonade: GET releases/latest -> tag_name (anonymous, like a user's machine)
         latest = requests.get(f"{gh.api_url}/repos/{gh.full_name}/releases/latest", timeout=10).json()
         version = latest["tag_name"]
@@ -182,7 +182,7 @@ def test_the_same_bundle_gives_the_same_archive_bytes(tmp_path, epoch):
     settings = Settings.from_environment({"SOURCE_DATE_EPOCH": str(epoch)} if epoch else {})
 
     def archives(job: Path, out: Path) -> dict[str, tuple[str, Path]]:
-        report = publish(PublishOptions(context=settings, job_dirs=(job,), dry_run=True, quiet=True, token="",
+        report = publish(PublishOptions(context=settings, job_dirs=(job,), dry_run=True, token="",
                                         out=out))
         return {a.name: (a.sha256, a.path) for a in report.assets if a.kind in ("zip", "tar.gz")}
 

@@ -41,7 +41,7 @@ def _night(out: Path) -> list[Path]:
 
 def _options(gh, jobs, tmp_path, images: ImageOptions | None, **kw) -> PublishOptions:
     return PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url,
-                          token=TOKEN, throttle=False, out=tmp_path / "release", quiet=True, images=images, **kw)
+                          token=TOKEN, throttle=False, out=tmp_path / "release", images=images, **kw)
 
 
 def _asset(release, name: str) -> bytes:

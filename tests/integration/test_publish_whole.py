@@ -43,7 +43,7 @@ def night(tmp_path):
 
 def _options(gh, jobs, tmp_path, **kw) -> PublishOptions:
     return PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                          throttle=False, out=tmp_path / "release", quiet=True, **kw)
+                          throttle=False, out=tmp_path / "release", **kw)
 
 
 def test_publish_refuses_a_night_whose_bundle_lacks_the_chat_page_before_anything_is_uploaded(gh, night, tmp_path):

@@ -72,10 +72,10 @@ def test_fetch_cli_latest_then_second_fetch_transfers_nothing(server, tmp_path, 
 
 def test_fetch_explicit_version_and_windows(server, tmp_path, gfx1151):
     result = fetch_rocm(
-        gfx1151, os_name="linux", version="10.2.0a20261127", index_url=server.index_url, cache=tmp_path, quiet=True
+        gfx1151, os_name="linux", version="10.2.0a20261127", index_url=server.index_url, cache=tmp_path
     )
     assert result.name == OLD and result.layout is not None
-    win = fetch_rocm(gfx1151, os_name="windows", index_url=server.index_url, cache=tmp_path, quiet=True)
+    win = fetch_rocm(gfx1151, os_name="windows", index_url=server.index_url, cache=tmp_path)
     assert win.name == WIN and win.root.name == WIN.removesuffix(".tar.gz")
 
 
@@ -92,7 +92,7 @@ def test_missing_version_lists_the_nearest(server, tmp_path, run_rockbuild):
 def test_cut_mid_download_resumes_and_extracts(server, tmp_path, gfx1151):
     size = len((tmp_path / "src" / NEW).read_bytes())
     server.inject(NEW, Fault.cut(after=size // 2))
-    result = fetch_rocm(gfx1151, os_name="linux", index_url=server.index_url, cache=tmp_path, quiet=True)
+    result = fetch_rocm(gfx1151, os_name="linux", index_url=server.index_url, cache=tmp_path)
     assert result.extracted and (result.root / "lib/librocsolver.so.0.7").stat().st_size == 3 << 20
     stats = server.stats(NEW)
     assert stats.requests == 2 and stats.bytes_sent <= size + size // 2 + (1 << 20)
@@ -101,7 +101,7 @@ def test_cut_mid_download_resumes_and_extracts(server, tmp_path, gfx1151):
 def test_checksum_mismatch_leaves_no_tree(server, tmp_path, gfx1151):
     entry = find_tarball(gfx1151, os_name="linux", index_url=server.index_url)
     with pytest.raises(ChecksumError):
-        fetch_entry(entry, cache=tmp_path, sha256="0" * 64, quiet=True)
+        fetch_entry(entry, cache=tmp_path, sha256="0" * 64)
     assert not (tmp_path / "rocm" / NEW.removesuffix(".tar.gz")).exists()
     assert [p.name for p in (tmp_path / "rocm").iterdir() if not p.name.endswith(".lock")] == []
 
@@ -121,7 +121,7 @@ def test_malicious_tarball_is_refused_through_fetch(attack, tmp_path, gfx1151):
         srv.add(NEW, bad.read_bytes())
         srv.add_text("index.html", index_page([NEW]))
         with pytest.raises(UnsafeArchiveError):
-            fetch_rocm(gfx1151, os_name="linux", index_url=srv.url_for("index.html"), cache=cache, quiet=True)
+            fetch_rocm(gfx1151, os_name="linux", index_url=srv.url_for("index.html"), cache=cache)
     assert (outside / "target").read_text() == "sentinel" and sorted(p.name for p in outside.iterdir()) == ["target"]
     assert not dest.exists()
     assert [p.name for p in (cache / "rocm").iterdir() if not p.name.endswith(".lock")] == []
@@ -149,7 +149,7 @@ def test_dest_that_rockbuild_did_not_make_is_left_alone(server, tmp_path, gfx115
     (dest / "precious").write_text("mine")
     entry = find_tarball(gfx1151, os_name="linux", index_url=server.index_url)
     with pytest.raises(Exception, match="was not extracted by rockbuild"):
-        fetch_entry(entry, cache=tmp_path, dest=dest, quiet=True)
+        fetch_entry(entry, cache=tmp_path, dest=dest)
     assert (dest / "precious").read_text() == "mine"
 
 
@@ -165,8 +165,7 @@ def test_rocm_list_and_info(server, tmp_path, run_rockbuild):
     assert [e["filename"] for e in as_json] == [WIN]
 
     tree = tmp_path / "tree"
-    fetch_entry(find_tarball(["gfx1151"], os_name="linux", index_url=server.index_url), cache=tmp_path, dest=tree,
-                quiet=True)
+    fetch_entry(find_tarball(["gfx1151"], os_name="linux", index_url=server.index_url), cache=tmp_path, dest=tree)
     info = run_rockbuild("rocm", "info", str(tree), "--json")
     assert info.returncode == 0, info.stderr
     report = json.loads(info.stdout)

@@ -48,5 +48,5 @@ def options(gh, tmp_path, path: str | None = None, **kw) -> InstallOptions:
     empty = tmp_path / "no-gh"
     empty.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": path or str(empty), "GITHUB_TOKEN": TOKEN}
-    return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache", quiet=True,
+    return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache",
                           context=Settings.from_environment(env), families=load_families(), **kw)

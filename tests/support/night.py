@@ -78,7 +78,7 @@ class World:
     def options(self, out: Path, matrix: Path, **changes) -> NightOptions:
         values = dict(config=matrix, out=out, index_url=self.index, git_url=str(self.bare), repo=self.github.full_name,
                       api_url=self.github.api_url, token=TOKEN, smoke=False, use_ccache=False,
-                      cache=self.base / "cache", throttle=False, quiet=True, compile_jobs=2,
+                      cache=self.base / "cache", throttle=False, compile_jobs=2,
                       web_ui_dist=self.web_ui, programs=self.programs)
         values.update(changes)
         return night_options(**values)

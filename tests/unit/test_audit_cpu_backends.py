@@ -89,8 +89,8 @@ def test_the_audit_runs_it_on_a_bundle(tmp_path, modules, policy):
     shutil.copy2(modules / "libggml-cpu-haswell.so", tree["build"] / "bin" / "libggml-cpu-haswell.so")
     out = tmp_path / "bundle"
     with pytest.raises(AuditError, match="cpu-backends: CPU variants x64, zen4 missing"):
-        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
-    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True, audit=False)
+        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
+    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, audit=False)
     assert (out / "libggml-cpu-haswell.so").is_file()  # a module in bin/ ships although nothing links it
     report = audit_bundle(out, policy=policy)
     assert [c.failures for c in report.checks if c.name == "cpu-backends"] == [(

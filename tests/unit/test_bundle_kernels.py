@@ -145,7 +145,7 @@ def test_debian_root_bundle_lands_rocblas_5_library_as_rocblas_library(tmp_path)
     layout = detect_layout(root)
     assert str(layout.kind) == "debian" and layout.sysroot == root
     out = tmp_path / "bundle"
-    report = make_bundle(root / "build", layout, ["gfx1151"], out, quiet=True)
+    report = make_bundle(root / "build", layout, ["gfx1151"], out)
     assert tree_files(out) == sorted(
         ["bundle.json", "llama-cli", "libamd_comgr.so.3", "libamdhip64.so.7", "librocblas.so.5"]
         + [f"rocblas/library/{n}" for n in ROCBLAS if "gfx1151" in n or n.endswith("_fallback.dat")])

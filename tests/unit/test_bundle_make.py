@@ -33,7 +33,7 @@ def plugin_policy(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bundled(tree, plugin_policy, tmp_path_factory):
     out = tmp_path_factory.mktemp("bundles") / "bundle"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, quiet=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy)
     return report, out
 
 
@@ -86,7 +86,7 @@ def test_runpath_policy_would_let_ld_library_path_win(tree, tmp_path):
     # the reason the shipped policy writes RPATH: with RUNPATH a stray LD_LIBRARY_PATH replaces the bundle's files
     policy = load_policy(write_policy(tmp_path / "p.yaml", rpath="RUNPATH"))
     out = tmp_path / "b"
-    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, quiet=True)
+    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
     assert read_elf(out / "app").runpath == ("$ORIGIN",) and not read_elf(out / "app").rpath
     decoy = tmp_path / "decoy"
     cc(decoy / "libggml-base.so.0", "int base_value(void){return 666;}", shared=True, soname="libggml-base.so.0")
@@ -115,7 +115,7 @@ def test_bundle_json_records_files_sources_closure_kernels_and_audit(bundled, tr
 
 def test_shipped_policy_ships_comgr_but_not_an_undeclared_plugin(tree, tmp_path):
     out = tmp_path / "b"
-    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, quiet=True)
+    make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     assert (out / "libamd_comgr.so.3").is_file() and not (out / "libplug.so.1").exists()
     assert run_clean(out / "app").stdout == "base=1 hip=47 comgr=7 plug=-1\n"
 
@@ -138,7 +138,7 @@ def test_missing_library_is_an_error_naming_who_needs_it(tree, tmp_path):
     plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"), ("gfx1151",)))
     assert any("libhsa.so.1 (needed by libamdhip64.so.7)" in e for e in plan.errors)
     with pytest.raises(BundleError, match=r"libhsa.so.1 \(needed by libamdhip64.so.7\)"):
-        make_bundle(broken / "build", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o", quiet=True)
+        make_bundle(broken / "build", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
 
@@ -162,14 +162,14 @@ def test_out_folder_that_is_not_a_bundle_is_never_replaced(tree, tmp_path):
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")
     with pytest.raises(BundleError, match="refusing to replace it"):
-        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, quiet=True)
+        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     assert (out / "thesis.tex").read_text() == "years of work"
 
 
 def test_rebundling_replaces_an_earlier_bundle(bundled, tree, plugin_policy, tmp_path):
     out = tmp_path / "b"
     for _ in range(2):
-        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, quiet=True)
+        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy)
     assert tree_files(out) == tree_files(bundled[1])
 
 
@@ -177,7 +177,7 @@ def test_audit_failure_at_the_end_of_bundling_raises_and_keeps_the_bundle(tree, 
     # libggml-hip carries gfx1151 code; a job for gfx1100 (which has kernel data) must fail the code-object check
     out = tmp_path / "b"
     with pytest.raises(AuditError, match="code-objects: libggml-hip.so.0 has device code for gfx1151"):
-        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1100"], out, policy=plugin_policy, quiet=True)
+        make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1100"], out, policy=plugin_policy)
     data = json.loads((out / "bundle.json").read_text())
     assert data["audit"]["ok"] is False
 
@@ -190,8 +190,7 @@ def test_static_program_ships_unpatched(tree, plugin_policy, tmp_path):
         if "cannot find -lc" not in exc.stderr:
             raise  # a compile failure of any other kind is a failure of this test, not a missing package
         pytest.skip("no static libc (apt-get install libc6-dev)")
-    report = make_bundle(tmp_path / "st", detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy,
-                         quiet=True, audit=False)
+    report = make_bundle(tmp_path / "st", detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, audit=False)
     assert [f.patch for f in report.plan.files] == [()]
     assert run_clean(out / "static").returncode == 0
 
@@ -201,7 +200,7 @@ def test_strip_removes_debug_sections(tree, plugin_policy, tmp_path):
     out = tmp_path / "b"
     cc(tmp_path / "dbg" / "bin" / "dbgapp", "int main(void){return 0;}", flags=("-g",))
     layout = detect_layout(tree["rocm"])
-    make_bundle(tmp_path / "dbg", layout, ["gfx1151"], out, policy=plugin_policy, strip=True, quiet=True, audit=False)
+    make_bundle(tmp_path / "dbg", layout, ["gfx1151"], out, policy=plugin_policy, strip=True, audit=False)
     from elftools.elf.elffile import ELFFile
 
     with open(out / "dbgapp", "rb") as fh:
@@ -263,8 +262,7 @@ def test_prune_fatbin_keeps_the_job_targets_and_the_bundle_running(tree, plugin_
     out = tmp_path / "b"
     assert read_fatbin(tree["lib"] / "librocblas.so.5.0").targets == ("gfx90a", "gfx1100", "gfx1151")
     tool = fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")  # pruning needs a tool to prove it
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy,
-                         quiet=True, prune_fatbin=True)
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, prune_fatbin=True)
     tool.unlink()  # the module's other tests bundle this tree without one
     assert report.audit.ok, report.audit.failures
     (pruned,) = report.pruned
@@ -311,7 +309,7 @@ def test_hipblaslt_ships_only_when_the_shipped_rocblas_names_it(tmp_path):
         real = (tree["lib"] / "librocblas.so.5").resolve()
         cc(real, blas_source, shared=True, soname="librocblas.so.5")
         report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / f"{case}-out",
-                             policy=policy, quiet=True, audit=False)
+                             policy=policy, audit=False)
         shipped[case] = (tmp_path / f"{case}-out" / "libhipblaslt.so.1").is_file()
         assert report is not None
     assert shipped == {"names": True, "silent": False}

@@ -41,7 +41,7 @@ def vulkan_tree(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vulkan_bundle(vulkan_tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("vk-bundles") / "bundle"
-    return make_bundle(vulkan_tree["bin"], None, [], out, backend="vulkan", quiet=True), out
+    return make_bundle(vulkan_tree["bin"], None, [], out, backend="vulkan"), out
 
 
 def test_the_loader_is_a_host_library_and_never_ships(vulkan_bundle, vulkan_tree):

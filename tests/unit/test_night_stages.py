@@ -32,7 +32,7 @@ def test_a_second_run_reuses_every_passed_stage_and_redoes_what_is_gone(tmp_path
     folder = JobFolder.of(tmp_path, JOB.id)
     ran: list[str] = []
     events: list[tuple[str, str]] = []
-    first = run_stages(JOB.id, True, folder, stages(ran), on_event=lambda j, s, e: events.append((s, e)), quiet=True)
+    first = run_stages(JOB.id, True, folder, stages(ran), on_event=lambda j, s, e: events.append((s, e)))
     assert first.status == "ok" and ran == ["fetch", "build", "bundle"]
     assert first.stages == {"fetch": "done", "build": "done", "bundle": "done", "smoke": "skipped"}
     assert events[:2] == [("fetch", "start"), ("fetch", "done")]
@@ -41,14 +41,14 @@ def test_a_second_run_reuses_every_passed_stage_and_redoes_what_is_gone(tmp_path
     assert night["stages"]["build"]["made"] == "build"
 
     ran.clear()
-    second = run_stages(JOB.id, True, folder, stages(ran, gone="build"), quiet=True)
+    second = run_stages(JOB.id, True, folder, stages(ran, gone="build"))
     assert ran == ["build"] and second.stages["fetch"] == "reused" and second.stages["build"] == "done"
 
 
 def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsys):
     folder = JobFolder.of(tmp_path, JOB.id)
     ran: list[str] = []
-    outcome = run_stages(JOB.id, True, folder, stages(ran, fail="build"), quiet=True)
+    outcome = run_stages(JOB.id, True, folder, stages(ran, fail="build"))
     assert outcome.status == "failed" and outcome.failed_stage == "build" and outcome.message == "build broke"
     assert ran == ["fetch", "build"] and "bundle" not in outcome.stages
     assert StageLog(folder).stages["build"] == {"key": fingerprint("build", 1), "result": "failed",
@@ -57,7 +57,7 @@ def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsy
     assert "linux-gfx1151: build failed: build broke" in capsys.readouterr().err
     # the failed stage runs again next time; the passed one before it does not
     ran.clear()
-    assert run_stages(JOB.id, True, folder, stages(ran), quiet=True).status == "ok" and ran == ["build", "bundle"]
+    assert run_stages(JOB.id, True, folder, stages(ran)).status == "ok" and ran == ["build", "bundle"]
 
 
 def test_job_folder_records_a_failure_before_the_build(tmp_path):
