@@ -1,4 +1,5 @@
-"""Shared fixtures: the installed `rockbuild` entry point run as a real subprocess, and small file writers."""
+"""Shared fixtures: the installed `rockbuild` entry point run as a real subprocess, and small file writers; and the
+guard that holds every test under tests/unit to the unit rule (tests/support/unit_rule.py)."""
 
 from __future__ import annotations
 
