@@ -33,7 +33,7 @@ from typing import Any
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError, RockbuildError
 from rockbuild.core.records import ManifestRecord
-from rockbuild.publish.alert import file_issue
+from rockbuild.publish.alert import IssueReport, file_issue
 from rockbuild.publish.github import GitHub
 from rockbuild.publish.notes import marker, read_marker
 
@@ -423,10 +423,10 @@ def _file_alert(gh: Any, report: PerfReport, context: Context) -> PerfReport:
     body = "\n".join([f"llama-bench figures of {newest} dropped more than {report.threshold:g} % below the median "
                       f"of the {WINDOW} releases before (`rockbuild perf`):", "",
                       *(f"- {d.render()}" for d in report.drops), "", marker({"perf": newest})])
-    filed = file_issue(gh, label=LABEL, color=LABEL_COLOR, title=f"Performance regression in {newest}", body=body,
-                       what=f"{len(report.drops)} drop(s) in {newest}",
-                       reported=lambda text: (read_marker(text) or {"perf": None})["perf"] == newest,
-                       items=tuple(f"{d.job} {d.test}" for d in report.drops),
-                       say=lambda m: None,  # the report says it once (render's "alert:" line)
-                       already=f"{newest}'s drops are already reported")
+    filed = file_issue(gh, IssueReport(
+        label=LABEL, color=LABEL_COLOR, title=f"Performance regression in {newest}", body=body,
+        what=f"{len(report.drops)} drop(s) in {newest}",
+        reported=lambda text: (read_marker(text) or {"perf": None})["perf"] == newest,
+        items=tuple(f"{d.job} {d.test}" for d in report.drops), already=f"{newest}'s drops are already reported",
+    ), say=lambda m: None)  # the report says it once (render's "alert:" line)
     return replace(report, alert=filed.message)

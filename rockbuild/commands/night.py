@@ -298,12 +298,12 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...]
           as_json: bool) -> None:
     """Comment on the open 'nightly-failure' issue (or open one) with each failed leg and job, its step and log tail."""
     from rockbuild.core.errors import UsageError
-    from rockbuild.publish.alert import LegFailure, send_alert
+    from rockbuild.publish.alert import AlertTarget, LegFailure, send_alert
 
     if not job_dirs and not failed_legs:
         raise UsageError("nothing to report: give the night's job folders, or --failed-leg LEG")
     legs = [LegFailure.parse(text) for text in failed_legs]
-    show(send_alert(job_dirs, run_url=run_url, repo=github.repo, api_url=github.api_url,
+    show(send_alert(job_dirs, AlertTarget(run_url=run_url, repo=github.repo, api_url=github.api_url),
                     context=settings(), config=settings().publish, legs=legs, published=not legs), as_json)
 
 

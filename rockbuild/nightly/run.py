@@ -58,7 +58,7 @@ from rockbuild.pipeline.inputs import (
 )
 from rockbuild.pipeline.job import JobPipeline, carried_patches
 from rockbuild.pipeline.stages import STAGES, EventHook, StagesOutcome
-from rockbuild.publish.alert import LegFailure, send_alert
+from rockbuild.publish.alert import AlertTarget, LegFailure, send_alert
 from rockbuild.publish.config import PublishConfig
 from rockbuild.publish.github import GitHub, describe
 from rockbuild.publish.image import ImageOptions
@@ -580,10 +580,10 @@ def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, t
     run_url = options.run_url or options.context.github.run_url or f"rockbuild nightly on {socket.gethostname()}"
     try:
         with console.step("alert"):
-            report = send_alert(dirs, run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
-                                context=options.context.but(cache=options.cache), config=options.data.publish,
-                                legs=legs, published=published,
-                                throttle=options.throttle)
+            target = AlertTarget(run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
+                                 throttle=options.throttle)
+            report = send_alert(dirs, target, context=options.context.but(cache=options.cache),
+                                config=options.data.publish, legs=legs, published=published)
         return report.message
     except RockbuildError as exc:
         console.warn(f"the alert was not sent: {exc.message}")

@@ -116,17 +116,29 @@ def _reported(text: str | None, run_url: str) -> bool:
     return marker is not None and marker.get("run") == run_url
 
 
-def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = None, api_url: str | None = None,
-               token: str | None = None, date: str | None = None, config: PublishConfig | None = None,
-               throttle: bool = True, context: Context, legs: Sequence[LegFailure] = (),
+@dataclass(frozen=True)
+class AlertTarget:
+    """Where a night's alert goes and what it says of itself: the run that failed, the repository whose issues it
+    files (each None: the context's GitHub: this run's page, GITHUB_REPOSITORY, GITHUB_TOKEN/GH_TOKEN), the API, the
+    day it names (None: today) and whether the API is throttled (tests turn it off)."""
+
+    run_url: str | None = None
+    repo: str | None = None
+    api_url: str | None = None
+    token: str | None = None
+    date: str | None = None
+    throttle: bool = True
+
+
+def send_alert(job_dirs: Sequence[Path], target: AlertTarget, *, context: Context,
+               config: PublishConfig | None = None, legs: Sequence[LegFailure] = (),
                published: bool = True) -> AlertReport:
     """Open (or comment on) the night's failure issue: for its failed jobs, its jobs that fell back to the last good
     ROCm, and its ``legs`` that failed outside any job (the plan, publishing: ``published`` False says the release
-    was not made). ``repo``, ``token`` and ``run_url`` default to the context's GitHub (GITHUB_REPOSITORY,
-    GITHUB_TOKEN/GH_TOKEN, this run's page)."""
+    was not made), in ``target``'s repository."""
     config = config or load_publish_config()
     say = console.info
-    run_url = run_url or context.github.run_url or ""
+    run_url = target.run_url or context.github.run_url or ""
     if not run_url:
         raise PublishError("no run URL", hint="pass --run-url (the CI run that failed)")
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in job_dirs]
@@ -137,13 +149,13 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
         message = f"all {len(jobs)} jobs passed; no alert"
         say(message)
         return AlertReport("nothing-failed", message)
-    repo = repo or context.github.repository
-    token = token if token is not None else context.github.token
+    repo = target.repo or context.github.repository
+    token = target.token if target.token is not None else context.github.token
     if not repo:
         raise PublishError("no repository for the alert", hint="pass --repo OWNER/NAME")
     if not token:
         raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (issues: write)")
-    day = date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    day = target.date or datetime.datetime.now(datetime.UTC).date().isoformat()
     outs = {Path(d).absolute().parent for d in job_dirs}
     places: dict[str, Path | None] = {"<cache>": context.cache, "~": Path.home()}
     if len(outs) == 1:  # the night's output folder (the job folders' parent)
@@ -154,38 +166,54 @@ def send_alert(job_dirs: Sequence[Path], *, run_url: str, repo: str | None = Non
     what = ", ".join(x for x in (", ".join(f"the {leg.leg} leg failed" for leg in legs),
                                  f"{len(failed)} failed job(s)" if failed else "",
                                  f"{len(fell_back)} on the last good ROCm" if fell_back else "") if x)
-    gh = GitHub(repo, api_url=api_url, token=token, throttle=throttle)
+    gh = GitHub(repo, api_url=target.api_url, token=token, throttle=target.throttle)
     try:
         if legs:  # what failed, in the title: "Nightly failed (2026-12-01): publish"
             title = f"{config.alert_title.format(date=day)}: {', '.join(leg.leg for leg in legs)}"
         else:
             title = config.alert_title.format(date=day) if failed else fallback_title(fell_back)
-        return file_issue(gh, label=config.alert_label, color=config.alert_label_color, title=title, body=body,
-                          what=what, reported=lambda text: _reported(text, run_url),
-                          items=ids, say=say, already=f"run {run_url} is already reported")
+        return file_issue(gh, IssueReport(label=config.alert_label, color=config.alert_label_color, title=title,
+                                          body=body, what=what, reported=lambda text: _reported(text, run_url),
+                                          items=ids, already=f"run {run_url} is already reported"), say=say)
     finally:
         gh.close()
 
 
-def file_issue(gh: GitHub, *, label: str, color: str, title: str, body: str, what: str,
-               reported: Callable[[str | None], bool], items: tuple[str, ...] = (),
-               say: Callable[[str], None] = console.info, already: str = "already reported") -> AlertReport:
-    """Comment on the open issue labelled ``label``, or open one (and the label): unless ``reported`` finds this
-    report in it already (a re-run writes nothing)."""
+@dataclass(frozen=True)
+class IssueReport:
+    """What to file under ``label`` (made with ``color``): the issue's ``title`` and ``body`` (or the comment's),
+    ``what`` it reports and its ``items`` for the console, and how to tell it is in an issue already (``reported``
+    reads an issue's or comment's text; ``already`` says so)."""
+
+    label: str
+    color: str
+    title: str
+    body: str
+    what: str
+    reported: Callable[[str | None], bool]
+    items: tuple[str, ...] = ()
+    already: str = "already reported"
+
+
+def file_issue(gh: GitHub, report: IssueReport, *, say: Callable[[str], None] = console.info) -> AlertReport:
+    """Comment on the open issue labelled ``report.label``, or open one (and the label): unless ``report.reported``
+    finds this report in it already (a re-run writes nothing)."""
+    label, title, body, what, items, reported = (report.label, report.title, report.body, report.what, report.items,
+                                                 report.reported)
     open_issues = gh.call(f"listing open '{label}' issues",
                           lambda: list(gh.repo.get_issues(state="open", labels=[label])))
     if open_issues:
         issue = open_issues[0]
         comments = gh.call("reading the issue's comments", lambda: list(issue.get_comments()))
         if reported(issue.body) or any(reported(c.body) for c in comments):
-            message = f"{already} on issue #{issue.number}; nothing written"
+            message = f"{report.already} on issue #{issue.number}; nothing written"
             say(message)
             return AlertReport("already-reported", message, issue.number, issue.html_url, items)
         gh.call(f"commenting on issue #{issue.number}", lambda: issue.create_comment(body))
         message = f"commented on issue #{issue.number}: {what}"
         say(message)
         return AlertReport("commented", message, issue.number, issue.html_url, items)
-    _ensure_label(gh, label, color)
+    _ensure_label(gh, label, report.color)
     issue = gh.call("opening the issue", lambda: gh.repo.create_issue(title=title, body=body, labels=[label]))
     message = f"opened issue #{issue.number} \"{title}\": {what}"
     say(message)

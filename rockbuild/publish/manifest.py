@@ -87,14 +87,28 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
             "ops": ops_summary(smoke) or None}
 
 
+@dataclass(frozen=True)
+class ReleaseContent:
+    """What a release is, as its manifest and its notes both tell it: the tag, the inputs' fingerprint, the jobs
+    that ship and those that failed, the assets, the repository, and (published with --allow-partial) what it lacks."""
+
+    tag: str
+    fingerprint: str
+    jobs: Sequence[BuiltJob]
+    failed: Sequence[BuiltJob]
+    assets: Sequence[AssetFile]
+    repo: str | None
+    partial: Mapping[str, Any] | None = None
+
+
 def build_manifest(
-    *, tag: str, fingerprint_value: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob],
-    assets: Sequence[AssetFile], floors: Mapping[str, Mapping[str, tuple[str, str]]],
-    floor_config: Mapping[str, str], repo: str | None, partial: Mapping[str, Any] | None = None,
+    content: ReleaseContent, *, floors: Mapping[str, Mapping[str, tuple[str, str]]], floor_config: Mapping[str, str],
     images: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a release: every job that ships, with its assets, and every job that failed; with ``images``
     (``--images``; None: the key is left out, as before images) each container image's digest and tags."""
+    tag, fingerprint_value, jobs, failed, assets, repo, partial = (
+        content.tag, content.fingerprint, content.jobs, content.failed, content.assets, content.repo, content.partial)
     by_job: dict[str, list[AssetFile]] = {}
     for a in assets:
         if a.job:

@@ -12,7 +12,7 @@ from rockbuild.console import human_bytes
 from rockbuild.core.data import data_path
 
 from .jobs import BuiltJob
-from .manifest import AssetFile
+from .manifest import AssetFile, ReleaseContent
 
 MARKER = "rockbuild"
 _MARKER_RE = re.compile(r"<!--\s*rockbuild\s+(\{.*?\})\s*-->", re.S)
@@ -91,11 +91,13 @@ def _gpu_row(job: BuiltJob) -> dict[str, Any] | None:
 
 
 def notes_context(
-    *, tag: str, jobs: Sequence[BuiltJob], failed: Sequence[BuiltJob], assets: Sequence[AssetFile],
-    known_issues: Sequence[str], os_words: Mapping[str, str], fingerprint_value: str, repo: str | None,
-    run_url: str | None, release_url: str | None = None, state: str = "", partial: Mapping[str, Any] | None = None,
-    images: Sequence[Mapping[str, Any]] = (),
+    content: ReleaseContent, *, known_issues: Sequence[str], os_words: Mapping[str, str], run_url: str | None,
+    release_url: str | None = None, state: str = "", images: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
+    """What release-notes.md.j2 is given: the release (``content``), the known issues, the words for each OS, the
+    run's and the release's pages, and the images' rows."""
+    tag, fingerprint_value, jobs, failed, assets, repo, partial = (
+        content.tag, content.fingerprint, content.jobs, content.failed, content.assets, content.repo, content.partial)
     first = jobs[0] if jobs else (failed[0] if failed else None)
     commit = (first.llama_commit if first else None) or "unknown"
     finished = sorted(j.finished for j in jobs if j.finished)

@@ -50,7 +50,7 @@ from .image import (
     release_images,
 )
 from .jobs import BuiltJob, load_job, with_failure
-from .manifest import AssetFile, build_manifest, fingerprint, sha256sums, write_json
+from .manifest import AssetFile, ReleaseContent, build_manifest, fingerprint, sha256sums, write_json
 from .notes import notes_context, read_marker, render
 from .sbom import SBOM_SUFFIX, make_sbom
 from .tags import llama_tag, next_sequential_tag
@@ -376,9 +376,9 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         # the images, made and tested before anything is written to GitHub (pushed only with the release, below)
         image_options = _image_options(options.images, repo, token)
         images = _release_images(image_options, shipped, tag, out_dir, config, options, repo, say)
-        manifest = build_manifest(tag=tag, fingerprint_value=fp, jobs=shipped, failed=failed, assets=assets,
-                                  floors=floors, floor_config=config.glibc_floor, repo=repo,
-                                  partial=wholeness.partial(),
+        content = ReleaseContent(tag=tag, fingerprint=fp, jobs=shipped, failed=failed, assets=tuple(assets), repo=repo,
+                                 partial=wholeness.partial())
+        manifest = build_manifest(content, floors=floors, floor_config=config.glibc_floor,
                                   images=manifest_entries(images) if image_options is not None else None)
         manifest_path = write_json(out_dir / MANIFEST, manifest)
         assets.append(AssetFile(MANIFEST, manifest_path, manifest_path.stat().st_size, sha256_file(manifest_path),
@@ -386,9 +386,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         sums_path = out_dir / CHECKSUMS
         sums_path.write_text(sha256sums(assets), encoding="utf-8")
         assets.append(AssetFile(CHECKSUMS, sums_path, sums_path.stat().st_size, sha256_file(sums_path), "checksums"))
-        context = notes_context(tag=tag, jobs=shipped, failed=failed, assets=assets, known_issues=config.known_issues,
-                                os_words=config.os_words, fingerprint_value=fp, repo=repo, run_url=run_url,
-                                partial=wholeness.partial(),
+        context = notes_context(replace(content, assets=tuple(assets)), known_issues=config.known_issues,
+                                os_words=config.os_words, run_url=run_url,
                                 images=notes_rows(images, {a.job: a.name for a in assets
                                                            if a.job and a.kind == "zip"}))
         notes = render("release-notes.md.j2", **context)

@@ -8,7 +8,7 @@ from support.options import context
 from support.publishing import TOKEN, make_job
 
 from rockbuild.core.errors import PublishError
-from rockbuild.publish.alert import send_alert
+from rockbuild.publish.alert import AlertTarget, send_alert
 
 RUN = "https://github.com/rockbuild-test/llamacpp-rocm/actions/runs/1234"
 
@@ -25,8 +25,9 @@ def night(tmp_path):
 
 
 def alert(gh, jobs, **kw):
-    return send_alert(jobs, run_url=kw.pop("run_url", RUN), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                      throttle=False, date="2026-11-29", context=kw.pop("context", context()), **kw)
+    target = AlertTarget(run_url=kw.pop("run_url", RUN), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
+                         throttle=False, date="2026-11-29")
+    return send_alert(jobs, target, context=kw.pop("context", context()), **kw)
 
 
 def test_opens_an_issue_listing_each_failed_job(gh, night):
@@ -81,4 +82,4 @@ def test_no_token_is_refused(gh, night, monkeypatch):
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     monkeypatch.delenv("GH_TOKEN", raising=False)
     with pytest.raises(PublishError, match="no GitHub token"):
-        send_alert(night, run_url=RUN, repo=gh.full_name, api_url=gh.api_url, context=context())
+        send_alert(night, AlertTarget(run_url=RUN, repo=gh.full_name, api_url=gh.api_url), context=context())

@@ -143,7 +143,7 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     from rockbuild.pipeline.inputs import Inputs, LlamaInput
     from rockbuild.pipeline.stages import StageLog
     from rockbuild.publish.jobs import load_job
-    from rockbuild.publish.manifest import AssetFile, build_manifest, write_json
+    from rockbuild.publish.manifest import AssetFile, ReleaseContent, build_manifest, write_json
 
     folder = JobFolder.of(tmp_path / "out", JOB.id)
     folder.record_failure(JOB, "rocm", BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
@@ -174,8 +174,8 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     ok = load_job(make_job(out, "linux-gfx1151", smoke=smoke_ok()))
     failed = load_job(make_job(out, "linux-gfx1100", status="failed", failed_step="compile"))
     asset = AssetFile("a.zip", out / "a.zip", 3, "00" * 32, "zip", ok.id)
-    manifest = build_manifest(tag="b1", fingerprint_value="f" * 16, jobs=[ok], failed=[failed], assets=[asset],
-                              floors={}, floor_config={"linux": "2.35"}, repo="o/r")
+    manifest = build_manifest(ReleaseContent(tag="b1", fingerprint="f" * 16, jobs=[ok], failed=[failed],
+                                             assets=[asset], repo="o/r"), floors={}, floor_config={"linux": "2.35"})
     write_json(tmp_path / "manifest.json", manifest)
     record = ManifestRecord.from_dict(manifest, "manifest.json")
     assert valid("manifest.json", manifest) and record.job("linux-gfx1151") is not None
