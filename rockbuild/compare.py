@@ -24,11 +24,12 @@ from typing import Any
 from rockbuild import __version__, console
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import ProcessError, SmokeError, UsageError
+from rockbuild.core.records import BenchFigure
 from rockbuild.core.vocabulary import GpuDevice
 from rockbuild.process import log_tail, run
 from rockbuild.smoke.models import ModelFile
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, run_numerics
-from rockbuild.smoke.parse import BenchResult, parse_bench_json
+from rockbuild.smoke.parse import parse_bench_json
 from rockbuild.smoke.probe import bundle_program, smoke_env
 from rockbuild.smoke.runner import locate_bundle
 
@@ -77,7 +78,7 @@ class BundleBench:
     bundle: Path
     command: tuple[str, ...]
     seconds: float
-    results: tuple[BenchResult, ...]
+    results: tuple[BenchFigure, ...]
     log: Path
     numerics: Numerics | None = None  # --numerics: the smoke's numerics step on this bundle
 
@@ -88,9 +89,9 @@ class BundleBench:
     @property
     def device(self) -> str:
         """llama-bench's ``gpu_info``; empty means no GPU device was used (a CPU run or a silent fallback)."""
-        return next((b.gpu_info for b in self.results if b.gpu_info), "")
+        return next((b.gpu_info for b in self.results if b.gpu_info), None) or ""
 
-    def result(self, test: str) -> BenchResult | None:
+    def result(self, test: str) -> BenchFigure | None:
         return next((b for b in self.results if b.test == test), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,7 +118,7 @@ class Comparison:
 
     @property
     def tests(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(b.test for r in self.runs for b in r.results))
+        return tuple(dict.fromkeys(b.test or "?" for r in self.runs for b in r.results))
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -177,8 +178,8 @@ class Comparison:
                     cells.append("-")
                     continue
                 cell = f"{b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s"
-                if i and first is not None and first.tokens_per_second > 0:
-                    cell += f" ({b.tokens_per_second / first.tokens_per_second:.2f}x)"
+                if i and first is not None and first.rate > 0:
+                    cell += f" ({b.rate / first.rate:.2f}x)"
                 cells.append(cell)
             rows.append([test, *cells])
         if any(r.numerics is not None for r in self.runs):

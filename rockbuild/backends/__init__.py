@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
     from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.records import BenchFigure, LoadReport, SmokeGpu
     from rockbuild.core.vocabulary import Check, Finding, Gpu, Toolchain
     from rockbuild.rocm.layout import RocmLayout
-    from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
 # what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in (the Vulkan
 # backend audits their absence)
@@ -127,7 +127,7 @@ class Backend(Protocol):
         ...
 
     def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchResult]) -> GpuVerdict:
+                      bench: Sequence[BenchFigure]) -> SmokeGpu:
         """Where the model went, by this backend's buffers (ROCm0, Vulkan0), and whether that is what was expected."""
         ...
 

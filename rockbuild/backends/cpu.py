@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
     from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.records import BenchFigure, LoadReport, SmokeGpu
     from rockbuild.core.vocabulary import Gpu, Toolchain
     from rockbuild.rocm.layout import RocmLayout
-    from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
     from . import Backend
 
@@ -125,7 +125,7 @@ class CpuBackend:
         return SmokeDevices((), False, "a CPU build: no GPU backend", None, preflight)
 
     def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchResult]) -> GpuVerdict:
+                      bench: Sequence[BenchFigure]) -> SmokeGpu:
         with_buffers = [load for load in loads if load.buffers]
         host_mib = max((sum(b.mib for b in load.buffers) for load in with_buffers), default=0.0)
         return judge(WORDS, loads, with_buffers, "cpu", expect_gpu=False, texts=texts, gpu_mib=0.0,

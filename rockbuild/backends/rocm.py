@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
     from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.records import BenchFigure, LoadReport, SmokeGpu
     from rockbuild.core.vocabulary import Check, Finding, Gpu
     from rockbuild.rocm.layout import RocmLayout
-    from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
     from . import Backend
 
@@ -274,7 +274,7 @@ WORDS: dict[str, str] = {
 
 
 def rocm_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = ()
-                 ) -> GpuVerdict:
+                 ) -> SmokeGpu:
     """``gpu``: every load put weights in a ``ROCmN`` buffer and offloaded all layers (when the line is there);
     ``partial``: some weights on a ROCm device, not all layers; ``cpu``: no ROCm buffer (an ``offloaded N/N`` line
     next to CPU or RPC buffers is noted, never believed); ``unknown``: no buffer lines at all (no ``-lv 4`` log)."""
@@ -399,7 +399,7 @@ class RocmBackend:
         return SmokeDevices(devices, expect, reason, device)
 
     def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchResult]) -> GpuVerdict:
+                      bench: Sequence[BenchFigure]) -> SmokeGpu:
         return rocm_verdict(loads, expect_gpu=expect_gpu, texts=texts)
 
     def in_logs(self, loads: Sequence[LoadReport]) -> bool:

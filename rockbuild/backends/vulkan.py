@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
     from rockbuild.core.jobs import FamilyTable, Job
+    from rockbuild.core.records import BenchFigure, LoadReport, SmokeGpu
     from rockbuild.core.vocabulary import Check, Finding, Gpu, Toolchain
     from rockbuild.rocm.layout import RocmLayout
-    from rockbuild.smoke.parse import BenchResult, GpuVerdict, LoadReport
 
     from . import Backend
 
@@ -150,13 +150,13 @@ def no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
             + advice)
 
 
-def vulkan_bench_problem(results: Sequence[BenchResult]) -> str | None:
+def vulkan_bench_problem(results: Sequence[BenchFigure]) -> str | None:
     """Why llama-bench results do not prove a Vulkan run (None when they do): no results, a CPU backend, an empty
     ``gpu_info`` (no device), or ``n_gpu_layers`` 0 (the JSON still says Vulkan then)."""
     if not results:
         return "llama-bench gave no results"
     for b in results:
-        if "Vulkan" not in b.backends.split(","):
+        if "Vulkan" not in (b.backends or "").split(","):
             return f"llama-bench ran on backend {b.backends or '?'!r}, not Vulkan"
         if not b.gpu_info:
             return "llama-bench reports no GPU (gpu_info is empty): no Vulkan device was used"
@@ -175,7 +175,7 @@ WORDS: dict[str, str] = {
 
 
 def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-                   bench: Sequence[BenchResult] = ()) -> GpuVerdict:
+                   bench: Sequence[BenchFigure] = ()) -> SmokeGpu:
     """Judge a Vulkan bundle's run: ``gpu`` when every load put weights in a ``VulkanN`` model buffer and its KV cache
     in a ``VulkanN`` KV buffer; ``partial`` with Vulkan weights but a KV cache elsewhere or fewer layers than all;
     ``cpu`` otherwise. The output layer may stay in ``CPU_Mapped`` on a ``gpu`` run (lavapipe's 128 MiB storage
@@ -325,7 +325,7 @@ class VulkanBackend:
         return SmokeDevices(devices, expect, reason, device, preflight)
 
     def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchResult]) -> GpuVerdict:
+                      bench: Sequence[BenchFigure]) -> SmokeGpu:
         return vulkan_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)
 
     def in_logs(self, loads: Sequence[LoadReport]) -> bool:

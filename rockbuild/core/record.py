@@ -247,6 +247,15 @@ class Record:
             raise RecordError(f"{path}: cannot be read ({exc})") from None
         return cls.loads(text, path)
 
+    @classmethod
+    def keyed(cls: type[R], values: Mapping[str, Any]) -> R:
+        """A record made in code whose JSON has ``values``' keys alone, in their order: for an object whose keys
+        depend on what happened (a smoke run has a ``load`` only when it loaded a model, a ``log_tail`` only when it
+        failed). A key the record has no field for is kept (``extra``)."""
+        names = {f.name for f in cls._inputs()}
+        return cls(**{k: v for k, v in values.items() if k in names},
+                   extra={k: v for k, v in values.items() if k not in names}, keys=tuple(values))
+
     def to_dict(self) -> dict[str, Any]:
         names = [f.name for f in self._fields()]
         order = [k for k in self.keys if k in names or k in self.extra] if self.keys else names

@@ -17,7 +17,7 @@ file               record               writer
 =================  ===================  =====================================================================
 build.json         :class:`BuildRecord`     the build driver; a failure before it: JobFolder.record_failure
 bundle.json        :class:`BundleRecord`    rockbuild.bundle.plan (write_bundle_json)
-smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (write_smoke_json)
+smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (run_smoke)
 gpu-smoke.json     :class:`SmokeRecord`     the same (rockbuild smoke --report gpu-smoke.json on the GPU leg)
 night.json         :class:`NightRecord`     rockbuild.pipeline.stages.StageLog
 fallback.json      :class:`FallbackRecord`  rockbuild.nightly.run (the retry on the last good ROCm)
@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from rockbuild.core.errors import BUG_EXIT_CODE, RockbuildError
 from rockbuild.core.jobs import Job
-from rockbuild.core.record import Record
+from rockbuild.core.record import Record, json_form
 
 BUILD_SCHEMA = 1
 """build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
@@ -349,11 +349,72 @@ class SmokeModel(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExpectGpu(Record):
+    """Whether the smoke required a GPU run: what was asked (auto | yes | no), why it was decided so, and the devices
+    the bundle saw."""
+
+    asked: str | None = None
+    reason: str | None = None
+    devices_found: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmokeGpu(Record):
-    """The smoke's GPU verdict: where the model ran (gpu | cpu | partial) and the one-line summary."""
+    """The smoke's GPU verdict (each backend's rules judge it: rockbuild.backends): where the weights went
+    (``placement`` gpu | partial | cpu | unknown), whether a GPU run was required (``expected``; None: not decided)
+    and was had (``ok``), the one-line summary, the MiB of weights on the device and on the host."""
 
     placement: str | None = None
+    expected: bool | None = None
+    ok: bool | None = None
     summary: str | None = None
+    gpu_mib: float | None = None
+    host_mib: float | None = None
+    offloaded: str | None = None
+    devices: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Buffer(Record):
+    """One ``<device> model buffer size = X MiB`` line (or a KV buffer's): where part of the weights went."""
+
+    device: str  # CPU_Mapped, CPU, ROCm0, Vulkan0, RPC0[127.0.0.1:49619], ...
+    mib: float
+
+
+@dataclass(frozen=True)
+class VulkanLoad(Record):
+    """What a log says about Vulkan: KV buffers of the last load, ggml_vulkan's devices, fallback warnings."""
+
+    seen: bool  # the log mentions a Vulkan device, buffer, ggml_vulkan or the loader
+    kv_buffers: tuple[Buffer, ...] = ()
+    devices: tuple[str, ...] = ()  # "0 = llvmpipe (LLVM 22.1.8, 256 bits) (llvmpipe)"
+    fallbacks: tuple[str, ...] = ()  # user-facing meanings of the VULKAN_FALLBACKS lines found
+    cpu_type_device: bool = False  # "Device type is CPU": lavapipe/llvmpipe, fine for a smoke test
+
+
+def _read_offload(text: str | None) -> tuple[int, int] | None:
+    done, _, total = (text or "").partition("/")
+    return (int(done), int(total)) if done.isdigit() and total.isdigit() else None
+
+
+_OFFLOAD = json_form(str | None, _read_offload, lambda pair: f"{pair[0]}/{pair[1]}" if pair else None)
+"""``offloaded N/M layers to GPU``: a pair in Python, ``"N/M"`` in JSON."""
+
+
+@dataclass(frozen=True)
+class LoadReport(Record):
+    """The model load as a run's log tells it (the last load when there are several, e.g. llama-cli's fit probe);
+    ``vulkan`` is written only when the log shows Vulkan or a CPU-fallback warning."""
+
+    buffers: tuple[Buffer, ...] = ()
+    offloaded: tuple[int, int] | None = field(default=None, metadata=_OFFLOAD)
+    devices: tuple[str, ...] = ()  # "ROCm0 (AMD Radeon Graphics)" from "using device ..." lines
+    isas: tuple[str, ...] = ()  # gfx targets of the devices ggml_cuda_init found
+    vulkan: VulkanLoad | None = None
+
+    KEYS: ClassVar[tuple[str, ...]] = ("buffers", "offloaded", "devices", "isas")  # vulkan: written when set
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -367,6 +428,11 @@ class SmokeBackends(Record):
     gpu_file: str | None = None  # libggml-hip.so
     others: tuple[str, ...] = ()  # RPC, BLAS
     shipped: tuple[str, ...] = ()  # the bundle's libggml-cpu-<variant>.so files
+
+    @property
+    def loaded(self) -> bool:
+        """Did the run log any backend module?"""
+        return bool(self.cpu or self.gpu or self.others)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,27 +452,6 @@ class SmokeCheck(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SmokeRun(Record):
-    """One of the smoke's runs (cli, server, bench): its verdict, log and, when it failed, the log's tail."""
-
-    name: str | None = None
-    command: tuple[str, ...] = ()
-    ok: bool | None = None
-    seconds: float | None = None
-    returncode: int | None = None
-    backends: SmokeBackends | None = None
-    failure: str | None = None
-    log: str | None = None
-    log_tail: tuple[str, ...] = ()
-    # the programs run (rockbuild.smoke.runner.run_programs): each one's status, arguments, exit code and log
-    programs: tuple[Mapping[str, Any], ...] = ()
-    checked: int | None = None
-    absent: tuple[str, ...] = ()
-    web_ui: SmokeCheck | None = None  # the server run: GET / of a build with a web UI
-    browser: SmokeCheck | None = None  # the server run, with --browser: a message typed into the chat page
-
-
-@dataclass(frozen=True, kw_only=True)
 class BenchFigure(Record):
     """A llama-bench line: the test (pp512, tg128), tokens per second and its spread, the GPU and backends."""
 
@@ -419,6 +464,9 @@ class BenchFigure(Record):
     warmup: int | None = None  # discarded runs before the measured one (the GPU bench warms up)
     backends: str | None = None
     gpu_info: str | None = None
+    n_gpu_layers: int | None = None
+    model_type: str | None = None
+    build: str | None = None  # llama.cpp's commit and build number as llama-bench reports them
 
     @property
     def spread(self) -> float | None:
@@ -428,6 +476,48 @@ class BenchFigure(Record):
         if self.stddev is not None and self.tokens_per_second:
             return round(100.0 * self.stddev / self.tokens_per_second, 2)
         return None
+
+    @property
+    def rate(self) -> float:
+        """Tokens per second, 0 when the line had none."""
+        return self.tokens_per_second or 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeRun(Record):
+    """One of the smoke's runs (cli, server, bench, programs, numerics): its verdict, log and, when it failed, the
+    log's tail; what it saw (the backends it loaded, the text it generated, the model load, llama-bench's lines) and
+    its own facts. A run has only the keys that apply to it (:meth:`Record.keyed`): the generation's when it generated,
+    ``log_tail`` when it failed; the server's port, pid and timings and the numerics step's record are kept as they
+    are (``extra``)."""
+
+    name: str | None = None
+    command: tuple[str, ...] = ()
+    ok: bool | None = None
+    seconds: float | None = None
+    returncode: int | None = None
+    failure: str | None = None
+    log: str | None = None
+    backends: SmokeBackends | None = None
+    text: str | None = None  # what it generated (llama-cli, llama-server)
+    tokens: int | None = None
+    tokens_per_second: float | None = None
+    prompt_tokens_per_second: float | None = None
+    load: LoadReport | None = None
+    bench: tuple[BenchFigure, ...] = ()
+    web_ui: SmokeCheck | None = None  # the server run: GET / of a build with a web UI
+    browser: SmokeCheck | None = None  # the server run, with --browser: a message typed into the chat page
+    # the programs run (rockbuild.smoke.runner.run_programs): each one's status, arguments, exit code and log
+    programs: tuple[Mapping[str, Any], ...] = ()
+    checked: int | None = None
+    absent: tuple[str, ...] = ()
+    known: tuple[str, ...] = ()  # programs that failed as programs.yaml's known_failures say
+    log_tail: tuple[str, ...] = ()
+
+    @property
+    def generated(self) -> bool:
+        """Did the run get to generate? Its record has the generation's keys then (``text`` None: none was found)."""
+        return "text" in self.keys or self.text is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -458,8 +548,10 @@ class SmokeCpuVariants(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class SmokeHost(Record):
-    driver: str | None = None
+    """The machine the smoke ran on: its kernel and GPU driver, as the kernel tells them (for the release's figures)."""
+
     kernel: str | None = None
+    driver: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,7 +570,7 @@ class SmokeRecord(Record):
     targets: tuple[str, ...] = ()
     job_id: str | None = None
     model: SmokeModel | None = None
-    expect_gpu: Mapping[str, Any] | None = None
+    expect_gpu: ExpectGpu | None = None
     device: str | None = None
     preflight: str | None = None
     gpu: SmokeGpu | None = None

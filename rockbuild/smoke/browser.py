@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.records import SmokeCheck
+
 # Debian's chromium first (/usr/bin/chromium): the one the project's machines and CI have
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -52,21 +54,14 @@ class ChatPage:
         return cls(**values)
 
 
-@dataclass(frozen=True)
-class BrowserCheck:
+_CHECK_KEYS = ("result", "detail", "seconds", "url", "screenshot", "answer", "browser")
+
+
+def _check(result: str, detail: str, seconds: float, url: str, screenshot: str | None = None,
+           answer: str | None = None, browser: str | None = None) -> SmokeCheck:
     """What the browser saw: ``result`` passed | failed | not checked, and the detail (or why not)."""
-
-    result: str
-    detail: str
-    seconds: float = 0.0
-    url: str | None = None
-    screenshot: str | None = None
-    answer: str | None = None
-    browser: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"result": self.result, "detail": self.detail, "seconds": round(self.seconds, 3), "url": self.url,
-                "screenshot": self.screenshot, "answer": self.answer, "browser": self.browser}
+    return SmokeCheck(result=result, detail=detail, seconds=round(seconds, 3), url=url, screenshot=screenshot,
+                      answer=answer, browser=browser, keys=_CHECK_KEYS)
 
 
 def playwright_problem() -> str | None:
@@ -94,7 +89,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | None = None,
-               env: Mapping[str, str] | None = None) -> BrowserCheck:
+               env: Mapping[str, str] | None = None) -> SmokeCheck:
     """Chat once with the page at ``url`` in a headless Chromium with a fresh profile; the screenshot (PNG) is
     written to ``screenshot`` whether the answer came or not (when the page opened)."""
     start = time.monotonic()
@@ -103,7 +98,7 @@ def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | 
     if problem is None and exe is None:
         problem = "chromium is not installed (apt install chromium)"
     if problem is not None or exe is None:
-        return BrowserCheck("not checked", f"no browser: {problem}", time.monotonic() - start, url)
+        return _check("not checked", f"no browser: {problem}", time.monotonic() - start, url)
 
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -118,7 +113,7 @@ def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | 
                 env=dict(env) if env is not None else None,
                 viewport={"width": page.width, "height": page.height})
         except PlaywrightError as exc:
-            return BrowserCheck("not checked", f"no browser: {exe} did not start: {_first_line(exc)}",
+            return _check("not checked", f"no browser: {exe} did not start: {_first_line(exc)}",
                                 time.monotonic() - start, url)
         version = f"{Path(exe).name} {context.browser.version}" if context.browser is not None else Path(exe).name
         tab = context.pages[0] if context.pages else context.new_page()
@@ -144,16 +139,16 @@ def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | 
         except PlaywrightError as exc:
             _shoot(tab, screenshot)
             context.close()
-            return BrowserCheck("failed", f"{step}: {_first_line(exc)}", time.monotonic() - start, url,
+            return _check("failed", f"{step}: {_first_line(exc)}", time.monotonic() - start, url,
                                 str(screenshot) if screenshot.is_file() else None, browser=version)
         _shoot(tab, screenshot)
         context.close()
     seconds = time.monotonic() - start
     if not text.strip():
-        return BrowserCheck("failed", f"no answer within {page.timeout:.0f}s", seconds, url,
+        return _check("failed", f"no answer within {page.timeout:.0f}s", seconds, url,
                             str(screenshot) if screenshot.is_file() else None, browser=version)
     short = " ".join(text.split())
-    return BrowserCheck("passed", f"answered {len(short)} characters in {seconds:.1f}s", seconds, url,
+    return _check("passed", f"answered {len(short)} characters in {seconds:.1f}s", seconds, url,
                         str(screenshot) if screenshot.is_file() else None, short[:200], version)
 
 

@@ -11,8 +11,10 @@ import json
 import re
 import signal
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from rockbuild.core.records import BenchFigure, Buffer, LoadReport, SmokeBackends, SmokeGpu, VulkanLoad
 
 # "0.00.487.887 I " (default), "I " (--no-log-timestamps) or nothing (--no-log-prefix)
 LOG_PREFIX = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+ )?[IWEDT] (?=\S)")
@@ -36,37 +38,6 @@ def strip_log_prefix(line: str) -> str:
 
 def _number(text: str) -> float | None:
     return None if text == "inf" else float(text)
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """One ``<device> model buffer size = X MiB`` line: where part of the weights went."""
-
-    device: str  # CPU_Mapped, CPU, ROCm0, Vulkan0, RPC0[127.0.0.1:49619], ...
-    mib: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "mib": self.mib}
-
-
-@dataclass(frozen=True)
-class LoadReport:
-    """The model load as the log tells it (the last load when there are several, e.g. llama-cli's fit probe)."""
-
-    buffers: tuple[Buffer, ...] = ()
-    offloaded: tuple[int, int] | None = None
-    devices: tuple[str, ...] = ()  # "ROCm0 (AMD Radeon Graphics)" from "using device ..." lines
-    isas: tuple[str, ...] = ()  # gfx targets of the devices ggml_cuda_init found
-    vulkan: VulkanLoad | None = None  # only when the log shows Vulkan or a CPU-fallback warning
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "buffers": [b.to_dict() for b in self.buffers],
-            "offloaded": f"{self.offloaded[0]}/{self.offloaded[1]}" if self.offloaded else None,
-            "devices": list(self.devices), "isas": list(self.isas)}
-        if self.vulkan is not None:
-            out["vulkan"] = self.vulkan.to_dict()
-        return out
 
 
 def parse_load(text: str) -> LoadReport:
@@ -101,7 +72,7 @@ def parse_load(text: str) -> LoadReport:
     real = [b for b in blocks if any(buf.mib > 0 for buf in b[0])] or blocks
     buffers, last_offload = real[-1] if real else ([], None)
     return LoadReport(tuple(buffers), last_offload, tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(isas)),
-                      parse_vulkan(text))
+                      parse_vulkan(text), keys=LoadReport.KEYS)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -114,10 +85,6 @@ class Generation:
     tokens: int | None
     tokens_per_second: float | None
     prompt_tokens_per_second: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "tokens": self.tokens, "tokens_per_second": self.tokens_per_second,
-                "prompt_tokens_per_second": self.prompt_tokens_per_second}
 
 
 def parse_cli(output: str, prompt: str | None = None) -> Generation:
@@ -188,32 +155,6 @@ def parse_server_reply(reply: Any) -> Generation:
 # llama-bench
 
 
-@dataclass(frozen=True)
-class BenchResult:
-    test: str  # pp64, tg16, pp64+tg16
-    n_prompt: int
-    n_gen: int
-    tokens_per_second: float
-    stddev: float
-    backends: str
-    gpu_info: str
-    n_gpu_layers: int | None
-    model_type: str
-    build: str
-    warmup: int = 0  # discarded llama-bench runs before this one (smoke.yaml's gpu_bench.warmup)
-
-    @property
-    def spread_pct(self) -> float | None:
-        """The repetitions' standard deviation in per cent of their mean (None without a mean)."""
-        return round(100.0 * self.stddev / self.tokens_per_second, 2) if self.tokens_per_second > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"test": self.test, "n_prompt": self.n_prompt, "n_gen": self.n_gen,
-                "tokens_per_second": self.tokens_per_second, "stddev": self.stddev, "spread_pct": self.spread_pct,
-                "warmup": self.warmup, "backends": self.backends, "gpu_info": self.gpu_info,
-                "n_gpu_layers": self.n_gpu_layers, "model_type": self.model_type, "build": self.build}
-
-
 def _json_array(text: str) -> list[Any] | None:
     decoder = json.JSONDecoder()
     for m in re.finditer(r"^\[", text, re.M):
@@ -226,7 +167,7 @@ def _json_array(text: str) -> list[Any] | None:
     return None
 
 
-def parse_bench_json(output: str) -> list[BenchResult]:
+def parse_bench_json(output: str) -> list[BenchFigure]:
     """The results of ``llama-bench -o json`` (the JSON array may sit among log lines on the same stream)."""
     data = _json_array(output)
     if data is None:
@@ -239,9 +180,11 @@ def parse_bench_json(output: str) -> list[BenchResult]:
         parts = [f"pp{n_prompt}"] * bool(n_prompt) + [f"tg{n_gen}"] * bool(n_gen)
         ngl = item.get("n_gpu_layers")
         commit, number = item.get("build_commit", ""), item.get("build_number", "")
-        results.append(BenchResult(
-            test="+".join(parts) or "?", n_prompt=n_prompt, n_gen=n_gen,
-            tokens_per_second=float(item.get("avg_ts") or 0.0), stddev=float(item.get("stddev_ts") or 0.0),
+        rate, stddev = float(item.get("avg_ts") or 0.0), float(item.get("stddev_ts") or 0.0)
+        results.append(BenchFigure(
+            test="+".join(parts) or "?", n_prompt=n_prompt, n_gen=n_gen, tokens_per_second=rate, stddev=stddev,
+            # the repetitions' standard deviation in per cent of their mean (None without a mean)
+            spread_pct=round(100.0 * stddev / rate, 2) if rate > 0 else None, warmup=0,
             backends=str(item.get("backends", "")), gpu_info=str(item.get("gpu_info", "")),
             n_gpu_layers=int(ngl) if isinstance(ngl, int | float) else None,
             model_type=str(item.get("model_type", "")), build=f"{commit} ({number})" if commit else str(number),
@@ -268,26 +211,6 @@ def text_problem(text: str | None) -> str | None:
     if len(words) >= 6 and len(set(words)) == 1:
         return f"the generated text repeats one word ({words[0][:20]!r} x{len(words)})"
     return None
-
-
-@dataclass(frozen=True)
-class GpuVerdict:
-    """Where the weights went, and whether that is what was expected."""
-
-    placement: str  # gpu | partial | cpu | unknown
-    expected: bool | None  # True: a GPU run was required; False: not; None: not decided
-    ok: bool
-    summary: str
-    gpu_mib: float = 0.0
-    host_mib: float = 0.0
-    offloaded: str | None = None
-    devices: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"placement": self.placement, "expected": self.expected, "ok": self.ok, "summary": self.summary,
-                "gpu_mib": round(self.gpu_mib, 2), "host_mib": round(self.host_mib, 2), "offloaded": self.offloaded,
-                "devices": list(self.devices), "notes": list(self.notes)}
 
 
 def format_buffers(buffers: Iterable[Buffer]) -> str:
@@ -326,7 +249,7 @@ def judge(
     words: VerdictWords, loads: Sequence[LoadReport], with_buffers: Sequence[LoadReport], placement: str, *,
     expect_gpu: bool | None, texts: Sequence[str | None], gpu_mib: float, host_mib: float, notes: Sequence[str],
     fallback: str | None = None, failures: Sequence[str] = (),
-) -> GpuVerdict:
+) -> SmokeGpu:
     """The verdict on ``placement``, in a backend's ``words``. When a GPU run was expected, anything but ``gpu`` fails
     for ``fallback`` or for what it lacks; a ``gpu`` run fails for the first of ``failures``, then for generated text
     that is not generation."""
@@ -345,8 +268,9 @@ def judge(
             ok = False
             summary = f"gpu: FAILED, {[*failures, *problems][0]}"
     devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
-    return GpuVerdict(placement, expect_gpu, ok, summary, gpu_mib, host_mib, offloaded, devices,
-                      tuple(dict.fromkeys(notes)))
+    return SmokeGpu(placement=placement, expected=expect_gpu, ok=ok, summary=summary, gpu_mib=round(gpu_mib, 2),
+                    host_mib=round(host_mib, 2), offloaded=offloaded, devices=devices,
+                    notes=tuple(dict.fromkeys(notes)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -372,22 +296,6 @@ VULKAN_FALLBACKS: tuple[tuple[re.Pattern[str], str], ...] = (
      "libvulkan.so.1 (the Vulkan loader, package libvulkan1) is not installed"),
 )
 _VK_CPU_DEVICE = re.compile(r"ggml_vulkan: Warning: Device type is CPU")
-
-
-@dataclass(frozen=True)
-class VulkanLoad:
-    """What a log says about Vulkan: KV buffers of the last load, ggml_vulkan's devices, fallback warnings."""
-
-    seen: bool  # the log mentions a Vulkan device, buffer, ggml_vulkan or the loader
-    kv_buffers: tuple[Buffer, ...] = ()
-    devices: tuple[str, ...] = ()  # "0 = llvmpipe (LLVM 22.1.8, 256 bits) (llvmpipe)"
-    fallbacks: tuple[str, ...] = ()  # user-facing meanings of the VULKAN_FALLBACKS lines found
-    cpu_type_device: bool = False  # "Device type is CPU": lavapipe/llvmpipe, fine for a smoke test
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"seen": self.seen, "kv_buffers": [b.to_dict() for b in self.kv_buffers],
-                "devices": list(self.devices), "fallbacks": list(self.fallbacks),
-                "cpu_type_device": self.cpu_type_device}
 
 
 def parse_vulkan(text: str) -> VulkanLoad | None:
@@ -523,10 +431,12 @@ class BackendLoads:
     def others(self) -> tuple[LoadedBackend, ...]:
         return tuple(b for b in self.loaded if b.name != "CPU" and b.name not in GPU_BACKENDS)
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary(self) -> SmokeBackends:
+        """What a run's record says of them (its ``backends``: no ``shipped``, a property of the bundle)."""
         gpu = self.gpu
-        return {"cpu": self.cpu_file, "cpu_variant": self.cpu_variant, "gpu": gpu.name if gpu else None,
-                "gpu_file": gpu.file if gpu else None, "others": [b.name for b in self.others]}
+        return SmokeBackends(cpu=self.cpu_file, cpu_variant=self.cpu_variant, gpu=gpu.name if gpu else None,
+                             gpu_file=gpu.file if gpu else None, others=tuple(b.name for b in self.others),
+                             keys=("cpu", "cpu_variant", "gpu", "gpu_file", "others"))
 
 
 def parse_backend_loads(text: str) -> BackendLoads:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import socket
@@ -19,7 +20,20 @@ from rockbuild.bundle.audit import bundle_backend
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import SmokeError
 from rockbuild.core.programs import Program
-from rockbuild.core.records import BundleRecord, SmokeRecord
+from rockbuild.core.records import (
+    BenchFigure,
+    BundleRecord,
+    ExpectGpu,
+    LoadReport,
+    SmokeBackends,
+    SmokeCheck,
+    SmokeCpuVariants,
+    SmokeGpu,
+    SmokeHost,
+    SmokeModel,
+    SmokeRecord,
+    SmokeRun,
+)
 from rockbuild.core.vocabulary import GpuDevice, SmokeDevices
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
@@ -34,10 +48,7 @@ from rockbuild.smoke.variants import CpuVariants, VariantSettings, run_cpu_varia
 
 from .parse import (
     BackendLoads,
-    BenchResult,
     Generation,
-    GpuVerdict,
-    LoadReport,
     cpu_backend_problem,
     cpu_variant_files,
     parse_backend_loads,
@@ -128,171 +139,73 @@ class SmokeOptions:
 
 
 @dataclass(frozen=True)
-class RunRecord:
-    """One of the three runs: what was run, how it ended, what it printed that matters."""
-
-    name: str  # cli | server | bench
-    command: tuple[str, ...]
-    ok: bool
-    seconds: float
-    returncode: int | None = None
-    failure: str | None = None
-    log: str | None = None
-    log_tail: tuple[str, ...] = ()
-    generation: Generation | None = None
-    load: LoadReport | None = None
-    bench: tuple[BenchResult, ...] = ()
-    details: Mapping[str, Any] = field(default_factory=dict)
-    backends: BackendLoads | None = None  # the backend modules it loaded (llama-cli, llama-bench)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name, "command": list(self.command), "ok": self.ok, "seconds": round(self.seconds, 3),
-            "returncode": self.returncode, "failure": self.failure, "log": self.log,
-        }
-        if self.backends is not None:
-            out["backends"] = self.backends.to_dict()
-        if self.generation is not None:
-            out.update(self.generation.to_dict())
-        if self.load is not None:
-            out["load"] = self.load.to_dict()
-        if self.bench:
-            out["bench"] = [b.to_dict() for b in self.bench]
-        out.update(self.details)
-        if not self.ok:
-            out["log_tail"] = list(self.log_tail)
-        return out
-
-
-@dataclass(frozen=True)
 class SmokeReport:
-    bundle: Path
-    platform: str
-    targets: tuple[str, ...]
-    job_id: str | None
+    """A smoke test's outcome: smoke.json's record (made once, by :func:`run_smoke`) and what only the console needs
+    beside it: the model file (its note), where the record was written, the CPU variants' and the ops' own lines."""
+
+    record: SmokeRecord
     model: ModelFile
-    expect_gpu: str
-    expect_reason: str
-    gpu_devices: tuple[str, ...]
-    runs: tuple[RunRecord, ...]
-    gpu: GpuVerdict
-    env_removed: tuple[str, ...]
-    started: str
-    finished: str
-    seconds: float
     report_path: Path | None = None
-    device: str | None = None  # the -dev every run got
-    preflight: str | None = None  # why the runs were not started (no device where one was required)
-    host: Mapping[str, Any] = field(default_factory=dict)  # kernel and GPU driver of the machine it ran on
     cpu_variants: CpuVariants | None = None  # each CPU variant alone (None: the step did not run)
     ops: Ops | None = None  # test-backend-ops on the GPU (None: the step did not run)
 
     @property
-    def failures(self) -> tuple[str, ...]:
-        out = [self.preflight] if self.preflight else []
-        out += [f"{r.name}: {r.failure}" for r in self.runs if not r.ok]
-        if self.cpu_variants is not None:
-            out += self.cpu_variants.failures
-        if self.ops is not None and not self.ops.ok:
-            out.append(f"ops: {self.ops.detail}")
-        if not self.gpu.ok:
-            out.append(self.gpu.summary)
-        return tuple(out)
+    def ok(self) -> bool:
+        return self.record.ok
 
     @property
-    def ok(self) -> bool:
-        return not self.failures
+    def failures(self) -> tuple[str, ...]:
+        return self.record.failures
+
+    @property
+    def runs(self) -> tuple[SmokeRun, ...]:
+        return tuple(self.record.runs.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """``rockbuild smoke --json``: smoke.json."""
+        return self.record.to_dict()
 
     def raise_if_failed(self) -> None:
         """A SmokeError (exit 11) naming the first failure and where the details are, when a run failed."""
         if not self.ok:
-            raise SmokeError(f"smoke test of {self.bundle} failed: {self.failures[0]}",
+            raise SmokeError(f"smoke test of {self.record.bundle} failed: {self.failures[0]}",
                              hint=f"details and log tails in {self.report_path}")
 
-    @property
-    def bench(self) -> tuple[BenchResult, ...]:
-        return tuple(b for r in self.runs for b in r.bench)
-
-    @property
-    def backends(self) -> dict[str, Any]:
-        """What llama-bench loaded (a real batch ran on its CPU variant), else llama-cli, and the CPU variant modules
-        the bundle ships."""
-        runs = {r.name: r.backends for r in self.runs if r.backends is not None and r.backends.loaded}
-        loads = runs.get("bench") or runs.get("cli") or BackendLoads()
-        shipped = cpu_variant_files(p.name for p in self.bundle.iterdir()) if self.bundle.is_dir() else ()
-        return {**loads.to_dict(), "shipped": list(shipped)}
-
-    @property
-    def numerics(self) -> dict[str, Any]:
-        """The numerics step's record (its run's details), or why it did not run."""
-        run = next((r for r in self.runs if r.name == "numerics"), None)
-        if run is None:
-            logs = self.report_path.parent / "smoke-logs" / "numerics" if self.report_path else self.bundle
-            return Numerics.skipped(self.preflight or "not run", logs).to_dict()
-        return dict(run.details)
-
-    @property
-    def texts_agree(self) -> bool | None:
-        """llama-cli and llama-server got the same prompt at temperature 0: the same text is expected (recorded,
-        not required: GPU kernels need not be bit-identical across batch shapes)."""
-        texts = {r.name: r.generation.text for r in self.runs if r.generation is not None and r.generation.text}
-        return texts["cli"].strip() == texts["server"].strip() if {"cli", "server"} <= set(texts) else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__, "ok": self.ok,
-            "failures": list(self.failures), "bundle": str(self.bundle), "platform": self.platform,
-            "targets": list(self.targets), "job_id": self.job_id, "model": self.model.to_dict(),
-            "expect_gpu": {"asked": self.expect_gpu, "reason": self.expect_reason,
-                           "devices_found": list(self.gpu_devices)},
-            "device": self.device, "preflight": self.preflight,
-            "gpu": self.gpu.to_dict(), "runs": {r.name: r.to_dict() for r in self.runs},
-            "bench": [b.to_dict() for b in self.bench], "backends": self.backends, "texts_agree": self.texts_agree,
-            "numerics": self.numerics,
-            "cpu_variants": (self.cpu_variants or CpuVariants.skipped(self.preflight or "not run")).to_dict(),
-            "ops": (self.ops or Ops.not_checked(self.preflight or "not run")).to_dict(),
-            "environment_removed": list(self.env_removed),
-            "started": self.started, "finished": self.finished, "seconds": round(self.seconds, 3),
-            "host": dict(self.host),
-        }
-
     def render(self) -> str:
-        lines = [f"smoke of {self.bundle}: {'OK' if self.ok else 'FAILED'} (model {self.model.name}, "
+        record, gpu = self.record, self.record.gpu or SmokeGpu()
+        lines = [f"smoke of {record.bundle}: {'OK' if self.ok else 'FAILED'} (model {self.model.name}, "
                  f"sha256 {self.model.sha256[:12]}...)"]
         if self.model.note:
             lines.append(f"  note: {self.model.note}")
-        if self.preflight:
-            lines.append(f"  [FAIL] {self.preflight}")
-        elif self.device:
-            lines.append(f"  device: -dev {self.device} ({self.expect_reason})")
+        if record.preflight:
+            lines.append(f"  [FAIL] {record.preflight}")
+        elif record.device:
+            lines.append(f"  device: -dev {record.device} ({record.expect_gpu.reason if record.expect_gpu else ''})")
         for r in self.runs:
-            gen = r.generation
-            rate = f", {gen.tokens_per_second:.1f} tokens/s" if gen and gen.tokens_per_second else ""
-            tokens = f", {gen.tokens} tokens" if gen and gen.tokens is not None else ""
-            lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds:.1f}s{tokens}{rate}"
+            rate = f", {r.tokens_per_second:.1f} tokens/s" if r.tokens_per_second else ""
+            tokens = f", {r.tokens} tokens" if r.tokens is not None else ""
+            lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds or 0:.1f}s{tokens}{rate}"
                          + (f": {r.failure}" if r.failure else ""))
-            for what in ("web_ui", "browser"):
-                check = r.details.get(what)
-                if isinstance(check, Mapping):
-                    label = "web UI (GET /)" if what == "web_ui" else "browser chat"
-                    lines.append(f"         {label}: {check.get('result')}: {check.get('detail')}")
+            for label, check in (("web UI (GET /)", r.web_ui), ("browser chat", r.browser)):
+                if check is not None:
+                    lines.append(f"         {label}: {check.result}: {check.detail}")
             for b in r.bench:
-                lines.append(f"         {b.test}: {b.tokens_per_second:.2f} ± {b.stddev:.2f} t/s ({b.backends})")
+                lines.append(f"         {b.test}: {b.rate:.2f} ± {b.stddev or 0:.2f} t/s ({b.backends})")
             for what in ("cross_backend", "known_answers", "cpu"):
-                check = r.details.get(what) if r.name == "numerics" else None
-                if isinstance(check, Mapping):
-                    lines.append(f"         {what.replace('_', ' ')}: {check.get('result')}: {check.get('detail')}")
+                step = r.extra.get(what) if r.name == "numerics" else None
+                if isinstance(step, Mapping):
+                    lines.append(f"         {what.replace('_', ' ')}: {step.get('result')}: {step.get('detail')}")
         if self.cpu_variants is not None and self.cpu_variants.ran:
             lines.extend(self.cpu_variants.render_lines())
         if self.ops is not None:
             lines.extend(self.ops.render_lines())
-        backends = self.backends
-        if backends["cpu"] or backends["gpu"]:
-            gpu = f", GPU {backends['gpu']} ({backends['gpu_file']})" if backends["gpu"] else ""
-            lines.append(f"  backends loaded: CPU {backends['cpu'] or 'none'}{gpu}"
-                         + (f" (of {len(backends['shipped'])} CPU variants shipped)" if backends["shipped"] else ""))
-        lines.append(f"  {self.gpu.summary}")
-        lines.extend(f"  note: {n}" for n in self.gpu.notes)
+        backends = record.backends or SmokeBackends()
+        if backends.cpu or backends.gpu:
+            shown = f", GPU {backends.gpu} ({backends.gpu_file})" if backends.gpu else ""
+            lines.append(f"  backends loaded: CPU {backends.cpu or 'none'}{shown}"
+                         + (f" (of {len(backends.shipped)} CPU variants shipped)" if backends.shipped else ""))
+        lines.append(f"  {gpu.summary}")
+        lines.extend(f"  note: {n}" for n in gpu.notes)
         if self.report_path is not None:
             lines.append(f"  smoke.json: {self.report_path}")
         return "\n".join(lines)
@@ -349,11 +262,38 @@ def _exe(bundle: Path, name: str, platform: str) -> Path:
 # The three runs
 
 
+def _run(name: str, command: Sequence[str], seconds: float, returncode: int | None, failure: str | None, log: Path,
+         facts: Mapping[str, Any] | None = None, tail: Sequence[str] = ()) -> SmokeRun:
+    """A run as smoke.json has it: how it ended, then ``facts`` (what it saw, :func:`_seen`, and its own details: the
+    server's port and checks, the programs, the numerics step's record, which restates ``ok`` and ``seconds``), then,
+    when it failed, its log's ``tail``."""
+    values = {"name": name, "command": tuple(command), "ok": failure is None, "seconds": round(seconds, 3),
+              "returncode": returncode, "failure": failure, "log": str(log), **(facts or {})}
+    if failure is not None:
+        values["log_tail"] = tuple(tail)
+    return SmokeRun.keyed(values)
+
+
+def _seen(backends: BackendLoads | None = None, generation: Generation | None = None, load: LoadReport | None = None,
+          bench: Sequence[BenchFigure] = ()) -> dict[str, Any]:
+    """What a run saw, in smoke.json's order: the backends it loaded, what it generated, the model load, llama-bench's
+    lines (each only when the run has it)."""
+    facts: dict[str, Any] = {}
+    if backends is not None:
+        facts["backends"] = backends.summary()
+    if generation is not None:
+        facts.update(dataclasses.asdict(generation))
+    if load is not None:
+        facts["load"] = load
+    if bench:
+        facts["bench"] = tuple(bench)
+    return facts
+
+
 def _failed(name: str, command: Sequence[str], start: float, failure: str, log: Path, returncode: int | None = None,
-            **extra: Any) -> RunRecord:
-    tail = tuple(log_tail(log, TAIL_LINES))
-    return RunRecord(name, tuple(command), False, time.monotonic() - start, returncode, failure, str(log), tail,
-                     **extra)
+            facts: Mapping[str, Any] | None = None) -> SmokeRun:
+    return _run(name, command, time.monotonic() - start, returncode, failure, log, facts,
+                tuple(log_tail(log, TAIL_LINES)))
 
 
 def _device_args(options: SmokeOptions) -> list[str]:
@@ -368,7 +308,7 @@ def _cpu_backend_failure(exe: Path, backends: BackendLoads, returncode: int | No
 
 
 def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
-            logs: Path) -> RunRecord:
+            logs: Path) -> SmokeRun:
     log = logs / "llama-cli.log"
     args = [str(exe), "-m", str(model.path), "-p", options.prompt, "-n", str(options.n_predict), "-st",
             "-t", str(options.threads), "--temp", "0", "--seed", str(options.seed), "-c", str(options.ctx_size),
@@ -385,9 +325,10 @@ def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, en
         elif problem := text_problem(generation.text):
             failure = problem
     failure = _cpu_backend_failure(exe, backends, rc) or failure
+    seen = _seen(backends, generation, load)
     if failure:
-        return _failed("cli", args, start, failure, log, rc, generation=generation, load=load, backends=backends)
-    return RunRecord("cli", tuple(args), True, seconds, rc, None, str(log), (), generation, load, backends=backends)
+        return _failed("cli", args, start, failure, log, rc, seen)
+    return _run("cli", args, seconds, rc, None, log, seen)
 
 
 def _http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
@@ -403,7 +344,7 @@ def _http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) ->
 
 
 def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
-               logs: Path) -> RunRecord:
+               logs: Path) -> SmokeRun:
     """Start llama-server on a free 127.0.0.1 port, wait for /health, ask one chat completion, stop it by its PID."""
     import requests
 
@@ -471,15 +412,14 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
     if isinstance(reply, dict):
         details["reply_model"] = reply.get("model")
         details["system_fingerprint"] = reply.get("system_fingerprint")
+    facts = {**_seen(generation=generation, load=load), **details}
     if failure:
-        return _failed("server", args, start, failure, log, proc.returncode, generation=generation, load=load,
-                       details=details)
-    return RunRecord("server", tuple(args), True, seconds, proc.returncode, None, str(log), (), generation, load,
-                     details=details)
+        return _failed("server", args, start, failure, log, proc.returncode, facts)
+    return _run("server", args, seconds, proc.returncode, None, log, facts)
 
 
 def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOptions, *, platform: str,
-                 env: Mapping[str, str], logs: Path) -> RunRecord:
+                 env: Mapping[str, str], logs: Path) -> SmokeRun:
     """Run every shipped program from the bundle with its check arguments (``--help``, ``--version``): each must
     exit as its entry says, within the timeout, and print what it expects. A required program missing from the bundle
     fails; an optional one the build did not have is listed as absent (build.json says why). A failure one of
@@ -527,22 +467,21 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
         if result["status"] == "failed":
             failures.append(" ".join([program.file_name, *program.check]) + f": {problem}")
     ran = sum(1 for r in results if r["status"] != "absent")
-    details = {"programs": results, "checked": ran,
-               "absent": [r["program"] for r in results if r["status"] == "absent"],
-               "known": [r["program"] for r in results if r["status"] == "known"]}
+    details = {"programs": tuple(results), "checked": ran,
+               "absent": tuple(r["program"] for r in results if r["status"] == "absent"),
+               "known": tuple(r["program"] for r in results if r["status"] == "known")}
     failure = None
     if failures:
         listed = ran + sum(1 for r in results if r["status"] == "absent" and r["required"])
         failure = f"{len(failures)} of {listed} programs failed: {failures[0]}" + (
             f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
-    return RunRecord("programs", tuple(p.file_name for p in programs), failure is None, time.monotonic() - start,
-                     None, failure, str(folder), (), details=details)
+    return _run("programs", [p.file_name for p in programs], time.monotonic() - start, None, failure, folder, details)
 
 
 def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str, backend: str,
-                      gpu: GpuDevice | None, env: Mapping[str, str], logs: Path) -> RunRecord:
+                      gpu: GpuDevice | None, env: Mapping[str, str], logs: Path) -> tuple[SmokeRun, Numerics]:
     """The numerics step (:mod:`rockbuild.smoke.numerics`) as a run of the smoke, on ``gpu`` (None: the CPU alone):
-    its failure fails the smoke."""
+    its failure fails the smoke. The run, and the step's result (smoke.json's ``numerics``)."""
     assert options.numerics is not None
     start = time.monotonic()
     folder = logs / "numerics"
@@ -553,8 +492,8 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
     failure = None
     if result.failures:
         failure = result.failures[0] + (f" (and {len(result.failures) - 1} more)" if len(result.failures) > 1 else "")
-    return RunRecord("numerics", (str(perplexity),), result.ok, time.monotonic() - start, None, failure, str(folder),
-                     (), details=result.to_dict())
+    return _run("numerics", [str(perplexity)], time.monotonic() - start, None, failure, folder,
+                result.to_dict()), result
 
 
 def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, platform: str, devices: SmokeDevices,
@@ -615,6 +554,10 @@ def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
     return result
 
 
+def _not_checked(why: str) -> SmokeCheck:
+    return SmokeCheck(result="not checked", detail=why, keys=("result", "detail"))
+
+
 def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path,
                 details: dict[str, Any]) -> str | None:
     """llama-server's chat page, when the build has one: ``GET /`` answers 200 with an HTML page, and with
@@ -624,9 +567,9 @@ def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], log
 
     if options.web_ui is False:
         why = "no web UI" + (f" ({options.web_ui_reason})" if options.web_ui_reason else "")
-        details["web_ui"] = {"result": "not checked", "detail": why}
+        details["web_ui"] = _not_checked(why)
         if options.browser:
-            details["browser"] = {"result": "not checked", "detail": why}
+            details["browser"] = _not_checked(why)
         return None
     start = time.monotonic()
     try:
@@ -636,7 +579,7 @@ def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], log
         kind = resp.headers.get("Content-Type", "")
         html = resp.status_code == 200 and kind.startswith("text/html") and "<html" in resp.text[:4096].lower()
         detail = f"HTTP {resp.status_code}, {kind or 'no Content-Type'}, {len(resp.content)} bytes"
-        page = {"result": "passed" if html else "failed", "detail": detail, "status": resp.status_code,
+        page: dict[str, Any] = {"result": "passed" if html else "failed", "detail": detail, "status": resp.status_code,
                 "content_type": kind}
     except requests.RequestException as exc:
         page = {"result": "failed", "detail": f"no answer ({type(exc).__name__})"}
@@ -644,19 +587,19 @@ def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], log
         # no build.json beside the bundle says (a bundle copied alone): what the server answers is recorded, never
         # a pass and never a failure
         why = f"no web UI recorded in build.json (GET / answered {page['detail']})"
-        details["web_ui"] = {"result": "not checked", "detail": why}
+        details["web_ui"] = _not_checked(why)
         if options.browser:
-            details["browser"] = {"result": "not checked", "detail": why}
+            details["browser"] = _not_checked(why)
         return None
-    details["web_ui"] = {**page, "url": f"{base}/", "seconds": round(time.monotonic() - start, 3)}
     if options.web_ui is None:
-        details["web_ui"]["detail"] += " (build.json does not say; the page is there)"
+        page["detail"] += " (build.json does not say; the page is there)"
+    details["web_ui"] = SmokeCheck.keyed({**page, "url": f"{base}/", "seconds": round(time.monotonic() - start, 3)})
     if page["result"] != "passed":
         return f"GET / answered {page['detail']}, not the web UI the build has"
     if not options.browser:
         return None
     chat = check_chat(f"{base}/", ChatPage.from_config(options.chat_page), screenshot=logs / "web-ui.png", env=env)
-    details["browser"] = chat.to_dict()
+    details["browser"] = chat
     if chat.result == "not checked":
         console.warn(f"browser check not run: {chat.detail}")
     return f"browser: {chat.detail}" if chat.result == "failed" else None
@@ -670,7 +613,7 @@ def bench_threads(options: SmokeOptions) -> int:
 
 
 def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
-              logs: Path) -> RunRecord:
+              logs: Path) -> SmokeRun:
     log = logs / "llama-bench.log"
     args = [str(exe), "-m", str(model.path), "-p", str(options.bench_prompt), "-n", str(options.bench_gen),
             "-r", str(options.bench_repetitions), "-t", str(bench_threads(options)), "-ngl", str(options.gpu_layers),
@@ -689,17 +632,18 @@ def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, 
     results = tuple(replace(b, warmup=options.bench_warmup) for b in parse_bench_json(output or ""))
     backends = parse_backend_loads(output or "")
     if failure is None:
-        tests = {(b.n_prompt > 0, b.n_gen > 0) for b in results}
+        tests = {(bool(b.n_prompt), bool(b.n_gen)) for b in results}
         if not results:
             failure = "no JSON results in the output"
         elif (True, False) not in tests or (False, True) not in tests:
             failure = "the results lack a pp or a tg test"
-        elif any(b.tokens_per_second <= 0 for b in results):
+        elif any(b.rate <= 0 for b in results):
             failure = "a test reports 0 tokens/s"
     failure = _cpu_backend_failure(exe, backends, rc) or failure
+    seen = _seen(backends, bench=results)
     if failure:
-        return _failed("bench", args, start, failure, log, rc, bench=results, backends=backends)
-    return RunRecord("bench", tuple(args), True, seconds, rc, None, str(log), (), bench=results, backends=backends)
+        return _failed("bench", args, start, failure, log, rc, seen)
+    return _run("bench", args, seconds, rc, None, log, seen)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -710,11 +654,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def write_smoke_json(report: SmokeReport, path: Path) -> Path:
-    return SmokeRecord.from_dict(report.to_dict(), path).write(path, ensure_ascii=False)
-
-
-def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> dict[str, Any]:
+def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> SmokeHost:
     """The kernel and the GPU driver this smoke ran on, as the kernel tells them (for the release's figures)."""
     import platform
 
@@ -730,7 +670,7 @@ def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -
             driver = nvidia.read_text().splitlines()[0].strip()
     except OSError:
         pass
-    return {"kernel": platform.release(), "driver": driver}
+    return SmokeHost(kernel=platform.release(), driver=driver)
 
 
 def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
@@ -797,7 +737,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
             if not record.ok:
                 step.fail()
         if not quiet:
-            for item in record.details["programs"]:
+            for item in record.programs:
                 if item["status"] == "failed":
                     console.warn(f"{item['program']}: {item['failure']}; log: {item['log']}")
                 elif item["status"] == "known":
@@ -805,12 +745,13 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                 elif item.get("note"):
                     console.info(f"{item['program']}: {item['note']}")
         records.append(record)
+    numerics: Numerics | None = None
     variants = run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs, quiet=quiet) \
         if preflight is None else None
     if preflight is None and options.numerics is not None and options.numerics.enabled:
         with contextlib.nullcontext(console.Step()) if quiet else console.step("smoke: numerics") as step:
-            record = run_numerics_step(bundle, model, options, platform=platform, backend=backend.name,
-                                       gpu=found.gpu(), env=child, logs=logs)
+            record, numerics = run_numerics_step(bundle, model, options, platform=platform, backend=backend.name,
+                                                 gpu=found.gpu(), env=child, logs=logs)
             if not record.ok:
                 step.fail()
         if not record.ok and not quiet:
@@ -821,21 +762,48 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                        devices=replace(found, device=found.device or f"{backend.label}0"), env=child, logs=logs,
                        quiet=quiet) if preflight is None and options.ops is not None else None
     loads = [r.load for r in records if r.load is not None]
-    texts = [r.generation.text for r in records if r.generation is not None]
-    bench = [b for r in records for b in r.bench]
-    verdict = gpu_verdict(loads, expect_gpu=expect, texts=texts, bench=bench, default=backend.name)
-    report = SmokeReport(bundle, platform, targets, job_id, model, options.expect_gpu, reason, devices,
-                         tuple(records), verdict, tuple(removed), started, _now(), time.monotonic() - t0, report_path,
-                         device=options.device, preflight=preflight, host=host_facts(), cpu_variants=variants,
-                         ops=ops)
-    write_smoke_json(report, report_path)
-    return report
+    bench = tuple(b for r in records for b in r.bench)
+    verdict = gpu_verdict(loads, expect_gpu=expect, texts=[r.text for r in records if r.generated], bench=bench,
+                          default=backend.name)
+    failures = [preflight] if preflight else []
+    failures += [f"{r.name}: {r.failure}" for r in records if not r.ok]
+    failures += variants.failures if variants is not None else ()
+    failures += [f"ops: {ops.detail}"] if ops is not None and not ops.ok else []
+    failures += [verdict.summary or ""] if not verdict.ok else []
+    smoke = SmokeRecord(
+        schema=SCHEMA, tool="rockbuild", rockbuild_version=__version__, ok=not failures, failures=tuple(failures),
+        bundle=str(bundle), platform=platform, targets=targets, job_id=job_id,
+        model=SmokeModel.keyed(model.to_dict()), device=options.device, preflight=preflight,
+        expect_gpu=ExpectGpu(asked=options.expect_gpu, reason=reason, devices_found=tuple(devices)),
+        gpu=verdict, runs={r.name or "": r for r in records}, bench=bench,
+        backends=bundle_backends(bundle, records), texts_agree=texts_agree(records),
+        numerics=(numerics or Numerics.skipped(preflight or "not run", logs / "numerics")).to_dict(),
+        cpu_variants=SmokeCpuVariants.from_dict((variants or CpuVariants.skipped(preflight or "not run")).to_dict()),
+        ops=(ops or Ops.not_checked(preflight or "not run")).to_dict(), environment_removed=tuple(removed),
+        started=started, finished=_now(), seconds=round(time.monotonic() - t0, 3), host=host_facts())
+    smoke.write(report_path, ensure_ascii=False)
+    return SmokeReport(smoke, model, report_path, cpu_variants=variants, ops=ops)
+
+
+def bundle_backends(bundle: Path, runs: Sequence[SmokeRun]) -> SmokeBackends:
+    """What llama-bench loaded (a real batch ran on its CPU variant), else llama-cli, and the CPU variant modules the
+    bundle ships."""
+    loaded = {r.name: r.backends for r in runs if r.backends is not None and r.backends.loaded}
+    shipped = cpu_variant_files(p.name for p in bundle.iterdir()) if bundle.is_dir() else ()
+    return replace(loaded.get("bench") or loaded.get("cli") or SmokeBackends(), shipped=shipped, keys=())
+
+
+def texts_agree(runs: Sequence[SmokeRun]) -> bool | None:
+    """llama-cli and llama-server got the same prompt at temperature 0: the same text is expected (recorded, not
+    required: GPU kernels need not be bit-identical across batch shapes)."""
+    texts = {r.name: r.text for r in runs if r.text}
+    return texts["cli"].strip() == texts["server"].strip() if {"cli", "server"} <= set(texts) else None
 
 
 def gpu_verdict(
     loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-    backend: str | None = None, bench: Sequence[BenchResult] = (), default: str | None = None,
-) -> GpuVerdict:
+    backend: str | None = None, bench: Sequence[BenchFigure] = (), default: str | None = None,
+) -> SmokeGpu:
     """Judge GPU use from the model buffers of every run that loaded the model (cli, server), by ``backend``'s rules
     (:meth:`rockbuild.backends.Backend.smoke_verdict`): ``gpu``, ``partial``, ``cpu`` (an ``offloaded N/N`` line next
     to CPU or RPC buffers is noted, never believed) or ``unknown`` (no buffer lines at all: no ``-lv 4`` log).

@@ -54,7 +54,7 @@ def test_the_loaded_backends_are_read_from_the_log():
     assert loads.cpu_file == "libggml-cpu-zen4.so" and loads.cpu_variant == "zen4"
     assert loads.gpu is not None and loads.gpu.name == "ROCm"
     assert [b.name for b in loads.others] == ["RPC"]
-    assert loads.to_dict() == {"cpu": "libggml-cpu-zen4.so", "cpu_variant": "zen4", "gpu": "ROCm",
+    assert loads.summary().to_dict() == {"cpu": "libggml-cpu-zen4.so", "cpu_variant": "zen4", "gpu": "ROCm",
                                "gpu_file": "libggml-hip.so", "others": ["RPC"]}
 
 
@@ -66,7 +66,7 @@ def test_a_windows_path_a_plain_cpu_module_and_a_log_without_modules():
     plain = parse_backend_loads("load_backend: loaded CPU backend from /b/libggml-cpu.so\n")
     assert plain.cpu_file == "libggml-cpu.so" and plain.cpu_variant is None
     linked = parse_backend_loads("build: 11312 (0c1e570)\nllama_model_loader: loaded meta data\n")
-    assert linked == BackendLoads() and linked.to_dict()["cpu"] is None
+    assert linked == BackendLoads() and linked.summary().to_dict()["cpu"] is None
 
 
 def test_which_files_are_cpu_variants_and_which_ggml_would_load():
@@ -110,7 +110,7 @@ def test_the_cpu_backend_verdicts():
                       min_size=1).map(str.strip).filter(bool),
        variant=st.sampled_from(["x64", "haswell", "zen4", "armv8.2_1"]))
 def test_any_log_is_read_and_a_line_among_noise_is_found(noise, name, folder, variant):
-    assert isinstance(parse_backend_loads(noise).to_dict(), dict)  # any text: no exception
+    assert isinstance(parse_backend_loads(noise).summary().to_dict(), dict)  # any text: no exception
     path = f"/opt/{folder}/libggml-cpu-{variant}.so" if name == "CPU" else f"/opt/{folder}/libggml-x.so"
     loads = parse_backend_loads(f"{noise}\nload_backend: loaded {name} backend from {path}\n{noise}")
     found = [b for b in loads.loaded if b.name == name]

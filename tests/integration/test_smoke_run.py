@@ -93,7 +93,7 @@ def test_rocm0_buffers_pass_an_expected_gpu_run(tmp_path, model):
     report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
                        quiet=True)
     assert report.ok, report.failures
-    assert report.gpu.placement == "gpu" and report.gpu.summary.startswith("gpu: ROCm")
+    assert report.record.gpu.placement == "gpu" and report.record.gpu.summary.startswith("gpu: ROCm")
 
 
 def test_server_that_dies_and_a_bench_without_json(tmp_path, model):
@@ -208,9 +208,9 @@ def test_vulkan_bundle_on_lavapipe_auto_expects_the_gpu_pins_vulkan0_and_passes(
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
     report = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
     assert report.ok, report.failures
-    assert report.gpu_devices == ("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)",)
-    assert report.expect_reason.startswith("auto: the bundle sees a Vulkan device (Vulkan0: llvmpipe")
-    assert report.device == "Vulkan0" and report.gpu.placement == "gpu"
+    assert report.record.expect_gpu.devices_found == ("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)",)
+    assert report.record.expect_gpu.reason.startswith("auto: the bundle sees a Vulkan device (Vulkan0: llvmpipe")
+    assert report.record.device == "Vulkan0" and report.record.gpu.placement == "gpu"
     for name in ("llama-cli", "llama-server", "llama-bench"):
         argv = _argv(envlog, name)
         assert argv[argv.index("-dev") + 1] == "Vulkan0", name
@@ -223,8 +223,8 @@ def test_vulkan_bundle_without_a_driver_auto_runs_on_the_cpu_unpinned(tmp_path, 
     job, envlog = make_bundle(tmp_path, {"vk": "none"})
     report = run_smoke(job, model, FAST, kfd_topology=tmp_path, quiet=True)
     assert report.ok, report.failures
-    assert report.device is None and report.gpu_devices == ()
-    assert "sees no Vulkan device" in report.expect_reason and "GGML_VK_VISIBLE_DEVICES" in report.expect_reason
+    assert report.record.device is None and report.record.expect_gpu.devices_found == ()
+    assert "sees no Vulkan device" in report.record.expect_gpu.reason and "GGML_VK_VISIBLE_DEVICES" in report.record.expect_gpu.reason
     assert "-dev" not in _argv(envlog, "llama-cli")
 
 
@@ -264,7 +264,7 @@ def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
     report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path,
                        quiet=True)
-    assert not report.ok and report.device == "Vulkan1"
+    assert not report.ok and report.record.device == "Vulkan1"
     assert report.failures[0] == "cli: exit code 1"
     assert "invalid device: Vulkan1" in "\n".join(report.runs[0].log_tail)
 
@@ -273,8 +273,8 @@ def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
     report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path,
                        quiet=True)
-    assert report.device is None and "-dev" not in _argv(envlog, "llama-bench")
-    assert report.expect_reason == "--expect-gpu no"
+    assert report.record.device is None and "-dev" not in _argv(envlog, "llama-bench")
+    assert report.record.expect_gpu.reason == "--expect-gpu no"
 
 
 # --- a corrupt model, and what the step lines say -------------------------------------------------------------------
@@ -367,10 +367,10 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     run = next(r for r in report.runs if r.name == "programs")
     assert not report.ok and not run.ok
     assert run.failure == ("2 of 4 programs failed: llama-gguf: its output does not match 'usage: ' (and 1 more)")
-    by_name = {p["program"]: p for p in run.details["programs"]}
+    by_name = {p["program"]: p for p in run.to_dict()["programs"]}
     assert by_name["llama-quantize"]["status"] == "ok" and by_name["llama-tokenize"]["status"] == "ok"
     assert by_name["llama-tts"]["failure"] == "killed by SIGILL (exit code -4) (expected exit code 0)"
-    assert run.details["absent"] == ["llama-embedding"]
+    assert run.to_dict()["absent"] == ["llama-embedding"]
     data = json.loads((job / "smoke.json").read_text())
     assert data["runs"]["programs"]["checked"] == 4 and not data["ok"]
     # a required program missing from the bundle fails the run
@@ -405,10 +405,10 @@ def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described
     (bundle / "LIBWINPTHREAD-1.DLL").write_bytes(b"MZ")  # Windows names compare case-insensitively
     report, run = programs_run()
     assert report.ok and run.ok, report.failures
-    item = run.details["programs"][0]
+    item = run.to_dict()["programs"][0]
     assert (item["status"], item["failure"], item["known_reason"]) == (
         "known", "timed out after 0s", "a winpthreads build hangs at exit")
-    assert 0.4 < item["seconds"] < 5 and run.details["known"] == ["llama-hangs"]
+    assert 0.4 < item["seconds"] < 5 and run.to_dict()["known"] == ["llama-hangs"]
     data = json.loads((job / "smoke.json").read_text())
     assert data["ok"] and data["runs"]["programs"]["known"] == ["llama-hangs"]
     _program(bundle, "llama-hangs", "sleep 30")  # hangs before printing anything: not the hang at exit
@@ -419,8 +419,8 @@ def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described
     assert run.failure == "1 of 1 programs failed: llama-hangs --version: exit code 3 (expected exit code 0)"
     _program(bundle, "llama-hangs", "echo fixed")  # it exited this time: passes, and says so
     report, run = programs_run()
-    assert run.ok and run.details["programs"][0]["status"] == "ok"
-    assert "did not happen this time" in run.details["programs"][0]["note"]
+    assert run.ok and run.to_dict()["programs"][0]["status"] == "ok"
+    assert "did not happen this time" in run.to_dict()["programs"][0]["note"]
 
 
 def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
@@ -438,7 +438,7 @@ def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
     assert [c[c.index("-r") + 1] for c in calls] == ["1", "5"]
     assert calls[0][:calls[0].index("-r")] == calls[1][:calls[1].index("-r")]  # the same command otherwise
     assert [p.name for p in tmp_path.rglob("llama-bench-warmup*.log")] == ["llama-bench-warmup1.log"]
-    for b in report.bench:
+    for b in report.record.bench:
         assert b.warmup == 1 and b.spread_pct == round(100 * b.stddev / b.tokens_per_second, 2)
         assert b.to_dict()["spread_pct"] == b.spread_pct
 

@@ -51,7 +51,7 @@ def test_a_build_with_a_web_ui_must_serve_an_html_page_at_the_root(tmp_path, mod
     job, _ = make_bundle(tmp_path, {"ui": "html"}, web_ui=BUILT)
     report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, quiet=True)
     assert report.ok, report.failures
-    check = server_run(report).details["web_ui"]
+    check = server_run(report).to_dict()["web_ui"]
     assert check["result"] == "passed" and check["status"] == 200
     assert check["content_type"].startswith("text/html") and check["detail"].startswith("HTTP 200, text/html")
     data = SmokeRecord.read(job / "smoke.json")
@@ -66,14 +66,14 @@ def test_a_404_at_the_root_fails_the_server_run_when_the_build_has_a_web_ui(tmp_
     assert not report.ok
     assert report.failures == ("server: GET / answered HTTP 404, application/json, 2 bytes, not the web UI the "
                                "build has",)
-    assert server_run(report).details["web_ui"]["result"] == "failed"
+    assert server_run(report).web_ui.result == "failed"
 
 
 def test_a_build_without_a_web_ui_is_not_checked_never_passed(tmp_path, model):
     job, _ = make_bundle(tmp_path, web_ui=NONE)
     report = run_smoke(job, model, SmokeOptions(**FAST, browser=True), kfd_topology=tmp_path, quiet=True)
     assert report.ok, report.failures
-    details = server_run(report).details
+    details = server_run(report).to_dict()
     why = "no web UI (npm is not installed (not on PATH))"
     assert details["web_ui"] == {"result": "not checked", "detail": why}
     assert details["browser"] == {"result": "not checked", "detail": why}
@@ -84,7 +84,7 @@ def test_a_build_without_a_web_ui_is_not_checked_never_passed(tmp_path, model):
 def test_a_build_json_that_does_not_say_is_not_checked(tmp_path, model):
     job, _ = make_bundle(tmp_path)  # build.json from before the web UI step
     report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, quiet=True)
-    assert report.ok and server_run(report).details["web_ui"] == {
+    assert report.ok and server_run(report).to_dict()["web_ui"] == {
         "result": "not checked", "detail": "no web UI recorded in build.json (GET / answered HTTP 404, "
                                            "application/json, 2 bytes)"}
 
@@ -196,7 +196,7 @@ def test_smoke_with_the_browser_chats_with_the_servers_page(tmp_path, model):
     options = SmokeOptions(**FAST, browser=True, chat_page={"settle": 0.5, "timeout": 60})
     report = run_smoke(job, model, options, kfd_topology=tmp_path, quiet=True)
     assert report.ok, report.failures
-    browser = server_run(report).details["browser"]
+    browser = server_run(report).to_dict()["browser"]
     assert browser["result"] == "passed" and browser["answer"].startswith("Needle")  # the server's reply
     shot = Path(browser["screenshot"])
     assert shot == job / "smoke-logs" / "web-ui.png" and shot.read_bytes().startswith(PNG)
