@@ -2,7 +2,7 @@
 with one LLVM unpack the same compiler under two paths with two mtimes. This host's gcc is copied into two roots that
 way; a C++ project (N files that instantiate enough templates to take a while) is compiled from nothing with the
 first root, then from nothing with the second, through ccache with rockbuild's build environment
-(rockbuild.build.cmake.CCACHE_IDENTITY: compiler_check = content), and, measured in the same run, with ccache's
+(rockbuild.llamacpp.cmake.CCACHE_IDENTITY: compiler_check = content), and, measured in the same run, with ccache's
 default (compiler_check = mtime), which calls the second root a new compiler.
 
     python bench/ccache_identity.py            # prints the ratios (second compile / cold compile)
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rockbuild.build.cmake import host_build_environment
+from rockbuild.llamacpp.cmake import host_build_environment
 
 BODY = """#include <map>
 #include <string>

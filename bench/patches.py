@@ -2,7 +2,7 @@
 the tree, both measured in this run on the same tree.
 
 rockbuild applies its patch series (patches/patches.yaml) to ``<cache>/llama.cpp-patched/<job>``: a mirror whose
-files are hard links to the tree, except the patched ones (rockbuild/build/patches.py). Baseline: what the simple
+files are hard links to the tree, except the patched ones (rockbuild/llamacpp/patches.py). Baseline: what the simple
 way costs, a copy of the tree (``shutil.copytree``, without .git) patched in place with ``git apply``. Printed:
 seconds of each (the best of ``--repeat``), the mirror's ratios to the copy, the bytes each writes, and how many files
 the second mirror rewrites (0: ninja recompiles nothing the patches did not change).
@@ -25,8 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from rockbuild.build.patches import apply_patch_series, load_patch_series  # noqa: E402
 from rockbuild.core.data import data_path  # noqa: E402
+from rockbuild.llamacpp.patches import apply_patch_series, load_patch_series  # noqa: E402
 
 DEFAULT_TREE = Path("/var/cache/rockbuild/h200/src/llama_cpp_python-0.3.36/vendor/llama.cpp")
 

@@ -1,6 +1,6 @@
 """Benchmark a warm Vulkan leg (issue 41, item 3b): the compile of a new Vulkan build tree of the same llama.cpp
-source, as each night's leg starts one, with the shader cache (rockbuild/build/shader_cache.py) cold and warm; and the
-no-op rerun of one tree with and without the carried patch vulkan-shaders-depfile.
+source, as each night's leg starts one, with the shader cache (rockbuild/llamacpp/shader_cache.py) cold and warm;
+and the no-op rerun of one tree with and without the carried patch vulkan-shaders-depfile.
 
 Every build is ``rockbuild build --job linux-vulkan --source SRC --offline --no-web-ui --no-bundle`` with one cache
 folder (``--cache``, default ``WORK/cache``: the patched mirror of the tree, at the same path every time) and one
@@ -16,7 +16,7 @@ ccache (``--ccache-dir``, default ``WORK/ccache``, which holds the shader cache,
     python bench/vulkan_warm.py --source /path/to/llama.cpp --build-number 11312 [-D Vulkan_INCLUDE_DIR=...]
     python bench/vulkan_warm.py ... --json
 
-Run it under ``flock /var/cache/rockbuild/build.lock``: it compiles llama.cpp up to four times.
+Run it under ``flock /var/cache/rockbuild/llamacpp.lock``: it compiles llama.cpp up to four times.
 """
 
 from __future__ import annotations

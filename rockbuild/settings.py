@@ -20,11 +20,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from rockbuild.build.patches import PatchSeries, load_patch_series
 from rockbuild.bundle.policy import BundlePolicy, load_policy
 from rockbuild.core.environment import Context, environment
 from rockbuild.core.jobs import FamilyTable, Job, load_families
 from rockbuild.core.programs import ProgramList, load_programs
+from rockbuild.llamacpp.patches import PatchSeries, load_patch_series
 from rockbuild.matrix import load_matrix, select_job
 from rockbuild.publish.config import PublishConfig, load_publish_config
 from rockbuild.rocm.channels import Channel, load_channels

@@ -100,7 +100,8 @@ class Backend(Protocol):
 
     def cmake_definitions(self, job: Job, toolchain: Toolchain | None, *, offline: bool,
                           build_info: Mapping[str, str], ccache: bool) -> list[tuple[str, str]]:
-        """Every -D definition of the configure step, in order (:func:`rockbuild.build.cmake.compose_definitions`)."""
+        """Every -D definition of the configure step, in order
+        (:func:`rockbuild.llamacpp.cmake.compose_definitions`)."""
         ...
 
     # 4. bundle and audit

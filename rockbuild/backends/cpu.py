@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rockbuild.backends import ROCM_LIBRARIES, foreign_files
-from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BundleError
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
+from rockbuild.llamacpp.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.smoke.parse import VerdictWords, judge
 
 if TYPE_CHECKING:

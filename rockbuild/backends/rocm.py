@@ -17,7 +17,6 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
 from rockbuild import console
-from rockbuild.build.cmake import compose_definitions, compose_environment, host_build_variables
 from rockbuild.bundle.fatbin import read_fatbin
 from rockbuild.bundle.kernels import target_order
 from rockbuild.bundle.policy import name_matches
@@ -25,6 +24,7 @@ from rockbuild.bundle.pruning import with_pruning_proof
 from rockbuild.core.errors import BundleError, ConfigError, LayoutError
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices, Toolchain
 from rockbuild.gpu import gpus_in_topology
+from rockbuild.llamacpp.cmake import compose_definitions, compose_environment, host_build_variables
 from rockbuild.process import first_line
 from rockbuild.rocm.layout import LayoutKind, kernel_file_target
 from rockbuild.smoke.parse import VerdictWords, combined_placement, format_buffers, judge, offload_claim
@@ -90,7 +90,7 @@ def cmake_definitions(
     ccache: bool = False,
 ) -> list[tuple[str, str]]:
     """Every -D definition of a ROCm job's configure step: the seed flags (GGML_HIP), ROCm's clang for C, C++ and HIP,
-    GPU_TARGETS, then the shared rules of :func:`rockbuild.build.cmake.compose_definitions`."""
+    GPU_TARGETS, then the shared rules of :func:`rockbuild.llamacpp.cmake.compose_definitions`."""
     if not gpu_targets:
         raise ConfigError("a build needs at least one gfx target")
     cxx = toolchain.cmake_path(toolchain.cxx_compiler)

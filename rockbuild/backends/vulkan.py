@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rockbuild.backends import ROCM_LIBRARIES, foreign_files
-from rockbuild.build.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
-from rockbuild.build.shader_cache import DEFAULT_SIZE_MIB, install_wrapper
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BuildError, BundleError
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
+from rockbuild.llamacpp.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
+from rockbuild.llamacpp.shader_cache import DEFAULT_SIZE_MIB, install_wrapper
 from rockbuild.process import first_line
 from rockbuild.smoke.parse import VerdictWords, combined_placement, judge, offload_claim
 from rockbuild.smoke.probe import bundle_program, list_devices, smoke_env
@@ -62,7 +62,7 @@ def vulkan_cmake_definitions(
     ccache: bool = False,
 ) -> list[tuple[str, str]]:
     """The -D definitions of a Vulkan job's configure step, by the rules of
-    :func:`rockbuild.build.cmake.compose_definitions`."""
+    :func:`rockbuild.llamacpp.cmake.compose_definitions`."""
     return compose_definitions(
         swap=VULKAN_SWAP, reserved=VULKAN_RESERVED_DEFINITIONS,
         set_by="for a Vulkan job (the backend, the host's compiler or the source)",
@@ -85,7 +85,7 @@ def find_glslc(env: Mapping[str, str]) -> str:
 def glslc_definitions(env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *,
                       size_mib: int = DEFAULT_SIZE_MIB) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
     """``-DVulkan_GLSLC_EXECUTABLE`` and what build.json records of the shader cache: with ``cache_dir``, the
-    wrapper that keeps glslc's outputs there across build trees (:mod:`rockbuild.build.shader_cache`); without, the
+    wrapper that keeps glslc's outputs there across build trees (:mod:`rockbuild.llamacpp.shader_cache`); without, the
     real glslc (so a tree configured with the wrapper before drops it). Nothing on Windows, whose vulkan-shaders-gen
     runs glslc with CreateProcess (an .exe only)."""
     if os.name == "nt":
@@ -283,7 +283,7 @@ class VulkanBackend:
 
     def glslc_definitions(self, env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *,
                           size_mib: int = DEFAULT_SIZE_MIB) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
-        # the shader cache (rockbuild.build.shader_cache): glslc through a wrapper that keeps its outputs
+        # the shader cache (rockbuild.llamacpp.shader_cache): glslc through a wrapper that keeps its outputs
         return glslc_definitions(env, build_dir, cache_dir, size_mib=size_mib)
 
     def compilers(self, job: Job, toolchain: Toolchain | None,

@@ -24,7 +24,7 @@ from rockbuild.smoke.config import CPU_VARIANT_CHECKS
 if TYPE_CHECKING:
     from rockbuild.publish.image import ImageOptions
 
-CROSS_TOOLCHAINS = ("mingw-w64",)  # rockbuild.build.cross.CROSS, named here so that --help imports no build code
+CROSS_TOOLCHAINS = ("mingw-w64",)  # rockbuild.llamacpp.cross.CROSS, named here so that --help imports no build code
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 F = TypeVar("F", bound=Callable[..., Any])

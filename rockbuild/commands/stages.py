@@ -163,14 +163,14 @@ def rocm_info(root: Path, as_json: bool) -> None:
               help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
 @click.option("--inputs", "inputs_file", type=file(), default=None,
               help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
-@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json, help="Print build.json on stdout.")
+@click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout (the steps stay on stderr).")
 def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
           compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, as_json: bool) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
-    from rockbuild.build.driver import BuildOptions
-    from rockbuild.build.source import DEFAULT_GIT_URL
+    from rockbuild.llamacpp.driver import BuildOptions
+    from rockbuild.llamacpp.source import DEFAULT_GIT_URL
     from rockbuild.nightly import load_inputs
     from rockbuild.pipeline.job import build_and_bundle
 
@@ -211,9 +211,9 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
 def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_file: Path | None,
           build_number: str | None, out_dir: Path, offline: bool, cache: Path | None, as_json: bool) -> None:
     """Build llama-server's web UI (tools/ui: npm ci, npm run build) once, for rockbuild build --web-ui DIR."""
-    from rockbuild.build.source import DEFAULT_GIT_URL, checkout_ref, describe_tree
-    from rockbuild.build.webui import WebUiOptions, export_web_ui
     from rockbuild.core.errors import UsageError
+    from rockbuild.llamacpp.source import DEFAULT_GIT_URL, checkout_ref, describe_tree
+    from rockbuild.llamacpp.webui import WebUiOptions, export_web_ui
 
     if sum(x is not None for x in (source_dir, ref, inputs_file)) != 1:
         raise UsageError("give one of --source TREE, --ref REF or --inputs FILE")

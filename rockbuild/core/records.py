@@ -67,7 +67,7 @@ class LlamaCpp(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class PatchEntry(Record):
-    """One carried fix and what became of it on a tree (rockbuild.build.patches makes it)."""
+    """One carried fix and what became of it on a tree (rockbuild.llamacpp.patches makes it)."""
 
     id: str
     url: str = ""
@@ -114,7 +114,7 @@ class Tarball(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class BuildRocm(Record):
-    """The ROCm a job was built with (rockbuild.build.driver.rocm_report, + the tarball the night fetched)."""
+    """The ROCm a job was built with (rockbuild.llamacpp.driver.rocm_report, + the tarball the night fetched)."""
 
     root: str | None = None
     kind: str | None = None
@@ -157,7 +157,7 @@ class BuildPaths(Record):
 @dataclass(frozen=True, kw_only=True)
 class CrossToolchain(Record):
     """build.json's ``cross``: the checked cross toolchain of a build for another OS than the machine's (made by
-    rockbuild.build.cross)."""
+    rockbuild.llamacpp.cross)."""
 
     name: str
     system: str | None = None
@@ -172,12 +172,12 @@ class CrossToolchain(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class WebUi(Record):
-    """build.json's ``web_ui`` (made by rockbuild.build.webui) and, its paths left out, manifest.json's: whether
+    """build.json's ``web_ui`` (made by rockbuild.llamacpp.webui) and, its paths left out, manifest.json's: whether
     llama-server embeds its chat page (status built | cached | prebuilt) or not (none, and the reason)."""
 
     status: str
     reason: str | None = None
-    sha256: str | None = None  # over the dist's sorted file names and contents (rockbuild.build.webui)
+    sha256: str | None = None  # over the dist's sorted file names and contents (rockbuild.llamacpp.webui)
     files: int | None = None
     bytes: int | None = None
     seconds: float = 0.0
@@ -244,7 +244,7 @@ class BuildRecord(Record):
     test_backend_ops: OpTestRecord | None = None  # the op test beside the bundle (absent in files from before it)
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
-    shader_cache: Mapping[str, Any] | None = None  # Vulkan: glslc's outputs across trees (rockbuild.build.shader_cache)
+    shader_cache: Mapping[str, Any] | None = None  # Vulkan: glslc's outputs across trees (llamacpp.shader_cache)
     ninja: Mapping[str, Any] | None = None
     binaries: tuple[Mapping[str, Any], ...] = ()
     paths: BuildPaths | None = None

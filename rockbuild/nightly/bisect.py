@@ -19,9 +19,9 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.backends import get_backend
-from rockbuild.build.source import DEFAULT_GIT_URL
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
 from rockbuild.downloader import get_text
+from rockbuild.llamacpp.source import DEFAULT_GIT_URL
 from rockbuild.matrix import find_job
 from rockbuild.pipeline.inputs import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
 from rockbuild.rocm.index import list_tarballs

@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import console, matrix
-from rockbuild.build.cross import cross_spec
-from rockbuild.build.patches import PatchSeries, load_patch_series
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import (
@@ -45,6 +43,8 @@ from rockbuild.core.records import (
     TarballRef,
 )
 from rockbuild.jobfolder import JobFolder
+from rockbuild.llamacpp.cross import cross_spec
+from rockbuild.llamacpp.patches import PatchSeries, load_patch_series
 from rockbuild.matrix import github_matrix
 from rockbuild.pipeline.inputs import (
     Inputs,

@@ -23,13 +23,13 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.backends import get_backend
-from rockbuild.build.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.core.data import suggest, write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, Pins
 from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
 from rockbuild.downloader import get_text
+from rockbuild.llamacpp.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.process import ProcessError, run
 from rockbuild.rocm.index import IndexSource, TarballEntry, resolve_tarball
 from rockbuild.rocm.names import parse_tarball_name
@@ -134,7 +134,7 @@ class Inputs:
     index_url: str | None = None
     schema: int = SCHEMA
     rockbuild_version: str = field(default=__version__)
-    patches: str | None = None  # the carried patch series' digest (rockbuild.build.patches); None: not recorded
+    patches: str | None = None  # the carried patch series' digest (rockbuild.llamacpp.patches); None: not recorded
 
     def job(self, job_id: str) -> Job:
         for job in self.jobs:

@@ -17,8 +17,6 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
-from rockbuild.build.driver import BuildOptions, build_job
-from rockbuild.build.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
@@ -28,6 +26,8 @@ from rockbuild.core.options import CompileFlags
 from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
+from rockbuild.llamacpp.driver import BuildOptions, build_job
+from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.rocm.fetch import fetch_entry
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 

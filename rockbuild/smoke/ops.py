@@ -5,7 +5,7 @@ computes every op of ggml's test list (thousands of cases: each quant type of MU
 and KV types, ROPE's modes...) on the device and on the CPU's reference implementation and compares them (a RX
 7900 XT passed all 14,439 on Vulkan0 and crashed in a FLASH_ATTN_EXT case on ROCm0: llama.cpp #24521).
 
-The binary is built by the job's build from the same tree and flags as the bundle (:mod:`rockbuild.build.driver`
+The binary is built by the job's build from the same tree and flags as the bundle (:mod:`rockbuild.llamacpp.driver`
 puts it in ``<job>/tools/``, outside ``bundle/``, so no release ships it) and travels with the job folder. It is run
 from a temporary folder holding symbolic links to every file of the bundle and a copy of the binary
 (:func:`op_test_folder`): ggml loads its backend modules from the executable's folder, so the test runs the bundle's

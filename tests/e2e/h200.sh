@@ -375,7 +375,7 @@ mutants_build() {
         "$REPO/.venv/bin/python" - "$HERE/mutants/$name.yaml" "$tree" "$MUT/cache/llama.cpp-patched/linux-vulkan" <<'PY'
 import sys
 from pathlib import Path
-from rockbuild.build.patches import apply_patch_series, load_patch_series
+from rockbuild.llamacpp.patches import apply_patch_series, load_patch_series
 done = apply_patch_series(load_patch_series(Path(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]),
                           build_number=11312, tree_label="llama.cpp b11312", os_name="linux", backend="vulkan")
 print(" ".join(f"{o.id}:{o.status}" for o in done.outcomes))

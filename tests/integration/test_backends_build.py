@@ -36,9 +36,9 @@ def cpu():
 def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tmp_path):
     from support.llama import make_project, read_seen
 
-    from rockbuild.build.driver import BuildOptions, build_job
     from rockbuild.bundle.audit import audit_bundle
     from rockbuild.bundle.plan import BundleRequest, bundle
+    from rockbuild.llamacpp.driver import BuildOptions, build_job
 
     job = a_job("blas", cmake=(("MY_EXTRA", "from-matrix"),))
     options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),

@@ -16,7 +16,9 @@ from support.llama import make_project, read_seen
 from support.options import context, resolve_job
 from support.trees import THEROCK_COMMIT, gcc_therock, write_tree
 
-from rockbuild.build.driver import (
+from rockbuild.core.errors import BuildError, ConfigError, UsageError
+from rockbuild.core.records import Tarball
+from rockbuild.llamacpp.driver import (
     BuildFailed,
     BuildOptions,
     CcacheCounts,
@@ -25,8 +27,6 @@ from rockbuild.build.driver import (
     ccache_report,
     parse_ccache_stats,
 )
-from rockbuild.core.errors import BuildError, ConfigError, UsageError
-from rockbuild.core.records import Tarball
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc") and shutil.which("g++")),

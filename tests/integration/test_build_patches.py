@@ -1,4 +1,4 @@
-"""Carried fixes (rockbuild.build.patches, patches/patches.yaml): a series of real patch files applied by git apply to
+"""Carried fixes (rockbuild.llamacpp.patches, patches/patches.yaml): a series of real patch files applied by git apply to
 a mirror of a stand-in llama.cpp tree, never to the tree itself; the build compiles the mirror.
 
 The stand-in (tests/support/llama.py) ships with a bug here: ggml_base() returns 40, so its programs exit 1. The
@@ -23,8 +23,10 @@ from support.llama import make_project
 from support.options import context, resolve_job
 from support.trees import gcc_therock, write_tree
 
-from rockbuild.build.driver import BuildOptions, build_job
-from rockbuild.build.patches import (
+from rockbuild.core.data import data_path
+from rockbuild.core.errors import ConfigError
+from rockbuild.llamacpp.driver import BuildOptions, build_job
+from rockbuild.llamacpp.patches import (
     APPLIED,
     NO_PATCHES,
     NOT_FOR_TREE,
@@ -36,8 +38,6 @@ from rockbuild.build.patches import (
     mirror_tree,
     patch_files,
 )
-from rockbuild.core.data import data_path
-from rockbuild.core.errors import ConfigError
 
 needs_toolchain = pytest.mark.skipif(
     not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("gcc") and shutil.which("g++")),

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from support.git import git
 
-from rockbuild.build.source import (
+from rockbuild.core.errors import FetchError, UsageError
+from rockbuild.llamacpp.source import (
     LlamaSource,
     build_number_from_ls_remote,
     build_number_from_tags,
@@ -18,7 +19,6 @@ from rockbuild.build.source import (
     normalize_build_number,
     ref_kind_from_fetch_head,
 )
-from rockbuild.core.errors import FetchError, UsageError
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rockbuild.build.patches import APPLIED, apply_patch_series, load_patch_series
 from rockbuild.core.data import data_path
+from rockbuild.llamacpp.patches import APPLIED, apply_patch_series, load_patch_series
 
 SDIST = Path("/var/cache/rockbuild/src/llama_cpp_python-0.3.36.tar.gz")
 PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
@@ -31,14 +31,15 @@ pytestmark = [
 ]
 
 # ggml's variant definitions (ggml/src/CMakeLists.txt, ggml_add_cpu_backend_variant) -> the /proc/cpuinfo flags the
-# variant needs (Linux lists AVX/AVX-512/AMX flags only when it enables their register state)
+# variant needs (Linux lists AVX/AVX-512/AMX flags only when it enables their register state; its name for VBMI is
+# avx512vbmi, for VBMI2 avx512_vbmi2)
 VARIANTS = {
     "haswell": (("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"), ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2")),
     "skylakex": (("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"),
                  ("avx2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
     "sapphirerapids": (("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI",
                         "AVX512_BF16", "AMX_TILE", "AMX_INT8"),
-                       ("avx512f", "avx512_vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")),
+                       ("avx512f", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")),
 }
 
 

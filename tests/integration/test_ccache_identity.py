@@ -1,5 +1,5 @@
 """ccache judges the compiler by its bytes (issue 41, item 3a): every TheRock nightly unpacks the same clang under a
-new path with a new mtime; with rockbuild's build environment (rockbuild.build.cmake.CCACHE_IDENTITY) a second root
+new path with a new mtime; with rockbuild's build environment (rockbuild.llamacpp.cmake.CCACHE_IDENTITY) a second root
 with the same compiler compiles warm, where ccache's default (compiler_check = mtime) compiles everything again.
 
 Real compilers: this host's gcc copied into two "roots" (rootA, rootB) at different paths with different mtimes, the
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rockbuild.build.cmake import host_build_environment
-from rockbuild.build.driver import ccache_counts
+from rockbuild.llamacpp.cmake import host_build_environment
+from rockbuild.llamacpp.driver import ccache_counts
 
 pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("ccache", "cmake", "ninja", "gcc")),
                                 reason="needs ccache, cmake, ninja and gcc")

@@ -1,4 +1,4 @@
-"""The shader cache (rockbuild/build/shader_cache.py): glslc through rockbuild's wrapper, with this machine's real
+"""The shader cache (rockbuild/llamacpp/shader_cache.py): glslc through rockbuild's wrapper, with this machine's real
 glslc, on shaders that include files as ggml-vulkan's do. Hits and misses, byte-identical outputs and depfiles with the
 current paths, a changed include, concurrent writers, a damaged entry, the size bound, what is passed through.
 
@@ -16,8 +16,15 @@ from pathlib import Path
 import pytest
 
 from rockbuild.backends.vulkan import glslc_definitions
-from rockbuild.build import shader_cache
-from rockbuild.build.shader_cache import Cache, Compile, depfile_template, install_wrapper, log_counts, render_depfile
+from rockbuild.llamacpp import shader_cache
+from rockbuild.llamacpp.shader_cache import (
+    Cache,
+    Compile,
+    depfile_template,
+    install_wrapper,
+    log_counts,
+    render_depfile,
+)
 
 GLSLC = shutil.which("glslc")
 pytestmark = pytest.mark.skipif(GLSLC is None, reason="needs glslc (Debian/Ubuntu: apt install glslc)")

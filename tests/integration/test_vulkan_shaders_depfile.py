@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rockbuild.build.patches import APPLIED, PatchSeries, apply_patch_series, load_patch_series
 from rockbuild.core.data import data_path
+from rockbuild.llamacpp.patches import APPLIED, PatchSeries, apply_patch_series, load_patch_series
 
 SDIST = Path("/var/cache/rockbuild/src/llama_cpp_python-0.3.36.tar.gz")
 PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"

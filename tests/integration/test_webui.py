@@ -1,4 +1,4 @@
-"""llama-server's web UI (rockbuild.build.webui) with a fake npm: a real program on a PATH of the test's own, which
+"""llama-server's web UI (rockbuild.llamacpp.webui) with a fake npm: a real program on a PATH of the test's own, which
 installs and builds the way npm does as far as rockbuild can tell (tests/support/webui.py), or fails, or is absent.
 The real npm build of llama.cpp's UI is measured in docs/commands.md (the web UI)."""
 
@@ -14,7 +14,8 @@ import pytest
 from support.files import write
 from support.webui import DIST_FILES, fake_npm, npm_calls, ui_tree, write_dist
 
-from rockbuild.build.webui import (
+from rockbuild.core.errors import UsageError
+from rockbuild.llamacpp.webui import (
     WebUiOptions,
     build_dist,
     dist_digest,
@@ -22,7 +23,6 @@ from rockbuild.build.webui import (
     embed_dist,
     provide_web_ui,
 )
-from rockbuild.core.errors import UsageError
 
 
 @pytest.fixture
@@ -258,8 +258,8 @@ def test_the_build_driver_embeds_the_ui_before_configure_and_records_it(tmp_path
     from support.options import context, resolve_job
     from support.trees import gcc_therock, write_tree
 
-    from rockbuild.build.driver import BuildOptions, build_job
     from rockbuild.core.records import BuildRecord
+    from rockbuild.llamacpp.driver import BuildOptions, build_job
 
     project = ui_tree(make_project(tmp_path / "llama.cpp"))
     env = {**os.environ, "PATH": f"{npm['bin']}:{os.environ['PATH']}"}

@@ -4,14 +4,14 @@ bundle command, the night's inputs and the asset names without a line of any sta
 
 from __future__ import annotations
 
-from rockbuild.build.cmake import (
+from rockbuild.core.errors import BundleError
+from rockbuild.core.vocabulary import SmokeDevices
+from rockbuild.llamacpp.cmake import (
     HOST_BUILD_INHERITED,
     compose_definitions,
     host_build_environment,
     host_build_variables,
 )
-from rockbuild.core.errors import BundleError
-from rockbuild.core.vocabulary import SmokeDevices
 
 
 class CpuBackend:
@@ -35,7 +35,7 @@ class CpuBackend:
         return env, [*host_build_variables(ccache_dir), *HOST_BUILD_INHERITED]
 
     def compilers(self, job, toolchain, env):
-        from rockbuild.build.cmake import host_compilers
+        from rockbuild.llamacpp.cmake import host_compilers
 
         return host_compilers(env, job.os == "windows"), {}
 

@@ -17,11 +17,11 @@ from support.paths import FIXTURES, REPO
 from support.third_backend import CpuBackend
 
 from rockbuild.backends import BACKENDS, DEFAULT, Backend, all_backends, get_backend, names, register, unregister
-from rockbuild.build.cmake import SEED_DEFINITIONS, configure_command
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError, ConfigError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.vocabulary import SmokeDevices
+from rockbuild.llamacpp.cmake import SEED_DEFINITIONS, configure_command
 
 ROOT = REPO
 FIXTURES = FIXTURES / "smoke"
@@ -63,7 +63,7 @@ def test_listing_the_backends_imports_none_of_them():
     """`rockbuild --help` lists --backend's choices: that must not import a backend module (nor what they import)."""
     code = ("import sys; import rockbuild.backends as b; "
             "print(b.BACKENDS, sorted(m for m in sys.modules if m.startswith('rockbuild.backends.')), "
-            "'rockbuild.build.cmake' in sys.modules); b.get_backend('vulkan'); "
+            "'rockbuild.llamacpp.cmake' in sys.modules); b.get_backend('vulkan'); "
             "print(sorted(m for m in sys.modules if m.startswith('rockbuild.backends.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["('rocm', 'cpu', 'vulkan') [] False", "['rockbuild.backends.vulkan']"]
@@ -220,7 +220,7 @@ def test_a_third_backend_expands_in_the_matrix(cpu, tmp_path):
 
 
 def test_a_third_backend_has_its_own_cmake_definitions(cpu):
-    from rockbuild.build.driver import job_label
+    from rockbuild.llamacpp.driver import job_label
 
     job = a_job("blas", cmake=(("MY_EXTRA", "x"),))
     assert job_label(job) == "BLAS, host compiler"

@@ -32,7 +32,7 @@ def test_the_mirror_writes_only_the_patched_files_and_a_second_one_none(tmp_path
     result = bench("--repeat", "1", "--json", str(tmp_path / "b.json"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "b.json").read_text())
-    from rockbuild.build.patches import load_patch_series
+    from rockbuild.llamacpp.patches import load_patch_series
 
     # one file per carried patch (patches/patches.yaml), and a second mirror rewrites nothing
     assert data["mirror_rewritten"] == len(load_patch_series(None).patches) and data["again_rewritten"] == 0

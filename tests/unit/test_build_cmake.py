@@ -10,7 +10,10 @@ from support.files import touch
 from support.trees import therock_tree
 
 from rockbuild.backends.rocm import build_environment, cmake_definitions, toolchain_from_layout
-from rockbuild.build.cmake import (
+from rockbuild.core.errors import BuildError, ConfigError
+from rockbuild.core.programs import load_programs
+from rockbuild.core.vocabulary import Toolchain
+from rockbuild.llamacpp.cmake import (
     OFFLINE_DEFINITIONS,
     SEED_DEFINITIONS,
     SET_MARKER,
@@ -27,9 +30,6 @@ from rockbuild.build.cmake import (
     vcvars_script,
     vswhere_command,
 )
-from rockbuild.core.errors import BuildError, ConfigError
-from rockbuild.core.programs import load_programs
-from rockbuild.core.vocabulary import Toolchain
 from rockbuild.rocm.layout import detect_layout
 
 REAL_ROCM_ROOT = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"
@@ -302,8 +302,8 @@ def test_vulkan_definitions_swap_hip_for_vulkan_and_name_no_compiler_or_targets(
 
 def test_host_build_environment_has_no_rocm_and_keeps_the_vulkan_sdk(tmp_path):
     from rockbuild.backends import get_backend
-    from rockbuild.build.cmake import host_build_environment
     from rockbuild.core.jobs import Job
+    from rockbuild.llamacpp.cmake import host_build_environment
 
     def job(os_name):
         return Job(id=f"{os_name}-vulkan", os=os_name, name="vulkan", family="", group="", legacy_groups=(),

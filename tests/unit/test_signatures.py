@@ -22,7 +22,7 @@ ALLOWED = {
     "publish/image.py::build_image": 9,
     "publish/image.py::release_images": 9,
     # outside publish/ and build/, but every change of their signature edits a caller in a file another engineer
-    # was changing at the time: process.run is called from build/driver.py (log, capture, on_line) and
+    # was changing at the time: process.run is called from llamacpp/driver.py (log, capture, on_line) and
     # publish/deb.py (tail_lines); smoke.parse.judge from backends/vulkan.py
     "process.py::run": 11,
     "smoke/parse.py::judge": 11,

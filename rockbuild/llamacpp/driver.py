@@ -113,7 +113,7 @@ class BuildOptions:
     ccache_dir: Path | None = None  # default <cache>/ccache
     cache: Path | None = None  # default: the context's cache
     vcvars: Path | None = None  # Windows: vcvars64.bat (default: found with vswhere)
-    cross: str | None = None  # a cross toolchain (rockbuild.build.cross: mingw-w64) for a job of another OS
+    cross: str | None = None  # a cross toolchain (rockbuild.llamacpp.cross: mingw-w64) for a job of another OS
     web_ui: bool = True  # --no-web-ui: llama-server without its chat page
     web_ui_dist: Path | None = None  # --web-ui DIR: a dist built once for every build leg (rockbuild webui)
     patches: bool = True  # --no-patches: the pristine tree, without the carried fixes of patches/patches.yaml

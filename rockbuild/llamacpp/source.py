@@ -53,7 +53,7 @@ class LlamaSource(LlamaCpp):
     shallow: bool | None = None  # None: not a git checkout
     reused: bool = False  # a clone already in the cache was used without fetching
     commit_time: int | None = None  # the commit's committer date (Unix time): archives' timestamp, reproducibly
-    patched_from: Path | None = None  # ``path`` is a patched mirror of this tree (rockbuild.build.patches)
+    patched_from: Path | None = None  # ``path`` is a patched mirror of this tree (rockbuild.llamacpp.patches)
 
     @property
     def build_number_value(self) -> int | None:

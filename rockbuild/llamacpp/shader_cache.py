@@ -117,10 +117,10 @@ def install_wrapper(build_dir: os.PathLike[str] | str, glslc: str, cache_dir: os
               "cache": os.path.abspath(cache_dir), "log": os.path.join(os.path.abspath(build_dir), LOG_NAME),
               "size_mib": size}
     text = (f"#!{python or sys.executable} -IS\n"
-            "# glslc through rockbuild's shader cache (rockbuild/build/shader_cache.py); written by rockbuild\n"
+            "# glslc through rockbuild's shader cache (rockbuild/llamacpp/shader_cache.py); written by rockbuild\n"
             "import sys\n"
             f"sys.path.insert(0, {package_root!r})\n"
-            "from rockbuild.build.shader_cache import main\n"
+            "from rockbuild.llamacpp.shader_cache import main\n"
             f"sys.exit(main(sys.argv[1:], {config!r}))\n")
     os.makedirs(build_dir, exist_ok=True)
     path = os.path.join(os.path.abspath(build_dir), WRAPPER_NAME)

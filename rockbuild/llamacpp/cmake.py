@@ -41,8 +41,9 @@ SEED_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("GGML_OPENMP", "OFF"),  # no libomp to ship
     ("GGML_HIP_ROCWMMA_FATTN", "OFF"),  # removed upstream (llama.cpp #26046): dropped for trees that lack it
     ("GGML_STATIC", "OFF"),
-    # the tests' targets exist, none is built but test-backend-ops, in a step of its own (rockbuild.build.driver), which
-    # the smoke runs against the bundle's backend; the programs and libraries the bundle ships are the same either way
+    # the tests' targets exist, none is built but test-backend-ops, in a step of its own (rockbuild.llamacpp.driver),
+    # which the smoke runs against the bundle's backend; the programs and libraries the bundle ships are the same either
+    # way
     ("LLAMA_BUILD_TESTS", "ON"),
     ("LLAMA_BUILD_BORINGSSL", "ON"),  # HTTPS in llama-server/-cli with BoringSSL linked statically
     ("LLAMA_USE_PREBUILT_UI", "OFF"),
