@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -216,7 +217,9 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
 def test_ci_run_calls_the_readme_test_command():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
-    assert ".venv/bin/pytest" in readme and ".venv/bin/pytest" in ci
+    found = re.search(r"&& (\.venv/bin/pytest[^#\n]*?)\s*(#|$)", readme, re.MULTILINE)
+    assert found, "the README's quick start has no test command"
+    assert found.group(1) in [line.strip() for line in ci.splitlines()], f".ci/run does not run {found.group(1)!r}"
 
 
 @pytest.mark.parametrize("args, says", [
