@@ -13,7 +13,6 @@ the same numbers.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -263,7 +262,7 @@ def bench_bundle(bundle: Path, label: str, model: ModelFile, options: CompareOpt
 
 def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptions | None = None, *,
                 env: Mapping[str, str] | None = None, logs: Path | None = None,
-                quiet: bool = False, numerics: NumericsConfig | None = None) -> Comparison:
+                numerics: NumericsConfig | None = None) -> Comparison:
     """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings;
     with ``numerics``, then the numerics step on each (the module docstring)."""
     options = options or CompareOptions()
@@ -280,15 +279,12 @@ def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptio
     runs = []
     for i, (folder, label) in enumerate(zip(folders, _labels(folders), strict=True), 1):
         log = logs / f"{i}-{label.replace('#', '-')}.llama-bench.log"
-        if quiet:
+        with console.step(f"compare: llama-bench of {label} ({i}/{len(folders)})"):
             runs.append(bench_bundle(folder, label, model, options, env=child, log=log))
-        else:
-            with console.step(f"compare: llama-bench of {label} ({i}/{len(folders)})"):
-                runs.append(bench_bundle(folder, label, model, options, env=child, log=log))
     if numerics is not None:
         for i, run_ in enumerate(list(runs)):
             folder = logs / f"{i + 1}-{run_.label.replace('#', '-')}.numerics"
-            with contextlib.nullcontext() if quiet else console.step(f"compare: numerics of {run_.label}"):
+            with console.step(f"compare: numerics of {run_.label}"):
                 checked = compare_numerics(run_, model, numerics, gpu_layers=options.gpu_layers, env=child,
                                            logs=folder)
             runs[i] = replace(run_, numerics=checked)

@@ -343,13 +343,13 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
-    chosen = provide_model(model.spec, vocab=model.vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
+    chosen = provide_model(model.spec, vocab=model.vocab, context=settings(), smoke=settings().smoke)
     overrides: dict[str, object] = {"browser": browser} if browser is not None else {}
     if cpu_variants is not None:
         overrides["cpu_variants"] = cpu_variants
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
                                        device=device, programs=settings().programs.programs, **overrides)
-    report = run_smoke(bundle_dir, chosen, options, report_path=report_path, quiet=as_json)
+    report = run_smoke(bundle_dir, chosen, options, report_path=report_path)
     show(report, as_json)
     report.raise_if_failed()
 
@@ -381,7 +381,7 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
     from rockbuild.compare import CompareOptions, run_compare
     from rockbuild.smoke.models import provide_model
 
-    model = provide_model(model_spec, vocab=vocab, quiet=as_json, context=settings(), smoke=settings().smoke)
+    model = provide_model(model_spec, vocab=vocab, context=settings(), smoke=settings().smoke)
     options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
                              gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,
                              timeout=timeout)
@@ -393,7 +393,7 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
         checks = parse_numerics_config(settings().smoke.get("numerics"))
         if not checks.enabled:
             raise UsageError("--numerics: smoke.yaml's numerics section is missing or disabled")
-    comparison = run_compare(list(bundle_dirs), model, options, quiet=as_json, env=settings().env, numerics=checks)
+    comparison = run_compare(list(bundle_dirs), model, options, env=settings().env, numerics=checks)
     show(comparison, as_json)
     comparison.raise_if_wrong()
 

@@ -191,8 +191,7 @@ class Night:
         with self._model_lock:
             if self._model is None:
                 self._model = provide_model(self.options.model.spec, vocab=self.options.model.vocab, cache=self.cache,
-                                            context=self.options.context, smoke=self.options.data.smoke,
-                                            quiet=console.is_quiet())
+                                            context=self.options.context, smoke=self.options.data.smoke)
             return self._model
 
 

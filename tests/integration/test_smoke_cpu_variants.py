@@ -61,7 +61,7 @@ def by_variant(data: dict) -> dict[str, dict]:
 def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded(tmp_path, model):
     log = tmp_path / "runs.jsonl"
     job = variant_job(tmp_path, supported=RANK[:-1], speeds={"x64": 0.1, "zen4": 2.0}, log=log)
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd")
     assert report.ok, report.failures
     data = smoke_json(job)
     step = data["cpu_variants"]
@@ -99,7 +99,7 @@ def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded
 def test_a_variant_that_dies_of_sigill_on_pp512_fails_the_smoke_naming_it(tmp_path, model):
     # ggml picks zen4 here, so the rest of the smoke never runs icelake: only the step sees it die
     job = variant_job(tmp_path, ("x64", "haswell", "icelake", "zen4"), crashes=("icelake",))
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
     assert report.failures == ("CPU variant icelake: llama-bench died of SIGILL (illegal instruction) on pp512",)
     with pytest.raises(SmokeError, match="failed: CPU variant icelake: llama-bench died of SIGILL"):
         report.raise_if_failed()
@@ -117,7 +117,7 @@ def test_a_variant_that_dies_of_sigill_on_pp512_fails_the_smoke_naming_it(tmp_pa
 def test_variants_this_cpu_cannot_run_are_not_runnable_here_never_failed(tmp_path, model):
     job = variant_job(tmp_path, ("x64", "haswell", "skylakex", "zen4"), supported=("x64", "haswell"),
                       crashes=("skylakex", "zen4"))  # would die, but this "CPU" never loads them
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
     assert report.ok, report.failures
     data = smoke_json(job)
     assert data["cpu_variants"]["detail"] == ("4 CPU variants: 2 passed, 2 not runnable here; ggml picks haswell "
@@ -134,7 +134,7 @@ def test_known_answers_run_with_each_variant_alone_and_a_wrong_one_fails(tmp_pat
     answers = NumericsConfig(text=tmp_path / "no-text", answers={"model.gguf": (
         KnownAnswer("The capital of France is", r"\s*the stand-in says hello from (x64|haswell)\b"),)})
     options = SmokeOptions(timeouts=FAST.timeouts, runs=(), numerics=answers)
-    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
     data = smoke_json(job)
     variants = by_variant(data)
     assert [variants[v]["known_answers"] for v in ("x64", "haswell", "zen4")] == ["passed", "passed", "failed"]
@@ -155,7 +155,7 @@ def test_a_program_that_leads_back_to_the_whole_bundle_loads_another_variant_and
     # llama-bench a link to a file of the bundle: from the one-variant folder it still starts in the bundle's folder
     (bundle / "llama-bench").rename(bundle / "llama-bench-real")
     (bundle / "llama-bench").symlink_to(bundle / "llama-bench-real")
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
     assert report.failures == ("CPU variant x64: llama-bench loaded libggml-cpu-zen4.so, not libggml-cpu-x64.so",)
     x64 = by_variant(smoke_json(job))["x64"]
     assert x64["runnable"] is False and x64["result"] == "failed"
@@ -164,7 +164,7 @@ def test_a_program_that_leads_back_to_the_whole_bundle_loads_another_variant_and
 def test_picked_only_none_and_a_bundle_without_variant_modules(tmp_path, model):
     job = variant_job(tmp_path / "a", ("x64", "haswell", "zen4"), crashes=("x64",))
     report = run_smoke(job, model, SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="picked"),
-                       kfd_topology=tmp_path / "no-kfd", quiet=True)
+                       kfd_topology=tmp_path / "no-kfd")
     assert report.ok, report.failures  # x64 would die, but only zen4, the one ggml picks, is run
     step = smoke_json(job)["cpu_variants"]
     assert [v["variant"] for v in step["variants"]] == ["zen4"] and step["picked"] == "zen4"
@@ -172,14 +172,14 @@ def test_picked_only_none_and_a_bundle_without_variant_modules(tmp_path, model):
                               "(--cpu-variants picked: the others not checked)")
 
     report = run_smoke(job, model, SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="none"),
-                       kfd_topology=tmp_path / "no-kfd", quiet=True)
+                       kfd_topology=tmp_path / "no-kfd")
     assert report.ok and "cpu variants" not in report.render()
     assert smoke_json(job)["cpu_variants"] == {
         "result": "skipped", "detail": "turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: "
         "none)", "picked": None, "variants": []}
 
     plain, _ = make_bundle(tmp_path / "b")  # programs with the CPU backend linked in: no module to choose
-    report = run_smoke(plain, model, FAST, kfd_topology=tmp_path / "no-kfd", quiet=True)
+    report = run_smoke(plain, model, FAST, kfd_topology=tmp_path / "no-kfd")
     assert report.ok, report.failures
     assert smoke_json(plain)["cpu_variants"] == {
         "result": "skipped", "detail": "the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "

@@ -80,7 +80,7 @@ def smollm2(tmp_path) -> ModelFile:
 def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, expect_gpu: str = "yes"):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", **mode})
     options = replace(fast_smoke(), numerics=numerics_config(tmp_path), expect_gpu=expect_gpu)
-    report = run_smoke(job, model, options, quiet=True, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
     return report, json.loads((job / "smoke.json").read_text()), envlog
 
 
@@ -224,7 +224,7 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
     path.write_bytes(gguf_header() + bytes(40))
     tiny = ModelFile("tiny-qwen3.gguf", path, "0" * 64, 64, "tiny")
     job, _ = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"), quiet=True)
+    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"))
     data = json.loads((job / "smoke.json").read_text())
     assert report.ok, report.failures
     assert data["numerics"]["cross_backend"] == {"result": NOT_CHECKED,

