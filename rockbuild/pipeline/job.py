@@ -1,5 +1,6 @@
-"""The one-job pipeline: a job's stages, fetch, build, bundle and smoke, each entered once and handing what it made
-to the next, with resume (:mod:`.stages`: each stage's fingerprint in the job folder's night.json).
+"""The one-job pipeline: a job's stages, fetch, build, bundle and smoke, each entered once, with resume
+(:mod:`.stages`: each stage's fingerprint in the job folder's night.json). What a stage makes reaches the next one
+through the job folder's records (build.json, bundle.json) and, for the ROCm root and tarball, through the run.
 
 The night runs it for every job (:mod:`rockbuild.nightly.run`: the fan-out, the fallback to the last good ROCm,
 publishing); ``rockbuild build`` runs its build and bundle on a maintainer's machine (:func:`build_and_bundle`), from
@@ -59,6 +60,7 @@ class JobPipeline:
     smoke_config: Mapping[str, Any] = field(default_factory=dict)
     smoke: bool = True
     on_event: EventHook | None = None
+
     @property
     def carried_patches(self) -> str:
         return carried_patches(self.patches, self.compile)
@@ -76,7 +78,7 @@ class _JobStages:
     """The four stages of one job: what each takes from the ones before (the ROCm root, the tarball, the keys)."""
 
     def __init__(self, job: Job, pipeline: JobPipeline, rocm: RocmInput | None) -> None:
-        self.job, self.pipeline, self.options, self.inputs = job, pipeline, pipeline, pipeline.inputs
+        self.job, self.pipeline, self.inputs = job, pipeline, pipeline.inputs
         self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
         self.folder = JobFolder.of(pipeline.out, job.id)
         self.root: Path | None = None
@@ -112,7 +114,7 @@ class _JobStages:
         return Stage("fetch", key, run, still_there, reuse, failed)
 
     def build(self) -> Stage:
-        options, inputs = self.options, self.inputs
+        options, inputs = self.pipeline, self.inputs
         sha256 = self.tarball.sha256 if self.tarball else None
         web_ui = () if options.compile.web_ui else ("no web UI",)  # the keys of earlier nights stay valid
         cross = (f"cross {options.compile.cross}",) if options.compile.cross else ()
@@ -136,7 +138,7 @@ class _JobStages:
 
     def bundle(self) -> Stage:
         folder, job = self.folder, self.job
-        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.options.compile.prune_fatbin)
+        key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.pipeline.compile.prune_fatbin)
 
         def still_there(_entry: dict[str, Any]) -> bool:
             meta = folder.bundle_meta()
@@ -149,8 +151,8 @@ class _JobStages:
                 built = folder.build()
                 cross = built.cross if built is not None else None
                 bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
-                                             policy=self.options.policy,
-                                             prune_fatbin=self.options.compile.prune_fatbin,
+                                             policy=self.pipeline.policy,
+                                             prune_fatbin=self.pipeline.compile.prune_fatbin,
                                              library_dirs=cross.runtime_dirs if cross else ()))
 
         def failed(exc: RockbuildError) -> None:
@@ -159,7 +161,7 @@ class _JobStages:
         return Stage("bundle", key, run, still_there, on_failure=failed)
 
     def smoke(self) -> Stage:
-        folder, options = self.folder, self.options
+        folder, options = self.folder, self.pipeline
         key = fingerprint("smoke", self.keys["bundle"], options.model_spec)
         if not options.smoke:
             folder.smoke_json.unlink(missing_ok=True)
