@@ -6,6 +6,8 @@ the folder itself::
     out/<job-id>/build.json   what was built (the build driver; a failure before it: :meth:`JobFolder.record_failure`)
                  build.log    every command and its output
                  build/bin/   the compiled programs and libraries
+                 bin/         a job built on its OS's common part: that part's programs and libraries + the job's own
+                              library (rockbuild.llamacpp.common_part); the bundle step reads it instead of build/bin
                  bundle/      the self-contained folder (+ bundle/bundle.json, the bundle's own record and audit)
                  bundle.log   why the bundle could not be made
                  smoke.json   the smoke test's report (+ smoke-logs/)
@@ -69,6 +71,7 @@ class JobFolder:
     build_log = _At("build.log")
     build_dir = _At("build")
     bin_dir = _At("build", "bin")
+    assembled_dir = _At("bin")
     bundle_dir = _At("bundle")
     bundle_json = _At("bundle", "bundle.json")
     bundle_log = _At("bundle.log")
@@ -105,10 +108,16 @@ class JobFolder:
     def fallback(self) -> FallbackRecord | None:
         return FallbackRecord.read(self.fallback_json)
 
+    def programs_dir(self, build: BuildRecord | None = None) -> Path:
+        """Where the job's programs and libraries are (``build``: its build.json, read when not given): bin/ for a
+        job assembled on its OS's common part, else build/bin."""
+        build = build if build is not None else self.build()
+        return self.assembled_dir if build is not None and build.common is not None else self.bin_dir
+
     def built_from(self, commit: str) -> bool:
         """A successful build of ``commit`` whose programs are still here."""
         build = self.build()
-        return build is not None and build.ok and build.commit == commit and self.bin_dir.is_dir()
+        return build is not None and build.ok and build.commit == commit and self.programs_dir(build).is_dir()
 
     def write_build(self, record: BuildRecord) -> Path:
         """build.json: its one writer (the build driver's result, written once with the night's tarball in it, or

@@ -71,6 +71,10 @@ class Backend(Protocol):
     per_target: bool  # one job per gfx family or target (the matrix's target axis) with GPU code for exactly those;
     #                   else one job per OS with no gfx targets
     ggml_libraries: tuple[str, ...]  # llama.cpp's library of this backend (globs): tells a bundle's flavour
+    # the CMake target of that library (ggml-hip): all a job built on its OS's common part compiles (the common part
+    # brings the programs, libllama, libggml-base and the CPU modules); None: a backend with no library of its own
+    # (cpu), which builds whole
+    library_target: str | None
 
     # 1. matrix
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:

@@ -82,6 +82,7 @@ class CpuBackend:
     per_target = False
     ggml_libraries: tuple[str, ...] = ()  # the CPU modules are in every bundle: a bundle's flavour is told by the
     #                                       absence of the others (bundle.json says it)
+    library_target: str | None = None
 
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
         return {"id": f"{os_name}-{NAME}", "name": NAME, "family": "", "group": "", "legacy_groups": (),

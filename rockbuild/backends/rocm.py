@@ -315,6 +315,7 @@ class RocmBackend:
     needs_gpu = True
     per_target = True
     ggml_libraries: tuple[str, ...] = GGML_HIP
+    library_target: str | None = "ggml-hip"
 
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
         sel = families.select(target, context=origin)

@@ -255,6 +255,7 @@ class VulkanBackend:
     needs_gpu = True
     per_target = False
     ggml_libraries: tuple[str, ...] = GGML_VULKAN
+    library_target: str | None = "ggml-vulkan"
 
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
         # one Vulkan job per OS: no family, tarball group or gfx targets (the ROCm options stay, unused)

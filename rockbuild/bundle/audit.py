@@ -20,6 +20,9 @@ Checks (each a named :class:`Check`; any failure makes the report fail and the C
   check is run again, :func:`reverify_pruned`); for Vulkan
   (SPIR-V, no gfx targets) ``no-rocm`` (no ROCm library or kernel folder and no host library by policy, such as the
   Vulkan loader or a driver, ships in it);
+* ``backend-abi``: every ggml backend module (the GPU library, the CPU variants) finds each ``ggml_``/``gguf_``
+  function it needs in the bundle's ggml core libraries (:func:`check_backend_abi`): a GPU library built on a common
+  part of another tree or other flags fails here;
 * ``symbol-versions``: the highest GLIBC_/GLIBCXX_/CXXABI_/GCC_ version needed and by which file (the oldest distro
   the bundle runs on); a failure only when a ceiling is given (``max_versions``).
 """
@@ -361,6 +364,77 @@ def exported_symbols(path: Path) -> set[str] | None:
         return None
 
 
+def imported_symbols(path: Path) -> dict[str, set[str]] | None:
+    """What a binary takes from other libraries: ELF, its undefined non-weak dynamic symbols under the key "" (ELF does
+    not say from which library); PE, the names imported per DLL (lower case). None when unreadable."""
+    try:
+        if is_pe(path):
+            import pefile
+
+            pe = pefile.PE(str(path), fast_load=True)
+            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"]])
+            out: dict[str, set[str]] = {}
+            for entry in getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()):
+                names = {i.name.decode("ascii", "replace") for i in entry.imports if i.name}
+                out.setdefault(entry.dll.decode("ascii", "replace").lower(), set()).update(names)
+            return out
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.sections import SymbolTableSection
+
+        with open(path, "rb") as fh:
+            section = ELFFile(fh).get_section_by_name(".dynsym")
+            if not isinstance(section, SymbolTableSection):
+                return {"": set()}
+            return {"": {s.name for s in section.iter_symbols()
+                         if s.name and s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"}}
+    except Exception:  # a damaged file is the file-formats check's finding
+        return None
+
+
+# ggml's core libraries (the API every backend module links against) and its backend modules, by file name
+_GGML_CORE_RE = re.compile(r"^(?:lib)?ggml(?:-base)?(?:\.so(?:\.[0-9.]+)?|\.dll)$", re.I)
+_GGML_MODULE_RE = re.compile(r"^(?:lib)?ggml-(?!base\b)[a-z0-9_-]+(?:\.so(?:\.[0-9.]+)?|\.dll)$", re.I)
+_GGML_API = ("ggml_", "gguf_")
+
+
+def check_backend_abi(top: Sequence[Path]) -> Check:
+    """Every ggml backend module of the bundle (``libggml-hip.so``, ``ggml-vulkan.dll``, the CPU variants) finds each
+    ``ggml_``/``gguf_`` function it needs in the bundle's ggml core libraries (libggml-base, libggml): a module built
+    from another tree or with other flags than the programs (a GPU job on a common part) fails here, not at load time
+    on a user's machine. A bundle without ggml's core libraries has nothing to check."""
+    core = sorted((p for p in top if _GGML_CORE_RE.match(p.name)), key=lambda p: p.name)
+    modules = sorted((p for p in top if _GGML_MODULE_RE.match(p.name) and not _GGML_CORE_RE.match(p.name)),
+                     key=lambda p: p.name)
+    details: dict[str, Any] = {"core": [p.name for p in core], "modules": {}}
+    if not core or not modules:
+        return Check("backend-abi", True, (), (), details)
+    defined: set[str] = set()
+    by_name: dict[str, set[str]] = {}
+    for path in core:
+        exported = exported_symbols(path) or set()
+        defined |= exported
+        by_name[path.name.lower()] = exported
+    failures = []
+    for path in modules:
+        imported = imported_symbols(path)
+        if imported is None:
+            continue  # file-formats says why
+        if "" in imported:  # ELF: any core library may define it
+            needed = {s for s in imported[""] if s.startswith(_GGML_API)}
+            missing = sorted(needed - defined)
+        else:  # PE: each name from the DLL it names
+            needed = {s for dll, names in imported.items() if dll in by_name for s in names}
+            missing = sorted(s for dll, names in imported.items() if dll in by_name for s in names
+                             if s not in by_name[dll])
+        details["modules"][path.name] = len(needed)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            failures.append(f"{path.name} needs {missing[0]}{more}, which {', '.join(p.name for p in core)} do not "
+                            "define: it was built against another ggml than the bundle's programs (a GPU library and "
+                            "a common part of different trees or flags)")
+    return Check("backend-abi", not failures, tuple(failures), (), details)
+
+
 def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, machine: str) -> Check:
     """The CPU backend of a GGML_CPU_ALL_VARIANTS bundle: every variant the policy lists for ``machine`` ships, each
     is a loadable backend module (exports ggml_backend_init and ggml_backend_score), and no plain one (tuned to one
@@ -613,6 +687,7 @@ def audit_bundle(
         checks.append(_check_needed_pe(root, pes, rules))
         checks.append(_check_extras(root, {n.lower() for n in names}, rules, meta))
         checks.append(check_cpu_backends(root, list(pes), rules, next(iter(machines), "AMD64")))
+        checks.append(check_backend_abi(list(pes)))
         own, fat = flavour.audit_checks(root, names, targets, rules, list(pes), meta=meta, windows=True)
         checks += own
     else:
@@ -631,6 +706,7 @@ def audit_bundle(
         checks.append(_check_extras(root, names, rules, meta))
         checks.append(check_cpu_backends(root, [p for p in elves if p.parent == root], rules,
                                           reference.machine if reference else "EM_X86_64"))
+        checks.append(check_backend_abi([p for p in elves if p.parent == root]))
         own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
                                         meta=meta, windows=False)
         checks += own

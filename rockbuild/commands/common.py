@@ -153,7 +153,7 @@ MODEL = option_group(
 )
 def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None,
                    web_ui_dist: Path | None, no_web_ui: bool, cross: str | None, patch_series: Path | None,
-                   no_patches: bool) -> CompileFlags:
+                   no_patches: bool, common: Path | None) -> CompileFlags:
     from rockbuild.core.errors import UsageError
 
     if web_ui_dist is not None and no_web_ui:
@@ -161,7 +161,8 @@ def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prun
     if patch_series is not None and no_patches:
         raise UsageError("give --patches FILE or --no-patches, not both")
     return CompileFlags(offline, ccache_dir, not no_ccache, prune_fatbin, web_ui=not no_web_ui,
-                        web_ui_dist=web_ui_dist, cross=cross, patches=not no_patches, patch_series=patch_series)
+                        web_ui_dist=web_ui_dist, cross=cross, patches=not no_patches, patch_series=patch_series,
+                        common=common)
 
 
 COMPILE = option_group(
@@ -186,6 +187,10 @@ COMPILE = option_group(
                  help="Carry this patch series instead of the shipped patches/patches.yaml (docs/patches.md)."),
     click.option("--no-patches", is_flag=True,
                  help="Build the pristine llama.cpp tree, without the carried fixes; build.json says so."),
+    click.option("--common", type=folder(exists=True), default=None, metavar="DIR",
+                 help="Build on this common part (the job folder of a build of the same llama.cpp with no GPU "
+                 "backend, e.g. out/linux-common): compile only the job's GPU library and take the programs, "
+                 "libraries and CPU modules from there (docs/common-part.md)."),
 )
 def _image_options(images: str | None, image_model: str | None, image_runtime: str | None,
                    image_base_root: Path | None, no_image_test: bool) -> ImageOptions | None:

@@ -182,7 +182,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
         web_ui=compile_flags.web_ui, web_ui_dist=compile_flags.web_ui_dist, cross=compile_flags.cross,
         patches=compile_flags.patches,
         patch_series=settings().but(patches_file=compile_flags.patch_series).patch_series
-        if compile_flags.patches else None,
+        if compile_flags.patches else None, common=compile_flags.common,
     )
     matrix = settings().but(matrix_file=config)
     inputs = load_inputs(inputs_file) if inputs_file is not None else None

@@ -50,7 +50,7 @@ class ModelChoice:
 @dataclass(frozen=True)
 class CompileFlags:
     """``--offline --ccache-dir --no-ccache --prune-fatbin --web-ui DIR --no-web-ui --cross --patches FILE
-    --no-patches``: how a build compiles and bundles."""
+    --no-patches --common DIR``: how a build compiles and bundles."""
 
     offline: bool = False  # system OpenSSL instead of BoringSSL's configure-time clone
     ccache_dir: Path | None = None  # None: <cache>/ccache
@@ -61,4 +61,5 @@ class CompileFlags:
     cross: str | None = None  # a cross toolchain (mingw-w64) for a job of another OS than this machine's
     patches: bool = True  # False: the pristine llama.cpp tree, no carried fix (--no-patches)
     patch_series: Path | None = None  # another patch series (--patches FILE); None: patches/patches.yaml
+    common: Path | None = None  # --common DIR: the job folder of the OS's common part; compile the GPU library alone
 

@@ -210,6 +210,21 @@ class OpTestRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommonPart(Record):
+    """build.json's ``common``: the common part a job was assembled from (its OS's build of everything that does not
+    depend on the GPU: the programs, libllama, libggml-base, the CPU modules, the chat page), when the job compiled
+    only its backend's library. ``compilers`` is what compiled the common part (the CPU code of the bundle)."""
+
+    job: str  # the common part's job id: linux-common
+    path: str  # its job folder
+    build_json_sha256: str  # the build.json it was checked against
+    commit: str | None = None
+    compilers: Mapping[str, str] = field(default_factory=dict)
+    cross: str | None = None  # its cross toolchain (mingw-w64), if any
+    files: tuple[str, ...] = ()  # what the job's bin/ took from it
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildRecord(Record):
     """``out/<job-id>/build.json``: what was built from what, and how it went."""
 
@@ -242,6 +257,8 @@ class BuildRecord(Record):
     cross: CrossToolchain | None = None  # a cross build (--cross mingw-w64); absent in a native build's older files
     patches: PatchSet | None = None  # the carried fixes (absent in files from before them)
     test_backend_ops: OpTestRecord | None = None  # the op test beside the bundle (absent in files from before it)
+    # a job built on its OS's common part: what it took from there (None: built whole, or a file from before)
+    common: CommonPart | None = None
     durations: Mapping[str, float] = field(default_factory=dict)
     ccache: Mapping[str, Any] | None = None
     shader_cache: Mapping[str, Any] | None = None  # Vulkan: glslc's outputs across trees (llamacpp.shader_cache)

@@ -18,7 +18,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ from rockbuild.process import ProcessError, first_line, log_tail, run
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
+from . import common_part
 from .cmake import (
     UnusedVariables,
     capture_msvc_environment,
@@ -118,6 +119,10 @@ class BuildOptions:
     web_ui_dist: Path | None = None  # --web-ui DIR: a dist built once for every build leg (rockbuild webui)
     patches: bool = True  # --no-patches: the pristine tree, without the carried fixes of patches/patches.yaml
     patch_series: PatchSeries | None = None  # default: the series rockbuild ships
+    # the job folder of this OS's common part (a build of the same tree with no GPU backend: the programs, libllama,
+    # libggml-base, the CPU modules, the chat page): compile only the backend's library and assemble <job>/bin/ from
+    # both. None: build the whole of llama.cpp
+    common: Path | None = None
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, the host OS
@@ -327,9 +332,8 @@ def job_label(job: Job, cross: str | None = None) -> str:
     return ", ".join(job.targets) if backend.per_target else f"{backend.label}, {compiler}"
 
 
-def _list_binaries(build_dir: Path, job_dir: Path, files: list[str], windows: bool) -> list[dict[str, Any]]:
-    """build.json's ``binaries``: the programs' ``files`` (each must be there) and every library of bin/."""
-    bin_dir = build_dir / "bin"
+def _list_binaries(bin_dir: Path, job_dir: Path, files: list[str], windows: bool) -> list[dict[str, Any]]:
+    """build.json's ``binaries``: the programs' ``files`` (each must be there) and every library of ``bin_dir``."""
     suffix = ".exe" if windows else ""
     missing = [t for t in files if not (bin_dir / f"{t}{suffix}").is_file()]
     if missing:
@@ -401,10 +405,34 @@ class _Build:
     ccache_dir: Path | None = None
     shader_cache: dict[str, Any] | None = None  # a Vulkan build's glslc cache (enabled, dir), before its counts
     notices: Notices = field(default_factory=Notices)
+    common: BuildRecord | None = None  # the common part's build.json (options.common), once checked
+    common_bin: Path | None = None  # its programs and libraries
+
+    @property
+    def bin_dir(self) -> Path:
+        """Where the job's programs and libraries are: ninja's build/bin, or bin/ assembled with the common part."""
+        return JobFolder(self.job_dir).assembled_dir if self.common is not None else self.build_dir / "bin"
 
     @property
     def windows(self) -> bool:
         return self.job.os == "windows"
+
+
+def _common_step(b: _Build) -> None:
+    """--common DIR: the common part this job builds on, checked before anything is fetched or compiled."""
+    if b.options.common is None:
+        return
+    library = b.backend.library_target
+    if library is None:
+        raise UsageError(f"{b.job.id} is a {b.backend.label} job: it has no library of its own to build on a common "
+                         "part; build it whole (leave out --common)")
+    folder = b.options.common.absolute()
+    with console.step(f"common part ({folder})"):
+        b.common = common_part.read_common(folder, os_name=b.job.os)
+        b.common_bin = common_part.bin_dir_of(folder, b.common)
+        compilers = ", ".join(b.common.compilers.values()) or "compilers not recorded"
+        console.info(f"    {b.common.job.id if b.common.job else folder.name}: llama.cpp {b.common.commit}, "
+                     f"CPU code by {compilers}; this job compiles {library} alone")
 
 
 def _provide_rocm_step(b: _Build) -> None:
@@ -429,6 +457,10 @@ def _source_step(b: _Build) -> None:
         _log_header(b.log, "llama.cpp source")
         b.source = _provide_source(b.options, b.job, b.log)
         b.source = _patch_source(b, b.source)
+        if b.common is not None:
+            patches = b.recorded.get("patches")
+            common_part.check_source(b.common, commit=b.source.commit, cross=b.options.cross,
+                                     patches=patches.digest if patches is not None else None)
         # what the tree defines, whatever the configuration: a required program it lacks fails here, before configure
         _select(b, executable_targets(b.source.path))
 
@@ -477,6 +509,9 @@ def _web_ui_step(b: _Build) -> None:
     reason in build.json) when npm cannot make it: never a failed build."""
     options, source = b.options, b.source
     assert source is not None
+    if b.common is not None:  # llama-server is the common part's, with its page (or without, as it says)
+        b.recorded["web_ui"] = b.common.web_ui
+        return
     web_ui = WebUiOptions(cache=(options.cache or options.context.cache) / "webui", enabled=options.web_ui,
                           dist=options.web_ui_dist, offline=options.offline, env=options.context.env)
     with console.step("web UI"):
@@ -586,6 +621,8 @@ def _configure_step(b: _Build) -> None:
                     console.warn(message)
             write_json_atomic(stamp, {**fingerprint, "warnings": b.notices.messages})
         b.recorded["warnings"] = tuple(b.notices.messages)
+        if b.common is not None:
+            common_part.check_definitions(b.common, dict(definitions))
         # what this configuration builds (llama-convert-llama2c-to-ggml is not built with GGML_BACKEND_DL, say)
         listed = run(targets_command(build_dir), env=env, log=None, timeout=120, check=False)
         if listed.returncode == 0:
@@ -594,12 +631,18 @@ def _configure_step(b: _Build) -> None:
 
 def _compile_step(b: _Build) -> None:
     jobs = b.options.jobs or os.cpu_count() or 2
-    build = compile_command(b.build_dir, list(b.targets), jobs=jobs)
+    library = b.backend.library_target
+    if b.common is not None and library is not None:
+        common = b.common.job.id if b.common.job else "the common part"
+        targets, what = [library], f"{library} alone: the rest is {common}'s"
+    else:
+        targets, what = list(b.targets), f"{len(b.targets)} programs"
+    build = compile_command(b.build_dir, targets, jobs=jobs)
     b.recorded["compile_command"] = tuple(build)
-    with console.step(f"compile ({len(b.targets)} programs, -j{jobs})"):
+    with console.step(f"compile ({what}, -j{jobs})"):
         if b.selection is not None and b.selection.unavailable:
             console.info(f"    not in this tree: {', '.join(b.selection.unavailable)}")
-        console.info(f"    targets: {' '.join(b.targets)}")
+        console.info(f"    targets: {' '.join(targets)}")
         before = ccache_counts(b.ccache, b.env) if b.ccache else None
         glslc_log = log_offset(b.build_dir)
         _log_header(b.log, "compile: " + " ".join(build))
@@ -632,9 +675,13 @@ def _compile_step(b: _Build) -> None:
         rate = ccache["hit_rate"]
         did = "ninja: no work to do" if progress.no_work else f"{progress.finished} steps, {objects} objects"
         console.info(f"    {did}" + (f"; ccache hit rate {rate:.0%}" if rate is not None else ""))
-        assert b.selection is not None
-        files = [p.file_name for p in b.selection.programs]
-        b.recorded["binaries"] = tuple(_list_binaries(b.build_dir, b.job_dir, files, b.windows))
+        if b.common is None:
+            b.recorded["binaries"] = tuple(_list_binaries(b.bin_dir, b.job_dir, _program_files(b), b.windows))
+
+
+def _program_files(b: _Build) -> list[str]:
+    assert b.selection is not None
+    return [p.file_name for p in b.selection.programs]
 
 
 OP_TEST_DIR = "tools"  # <job>/tools/: beside bundle/, never in it
@@ -648,6 +695,9 @@ def _op_test_step(b: _Build) -> None:
     tools = b.job_dir / OP_TEST_DIR
     placed = tools / f"{OP_TEST_PROGRAM}{suffix}"
     placed.unlink(missing_ok=True)  # never a stale one from an earlier build of another tree
+    if b.common is not None:
+        _op_test_from_common(b, placed)
+        return
 
     def absent(reason: str) -> None:
         b.recorded["test_backend_ops"] = OpTestRecord(status="absent", reason=reason)
@@ -680,11 +730,45 @@ def _op_test_step(b: _Build) -> None:
         size=placed.stat().st_size)
 
 
+def _assemble_step(b: _Build) -> None:
+    """A job on a common part: <job>/bin/ is the common part's programs and libraries plus this job's library."""
+    if b.common is None:
+        return
+    assert b.common_bin is not None and b.options.common is not None and b.backend.library_target is not None
+    own = common_part.library_files(b.build_dir / "bin", b.backend.library_target, windows=b.windows)
+    if not own:
+        raise BuildError(f"the compile finished but {b.build_dir / 'bin'} has no {b.backend.library_target} library")
+    with console.step(f"assemble {b.bin_dir.name}/ (the common part + {', '.join(p.name for p in own)})"):
+        taken = common_part.assemble(b.common_bin, own, b.bin_dir)
+        b.recorded["common"] = common_part.describe(b.options.common.absolute(), b.common, taken)
+        b.recorded["binaries"] = tuple(_list_binaries(b.bin_dir, b.job_dir, _program_files(b), b.windows))
+        console.info(f"    {len(taken)} files from {b.recorded['common'].job}, {len(own)} of this job's")
+
+
+def _op_test_from_common(b: _Build, placed: Path) -> None:
+    """The common part's op test (it loads whichever backend module sits beside it, as the programs do)."""
+    assert b.common is not None and b.options.common is not None
+    theirs = b.common.test_backend_ops
+    if theirs is None or theirs.status != "built" or not theirs.path:
+        reason = theirs.reason if theirs is not None and theirs.reason else "the common part has none"
+        b.recorded["test_backend_ops"] = OpTestRecord(status="absent", reason=reason)
+        console.warn(f"{OP_TEST_PROGRAM} is not here: {reason} (the smoke's ops step will say not checked)")
+        return
+    source = b.options.common.absolute() / theirs.path
+    if not source.is_file():
+        raise BuildError(f"the common part's {OP_TEST_PROGRAM} is missing: {source}")
+    placed.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, placed)
+    b.recorded["test_backend_ops"] = replace(theirs, path=f"{OP_TEST_DIR}/{placed.name}")
+
+
 # A build's steps, in order: each fills in the build and records into build.json; the first to fail is its
 # failed_step (build.json, build.log's last line).
+COMMON_ONLY_STEPS = frozenset({"common", "assemble"})  # a whole build has no such step (nor its duration)
 BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
-    ("rocm", _provide_rocm_step), ("source", _source_step), ("web_ui", _web_ui_step), ("configure", _configure_step),
-    ("compile", _compile_step), ("test_backend_ops", _op_test_step),
+    ("common", _common_step), ("rocm", _provide_rocm_step), ("source", _source_step), ("web_ui", _web_ui_step),
+    ("configure", _configure_step), ("compile", _compile_step), ("assemble", _assemble_step),
+    ("test_backend_ops", _op_test_step),
 )
 
 
@@ -705,12 +789,14 @@ def build_job(job: Job, options: BuildOptions) -> BuildRecord:
 
     def result(status: str, failed_step: str | None = None, error: BuildErrorInfo | None = None) -> BuildRecord:
         durations["total"] = round(time.monotonic() - start, 3)
-        paths = BuildPaths(job_dir=job_dir, build_dir=b.build_dir, log=b.log, bin_dir=b.build_dir / "bin")
+        paths = BuildPaths(job_dir=job_dir, build_dir=b.build_dir, log=b.log, bin_dir=b.bin_dir)
         return BuildRecord(schema=BUILD_SCHEMA, rockbuild_version=__version__, status=status, failed_step=failed_step,
                            error=error, job=job, gpu_targets=job.targets, offline=options.offline,
                            durations=dict(durations), paths=paths, started=started, finished=_now(), **b.recorded)
 
     for name, step in BUILD_STEPS:
+        if name in COMMON_ONLY_STEPS and options.common is None:
+            continue
         t0 = time.monotonic()
         try:
             step(b)

@@ -150,7 +150,7 @@ class _JobStages:
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
                 built = folder.build()
                 cross = built.cross if built is not None else None
-                bundle(BundleRequest.for_job(job, folder.bin_dir, self.root, folder.bundle_dir,
+                bundle(BundleRequest.for_job(job, folder.programs_dir(built), self.root, folder.bundle_dir,
                                              policy=self.pipeline.policy,
                                              prune_fatbin=self.pipeline.compile.prune_fatbin,
                                              library_dirs=cross.runtime_dirs if cross else ()))

@@ -63,5 +63,6 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     again = audit_bundle(out)  # from bundle.json alone
     assert again.ok and again.backend == "blas"
     assert [c.name for c in again.checks] == ["no-symlinks", "file-formats", "programs", "architecture", "needed",
-                                              "run-paths", "kpack-refs", "extras", "cpu-backends", "symbol-versions"]
+                                              "run-paths", "kpack-refs", "extras", "cpu-backends", "backend-abi",
+                                              "symbol-versions"]
     assert subprocess.run([out / "llama-cli"], env={}).returncode == 0

@@ -23,6 +23,7 @@ class CpuBackend:
     needs_gpu = False
     per_target = False
     ggml_libraries: tuple[str, ...] = ()  # libggml-blas ships in every bundle: only bundle.json tells a CPU one
+    library_target = "ggml-blas"  # the stand-in tree builds it with GGML_BLAS=ON (a job on a common part: only it)
 
     def job_fields(self, os_name, target, families, origin):
         return {"id": f"{os_name}-blas", "name": "blas", "family": "", "group": "", "legacy_groups": (), "targets": ()}
@@ -40,7 +41,7 @@ class CpuBackend:
         return host_compilers(env, job.os == "windows"), {}
 
     def cmake_definitions(self, job, toolchain, *, offline, build_info, ccache):
-        return compose_definitions(swap={"GGML_HIP": None, "GGML_HIP_ROCWMMA_FATTN": None},
+        return compose_definitions(swap={"GGML_HIP": "GGML_BLAS", "GGML_HIP_ROCWMMA_FATTN": None},
                                    reserved={"GGML_HIP", "GGML_VULKAN"}, set_by="for a CPU job", extra=job.cmake,
                                    offline=offline, build_info=build_info, ccache=ccache)
 

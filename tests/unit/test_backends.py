@@ -230,7 +230,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
     assert not [n for n in names_ if n.startswith(("GGML_HIP", "GGML_VULKAN", "GPU_TARGETS", "CMAKE_C_COMPILER"))]
     got = dict(defs)
     assert got["GGML_NATIVE"] == "OFF" and got["LLAMA_OPENSSL"] == "ON" and got["LLAMA_BUILD_NUMBER"] == "7"
-    assert len(defs) == len(SEED_DEFINITIONS) - 2 + 4  # minus the HIP switches; OpenSSL, ccache, build, extra
+    assert len(defs) == len(SEED_DEFINITIONS) - 1 + 4  # GGML_BLAS for the HIP switches; OpenSSL, ccache, build, extra
     assert "-DMY_EXTRA=x" in configure_command("/src", "/b", defs)
     with pytest.raises(ConfigError, match="the job's cmake option GGML_VULKAN is set by rockbuild for a CPU job"):
         cpu.cmake_definitions(a_job("blas", cmake=(("GGML_VULKAN", "ON"),)), None, offline=False, build_info={},

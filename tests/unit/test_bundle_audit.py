@@ -46,7 +46,7 @@ def test_good_bundle_passes_every_check(bundle, policy):
     report = audit_bundle(bundle, policy=policy)
     assert report.ok, report.failures
     assert [c.name for c in report.checks] == [
-        "no-symlinks", "file-formats", "programs", "architecture", "needed", "run-paths", "kpack-refs", "extras", "cpu-backends", "kernel-data", "code-objects",
+        "no-symlinks", "file-formats", "programs", "architecture", "needed", "run-paths", "kpack-refs", "extras", "cpu-backends", "backend-abi", "kernel-data", "code-objects",
         "symbol-versions",
     ]
     assert report.targets == ("gfx1151",)  # read from bundle.json
