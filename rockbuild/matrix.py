@@ -18,7 +18,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,8 @@ from .console import warn
 
 AXES = ("os", "target", "backend")
 WHEN_PROVEN = "when-proven"  # required: optional until its smoke test passed in a published release
-OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke", "runner_smoke")
+OPTION_KEYS = ("llama_ref", "rocm", "cmake", "required", "runner", "gpu_smoke", "runner_smoke", "common_part")
+COMMON = "common"  # a common part's job id: <os>-common (docs/common-part.md)
 GPU_SMOKE_KEYS = ("runner", "required")
 ROCM_KEYS = ("channel", "version")
 ROCM_CHANNELS = ("nightly", "dev", "stable", "prerelease")
@@ -57,6 +58,7 @@ BUILTIN_OPTIONS: dict[str, Any] = {
     "runner": dict(DEFAULT_RUNNERS),
     "gpu_smoke": None,  # {runner: [self-hosted, gfx1151], required: true}: a smoke test on that runner's GPU
     "runner_smoke": RUNNER_SMOKE_MODES[0],
+    "common_part": False,  # build what does not depend on the GPU once per OS (docs/common-part.md)
 }
 
 
@@ -120,6 +122,10 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
             out[key] = cmake
         elif key == "gpu_smoke":
             out[key] = _check_gpu_smoke(path, node, value, what)
+        elif key == "common_part":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where(path, node, key)}: {what}.common_part must be true or false, not {value!r}")
+            out[key] = value
         elif key == "runner_smoke":
             if value not in RUNNER_SMOKE_MODES:
                 raise ConfigError(f"{where(path, node, key)}: {what}.runner_smoke must be gate or informational, "
@@ -328,6 +334,7 @@ def expand_matrix(
         raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
 
     jobs: list[Job] = []
+    made: list[tuple[Job, _Combo]] = []
     seen: dict[str, str] = {}
     for combo in combos:
         if (os_override or target_override) and per_target[combo.backend] and \
@@ -338,10 +345,36 @@ def expand_matrix(
         if job.id in seen:
             raise ConfigError(f"{combo.origin}: job {job.id} is defined twice (also at {seen[job.id]})")
         seen[job.id] = combo.origin
-        jobs.append(job)
-    if not jobs:
+        made.append((job, combo))
+    if not made:
         raise ConfigError(f"{path}: the matrix is empty: no job can be built for the requested OS and targets")
+    jobs = _with_common_parts(made, options)
+    for job in jobs:
+        if job.is_common_part and job.id in seen:
+            raise ConfigError(f"{seen[job.id]}: job {job.id} is the name of {job.os}'s common part (common_part: "
+                              "true); name it otherwise")
     return jobs
+
+
+def _with_common_parts(made: Sequence[tuple[Job, _Combo]], options: dict[str, Any]) -> list[Job]:
+    """The jobs, each GPU job whose options ask for it (``common_part: true``) and match the matrix's own (cmake,
+    llama_ref: what reaches ggml) built on its OS's common part, that part's job (``<os>-common``, the cpu backend,
+    first in the list: a night builds it before them) added once per OS. Any other job builds whole."""
+    on_common: dict[str, list[str]] = {}
+    jobs: list[Job] = []
+    for job, combo in made:
+        opts = combo.options
+        if (opts.get("common_part") and get_backend(job.backend).library_target is not None
+                and opts["cmake"] == options["cmake"] and opts["llama_ref"] == options["llama_ref"]):
+            job = replace(job, common=f"{job.os}-{COMMON}")
+            on_common.setdefault(job.os, []).append(job.id)
+        jobs.append(job)
+    commons = [Job(id=f"{os_name}-{COMMON}", os=os_name, name=COMMON, backend="cpu", required=False,
+                   llama_ref=str(options["llama_ref"]), rocm_channel=options["rocm"]["channel"],
+                   rocm_version=options["rocm"]["version"], cmake=tuple(options["cmake"].items()),
+                   runner=_runner_for(options, os_name), common_for=tuple(ids))
+               for os_name, ids in on_common.items()]
+    return [*commons, *jobs]
 
 
 def load_matrix(
@@ -419,7 +452,9 @@ def select_jobs(jobs: Sequence[Job], only: Iterable[str] = (), os_name: str | No
         selected = [j for j in selected if j.os == os_name]
     if not selected:
         raise UsageError("no job is left after --only/--os; run `rockbuild matrix` to see the job ids")
-    return selected
+    # a selected job built on a common part brings that part along
+    wanted = {j.common for j in selected if j.common} - {j.id for j in selected}
+    return [j for j in jobs if j.id in wanted] + selected if wanted else selected
 
 
 def find_job(jobs: Sequence[Job], job_id: str) -> Job:

@@ -301,9 +301,19 @@ class Job(Record):
     # runs in the leg and a failure fails the job; informational: for an asset that cannot start on that runner (no
     # driver there), it runs after the leg, its record goes to runner-smoke/smoke.json and never gates
     runner_smoke: str = RUNNER_SMOKE_MODES[0]
+    # matrix option `common_part` (docs/common-part.md): the id of its OS's common part that a night builds this job
+    # on (it compiles only its GPU library); "" builds whole. A maintainer's `rockbuild build` builds whole unless
+    # given --common DIR
+    common: str = ""
+    # a common part (a night's <os>-common job: the cpu backend, no asset of its own): the jobs built on it
+    common_for: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_targets", ";".join(self.targets))
+
+    @property
+    def is_common_part(self) -> bool:
+        return bool(self.common_for)
 
     @property
     def gpu_runner(self) -> tuple[str, ...]:

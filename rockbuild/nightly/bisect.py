@@ -123,7 +123,8 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
     start = time.monotonic()
     if good >= bad:
         raise UsageError(f"--good {good.isoformat()} must be before --bad {bad.isoformat()}")
-    job = find_job(select_night_jobs(options), job_id)
+    # each trial builds the job whole: one folder per nightly, no common part built beside it
+    job = replace(find_job(select_night_jobs(options), job_id), common="")
     if not get_backend(job.backend).needs_rocm:
         raise UsageError(f"{job.id} is a {job.backend} job: it uses no ROCm, so there is no ROCm nightly to bisect")
     candidates = nightly_tarballs(job, good, bad, index_url=options.pins.index_url, fetch_text=fetch_text)

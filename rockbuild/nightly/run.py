@@ -308,7 +308,8 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
         Path, ...]:
     """The job folders to publish for ``inputs``: each given folder matched to its job (by build.json, or its name
     with or without the artifact's ``job-`` prefix), and for a job without one a folder that does not exist, so the
-    publisher counts it as failed. A folder built from another commit is refused."""
+    publisher counts it as failed. A folder built from another commit is refused. A common part is no asset: its
+    folder is left out (the jobs built on it carry its files, and its failure as theirs)."""
     found: dict[str, Path] = {}
     for directory in job_dirs:
         build = JobFolder(Path(directory)).build()
@@ -318,9 +319,10 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
         if build is not None and commit and build.ok and commit != inputs.llama.commit:
             raise UsageError(f"{directory} was built from llama.cpp {commit[:12]}, not the inputs' "
                              f"{inputs.llama.commit[:12]}", hint="rebuild it with --inputs, or leave it out")
-        inputs.job(job_id)
+        if inputs.job(job_id).is_common_part:
+            continue
         found[job_id] = Path(directory)
-    return tuple(found.get(job.id, Path(default_out) / job.id) for job in inputs.jobs)
+    return tuple(found.get(job.id, Path(default_out) / job.id) for job in inputs.jobs if not job.is_common_part)
 
 
 def job_dirs_to_publish(inputs_file: Path | None, job_dirs: Sequence[Path]) -> tuple[Path, ...]:
@@ -354,7 +356,12 @@ class NightPlan:
         return () if self.unchanged_since else self.jobs
 
     def github_matrix(self) -> dict[str, Any]:
-        return github_matrix(self.build)
+        """The build legs: every job to build but the common parts (their own legs come first)."""
+        return github_matrix([j for j in self.build if not j.is_common_part])
+
+    def common_matrix(self) -> dict[str, Any]:
+        """The common parts' legs (docs/common-part.md): one per OS whose GPU jobs build on one."""
+        return github_matrix([j for j in self.build if j.is_common_part])
 
     def gpu_matrix(self) -> dict[str, Any]:
         """The GPU smoke legs: one per job built with a ``gpu_smoke`` runner (its labels, whether it gates)."""
@@ -364,9 +371,11 @@ class NightPlan:
     def write_github_output(self, path: Path) -> None:
         """``matrix=``/``changed=`` for the build legs (none when unchanged) and ``gpu_matrix=``/``gpu=`` for the
         GPU smoke legs (none without a ``gpu_smoke`` runner): GitHub refuses an empty matrix, so each has a flag."""
-        gpu = self.gpu_matrix()
+        gpu, common = self.gpu_matrix(), self.common_matrix()
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(f"matrix={json.dumps(self.github_matrix(), separators=(',', ':'))}\n")
+            fh.write(f"common_matrix={json.dumps(common, separators=(',', ':'))}\n")
+            fh.write(f"common={'true' if common['include'] else 'false'}\n")
             fh.write(f"changed={'false' if self.unchanged_since else 'true'}\n")
             fh.write(f"gpu_matrix={json.dumps(gpu, separators=(',', ':'))}\n")
             fh.write(f"gpu={'true' if gpu['include'] else 'false'}\n")
@@ -375,7 +384,7 @@ class NightPlan:
         return {"state": "unchanged" if self.unchanged_since else "changed", "inputs": str(self.inputs_path),
                 "llama_commit": self.inputs.llama.commit, "release": self.unchanged_since,
                 "changes": list(self.changes), "jobs": [j.id for j in self.build], "matrix": self.github_matrix(),
-                "gpu_matrix": self.gpu_matrix()}
+                "common_matrix": self.common_matrix(), "gpu_matrix": self.gpu_matrix()}
 
     def render(self) -> str:
         commit = self.inputs.llama.commit[:12]
@@ -556,7 +565,12 @@ def run_night(options: NightOptions) -> NightReport:
 
     night = Night(options, plan.inputs)
     with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
-        outcomes = list(pool.map(lambda job: _run_guarded(job, night), here))
+        # each OS's common part first: the jobs built on it take its files (docs/common-part.md)
+        first = [j for j in here if j.is_common_part]
+        outcomes = list(pool.map(lambda job: _run_guarded(job, night), first))
+        outcomes += list(pool.map(lambda job: _run_guarded(job, night), [j for j in here if not j.is_common_part]))
+    order = {j.id: i for i, j in enumerate(here)}
+    outcomes.sort(key=lambda o: order[o.id])
     out = Path(options.out).absolute()
     report = release_night(options, [out / j.id for j in here], inputs_file=plan.inputs_path, outcomes=outcomes,
                            changes=plan.changes, summary=False)

@@ -27,6 +27,7 @@ from rockbuild.core.options import CompileFlags
 from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
+from rockbuild.llamacpp.common_part import read_common
 from rockbuild.llamacpp.driver import BuildOptions, build_job
 from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.rocm.fetch import fetch_entry
@@ -69,9 +70,36 @@ class JobPipeline:
         """``job``'s stages with ``rocm`` (its pinned tarball, or its group's last good one; None: a job that takes
         no ROCm), reusing each whose inputs did not change. Never raises for a failure of the job itself: it is
         recorded in the job folder and in the outcome."""
+        unfit = self.common_failure(job)
+        if unfit is not None:  # nothing to fetch or build for: one line, in build.json as the build step's failure
+            folder = JobFolder.of(self.out, job.id)
+            folder.record_failure(job, "common", BuildErrorInfo(message=unfit, type="BuildError"),
+                                  LlamaCpp.from_dict(self.inputs.llama.pin()))
+            console.warn(f"{job.id}: {unfit}")
+            return StagesOutcome(job.id, job.required, "failed", {"fetch": "skipped", "build": "failed"}, "build",
+                                 unfit)
         stages = _JobStages(job, self, rocm)
         return run_stages(job.id, job.required, stages.folder,
                           (stages.fetch, stages.build, stages.bundle, stages.smoke), on_event=self.on_event)
+
+    def common_failure(self, job: Job) -> str | None:
+        """Why ``job`` cannot be built on its common part (missing, failed, another OS: the common part's own one
+        line), or None (a job built whole, or a usable common part)."""
+        folder = self.common_dir(job)
+        if folder is None:
+            return None
+        try:
+            read_common(folder, os_name=job.os)
+        except RockbuildError as exc:
+            return exc.message
+        return None
+
+    def common_dir(self, job: Job) -> Path | None:
+        """The common part ``job`` is built on: --common DIR (a CI leg, its artifact), else the night's own folder of
+        it (OUT/<os>-common); None for a job built whole."""
+        if not job.common:
+            return None
+        return Path(self.compile.common).absolute() if self.compile.common is not None else self.out / job.common
 
 
 class _JobStages:
@@ -120,9 +148,11 @@ class _JobStages:
         cross = (f"cross {options.compile.cross}",) if options.compile.cross else ()
         patches = options.carried_patches
         carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
+        common_dir = options.common_dir(self.job)
+        common = () if common_dir is None else (f"common {_digest(common_dir / BuildRecord.FILE)}",)
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
                                                self.job.to_dict(), __version__, options.compile.offline, *web_ui,
-                                               *cross, *carried)
+                                               *cross, *carried, *common)
 
         def run() -> None:
             build_options = build_options_for_inputs(BuildOptions(
@@ -130,7 +160,7 @@ class _JobStages:
                 use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.pipeline.cache,
                 web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
                 programs=options.programs, cross=options.compile.cross,
-                patches=options.compile.patches, patch_series=options.patches,
+                patches=options.compile.patches, patch_series=options.patches, common=common_dir,
             ), inputs, self.root)
             build_job(self.job, replace(build_options, rocm_tarball=self.tarball))
 
@@ -139,6 +169,8 @@ class _JobStages:
     def bundle(self) -> Stage:
         folder, job = self.folder, self.job
         key = self.keys["bundle"] = fingerprint("bundle", self.keys["build"], self.pipeline.compile.prune_fatbin)
+        if job.is_common_part:  # not an asset: the jobs built on it bundle its files
+            return Stage("bundle", key, skip=True)
 
         def still_there(_entry: dict[str, Any]) -> bool:
             meta = folder.bundle_meta()
@@ -163,7 +195,7 @@ class _JobStages:
     def smoke(self) -> Stage:
         folder, options = self.folder, self.pipeline
         key = fingerprint("smoke", self.keys["bundle"], options.model_spec)
-        if not options.smoke:
+        if not options.smoke or self.job.is_common_part:
             folder.smoke_json.unlink(missing_ok=True)
             return Stage("smoke", key, skip=True)
 
@@ -179,6 +211,16 @@ class _JobStages:
                 raise SmokeError(f"the smoke test failed: {report.failures[0]}")
 
         return Stage("smoke", key, run, lambda _entry: _smoke_passed(folder))
+
+
+def _digest(path: Path) -> str:
+    """The sha256 of a file, or ``missing``: a common part's build.json keys the builds made on it."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
 
 
 def _smoke_passed(folder: JobFolder) -> bool:

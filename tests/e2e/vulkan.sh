@@ -28,6 +28,9 @@
 #   tests/e2e/vulkan.sh mutants   in lavapipe-root: the smoke on SmolLM2 of the Vulkan job's bundle as it is (must
 #                                 pass) and with each mutant library of issue 39 (tests/e2e/h200.sh mutants-build,
 #                                 tests/e2e/mutants/: each must fail); the table in $E2E/bench/mutants-lavapipe.json
+#   tests/e2e/vulkan.sh common-part  bench/common_part.py in vulkan-root, cold (no ccache): linux-vulkan built whole,
+#                                 then linux-cpu (the common part) and linux-vulkan on it (--common); step-seconds from
+#                                 the ninja logs, in $E2E/bench/common-part.json; ~25 min on 2 cores
 #   tests/e2e/vulkan.sh all       build, smoke, numerics, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
@@ -374,6 +377,19 @@ Path(sys.argv[1]).with_suffix(".json").write_text(json.dumps(out, indent=1))
 PYEOF
 }
 
+common_part() {
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    mkdir -p "$BENCH"
+    printf 'matrix:\n  os: [linux]\n  backend: [vulkan, cpu]\n' > "$ROOT/e2e/split-matrix.yaml"
+    chroot_env "$ROOT" "$VENV/bin/python" "$RB_SRC/bench/common_part.py" --source "$LLAMA_IN_ROOT" \
+        --build-number "$LLAMA_BUILD_NUMBER" -c /e2e/split-matrix.yaml --gpu-job linux-vulkan --common-job linux-cpu \
+        --work /e2e/bench-common-part -j "$JOBS" --rockbuild "$VENV/bin/rockbuild" --json > "$BENCH/common-part.json"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("ratio_per_job", "projected")}))' "$BENCH/common-part.json"
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
@@ -385,6 +401,7 @@ main() {
         compare) compare_flavours ;;
         night) night ;;
         ccache) ccache_nights ;;
+        common-part) common_part ;;
         all)
             build_vulkan build
             smoke_vulkan
@@ -393,7 +410,7 @@ main() {
             summary
             ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }

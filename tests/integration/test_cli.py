@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -124,7 +125,7 @@ def test_nightly_workflow_keeps_the_seed_dispatch_inputs_and_schedule():
     assert inputs["rocm_version"]["default"] == "latest" and inputs["llamacpp_version"]["default"] == "latest"
     assert inputs["create_release"]["type"] == "boolean" and inputs["create_release"]["default"] is True
     assert on["schedule"] == [{"cron": "0 13 * * *"}]
-    assert set(wf["jobs"]) == {"prepare", "build", "gpu-smoke", "publish", "attest-images", "alert"}
+    assert set(wf["jobs"]) == {"prepare", "common", "build", "gpu-smoke", "publish", "attest-images", "alert"}
     assert wf["jobs"]["build"]["strategy"]["matrix"] == "${{ fromJson(needs.prepare.outputs.matrix) }}"
     assert {wf["jobs"]["build"]["runs-on"]} == {"${{ matrix.runner }}"}
 
@@ -159,6 +160,10 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     leg = next(s for s in jobs["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
     assert '--web-ui webui' in leg["run"]
     assert rockbuild_calls("build") == ['rockbuild nightly --job', 'rockbuild smoke "out/$JOB_ID"']
+    # each OS's common part (issue 41): a leg of its own before the build legs, which take it as an artifact
+    assert rockbuild_calls("common") == ["rockbuild nightly --job"]
+    assert jobs["common"]["strategy"]["matrix"] == "${{ fromJson(needs.prepare.outputs.common_matrix) }}"
+    assert jobs["build"]["needs"] == ["prepare", "common"] and jobs["build"]["if"].startswith("!cancelled()")
     runner_smoke = next(s for s in jobs["build"]["steps"] if "rockbuild smoke" in str(s.get("run", "")))
     assert runner_smoke["if"] == "matrix.runner_smoke == 'informational'" and runner_smoke["continue-on-error"] is True
     assert "runner-smoke/smoke.json" in runner_smoke["run"]
@@ -185,12 +190,17 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
     assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
+                                          "common_matrix": "${{ steps.plan.outputs.common_matrix }}",
+                                          "common": "${{ steps.plan.outputs.common }}",
                                           "changed": "${{ steps.plan.outputs.changed }}",
                                           "gpu_matrix": "${{ steps.plan.outputs.gpu_matrix }}",
                                           "gpu": "${{ steps.plan.outputs.gpu }}"}
     assert "--inputs inputs.json" in plan["run"]
     # an unchanged night: `changed` is false, so neither a build leg nor publish starts
-    assert jobs["build"]["if"] == "needs.prepare.outputs.changed == 'true'"
+    assert jobs["build"]["if"] == ("!cancelled() && needs.prepare.result == 'success' && "
+                                   "needs.prepare.outputs.changed == 'true'")
+    assert jobs["common"]["if"] == ("needs.prepare.outputs.changed == 'true' && "
+                                    "needs.prepare.outputs.common == 'true'")
     assert "needs.prepare.outputs.changed == 'true'" in jobs["publish"]["if"]
     # the GPU legs (issue 19): only the matrix's gpu_smoke jobs, on their own runners, before publish
     gpu = jobs["gpu-smoke"]
@@ -264,3 +274,46 @@ def test_the_linux_vulkan_leg_smokes_the_real_model(tmp_path, runner_os, vk, run
     args = (tmp_path / "args").read_text().split()
     assert args[:3] == ["nightly", "--job", "linux-vulkan"]
     assert args[9:] == expect
+
+
+def test_a_build_leg_takes_its_common_part_as_the_common_leg_packed_it(tmp_path):
+    """Issue 41: the common leg packs its build (modes and links kept: an artifact keeps neither), the build leg
+    unpacks it and passes --common; the workflow's own scripts, run by bash."""
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    pack = next(s for s in wf["jobs"]["common"]["steps"] if s.get("name") == "Pack the common part")
+    unpack = next(s for s in wf["jobs"]["build"]["steps"] if s.get("name") == "The common part ${{ matrix.common }}")
+    leg = next(s for s in wf["jobs"]["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
+    runner = tmp_path / "common-runner"
+    bin_dir = runner / "out" / "linux-common" / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    (runner / "out" / "linux-common" / "build.json").write_text("{}")
+    (runner / "out" / "linux-common" / "build" / "CMakeCache.txt").write_text("not shipped")
+    (bin_dir / "llama-cli").write_text("#!/bin/sh\n")
+    (bin_dir / "llama-cli").chmod(0o755)
+    (bin_dir / "libllama.so.0").write_text("elf")
+    (bin_dir / "libllama.so").symlink_to("libllama.so.0")
+    bash = ["bash", "-euo", "pipefail", "-c"]
+    env = {"PATH": "/usr/bin:/bin", "JOB_ID": "linux-common"}
+    subprocess.run([*bash, pack["run"]], cwd=runner, env=env, check=True, timeout=30)
+    leg_dir = tmp_path / "build-runner"
+    (leg_dir / "common-part").mkdir(parents=True)
+    shutil.copy(runner / "linux-common.tar", leg_dir / "common-part" / "linux-common.tar")  # the artifact
+    subprocess.run([*bash, unpack["run"]], cwd=leg_dir, env={**env, "COMMON": "linux-common"}, check=True, timeout=30)
+    got = leg_dir / "common-part" / "linux-common"
+    assert (got / "build" / "bin" / "llama-cli").stat().st_mode & 0o111
+    assert os.readlink(got / "build" / "bin" / "libllama.so") == "libllama.so.0"
+    assert (got / "build.json").is_file() and not (got / "build" / "CMakeCache.txt").exists()
+    # no artifact (the common leg failed before packing): an empty folder, whose missing build.json the leg reports
+    subprocess.run([*bash, unpack["run"]], cwd=tmp_path, env={**env, "COMMON": "windows-common"}, check=True,
+                   timeout=30)
+    assert (tmp_path / "common-part" / "windows-common").is_dir()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "rockbuild").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
+    (shim / "rockbuild").chmod(0o755)
+    subprocess.run([*bash, leg["run"]], cwd=leg_dir, check=True, timeout=30, env={
+        "PATH": f"{shim}:/usr/bin:/bin", "RUNNER_OS": "Linux", "GGML_VK_VISIBLE_DEVICES": "", "JOB_ID": "linux-gfx1151",
+        "ARGS_OUT": str(tmp_path / "args"), "RUNNER_SMOKE": "gate", "COMMON": "linux-common"})
+    assert (tmp_path / "args").read_text().split()[-2:] == ["--common", "common-part/linux-common"]

@@ -329,8 +329,8 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     assert unchanged.returncode == 0, unchanged.stderr
     assert json.loads(unchanged.stdout)["state"] == "unchanged"
     written = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert written == {"matrix": '{"include":[]}', "changed": "false", "gpu_matrix": '{"include":[]}',
-                       "gpu": "false"}  # no build leg starts
+    assert written == {"matrix": '{"include":[]}', "common_matrix": '{"include":[]}', "common": "false",
+                       "changed": "false", "gpu_matrix": '{"include":[]}', "gpu": "false"}  # no build leg starts
     assert len(world.github.writes) == writes and world.tarball_requests() == fetched
 
 
@@ -426,3 +426,58 @@ def test_the_carried_patch_series_is_part_of_the_nights_inputs(world, tmp_path):
     changed = json.loads(nightly("--plan", *common, "--inputs", "inputs-3.json", "--json").stdout)
     assert changed["state"] == "changed"
     assert any(c.startswith(f"{jobs[0]}: carried patches {digest} -> ") for c in changed["changes"]), changed
+
+
+COMMON_MATRIX = """
+options:
+  common_part: true
+  cmake: {cmake}
+matrix:
+  os: [linux]
+  backend: [vulkan]
+"""
+
+
+def test_a_night_builds_the_common_part_once_and_the_gpu_job_on_it(world, tmp_path, monkeypatch):
+    """Issue 41: the common part is a job of its own, built first and never published; the Vulkan job compiles only
+    ggml-vulkan and assembles its bundle from it; a failed common part fails the job with the common part's reason."""
+    sdk = tmp_path / "vulkan-sdk"
+    write(sdk / "bin" / "glslc", "#!/bin/sh\necho 'shaderc v2026.4 v2026.4'\n", 0o755)
+    monkeypatch.setenv("VULKAN_SDK", str(sdk))
+    out = tmp_path / "out"
+    report = run_night(world.options(out, write(tmp_path / "m.yaml", COMMON_MATRIX.format(cmake="{}"))))
+    assert report.state == "published", report.message
+    jobs = {j.id: j for j in report.jobs}
+    assert list(jobs) == ["linux-common", "linux-vulkan"]
+    assert jobs["linux-common"].stages == {"fetch": "skipped", "build": "done", "bundle": "skipped",
+                                           "smoke": "skipped"}
+    assert jobs["linux-vulkan"].stages == {"fetch": "skipped", "build": "done", "bundle": "done", "smoke": "skipped"}
+    build = json.loads((out / "linux-vulkan" / "build.json").read_text())
+    assert build["common"]["job"] == "linux-common" and build["job"]["common"] == "linux-common"
+    assert build["compile_command"][build["compile_command"].index("--target") + 1] == "ggml-vulkan"
+    assert build["web_ui"]["status"] != "none"  # the common part's llama-server, with its page
+    bundle = json.loads((out / "linux-vulkan" / "bundle" / "bundle.json").read_text())
+    assert bundle["audit"]["ok"] is True
+    assert (out / "linux-vulkan" / "bundle" / "libggml-vulkan.so").is_file()
+    assert (out / "linux-vulkan" / "bundle" / "llama-cli").is_file()  # the common part's program
+    (release,) = world.github.state.releases.values()
+    manifest = json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
+    assert [j["id"] for j in manifest["jobs"]] == ["linux-vulkan"]  # the common part is no asset
+    assert not any("common" in a.name for a in release.assets)
+    # the same inputs again: nothing to do
+    assert run_night(world.options(tmp_path / "out2", write(tmp_path / "m.yaml", COMMON_MATRIX.format(
+        cmake="{}")))).state == "unchanged"
+
+    # a common part that fails: its job fails with its reason, without fetching or compiling anything
+    world.github.state.releases.clear()
+    failed = run_night(world.options(tmp_path / "out3", write(tmp_path / "f.yaml", COMMON_MATRIX.format(
+        cmake='{FAIL_COMPILE: "ON"}')), repo=None, publish=False))
+    jobs = {j.id: j for j in failed.jobs}
+    assert jobs["linux-common"].status == "failed" and jobs["linux-common"].failed_stage == "build"
+    vulkan = jobs["linux-vulkan"]
+    assert (vulkan.status, vulkan.failed_stage) == ("failed", "build")
+    assert vulkan.message == ("the common part linux-common failed at compile: compile failed (exit code 1); "
+                              "build.log in the job folder says why")
+    record = json.loads((tmp_path / "out3" / "linux-vulkan" / "build.json").read_text())
+    assert record["failed_step"] == "common" and record["error"]["message"] == vulkan.message
+    assert failed.state == "blocked" and "linux-vulkan at build" in failed.message

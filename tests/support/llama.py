@@ -44,11 +44,15 @@ add_library(ggml SHARED ggml/ggml.cpp ggml/ggml-base.c ${CMAKE_BINARY_DIR}/env-a
 if(FAIL_COMPILE)
     target_compile_definitions(ggml PRIVATE FAIL_COMPILE)
 endif()
-# a GPU backend's own library, as ggml's are (linked against the core, loaded by it at run time): the third backend's
-if(GGML_BLAS)
-    add_library(ggml-blas SHARED ggml/ggml-blas.c)
-    target_link_libraries(ggml-blas PRIVATE ggml)
-endif()
+# a backend's own library, as ggml's are (linked against the core, loaded by it at run time): the third backend's
+# and Vulkan's (what a job on a common part compiles alone)
+foreach(backend blas vulkan)
+    string(TOUPPER ${backend} option)
+    if(GGML_${option})
+        add_library(ggml-${backend} SHARED ggml/ggml-backend.c)
+        target_link_libraries(ggml-${backend} PRIVATE ggml)
+    endif()
+endforeach()
 add_subdirectory(tools/cli)
 add_subdirectory(tools/server)
 add_subdirectory(tools/llama-bench)
@@ -92,7 +96,7 @@ def make_project(root: Path, *, rpc_name: str = "ggml-rpc-server", op_test: bool
         int ggml_answer() { return ggml_base() + 1; }
     """)
     write(root / "ggml" / "ggml-base.c", "int ggml_base(void) { return 41; }\n")
-    write(root / "ggml" / "ggml-blas.c", "int ggml_base(void);\nint ggml_backend_blas_answer(void) { return ggml_base() + 1; }\n")
+    write(root / "ggml" / "ggml-backend.c", "int ggml_base(void);\nint ggml_backend_answer(void) { return ggml_base() + 1; }\n")
     write(root / "tools" / "main.cpp", "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 1; }\n")
     for directory, name in (("cli", "llama-cli"), ("server", "llama-server"), ("llama-bench", "llama-bench"),
                             ("rpc", rpc_name), ("completion", "llama-completion")):

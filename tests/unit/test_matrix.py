@@ -170,7 +170,8 @@ def test_include_never_overwrites_an_axis_value(write, families):
 
 def test_axis_overrides_replace_the_matrix_and_skip_unpublished(families, capsys):
     jobs = load_matrix(None, families, os_override=["windows", "linux"], target_override=["gfx942", "gfx1036"])
-    assert [j.id for j in jobs] == ["windows-gfx1036", "linux-gfx942", "linux-gfx1036"]
+    assert [j.id for j in jobs if not j.is_common_part] == ["windows-gfx1036", "linux-gfx942", "linux-gfx1036"]
+    assert [j.id for j in jobs if j.is_common_part] == ["windows-common", "linux-common"]  # the shipped common_part
     assert "skipping windows-gfx942" in capsys.readouterr().err
 
 
@@ -179,11 +180,12 @@ def test_axis_overrides_replace_the_matrix_and_skip_unpublished(families, capsys
 
 def test_only_globs_with_braces(default_jobs):
     ids = [j.id for j in select_jobs(default_jobs, ["linux-gfx11{50,51}"])]
-    assert ids == ["linux-gfx1151", "linux-gfx1150"]
+    assert ids == ["linux-common", "linux-gfx1151", "linux-gfx1150"]  # the common part they build on comes along
     ids = [j.id for j in select_jobs(default_jobs, ["*-gfx1{10,20}X", "windows-gfx90?"])]
-    assert ids == ["linux-gfx120X", "linux-gfx110X", "windows-gfx120X", "windows-gfx110X", "windows-gfx90a", "windows-gfx908",
-                   "windows-gfx906"]
-    assert [j.id for j in select_jobs(default_jobs, ["*"], os_name="windows")][0] == "windows-gfx1151"
+    assert ids == ["linux-common", "windows-common", "linux-gfx120X", "linux-gfx110X", "windows-gfx120X",
+                   "windows-gfx110X", "windows-gfx90a", "windows-gfx908", "windows-gfx906"]
+    assert [j.id for j in select_jobs(default_jobs, ["*"], os_name="windows")][:2] == ["windows-common",
+                                                                                      "windows-gfx1151"]
 
 
 def test_only_glob_matching_nothing_is_an_error(default_jobs):
@@ -200,6 +202,7 @@ def test_split_list_accepts_the_seed_input_style():
 
 
 def test_github_matrix_shape_and_output_file(default_jobs, tmp_path):
+    default_jobs = [j for j in default_jobs if not j.is_common_part]
     data = github_matrix(default_jobs[:2])
     assert list(data) == ["include"]
     first = data["include"][0]
@@ -437,7 +440,7 @@ def test_runner_smoke_is_gate_unless_the_matrix_says_informational_and_reaches_t
     shipped = load_matrix(None, families)
     assert {j.runner_smoke for j in shipped if j.os == "linux"} == {"gate"}
     assert {(j.backend, j.runner_smoke) for j in shipped if j.os == "windows"} == {
-        ("rocm", "informational"), ("vulkan", "gate")}
+        ("rocm", "informational"), ("vulkan", "gate"), ("cpu", "gate")}
     bad = write("bad.yaml", "options:\n  runner_smoke: informationl\nmatrix: {os: [linux], target: [gfx1151]}\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:2: options.runner_smoke must be gate or informational, not "
                                           r"'informationl'.*did you mean"):
@@ -465,4 +468,44 @@ def test_an_os_override_keeps_the_jobs_includes_add_for_that_os():
     linux = [j.id for j in settings.jobs(os_override=["linux"])]
     assert {"linux-gfx942", "linux-gfx1151+gfx120X", "linux-gfx125X", "linux-vulkan"} <= set(linux)
     assert all(i.startswith("linux-") for i in linux)
-    assert [j.id for j in settings.jobs(os_override=["linux"], target_override=["gfx1151"])] == ["linux-gfx1151"]
+    assert [j.id for j in settings.jobs(os_override=["linux"], target_override=["gfx1151"])] == ["linux-common",
+                                                                                                  "linux-gfx1151"]
+
+
+# --- the common part (docs/common-part.md) ------------------------------------------------------------------------
+
+
+def test_common_part_adds_one_cpu_job_per_os_and_wires_the_gpu_jobs_to_it(write, families):
+    path = write("common.yaml", """
+        options:
+          common_part: true
+          cmake: {GGML_SCHED_MAX_COPIES: "4"}
+        matrix:
+          os: [linux, windows]
+          target: [gfx1151, gfx110X]
+          include:
+            - {os: linux, backend: vulkan}
+            - {os: linux, target: gfx110X, cmake: {GGML_HIP_UMA: "ON"}}
+            - {os: windows, target: gfx110X, common_part: false}
+            - {os: linux, backend: cpu}
+        """)
+    jobs = load_matrix(path, families)
+    by_id = {j.id: j for j in jobs}
+    assert [j.id for j in jobs[:2]] == ["linux-common", "windows-common"]  # first: a night builds them before
+    common = by_id["linux-common"]
+    assert (common.backend, common.name, common.required, common.targets, common.cmake) == (
+        "cpu", "common", False, (), (("GGML_SCHED_MAX_COPIES", "4"),))
+    assert common.common_for == ("linux-gfx1151", "linux-vulkan") and by_id["windows-common"].common_for == (
+        "windows-gfx1151",)
+    assert by_id["linux-gfx1151"].common == "linux-common" and by_id["linux-vulkan"].common == "linux-common"
+    # other cmake (it reaches ggml), an opt-out, and a backend with no library of its own: built whole
+    assert by_id["linux-gfx110X"].common == by_id["windows-gfx110X"].common == by_id["linux-cpu"].common == ""
+    assert Job.from_dict(common.to_dict()) == common
+    # a selection brings the common part along; GitHub's build legs leave it to a leg of its own
+    assert [j.id for j in select_jobs(jobs, ["linux-vulkan"])] == ["linux-common", "linux-vulkan"]
+    assert [j.id for j in select_jobs(jobs, ["linux-gfx110X"])] == ["linux-gfx110X"]
+    without = write("plain.yaml", "matrix: {os: [linux], target: [gfx1151]}\n")
+    assert [(j.id, j.common) for j in load_matrix(without, families)] == [("linux-gfx1151", "")]  # off by default
+    bad = write("bad.yaml", "options:\n  common_part: yes please\nmatrix: {os: [linux], target: [gfx1151]}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:2: options.common_part must be true or false, not 'yes please'"):
+        load_matrix(bad, families)
