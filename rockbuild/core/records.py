@@ -773,6 +773,9 @@ class ManifestJob(Record):
     glibc_floor: Mapping[str, Mapping[str, str]] | None = None
     web_ui: WebUi | None = None  # llama-server's chat page: built in, or why not
     patches: PatchSet | None = None  # the carried fixes applied to its llama.cpp tree, and those skipped
+    # what compiled the bundle: cpu (the programs, libllama, the CPU modules: its OS's common part's compilers for a
+    # job built on one), gpu (its GPU library), common_part (that part's job id, or None: built whole)
+    compilers: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

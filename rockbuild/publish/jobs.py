@@ -22,6 +22,7 @@ from rockbuild.core.records import (
     BuildRecord,
     BuildRocm,
     BundleRecord,
+    CommonPart,
     FallbackRecord,
     PatchSet,
     SmokeRecord,
@@ -108,6 +109,8 @@ class BuiltJob:
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
     web_ui: WebUi | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
     patches: PatchSet | None = None  # build.json's patches: the carried fixes (None: not recorded)
+    compilers: Mapping[str, str] = field(default_factory=dict)  # build.json's: what compiled this job's own code
+    common: CommonPart | None = None  # build.json's: the common part it was assembled from (None: built whole)
 
     @property
     def file_name(self) -> str:
@@ -303,7 +306,16 @@ class BuiltJob:
                 "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
                 "programs": list(self.programs), "cpu_variants": list(self.cpu_variants),
                 "cmake": public_cmake(self.cmake),
-                "patches": self.patches_summary()}
+                "patches": self.patches_summary(), "compilers": self.compilers_summary()}
+
+    def compilers_summary(self) -> dict[str, Any] | None:
+        """What manifest.json says compiled the bundle: its CPU code (the programs, libllama, the CPU modules) and its
+        GPU library, by the same compilers for a job built whole, by its OS's common part's for one built on it."""
+        if not self.compilers and self.common is None:
+            return None
+        cpu = dict(self.common.compilers) if self.common is not None else dict(self.compilers)
+        return {"cpu": cpu, "gpu": dict(self.compilers) if self.backend != "cpu" else None,
+                "common_part": self.common.job if self.common is not None else None}
 
     def patches_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of the carried fixes: the series' digest and every patch's outcome (the local
@@ -395,6 +407,8 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
         fallback=fallback, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
         patches=build.patches if build is not None else None,
+        compilers=dict(build.compilers) if build is not None else {},
+        common=build.common if build is not None else None,
         programs=tuple(str(p.get("file") or p.get("target")) for p in (build.programs if build is not None else ())),
         programs_unavailable=build.programs_unavailable if build is not None else (),
         cpu_variants=cpu_variants(bundle_dir),

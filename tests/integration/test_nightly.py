@@ -463,6 +463,9 @@ def test_a_night_builds_the_common_part_once_and_the_gpu_job_on_it(world, tmp_pa
     (release,) = world.github.state.releases.values()
     manifest = json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
     assert [j["id"] for j in manifest["jobs"]] == ["linux-vulkan"]  # the common part is no asset
+    compilers = manifest["jobs"][0]["compilers"]
+    assert compilers["common_part"] == "linux-common" and compilers["cpu"] == build["common"]["compilers"]
+    assert compilers["gpu"] == build["compilers"]
     assert not any("common" in a.name for a in release.assets)
     # the same inputs again: nothing to do
     assert run_night(world.options(tmp_path / "out2", write(tmp_path / "m.yaml", COMMON_MATRIX.format(
