@@ -92,6 +92,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/var/cache/rockbuild/bench/common-part"))
     parser.add_argument("-j", "--jobs", type=int, default=None)
     parser.add_argument("--rockbuild", default=f"{sys.executable} -m rockbuild")
+    parser.add_argument("--gpu-args", default="", help="more arguments for the GPU job's builds (--rocm /usr)")
     parser.add_argument("--jobs-per-os", type=int, action="append", default=[],
                         help="project the night for this many GPU jobs of one OS (default: 1, 2, 13)")
     parser.add_argument("--json", action="store_true")
@@ -99,9 +100,10 @@ def main() -> int:
     args = parser.parse_args()
     for folder in ("out-whole", "out-split"):
         shutil.rmtree(args.work / folder, ignore_errors=True)
-    whole = build(args, args.work / "out-whole", args.gpu_job)
+    gpu_args = args.gpu_args.split()
+    whole = build(args, args.work / "out-whole", args.gpu_job, *gpu_args)
     common = build(args, args.work / "out-split", args.common_job)
-    on_common = build(args, args.work / "out-split", args.gpu_job, "--common",
+    on_common = build(args, args.work / "out-split", args.gpu_job, *gpu_args, "--common",
                       str(args.work / "out-split" / args.common_job))
     assert on_common["common"] == args.common_job, on_common
     per_job = on_common["step_seconds"] / whole["step_seconds"]

@@ -505,15 +505,17 @@ def render_table(jobs: Sequence[Job]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"{len(jobs)} jobs", title_justify="left")
-    for column in ("id", "family", "tarball group", "gfx targets", "required", "llama.cpp", "ROCm", "runner"):
+    for column in ("id", "family", "tarball group", "gfx targets", "required", "llama.cpp", "ROCm", "built on",
+                   "runner"):
         table.add_column(column, no_wrap=True)
     for job in jobs:
         rocm = f"{job.rocm_channel}/{job.rocm_version}" if get_backend(job.backend).needs_rocm else "-"
         extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
+        family = f"common part of {len(job.common_for)}" if job.is_common_part else job.family or job.backend
         table.add_row(
-            job.id, job.family or job.backend, job.group or "-", ",".join(job.targets) or "-",
-            "yes" if job.required else "when proven" if job.when_proven else "no",
-            job.llama_ref + (f" {extra}" if extra else ""), rocm, job.runner,
+            job.id, family, job.group or "-", ",".join(job.targets) or "-",
+            "yes" if job.required else "when proven" if job.when_proven else "no" if not job.is_common_part else "-",
+            job.llama_ref + (f" {extra}" if extra else ""), rocm, job.common or "-", job.runner,
         )
     return table
 

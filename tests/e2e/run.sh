@@ -12,6 +12,9 @@
 #                              tiny Qwen3 model, with no LD_LIBRARY_PATH
 #   tests/e2e/run.sh all       build, then clean (the issue's whole proof for one target); clean and all end with
 #                              tests/e2e/deb.sh: the bundle's .deb installed, run and removed in the clean root
+#   tests/e2e/run.sh common-part  bench/common_part.py in the ROCm root, cold (no ccache): linux-$TARGET built whole,
+#                              then linux-cpu (the common part, by the root's clang) and linux-$TARGET on it (--common,
+#                              ggml-hip alone); the figures in $E2E/bench/common-part-rocm.json; ~45 min on 2 cores
 #   tests/e2e/run.sh mixed     all, for the mixed-GPU job linux-gfx1151+gfx1201 (ROCKBUILD_E2E_TARGET: other targets
 #                              joined by "+"), checking that code objects and kernel files are of exactly those targets
 #
@@ -328,11 +331,28 @@ print(f"[e2e] the bundle holds GPU code and kernel files of exactly {', '.join(s
 EOF
 }
 
+common_part() {
+    ensure_source
+    mount_root
+    install_rockbuild "$ROOT"
+    mkdir -p "$BENCH"
+    printf 'matrix:\n  os: [linux]\n  target: [%s]\n  include:\n    - {os: linux, backend: cpu}\n' "$TARGET" \
+        > "$ROOT/e2e/split-matrix.yaml"
+    # the root has no cc/c++: its clang compiles the CPU job as it compiles the host code of the HIP one
+    in_root CC=/usr/lib/llvm-22/bin/clang CXX=/usr/lib/llvm-22/bin/clang++ "$VENV/bin/python" \
+        "$RB_SRC/bench/common_part.py" --source "$LLAMA_IN_ROOT" --build-number "$LLAMA_BUILD_NUMBER" \
+        -c /e2e/split-matrix.yaml --gpu-job "$JOB_ID" --common-job linux-cpu --gpu-args "--rocm /usr" \
+        --work /e2e/bench-common-part -j "$JOBS" --rockbuild "$VENV/bin/rockbuild" --json \
+        > "$BENCH/common-part-rocm.json"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("ratio_per_job", "ratio_per_job_cpu", "projected", "projected_cpu")}))' "$BENCH/common-part-rocm.json"
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
         build | cold | warm | figures | clean | all | summary | mixed) ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, clean, all, summary, mixed)" ;;
+        common-part) common_part; log "done in ${SECONDS} s"; return ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, clean, all, summary, mixed, common-part)" ;;
     esac
     local mixed=0
     [[ $mode == mixed ]] && mixed=1 && mode=all

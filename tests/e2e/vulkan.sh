@@ -387,7 +387,7 @@ common_part() {
     chroot_env "$ROOT" "$VENV/bin/python" "$RB_SRC/bench/common_part.py" --source "$LLAMA_IN_ROOT" \
         --build-number "$LLAMA_BUILD_NUMBER" -c /e2e/split-matrix.yaml --gpu-job linux-vulkan --common-job linux-cpu \
         --work /e2e/bench-common-part -j "$JOBS" --rockbuild "$VENV/bin/rockbuild" --json > "$BENCH/common-part.json"
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("ratio_per_job", "projected")}))' "$BENCH/common-part.json"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("ratio_per_job", "ratio_per_job_cpu", "projected", "projected_cpu")}))' "$BENCH/common-part.json"
 }
 
 main() {
