@@ -31,6 +31,9 @@
 #   tests/e2e/vulkan.sh common-part  bench/common_part.py in vulkan-root, cold (no ccache): linux-vulkan built whole,
 #                                 then linux-cpu (the common part) and linux-vulkan on it (--common); step-seconds from
 #                                 the ninja logs, in $E2E/bench/common-part.json; ~25 min on 2 cores
+#   tests/e2e/vulkan.sh warm-common  bench/vulkan_warm.py for the leg on the common part of common-part's run: a new
+#                                 tree of linux-vulkan (ggml-vulkan alone) with ccache and the shader cache warm; the
+#                                 figures in $E2E/bench/vulkan-warm-common.json; ~6 min
 #   tests/e2e/vulkan.sh all       build, smoke, numerics, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
@@ -390,6 +393,20 @@ common_part() {
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("ratio_per_job", "ratio_per_job_cpu", "projected", "projected_cpu")}))' "$BENCH/common-part.json"
 }
 
+warm_common() {
+    local common=/e2e/bench-common-part/out-split/linux-cpu
+    [[ -f $ROOT$common/build.json ]] || die "no common part at $ROOT$common: run tests/e2e/vulkan.sh common-part first"
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    mkdir -p "$BENCH"
+    chroot_env "$ROOT" "$VENV/bin/python" "$RB_SRC/bench/vulkan_warm.py" --source "$LLAMA_IN_ROOT" \
+        --build-number "$LLAMA_BUILD_NUMBER" --common "$common" --work /e2e/vulkan-warm-common -j "$JOBS" --json \
+        > "$BENCH/vulkan-warm-common.json"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("baseline", "warm", "ratio")}))' "$BENCH/vulkan-warm-common.json"
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
@@ -402,6 +419,7 @@ main() {
         night) night ;;
         ccache) ccache_nights ;;
         common-part) common_part ;;
+        warm-common) warm_common ;;
         all)
             build_vulkan build
             smoke_vulkan
@@ -410,7 +428,7 @@ main() {
             summary
             ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, warm-common, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }
