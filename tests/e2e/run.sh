@@ -345,6 +345,21 @@ common_part() {
         --work /e2e/bench-common-part -j "$JOBS" --rockbuild "$VENV/bin/rockbuild" --json \
         > "$BENCH/common-part-rocm.json"
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("ratio_per_job", "ratio_per_job_cpu", "projected", "projected_cpu")}))' "$BENCH/common-part-rocm.json"
+    # the job built on the common part, bundled and audited (backend-abi: libggml-hip against the common part's
+    # libggml-base), then run in the clean root (no ROCm) as a release's user runs it
+    local split=/e2e/bench-common-part/out-split
+    in_root "$VENV/bin/rockbuild" bundle "$split/$JOB_ID/bin" --rocm /usr --targets "${TARGET//+/,}" \
+        --out "$split/$JOB_ID/bundle"
+    in_root "$VENV/bin/rockbuild" audit "$split/$JOB_ID/bundle" --targets "${TARGET//+/,}" --json \
+        > "$BENCH/common-part-audit-$TARGET.json"
+    ensure_tiny_model "$ROOT"
+    ensure_clean_python
+    OUT=$split
+    mount_clean
+    [[ -x $CLEAN$CLEAN_VENV/bin/rockbuild ]] || install_rockbuild "$CLEAN"
+    in_clean "$CLEAN_VENV/bin/rockbuild" smoke "$BUNDLE_IN_CLEAN" --model /models/tiny-qwen3.gguf --expect-gpu no \
+        --report "/tmp/smoke-common-$TARGET.json" --json > "$BENCH/common-part-smoke-$TARGET.json"
+    log "the bundle of $JOB_ID on the common part: audit and smoke passed in the clean root"
 }
 
 main() {
