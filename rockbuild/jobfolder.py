@@ -12,7 +12,7 @@ the folder itself::
                  bundle.log   why the bundle could not be made
                  smoke.json   the smoke test's report (+ smoke-logs/)
                  gpu-smoke.json  the smoke test on a real GPU, with the release's llama-bench figures (CI's GPU leg)
-                 night.json   each stage's input fingerprint and result, (:class:`rockbuild.pipeline.stages.StageLog`)
+                 stages.json  each stage's input fingerprint and result, (:class:`rockbuild.pipeline.stages.StageLog`)
                  fallback.json  the newest ROCm failed and the job ran on its group's last good one: what failed, why
 """
 
@@ -31,7 +31,7 @@ from rockbuild.core.records import (
     BundleRecord,
     FallbackRecord,
     LlamaCpp,
-    NightRecord,
+    StagesRecord,
     SmokeRecord,
 )
 
@@ -79,7 +79,8 @@ class JobFolder:
     gpu_smoke_json = _At("gpu-smoke.json")  # the CI's GPU leg: rockbuild smoke --expect-gpu yes --bench gpu
     # the CI runner's smoke of a `runner_smoke: informational` job (an asset that cannot start there): never gates
     runner_smoke_json = _At("runner-smoke", "smoke.json")
-    night_json = _At("night.json")
+    stages_json = _At("stages.json")
+    legacy_stages_json = _At("night.json")  # the stage log's name before the rename (issue 40): read, then replaced
     fallback_json = _At("fallback.json")  # the night's retry on the last good ROCm (rockbuild.nightly.run)
 
     def create(self) -> JobFolder:
@@ -102,8 +103,12 @@ class JobFolder:
     def runner_smoke(self) -> SmokeRecord | None:
         return SmokeRecord.read(self.runner_smoke_json)
 
-    def night(self) -> NightRecord | None:
-        return NightRecord.read(self.night_json)
+    def stages(self) -> StagesRecord | None:
+        """The stage log: stages.json, else a folder's from before the rename (night.json, the same record)."""
+        record = StagesRecord.read(self.stages_json)
+        if record is None:
+            record = StagesRecord.read(self.legacy_stages_json)
+        return record
 
     def fallback(self) -> FallbackRecord | None:
         return FallbackRecord.read(self.fallback_json)

@@ -158,7 +158,7 @@ class StaleInputError(RockbuildError):
 
 
 class RecordError(RockbuildError):
-    """A file rockbuild wrote (build.json, bundle.json, smoke.json, night.json, manifest.json...) is malformed: not
+    """A file rockbuild wrote (build.json, bundle.json, smoke.json, stages.json, manifest.json...) is malformed: not
     JSON, not an object, a required key missing or a value of the wrong type. The message names the file and the key."""
 
     exit_code = 13

@@ -19,7 +19,7 @@ build.json         :class:`BuildRecord`     the build driver; a failure before i
 bundle.json        :class:`BundleRecord`    rockbuild.bundle.plan (write_bundle_json)
 smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (run_smoke)
 gpu-smoke.json     :class:`SmokeRecord`     the same (rockbuild smoke --report gpu-smoke.json on the GPU leg)
-night.json         :class:`NightRecord`     rockbuild.pipeline.stages.StageLog
+stages.json        :class:`StagesRecord`    rockbuild.pipeline.stages.StageLog
 fallback.json      :class:`FallbackRecord`  rockbuild.nightly.run (the retry on the last good ROCm)
 inputs.json        :class:`InputsRecord`    rockbuild.pipeline.inputs.Inputs
 manifest.json      :class:`ManifestRecord`  rockbuild.publish.manifest (build_manifest)
@@ -39,7 +39,7 @@ from rockbuild.core.record import Record, json_form
 
 BUILD_SCHEMA = 1
 """build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
-NIGHT_SCHEMA = 1
+STAGES_SCHEMA = 1
 FALLBACK_SCHEMA = 1
 INPUTS_SCHEMA = 1
 MANIFEST_SCHEMA = 1
@@ -606,12 +606,12 @@ class SmokeRecord(Record):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# night.json and fallback.json
+# stages.json and fallback.json
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageEntry(Record):
-    """A stage's line in night.json: the fingerprint of its inputs, its result, how long; more detail per stage."""
+    """A stage's line in stages.json: the fingerprint of its inputs, its result, how long; more detail per stage."""
 
     key: str
     result: str
@@ -619,10 +619,10 @@ class StageEntry(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class NightRecord(Record):
-    """``out/<job-id>/night.json``: each stage's input fingerprint and result (rockbuild.pipeline.stages.StageLog)."""
+class StagesRecord(Record):
+    """``out/<job-id>/stages.json``: each stage's input fingerprint and result (rockbuild.pipeline.stages.StageLog)."""
 
-    FILE: ClassVar[str] = "night.json"
+    FILE: ClassVar[str] = "stages.json"
 
     schema: int | None = None
     job: str | None = None
@@ -857,7 +857,7 @@ class ManifestRecord(Record):
 
 RECORDS: dict[str, type[Record]] = {
     "build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord, "gpu-smoke.json": SmokeRecord,
-    "night.json": NightRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
+    "stages.json": StagesRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
     "manifest.json": ManifestRecord,
 }
 """Each file's record, by file name."""

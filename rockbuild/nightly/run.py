@@ -1,6 +1,6 @@
 """Run the night: every job's stages (fetch, build, bundle, smoke) with resume, then publish by the gating rules.
 
-Each job folder ``out/<job-id>/`` keeps ``night.json``: per stage, the fingerprint of its inputs and its result. A
+Each job folder ``out/<job-id>/`` keeps ``stages.json``: per stage, the fingerprint of its inputs and its result. A
 re-run redoes a stage only when its fingerprint changed or it did not pass (the fingerprints chain, so a new tarball
 redoes fetch, build, bundle and smoke; a new model redoes smoke only). Before anything is downloaded the resolved
 inputs are compared with the last published release's ``manifest.json``: the same inputs end the night at once.

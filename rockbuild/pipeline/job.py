@@ -1,5 +1,5 @@
 """The one-job pipeline: a job's stages, fetch, build, bundle and smoke, each entered once, with resume
-(:mod:`.stages`: each stage's fingerprint in the job folder's night.json). What a stage makes reaches the next one
+(:mod:`.stages`: each stage's fingerprint in the job folder's stages.json). What a stage makes reaches the next one
 through the job folder's records (build.json, bundle.json) and, for the ROCm root and tarball, through the run.
 
 The night runs it for every job (:mod:`rockbuild.nightly.run`: the fan-out, the fallback to the last good ROCm,
@@ -127,7 +127,7 @@ class _JobStages:
         def reuse(entry: dict[str, Any]) -> None:
             tarball = entry.get("tarball")
             self.root = Path(entry["root"])
-            self.tarball = Tarball.from_dict(tarball, "night.json: stages.fetch.tarball") if tarball else None
+            self.tarball = Tarball.from_dict(tarball, "stages.json: stages.fetch.tarball") if tarball else None
 
         def run() -> dict[str, Any]:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):

@@ -2,7 +2,7 @@
 
 Each stage declares the fingerprint of its inputs (``key``), whether what a passed run left in the job folder can
 still be used (``reusable``), and how to run. :func:`run_stages` does the rest the same way for every stage: reuse a
-stage whose inputs did not change since it passed, record each result in ``night.json``
+stage whose inputs did not change since it passed, record each result in ``stages.json``
 (:class:`StageLog`), report events (start, done, reused, skipped, failed) to whoever watches, and turn a failure into
 the job's :class:`StagesOutcome` instead of an exception, so one failed job never stops the others.
 """
@@ -18,11 +18,11 @@ from typing import Any
 
 from rockbuild import console
 from rockbuild.core.errors import RockbuildError
-from rockbuild.core.records import NIGHT_SCHEMA, NightRecord
+from rockbuild.core.records import STAGES_SCHEMA, StagesRecord
 from rockbuild.jobfolder import JobFolder
 
 STAGES = ("fetch", "build", "bundle", "smoke")
-STATE_SCHEMA = NIGHT_SCHEMA
+STATE_SCHEMA = STAGES_SCHEMA
 
 EventHook = Callable[[str, str, str], None]  # (job id, stage, status)
 
@@ -33,12 +33,13 @@ def fingerprint(*parts: Any) -> str:
 
 
 class StageLog:
-    """``night.json`` of a job folder: each stage's input fingerprint and result."""
+    """``stages.json`` of a job folder: each stage's input fingerprint and result."""
 
     def __init__(self, folder: JobFolder) -> None:
-        self.path = folder.night_json
+        self.path = folder.stages_json
         self.job_id = folder.id
-        record = folder.night()
+        record = folder.stages()
+        self.legacy = folder.legacy_stages_json
         self.stages: dict[str, dict[str, Any]] = ({k: v.to_dict() for k, v in record.stages.items()}
                                                   if record is not None else {})
 
@@ -50,8 +51,9 @@ class StageLog:
 
     def record(self, stage: str, key: str, result: str, seconds: float, **detail: Any) -> None:
         self.stages[stage] = {"key": key, "result": result, "seconds": round(seconds, 3), **detail}
-        NightRecord.from_dict({"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages},
-                              self.path).write(self.path)
+        StagesRecord.from_dict({"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages},
+                               self.path).write(self.path)
+        self.legacy.unlink(missing_ok=True)  # a folder from before the rename: its night.json is stages.json now
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class Stage:
 
     name: str
     key: str = ""
-    run: Callable[[], dict[str, Any] | None] = dict  # the work; returns details for night.json; raises on failure
+    run: Callable[[], dict[str, Any] | None] = dict  # the work; returns details for stages.json; raises on failure
     reusable: Callable[[dict[str, Any]], bool] = _always  # is a passed run's result still in the folder?
     reuse: Callable[[dict[str, Any]], None] = _never  # adopt what a passed run recorded (e.g. the ROCm root)
     on_failure: Callable[[RockbuildError], None] | None = None  # leave a record for publish and alert

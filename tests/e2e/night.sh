@@ -545,7 +545,7 @@ def delta(a, b):
 def job(n, job_id):
     folder = f"n{n}/out/{job_id}"
     build, bundle = load(f"{folder}/build.json", {}), load(f"{folder}/bundle/bundle.json", {})
-    state, report, smoke = load(f"{folder}/night.json", {}), load(f"n{n}/job-{job_id}.json", {}), load(f"{folder}/smoke.json", {})
+    state, report, smoke = load(f"{folder}/stages.json", {}), load(f"n{n}/job-{job_id}.json", {}), load(f"{folder}/smoke.json", {})
     cc, ninja, d = build.get("ccache") or {}, build.get("ninja") or {}, build.get("durations") or {}
     (outcome,) = report.get("jobs") or [{}]
     fetch = (state.get("stages") or {}).get("fetch") or {}

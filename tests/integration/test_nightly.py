@@ -134,7 +134,7 @@ def test_interrupted_night_resumes_without_redoing_completed_stages(world, tmp_p
         run_night(world.options(out, matrix, on_event=interrupt))
     assert not world.github.state.releases
     compiles = world.compiles()
-    state = json.loads((out / "linux-gfx1151" / "night.json").read_text())
+    state = json.loads((out / "linux-gfx1151" / "stages.json").read_text())
     assert state["stages"]["build"]["result"] == "ok"
 
     resumed = run_night(world.options(out, matrix))

@@ -36,7 +36,7 @@ def test_a_second_run_reuses_every_passed_stage_and_redoes_what_is_gone(tmp_path
     assert first.status == "ok" and ran == ["fetch", "build", "bundle"]
     assert first.stages == {"fetch": "done", "build": "done", "bundle": "done", "smoke": "skipped"}
     assert events[:2] == [("fetch", "start"), ("fetch", "done")]
-    night = json.loads(folder.night_json.read_text())
+    night = json.loads(folder.stages_json.read_text())
     assert night["job"] == JOB.id and night["stages"]["build"]["result"] == "ok"
     assert night["stages"]["build"]["made"] == "build"
 
@@ -81,3 +81,16 @@ def test_job_folder_records_a_failure_before_the_build(tmp_path):
     assert not folder.built_from("c0ffee")  # no programs left
     folder.bin_dir.mkdir(parents=True)
     assert folder.built_from("c0ffee") and not folder.built_from("other")
+
+
+def test_a_job_folder_from_before_the_rename_resumes_from_its_night_json(tmp_path):
+    """Issue 40: the stage log is stages.json; a folder a night of an older rockbuild left keeps its night.json (the
+    same record): read, its passed stages reused, then replaced by stages.json."""
+    folder = JobFolder.of(tmp_path, JOB.id)
+    run_stages(JOB.id, True, folder, stages([]))
+    folder.stages_json.rename(folder.legacy_stages_json)
+    ran: list[str] = []
+    again = run_stages(JOB.id, True, folder, stages(ran, gone="bundle"))
+    assert ran == ["bundle"] and again.stages["build"] == "reused"
+    assert folder.stages_json.is_file() and not folder.legacy_stages_json.exists()
+    assert folder.stages() is not None and folder.stages().stages["fetch"].result == "ok"

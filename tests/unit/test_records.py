@@ -32,7 +32,7 @@ from rockbuild.core.records import (
     InputsRecord,
     LlamaCpp,
     ManifestRecord,
-    NightRecord,
+    StagesRecord,
     SmokeRecord,
     TarballRef,
 )
@@ -40,7 +40,7 @@ from rockbuild.jobfolder import JobFolder
 
 SCHEMAS = REPO / "docs" / "schemas"
 FILES = {"build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord,
-         "night.json": NightRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
+         "stages.json": StagesRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
          "manifest.json": ManifestRecord}
 JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
           targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
@@ -154,8 +154,8 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     state = StageLog(folder)
     state.record("fetch", "k1", "ok", 1.5, root="/r", tarball={"name": "t.tar.gz", "sha256": "ab" * 32})
     state.record("build", "k2", "failed", 2.0, message="boom")
-    night = _check("night.json", folder.night_json)
-    assert isinstance(night, NightRecord) and night.stages["build"].result == "failed"
+    night = _check("stages.json", folder.stages_json)
+    assert isinstance(night, StagesRecord) and night.stages["build"].result == "failed"
 
     fallback = FallbackRecord(schema=1, newest=TarballRef(name="n.tar.gz", version="7.2.0a1", date="2026-12-01"),
                               failed_stage="smoke", reason="cli failed", log_tail=("x",), attempt_dir="/a",
@@ -198,8 +198,8 @@ BAD = [
     ("bundle.json", {"targets": "gfx1151"}, "targets must be an array, not string"),
     ("smoke.json", {"failures": []}, "ok is missing"),
     ("smoke.json", {"ok": True, "runs": {"cli": {"log_tail": [1]}}}, "runs.cli.log_tail[0] must be a string"),
-    ("night.json", {"schema": 1, "stages": {"fetch": "ok"}}, "stages.fetch must be an object, not string"),
-    ("night.json", {"stages": {"fetch": {"result": "ok"}}}, "stages.fetch.key is missing"),
+    ("stages.json", {"schema": 1, "stages": {"fetch": "ok"}}, "stages.fetch must be an object, not string"),
+    ("stages.json", {"stages": {"fetch": {"result": "ok"}}}, "stages.fetch.key is missing"),
     ("fallback.json", {"schema": 1}, "newest is missing"),
     ("fallback.json", {"newest": {"name": 1}}, "newest.name must be a string, not int"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild"}, "llama_cpp is missing"),
