@@ -31,8 +31,8 @@ from rockbuild.core.records import (
     BundleRecord,
     FallbackRecord,
     LlamaCpp,
-    StagesRecord,
     SmokeRecord,
+    StagesRecord,
 )
 
 from . import __version__

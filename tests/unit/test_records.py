@@ -32,8 +32,8 @@ from rockbuild.core.records import (
     InputsRecord,
     LlamaCpp,
     ManifestRecord,
-    StagesRecord,
     SmokeRecord,
+    StagesRecord,
     TarballRef,
 )
 from rockbuild.jobfolder import JobFolder
