@@ -50,10 +50,10 @@ def test_help_does_not_import_heavy_modules():
 
 def test_matrix_table_json_and_github(run_rockbuild, tmp_path):
     table = run_rockbuild("matrix")
-    assert table.returncode == 0 and "linux-gfx1151" in table.stdout and "26 jobs" in table.stdout
+    assert table.returncode == 0 and "linux-gfx1151" in table.stdout and "28 jobs" in table.stdout  # 2 common parts
 
     as_json = json.loads(run_rockbuild("matrix", "--format", "json", "--os", "linux").stdout)
-    assert [j["id"] for j in as_json][:2] == ["linux-gfx1151", "linux-gfx1150"]
+    assert [j["id"] for j in as_json][:3] == ["linux-common", "linux-gfx1151", "linux-gfx1150"]
     assert all(j["os"] == "linux" for j in as_json)
     assert json.loads(run_rockbuild("matrix", "--json", "--os", "linux").stdout) == as_json
     both = run_rockbuild("matrix", "--json", "--format", "github")
@@ -71,12 +71,13 @@ def test_matrix_table_json_and_github(run_rockbuild, tmp_path):
 def test_matrix_takes_the_seed_dispatch_inputs(run_rockbuild):
     result = run_rockbuild("matrix", "--format", "json", "--os", "windows,ubuntu", "--target", "gfx1151,gfx110X")
     ids = [j["id"] for j in json.loads(result.stdout)]
-    assert ids == ["windows-gfx1151", "windows-gfx110X", "linux-gfx1151", "linux-gfx110X"]
+    assert ids == ["windows-common", "linux-common", "windows-gfx1151", "windows-gfx110X", "linux-gfx1151",
+                   "linux-gfx110X"]
 
 
 def test_matrix_only_with_braces(run_rockbuild):
     result = run_rockbuild("matrix", "--format", "json", "--only", "linux-gfx11{50,51}")
-    assert [j["id"] for j in json.loads(result.stdout)] == ["linux-gfx1151", "linux-gfx1150"]
+    assert [j["id"] for j in json.loads(result.stdout)] == ["linux-common", "linux-gfx1151", "linux-gfx1150"]
 
 
 def test_config_error_is_one_line_exit_2_and_traceback_only_with_debug(run_rockbuild, write):

@@ -160,9 +160,10 @@ def test_cli_target_override_and_build_resolve_a_mix(run_rockbuild):
     result = run_rockbuild("matrix", "--target", "gfx1151+gfx1201,gfx1151", "--os", "linux", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert [(j["id"], j["targets"], j["group"]) for j in json.loads(result.stdout)] == [
-        ("linux-gfx1151+gfx1201", ["gfx1151", "gfx1201"], "multiarch"), ("linux-gfx1151", ["gfx1151"], "gfx1151")]
+        ("linux-common", [], ""), ("linux-gfx1151+gfx1201", ["gfx1151", "gfx1201"], "multiarch"), ("linux-gfx1151", ["gfx1151"], "gfx1151")]
     only = run_rockbuild("matrix", "--only", "*+*", "--format", "json")
-    assert [j["id"] for j in json.loads(only.stdout)] == ["linux-gfx1151+gfx120X", "windows-gfx1151+gfx120X"]
+    assert [j["id"] for j in json.loads(only.stdout)] == ["linux-common", "windows-common", "linux-gfx1151+gfx120X",
+                                                          "windows-gfx1151+gfx120X"]
 
 
 def test_gpu_targets_of_a_mixed_build_are_all_its_targets(tmp_path):
