@@ -295,6 +295,24 @@ class ServerCommand:
                 "-c", str(ctx), "-np", "1", "-t", str(self.threads), *self.device_args]
 
 
+_TRAINED_RE = re.compile(r"exceeds the training context of the model \((\d+)\)")
+
+
+def _model_context(reply: Any, log: Path) -> int | None:
+    """The context the model was trained on, when llama-server refused the prompt for it: its error says the context
+    is too small (``exceed_context_size_error``) and its log that it capped the context at the model's training
+    context, the same number. None otherwise (a context smaller than asked for any other reason is a fault)."""
+    error = reply.get("error") if isinstance(reply, dict) else None
+    if not isinstance(error, dict) or error.get("type") != "exceed_context_size_error":
+        return None
+    try:
+        capped = _TRAINED_RE.search(log.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    n_ctx = error.get("n_ctx")
+    return n_ctx if capped is not None and isinstance(n_ctx, int) and int(capped.group(1)) == n_ctx else None
+
+
 def passkey_check(config: LongContext, text: str, server: ServerCommand, *, cwd: Path, env: Mapping[str, str],
                   logs: Path) -> dict[str, Any]:
     """Ask the bundle's llama-server, on ``server.on`` (GPU or CPU), for the pass key at the end of a long prompt."""
@@ -327,6 +345,11 @@ def passkey_check(config: LongContext, text: str, server: ServerCommand, *, cwd:
             out.update(result=FAILED, detail=f"/completion failed on the {on}: {type(exc).__name__}")
             return out
     out["seconds"] = round(time.monotonic() - start, 3)
+    short = _model_context(reply, log) if resp.status_code == 400 else None
+    if short is not None and short < pk.server_ctx:
+        return {**out, **not_checked(f"the model was trained on {short} tokens of context, fewer than the pass-key "
+                                     f"prompt's {reply['error'].get('n_prompt_tokens')}: llama-server caps its "
+                                     "context there (a model with a longer context checks it: --model smollm2)")}
     if resp.status_code != 200 or not isinstance(reply, dict):
         out.update(result=FAILED, detail=f"/completion answered HTTP {resp.status_code} on the {on}")
         return out

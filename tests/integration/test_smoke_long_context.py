@@ -239,6 +239,19 @@ def test_a_forgotten_pass_key_or_a_short_prompt_fails(tmp_path, smollm2, mode, w
     assert not report.ok and answer["result"] == FAILED and words in answer["detail"], answer["detail"]
 
 
+def test_a_model_trained_on_a_short_context_leaves_the_pass_key_not_checked(tmp_path, smollm2):
+    """The tiny Qwen3 of the e2e (512 tokens of training context): llama-server caps its context and refuses the pass
+    key's prompt; that is the model's limit, not the bundle's. The same refusal without the cap is a failure."""
+    report, data, _ = smoke(tmp_path, smollm2, {"long": "small-model"})
+    answer = data["numerics"]["long_answer"]
+    assert answer["result"] == NOT_CHECKED and report.ok, (answer, report.failures)
+    assert answer["detail"].startswith("the model was trained on 512 tokens of context, fewer than the pass-key "
+                                       "prompt's 4739")
+    report, data, _ = smoke(tmp_path / "b", smollm2, {"long": "small-context"})
+    answer = data["numerics"]["long_answer"]
+    assert not report.ok and answer["result"] == FAILED and answer["detail"] == "/completion answered HTTP 400 on the GPU"
+
+
 def test_a_long_cpu_run_that_dies_fails_and_the_gpu_is_not_judged(tmp_path, smollm2):
     report, data, _ = smoke(tmp_path, smollm2, {"long": "cpu-crash"})
     numerics = data["numerics"]

@@ -102,6 +102,13 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path == "/completion":  # the long known answer: the pass key of the prompt, or MODE["long"] forget
             import re
             key = re.search(r"The pass key is (\\d+)", body["prompt"]).group(1)
+            if MODE.get("long") in ("small-model", "small-context"):  # llama-server's answer to a too long prompt
+                if MODE["long"] == "small-model":  # what it logs when the model was trained on a short context
+                    print("srv    load_model: the slot context (8192) exceeds the training context of the model "
+                          "(512) - capping", file=sys.stderr, flush=True)
+                return self._send(400, {{"error": {{"code": 400, "type": "exceed_context_size_error",
+                    "message": "request (4739 tokens) exceeds the available context size (512 tokens), try "
+                    "increasing it", "n_prompt_tokens": 4739, "n_ctx": 512}}}})
             said = " 12345. The" if MODE.get("long") == "forget" else " " + key + ". Remember"
             tokens = 900 if MODE.get("long") == "short" else len(body["prompt"]) // 4
             return self._send(200, {{"content": said, "tokens_evaluated": tokens, "stop": True}})
