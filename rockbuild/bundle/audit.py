@@ -342,53 +342,49 @@ _CPU_LINKED_RE = re.compile(r"^(?:lib)?ggml-cpu(?:\.so\.[0-9.]+|\.dll)$", re.I)
 BACKEND_ENTRY_POINTS = ("ggml_backend_init", "ggml_backend_score")
 
 
-def exported_symbols(path: Path) -> set[str] | None:
-    """The names a library exports (ELF: defined dynamic symbols; PE: the export table); None when unreadable."""
+def _dynamic_symbols(path: Path) -> tuple[set[str], dict[str, set[str]]] | None:
+    """What a binary exports and what it imports: ELF, its defined dynamic symbols and its undefined non-weak ones
+    under the key "" (ELF does not say from which library); PE, its export table and the names imported per DLL
+    (lower case). None when unreadable (a damaged file is the file-formats check's finding)."""
     try:
         if is_pe(path):
             import pefile
 
             pe = pefile.PE(str(path), fast_load=True)
-            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"]])
+            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"],
+                                                   pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"]])
             exports = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
-            return {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
+            exported = {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
+            imported: dict[str, set[str]] = {}
+            for entry in getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()):
+                names = {i.name.decode("ascii", "replace") for i in entry.imports if i.name}
+                imported.setdefault(entry.dll.decode("ascii", "replace").lower(), set()).update(names)
+            return exported, imported
         from elftools.elf.elffile import ELFFile
         from elftools.elf.sections import SymbolTableSection
 
         with open(path, "rb") as fh:
             section = ELFFile(fh).get_section_by_name(".dynsym")
             if not isinstance(section, SymbolTableSection):
-                return set()
-            return {s.name for s in section.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
-    except Exception:  # a damaged file is the file-formats check's finding
+                return set(), {"": set()}
+            symbols = [s for s in section.iter_symbols() if s.name]
+        undefined = {s.name for s in symbols if s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"}
+        return {s.name for s in symbols if s["st_shndx"] != "SHN_UNDEF"}, {"": undefined}
+    except Exception:
         return None
+
+
+def exported_symbols(path: Path) -> set[str] | None:
+    """The names a library exports (ELF: defined dynamic symbols; PE: the export table); None when unreadable."""
+    symbols = _dynamic_symbols(path)
+    return symbols[0] if symbols is not None else None
 
 
 def imported_symbols(path: Path) -> dict[str, set[str]] | None:
-    """What a binary takes from other libraries: ELF, its undefined non-weak dynamic symbols under the key "" (ELF does
-    not say from which library); PE, the names imported per DLL (lower case). None when unreadable."""
-    try:
-        if is_pe(path):
-            import pefile
-
-            pe = pefile.PE(str(path), fast_load=True)
-            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"]])
-            out: dict[str, set[str]] = {}
-            for entry in getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()):
-                names = {i.name.decode("ascii", "replace") for i in entry.imports if i.name}
-                out.setdefault(entry.dll.decode("ascii", "replace").lower(), set()).update(names)
-            return out
-        from elftools.elf.elffile import ELFFile
-        from elftools.elf.sections import SymbolTableSection
-
-        with open(path, "rb") as fh:
-            section = ELFFile(fh).get_section_by_name(".dynsym")
-            if not isinstance(section, SymbolTableSection):
-                return {"": set()}
-            return {"": {s.name for s in section.iter_symbols()
-                         if s.name and s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"}}
-    except Exception:  # a damaged file is the file-formats check's finding
-        return None
+    """What a binary takes from other libraries: ELF, its undefined non-weak dynamic symbols under the key ""; PE, the
+    names imported per DLL (lower case). None when unreadable."""
+    symbols = _dynamic_symbols(path)
+    return symbols[1] if symbols is not None else None
 
 
 # ggml's core libraries (the API every backend module links against) and its backend modules, by file name

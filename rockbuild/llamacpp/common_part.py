@@ -131,9 +131,18 @@ def assemble(common_bin: Path, own: list[Path], out: Path) -> list[str]:
     return taken
 
 
+def build_json_sha256(folder: Path) -> str:
+    """The sha256 of the common part's build.json (``missing`` when there is none): what a job on it was checked
+    against, and what keys the night's builds on it."""
+    try:
+        return hashlib.sha256((folder / BuildRecord.FILE).read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
 def describe(folder: Path, record: BuildRecord, taken: list[str]) -> CommonPart:
     """build.json's ``common``."""
-    digest = hashlib.sha256((folder / BuildRecord.FILE).read_bytes()).hexdigest()
+    digest = build_json_sha256(folder)
     return CommonPart(job=record.job.id if record.job else folder.name, path=str(folder), build_json_sha256=digest,
                       commit=record.commit, compilers=dict(record.compilers),
                       cross=record.cross.name if record.cross is not None else None, files=tuple(taken))

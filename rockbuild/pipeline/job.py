@@ -27,7 +27,7 @@ from rockbuild.core.options import CompileFlags
 from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
-from rockbuild.llamacpp.common_part import read_common
+from rockbuild.llamacpp.common_part import build_json_sha256, read_common
 from rockbuild.llamacpp.driver import BuildOptions, build_job
 from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.rocm.fetch import fetch_entry
@@ -149,7 +149,7 @@ class _JobStages:
         patches = options.carried_patches
         carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
         common_dir = options.common_dir(self.job)
-        common = () if common_dir is None else (f"common {_digest(common_dir / BuildRecord.FILE)}",)
+        common = () if common_dir is None else (f"common {build_json_sha256(common_dir)}",)
         key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
                                                self.job.to_dict(), __version__, options.compile.offline, *web_ui,
                                                *cross, *carried, *common)
@@ -211,16 +211,6 @@ class _JobStages:
                 raise SmokeError(f"the smoke test failed: {report.failures[0]}")
 
         return Stage("smoke", key, run, lambda _entry: _smoke_passed(folder))
-
-
-def _digest(path: Path) -> str:
-    """The sha256 of a file, or ``missing``: a common part's build.json keys the builds made on it."""
-    import hashlib
-
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return "missing"
 
 
 def _smoke_passed(folder: JobFolder) -> bool:
