@@ -36,6 +36,7 @@ MINGW_ROOT=$E2E/mingw-root
 WINE_ROOT=$E2E/wine-root
 WEBUI_ROOT=$E2E/webui-root
 WIN_JOB=windows-cpu
+COMMON_JOB=linux-common   # the Linux common part (issue 41): built once in vulkan-root (GCC), the Linux legs build on it
 # as windows.sh: a wine prefix of its own, and common.sh's WINE_QUIET
 WINE_ENV=(WINEPREFIX=/e2e/night-wineprefix "${WINE_QUIET[@]}")
 CLEAN=$E2E/clean-root
@@ -45,6 +46,11 @@ ROCM_VERSION=7.2.4
 NEW_TAG=b$((LLAMA_BUILD_NUMBER + 1))
 VOCAB=$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf
 HOST_PY=${ROCKBUILD_E2E_PYTHON:-python3}   # the host's python: the servers need the standard library only
+# The publish leg runs on the host (issue 42): podman and a registry are here, not in the roots. rockbuild from this
+# tree in a venv of its own, with the browser extra for the chat after install; the roots' /e2e/night is the same
+# folder on the host through a symbolic link, so that every path in the records means the same thing.
+HOST_VENV=$E2E/host-venv
+IMAGE_BASE_ROOT=$LAVA     # sid's C runtime, CA bundle, busybox-static and Mesa: the images' base (matrices/images.yaml)
 
 nlog() { printf '[night %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -89,19 +95,32 @@ start_servers() {
     "$HOST_PY" "$REPO/tests/e2e/github_fake.py" --ready "$NIGHT/servers/github.json" \
         > "$NIGHT/servers/github.log" 2>&1 &
     SERVER_PIDS+=("$!")
+    # the container registry (GitHub's ghcr.io in CI): Debian's docker-registry on a free port, its store in $NIGHT
+    REGISTRY_PORT=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$NIGHT/registry"
+    printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+        "$NIGHT/registry/store" "$REGISTRY_PORT" > "$NIGHT/registry/registry.yml"
+    docker-registry serve "$NIGHT/registry/registry.yml" > "$NIGHT/servers/registry.log" 2>&1 &
+    SERVER_PIDS+=("$!")
     local i
     for i in $(seq 100); do
         [[ -f $NIGHT/servers/index.json && -f $NIGHT/servers/github.json ]] && break
         sleep 0.1
     done
     [[ -f $NIGHT/servers/index.json && -f $NIGHT/servers/github.json ]] || die "the local servers did not start"
+    for i in $(seq 100); do
+        curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" > /dev/null 2>&1 && break
+        sleep 0.1
+    done
+    curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" > /dev/null || die "the registry did not start"
     INDEX_URL=$(json "$NIGHT/servers/index.json" 'd["url"]')
     INDEX_STATS=$(json "$NIGHT/servers/index.json" 'd["stats"]')
     API_URL=$(json "$NIGHT/servers/github.json" 'd["api_url"]')
     GH_REPO=$(json "$NIGHT/servers/github.json" 'd["repo"]')
     GH_TOKEN=$(json "$NIGHT/servers/github.json" 'd["token"]')
     GH_CONTROL=$(json "$NIGHT/servers/github.json" 'd["control"]')
-    nlog "TheRock index $INDEX_URL; GitHub API $API_URL ($GH_REPO, release b1290 seeded)"
+    IMAGES=127.0.0.1:$REGISTRY_PORT/$GH_REPO
+    nlog "TheRock index $INDEX_URL; GitHub API $API_URL ($GH_REPO, release b1290 seeded); registry $IMAGES"
 }
 
 stop_servers() {
@@ -175,6 +194,7 @@ prepare_roots() {
     install_rockbuild "$WEBUI_ROOT"
     ensure_wine_prefix "$WINE_ROOT" /e2e/night-wineprefix
     ensure_tiny_model "$ROCM_ROOT"
+    prepare_host
     if [[ -f $E2E/.lavapipe-root.stamp ]]; then
         mount_proc "$LAVA"
         bind_mount "$NIGHT" "$LAVA$IN"
@@ -183,6 +203,29 @@ prepare_roots() {
     fi
 }
 
+# the publish leg's machine: rockbuild in $HOST_VENV, /e2e/night -> $NIGHT, the images' base root with busybox-static
+prepare_host() {
+    if [[ -e /e2e/night && ! -L /e2e/night ]]; then die "/e2e/night exists on the host and is not ours (a link)"; fi
+    mkdir -p /e2e
+    ln -sfn "$NIGHT" /e2e/night
+    [[ -x $HOST_VENV/bin/python ]] || "$HOST_PY" -m venv "$HOST_VENV"
+    "$HOST_VENV/bin/pip" install -q --disable-pip-version-check "${REPO}[browser]"
+    "$HOST_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$REPO"
+    if ! command -v podman > /dev/null || ! command -v docker-registry > /dev/null; then
+        die "the publish leg needs podman, runc and docker-registry on the host (apt-get install podman runc docker-registry)"
+    fi
+    [[ -f $E2E/.lavapipe-root.stamp ]] || die "the images' base root $IMAGE_BASE_ROOT is not provisioned (provision.sh vulkan)"
+    if [[ ! -x $IMAGE_BASE_ROOT/bin/busybox ]]; then
+        nlog "installing busybox-static (the images' health probe) into $IMAGE_BASE_ROOT"
+        echo 'Acquire::Check-Valid-Until "false";' > "$IMAGE_BASE_ROOT/etc/apt/apt.conf.d/99no-check-valid-until"
+        chroot_env "$IMAGE_BASE_ROOT" apt-get update -qq
+        chroot_env "$IMAGE_BASE_ROOT" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            busybox-static > /dev/null
+        chroot_env "$IMAGE_BASE_ROOT" apt-get clean
+    fi
+}
+
+on_host() { /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 ROCKBUILD_CACHE="$IN/cache/host" "$@"; }
 in_rocm() { chroot_env "$ROCM_ROOT" ROCKBUILD_CACHE="$IN/cache/rocm-root" "$@"; }
 in_vulkan() { chroot_env "$VK_ROOT" ROCKBUILD_CACHE="$IN/cache/vulkan-root" "$@"; }
 in_clean() { chroot_env "$CLEAN" ROCKBUILD_CACHE="$IN/cache/clean-root" "$@"; }
@@ -264,6 +307,7 @@ options:
   llama_ref: master
   rocm: {channel: nightly, version: latest}
   required: true
+  common_part: true   # issue 41: linux-common built once, the Linux GPU legs compile only their GPU library
 matrix:
   os: [linux]
   target: [gfx1151]
@@ -307,12 +351,34 @@ webui() {
 # leg N JOB: rockbuild nightly --job JOB in its root (ROCm: rocm-root; Vulkan: vulkan-root; Windows: mingw-root,
 # cross-compiled, its smoke left to windows_smoke), out/ as a runner's
 leg() {
-    local n=$1 job=$2 run=in_rocm extra=(--model tiny --vocab "$VOCAB")
+    local n=$1 job=$2 run=in_rocm extra=(--model tiny --vocab "$VOCAB") common
     [[ $job == *vulkan ]] && run=in_vulkan
     [[ $job == "$WIN_JOB" ]] && { run=in_mingw; extra=(--cross mingw-w64 --no-smoke); }
+    # a job the plan puts on a common part builds on the one common_leg unpacked, as the workflow's legs do
+    common=$(json "$NIGHT/n$n/inputs.json" "next((j.get('common') or '') for j in d['jobs'] if j['id'] == '$job')")
+    [[ -n $common ]] && extra+=(--common "$IN/common-part/$common")
     "$run" "$VENV/bin/rockbuild" nightly --job "$job" --inputs "$IN/n$n/inputs.json" --out "$IN/out" \
         --ccache-dir "$IN/ccache/$job" --offline --compile-jobs "$JOBS" --web-ui "$IN/n$n/webui" "${extra[@]}" --json \
         > "$NIGHT/n$n/job-$job.json" 2> "$NIGHT/n$n/job-$job.log"
+}
+
+# common_leg N: the workflow's `common` job: rockbuild nightly --job linux-common in vulkan-root (the runner's GCC),
+# into an out/ of its own (another runner's), then the workflow's hand-off: the tar of its build.json, build.log,
+# stages.json, build/bin and tools, unpacked where the legs read it (common-part/<id>)
+common_leg() {
+    local n=$1 part
+    local parts=()
+    rm -rf "$NIGHT/n$n/common-out" "$NIGHT/common-part"
+    in_vulkan "$VENV/bin/rockbuild" nightly --job "$COMMON_JOB" --inputs "$IN/n$n/inputs.json" --out "$IN/n$n/common-out" \
+        --ccache-dir "$IN/ccache/$COMMON_JOB" --offline --compile-jobs "$JOBS" --web-ui "$IN/n$n/webui" --json \
+        > "$NIGHT/n$n/job-$COMMON_JOB.json" 2> "$NIGHT/n$n/job-$COMMON_JOB.log"
+    for part in build.json build.log stages.json build/bin tools; do
+        if [[ -e $NIGHT/n$n/common-out/$COMMON_JOB/$part ]]; then parts+=("$COMMON_JOB/$part"); fi
+    done
+    tar -C "$NIGHT/n$n/common-out" -cf "$NIGHT/n$n/$COMMON_JOB.tar" "${parts[@]}"
+    mkdir -p "$NIGHT/common-part/$COMMON_JOB"
+    tar -C "$NIGHT/common-part" -xf "$NIGHT/n$n/$COMMON_JOB.tar"
+    nlog "common part $COMMON_JOB: $(du -sh "$NIGHT/n$n/$COMMON_JOB.tar" | cut -f1) handed to the legs as $IN/common-part/$COMMON_JOB"
 }
 
 # windows_smoke N: the smoke stage a Windows runner's leg runs in place, here apart because mingw-root has no wine:
@@ -333,10 +399,13 @@ windows_smoke() {
         2> "$NIGHT/n$n/smoke-$WIN_JOB.log"
 }
 
+# release N: the workflow's publish job, on the host (podman, the registry): every Linux asset also as an image,
+# tested with podman (SmolLM2 answering) and pushed before the release is published; the base from IMAGE_BASE_ROOT
 release() {
     local n=$1
-    in_rocm GITHUB_TOKEN="$GH_TOKEN" "$VENV/bin/rockbuild" nightly --release --inputs "$IN/n$n/inputs.json" \
+    on_host GITHUB_TOKEN="$GH_TOKEN" "$HOST_VENV/bin/rockbuild" nightly --release --inputs "$IN/n$n/inputs.json" \
         --repo "$GH_REPO" --api-url "$API_URL" --publish-config "$IN/publish.yaml" --out "$IN/out" \
+        --images "$IMAGES" --image-runtime runc --image-base-root "$IMAGE_BASE_ROOT" \
         "$IN/out/linux-$GROUP" "$IN/out/linux-vulkan" "$IN/out/$WIN_JOB" --json > "$NIGHT/n$n/release.json" \
         2> "$NIGHT/n$n/release.log"
 }
@@ -376,6 +445,12 @@ ships = [s for s in (bundle.get("closure") or {}).get("ships") or [] if s.get("s
 mine = lambda p: p.startswith(tree + "/") or p.startswith(f"{inside}/out/")  # noqa: E731
 # the policy's extras that no library of the tree needs (libatomic.so.1) may come from the build host
 host = [s for s in ships if not mine(s["real_path"]) and s.get("via") == "extra" and not s.get("needed_by")]
+# on a common part (issue 41) the CPU code is the runner's GCC's: its runtime (libgomp) comes from the build root,
+# needed by the common part's files and never by the job's own GPU library
+gpu_library = "libggml-hip.so"
+common_runtime = [s for s in ships if build.get("common") and not mine(s["real_path"]) and s not in host
+                  and s.get("needed_by") and not any(gpu_library in n for n in s["needed_by"])]
+host += common_runtime
 outside = [s["real_path"] for s in ships if not mine(s["real_path"]) and s not in host]
 if outside: problems.append("bundled from outside the tree and the build: " + ", ".join(outside[:5]))
 if len(ships) != len(sources): problems.append(f"{len(ships)} closure entries, {len(sources)} files")
@@ -386,8 +461,9 @@ if problems:
     sys.exit("the ROCm job did not build from the extracted TheRock tree: " + "; ".join(problems))
 print(f"[night] linux-gfx1151 built and bundled from the extracted TheRock tree {tree}: compilers, ROCM_PATH, "
       f"{len(sources)} bundled files ({sum(s.startswith(tree) for s in sources)} from the tree, "
-      f"{sum(s.startswith(inside + '/out/') for s in sources)} from the build, from the build host by policy: "
-      f"{', '.join(s['name'] for s in host) or 'none'}), kernel data", file=sys.stderr)
+      f"{sum(s.startswith(inside + '/out/') for s in sources)} from the build, from the build host by policy or for "
+      f"the common part's GCC code: {', '.join(s['name'] for s in host) or 'none'}), kernel data"
+      + (f"; on the common part {build['common']['job']}" if build.get("common") else ""), file=sys.stderr)
 PYEOF
 }
 
@@ -400,6 +476,7 @@ night_one() {
     changed 1 || die "night 1: the plan says unchanged; b1290 was made from other inputs"
     snapshot n1-planned
     step "night 1: webui (webui-root: npm, as the workflow's prepare job)" webui 1
+    step "night 1: common part $COMMON_JOB (vulkan-root: GCC; packed and unpacked as the workflow hands it on)" common_leg 1
     step "night 1: leg linux-$GROUP (rocm-root: fetch, build, bundle, smoke)" leg 1 "linux-$GROUP"
     snapshot n1-rocm
     check_therock_build 1
@@ -434,6 +511,7 @@ install_checks() {
         | grep -v "$dest" | sed 's/.*calling init: //' | sort -u > "$NIGHT/installed/from-root.txt" || true
     nlog "clean-root: generated $(wc -c < "$NIGHT/installed/generation.txt") bytes; libraries from the root:" \
         "$(tr '\n' ' ' < "$NIGHT/installed/from-root.txt")"
+    step "clean-root + host: chat with the installed llama-server in chromium" browser_chat "$dest"
     if [[ -f $E2E/.lavapipe-root.stamp ]]; then
         mkdir -p "$NIGHT/cache/mesa"
         step "lavapipe-root: rockbuild install --backend vulkan" in_lava "$VENV/bin/rockbuild" install \
@@ -460,6 +538,37 @@ install_checks() {
         "llama-completion.exe generated $(wc -c < "$NIGHT/installed/generation-windows.txt") bytes"
 }
 
+# browser_chat DEST: the installed bundle's llama-server in the clean root (no ROCm, no browser) serving the real
+# SmolLM2 that the release's image test downloaded, and the host's chromium chatting with its page, as
+# `rockbuild smoke --browser` does (rockbuild.smoke.browser.check_chat); the screenshot is installed/chat.png
+browser_chat() {
+    local dest=$1 model port pid i rc=0
+    model=$(find "$NIGHT/cache/host" -name 'SmolLM2-*.gguf' | head -1)
+    [[ -n $model ]] || die "no SmolLM2 in $NIGHT/cache/host: the release's image test downloads it"
+    cp "$model" "$MODELS/"
+    port=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    in_clean /usr/bin/env -i "$dest/llama-server" -m "/models/$(basename "$model")" --host 127.0.0.1 --port "$port" \
+        -t 2 > "$NIGHT/installed/browser-server.log" 2>&1 &
+    pid=$!
+    for i in $(seq 120); do
+        curl -fsS "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
+        sleep 0.5
+    done
+    on_host "$HOST_VENV/bin/python" - "http://127.0.0.1:$port/" "$NIGHT/installed/chat.png" \
+        > "$NIGHT/installed/browser.json" <<'PYEOF' || rc=$?
+import json, sys
+from pathlib import Path
+from rockbuild.smoke.browser import ChatPage, check_chat
+check = check_chat(sys.argv[1], ChatPage(), screenshot=Path(sys.argv[2]))
+print(json.dumps(check.to_dict()))
+sys.exit(0 if check.result == "passed" else 1)
+PYEOF
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    nlog "browser chat with the installed llama-server: $(json "$NIGHT/installed/browser.json" 'd["result"] + ": " + d["detail"]')"
+    return "$rc"
+}
+
 night_two() {
     mkdir -p "$NIGHT/n2"
     snapshot n2-start
@@ -477,6 +586,7 @@ night_three() {
     step "night 3: plan" plan 3
     changed 3 || die "night 3: the plan says unchanged after a new commit"
     step "night 3: webui (webui-root)" webui 3
+    step "night 3: common part $COMMON_JOB (warm)" common_leg 3
     step "night 3: leg linux-$GROUP (warm: ccache of night 1)" leg 3 "linux-$GROUP"
     check_therock_build 3
     [[ $(json "$NIGHT/out/linux-$GROUP/build.json" 'd["llama_cpp"]["commit"]') == "$NEW_COMMIT" ]] \
@@ -497,7 +607,7 @@ rehearse() {
     if pgrep -f 'tests/e2e/(run|vulkan|windows)\.sh' > /dev/null; then die "another e2e build is running; never two at once"; fi
     mkdir -p "$NIGHT"
     # a fresh rehearsal: no out/, caches, clone or records of the last one; kept: today's tarball and the ccache
-    rm -rf "${NIGHT:?}"/{out,n1,n2,n3,cache,installed,snapshots,servers,llama.git,therock-stage,therock-stage.json} \
+    rm -rf "${NIGHT:?}"/{out,n1,n2,n3,cache,installed,snapshots,servers,registry,common-part,llama.git,therock-stage,therock-stage.json} \
         "$NIGHT/steps.jsonl" "$NIGHT/figures.json"
     if [[ $mode == cold ]]; then rm -rf "$NIGHT/ccache"; nlog "cold: the rehearsal's ccache emptied"; fi
     mkdir -p "$NIGHT/out" "$NIGHT/ccache" "$NIGHT/cache"
@@ -543,7 +653,7 @@ def delta(a, b):
             "github_writes": gb.get("writes", 0) - ga.get("writes", 0),
             "uploads": gb.get("uploads", 0) - ga.get("uploads", 0)}
 def job(n, job_id):
-    folder = f"n{n}/out/{job_id}"
+    folder = f"n{n}/common-out/{job_id}" if job_id.endswith("-common") else f"n{n}/out/{job_id}"
     build, bundle = load(f"{folder}/build.json", {}), load(f"{folder}/bundle/bundle.json", {})
     state, report, smoke = load(f"{folder}/stages.json", {}), load(f"n{n}/job-{job_id}.json", {}), load(f"{folder}/smoke.json", {})
     cc, ninja, d = build.get("ccache") or {}, build.get("ninja") or {}, build.get("durations") or {}
@@ -564,7 +674,9 @@ def release(n):
     rel = r.get("release") or {}
     return {"state": r.get("state"), "tag": rel.get("tag"), "message": r.get("message"),
             "assets": {a["name"]: a["size"] for a in rel.get("assets") or []},
-            "actions": {a["asset"]: a["action"] for a in rel.get("actions") or []}}
+            "actions": {a["asset"]: a["action"] for a in rel.get("actions") or []},
+            "images": [{k: i.get(k) for k in ("job", "flavour", "tags", "digest", "image_bytes", "archive_bytes", "health_seconds")}
+                       for i in (rel.get("images") or r.get("images") or [])]}
 plan2 = load("n2/plan.json", {})
 tar = load(f"index/{tarball}.json", {})
 final = load("snapshots/n3-end-github.json", {})
@@ -576,6 +688,7 @@ installed = {
     "generation_bytes": os.path.getsize(os.path.join(night, "installed/generation.txt")),
     "generation": open(os.path.join(night, "installed/generation.txt"), errors="replace", newline="").read(),
     "from_root": open(os.path.join(night, "installed/from-root.txt")).read().split(),
+    "browser": load("installed/browser.json"),
     "vulkan_install": load("installed/install-vulkan.json"),
     "vulkan_smoke_ok": (load("installed/smoke-vulkan.json", {}) or {}).get("ok"),
     "vulkan_smoke_gpu": ((load("installed/smoke-vulkan.json", {}) or {}).get("gpu") or {}).get("summary"),
@@ -592,13 +705,13 @@ figures = {
     "glibc_floor_raised_to": floor,
     "night1": {"plan": load("n1/plan.json"), "traffic": delta("n1-start", "n1-released"),
                "rocm_leg_traffic": delta("n1-planned", "n1-rocm"),
-               "jobs": {j: job(1, j) for j in ("linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(1)},
+               "jobs": {j: job(1, j) for j in ("linux-common", "linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(1)},
     "installed": installed,
     "night2": {"state": plan2.get("state"), "release": plan2.get("release"), "jobs": plan2.get("jobs"),
                "seconds": next((s["seconds"] for s in steps if s["step"].startswith("night 2")), None),
                "traffic": delta("n2-start", "n2-end")},
     "night3": {"plan": load("n3/plan.json"), "traffic": delta("n3-start", "n3-end"),
-               "jobs": {j: job(3, j) for j in ("linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(3)},
+               "jobs": {j: job(3, j) for j in ("linux-common", "linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(3)},
     "github": {"releases": [{"tag": r["tag"], "latest": r["latest"], "assets": {a["name"]: a["size"] for a in r["assets"]}}
                             for r in final.get("releases", [])],
                "writes": final.get("writes"), "uploads": final.get("uploads"), "issues": final.get("issues")},
@@ -628,7 +741,7 @@ for n in ("night1", "night3"):
         print(f"      {job_id}: {j['status']} {j['stages']}; {j['llama_cpp']}; build {j['build_s']:.1f} s "
               f"(compile {j['compile_s']:.1f} s, {j['ninja_steps']} ninja steps), ccache {j['ccache_hits']} hits / "
               f"{j['ccache_misses']} misses; bundle {j['bundle_files']} + {j['bundle_kernel_files']} files, "
-              f"{j['bundle_bytes']:,} bytes" + (f"; ROCm tarball bytes fetched: {j['fetch_transferred']:,}"
+              f"{j['bundle_bytes'] or 0:,} bytes" + (f"; ROCm tarball bytes fetched: {j['fetch_transferred']:,}"
                                                 if j["fetch_transferred"] is not None else ""))
     for name, size in night["release"]["assets"].items():
         print(f"      {size:>14,}  {name}")
@@ -640,6 +753,11 @@ print(f"    clean-root: installed {(i['install'] or {}).get('asset', {}).get('na
       f"doctor exit {i['doctor_rc']}; smoke {'passed' if i['smoke_ok'] else 'FAILED'} "
       f"({(i['smoke_cli'] or {}).get('tokens')} tokens at {(i['smoke_cli'] or {}).get('tokens_per_second')} t/s); "
       f"from the root: {' '.join(p.rsplit('/', 1)[-1] for p in i['from_root'])}")
+if i.get("browser"):
+    print(f"    clean-root + host chromium: chat with the installed llama-server {i['browser']['result']}: {i['browser']['detail']}")
+for n in ("night1", "night3"):
+    for image in f[n]["release"].get("images") or []:
+        print(f"    {n} image {image['job']}: {image['tags']} {image['digest']}")
 if i.get("windows_install"):
     print(f"    wine-root: installed {i['windows_install']['asset']['name']} (audit {i['windows_install'].get('audit_ok')}); "
           f"llama-completion.exe generated {len(i['windows_generation'] or '')} characters, "
