@@ -1,6 +1,6 @@
 """Can a CPU-vs-CPU comparison across nights gate? The CPU's numbers per ggml CPU variant, one bundle, one model.
 
-The numerics step records the CPU's perplexity on matrices/numerics.txt every night (``numerics.cpu.ppl``; the
+The numerics step records the CPU's perplexity on config/numerics.txt every night (``numerics.cpu.ppl``; the
 manifest's ``numerics.cpu_ppl``). Comparing it with the last release's would catch a regression that hits every
 backend alike, if the CPU gives the same numbers every night. A night runs on whatever runner CPU it gets, and ggml
 loads a different CPU variant on each (x64, haswell, zen4, sapphirerapids ...), each with its own kernels. This
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle", type=Path)
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--text", type=Path, default=HERE.parent / "matrices" / "numerics.txt")
+    ap.add_argument("--text", type=Path, default=HERE.parent / "config" / "numerics.txt")
     ap.add_argument("--variants", default=f"x64,{BASELINE},{PICKED}")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=256)

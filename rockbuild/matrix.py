@@ -384,7 +384,7 @@ def load_matrix(
     os_override: Sequence[str] = (),
     target_override: Sequence[str] = (),
 ) -> list[Job]:
-    """The jobs of a matrix file (default: the shipped ``matrices/nightly.yaml``); see :func:`expand_matrix`."""
+    """The jobs of a matrix file (default: the shipped ``config/nightly.yaml``); see :func:`expand_matrix`."""
     return load_data_file(path, "nightly.yaml", lambda doc, where: expand_matrix(
         doc, where, families or load_families(), os_override=os_override, target_override=target_override))
 

@@ -2,7 +2,7 @@
 
 :class:`Settings` is made at the CLI's entry (:meth:`Settings.from_environment`): the environment
 (:class:`rockbuild.core.environment.Context`, which it extends: the one reader of the process environment), and
-the data files shipped in ``matrices/`` or the flags that replace them. It sits above every stage and the night:
+the data files shipped in ``config/`` or the flags that replace them. It sits above every stage and the night:
 it calls down to the loader of the module that owns each file's meaning (:func:`rockbuild.matrix.expand_matrix`,
 :func:`rockbuild.bundle.policy.parse_policy`, ...), the first time a command asks for it (``rockbuild --help`` reads
 none), and the commands hand the stages the values (a Context, a policy, a family table), never Settings itself.
@@ -35,7 +35,7 @@ from rockbuild.smoke.config import load_smoke_config
 class Settings(Context):
     """The run's :class:`Context` and its data files (``None``: the shipped one), which load on first use."""
 
-    matrix_file: Path | None = None  # -c FILE; None: the shipped matrices/nightly.yaml
+    matrix_file: Path | None = None  # -c FILE; None: the shipped config/nightly.yaml
     families_file: Path | None = None
     policy_file: Path | None = None  # --policy FILE
     smoke_file: Path | None = None

@@ -472,7 +472,7 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
             failures.append(f"{path.name} is not a loadable backend module (it exports no {', '.join(absent)})")
     unknown = sorted(set(variants) - set(expected))
     warnings = (f"CPU variant{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} not in the bundle policy's list "
-                f"for {machine} (matrices/bundle-policy.yaml cpu_variants)",) if unknown and expected else ()
+                f"for {machine} (config/bundle-policy.yaml cpu_variants)",) if unknown and expected else ()
     if not expected:
         warnings += (f"the bundle policy lists no CPU variants for {machine}: only their loadability was checked",)
     if set_aside:

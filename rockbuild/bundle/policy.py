@@ -1,4 +1,4 @@
-"""The bundle policy (``matrices/bundle-policy.yaml``) as typed values: never-ship rules, dlopen extras, kernel data.
+"""The bundle policy (``config/bundle-policy.yaml``) as typed values: never-ship rules, dlopen extras, kernel data.
 
 Policy is data: which libraries stay on the host and why, which dlopen'ed files a closure cannot see, where kernel
 folders go. This module only reads and matches it.
@@ -119,7 +119,7 @@ class PlatformPolicy:
         if rocm_major is not None and majors and rocm_major > majors[-1]:
             console.warn(
                 f"the bundle policy names no extras for ROCm {rocm_major}; using those of ROCm {majors[-1]} "
-                "(update matrices/bundle-policy.yaml)"
+                "(update config/bundle-policy.yaml)"
             )
             effective = majors[-1]
         return tuple(
@@ -290,5 +290,5 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
 
 
 def load_policy(path: Path | None = None) -> BundlePolicy:
-    """The bundle policy (default: the shipped ``matrices/bundle-policy.yaml``)."""
+    """The bundle policy (default: the shipped ``config/bundle-policy.yaml``)."""
     return load_data_file(path, "bundle-policy.yaml", parse_policy)

@@ -93,7 +93,7 @@ def quiet_with_json(_ctx: click.Context, _param: click.Parameter, value: bool) -
 JSON = click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
                     help="Print the result as JSON on stdout (stderr keeps only warnings and errors).")
 MATRIX_FILE = click.option("-c", "--config", "config", type=file(), default=None,
-                           help="Matrix YAML (default: the shipped matrices/nightly.yaml).")
+                           help="Matrix YAML (default: the shipped config/nightly.yaml).")
 def option_group(name: str, make: Callable[..., Any], *decorators: Callable[[F], F]) -> Callable[[F], F]:
     """Several click options that come to the command as one value: ``make(**their values)`` passed as ``name``
     (each option's parameter name is a keyword of ``make``)."""
@@ -241,7 +241,7 @@ IMAGES = option_group(
                  "pushed)."),
 )
 POLICY = click.option("--policy", type=file(exists=True), default=None,
-                      help="Bundle policy YAML (default: the shipped matrices/bundle-policy.yaml).")
+                      help="Bundle policy YAML (default: the shipped config/bundle-policy.yaml).")
 CPU_VARIANTS = click.option(
     "--cpu-variants", type=click.Choice(CPU_VARIANT_CHECKS), default=None,
     help="Run each CPU variant module the bundle ships alone (libggml-cpu-<variant>.so: pp512, a short tg and the "

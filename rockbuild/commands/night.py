@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 PUBLISH_CONFIG = click.option(
     "--publish-config", type=file(exists=True), default=None,
-    help="Publish configuration YAML (default: the shipped matrices/publish.yaml): tags, asset names, glibc floor.",
+    help="Publish configuration YAML (default: the shipped config/publish.yaml): tags, asset names, glibc floor.",
 )
 
 
@@ -211,7 +211,7 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
 @click.option("--bad", required=True, metavar="DATE", help="A later nightly date the job fails on.")
 @click.option("--check-ends", is_flag=True, help="Test the --good and --bad dates first (two more builds).")
 @click.option("-c", "--config", "config", type=file(), default=None,
-              help="Matrix YAML (default: the shipped matrices/nightly.yaml).")
+              help="Matrix YAML (default: the shipped config/nightly.yaml).")
 @click.option("--llama-ref", default=None, metavar="REF",
               help="llama.cpp tag, branch or commit to build on every date (default: the matrix's llama_ref).")
 @click.option("--index-url", default=None, help="Read this TheRock index page instead of the channel's host.")

@@ -41,7 +41,7 @@ OS_CHOICE = click.Choice(["linux", "windows"])
     "$GITHUB_OUTPUT as matrix=... when that variable is set).",
 )
 @click.option("--families", "list_families", is_flag=True,
-              help="List the GPU families instead (matrices/families.yaml): targets, tarball group per OS, and "
+              help="List the GPU families instead (config/families.yaml): targets, tarball group per OS, and "
               "where TheRock publishes each from.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json (as every other command has it).")
 def matrix(selection: JobSelection, fmt: str, list_families: bool, as_json: bool) -> None:
@@ -68,7 +68,7 @@ ROCM_SOURCE = options(
     click.option("--target", default=None, help="A single gfx target; its family's tarball is used."),
     click.option("--os", "os_name", type=OS_CHOICE, default=None, help="Tarball platform (default: this machine's)."),
     click.option("--channel", type=click.Choice(["nightly", "dev", "prerelease", "stable"]), default="nightly",
-                 show_default=True, help="Which of matrices/rocm-channels.yaml's channels to read."),
+                 show_default=True, help="Which of config/rocm-channels.yaml's channels to read."),
     click.option("--index-url", default=None,
                  help="Read this index page or S3 listing instead of the channel's hosts."),
 )
@@ -319,7 +319,7 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
           bench_preset: str, report_path: Path | None, browser: bool | None, cpu_variants: str | None,
           as_json: bool) -> None:
     """Run llama-cli, llama-server and llama-bench from a bundle, with no ROCm on the paths, then every other
-    shipped program's --help (matrices/programs.yaml).
+    shipped program's --help (config/programs.yaml).
 
     \b
     Then, as smoke.yaml configures them:
@@ -327,9 +327,9 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
       tg and the model's known answers;
     - the numerics step (right answers, not just tokens): the GPU's KL
       divergence and same top token against the CPU (llama-perplexity on
-      matrices/numerics.txt), the model's known greedy answers on the CPU
+      config/numerics.txt), the model's known greedy answers on the CPU
       and the GPU, and the CPU's perplexity against its baseline
-      (matrices/baselines.yaml; `rockbuild baseline` re-baselines);
+      (config/baselines.yaml; `rockbuild baseline` re-baselines);
     - past one ubatch (numerics.long_context): one 4,096-token sequence
       with llama-server's -b 2048 -ub 512 on the CPU against the last good
       build's reference and on the GPU against the CPU, and a pass key
@@ -401,7 +401,7 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
 @command
 @click.argument("smoke_json", type=file(exists=True), metavar="SMOKE_JSON")
 @click.option("--file", "baselines_file", type=click.Path(path_type=Path), default=None,
-              help="The baselines file to rewrite (default: smoke.yaml's numerics.baselines, matrices/baselines.yaml "
+              help="The baselines file to rewrite (default: smoke.yaml's numerics.baselines, config/baselines.yaml "
               "of this checkout).")
 @click.option("--measured", default=None,
               help="Where and when the figure was measured (default: from the smoke.json: the CPU variant and the "

@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 def data_path(*parts: str) -> Path:
-    """Path of a file shipped with rockbuild (``data_path("matrices", "nightly.yaml")``)."""
+    """Path of a file shipped with rockbuild (``data_path("config", "nightly.yaml")``)."""
     here = Path(__file__).resolve().parent.parent  # rockbuild/
     for base in (here / "_data", here.parent):
         candidate = base.joinpath(*parts)
@@ -310,7 +310,7 @@ def load_yaml(path: Path) -> Any:
 
 
 def load_data_file(path: Path | None, shipped: str, parse: Callable[[Any, Path], T]) -> T:
-    """``parse`` of the YAML file at ``path``, by default the one shipped as ``matrices/<shipped>``: each data file's
+    """``parse`` of the YAML file at ``path``, by default the one shipped as ``config/<shipped>``: each data file's
     owner loads it this way with its own parser."""
-    path = path or data_path("matrices", shipped)
+    path = path or data_path("config", shipped)
     return parse(load_yaml(path), path)

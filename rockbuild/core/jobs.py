@@ -251,7 +251,7 @@ def _parse_source(path: Path, body: YDict, name: str) -> FamilySource:
 
 
 def load_families(path: Path | None = None) -> FamilyTable:
-    """The GPU-family table (default: the shipped ``matrices/families.yaml``)."""
+    """The GPU-family table (default: the shipped ``config/families.yaml``)."""
     return load_data_file(path, "families.yaml", parse_families)
 
 

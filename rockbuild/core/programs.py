@@ -1,4 +1,4 @@
-"""The programs a release ships (``matrices/programs.yaml``), as a typed, frozen list every layer shares.
+"""The programs a release ships (``config/programs.yaml``), as a typed, frozen list every layer shares.
 
 The build compiles them (the ninja targets the configured tree defines), the smoke test runs each from the bundle
 (:class:`Program.check`), and the .deb and ``install`` follow the bundle. Programs left out carry the reason, so a
@@ -199,7 +199,7 @@ def _known_failure(path: Path, parent: YDict, node: Any) -> KnownFailure:
 def parse_programs(doc: Any, path: Path) -> ProgramList:
     """The program list from a parsed ``programs.yaml`` (read by :func:`load_programs`)."""
     if not isinstance(doc, YDict):
-        raise ConfigError(f"{path}: expected a mapping with 'ship' (see the shipped matrices/programs.yaml)")
+        raise ConfigError(f"{path}: expected a mapping with 'ship' (see the shipped config/programs.yaml)")
     check_keys(path, doc, ("ship", "left_out", "known_failures"), "programs.yaml")
     ship = doc.get("ship")
     if not isinstance(ship, list) or not ship:
@@ -233,5 +233,5 @@ def parse_programs(doc: Any, path: Path) -> ProgramList:
 
 
 def load_programs(path: Path | None = None) -> ProgramList:
-    """The program list (default: the shipped ``matrices/programs.yaml``)."""
+    """The program list (default: the shipped ``config/programs.yaml``)."""
     return load_data_file(path, "programs.yaml", parse_programs)

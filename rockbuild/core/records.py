@@ -537,30 +537,84 @@ class SmokeRun(Record):
         return "text" in self.keys or self.text is not None
 
 
+# the cpu_variants step's words (rockbuild.smoke.variants uses them too)
+_PASSED, _FAILED, _SKIPPED = "passed", "failed", "skipped"
+NOT_RUNNABLE = "not runnable here"  # a CPU variant ggml's scorer does not load on this CPU: not failed
+NOT_RUN = "not run"  # known answers: the model has none, or numerics are off
+
+
 @dataclass(frozen=True, kw_only=True)
 class SmokeCpuVariant(Record):
-    """One CPU variant module run alone (rockbuild.smoke.variants): whether ggml runs it here, its figures, why it
-    failed."""
+    """One CPU variant module run alone (rockbuild.smoke.variants makes it): whether ggml runs it here, its figures,
+    why it failed."""
 
     variant: str  # zen4
     runnable: bool  # ggml's scorer loaded it on this CPU
     result: str  # passed | failed | not runnable here
     pp512_tps: float | None = None
     tg_tps: float | None = None
-    known_answers: str | None = None  # passed | failed | not run
-    seconds: float | None = None
+    known_answers: str | None = NOT_RUN  # passed | failed | not run
+    seconds: float | None = 0.0
     failure: str | None = None  # "llama-bench died of SIGILL (illegal instruction) on pp512"
+
+    def describe(self, tg_test: str = "tg") -> str:
+        """``passed (pp512 230.1 t/s, tg8 23.4 t/s, known answers passed) in 12.3s``, ``not runnable here``, or the
+        result with why it failed."""
+        if not self.runnable and self.result != _FAILED:
+            return NOT_RUNNABLE
+        parts = [f"{name} {tps:.1f} t/s" for name, tps in (("pp512", self.pp512_tps), (tg_test, self.tg_tps))
+                 if tps is not None]
+        if self.known_answers not in (None, NOT_RUN):
+            parts.append(f"known answers {self.known_answers}")
+        figures = f" ({', '.join(parts)})" if parts else ""
+        return f"{self.result}{figures} in {self.seconds or 0:.1f}s" + (f": {self.failure}" if self.failure else "")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SmokeCpuVariants(Record):
     """The smoke's cpu_variants step: every CPU variant this machine runs, each alone, and the one ggml picks from
-    the whole bundle."""
+    the whole bundle (rockbuild.smoke.variants makes it; a skipped step has the first four keys alone)."""
 
     result: str  # passed | failed | skipped
     detail: str | None = None
     picked: str | None = None  # the variant the default dispatch (the whole bundle) loads here
     variants: tuple[SmokeCpuVariant, ...] = ()
+    problem: str | None = None  # a failure of the step as a whole (no variant loads from the whole bundle)
+    seconds: float | None = None
+    logs: Path | None = None  # one folder per variant
+    tg_test: str | None = None  # tg8: the tg test each variant ran (what tg_tps measured)
+
+    @classmethod
+    def skipped(cls, why: str, picked: str | None = None) -> SmokeCpuVariants:
+        """The step when it did not run, and why."""
+        return cls.keyed({"result": _SKIPPED, "detail": why, "picked": picked, "variants": ()})
+
+    @property
+    def ran(self) -> bool:
+        return self.result != _SKIPPED
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One line per failed variant (``CPU variant sapphirerapids: llama-bench died of SIGILL ...``), after the
+        step's own failure."""
+        out = [f"CPU variants: {self.problem}"] if self.problem else []
+        return tuple(out + [f"CPU variant {v.variant}: {v.failure}" for v in self.variants if v.result == _FAILED])
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def render_lines(self) -> list[str]:
+        """The human lines: the verdict, then one line per variant with its t/s."""
+        mark = {_PASSED: "ok", _FAILED: "FAIL"}.get(self.result, "skip")
+        lines = [f"  [{mark}] cpu variants" + (f" in {self.seconds or 0:.1f}s" if self.variants else "")
+                 + f": {self.detail}"]
+        for v in self.variants:
+            label = v.variant + (" (picked)" if v.variant == self.picked else "")
+            lines.append(f"         {label}: {v.describe(self.tg_test or 'tg')}")
+        if self.logs is not None and self.variants:
+            lines.append(f"         logs: {self.logs}")
+        return lines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -761,7 +815,7 @@ class ManifestJob(Record):
     llama_cpp: LlamaCpp | None = None
     rocm: ManifestRocm | None = None
     isas: tuple[str, ...] = ()
-    programs: tuple[str, ...] = ()  # the programs the asset ships (matrices/programs.yaml, as the tree had them)
+    programs: tuple[str, ...] = ()  # the programs the asset ships (config/programs.yaml, as the tree had them)
     cpu_variants: tuple[str, ...] = ()  # the CPU backend variants it ships (GGML_CPU_ALL_VARIANTS)
     cmake: Mapping[str, str] = field(default_factory=dict)
     assets: tuple[ManifestAsset, ...] = ()

@@ -126,7 +126,7 @@ class BuildOptions:
     configure_timeout: float = 1800.0
     compile_timeout: float = 6 * 3600.0
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, the host OS
-    # the programs to build (Settings.programs: matrices/programs.yaml)
+    # the programs to build (Settings.programs: config/programs.yaml)
     programs: ProgramList = field(default_factory=load_programs, kw_only=True, repr=False, compare=False)
 
 

@@ -83,7 +83,7 @@ class NightData:
     publish: PublishConfig
     smoke: Mapping[str, Any]
     policy: BundlePolicy
-    programs: ProgramList = field(default_factory=load_programs)  # matrices/programs.yaml
+    programs: ProgramList = field(default_factory=load_programs)  # config/programs.yaml
     patches: PatchSeries = field(default_factory=load_patch_series)  # patches/patches.yaml, or --patches FILE
 
 

@@ -1,4 +1,4 @@
-"""``matrices/publish.yaml`` as a frozen value."""
+"""``config/publish.yaml`` as a frozen value."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
     """The publish configuration from a parsed ``publish.yaml`` (read by
     :func:`load_publish_config`)."""
     if not isinstance(doc, YDict):
-        raise ConfigError(f"{path}: expected a mapping (see the shipped matrices/publish.yaml)")
+        raise ConfigError(f"{path}: expected a mapping (see the shipped config/publish.yaml)")
     check_keys(path, doc, ["tags", "assets", "glibc_floor", "release", "retention", "alert", "known_issues"],
                "the publish configuration")
 
@@ -94,5 +94,5 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
 
 
 def load_publish_config(path: Path | None = None) -> PublishConfig:
-    """The publishing configuration (default: the shipped ``matrices/publish.yaml``)."""
+    """The publishing configuration (default: the shipped ``config/publish.yaml``)."""
     return load_data_file(path, "publish.yaml", parse_publish_config)

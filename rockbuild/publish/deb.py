@@ -16,7 +16,7 @@
   the same across upgrades (so a user's choice survives them), and ``$ORIGIN`` is the bundle's folder whatever the
   caller's path.
 * Depends on exactly the libraries the bundle leaves to the host (the audit's ``needed`` rule: DT_NEEDED names no file
-  of the bundle provides), mapped to packages by ``assets.deb_packages`` in ``matrices/publish.yaml`` and versioned by
+  of the bundle provides), mapped to packages by ``assets.deb_packages`` in ``config/publish.yaml`` and versioned by
   the bundle's glibc floor (:mod:`.floor`): never on a ROCm package.
 * Reproducible: every member owned by root, sorted, one timestamp (the archives'), gzip at the archives' level.
 """
@@ -157,7 +157,7 @@ def host_depends(bundle: Path, packages: Mapping[str, str]) -> list[str]:
     for lib, file in host_libraries(bundle).items():
         if lib not in packages:
             raise PublishError(f"{file} needs {lib} from the host, and no Debian package is known for it",
-                               hint="add it to assets.deb_packages in matrices/publish.yaml")
+                               hint="add it to assets.deb_packages in config/publish.yaml")
         wanted[packages[lib]] = ""
     floor = bundle_floor(bundle)
     minimums: dict[str, list[str]] = {}
@@ -296,7 +296,7 @@ def _overrides(plan: DebPlan) -> str:
 def dpkg_deb_tool(env: Mapping[str, str]) -> Path:
     found = shutil.which("dpkg-deb", path=env.get("PATH") or os.defpath)
     if found is None:
-        raise PublishError("the Linux assets get a .deb (assets.deb_for in matrices/publish.yaml) but dpkg-deb is "
+        raise PublishError("the Linux assets get a .deb (assets.deb_for in config/publish.yaml) but dpkg-deb is "
                            "not installed",
                            hint="publish on Debian/Ubuntu (GitHub's ubuntu runners have it), apt-get install dpkg, "
                                 "or remove linux from assets.deb_for")

@@ -55,7 +55,7 @@ LABEL = "io.github.rockbuild"
 
 @dataclass(frozen=True)
 class ImagesConfig:
-    """``matrices/images.yaml`` as a value."""
+    """``config/images.yaml`` as a value."""
 
     packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # "all" and per backend
     never: tuple[str, ...] = ()
@@ -69,7 +69,7 @@ class ImagesConfig:
 
 def parse_images_config(doc: Any, path: Path) -> ImagesConfig:
     if not isinstance(doc, YDict):
-        raise ConfigError(f"{path}: expected a mapping (see the shipped matrices/images.yaml)")
+        raise ConfigError(f"{path}: expected a mapping (see the shipped config/images.yaml)")
     check_keys(path, doc, ["packages", "never", "files", "user", "port", "tags"], "the images configuration")
     packages = mapping(path, doc, "packages", "images.yaml")
     user = mapping(path, doc, "user", "images.yaml")
@@ -109,7 +109,7 @@ class ImageOptions:
     token: str | None = field(default=None, repr=False)
     level: int = 6  # gzip
     test: bool = True  # the podman test before a push (off: build only)
-    config: ImagesConfig | None = field(default=None, repr=False)  # None: the shipped matrices/images.yaml
+    config: ImagesConfig | None = field(default=None, repr=False)  # None: the shipped config/images.yaml
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A release is whole or it is not published: every bundle carries llama-server's chat page and every program
-``matrices/programs.yaml`` lists.
+``config/programs.yaml`` lists.
 
 What a bundle must carry, job by job (the jobs that ship, after the gate):
 

@@ -1,4 +1,4 @@
-"""TheRock's release channels (``matrices/rocm-channels.yaml``): which index hosts publish each channel's tarballs,
+"""TheRock's release channels (``config/rocm-channels.yaml``): which index hosts publish each channel's tarballs,
 and from when to when. Parsed here, its owner; :mod:`.index` reads the hosts' listings."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def parse_channels(data: Any, path: Path) -> dict[str, Channel]:
 
 
 def load_channels(path: Path | None = None) -> dict[str, Channel]:
-    """The ROCm channels (default: the shipped ``matrices/rocm-channels.yaml``)."""
+    """The ROCm channels (default: the shipped ``config/rocm-channels.yaml``)."""
     return load_data_file(path, "rocm-channels.yaml", parse_channels)
 
 

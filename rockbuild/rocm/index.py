@@ -1,7 +1,7 @@
 """Find TheRock tarballs: read a channel's index (HTML page or S3 ListBucket XML) and pick a tarball from it.
 
 TheRock moved its nightlies twice without mirroring old files (therock.md §2), so the host is chosen by the date in
-the version; which hosts exist is data (``matrices/rocm-channels.yaml``), the choosing is here. Network access goes
+the version; which hosts exist is data (``config/rocm-channels.yaml``), the choosing is here. Network access goes
 through an injected ``fetch_text(url) -> str`` so callers decide on retries, caching and tokens.
 """
 

@@ -1,6 +1,6 @@
 """The CPU's perplexity against a recorded baseline: the numerics step's ``cpu`` check (issue 39, item 3).
 
-``matrices/baselines.yaml`` holds, per model file, text, context and chunks, the perplexity the CPU measured and where,
+``config/baselines.yaml`` holds, per model file, text, context and chunks, the perplexity the CPU measured and where,
 and one relative tolerance for all. A night whose CPU perplexity leaves the band fails its smoke with both figures and
 the one command that re-baselines once a human has looked (``rockbuild baseline SMOKE_JSON``, which rewrites the
 entry from that smoke.json). A model, text or context without an entry is "no baseline", never a pass of this gate.
@@ -167,7 +167,7 @@ def baselines_path(name: str | None, data_dir: Path | None = None) -> Path | Non
     if not name:
         return None
     path = Path(name)
-    return path if path.is_absolute() else (data_dir or data_path("matrices", "smoke.yaml").parent) / path
+    return path if path.is_absolute() else (data_dir or data_path("config", "smoke.yaml").parent) / path
 
 
 def load_baselines(path: Path | None) -> Baselines:

@@ -5,7 +5,7 @@ It drives the machine's own Chromium (Debian's ``chromium``) through Playwright 
 ``rockbuild[browser]``; Playwright's browser downloads are never used. Without Playwright or a Chromium the check is
 *not checked* with the reason (never a pass); a browser that will not start is not checked either (it says nothing
 of the bundle). What the page is made of (the chat box, the send button, the answer) are CSS selectors, data in
-``matrices/smoke.yaml`` (``run.browser``), so a new llama.cpp UI is a data change.
+``config/smoke.yaml`` (``run.browser``), so a new llama.cpp UI is a data change.
 """
 
 from __future__ import annotations

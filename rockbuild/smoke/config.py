@@ -1,4 +1,4 @@
-"""The smoke test's configuration (``matrices/smoke.yaml``): the pinned model, the tiny model's spec, how each
+"""The smoke test's configuration (``config/smoke.yaml``): the pinned model, the tiny model's spec, how each
 program runs. Parsed here, its owner; :class:`rockbuild.settings.Settings` loads it on first use."""
 
 from __future__ import annotations
@@ -157,12 +157,12 @@ def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
     checked here, on load, so a mistake is one ConfigError naming ``file:line`` and the key."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{where(path, doc)}: expected the keys 'model' and 'run' (see the shipped "
-                          "matrices/smoke.yaml)")
+                          "config/smoke.yaml)")
     check_keys(path, doc, TOP_KEYS, "smoke.yaml")
     for key in ("model", "run"):
         if not isinstance(doc.get(key), dict):
             raise ConfigError(f"{where(path, doc, key if key in doc else None)}: smoke.yaml needs '{key}' as a "
-                              f"mapping (see the shipped matrices/smoke.yaml), not {doc.get(key)!r}")
+                              f"mapping (see the shipped config/smoke.yaml), not {doc.get(key)!r}")
     parse_models(doc, path)
     parse_run(doc["run"], path)
     # the smoke's steps read their sections when they run; a mistake in them is found here, on load, with its line
@@ -175,5 +175,5 @@ def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
 
 
 def load_smoke_config(path: Path | None = None) -> dict[str, Any]:
-    """The smoke configuration (default: the shipped ``matrices/smoke.yaml``)."""
+    """The smoke configuration (default: the shipped ``config/smoke.yaml``)."""
     return load_data_file(path, "smoke.yaml", parse_smoke_config)

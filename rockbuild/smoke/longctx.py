@@ -115,7 +115,7 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContext | Non
     if node is None:
         return None
     if not isinstance(node, Mapping):
-        raise ConfigError(f"{path}: {what} must be a mapping (see the shipped matrices/smoke.yaml)")
+        raise ConfigError(f"{path}: {what} must be a mapping (see the shipped config/smoke.yaml)")
     _known(path, node, _LONG_KEYS, what)
     name, digest = node.get("text"), node.get("sha256")
     if not isinstance(name, str) or not name.strip():

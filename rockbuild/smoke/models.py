@@ -1,6 +1,6 @@
 """The model a smoke test runs: the pinned default (downloaded), a local file, a URL, or a tiny generated Qwen3.
 
-The default model is pinned in ``matrices/smoke.yaml`` (URL at an immutable revision, size, sha256) and comes through
+The default model is pinned in ``config/smoke.yaml`` (URL at an immutable revision, size, sha256) and comes through
 the project's :class:`~rockbuild.downloader.Downloader` (cache, resume, verification). ``$HF_ENDPOINT`` replaces the
 ``https://huggingface.co`` prefix; ``$HF_TOKEN`` goes out as a bearer token and is never logged.
 

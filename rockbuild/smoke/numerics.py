@@ -2,7 +2,7 @@
 
 Three checks, each ``passed``, ``failed`` or ``not checked`` (with why), never a pass by default:
 
-* **cross-backend**: the bundle's own ``llama-perplexity`` on a fixed English text (``matrices/numerics.txt``), once
+* **cross-backend**: the bundle's own ``llama-perplexity`` on a fixed English text (``config/numerics.txt``), once
   on the CPU backend (``-dev none``: no op offload either) saving its log-probabilities (``--kl-divergence-base``),
   then on the GPU device of the smoke (``--kl-divergence``), on the same tokens. The KL divergence of the GPU's
   distributions from the CPU's and the share of positions where both pick the same top token are judged by the first
@@ -125,14 +125,14 @@ def parse_numerics_config(section: Any, *, path: Path | None = None, data_dir: P
     """``smoke.yaml``'s ``numerics`` section; a mistake is a ConfigError naming ``file:line`` and the key. ``path``:
     the smoke.yaml it came from, for the messages (default: the shipped one); the text and baselines are looked up
     beside the shipped data files (``data_dir`` overrides) unless absolute."""
-    folder = data_dir or data_path("matrices", "smoke.yaml").parent
+    folder = data_dir or data_path("config", "smoke.yaml").parent
     where_file = path or folder / "smoke.yaml"
     what = "numerics"
     if section is None:
         return NumericsConfig(text=Path(), enabled=False)
     if not isinstance(section, Mapping):
         raise ConfigError(f"{where(where_file, section)}: numerics must be a mapping (see the shipped "
-                          f"matrices/smoke.yaml), not {section!r}")
+                          f"config/smoke.yaml), not {section!r}")
     check_keys(where_file, section, _KEYS, what)
     text_name = Path(text(where_file, section, "text", "numerics.txt", what) or "numerics.txt")
     thresholds = []

@@ -71,7 +71,7 @@ class SmokeOptions:
     threads: int = 1
     seed: int = 42
     gpu_layers: int = 99
-    # a real batch: pp512 is where a CPU variant this CPU cannot run died of SIGILL while -p 8 ran (matrices/smoke.yaml)
+    # a real batch: pp512 is where a CPU variant this CPU cannot run died of SIGILL while -p 8 ran (config/smoke.yaml)
     bench_prompt: int = 512
     bench_gen: int = 16
     bench_repetitions: int = 1
@@ -88,7 +88,7 @@ class SmokeOptions:
     # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
     # so a missing device fails in the command itself instead of falling back to the CPU with exit code 0
     device: str | None = None
-    # every shipped program, each run from the bundle with its check arguments (matrices/programs.yaml); () = none
+    # every shipped program, each run from the bundle with its check arguments (config/programs.yaml); () = none
     programs: tuple[Program, ...] = ()
     program_timeout: float = 60.0
     # llama-server's chat page: whether the build has one (build.json's web_ui; None: it does not say) and why not;

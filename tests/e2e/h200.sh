@@ -225,7 +225,7 @@ numerics() {
     [ -f /var/tmp/h200/smollm2.part1 ] || { echo "no /var/tmp/h200/smollm2.part1: run 'model' first, on the same machine" >&2; exit 1; }
     QWEN_SHAPED=0 H200_FROM=.h200n setup_device
     rb() { python3 -m rockbuild "$@"; }
-    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf text=$REPO/matrices/numerics.txt
+    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf text=$REPO/config/numerics.txt
     mkdir -p /tmp/smollm2 /tmp/wrong /tmp/layer
     cat /var/tmp/h200/smollm2.part1 .h200n/smollm2.part2 > "$m"
     echo "$(cat .h200n/smollm2.sha256)  $m" | sha256sum -c - | tee -a "$OUT/versions.txt"
@@ -447,7 +447,7 @@ mutants_run() {
     # the op subset instead of the full test: four full runs (250 s each) do not fit the device's calls
     # (the file rockbuild reads: `python3 -m rockbuild` from this checkout imports the checkout's package first)
     local yaml
-    yaml=$(python3 -c 'from rockbuild.core.data import data_path; print(data_path("matrices", "smoke.yaml"))')
+    yaml=$(python3 -c 'from rockbuild.core.data import data_path; print(data_path("config", "smoke.yaml"))')
     sed -i 's/^  mode: {gpu: full, software: subset}/  mode: {gpu: subset, software: subset}/' "$yaml"
     grep -q '^  mode: {gpu: subset' "$yaml" || echo "warning: the op mode was not switched to the subset" >> $R/notes.txt
     set +e

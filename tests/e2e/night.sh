@@ -50,7 +50,7 @@ HOST_PY=${ROCKBUILD_E2E_PYTHON:-python3}   # the host's python: the servers need
 # tree in a venv of its own, with the browser extra for the chat after install; the roots' /e2e/night is the same
 # folder on the host through a symbolic link, so that every path in the records means the same thing.
 HOST_VENV=$E2E/host-venv
-IMAGE_BASE_ROOT=$LAVA     # sid's C runtime, CA bundle, busybox-static and Mesa: the images' base (matrices/images.yaml)
+IMAGE_BASE_ROOT=$LAVA     # sid's C runtime, CA bundle, busybox-static and Mesa: the images' base (config/images.yaml)
 
 nlog() { printf '[night %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -323,10 +323,10 @@ EOF
     sed -e "s/^  GLIBC: .*/  GLIBC: \"$FLOOR_GLIBC\"      # RAISED by tests\/e2e\/night.sh: Debian sid's, not a release floor/" \
         -e "s/^  GLIBCXX: .*/  GLIBCXX: \"$FLOOR_GLIBCXX\"  # RAISED (sid)/" \
         -e "s/^  CXXABI: .*/  CXXABI: \"$FLOOR_CXXABI\"    # RAISED (sid)/" \
-        "$REPO/matrices/publish.yaml" > "$NIGHT/publish.yaml"
+        "$REPO/config/publish.yaml" > "$NIGHT/publish.yaml"
     grep -q "GLIBC: \"$FLOOR_GLIBC\"" "$NIGHT/publish.yaml" || die "could not raise the glibc floor in publish.yaml"
     nlog "publish config $NIGHT/publish.yaml: glibc floor RAISED to GLIBC $FLOOR_GLIBC, GLIBCXX $FLOOR_GLIBCXX," \
-        "CXXABI $FLOOR_CXXABI (shipped: $(grep -A3 '^glibc_floor:' "$REPO/matrices/publish.yaml" | tail -3 | tr -d ' "\n'))"
+        "CXXABI $FLOOR_CXXABI (shipped: $(grep -A3 '^glibc_floor:' "$REPO/config/publish.yaml" | tail -3 | tr -d ' "\n'))"
 }
 
 # ---- the night's three modes ---------------------------------------------------------------------------------------

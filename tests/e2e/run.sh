@@ -220,7 +220,7 @@ browser_check() {
     in_clean "$BUNDLE_IN_CLEAN/llama-server" -m /models/tiny-qwen3.gguf --host 127.0.0.1 --port "$port" -t 1 \
         > "$E2E/bench/web-ui-server-$TARGET.log" 2>&1 </dev/null &
     pid=$!
-    "$REPO/.venv/bin/python" - "http://127.0.0.1:$port/" "$E2E/bench/web-ui-$TARGET.png" "$REPO/matrices/smoke.yaml" \
+    "$REPO/.venv/bin/python" - "http://127.0.0.1:$port/" "$E2E/bench/web-ui-$TARGET.png" "$REPO/config/smoke.yaml" \
         > "$E2E/bench/web-ui-$TARGET.json" <<'PYEOF' || rc=$?
 import json, sys, time
 from pathlib import Path

@@ -68,7 +68,7 @@ def test_smoke_with_the_tiny_model_on_a_cpu_build(job):
     assert runs["server"]["tokens"] == 16 and runs["server"]["system_fingerprint"] == "b11312-0c1e570"
     assert runs["server"]["stop_returncode"] == 0
     assert report["texts_agree"] is True and runs["cli"]["text"] == runs["server"]["text"]
-    assert {b["test"] for b in report["bench"]} == {"pp512", "tg16"}  # a real batch (matrices/smoke.yaml)
+    assert {b["test"] for b in report["bench"]} == {"pp512", "tg16"}  # a real batch (config/smoke.yaml)
     assert all(b["tokens_per_second"] > 0 and b["backends"] == "CPU" for b in report["bench"])
     # GGML_RPC=ON: "offloaded 3/3 layers to GPU" although nothing left the CPU; the verdict is not fooled
     assert report["gpu"]["placement"] == "cpu"

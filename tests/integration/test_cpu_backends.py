@@ -375,7 +375,7 @@ def test_a_bundle_fixed_by_doctor_still_passes_its_audit(tmp_path):
     from rockbuild.bundle.audit import audit_bundle
     from rockbuild.bundle.policy import load_policy
 
-    policy = load_policy(REPO / "matrices" / "bundle-policy.yaml")
+    policy = load_policy(REPO / "config" / "bundle-policy.yaml")
     variants = policy.linux.cpu_variants_for("EM_X86_64")
     assert "zen4" in variants
     bundle = tmp_path / "b"

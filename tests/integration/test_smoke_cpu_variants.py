@@ -209,7 +209,7 @@ def test_the_one_variant_folder_holds_the_bundle_with_one_variant(tmp_path):
     ("  cpu_variants: all\n", ":{line}: run.cpu_variants must be a mapping such as {{check: all, n_gen: 8}}, not str"),
 ])
 def test_a_bad_setting_in_smoke_yaml_is_a_config_error_naming_file_and_line(tmp_path, body, error):
-    shipped = (REPO / "matrices" / "smoke.yaml").read_text()
+    shipped = (REPO / "config" / "smoke.yaml").read_text()
     lines = [line for line in shipped.splitlines(keepends=True) if not line.startswith("  cpu_variants:")]
     at = next(i for i, line in enumerate(lines) if line.startswith("  timeouts:")) + 1
     path = tmp_path / "smoke.yaml"

@@ -77,7 +77,7 @@ def test_long_context_config_mistakes_are_one_config_error(section, message):
 
 
 def test_a_mistake_in_a_data_file_names_its_line(tmp_path):
-    shipped = data_path("matrices", "smoke.yaml").read_text()
+    shipped = data_path("config", "smoke.yaml").read_text()
     broken = write(tmp_path / "smoke.yaml", shipped.replace("    ubatch: 512\n", "    ubatch: many\n"))
     write(tmp_path / "baselines.yaml", "baselines: []\n")
     from rockbuild.core.data import load_yaml
@@ -267,7 +267,7 @@ def test_no_reference_is_not_checked_and_rockbuild_baseline_records_the_nights_t
     assert report.ok and ref["result"] == NOT_CHECKED and "no reference for " + SMOLLM2 in ref["detail"]
     smoke_json = tmp_path / "first" / "out" / "linux-gfx1151" / "smoke.json"
     target = tmp_path / "baselines.yaml"
-    target.write_text(data_path("matrices", "baselines.yaml").read_text().split("\nreferences:\n")[0] + "\n")
+    target.write_text(data_path("config", "baselines.yaml").read_text().split("\nreferences:\n")[0] + "\n")
     result = run_rockbuild("baseline", str(smoke_json), "--file", str(target), "--only", "long",
                            "--measured", "stand-in, 2026-12-05", "--json")
     assert result.returncode == 0, result.stderr

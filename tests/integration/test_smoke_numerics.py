@@ -233,7 +233,7 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
     assert data["numerics"]["summary"]["known_answers"] == NOT_CHECKED
 
 
-# -- the CPU's perplexity against its baseline (matrices/baselines.yaml) ---------------------------------------------
+# -- the CPU's perplexity against its baseline (config/baselines.yaml) ---------------------------------------------
 
 
 def test_a_model_broken_on_every_backend_fails_on_the_cpu_alone_against_its_baseline(tmp_path, smollm2):

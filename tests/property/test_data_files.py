@@ -66,13 +66,13 @@ HOSTILE = (st.sampled_from([None, "", "many", "soon", "gfx9999", "../../etc/pass
 
 
 def test_every_shipped_data_file_is_covered():
-    shipped = {p.name for p in data_path("matrices", "nightly.yaml").parent.glob("*.yaml")}
+    shipped = {p.name for p in data_path("config", "nightly.yaml").parent.glob("*.yaml")}
     assert shipped == set(LOADERS), "a data file without its property test (or a test of a file that is gone)"
 
 
 @pytest.mark.parametrize("name", sorted(LOADERS))
 def test_every_shipped_data_file_loads_as_shipped(name):
-    LOADERS[name](data_path("matrices", name))
+    LOADERS[name](data_path("config", name))
 
 
 def places(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -102,7 +102,7 @@ def mutated(doc: Any, at: tuple[Any, ...], value: Any) -> Any:
 @PROFILE
 @given(data=st.data())
 def test_one_hostile_value_anywhere_loads_or_is_one_config_line(tmp_path_factory, name, data):
-    shipped = data_path("matrices", name)
+    shipped = data_path("config", name)
     doc = yaml.safe_load(shipped.read_text(encoding="utf-8"))
     at = data.draw(st.sampled_from(list(places(doc))), label="where")
     value = data.draw(HOSTILE, label="value")

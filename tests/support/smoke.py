@@ -33,7 +33,7 @@ if VK == "noloader":
 if VK and "-dev" in sys.argv and arg("-dev") != "none" and (VK != "lavapipe" or arg("-dev") != "Vulkan0"):
     sys.stderr.write('error while handling argument "-dev": invalid device: ' + arg("-dev") + "\\n")
     sys.exit(1)
-if sys.argv[1:] in (["--version"], ["--help"]):  # the smoke's program checks (matrices/programs.yaml)
+if sys.argv[1:] in (["--version"], ["--help"]):  # the smoke's program checks (config/programs.yaml)
     print("version: 11312 (0c1e570)" if sys.argv[1] == "--version" else "usage: " + sys.argv[0] + " [options]")
     sys.exit(0)
 if "--list-devices" in sys.argv:
@@ -170,7 +170,7 @@ if "--kl-divergence" not in sys.argv:
         os.kill(os.getpid(), 11)
     Path(arg("--kl-divergence-base")).write_bytes(b"_logits_" + bytes(64))
     print("perplexity: calculating perplexity over 8 chunks, n_ctx=256, batch_size=256, n_seq=1")
-    # SmolLM2's figure on the numerics text (matrices/baselines.yaml: 24.7663 +- 2 %); MODE["cpu_ppl"]: another one
+    # SmolLM2's figure on the numerics text (config/baselines.yaml: 24.7663 +- 2 %); MODE["cpu_ppl"]: another one
     # (a model broken on every backend: the sign-flipped SmolLM2 gave 1.5e15)
     PPL_CPU = MODE.get("cpu_ppl", "24.7912")
     print("[1]19.1234,[2]20.2345,[3]21.0000,[4]22.5000,[5]23.9000,[6]24.1000,[7]24.6000,[8]" + PPL_CPU + ",")

@@ -1,4 +1,4 @@
-"""matrices/baselines.yaml (rockbuild/smoke/baselines.py): the data file's mistakes, and `rockbuild baseline`, which
+"""config/baselines.yaml (rockbuild/smoke/baselines.py): the data file's mistakes, and `rockbuild baseline`, which
 takes a smoke.json's CPU perplexity as its model's baseline once a human has looked."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rockbuild.smoke.baselines import load_baselines
 
 
 def test_the_shipped_baselines_parse_with_smollm2s_entry():
-    shipped = load_baselines(data_path("matrices", "baselines.yaml"))
+    shipped = load_baselines(data_path("config", "baselines.yaml"))
     assert shipped.tolerance == 0.02
     entry = shipped.find("SmolLM2-135M-Instruct.Q4_1.gguf", "numerics.txt", 256, 8)
     assert entry is not None and 24.7160 <= entry.ppl <= 24.8166
@@ -51,7 +51,7 @@ def smoke_json(path: Path, ppl, *, model="SmolLM2-135M-Instruct.Q4_1.gguf") -> P
 
 def test_rockbuild_baseline_rewrites_the_entry_and_keeps_the_header(tmp_path, run_rockbuild):
     target = tmp_path / "baselines.yaml"
-    target.write_text(data_path("matrices", "baselines.yaml").read_text())
+    target.write_text(data_path("config", "baselines.yaml").read_text())
     result = run_rockbuild("baseline", str(smoke_json(tmp_path / "smoke.json", 25.9)), "--file", str(target))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (f"{target}: SmolLM2-135M-Instruct* on numerics.txt, 8 x 256 tokens: "

@@ -1,4 +1,4 @@
-"""matrices/programs.yaml: the shipped list loads, and each mistake in a list is one ConfigError naming file:line."""
+"""config/programs.yaml: the shipped list loads, and each mistake in a list is one ConfigError naming file:line."""
 
 from __future__ import annotations
 

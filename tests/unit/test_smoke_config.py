@@ -10,7 +10,7 @@ from rockbuild.core.data import data_path
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.config import load_smoke_config
 
-SHIPPED = data_path("matrices", "smoke.yaml").read_text()
+SHIPPED = data_path("config", "smoke.yaml").read_text()
 
 
 def line_of(text: str, needle: str) -> int:
