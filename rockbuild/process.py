@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from rockbuild.core.environment import environment
 from rockbuild.core.errors import BuildError, ProcessError
@@ -59,6 +58,20 @@ def child_env(
     }
     env.update(extra or {})
     return {k: v for k, v in env.items() if not is_secret(k)}
+
+
+@dataclass(frozen=True)
+class Output:
+    """What :func:`run` does with a child's output besides appending it to the log: keep it in memory
+    (``capture``; off for a long build whose log is the record), hand each line to ``on_line`` (progress parsing), and
+    quote its last ``tail_lines`` lines in a failure."""
+
+    capture: bool = True
+    on_line: Callable[[str], None] | None = None
+    tail_lines: int = 40
+
+
+STREAMED = Output(capture=False)  # a long build: the log keeps the output, memory does not
 
 
 @dataclass(frozen=True)
@@ -138,21 +151,18 @@ def run(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     log: Path | None = None,
-    capture: bool = True,
     check: bool = True,
-    tail_lines: int = 40,
-    on_line: Callable[[str], None] | None = None,
-    stdin: IO[bytes] | int | None = subprocess.DEVNULL,
     secrets: Mapping[str, str] | None = None,
+    output: Output = Output(),
 ) -> RunResult:
     """Run ``args`` to completion with ``env`` (pass :func:`child_env` output; None means child_env()).
 
     Secrets in ``env`` never reach the child; ``secrets`` are the ones the caller hands this one child on purpose
     (``gh`` gets the GitHub token), never logged and never on the command line.
 
-    Output (stdout and stderr merged) is appended to ``log`` when given, kept in memory when ``capture``, and each
-    line is passed to ``on_line`` (progress parsing). A timeout kills the whole process group. With ``check``, a
-    non-zero exit or a timeout raises :class:`ProcessError` carrying the last ``tail_lines`` lines and the log path.
+    Output (stdout and stderr merged, stdin empty) is appended to ``log`` when given, and kept in memory, passed to a
+    line handler and quoted as ``output`` says. A timeout kills the whole process group. With ``check``, a non-zero
+    exit or a timeout raises :class:`ProcessError` carrying the output's last lines and the log path.
     """
     environment = dict(env) if env is not None else child_env()
     environment = {k: v for k, v in environment.items() if not is_secret(k)}
@@ -161,15 +171,16 @@ def run(
     environment.update(secrets or {})
     unhandled: list[str] = []
     start = time.monotonic()
-    tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 1))
+    capture, on_line = output.capture, output.on_line
+    tail: collections.deque[str] = collections.deque(maxlen=max(output.tail_lines, 1))
     captured: list[str] = []
     # line-buffered so that `tail -f build.log` follows a long build
     log_fh = open(log, "a", encoding="utf-8", errors="replace", buffering=1) if log else None  # noqa: SIM115
     try:
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=environment, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=(os.name == "posix"),
+                argv, cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=(os.name == "posix"),
             )
         except FileNotFoundError:
             raise ProcessError(f"{argv[0]}: command not found", returncode=None) from None

@@ -23,7 +23,7 @@ from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BundleError
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
 from rockbuild.llamacpp.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
-from rockbuild.smoke.parse import VerdictWords, judge
+from rockbuild.smoke.parse import Placement, VerdictWords, judge
 
 if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
@@ -129,8 +129,7 @@ class CpuBackend:
                       bench: Sequence[BenchFigure]) -> SmokeGpu:
         with_buffers = [load for load in loads if load.buffers]
         host_mib = max((sum(b.mib for b in load.buffers) for load in with_buffers), default=0.0)
-        return judge(WORDS, loads, with_buffers, "cpu", expect_gpu=False, texts=texts, gpu_mib=0.0,
-                     host_mib=host_mib, notes=[])
+        return judge(WORDS, Placement("cpu", loads, host_mib=host_mib), expect_gpu=False, texts=texts)
 
     def in_logs(self, loads: Sequence[LoadReport]) -> bool:
         return False

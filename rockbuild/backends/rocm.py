@@ -27,7 +27,7 @@ from rockbuild.gpu import gpus_in_topology
 from rockbuild.llamacpp.cmake import compose_definitions, compose_environment, host_build_variables
 from rockbuild.process import first_line
 from rockbuild.rocm.layout import LayoutKind, kernel_file_target
-from rockbuild.smoke.parse import VerdictWords, combined_placement, format_buffers, judge, offload_claim
+from rockbuild.smoke.parse import Placement, VerdictWords, combined_placement, format_buffers, judge, offload_claim
 
 if TYPE_CHECKING:
     from rockbuild.bundle.fatbin import FatbinReport
@@ -300,8 +300,8 @@ def rocm_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts:
                                          f" (non-GPU device: {format_buffers(others)})" if others else ""):
                     notes.append(note)
         placement = combined_placement(placements)
-    return judge(VerdictWords(**WORDS), loads, with_buffers, placement, expect_gpu=expect_gpu, texts=texts,
-                 gpu_mib=gpu_mib, host_mib=host_mib, notes=notes)
+    return judge(VerdictWords(**WORDS), Placement(placement, loads, gpu_mib=gpu_mib, host_mib=host_mib, notes=notes),
+                 expect_gpu=expect_gpu, texts=texts)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
 from rockbuild.llamacpp.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.llamacpp.shader_cache import DEFAULT_SIZE_MIB, install_wrapper
 from rockbuild.process import first_line
-from rockbuild.smoke.parse import VerdictWords, combined_placement, judge, offload_claim
+from rockbuild.smoke.parse import Placement, VerdictWords, combined_placement, judge, offload_claim
 from rockbuild.smoke.probe import bundle_program, list_devices, smoke_env
 
 if TYPE_CHECKING:
@@ -208,9 +208,9 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
         notes.append(bench_problem)
     if any(load.vulkan and load.vulkan.cpu_type_device for load in loads):
         notes.append("the Vulkan device is a CPU-type device (lavapipe/llvmpipe)")
-    return judge(VerdictWords(**WORDS), loads, with_buffers, placement, expect_gpu=expect_gpu, texts=texts,
-                 gpu_mib=gpu_mib, host_mib=host_mib, notes=notes, fallback=fallbacks[0] if fallbacks else None,
-                 failures=[bench_problem] if bench_problem else [])
+    found = Placement(placement, loads, gpu_mib=gpu_mib, host_mib=host_mib, notes=notes,
+                      fallback=fallbacks[0] if fallbacks else None, failures=[bench_problem] if bench_problem else [])
+    return judge(VerdictWords(**WORDS), found, expect_gpu=expect_gpu, texts=texts)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

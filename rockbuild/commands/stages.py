@@ -468,7 +468,7 @@ def image(job_dirs: tuple[Path, ...], tag: str, out_dir: Path, repo: str | None,
 
     from rockbuild import console
     from rockbuild.core.errors import UsageError
-    from rockbuild.publish.image import ImageOptions, load_images_config, push_release_images, release_images
+    from rockbuild.publish.image import ImageOptions, push_release_images, release_images
     from rockbuild.publish.jobs import load_job
     from rockbuild.publish.release import archive_mtime
 
@@ -486,7 +486,7 @@ def image(job_dirs: tuple[Path, ...], tag: str, out_dir: Path, repo: str | None,
                          "an image")
     say = (lambda m: None) if as_json else console.info
     report = release_images(jobs, tag, out_dir.absolute(), publish=context.but(publish_file=publish_config).publish,
-                            config=load_images_config(), options=options, repo=repo, say=say,
+                            options=options, repo=repo, say=say,
                             mtime_of=lambda j: archive_mtime(j, context.source_date_epoch))
     if repository:
         report = replace(report, images=tuple(push_release_images(report.images, options, say)))

@@ -22,7 +22,7 @@ from typing import Any
 import requests
 
 from rockbuild.core.errors import ImageError, ProcessError
-from rockbuild.process import child_env, run
+from rockbuild.process import Output, child_env, run
 
 CONTAINER_PORT = 8080
 _IMAGE_ID = re.compile(r"^[0-9a-f]{64}$")
@@ -49,7 +49,7 @@ class Podman:
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> str:
         try:
             result = run([self.program, *self.global_args, *args], env=child_env(), timeout=timeout, check=check,
-                         tail_lines=12)
+                         output=Output(tail_lines=12))
         except ProcessError as exc:
             tail = " | ".join(line for line in exc.tail[-3:] if "systemd" not in line) if exc.tail else ""
             raise ImageError(f"podman {args[0]} failed: {exc.message}" + (f": {tail}" if tail else "")) from None

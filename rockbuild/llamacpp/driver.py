@@ -41,7 +41,7 @@ from rockbuild.core.records import (
     Tarball,
 )
 from rockbuild.jobfolder import JobFolder
-from rockbuild.process import ProcessError, first_line, log_tail, run
+from rockbuild.process import STREAMED, Output, ProcessError, first_line, log_tail, run
 from rockbuild.rocm.fetch import fetch_rocm, job_groups
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -609,7 +609,8 @@ def _configure_step(b: _Build) -> None:
                 unused.on_line(line)
 
             try:
-                run(command, env=env, log=log, capture=False, timeout=options.configure_timeout, on_line=on_line)
+                run(command, env=env, log=log, timeout=options.configure_timeout,
+                    output=Output(capture=False, on_line=on_line))
             except ProcessError as exc:
                 b.recorded["warnings"] = tuple(b.notices.messages)
                 raise _failure("configure", exc, log) from None
@@ -653,7 +654,8 @@ def _compile_step(b: _Build) -> None:
             b.notices.on_line(line)
 
         try:
-            run(build, env=b.env, log=b.log, capture=False, timeout=b.options.compile_timeout, on_line=on_line)
+            run(build, env=b.env, log=b.log, timeout=b.options.compile_timeout,
+                output=Output(capture=False, on_line=on_line))
         except ProcessError as exc:
             progress.close()
             b.recorded.update(ninja=progress.summary(), warnings=tuple(b.notices.messages))
@@ -713,7 +715,7 @@ def _op_test_step(b: _Build) -> None:
     with console.step(f"compile {OP_TEST_PROGRAM} (kept in {OP_TEST_DIR}/, not shipped)"):
         _log_header(b.log, "compile: " + " ".join(command))
         try:
-            run(command, env=b.env, log=b.log, capture=False, timeout=b.options.compile_timeout)
+            run(command, env=b.env, log=b.log, timeout=b.options.compile_timeout, output=STREAMED)
         except ProcessError as exc:
             timed_out = re.search(r"timed out after \d+s", exc.message)
             absent(f"its compile failed ({timed_out.group(0) if timed_out else f'exit code {exc.returncode}'}); "

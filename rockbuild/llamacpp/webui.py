@@ -36,7 +36,7 @@ from filelock import FileLock
 from rockbuild import console
 from rockbuild.core.errors import BuildError, ProcessError, UsageError
 from rockbuild.core.records import WebUi
-from rockbuild.process import INHERITED, child_env, run
+from rockbuild.process import INHERITED, STREAMED, child_env, run
 
 UI_DIR = Path("tools") / "ui"
 DIST = "dist"
@@ -226,7 +226,7 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
                 t0 = time.monotonic()
                 try:
                     run([npm, "ci", "--no-audit", "--no-fund"], cwd=work, env=env, log=log, timeout=options.timeout,
-                        capture=False)
+                        output=STREAMED)
                 except ProcessError as exc:
                     return _none(f"npm ci failed: {exc.message}", start, **facts), None
                 facts["npm_ci_seconds"] = round(time.monotonic() - t0, 3)
@@ -237,7 +237,7 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
             console.info(f"    npm run build (LLAMA_UI_VERSION={version or 'unset'}, LLAMA_BUILD_NUMBER={number})")
             t0 = time.monotonic()
             try:
-                run([npm, "run", "build"], cwd=work, env=build_env, log=log, timeout=options.timeout, capture=False)
+                run([npm, "run", "build"], cwd=work, env=build_env, log=log, timeout=options.timeout, output=STREAMED)
             except ProcessError as exc:
                 return _none(f"npm run build failed: {exc.message}", start, **facts), None
             facts["build_seconds"] = round(time.monotonic() - t0, 3)

@@ -41,7 +41,7 @@ from typing import Any
 from rockbuild.backends import get_backend
 from rockbuild.bundle.elf import read_elf, version_key
 from rockbuild.core.errors import ProcessError, PublishError
-from rockbuild.process import child_env, run
+from rockbuild.process import Output, child_env, run
 
 from .archives import Entry, collect_entries
 from .config import PublishConfig
@@ -394,7 +394,7 @@ def write_deb(job: BuiltJob, tag: str, dest: Path, config: PublishConfig, *, mti
         args: list[Any] = [tool, "--root-owner-group", "-Zgzip", f"-z{config.compress_level}", "--build", root, tmp]
         try:
             run(args, env={**environment, "SOURCE_DATE_EPOCH": str(mtime), "LC_ALL": "C", "TZ": "UTC"},
-                timeout=3600, tail_lines=5)
+                timeout=3600, output=Output(tail_lines=5))
         except ProcessError as exc:
             raise PublishError(f"dpkg-deb could not build {dest.name}: {exc.message}",
                                hint="the lines above say why; the bundle itself was not changed") from None

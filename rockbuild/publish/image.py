@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,10 @@ class ImageOptions:
     level: int = 6  # gzip
     test: bool = True  # the podman test before a push (off: build only)
     config: ImagesConfig | None = field(default=None, repr=False)  # None: the shipped config/images.yaml
+
+    def images_config(self) -> ImagesConfig:
+        """``config``, or the shipped config/images.yaml when none was given."""
+        return self.config if self.config is not None else load_images_config()
 
 
 @dataclass(frozen=True)
@@ -254,10 +258,11 @@ def image_labels(job: BuiltJob, tag: str, repo: str | None, packages: Sequence[P
     return labels
 
 
-def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig, config: ImagesConfig,
-                options: ImageOptions, mtime: int, repo: str | None,
-                installed: Mapping[str, Package] | None = None) -> ReleaseImage:
-    """The image of ``job``'s bundle in ``folder`` (a ``dir:`` layout)."""
+def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig, options: ImageOptions, mtime: int,
+                repo: str | None, installed: Mapping[str, Package] | None = None) -> ReleaseImage:
+    """The image of ``job``'s bundle in ``folder`` (a ``dir:`` layout), as ``options`` and their images config say;
+    ``repo`` (owner/name) is the source the labels name."""
+    config = options.images_config()
     if job.os != "linux" or job.bundle is None:
         raise ImageError(f"job {job.id}: only a Linux bundle makes an image (Windows: docs/images.md says why)")
     installed = installed if installed is not None else installed_packages(options.base_root)
@@ -310,7 +315,7 @@ def check_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> Re
                            chat_page=chat_page)
     if not test.ok:
         raise ImageError(f"image {image.flavour} failed its podman test: {test.failure}")
-    return _replace(image, test=test)
+    return replace(image, test=test)
 
 
 def push_release_images(images: Sequence[ReleaseImage], options: ImageOptions,
@@ -331,16 +336,12 @@ def push_release_images(images: Sequence[ReleaseImage], options: ImageOptions,
                 pushed = push_image(image.folder, registry, image.tags, say=say)
             except ImageError as exc:  # which image, in the one line
                 raise ImageError(f"pushing {image.reference}: {exc.message}", hint=exc.hint) from None
-            out.append(_replace(image, push=pushed))
+            out.append(replace(image, push=pushed))
     finally:
         registry.close()
     return out
 
 
-def _replace(image: ReleaseImage, **changes: Any) -> ReleaseImage:
-    from dataclasses import replace
-
-    return replace(image, **changes)
 
 
 def notes_rows(images: Sequence[ReleaseImage], asset_of: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -396,19 +397,20 @@ WINDOWS_WHY = ("a Windows container runs only on a Windows host, which gives a c
 
 
 def release_images(jobs: Sequence[BuiltJob], tag: str, out_dir: Path, *, publish: PublishConfig,
-                   config: ImagesConfig, options: ImageOptions, mtime_of: Callable[[BuiltJob], int],
-                   repo: str | None, say: Callable[[str], None] = lambda m: None) -> ImagesReport:
+                   options: ImageOptions, mtime_of: Callable[[BuiltJob], int], repo: str | None,
+                   say: Callable[[str], None] = lambda m: None) -> ImagesReport:
     """An image per Linux job in ``out_dir/images/<flavour>``, each tested with podman when ``options.test``
     (pushing needs it); nothing is pushed here (:func:`push_release_images` does, with the release)."""
     installed = installed_packages(options.base_root)
+    options = replace(options, config=options.images_config())  # read once for every job
     images, skipped = [], []
     for job in jobs:
         if job.os != "linux" or job.bundle is None:
             skipped.append((job.id, WINDOWS_WHY if job.os == "windows" else "no bundle"))
             continue
         say(f"image {image_flavour(job)}: building from {job.bundle}")
-        image = build_image(job, tag, image_folder(out_dir, image_flavour(job)), publish=publish, config=config,
-                            options=options, mtime=mtime_of(job), repo=repo, installed=installed)
+        image = build_image(job, tag, image_folder(out_dir, image_flavour(job)), publish=publish, options=options,
+                            mtime=mtime_of(job), repo=repo, installed=installed)
         if options.test:
             say(f"image {image.flavour}: testing {image.digest[:19]} with podman")
             image = check_image(image, job, options)

@@ -450,7 +450,7 @@ def _release_images(images: ImageOptions | None, shipped: Sequence[BuiltJob], ta
     if images is None:
         return []
     assert images.config is not None
-    report = release_images(shipped, tag, out_dir, publish=config, config=images.config, options=images,
+    report = release_images(shipped, tag, out_dir, publish=config, options=images,
                             mtime_of=lambda job: archive_mtime(job, options.context.source_date_epoch), repo=repo,
                             say=say)
     for job, why in report.skipped:

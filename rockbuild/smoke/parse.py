@@ -245,32 +245,51 @@ class VerdictWords:
     unknown_lacks: str = "no model buffer lines to prove GPU use"
 
 
-def judge(
-    words: VerdictWords, loads: Sequence[LoadReport], with_buffers: Sequence[LoadReport], placement: str, *,
-    expect_gpu: bool | None, texts: Sequence[str | None], gpu_mib: float, host_mib: float, notes: Sequence[str],
-    fallback: str | None = None, failures: Sequence[str] = (),
-) -> SmokeGpu:
+@dataclass(frozen=True)
+class Placement:
+    """Where a backend found the model in the runs' logs, with what it noticed on the way: ``where`` (gpu, partial,
+    cpu or unknown), the MiB of weights on the GPU and on the host (the largest load's), notes, the fallback warning
+    that explains a CPU run (if any) and the failures that fail even a ``gpu`` run when one was expected."""
+
+    where: str
+    loads: Sequence[LoadReport]
+    gpu_mib: float = 0.0
+    host_mib: float = 0.0
+    notes: Sequence[str] = ()
+    fallback: str | None = None
+    failures: Sequence[str] = ()
+
+    @property
+    def with_buffers(self) -> list[LoadReport]:
+        """The loads that logged their model buffers."""
+        return [load for load in self.loads if load.buffers]
+
+
+def judge(words: VerdictWords, placement: Placement, *, expect_gpu: bool | None,
+          texts: Sequence[str | None]) -> SmokeGpu:
     """The verdict on ``placement``, in a backend's ``words``. When a GPU run was expected, anything but ``gpu`` fails
-    for ``fallback`` or for what it lacks; a ``gpu`` run fails for the first of ``failures``, then for generated text
-    that is not generation."""
+    for the placement's fallback or for what it lacks; a ``gpu`` run fails for the first of its failures, then for
+    generated text that is not generation."""
+    with_buffers = placement.with_buffers
     last = with_buffers[-1] if with_buffers else None
     offloaded = f"{last.offloaded[0]}/{last.offloaded[1]}" if last and last.offloaded else None
     buffers_text = format_buffers(last.buffers) if last else "none"
-    summary = getattr(words, placement).format(mib=gpu_mib, offloaded=offloaded or "?", buffers=buffers_text)
+    where, gpu_mib, failures = placement.where, placement.gpu_mib, placement.failures
+    summary = getattr(words, where).format(mib=gpu_mib, offloaded=offloaded or "?", buffers=buffers_text)
     ok = True
     if expect_gpu:
         problems = [f"weights on {words.weights_on} but {p}" for t in texts if (p := text_problem(t))]
-        if placement != "gpu":
+        if where != "gpu":
             ok = False
-            why = fallback or getattr(words, f"{placement}_lacks")
+            why = placement.fallback or getattr(words, f"{where}_lacks")
             summary = f"gpu: FAILED, {why} (model buffers: {buffers_text})"
         elif failures or problems:
             ok = False
             summary = f"gpu: FAILED, {[*failures, *problems][0]}"
-    devices = tuple(dict.fromkeys(d for load in loads for d in load.devices))
-    return SmokeGpu(placement=placement, expected=expect_gpu, ok=ok, summary=summary, gpu_mib=round(gpu_mib, 2),
-                    host_mib=round(host_mib, 2), offloaded=offloaded, devices=devices,
-                    notes=tuple(dict.fromkeys(notes)))
+    devices = tuple(dict.fromkeys(d for load in placement.loads for d in load.devices))
+    return SmokeGpu(placement=where, expected=expect_gpu, ok=ok, summary=summary, gpu_mib=round(gpu_mib, 2),
+                    host_mib=round(placement.host_mib, 2), offloaded=offloaded, devices=devices,
+                    notes=tuple(dict.fromkeys(placement.notes)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_a_repository_is_parsed_and_loopback_only_is_plain_http():
 def test_the_same_bundle_gives_the_same_digest_and_the_image_says_what_it_is(tmp_path):
     job = load_job(make_job(tmp_path / "out", "linux-gfx1151"))
     options = ImageOptions()
-    kw = dict(publish=publish_config(), config=load_images_config(), options=options, mtime=1_764_892_800,
+    kw = dict(publish=publish_config(), options=options, mtime=1_764_892_800,
               repo="owner/rockbuild")
     one = build_image(job, "b1300", tmp_path / "one", **kw)
     two = build_image(job, "b1300", tmp_path / "two", **kw)
@@ -107,7 +107,7 @@ def test_the_same_bundle_gives_the_same_digest_and_the_image_says_what_it_is(tmp
 def test_a_windows_job_gets_no_image_and_an_older_c_runtime_is_refused(tmp_path):
     out = tmp_path / "out"
     windows = load_job(make_job(out, "windows-gfx1151"))
-    report = release_images([windows], "b1", tmp_path / "rel", publish=publish_config(), config=load_images_config(),
+    report = release_images([windows], "b1", tmp_path / "rel", publish=publish_config(),
                             options=ImageOptions(test=False), mtime_of=lambda j: 0, repo=None)
     assert report.images == () and "Windows host" in report.skipped[0][1]
     fake_root = tmp_path / "root"  # a root with no C runtime installed: the packages are named
@@ -115,13 +115,13 @@ def test_a_windows_job_gets_no_image_and_an_older_c_runtime_is_refused(tmp_path)
     (fake_root / "var/lib/dpkg/status").write_text("")
     linux = load_job(make_job(out, "linux-gfx1151"))
     with pytest.raises(ImageError, match="has not installed"):
-        build_image(linux, "b1", tmp_path / "img", publish=publish_config(), config=load_images_config(),
+        build_image(linux, "b1", tmp_path / "img", publish=publish_config(),
                     options=ImageOptions(base_root=fake_root), mtime=0, repo=None)
     newer = Path("/var/cache/rockbuild/e2e/night/n3/out/linux-vulkan/bundle/libggml-base.so.0")  # built on glibc 2.43
     if newer.exists():  # this machine's glibc (Debian 12: 2.36) cannot run it: refused, naming the file
         shutil.copy(newer, linux.bundle / "libggml-base.so.0")
         with pytest.raises(ImageError, match=r"libggml-base.so.0 needs GLIBC_2\.\d+, but the image's base gives"):
-            build_image(linux, "b1", tmp_path / "img", publish=publish_config(), config=load_images_config(),
+            build_image(linux, "b1", tmp_path / "img", publish=publish_config(),
                         options=ImageOptions(), mtime=0, repo=None)
 
 
@@ -173,7 +173,7 @@ def test_podman_runs_the_real_bundle_as_a_service(tmp_path, registry):
     address, _proc = registry
     job = load_job(REAL_BUNDLE_JOB)
     options = ImageOptions(repository=f"{address}/owner/rockbuild", model=REAL_MODEL, runtime="runc")
-    image = build_image(job, "b1300", tmp_path / "img", publish=publish_config(), config=load_images_config(),
+    image = build_image(job, "b1300", tmp_path / "img", publish=publish_config(),
                         options=options, mtime=1_764_892_800, repo="owner/rockbuild")
     tested = check_image(image, job, options)
     t = tested.test

@@ -23,7 +23,7 @@ from rockbuild.core.errors import ImageError
 from rockbuild.core.records import ManifestRecord
 from rockbuild.image import oci
 from rockbuild.image.registry import Reference, Registry, push_image
-from rockbuild.publish.image import ImageOptions, build_image, load_images_config, push_release_images
+from rockbuild.publish.image import ImageOptions, build_image, push_release_images
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
 
@@ -122,7 +122,7 @@ def test_an_untested_image_is_never_pushed_when_testing_is_on(tmp_path, registry
     address, _proc = registry
     job = load_job(make_job(tmp_path / "out", "linux-gfx1151"))
     options = ImageOptions(repository=f"{address}/owner/rockbuild")  # test=True: the default
-    image = build_image(job, "b1", tmp_path / "img", publish=config(), config=load_images_config(), options=options,
+    image = build_image(job, "b1", tmp_path / "img", publish=config(), options=options,
                         mtime=0, repo="owner/rockbuild")
     with pytest.raises(ImageError, match="image rocm-gfx1151 was not tested with podman; an untested image is never "
                                          "pushed"):

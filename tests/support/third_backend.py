@@ -57,14 +57,14 @@ class CpuBackend:
         return SmokeDevices((), False, "a CPU build: no GPU run to expect", device)
 
     def smoke_verdict(self, loads, *, expect_gpu, texts, bench):
-        from rockbuild.smoke.parse import VerdictWords, judge
+        from rockbuild.smoke.parse import Placement, VerdictWords, judge
 
         with_buffers = [load for load in loads if load.buffers]
         words = VerdictWords(gpu="gpu: none", partial="gpu: none", cpu="gpu: none (a CPU build)",
                              partial_lacks="a GPU", weights_on="the CPU")
         host = max((sum(b.mib for b in load.buffers) for load in with_buffers), default=0.0)
-        return judge(words, loads, with_buffers, "blas" if with_buffers else "unknown", expect_gpu=expect_gpu,
-                     texts=texts, gpu_mib=0.0, host_mib=host, notes=())
+        return judge(words, Placement("blas" if with_buffers else "unknown", loads, host_mib=host),
+                     expect_gpu=expect_gpu, texts=texts)
 
     def in_logs(self, loads):
         return False

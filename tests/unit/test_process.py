@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rockbuild.process import ProcessError, child_env, is_secret, log_tail, run, spawn, stop
+from rockbuild.process import Output, ProcessError, child_env, is_secret, log_tail, run, spawn, stop
 
 PY = sys.executable
 
@@ -41,7 +41,8 @@ def test_a_child_never_sees_a_token_even_if_the_caller_passes_one(monkeypatch, t
 def test_output_goes_to_the_log_and_to_on_line(tmp_path):
     log = tmp_path / "step.log"
     seen: list[str] = []
-    result = run([PY, "-c", "import sys; print('one', flush=True); print('two', file=sys.stderr)"], log=log, on_line=seen.append)
+    result = run([PY, "-c", "import sys; print('one', flush=True); print('two', file=sys.stderr)"], log=log,
+                 output=Output(on_line=seen.append))
     assert result.returncode == 0 and seen == ["one", "two"]
     assert log.read_text().splitlines() == ["one", "two"]
 
@@ -50,7 +51,7 @@ def test_failure_carries_the_tail_and_the_log_path(tmp_path):
     log = tmp_path / "fail.log"
     script = "import sys\nfor i in range(100): print(f'line {i}')\nsys.exit(3)"
     with pytest.raises(ProcessError) as info:
-        run([PY, "-c", script], log=log, tail_lines=5)
+        run([PY, "-c", script], log=log, output=Output(tail_lines=5))
     err = info.value
     assert err.returncode == 3 and err.tail == [f"line {i}" for i in range(95, 100)]
     assert "exit code 3" in err.message and str(log) in err.message and "\n" not in err.message
