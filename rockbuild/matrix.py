@@ -236,11 +236,11 @@ def expand_matrix(
                 if not isinstance(member, str | int):
                     raise ConfigError(f"{where(path, value, i)}: a member of a target list is a family or gfx name, "
                                       f"not {type(member).__name__}")
-            return families.select_many([str(m) for m in value], context=where(path, node, key),
-                                        contexts=[where(path, value, i) for i in range(len(value))]).short
+            return families.select_many([str(m) for m in value], where=where(path, node, key),
+                                        wheres=[where(path, value, i) for i in range(len(value))]).short
         if not isinstance(value, str | int):
             raise ConfigError(f"{where(path, node, key)}: a target is a family or gfx name, not {type(value).__name__}")
-        return families.select(str(value), context=where(path, node, key)).short
+        return families.select(str(value), where=where(path, node, key)).short
 
     os_node = _axis_values(path, matrix, "os")
     os_values = [_check_os(path, os_node, i, x) for i, x in enumerate(os_node)]
@@ -259,7 +259,7 @@ def expand_matrix(
     flavours = [t for t in dict.fromkeys(target_override) if t in per_target and not per_target[t]]
     target_names = [t for t in dict.fromkeys(target_override) if t not in flavours]
     if target_override:
-        targets = [families.select(t, context="--target").short for t in target_names]
+        targets = [families.select(t, where="--target").short for t in target_names]
     combos: list[_Combo] = []
     for name in (b for b in backend_names() if b in backends):  # rockbuild's order of backends, not the axis's
         if per_target[name]:
@@ -485,7 +485,7 @@ def select_job(
     if target and not all(GFX_TARGET_RE.match(part) for part in name.split(MIX)):
         raise UsageError(f"--target takes one gfx target such as gfx1151 (or several joined by '+': "
                          f"gfx1151+gfx1201), not {name!r}; use --family for a family")
-    selection = families.select(name, context="--target" if target else "--family")
+    selection = families.select(name, where="--target" if target else "--family")
     return find_job(jobs(os_override=[os_name], target_override=[name]), f"{os_name}-{selection.short}")
 
 

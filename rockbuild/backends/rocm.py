@@ -318,7 +318,7 @@ class RocmBackend:
     library_target: str | None = "ggml-hip"
 
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
-        sel = families.select(target, context=origin)
+        sel = families.select(target, where=origin)
         group = sel.family.group_for(os_name)
         missing = sel.unpublished_on(os_name)
         if missing or group is None:

@@ -92,7 +92,7 @@ def quiet_with_json(_ctx: click.Context, _param: click.Parameter, value: bool) -
 
 JSON = click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
                     help="Print the result as JSON on stdout (stderr keeps only warnings and errors).")
-MATRIX_FILE = click.option("-c", "--config", "config", type=file(), default=None,
+MATRIX_FILE = click.option("-c", "--config", "matrix_file", type=file(), default=None,
                            help="Matrix YAML (default: the shipped config/nightly.yaml).")
 def option_group(name: str, make: Callable[..., Any], *decorators: Callable[[F], F]) -> Callable[[F], F]:
     """Several click options that come to the command as one value: ``make(**their values)`` passed as ``name``
@@ -114,7 +114,8 @@ def option_group(name: str, make: Callable[..., Any], *decorators: Callable[[F],
 
 
 JOB_SELECTION = option_group(
-    "selection", lambda config, only, oses, targets: JobSelection(config, tuple(only), tuple(oses), tuple(targets)),
+    "selection", lambda matrix_file, only, oses, targets: JobSelection(matrix_file, tuple(only), tuple(oses),
+                                                                      tuple(targets)),
     MATRIX_FILE,
     click.option("--only", multiple=True, metavar="GLOB",
                  help="Keep jobs whose id matches (fnmatch, {a,b} braces). Repeatable."),
@@ -259,6 +260,6 @@ def matrix_jobs(selection: JobSelection) -> list[Job]:
     """The jobs of the selection's matrix file (-c), its --os and --target axes applied (not yet --only)."""
     from rockbuild.matrix import split_list as split_axis
 
-    return settings().but(matrix_file=selection.config).jobs(
+    return settings().but(matrix_file=selection.matrix_file).jobs(
         os_override=split_axis(selection.oses, aliases={"ubuntu": "linux"}),
         target_override=split_axis(selection.targets))

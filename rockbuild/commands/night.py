@@ -210,7 +210,7 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
               help="A nightly date (YYYY-MM-DD, or a version like 10.1.0a20261128) the job passed on.")
 @click.option("--bad", required=True, metavar="DATE", help="A later nightly date the job fails on.")
 @click.option("--check-ends", is_flag=True, help="Test the --good and --bad dates first (two more builds).")
-@click.option("-c", "--config", "config", type=file(), default=None,
+@click.option("-c", "--config", "matrix_file", type=file(), default=None,
               help="Matrix YAML (default: the shipped config/nightly.yaml).")
 @click.option("--llama-ref", default=None, metavar="REF",
               help="llama.cpp tag, branch or commit to build on every date (default: the matrix's llama_ref).")
@@ -224,7 +224,7 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
 @MODEL
 @COMPILE
 @JSON
-def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | None, llama_ref: str | None,
+def bisect(job_id: str, good: str, bad: str, check_ends: bool, matrix_file: Path | None, llama_ref: str | None,
            index_url: str | None, git_url: str | None, out_dir: Path, smoke_test: bool, compile_jobs: int | None,
            model: ModelChoice, compile_flags: CompileFlags, as_json: bool) -> None:
     """Name the first ROCm nightly that breaks a job: build, bundle and smoke-test the nightlies between a good and a
@@ -235,7 +235,7 @@ def bisect(job_id: str, good: str, bad: str, check_ends: bool, config: Path | No
     options = NightOptions(
         pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url), model=model, compile=compile_flags,
         out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test,
-        data=night_data(JobSelection(config), None, compile_flags.patch_series), context=settings(),
+        data=night_data(JobSelection(matrix_file), None, compile_flags.patch_series), context=settings(),
     )
     show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
          as_json)

@@ -164,7 +164,7 @@ def rocm_info(root: Path, as_json: bool) -> None:
 @click.option("--inputs", "inputs_file", type=file(), default=None,
               help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
 @click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout (the steps stay on stderr).")
-def build(target: str | None, family: str | None, job_id: str | None, config: Path | None, os_name: str | None,
+def build(target: str | None, family: str | None, job_id: str | None, matrix_file: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
           compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, as_json: bool) -> None:
@@ -184,7 +184,7 @@ def build(target: str | None, family: str | None, job_id: str | None, config: Pa
         patch_series=settings().but(patches_file=compile_flags.patch_series).patch_series
         if compile_flags.patches else None, common=compile_flags.common,
     )
-    matrix = settings().but(matrix_file=config)
+    matrix = settings().but(matrix_file=matrix_file)
     inputs = load_inputs(inputs_file) if inputs_file is not None else None
     if inputs is not None:  # the night's record of the job: its inputs may name a job the matrix no longer has
         job = inputs.job(job_id or matrix.job(target=target, family=family, os_name=os_name).id)

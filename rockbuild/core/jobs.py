@@ -120,9 +120,9 @@ class FamilyTable:
             return None
         return min(candidates, key=lambda f: (len(f.targets), f.name))
 
-    def select(self, name: str, *, context: str = "") -> Selection:
+    def select(self, name: str, *, where: str = "") -> Selection:
         if MIX in name:
-            return self.select_many(name.split(MIX), context=context)
+            return self.select_many(name.split(MIX), where=where)
         fam = self.family(name)
         if fam is not None:
             # a family named after its only target (gfx1151) is the same as that target
@@ -131,17 +131,17 @@ class FamilyTable:
             fam = self.family_of_target(name)
             if fam is not None:
                 return Selection(fam, (name,), name)
-        prefix = f"{context}: " if context else ""
+        prefix = f"{where}: " if where else ""
         raise ConfigError(f"{prefix}unknown GPU family or target {name!r}{suggest(name, self.known_names)}")
 
-    def select_many(self, names: Sequence[str], *, context: str = "", contexts: Sequence[str] = ()) -> Selection:
-        """A mixed-GPU selection: the union of ``names`` (families or targets, ``contexts`` naming where each was
+    def select_many(self, names: Sequence[str], *, where: str = "", wheres: Sequence[str] = ()) -> Selection:
+        """A mixed-GPU selection: the union of ``names`` (families or targets, ``wheres`` naming where each was
         written), in order, deduplicated, from the smallest family whose tarball carries every one of them (one
         family's members: that family; several: TheRock's multiarch). One name is that name's plain selection."""
-        prefix = f"{context}: " if context else ""
+        prefix = f"{where}: " if where else ""
         if not names:
             raise ConfigError(f"{prefix}an empty target list builds nothing; give one or more families or gfx targets")
-        parts = [self.select(str(n).strip(), context=contexts[i] if i < len(contexts) else context)
+        parts = [self.select(str(n).strip(), where=wheres[i] if i < len(wheres) else where)
                  for i, n in enumerate(names)]
         if len(parts) == 1:
             return parts[0]
@@ -149,7 +149,7 @@ class FamilyTable:
         for i, part in enumerate(parts):
             others = {t for j, p in enumerate(parts) if j != i for t in p.targets}
             if set(part.targets) <= others:
-                where_i = contexts[i] if i < len(contexts) else context
+                where_i = wheres[i] if i < len(wheres) else where
                 covering = [p.short for j, p in enumerate(parts) if j != i and set(p.targets) & set(part.targets)]
                 raise ConfigError(
                     f"{where_i + ': ' if where_i else ''}{part.short} adds no target to {written}: "

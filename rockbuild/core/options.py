@@ -14,7 +14,7 @@ DEFAULT_MAX_AGE_DAYS = 3  # a group whose newest nightly is older fails its jobs
 class JobSelection:
     """``-c FILE --only GLOB --os OS --target NAME``: which jobs of which matrix file."""
 
-    config: Path | None = None  # None: the shipped config/nightly.yaml
+    matrix_file: Path | None = None  # None: the shipped config/nightly.yaml
     only: tuple[str, ...] = ()  # fnmatch globs over job ids, {a,b} braces
     oses: tuple[str, ...] = ()  # replaces the matrix's os axis
     targets: tuple[str, ...] = ()  # replaces the matrix's target axis

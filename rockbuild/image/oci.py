@@ -71,7 +71,7 @@ class Layer:
 
 
 @dataclass(frozen=True)
-class ImageConfig:
+class ContainerSetup:
     """What the container runs with: the Docker image config's ``config`` object, as values."""
 
     entrypoint: tuple[str, ...]
@@ -225,7 +225,7 @@ def _json_bytes(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def write_image(folder: Path, layers: Sequence[Layer], config: ImageConfig, *, created: int,
+def write_image(folder: Path, layers: Sequence[Layer], config: ContainerSetup, *, created: int,
                 architecture: str = "amd64") -> ImageLayout:
     """The config and manifest over ``layers`` (already in ``folder``), and the ``dir:`` layout's ``version``;
     blobs of an earlier write that this image no longer names are removed."""

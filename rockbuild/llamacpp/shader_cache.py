@@ -3,7 +3,7 @@
 A Vulkan build runs glslc about 1,100 times (vulkan-shaders-gen: every variant of ~155 shader sources), and each
 night's leg starts from a new build tree, which ccache cannot help with. rockbuild therefore configures a Vulkan
 build with ``-DVulkan_GLSLC_EXECUTABLE=<build>/rockbuild-glslc``, a small script (:func:`install_wrapper`) that runs
-:func:`main` with the real glslc and the cache folder written into it. Per compile (``glslc [options] IN -o OUT
+:func:`main` with the real glslc and the cache folder written into it. Per compile (``glslc [flags] IN -o OUT
 [-MD -MF DEP]``) it looks the result up by
 
 - the compiler's identity: the bytes of glslc and of the shaderc/glslang/SPIRV-Tools libraries it loads, and its
@@ -50,7 +50,7 @@ SIZE_VARIABLE = "ROCKBUILD_SHADER_CACHE_SIZE"
 SWITCH_VARIABLE = "ROCKBUILD_SHADER_CACHE"  # 0 / off / no / false: no shader cache (as --no-ccache)
 LOG_NAME = "rockbuild-glslc.log"  # one line per compile in the build folder: hit / miss / uncached
 
-# options of a compile the cache understands; anything else runs glslc as it is
+# flags of a compile the cache understands; anything else runs glslc as it is
 _FLAG_OPTIONS = {"-O", "-O0", "-Os", "-g", "-w", "-Werror", "-c", "-MD", "-M", "-MM"}
 _PREFIX_OPTIONS = ("-fshader-stage=", "--target-env=", "--target-spv=", "-std=", "-D", "-I", "-U")
 _MANIFEST_ENTRIES = 8
@@ -265,14 +265,14 @@ def _unlink(path: str) -> bool:
 
 
 class Compile:
-    """``glslc [options] IN -o OUT [-MD] [-MF DEP]``, or None from :meth:`parse` when it is anything else."""
+    """``glslc [flags] IN -o OUT [-MD] [-MF DEP]``, or None from :meth:`parse` when it is anything else."""
 
-    def __init__(self, options: list[str], source: str, output: str, depfile: str | None) -> None:
-        self.options, self.source, self.output, self.depfile = options, source, output, depfile
+    def __init__(self, flags: list[str], source: str, output: str, depfile: str | None) -> None:
+        self.flags, self.source, self.output, self.depfile = flags, source, output, depfile
 
     @classmethod
     def parse(cls, args: list[str]) -> Compile | None:
-        options: list[str] = []
+        flags: list[str] = []
         sources: list[str] = []
         output = depfile = None
         md = False
@@ -293,15 +293,15 @@ class Compile:
             elif arg in ("-I", "-D", "-U"):  # the value in the next argument
                 if i + 1 >= len(args):
                     return None
-                options += [arg, args[i + 1]]
+                flags += [arg, args[i + 1]]
                 i += 2
                 continue
             elif arg in _FLAG_OPTIONS:
                 if arg in ("-M", "-MM", "-c"):  # dependencies only, or object files: not a compile we cache
                     return None
-                options.append(arg)
+                flags.append(arg)
             elif arg.startswith(_PREFIX_OPTIONS):
-                options.append(arg)
+                flags.append(arg)
             elif arg.startswith("-"):
                 return None
             else:
@@ -309,12 +309,12 @@ class Compile:
             i += 1
         if len(sources) != 1 or not output or output == "-" or (depfile is not None and not md):
             return None
-        return cls(options, sources[0], output, depfile if md else None)
+        return cls(flags, sources[0], output, depfile if md else None)
 
     def key(self, identity: str, source_bytes: bytes) -> str:
         h = hashlib.sha256(f"{identity}\0".encode())
-        located = "-g" in self.options or not os.path.isabs(self.source)  # debug info holds the path
-        h.update(json.dumps([self.options, os.path.basename(self.source),
+        located = "-g" in self.flags or not os.path.isabs(self.source)  # debug info holds the path
+        h.update(json.dumps([self.flags, os.path.basename(self.source),
                              self.source if located else None,
                              os.getcwd() if not os.path.isabs(self.source) else None]).encode())
         h.update(b"\0" + hashlib.sha256(source_bytes).digest())

@@ -239,7 +239,7 @@ def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path,
     return fetched
 
 
-def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None) -> Any:
+def build_options_for_inputs(options: BuildOptions, inputs: Inputs, rocm_dir: Path | None) -> BuildOptions:
     """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
     pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
     if options.source_dir is None:
@@ -248,10 +248,9 @@ def build_options_for_inputs(options: Any, inputs: Inputs, rocm_dir: Path | None
     return replace(options, **pinned)
 
 
-def build_with_inputs(job: Job, inputs: Inputs, options: Any) -> Any:
+def build_with_inputs(job: Job, inputs: Inputs, options: BuildOptions) -> BuildRecord:
     """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
-    needs no ROCm), the
-    inputs' commit."""
+    needs no ROCm), the inputs' commit."""
     folder = JobFolder.of(options.out_dir, job.id)
     tarball = None
     rocm_dir = options.rocm_dir

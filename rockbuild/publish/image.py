@@ -282,7 +282,7 @@ def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig
             level=options.level, comment="CycloneDX SBOM"),
     ]
     port = config.port
-    image_config = oci.ImageConfig(
+    image_config = oci.ContainerSetup(
         entrypoint=(f"/{PREFIX}/llama-server",),
         env=("PATH=/opt/llama:/usr/bin:/bin", "LLAMA_ARG_HOST=0.0.0.0", f"LLAMA_ARG_PORT={port}",
              f"HOME=/home/{config.user}", "LLAMA_CACHE=/tmp/llama.cpp"),

@@ -100,7 +100,7 @@ def select_family(families: FamilyTable, family: str | None, target: str | None)
         raise UsageError("give exactly one of --family F or --target gfxN")
     name = family or target
     assert name is not None
-    return families.select(name, context="--family" if family else "--target")
+    return families.select(name, where="--family" if family else "--target")
 
 
 def tarball_groups(selection: Selection, os_name: str) -> list[str]:

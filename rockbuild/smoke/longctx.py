@@ -61,7 +61,7 @@ class Passkey:
 
 
 @dataclass(frozen=True)
-class LongContext:
+class LongContextConfig:
     """smoke.yaml's ``numerics.long_context``."""
 
     text: Path
@@ -109,7 +109,7 @@ def _known(path: Path, node: Mapping[str, Any], keys: tuple[str, ...], what: str
                           f"{', '.join(keys)}")
 
 
-def parse_long_context(node: Any, path: Path, folder: Path) -> LongContext | None:
+def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig | None:
     """``numerics.long_context`` (None: absent); a mistake is a ConfigError naming ``file:line`` and the key."""
     what = "numerics.long_context"
     if node is None:
@@ -152,16 +152,16 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContext | Non
                           min_tokens=_whole(path, pk, "min_tokens", Passkey.min_tokens, f"{what}.passkey"),
                           n_predict=_whole(path, pk, "n_predict", Passkey.n_predict, f"{what}.passkey"),
                           server_ctx=_whole(path, pk, "server_ctx", Passkey.server_ctx, f"{what}.passkey", least=64))
-    variant = node.get("cpu_variant", LongContext.cpu_variant)
+    variant = node.get("cpu_variant", LongContextConfig.cpu_variant)
     if variant is not None and (not isinstance(variant, str) or not re.fullmatch(r"[a-z0-9_]+", variant)):
         raise ConfigError(f"{where(path, node, 'cpu_variant')}: {what}.cpu_variant must name a CPU variant module "
                           f"(haswell for libggml-cpu-haswell), or be null for ggml's pick, not {variant!r}")
-    software = node.get("software_devices", list(LongContext.software_devices))
+    software = node.get("software_devices", list(LongContextConfig.software_devices))
     if not isinstance(software, list) or not all(isinstance(s, str) and s for s in software):
         raise ConfigError(f"{where(path, node, 'software_devices')}: {what}.software_devices must be a list of names "
                           f"a software device's description contains (llvmpipe), not {software!r}")
     text = Path(name.strip())
-    return LongContext(text=text if text.is_absolute() else folder / text, sha256=digest, cpu_variant=variant,
+    return LongContextConfig(text=text if text.is_absolute() else folder / text, sha256=digest, cpu_variant=variant,
                        software_devices=tuple(s.lower() for s in software),
                        source=str(node.get("source") or ""), ctx=ctx, batch=batch, ubatch=ubatch,
                        timeout=float(timeout), passkey=passkey, enabled=bool(node.get("enabled", True)))
@@ -171,7 +171,7 @@ def not_checked(detail: str) -> dict[str, Any]:
     return {"result": NOT_CHECKED, "detail": detail}
 
 
-def read_text(config: LongContext) -> tuple[str | None, str | None]:
+def read_text(config: LongContextConfig) -> tuple[str | None, str | None]:
     """(the long text, None) or (None, why it cannot be used): missing, or not the pinned one."""
     try:
         data = config.text.read_bytes()
@@ -313,7 +313,7 @@ def _model_context(reply: Any, log: Path) -> int | None:
     return n_ctx if capped is not None and isinstance(n_ctx, int) and int(capped.group(1)) == n_ctx else None
 
 
-def passkey_check(config: LongContext, text: str, server: ServerCommand, *, cwd: Path, env: Mapping[str, str],
+def passkey_check(config: LongContextConfig, text: str, server: ServerCommand, *, cwd: Path, env: Mapping[str, str],
                   logs: Path) -> dict[str, Any]:
     """Ask the bundle's llama-server, on ``server.on`` (GPU or CPU), for the pass key at the end of a long prompt."""
     import requests

@@ -332,11 +332,12 @@ class QwenShape:
     head_dim: int = 64  # head_dim 64 keeps the GPU flash-attention kernels usable
     n_ff: int = 192
     n_layer: int = 2
-    context: int = 512
+    context_length: int = 512
 
 
 TINY_SHAPE = QwenShape()
-QWEN3_0_6B_SHAPE = QwenShape(n_embd=1024, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072, n_layer=28, context=40960)
+QWEN3_0_6B_SHAPE = QwenShape(n_embd=1024, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072, n_layer=28,
+                              context_length=40960)
 
 
 def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None,
@@ -368,7 +369,7 @@ def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template:
     writer = gguf.GGUFWriter(str(tmp), "qwen3")
     writer.add_name("tiny-qwen3 (random weights, rockbuild smoke test)")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_context_length(shape.context)
+    writer.add_context_length(shape.context_length)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(n_ff)

@@ -43,7 +43,7 @@ from rockbuild.core.errors import ConfigError
 from rockbuild.core.vocabulary import GpuDevice, ModelFile
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
 from rockbuild.smoke.longctx import (
-    LongContext,
+    LongContextConfig,
     ServerCommand,
     parse_long_context,
     passkey_check,
@@ -103,7 +103,7 @@ class NumericsConfig:
     answers: Mapping[str, tuple[KnownAnswer, ...]] = field(default_factory=dict)  # model file name -> its answers
     enabled: bool = True
     baselines: Baselines = field(default_factory=Baselines)  # the CPU's perplexity per model (baselines.yaml)
-    long: LongContext | None = None  # the checks past one ubatch (rockbuild.smoke.longctx); None: not configured
+    long: LongContextConfig | None = None  # the checks past one ubatch (rockbuild.smoke.longctx); None: not configured
 
     def threshold(self, backend: str, model: str, device: str) -> Threshold | None:
         return next((t for t in self.thresholds if t.matches(backend, model, device)), None)
@@ -516,7 +516,7 @@ def _one_variant(program: Path, variant: str | None, logs: Path) -> Iterator[tup
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_long_context(config: NumericsConfig, long: LongContext, target: Target, *, cwd: Path,
+def run_long_context(config: NumericsConfig, long: LongContextConfig, target: Target, *, cwd: Path,
                      env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
     """The checks past one ubatch (:mod:`rockbuild.smoke.longctx`): the CPU's long run against the last good build's
     reference, the GPU's against the CPU's, and the pass key through llama-server. The CPU's full log-probabilities
@@ -528,7 +528,7 @@ def run_long_context(config: NumericsConfig, long: LongContext, target: Target, 
         base.unlink(missing_ok=True)
 
 
-def _long_context(config: NumericsConfig, long: LongContext, target: Target, base: Path, *, cwd: Path,
+def _long_context(config: NumericsConfig, long: LongContextConfig, target: Target, base: Path, *, cwd: Path,
                   env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
     text, why = read_text(long)
     if text is None:

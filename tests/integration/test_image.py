@@ -131,7 +131,7 @@ def test_a_windows_job_gets_no_image_and_an_older_c_runtime_is_refused(tmp_path)
 
 def _small_image(folder: Path, text: bytes = b"hello") -> oci.ImageLayout:
     layer = oci.write_layer([oci.Member("opt/x", "file", data=text)], folder, mtime=0, level=6, comment="x")
-    return oci.write_image(folder, [layer], oci.ImageConfig(entrypoint=("/opt/x",)), created=0)
+    return oci.write_image(folder, [layer], oci.ContainerSetup(entrypoint=("/opt/x",)), created=0)
 
 
 def test_a_push_is_idempotent_and_reads_every_tag_back(tmp_path, registry):

@@ -146,7 +146,7 @@ def test_a_family_table_without_a_carrier_of_every_target_says_so():
     table = FamilyTable((fam("gfx1151", ("gfx1151",), "gfx1151"), fam("gfx1201", ("gfx1201",), "gfx120X-all")))
     with pytest.raises(ConfigError, match=r"^m\.yaml:3: no TheRock tarball in the family table carries all of "
                                           r"gfx1151, gfx1201; .*multiarch"):
-        table.select_many(["gfx1151", "gfx1201"], context="m.yaml:3")
+        table.select_many(["gfx1151", "gfx1201"], where="m.yaml:3")
     assert table.select("gfx1151").members == ()
 
 
