@@ -34,10 +34,11 @@ runs of a build.
 from __future__ import annotations
 
 import hashlib
-import json
+import marshal
 import os
 import sys
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # typing's own costs an import in each of the ~1,100 wrapper starts of a build
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -161,6 +162,15 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+# The folder's own formats: marshal (a module built into Python: json and the re it imports cost a tenth of each
+# wrapper start), keys from repr() of strings and lists; _FORMAT is in every key and header, so that a folder written
+# by another format (json before 2026-12-06) is all misses, never misread. Python's own marshal version may change
+# between Pythons: an entry it cannot read is damaged, which is a miss.
+_FORMAT = 2
+_MARSHAL = 4
+_DAMAGED = (ValueError, EOFError, TypeError, KeyError, AttributeError, IndexError)
+
+
 class Cache:
     """The folder: manifests (m/), results (r/), temporary files (tmp/)."""
 
@@ -175,14 +185,14 @@ class Cache:
     def manifest(self, key: str) -> list[dict]:
         data = _read(self._path("m", key))
         try:
-            entries = json.loads(data)["entries"] if data else []
+            entries = marshal.loads(data)["entries"] if data else []
             return [e for e in entries if isinstance(e.get("deps"), list) and isinstance(e.get("result"), str)]
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except _DAMAGED:
             return []
 
     def add_to_manifest(self, key: str, entry: dict) -> None:
         entries = [e for e in self.manifest(key) if e["result"] != entry["result"]]
-        data = json.dumps({"entries": [entry, *entries][:_MANIFEST_ENTRIES]}, separators=(",", ":")).encode()
+        data = marshal.dumps({"entries": [entry, *entries][:_MANIFEST_ENTRIES]}, _MARSHAL)
         _write_atomic(self._path("m", key), data, tmp_dir=self.tmp)
 
     def result(self, key: str) -> tuple[dict, bytes] | None:
@@ -192,23 +202,22 @@ class Cache:
         if data is None:
             return None
         try:
-            head, _, spv = data.partition(b"\n")
-            header = json.loads(head)
-            if header.get("v") != 1 or hashlib.sha256(spv).hexdigest() != header["spv_sha256"]:
+            size = int.from_bytes(data[:4], "big")
+            header, spv = marshal.loads(data[4:4 + size]), data[4 + size:]
+            if header.get("v") != _FORMAT or hashlib.sha256(spv).hexdigest() != header["spv_sha256"]:
                 raise ValueError("checksum")
             for name in ("stdout", "stderr", "depfile"):
                 if not isinstance(header.get(name), str):
                     raise ValueError(name)
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except _DAMAGED:
             _unlink(path)
             return None
         _touch(path)  # least recently used goes first
         return header, spv
 
     def store(self, key: str, header: dict, spv: bytes) -> None:
-        head = json.dumps({"v": 1, "spv_sha256": hashlib.sha256(spv).hexdigest(), **header},
-                          separators=(",", ":")).encode()
-        _write_atomic(self._path("r", key), head + b"\n" + spv, tmp_dir=self.tmp)
+        head = marshal.dumps({"v": _FORMAT, "spv_sha256": hashlib.sha256(spv).hexdigest(), **header}, _MARSHAL)
+        _write_atomic(self._path("r", key), len(head).to_bytes(4, "big") + head + spv, tmp_dir=self.tmp)
         if key[0] == "0":  # about one store in 16
             self.trim()
 
@@ -314,9 +323,8 @@ class Compile:
     def key(self, identity: str, source_bytes: bytes) -> str:
         h = hashlib.sha256(f"{identity}\0".encode())
         located = "-g" in self.flags or not os.path.isabs(self.source)  # debug info holds the path
-        h.update(json.dumps([self.flags, os.path.basename(self.source),
-                             self.source if located else None,
-                             os.getcwd() if not os.path.isabs(self.source) else None]).encode())
+        h.update(repr([_FORMAT, self.flags, os.path.basename(self.source), self.source if located else None,
+                       os.getcwd() if not os.path.isabs(self.source) else None]).encode())
         h.update(b"\0" + hashlib.sha256(source_bytes).digest())
         return h.hexdigest()
 
@@ -494,7 +502,7 @@ def _miss(compile: Compile, args: list[str], config: dict, cache: Cache, key: st
         if spv is None or any(digest is None for _, digest in digests):
             _log(config, "uncached", compile)
             return 0
-        result = hashlib.sha256(json.dumps([key, digests]).encode()).hexdigest()
+        result = hashlib.sha256(repr([key, digests]).encode()).hexdigest()
         cache.store(result, {"stdout": stdout, "stderr": stderr, "depfile": template}, spv)
         cache.add_to_manifest(key, {"deps": digests, "result": result})
         _log(config, "miss", compile)
