@@ -43,7 +43,7 @@ from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, parse_num
 from rockbuild.smoke.ops import Ops, OpsConfig, find_op_test, parse_ops_config, run_ops
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 from rockbuild.smoke.variants import NONE as NO_CPU_VARIANTS
-from rockbuild.smoke.variants import CpuVariants, VariantSettings, run_cpu_variants, shipped_variants
+from rockbuild.smoke.variants import VariantRuns, run_cpu_variants, shipped_variants
 
 from .parse import (
     BackendLoads,
@@ -140,12 +140,11 @@ class SmokeOptions:
 @dataclass(frozen=True)
 class SmokeReport:
     """A smoke test's outcome: smoke.json's record (made once, by :func:`run_smoke`) and what only the console needs
-    beside it: the model file (its note), where the record was written, the CPU variants' and the ops' own lines."""
+    beside it: the model file (its note), where the record was written, the ops' own lines."""
 
     record: SmokeRecord
     model: ModelFile
     report_path: Path | None = None
-    cpu_variants: CpuVariants | None = None  # each CPU variant alone (None: the step did not run)
     ops: Ops | None = None  # test-backend-ops on the GPU (None: the step did not run)
 
     @property
@@ -194,8 +193,8 @@ class SmokeReport:
                 step = r.extra.get(what) if r.name == "numerics" else None
                 if isinstance(step, Mapping):
                     lines.append(f"         {what.replace('_', ' ')}: {step.get('result')}: {step.get('detail')}")
-        if self.cpu_variants is not None and self.cpu_variants.ran:
-            lines.extend(self.cpu_variants.render_lines())
+        if record.cpu_variants is not None and record.cpu_variants.ran:
+            lines.extend(record.cpu_variants.render_lines())
         if self.ops is not None:
             lines.extend(self.ops.render_lines())
         backends = record.backends or SmokeBackends()
@@ -523,7 +522,7 @@ VARIANT_THREADS = 16
 
 
 def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str,
-                      env: Mapping[str, str], logs: Path) -> CpuVariants:
+                      env: Mapping[str, str], logs: Path) -> SmokeCpuVariants:
     """The cpu_variants step (:mod:`rockbuild.smoke.variants`): each CPU variant module the bundle ships, alone, on a
     real batch with llama-bench's threads and timeout, and the model's known answers when it has some; a variant that
     crashes, is not the one loaded or answers wrong fails the smoke."""
@@ -532,12 +531,12 @@ def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
     # run 14 of them every night (x64 alone does pp512 of Qwen3-0.6B at a few t/s on one thread); many threads also
     # take the paths one thread never does (the AMX tile permission is asked per thread)
     threads = max(bench_threads(options), min(os.cpu_count() or 1, VARIANT_THREADS))
-    settings = VariantSettings(check=options.cpu_variants, n_gen=options.cpu_variant_gen,
-                               threads=threads, timeout=options.timeouts["bench"],
-                               answers=numerics if numerics is not None and numerics.enabled else None)
+    runs = VariantRuns(check=options.cpu_variants, n_gen=options.cpu_variant_gen, threads=threads,
+                       timeout=options.timeouts["bench"],
+                       answers=numerics if numerics is not None and numerics.enabled else None)
 
-    def run(progress: Callable[[str], None] | None = None) -> CpuVariants:
-        return run_cpu_variants(bundle, model=model, settings=settings, platform=platform,
+    def run(progress: Callable[[str], None] | None = None) -> SmokeCpuVariants:
+        return run_cpu_variants(bundle, model=model, runs=runs, platform=platform,
                                 env=env, logs=logs / "cpu-variants", progress=progress)
 
     if options.cpu_variants == NO_CPU_VARIANTS or not shipped_variants(bundle):
@@ -774,11 +773,11 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         gpu=verdict, runs={r.name or "": r for r in records}, bench=bench,
         backends=bundle_backends(bundle, records), texts_agree=texts_agree(records),
         numerics=(numerics or Numerics.skipped(preflight or "not run", logs / "numerics")).to_dict(),
-        cpu_variants=SmokeCpuVariants.from_dict((variants or CpuVariants.skipped(preflight or "not run")).to_dict()),
+        cpu_variants=variants or SmokeCpuVariants.skipped(preflight or "not run"),
         ops=(ops or Ops.not_checked(preflight or "not run")).to_dict(), environment_removed=tuple(removed),
         started=started, finished=_now(), seconds=round(time.monotonic() - t0, 3), host=host_facts())
     smoke.write(report_path, ensure_ascii=False)
-    return SmokeReport(smoke, model, report_path, cpu_variants=variants, ops=ops)
+    return SmokeReport(smoke, model, report_path, ops=ops)
 
 
 def bundle_backends(bundle: Path, runs: Sequence[SmokeRun]) -> SmokeBackends:

@@ -14,7 +14,9 @@ and, from there:
 * with a model that has known answers (smoke.yaml's ``numerics.known_answers``), checks them with that variant only.
 
 A crash, a variant other than the one meant being loaded, or a wrong answer fails the smoke with one line naming the
-variant. The variant the whole bundle's default dispatch picks is recorded too.
+variant. The variant the whole bundle's default dispatch picks is recorded too. The step makes smoke.json's record
+itself (:class:`~rockbuild.core.records.SmokeCpuVariants`, one :class:`~rockbuild.core.records.SmokeCpuVariant` per
+variant).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.records import NOT_RUNNABLE, SmokeCpuVariant, SmokeCpuVariants
 from rockbuild.core.vocabulary import ModelFile
 from rockbuild.smoke.config import CPU_VARIANT_CHECKS
 from rockbuild.smoke.numerics import FAILED, PASSED, NumericsConfig, Target, run_known_answers
@@ -43,9 +46,6 @@ from rockbuild.smoke.variant_folder import one_variant_folder, shipped_variants,
 ALL, PICKED, NONE = CPU_VARIANT_CHECKS
 # the real batch: the sapphirerapids variant died of SIGILL on pp512 on the lent H200 host while -p 8 ran
 BATCH = 512
-NOT_RUNNABLE = "not runnable here"
-NOT_RUN = "not run"
-SKIPPED = "skipped"
 LIST_TIMEOUT = 120.0
 _EXIT_CODE = re.compile(r"exit code (-?\d+)\)?$")  # the end of run_program's failure: killed by X (exit code -4)
 # "llama-bench: benchmark 1/2: prompt run 1/1" (--progress, on stderr): the last one before a crash says where it died
@@ -54,9 +54,9 @@ _PROGRESS = re.compile(r"llama-bench: benchmark \d+/\d+: (?:warmup )?(?P<what>pr
 
 
 @dataclass(frozen=True)
-class VariantSettings:
-    """How each variant is run: llama-bench's tg length and threads, its timeout, and the known answers (None: the
-    model has none, or numerics are off)."""
+class VariantRuns:
+    """How each variant is run (from smoke.yaml's run.cpu_variants and --cpu-variants): which variants, llama-bench's
+    tg length and threads, its timeout, and the known answers (None: the model has none, or numerics are off)."""
 
     check: str = ALL  # all | picked | none
     n_gen: int = 8
@@ -71,86 +71,6 @@ class CpuVariant:
 
     name: str  # sapphirerapids
     file: str  # libggml-cpu-sapphirerapids.so, ggml-cpu-sapphirerapids.dll
-
-
-@dataclass(frozen=True)
-class VariantResult:
-    """One variant, alone in its folder: whether ggml runs it here and how it did."""
-
-    variant: str
-    runnable: bool
-    result: str  # passed | failed | not runnable here
-    pp512_tps: float | None = None
-    tg_tps: float | None = None
-    known_answers: str = NOT_RUN  # passed | failed | not run
-    seconds: float = 0.0
-    failure: str | None = None
-
-    def describe(self, tg_test: str = "tg") -> str:
-        """``passed (pp512 230.1 t/s, tg8 23.4 t/s, known answers passed) in 12.3s``, ``not runnable here``, or the
-        result with why it failed."""
-        if not self.runnable and self.result != FAILED:
-            return NOT_RUNNABLE
-        parts = [f"{name} {tps:.1f} t/s" for name, tps in ((f"pp{BATCH}", self.pp512_tps), (tg_test, self.tg_tps))
-                 if tps is not None]
-        if self.known_answers != NOT_RUN:
-            parts.append(f"known answers {self.known_answers}")
-        figures = f" ({', '.join(parts)})" if parts else ""
-        return f"{self.result}{figures} in {self.seconds:.1f}s" + (f": {self.failure}" if self.failure else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "runnable": self.runnable, "result": self.result,
-                "pp512_tps": self.pp512_tps, "tg_tps": self.tg_tps, "known_answers": self.known_answers,
-                "seconds": round(self.seconds, 3), "failure": self.failure}
-
-
-@dataclass(frozen=True)
-class CpuVariants:
-    """The step's result: ``passed``, ``failed`` or ``skipped`` (with why), the variant the whole bundle's default
-    dispatch picks, each variant checked."""
-
-    result: str
-    detail: str
-    picked: str | None = None
-    variants: tuple[VariantResult, ...] = ()
-    problem: str | None = None  # a failure of the step as a whole (no variant loads from the whole bundle)
-    logs: Path | None = None
-    seconds: float = 0.0
-    tg_test: str = ""  # tg8: the tg test each variant ran
-
-    @property
-    def failures(self) -> tuple[str, ...]:
-        """One line per failed variant (``CPU variant sapphirerapids: llama-bench died of SIGILL ...``)."""
-        out = [f"CPU variants: {self.problem}"] if self.problem else []
-        return tuple(out + [f"CPU variant {v.variant}: {v.failure}" for v in self.variants if v.result == FAILED])
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"result": self.result, "detail": self.detail, "picked": self.picked,
-                "variants": [v.to_dict() for v in self.variants]}
-
-    def render_lines(self) -> list[str]:
-        """The human lines: the verdict, then one line per variant with its t/s."""
-        mark = {PASSED: "ok", FAILED: "FAIL"}.get(self.result, "skip")
-        lines = [f"  [{mark}] cpu variants" + (f" in {self.seconds:.1f}s" if self.variants else "")
-                 + f": {self.detail}"]
-        for v in self.variants:
-            label = v.variant + (" (picked)" if v.variant == self.picked else "")
-            lines.append(f"         {label}: {v.describe(self.tg_test)}")
-        if self.logs is not None and self.variants:
-            lines.append(f"         logs: {self.logs}")
-        return lines
-
-    @property
-    def ran(self) -> bool:
-        return self.result != SKIPPED
-
-    @classmethod
-    def skipped(cls, why: str, picked: str | None = None) -> CpuVariants:
-        return cls(SKIPPED, why, picked)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -215,24 +135,24 @@ def _where_it_died(output: str, n_gen: int) -> str:
     return f"pp{BATCH}"
 
 
-def run_variant(bundle: Path, variant: CpuVariant, *, model: ModelFile, settings: VariantSettings, platform: str,
-                env: Mapping[str, str], work: Path, logs: Path) -> VariantResult:
+def run_variant(bundle: Path, variant: CpuVariant, *, model: ModelFile, runs: VariantRuns, platform: str,
+                env: Mapping[str, str], work: Path, logs: Path) -> SmokeCpuVariant:
     """One variant alone in a folder linked from ``bundle`` under ``work`` (removed afterwards): runnable here? then
     the real batch and the known answers."""
     start = time.monotonic()
     logs.mkdir(parents=True, exist_ok=True)
     folder = one_variant_folder(bundle, variant.file, work / variant.name)
     try:
-        return _run_variant(folder, variant, model=model, settings=settings, platform=platform,
+        return _run_variant(folder, variant, model=model, runs=runs, platform=platform,
                             env=env, logs=logs, start=start)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_variant(folder: Path, variant: CpuVariant, *, model: ModelFile, settings: VariantSettings, platform: str,
-                 env: Mapping[str, str], logs: Path, start: float) -> VariantResult:
-    def ended(**values: Any) -> VariantResult:
-        return VariantResult(variant.name, seconds=time.monotonic() - start, **values)
+def _run_variant(folder: Path, variant: CpuVariant, *, model: ModelFile, runs: VariantRuns, platform: str,
+                 env: Mapping[str, str], logs: Path, start: float) -> SmokeCpuVariant:
+    def ended(**values: Any) -> SmokeCpuVariant:
+        return SmokeCpuVariant(variant=variant.name, seconds=round(time.monotonic() - start, 3), **values)
 
     exe = _program(folder, "llama-bench", platform)
     loads, rc, failure, output = list_cpu_backend(exe, cwd=folder, env=env, log=logs / "list-devices.log")
@@ -245,25 +165,25 @@ def _run_variant(folder: Path, variant: CpuVariant, *, model: ModelFile, setting
         return ended(runnable=False, result=FAILED, failure=wrong)
 
     log = logs / "llama-bench.log"
-    args = [str(exe), "-m", str(model.path), "-p", str(BATCH), "-n", str(settings.n_gen), "-r", "1",
-            "-t", str(settings.threads), "-dev", "none", "-ngl", "0", "--no-warmup", "--progress", "-o", "json"]
-    printed, rc, failure, _ = run_program("bench", args, cwd=folder, env=env, timeout=settings.timeout, log=log)
+    args = [str(exe), "-m", str(model.path), "-p", str(BATCH), "-n", str(runs.n_gen), "-r", "1",
+            "-t", str(runs.threads), "-dev", "none", "-ngl", "0", "--no-warmup", "--progress", "-o", "json"]
+    printed, rc, failure, _ = run_program("bench", args, cwd=folder, env=env, timeout=runs.timeout, log=log)
     text = printed or ""
     results = parse_bench_json(without_progress(text))
     pp = next((r.tokens_per_second for r in results if r.n_prompt == BATCH and not r.n_gen), None)
-    tg = next((r.tokens_per_second for r in results if r.n_gen == settings.n_gen and not r.n_prompt), None)
+    tg = next((r.tokens_per_second for r in results if r.n_gen == runs.n_gen and not r.n_prompt), None)
     figures = {"pp512_tps": pp, "tg_tps": tg}
     if failure is not None:
-        where = _where_it_died(text, settings.n_gen)
+        where = _where_it_died(text, runs.n_gen)
         return ended(runnable=True, result=FAILED, failure=f"{_how_it_ended(exe.name, rc, failure, text)} on {where}",
                      **figures)
     if wrong := _wrong_variant(exe.name, parse_backend_loads(text), variant.file):
         return ended(runnable=True, result=FAILED, failure=wrong, **figures)
     if pp is None or tg is None or pp <= 0 or tg <= 0:
-        return ended(runnable=True, result=FAILED, failure=f"{exe.name} printed no pp{BATCH} and tg{settings.n_gen} "
+        return ended(runnable=True, result=FAILED, failure=f"{exe.name} printed no pp{BATCH} and tg{runs.n_gen} "
                      "figures above 0 t/s", **figures)
 
-    config = settings.answers
+    config = runs.answers
     if config is None or not config.answers_for(model.name):
         return ended(runnable=True, result=PASSED, **figures)
     target = Target.of_bundle(folder, platform=platform, model=model, backend="cpu", gpu=None)
@@ -296,20 +216,21 @@ def _answers_problem(answers: Mapping[str, Any], variant_file: str) -> str | Non
     return None
 
 
-def run_cpu_variants(bundle: Path, *, model: ModelFile, settings: VariantSettings, platform: str,
-                     env: Mapping[str, str], logs: Path, progress: Callable[[str], None] | None = None) -> CpuVariants:
+def run_cpu_variants(bundle: Path, *, model: ModelFile, runs: VariantRuns, platform: str, env: Mapping[str, str],
+                     logs: Path, progress: Callable[[str], None] | None = None) -> SmokeCpuVariants:
     """The step (see the module docstring) on ``bundle`` with ``model``; logs under ``logs`` (one folder per variant).
     ``progress(line)``, when given, is told each variant's verdict as it comes."""
     start = time.monotonic()
-    if settings.check == NONE:
-        return CpuVariants.skipped("turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: none)")
+    if runs.check == NONE:
+        return SmokeCpuVariants.skipped("turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: "
+                                        "none)")
     shipped = shipped_variants(bundle)
     if not shipped:
-        return CpuVariants.skipped("the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
+        return SmokeCpuVariants.skipped("the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
                                    "backend is linked in or built for one CPU")
     exe = _program(bundle, "llama-bench", platform)
     if not exe.is_file():
-        return CpuVariants.skipped(f"the bundle has no {exe.name} to run its {len(shipped)} CPU variants with")
+        return SmokeCpuVariants.skipped(f"the bundle has no {exe.name} to run its {len(shipped)} CPU variants with")
     logs.mkdir(parents=True, exist_ok=True)
     loads, rc, failure, output = list_cpu_backend(exe, cwd=bundle, env=env, log=logs / "bundle-list-devices.log")
     picked = loads.cpu_variant if failure is None else None
@@ -320,26 +241,28 @@ def run_cpu_variants(bundle: Path, *, model: ModelFile, settings: VariantSetting
                    f"{len(shipped)} CPU variant modules on this CPU")
     else:
         problem = None
-    wanted = sorted(shipped) if settings.check == ALL else [v for v in shipped if v == picked]
+    wanted = sorted(shipped) if runs.check == ALL else [v for v in shipped if v == picked]
     work = work_folder(bundle, logs)
-    results: list[VariantResult] = []
+    results: list[SmokeCpuVariant] = []
     try:
         for variant in wanted:
-            result = run_variant(bundle, CpuVariant(variant, shipped[variant]), model=model, settings=settings,
+            result = run_variant(bundle, CpuVariant(variant, shipped[variant]), model=model, runs=runs,
                                  platform=platform, env=env, work=work, logs=logs / variant)
             results.append(result)
             if progress is not None:
-                progress(f"CPU variant {variant}: {result.describe(f'tg{settings.n_gen}')}")
+                progress(f"CPU variant {variant}: {result.describe(f'tg{runs.n_gen}')}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if problem is None and results and not any(r.runnable for r in results):
         problem = f"this CPU runs none of the {len(results)} CPU variants checked"
     failed = problem is not None or any(r.result == FAILED for r in results)
-    return CpuVariants(FAILED if failed else PASSED, _summary(results, picked, settings.check, len(shipped)), picked,
-                       tuple(results), problem, logs, time.monotonic() - start, f"tg{settings.n_gen}")
+    return SmokeCpuVariants(result=FAILED if failed else PASSED,
+                            detail=_summary(results, picked, runs.check, len(shipped)), picked=picked,
+                            variants=tuple(results), problem=problem, seconds=round(time.monotonic() - start, 3),
+                            logs=logs, tg_test=f"tg{runs.n_gen}")
 
 
-def _summary(results: Sequence[VariantResult], picked: str | None, check: str, shipped: int) -> str:
+def _summary(results: Sequence[SmokeCpuVariant], picked: str | None, check: str, shipped: int) -> str:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.result] = counts.get(r.result, 0) + 1

@@ -19,7 +19,7 @@ from support.smoke import gguf_header
 from rockbuild.core.vocabulary import ModelFile
 from rockbuild.doctor import check_cpu_variants, check_cwd_backends
 from rockbuild.smoke.parse import cpu_backend_problem, cpu_variant_files, parse_backend_loads
-from rockbuild.smoke.variants import VariantSettings, run_cpu_variants
+from rockbuild.smoke.variants import VariantRuns, run_cpu_variants
 
 # (score, t/s, trap): scores as ggml's x86 scoring orders them; sapphirerapids "cannot run" here
 MODULES = {"x64": (1, 5.0, False), "zen4": (3071, 230.0, False), "sapphirerapids": (4095, 900.0, True),
@@ -111,7 +111,7 @@ def test_no_variant_that_scores_means_no_cpu_backend(tmp_path, built):
 def test_the_smokes_cpu_variants_step_with_ggmls_own_loader(tmp_path, built, gguf):
     # ggml's scorer picks sapphirerapids (it dies of a real SIGILL), scores icelake 0 here, and runs x64 and zen4
     bundle = bundle_of(built, tmp_path / "b", ("x64", "zen4", "sapphirerapids", "icelake"))
-    step = run_cpu_variants(bundle, model=ModelFile(gguf.name, gguf, "", 0, "path"), settings=VariantSettings(), platform="linux",
+    step = run_cpu_variants(bundle, model=ModelFile(gguf.name, gguf, "", 0, "path"), runs=VariantRuns(), platform="linux",
                             env={}, logs=tmp_path / "logs")
     assert step.failures == ("CPU variant sapphirerapids: llama-bench died of SIGILL (illegal instruction) on pp512",)
     assert step.picked == "sapphirerapids"

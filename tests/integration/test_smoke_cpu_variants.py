@@ -68,6 +68,10 @@ def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded
     assert step["result"] == "passed" and step["picked"] == "zen4"  # sapphirerapids scores 0 on this "CPU"
     assert step["detail"] == ("14 CPU variants: 13 passed, 1 not runnable here; ggml picks zen4 from the whole "
                               "bundle")
+    # the step's record as the stage made it: what tg_tps measured, where the logs are, how long, no failure of its own
+    assert list(step) == ["result", "detail", "picked", "variants", "problem", "seconds", "logs", "tg_test"]
+    assert step["tg_test"] == "tg8" and step["problem"] is None and step["seconds"] > 0
+    assert step["logs"] == str(job / "smoke-logs" / "cpu-variants")
     variants = by_variant(data)
     assert sorted(variants) == sorted(RANK)
     assert variants["sapphirerapids"] == {"variant": "sapphirerapids", "runnable": False,
@@ -147,6 +151,23 @@ def test_known_answers_run_with_each_variant_alone_and_a_wrong_one_fails(tmp_pat
     alone = [r for r in completions if r["program"] == "llama-completion" and "/.cpu-variants-" in r["cwd"]]
     assert sorted(r["variant"] for r in alone) == ["haswell", "x64", "zen4"]
     assert all(r["args"][r["args"].index("-dev") + 1] == "none" for r in alone)
+
+
+def test_the_steps_own_failure_is_in_its_record_and_read_back_from_smoke_json(tmp_path, model):
+    # no variant loads from the whole bundle: a failure of the step as a whole, no variant's; smoke.json's cpu_variants
+    # says why (problem), so its failures come back from the file alone, as the smoke reported them
+    job = variant_job(tmp_path, ("haswell", "zen4"), supported=("x64",))
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
+    why = ("the whole bundle loads no CPU variant here (llama-bench --list-devices): ggml scored none of its 2 CPU "
+           "variant modules on this CPU")
+    assert report.failures == (f"CPU variants: {why}",)
+    data = smoke_json(job)
+    assert data["cpu_variants"]["result"] == "failed" and data["cpu_variants"]["problem"] == why
+    assert {v["result"] for v in data["cpu_variants"]["variants"]} == {"not runnable here"}  # none failed itself
+    record = SmokeRecord.read(job / "smoke.json")
+    assert record is not None and record.cpu_variants is not None
+    assert record.cpu_variants.failures == report.failures and not record.cpu_variants.ok
+    assert record.cpu_variants.render_lines() == report.record.cpu_variants.render_lines()  # what the console showed
 
 
 def test_a_program_that_leads_back_to_the_whole_bundle_loads_another_variant_and_fails(tmp_path, model):
