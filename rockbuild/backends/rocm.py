@@ -120,7 +120,20 @@ def toolchain_variables(toolchain: Toolchain, ccache_dir: Path | str | None = No
         variables["ROCM_PATH"] = variables["HIP_PATH"] = toolchain.prefix
         if toolchain.device_lib_dir:
             variables["HIP_DEVICE_LIB_PATH"] = toolchain.device_lib_dir
+    bitcode = device_bitcode(toolchain.device_lib_dir) if ccache_dir is not None and toolchain.device_lib_dir else []
+    if bitcode:
+        # the device libraries every HIP object links are no header ccache sees: hashed with each compile, so that a
+        # ROCm root kept at one path (rocm.fetch.stable_root) never serves an object built against other bitcode
+        variables["CCACHE_EXTRAFILES"] = (";" if toolchain.windows else ":").join(bitcode)
     return variables
+
+
+def device_bitcode(folder: str) -> list[str]:
+    """The device libraries (``*.bc``) in ``folder``, sorted; none when it cannot be read."""
+    try:
+        return sorted(str(p) for p in Path(folder).glob("*.bc") if p.is_file())
+    except OSError:
+        return []
 
 
 def toolchain_path_entries(toolchain: Toolchain) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rockbuild import __version__, console
+from rockbuild.archive import read_marker
 from rockbuild.backends import Backend, get_backend
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 40
 _CONFIGURE_STAMP = ".rockbuild-configure.json"
+_ROCM_STAMP = ".rockbuild-rocm.json"  # which ROCm tree the folder's objects were compiled against
 
 # Output lines that change what ships although the build succeeds: said once as a warning, recorded in build.json.
 NOTICES: tuple[tuple[str, str], ...] = (
@@ -356,6 +358,34 @@ def _list_binaries(bin_dir: Path, job_dir: Path, files: list[str], windows: bool
     return out
 
 
+def rocm_identity(toolchain: Toolchain | None) -> str | None:
+    """What the ROCm tree of ``toolchain`` holds: the sha256 of the tarball rockbuild extracted there (its marker);
+    None for no ROCm, or one rockbuild did not extract (an installed /opt/rocm or Debian's /usr)."""
+    if toolchain is None:
+        return None
+    marker = read_marker(Path(toolchain.prefix))
+    return str(marker["sha256"]) if marker and marker.get("sha256") else None
+
+
+def empty_for_another_rocm(build_dir: Path, identity: str | None) -> bool:
+    """Empty ``build_dir`` when its objects were compiled against another ROCm tree than ``identity``: a night keeps
+    each group's tree at one path (rocm.fetch.stable_root), and behind an unchanged path neither CMake nor ninja sees
+    a new clang or new device libraries, so an object of the last nightly would be linked into this one's build.
+    ccache makes the full rebuild cheap wherever nothing changed. True when the folder was emptied."""
+    stamp = build_dir / _ROCM_STAMP
+    try:
+        previous = json.loads(stamp.read_text(encoding="utf-8"))["rocm"]
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = None  # a folder from before the stamp: its ROCm folder was named after its nightly
+    emptied = previous != identity and build_dir.is_dir() and any(build_dir.iterdir())
+    if emptied:
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if identity is not None or stamp.exists():
+        write_json_atomic(stamp, {"rocm": identity})
+    return emptied
+
+
 def _forget_other_source(build_dir: Path, source: Path) -> bool:
     """CMake refuses a build folder configured from another source folder (each llama.cpp commit is its own clone):
     drop that configuration, keep the objects (ninja decides what to recompile). True when something was dropped."""
@@ -585,6 +615,9 @@ def _configure_step(b: _Build) -> None:
             compilers=compilers, tools=tools, cmake_definitions=dict(definitions), cmake_command=tuple(command),
             environment={k: env[k] for k in ours if k in env},
         )
+        if empty_for_another_rocm(build_dir, rocm_identity(b.toolchain)):
+            console.info(f"    {build_dir} was compiled against another ROCm tree; building afresh (ccache keeps "
+                         "what did not change)")
         stamp = build_dir / _CONFIGURE_STAMP
         fingerprint = _configure_fingerprint(command, env, variables)
         configured = (build_dir / "CMakeCache.txt").is_file() and (build_dir / "build.ninja").is_file()

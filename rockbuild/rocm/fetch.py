@@ -154,6 +154,15 @@ def _root_for(entry: TarballEntry, dest: Path | None, cache: Path) -> Path:
     return cache / "rocm" / entry.name.filename.removesuffix(".tar.gz")
 
 
+def stable_root(entry: TarballEntry, cache: Path) -> Path:
+    """The one folder of ``entry``'s OS and tarball group (``<cache>/rocm/therock-linux-gfx1151``), whichever nightly
+    it holds: a night's builds extract there, so that every nightly is compiled against the same paths. ccache hashes
+    include paths (and clang finds its own headers by its real path), so under a folder named after each nightly
+    nothing would ever compile warm; here a nightly whose compiler, headers and device libraries did not change
+    compiles from the cache. Its marker names the tarball it holds; another nightly of the group replaces it."""
+    return cache / "rocm" / f"therock-{entry.name.platform}-{entry.name.group}"
+
+
 def _lock_for(root: Path, cache: Path) -> Path:
     locks = cache / "locks"
     locks.mkdir(parents=True, exist_ok=True)

@@ -428,7 +428,8 @@ import json, sys
 job, inside, tarball = sys.argv[1], sys.argv[2], sys.argv[3]
 build = json.load(open(f"{job}/build.json"))
 bundle = json.load(open(f"{job}/bundle/bundle.json"))
-tree = f"{inside}/cache/rocm-root/rocm/{tarball.removesuffix('.tar.gz')}"
+# one folder per group, whichever nightly it holds (rocm.fetch.stable_root): the same paths every night for ccache
+tree = f"{inside}/cache/rocm-root/rocm/therock-linux-{tarball.split('-')[3]}"
 problems = []
 rocm = build.get("rocm") or {}
 if rocm.get("kind") != "therock": problems.append(f"ROCm kind {rocm.get('kind')}")

@@ -13,7 +13,7 @@ from support.index import index_page
 from support.tarballs import MALICIOUS, therock_like_tarball
 
 from rockbuild.core.errors import ChecksumError, NotFoundError, UnsafeArchiveError
-from rockbuild.rocm.fetch import fetch_entry, fetch_rocm, find_tarball
+from rockbuild.rocm.fetch import fetch_entry, fetch_rocm, find_tarball, stable_root
 
 NEW = "therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"
 OLD = "therock-dist-linux-gfx1151-10.2.0a20261127.tar.gz"
@@ -216,3 +216,19 @@ def test_fetch_takes_rocm_version_and_points_the_old_flag_at_it(tmp_path, run_ro
     old = run_rockbuild("fetch", "--target", "gfx1151", "--version", "10.2.0a20261128")
     assert old.returncode == 2
     assert old.stderr == "error: fetch --version is now --rocm-version: use --rocm-version 10.2.0a20261128\n"
+
+
+def test_a_nights_nightlies_of_one_group_share_one_folder(server, tmp_path, gfx1151):
+    """The night's legs extract each group's nightly at one path (rocm.fetch.stable_root), so that ccache sees the
+    same include paths every night; a second nightly replaces the first there, and the marker says which it holds."""
+    old = find_tarball(gfx1151, os_name="linux", version="10.2.0a20261127", index_url=server.index_url)
+    new = find_tarball(gfx1151, os_name="linux", index_url=server.index_url)
+    first = fetch_entry(old, cache=tmp_path, dest=stable_root(old, tmp_path))
+    assert first.root == tmp_path / "rocm" / "therock-linux-gfx1151" and first.extracted
+    assert not (first.root / "lib/librocsolver.so.0.7").exists()
+    second = fetch_entry(new, cache=tmp_path, dest=stable_root(new, tmp_path))
+    assert second.root == first.root and second.extracted and second.name == NEW
+    assert (second.root / "lib/librocsolver.so.0.7").stat().st_size == 3 << 20
+    again = fetch_entry(new, cache=tmp_path, dest=stable_root(new, tmp_path))
+    assert not again.extracted and again.transferred == 0
+    assert sorted(p.name for p in (tmp_path / "rocm").iterdir()) == ["therock-linux-gfx1151"]
