@@ -229,7 +229,7 @@ def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_
         if inputs_file is not None:
             from rockbuild.nightly import load_inputs
 
-            llama = load_inputs(inputs_file).llama
+            llama = load_inputs(inputs_file).llama_cpp
             ref, url, build_number = llama.commit, git_url or llama.url, build_number or llama.build_number
         assert ref is not None
         source = checkout_ref(ref, url=url, cache=cache, build_number=build_number, log=log, slot="webui")

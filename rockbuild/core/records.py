@@ -21,19 +21,22 @@ smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (run_smoke)
 gpu-smoke.json     :class:`SmokeRecord`     the same (rockbuild smoke --report gpu-smoke.json on the GPU leg)
 stages.json        :class:`StagesRecord`    rockbuild.pipeline.stages.StageLog
 fallback.json      :class:`FallbackRecord`  rockbuild.nightly.run (the retry on the last good ROCm)
-inputs.json        :class:`InputsRecord`    rockbuild.pipeline.inputs.Inputs
+inputs.json        :class:`InputsRecord`    rockbuild.pipeline.inputs (resolve_inputs)
 manifest.json      :class:`ManifestRecord`  rockbuild.publish.manifest (build_manifest)
 =================  ===================  =====================================================================
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rockbuild.core.errors import BUG_EXIT_CODE, RockbuildError
+from rockbuild.core.data import suggest
+from rockbuild.core.errors import BUG_EXIT_CODE, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.record import Record, json_form
 
@@ -713,19 +716,83 @@ class FallbackRecord(Record):
 # inputs.json
 
 
+def _build_number(value: str | int | None) -> str | None:
+    return str(value) if value is not None else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class InputsLlama(Record):
+    """The llama.cpp commit every job of the night builds (rockbuild.pipeline.inputs.resolve_llama)."""
+
     ref: str
     commit: str
-    build_number: str | int | None = None
+    # bNNNN (None: no such tag on the commit); a number in a file written by hand is read as its text
+    build_number: str | None = field(default=None, metadata=json_form(str | int | None, _build_number, _build_number))
     url: str
+
+    def pin(self) -> dict[str, Any]:
+        """The commit and build number, as build.json's ``llama_cpp`` records them for a job that never built."""
+        return {"commit": self.commit, "build_number": self.build_number}
+
+
+TARBALL_FIELDS = ("name", "url", "version", "date", "size", "mtime", "index_url")
+"""The fields of :class:`InputsRocm` that name one tarball (rockbuild.pipeline.inputs.tarball_fields fills them)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputsRocm(Record):
+    """The ROCm tarball of one (OS, group, channel, version), or why there is none (``error``)."""
+
+    key: str
+    os: str
+    groups: tuple[str, ...]  # asked for: current name, then legacy names
+    channel: str
+    requested: str  # latest or an exact version
+    name: str | None = None  # tarball file name
+    url: str | None = None
+    version: str | None = None
+    date: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+    index_url: str | None = None
+    error: str | None = None
+    error_kind: str | None = None  # stale | not-found
+    # the newest tarball of this (OS, group) that passed smoke in a published release, when it is not this one:
+    # {name, url, version, date, size, mtime, index_url, release}
+    last_good: Mapping[str, Any] | None = None
+
+    def fallback(self) -> InputsRocm | None:
+        """The last good tarball as an input of its own (same key), or None when there is none."""
+        good = self.last_good
+        if not good or not good.get("name") or not good.get("url") or good.get("name") == self.name:
+            return None
+        tarball: dict[str, Any] = {k: good.get(k) for k in TARBALL_FIELDS}
+        return replace(self, **tarball, error=None, error_kind=None, last_good=None)
+
+    def describe(self) -> str:
+        """``10.1.0a20261201 (2026-12-01)``: the version and its nightly date, for notes and alerts."""
+        return f"{self.version or self.name}" + (f" ({self.date})" if self.date else "")
+
+    def failure(self) -> StaleInputError | NotFoundError:
+        """Why this job cannot be built: the tarball is too old, or none was found."""
+        message = self.error or f"no ROCm tarball was resolved for {self.key}"
+        if self.error_kind == "stale":
+            return StaleInputError(message, hint="the host may have stopped publishing: check rocm-channels.yaml "
+                                   "or pin a version with --rocm-version")
+        return NotFoundError(message)
 
 
 @dataclass(frozen=True, kw_only=True)
 class InputsJob(Job):
-    """A job of inputs.json: the job (all of Job.to_dict()) and the key of its ROCm tarball (None: none usable)."""
+    """A job of inputs.json: the job (all of Job.to_dict()) and the key of its ROCm tarball (None: its backend takes
+    none)."""
 
     rocm_key: str | None = None
+
+    @classmethod
+    def of(cls, job: Job, rocm_key: str | None) -> InputsJob:
+        """``job`` with the key of its tarball in :attr:`InputsRecord.rocm`."""
+        return cls(**{f.name: getattr(job, f.name) for f in Job._inputs()}, rocm_key=rocm_key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -742,8 +809,48 @@ class InputsRecord(Record):
     index_url: str | None = None
     llama_cpp: InputsLlama
     patches: str | None = None  # the carried patch series' digest every leg builds with ("none": --no-patches)
-    rocm: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    rocm: Mapping[str, InputsRocm] = field(default_factory=dict)
     jobs: tuple[InputsJob, ...] = ()
+
+    def entry(self, job_id: str) -> InputsJob:
+        """The job ``job_id`` as inputs.json has it (with its ROCm key); a UsageError naming the jobs when absent."""
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        ids = [j.id for j in self.jobs]
+        raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
+                         hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out")
+
+    def job(self, job_id: str) -> Job:
+        """The job ``job_id`` as the matrix has it (without its ROCm key: the job build.json records)."""
+        return self.entry(job_id).narrow(Job)
+
+    def rocm_for(self, job_id: str) -> InputsRocm | None:
+        """The job's ROCm tarball; None for a job whose backend uses no ROCm (a Vulkan job: its ``rocm_key`` is
+        null; rockbuild.pipeline.inputs.load_inputs refuses a file where a ROCm job has none)."""
+        key = self.entry(job_id).rocm_key
+        return self.rocm[key] if key is not None else None
+
+    def unresolved(self, job_id: str) -> InputsRocm | None:
+        """The job's ROCm input when resolve found no tarball for it (the job cannot be built), else None."""
+        rocm = self.rocm_for(job_id)
+        return rocm if rocm is not None and rocm.error else None
+
+    def job_fingerprint(self, job_id: str) -> str:
+        """A hash of everything this job is built from (the job, the commit, the tarball)."""
+        rocm = self.rocm_for(job_id)
+        data = {"job": self.job(job_id).to_dict(), "llama": self.llama_cpp.to_dict(),
+                "rocm": rocm.to_dict() if rocm is not None else None,
+                **({"patches": self.patches} if self.patches is not None else {})}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def render(self) -> str:
+        """What ``rockbuild resolve`` pinned, in two lines."""
+        llama = self.llama_cpp
+        text = (f"inputs: llama.cpp {llama.commit[:12]} (build {llama.build_number or 'unknown'}), "
+                f"{len(self.jobs)} jobs, {len(self.rocm)} ROCm tarball(s)")
+        failed = [j.id for j in self.jobs if self.unresolved(j.id)]
+        return text + (f"\n  no usable ROCm (these jobs will fail): {', '.join(failed)}" if failed else "")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -20,10 +20,11 @@ from typing import Any
 from rockbuild import console
 from rockbuild.backends import get_backend
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
+from rockbuild.core.records import InputsJob, InputsRocm
 from rockbuild.downloader import get_text
 from rockbuild.llamacpp.source import DEFAULT_GIT_URL
 from rockbuild.matrix import find_job
-from rockbuild.pipeline.inputs import Inputs, RocmInput, resolve_llama, rocm_key, tarball_fields
+from rockbuild.pipeline.inputs import inputs_record, resolve_llama, rocm_key, tarball_fields
 from rockbuild.rocm.index import list_tarballs
 from rockbuild.rocm.names import parse_rocm_version
 
@@ -97,7 +98,7 @@ class BisectReport:
 
 
 def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index_url: str | None,
-                     fetch_text: Any = None) -> list[RocmInput]:
+                     fetch_text: Any = None) -> list[InputsRocm]:
     """One tarball per nightly date of the job's group from ``good`` to ``bad`` (the newest of a date), oldest
     first; both ends must be there."""
     listed = list_tarballs(platform=job.os, groups=(job.group, *job.legacy_groups), channel=job.rocm_channel,
@@ -113,7 +114,7 @@ def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index
             raise NotFoundError(f"{what} {day.isoformat()}: no {job.os} {job.group} nightly of that date in the "
                                 f"index; nearest: {shown}")
     chosen = [by_date[d] for d in sorted(by_date) if good <= d <= bad]
-    return [RocmInput(key=rocm_key(job, e.name.version.text), os=job.os, groups=(job.group, *job.legacy_groups),
+    return [InputsRocm(key=rocm_key(job, e.name.version.text), os=job.os, groups=(job.group, *job.legacy_groups),
                       channel=job.rocm_channel, requested=e.name.version.text, **tarball_fields(e)) for e in chosen]
 
 
@@ -133,10 +134,10 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
     say(f"bisect {job.id}: {len(candidates)} nightlies from {good} to {bad}, llama.cpp {llama.commit[:12]}")
     trials: list[Trial] = []
 
-    def test(rocm: RocmInput) -> bool:
+    def test(rocm: InputsRocm) -> bool:
         out = Path(options.out).absolute() / str(rocm.version)
-        inputs = Inputs(llama=llama, rocm={rocm.key: rocm}, jobs=(job,), job_rocm={job.id: rocm.key},
-                        index_url=options.pins.index_url)
+        inputs = inputs_record(llama, {rocm.key: rocm}, (InputsJob.of(job, rocm.key),),
+                               index_url=options.pins.index_url)
         with console.step(f"{job.id} on ROCm {rocm.describe()}") as step:
             outcome = Night(replace(options, out=out), inputs).pipeline.run(job, rocm)
             if outcome.status != "ok":
@@ -169,5 +170,5 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
                         time.monotonic() - start)
 
 
-def _label(rocm: RocmInput) -> str:
+def _label(rocm: InputsRocm) -> str:
     return f"{rocm.version} ({rocm.date})"

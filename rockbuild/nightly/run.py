@@ -39,6 +39,8 @@ from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import (
     FALLBACK_SCHEMA,
     FallbackRecord,
+    InputsRecord,
+    InputsRocm,
     ManifestRecord,
     TarballRef,
 )
@@ -47,8 +49,6 @@ from rockbuild.llamacpp.cross import cross_spec
 from rockbuild.llamacpp.patches import PatchSeries, load_patch_series
 from rockbuild.matrix import github_matrix
 from rockbuild.pipeline.inputs import (
-    Inputs,
-    RocmInput,
     attach_last_good,
     last_good_tarballs,
     load_inputs,
@@ -169,7 +169,7 @@ class NightReport:
 class Night:
     """The state shared by the jobs of one night."""
 
-    def __init__(self, options: NightOptions, inputs: Inputs) -> None:
+    def __init__(self, options: NightOptions, inputs: InputsRecord) -> None:
         self.options = options
         self.inputs = inputs
         self.out = Path(options.out).absolute()
@@ -213,8 +213,8 @@ def run_job(job: Job, night: Night) -> StagesOutcome:
     return _fall_back(job, night, folder, outcome, rocm, fallback)
 
 
-def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: RocmInput,
-               good: RocmInput) -> StagesOutcome:
+def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: InputsRocm,
+               good: InputsRocm) -> StagesOutcome:
     """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
     attempt = load_job(folder.path, tail_lines=night.options.data.publish.alert_log_lines)
     kept = folder.path.with_name(f"{job.id}@rocm-{newest.version or 'newest'}")
@@ -235,7 +235,7 @@ def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome,
     return _on_last_good(job, night, folder, record, good, first=failed)
 
 
-def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRecord, good: RocmInput,
+def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRecord, good: InputsRocm,
                   first: StagesOutcome | None = None) -> StagesOutcome:
     outcome = night.pipeline.run(job, good)
     note = f"ROCm {good.describe()}, newest {record.newest.version} failed {record.failed_stage}: {record.reason}"
@@ -284,7 +284,7 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
         gh.close()
 
 
-def known_good(inputs: Inputs, manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> tuple[
+def known_good(inputs: InputsRecord, manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> tuple[
         dict[tuple[str, str], dict[str, Any]], list[tuple[str, ManifestRecord | Mapping[str, Any]]]]:
     """The last good tarball of each (OS, group) the inputs pin, and the manifests read for it: ``manifests``
     (newest first) are read only until every group has one and every ``required: when-proven`` job has passed
@@ -304,7 +304,7 @@ def known_good(inputs: Inputs, manifests: Iterable[tuple[str, ManifestRecord | M
 # The night
 
 
-def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_out: Path = Path("out")) -> tuple[
+def publish_dirs_for_inputs(inputs: InputsRecord, job_dirs: Sequence[Path], default_out: Path = Path("out")) -> tuple[
         Path, ...]:
     """The job folders to publish for ``inputs``: each given folder matched to its job (by build.json, or its name
     with or without the artifact's ``job-`` prefix), and for a job without one a folder that does not exist, so the
@@ -316,9 +316,9 @@ def publish_dirs_for_inputs(inputs: Inputs, job_dirs: Sequence[Path], default_ou
         job_id = build.job.id if build is not None and build.job is not None else ""
         job_id = job_id or Path(directory).name.removeprefix("job-")
         commit = build.commit if build is not None else None
-        if build is not None and commit and build.ok and commit != inputs.llama.commit:
+        if build is not None and commit and build.ok and commit != inputs.llama_cpp.commit:
             raise UsageError(f"{directory} was built from llama.cpp {commit[:12]}, not the inputs' "
-                             f"{inputs.llama.commit[:12]}", hint="rebuild it with --inputs, or leave it out")
+                             f"{inputs.llama_cpp.commit[:12]}", hint="rebuild it with --inputs, or leave it out")
         if inputs.job(job_id).is_common_part:
             continue
         found[job_id] = Path(directory)
@@ -344,7 +344,7 @@ class NightPlan:
     """What a night has to do, decided before anything is downloaded: the pinned inputs, and whether the last
     release was made from them (then nothing is built: the matrix is empty)."""
 
-    inputs: Inputs
+    inputs: InputsRecord
     inputs_path: Path
     jobs: tuple[Job, ...]  # the selection (every OS when planning for the CI fan-out)
     changes: tuple[str, ...] = ()  # what differs from the last release
@@ -382,12 +382,12 @@ class NightPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": "unchanged" if self.unchanged_since else "changed", "inputs": str(self.inputs_path),
-                "llama_commit": self.inputs.llama.commit, "release": self.unchanged_since,
+                "llama_commit": self.inputs.llama_cpp.commit, "release": self.unchanged_since,
                 "changes": list(self.changes), "jobs": [j.id for j in self.build], "matrix": self.github_matrix(),
                 "common_matrix": self.common_matrix(), "gpu_matrix": self.gpu_matrix()}
 
     def render(self) -> str:
-        commit = self.inputs.llama.commit[:12]
+        commit = self.inputs.llama_cpp.commit[:12]
         if self.unchanged_since:
             return (f"night: unchanged: the last release {self.unchanged_since} was made from these inputs "
                     f"(llama.cpp {commit}, same ROCm tarballs); nothing to build")
@@ -448,11 +448,11 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
                                                           read={latest: manifest}))
     inputs = promote_proven(attach_last_good(inputs, good), read)
     inputs.write(path)
-    jobs_now = {j.id: j for j in inputs.jobs}
-    return replace(plan, inputs=inputs, changes=changes, jobs=tuple(jobs_now[j.id] for j in plan.jobs))
+    return replace(plan, inputs=inputs, changes=changes, jobs=tuple(inputs.job(j.id) for j in plan.jobs))
 
 
-def promote_proven(inputs: Inputs, manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> Inputs:
+def promote_proven(inputs: InputsRecord,
+                   manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> InputsRecord:
     """``inputs`` with every ``required: when-proven`` job required once it passed its smoke test in one of
     ``manifests`` (published releases, newest first): from then on a failure blocks the release."""
     passed: dict[str, str] = {}
@@ -489,7 +489,7 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     state = "built" if outcome.status == "ok" else "failed"
     message = (f"{job.id}: every stage passed" if outcome.status == "ok"
                else f"{job.id} failed at {outcome.failed_stage}: {outcome.message}")
-    report = NightReport(state, message, path, inputs.llama.commit, (outcome,), seconds=time.monotonic() - start)
+    report = NightReport(state, message, path, inputs.llama_cpp.commit, (outcome,), seconds=time.monotonic() - start)
     _write_step_summary(options, report)
     return report
 
@@ -536,7 +536,7 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     if (state in ("blocked", "failed") or fell_back) and publishing:
         # a fallback names the ROCm nightly that broke the job; a failed leg says what failed
         alert = _send_alert(dirs, options, repo, token, legs=legs, published=release is not None)
-    report = NightReport(state, message, path, inputs.llama.commit, tuple(outcomes), (), release,
+    report = NightReport(state, message, path, inputs.llama_cpp.commit, tuple(outcomes), (), release,
                          alert, time.monotonic() - start, changes)
     if summary:
         _write_step_summary(options, report)
@@ -558,7 +558,7 @@ def run_night(options: NightOptions) -> NightReport:
         raise UsageError(f"no job of the selection builds on {host}", hint="use --os or --only")
     if plan.unchanged_since:
         message = plan.render().removeprefix("night: unchanged: ")
-        report = NightReport("unchanged", message, plan.inputs_path, plan.inputs.llama.commit, not_here=not_here,
+        report = NightReport("unchanged", message, plan.inputs_path, plan.inputs.llama_cpp.commit, not_here=not_here,
                              seconds=time.monotonic() - start)
         _write_step_summary(options, report)
         return report

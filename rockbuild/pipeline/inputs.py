@@ -1,7 +1,8 @@
 """Pin the night's inputs once for every job: one llama.cpp commit, and per (OS, tarball group) one ROCm tarball.
 A job whose backend takes no ROCm (Vulkan) has a null ``rocm_key`` and is built from the commit alone.
 
-``inputs.json`` carries them with the expanded matrix, so every later command (``build --inputs``, ``publish
+``inputs.json`` carries them with the expanded matrix (one record, :class:`~rockbuild.core.records.InputsRecord`,
+from :func:`resolve_inputs` to :func:`load_inputs`), so every later command (``build --inputs``, ``publish
 --inputs``, the CI fan-out) builds the same commit against the same tarball. A group whose newest tarball is older
 than ``max_age_days`` (a frozen host, a renamed group) fails only its own jobs: their entry names the group and the
 date found, and building them refuses.
@@ -14,20 +15,26 @@ fails with the newest ROCm is retried once with it (:mod:`rockbuild.nightly.run`
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.backends import get_backend
-from rockbuild.core.data import suggest, write_json_atomic
 from rockbuild.core.errors import ConfigError, FetchError, NotFoundError, RockbuildError, StaleInputError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, Pins
-from rockbuild.core.records import INPUTS_SCHEMA, InputsRecord, ManifestJob, ManifestRecord
+from rockbuild.core.records import (
+    INPUTS_SCHEMA,
+    InputsJob,
+    InputsLlama,
+    InputsRecord,
+    InputsRocm,
+    ManifestJob,
+    ManifestRecord,
+)
 from rockbuild.downloader import get_text
 from rockbuild.llamacpp.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.process import ProcessError, run
@@ -38,185 +45,57 @@ SCHEMA = INPUTS_SCHEMA
 _LATEST_ALIASES = ("latest", "")
 
 
-@dataclass(frozen=True)
-class LlamaInput:
-    """The llama.cpp commit every job builds."""
-
-    ref: str
-    commit: str
-    build_number: str | None
-    url: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ref": self.ref, "commit": self.commit, "build_number": self.build_number, "url": self.url}
-
-    def pin(self) -> dict[str, Any]:
-        """The commit and build number, as build.json's ``llama_cpp`` records them for a job that never built."""
-        return {"commit": self.commit, "build_number": self.build_number}
-
-
-@dataclass(frozen=True)
-class RocmInput:
-    """The ROCm tarball of one (OS, group, channel, version), or why there is none (``error``)."""
-
-    key: str
-    os: str
-    groups: tuple[str, ...]  # asked for: current name, then legacy names
-    channel: str
-    requested: str  # latest or an exact version
-    name: str | None = None  # tarball file name
-    url: str | None = None
-    version: str | None = None
-    date: str | None = None
-    size: int | None = None
-    mtime: float | None = None
-    index_url: str | None = None
-    error: str | None = None
-    error_kind: str | None = None  # stale | not-found
-    # the newest tarball of this (OS, group) that passed smoke in a published release, when it is not this one:
-    # {name, url, version, date, size, mtime, index_url, release}
-    last_good: dict[str, Any] | None = None
-
-    def fallback(self) -> RocmInput | None:
-        """The last good tarball as an input of its own (same key), or None when there is none."""
-        good = self.last_good
-        if not good or not good.get("name") or not good.get("url") or good.get("name") == self.name:
-            return None
-        return _with(self, **{k: good.get(k) for k in TARBALL_FIELDS}, error=None, error_kind=None, last_good=None)
-
-    def describe(self) -> str:
-        """``10.1.0a20261201 (2026-12-01)``: the version and its nightly date, for notes and alerts."""
-        return f"{self.version or self.name}" + (f" ({self.date})" if self.date else "")
-
-    def entry(self) -> Any:
-        """The :class:`~rockbuild.rocm.index.TarballEntry` for :func:`~rockbuild.rocm.fetch.fetch_entry`."""
-        if self.error or not self.name or not self.url:
-            raise self.failure()
-        parsed = parse_tarball_name(self.name)
-        if parsed is None:
-            raise ConfigError(f"inputs.json names {self.name!r}, which is not a TheRock tarball name")
-        return TarballEntry(name=parsed, url=self.url, mtime=self.mtime, size=self.size, index_url=self.index_url or "")
-
-    def failure(self) -> StaleInputError | NotFoundError:
-        message = self.error or f"no ROCm tarball was resolved for {self.key}"
-        if self.error_kind == "stale":
-            return StaleInputError(message, hint="the host may have stopped publishing: check rocm-channels.yaml "
-                                   "or pin a version with --rocm-version")
-        return NotFoundError(message)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "os": self.os, "groups": list(self.groups), "channel": self.channel,
-                "requested": self.requested, "name": self.name, "url": self.url, "version": self.version,
-                "date": self.date, "size": self.size, "mtime": self.mtime, "index_url": self.index_url,
-                "error": self.error, "error_kind": self.error_kind, "last_good": self.last_good}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RocmInput:
-        fields = {k: data.get(k) for k in ("key", "os", "channel", "requested", "name", "url", "version", "date",
-                                          "size", "mtime", "index_url", "error", "error_kind", "last_good")}
-        return cls(groups=tuple(data.get("groups") or ()), **fields)  # type: ignore[arg-type]
-
-
 def rocm_key(job: Job, version: str) -> str:
     return f"{job.os}-{job.group}-{job.rocm_channel}-{version}"
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """What one night builds: the matrix, the llama.cpp commit and each job's ROCm tarball (none for Vulkan jobs)."""
-
-    llama: LlamaInput
-    rocm: dict[str, RocmInput]
-    jobs: tuple[Job, ...]
-    job_rocm: dict[str, str | None]  # job id -> rocm key; None for a job whose backend takes no ROCm (Vulkan)
-    resolved_at: str = ""
-    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS
-    index_url: str | None = None
-    schema: int = SCHEMA
-    rockbuild_version: str = field(default=__version__)
-    patches: str | None = None  # the carried patch series' digest (rockbuild.llamacpp.patches); None: not recorded
-
-    def job(self, job_id: str) -> Job:
-        for job in self.jobs:
-            if job.id == job_id:
-                return job
-
-        ids = [j.id for j in self.jobs]
-        raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
-                         hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out")
-
-    def rocm_for(self, job_id: str) -> RocmInput | None:
-        """The job's ROCm tarball; None for a job whose backend uses no ROCm (a Vulkan job)."""
-        job = self.job(job_id)
-        key = self.job_rocm.get(job_id)
-        if key is None:
-            if not get_backend(job.backend).needs_rocm:
-                return None
-            raise ConfigError(f"inputs.json has no ROCm tarball for {job_id}; write it again with rockbuild resolve")
-        return self.rocm[key]
-
-    def unresolved(self, job_id: str) -> RocmInput | None:
-        """The job's ROCm input when resolve found no tarball for it (the job cannot be built), else None."""
-        rocm = self.rocm_for(job_id)
-        return rocm if rocm is not None and rocm.error else None
-
-    def job_fingerprint(self, job_id: str) -> str:
-        """A hash of everything this job is built from (the job, the commit, the tarball)."""
-        rocm = self.rocm_for(job_id)
-        data = {"job": self.job(job_id).to_dict(), "llama": self.llama.to_dict(),
-                "rocm": rocm.to_dict() if rocm is not None else None,
-                **({"patches": self.patches} if self.patches is not None else {})}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-    def render(self) -> str:
-        """What ``rockbuild resolve`` pinned, in two lines."""
-        build = self.llama.build_number or "unknown"
-        text = (f"inputs: llama.cpp {self.llama.commit[:12]} (build {build}), {len(self.jobs)} jobs, "
-                f"{len(self.rocm)} ROCm tarball(s)")
-        failed = [j.id for j in self.jobs if self.unresolved(j.id)]
-        return text + (f"\n  no usable ROCm (these jobs will fail): {', '.join(failed)}" if failed else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": self.schema, "tool": "rockbuild", "rockbuild_version": self.rockbuild_version,
-            "resolved_at": self.resolved_at, "max_age_days": self.max_age_days, "index_url": self.index_url,
-            "llama_cpp": self.llama.to_dict(), "patches": self.patches,
-            "rocm": {key: value.to_dict() for key, value in self.rocm.items()},
-            "jobs": [{**job.to_dict(), "rocm_key": self.job_rocm[job.id]} for job in self.jobs],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "inputs.json") -> Inputs:
-        if not isinstance(data, dict) or data.get("tool") != "rockbuild" or "llama_cpp" not in data:
-            raise ConfigError(f"{source} is not an inputs file written by rockbuild resolve")
-        if data.get("schema") != SCHEMA:
-            raise ConfigError(f"{source} has schema {data.get('schema')!r}; this rockbuild reads {SCHEMA}",
-                              hint="write it again with this rockbuild's `rockbuild resolve`")
-        record = InputsRecord.from_dict(data, source)  # a RecordError when a key is missing or of the wrong type
-        llama = record.llama_cpp
-        build_number = str(llama.build_number) if llama.build_number is not None else None
-        return cls(
-            llama=LlamaInput(llama.ref, llama.commit, build_number, llama.url),
-            rocm={k: RocmInput.from_dict(dict(v)) for k, v in record.rocm.items()},
-            jobs=tuple(j.narrow(Job) for j in record.jobs),
-            job_rocm={j.id: j.rocm_key for j in record.jobs},
-            resolved_at=record.resolved_at or "", max_age_days=record.max_age_days,
-            index_url=record.index_url, rockbuild_version=record.rockbuild_version or "",
-            patches=record.patches,
-        )
-
-    def write(self, path: Path) -> Path:
-        return write_json_atomic(Path(path), self.to_dict())
+def inputs_record(llama: InputsLlama, rocm: Mapping[str, InputsRocm], jobs: Iterable[InputsJob], *,
+                  resolved_at: str = "", max_age_days: int | None = DEFAULT_MAX_AGE_DAYS, index_url: str | None = None,
+                  patches: str | None = None) -> InputsRecord:
+    """inputs.json's record, as this rockbuild writes it: the commit, the tarballs by key, each job with its key."""
+    return InputsRecord(schema=SCHEMA, tool="rockbuild", rockbuild_version=__version__, resolved_at=resolved_at,
+                        max_age_days=max_age_days, index_url=index_url, llama_cpp=llama, patches=patches,
+                        rocm=dict(rocm), jobs=tuple(jobs))
 
 
-def load_inputs(path: Path) -> Inputs:
+def read_inputs(data: Any, source: str = "inputs.json") -> InputsRecord:
+    """The record of an inputs file's JSON: written by rockbuild resolve, of this schema, well formed (a RecordError
+    names the key), and whole: every job's ROCm key is one of its tarballs, and a job whose backend takes ROCm has
+    one (a ConfigError before any job is built)."""
+    if not isinstance(data, dict) or data.get("tool") != "rockbuild" or "llama_cpp" not in data:
+        raise ConfigError(f"{source} is not an inputs file written by rockbuild resolve")
+    if data.get("schema") != SCHEMA:
+        raise ConfigError(f"{source} has schema {data.get('schema')!r}; this rockbuild reads {SCHEMA}",
+                          hint="write it again with this rockbuild's `rockbuild resolve`")
+    record = InputsRecord.from_dict(data, source)  # a RecordError when a key is missing or of the wrong type
+    for job in record.jobs:
+        if job.rocm_key is None and get_backend(job.backend).needs_rocm:
+            raise ConfigError(f"{source} has no ROCm tarball for {job.id}; write it again with rockbuild resolve")
+        if job.rocm_key is not None and job.rocm_key not in record.rocm:
+            raise ConfigError(f"{source}: {job.id}'s rocm_key {job.rocm_key!r} is none of its rocm tarballs; write "
+                              "it again with rockbuild resolve")
+    return record
+
+
+def load_inputs(path: Path) -> InputsRecord:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--inputs {path}: no such file; write it with `rockbuild resolve --out {path}`") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--inputs {path} cannot be read as JSON: {exc}") from None
-    return Inputs.from_dict(data, str(path))
+    return read_inputs(data, str(path))
+
+
+def tarball_entry(rocm: InputsRocm) -> TarballEntry:
+    """The :class:`~rockbuild.rocm.index.TarballEntry` of a job's tarball, for
+    :func:`~rockbuild.rocm.fetch.fetch_entry`; the input's own failure when resolve found none."""
+    if rocm.error or not rocm.name or not rocm.url:
+        raise rocm.failure()
+    parsed = parse_tarball_name(rocm.name)
+    if parsed is None:
+        raise ConfigError(f"inputs.json names {rocm.name!r}, which is not a TheRock tarball name")
+    return TarballEntry(name=parsed, url=rocm.url, mtime=rocm.mtime, size=rocm.size, index_url=rocm.index_url or "")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -240,7 +119,7 @@ def parse_ls_remote(text: str) -> dict[str, str]:
     return refs
 
 
-def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | None = None) -> LlamaInput:
+def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | None = None) -> InputsLlama:
     """The commit of ``ref`` (tag, branch, or a full commit taken as is) and its ``bNNNN`` tag when it has one."""
     ref = ref.strip()
     if ref in _LATEST_ALIASES:
@@ -259,7 +138,7 @@ def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | N
                 ch in "0123456789abcdef" for ch in ref.lower()) else "check the branch or tag name"
             raise NotFoundError(f"llama.cpp ref {ref!r} is not a branch or tag of {url}", hint=hint)
     tags = [r.removeprefix("refs/tags/") for r, sha in listing.items() if r.startswith("refs/tags/") and sha == commit]
-    return LlamaInput(ref=ref, commit=commit, build_number=build_number_from_tags(tags), url=url)
+    return InputsLlama(ref=ref, commit=commit, build_number=build_number_from_tags(tags), url=url)
 
 
 def _ls_remote(args: list[str]) -> str:
@@ -289,9 +168,9 @@ def _memo(fetch_text: Callable[[str], str]) -> Callable[[str], str]:
 
 
 def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days: int | None,
-                 fetch_text: Callable[[str], str], today: datetime.date | None = None) -> RocmInput:
+                 fetch_text: Callable[[str], str], today: datetime.date | None = None) -> InputsRocm:
     groups = (job.group, *job.legacy_groups)
-    base = RocmInput(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel,
+    base = InputsRocm(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel,
                      requested=version)
     try:
         entry = resolve_tarball(platform=job.os, groups=groups, version=version, channel=job.rocm_channel, today=today,
@@ -304,26 +183,22 @@ def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days:
     return _with(base, **tarball_fields(entry))
 
 
-TARBALL_FIELDS = ("name", "url", "version", "date", "size", "mtime", "index_url")
-
-
 def tarball_fields(entry: Any) -> dict[str, Any]:
-    """A :class:`~rockbuild.rocm.index.TarballEntry` as :class:`RocmInput`'s tarball fields (:data:`TARBALL_FIELDS`)."""
+    """A :class:`~rockbuild.rocm.index.TarballEntry` as :class:`~rockbuild.core.records.InputsRocm`'s tarball fields
+    (:data:`~rockbuild.core.records.TARBALL_FIELDS`)."""
     return {"name": entry.name.filename, "url": entry.url, "version": entry.name.version.text,
             "date": entry.name.date.isoformat() if entry.name.date else None, "size": entry.size,
             "mtime": entry.mtime, "index_url": entry.index_url}
 
 
-def _with(base: RocmInput, **changes: Any) -> RocmInput:
-    from dataclasses import replace
-
+def _with(base: InputsRocm, **changes: Any) -> InputsRocm:
     return replace(base, **changes)
 
 
 def resolve_inputs(
     jobs: Sequence[Job], pins: Pins | None = None, *, fetch_text: Callable[[str], str] | None = None,
     today: datetime.date | None = None, patches: str | None = None,
-) -> Inputs:
+) -> InputsRecord:
     """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version), as ``pins``
     (None: the matrix's ref and versions, the default age limit) pin them; ``patches`` (the carried patch series'
     digest) is recorded as it is, for every leg to build with."""
@@ -342,11 +217,11 @@ def resolve_inputs(
     say(f"llama.cpp {llama.ref}: commit {llama.commit}"
         + (f" (build {llama.build_number})" if llama.build_number else " (no bNNNN tag on it)"))
     get = _memo(fetch_text or get_text)
-    rocm: dict[str, RocmInput] = {}
-    job_rocm: dict[str, str | None] = {}
+    rocm: dict[str, InputsRocm] = {}
+    pinned: list[InputsJob] = []
     for job in jobs:
         if not get_backend(job.backend).needs_rocm:  # built from the commit alone (Vulkan: loader, driver: the host's)
-            job_rocm[job.id] = None
+            pinned.append(InputsJob.of(job, None))
             continue
         version = (rocm_version or job.rocm_version or "latest").strip() or "latest"
         key = rocm_key(job, version)
@@ -358,10 +233,10 @@ def resolve_inputs(
                 console.warn(f"ROCm for {job.os} {job.group}: {found.error}")
             else:
                 say(f"ROCm for {job.os} {job.group}: {found.version} ({found.name})")
-        job_rocm[job.id] = key
+        pinned.append(InputsJob.of(job, key))
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    return Inputs(llama=llama, rocm=rocm, jobs=tuple(jobs), job_rocm=job_rocm, resolved_at=now,
-                  max_age_days=max_age_days, index_url=index_url, patches=patches)
+    return inputs_record(llama, rocm, pinned, resolved_at=now, max_age_days=max_age_days, index_url=index_url,
+                         patches=patches)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -390,12 +265,10 @@ def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[s
     return found
 
 
-def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]], *,
-                     fetch_text: Callable[[str], str] | None = None) -> Inputs:
+def attach_last_good(inputs: InputsRecord, known: dict[tuple[str, str], dict[str, Any]], *,
+                     fetch_text: Callable[[str], str] | None = None) -> InputsRecord:
     """``inputs`` with each tarball's last good one (from :func:`last_good_tarballs`) looked up in the index, so a
     retry can download it. One that is no longer listed is left out with a warning."""
-    from dataclasses import replace
-
     get = _memo(fetch_text or get_text)
     rocm = dict(inputs.rocm)
     for key, entry in inputs.rocm.items():
@@ -420,7 +293,7 @@ def attach_last_good(inputs: Inputs, known: dict[tuple[str, str], dict[str, Any]
 # The last release
 
 
-def manifest_differences(inputs: Inputs, manifest: ManifestRecord | Mapping[str, Any],
+def manifest_differences(inputs: InputsRecord, manifest: ManifestRecord | Mapping[str, Any],
                          job_ids: Sequence[str]) -> list[str]:
     """Why ``job_ids`` built from ``inputs`` would not be what ``manifest`` (a release's manifest.json) holds;
     empty when nothing changed.
@@ -433,8 +306,8 @@ def manifest_differences(inputs: Inputs, manifest: ManifestRecord | Mapping[str,
         return ["the last release has no rockbuild manifest.json"]
     record = ManifestRecord.of(manifest)
     commit = record.llama_cpp.commit if record.llama_cpp is not None else None
-    if commit != inputs.llama.commit:
-        why.append(f"llama.cpp {str(commit)[:12]} -> {inputs.llama.commit[:12]}")
+    if commit != inputs.llama_cpp.commit:
+        why.append(f"llama.cpp {str(commit)[:12]} -> {inputs.llama_cpp.commit[:12]}")
     shipped = {j.id: j for j in record.jobs}
     failed = {j.id for j in record.failed_jobs}
     for job_id in job_ids:

@@ -25,7 +25,7 @@ from rockbuild.core.errors import LayoutError, RockbuildError, SmokeError, Usage
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags
 from rockbuild.core.programs import ProgramList, load_programs
-from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp, Tarball
+from rockbuild.core.records import BuildErrorInfo, BuildRecord, InputsRecord, InputsRocm, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.common_part import build_json_sha256, read_common
 from rockbuild.llamacpp.driver import BuildOptions, build_job
@@ -33,7 +33,7 @@ from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_serie
 from rockbuild.rocm.fetch import fetch_entry
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
-from .inputs import Inputs, RocmInput
+from .inputs import tarball_entry
 from .stages import EventHook, Stage, StagesOutcome, fingerprint, run_stages
 
 
@@ -47,7 +47,7 @@ class JobPipeline:
     """What every job of one run goes through its stages with: the pinned inputs, where job folders and caches go,
     the compile flags, the data files' values, the smoke model (one provider shared by the jobs)."""
 
-    inputs: Inputs
+    inputs: InputsRecord
     out: Path
     cache: Path
     context: Context
@@ -66,7 +66,7 @@ class JobPipeline:
     def carried_patches(self) -> str:
         return carried_patches(self.patches, self.compile)
 
-    def run(self, job: Job, rocm: RocmInput | None) -> StagesOutcome:
+    def run(self, job: Job, rocm: InputsRocm | None) -> StagesOutcome:
         """``job``'s stages with ``rocm`` (its pinned tarball, or its group's last good one; None: a job that takes
         no ROCm), reusing each whose inputs did not change. Never raises for a failure of the job itself: it is
         recorded in the job folder and in the outcome."""
@@ -74,7 +74,7 @@ class JobPipeline:
         if unfit is not None:  # nothing to fetch or build for: one line, in build.json as the build step's failure
             folder = JobFolder.of(self.out, job.id)
             folder.record_failure(job, "common", BuildErrorInfo(message=unfit, type="BuildError"),
-                                  LlamaCpp.from_dict(self.inputs.llama.pin()))
+                                  LlamaCpp.from_dict(self.inputs.llama_cpp.pin()))
             console.warn(f"{job.id}: {unfit}")
             return StagesOutcome(job.id, job.required, "failed", {"fetch": "skipped", "build": "failed"}, "build",
                                  unfit)
@@ -105,7 +105,7 @@ class JobPipeline:
 class _JobStages:
     """The four stages of one job: what each takes from the ones before (the ROCm root, the tarball, the keys)."""
 
-    def __init__(self, job: Job, pipeline: JobPipeline, rocm: RocmInput | None) -> None:
+    def __init__(self, job: Job, pipeline: JobPipeline, rocm: InputsRocm | None) -> None:
         self.job, self.pipeline, self.inputs = job, pipeline, pipeline.inputs
         self.rocm = rocm  # the pinned tarball, or its group's last good one on a retry
         self.folder = JobFolder.of(pipeline.out, job.id)
@@ -137,7 +137,8 @@ class _JobStages:
             return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
 
         def failed(exc: RockbuildError) -> None:
-            self.folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(self.inputs.llama.pin()))
+            self.folder.record_failure(job, "rocm", BuildErrorInfo.of(exc),
+                                       LlamaCpp.from_dict(self.inputs.llama_cpp.pin()))
 
         return Stage("fetch", key, run, still_there, reuse, failed)
 
@@ -150,7 +151,7 @@ class _JobStages:
         carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
         common_dir = options.common_dir(self.job)
         common = () if common_dir is None else (f"common {build_json_sha256(common_dir)}",)
-        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama.to_dict(),
+        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama_cpp.to_dict(),
                                                self.job.to_dict(), __version__, options.compile.offline, *web_ui,
                                                *cross, *carried, *common)
 
@@ -164,7 +165,7 @@ class _JobStages:
             ), inputs, self.root)
             build_job(self.job, replace(build_options, rocm_tarball=self.tarball))
 
-        return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama.commit))
+        return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama_cpp.commit))
 
     def bundle(self) -> Stage:
         folder, job = self.folder, self.job
@@ -226,29 +227,29 @@ def tarball_report(fetched: Any) -> Tarball:
     return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
 
 
-def fetch_for_job(job: Job, inputs: Inputs, *, cache: Path,
-                  rocm: RocmInput | None = None) -> Any:
+def fetch_for_job(job: Job, inputs: InputsRecord, *, cache: Path,
+                  rocm: InputsRocm | None = None) -> Any:
     """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
     StaleInputError/NotFoundError when resolve found none)."""
     rocm = rocm or inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    fetched = fetch_entry(rocm.entry(), cache=cache)
+    fetched = fetch_entry(tarball_entry(rocm), cache=cache)
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
     return fetched
 
 
-def build_options_for_inputs(options: BuildOptions, inputs: Inputs, rocm_dir: Path | None) -> BuildOptions:
+def build_options_for_inputs(options: BuildOptions, inputs: InputsRecord, rocm_dir: Path | None) -> BuildOptions:
     """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
     pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
     if options.source_dir is None:
-        pinned.update(ref=inputs.llama.commit, git_url=inputs.llama.url,
-                      build_number=options.build_number or inputs.llama.build_number)
+        pinned.update(ref=inputs.llama_cpp.commit, git_url=inputs.llama_cpp.url,
+                      build_number=options.build_number or inputs.llama_cpp.build_number)
     return replace(options, **pinned)
 
 
-def build_with_inputs(job: Job, inputs: Inputs, options: BuildOptions) -> BuildRecord:
+def build_with_inputs(job: Job, inputs: InputsRecord, options: BuildOptions) -> BuildRecord:
     """``rockbuild build --inputs``: the inputs' tarball (unless ``options.rocm_dir``; none for a job whose backend
     needs no ROCm), the inputs' commit."""
     folder = JobFolder.of(options.out_dir, job.id)
@@ -260,7 +261,7 @@ def build_with_inputs(job: Job, inputs: Inputs, options: BuildOptions) -> BuildR
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
                 fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache)
         except RockbuildError as exc:
-            folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama.pin()))
+            folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama_cpp.pin()))
             raise
         rocm_dir, tarball = fetched.root, tarball_report(fetched)
     return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball))
@@ -293,7 +294,7 @@ class Built:
 
 
 def build_and_bundle(
-    options: BuildOptions, job: Job, *, policy: BundlePolicy, inputs: Inputs | None = None,
+    options: BuildOptions, job: Job, *, policy: BundlePolicy, inputs: InputsRecord | None = None,
     make_bundle: bool = True, prune_fatbin: bool | None = None, git_url_flag: bool = False,
 ) -> Built:
     """``rockbuild build``: ``job`` (the one ``--target``/``--family``/``--job`` names; with ``inputs_file``, the

@@ -44,11 +44,11 @@ def test_first_night_publishes_second_skips_without_download_changed_commit_rebu
     compiles = world.compiles()
     assert compiles > 0
     inputs = load_inputs(out / "inputs.json")
-    assert inputs.llama.build_number == "b1000"
+    assert inputs.llama_cpp.build_number == "b1000"
     assert {r.name for r in inputs.rocm.values()} == set(world.tarballs)
     (release,) = world.github.state.releases.values()
     manifest = json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
-    assert manifest["llama_cpp"]["commit"] == inputs.llama.commit
+    assert manifest["llama_cpp"]["commit"] == inputs.llama_cpp.commit
     assert {j["rocm"]["tarball"] for j in manifest["jobs"]} == set(world.tarballs)
     writes = len(world.github.writes)
 
@@ -76,8 +76,8 @@ def test_first_night_publishes_second_skips_without_download_changed_commit_rebu
     assert Path(first_source).name.startswith("linux-gfx1151-")
     assert third.state == "published", third.message
     assert any("llama.cpp" in c for c in third.changes)
-    assert load_inputs(out / "inputs.json").llama.commit == commit
-    assert load_inputs(out / "inputs.json").llama.build_number is None
+    assert load_inputs(out / "inputs.json").llama_cpp.commit == commit
+    assert load_inputs(out / "inputs.json").llama_cpp.build_number is None
     assert world.compiles() > compiles
     assert world.tarball_requests() == 2  # the extracted trees were reused
     assert all(j.stages["fetch"] == "reused" and j.stages["build"] == "done" for j in third.jobs)

@@ -240,12 +240,14 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
 def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, tmp_path):
     from rockbuild.bundle.audit import bundle_backend
     from rockbuild.bundle.plan import BundleRequest
-    from rockbuild.pipeline.inputs import Inputs, LlamaInput
+    from rockbuild.core.records import InputsJob, InputsLlama
+    from rockbuild.pipeline.inputs import inputs_record, read_inputs
 
     job = a_job("blas")
-    inputs = Inputs(llama=LlamaInput("master", "0" * 40, "1", "url"), rocm={}, jobs=(job,), job_rocm={job.id: None})
+    inputs = inputs_record(InputsLlama(ref="master", commit="0" * 40, build_number="1", url="url"), {},
+                           (InputsJob.of(job, None),))
     assert inputs.rocm_for(job.id) is None and len(inputs.job_fingerprint(job.id)) == 16
-    assert Inputs.from_dict(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "blas"
+    assert read_inputs(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "blas"
     with pytest.raises(UsageError, match="a BLAS bundle takes no --rocm and no --targets"):
         BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="blas", policy=load_policy())
     assert bundle_backend(["libggml-blas.so"], {"backend": "blas"}, "linux") == "blas"

@@ -29,7 +29,10 @@ from rockbuild.core.records import (
     BuildRecord,
     BundleRecord,
     FallbackRecord,
+    InputsJob,
+    InputsLlama,
     InputsRecord,
+    InputsRocm,
     LlamaCpp,
     ManifestRecord,
     SmokeRecord,
@@ -140,7 +143,7 @@ def _check(name: str, path: Path) -> Record:
 
 
 def test_the_writers_files_pass_their_schemas(tmp_path):
-    from rockbuild.pipeline.inputs import Inputs, LlamaInput
+    from rockbuild.pipeline.inputs import inputs_record, read_inputs
     from rockbuild.pipeline.stages import StageLog
     from rockbuild.publish.jobs import load_job
     from rockbuild.publish.manifest import AssetFile, ReleaseContent, build_manifest, write_json
@@ -163,12 +166,20 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     fallback.write(folder.fallback_json)
     _check("fallback.json", folder.fallback_json)
 
-    inputs = Inputs(llama=LlamaInput("master", "c0ffee", "b1", "https://example.invalid/llama.cpp"), rocm={},
-                    jobs=(JOB,), job_rocm={JOB.id: None}, resolved_at="2026-12-01T00:00:00+00:00",
-                    max_age_days=3, index_url=None)
+    stale = InputsRocm(key="linux-gfx1151-nightly-latest", os="linux", groups=("gfx1151",), channel="nightly",
+                       requested="latest", error="the newest gfx1151 tarball is 9 days old", error_kind="stale",
+                       last_good={"name": "g.tar.gz", "url": "https://example.invalid/g.tar.gz", "release": "b0"})
+    vulkan = JOB.narrow(Job)
+    vulkan = dataclasses.replace(vulkan, id="linux-vulkan", backend="vulkan", family="", group="", targets=())
+    inputs = inputs_record(InputsLlama(ref="master", commit="c0ffee", build_number="b1",
+                                       url="https://example.invalid/llama.cpp"), {stale.key: stale},
+                           (InputsJob.of(JOB, stale.key), InputsJob.of(vulkan, None)),
+                           resolved_at="2026-12-01T00:00:00+00:00", max_age_days=3, index_url=None)
     inputs.write(tmp_path / "inputs.json")
-    _check("inputs.json", tmp_path / "inputs.json")
-    assert Inputs.from_dict(json.loads((tmp_path / "inputs.json").read_text())).jobs == (JOB,)
+    record = _check("inputs.json", tmp_path / "inputs.json")
+    assert isinstance(record, InputsRecord) and record == inputs  # what resolve made is what every reader loads
+    loaded = read_inputs(json.loads((tmp_path / "inputs.json").read_text()))
+    assert loaded.job(JOB.id) == JOB and loaded.unresolved(JOB.id) == stale and loaded.rocm_for(vulkan.id) is None
 
     out = tmp_path / "pub"
     ok = load_job(make_job(out, "linux-gfx1151", smoke=smoke_ok()))
@@ -185,6 +196,32 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
         assert valid("build.json", json.loads((job_dir / "build.json").read_text()))
         assert valid("bundle.json", json.loads((job_dir / "bundle" / "bundle.json").read_text()))
         assert valid("smoke.json", json.loads((job_dir / "smoke.json").read_text()))
+
+
+def test_an_inputs_file_is_refused_when_loaded_if_a_job_has_no_tarball_it_can_build_with(tmp_path):
+    from rockbuild.core.errors import ConfigError
+    from rockbuild.pipeline.inputs import load_inputs
+
+    llama = {"ref": "master", "commit": "c0ffee", "build_number": 1000, "url": "u"}
+    job = {**JOB.to_dict(), "rocm_key": None}
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps({"schema": 1, "tool": "rockbuild", "llama_cpp": llama, "jobs": [job]}))
+    # a ROCm job without a tarball: refused when the file is read (before: a ConfigError once that job got to fetch)
+    with pytest.raises(ConfigError, match=rf"^{path} has no ROCm tarball for linux-gfx1151; write it again"):
+        load_inputs(path)
+    # a key none of its tarballs has (before: a KeyError, a bug's exit, when the job got to fetch)
+    path.write_text(json.dumps({"schema": 1, "tool": "rockbuild", "llama_cpp": llama,
+                                "jobs": [{**job, "rocm_key": "linux-gfx1151-nightly-latest"}]}))
+    with pytest.raises(ConfigError, match="linux-gfx1151's rocm_key 'linux-gfx1151-nightly-latest' is none of its"):
+        load_inputs(path)
+    # a build number written as a number by hand is read as its text (as build.json and the build key take it)
+    rocm = {"key": "k", "os": "linux", "groups": ["gfx1151"], "channel": "nightly", "requested": "latest"}
+    path.write_text(json.dumps({"schema": 1, "tool": "rockbuild", "llama_cpp": llama, "rocm": {"k": rocm},
+                                "jobs": [{**job, "rocm_key": "k"}]}))
+    inputs = load_inputs(path)
+    assert inputs.llama_cpp.build_number == "1000" and inputs.llama_cpp.pin() == {"commit": "c0ffee",
+                                                                                     "build_number": "1000"}
+    assert inputs.rocm_for(JOB.id) == InputsRocm.from_dict(rocm)
 
 
 # -- (3) malformed input is rejected, in one line naming the file and the key ------------------------------------------
@@ -205,6 +242,11 @@ BAD = [
     ("inputs.json", {"schema": 1, "tool": "rockbuild"}, "llama_cpp is missing"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
                      "jobs": [{"os": "linux"}]}, "jobs[0].id is missing"),
+    ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
+                     "rocm": {"k": {"key": "k", "os": "linux", "groups": "gfx1151", "channel": "nightly",
+                                    "requested": "latest"}}}, "rocm.k.groups must be an array, not string"),
+    ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
+                     "rocm": {"k": {"key": "k", "os": "linux", "groups": []}}}, "rocm.k.channel is missing"),
     ("manifest.json", {"schema": 1, "jobs": 3}, "jobs must be an array, not int"),
     ("manifest.json", {"schema": 1, "jobs": [{"id": "x", "gpu_smoke": {"bench": [{"tokens_per_second": "9"}]}}]},
      "jobs[0].gpu_smoke.bench[0].tokens_per_second must be a number"),
