@@ -17,7 +17,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.programs import NEVER_SHIPPED
-from rockbuild.core.records import BUNDLE_FORMAT, BundleRecord
+from rockbuild.core.records import BUNDLE_FORMAT, AuditRecord, BundleRecord, KernelsRecord
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -103,18 +103,6 @@ class BundlePlan:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "out": str(self.out), "platform": self.platform, "backend": self.backend, "targets": list(self.targets),
-            "files": [f.to_dict() for f in self.files if f.kind != "data"],
-            "data_files": sum(1 for f in self.files if f.kind == "data"),
-            "total_bytes": self.total_bytes,
-            "closure": self.closure.to_dict(), "kernels": self.kernels.to_dict(),
-            "skipped": [str(p) for p in self.skipped], "rocm": self.rocm, "policy": self.policy_source,
-            "errors": list(self.errors), "warnings": list(self.warnings), "plan_seconds": round(self.seconds, 3),
-            "fatbin_pruning": self.pruning or None,
-        }
-
     def render(self) -> str:
         """The plan for people (``--dry-run``)."""
         backend = get_backend(self.backend)
@@ -154,27 +142,53 @@ class BundlePlan:
         return "\n".join(lines)
 
 
+def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, float], audit: AuditReport | None = None,
+                  pruned: Sequence[PruneReport] = (), kpack_refs: Sequence[Mapping[str, Any]] = ()) -> BundleRecord:
+    """bundle.json's record of ``plan`` (made once, here): what was bundled, how long each step took, the pruned fat
+    binaries and split libraries' kpack references, the audit."""
+    return BundleRecord(
+        format=FORMAT, tool="rockbuild", dry_run=dry_run, out=str(plan.out), platform=plan.platform,
+        backend=plan.backend, targets=plan.targets, files=tuple(f.to_dict() for f in plan.files if f.kind != "data"),
+        data_files=sum(1 for f in plan.files if f.kind == "data"), total_bytes=plan.total_bytes,
+        closure=plan.closure.to_dict(), kernels=KernelsRecord.from_dict(plan.kernels.to_dict()),
+        skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
+        warnings=plan.warnings, plan_seconds=round(plan.seconds, 3), fatbin_pruning=plan.pruning or None,
+        pruned_fatbins=tuple(p.to_dict() for p in pruned), kpack_refs=tuple(kpack_refs),
+        audit=AuditRecord.from_dict(audit.to_dict()) if audit is not None else None,
+        seconds={k: round(v, 3) for k, v in seconds.items()})
+
+
 @dataclass(frozen=True)
 class BundleReport:
-    out: Path
+    """A bundle's outcome: bundle.json's record (made once, by :func:`bundle_record`) and what only the console and the
+    callers need beside it: the plan (its files, closure and kernel folders: ``--dry-run``'s listing), the audit's
+    checks, the pruned fat binaries with their proofs."""
+
+    record: BundleRecord
     plan: BundlePlan
-    dry_run: bool
-    audit: AuditReport | None
-    seconds: dict[str, float] = field(default_factory=dict)
+    audit: AuditReport | None = None
     pruned: tuple[PruneReport, ...] = ()
-    kpack_refs: tuple[dict[str, Any], ...] = ()  # split libraries' .rocm_kpack_ref paths made to name the bundle's
+
+    @property
+    def out(self) -> Path:
+        return self.plan.out
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.record.dry_run)
+
+    @property
+    def seconds(self) -> Mapping[str, float]:
+        """Each step's seconds (plan, copy, prune, patch, verify, audit), as bundle.json has them."""
+        return self.record.seconds
 
     @property
     def ok(self) -> bool:
-        return not self.plan.errors and (self.audit is None or self.audit.ok)
+        return not self.record.errors and not self.record.audit_failed
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"format": FORMAT, "tool": "rockbuild", "dry_run": self.dry_run, **self.plan.to_dict()}
-        data["pruned_fatbins"] = [p.to_dict() for p in self.pruned]
-        data["kpack_refs"] = list(self.kpack_refs)
-        data["audit"] = self.audit.to_dict() if self.audit is not None else None
-        data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
-        return data
+        """``rockbuild bundle --json``: bundle.json."""
+        return self.record.to_dict()
 
     def raise_if_failed(self) -> None:
         """A dry run's plan errors as a BundleError (a real run raised them already)."""
@@ -400,7 +414,7 @@ def bundle(request: BundleRequest) -> BundleReport:
     """
     plan = make_plan(request)
     if request.dry_run:
-        return BundleReport(plan.out, plan, True, None, {"plan": plan.seconds})
+        return BundleReport(bundle_record(plan, dry_run=True, seconds={"plan": plan.seconds}), plan)
     return apply_plan(plan, audit=request.audit)
 
 
@@ -593,9 +607,8 @@ def _patch(plan: BundlePlan, dest_root: Path, on_file: Callable[[PlannedFile], N
     return calls
 
 
-def write_bundle_json(report: BundleReport, folder: Path) -> Path:
-    path = folder / BUNDLE_JSON
-    return BundleRecord.from_dict(report.to_dict(), path).write(path)
+def write_bundle_json(record: BundleRecord, folder: Path) -> Path:
+    return record.write(folder / BUNDLE_JSON)
 
 
 def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
@@ -628,8 +641,7 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
         pruned = [(f, _prove(f, one, partial, plan)) for f, one in pruned]
         seconds["verify"] = time.monotonic() - start
     reports = tuple(one for _f, one in pruned)
-    report = BundleReport(plan.out, plan, False, None, seconds, reports, refs)
-    write_bundle_json(report, partial)
+    write_bundle_json(bundle_record(plan, dry_run=False, seconds=seconds, pruned=reports, kpack_refs=refs), partial)
     audit_report = None
     if audit:
         start = time.monotonic()
@@ -638,8 +650,9 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
             audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy),
             path=plan.out)
         seconds["audit"] = time.monotonic() - start
-    report = BundleReport(plan.out, plan, False, audit_report, seconds, reports, refs)
-    write_bundle_json(report, partial)
+    report = BundleReport(bundle_record(plan, dry_run=False, seconds=seconds, audit=audit_report, pruned=reports,
+                                        kpack_refs=refs), plan, audit_report, reports)
+    write_bundle_json(report.record, partial)
     if plan.out.exists():
         shutil.rmtree(plan.out)
     partial.rename(plan.out)
@@ -677,6 +690,6 @@ def _errors_line(errors: Sequence[str]) -> str:
 
 
 __all__ = [
-    "BUNDLE_JSON", "BundlePlan", "BundleReport", "BundleRequest", "PlannedFile", "apply_plan", "bundle", "make_plan",
-    "patchelf_tool", "ROOT", "SHIPS",
+    "BUNDLE_JSON", "BundlePlan", "BundleReport", "BundleRequest", "PlannedFile", "apply_plan", "bundle",
+    "bundle_record", "make_plan", "patchelf_tool", "ROOT", "SHIPS",
 ]

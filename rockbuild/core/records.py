@@ -16,7 +16,7 @@ from these. Their JSON Schemas are docs/schemas/<file>.schema.json (tests/unit/t
 file               record               writer
 =================  ===================  =====================================================================
 build.json         :class:`BuildRecord`     the build driver; a failure before it: JobFolder.record_failure
-bundle.json        :class:`BundleRecord`    rockbuild.bundle.plan (write_bundle_json)
+bundle.json        :class:`BundleRecord`    rockbuild.bundle.plan (bundle_record)
 smoke.json         :class:`SmokeRecord`     rockbuild.smoke.runner (run_smoke)
 gpu-smoke.json     :class:`SmokeRecord`     the same (rockbuild smoke --report gpu-smoke.json on the GPU leg)
 stages.json        :class:`StagesRecord`    rockbuild.pipeline.stages.StageLog
