@@ -234,7 +234,7 @@ def check_code_objects(
                 parts.append(f"also has {', '.join(sorted(got - want, key=target_order))}")
             failures.append(f"{path.name} has device code for {', '.join(report.targets) or 'nothing'}: "
                             f"{' and '.join(parts)}")
-    details = {"files": [r.to_dict() for r in reports]}
+    details = {"files": [r.summary().to_dict() for r in reports]}
     return Check("code-objects", not failures, tuple(failures), tuple(warnings), details), reports
 
 

@@ -34,15 +34,14 @@ import re
 import stat
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.policy import load_policy
 from rockbuild.bundle.pruning import reverify_pruned
-from rockbuild.core.errors import AuditError, BundleError, UsageError
-from rockbuild.core.records import BundleRecord
+from rockbuild.core.errors import BundleError, UsageError
+from rockbuild.core.records import AuditRecord, BundleRecord, NeededVersion
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
 from rockbuild.smoke.parse import CPU_MODULE, DISABLED_CPU_VARIANTS
@@ -58,64 +57,6 @@ HOST_MACHINES = {62, 183, 3}  # EM_X86_64, EM_AARCH64, EM_386; EM_AMDGPU (224) f
 # libX.so, libX.so.1, libX.so.1.2.3, libLLVM.so.19.1git; not rocBLAS's Kernels.so-000-gfx90a.hsaco
 _SO_NAME_RE = re.compile(r"\.so(?:\.[0-9][^/]*)?$")
 _PE_SUFFIXES = (".dll", ".exe")
-
-
-@dataclass(frozen=True)
-class AuditReport:
-    path: Path
-    platform: str
-    targets: tuple[str, ...]
-    checks: tuple[Check, ...]
-    versions: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # GLIBC -> (2.38, libamdhip64.so.7)
-    fat_binaries: tuple[FatbinReport, ...] = ()
-    backend: str = "rocm"
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    @property
-    def failures(self) -> tuple[str, ...]:
-        return tuple(f"{c.name}: {f}" for c in self.checks for f in c.failures)
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        return tuple(f"{c.name}: {w}" for c in self.checks for w in c.warnings)
-
-    def raise_if_failed(self, where: Path | str) -> None:
-        """An AuditError (exit 10) naming ``where``, the count and the first failure, when a check failed."""
-        if not self.ok:
-            raise AuditError(f"{where}: {len(self.failures)} audit failure(s), first: {self.failures[0]}")
-
-    def check(self, name: str) -> Check:
-        return next(c for c in self.checks if c.name == name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path), "platform": self.platform, "backend": self.backend, "ok": self.ok,
-            "targets": list(self.targets),
-            "failures": list(self.failures), "warnings": list(self.warnings),
-            "versions": {k: {"version": v, "file": f} for k, (v, f) in self.versions.items()},
-            "fat_binaries": [f.to_dict() for f in self.fat_binaries],
-            "checks": [c.to_dict() for c in self.checks],
-        }
-
-    def render(self) -> str:
-        lines = [f"audit of {self.path}: {'OK' if self.ok else 'FAILED'} (targets {','.join(self.targets) or '?'})"]
-        for c in self.checks:
-            lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}")
-            lines.extend(f"         {f}" for f in c.failures)
-            lines.extend(f"         warning: {w}" for w in c.warnings)
-        for family, (version, file) in self.versions.items():
-            lines.append(f"  needs {family}_{version} (highest, from {file})")
-        for fat in self.fat_binaries:
-            lines.append(f"  {fat.path.name}: {len(fat.bundles)} offload bundles, targets {' '.join(fat.targets)}")
-        proofs = next((c.details.get("pruned") for c in self.checks if c.name == "code-objects"), None) or []
-        for proof in proofs:
-            lines.append(f"  {proof['file']}: {proof['summary']}")
-        notes = next((c.details.get("checked_again") for c in self.checks if c.name == "code-objects"), None) or []
-        lines.extend(f"  {note}" for note in notes)
-        return "\n".join(lines)
 
 
 def _bundle_files(root: Path) -> tuple[list[Path], list[Path]]:
@@ -643,7 +584,7 @@ def audit_bundle(
     path: Path, targets: Sequence[str] | None = None, *, platform: str | None = None,
     policy: BundlePolicy | None = None, max_versions: Mapping[str, str] | None = None, backend: str | None = None,
     rocm: Path | None = None,
-) -> AuditReport:
+) -> AuditRecord:
     """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json).
 
     ``backend`` (default: bundle.json's, else :func:`bundle_backend`'s guess) adds its own checks: gfx targets,
@@ -716,4 +657,6 @@ def audit_bundle(
                     "was made from) runs clang-offload-bundler on them again"])
                 checks[index] = Check(check.name, check.ok and not again, check.failures + tuple(again),
                                       check.warnings, {**check.details, "checked_again": notes})
-    return AuditReport(root, platform, targets, tuple(checks), versions, tuple(fat), backend)
+    return AuditRecord.of(root, platform, backend, targets, tuple(checks),
+                          versions={k: NeededVersion(version=v, file=f) for k, (v, f) in versions.items()},
+                          fat_binaries=tuple(f.summary() for f in fat))

@@ -25,6 +25,7 @@ from typing import IO, Any, cast
 from elftools.elf.elffile import ELFFile
 
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import FatBinary
 from rockbuild.paths import follow_in_root
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import target_order
@@ -88,12 +89,10 @@ class FatbinReport:
                     out[entry.gfx] = out.get(entry.gfx, 0) + entry.size
         return dict(sorted(out.items(), key=lambda kv: (len(kv[0]), kv[0])))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.path.name, "section_bytes": self.section_size, "bundles": len(self.bundles),
-            "compressed_bundles": self.compressed, "targets": list(self.targets),
-            "device_bytes": self.device_bytes(),
-        }
+    def summary(self) -> FatBinary:
+        """What the audit records of it (bundle.json's ``audit.fat_binaries``)."""
+        return FatBinary(file=self.path.name, section_bytes=self.section_size, bundles=len(self.bundles),
+                         compressed_bundles=self.compressed, targets=self.targets, device_bytes=self.device_bytes())
 
 
 class _Short(Exception):

@@ -34,7 +34,7 @@ from rockbuild.core.records import BUNDLE_FORMAT, AuditRecord, BundleRecord, Ker
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
-from .audit import AuditReport, audit_bundle
+from .audit import audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
 from .fatbin import OffloadTools, PruneReport, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
 from .kernels import KernelReport, plan_kernel_data
@@ -142,7 +142,7 @@ class BundlePlan:
         return "\n".join(lines)
 
 
-def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, float], audit: AuditReport | None = None,
+def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, float], audit: AuditRecord | None = None,
                   pruned: Sequence[PruneReport] = (), kpack_refs: Sequence[Mapping[str, Any]] = ()) -> BundleRecord:
     """bundle.json's record of ``plan`` (made once, here): what was bundled, how long each step took, the pruned fat
     binaries and split libraries' kpack references, the audit."""
@@ -154,20 +154,24 @@ def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, floa
         skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
         warnings=plan.warnings, plan_seconds=round(plan.seconds, 3), fatbin_pruning=plan.pruning or None,
         pruned_fatbins=tuple(p.to_dict() for p in pruned), kpack_refs=tuple(kpack_refs),
-        audit=AuditRecord.from_dict(audit.to_dict()) if audit is not None else None,
+        audit=audit,
         seconds={k: round(v, 3) for k, v in seconds.items()})
 
 
 @dataclass(frozen=True)
 class BundleReport:
     """A bundle's outcome: bundle.json's record (made once, by :func:`bundle_record`) and what only the console and the
-    callers need beside it: the plan (its files, closure and kernel folders: ``--dry-run``'s listing), the audit's
-    checks, the pruned fat binaries with their proofs."""
+    callers need beside it: the plan (its files, closure and kernel folders: ``--dry-run``'s listing), the pruned fat
+    binaries with their proofs."""
 
     record: BundleRecord
     plan: BundlePlan
-    audit: AuditReport | None = None
     pruned: tuple[PruneReport, ...] = ()
+
+    @property
+    def audit(self) -> AuditRecord | None:
+        """The audit of the bundle written (None: a dry run, or --no-audit)."""
+        return self.record.audit
 
     @property
     def out(self) -> Path:
@@ -651,7 +655,7 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
             path=plan.out)
         seconds["audit"] = time.monotonic() - start
     report = BundleReport(bundle_record(plan, dry_run=False, seconds=seconds, audit=audit_report, pruned=reports,
-                                        kpack_refs=refs), plan, audit_report, reports)
+                                        kpack_refs=refs), plan, reports)
     write_bundle_json(report.record, partial)
     if plan.out.exists():
         shutil.rmtree(plan.out)

@@ -36,9 +36,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rockbuild.core.data import suggest
-from rockbuild.core.errors import BUG_EXIT_CODE, NotFoundError, RockbuildError, StaleInputError, UsageError
+from rockbuild.core.errors import (
+    BUG_EXIT_CODE,
+    AuditError,
+    NotFoundError,
+    RockbuildError,
+    StaleInputError,
+    UsageError,
+)
 from rockbuild.core.jobs import Job
 from rockbuild.core.record import Record, json_form
+from rockbuild.core.vocabulary import Check
 
 BUILD_SCHEMA = 1
 """build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
@@ -303,18 +311,75 @@ class BuildRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class FatBinary(Record):
+    """A shipped fat binary (rocBLAS, rocSOLVER: ``.hip_fatbin``): its offload bundles and the GPU targets they hold
+    (rockbuild.bundle.fatbin.FatbinReport.summary)."""
+
     file: str | None = None
+    section_bytes: int | None = None
+    bundles: int | None = None  # how many offload bundles
+    compressed_bundles: int | None = None
     targets: tuple[str, ...] = ()
+    device_bytes: Mapping[str, int] = field(default_factory=dict)  # gfx target -> bytes of its code objects
+
+
+@dataclass(frozen=True, kw_only=True)
+class NeededVersion(Record):
+    """The highest version of a symbol family (GLIBC, GLIBCXX) the bundle needs, and the file that needs it."""
+
+    version: str
+    file: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class AuditRecord(Record):
-    """bundle.json's ``audit``: the verdict, what failed and warned, and the fat binaries' GPU code."""
+    """An audit of a bundle (rockbuild.bundle.audit.audit_bundle makes it; bundle.json's ``audit``): each check, the
+    verdict, what failed and warned, the symbol versions the bundle needs, its fat binaries' GPU code."""
 
-    ok: bool | None = None
-    failures: tuple[str, ...] = ()
+    path: Path | None = None  # the bundle audited
+    platform: str | None = None
+    backend: str | None = None
+    ok: bool | None = None  # every check passed (None: a file that does not say)
+    targets: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()  # "<check>: <failure>"
     warnings: tuple[str, ...] = ()
+    versions: Mapping[str, NeededVersion] = field(default_factory=dict)  # GLIBC -> 2.38, from libamdhip64.so.7
     fat_binaries: tuple[FatBinary, ...] = ()
+    checks: tuple[Check, ...] = ()
+
+    @classmethod
+    def of(cls, path: Path, platform: str, backend: str, targets: tuple[str, ...], checks: tuple[Check, ...], *,
+           versions: Mapping[str, NeededVersion] | None = None,
+           fat_binaries: tuple[FatBinary, ...] = ()) -> AuditRecord:
+        """The audit of these checks: its verdict, failures and warnings are theirs."""
+        return cls(path=path, platform=platform, backend=backend, ok=all(c.ok for c in checks), targets=targets,
+                   failures=tuple(f"{c.name}: {f}" for c in checks for f in c.failures),
+                   warnings=tuple(f"{c.name}: {w}" for c in checks for w in c.warnings), versions=dict(versions or {}),
+                   fat_binaries=fat_binaries, checks=checks)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def raise_if_failed(self, where: Path | str) -> None:
+        """An AuditError (exit 10) naming ``where``, the count and the first failure, when a check failed."""
+        if self.ok is False:
+            raise AuditError(f"{where}: {len(self.failures)} audit failure(s), first: {self.failures[0]}")
+
+    def render(self) -> str:
+        lines = [f"audit of {self.path}: {'OK' if self.ok else 'FAILED'} (targets {','.join(self.targets) or '?'})"]
+        for c in self.checks:
+            lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}")
+            lines.extend(f"         {f}" for f in c.failures)
+            lines.extend(f"         warning: {w}" for w in c.warnings)
+        for family, need in self.versions.items():
+            lines.append(f"  needs {family}_{need.version} (highest, from {need.file})")
+        for fat in self.fat_binaries:
+            lines.append(f"  {fat.file}: {fat.bundles} offload bundles, targets {' '.join(fat.targets)}")
+        proofs = next((c.details.get("pruned") for c in self.checks if c.name == "code-objects"), None) or []
+        for proof in proofs:
+            lines.append(f"  {proof['file']}: {proof['summary']}")
+        notes = next((c.details.get("checked_again") for c in self.checks if c.name == "code-objects"), None) or []
+        lines.extend(f"  {note}" for note in notes)
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True, kw_only=True)

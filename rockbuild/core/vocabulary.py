@@ -8,18 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
+from rockbuild.core.record import Record
+
 
 @dataclass(frozen=True)
-class Check:
+class Check(Record):
+    """One check of an audit or of the doctor: its verdict, why it failed, what it warns of, what it saw (a record:
+    bundle.json's ``audit.checks`` holds them)."""
+
     name: str
     ok: bool
     failures: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "failures": list(self.failures), "warnings": list(self.warnings),
-                "details": dict(self.details)}
 
 
 @dataclass(frozen=True)

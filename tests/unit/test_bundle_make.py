@@ -15,6 +15,8 @@ from rockbuild.bundle.elf import read_elf
 from rockbuild.bundle.plan import BundleRequest, make_plan
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import AuditError, BundleError, ConfigError
+from rockbuild.core.records import BundleRecord
+from rockbuild.core.vocabulary import Check
 from rockbuild.rocm.layout import detect_layout
 
 EXPECTED = "base=1 hip=47 comgr=7 plug=3\n"
@@ -111,6 +113,16 @@ def test_bundle_json_records_files_sources_closure_kernels_and_audit(bundled, tr
     assert data["audit"]["ok"] and data["targets"] == ["gfx1151"]
     assert data["rocm"]["version"] == "7.12.0" and data["rocm"]["kind"] == "therock"
     assert data["total_bytes"] == sum(f["size"] for f in data["files"]) + folder["kept"]["bytes"]
+
+
+def test_the_audit_in_bundle_json_is_the_audits_record_read_back(bundled):
+    # one class for the audit, from audit_bundle to bundle.json's reader: its checks, versions and verdict are typed
+    report, out = bundled
+    record = BundleRecord.read(out / "bundle.json")
+    assert record is not None and record.audit is not None and report.audit is not None
+    assert record.audit.to_dict() == report.audit.to_dict() and record.audit.render() == report.audit.render()
+    assert record.audit.check("needed").ok and record.audit.versions["GLIBC"].file
+    assert isinstance(record.audit.check("needed"), Check) and record.audit.path == out
 
 
 def test_shipped_policy_ships_comgr_but_not_an_undeclared_plugin(tree, tmp_path):
