@@ -12,70 +12,23 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from rockbuild.core.records import FileCount, KernelFolder, KernelsRecord
 from rockbuild.rocm.layout import KernelData, kernel_file_target, target_order
 
 from .elf import resolve_in_root
 from .policy import PlatformPolicy, name_matches
 
-
-@dataclass(frozen=True)
-class KernelFolder:
-    """One kernel folder: where it comes from, where it goes, what was kept and dropped."""
-
-    component: str
-    source: Path
-    dest: str
-    files_kept: int
-    bytes_kept: int
-    files_dropped: int
-    bytes_dropped: int
-    generic_files: int
-    per_target: dict[str, tuple[int, int]]  # kept target -> (files, bytes)
-    copies: tuple[tuple[Path, str], ...] = field(default=(), repr=False)  # (real source file, path in the bundle)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "component": self.component, "source": str(self.source), "dest": self.dest,
-            "kept": {"files": self.files_kept, "bytes": self.bytes_kept},
-            "dropped": {"files": self.files_dropped, "bytes": self.bytes_dropped},
-            "generic_files": self.generic_files,
-            "per_target": {t: {"files": f, "bytes": b} for t, (f, b) in self.per_target.items()},
-        }
-
-
-@dataclass(frozen=True)
-class KernelReport:
-    folders: tuple[KernelFolder, ...]
-    errors: tuple[str, ...] = ()
-    skipped: tuple[str, ...] = ()  # folders of the root that no shipped library uses
-
-    @property
-    def files_kept(self) -> int:
-        return sum(f.files_kept for f in self.folders)
-
-    @property
-    def bytes_kept(self) -> int:
-        return sum(f.bytes_kept for f in self.folders)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "folders": [f.to_dict() for f in self.folders],
-            "errors": list(self.errors),
-            "skipped": list(self.skipped),
-            "kept": {"files": self.files_kept, "bytes": self.bytes_kept},
-            "dropped": {"files": sum(f.files_dropped for f in self.folders),
-                        "bytes": sum(f.bytes_dropped for f in self.folders)},
-        }
+Copies = tuple[tuple[Path, str], ...]
+"""The files a kernel folder ships: (real source file, path in the bundle). bundle.json counts them (thousands)."""
 
 
 def prune_kernel_folder(
     component: str, source: Path, dest: str, targets: Sequence[str], sysroot: Path | None = None
-) -> KernelFolder:
-    """The files of ``source`` that serve ``targets`` (plus generic ones), mapped to ``dest`` (relative paths kept)."""
+) -> tuple[KernelFolder, Copies]:
+    """The files of ``source`` that serve ``targets`` (plus generic ones), mapped to ``dest`` (relative paths kept):
+    the folder's record and its files to copy."""
     wanted = set(targets)
     real_source = resolve_in_root(source, sysroot) or source
     copies: list[tuple[Path, str]] = []
@@ -104,10 +57,10 @@ def prune_kernel_folder(
                 counts[1] += size
             rel = path.relative_to(real_source).as_posix()
             copies.append((real, f"{dest}/{rel}"))
-    return KernelFolder(
-        component, source, dest, kept, kept_bytes, dropped, dropped_bytes, generic,
-        {t: (c[0], c[1]) for t, c in sorted(per_target.items(), key=lambda kv: target_order(kv[0]))}, tuple(copies),
-    )
+    by_target = {t: FileCount(c[0], c[1]) for t, c in sorted(per_target.items(), key=lambda kv: target_order(kv[0]))}
+    return KernelFolder(component=component, source=source, dest=dest, kept=FileCount(kept, kept_bytes),
+                        dropped=FileCount(dropped, dropped_bytes), generic_files=generic,
+                        per_target=by_target), tuple(copies)
 
 
 def _soversion(name: str) -> str | None:
@@ -129,13 +82,15 @@ def _pick_source(sources: Sequence[KernelData], users: Sequence[str]) -> KernelD
 def plan_kernel_data(
     kernel_data: Iterable[KernelData], shipped: Iterable[str], targets: Sequence[str], policy: PlatformPolicy,
     *, sysroot: Path | None = None,
-) -> KernelReport:
-    """The kernel folders the bundle needs (a shipped library uses them), pruned to ``targets``."""
+) -> tuple[KernelsRecord, Copies]:
+    """The kernel folders the bundle needs (a shipped library uses them), pruned to ``targets``: bundle.json's record
+    of them and every file to copy."""
     shipped = list(shipped)
     by_component: dict[str, list[KernelData]] = {}
     for data in kernel_data:
         by_component.setdefault(data.component, []).append(data)
     folders: list[KernelFolder] = []
+    copies: list[tuple[Path, str]] = []
     errors: list[str] = []
     skipped: list[str] = []
     for component, sources in by_component.items():
@@ -148,7 +103,9 @@ def plan_kernel_data(
             skipped.append(f"{sources[0].path}: no shipped library uses it ({', '.join(rule.used_by)})")
             continue
         source = _pick_source(sources, users)
-        folders.append(prune_kernel_folder(component, source.path, rule.dest, targets, sysroot))
+        folder, files = prune_kernel_folder(component, source.path, rule.dest, targets, sysroot)
+        folders.append(folder)
+        copies += files
     # TheRock's multi-arch trees keep the per-target kernels in .kpack/ archives; a target they cover is covered
     packed = {t for f in folders if f.component == "kpack" for t in f.per_target}
     for folder in folders:
@@ -159,4 +116,4 @@ def plan_kernel_data(
                 f"{folder.component} kernel data at {folder.source} has no files for {', '.join(lacking)} "
                 f"(kept: {has}); the library would fail on that GPU: use a ROCm build for that target"
             )
-    return KernelReport(tuple(folders), tuple(errors), tuple(skipped))
+    return KernelsRecord(folders=tuple(folders), errors=tuple(errors), skipped=tuple(skipped)), tuple(copies)

@@ -37,7 +37,7 @@ from rockbuild.rocm.layout import RocmLayout, detect_layout
 from .audit import audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
 from .fatbin import OffloadTools, PruneReport, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
-from .kernels import KernelReport, plan_kernel_data
+from .kernels import plan_kernel_data
 from .kpack import flatten_refs
 from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
 from .policy import BundlePolicy, Extra, PlatformPolicy, name_matches
@@ -83,7 +83,7 @@ class BundlePlan:
     targets: tuple[str, ...]
     files: tuple[PlannedFile, ...]
     closure: Closure
-    kernels: KernelReport
+    kernels: KernelsRecord
     skipped: tuple[Path, ...]
     rocm: dict[str, Any] | None  # None for a bundle of a backend without ROCm (Vulkan): nothing of ROCm in it
     policy_source: str
@@ -150,7 +150,7 @@ def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, floa
         format=FORMAT, tool="rockbuild", dry_run=dry_run, out=str(plan.out), platform=plan.platform,
         backend=plan.backend, targets=plan.targets, files=tuple(f.to_dict() for f in plan.files if f.kind != "data"),
         data_files=sum(1 for f in plan.files if f.kind == "data"), total_bytes=plan.total_bytes,
-        closure=plan.closure.to_dict(), kernels=KernelsRecord.from_dict(plan.kernels.to_dict()),
+        closure=plan.closure.to_dict(), kernels=plan.kernels,
         skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
         warnings=plan.warnings, plan_seconds=round(plan.seconds, 3), fatbin_pruning=plan.pruning or None,
         pruned_fatbins=tuple(p.to_dict() for p in pruned), kpack_refs=tuple(kpack_refs),
@@ -480,12 +480,11 @@ def make_plan(request: BundleRequest) -> BundlePlan:
     tools, pruning = _pruning_tools(files, layout, prune_fatbin, None if can_prune else why_not, errors, warnings)
     if pruning.get("done") is False and any(f.prune for f in files):
         files = [dataclasses.replace(f, prune=()) for f in files]
-    kernels = plan_kernel_data(layout.kernel_data if layout else (), closure.names(), targets, platform_policy,
-                               sysroot=layout.sysroot if layout else None)
+    kernels, copies = plan_kernel_data(layout.kernel_data if layout else (), closure.names(), targets,
+                                       platform_policy, sysroot=layout.sysroot if layout else None)
     errors.extend(kernels.errors)
-    for folder in kernels.folders:
-        for source, dest in folder.copies:
-            files.append(PlannedFile(dest, source, "data", source.stat().st_size, 0o644))
+    for source, dest in copies:
+        files.append(PlannedFile(dest, source, "data", source.stat().st_size, 0o644))
     seen: dict[str, PlannedFile] = {}
     for f in files:
         key = f.dest.lower() if platform == "windows" else f.dest

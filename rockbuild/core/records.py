@@ -9,8 +9,9 @@ Tolerant where the files legitimately vary: keys newer than a file are optional 
 them), and keys a record does not know are kept (``extra``) and written back, for forward compatibility. A record read
 from a file writes its keys back in the file's order, so reading and writing a file changes only what was changed.
 
-The records hold plain data (core imports nothing above core); the stages convert their own result objects to and
-from these. Their JSON Schemas are docs/schemas/<file>.schema.json (tests/unit/test_records.py keeps both in step).
+The records hold plain data (core imports nothing above core); a stage makes its file's record itself (no result
+class of its own copied into one field by field), and its readers load that same class back. Their JSON Schemas are
+docs/schemas/<file>.schema.json (tests/unit/test_records.py keeps both in step).
 
 =================  ===================  =====================================================================
 file               record               writer
@@ -382,9 +383,60 @@ class AuditRecord(Record):
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class FileCount(Record):
+    """A number of files and their bytes."""
+
+    files: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelFolder(Record):
+    """One kernel data folder of a bundle (rockbuild.bundle.kernels.prune_kernel_folder): where it comes from, where
+    it goes, what was kept and dropped for the job's targets."""
+
+    component: str = ""  # rocblas, hipblaslt, kpack
+    source: Path | None = None
+    dest: str = ""  # rocblas/library: its place in the bundle
+    kept: FileCount = field(default_factory=FileCount)
+    dropped: FileCount = field(default_factory=FileCount)
+    generic_files: int = 0  # files for every target (no gfx token in the name): always kept
+    per_target: Mapping[str, FileCount] = field(default_factory=dict)  # a kept target -> its files
+
+    @property
+    def files_kept(self) -> int:
+        return self.kept.files
+
+    @property
+    def bytes_kept(self) -> int:
+        return self.kept.bytes
+
+    @property
+    def files_dropped(self) -> int:
+        return self.dropped.files
+
+    @property
+    def bytes_dropped(self) -> int:
+        return self.dropped.bytes
+
+
 @dataclass(frozen=True, kw_only=True)
 class KernelsRecord(Record):
-    folders: tuple[Mapping[str, Any], ...] = ()
+    """bundle.json's ``kernels`` (rockbuild.bundle.kernels.plan_kernel_data makes it): the kernel folders a bundle
+    ships, pruned to its targets, why it lacks some (``errors``) or leaves some out (``skipped``), their totals."""
+
+    folders: tuple[KernelFolder, ...] = ()
+    errors: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # folders of the root that no shipped library uses
+    kept: FileCount = field(init=False, default_factory=FileCount)  # derived: the folders' sums
+    dropped: FileCount = field(init=False, default_factory=FileCount)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kept", FileCount(sum(f.kept.files for f in self.folders),
+                                                   sum(f.kept.bytes for f in self.folders)))
+        object.__setattr__(self, "dropped", FileCount(sum(f.dropped.files for f in self.folders),
+                                                      sum(f.dropped.bytes for f in self.folders)))
 
 
 @dataclass(frozen=True, kw_only=True)

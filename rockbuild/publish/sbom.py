@@ -49,8 +49,8 @@ def file_origins(job: BuiltJob) -> dict[str, str]:
             built = source.startswith(build_dir + "/") or f"/{job.id}/build/" in source
             origins[str(entry["path"])] = LLAMA if built else ROCM
     for folder in meta.kernels.folders if meta.kernels is not None else ():
-        if isinstance(folder, Mapping) and folder.get("dest"):
-            origins[f"{folder['dest']}/"] = ROCM  # a prefix: every kernel file below it
+        if folder.dest:
+            origins[f"{folder.dest}/"] = ROCM  # a prefix: every kernel file below it
     return origins
 
 

@@ -11,6 +11,7 @@ from support.bundles import cc, make_bundle, run_clean, tree_files
 
 from rockbuild.bundle.kernels import plan_kernel_data, prune_kernel_folder
 from rockbuild.bundle.policy import load_policy
+from rockbuild.core.records import FileCount, KernelsRecord
 from rockbuild.rocm.layout import KernelData, detect_layout
 
 # name -> size; the target is the last gfx token, files without one serve every target
@@ -49,32 +50,32 @@ def fill(folder: Path, files: dict[str, int]) -> Path:
 
 
 def test_prune_keeps_the_target_and_generic_files(tmp_path):
-    folder = prune_kernel_folder("rocblas", fill(tmp_path / "library", ROCBLAS), "rocblas/library", ["gfx1151"])
-    kept = sorted(dest.rsplit("/", 1)[1] for _, dest in folder.copies)
+    folder, copies = prune_kernel_folder("rocblas", fill(tmp_path / "library", ROCBLAS), "rocblas/library", ["gfx1151"])
+    kept = sorted(dest.rsplit("/", 1)[1] for _, dest in copies)
     assert kept == sorted(n for n in ROCBLAS if "gfx1151" in n or n.endswith("_fallback.dat"))
     assert (folder.files_kept, folder.files_dropped, folder.generic_files) == (7, 5, 2)
     assert folder.bytes_kept == 11 + 101 + 103 + 127 + 131 + 139 + 149
     assert folder.bytes_dropped == sum(ROCBLAS.values()) - folder.bytes_kept
-    assert folder.per_target == {"gfx1151": (5, 11 + 101 + 103 + 127 + 131)}
-    assert all(dest.startswith("rocblas/library/") for _, dest in folder.copies)
+    assert folder.per_target == {"gfx1151": FileCount(5, 11 + 101 + 103 + 127 + 131)}
+    assert all(dest.startswith("rocblas/library/") for _, dest in copies)
 
 
 def test_xnack_variants_belong_to_their_base_target(tmp_path):
-    folder = prune_kernel_folder("rocblas", fill(tmp_path / "library", ROCBLAS), "rocblas/library", ["gfx90a"])
-    assert folder.per_target == {"gfx90a": (3, 107 + 109 + 113)}
+    folder, _ = prune_kernel_folder("rocblas", fill(tmp_path / "library", ROCBLAS), "rocblas/library", ["gfx90a"])
+    assert folder.per_target == {"gfx90a": FileCount(3, 107 + 109 + 113)}
 
 
 def test_a_token_never_matches_a_longer_target(tmp_path):
     # gfx110 is a prefix of gfx1100's token but not the same target
-    folder = prune_kernel_folder("rocblas", fill(tmp_path / "library", ROCBLAS), "rocblas/library", ["gfx110"])
+    folder, _ = prune_kernel_folder("rocblas", fill(tmp_path / "library", ROCBLAS), "rocblas/library", ["gfx110"])
     assert folder.per_target == {} and folder.files_kept == 2  # the generic fallbacks only
 
 
 def test_subfolders_keep_their_relative_paths(tmp_path):
     source = fill(tmp_path / "library", {"a_gfx1151.dat": 1})
     fill(source / "sub" / "deeper", {"b_gfx1151.co": 1, "c_gfx1100.co": 1})
-    folder = prune_kernel_folder("hipblaslt", source, "hipblaslt/library", ["gfx1151"])
-    assert sorted(d for _, d in folder.copies) == ["hipblaslt/library/a_gfx1151.dat",
+    _, copies = prune_kernel_folder("hipblaslt", source, "hipblaslt/library", ["gfx1151"])
+    assert sorted(d for _, d in copies) == ["hipblaslt/library/a_gfx1151.dat",
                                                    "hipblaslt/library/sub/deeper/b_gfx1151.co"]
 
 
@@ -85,8 +86,8 @@ def test_therock_layout_folders_used_by_shipped_libraries(tmp_path):
         KernelData("kpack", fill(tmp_path / ".kpack", KPACK), ("gfx1100", "gfx1151"), 4, 2),
     ]
     shipped = ["llama-server", "librocblas.so.5", "libhipblaslt.so.1", "librocm_kpack.so.1"]
-    report = plan_kernel_data(data, shipped, ["gfx1151"], load_policy().linux)
-    assert not report.errors
+    report, copies = plan_kernel_data(data, shipped, ["gfx1151"], load_policy().linux)
+    assert not report.errors and len(copies) == 7 + 6 + 3
     dests = {f.component: f for f in report.folders}
     assert {c: f.dest for c, f in dests.items()} == {
         "rocblas": "rocblas/library", "hipblaslt": "hipblaslt/library", "kpack": ".kpack"}
@@ -94,17 +95,20 @@ def test_therock_layout_folders_used_by_shipped_libraries(tmp_path):
     assert (dests["kpack"].files_kept, dests["kpack"].files_dropped) == (3, 1)
     summary = report.to_dict()
     assert summary["kept"]["files"] == 7 + 6 + 3 and summary["dropped"]["files"] == 5 + 2 + 1
+    # bundle.json's totals are the folders' sums, derived: a file's own numbers are not trusted on reading
+    assert KernelsRecord.from_dict({**summary, "kept": {"files": 1, "bytes": 1}}) == report
+    assert KernelsRecord.from_dict(summary).kept == FileCount(7 + 6 + 3, report.kept.bytes)
 
 
 def test_folder_of_a_library_that_does_not_ship_is_skipped(tmp_path):
     data = [KernelData("hipblaslt", fill(tmp_path / "hipblaslt/library", HIPBLASLT), ("gfx1151",), 8, 3)]
-    report = plan_kernel_data(data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux)
+    report, _ = plan_kernel_data(data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux)
     assert report.folders == () and "no shipped library uses it" in report.skipped[0]
 
 
 def test_a_target_without_files_is_an_error(tmp_path):
     data = [KernelData("rocblas", fill(tmp_path / "rocblas/library", ROCBLAS), ("gfx1100", "gfx1151"), 12, 2)]
-    report = plan_kernel_data(data, ["librocblas.so.5"], ["gfx1151", "gfx1201"], load_policy().linux)
+    report, _ = plan_kernel_data(data, ["librocblas.so.5"], ["gfx1151", "gfx1201"], load_policy().linux)
     assert len(report.errors) == 1
     assert report.errors[0].startswith("rocblas kernel data at ") and "has no files for gfx1201" in report.errors[0]
 
@@ -114,8 +118,8 @@ def test_the_shipped_soversions_folder_is_preferred(tmp_path):
         KernelData("rocblas", fill(tmp_path / "rocblas/4/library", {"old_gfx1151.dat": 1}), ("gfx1151",), 1, 0),
         KernelData("rocblas", fill(tmp_path / "rocblas/5/library", {"new_gfx1151.dat": 1}), ("gfx1151",), 1, 0),
     ]
-    report = plan_kernel_data(data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux)
-    assert [d for _, d in report.folders[0].copies] == ["rocblas/library/new_gfx1151.dat"]
+    _, copies = plan_kernel_data(data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux)
+    assert [d for _, d in copies] == ["rocblas/library/new_gfx1151.dat"]
 
 
 def test_debian_root_bundle_lands_rocblas_5_library_as_rocblas_library(tmp_path):
@@ -159,8 +163,8 @@ def test_debian_root_bundle_lands_rocblas_5_library_as_rocblas_library(tmp_path)
                     reason="the Debian ROCm root is absent (tests/e2e/provision.sh makes it)")
 def test_real_debian_rocblas_folder_for_gfx1151():
     layout = detect_layout(Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root")
-    report = plan_kernel_data(layout.kernel_data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux,
-                              sysroot=layout.sysroot)
+    report, _ = plan_kernel_data(layout.kernel_data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux,
+                                 sysroot=layout.sysroot)
     (folder,) = report.folders
     # bundling.md 4: 96 gfx1151 files + 54 fallbacks = 150 files, 21,505,425 bytes, from rocblas/5/library
     assert folder.source.parts[-3:] == ("rocblas", "5", "library") and folder.dest == "rocblas/library"
@@ -176,6 +180,6 @@ def test_kpack_covers_targets_missing_from_the_database_folders(tmp_path):
         KernelData("kpack", fill(tmp_path / ".kpack", KPACK), ("gfx1100", "gfx1151"), 4, 2),
     ]
     policy = load_policy().linux
-    assert not plan_kernel_data(data, ["librocblas.so.5", "librocm_kpack.so.1"], ["gfx1151"], policy).errors
-    report = plan_kernel_data(data, ["librocblas.so.5", "librocm_kpack.so.1"], ["gfx1201"], policy)
+    assert not plan_kernel_data(data, ["librocblas.so.5", "librocm_kpack.so.1"], ["gfx1151"], policy)[0].errors
+    report, _ = plan_kernel_data(data, ["librocblas.so.5", "librocm_kpack.so.1"], ["gfx1201"], policy)
     assert len(report.errors) == 2  # neither the database folder nor the packs have gfx1201
