@@ -41,7 +41,7 @@ from rockbuild.backends import DEFAULT, all_backends, get_backend
 from rockbuild.bundle.policy import load_policy
 from rockbuild.bundle.pruning import reverify_pruned
 from rockbuild.core.errors import BundleError, UsageError
-from rockbuild.core.records import AuditRecord, BundleRecord, NeededVersion
+from rockbuild.core.records import AuditRecord, BundleRecord
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
 from rockbuild.smoke.parse import CPU_MODULE, DISABLED_CPU_VARIANTS
@@ -657,6 +657,5 @@ def audit_bundle(
                     "was made from) runs clang-offload-bundler on them again"])
                 checks[index] = Check(check.name, check.ok and not again, check.failures + tuple(again),
                                       check.warnings, {**check.details, "checked_again": notes})
-    return AuditRecord.of(root, platform, backend, targets, tuple(checks),
-                          versions={k: NeededVersion(version=v, file=f) for k, (v, f) in versions.items()},
+    return AuditRecord.of(root, platform, backend, targets, tuple(checks), versions=versions,
                           fat_binaries=tuple(f.summary() for f in fat))

@@ -331,6 +331,18 @@ class NeededVersion(Record):
     file: str
 
 
+def _read_versions(value: Mapping[str, NeededVersion]) -> dict[str, tuple[str, str]]:
+    return {k: (v.version, v.file) for k, v in value.items()}
+
+
+def _write_versions(value: Mapping[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
+    return {k: {"version": version, "file": file} for k, (version, file) in value.items()}
+
+
+_VERSIONS = json_form(Mapping[str, NeededVersion], _read_versions, _write_versions)
+"""GLIBC -> (2.38, libamdhip64.so.7) in Python, GLIBC -> {version, file} in JSON."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuditRecord(Record):
     """An audit of a bundle (rockbuild.bundle.audit.audit_bundle makes it; bundle.json's ``audit``): each check, the
@@ -343,13 +355,13 @@ class AuditRecord(Record):
     targets: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()  # "<check>: <failure>"
     warnings: tuple[str, ...] = ()
-    versions: Mapping[str, NeededVersion] = field(default_factory=dict)  # GLIBC -> 2.38, from libamdhip64.so.7
+    versions: Mapping[str, tuple[str, str]] = field(default_factory=dict, metadata=_VERSIONS)  # GLIBC: (2.38, file)
     fat_binaries: tuple[FatBinary, ...] = ()
     checks: tuple[Check, ...] = ()
 
     @classmethod
     def of(cls, path: Path, platform: str, backend: str, targets: tuple[str, ...], checks: tuple[Check, ...], *,
-           versions: Mapping[str, NeededVersion] | None = None,
+           versions: Mapping[str, tuple[str, str]] | None = None,
            fat_binaries: tuple[FatBinary, ...] = ()) -> AuditRecord:
         """The audit of these checks: its verdict, failures and warnings are theirs."""
         return cls(path=path, platform=platform, backend=backend, ok=all(c.ok for c in checks), targets=targets,
@@ -371,8 +383,8 @@ class AuditRecord(Record):
             lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}")
             lines.extend(f"         {f}" for f in c.failures)
             lines.extend(f"         warning: {w}" for w in c.warnings)
-        for family, need in self.versions.items():
-            lines.append(f"  needs {family}_{need.version} (highest, from {need.file})")
+        for family, (version, file) in self.versions.items():
+            lines.append(f"  needs {family}_{version} (highest, from {file})")
         for fat in self.fat_binaries:
             lines.append(f"  {fat.file}: {fat.bundles} offload bundles, targets {' '.join(fat.targets)}")
         proofs = next((c.details.get("pruned") for c in self.checks if c.name == "code-objects"), None) or []

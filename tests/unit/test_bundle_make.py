@@ -121,7 +121,7 @@ def test_the_audit_in_bundle_json_is_the_audits_record_read_back(bundled):
     record = BundleRecord.read(out / "bundle.json")
     assert record is not None and record.audit is not None and report.audit is not None
     assert record.audit.to_dict() == report.audit.to_dict() and record.audit.render() == report.audit.render()
-    assert record.audit.check("needed").ok and record.audit.versions["GLIBC"].file
+    assert record.audit.check("needed").ok and record.audit.versions["GLIBC"] == report.audit.versions["GLIBC"]
     assert isinstance(record.audit.check("needed"), Check) and record.audit.path == out
 
 
