@@ -19,6 +19,8 @@
 #   tests/e2e/night.sh cold      the same from an empty ccache (night 1 compiles everything)
 #   tests/e2e/night.sh figures   (re)write $ROCKBUILD_E2E/night/figures.json from the last rehearsal's records
 #   tests/e2e/night.sh summary   print the figures of the last rehearsal
+#   tests/e2e/night.sh images    after a rehearsal: each image of its last release pulled from the registry's store
+#                                (served again), run as its notes say (podman, runc), chatted with in chromium
 #
 # The rehearsal's bundles carry Debian sid's glibc floor (GLIBC 2.43), above the release floor (2.35) that publish
 # enforces: the rehearsal raises the floor in its own publish config ($NIGHT/publish.yaml), never the shipped one.
@@ -392,6 +394,14 @@ windows_smoke() {
     cp -r "$NIGHT/out/$WIN_JOB/bundle" "$WINE_ROOT$copy"
     in_wine "$VENV/bin/rockbuild" doctor --bundle "$copy" --model /models/tiny-qwen3.gguf --fix-cpu --json \
         > "$NIGHT/n$n/doctor-$WIN_JOB.json" || rc=$?
+    # On an AMX host the AMX variant is set aside in the copy whatever doctor found: wine never asks Linux for the AMX
+    # permission (arch_prctl), and doctor's probe (a 512-token batch) can pass while llama-perplexity's AMX kernels
+    # die of STATUS_ILLEGAL_INSTRUCTION (seen 2026-12-06 on a Xeon with AMX). Windows itself grants it.
+    if grep -qw amx_tile /proc/cpuinfo && [[ -f $WINE_ROOT$copy/ggml-cpu-sapphirerapids.dll ]]; then
+        mkdir -p "$WINE_ROOT$copy/cpu-set-aside-by-rehearsal"
+        mv "$WINE_ROOT$copy/ggml-cpu-sapphirerapids.dll" "$WINE_ROOT$copy/cpu-set-aside-by-rehearsal/"
+        nlog "wine-root: ggml-cpu-sapphirerapids.dll set aside in the smoke's copy (AMX host, wine)"
+    fi
     nlog "wine-root: doctor --fix-cpu exit $rc: $(json "$NIGHT/n$n/doctor-$WIN_JOB.json" \
         '"; ".join(f["message"] for f in d["findings"] if f["topic"] in ("cpu", "cpu-variant"))')"
     in_wine "$VENV/bin/rockbuild" smoke "$copy" --model /models/tiny-qwen3.gguf --expect-gpu no \
@@ -771,13 +781,59 @@ print(f"    GitHub: " + "; ".join(f"{r['tag']}{' (latest)' if r['latest'] else '
 PYEOF
 }
 
+# images: each image of the last release (n3, else n1: manifest.json's images), as a user meets it: pulled by its
+# moving tag from the registry (its store served again on a free port), run with the notes' podman command (runc and
+# its limits added, the models folder with SmolLM2 on /models, published on 127.0.0.1), /health awaited, then the
+# host's chromium chats with its page (rockbuild.smoke.browser.check_chat); installed/image-<flavour>.{json,png}
+images() {
+    local manifest port i n=3 ref flavour cid rc=0 model
+    [[ -d $NIGHT/n3/out ]] || n=1
+    manifest=$(find "$NIGHT/n$n/out" -path '*/publish/manifest.json' | head -1)
+    [[ -n $manifest ]] || manifest=$(find "$NIGHT/n$n" -name manifest.json -path '*release*' | head -1)
+    [[ -n $manifest ]] || die "no manifest.json of night $n's release under $NIGHT/n$n"
+    model=$(find "$MODELS" "$NIGHT/cache/host" -name 'SmolLM2-*.gguf' 2>/dev/null | head -1)
+    [[ -n $model ]] || die "no SmolLM2 model: run the rehearsal first (its image test downloads it)"
+    port=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+        "$NIGHT/registry/store" "$port" > "$NIGHT/registry/images.yml"
+    docker-registry serve "$NIGHT/registry/images.yml" > "$NIGHT/servers/registry-images.log" 2>&1 &
+    SERVER_PIDS+=("$!")
+    for i in $(seq 100); do curl -fsS "http://127.0.0.1:$port/v2/" > /dev/null 2>&1 && break; sleep 0.1; done
+    mkdir -p "$NIGHT/installed"
+    while read -r ref flavour; do
+        ref="127.0.0.1:$port/${ref#*/}"
+        nlog "image $flavour: podman pull $ref"
+        podman pull -q --tls-verify=false "$ref" > /dev/null
+        local hport
+        hport=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        cid=$(podman --runtime runc run -d --rm --read-only --ulimit nofile=1024:1024 --ulimit nproc=1000:1000 \
+            -p "127.0.0.1:$hport:8080" -v "$(dirname "$model"):/models:ro" "$ref" -m "/models/$(basename "$model")")
+        for i in $(seq 240); do curl -fsS "http://127.0.0.1:$hport/health" > /dev/null 2>&1 && break; sleep 0.5; done
+        nlog "image $flavour: /health after ${i} polls; runs as $(podman exec "$cid" id -u 2>/dev/null || echo '?')"
+        on_host "$HOST_VENV/bin/python" - "http://127.0.0.1:$hport/" "$NIGHT/installed/image-$flavour.png" \
+            > "$NIGHT/installed/image-$flavour.json" <<'PYEOF' || rc=$?
+import json, sys
+from pathlib import Path
+from rockbuild.smoke.browser import ChatPage, check_chat
+check = check_chat(sys.argv[1], ChatPage(), screenshot=Path(sys.argv[2]))
+print(json.dumps(check.to_dict()))
+sys.exit(0 if check.result == "passed" else 1)
+PYEOF
+        nlog "image $flavour: chat in chromium $(json "$NIGHT/installed/image-$flavour.json" 'd["result"] + ": " + d["detail"]')"
+        podman stop -t 5 "$cid" > /dev/null || true
+    done < <(json "$manifest" '"\n".join(i["repository"] + ":" + i["tags"][1] + " " + i["flavour"] for i in d.get("images") or [])')
+    stop_servers
+    return "$rc"
+}
+
 main() {
     local mode=${1:-all}
     case $mode in
         all | cold) rehearse "$mode" ;;
+        images) images ;;
         figures) figures && summary ;;
         summary) summary ;;
-        *) die "unknown mode $mode (all, cold, figures, summary)" ;;
+        *) die "unknown mode $mode (all, cold, figures, summary, images)" ;;
     esac
     nlog "done in ${SECONDS} s"
 }
