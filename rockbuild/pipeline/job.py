@@ -30,7 +30,7 @@ from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.common_part import build_json_sha256, read_common
 from rockbuild.llamacpp.driver import BuildOptions, build_job
 from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
-from rockbuild.rocm.fetch import fetch_entry
+from rockbuild.rocm.fetch import fetch_entry, stable_root
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
 from .inputs import tarball_entry
@@ -234,7 +234,8 @@ def fetch_for_job(job: Job, inputs: InputsRecord, *, cache: Path,
     rocm = rocm or inputs.rocm_for(job.id)
     if rocm is None:
         raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    fetched = fetch_entry(tarball_entry(rocm), cache=cache)
+    entry = tarball_entry(rocm)
+    fetched = fetch_entry(entry, cache=cache, dest=stable_root(entry, cache))  # one path a group: ccache stays warm
     if fetched.layout is None:
         raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
     return fetched
