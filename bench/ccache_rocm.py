@@ -13,7 +13,9 @@ hashed), first against A from an empty cache, then against B:
 * ``stable``: each nightly in its group's one folder (``rocm/therock-linux-gfx1151``, rocm.fetch.stable_root):
   B replaces A at the same path.
 
-It prints second / cold for both, and stable / versioned. Run it where the tree's clang runs (a TheRock tree
+A third run checks the guard that comes with one path: B at the same path with one device library changed must
+miss (the bitcode is hashed as an extra file: no include line names it). It prints second / cold for each, and
+stable / versioned. Run it where the tree's clang runs (a TheRock tree
 extracted by ``rockbuild fetch``; the e2e rehearsal's tree inside rocm-root: tests/e2e/run.sh ccache-rocm).
 
     python bench/ccache_rocm.py --rocm ~/.cache/rockbuild/rocm/therock-dist-linux-gfx1151-7.2.4a20261206 --json
@@ -47,8 +49,10 @@ void launch{i}(float * x, int n) {{ scale{i}<float, 4><<<(n + 255) / 256, 256>>>
 """
 
 
-def nightly_copy(tree: Path, dest: Path, clang_real_copy: bool) -> Path:
-    """``tree`` at ``dest`` as hard links (cheap), its clang binary a real copy when ``clang_real_copy``."""
+def nightly_copy(tree: Path, dest: Path, clang_real_copy: bool, new_bitcode: bool = False) -> Path:
+    """``tree`` at ``dest`` as hard links (cheap), its clang binary a real copy when ``clang_real_copy``; with
+    ``new_bitcode`` one device library changed (oclc_finite_only_on.bc holds what _off.bc does: valid bitcode, other
+    bytes), as a nightly that changed the device libraries and no header."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(tree), str(dest)], check=True)
@@ -59,6 +63,13 @@ def nightly_copy(tree: Path, dest: Path, clang_real_copy: bool) -> Path:
         real.unlink()
         real.write_bytes(data)
         real.chmod(0o755)
+    if new_bitcode:
+        folder = detect_layout(dest).device_lib_dir
+        assert folder is not None
+        changed = folder / "oclc_finite_only_on.bc"
+        data = (folder / "oclc_finite_only_off.bc").read_bytes()
+        changed.unlink()
+        changed.write_bytes(data)
     return dest
 
 
@@ -81,16 +92,19 @@ def compile_all(tree: Path, sources: list[Path], objects: Path, ccache_dir: Path
     return {"seconds": round(seconds, 2), "hits": hits, "misses": int(counts.get("cache_miss", 0))}
 
 
-def measure(tree: Path, work: Path, sources: list[Path], target: str, *, stable: bool) -> dict:
-    """Nightly A then nightly B, one empty ccache; ``stable``: both at one path."""
-    ccache_dir = work / ("ccache-stable" if stable else "ccache-versioned")
+def measure(tree: Path, work: Path, sources: list[Path], target: str, *, stable: bool,
+            new_bitcode: bool = False) -> dict:
+    """Nightly A then nightly B, one empty ccache; ``stable``: both at one path; ``new_bitcode``: B changed a device
+    library (and nothing ccache reads as an input by itself)."""
+    ccache_dir = work / f"ccache-{stable}-{new_bitcode}"
     shutil.rmtree(ccache_dir, ignore_errors=True)
     roots = work / "rocm"
     first = nightly_copy(tree, roots / ("therock-linux-group" if stable else "therock-dist-a20261205"), False)
     cold = compile_all(first, sources, work / "objects", ccache_dir, target)
     shutil.rmtree(first)  # a runner of the next night has only the next nightly (and ccache's direct mode would
     # otherwise find the last one's headers still in place, unchanged, and call that a hit)
-    second_root = nightly_copy(tree, roots / ("therock-linux-group" if stable else "therock-dist-a20261206"), True)
+    second_root = nightly_copy(tree, roots / ("therock-linux-group" if stable else "therock-dist-a20261206"), True,
+                               new_bitcode)
     second = compile_all(second_root, sources, work / "objects", ccache_dir, target)
     shutil.rmtree(roots, ignore_errors=True)
     return {"cold": cold, "second": second, "ratio": round(second["seconds"] / cold["seconds"], 3)}
@@ -117,18 +131,19 @@ def main() -> None:
             sources.append(path)
         versioned = measure(tree, work, sources, args.target, stable=False)
         stable = measure(tree, work, sources, args.target, stable=True)
+        bitcode = measure(tree, work, sources, args.target, stable=True, new_bitcode=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"bench": "ccache_rocm", "tree": str(tree), "files": args.files, "target": args.target,
               "ccache": subprocess.run(["ccache", "--version"], capture_output=True, text=True).stdout.split("\n")[0],
-              "versioned": versioned, "stable": stable,
+              "versioned": versioned, "stable": stable, "stable_new_device_library": bitcode,
               "stable_over_versioned": round(stable["second"]["seconds"] / versioned["second"]["seconds"], 3)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    for name in ("versioned", "stable"):
+    for name in ("versioned", "stable", "stable_new_device_library"):
         r = result[name]
-        print(f"{name:>9}: cold {r['cold']['seconds']:.2f} s ({r['cold']['misses']} misses), next nightly "
+        print(f"{name:>26}: cold {r['cold']['seconds']:.2f} s ({r['cold']['misses']} misses), next nightly "
               f"{r['second']['seconds']:.2f} s ({r['second']['hits']} hits, {r['second']['misses']} misses): "
               f"ratio {r['ratio']:.3f}")
     print(f"next nightly, stable root / versioned (the baseline): {result['stable_over_versioned']:.3f}")
