@@ -358,12 +358,10 @@ def _list_binaries(bin_dir: Path, job_dir: Path, files: list[str], windows: bool
     return out
 
 
-def rocm_identity(toolchain: Toolchain | None) -> str | None:
-    """What the ROCm tree of ``toolchain`` holds: the sha256 of the tarball rockbuild extracted there (its marker);
+def rocm_identity(prefix: str | None) -> str | None:
+    """What the ROCm tree at ``prefix`` holds: the sha256 of the tarball rockbuild extracted there (its marker);
     None for no ROCm, or one rockbuild did not extract (an installed /opt/rocm or Debian's /usr)."""
-    if toolchain is None:
-        return None
-    marker = read_marker(Path(toolchain.prefix))
+    marker = read_marker(Path(prefix)) if prefix else None
     return str(marker["sha256"]) if marker and marker.get("sha256") else None
 
 
@@ -615,7 +613,7 @@ def _configure_step(b: _Build) -> None:
             compilers=compilers, tools=tools, cmake_definitions=dict(definitions), cmake_command=tuple(command),
             environment={k: env[k] for k in ours if k in env},
         )
-        if empty_for_another_rocm(build_dir, rocm_identity(b.toolchain)):
+        if empty_for_another_rocm(build_dir, rocm_identity(b.toolchain.prefix if b.toolchain else None)):
             console.info(f"    {build_dir} was compiled against another ROCm tree; building afresh (ccache keeps "
                          "what did not change)")
         stamp = build_dir / _CONFIGURE_STAMP

@@ -32,12 +32,12 @@ def _toolchain(root: Path) -> Toolchain:
 def test_a_build_folder_is_emptied_when_the_tree_behind_its_path_changed(tmp_path):
     root = _tree(tmp_path / "rocm" / "therock-linux-gfx1151", "a" * 64)
     build = tmp_path / "out" / "build"
-    assert not empty_for_another_rocm(build, rocm_identity(_toolchain(root)))  # a new folder: nothing to empty
+    assert not empty_for_another_rocm(build, rocm_identity(str(root)))  # a new folder: nothing to empty
     (build / "ggml.o").write_text("compiled against nightly a")
-    assert not empty_for_another_rocm(build, rocm_identity(_toolchain(root)))  # the same tree: kept
+    assert not empty_for_another_rocm(build, rocm_identity(str(root)))  # the same tree: kept
     assert (build / "ggml.o").exists()
     write_marker(root, {"name": "therock-b.tar.gz", "sha256": "b" * 64, "size": 1})  # the next nightly, same path
-    assert empty_for_another_rocm(build, rocm_identity(_toolchain(root)))
+    assert empty_for_another_rocm(build, rocm_identity(str(root)))
     assert build.is_dir() and [p.name for p in build.iterdir()] == [".rockbuild-rocm.json"]
     assert json.loads((build / ".rockbuild-rocm.json").read_text()) == {"rocm": "b" * 64}
 
@@ -46,7 +46,7 @@ def test_a_folder_without_rocm_is_never_emptied_for_it(tmp_path):
     build = tmp_path / "build"
     build.mkdir()
     (build / "ggml.o").write_text("a Vulkan job's object")
-    assert rocm_identity(None) is None and rocm_identity(_toolchain(tmp_path / "opt-rocm")) is None  # no marker
+    assert rocm_identity(None) is None and rocm_identity(str(tmp_path / "opt-rocm")) is None  # no marker
     assert not empty_for_another_rocm(build, None)
     assert (build / "ggml.o").exists() and not (build / ".rockbuild-rocm.json").exists()
 
