@@ -98,7 +98,7 @@ start_servers() {
         > "$NIGHT/servers/github.log" 2>&1 &
     SERVER_PIDS+=("$!")
     # the container registry (GitHub's ghcr.io in CI): Debian's docker-registry on a free port, its store in $NIGHT
-    REGISTRY_PORT=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    REGISTRY_PORT=$(free_port)
     mkdir -p "$NIGHT/registry"
     printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
         "$NIGHT/registry/store" "$REGISTRY_PORT" > "$NIGHT/registry/registry.yml"
@@ -549,6 +549,21 @@ install_checks() {
         "llama-completion.exe generated $(wc -c < "$NIGHT/installed/generation-windows.txt") bytes"
 }
 
+# chat_in_chromium URL PNG JSON: the host's chromium chats once with the chat page at URL, as `rockbuild smoke
+# --browser` does (rockbuild.smoke.browser.check_chat, from the host venv); the check to JSON, the screenshot to PNG
+chat_in_chromium() {
+    on_host "$HOST_VENV/bin/python" - "$1" "$2" > "$3" <<'PYEOF'
+import json, sys
+from pathlib import Path
+from rockbuild.smoke.browser import ChatPage, check_chat
+check = check_chat(sys.argv[1], ChatPage(), screenshot=Path(sys.argv[2]))
+print(json.dumps(check.to_dict()))
+sys.exit(0 if check.result == "passed" else 1)
+PYEOF
+}
+
+free_port() { "$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 # browser_chat DEST: the installed bundle's llama-server in the clean root (no ROCm, no browser) serving the real
 # SmolLM2 that the release's image test downloaded, and the host's chromium chatting with its page, as
 # `rockbuild smoke --browser` does (rockbuild.smoke.browser.check_chat); the screenshot is installed/chat.png
@@ -557,7 +572,7 @@ browser_chat() {
     model=$(find "$NIGHT/cache/host" -name 'SmolLM2-*.gguf' | head -1)
     [[ -n $model ]] || die "no SmolLM2 in $NIGHT/cache/host: the release's image test downloads it"
     cp "$model" "$MODELS/"
-    port=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     in_clean /usr/bin/env -i "$dest/llama-server" -m "/models/$(basename "$model")" --host 127.0.0.1 --port "$port" \
         -t 2 > "$NIGHT/installed/browser-server.log" 2>&1 &
     pid=$!
@@ -565,15 +580,7 @@ browser_chat() {
         curl -fsS "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
         sleep 0.5
     done
-    on_host "$HOST_VENV/bin/python" - "http://127.0.0.1:$port/" "$NIGHT/installed/chat.png" \
-        > "$NIGHT/installed/browser.json" <<'PYEOF' || rc=$?
-import json, sys
-from pathlib import Path
-from rockbuild.smoke.browser import ChatPage, check_chat
-check = check_chat(sys.argv[1], ChatPage(), screenshot=Path(sys.argv[2]))
-print(json.dumps(check.to_dict()))
-sys.exit(0 if check.result == "passed" else 1)
-PYEOF
+    chat_in_chromium "http://127.0.0.1:$port/" "$NIGHT/installed/chat.png" "$NIGHT/installed/browser.json" || rc=$?
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     nlog "browser chat with the installed llama-server: $(json "$NIGHT/installed/browser.json" 'd["result"] + ": " + d["detail"]')"
@@ -793,7 +800,7 @@ images() {
     [[ -n $manifest ]] || die "no manifest.json of night $n's release under $NIGHT/n$n"
     model=$(find "$MODELS" "$NIGHT/cache/host" -name 'SmolLM2-*.gguf' 2>/dev/null | head -1)
     [[ -n $model ]] || die "no SmolLM2 model: run the rehearsal first (its image test downloads it)"
-    port=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
         "$NIGHT/registry/store" "$port" > "$NIGHT/registry/images.yml"
     docker-registry serve "$NIGHT/registry/images.yml" > "$NIGHT/servers/registry-images.log" 2>&1 &
@@ -805,20 +812,13 @@ images() {
         nlog "image $flavour: podman pull $ref"
         podman pull -q --tls-verify=false "$ref" > /dev/null
         local hport
-        hport=$("$HOST_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        hport=$(free_port)
         cid=$(podman --runtime runc run -d --rm --read-only --ulimit nofile=1024:1024 --ulimit nproc=1000:1000 \
             -p "127.0.0.1:$hport:8080" -v "$(dirname "$model"):/models:ro" "$ref" -m "/models/$(basename "$model")")
         for i in $(seq 240); do curl -fsS "http://127.0.0.1:$hport/health" > /dev/null 2>&1 && break; sleep 0.5; done
         nlog "image $flavour: /health after ${i} polls; runs as $(podman exec "$cid" id -u 2>/dev/null || echo '?')"
-        on_host "$HOST_VENV/bin/python" - "http://127.0.0.1:$hport/" "$NIGHT/installed/image-$flavour.png" \
-            > "$NIGHT/installed/image-$flavour.json" <<'PYEOF' || rc=$?
-import json, sys
-from pathlib import Path
-from rockbuild.smoke.browser import ChatPage, check_chat
-check = check_chat(sys.argv[1], ChatPage(), screenshot=Path(sys.argv[2]))
-print(json.dumps(check.to_dict()))
-sys.exit(0 if check.result == "passed" else 1)
-PYEOF
+        chat_in_chromium "http://127.0.0.1:$hport/" "$NIGHT/installed/image-$flavour.png" \
+            "$NIGHT/installed/image-$flavour.json" || rc=$?
         nlog "image $flavour: chat in chromium $(json "$NIGHT/installed/image-$flavour.json" 'd["result"] + ": " + d["detail"]')"
         podman stop -t 5 "$cid" > /dev/null || true
     done < <(json "$manifest" '"\n".join(i["repository"] + ":" + i["tags"][1] + " " + i["flavour"] for i in d.get("images") or [])')
