@@ -231,7 +231,8 @@ prepare_host() {
 HOST_CA=()
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] && HOST_CA=(REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt)
 on_host() {
-    /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 ROCKBUILD_CACHE="$IN/cache/host" \
+    /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+        ROCKBUILD_CACHE="$IN/cache/host" \
         "${HOST_CA[@]}" "$@"
 }
 in_rocm() { chroot_env "$ROCM_ROOT" ROCKBUILD_CACHE="$IN/cache/rocm-root" "$@"; }
