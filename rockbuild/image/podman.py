@@ -10,11 +10,12 @@ explicit limits where crun refuses the machine's cgroups (``ROCKBUILD_PODMAN_RUN
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,18 @@ from rockbuild.process import Output, child_env, run
 
 CONTAINER_PORT = 8080
 _IMAGE_ID = re.compile(r"^[0-9a-f]{64}$")
+
+
+SBIN = ("/usr/sbin", "/sbin")  # where iptables lives: podman's network plugins run it for every `run -p`
+
+
+def podman_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child environment for podman, with the sbin folders on PATH: a PATH without them (a cron job's, `env -i`'s)
+    made every published port fail with "failed to locate iptables" (seen in the night rehearsal, 2026-12-06)."""
+    env = child_env(base=base)
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p]
+    env["PATH"] = os.pathsep.join([*path, *(d for d in SBIN if d not in path)])
+    return env
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,7 @@ class Podman:
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> str:
         try:
-            result = run([self.program, *self.global_args, *args], env=child_env(), timeout=timeout, check=check,
+            result = run([self.program, *self.global_args, *args], env=podman_env(), timeout=timeout, check=check,
                          output=Output(tail_lines=12))
         except ProcessError as exc:
             tail = " | ".join(line for line in exc.tail[-3:] if "systemd" not in line) if exc.tail else ""

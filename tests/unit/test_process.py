@@ -72,3 +72,12 @@ def test_spawn_and_stop(tmp_path):
             break
         time.sleep(0.1)
     assert stop(proc) != 0 and proc.poll() is not None
+
+
+def test_podman_gets_the_sbin_folders_on_path():
+    """podman's network plugins run iptables (/usr/sbin): a caller's PATH without it made `podman run -p` fail."""
+    from rockbuild.image.podman import podman_env
+
+    env = podman_env({"PATH": "/usr/bin:/bin", "HOME": "/root"})
+    assert env["PATH"].split(":") == ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+    assert podman_env({"PATH": "/sbin:/usr/bin:/usr/sbin"})["PATH"] == "/sbin:/usr/bin:/usr/sbin"
