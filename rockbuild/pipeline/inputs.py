@@ -312,6 +312,8 @@ def manifest_differences(inputs: InputsRecord, manifest: ManifestRecord | Mappin
     failed = {j.id for j in record.failed_jobs}
     for job_id in job_ids:
         job = inputs.job(job_id)
+        if job.is_common_part:  # no asset: built from the commit, patches and flags its jobs are compared on
+            continue
         rocm = inputs.rocm_for(job_id)  # None for a Vulkan job: the commit and the job are all it is built from
         entry = shipped.get(job_id)
         if entry is None:
