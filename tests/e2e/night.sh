@@ -802,9 +802,8 @@ PYEOF
 images() {
     local manifest port i n=3 ref flavour cid rc=0 model
     [[ -d $NIGHT/n3/out ]] || n=1
-    manifest=$(find "$NIGHT/n$n/out" -path '*/publish/manifest.json' | head -1)
-    [[ -n $manifest ]] || manifest=$(find "$NIGHT/n$n" -name manifest.json -path '*release*' | head -1)
-    [[ -n $manifest ]] || die "no manifest.json of night $n's release under $NIGHT/n$n"
+    manifest=$(find "$NIGHT/n$n/out/release" -mindepth 2 -maxdepth 2 -name manifest.json 2>/dev/null | head -1)
+    [[ -n $manifest ]] || die "no manifest.json of night $n's release under $NIGHT/n$n/out/release"
     model=$(find "$MODELS" "$NIGHT/cache/host" -name 'SmolLM2-*.gguf' 2>/dev/null | head -1)
     [[ -n $model ]] || die "no SmolLM2 model: run the rehearsal first (its image test downloads it)"
     port=$(free_port)
