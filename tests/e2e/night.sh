@@ -588,6 +588,8 @@ browser_chat() {
         sleep 0.5
     done
     chat_in_chromium "http://127.0.0.1:$port/" "$NIGHT/installed/chat.png" "$NIGHT/installed/browser.json" || rc=$?
+    # $! is the subshell of in_clean, not the server: stop the server by its port (it holds the build lock's fd too)
+    pkill -f -- "llama-server .*--port $port" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     nlog "browser chat with the installed llama-server: $(json "$NIGHT/installed/browser.json" 'd["result"] + ": " + d["detail"]')"
