@@ -43,7 +43,6 @@ from .github import GitHub
 from .image import (
     ImageOptions,
     ReleaseImage,
-    load_images_config,
     manifest_entries,
     notes_rows,
     push_release_images,
@@ -440,7 +439,7 @@ def _image_options(images: ImageOptions | None, repo: str | None, token: str | N
         return None
     return replace(images, user=images.user or (repo.split("/")[0] if repo else None),
                    token=images.token if images.token is not None else token,
-                   config=images.config or load_images_config())
+                   config=images.images_config())
 
 
 def _release_images(images: ImageOptions | None, shipped: Sequence[BuiltJob], tag: str, out_dir: Path,
