@@ -43,7 +43,13 @@ COMMON_JOB=linux-common   # the Linux common part (issue 41): built once in vulk
 WINE_ENV=(WINEPREFIX=/e2e/night-wineprefix "${WINE_QUIET[@]}")
 CLEAN=$E2E/clean-root
 LAVA=$E2E/lavapipe-root
-GROUP=gfx1151
+GROUP=gfx1151            # the family the users' checks install (clean-root)
+# The night's ROCm families (issue 41: "at least two"): job, TheRock group, the targets its kernel data keeps. gfx120X
+# is a family of two targets, so the night also measures how a HIP library grows with its targets.
+ROCM_JOBS=(linux-gfx1151 linux-gfx120X)
+declare -A ROCM_GROUP=([linux-gfx1151]=gfx1151 [linux-gfx120X]=gfx120X-all)
+declare -A ROCM_TARGETS=([linux-gfx1151]=gfx1151 [linux-gfx120X]=gfx1200,gfx1201)
+declare -A TARBALL=()
 ROCM_VERSION=7.2.4
 NEW_TAG=b$((LLAMA_BUILD_NUMBER + 1))
 VOCAB=$LLAMA_IN_ROOT/models/ggml-vocab-qwen2.gguf
@@ -246,21 +252,24 @@ in_webui() { chroot_env "$WEBUI_ROOT" ROCKBUILD_CACHE="$IN/cache/webui-root" NOD
 
 # ---- the night's inputs: the tarball, the bare clone, the configuration --------------------------------------------
 
-# the TheRock-layout tarball of today (the night refuses one older than --max-age-days, as it should)
+# the TheRock-layout tarballs of today, one per ROCm family (the night refuses one older than --max-age-days)
 therock_tarball() {
-    local date name
+    local date name job group
     date=$(date -u +%Y%m%d)
-    name=therock-dist-linux-$GROUP-${ROCM_VERSION}a$date.tar.gz
     mkdir -p "$NIGHT/index"
-    if [[ -f $NIGHT/index/$name && -f $NIGHT/index/$name.json ]]; then
-        nlog "TheRock tarball $name: made earlier today, kept"
-    else
-        find "$NIGHT/index" -maxdepth 1 -name 'therock-dist-*' -delete
-        in_rocm python3 "$RB_SRC/tests/e2e/therock_tarball.py" tree --stage "$IN/therock-stage" --group "$GROUP" \
-            --targets "$GROUP" --version "$ROCM_VERSION" --date "$date"
-        "$HOST_PY" "$REPO/tests/e2e/therock_tarball.py" pack --stage "$NIGHT/therock-stage" --out "$NIGHT/index"
-    fi
-    TARBALL=$name
+    for job in "${ROCM_JOBS[@]}"; do
+        group=${ROCM_GROUP[$job]}
+        name=therock-dist-linux-$group-${ROCM_VERSION}a$date.tar.gz
+        if [[ -f $NIGHT/index/$name && -f $NIGHT/index/$name.json ]]; then
+            nlog "TheRock tarball $name: made earlier today, kept"
+        else
+            find "$NIGHT/index" -maxdepth 1 -name "therock-dist-linux-$group-*" -delete
+            in_rocm python3 "$RB_SRC/tests/e2e/therock_tarball.py" tree --stage "$IN/therock-stage" --group "$group" \
+                --targets "${ROCM_TARGETS[$job]}" --version "$ROCM_VERSION" --date "$date"
+            "$HOST_PY" "$REPO/tests/e2e/therock_tarball.py" pack --stage "$NIGHT/therock-stage" --out "$NIGHT/index"
+        fi
+        TARBALL[$job]=$name
+    done
 }
 
 # the pinned llama.cpp as a repository the night resolves and clones without a network: master and tag b11312 on it
@@ -311,7 +320,7 @@ highest() {
 write_config() {
     # the two jobs of the rehearsal, as in the shipped matrix (the Vulkan job optional, as it is there)
     cat > "$NIGHT/matrix.yaml" <<'EOF'
-# tests/e2e/night.sh: linux gfx1151 (ROCm, from the TheRock tarball) and linux vulkan, nothing else
+# tests/e2e/night.sh: linux gfx1151 and gfx120X (ROCm, each from its TheRock tarball), linux vulkan, windows cpu
 options:
   llama_ref: master
   rocm: {channel: nightly, version: latest}
@@ -319,7 +328,7 @@ options:
   common_part: true   # issue 41: linux-common built once, the Linux GPU legs compile only their GPU library
 matrix:
   os: [linux]
-  target: [gfx1151]
+  target: [gfx1151, gfx120X]
   include:
     - {os: linux, backend: vulkan, required: false}
     # the Windows leg: the CPU flavour cross-built by mingw-w64 (no OpenSSL for mingw in mingw-root)
@@ -423,7 +432,7 @@ release() {
     on_host GITHUB_TOKEN="$GH_TOKEN" "$HOST_VENV/bin/rockbuild" nightly --release --inputs "$IN/n$n/inputs.json" \
         --repo "$GH_REPO" --api-url "$API_URL" --publish-config "$IN/publish.yaml" --out "$IN/out" \
         --images "$IMAGES" --image-runtime runc --image-base-root "$IMAGE_BASE_ROOT" \
-        "$IN/out/linux-$GROUP" "$IN/out/linux-vulkan" "$IN/out/$WIN_JOB" --json > "$NIGHT/n$n/release.json" \
+        "${ROCM_JOBS[@]/#/$IN/out/}" "$IN/out/linux-vulkan" "$IN/out/$WIN_JOB" --json > "$NIGHT/n$n/release.json" \
         2> "$NIGHT/n$n/release.log"
 }
 
@@ -439,14 +448,14 @@ changed() { grep -q '^changed=true$' "$NIGHT/n$1/github-output"; }
 # the ROCm job really built with the extracted TheRock tree: toolchain, ROCm and every bundled file from it (or from
 # the build), none from the root's /usr
 check_therock_build() {
-    local n=$1
-    "$HOST_PY" - "$NIGHT/out/linux-$GROUP" "$IN" "$TARBALL" <<'PYEOF'
+    local n=$1 job=$2
+    "$HOST_PY" - "$NIGHT/out/$job" "$IN" "${TARBALL[$job]}" "${ROCM_GROUP[$job]}" <<'PYEOF'
 import json, sys
-job, inside, tarball = sys.argv[1], sys.argv[2], sys.argv[3]
+job, inside, tarball, group = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 build = json.load(open(f"{job}/build.json"))
 bundle = json.load(open(f"{job}/bundle/bundle.json"))
 # one folder per group, whichever nightly it holds (rocm.fetch.stable_root): the same paths every night for ccache
-tree = f"{inside}/cache/rocm-root/rocm/therock-linux-{tarball.split('-')[3]}"
+tree = f"{inside}/cache/rocm-root/rocm/therock-linux-{group}"
 problems = []
 rocm = build.get("rocm") or {}
 if rocm.get("kind") != "therock": problems.append(f"ROCm kind {rocm.get('kind')}")
@@ -477,7 +486,7 @@ if not kernels or not all(k.startswith(tree + "/lib/") for k in kernels): proble
 if (bundle.get("rocm") or {}).get("root") != tree: problems.append(f"bundle's ROCm root {(bundle.get('rocm') or {}).get('root')}")
 if problems:
     sys.exit("the ROCm job did not build from the extracted TheRock tree: " + "; ".join(problems))
-print(f"[night] linux-gfx1151 built and bundled from the extracted TheRock tree {tree}: compilers, ROCM_PATH, "
+print(f"[night] {job.rsplit('/', 1)[-1]} built and bundled from the extracted TheRock tree {tree}: compilers, ROCM_PATH, "
       f"{len(sources)} bundled files ({sum(s.startswith(tree) for s in sources)} from the tree, "
       f"{sum(s.startswith(inside + '/out/') for s in sources)} from the build, from the build host by policy or for "
       f"the common part's GCC code: {', '.join(s['name'] for s in host) or 'none'}), kernel data"
@@ -495,9 +504,12 @@ night_one() {
     snapshot n1-planned
     step "night 1: webui (webui-root: npm, as the workflow's prepare job)" webui 1
     step "night 1: common part $COMMON_JOB (vulkan-root: GCC; packed and unpacked as the workflow hands it on)" common_leg 1
-    step "night 1: leg linux-$GROUP (rocm-root: fetch, build, bundle, smoke)" leg 1 "linux-$GROUP"
-    snapshot n1-rocm
-    check_therock_build 1
+    local job
+    for job in "${ROCM_JOBS[@]}"; do
+        step "night 1: leg $job (rocm-root: fetch, build, bundle, smoke)" leg 1 "$job"
+        [[ $job == "${ROCM_JOBS[0]}" ]] && snapshot n1-rocm
+        check_therock_build 1 "$job"
+    done
     step "night 1: leg linux-vulkan (vulkan-root)" leg 1 linux-vulkan
     step "night 1: leg $WIN_JOB (mingw-root: build, bundle)" leg 1 "$WIN_JOB"
     step "night 1: smoke $WIN_JOB under wine (wine-root)" windows_smoke 1
@@ -614,10 +626,13 @@ night_three() {
     changed 3 || die "night 3: the plan says unchanged after a new commit"
     step "night 3: webui (webui-root)" webui 3
     step "night 3: common part $COMMON_JOB (warm)" common_leg 3
-    step "night 3: leg linux-$GROUP (warm: ccache of night 1)" leg 3 "linux-$GROUP"
-    check_therock_build 3
-    [[ $(json "$NIGHT/out/linux-$GROUP/build.json" 'd["llama_cpp"]["commit"]') == "$NEW_COMMIT" ]] \
-        || die "night 3 did not build the new commit ${NEW_COMMIT:0:12}"
+    local job
+    for job in "${ROCM_JOBS[@]}"; do
+        step "night 3: leg $job (warm: ccache of night 1)" leg 3 "$job"
+        check_therock_build 3 "$job"
+        [[ $(json "$NIGHT/out/$job/build.json" 'd["llama_cpp"]["commit"]') == "$NEW_COMMIT" ]] \
+            || die "night 3: $job did not build the new commit ${NEW_COMMIT:0:12}"
+    done
     step "night 3: leg linux-vulkan (warm)" leg 3 linux-vulkan
     step "night 3: leg $WIN_JOB (warm)" leg 3 "$WIN_JOB"
     step "night 3: smoke $WIN_JOB under wine" windows_smoke 3
@@ -660,7 +675,8 @@ figures() {
     "$HOST_PY" - "$NIGHT" <<'PYEOF'
 import datetime, glob, json, os, re, sys
 night = sys.argv[1]
-(tarball,) = [os.path.basename(p) for p in glob.glob(os.path.join(night, "index", "therock-dist-*.tar.gz"))]
+tarballs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(night, "index", "therock-dist-*.tar.gz")))
+tarball = next(t for t in tarballs if "-gfx1151-" in t)
 floor = dict(re.findall(r'^  (GLIBC|GLIBCXX|CXXABI): "([0-9.]+)"', open(os.path.join(night, "publish.yaml")).read(), re.M))
 def count(value):
     return value if isinstance(value, int) else len(value or [])
@@ -696,6 +712,10 @@ def job(n, job_id):
             "pruned_fatbins": [p.get("file") for p in bundle.get("pruned_fatbins") or []],
             "bundle_bytes": bundle.get("total_bytes"), "smoke_ok": smoke.get("ok"),
             "rocm": {k: (build.get("rocm") or {}).get(k) for k in ("kind", "version", "package_version")} if build.get("rocm") else None}
+def jobs(n):
+    # every job the night's legs ran (job-<id>.json), the common part first
+    ids = sorted(os.path.basename(p)[4:-5] for p in glob.glob(os.path.join(night, f"n{n}", "job-*.json")))
+    return {j: job(n, j) for j in sorted(ids, key=lambda j: (not j.endswith("-common"), j))}
 def release(n):
     r = load(f"n{n}/release.json", {}) or {}
     rel = r.get("release") or {}
@@ -727,18 +747,19 @@ installed = {
 figures = {
     "date": datetime.date.today().isoformat(),
     "steps": steps,
+    "tarballs": tarballs,
     "tarball": {k: tar.get(k) for k in ("name", "size", "sha256", "seconds", "compressor", "tree_bytes")}
                | {"tree": {k: (tar.get("tree") or {}).get(k) for k in ("files", "symlinks", "bytes", "kernel_data", "sysdeps", "seconds", "hip_version")}},
     "glibc_floor_raised_to": floor,
     "night1": {"plan": load("n1/plan.json"), "traffic": delta("n1-start", "n1-released"),
                "rocm_leg_traffic": delta("n1-planned", "n1-rocm"),
-               "jobs": {j: job(1, j) for j in ("linux-common", "linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(1)},
+               "jobs": jobs(1), "release": release(1)},
     "installed": installed,
     "night2": {"state": plan2.get("state"), "release": plan2.get("release"), "jobs": plan2.get("jobs"),
                "seconds": next((s["seconds"] for s in steps if s["step"].startswith("night 2")), None),
                "traffic": delta("n2-start", "n2-end")},
     "night3": {"plan": load("n3/plan.json"), "traffic": delta("n3-start", "n3-end"),
-               "jobs": {j: job(3, j) for j in ("linux-common", "linux-gfx1151", "linux-vulkan", "windows-cpu")}, "release": release(3)},
+               "jobs": jobs(3), "release": release(3)},
     "github": {"releases": [{"tag": r["tag"], "latest": r["latest"], "assets": {a["name"]: a["size"] for a in r["assets"]}}
                             for r in final.get("releases", [])],
                "writes": final.get("writes"), "uploads": final.get("uploads"), "issues": final.get("issues")},
