@@ -725,6 +725,11 @@ class SmokeCpuVariants(Record):
     def ran(self) -> bool:
         return self.result != _SKIPPED
 
+    def names_by_result(self) -> dict[str, list[str]]:
+        """The variants' names under ``passed``, ``failed`` and ``not_runnable`` (ggml does not load it here)."""
+        return {key: [v.variant for v in self.variants if v.result == result]
+                for key, result in (("passed", _PASSED), ("failed", _FAILED), ("not_runnable", NOT_RUNNABLE))}
+
     @property
     def failures(self) -> tuple[str, ...]:
         """One line per failed variant (``CPU variant sapphirerapids: llama-bench died of SIGILL ...``), after the

@@ -38,7 +38,7 @@ from rockbuild.core.records import (
 from rockbuild.downloader import get_text
 from rockbuild.llamacpp.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.process import ProcessError, run
-from rockbuild.rocm.index import IndexSource, TarballEntry, resolve_tarball
+from rockbuild.rocm.index import IndexSource, resolve_tarball
 from rockbuild.rocm.names import parse_tarball_name
 
 SCHEMA = INPUTS_SCHEMA
@@ -85,17 +85,6 @@ def load_inputs(path: Path) -> InputsRecord:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--inputs {path} cannot be read as JSON: {exc}") from None
     return read_inputs(data, str(path))
-
-
-def tarball_entry(rocm: InputsRocm) -> TarballEntry:
-    """The :class:`~rockbuild.rocm.index.TarballEntry` of a job's tarball, for
-    :func:`~rockbuild.rocm.fetch.fetch_entry`; the input's own failure when resolve found none."""
-    if rocm.error or not rocm.name or not rocm.url:
-        raise rocm.failure()
-    parsed = parse_tarball_name(rocm.name)
-    if parsed is None:
-        raise ConfigError(f"inputs.json names {rocm.name!r}, which is not a TheRock tarball name")
-    return TarballEntry(name=parsed, url=rocm.url, mtime=rocm.mtime, size=rocm.size, index_url=rocm.index_url or "")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

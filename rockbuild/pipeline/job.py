@@ -21,7 +21,7 @@ from rockbuild.archive import read_marker
 from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
-from rockbuild.core.errors import LayoutError, RockbuildError, SmokeError, UsageError
+from rockbuild.core.errors import RockbuildError, SmokeError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags
 from rockbuild.core.programs import ProgramList, load_programs
@@ -30,10 +30,9 @@ from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.common_part import build_json_sha256, read_common
 from rockbuild.llamacpp.driver import BuildOptions, build_job
 from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
-from rockbuild.rocm.fetch import fetch_entry, stable_root
+from rockbuild.rocm.fetch import fetch_pinned
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
-from .inputs import tarball_entry
 from .stages import EventHook, Stage, StagesOutcome, fingerprint, run_stages
 
 
@@ -131,9 +130,8 @@ class _JobStages:
 
         def run() -> dict[str, Any]:
             with console.step(f"{job.id}: ROCm {rocm.version or ''}"):
-                fetched = fetch_for_job(job, self.inputs, cache=self.pipeline.cache,
-                                        rocm=rocm)
-            self.root, self.tarball = fetched.root, tarball_report(fetched)
+                fetched = fetch_pinned(rocm, cache=self.pipeline.cache)
+            self.root, self.tarball = fetched.root, fetched.tarball()
             return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
 
         def failed(exc: RockbuildError) -> None:
@@ -223,24 +221,6 @@ def _smoke_passed(folder: JobFolder) -> bool:
 # A job's fetch and build from the pinned inputs, usable on their own (``rockbuild build --inputs``)
 
 
-def tarball_report(fetched: Any) -> Tarball:
-    return Tarball(name=fetched.name, url=fetched.url, sha256=fetched.sha256, size=fetched.size, group=fetched.group)
-
-
-def fetch_for_job(job: Job, inputs: InputsRecord, *, cache: Path,
-                  rocm: InputsRocm | None = None) -> Any:
-    """The job's pinned tarball (or ``rocm``: its last good one), downloaded and extracted (a
-    StaleInputError/NotFoundError when resolve found none)."""
-    rocm = rocm or inputs.rocm_for(job.id)
-    if rocm is None:
-        raise UsageError(f"{job.id} is a {job.backend} job: it takes no ROCm tarball")
-    entry = tarball_entry(rocm)
-    fetched = fetch_entry(entry, cache=cache, dest=stable_root(entry, cache))  # one path a group: ccache stays warm
-    if fetched.layout is None:
-        raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
-    return fetched
-
-
 def build_options_for_inputs(options: BuildOptions, inputs: InputsRecord, rocm_dir: Path | None) -> BuildOptions:
     """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
     pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
@@ -260,11 +240,11 @@ def build_with_inputs(job: Job, inputs: InputsRecord, options: BuildOptions) -> 
     if rocm_dir is None and rocm is not None:
         try:
             with console.step(f"ROCm {rocm.version or ''} for {job.id} (from inputs.json)"):
-                fetched = fetch_for_job(job, inputs, cache=options.cache or options.context.cache)
+                fetched = fetch_pinned(rocm, cache=options.cache or options.context.cache)
         except RockbuildError as exc:
             folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama_cpp.pin()))
             raise
-        rocm_dir, tarball = fetched.root, tarball_report(fetched)
+        rocm_dir, tarball = fetched.root, fetched.tarball()
     return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball))
 
 

@@ -201,12 +201,9 @@ class BuiltJob:
         runs = []
         for where, smoke in (("smoke", self.smoke), ("gpu-smoke", self.gpu_smoke)):
             step = smoke.cpu_variants if smoke is not None else None
-            if step is None or step.result == "skipped":
+            if step is None or not step.ran:
                 continue
-            by = {r: [v.variant for v in step.variants if v.result == r]
-                  for r in ("passed", "failed", "not runnable here")}
-            runs.append({"where": where, "result": step.result, "picked": step.picked, "passed": by["passed"],
-                         "failed": by["failed"], "not_runnable": by["not runnable here"],
+            runs.append({"where": where, "result": step.result, "picked": step.picked, **step.names_by_result(),
                          "pp512": {v.variant: v.pp512_tps for v in step.variants if v.pp512_tps is not None}})
         return runs
 

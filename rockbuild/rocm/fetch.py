@@ -21,12 +21,14 @@ from filelock import FileLock
 from rockbuild import console
 from rockbuild.archive import StreamExtractor, read_marker
 from rockbuild.console import human_bytes
-from rockbuild.core.errors import LayoutError, UnreachableError, UsageError
+from rockbuild.core.errors import ConfigError, LayoutError, UnreachableError, UsageError
 from rockbuild.core.jobs import FamilyTable, Job, Selection
+from rockbuild.core.records import InputsRocm, Tarball
 from rockbuild.downloader import Downloader, get_text
 
 from .index import IndexSource, TarballEntry, list_tarballs, resolve_tarball
 from .layout import RocmLayout, detect_layout
+from .names import parse_tarball_name
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class FetchResult:
     layout: RocmLayout | None
     layout_error: str | None = None
     resumed_from: int = 0  # byte offset where a resumed download picked up (0: none)
+
+    def tarball(self) -> Tarball:
+        """The tarball as build.json records it."""
+        return Tarball(name=self.name, url=self.url, sha256=self.sha256, size=self.size, group=self.group)
 
     def render(self) -> str:
         lines = [
@@ -177,6 +183,28 @@ def _reusable(root: Path, entry: TarballEntry, expected_sha256: str | None) -> d
     if expected_sha256 and marker.get("sha256") != expected_sha256:
         return None
     return marker
+
+
+def pinned_entry(rocm: InputsRocm) -> TarballEntry:
+    """The :class:`~rockbuild.rocm.index.TarballEntry` of a job's pinned tarball (inputs.json), for
+    :func:`fetch_entry`; the input's own failure when resolve found none."""
+    if rocm.error or not rocm.name or not rocm.url:
+        raise rocm.failure()
+    parsed = parse_tarball_name(rocm.name)
+    if parsed is None:
+        raise ConfigError(f"inputs.json names {rocm.name!r}, which is not a TheRock tarball name")
+    return TarballEntry(name=parsed, url=rocm.url, mtime=rocm.mtime, size=rocm.size, index_url=rocm.index_url or "")
+
+
+def fetch_pinned(rocm: InputsRocm, *, cache: Path) -> FetchResult:
+    """A job's pinned tarball (inputs.json's, or its group's last good one), downloaded and extracted into its
+    group's one folder (:func:`stable_root`: ccache stays warm across nightlies); the input's own failure
+    (StaleInputError, NotFoundError) when resolve found none, a LayoutError when the tree is no usable ROCm root."""
+    entry = pinned_entry(rocm)
+    fetched = fetch_entry(entry, cache=cache, dest=stable_root(entry, cache))
+    if fetched.layout is None:
+        raise LayoutError(fetched.layout_error or f"{fetched.root} is not a usable ROCm root")
+    return fetched
 
 
 def find_tarball(groups: Sequence[str], *, os_name: str, version: str = "latest", channel: str = "nightly",
