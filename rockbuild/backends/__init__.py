@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rockbuild.core.data import suggest
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import SmokeDevices
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class Backend(Protocol):
 
     def audit_checks(
         self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, meta: Mapping[str, Any], windows: bool,
+        *, record: BundleRecord | None, windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         """The audit's checks of this flavour (after the shared ones) over the bundle's top-level ``names`` and
         ``binaries``, and the fat binaries it read."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rockbuild.backends import ROCM_LIBRARIES, foreign_files
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
 from rockbuild.llamacpp.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.smoke.parse import Placement, VerdictWords, judge
@@ -113,7 +114,7 @@ class CpuBackend:
 
     def audit_checks(
         self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, meta: Mapping[str, Any], windows: bool,
+        *, record: BundleRecord | None, windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         return [check_no_gpu_backend(root, names, policy)], []
 

@@ -22,6 +22,7 @@ from rockbuild.bundle.kernels import target_order
 from rockbuild.bundle.policy import name_matches
 from rockbuild.bundle.pruning import with_pruning_proof
 from rockbuild.core.errors import BundleError, ConfigError, LayoutError
+from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices, Toolchain
 from rockbuild.gpu import gpus_in_topology
 from rockbuild.llamacpp.cmake import compose_definitions, compose_environment, host_build_variables
@@ -391,16 +392,16 @@ class RocmBackend:
 
     def audit_checks(
         self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, meta: Mapping[str, Any], windows: bool,
+        *, record: BundleRecord | None, windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         if windows:
             code, fat = check_code_objects(root, binaries, targets)
             return [check_kernels(root, {n.lower() for n in names}, targets, policy), code], fat
 
-        pruned = [str(p.get("file")) for p in meta.get("pruned_fatbins") or [] if isinstance(p, dict)]
+        pruned = [p.file for p in record.pruned_fatbins] if record is not None else []
         kernels = check_kernels(root, names, targets, policy)
         code, fat = check_code_objects(root, binaries, targets, pruned)
-        code = with_pruning_proof(code, root, meta)  # each pruned fat binary: its independent check, still valid
+        code = with_pruning_proof(code, root, record)  # each pruned fat binary: its independent check, still valid
         return [kernels, code], fat + other_fat_binaries(root, [p for p in binaries if p.name not in pruned])
 
     # smoke

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rockbuild.backends import ROCM_LIBRARIES, foreign_files
 from rockbuild.bundle.policy import name_matches
 from rockbuild.core.errors import BuildError, BundleError
+from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Check, Finding, SmokeDevices
 from rockbuild.llamacpp.cmake import compose_definitions, host_build_environment, host_build_variables, host_compilers
 from rockbuild.llamacpp.shader_cache import DEFAULT_SIZE_MIB, install_wrapper
@@ -305,7 +306,7 @@ class VulkanBackend:
 
     def audit_checks(
         self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, meta: Mapping[str, Any], windows: bool,
+        *, record: BundleRecord | None, windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         return [check_no_rocm(root, names, policy)], []
 

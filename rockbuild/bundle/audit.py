@@ -553,9 +553,9 @@ def _check_needed_pe(root: Path, pes: Mapping[Path, PeInfo], policy: PlatformPol
     return Check("needed", not failures, tuple(failures), details={"host_libraries": system})
 
 
-def _check_extras(root: Path, names: set[str], policy: PlatformPolicy, meta: Mapping[str, Any]) -> Check:
+def _check_extras(root: Path, names: set[str], policy: PlatformPolicy, record: BundleRecord | None) -> Check:
     failures = []
-    rocm = meta.get("rocm") or {}
+    rocm = (record.rocm if record is not None else None) or {}
     version = str(rocm.get("version") or "")
     major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else None
     for extra in policy.extras_for(major, rocm.get("kind")):
@@ -595,7 +595,6 @@ def audit_bundle(
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")
     record = BundleRecord.read(root / BUNDLE_JSON)
-    meta = record.to_dict() if record is not None else {}  # the checks below read the parts their backend knows
     targets = tuple(targets) if targets else (record.targets if record is not None else ())
     files, links = _bundle_files(root)
     top = [p for p in files if p.parent == root]
@@ -622,10 +621,10 @@ def audit_bundle(
         checks.append(Check("architecture", len(machines) <= 1,
                             (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
         checks.append(_check_needed_pe(root, pes, rules))
-        checks.append(_check_extras(root, {n.lower() for n in names}, rules, meta))
+        checks.append(_check_extras(root, {n.lower() for n in names}, rules, record))
         checks.append(check_cpu_backends(root, list(pes), rules, next(iter(machines), "AMD64")))
         checks.append(check_backend_abi(list(pes)))
-        own, fat = flavour.audit_checks(root, names, targets, rules, list(pes), meta=meta, windows=True)
+        own, fat = flavour.audit_checks(root, names, targets, rules, list(pes), record=record, windows=True)
         checks += own
     else:
         elves, format_failures = _read_binaries(root, files, windows=False)
@@ -640,19 +639,19 @@ def audit_bundle(
         checks.append(_check_needed_elf(root, elves, rules))
         checks.append(_check_run_paths(root, elves, rules))
         checks.append(check_kpack_refs(root, elves))
-        checks.append(_check_extras(root, names, rules, meta))
+        checks.append(_check_extras(root, names, rules, record))
         checks.append(check_cpu_backends(root, [p for p in elves if p.parent == root], rules,
                                           reference.machine if reference else "EM_X86_64"))
         checks.append(check_backend_abi([p for p in elves if p.parent == root]))
         own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
-                                        meta=meta, windows=False)
+                                        record=record, windows=False)
         checks += own
         version_check, versions = _check_versions(elves, max_versions)
         checks.append(version_check)
-    if meta.get("pruned_fatbins"):
+    if record is not None and record.pruned_fatbins:
         for index, check in enumerate(checks):
             if check.name == "code-objects":
-                again, notes = reverify_pruned(root, meta, targets, rocm) if rocm is not None else ([], [
+                again, notes = reverify_pruned(root, record, targets, rocm) if rocm is not None else ([], [
                     "the pruned fat binaries' records were checked; rockbuild audit --rocm ROOT (the root the bundle "
                     "was made from) runs clang-offload-bundler on them again"])
                 checks[index] = Check(check.name, check.ok and not again, check.failures + tuple(again),

@@ -25,7 +25,7 @@ from typing import IO, Any, cast
 from elftools.elf.elffile import ELFFile
 
 from rockbuild.core.errors import BundleError
-from rockbuild.core.records import FatBinary
+from rockbuild.core.records import FatBinary, PrunedFatbin, PruneProof
 from rockbuild.paths import follow_in_root
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import target_order
@@ -323,30 +323,6 @@ def read_fatbin(path: Path) -> FatbinReport | None:
 ALIGN = 4096  # clang aligns HIP code objects in a bundle to 4096 bytes
 
 
-@dataclass(frozen=True)
-class PruneReport:
-    path: Path
-    bundles: int
-    rewritten: int
-    section_bytes: int
-    bytes_before: int  # bytes of bundles in the section before (compressed as stored)
-    bytes_after: int
-    entries_dropped: int
-    verification: PruneVerification | None = None  # the independent check (verify_pruned), once it ran
-    bytes_in_holes: int = 0  # zero blocks left unallocated in the shipped file (sparse), once it was written
-
-    @property
-    def bytes_zeroed(self) -> int:
-        return self.bytes_before - self.bytes_after
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.path.name, "bundles": self.bundles, "rewritten": self.rewritten,
-                "section_bytes": self.section_bytes, "bytes_before": self.bytes_before,
-                "bytes_after": self.bytes_after, "bytes_zeroed": self.bytes_zeroed,
-                "entries_dropped": self.entries_dropped, "bytes_in_holes": self.bytes_in_holes,
-                "verification": self.verification.to_dict() if self.verification else None}
-
-
 def _keep(entry: BundleEntry, targets: set[str]) -> bool:
     return entry.gfx is None or entry.gfx in targets
 
@@ -395,7 +371,7 @@ def _decompress_all(blob: bytes, method: int, raw_size: int, where: str) -> byte
     return data
 
 
-def prune_fatbin(path: Path, targets: Sequence[str], *, level: int = 9) -> PruneReport | None:
+def prune_fatbin(path: Path, targets: Sequence[str], *, level: int = 9) -> PrunedFatbin | None:
     """Rewrite ``path``'s offload bundles in place with only ``targets`` (and the host entry); None: no fatbin."""
     report = read_fatbin(path)
     if report is None:
@@ -439,7 +415,9 @@ def prune_fatbin(path: Path, targets: Sequence[str], *, level: int = 9) -> Prune
                 after += len(new)
             rewritten += 1
             dropped += len(bundle.entries) - len(keep)
-    return PruneReport(path, len(report.bundles), rewritten, report.section_size, before, after, dropped)
+    return PrunedFatbin(file=path.name, bundles=len(report.bundles), rewritten=rewritten,
+                        section_bytes=report.section_size, bytes_before=before, bytes_after=after,
+                        entries_dropped=dropped)
 
 
 def build_header_in_place(entries: Sequence[BundleEntry]) -> bytes:
@@ -630,40 +608,6 @@ def identity_differences(original: dict[str, Any], pruned: dict[str, Any]) -> li
     return out
 
 
-@dataclass(frozen=True)
-class PruneVerification:
-    """The independent check of one pruned library against its original (see the section comment above)."""
-
-    ok: bool
-    tools: dict[str, Any]
-    original: str
-    original_sha256: str
-    sha256: str  # of the verified (shipped) file
-    bundles: int
-    bundles_rewritten: int
-    kept: tuple[str, ...]  # the triples LLVM's tool lists in the pruned library (every bundle together)
-    code_objects: int  # kept code objects unbundled from both and compared byte for byte
-    code_object_bytes: int
-    identity: dict[str, Any]  # elf_identity of the original (the pruned matched it when ok)
-    cross_check: str  # what our own reader of the original said about the same code objects
-    failures: tuple[str, ...]
-    seconds: float
-
-    @property
-    def kept_targets(self) -> tuple[str, ...]:
-        found = {BundleEntry(t, 0, 0).gfx for t in self.kept}
-        return tuple(sorted((t for t in found if t), key=target_order))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "tools": self.tools, "original": self.original,
-                "original_sha256": self.original_sha256, "sha256": self.sha256,
-                "bundles": self.bundles, "bundles_rewritten": self.bundles_rewritten, "kept": list(self.kept),
-                "kept_targets": list(self.kept_targets), "code_objects": self.code_objects,
-                "code_object_bytes": self.code_object_bytes, "identity": self.identity,
-                "cross_check": self.cross_check, "failures": list(self.failures),
-                "seconds": round(self.seconds, 3)}
-
-
 def file_sha256(path: Path) -> str:
     import hashlib
 
@@ -761,7 +705,7 @@ def _code_objects(blob: bytes, bundle: OffloadBundle, targets: set[str], where: 
 
 
 def verify_pruned(original: Path, pruned: Path, targets: Sequence[str], tools: OffloadTools, *,
-                  scratch: Path | None = None, jobs: int | None = None) -> PruneVerification:
+                  scratch: Path | None = None, jobs: int | None = None) -> PruneProof:
     """Check ``pruned`` (the shipped, patched copy) against ``original`` with LLVM's tools (see the section comment):
     never raises for a difference, every one is a failure of the returned verification."""
     import concurrent.futures
@@ -807,11 +751,13 @@ def verify_pruned(original: Path, pruned: Path, targets: Sequence[str], tools: O
                         rewritten += changed
             except BundleError as exc:
                 failures.append(exc.message)
-    return PruneVerification(
+    gfx = {BundleEntry(t, 0, 0).gfx for t in kept}
+    return PruneProof(
         ok=not failures, tools=tools.to_dict(), original=str(original), original_sha256=file_sha256(original),
         sha256=file_sha256(pruned),
         bundles=len(after.bundles) if after else 0, bundles_rewritten=rewritten,
-        kept=tuple(sorted(kept)), code_objects=compared, code_object_bytes=compared_bytes, identity=identity,
+        kept=tuple(sorted(kept)), kept_targets=tuple(sorted((t for t in gfx if t), key=target_order)),
+        code_objects=compared, code_object_bytes=compared_bytes, identity=identity,
         cross_check=f"rockbuild's reader decompressed the same {compared} code objects from the original",
-        failures=tuple(failures), seconds=time.monotonic() - start,
+        failures=tuple(failures), seconds=round(time.monotonic() - start, 3),
     )

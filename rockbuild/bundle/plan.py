@@ -30,13 +30,13 @@ from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.programs import NEVER_SHIPPED
-from rockbuild.core.records import BUNDLE_FORMAT, AuditRecord, BundleRecord, KernelsRecord
+from rockbuild.core.records import BUNDLE_FORMAT, AuditRecord, BundleRecord, FatbinPruning, KernelsRecord, PrunedFatbin
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
 from .audit import audit_bundle
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
-from .fatbin import OffloadTools, PruneReport, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
+from .fatbin import OffloadTools, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
 from .kernels import plan_kernel_data
 from .kpack import flatten_refs
 from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
@@ -143,7 +143,7 @@ class BundlePlan:
 
 
 def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, float], audit: AuditRecord | None = None,
-                  pruned: Sequence[PruneReport] = (), kpack_refs: Sequence[Mapping[str, Any]] = ()) -> BundleRecord:
+                  pruned: Sequence[PrunedFatbin] = (), kpack_refs: Sequence[Mapping[str, Any]] = ()) -> BundleRecord:
     """bundle.json's record of ``plan`` (made once, here): what was bundled, how long each step took, the pruned fat
     binaries and split libraries' kpack references, the audit."""
     return BundleRecord(
@@ -152,8 +152,9 @@ def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, floa
         data_files=sum(1 for f in plan.files if f.kind == "data"), total_bytes=plan.total_bytes,
         closure=plan.closure.to_dict(), kernels=plan.kernels,
         skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
-        warnings=plan.warnings, plan_seconds=round(plan.seconds, 3), fatbin_pruning=plan.pruning or None,
-        pruned_fatbins=tuple(p.to_dict() for p in pruned), kpack_refs=tuple(kpack_refs),
+        warnings=plan.warnings, plan_seconds=round(plan.seconds, 3),
+        fatbin_pruning=FatbinPruning.from_dict(plan.pruning) if plan.pruning else None,
+        pruned_fatbins=tuple(pruned), kpack_refs=tuple(kpack_refs),
         audit=audit,
         seconds={k: round(v, 3) for k, v in seconds.items()})
 
@@ -166,7 +167,7 @@ class BundleReport:
 
     record: BundleRecord
     plan: BundlePlan
-    pruned: tuple[PruneReport, ...] = ()
+    pruned: tuple[PrunedFatbin, ...] = ()
 
     @property
     def audit(self) -> AuditRecord | None:
@@ -623,7 +624,7 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     start = time.monotonic()
     _copy(plan, partial)
     seconds["copy"] = time.monotonic() - start
-    pruned: list[tuple[PlannedFile, PruneReport]] = []
+    pruned: list[tuple[PlannedFile, PrunedFatbin]] = []
     if plan.pruned_files:
         start = time.monotonic()
         for f in plan.pruned_files:  # before patchelf, which may move sections; offsets are read from the copy itself
@@ -662,7 +663,7 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     unproved = [p for p in reports if p.verification is None or not p.verification.ok]
     if unproved and audit_report is None:
         first = unproved[0].verification
-        raise BundleError(f"the pruned {unproved[0].path.name} in {plan.out} failed its independent check: "
+        raise BundleError(f"the pruned {unproved[0].file} in {plan.out} failed its independent check: "
                           f"{first.failures[0] if first and first.failures else 'not verified'}",
                           hint=f"details in {plan.out / BUNDLE_JSON} (pruned_fatbins); --no-prune-fatbin ships the "
                                "libraries whole")
@@ -674,7 +675,7 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     return report
 
 
-def _prove(f: PlannedFile, report: PruneReport, partial: Path, plan: BundlePlan) -> PruneReport:
+def _prove(f: PlannedFile, report: PrunedFatbin, partial: Path, plan: BundlePlan) -> PrunedFatbin:
     """Leave the pruned copy's zero blocks as holes, then check it against its original with LLVM's tools."""
     shipped = partial / f.dest
     holes = make_sparse(shipped)

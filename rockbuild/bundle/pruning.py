@@ -4,18 +4,19 @@ by the audit, and once more against the ROCm root's originals with the root's cl
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rockbuild.bundle.fatbin import elf_identity, file_sha256, find_offload_tools, identity_differences, verify_pruned
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Check
 from rockbuild.paths import inside
 from rockbuild.rocm.layout import detect_layout
 
 
-def pruning_proof(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+def pruning_proof(root: Path, record: BundleRecord | None) -> tuple[list[str], list[str], list[dict[str, Any]]]:
     """The failures, warnings and per-file details of the pruned fat binaries bundle.json lists (``pruned_fatbins``).
 
     Each must carry its independent check (:func:`rockbuild.bundle.fatbin.verify_pruned`: LLVM's tools from the ROCm
@@ -26,53 +27,52 @@ def pruning_proof(root: Path, meta: Mapping[str, Any]) -> tuple[list[str], list[
     failures: list[str] = []
     warnings: list[str] = []
     details: list[dict[str, Any]] = []
-    record = meta.get("fatbin_pruning") or {}
-    entries = [e for e in meta.get("pruned_fatbins") or [] if isinstance(e, dict)]
-    if isinstance(record, dict) and record.get("done") is False and record.get("libraries"):
-        warnings.append(f"fat binaries not pruned ({', '.join(map(str, record['libraries']))} ship every GPU "
-                        f"target): {record.get('reason')}")
-    for entry in entries:
-        name = str(entry.get("file"))
-        proof = entry.get("verification")
+    if record is None:
+        return failures, warnings, details
+    pruning = record.fatbin_pruning
+    if pruning is not None and pruning.done is False and pruning.libraries:
+        warnings.append(f"fat binaries not pruned ({', '.join(pruning.libraries)} ship every GPU "
+                        f"target): {pruning.reason}")
+    for entry in record.pruned_fatbins:
+        name = entry.file
+        proof = entry.verification
         path = root / name
-        if not isinstance(proof, dict):
+        if proof is None:
             failures.append(f"{name} was pruned but not verified by an independent tool (not verified): bundle it "
                             "again from its ROCm root")
             details.append({"file": name, "verified": False, "summary": "pruned, NOT VERIFIED"})
             continue
-        problems = [str(f) for f in proof.get("failures") or []]
-        if not proof.get("ok"):
+        problems = list(proof.failures)
+        if not proof.ok:
             problems = problems or ["its independent check did not pass"]
         elif not path.is_file():
             problems = [f"{name} is listed as pruned but is not in the bundle"]
         else:
             try:
-                if file_sha256(path) != proof.get("sha256"):
+                if file_sha256(path) != proof.sha256:
                     problems.append(f"{name} changed since it was verified (sha256 differs)")
-                problems += [f"{name}: {d}" for d in identity_differences(proof.get("identity") or {},
-                                                                         elf_identity(path))]
+                problems += [f"{name}: {d}" for d in identity_differences(dict(proof.identity), elf_identity(path))]
             except (OSError, BundleError) as exc:
                 problems.append(f"{name} cannot be read: {getattr(exc, 'message', None) or exc}")
         failures += problems[:5] + ([f"{name}: {len(problems) - 5} more"] if len(problems) > 5 else [])
-        tools = proof.get("tools") or {}
+        tools = proof.tools
         tool = f"{Path(str(tools.get('bundler', 'clang-offload-bundler'))).name} ({tools.get('version', '?')})"
-        summary = (f"pruned to {', '.join(proof.get('kept_targets') or []) or 'nothing'}; {tool}: "
-                   f"{proof.get('code_objects', 0)} code objects in {proof.get('bundles', 0)} bundles byte-identical "
-                   f"to the original's ({proof.get('code_object_bytes', 0):,} bytes); SONAME, NEEDED, dynamic "
-                   f"symbols and other sections unchanged; {proof.get('cross_check')}")
-        details.append({"file": name, "verified": not problems, "tool": tool, "original": proof.get("original"),
-                        "bundles": proof.get("bundles"), "code_objects": proof.get("code_objects"),
-                        "kept_targets": proof.get("kept_targets"), "sha256": proof.get("sha256"),
+        summary = (f"pruned to {', '.join(proof.kept_targets) or 'nothing'}; {tool}: "
+                   f"{proof.code_objects} code objects in {proof.bundles} bundles byte-identical "
+                   f"to the original's ({proof.code_object_bytes:,} bytes); SONAME, NEEDED, dynamic "
+                   f"symbols and other sections unchanged; {proof.cross_check}")
+        details.append({"file": name, "verified": not problems, "tool": tool, "original": proof.original,
+                        "bundles": proof.bundles, "code_objects": proof.code_objects,
+                        "kept_targets": list(proof.kept_targets), "sha256": proof.sha256,
                         "summary": summary if not problems else f"pruned, check FAILED: {problems[0]}"})
     return failures, warnings, details
 
 
-def reverify_pruned(root: Path, meta: Mapping[str, Any], targets: Sequence[str], rocm: Path
+def reverify_pruned(root: Path, record: BundleRecord, targets: Sequence[str], rocm: Path
                     ) -> tuple[list[str], list[str]]:
     """Run the independent check again for each pruned fat binary, with the clang-offload-bundler of the ROCm root
     ``rocm`` (the one the bundle was made from, given by the user: a tool named in bundle.json is never run) against
     the original in that root (the same bytes, by sha256): (failures, one note per file)."""
-    entries = [e for e in meta.get("pruned_fatbins") or [] if isinstance(e, dict)]
     layout = detect_layout(rocm)
     tools, why = find_offload_tools(layout)
     if tools is None:
@@ -80,18 +80,18 @@ def reverify_pruned(root: Path, meta: Mapping[str, Any], targets: Sequence[str],
     failures: list[str] = []
     notes: list[str] = []
     base = Path(rocm).absolute()
-    for entry in entries:
-        name, proof = str(entry.get("file")), entry.get("verification")
-        if not isinstance(proof, dict) or not proof.get("ok") or not (root / name).is_file():
+    for entry in record.pruned_fatbins:
+        name, proof = entry.file, entry.verification
+        if proof is None or not proof.ok or not (root / name).is_file():
             continue  # pruning_proof fails it already
-        recorded = Path(str(proof.get("original") or ""))
+        recorded = Path(proof.original)
         candidates = [recorded]
         if layout.sysroot is not None and recorded.is_absolute():  # recorded inside the chroot: /usr/lib/...
             candidates.append(layout.sysroot / recorded.relative_to("/"))
         original = next((c for c in candidates if c.is_file() and inside(Path(os.path.realpath(c)), base)), None)
         if original is None:
             failures.append(f"cannot check {name} again: its original {recorded} is not in {rocm}")
-        elif file_sha256(original) != proof.get("original_sha256"):
+        elif file_sha256(original) != proof.original_sha256:
             failures.append(f"cannot check {name} again: {original} is not the original it was pruned from "
                             "(sha256 differs)")
         else:
@@ -103,9 +103,9 @@ def reverify_pruned(root: Path, meta: Mapping[str, Any], targets: Sequence[str],
     return failures, notes
 
 
-def with_pruning_proof(check: Check, root: Path, meta: Mapping[str, Any]) -> Check:
+def with_pruning_proof(check: Check, root: Path, record: BundleRecord | None) -> Check:
     """``check`` (the backend's ``code-objects``) with :func:`pruning_proof`'s failures, warnings and details."""
-    failures, warnings, details = pruning_proof(root, meta)
+    failures, warnings, details = pruning_proof(root, record)
     if not failures and not warnings and not details:
         return check
     return Check(check.name, check.ok and not failures, check.failures + tuple(failures),

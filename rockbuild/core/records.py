@@ -452,6 +452,61 @@ class KernelsRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PruneProof(Record):
+    """The independent check of one pruned fat binary against its original (rockbuild.bundle.fatbin.verify_pruned
+    makes it): LLVM's tools listed the same host entry and job targets and unbundled byte-identical code objects; the
+    ELF identity (SONAME, NEEDED, dynamic symbols, other sections) is the original's."""
+
+    ok: bool
+    tools: Mapping[str, Any] = field(default_factory=dict)  # the bundler's path and version
+    original: str = ""
+    original_sha256: str | None = None
+    sha256: str | None = None  # of the verified (shipped) file
+    bundles: int = 0
+    bundles_rewritten: int = 0
+    kept: tuple[str, ...] = ()  # the triples LLVM's tool lists in the pruned library
+    kept_targets: tuple[str, ...] = ()  # their gfx targets
+    code_objects: int = 0  # kept code objects unbundled from both and compared byte for byte
+    code_object_bytes: int = 0
+    identity: Mapping[str, Any] = field(default_factory=dict)  # the original's (the pruned matched it when ok)
+    cross_check: str | None = None  # what rockbuild's own reader of the original said
+    failures: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrunedFatbin(Record):
+    """One shipped library whose fat binary lost the other GPU targets' code (rockbuild.bundle.fatbin.prune_fatbin),
+    with its proof once it ran (``verification``; None: not verified, which the audit fails)."""
+
+    file: str  # librocblas.so.5, in the bundle's top folder
+    bundles: int
+    rewritten: int
+    section_bytes: int
+    bytes_before: int  # bytes of bundles in the section before (compressed as stored)
+    bytes_after: int
+    entries_dropped: int
+    bytes_in_holes: int = 0  # zero blocks left unallocated in the shipped file (sparse), once it was written
+    verification: PruneProof | None = None
+    bytes_zeroed: int = field(init=False, default=0)  # derived
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bytes_zeroed", self.bytes_before - self.bytes_after)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FatbinPruning(Record):
+    """bundle.json's ``fatbin_pruning``: what was asked (on, auto, off), which libraries hold other targets' code,
+    whether they were pruned, with which tools, or why not."""
+
+    asked: str | None = None
+    libraries: tuple[str, ...] = ()
+    done: bool | None = None
+    reason: str | None = None
+    tools: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class BundleRecord(Record):
     """``bundle/bundle.json``: the bundle's own record: files, sizes, sources, closure, kernels, audit."""
 
@@ -475,8 +530,8 @@ class BundleRecord(Record):
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     plan_seconds: float | None = None
-    fatbin_pruning: Mapping[str, Any] | None = None
-    pruned_fatbins: tuple[Mapping[str, Any], ...] = ()
+    fatbin_pruning: FatbinPruning | None = None
+    pruned_fatbins: tuple[PrunedFatbin, ...] = ()
     kpack_refs: tuple[Any, ...] = ()
     audit: AuditRecord | None = None
     seconds: Mapping[str, float] = field(default_factory=dict)

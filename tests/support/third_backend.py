@@ -50,7 +50,7 @@ class CpuBackend:
             raise BundleError(f"a CPU bundle has no GPU targets, not {tuple(targets)}")
         return platform or "linux"
 
-    def audit_checks(self, root, names, targets, policy, binaries, *, meta, windows):
+    def audit_checks(self, root, names, targets, policy, binaries, *, record, windows):
         return [], []
 
     def smoke_devices(self, cli, targets, *, asked, device, env, logs, kfd_topology):

@@ -157,7 +157,7 @@ def test_vulkan_answers(tmp_path):
     # its audit: nothing of ROCm, nothing the host must provide
     (tmp_path / "libamdhip64.so.7").write_bytes(b"")
     checks, fat = vulkan.audit_checks(tmp_path, {"libamdhip64.so.7", "libvulkan.so.1"}, (),
-                                      load_policy().for_platform("linux"), [], meta={}, windows=False)
+                                      load_policy().for_platform("linux"), [], record=None, windows=False)
     (check,) = checks
     assert check.name == "no-rocm" and not check.ok and fat == []
     assert "libamdhip64.so.7 is a ROCm library: a Vulkan bundle must not carry ROCm" in check.failures
