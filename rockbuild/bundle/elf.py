@@ -32,8 +32,8 @@ from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.elf.structs import ELFStructs
 
-from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
 from rockbuild.paths import MAX_SYMLINK_HOPS as _MAX_SYMLINK_HOPS
 from rockbuild.paths import follow_in_root
 
@@ -467,7 +467,7 @@ class ElfResolver:
 def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
     """Every library the roots load, by loader rules; each named as asked for, classified ships/system/missing."""
     if not roots:
-        return Closure("linux", ())
+        return Closure.of("linux")
     reference = next((r.info for r in roots if r.info.is_executable), roots[0].info)
     for root in roots:
         if not root.info.compatible(reference):
@@ -564,7 +564,7 @@ def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
     for real, names in by_real.items():
         if len(names) > 1:
             warnings.append(f"{real.name} is asked for as {', '.join(names)}: stored once per name (no symlinks)")
-    return Closure("linux", tuple(entries), machine=reference.machine, warnings=tuple(warnings))
+    return Closure.of("linux", tuple(entries), machine=reference.machine, warnings=tuple(warnings))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

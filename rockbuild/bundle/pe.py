@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pefile
 
-from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
 from rockbuild.core.environment import environment
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
 
 from .policy import PlatformPolicy, name_matches
 
@@ -152,7 +152,7 @@ def pe_bin_roots(build_bin: Path) -> tuple[list[PeRoot], list[Path]]:
 def pe_closure(roots: Sequence[PeRoot], resolver: PeResolver) -> Closure:
     """Every DLL the roots import or delay-load, classified ships/system/missing; names as the importers spell them."""
     if not roots:
-        return Closure("windows", ())
+        return Closure.of("windows")
     machine = roots[0].info.machine
     for root in roots:
         if root.info.machine != machine:
@@ -214,7 +214,7 @@ def pe_closure(roots: Sequence[PeRoot], resolver: PeResolver) -> Closure:
             name=name, status=status, path=path, real_path=real, kind=kind, needed_by=tuple(node["needed_by"]),
             via=node["via"], reason=node["reason"], size=real.stat().st_size if real and status != SYSTEM else 0,
         ))
-    return Closure("windows", tuple(entries), machine=machine)
+    return Closure.of("windows", tuple(entries), machine=machine)
 
 
 def find_extra_dlls(patterns: Sequence[str], resolver: PeResolver) -> list[Path]:

@@ -25,12 +25,24 @@ from typing import Any
 from rockbuild import console
 from rockbuild.archive import make_sparse
 from rockbuild.backends import DEFAULT, get_backend
-from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
 from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.programs import NEVER_SHIPPED
-from rockbuild.core.records import BUNDLE_FORMAT, AuditRecord, BundleRecord, FatbinPruning, KernelsRecord, PrunedFatbin
+from rockbuild.core.records import (
+    BUNDLE_FORMAT,
+    MISSING,
+    ROOT,
+    SHIPS,
+    SYSTEM,
+    AuditRecord,
+    BundleRecord,
+    Closure,
+    FatbinPruning,
+    KernelsRecord,
+    Library,
+    PrunedFatbin,
+)
 from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
@@ -150,7 +162,7 @@ def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, floa
         format=FORMAT, tool="rockbuild", dry_run=dry_run, out=str(plan.out), platform=plan.platform,
         backend=plan.backend, targets=plan.targets, files=tuple(f.to_dict() for f in plan.files if f.kind != "data"),
         data_files=sum(1 for f in plan.files if f.kind == "data"), total_bytes=plan.total_bytes,
-        closure=plan.closure.to_dict(), kernels=plan.kernels,
+        closure=plan.closure, kernels=plan.kernels,
         skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
         warnings=plan.warnings, plan_seconds=round(plan.seconds, 3),
         fatbin_pruning=FatbinPruning.from_dict(plan.pruning) if plan.pruning else None,
@@ -283,7 +295,7 @@ def _closure_with_extras(
         if not added:
             break
     if missing:
-        closure = Closure(closure.platform, closure.entries + tuple(missing), closure.machine, closure.warnings)
+        closure = dataclasses.replace(closure, missing=closure.missing + tuple(missing))
     return closure
 
 

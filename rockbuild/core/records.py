@@ -451,6 +451,67 @@ class KernelsRecord(Record):
                                                       sum(f.dropped.bytes for f in self.folders)))
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# bundle.json's closure: the libraries a build's programs need (rockbuild.bundle.elf and .pe make it)
+
+# Where a library came from / why it is (not) in the bundle.
+ROOT = "root"  # a file of the build's bin/ (executables keep their names)
+SHIPS = "ships"  # found by the closure or declared as an extra: copied
+SYSTEM = "system"  # left to the host by the policy
+MISSING = "missing"  # needed, not found anywhere: an error
+
+
+@dataclass(frozen=True, kw_only=True)
+class Library(Record):
+    """One node of a closure, named as the loader asks for it (DT_NEEDED / import name / dlopen name)."""
+
+    name: str
+    status: str  # root | ships | system | missing
+    kind: str = "lib"  # lib | exe
+    path: Path | None = None  # where it was found (as found: may be a symlink)
+    real_path: Path | None = None  # the file whose bytes ship
+    soname: str | None = None
+    needed_by: tuple[str, ...] = ()
+    via: str = ""  # DT_NEEDED, import, delay-import, extra, bin
+    reason: str = ""  # why it is system, or which extra brought it
+    size: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Closure(Record):
+    """Everything the roots need, as bundle.json holds it: what ships (the build's own files included), what the
+    host provides, what is missing (:meth:`of` sorts a gatherer's libraries by their status)."""
+
+    platform: str
+    machine: str = ""
+    ships: tuple[Library, ...] = ()  # root and ships, in the order found
+    system: tuple[Library, ...] = ()
+    missing: tuple[Library, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, platform: str, libraries: tuple[Library, ...] = (), *, machine: str = "",
+           warnings: tuple[str, ...] = ()) -> Closure:
+        return cls(platform=platform, machine=machine, warnings=warnings,
+                   ships=tuple(e for e in libraries if e.status in (ROOT, SHIPS)),
+                   system=tuple(e for e in libraries if e.status == SYSTEM),
+                   missing=tuple(e for e in libraries if e.status == MISSING))
+
+    @property
+    def entries(self) -> tuple[Library, ...]:
+        return self.ships + self.system + self.missing
+
+    def with_status(self, *status: str) -> tuple[Library, ...]:
+        return tuple(e for e in self.entries if e.status in status)
+
+    @property
+    def shipped(self) -> tuple[Library, ...]:
+        return self.ships
+
+    def names(self) -> set[str]:
+        return {e.name for e in self.ships}
+
+
 @dataclass(frozen=True, kw_only=True)
 class PruneProof(Record):
     """The independent check of one pruned fat binary against its original (rockbuild.bundle.fatbin.verify_pruned
@@ -522,7 +583,7 @@ class BundleRecord(Record):
     files: tuple[Mapping[str, Any], ...] = ()
     data_files: int | None = None
     total_bytes: int | None = None
-    closure: Mapping[str, Any] | None = None
+    closure: Closure | None = None
     kernels: KernelsRecord | None = None
     skipped: tuple[str, ...] = ()
     rocm: Mapping[str, Any] | None = None

@@ -14,10 +14,10 @@ from support.bundles import make_bundle, tree_files
 from support.pe import pe_tree, wine
 
 from rockbuild.bundle.audit import audit_bundle
-from rockbuild.bundle.closure import MISSING, SHIPS, SYSTEM
 from rockbuild.bundle.pe import PeResolver, pe_bin_roots, pe_closure, read_pe
 from rockbuild.bundle.plan import BundleRequest, make_plan
 from rockbuild.bundle.policy import load_policy
+from rockbuild.core.records import MISSING, SHIPS, SYSTEM
 from rockbuild.rocm.layout import detect_layout
 
 

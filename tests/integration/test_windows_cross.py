@@ -13,11 +13,11 @@ from support.pe import build_pe, wine
 
 from rockbuild.backends import get_backend
 from rockbuild.backends.cpu import check_no_gpu_backend, cpu_cmake_definitions
-from rockbuild.bundle.closure import SHIPS
 from rockbuild.bundle.plan import BundleRequest, bundle, make_plan
 from rockbuild.bundle.policy import load_policy
 from rockbuild.commands.common import CROSS_TOOLCHAINS
 from rockbuild.core.errors import BuildError, ProcessError, UsageError
+from rockbuild.core.records import SHIPS
 from rockbuild.llamacpp.cross import CROSS, MINGW_W64, cross_spec, provide_cross, runtime_dirs, toolchain_file_text
 from rockbuild.process import launch_command, run
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from support.bundles import cc, elf32_stub, run_clean, symlink_chain
 
-from rockbuild.bundle.closure import MISSING, ROOT, SHIPS, SYSTEM
 from rockbuild.bundle.elf import (
     ElfResolver,
     Root,
@@ -22,6 +21,7 @@ from rockbuild.bundle.elf import (
 )
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM
 
 MAIN = "int a_value(void);\n#include <stdio.h>\nint main(void){printf(\"%d\\n\", a_value());return 0;}\n"
 

@@ -12,10 +12,10 @@ import pytest
 from support.bundles import cc, make_bundle, run_clean, tree_files
 
 from rockbuild.bundle.audit import audit_bundle
-from rockbuild.bundle.closure import SYSTEM
 from rockbuild.bundle.elf import read_elf
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError
+from rockbuild.core.records import SYSTEM
 
 
 @pytest.fixture(scope="module")
