@@ -1,0 +1,81 @@
+"""bench/night_cost.py on a night folder made here: each leg's .ninja_log and build.json as the rehearsal leaves them,
+read as step-seconds, the whole-night baseline scaled by the windows-cpu control, the shipped matrix projected."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from support.paths import REPO
+
+SCRIPT = REPO / "bench" / "night_cost.py"
+
+
+def leg(folder, steps, *, targets=(), common=None, compile_s=10.0):
+    """A job folder: build/.ninja_log (v6: start end mtime output hash, in ms) and build.json."""
+    (folder / "build").mkdir(parents=True)
+    lines, start = ["# ninja log v6"], 0
+    for i, (output, seconds) in enumerate(steps):
+        end = start + int(seconds * 1000)
+        lines.append(f"{start}\t{end}\t0\t{output}\t{i:016x}")
+        start = end
+    (folder / "build" / ".ninja_log").write_text("\n".join(lines) + "\n")
+    record = {"gpu_targets": list(targets), "durations": {"compile": compile_s},
+              "common": {"job": common} if common else None}
+    (folder / "build.json").write_text(json.dumps(record))
+
+
+def run(night, *args):
+    return subprocess.run([sys.executable, str(SCRIPT), "--night", str(night), *args], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def make_night(night, windows=1898.0):
+    leg(night / "n1" / "common-out" / "linux-common",
+        [("ggml/src/ggml-cpu/x.o", 600.0), ("tools/cli/cli.o", 500.0)])
+    out = night / "n1" / "out"
+    leg(out / "linux-gfx1151", [("ggml/src/ggml-hip/a.o", 1000.0), ("bin/libggml-hip.so", 10.0)],
+        targets=["gfx1151"], common="linux-common")
+    leg(out / "linux-gfx120X", [("ggml/src/ggml-hip/a.o", 1800.0)], targets=["gfx1200", "gfx1201"],
+        common="linux-common")
+    leg(out / "linux-vulkan", [("ggml/src/ggml-vulkan/v.o", 200.0)], common="linux-common")
+    leg(out / "windows-cpu", [("ggml/src/ggml-cpu/x.o", windows / 2), ("tools/cli/cli.o", windows / 2)])
+
+
+def test_the_night_against_the_whole_night_scaled_by_the_control(tmp_path):
+    make_night(tmp_path, windows=949.0)  # the control ran twice as fast as in the baseline
+    result = run(tmp_path, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["control_windows_cpu"]["drift"] == 0.5
+    rows = {r["job"]: r for r in data["legs"]}
+    assert list(rows) == ["linux-common", "linux-gfx1151", "linux-gfx120X", "linux-vulkan", "windows-cpu"]
+    assert rows["linux-common"]["before"] is None and rows["linux-common"]["after"]["cpu"] == 600.0
+    # built whole: this run's GPU library + the baseline's CPU and rest of that kind of job, halved
+    assert rows["linux-gfx1151"]["before"] == 1000.0 + (546 + 559) / 2
+    assert rows["linux-gfx120X"]["before"] == 1800.0 + (546 + 559) / 2
+    assert rows["linux-vulkan"]["before"] == 200.0 + (640 + 671) / 2
+    assert rows["windows-cpu"]["before"] == 949.0
+    after = 1100 + 1010 + 1800 + 200 + 949
+    assert data["after"] == after and data["ratio"] == round(after / data["before"], 3)
+    assert data["unscaled"]["ratio"] < data["ratio"]  # the unscaled baseline flatters the common part
+    # the shipped matrix: HIP grows by 800 per extra target; every ROCm job drops the CPU and rest it repeated
+    shipped = data["shipped_matrix"]
+    assert shipped["hip_one_target"] == 1000.0 and shipped["hip_per_extra_target"] == 800.0
+    assert shipped["jobs"]["common"] == 2 and shipped["jobs"]["rocm"] >= 20 and shipped["ratio"] < 1
+
+
+def test_the_printed_lines_name_the_baseline_and_the_goal(tmp_path):
+    make_night(tmp_path)
+    result = run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tests/e2e/night.sh cold of 2026-12-04" in result.stdout and "x1.0)" in result.stdout
+    assert "(goal <= 0.75x" in result.stdout and "projected to the shipped matrix" in result.stdout
+
+
+def test_a_night_without_legs_is_refused_in_one_line(tmp_path):
+    result = run(tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"no legs with a .ninja_log under {tmp_path}/n1: run `tests/e2e/night.sh cold` "
+                                     "(or --run) first")
