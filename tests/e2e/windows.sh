@@ -14,6 +14,10 @@
 #                                  Windows asset into the wine prefix (C:\\llama), doctor --bundle there, and a
 #                                  generation by the installed llama-completion.exe
 #   tests/e2e/windows.sh all       build, smoke, install
+#   tests/e2e/windows.sh common vulkan   issue 41 on Windows: the common part windows-common cross-built once (every
+#                                  program, libllama, the CPU variants), then windows-vulkan on it (`--common`: only
+#                                  ggml-vulkan compiled), bundled from both and audited (backend-abi included); then
+#                                  `smoke vulkan` smoke-tests that bundle under wine
 #
 # windows-vulkan: llama.cpp's Vulkan backend, cross-built against a vulkan-1.dll import library made from the Vulkan
 # loader's exports (Debian has no mingw Vulkan package) and the Vulkan and SPIR-V headers copied into the mingw
@@ -51,8 +55,9 @@ WINE_ENV=("WINEPREFIX=$WINEPREFIX_IN_HOST" "${WINE_QUIET[@]}")
 # the CPU flavour for Windows: not in the default matrix (a test flavour, docs/e2e.md). No OpenSSL for mingw in the
 # root: llama-server/-cli are built without HTTPS
 write_matrix() {
-    printf 'options:\n  cmake: {LLAMA_OPENSSL: "OFF"}\nmatrix:\n  os: [windows]\n  backend: [%s]\n' "$FLAVOUR" \
-        > "$ROOT$MATRIX_IN_ROOT"
+    local common=${1:-false}
+    printf 'options:\n  common_part: %s\n  cmake: {LLAMA_OPENSSL: "OFF"}\nmatrix:\n  os: [windows]\n  backend: [%s]\n' \
+        "$common" "$FLAVOUR" > "$ROOT$MATRIX_IN_ROOT"
 }
 
 # the Vulkan SDK's part for mingw, which Debian does not package: the Vulkan, vk_video and SPIR-V headers and
@@ -98,6 +103,43 @@ build_windows() {
     log "rockbuild build (+ bundle) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
     cp "$job_dir/build.json" "$BENCH/$P-$mode.json"
     cp "$job_dir/bundle/bundle.json" "$BENCH/$P-bundle.json"
+    figures
+}
+
+# common: the Windows common part (issue 41), built once by mingw-w64 with --no-bundle (it is no asset), then the GPU
+# job on it, as a Windows GPU leg of the night builds; the figures of both builds to $BENCH/$P-common*.json
+build_common() {
+    [[ $FLAVOUR != cpu ]] || die "the common part is for a GPU job: $0 common vulkan"
+    local common_dir=$ROOT$OUT/windows-common job_dir=$ROOT$OUT/$JOB_ID
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    mkdir -p "$ROOT$CCACHE_DIR_IN_ROOT-common" "$BENCH"
+    rm -rf "$common_dir" "$job_dir"
+    write_matrix true
+    vulkan_sysroot
+    local web_ui=()
+    host_web_ui "$ROOT"
+    local args=(-c "$MATRIX_IN_ROOT" --cross mingw-w64 --source "$LLAMA_IN_ROOT" --build-number "$LLAMA_BUILD_NUMBER"
+                --offline --out "$OUT" --ccache-dir "$CCACHE_DIR_IN_ROOT-common" -j "$JOBS" "${web_ui[@]}")
+    log "windows-common: rockbuild build --job windows-common --cross mingw-w64 --no-bundle"
+    chroot_env "$ROOT" "$VENV/bin/rockbuild" build --job windows-common "${args[@]}" --no-bundle
+    log "$JOB_ID on it: rockbuild build --job $JOB_ID --common $OUT/windows-common"
+    chroot_env "$ROOT" "$VENV/bin/rockbuild" build --job "$JOB_ID" "${args[@]}" --common "$OUT/windows-common"
+    cp "$common_dir/build.json" "$BENCH/$P-common-part.json"
+    cp "$job_dir/build.json" "$BENCH/$P-on-common.json"
+    cp "$job_dir/bundle/bundle.json" "$BENCH/$P-bundle.json"
+    python3 - "$common_dir/build.json" "$job_dir/build.json" <<'PYEOF'
+import json, sys
+common, job = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert common["status"] == "ok" and job["status"] == "ok", (common["status"], job["status"])
+assert (job.get("common") or {}).get("job") == "windows-common", job.get("common")
+for name, b in (("windows-common", common), (job["job"]["id"] + " on it", job)):
+    d, n = b["durations"], b.get("ninja") or {}
+    print(f"[e2e] {name}: compile {d['compile']:.1f} s, {n.get('steps')} ninja steps, ccache "
+          f"{(b.get('ccache') or {}).get('hits')} hits / {(b.get('ccache') or {}).get('misses')} misses")
+PYEOF
     figures
 }
 
@@ -287,7 +329,8 @@ main() {
         smoke) smoke_windows ;;
         install) install_windows ;;
         all) build_windows build; smoke_windows; install_windows ;;
-        *) die "unknown mode $mode (build, cold, figures, smoke, install, all)" ;;
+        common) build_common ;;
+        *) die "unknown mode $mode (build, cold, common, figures, smoke, install, all)" ;;
     esac
     log "done in ${SECONDS} s"
 }
