@@ -41,6 +41,7 @@ from rockbuild.core.records import (
     FatbinPruning,
     KernelsRecord,
     Library,
+    PlannedFile,
     PrunedFatbin,
 )
 from rockbuild.process import ProcessError, child_env, run
@@ -59,33 +60,6 @@ PATCHELF_VERSION = "0.17.2"
 use the 0.17 line; 0.18 changed segment alignment). Its build grows files by appending a read-only-first layout."""
 BUNDLE_JSON = "bundle.json"
 FORMAT = BUNDLE_FORMAT
-
-
-@dataclass(frozen=True)
-class PlannedFile:
-    """One file of the bundle: where it comes from, what is done to it."""
-
-    dest: str  # path inside the bundle (posix)
-    source: Path  # the real file whose bytes are copied
-    kind: str  # exe | lib | data
-    size: int
-    mode: int
-    found_as: Path | None = None  # the path it was found under (a symlink, a chroot path...)
-    patch: tuple[str, ...] = ()  # patchelf arguments, () when none is needed
-    strip: bool = False
-    prune: tuple[str, ...] = ()  # GPU targets to drop from its .hip_fatbin (on by default; --no-prune-fatbin)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.dest, "kind": self.kind, "size": self.size, "source": str(self.source)}
-        if self.found_as is not None and self.found_as != self.source:
-            out["found_as"] = str(self.found_as)
-        if self.patch:
-            out["patchelf"] = list(self.patch)
-        if self.strip:
-            out["strip"] = True
-        if self.prune:
-            out["prune_targets"] = list(self.prune)
-        return out
 
 
 @dataclass(frozen=True)
@@ -109,7 +83,7 @@ class BundlePlan:
 
     @property
     def pruned_files(self) -> tuple[PlannedFile, ...]:
-        return tuple(f for f in self.files if f.prune)
+        return tuple(f for f in self.files if f.prune_targets)
 
     @property
     def total_bytes(self) -> int:
@@ -121,16 +95,16 @@ class BundlePlan:
         what = f"targets {','.join(self.targets)}" if backend.per_target else f"{backend.label} (no GPU targets)"
         lines = [f"bundle plan: {self.platform}, {what} -> {self.out}"]
         programs = [f for f in self.files if f.kind != "data"]
-        width = max((len(f.dest) for f in programs), default=10)
+        width = max((len(f.path) for f in programs), default=10)
         for f in programs:
             actions = []
-            if f.prune:
-                actions.append(f"prune {len(f.prune)} GPU targets")
-            if f.patch:
-                actions.append("set RPATH" if "--force-rpath" in f.patch else "set RUNPATH")
+            if f.prune_targets:
+                actions.append(f"prune {len(f.prune_targets)} GPU targets")
+            if f.patchelf:
+                actions.append("set RPATH" if "--force-rpath" in f.patchelf else "set RUNPATH")
             action = ", ".join(actions) or "-"
             source = f.found_as or f.source
-            lines.append(f"  {f.kind:<4} {f.dest:<{width}} {human_bytes(f.size):>10}  {action:<9} <- {source}")
+            lines.append(f"  {f.kind:<4} {f.path:<{width}} {human_bytes(f.size):>10}  {action:<9} <- {source}")
         for folder in self.kernels.folders:
             lines.append(
                 f"  data {folder.dest + '/':<{width}} {human_bytes(folder.bytes_kept):>10}  "
@@ -160,7 +134,7 @@ def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, floa
     binaries and split libraries' kpack references, the audit."""
     return BundleRecord(
         format=FORMAT, tool="rockbuild", dry_run=dry_run, out=str(plan.out), platform=plan.platform,
-        backend=plan.backend, targets=plan.targets, files=tuple(f.to_dict() for f in plan.files if f.kind != "data"),
+        backend=plan.backend, targets=plan.targets, files=tuple(f for f in plan.files if f.kind != "data"),
         data_files=sum(1 for f in plan.files if f.kind == "data"), total_bytes=plan.total_bytes,
         closure=plan.closure, kernels=plan.kernels,
         skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
@@ -487,22 +461,23 @@ def make_plan(request: BundleRequest) -> BundlePlan:
             fat = read_fatbin(lib.real_path)
             prune = tuple(t for t in fat.targets if t not in targets) if fat is not None else ()
         files.append(PlannedFile(
-            dest=lib.name, source=lib.real_path, kind=lib.kind, size=lib.size, mode=_mode(lib.real_path, lib.kind),
-            found_as=lib.path, patch=patch, strip=strip and platform == "linux", prune=prune,
+            path=lib.name, source=lib.real_path, kind=lib.kind, size=lib.size, mode=_mode(lib.real_path, lib.kind),
+            found_as=lib.path if lib.path != lib.real_path else None, patchelf=patch,
+            strip=strip and platform == "linux", prune_targets=prune,
         ))
     tools, pruning = _pruning_tools(files, layout, prune_fatbin, None if can_prune else why_not, errors, warnings)
-    if pruning.get("done") is False and any(f.prune for f in files):
-        files = [dataclasses.replace(f, prune=()) for f in files]
+    if pruning.get("done") is False and any(f.prune_targets for f in files):
+        files = [dataclasses.replace(f, prune_targets=()) for f in files]
     kernels, copies = plan_kernel_data(layout.kernel_data if layout else (), closure.names(), targets,
                                        platform_policy, sysroot=layout.sysroot if layout else None)
     errors.extend(kernels.errors)
     for source, dest in copies:
-        files.append(PlannedFile(dest, source, "data", source.stat().st_size, 0o644))
+        files.append(PlannedFile(path=dest, source=source, kind="data", size=source.stat().st_size, mode=0o644))
     seen: dict[str, PlannedFile] = {}
     for f in files:
-        key = f.dest.lower() if platform == "windows" else f.dest
+        key = f.path.lower() if platform == "windows" else f.path
         if key in seen:
-            errors.append(f"{f.dest} would be written twice (from {seen[key].source} and {f.source})")
+            errors.append(f"{f.path} would be written twice (from {seen[key].source} and {f.source})")
         seen[key] = f
     rocm = None if layout is None else {
         "root": str(layout.root), "kind": str(layout.kind), "version": layout.version,
@@ -524,7 +499,7 @@ def _pruning_tools(
     asked for (``True``) is a plan error; the default (``None``) ships the fat binaries whole and warns: a rewritten
     library is never shipped unproved, and the bundle it falls back to is today's, proven one."""
     mode = {True: "on", None: "auto", False: "off"}[asked]
-    fat = [f.dest for f in files if f.prune]
+    fat = [f.path for f in files if f.prune_targets]
     record: dict[str, Any] = {"asked": mode, "libraries": fat}
     if why_not is not None or not fat:
         return None, {**record, "done": False, "reason": why_not or "no fat binary holds other GPU targets"}
@@ -589,7 +564,7 @@ def _copy(plan: BundlePlan, dest_root: Path) -> None:
     progress = console.byte_progress("copy", plan.total_bytes)
     try:
         for f in plan.files:
-            target = dest_root / f.dest
+            target = dest_root / f.path
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f.source, target)
             os.chmod(target, f.mode | stat.S_IWUSR)
@@ -599,25 +574,25 @@ def _copy(plan: BundlePlan, dest_root: Path) -> None:
 
 
 def _patch(plan: BundlePlan, dest_root: Path, on_file: Callable[[PlannedFile], None] | None = None) -> int:
-    work = [f for f in plan.files if f.patch or f.strip]
+    work = [f for f in plan.files if f.patchelf or f.strip]
     if not work:
         return 0
-    patchelf = patchelf_tool() if any(f.patch for f in work) else None
+    patchelf = patchelf_tool() if any(f.patchelf for f in work) else None
     strip = strip_tool() if any(f.strip for f in work) else None
     env = child_env()
     calls = 0
     for f in work:
-        target = dest_root / f.dest
+        target = dest_root / f.path
         try:
             if f.strip and strip is not None:
                 run([strip, "--strip-debug", target], env=env, timeout=600)
-            if f.patch and patchelf is not None:
+            if f.patchelf and patchelf is not None:
                 # one call per file, all changes at once (auditwheel's patcher does the same)
-                run([patchelf, *f.patch, target], env=env, timeout=600)
+                run([patchelf, *f.patchelf, target], env=env, timeout=600)
                 calls += 1
         except ProcessError as exc:
             tail = "; ".join(line for line in exc.tail[-3:] if line.strip())
-            raise BundleError(f"patching {f.dest} failed: {exc.message}" + (f" ({tail})" if tail else "")) from None
+            raise BundleError(f"patching {f.path} failed: {exc.message}" + (f" ({tail})" if tail else "")) from None
         if on_file:
             on_file(f)
     return calls
@@ -640,7 +615,7 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     if plan.pruned_files:
         start = time.monotonic()
         for f in plan.pruned_files:  # before patchelf, which may move sections; offsets are read from the copy itself
-            report_one = prune_fatbin(partial / f.dest, plan.targets)
+            report_one = prune_fatbin(partial / f.path, plan.targets)
             if report_one is not None:
                 pruned.append((f, report_one))
         seconds["prune"] = time.monotonic() - start
@@ -648,10 +623,10 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     _patch(plan, partial)
     seconds["patch"] = time.monotonic() - start
     # after patchelf (which may move sections): TheRock's split libraries look for ../.kpack, out of a flat bundle
-    refs = tuple({"file": f.dest, **change} for f in plan.files if plan.platform == "linux" and "/" not in f.dest
-                 for change in flatten_refs(partial / f.dest))
+    refs = tuple({"file": f.path, **change} for f in plan.files if plan.platform == "linux" and "/" not in f.path
+                 for change in flatten_refs(partial / f.path))
     for f in plan.files:  # the modes asked for, now that patching is done
-        os.chmod(partial / f.dest, f.mode)
+        os.chmod(partial / f.path, f.mode)
     if pruned:
         start = time.monotonic()
         pruned = [(f, _prove(f, one, partial, plan)) for f, one in pruned]
@@ -689,13 +664,13 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
 
 def _prove(f: PlannedFile, report: PrunedFatbin, partial: Path, plan: BundlePlan) -> PrunedFatbin:
     """Leave the pruned copy's zero blocks as holes, then check it against its original with LLVM's tools."""
-    shipped = partial / f.dest
+    shipped = partial / f.path
     holes = make_sparse(shipped)
     assert plan.fatbin_tools is not None
-    console.info(f"checking the pruned {f.dest} against {f.source} with {plan.fatbin_tools.bundler.name}")
+    console.info(f"checking the pruned {f.path} against {f.source} with {plan.fatbin_tools.bundler.name}")
     verification = verify_pruned(f.source, shipped, plan.targets, plan.fatbin_tools, scratch=partial.parent)
     if not verification.ok:
-        console.warn(f"the pruned {f.dest} failed its independent check: {verification.failures[0]}")
+        console.warn(f"the pruned {f.path} failed its independent check: {verification.failures[0]}")
     return dataclasses.replace(report, verification=verification, bytes_in_holes=holes)
 
 

@@ -513,6 +513,22 @@ class Closure(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlannedFile(Record):
+    """One file of a bundle (rockbuild.bundle.plan makes it): where it comes from and what is done to it; bundle.json
+    lists the programs and libraries (``files``), the kernel data files are counted (``data_files``)."""
+
+    path: str  # inside the bundle (posix)
+    kind: str  # exe | lib | data
+    size: int
+    source: Path  # the real file whose bytes are copied
+    mode: int = 0o644
+    found_as: Path | None = None  # the path it was found under when not its real path (a symlink, a chroot path)
+    patchelf: tuple[str, ...] = ()  # patchelf's arguments, () when none is needed
+    strip: bool = False
+    prune_targets: tuple[str, ...] = ()  # GPU targets dropped from its .hip_fatbin (--no-prune-fatbin: none)
+
+
+@dataclass(frozen=True, kw_only=True)
 class PruneProof(Record):
     """The independent check of one pruned fat binary against its original (rockbuild.bundle.fatbin.verify_pruned
     makes it): LLVM's tools listed the same host entry and job targets and unbundled byte-identical code objects; the
@@ -580,7 +596,7 @@ class BundleRecord(Record):
     platform: str | None = None
     backend: str | None = None
     targets: tuple[str, ...] = ()
-    files: tuple[Mapping[str, Any], ...] = ()
+    files: tuple[PlannedFile, ...] = ()
     data_files: int | None = None
     total_bytes: int | None = None
     closure: Closure | None = None

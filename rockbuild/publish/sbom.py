@@ -43,11 +43,10 @@ def file_origins(job: BuiltJob) -> dict[str, str]:
     build_dir = str(JobFolder(job.dir).build_dir)
     origins: dict[str, str] = {"bundle.json": ROCKBUILD}
     for entry in meta.files:
-        if isinstance(entry, Mapping) and entry.get("path"):
-            source = str(entry.get("source") or "")
-            # a build in a chroot records the path as the chroot saw it (/e2e/out/<job>/build/...)
-            built = source.startswith(build_dir + "/") or f"/{job.id}/build/" in source
-            origins[str(entry["path"])] = LLAMA if built else ROCM
+        source = str(entry.source)
+        # a build in a chroot records the path as the chroot saw it (/e2e/out/<job>/build/...)
+        built = source.startswith(build_dir + "/") or f"/{job.id}/build/" in source
+        origins[entry.path] = LLAMA if built else ROCM
     for folder in meta.kernels.folders if meta.kernels is not None else ():
         if folder.dest:
             origins[f"{folder.dest}/"] = ROCM  # a prefix: every kernel file below it

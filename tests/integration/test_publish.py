@@ -495,8 +495,8 @@ def test_every_asset_has_a_cyclonedx_sbom_naming_each_file_and_its_origin(gh, ni
     file with its sha256 under the package it came from; uploaded beside the archives and listed in SHA256SUMS."""
     job = night[0]  # linux-gfx1151: make_job's bundle, plus what bundle.json says about where files came from
     meta = json.loads((job / "bundle" / "bundle.json").read_text())
-    meta["files"] = [{"path": "llama-server", "source": str(job / "build" / "bin" / "llama-server")},
-                     {"path": "libggml-hip.so", "source": "/opt/therock/lib/libggml-hip.so"}]
+    meta["files"] = [{"path": "llama-server", "kind": "exe", "size": 1, "source": str(job / "build" / "bin" / "llama-server")},
+                     {"path": "libggml-hip.so", "kind": "lib", "size": 1, "source": "/opt/therock/lib/libggml-hip.so"}]
     meta["kernels"] = {"folders": [{"dest": "rocblas/library", "source": "/opt/therock/lib/rocblas/library"}]}
     (job / "bundle" / "bundle.json").write_text(json.dumps(meta))
     report = publish(options(gh, night, tmp_path))

@@ -195,7 +195,7 @@ def test_real_debian_closure_of_hipblas_matches_the_reference(tmp_path):
     shutil.copyfile(source, tmp_path / "bin" / source.name)
     plan = make_plan(BundleRequest(tmp_path / "bin", tmp_path / "out", load_policy(), detect_layout(root), ("gfx1151",)))
     assert not plan.errors
-    assert {f.dest for f in plan.files if f.kind != "data"} == {
+    assert {f.path for f in plan.files if f.kind != "data"} == {
         "libhipblas.so.3", "librocsolver.so.0", "librocblas.so.5", "libroctx64.so.4", "libfmt.so.11",
         "libamdhip64.so.7", "libhsa-runtime64.so.1", "libelf.so.1", "libdrm.so.2", "libdrm_amdgpu.so.1",
         "libnuma.so.1", "libz.so.1", "libzstd.so.1", "libamd_comgr.so.3", "libLLVM.so.22.1", "libz3.so.4",

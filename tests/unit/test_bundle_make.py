@@ -203,7 +203,7 @@ def test_static_program_ships_unpatched(tree, plugin_policy, tmp_path):
             raise  # a compile failure of any other kind is a failure of this test, not a missing package
         pytest.skip("no static libc (apt-get install libc6-dev)")
     report = make_bundle(tmp_path / "st", detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, audit=False)
-    assert [f.patch for f in report.plan.files] == [()]
+    assert [f.patchelf for f in report.plan.files] == [()]
     assert run_clean(out / "static").returncode == 0
 
 
