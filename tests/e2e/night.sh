@@ -17,6 +17,8 @@
 #
 #   tests/e2e/night.sh [all]     the rehearsal; keeps the rehearsal's ccache (and the tarball of today) between runs
 #   tests/e2e/night.sh cold      the same from an empty ccache (night 1 compiles everything)
+#   tests/e2e/night.sh whole     after a rehearsal: its linux-gfx1151 and linux-vulkan legs built whole (no common part),
+#                                cold, from night 1's inputs: the "before" that bench/night_cost.py compares the night with
 #   tests/e2e/night.sh figures   (re)write $ROCKBUILD_E2E/night/figures.json from the last rehearsal's records
 #   tests/e2e/night.sh summary   print the figures of the last rehearsal
 #   tests/e2e/night.sh images    after a rehearsal: each image of its last release pulled from the registry's store
@@ -48,7 +50,7 @@ GROUP=gfx1151            # the family the users' checks install (clean-root)
 # is a family of two targets, so the night also measures how a HIP library grows with its targets.
 ROCM_JOBS=(linux-gfx1151 linux-gfx120X)
 declare -A ROCM_GROUP=([linux-gfx1151]=gfx1151 [linux-gfx120X]=gfx120X-all)
-declare -A ROCM_TARGETS=([linux-gfx1151]=gfx1151 [linux-gfx120X]=gfx1200,gfx1201)
+declare -A ROCM_TARGETS=([linux-gfx1151]=gfx1151 [linux-gfx120X]="gfx1200,gfx1201")
 declare -A TARBALL=()
 ROCM_VERSION=7.2.4
 NEW_TAG=b$((LLAMA_BUILD_NUMBER + 1))
@@ -668,6 +670,55 @@ rehearse() {
     summary
 }
 
+# ---- the night built whole, on the same host and inputs (issue 41's "before") --------------------------------------
+
+# whole: after a rehearsal, two of its legs built the way every job was built before the common part: the whole of
+# llama.cpp in each (no common part), from night 1's inputs, each from an empty ccache and with its own compiler:
+# linux-gfx1151 (TheRock's clang, rocm-root) and linux-vulkan (GCC, vulkan-root), the two kinds of GPU job whose CPU
+# modules, programs and libraries the common part builds once. bench/night_cost.py reads their .ninja_logs as the
+# "before" of the night, measured on the same host, the same day and the same inputs as the rehearsal's "after".
+# Their out/ is $NIGHT/whole (no release, no smoke: only the compile is compared).
+WHOLE_JOBS=(linux-gfx1151 linux-vulkan)
+whole() {
+    exec 9> "$E2E/.night.lock"
+    flock -n 9 || die "another night rehearsal is running"
+    if pgrep -f 'tests/e2e/(run|vulkan|windows)\.sh' > /dev/null; then die "another e2e build is running; never two at once"; fi
+    [[ -f $NIGHT/n1/inputs.json ]] || die "no rehearsal to build whole: run tests/e2e/night.sh cold first"
+    rm -rf "${NIGHT:?}/whole"
+    mkdir -p "$NIGHT/whole/out"
+    # night 1's inputs with no job on a common part: the same commit, patches, tarball and flags, built whole
+    "$HOST_PY" - "$NIGHT/n1/inputs.json" "$NIGHT/whole/inputs.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for job in d["jobs"]:
+    job["common"] = ""
+    job["common_for"] = []
+json.dump(d, open(sys.argv[2], "w"), indent=2)
+PYEOF
+    ensure_source
+    local root job run start
+    for root in "$ROCM_ROOT" "$VK_ROOT"; do
+        mount_proc "$root"
+        bind_mount "$NIGHT" "$root$IN"
+        mount_source "$root"
+        install_rockbuild "$root"
+    done
+    start_servers
+    for job in "${WHOLE_JOBS[@]}"; do
+        run=in_rocm
+        [[ $job == *vulkan ]] && run=in_vulkan
+        start=$SECONDS
+        nlog "whole: $job, the whole of llama.cpp from an empty ccache ..."
+        "$run" "$VENV/bin/rockbuild" nightly --job "$job" --inputs "$IN/whole/inputs.json" --out "$IN/whole/out" \
+            --ccache-dir "$IN/whole/ccache/$job" --offline --compile-jobs "$JOBS" --web-ui "$IN/n1/webui" --no-smoke \
+            --json > "$NIGHT/whole/job-$job.json" 2> "$NIGHT/whole/job-$job.log" \
+            || die "whole: $job failed ($NIGHT/whole/job-$job.log)"
+        nlog "whole: $job done in $((SECONDS - start)) s"
+    done
+    stop_servers
+    rm -rf "$NIGHT/whole/ccache"
+}
+
 # ---- figures -------------------------------------------------------------------------------------------------------
 
 # figures: $NIGHT/figures.json from the records of the last rehearsal (steps.jsonl, nN/, snapshots/, installed/)
@@ -860,9 +911,10 @@ main() {
     case $mode in
         all | cold) rehearse "$mode" ;;
         images) images ;;
+        whole) whole ;;
         figures) figures && summary ;;
         summary) summary ;;
-        *) die "unknown mode $mode (all, cold, figures, summary, images)" ;;
+        *) die "unknown mode $mode (all, cold, whole, figures, summary, images)" ;;
     esac
     nlog "done in ${SECONDS} s"
 }

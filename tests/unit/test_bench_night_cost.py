@@ -79,3 +79,54 @@ def test_a_night_without_legs_is_refused_in_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == (f"no legs with a .ninja_log under {tmp_path}/n1: run `tests/e2e/night.sh cold` "
                                      "(or --run) first")
+
+
+def make_whole(night, *, common=None):
+    """night.sh whole's legs: linux-gfx1151 and linux-vulkan built whole (no common part)."""
+    out = night / "whole" / "out"
+    leg(out / "linux-gfx1151", [("ggml/src/ggml-hip/a.o", 1100.0), ("ggml/src/ggml-cpu/x.o", 500.0),
+                                ("tools/cli/cli.o", 400.0)], targets=["gfx1151"], common=common)
+    leg(out / "linux-vulkan", [("ggml/src/ggml-vulkan/v.o", 210.0), ("ggml/src/ggml-cpu/x.o", 600.0),
+                               ("tools/cli/cli.o", 590.0)], common=common)
+
+
+def test_a_same_run_whole_night_is_the_baseline_unscaled(tmp_path):
+    make_night(tmp_path, windows=949.0)
+    make_whole(tmp_path)
+    result = run(tmp_path, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["same_run"] is True and "night.sh whole" in data["baseline"]
+    rows = {r["job"]: r for r in data["legs"]}
+    # measured whole where night.sh whole built the job; gfx120X: its own HIP + the whole gfx1151's CPU and rest
+    assert rows["linux-gfx1151"]["before"] == 2000.0 and rows["linux-vulkan"]["before"] == 1400.0
+    assert rows["linux-gfx120X"]["before"] == 1800.0 + 900.0
+    assert rows["windows-cpu"]["before"] == 949.0
+    assert data["before"] == 2000 + 2700 + 1400 + 949
+    assert data["ratio"] == round((1100 + 1010 + 1800 + 200 + 949) / data["before"], 3)
+    assert data["critical_path_step_seconds"]["before"] == 2700
+    assert data["gpu_library_check"] == {"job": "linux-gfx1151", "whole": 1100.0, "on_common": 1000.0,
+                                         "ratio": 0.909}
+    # the shipped matrix takes the whole legs' CPU and rest, and the dated baseline stays as a second opinion
+    assert data["shipped_matrix"]["ratio"] < 1
+    assert data["dated_baseline"]["control_windows_cpu"]["drift"] == 0.5
+    printed = run(tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert "built whole in this rehearsal (night.sh whole)" in printed.stdout
+    assert "second opinion, the night built whole, tests/e2e/night.sh cold of 2026-12-04" in printed.stdout
+
+
+def test_a_whole_leg_built_on_a_common_part_is_refused(tmp_path):
+    make_night(tmp_path)
+    make_whole(tmp_path, common="linux-common")
+    result = run(tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("was built on the common part linux-common: not a whole build")
+
+
+def test_half_a_whole_run_falls_back_to_the_dated_baseline(tmp_path):
+    make_night(tmp_path)
+    make_whole(tmp_path)
+    (tmp_path / "whole" / "out" / "linux-vulkan" / "build.json").unlink()  # night.sh whole stopped half-way
+    data = json.loads(run(tmp_path, "--json").stdout)
+    assert data["same_run"] is False and "2026-12-04" in data["baseline"]
