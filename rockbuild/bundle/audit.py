@@ -555,10 +555,10 @@ def _check_needed_pe(root: Path, pes: Mapping[Path, PeInfo], policy: PlatformPol
 
 def _check_extras(root: Path, names: set[str], policy: PlatformPolicy, record: BundleRecord | None) -> Check:
     failures = []
-    rocm = (record.rocm if record is not None else None) or {}
-    version = str(rocm.get("version") or "")
+    rocm = record.rocm if record is not None else None
+    version = (rocm.version if rocm is not None else None) or ""
     major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else None
-    for extra in policy.extras_for(major, rocm.get("kind")):
+    for extra in policy.extras_for(major, rocm.kind if rocm is not None else None):
         if not extra.required or not extra.when:
             continue
         users = sorted(n for n in names if name_matches(n, extra.when, platform=policy.platform))

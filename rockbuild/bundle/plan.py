@@ -36,10 +36,12 @@ from rockbuild.core.records import (
     SHIPS,
     SYSTEM,
     AuditRecord,
+    BuildRocm,
     BundleRecord,
     Closure,
     FatbinPruning,
     KernelsRecord,
+    KpackRef,
     Library,
     PlannedFile,
     PrunedFatbin,
@@ -71,7 +73,7 @@ class BundlePlan:
     closure: Closure
     kernels: KernelsRecord
     skipped: tuple[Path, ...]
-    rocm: dict[str, Any] | None  # None for a bundle of a backend without ROCm (Vulkan): nothing of ROCm in it
+    rocm: BuildRocm | None  # None for a bundle of a backend without ROCm (Vulkan): nothing of ROCm in it
     policy_source: str
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
@@ -129,7 +131,7 @@ class BundlePlan:
 
 
 def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, float], audit: AuditRecord | None = None,
-                  pruned: Sequence[PrunedFatbin] = (), kpack_refs: Sequence[Mapping[str, Any]] = ()) -> BundleRecord:
+                  pruned: Sequence[PrunedFatbin] = (), kpack_refs: Sequence[KpackRef] = ()) -> BundleRecord:
     """bundle.json's record of ``plan`` (made once, here): what was bundled, how long each step took, the pruned fat
     binaries and split libraries' kpack references, the audit."""
     return BundleRecord(
@@ -479,10 +481,7 @@ def make_plan(request: BundleRequest) -> BundlePlan:
         if key in seen:
             errors.append(f"{f.path} would be written twice (from {seen[key].source} and {f.source})")
         seen[key] = f
-    rocm = None if layout is None else {
-        "root": str(layout.root), "kind": str(layout.kind), "version": layout.version,
-        "hip_version": layout.hip_version, "package_version": layout.package_version,
-        "therock_commit": layout.therock_commit}
+    rocm = None if layout is None else layout.record()
     return BundlePlan(
         out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
@@ -623,8 +622,8 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     _patch(plan, partial)
     seconds["patch"] = time.monotonic() - start
     # after patchelf (which may move sections): TheRock's split libraries look for ../.kpack, out of a flat bundle
-    refs = tuple({"file": f.path, **change} for f in plan.files if plan.platform == "linux" and "/" not in f.path
-                 for change in flatten_refs(partial / f.path))
+    refs = tuple(KpackRef(file=f.path, before=change["from"], after=change["to"]) for f in plan.files
+                 if plan.platform == "linux" and "/" not in f.path for change in flatten_refs(partial / f.path))
     for f in plan.files:  # the modes asked for, now that patching is done
         os.chmod(partial / f.path, f.mode)
     if pruned:

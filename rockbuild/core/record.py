@@ -14,7 +14,8 @@ what the files need (unknown keys kept and written back, a file's key order kept
 - a field without a default is required; ``init=False`` marks a *derived* field (computed in ``__post_init__``,
   written, ignored on read);
 - ``field(metadata=json_form(load, dump))`` gives a field a JSON form other than its Python one (the matrix's
-  ``cmake`` definitions: an ordered tuple of pairs in Python, an object in JSON).
+  ``cmake`` definitions: an ordered tuple of pairs in Python, an object in JSON);
+- ``field(metadata=json_key("from"))`` gives a field a JSON key other than its name (a key that is a Python keyword).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def _dump(value: Any) -> Any:
 
 _HINTS: dict[type, dict[str, Any]] = {}
 _FORM = "rockbuild.json_form"
+_KEY = "rockbuild.json_key"
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,16 @@ def form_of(f: dataclasses.Field[Any]) -> JsonForm | None:
     """The JSON form of a record's field, when it has its own (for schema writers)."""
     form = f.metadata.get(_FORM)
     return form if isinstance(form, JsonForm) else None
+
+
+def json_key(key: str) -> dict[str, str]:
+    """``field(metadata=json_key("from"))``: a field written and read under another key than its name."""
+    return {_KEY: key}
+
+
+def key_of(f: dataclasses.Field[Any]) -> str:
+    """The JSON key of a record's field: its name, or the one ``json_key`` gave it."""
+    return str(f.metadata.get(_KEY, f.name))
 
 
 PAIRS = json_form(Mapping[str, str], lambda value: tuple(value.items()), lambda pairs: dict(pairs))
@@ -199,18 +211,19 @@ class Record:
         values: dict[str, Any] = {}
         known = set()
         for f in cls._fields():
-            known.add(f.name)
+            key = key_of(f)
+            known.add(key)
             if not f.init:
                 continue
-            if f.name not in data:
+            if key not in data:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise _Wrong(_join(where, f.name), f"{_join(where, f.name)} is missing")
+                    raise _Wrong(_join(where, key), f"{_join(where, key)} is missing")
                 continue
             form = form_of(f)
             if form is None:
-                values[f.name] = _convert(hints[f.name], data[f.name], _join(where, f.name), source)
+                values[f.name] = _convert(hints[f.name], data[key], _join(where, key), source)
             else:
-                values[f.name] = form.read(_convert(form.json_type, data[f.name], _join(where, f.name), source))
+                values[f.name] = form.read(_convert(form.json_type, data[key], _join(where, key), source))
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, keys=tuple(data))
 
@@ -252,18 +265,18 @@ class Record:
         """A record made in code whose JSON has ``values``' keys alone, in their order: for an object whose keys
         depend on what happened (a smoke run has a ``load`` only when it loaded a model, a ``log_tail`` only when it
         failed). A key the record has no field for is kept (``extra``)."""
-        names = {f.name for f in cls._inputs()}
-        return cls(**{k: v for k, v in values.items() if k in names},
+        names = {key_of(f): f.name for f in cls._inputs()}
+        return cls(**{names[k]: v for k, v in values.items() if k in names},
                    extra={k: v for k, v in values.items() if k not in names}, keys=tuple(values))
 
     def to_dict(self) -> dict[str, Any]:
-        names = [f.name for f in self._fields()]
-        order = [k for k in self.keys if k in names or k in self.extra] if self.keys else names
-        order += [n for n in names if n not in order and (not self.keys or self._set(n))]
+        names = {key_of(f): f.name for f in self._fields()}  # JSON key -> field name
+        order = [k for k in self.keys if k in names or k in self.extra] if self.keys else list(names)
+        order += [k for k, n in names.items() if k not in order and (not self.keys or self._set(n))]
         order += [k for k in self.extra if k not in order]
-        forms = {f.name: form for f in self._fields() if (form := form_of(f)) is not None}
-        return {k: (forms[k].write(getattr(self, k)) if k in forms else
-                    _dump(getattr(self, k) if k in names else self.extra[k])) for k in order}
+        forms = {key_of(f): form for f in self._fields() if (form := form_of(f)) is not None}
+        return {k: (forms[k].write(getattr(self, names[k])) if k in forms else
+                    _dump(getattr(self, names[k]) if k in names else self.extra[k])) for k in order}
 
     def _set(self, name: str) -> bool:
         """A field a record read from a file did not have, set since (replace()): written too."""

@@ -46,7 +46,7 @@ from rockbuild.core.errors import (
     UsageError,
 )
 from rockbuild.core.jobs import Job
-from rockbuild.core.record import Record, json_form
+from rockbuild.core.record import Record, json_form, json_key
 from rockbuild.core.vocabulary import Check
 
 BUILD_SCHEMA = 1
@@ -126,7 +126,8 @@ class Tarball(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class BuildRocm(Record):
-    """The ROCm a job was built with (rockbuild.llamacpp.driver.rocm_report, + the tarball the night fetched)."""
+    """The ROCm a job was built with (RocmLayout.record, + the tarball the night fetched): build.json's ``rocm``, and
+    bundle.json's, the root whose closure and kernel data the bundle took (no tarball there)."""
 
     root: str | None = None
     kind: str | None = None
@@ -584,6 +585,16 @@ class FatbinPruning(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class KpackRef(Record):
+    """A kpack reference in a bundled library's ``.rocm_kpack_ref`` section, rewritten for the bundle's flat layout
+    (rockbuild.bundle.kpack.flatten_refs): the file, and the reference before and after."""
+
+    file: str
+    before: str = field(metadata=json_key("from"))
+    after: str = field(metadata=json_key("to"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class BundleRecord(Record):
     """``bundle/bundle.json``: the bundle's own record: files, sizes, sources, closure, kernels, audit."""
 
@@ -602,14 +613,14 @@ class BundleRecord(Record):
     closure: Closure | None = None
     kernels: KernelsRecord | None = None
     skipped: tuple[str, ...] = ()
-    rocm: Mapping[str, Any] | None = None
+    rocm: BuildRocm | None = None  # None in a bundle without ROCm (Vulkan, CPU)
     policy: str | None = None
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     plan_seconds: float | None = None
     fatbin_pruning: FatbinPruning | None = None
     pruned_fatbins: tuple[PrunedFatbin, ...] = ()
-    kpack_refs: tuple[Any, ...] = ()
+    kpack_refs: tuple[KpackRef, ...] = ()
     audit: AuditRecord | None = None
     seconds: Mapping[str, float] = field(default_factory=dict)
 

@@ -283,10 +283,7 @@ def rocm_report_tarball(fetched: Any) -> Tarball:
 
 def rocm_report(layout: RocmLayout, fetched: Any = None) -> BuildRocm:
     """build.json's ``rocm``: the root a job was built with and what it is (and the tarball it came from)."""
-    return BuildRocm(root=str(layout.root), kind=str(layout.kind), platform=layout.platform, version=layout.version,
-                     version_source=layout.version_source, hip_version=layout.hip_version,
-                     package_version=layout.package_version, therock_commit=layout.therock_commit,
-                     tarball=rocm_report_tarball(fetched) if fetched is not None else None)
+    return replace(layout.record(), tarball=rocm_report_tarball(fetched) if fetched is not None else None)
 
 
 def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, BuildRocm]:

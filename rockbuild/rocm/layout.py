@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rockbuild.core.errors import LayoutError
+from rockbuild.core.records import BuildRocm
 from rockbuild.paths import follow_in_root
 
 # The GPU target a kernel file serves is the LAST token of its name (TensileLibrary_…_gfx90a-xnack+.dat); files
@@ -105,6 +106,13 @@ class RocmLayout:
         if self.sysroot is None:
             return PurePosixPath(path.as_posix())
         return PurePosixPath("/") / path.relative_to(self.sysroot).as_posix()
+
+    def record(self) -> BuildRocm:
+        """What this root is, as build.json and bundle.json record it (their ``rocm``; no tarball: the fetch adds
+        the one it came from)."""
+        return BuildRocm(root=str(self.root), kind=str(self.kind), platform=self.platform, version=self.version,
+                         version_source=self.version_source, hip_version=self.hip_version,
+                         package_version=self.package_version, therock_commit=self.therock_commit)
 
     def render(self) -> str:
         """``key: value`` lines of :meth:`to_dict` (lists joined, folders by path)."""

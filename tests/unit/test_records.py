@@ -22,7 +22,7 @@ from support.publishing import make_job, smoke_ok
 
 from rockbuild.core.errors import NotFoundError, RecordError
 from rockbuild.core.jobs import Job
-from rockbuild.core.record import PAIRS, Record, form_of
+from rockbuild.core.record import PAIRS, Record, form_of, key_of
 from rockbuild.core.records import (
     RECORDS,
     BuildErrorInfo,
@@ -33,6 +33,7 @@ from rockbuild.core.records import (
     InputsLlama,
     InputsRecord,
     InputsRocm,
+    KpackRef,
     LlamaCpp,
     ManifestRecord,
     SmokeRecord,
@@ -78,10 +79,10 @@ def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
 
     hints = typing.get_type_hints(cls)
     fields = cls._fields()
-    required = [f.name for f in fields if f.default is dataclasses.MISSING
+    required = [key_of(f) for f in fields if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
     out: dict[str, Any] = {"type": "object", "properties": {
-        f.name: _type_schema(form.json_type if (form := form_of(f)) is not None else hints[f.name], defs)
+        key_of(f): _type_schema(form.json_type if (form := form_of(f)) is not None else hints[f.name], defs)
         for f in fields}}
     if required:
         out["required"] = required
@@ -323,3 +324,16 @@ def test_the_engine_rejects_a_wrong_path_or_json_form_in_one_line(data, message)
     with pytest.raises(RecordError) as caught:
         _Sample.from_dict(data)
     assert caught.value.message == message
+
+
+def test_a_field_under_another_json_key_is_written_read_and_refused_by_that_key():
+    """bundle.json's kpack_refs are {file, from, to}: ``from`` is a Python keyword, so the field has a key of its own."""
+    ref = KpackRef(file="librocblas.so.5", before="../.kpack/blas_lib.kpm", after="./.kpack/blas_lib.kpm")
+    data = ref.to_dict()
+    assert data == {"file": "librocblas.so.5", "from": "../.kpack/blas_lib.kpm", "to": "./.kpack/blas_lib.kpm"}
+    assert KpackRef.from_dict(data) == ref and KpackRef.from_dict(data).to_dict() == data
+    assert KpackRef.keyed(data) == ref  # a record made from a JSON object's keys takes them by key too
+    with pytest.raises(RecordError) as caught:
+        BundleRecord.from_dict({"kpack_refs": [{"file": "x", "to": "y"}]})
+    assert caught.value.message == "bundle.json: kpack_refs[0].from is missing"
+    assert schema_of("bundle.json", BundleRecord)["$defs"]["KpackRef"]["required"] == ["file", "from", "to"]
