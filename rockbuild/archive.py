@@ -48,6 +48,7 @@ from typing import Any, Protocol, Self
 
 from rockbuild import console
 from rockbuild.core.errors import CorruptArchiveError, ExtractionError, RockbuildError, UnsafeArchiveError
+from rockbuild.core.record import Record
 
 MARKER_NAME = ".rockbuild-extracted.json"
 """JSON file written inside an extracted root to say what was extracted there (see :func:`write_marker`)."""
@@ -71,7 +72,7 @@ _CORRUPT_HINT = "Delete the downloaded file and download it again."
 
 
 @dataclasses.dataclass(frozen=True)
-class ExtractReport:
+class ExtractReport(Record):
     """What one extraction produced."""
 
     dest: str
@@ -84,9 +85,6 @@ class ExtractReport:
     seconds: float
     decompressor: str
     bytes_in_holes: int = 0  # of bytes_written: all-zero blocks left unallocated (sparse files)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -622,7 +620,9 @@ class StreamExtractor:
             input_bytes=self._input_bytes,
             seconds=round(time.monotonic() - self._start, 3),
             decompressor=self._decomp.name,
-            **self._counts,
+            files=self._counts["files"], dirs=self._counts["dirs"], symlinks=self._counts["symlinks"],
+            hardlinks=self._counts["hardlinks"], bytes_written=self._counts["bytes_written"],
+            bytes_in_holes=self._counts["bytes_in_holes"],
         )
 
     def abort(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from rockbuild import console
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import Record
 
 PLATFORMS = ("linux", "windows")
 LAYOUT_KINDS = ("therock", "opt-rocm", "debian")
@@ -30,14 +31,11 @@ def name_matches(name: str, patterns: Iterable[str], *, platform: str) -> bool:
 
 
 @dataclass(frozen=True)
-class SystemRule:
+class SystemRule(Record):
     """Libraries that never ship: they come from the host."""
 
     names: tuple[str, ...]
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -76,16 +74,13 @@ class Extra:
 
 
 @dataclass(frozen=True)
-class KernelRule:
+class KernelRule(Record):
     """Where one component's kernel folder goes in the bundle, and which shipped library makes it needed."""
 
     component: str
     dest: str
     used_by: tuple[str, ...]
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"component": self.component, "dest": self.dest, "used_by": list(self.used_by), "reason": self.reason}
 
 
 @dataclass(frozen=True)

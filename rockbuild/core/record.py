@@ -184,7 +184,7 @@ class Record:
     back in that order; a record made in code writes its fields in their order)."""
 
     FILE: ClassVar[str] = ""  # the file's name, for messages ("build.json")
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, kw_only=True, hash=False)
     keys: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
 
     @classmethod

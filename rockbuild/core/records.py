@@ -47,7 +47,7 @@ from rockbuild.core.errors import (
 )
 from rockbuild.core.jobs import Job
 from rockbuild.core.record import Record, json_form, json_key
-from rockbuild.core.vocabulary import Check
+from rockbuild.core.vocabulary import Check, ModelFile, Toolchain
 
 BUILD_SCHEMA = 1
 """build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
@@ -256,7 +256,7 @@ class BuildRecord(Record):
     dropped_definitions: tuple[str, ...] = ()
     llama_cpp: LlamaCpp | None = None
     rocm: BuildRocm | None = None
-    toolchain: Mapping[str, Any] | None = None
+    toolchain: Toolchain | None = None  # ROCm's clang (None: a Vulkan or CPU build, the host's compilers)
     compilers: Mapping[str, str] = field(default_factory=dict)
     tools: Mapping[str, Any] = field(default_factory=dict)
     offline: bool | None = None
@@ -634,13 +634,6 @@ class BundleRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SmokeModel(Record):
-    name: str | None = None
-    sha256: str | None = None
-    source: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class ExpectGpu(Record):
     """Whether the smoke required a GPU run: what was asked (auto | yes | no), why it was decided so, and the devices
     the bundle saw."""
@@ -920,7 +913,7 @@ class SmokeRecord(Record):
     platform: str | None = None
     targets: tuple[str, ...] = ()
     job_id: str | None = None
-    model: SmokeModel | None = None
+    model: ModelFile | None = None  # the model the run used (the model step's record)
     expect_gpu: ExpectGpu | None = None
     device: str | None = None
     preflight: str | None = None

@@ -52,14 +52,11 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     severity: str  # ok | info | warning | error
     topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll | cpu
     message: str
     action: str = ""  # one line: what to do
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"severity": self.severity, "topic": self.topic, "message": self.message, "action": self.action}
 
 
 @dataclass(frozen=True)
@@ -92,7 +89,7 @@ class SmokeDevices:
 
 
 @dataclass(frozen=True)
-class ModelFile:
+class ModelFile(Record):
     """The model a smoke run used."""
 
     name: str
@@ -103,13 +100,11 @@ class ModelFile:
     url: str | None = None
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": str(self.path), "sha256": self.sha256, "size": self.size,
-                "source": self.source, "url": self.url, "note": self.note}
-
 
 @dataclass(frozen=True)
-class Toolchain:
+class Toolchain(Record):
+    """The compiler toolchain of a ROCm build (build.json's ``toolchain``): ROCm's clang and where its parts are."""
+
     platform: str  # linux | windows
     kind: str  # therock | opt-rocm | debian
     prefix: str  # the real ROCm prefix (/usr on Debian)
@@ -126,10 +121,3 @@ class Toolchain:
     def cmake_path(self, path: str) -> str:
         """Forward slashes on Windows too: a backslash in a CMake string is an escape character."""
         return PureWindowsPath(path).as_posix() if self.windows else path
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform, "kind": self.kind, "prefix": self.prefix, "llvm_bin": self.llvm_bin,
-            "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "device_lib_dir": self.device_lib_dir,
-            "device_lib_in_resource_dir": self.device_lib_in_resource_dir,
-        }

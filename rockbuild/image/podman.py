@@ -23,6 +23,7 @@ from typing import Any
 import requests
 
 from rockbuild.core.errors import ImageError, ProcessError
+from rockbuild.core.record import Record
 from rockbuild.process import Output, child_env, run
 
 CONTAINER_PORT = 8080
@@ -70,7 +71,7 @@ class Podman:
 
 
 @dataclass(frozen=True)
-class ImageTest:
+class ImageTest(Record):
     """What the podman test saw."""
 
     ok: bool
@@ -83,9 +84,6 @@ class ImageTest:
     expected: str  # the pattern it had to match
     healthcheck: str  # the image's own HEALTHCHECK, run by podman: healthy | ...
     failure: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def free_port() -> int:

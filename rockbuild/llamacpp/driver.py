@@ -468,13 +468,13 @@ def _provide_rocm_step(b: _Build) -> None:
         with console.step(f"ROCm for {job.id}"):
             layout, rocm = _provide_rocm(job, options)
             b.toolchain = b.backend.toolchain(job, layout)
-        b.recorded.update(rocm=rocm, toolchain=b.toolchain.to_dict() if b.toolchain is not None else None)
+        b.recorded.update(rocm=rocm, toolchain=b.toolchain)
         return
     # build.json's rocm stays null: the job uses no ROCm (and ships none)
     if options.rocm_dir is not None or options.rocm_version:
         console.warn(f"{job.id} is a {b.backend.label} job: it uses no ROCm, --rocm/--rocm-version are ignored")
     b.toolchain = b.backend.toolchain(job, None)
-    b.recorded.update(toolchain=b.toolchain.to_dict() if b.toolchain is not None else None)
+    b.recorded.update(toolchain=b.toolchain)
 
 
 def _source_step(b: _Build) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
-from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu, SmokeModel
+from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu
 
 from .jobs import BuiltJob, ops_summary, public_cmake
 
@@ -76,13 +76,14 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
     smoke = job.smoke
     if smoke is None:
         return None
-    model, gpu = smoke.model or SmokeModel(), smoke.gpu or SmokeGpu()
+    model, gpu = smoke.model, smoke.gpu or SmokeGpu()
     server = smoke.runs.get("server")
     found = {"web_ui": server.web_ui, "browser": server.browser} if server is not None else {}
     checks = {what: f"{check.result}: {check.detail}" if check.detail else check.result
               for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
-            "model": {"name": model.name, "sha256": model.sha256, "source": model.source}, **checks,
+            "model": {"name": model.name if model else None, "sha256": model.sha256 if model else None,
+                      "source": model.source if model else None}, **checks,
             "numerics": job.numerics(), "cpu_variants": job.cpu_variant_runs(),
             "ops": ops_summary(smoke) or None}
 

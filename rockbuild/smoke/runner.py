@@ -29,7 +29,6 @@ from rockbuild.core.records import (
     SmokeCpuVariants,
     SmokeGpu,
     SmokeHost,
-    SmokeModel,
     SmokeRecord,
     SmokeRun,
 )
@@ -768,7 +767,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     smoke = SmokeRecord(
         schema=SCHEMA, tool="rockbuild", rockbuild_version=__version__, ok=not failures, failures=tuple(failures),
         bundle=str(bundle), platform=platform, targets=targets, job_id=job_id,
-        model=SmokeModel.keyed(model.to_dict()), device=options.device, preflight=preflight,
+        model=model, device=options.device, preflight=preflight,
         expect_gpu=ExpectGpu(asked=options.expect_gpu, reason=reason, devices_found=tuple(devices)),
         gpu=verdict, runs={r.name or "": r for r in records}, bench=bench,
         backends=bundle_backends(bundle, records), texts_agree=texts_agree(records),

@@ -118,7 +118,9 @@ NO_WEB_UI = {"status": "none", "reason": "npm is not installed (not on PATH)"}
 
 
 def smoke_ok(placement="cpu", pp=335.3, tg=1438.4) -> dict:
-    return {"ok": True, "failures": [], "model": {"name": "Qwen3-0.6B-Q4_0.gguf", "sha256": "33bc" * 16},
+    model = {"name": "Qwen3-0.6B-Q4_0.gguf", "path": "/cache/models/Qwen3-0.6B-Q4_0.gguf", "sha256": "33bc" * 16,
+             "size": 382_000_000, "source": "default", "url": None, "note": ""}  # the smoke's ModelFile, as written
+    return {"ok": True, "failures": [], "model": model,
             "gpu": {"placement": placement, "summary": "gpu: absent (CPU run proves library loading only)"},
             "bench": [{"test": "pp64", "n_prompt": 64, "n_gen": 0, "tokens_per_second": pp},
                       {"test": "tg16", "n_prompt": 0, "n_gen": 16, "tokens_per_second": tg}],
