@@ -28,6 +28,7 @@ from rockbuild.bundle.audit import audit_bundle
 from rockbuild.core.environment import WindowsHost, environment
 from rockbuild.core.errors import RockbuildError
 from rockbuild.core.jobs import MIX, FamilyTable, load_families
+from rockbuild.core.record import Record
 from rockbuild.core.vocabulary import Finding, Gpu
 from rockbuild.gpu import kfd_nodes_dir, read_kfd_gpus
 from rockbuild.install import DEFAULT_REPO
@@ -79,17 +80,13 @@ def gfx_from_override(value: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class Recommendation:
+class Recommendation(Record):
     target: str
     flavour: str  # rocm | vulkan | both
     reason: str
     command: str  # what to run
     images: tuple[str, ...] = ()  # the container images that fit, the one to try first first (Linux only)
     image_command: str = ""  # the podman command that runs the first
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "flavour": self.flavour, "reason": self.reason, "command": self.command,
-                "images": list(self.images), "image_command": self.image_command}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import Record
 
 DEFAULT_SYSTEM_ROOT = "C:\\Windows"
 
@@ -44,7 +45,6 @@ def flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
-
 @dataclass(frozen=True)
 class GitHubContext:
     """What GitHub Actions tells a step through its environment (all None/False elsewhere)."""
@@ -73,7 +73,7 @@ class GitHubContext:
 
 
 @dataclass(frozen=True)
-class WindowsHost:
+class WindowsHost(Record):
     """What the loader's search takes from the machine: the Windows folder (``%SystemRoot%``) and ``PATH``."""
 
     system_root: Path
@@ -87,9 +87,6 @@ class WindowsHost:
         root = upper.get("SYSTEMROOT", "").strip() or upper.get("WINDIR", "").strip() or DEFAULT_SYSTEM_ROOT
         entries = (p.strip().strip('"') for p in upper.get("PATH", "").split(";"))
         return cls(Path(root), tuple(Path(p) for p in entries if p))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"system_root": str(self.system_root), "path": [str(p) for p in self.path]}
 
 
 @dataclass(frozen=True)

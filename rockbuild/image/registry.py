@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from rockbuild.core.errors import ImageError
+from rockbuild.core.record import PAIRS, Record
 from rockbuild.downloader import make_session
 
 from .oci import MANIFEST_TYPE, read_layout
@@ -59,16 +60,12 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class PushResult:
+class PushResult(Record):
     reference: str
     digest: str
     blobs_sent: tuple[str, ...]
     blobs_present: tuple[str, ...]
-    tags: tuple[tuple[str, str], ...]  # (tag, pushed | unchanged)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"reference": self.reference, "digest": self.digest, "blobs_sent": list(self.blobs_sent),
-                "blobs_present": list(self.blobs_present), "tags": {t: a for t, a in self.tags}}
+    tags: tuple[tuple[str, str], ...] = field(metadata=PAIRS)  # (tag, pushed | unchanged): an object in JSON
 
 
 class Registry:

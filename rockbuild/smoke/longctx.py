@@ -29,6 +29,7 @@ from typing import Any
 
 from rockbuild.core.data import where
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import Record
 from rockbuild.process import spawn, stop
 
 from .logprobs import DEFAULT_K, LogProbsError, compare, read_base, read_topk, top_k, write_topk
@@ -39,7 +40,7 @@ TOPK_NAME = "long-cpu.topk"  # the night's own top-k, kept in the logs: `rockbui
 
 
 @dataclass(frozen=True)
-class Passkey:
+class Passkey(Record):
     """The long known answer: ``key`` after ``at`` characters of a ``chars``-character stretch of the text."""
 
     key: str = "71432"
@@ -54,10 +55,6 @@ class Passkey:
         return ("There is an important number hidden in the long text below. Find it and remember it.\n\n"
                 + filler[:self.at] + f"\n\nThe pass key is {self.key}. Remember it. {self.key} is the pass key.\n\n"
                 + filler[self.at:] + "\n\nWhat is the pass key? The pass key is")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "chars": self.chars, "at": self.at, "min_tokens": self.min_tokens,
-                "n_predict": self.n_predict, "server_ctx": self.server_ctx}
 
 
 @dataclass(frozen=True)

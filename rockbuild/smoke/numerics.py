@@ -40,6 +40,7 @@ from typing import Any
 
 from rockbuild.core.data import check_keys, data_path, expect_type, flag, mapping, number, text, where, whole
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import Record
 from rockbuild.core.vocabulary import GpuDevice, ModelFile
 from rockbuild.smoke.baselines import Baselines, baselines_path, judge_ppl, load_baselines
 from rockbuild.smoke.longctx import (
@@ -63,7 +64,7 @@ _NUMBER = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|-?inf))"
 
 
 @dataclass(frozen=True)
-class Threshold:
+class Threshold(Record):
     """The limits of the GPU-vs-CPU comparison for one backend and model (and device, a glob on its description)."""
 
     backend: str  # rocm | vulkan | *
@@ -77,18 +78,11 @@ class Threshold:
         return (fnmatchcase(backend, self.backend) and fnmatchcase(model, self.model)
                 and fnmatchcase(device.lower(), self.device.lower()))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "model": self.model, "device": self.device,
-                "max_mean_kld": self.max_mean_kld, "min_same_top": self.min_same_top, "floor": self.floor}
-
 
 @dataclass(frozen=True)
-class KnownAnswer:
+class KnownAnswer(Record):
     prompt: str
     expect: str  # a regular expression the completion (without the prompt) must match at its start
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "expect": self.expect}
 
 
 @dataclass(frozen=True)
