@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -195,6 +195,27 @@ def all_backends() -> list[Backend]:
     return [get_backend(name) for name in names()]
 
 
+def bundle_backend(names: Iterable[str], meta: BundleRecord | Mapping[str, Any] | None, platform: str) -> str:
+    """The bundle's backend: bundle.json's ``backend``, else (a bundle written before the field existed, or a plain
+    build folder) the default (``rocm``) unless the top-level files ``names`` lack its llama.cpp library and hold
+    another backend's (libggml-vulkan: ``vulkan``). The audit and the smoke ask it of a bundle they are handed."""
+    from rockbuild.bundle.policy import name_matches
+
+    recorded = meta.backend if isinstance(meta, BundleRecord) else meta.get("backend") if meta else None
+    if recorded:
+        return str(recorded)
+    names = list(names)
+
+    def has(globs: Sequence[str]) -> bool:
+        return any(name_matches(n, globs, platform=platform) for n in names)
+
+    if not has(get_backend(DEFAULT).ggml_libraries):
+        for backend in all_backends():
+            if backend.name != DEFAULT and backend.ggml_libraries and has(backend.ggml_libraries):
+                return backend.name
+    return DEFAULT
+
+
 def register(backend: Backend) -> Backend:
     """Add a backend that lives outside this package (a plugin, a test); it answers to its ``name`` from now on."""
     if backend.name in BACKENDS:
@@ -209,5 +230,6 @@ def unregister(name: str) -> None:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT", "Backend", "SmokeDevices", "all_backends", "get_backend", "names", "register", "unregister",
+    "BACKENDS", "DEFAULT", "Backend", "SmokeDevices", "all_backends", "bundle_backend", "get_backend", "names",
+    "register", "unregister",
 ]

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rockbuild.backends import DEFAULT, all_backends, get_backend
+from rockbuild.backends import bundle_backend, get_backend
 from rockbuild.bundle.policy import load_policy
 from rockbuild.bundle.pruning import reverify_pruned
 from rockbuild.core.errors import BundleError, UsageError
@@ -435,25 +435,6 @@ def parse_max_versions(items: Iterable[str]) -> dict[str, str]:
     return ceilings
 
 
-def bundle_backend(names: Iterable[str], meta: BundleRecord | Mapping[str, Any] | None, platform: str) -> str:
-    """The bundle's backend: bundle.json's ``backend``, else (a bundle written before the field existed, or a plain
-    build folder) the default (``rocm``) unless the top-level files ``names`` lack its llama.cpp library and hold
-    another backend's (libggml-vulkan: ``vulkan``)."""
-    recorded = meta.backend if isinstance(meta, BundleRecord) else meta.get("backend") if meta else None
-    if recorded:
-        return str(recorded)
-    names = list(names)
-
-    def has(globs: Sequence[str]) -> bool:
-        return any(name_matches(n, globs, platform=platform) for n in names)
-
-    if not has(get_backend(DEFAULT).ggml_libraries):
-        for backend in all_backends():
-            if backend.name != DEFAULT and backend.ggml_libraries and has(backend.ggml_libraries):
-                return backend.name
-    return DEFAULT
-
-
 def _check_run_paths(root: Path, elves: Mapping[Path, ElfInfo], policy: PlatformPolicy) -> Check:
     failures, warnings = [], []
     for path, info in elves.items():
@@ -587,10 +568,11 @@ def audit_bundle(
 ) -> AuditRecord:
     """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json).
 
-    ``backend`` (default: bundle.json's, else :func:`bundle_backend`'s guess) adds its own checks: gfx targets,
-    kernel data and code objects for ROCm, ``no-rocm`` for Vulkan. A pruned fat binary is held to the record of its
-    independent check (:func:`pruning_proof`); with ``rocm``, the ROCm root the bundle was made from, that check is
-    run again with the root's clang-offload-bundler against the originals there (:func:`reverify_pruned`)."""
+    ``backend`` (default: bundle.json's, else :func:`rockbuild.backends.bundle_backend`'s guess) adds its own checks:
+    gfx targets, kernel data and code objects for ROCm, ``no-rocm`` for Vulkan. A pruned fat binary is held to the
+    record of its independent check (:func:`pruning_proof`); with ``rocm``, the ROCm root the bundle was made from,
+    that check is run again with the root's clang-offload-bundler against the originals there
+    (:func:`reverify_pruned`)."""
     root = Path(path).absolute()
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder; pass a bundle made by rockbuild bundle")

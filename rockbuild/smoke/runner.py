@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.backends import DEFAULT, all_backends, get_backend
-from rockbuild.bundle.audit import bundle_backend
+from rockbuild.backends import DEFAULT, all_backends, bundle_backend, get_backend
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import SmokeError
 from rockbuild.core.programs import Program

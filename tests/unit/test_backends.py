@@ -165,7 +165,7 @@ def test_vulkan_answers(tmp_path):
 
 
 def test_a_bundle_tells_its_backend_by_bundle_json_else_by_its_ggml_library():
-    from rockbuild.bundle.audit import bundle_backend
+    from rockbuild.backends import bundle_backend
 
     assert bundle_backend(["libggml-vulkan.so", "llama-cli"], {}, "linux") == "vulkan"
     assert bundle_backend(["libggml-vulkan.so", "libggml-hip.so"], {}, "linux") == "rocm"
@@ -238,7 +238,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
 
 
 def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, tmp_path):
-    from rockbuild.bundle.audit import bundle_backend
+    from rockbuild.backends import bundle_backend
     from rockbuild.bundle.plan import BundleRequest
     from rockbuild.core.records import InputsJob, InputsLlama
     from rockbuild.pipeline.inputs import inputs_record, read_inputs
