@@ -21,6 +21,11 @@ The baseline it names, in order of preference:
    1,898) says how much faster or slower the host is; the unscaled ratio is printed beside it. With a same-run
    baseline, this dated one is printed as a second opinion.
 
+The common part measured again, alone (``tests/e2e/night.sh whole`` builds it last, into whole/common-out, from an
+empty ccache with night 1's inputs, when nothing else runs): where it is there, the night is also printed with it in
+place of night 1's common leg. That is a second "after", never the first: it tells how much of night 1's common leg
+was the load beside it (a rehearsal shares its 2 cores with whatever else the machine does).
+
 Projection to the shipped matrix, from the measured parts: a ROCm job's HIP library grows with its targets
 (one-target gfx1151 and two-target gfx120X measured: hip(n) = hip(1) + (n - 1) x (hip(2) - hip(1))); whole, it adds
 the baseline's CPU and rest; a Vulkan job whole likewise; each OS's common part is this run's linux-common (the
@@ -78,6 +83,12 @@ def legs(night: Path) -> dict[str, dict]:
     if not found:
         sys.exit(f"no legs with a .ninja_log under {night}/n1: run `tests/e2e/night.sh cold` (or --run) first")
     return found
+
+
+def common_alone(night: Path) -> dict | None:
+    """The common part built again by `night.sh whole`, alone on the machine, or None where it is not there."""
+    found = sorted(f for f in (night / "whole" / "common-out").glob("*-common") if built(f))
+    return {"job": found[0].name, **leg(found[0])} if found else None
 
 
 def same_run_baseline(night: Path) -> dict | None:
@@ -194,18 +205,30 @@ def dated(measured: dict[str, dict]) -> dict:
             "shipped_matrix_unscaled": project(measured, DATED_BASELINE, 1.0)}
 
 
+def with_common_alone(result: dict, measured: dict[str, dict], alone: dict | None) -> dict:
+    """``result`` plus the night with the common part measured alone in place of night 1's common leg."""
+    if alone is None or alone["job"] not in measured:
+        return result
+    after = result["after"] - measured[alone["job"]]["total"] + alone["total"]
+    return {**result, "common_alone": {"job": alone["job"], "night_1": measured[alone["job"]]["total"],
+                                       "alone": alone["total"], "wall": alone["wall"], "after": round(after),
+                                       "ratio": round(after / result["before"], 3)}}
+
+
 def report(night: Path) -> dict:
     measured = legs(night)
+    alone = common_alone(night)
     base = same_run_baseline(night)
     if base is None:
-        return dated(measured)
+        return with_common_alone(dated(measured), measured, alone)
     # the check that a GPU library compiles the same in both shapes (the gfx120X "before" rests on it)
     hip_whole, hip_common = base["legs"]["linux-gfx1151"]["gpu"], measured.get("linux-gfx1151", {}).get("gpu")
-    return {**night_ratio(measured, base, 1.0), "shipped_matrix": project(measured, base, 1.0),
-            "whole_legs": base["legs"],
-            "gpu_library_check": {"job": "linux-gfx1151", "whole": hip_whole, "on_common": hip_common,
-                                  "ratio": round(hip_common / hip_whole, 3) if hip_common else None},
-            "dated_baseline": dated(measured)}
+    result = {**night_ratio(measured, base, 1.0), "shipped_matrix": project(measured, base, 1.0),
+              "whole_legs": base["legs"],
+              "gpu_library_check": {"job": "linux-gfx1151", "whole": hip_whole, "on_common": hip_common,
+                                    "ratio": round(hip_common / hip_whole, 3) if hip_common else None},
+              "dated_baseline": dated(measured)}
+    return with_common_alone(result, measured, alone)
 
 
 def print_rows(result: dict) -> None:
@@ -249,6 +272,10 @@ def main() -> int:
     goal = f"(goal <= 0.75x; unscaled: {result['unscaled']['after']:,} against {result['unscaled']['before']:,}: " \
         f"{result['unscaled']['ratio']}x)" if not result["same_run"] else "(goal <= 0.75x)"
     print(f"  the rehearsal's night: {result['after']:,} against {result['before']:,}: {result['ratio']}x {goal}")
+    if (alone := result.get("common_alone")) is not None:
+        print(f"  with {alone['job']} measured again alone (night.sh whole: {alone['alone']:,} step-seconds, compile "
+              f"{alone['wall'] or 0:,.1f} s, against {alone['night_1']:,} in night 1): {alone['after']:,} against "
+              f"{result['before']:,}: {alone['ratio']}x")
     cp = result["critical_path_step_seconds"]
     print(f"  critical path (longest chain of legs): {cp['after']:,} against {cp['before']:,} step-seconds: "
           f"{cp['ratio']}x; compile wall along it now {result['critical_path_wall_after']:,.1f} s")

@@ -18,7 +18,9 @@
 #   tests/e2e/night.sh [all]     the rehearsal; keeps the rehearsal's ccache (and the tarball of today) between runs
 #   tests/e2e/night.sh cold      the same from an empty ccache (night 1 compiles everything)
 #   tests/e2e/night.sh whole     after a rehearsal: its linux-gfx1151 and linux-vulkan legs built whole (no common part),
-#                                cold, from night 1's inputs: the "before" that bench/night_cost.py compares the night with
+#                                cold, from night 1's inputs: the "before" that bench/night_cost.py compares the night with;
+#                                then night 1's common part again, alone (the bench's second "after")
+#   tests/e2e/night.sh whole-common   that last step alone
 #   tests/e2e/night.sh figures   (re)write $ROCKBUILD_E2E/night/figures.json from the last rehearsal's records
 #   tests/e2e/night.sh summary   print the figures of the last rehearsal
 #   tests/e2e/night.sh images    after a rehearsal: each image of its last release pulled from the registry's store
@@ -677,13 +679,29 @@ rehearse() {
 # linux-gfx1151 (TheRock's clang, rocm-root) and linux-vulkan (GCC, vulkan-root), the two kinds of GPU job whose CPU
 # modules, programs and libraries the common part builds once. bench/night_cost.py reads their .ninja_logs as the
 # "before" of the night, measured on the same host, the same day and the same inputs as the rehearsal's "after".
-# Their out/ is $NIGHT/whole (no release, no smoke: only the compile is compared).
+# Their out/ is $NIGHT/whole (no release, no smoke: only the compile is compared). Last, the common part is built
+# again alone (whole_common) for the bench's second "after".
+# whole-common: that last step alone (night 1's common part again, from an empty ccache, into whole/common-out): what
+# the common leg costs when nothing else runs, where the night's own leg shared the machine.
 WHOLE_JOBS=(linux-gfx1151 linux-vulkan)
-whole() {
+whole_setup() {
     exec 9> "$E2E/.night.lock"
     flock -n 9 || die "another night rehearsal is running"
     if pgrep -f 'tests/e2e/(run|vulkan|windows)\.sh' > /dev/null; then die "another e2e build is running; never two at once"; fi
     [[ -f $NIGHT/n1/inputs.json ]] || die "no rehearsal to build whole: run tests/e2e/night.sh cold first"
+    ensure_source
+    local root
+    for root in "$ROCM_ROOT" "$VK_ROOT"; do
+        mount_proc "$root"
+        bind_mount "$NIGHT" "$root$IN"
+        mount_source "$root"
+        install_rockbuild "$root"
+    done
+    start_servers
+}
+
+whole() {
+    whole_setup
     rm -rf "${NIGHT:?}/whole"
     mkdir -p "$NIGHT/whole/out"
     # night 1's inputs with no job on a common part: the same commit, patches, tarball and flags, built whole
@@ -695,15 +713,7 @@ for job in d["jobs"]:
     job["common_for"] = []
 json.dump(d, open(sys.argv[2], "w"), indent=2)
 PYEOF
-    ensure_source
-    local root job run start
-    for root in "$ROCM_ROOT" "$VK_ROOT"; do
-        mount_proc "$root"
-        bind_mount "$NIGHT" "$root$IN"
-        mount_source "$root"
-        install_rockbuild "$root"
-    done
-    start_servers
+    local job run start
     for job in "${WHOLE_JOBS[@]}"; do
         run=in_rocm
         [[ $job == *vulkan ]] && run=in_vulkan
@@ -715,8 +725,23 @@ PYEOF
             || die "whole: $job failed ($NIGHT/whole/job-$job.log)"
         nlog "whole: $job done in $((SECONDS - start)) s"
     done
+    whole_common
     stop_servers
     rm -rf "$NIGHT/whole/ccache"
+}
+
+# whole_common: night 1's common leg again (its own inputs.json, vulkan-root's GCC as in common_leg), from an empty
+# ccache, into $NIGHT/whole/common-out
+whole_common() {
+    local start=$SECONDS
+    rm -rf "${NIGHT:?}/whole/common-out" "$NIGHT/whole/ccache/$COMMON_JOB"
+    mkdir -p "$NIGHT/whole"
+    nlog "whole: $COMMON_JOB again, alone, from an empty ccache ..."
+    in_vulkan "$VENV/bin/rockbuild" nightly --job "$COMMON_JOB" --inputs "$IN/n1/inputs.json" \
+        --out "$IN/whole/common-out" --ccache-dir "$IN/whole/ccache/$COMMON_JOB" --offline --compile-jobs "$JOBS" \
+        --web-ui "$IN/n1/webui" --json > "$NIGHT/whole/job-$COMMON_JOB.json" 2> "$NIGHT/whole/job-$COMMON_JOB.log" \
+        || die "whole: $COMMON_JOB failed ($NIGHT/whole/job-$COMMON_JOB.log)"
+    nlog "whole: $COMMON_JOB done in $((SECONDS - start)) s"
 }
 
 # ---- figures -------------------------------------------------------------------------------------------------------
@@ -912,9 +937,10 @@ main() {
         all | cold) rehearse "$mode" ;;
         images) images ;;
         whole) whole ;;
+        whole-common) whole_setup; whole_common; stop_servers; rm -rf "$NIGHT/whole/ccache" ;;
         figures) figures && summary ;;
         summary) summary ;;
-        *) die "unknown mode $mode (all, cold, whole, figures, summary, images)" ;;
+        *) die "unknown mode $mode (all, cold, whole, whole-common, figures, summary, images)" ;;
     esac
     nlog "done in ${SECONDS} s"
 }

@@ -4,6 +4,7 @@ read as step-seconds, the whole-night baseline scaled by the windows-cpu control
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -130,3 +131,21 @@ def test_half_a_whole_run_falls_back_to_the_dated_baseline(tmp_path):
     (tmp_path / "whole" / "out" / "linux-vulkan" / "build.json").unlink()  # night.sh whole stopped half-way
     data = json.loads(run(tmp_path, "--json").stdout)
     assert data["same_run"] is False and "2026-12-04" in data["baseline"]
+
+
+def test_the_common_part_measured_again_alone_is_a_second_after(tmp_path):
+    make_night(tmp_path, windows=949.0)
+    make_whole(tmp_path)
+    leg(tmp_path / "whole" / "common-out" / "linux-common", [("ggml/src/ggml-cpu/x.o", 500.0), ("tools/cli/cli.o", 400.0)],
+        compile_s=450.0)
+    data = json.loads(run(tmp_path, "--json").stdout)
+    first = 1100 + 1010 + 1800 + 200 + 949  # night 1's own legs stay the night's figure
+    assert data["after"] == first and data["ratio"] == round(first / data["before"], 3)
+    assert data["common_alone"] == {"job": "linux-common", "night_1": 1100.0, "alone": 900.0, "wall": 450.0,
+                                    "after": first - 200, "ratio": round((first - 200) / data["before"], 3)}
+    printed = run(tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert "with linux-common measured again alone (night.sh whole: 900.0 step-seconds" in printed.stdout
+    # without it, no such line and no such key
+    shutil.rmtree(tmp_path / "whole" / "common-out")
+    assert "common_alone" not in json.loads(run(tmp_path, "--json").stdout)
