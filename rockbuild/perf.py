@@ -32,6 +32,7 @@ from typing import Any
 
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError, RockbuildError
+from rockbuild.core.record import Record
 from rockbuild.core.records import ManifestRecord
 from rockbuild.publish.alert import IssueReport, file_issue
 from rockbuild.publish.github import GitHub
@@ -107,7 +108,7 @@ class Series:
 
 
 @dataclass(frozen=True)
-class NumericsPoint:
+class NumericsPoint(Record):
     """One release's numbers for one job (manifest.json ``jobs[].smoke.numerics``)."""
 
     tag: str
@@ -118,11 +119,6 @@ class NumericsPoint:
     same_top: float | None = None
     cross_backend: str | None = None
     known_answers: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tag": self.tag, "model": self.model, "cpu_ppl": self.cpu_ppl, "cpu_variant": self.cpu_variant,
-                "mean_kld": self.mean_kld, "same_top": self.same_top, "cross_backend": self.cross_backend,
-                "known_answers": self.known_answers}
 
 
 @dataclass(frozen=True)
@@ -163,7 +159,7 @@ def numerics_changes(history: Mapping[str, Sequence[NumericsPoint]],
 
 
 @dataclass(frozen=True)
-class OpsPoint:
+class OpsPoint(Record):
     """One release's test-backend-ops counts for one job (rockbuild.smoke.ops' summary in manifest.json: the GPU
     leg's ``jobs[].gpu_smoke.ops`` when it checked, else the smoke's ``jobs[].smoke.ops``). A failed case is flagged."""
 
@@ -174,10 +170,6 @@ class OpsPoint:
     not_supported: int = 0
     device: str | None = None
     mode: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tag": self.tag, "result": self.result, "passed": self.passed, "failed": self.failed,
-                "not_supported": self.not_supported, "device": self.device, "mode": self.mode}
 
     def cell(self) -> str:
         if self.result == "not checked":

@@ -26,6 +26,7 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import Record
 
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
@@ -41,7 +42,7 @@ HEADER = """\
 
 
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(Record):
     model: str  # the model file's name (a glob)
     text: str  # the numerics text's file name
     ctx: int
@@ -51,10 +52,6 @@ class Baseline:
 
     def matches(self, model: str, text: str, ctx: int, chunks: int) -> bool:
         return fnmatchcase(model, self.model) and text == self.text and (ctx, chunks) == (self.ctx, self.chunks)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "text": self.text, "ctx": self.ctx, "chunks": self.chunks, "ppl": self.ppl,
-                "measured": self.measured}
 
 
 @dataclass(frozen=True)
