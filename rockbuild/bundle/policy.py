@@ -10,14 +10,14 @@ import fnmatch
 import functools
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rockbuild import console
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
 from rockbuild.core.errors import ConfigError
-from rockbuild.core.record import Record
+from rockbuild.core.record import Record, json_key
 
 PLATFORMS = ("linux", "windows")
 LAYOUT_KINDS = ("therock", "opt-rocm", "debian")
@@ -39,7 +39,7 @@ class SystemRule(Record):
 
 
 @dataclass(frozen=True)
-class Extra:
+class Extra(Record):
     """Files loaded with dlopen/LoadLibrary that no DT_NEEDED or import names."""
 
     names: tuple[str, ...]
@@ -48,17 +48,11 @@ class Extra:
     reason: str
     rocm_major: tuple[int, ...] = ()
     kinds: tuple[str, ...] = ()
-    store_as: str | None = None
+    store_as: str | None = field(default=None, metadata=json_key("as"))
     # ship only when a shipped library matching `when` names it (its bytes hold the extra's name, as a dlopen or
     # DT_NEEDED string does): a rocBLAS built without hipBLASLt support never loads it
     only_if_named: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "names": list(self.names), "when": list(self.when), "required": self.required, "reason": self.reason,
-            "rocm_major": list(self.rocm_major), "kinds": list(self.kinds), "as": self.store_as,
-            "only_if_named": self.only_if_named,
-        }
 
     @property
     def stems(self) -> tuple[bytes, ...]:
@@ -281,7 +275,6 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
         platforms[platform] = PlatformPolicy(platform, system, _extras(path, body), _kernel_rules(path, body), tag,
                                              _cpu_variants(path, body))
     return BundlePolicy(str(path), platforms["linux"], platforms["windows"])
-
 
 
 def load_policy(path: Path | None = None) -> BundlePolicy:

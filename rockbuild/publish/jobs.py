@@ -16,6 +16,7 @@ from typing import Any
 
 from rockbuild.backends import get_backend
 from rockbuild.core.errors import RecordError
+from rockbuild.core.record import Record
 from rockbuild.core.records import (
     AuditRecord,
     BenchFigure,
@@ -35,17 +36,13 @@ from rockbuild.smoke.parse import cpu_variant_of
 
 
 @dataclass(frozen=True)
-class RocmInfo:
+class RocmInfo(Record):
     version: str | None  # TheRock's package version (10.2.0a20261128) when known, else the ROCm version
     date: str | None  # the nightly's date, YYYY-MM-DD
     therock_commit: str | None
     tarball: str | None
     tarball_sha256: str | None
     group: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "date": self.date, "therock_commit": self.therock_commit,
-                "tarball": self.tarball, "tarball_sha256": self.tarball_sha256, "group": self.group}
 
 
 def rocm_info(rocm: BuildRocm | None) -> RocmInfo:

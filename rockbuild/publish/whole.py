@@ -19,11 +19,12 @@ the reason and the holes go into manifest.json's ``partial`` and the release not
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rockbuild.core.errors import PublishError
 from rockbuild.core.programs import Program, ProgramList
+from rockbuild.core.record import Record, json_key
 
 from .jobs import BuiltJob
 
@@ -31,18 +32,15 @@ CHAT_PAGE = "the chat page"
 
 
 @dataclass(frozen=True)
-class Hole:
+class Hole(Record):
     """What one job's bundle lacks: ``parts`` (the chat page, program names), each with why, as ``details``."""
 
-    job: str
-    parts: tuple[str, ...]
+    job: str = field(metadata=json_key("id"))
+    parts: tuple[str, ...] = field(metadata=json_key("lacks"))
     details: tuple[str, ...]
 
     def words(self) -> str:
         return f"{self.job} lacks " + ", ".join(self.details)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.job, "lacks": list(self.parts), "details": list(self.details)}
 
 
 @dataclass(frozen=True)
