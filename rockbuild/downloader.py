@@ -40,6 +40,7 @@ from urllib3.util.retry import Retry
 from rockbuild import __version__, console
 from rockbuild.core.data import read_json_object, write_json_atomic
 from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
+from rockbuild.core.record import Record
 
 USER_AGENT = f"rockbuild/{__version__} (+requests)"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -238,7 +239,7 @@ def network_error(what: str, exc: BaseException, hint: str) -> FetchError:
 
 
 @dataclass(frozen=True)
-class Download:
+class Download(Record):
     url: str
     path: Path
     size: int
@@ -246,17 +247,6 @@ class Download:
     transferred: int  # bytes received over the network in this call (0 on a cache hit)
     from_cache: bool
     resumed_from: int  # byte offset the first resume started at (0 if none)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "path": str(self.path),
-            "size": self.size,
-            "sha256": self.sha256,
-            "transferred": self.transferred,
-            "from_cache": self.from_cache,
-            "resumed_from": self.resumed_from,
-        }
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:

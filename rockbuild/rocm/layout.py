@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rockbuild.core.errors import LayoutError
+from rockbuild.core.record import Record
 from rockbuild.core.records import BuildRocm
 from rockbuild.paths import follow_in_root
 
@@ -42,7 +43,7 @@ def target_order(target: str) -> tuple[int, str]:
 
 
 @dataclass(frozen=True)
-class KernelData:
+class KernelData(Record):
     """One directory of precompiled GPU kernels (rocBLAS/hipBLASLt databases, or TheRock's ``.kpack``)."""
 
     component: str
@@ -50,15 +51,6 @@ class KernelData:
     targets: tuple[str, ...]
     files: int
     generic_files: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "component": self.component,
-            "path": str(self.path),
-            "targets": list(self.targets),
-            "files": self.files,
-            "generic_files": self.generic_files,
-        }
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ def parse_numerics_config(section: Any, *, path: Path | None = None, data_dir: P
 
 
 @dataclass(frozen=True)
-class Divergence:
+class Divergence(Record):
     """What ``llama-perplexity --kl-divergence`` prints at its end (tools/perplexity/perplexity.cpp)."""
 
     mean_kld: float
@@ -200,10 +200,6 @@ class Divergence:
     same_top: float  # percent
     ppl: float | None  # PPL(Q): the GPU run's perplexity
     ppl_base: float | None  # PPL(base): the CPU run's, from the base file
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mean_kld": self.mean_kld, "max_kld": self.max_kld, "p99_kld": self.p99_kld,
-                "same_top": self.same_top, "ppl": self.ppl, "ppl_base": self.ppl_base}
 
 
 def _find(pattern: str, text: str) -> float | None:
