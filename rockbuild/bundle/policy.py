@@ -53,7 +53,6 @@ class Extra(Record):
     # DT_NEEDED string does): a rocBLAS built without hipBLASLt support never loads it
     only_if_named: bool = False
 
-
     @property
     def stems(self) -> tuple[bytes, ...]:
         """What a library that loads this extra holds: its names without the glob, ``lib`` and suffix parts
