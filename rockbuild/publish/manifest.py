@@ -82,8 +82,7 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
     checks = {what: f"{check.result}: {check.detail}" if check.detail else check.result
               for what, check in found.items() if check is not None}
     return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
-            "model": {"name": model.name if model else None, "sha256": model.sha256 if model else None,
-                      "source": model.source if model else None}, **checks,
+            "model": {key: getattr(model, key) if model else None for key in ("name", "sha256", "source")}, **checks,
             "numerics": job.numerics(), "cpu_variants": job.cpu_variant_runs(),
             "ops": ops_summary(smoke) or None}
 
