@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import rockbuild_exe
 from support.files import write
-from support.night import TODAY, TOKEN, World, night_servers
+from support.night import TOKEN, World, night_servers
 
 from rockbuild.nightly import load_inputs, run_night
 from rockbuild.pipeline.inputs import parse_ls_remote
@@ -148,7 +148,8 @@ def test_interrupted_night_resumes_without_redoing_completed_stages(world, tmp_p
 
 
 def test_stale_rocm_fails_only_its_jobs_and_names_group_and_date(world, tmp_path):
-    old = TODAY - datetime.timedelta(days=9)
+    # today as the night will see it (TODAY is fixed when the suite starts, which may be before midnight)
+    old = datetime.datetime.now(datetime.UTC).date() - datetime.timedelta(days=9)
     name = f"therock-dist-linux-gfx1150-7.2.0a{old:%Y%m%d}.tar.gz"
     world.server.add(name, b"x")
     world.server.add_text("stale.html", f'<a href="{world.tarballs[0]}">a</a><a href="{name}">b</a>')
