@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 
 
 from rockbuild.archive import extract_tarball  # noqa: E402
+from rockbuild.backends import REGISTRY  # noqa: E402
 from rockbuild.bundle import elf  # noqa: E402
 from rockbuild.bundle import policy as policy_mod  # noqa: E402
 from rockbuild.bundle.plan import BundleRequest, bundle, linux_closure, make_plan  # noqa: E402
@@ -179,7 +180,7 @@ def main() -> int:
         clear_caches()
         start = time.monotonic()
         plan = make_plan(BundleRequest(build_bin, work / "ours", policy, layout, tuple(targets),
-                                       prune_fatbin=False))  # as before
+                                       prune_fatbin=False, backends=REGISTRY))  # as before
         plan_times.append(time.monotonic() - start)
     ours_names = sorted(f.dest for f in plan.files if f.kind == "lib")
     closure_s = sorted(closure_times)[len(closure_times) // 2]
@@ -189,7 +190,7 @@ def main() -> int:
     print(f"ours: closure + dlopen extras in {closure_s * 1000:.0f} ms, whole plan (+ kernel pruning) in "
           f"{plan_s * 1000:.0f} ms (medians of 5, cold caches), {len(ours_names)} libraries", flush=True)
     report = bundle(BundleRequest(build_bin, work / "ours", load_policy(), layout, tuple(targets),
-                                  prune_fatbin=False))
+                                  prune_fatbin=False, backends=REGISTRY))
     results["ours"].update({
         "bundle_seconds": report.seconds, "bundle_bytes": report.plan.total_bytes, "files": len(report.plan.files),
         "audit_ok": report.audit.ok if report.audit else None,
@@ -229,7 +230,8 @@ def main() -> int:
                   f"tar.gz {ours_tgz:,} B = {ours_tgz / seed_zip:.2f}x of the seed's (goal <= {GOAL_ARCHIVE_RATIO})",
                   flush=True)
             # the default: every non-target code object pruned out of the shipped fat binaries, and proved
-            pruned = bundle(BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets)))
+            pruned = bundle(BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets),
+                                          backends=REGISTRY))
             pruned_zip, pruned_zip_s = zip_size(work / "ours-pruned", work / "ours-pruned.zip")
             pruned_tgz, pruned_tgz_s = targz_size(work / "ours-pruned", work / "ours-pruned.tar.gz")
             per_file = {}

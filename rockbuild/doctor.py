@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild.backends import DEFAULT, get_backend
+from rockbuild.backends import DEFAULT, REGISTRY, get_backend
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.core.environment import WindowsHost, environment
 from rockbuild.core.errors import RockbuildError
@@ -341,7 +341,7 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
     """Does the bundle carry kernels for each GPU found (a Vulkan bundle: does it see a Vulkan device), and does its
     audit pass?"""
     try:
-        report = audit_bundle(bundle)
+        report = audit_bundle(bundle, backends=REGISTRY)
     except RockbuildError as exc:
         return [Finding("error", "bundle", f"cannot audit {bundle}: {exc.message}",
                         "pass the folder rockbuild install or rockbuild bundle made")], {"path": str(bundle)}

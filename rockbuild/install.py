@@ -55,7 +55,7 @@ from rockbuild.process import ProcessError, child_env, run
 from rockbuild.publish.config import load_publish_config
 
 from . import console
-from .backends import DEFAULT, get_backend
+from .backends import DEFAULT, REGISTRY, get_backend
 from .backends import names as backend_names
 
 if TYPE_CHECKING:
@@ -522,7 +522,7 @@ def install(options: InstallOptions) -> InstallReport:
     except UnsafeArchiveError:
         _discard(cache, chosen.name)
         raise
-    report = audit_bundle(staging, platform=os_name)
+    report = audit_bundle(staging, platform=os_name, backends=REGISTRY)
     if not report.ok:
         shutil.rmtree(staging, ignore_errors=True)
         raise AuditError(f"{chosen.name}: its audit failed ({len(report.failures)}): {report.failures[0]}; "

@@ -3,12 +3,18 @@
 As cibuildwheel keeps one module per platform, every backend of llama.cpp that rockbuild ships is one module of this
 package (``rocm.py``: the HIP backend compiled by TheRock's clang for gfx targets; ``vulkan.py``: the Vulkan backend
 compiled by the host's compiler, one build per OS). A module holds what its flavour does at each stage and exposes it
-as ``BACKEND``, an object of the :class:`Backend` protocol; the stages ask ``get_backend(job.backend)`` and never test
-a backend's name. Adding a backend is one new module here (its file name is its name) plus its tests.
+as ``BACKEND``, an object of the :class:`Backend` protocol, and never tests a backend's name. Adding a backend is one
+new module here (its file name is its name) plus its tests.
 
-The registry is light: listing the names reads the package's file names, a backend module is imported the first time
-:func:`get_backend` asks for it, and those modules import the stages they call into only inside their methods, so
-``rockbuild --help`` loads none of them.
+The backends sit above the stages they serve and are made of those stages' pieces (the CMake definitions, the
+policy's patterns, the smoke's log parsers). So the build, the bundle, the audit and the smoke never import this
+package: each says what it asks of a backend in a small protocol of its own (``llamacpp/backend.py``,
+``bundle/backend.py``, ``smoke/backend.py``, which :class:`Backend` joins) and is handed :data:`REGISTRY` by the
+pipeline or the command that runs it. The layers above (the matrix, publishing, the doctor) ask
+:func:`get_backend` here.
+
+The registry is light: listing the names reads the package's file names, and a backend module is imported the first
+time :func:`get_backend` asks for it, so ``rockbuild --help`` loads none of them.
 """
 
 from __future__ import annotations
@@ -19,18 +25,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from rockbuild.bundle.backend import BundleBackend
 from rockbuild.core.data import suggest
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.jobs import DEFAULT_BACKEND
 from rockbuild.core.records import BundleRecord
-from rockbuild.core.vocabulary import SmokeDevices
+from rockbuild.core.vocabulary import Backends, SmokeDevices
+from rockbuild.llamacpp.backend import BuildBackend
+from rockbuild.smoke.backend import SmokeBackend
 
 if TYPE_CHECKING:
-    from rockbuild.bundle.fatbin import FatbinReport
     from rockbuild.bundle.policy import PlatformPolicy
-    from rockbuild.core.jobs import FamilyTable, Job
-    from rockbuild.core.records import BenchFigure, LoadReport, SmokeGpu
-    from rockbuild.core.vocabulary import Check, Finding, Gpu, Toolchain
-    from rockbuild.rocm.layout import RocmLayout
+    from rockbuild.core.jobs import FamilyTable
+    from rockbuild.core.vocabulary import Finding, Gpu
 
 # what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in (the Vulkan
 # backend audits their absence)
@@ -59,23 +66,16 @@ def foreign_files(root: Path, names: set[str], policy: PlatformPolicy, *, forbid
     return failures
 
 
-DEFAULT = "rocm"  # what a matrix without a backend axis, a bundle without bundle.json and `--backend`'s default mean
+DEFAULT = DEFAULT_BACKEND  # what a matrix without a backend axis, a bundle without bundle.json and `--backend` mean
 
 
-class Backend(Protocol):
-    """What a stage asks of a flavour. Attributes first, then one group of methods per stage."""
+class Backend(BuildBackend, BundleBackend, SmokeBackend, Protocol):
+    """What the house asks of a flavour: what each stage asks (the build's, the bundle's and the smoke's own
+    protocols, in their packages, which are handed the backends and never import them), and what the matrix, the
+    publishing and the doctor ask, here. Attributes first, then one group of methods per stage."""
 
-    name: str  # Job.backend, the matrix's backend axis, bundle.json's backend: rocm
-    label: str  # the flavour for people: ROCm
-    needs_rocm: bool  # resolve and fetch a TheRock tarball, build from its root, bundle its closure
     needs_gpu: bool  # its bundle computes on a GPU (doctor: a machine without one is a problem only then)
-    per_target: bool  # one job per gfx family or target (the matrix's target axis) with GPU code for exactly those;
-    #                   else one job per OS with no gfx targets
     ggml_libraries: tuple[str, ...]  # llama.cpp's library of this backend (globs): tells a bundle's flavour
-    # the CMake target of that library (ggml-hip): all a job built on its OS's common part compiles (the common part
-    # brings the programs, libllama, libggml-base and the CPU modules); None: a backend with no library of its own
-    # (cpu), which builds whole
-    library_target: str | None
 
     # 1. matrix
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
@@ -84,62 +84,7 @@ class Backend(Protocol):
         ConfigError naming ``origin`` when it cannot be built."""
         ...
 
-    # 3. build
-    def toolchain(self, job: Job, layout: RocmLayout | None) -> Toolchain | None:
-        """The compilers of the build (from the job's ROCm root, checked), or None: the host's."""
-        ...
-
-    def build_environment(
-        self, job: Job, toolchain: Toolchain | None, *, msvc: Mapping[str, str] | None = None,
-        ccache_dir: Path | None = None, base: Mapping[str, str] | None = None,
-    ) -> tuple[dict[str, str], list[str]]:
-        """The environment of cmake and ninja, and the names of the variables rockbuild sets or passes on in it
-        (build.json shows them; a change of one configures again)."""
-        ...
-
-    def compilers(self, job: Job, toolchain: Toolchain | None,
-                  env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        """The compilers' versions (build.json's ``compilers``) and the backend's own tools' (added to ``tools``);
-        a BuildError when one is missing."""
-        ...
-
-    def cmake_definitions(self, job: Job, toolchain: Toolchain | None, *, offline: bool,
-                          build_info: Mapping[str, str], ccache: bool) -> list[tuple[str, str]]:
-        """Every -D definition of the configure step, in order
-        (:func:`rockbuild.llamacpp.cmake.compose_definitions`)."""
-        ...
-
-    # 4. bundle and audit
-    def bundle_platform(self, layout: RocmLayout | None, targets: Sequence[str], platform: str | None) -> str:
-        """The platform of the bundle once its inputs are checked (a ROCm root and gfx targets, or neither); a
-        BundleError when they do not fit."""
-        ...
-
-    def audit_checks(
-        self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, record: BundleRecord | None, windows: bool,
-    ) -> tuple[list[Check], list[FatbinReport]]:
-        """The audit's checks of this flavour (after the shared ones) over the bundle's top-level ``names`` and
-        ``binaries``, and the fat binaries it read."""
-        ...
-
-    # 5. smoke
-    def smoke_devices(
-        self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
-        logs: Path, kfd_topology: Path | None,
-    ) -> SmokeDevices:
-        """Which devices the bundle (its llama-cli is ``cli``) can use here, whether a GPU run is expected
-        (``asked``: auto, yes or no) and the device to pin."""
-        ...
-
-    def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchFigure]) -> SmokeGpu:
-        """Where the model went, by this backend's buffers (ROCm0, Vulkan0), and whether that is what was expected."""
-        ...
-
-    def in_logs(self, loads: Sequence[LoadReport]) -> bool:
-        """Do the logs show this backend at work, so that they are judged by it whatever the bundle claims?"""
-        ...
+    # 3. build (BuildBackend), 4. bundle and audit (BundleBackend), 5. smoke (SmokeBackend)
 
     # 5. publish and install
     def asset_template(self, template: str) -> str:
@@ -216,6 +161,24 @@ def bundle_backend(names: Iterable[str], meta: BundleRecord | Mapping[str, Any] 
     return DEFAULT
 
 
+class _Registry:
+    """This package's backends as the stages take them (:class:`rockbuild.core.vocabulary.Backends`)."""
+
+    def get(self, name: str) -> Backend:
+        return get_backend(name)
+
+    def all(self) -> list[Backend]:
+        return all_backends()
+
+    def of_bundle(self, names: Iterable[str], recorded: str | None, platform: str) -> Backend:
+        return get_backend(bundle_backend(names, {"backend": recorded} if recorded else None, platform))
+
+
+# what the pipeline and the commands hand the build, the bundle, the audit and the smoke: every backend, a registered
+# one included
+REGISTRY: Backends[Backend] = _Registry()
+
+
 def register(backend: Backend) -> Backend:
     """Add a backend that lives outside this package (a plugin, a test); it answers to its ``name`` from now on."""
     if backend.name in BACKENDS:
@@ -230,6 +193,6 @@ def unregister(name: str) -> None:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT", "Backend", "SmokeDevices", "all_backends", "bundle_backend", "get_backend", "names",
-    "register", "unregister",
+    "BACKENDS", "DEFAULT", "REGISTRY", "Backend", "SmokeDevices", "all_backends", "bundle_backend", "get_backend",
+    "names", "register", "unregister",
 ]

@@ -12,7 +12,7 @@ Checks (each a named :class:`Check`; any failure makes the report fail and the C
 * ``needed``: every DT_NEEDED / import / delay-load import resolves inside the bundle or is a host library by policy;
 * ``run-paths``: every shipped ELF has its own run path, and no entry is absolute or leads out of the bundle;
 * ``extras``: the required dlopen extras (comgr...) are there when what loads them is;
-* the backend's own checks (:meth:`rockbuild.backends.Backend.audit_checks`): for ROCm ``kernel-data`` (every job
+* the backend's own checks (:meth:`.backend.BundleBackend.audit_checks`): for ROCm ``kernel-data`` (every job
   target has files in each kernel folder a shipped library uses, and no stray ``library/`` folder) and
   ``code-objects`` (libggml-hip's ``.hip_fatbin`` holds device code for exactly the job's targets, and every fat
   binary bundle.json says was pruned holds exactly them too, carries the record of its independent check by LLVM's
@@ -37,15 +37,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rockbuild.backends import bundle_backend, get_backend
 from rockbuild.bundle.policy import load_policy
 from rockbuild.bundle.pruning import reverify_pruned
 from rockbuild.core.errors import BundleError, UsageError
 from rockbuild.core.records import AuditRecord, BundleRecord
-from rockbuild.core.vocabulary import Check
+from rockbuild.core.vocabulary import Backends, Check
 from rockbuild.paths import inside
 from rockbuild.smoke.parse import CPU_MODULE, DISABLED_CPU_VARIANTS
 
+from .backend import BundleBackend
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport
 from .kpack import kpack_refs
@@ -562,13 +562,14 @@ def _check_versions(
 
 
 def audit_bundle(
-    path: Path, targets: Sequence[str] | None = None, *, platform: str | None = None,
+    path: Path, targets: Sequence[str] | None = None, *, backends: Backends[BundleBackend], platform: str | None = None,
     policy: BundlePolicy | None = None, max_versions: Mapping[str, str] | None = None, backend: str | None = None,
     rocm: Path | None = None,
 ) -> AuditRecord:
     """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json).
 
-    ``backend`` (default: bundle.json's, else :func:`rockbuild.backends.bundle_backend`'s guess) adds its own checks:
+    ``backend`` (one of ``backends``; default: bundle.json's, else the one whose llama.cpp library the bundle
+    holds) adds its own checks:
     gfx targets, kernel data and code objects for ROCm, ``no-rocm`` for Vulkan. A pruned fat binary is held to the
     record of its independent check (:func:`pruning_proof`); with ``rocm``, the ROCm root the bundle was made from,
     that check is run again with the root's clang-offload-bundler against the originals there
@@ -588,9 +589,8 @@ def audit_bundle(
     checks = [Check("no-symlinks", not links,
                     tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
     names = {p.name for p in top}
-    if not backend:
-        backend = bundle_backend(names, record, str(platform))
-    flavour = get_backend(backend)
+    flavour = backends.get(backend) if backend else backends.of_bundle(
+        names, record.backend if record is not None else None, str(platform))
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []
     if platform == "windows":
@@ -638,5 +638,5 @@ def audit_bundle(
                     "was made from) runs clang-offload-bundler on them again"])
                 checks[index] = Check(check.name, check.ok and not again, check.failures + tuple(again),
                                       check.warnings, {**check.details, "checked_again": notes})
-    return AuditRecord.of(root, platform, backend, targets, tuple(checks), versions=versions,
+    return AuditRecord.of(root, platform, flavour.name, targets, tuple(checks), versions=versions,
                           fat_binaries=tuple(f.summary() for f in fat))

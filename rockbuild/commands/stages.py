@@ -264,11 +264,12 @@ def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend
            library_dirs: tuple[Path, ...], out: Path, dry_run: bool, strip_debug: bool, prune_fatbin: bool | None,
            policy: Path | None, as_json: bool) -> None:
     """Make a self-contained bundle from a build: closure, dlopen extras, pruned kernel data, $ORIGIN run paths."""
+    from rockbuild.backends import REGISTRY
     from rockbuild.bundle.plan import BundleRequest
     from rockbuild.bundle.plan import bundle as make_bundle
 
     request = BundleRequest.from_flags(build_dir, rocm_root, split_list(targets), out, backend=backend,
-                                       policy=settings().but(policy_file=policy).policy,
+                                       backends=REGISTRY, policy=settings().but(policy_file=policy).policy,
                                        platform=os_name or settings().host_os, dry_run=dry_run, strip=strip_debug,
                                        prune_fatbin=prune_fatbin, library_dirs=library_dirs)
     show(make_bundle(request), as_json)
@@ -287,11 +288,12 @@ def bundle(build_dir: Path, rocm_root: Path | None, targets: str | None, backend
 def audit(bundle_dir: Path, targets: str | None, max_versions: tuple[str, ...], rocm_root: Path | None,
           policy: Path | None, as_json: bool) -> None:
     """Check that a bundle is self-contained and carries exactly the job's GPU code (non-zero exit on failure)."""
+    from rockbuild.backends import REGISTRY
     from rockbuild.bundle.audit import audit_bundle, parse_max_versions
     from rockbuild.bundle.policy import load_policy
 
     report = audit_bundle(bundle_dir, split_list(targets) or None, policy=load_policy(policy) if policy else None,
-                          max_versions=parse_max_versions(max_versions), rocm=rocm_root)
+                          max_versions=parse_max_versions(max_versions), rocm=rocm_root, backends=REGISTRY)
     show(report, as_json)
     report.raise_if_failed(bundle_dir)
 
@@ -340,6 +342,7 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
       lavapipe; one failed case fails the smoke, naming the op.
     A wrong number fails the smoke like a crash.
     """
+    from rockbuild.backends import REGISTRY
     from rockbuild.smoke.models import provide_model
     from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
@@ -349,7 +352,7 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
         overrides["cpu_variants"] = cpu_variants
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
                                        device=device, programs=settings().programs.programs, **overrides)
-    report = run_smoke(bundle_dir, chosen, options, report_path=report_path)
+    report = run_smoke(bundle_dir, chosen, options, backends=REGISTRY, report_path=report_path)
     show(report, as_json)
     report.raise_if_failed()
 

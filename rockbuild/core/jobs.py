@@ -20,6 +20,8 @@ from rockbuild.core.record import PAIRS, Record
 
 OSES = ("linux", "windows")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
+# the backend (rockbuild.backends) a matrix without a backend axis, a bundle without bundle.json and `--backend` mean
+DEFAULT_BACKEND = "rocm"
 MIX = "+"  # joins the members of a mixed-GPU job's name: gfx1151+gfx1201 (linux-gfx1151+gfx1201)
 # a family's `source.ref`: a TheRock issue or pull request, or a file of ROCm/TheRock
 SOURCE_REF_RE = re.compile(r"^(TheRock#[0-9]+|[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*\.(py|cmake|md|toml|yml|yaml))$")
@@ -291,7 +293,7 @@ class Job(Record):
     runner: str = ""
     # the flavour (rockbuild.backends): rocm, or vulkan (id <os>-vulkan, name "vulkan", family/group "" and no
     # targets: no ROCm tarball, no gfx code)
-    backend: str = "rocm"
+    backend: str = DEFAULT_BACKEND
     # a smoke test on a real GPU after the build (matrix `gpu_smoke:`): the CI runner's labels, and whether it gates
     gpu_smoke: GpuSmoke | None = None
     # matrix `required: when-proven`: optional until the job passed its smoke test in a published release, required

@@ -1,12 +1,13 @@
 """The words every layer shares: a check and its findings, a GPU, the devices a smoke test runs on and the model it
-runs, a compiler toolchain, and the fixed sets of names (statuses, severities, steps) that records and reports use."""
+runs, a compiler toolchain, the backends a stage is handed, and the fixed sets of names (statuses, severities, steps)
+that records and reports use."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from rockbuild.core.record import Record
 
@@ -121,3 +122,27 @@ class Toolchain(Record):
     def cmake_path(self, path: str) -> str:
         """Forward slashes on Windows too: a backslash in a CMake string is an escape character."""
         return PureWindowsPath(path).as_posix() if self.windows else path
+
+
+B_co = TypeVar("B_co", covariant=True)
+
+
+class Backends(Protocol[B_co]):
+    """The backends a stage may meet, handed to it as a value: the stages that take a job or a bundle (the build, the
+    bundle and its audit, the smoke) ask it for the job's or the bundle's flavour and never import
+    :mod:`rockbuild.backends`, which sits above them and is made of their pieces. ``B_co`` is what the stage asks of a
+    backend (its own small protocol: :class:`rockbuild.llamacpp.backend.BuildBackend`, ...); the pipeline and the
+    commands hand them :data:`rockbuild.backends.REGISTRY`, a test may hand its own."""
+
+    def get(self, name: str) -> B_co:
+        """The backend called ``name``; a ConfigError for one not known."""
+        ...
+
+    def all(self) -> Sequence[B_co]:
+        """Every backend, the default first."""
+        ...
+
+    def of_bundle(self, names: Iterable[str], recorded: str | None, platform: str) -> B_co:
+        """A bundle's backend: ``recorded`` (its bundle.json's), else the one whose llama.cpp library is among its
+        top-level files ``names`` (the default when none is)."""
+        ...

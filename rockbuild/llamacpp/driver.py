@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
-from rockbuild.backends import Backend, get_backend
 from rockbuild.core.data import write_json_atomic
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
@@ -47,6 +46,7 @@ from rockbuild.rocm.fetch import fetch_rocm, job_groups
 from rockbuild.rocm.layout import RocmLayout, detect_layout
 
 from . import common_part
+from .backend import BuildBackend
 from .cmake import (
     UnusedVariables,
     capture_msvc_environment,
@@ -67,7 +67,7 @@ from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
 from .webui import WebUiOptions, provide_web_ui
 
 if TYPE_CHECKING:
-    from rockbuild.core.vocabulary import Toolchain
+    from rockbuild.core.vocabulary import Backends, Toolchain
 
 TAIL_LINES = 40
 _CONFIGURE_STAMP = ".rockbuild-configure.json"
@@ -324,9 +324,9 @@ def _configure_fingerprint(command: list[str], env: Mapping[str, str], variables
     return {"command": command, "env": {k: env[k] for k in keys if k in env}}
 
 
-def job_label(job: Job, cross: str | None = None) -> str:
-    """What a job builds, for log lines: its gfx targets, or its backend (with the host's compiler, or ``cross``)."""
-    backend = get_backend(job.backend)
+def job_label(job: Job, backend: BuildBackend, cross: str | None = None) -> str:
+    """What a job builds, for log lines: its gfx targets, or its ``backend`` (with the host's compiler, or
+    ``cross``)."""
     compiler = f"{cross} cross compiler" if cross else "host compiler"
     return ", ".join(job.targets) if backend.per_target else f"{backend.label}, {compiler}"
 
@@ -416,7 +416,7 @@ class _Build:
 
     job: Job
     options: BuildOptions
-    backend: Backend
+    backend: BuildBackend
     job_dir: Path
     build_dir: Path
     log: Path
@@ -548,7 +548,7 @@ def _web_ui_step(b: _Build) -> None:
 def _configure_step(b: _Build) -> None:
     job, options, backend, build_dir, log = b.job, b.options, b.backend, b.build_dir, b.log
     assert b.source is not None
-    with console.step(f"configure ({job_label(job, options.cross)})"):
+    with console.step(f"configure ({job_label(job, backend, options.cross)})"):
         native_windows = b.windows and options.cross is None
         msvc = capture_msvc_environment(b.job_dir, vcvars=options.vcvars, log=log) if native_windows else None
         cache = options.cache or options.context.cache
@@ -802,8 +802,9 @@ BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
 )
 
 
-def build_job(job: Job, options: BuildOptions) -> BuildRecord:
-    """Build ``job``: ROCm, source, configure, compile; ``out/<job-id>/build.json`` and ``build.log`` either way."""
+def build_job(job: Job, options: BuildOptions, *, backends: Backends[BuildBackend]) -> BuildRecord:
+    """Build ``job`` as its backend (one of ``backends``) says: ROCm, source, configure, compile;
+    ``out/<job-id>/build.json`` and ``build.log`` either way."""
     if options.cross is not None:
         cross_spec(options.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
     elif job.os != options.context.host_os:
@@ -811,9 +812,9 @@ def build_job(job: Job, options: BuildOptions) -> BuildRecord:
                          + (" (or cross-build it: --cross mingw-w64)" if job.os == "windows" else ""))
     started, start = _now(), time.monotonic()
     job_dir = Path(options.out_dir).absolute() / job.id
-    b = _Build(job, options, get_backend(job.backend), job_dir, job_dir / "build", job_dir / "build.log")
+    b = _Build(job, options, backends.get(job.backend), job_dir, job_dir / "build", job_dir / "build.log")
     job_dir.mkdir(parents=True, exist_ok=True)
-    b.log.write_text(f"rockbuild {__version__}: build {job.id} ({job_label(job)}), started {started}\n",
+    b.log.write_text(f"rockbuild {__version__}: build {job.id} ({job_label(job, b.backend)}), started {started}\n",
                      encoding="utf-8")
     durations: dict[str, float] = {}
 

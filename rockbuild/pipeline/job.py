@@ -18,6 +18,7 @@ from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy
 from rockbuild.core.environment import Context
@@ -161,7 +162,7 @@ class _JobStages:
                 programs=options.programs, cross=options.compile.cross,
                 patches=options.compile.patches, patch_series=options.patches, common=common_dir,
             ), inputs, self.root)
-            build_job(self.job, replace(build_options, rocm_tarball=self.tarball))
+            build_job(self.job, replace(build_options, rocm_tarball=self.tarball), backends=REGISTRY)
 
         return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama_cpp.commit))
 
@@ -184,7 +185,7 @@ class _JobStages:
                 bundle(BundleRequest.for_job(job, folder.programs_dir(built), self.root, folder.bundle_dir,
                                              policy=self.pipeline.policy,
                                              prune_fatbin=self.pipeline.compile.prune_fatbin,
-                                             library_dirs=cross.runtime_dirs if cross else ()))
+                                             library_dirs=cross.runtime_dirs if cross else (), backends=REGISTRY))
 
         def failed(exc: RockbuildError) -> None:
             folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")
@@ -203,7 +204,7 @@ class _JobStages:
             with console.step(f"{self.job.id}: smoke test") as step:
                 report = run_smoke(folder.path, self.pipeline.model(), SmokeOptions.from_config(
                     options.smoke_config, programs=options.programs.programs),
-                                   report_path=folder.smoke_json)
+                                   backends=REGISTRY, report_path=folder.smoke_json)
                 if not report.ok:
                     step.fail()
             if not report.ok:
@@ -245,7 +246,8 @@ def build_with_inputs(job: Job, inputs: InputsRecord, options: BuildOptions) -> 
             folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama_cpp.pin()))
             raise
         rocm_dir, tarball = fetched.root, fetched.tarball()
-    return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball))
+    return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball),
+                     backends=REGISTRY)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -288,7 +290,7 @@ def build_and_bundle(
             raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
         result = build_with_inputs(job, inputs, options)
     else:
-        result = build_job(job, options)
+        result = build_job(job, options, backends=REGISTRY)
     bundled = None
     if make_bundle:
         rocm_root = result.rocm.root if result.rocm is not None else None
@@ -296,6 +298,7 @@ def build_and_bundle(
         with console.step(f"bundle ({', '.join(job.targets) or job.backend})"):
             request = BundleRequest.for_job(job, result.paths.bin_dir, Path(rocm_root) if rocm_root else None,
                                             result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
-                                            library_dirs=result.cross.runtime_dirs if result.cross else ())
+                                            library_dirs=result.cross.runtime_dirs if result.cross else (),
+                                            backends=REGISTRY)
             bundled = bundle(request)
     return Built(job, result, bundled)

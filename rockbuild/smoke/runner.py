@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
-from rockbuild.backends import DEFAULT, all_backends, bundle_backend, get_backend
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import SmokeError
 from rockbuild.core.programs import Program
@@ -31,7 +30,7 @@ from rockbuild.core.records import (
     SmokeRecord,
     SmokeRun,
 )
-from rockbuild.core.vocabulary import GpuDevice, SmokeDevices
+from rockbuild.core.vocabulary import Backends, GpuDevice, SmokeDevices
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
@@ -43,6 +42,7 @@ from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 from rockbuild.smoke.variants import NONE as NO_CPU_VARIANTS
 from rockbuild.smoke.variants import VariantRuns, run_cpu_variants, shipped_variants
 
+from .backend import SmokeBackend
 from .parse import (
     BackendLoads,
     Generation,
@@ -668,9 +668,10 @@ def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -
 
 
 def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
-              report_path: Path | None = None, env: Mapping[str, str] | None = None,
+              backends: Backends[SmokeBackend], report_path: Path | None = None, env: Mapping[str, str] | None = None,
               kfd_topology: Path | None = None) -> SmokeReport:
-    """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``.
+    """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``,
+    as its backend (one of ``backends``: bundle.json's, else the one whose llama.cpp library it holds) says.
 
     Writes ``smoke.json`` (default: in the job folder) whatever the outcome and returns the report; the caller
     decides what a failure means (the CLI exits non-zero). A Windows bundle runs on Linux only under wine, a
@@ -701,7 +702,8 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     started, t0 = _now(), time.monotonic()
 
     names = (p.name for p in bundle.iterdir())
-    backend = get_backend(bundle_backend(names, BundleRecord.read(bundle / "bundle.json"), platform))
+    recorded = BundleRecord.read(bundle / "bundle.json")
+    backend = backends.of_bundle(names, recorded.backend if recorded is not None else None, platform)
     # the devices this bundle can use here, whether a GPU run is expected, the device to pin (a Vulkan bundle: ggml
     # skips CPU-type devices and falls back to the CPU with exit code 0, so the bundle is asked what it sees and a
     # missing device fails in the command itself), and why no run may start
@@ -757,7 +759,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     loads = [r.load for r in records if r.load is not None]
     bench = tuple(b for r in records for b in r.bench)
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=[r.text for r in records if r.generated], bench=bench,
-                          default=backend.name)
+                          default=backend.name, backends=backends)
     failures = [preflight] if preflight else []
     failures += [f"{r.name}: {r.failure}" for r in records if not r.ok]
     failures += variants.failures if variants is not None else ()
@@ -794,19 +796,22 @@ def texts_agree(runs: Sequence[SmokeRun]) -> bool | None:
 
 
 def gpu_verdict(
-    loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-    backend: str | None = None, bench: Sequence[BenchFigure] = (), default: str | None = None,
+    loads: Sequence[LoadReport], *, backends: Backends[SmokeBackend], expect_gpu: bool | None,
+    texts: Sequence[str | None] = (), backend: str | None = None, bench: Sequence[BenchFigure] = (),
+    default: str | None = None,
 ) -> SmokeGpu:
     """Judge GPU use from the model buffers of every run that loaded the model (cli, server), by ``backend``'s rules
-    (:meth:`rockbuild.backends.Backend.smoke_verdict`): ``gpu``, ``partial``, ``cpu`` (an ``offloaded N/N`` line next
-    to CPU or RPC buffers is noted, never believed) or ``unknown`` (no buffer lines at all: no ``-lv 4`` log).
+    (one of ``backends``: :meth:`.backend.SmokeBackend.smoke_verdict`): ``gpu``, ``partial``, ``cpu`` (an
+    ``offloaded N/N`` line next to CPU or RPC buffers is noted, never believed) or ``unknown`` (no buffer lines at all:
+    no ``-lv 4`` log).
 
     ``backend`` None: the backend the logs show at work (a Vulkan device, say), else ``default`` (the bundle's;
-    None: rockbuild's default backend, ROCm).
+    None: the first of ``backends``, rockbuild's default, ROCm).
     """
     if backend is not None:
-        judge_by = get_backend(backend)
+        judge_by = backends.get(backend)
     else:
-        shown = [b for b in all_backends() if b.in_logs(loads)]
-        judge_by = shown[0] if shown else get_backend(default or DEFAULT)
+        every = backends.all()
+        shown = [b for b in every if b.in_logs(loads)]
+        judge_by = shown[0] if shown else backends.get(default) if default else every[0]
     return judge_by.smoke_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)

@@ -12,7 +12,7 @@ import pytest
 from support.options import context
 from support.third_backend import CpuBackend
 
-from rockbuild.backends import BACKENDS, Backend, get_backend, names, register, unregister
+from rockbuild.backends import BACKENDS, REGISTRY, Backend, get_backend, names, register, unregister
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.jobs import Job
 
@@ -43,7 +43,7 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     job = a_job("blas", cmake=(("MY_EXTRA", "from-matrix"),))
     options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=make_project(tmp_path / "llama.cpp"),
                            build_number="11312", commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
-    result = build_job(job, options)
+    result = build_job(job, options, backends=REGISTRY)
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
     assert data["status"] == "ok" and data["job"]["backend"] == "blas" and data["job"]["id"] == "linux-blas"
     assert data["rocm"] is None and data["toolchain"] is None and set(data["compilers"]) == {"c", "cxx"}
@@ -55,12 +55,12 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the bundle: no ROCm root, no targets, the backend's (empty) audit rules after the shared ones
     out = tmp_path / "bundle"
-    bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy()))
+    bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy(), backends=REGISTRY))
     assert bundled.audit is not None and bundled.audit.ok, bundled.audit.failures
     assert "linux, BLAS (no GPU targets)" in bundled.plan.render()
     meta = json.loads((out / "bundle.json").read_text(encoding="utf-8"))
     assert (meta["backend"], meta["rocm"], meta["targets"], meta["audit"]["backend"]) == ("blas", None, [], "blas")
-    again = audit_bundle(out)  # from bundle.json alone
+    again = audit_bundle(out, backends=REGISTRY)  # from bundle.json alone
     assert again.ok and again.backend == "blas"
     assert [c.name for c in again.checks] == ["no-symlinks", "file-formats", "programs", "architecture", "needed",
                                               "run-paths", "kpack-refs", "extras", "cpu-backends", "backend-abi",

@@ -16,6 +16,7 @@ from support.llama import make_project, read_seen
 from support.options import context, resolve_job
 from support.trees import THEROCK_COMMIT, gcc_therock, write_tree
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import BuildError, ConfigError, UsageError
 from rockbuild.core.records import Tarball
 from rockbuild.llamacpp.driver import (
@@ -71,7 +72,7 @@ def first_build(world):
     saved = {k: os.environ.get(k) for k in TOKENS}
     os.environ.update(TOKENS)
     try:
-        result = build_job(job, options)
+        result = build_job(job, options, backends=REGISTRY)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -176,7 +177,7 @@ def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, 
     # even one left in build/bin (an older rockbuild, a hand-made build) never reaches the bundle
     shutil.copy2(tool, result.build_dir / "bin" / "test-backend-ops")
     report = bundle(BundleRequest(result.build_dir / "bin", tmp_path / "bundle", load_policy(), backend="vulkan",
-                                  platform="linux", audit=False))
+                                  platform="linux", audit=False, backends=REGISTRY))
     assert (tmp_path / "bundle" / "llama-cli").is_file() and not (tmp_path / "bundle" / "test-backend-ops").exists()
     assert result.build_dir / "bin" / "test-backend-ops" in report.plan.skipped
 
@@ -186,7 +187,7 @@ def test_an_op_test_that_fails_to_compile_costs_the_build_nothing_and_says_why(w
     job = resolve_job(target="gfx1151", config=matrix)
     options = BuildOptions(context=context(), out_dir=world["base"] / "out-op", rocm_dir=world["rocm"],
                            source_dir=world["project"], use_ccache=False, jobs=2)
-    result = build_job(job, options)
+    result = build_job(job, options, backends=REGISTRY)
     assert result.status == "ok"
     record = result.test_backend_ops
     assert record is not None and record.status == "absent" and record.path is None
@@ -203,7 +204,7 @@ def test_ccache_hit_rate_of_a_fresh_build_dir(first_build, world):
     assert first is not None and first["enabled"] and first["dir"] == str(world["ccache"])
     assert first["misses"] + first["hits"] == 7 and (world["ccache"]).is_dir()
     shutil.rmtree(result.build_dir)  # same ccache, fresh build dir: every object comes from the cache
-    warm = build_job(job, options)
+    warm = build_job(job, options, backends=REGISTRY)
     assert warm.ccache is not None and (warm.ccache["hits"], warm.ccache["misses"]) == (7, 0)
     assert warm.ccache["hit_rate"] == 1.0
     assert warm.configure_skipped is False
@@ -211,7 +212,7 @@ def test_ccache_hit_rate_of_a_fresh_build_dir(first_build, world):
 
 def test_rerun_is_incremental(first_build):
     job, options, _result = first_build
-    again = build_job(job, options)
+    again = build_job(job, options, backends=REGISTRY)
     assert again.configure_skipped is True
     assert again.ninja is not None and again.ninja["no_work"] is True and again.ninja["objects"] == {}
     log = again.log.read_text(encoding="utf-8")
@@ -220,7 +221,7 @@ def test_rerun_is_incremental(first_build):
     # one changed source recompiles that file only
     source = Path(again.llama_cpp.path) / "ggml" / "ggml-base.c"
     source.write_text("int ggml_base(void) { return 40 + 1; }\n", encoding="utf-8")
-    third = build_job(job, options)
+    third = build_job(job, options, backends=REGISTRY)
     assert third.ninja is not None and third.ninja["objects"] == {"C": 1}
 
 
@@ -234,8 +235,8 @@ def test_another_source_tree_into_the_same_out_folder_configures_afresh(world):
     job = resolve_job(target="gfx1151")
     options = BuildOptions(context=context(), out_dir=world["base"] / "out-two-trees", rocm_dir=world["rocm"], source_dir=world["project"],
                            use_ccache=False, jobs=2)
-    build_job(job, options)
-    second = build_job(job, dataclasses.replace(options, source_dir=other))
+    build_job(job, options, backends=REGISTRY)
+    second = build_job(job, dataclasses.replace(options, source_dir=other), backends=REGISTRY)
     assert second.status == "ok" and second.configure_skipped is False
     cache = (second.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
     assert f"CMAKE_HOME_DIRECTORY:INTERNAL={other.resolve()}" in cache
@@ -247,7 +248,7 @@ def test_failing_compile_ends_with_the_log_tail(world, capsys):
     options = BuildOptions(context=context(), out_dir=world["base"] / "out-fail", rocm_dir=world["rocm"], source_dir=world["project"],
                            use_ccache=False, jobs=2)
     with pytest.raises(BuildFailed) as info:
-        build_job(job, options)
+        build_job(job, options, backends=REGISTRY)
     exc = info.value
     log = world["base"] / "out-fail" / "linux-gfx1151" / "build.log"
     # the message stands alone in public text (no runner path, no "above"); the path is the hint the user sees
@@ -302,13 +303,13 @@ def test_cli_json_prints_build_json(world, run_rockbuild, tmp_path):
 def test_offline_swaps_boringssl_for_openssl(world, tmp_path):
     job = resolve_job(target="gfx1151")
     result = build_job(job, BuildOptions(context=context(), out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
-                                         offline=True, use_ccache=False, jobs=2))
+                                         offline=True, use_ccache=False, jobs=2), backends=REGISTRY)
     seen = read_seen(result.build_dir)
     assert (seen["LLAMA_BUILD_BORINGSSL"], seen["LLAMA_OPENSSL"]) == ("OFF", "ON")
     assert seen["GGML_CCACHE"] == "OFF" and result.ccache is not None and result.ccache["enabled"] is False
     assert len(result.warnings) == 1 and "without HTTPS" in result.warnings[0]
     again = build_job(job, BuildOptions(context=context(), out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
-                                        offline=True, use_ccache=False, jobs=2))
+                                        offline=True, use_ccache=False, jobs=2), backends=REGISTRY)
     assert again.configure_skipped and again.warnings == result.warnings  # remembered from the configure
 
 
@@ -325,7 +326,7 @@ def test_build_from_a_ref_of_a_configurable_git_url(world, tmp_path):
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(tmp_path / "up.git")], check=True)
     result = build_job(resolve_job(target="gfx1151"), BuildOptions(
         context=context(), out_dir=tmp_path / "out", rocm_dir=world["rocm"], ref="b777", git_url=f"file://{tmp_path / 'up.git'}",
-        cache=tmp_path / "cache", use_ccache=False, jobs=2))
+        cache=tmp_path / "cache", use_ccache=False, jobs=2), backends=REGISTRY)
     assert result.llama_cpp is not None and result.llama_cpp.path.parent == tmp_path / "cache" / "llama.cpp"
     assert (result.llama_cpp.commit, result.llama_cpp.build_number, result.llama_cpp.origin) == (commit, "b777", "clone")
     seen = read_seen(result.build_dir)
@@ -357,7 +358,7 @@ def test_a_chroot_layout_is_refused_with_the_way_to_build_in_it(tmp_path):
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang++", "#!/bin/sh\n", 0o755)
     with pytest.raises(ConfigError, match=r"run rockbuild in the root .* with --rocm /usr"):
         build_job(resolve_job(target="gfx1151"), BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=root,
-                                                              source_dir=tmp_path, rocm_tarball=TARBALL))
+                                                              source_dir=tmp_path, rocm_tarball=TARBALL), backends=REGISTRY)
     # build.json is written once, by the build, and names the night's tarball even when its root was refused
     # (it used to be read back and rewritten by the night to put the tarball in)
     build = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
@@ -437,7 +438,7 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     write(fake_bin / "glslc", "#!/bin/sh\necho 'shaderc v2023.2 v2023.2'\n", 0o755)
     options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="11312",
                            commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
-    result = _with_path(fake_bin, lambda: build_job(job, options))
+    result = _with_path(fake_bin, lambda: build_job(job, options, backends=REGISTRY))
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
     assert data["status"] == "ok" and data["job"]["backend"] == "vulkan" and data["job"]["id"] == "linux-vulkan"
     assert data["rocm"] is None and data["toolchain"] is None and data["gpu_targets"] == []
@@ -455,7 +456,7 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the same command and environment: the second run does not configure again
-    again = _with_path(fake_bin, lambda: build_job(job, options))
+    again = _with_path(fake_bin, lambda: build_job(job, options, backends=REGISTRY))
     assert again.configure_skipped and again.ninja is not None and again.ninja["no_work"] is True
 
 
@@ -473,7 +474,7 @@ def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
     try:
         with pytest.raises(BuildError, match=r"glslc is not installed .*LunarG Vulkan SDK") as info:
             build_job(job, BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",
-                                        commit="abc1234", use_ccache=False, cache=tmp_path / "cache"))
+                                        commit="abc1234", use_ccache=False, cache=tmp_path / "cache"), backends=REGISTRY)
     finally:
         os.environ["PATH"] = saved
     assert "\n" not in str(info.value)

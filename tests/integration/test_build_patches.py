@@ -23,6 +23,7 @@ from support.llama import make_project
 from support.options import context, resolve_job
 from support.trees import gcc_therock, write_tree
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.data import data_path
 from rockbuild.core.errors import ConfigError
 from rockbuild.llamacpp.driver import BuildOptions, build_job
@@ -309,7 +310,7 @@ def test_build_compiles_the_patched_mirror_and_build_json_names_each_patch(tmp_p
     options = BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=rocm, source_dir=tree,
                            build_number="11312", commit="0c1e570", cache=tmp_path / "cache", use_ccache=False,
                            patch_series=load_patch_series(series(tmp_path / "series")))
-    result = build_job(job, options)
+    result = build_job(job, options, backends=REGISTRY)
     assert _run_tool(result.job_dir) == 0  # the fix is in the binary
     data = json.loads(result.build_json.read_text())
     assert data["patches"]["digest"] == load_patch_series(tmp_path / "series" / "patches.yaml").digest

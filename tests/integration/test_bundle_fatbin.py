@@ -20,6 +20,7 @@ from support.offload import (
     real_offload_bundler,
 )
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.fatbin import _Section, iter_bundles, read_fatbin
 from rockbuild.core.errors import BundleError
 
@@ -499,7 +500,7 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
     pristine = json.dumps(meta)
     meta["pruned_fatbins"][0]["verification"] = None  # an older rockbuild's pruned bundle: not verified
     meta_path.write_text(json.dumps(meta))
-    report = audit_bundle(out, policy=policy)
+    report = audit_bundle(out, policy=policy, backends=REGISTRY)
     assert not report.ok and report.check("code-objects").failures == (
         "librocblas.so.5 was pruned but not verified by an independent tool (not verified): bundle it again from its "
         "ROCm root",)
@@ -508,16 +509,16 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
     meta["pruned_fatbins"][0]["verification"]["ok"] = False
     meta["pruned_fatbins"][0]["verification"]["failures"] = ["librocblas.so.5 bundle 1: something"]
     meta_path.write_text(json.dumps(meta))
-    assert audit_bundle(out, policy=policy).check("code-objects").failures == ("librocblas.so.5 bundle 1: something",)
+    assert audit_bundle(out, policy=policy, backends=REGISTRY).check("code-objects").failures == ("librocblas.so.5 bundle 1: something",)
     meta_path.write_text(pristine)
-    assert audit_bundle(out, policy=policy).ok
+    assert audit_bundle(out, policy=policy, backends=REGISTRY).ok
     # the dynamic identity is read again: a changed SONAME (same sha256 recorded) is caught
     subprocess.run([_patchelf(), "--set-soname", "librocblas.so.9", str(out / "librocblas.so.5")], check=True)
     meta = json.loads(pristine)
     meta["pruned_fatbins"][0]["verification"]["sha256"] = hashlib.sha256(
         (out / "librocblas.so.5").read_bytes()).hexdigest()
     meta_path.write_text(json.dumps(meta))
-    assert audit_bundle(out, policy=policy).check("code-objects").failures == (
+    assert audit_bundle(out, policy=policy, backends=REGISTRY).check("code-objects").failures == (
         "librocblas.so.5: SONAME 'librocblas.so.9' is not the original's 'librocblas.so.5'",)
 
 
@@ -559,7 +560,7 @@ def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
     made = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
     (note,) = made.audit.check("code-objects").details["checked_again"]
     assert note.startswith("the pruned fat binaries' records were checked; rockbuild audit --rocm ROOT")
-    report = audit_bundle(out, policy=policy, rocm=tree["rocm"])
+    report = audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY)
     (note,) = report.check("code-objects").details["checked_again"]
     assert report.ok and note.startswith("librocblas.so.5: checked again now with clang-offload-bundler against ")
     assert "passed (2 code objects" in note and note in report.render()
@@ -572,17 +573,17 @@ def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
     meta = json.loads((out / "bundle.json").read_text())
     meta["pruned_fatbins"][0]["verification"]["sha256"] = file_sha256(shipped)
     (out / "bundle.json").write_text(json.dumps(meta))
-    assert audit_bundle(out, policy=policy).ok  # the record alone cannot tell
-    again = audit_bundle(out, policy=policy, rocm=tree["rocm"])
+    assert audit_bundle(out, policy=policy, backends=REGISTRY).ok  # the record alone cannot tell
+    again = audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY)
     assert not again.ok and any(f.startswith("checked again: librocblas.so.5 bundle 1: the "
                                              "hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs")
                                 for f in again.check("code-objects").failures), again.failures
     # an original that is not in the root given, or not the one it was pruned from, is a failure, never a pass
     meta["pruned_fatbins"][0]["verification"]["original"] = "/etc/passwd"
     (out / "bundle.json").write_text(json.dumps(meta))
-    assert audit_bundle(out, policy=policy, rocm=tree["rocm"]).check("code-objects").failures == (
+    assert audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY).check("code-objects").failures == (
         f"cannot check librocblas.so.5 again: its original /etc/passwd is not in {tree['rocm']}",)
     meta["pruned_fatbins"][0]["verification"]["original"] = str(tree["lib"] / "libplug.so.1")
     (out / "bundle.json").write_text(json.dumps(meta))
-    (failure,) = audit_bundle(out, policy=policy, rocm=tree["rocm"]).check("code-objects").failures
+    (failure,) = audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY).check("code-objects").failures
     assert failure.endswith("libplug.so.1 is not the original it was pruned from (sha256 differs)")

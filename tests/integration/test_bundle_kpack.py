@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.audit import audit_bundle, check_kpack_refs
 from rockbuild.bundle.kpack import flatten_refs, kpack_refs
 
@@ -86,7 +87,7 @@ def test_the_audit_fails_a_library_whose_gpu_code_is_out_of_the_bundle(tmp_path)
     assert failures == ["librocblas.so.5 looks for its GPU code in ../.kpack/blas_lib.kpm, which points out of the "
                         "bundle: no GPU kernels for it on any machine"]
     assert details["librocblas.so.5"]["found"] == []
-    report = audit_bundle(bundle, ["gfx1151"], platform="linux", backend="rocm")
+    report = audit_bundle(bundle, ["gfx1151"], platform="linux", backend="rocm", backends=REGISTRY)
     check = next(c for c in report.checks if c.name == "kpack-refs")
     assert not check.ok and "points out of the bundle" in check.failures[0]
 

@@ -13,6 +13,7 @@ import pytest
 from support.bundles import make_bundle, tree_files
 from support.pe import pe_tree, wine
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.pe import PeResolver, pe_bin_roots, pe_closure, read_pe
 from rockbuild.bundle.plan import BundleRequest, make_plan
@@ -70,7 +71,7 @@ def test_missing_delay_loaded_dll_is_an_error_naming_the_importer(tree, tmp_path
     rocm = tmp_path / "rocm"
     shutil.copytree(tree["rocm"], rocm)
     (rocm / "bin" / "hipblas.dll").unlink()
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",)))
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",), backends=REGISTRY))
     assert any("hipblas.dll (needed by ggml-hip.dll)" in e for e in plan.errors), plan.errors
     nodes = {e.name: e for e in plan.closure.entries}
     assert nodes["hipblas.dll"].status == MISSING
@@ -80,7 +81,7 @@ def test_audit_of_a_windows_bundle_catches_a_missing_dll(tree, tmp_path):
     out = tmp_path / "bundle"
     make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     (out / "hipblas.dll").unlink()
-    report = audit_bundle(out)
+    report = audit_bundle(out, backends=REGISTRY)
     assert {c.name for c in report.checks if not c.ok} == {"needed"}
     assert report.check("needed").failures == ("hipblas.dll (ggml-hip.dll delay-loads it) is not in the bundle's top folder",)
 
@@ -90,10 +91,10 @@ def test_a_truncated_pe_file_is_an_audit_failure(tmp_path):
 
     exe = build_pe(tmp_path / "bundle" / "llama-server.exe", "int main(void){return 0;}\n", dll=False)
     shutil.rmtree(tmp_path / "bundle" / ".llama-server.exe.work", ignore_errors=True)
-    report = audit_bundle(exe.parent, ["gfx1151"])
+    report = audit_bundle(exe.parent, ["gfx1151"], backends=REGISTRY)
     assert report.check("file-formats").ok and report.check("programs").details == {"programs": ["llama-server.exe"]}
     data = exe.read_bytes()
     exe.write_bytes(data[: len(data) // 2])
-    report = audit_bundle(exe.parent, ["gfx1151"])
+    report = audit_bundle(exe.parent, ["gfx1151"], backends=REGISTRY)
     (failure,) = report.check("file-formats").failures
     assert failure.startswith(f"llama-server.exe is a truncated PE file ({len(data) // 2} of the ")

@@ -16,7 +16,7 @@ from support.llama import make_project
 from support.options import context
 from support.third_backend import CpuBackend
 
-from rockbuild.backends import get_backend, register, unregister
+from rockbuild.backends import REGISTRY, get_backend, register, unregister
 from rockbuild.core.errors import BuildError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.jobfolder import JobFolder
@@ -47,7 +47,7 @@ def common(tmp_path_factory):
     source = make_project(base / "llama.cpp", op_test=True)
     options = BuildOptions(context=context(), out_dir=base / "out", source_dir=source, build_number="11312",
                            commit="0c1e570", use_ccache=False, cache=base / "cache", jobs=2, web_ui=False)
-    record = build_job(a_job("cpu", id="linux-common", name="common"), options)
+    record = build_job(a_job("cpu", id="linux-common", name="common"), options, backends=REGISTRY)
     assert record.ok and record.common is None
     return {"base": base, "source": source, "options": options, "folder": JobFolder.of(base / "out", "linux-common")}
 
@@ -59,7 +59,7 @@ def test_a_gpu_job_compiles_only_its_library_and_assembles_bin_from_the_common_p
     job = a_job("blas")
     options = replace(common["options"], out_dir=tmp_path / "out", cache=tmp_path / "cache",
                       common=common["folder"].path)
-    record = build_job(job, options)
+    record = build_job(job, options, backends=REGISTRY)
     data = json.loads(record.build_json.read_text(encoding="utf-8"))
     assert data["status"] == "ok" and data["common"]["job"] == "linux-common"
     assert data["compile_command"][data["compile_command"].index("--target") + 1:][0] == "ggml-blas"
@@ -82,19 +82,19 @@ def test_a_gpu_job_compiles_only_its_library_and_assembles_bin_from_the_common_p
     assert subprocess.run([folder.assembled_dir / "llama-cli"]).returncode == 0
     # the bundle step reads bin/; its audit checks that the library's ggml symbols are the common part's
     out = tmp_path / "bundle"
-    made = bundle(BundleRequest.for_job(job, folder.programs_dir(), None, out, policy=load_policy()))
+    made = bundle(BundleRequest.for_job(job, folder.programs_dir(), None, out, policy=load_policy(), backends=REGISTRY))
     assert made.audit is not None and made.audit.ok, made.audit.failures
     abi = next(c for c in made.audit.checks if c.name == "backend-abi")
     assert abi.ok and abi.details["modules"] == {"libggml-blas.so": 1}
     assert subprocess.run([out / "llama-cli"], env={}).returncode == 0
     # a second run with nothing changed compiles nothing and assembles the same folder
-    again = build_job(job, options)
+    again = build_job(job, options, backends=REGISTRY)
     assert again.ok and again.ninja is not None and again.ninja["no_work"]
 
 
 def _failed(job, options, error=BuildError):
     with pytest.raises(error) as caught:
-        build_job(job, options)
+        build_job(job, options, backends=REGISTRY)
     record = JobFolder.of(options.out_dir, job.id).build()
     assert record is not None and not record.ok
     return str(caught.value.message), record.failed_step

@@ -21,6 +21,7 @@ from support.cpu_variants import make_variant_bundle
 from support.paths import REPO
 from support.smoke import fast_smoke, gguf_header, header_model, make_bundle
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.records import SmokeRecord
 from rockbuild.doctor import check_cpu_variants, check_cwd_backends
 from rockbuild.smoke.models import ModelFile
@@ -153,7 +154,7 @@ def variant_job(tmp_path: Path, variants=("x64", "haswell", "zen4"), **behaviour
 def test_the_smoke_records_the_variant_and_gpu_backend_loaded(tmp_path, model):
     job = variant_job(tmp_path, supported=("x64", "haswell"), gpu={"ROCm": "libggml-hip.so"})
     (job / "bundle" / "libggml-hip.so").write_bytes(b"")
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     data = json.loads((job / "smoke.json").read_text())
     schema = json.loads((REPO / "docs" / "schemas" / "smoke.schema.json").read_text())
@@ -181,7 +182,7 @@ def test_the_default_smoke_bench_is_a_real_batch():
 
 def test_a_variant_that_dies_of_sigill_fails_the_smoke_naming_the_file_and_the_fix(tmp_path, model):
     job = variant_job(tmp_path, ("x64", "haswell", "sapphirerapids"), crashes=("sapphirerapids",))
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert not report.ok
     assert report.failures == (
         "bench: the CPU variant libggml-cpu-sapphirerapids.so picked on this machine died of SIGILL on a real batch: "
@@ -196,7 +197,7 @@ def test_a_variant_that_dies_of_sigill_fails_the_smoke_naming_the_file_and_the_f
 
 def test_variants_shipped_but_none_loaded_fails_the_smoke(tmp_path, model):
     job = variant_job(tmp_path, ("haswell", "zen4"), supported=("x64",))  # this "CPU" scores neither
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert [f.split(":")[0] for f in report.failures] == ["cli", "bench", "CPU variants"]
     assert report.failures[1] == (
         "bench: the bundle ships 2 CPU variant modules (libggml-cpu-haswell.so, ...) but the llama-bench log shows no "
@@ -207,7 +208,7 @@ def test_variants_shipped_but_none_loaded_fails_the_smoke(tmp_path, model):
 
 def test_a_bundle_without_modules_is_judged_as_before(tmp_path, model):
     job, _ = make_bundle(tmp_path)  # the stand-ins print no load_backend line: a linked-in CPU backend
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     data = json.loads((job / "smoke.json").read_text())
     assert data["backends"] == {"cpu": None, "cpu_variant": None, "gpu": None, "gpu_file": None, "others": [],
@@ -388,9 +389,9 @@ def test_a_bundle_fixed_by_doctor_still_passes_its_audit(tmp_path):
     for variant in variants[1:]:
         shutil.copy2(bundle / "libggml-cpu-x64.so", bundle / f"libggml-cpu-{variant}.so")
     cc(bundle / "llama-server", "int main(void) { return 0; }\n", libs=(base,), runpath=("$ORIGIN",))
-    before = audit_bundle(bundle, policy=policy)
+    before = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert before.ok, before.failures  # outside the xfail's reason: this must hold today
     (bundle / "disabled-cpu-variants").mkdir()
     os.replace(bundle / "libggml-cpu-zen4.so", bundle / "disabled-cpu-variants" / "libggml-cpu-zen4.so")
-    report = audit_bundle(bundle, policy=policy)
+    report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert report.ok, report.failures

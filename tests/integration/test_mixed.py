@@ -19,6 +19,7 @@ from support.kpack import FOUR, MIXED, POLICY, kpack_tree, offload_tool
 from support.options import context
 from support.tarballs import therock_like_tarball
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import ConfigError, UsageError
 from rockbuild.core.jobs import Family, FamilyTable, load_families
 from rockbuild.matrix import load_matrix
@@ -343,13 +344,13 @@ def test_the_audit_holds_the_mixed_bundle_to_both_targets(mixed_bundle):
     from rockbuild.bundle.audit import audit_bundle
 
     _, _, out = mixed_bundle
-    assert audit_bundle(out).ok  # the targets from bundle.json
-    one = audit_bundle(out, ["gfx1151"])
+    assert audit_bundle(out, backends=REGISTRY).ok  # the targets from bundle.json
+    one = audit_bundle(out, ["gfx1151"], backends=REGISTRY)
     assert not one.ok
     (failure,) = one.check("code-objects").failures[:1]
     assert "libggml-hip.so.0 has device code for gfx1151, gfx1201: also has gfx1201" in failure
     assert any("also carries files for gfx1201" in w for w in one.check("kernel-data").warnings)
-    three = audit_bundle(out, [*MIXED, "gfx1200"])
+    three = audit_bundle(out, [*MIXED, "gfx1200"], backends=REGISTRY)
     assert not three.ok and any("lacks gfx1200" in f for f in three.check("code-objects").failures)
     assert any("no kernel files for gfx1200" in f for f in three.check("kernel-data").failures)
 

@@ -21,6 +21,7 @@ from support.cpu_variants import RANK, make_variant_bundle
 from support.paths import REPO
 from support.smoke import fast_smoke, header_model, make_bundle
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import ConfigError, SmokeError
 from rockbuild.core.records import SmokeRecord
 from rockbuild.smoke.config import load_smoke_config
@@ -61,7 +62,7 @@ def by_variant(data: dict) -> dict[str, dict]:
 def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded(tmp_path, model):
     log = tmp_path / "runs.jsonl"
     job = variant_job(tmp_path, supported=RANK[:-1], speeds={"x64": 0.1, "zen4": 2.0}, log=log)
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     data = smoke_json(job)
     step = data["cpu_variants"]
@@ -103,7 +104,7 @@ def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded
 def test_a_variant_that_dies_of_sigill_on_pp512_fails_the_smoke_naming_it(tmp_path, model):
     # ggml picks zen4 here, so the rest of the smoke never runs icelake: only the step sees it die
     job = variant_job(tmp_path, ("x64", "haswell", "icelake", "zen4"), crashes=("icelake",))
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.failures == ("CPU variant icelake: llama-bench died of SIGILL (illegal instruction) on pp512",)
     with pytest.raises(SmokeError, match="failed: CPU variant icelake: llama-bench died of SIGILL"):
         report.raise_if_failed()
@@ -121,7 +122,7 @@ def test_a_variant_that_dies_of_sigill_on_pp512_fails_the_smoke_naming_it(tmp_pa
 def test_variants_this_cpu_cannot_run_are_not_runnable_here_never_failed(tmp_path, model):
     job = variant_job(tmp_path, ("x64", "haswell", "skylakex", "zen4"), supported=("x64", "haswell"),
                       crashes=("skylakex", "zen4"))  # would die, but this "CPU" never loads them
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     data = smoke_json(job)
     assert data["cpu_variants"]["detail"] == ("4 CPU variants: 2 passed, 2 not runnable here; ggml picks haswell "
@@ -138,7 +139,7 @@ def test_known_answers_run_with_each_variant_alone_and_a_wrong_one_fails(tmp_pat
     answers = NumericsConfig(text=tmp_path / "no-text", answers={"model.gguf": (
         KnownAnswer("The capital of France is", r"\s*the stand-in says hello from (x64|haswell)\b"),)})
     options = SmokeOptions(timeouts=FAST.timeouts, runs=(), numerics=answers)
-    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     data = smoke_json(job)
     variants = by_variant(data)
     assert [variants[v]["known_answers"] for v in ("x64", "haswell", "zen4")] == ["passed", "passed", "failed"]
@@ -157,7 +158,7 @@ def test_the_steps_own_failure_is_in_its_record_and_read_back_from_smoke_json(tm
     # no variant loads from the whole bundle: a failure of the step as a whole, no variant's; smoke.json's cpu_variants
     # says why (problem), so its failures come back from the file alone, as the smoke reported them
     job = variant_job(tmp_path, ("haswell", "zen4"), supported=("x64",))
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     why = ("the whole bundle loads no CPU variant here (llama-bench --list-devices): ggml scored none of its 2 CPU "
            "variant modules on this CPU")
     assert report.failures == (f"CPU variants: {why}",)
@@ -176,7 +177,7 @@ def test_a_program_that_leads_back_to_the_whole_bundle_loads_another_variant_and
     # llama-bench a link to a file of the bundle: from the one-variant folder it still starts in the bundle's folder
     (bundle / "llama-bench").rename(bundle / "llama-bench-real")
     (bundle / "llama-bench").symlink_to(bundle / "llama-bench-real")
-    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.failures == ("CPU variant x64: llama-bench loaded libggml-cpu-zen4.so, not libggml-cpu-x64.so",)
     x64 = by_variant(smoke_json(job))["x64"]
     assert x64["runnable"] is False and x64["result"] == "failed"
@@ -185,7 +186,7 @@ def test_a_program_that_leads_back_to_the_whole_bundle_loads_another_variant_and
 def test_picked_only_none_and_a_bundle_without_variant_modules(tmp_path, model):
     job = variant_job(tmp_path / "a", ("x64", "haswell", "zen4"), crashes=("x64",))
     report = run_smoke(job, model, SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="picked"),
-                       kfd_topology=tmp_path / "no-kfd")
+                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures  # x64 would die, but only zen4, the one ggml picks, is run
     step = smoke_json(job)["cpu_variants"]
     assert [v["variant"] for v in step["variants"]] == ["zen4"] and step["picked"] == "zen4"
@@ -193,14 +194,14 @@ def test_picked_only_none_and_a_bundle_without_variant_modules(tmp_path, model):
                               "(--cpu-variants picked: the others not checked)")
 
     report = run_smoke(job, model, SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="none"),
-                       kfd_topology=tmp_path / "no-kfd")
+                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok and "cpu variants" not in report.render()
     assert smoke_json(job)["cpu_variants"] == {
         "result": "skipped", "detail": "turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: "
         "none)", "picked": None, "variants": []}
 
     plain, _ = make_bundle(tmp_path / "b")  # programs with the CPU backend linked in: no module to choose
-    report = run_smoke(plain, model, FAST, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(plain, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     assert smoke_json(plain)["cpu_variants"] == {
         "result": "skipped", "detail": "the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "

@@ -15,6 +15,7 @@ import pytest
 from support.files import write
 from support.smoke import fast_smoke, gguf_header, make_bundle, write_long_base
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.data import data_path
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.baselines import load_baselines
@@ -182,7 +183,7 @@ def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, reference: str | None
     else:
         config = replace(config, baselines=load_baselines(Path(reference)))
     report = run_smoke(job, model, replace(fast_smoke(), numerics=config, expect_gpu=expect_gpu),
-                       kfd_topology=tmp_path / "no-kfd")
+                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     return report, json.loads((job / "smoke.json").read_text()), envlog
 
 
@@ -290,7 +291,7 @@ def test_a_model_with_a_long_text_that_is_not_the_pinned_one_fails_every_long_ch
     wrong = write(tmp_path / "moby-dick.txt", "Call me Ishmael.\n")
     config = replace(config, long=replace(config.long, text=wrong))
     report = run_smoke(job, smollm2, replace(fast_smoke(), numerics=config, expect_gpu="yes"),
-                       kfd_topology=tmp_path / "no-kfd")
+                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     data = json.loads((job / "smoke.json").read_text())["numerics"]
     assert not report.ok
     for name in ("long_reference", "long_cross_backend", "long_answer"):
@@ -314,7 +315,7 @@ def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_p
     runs = {}
     for variant in ("haswell", "zen4"):
         numerics = replace(config, baselines=replace(config.baselines, references=refs[variant]))
-        run_smoke(job, smollm2, replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"), kfd_topology=tmp_path / "no-kfd")
+        run_smoke(job, smollm2, replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"), kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
         runs[variant] = json.loads((job / "smoke.json").read_text())["numerics"]["long_reference"]
     assert runs["haswell"]["result"] == PASSED and runs["haswell"]["about"]["cpu_variant"] == "haswell"
     assert runs["zen4"]["result"] == NOT_CHECKED

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.smoke import fast_smoke, gguf_header, make_bundle, write_long_base
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import ConfigError
 from rockbuild.smoke.config import load_smoke_config
 from rockbuild.smoke.logprobs import read_base, top_k, write_topk
@@ -80,7 +81,7 @@ def smollm2(tmp_path) -> ModelFile:
 def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, expect_gpu: str = "yes"):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", **mode})
     options = replace(fast_smoke(), numerics=numerics_config(tmp_path), expect_gpu=expect_gpu)
-    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     return report, json.loads((job / "smoke.json").read_text()), envlog
 
 
@@ -224,7 +225,7 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
     path.write_bytes(gguf_header() + bytes(40))
     tiny = ModelFile("tiny-qwen3.gguf", path, "0" * 64, 64, "tiny")
     job, _ = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"))
+    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"), backends=REGISTRY)
     data = json.loads((job / "smoke.json").read_text())
     assert report.ok, report.failures
     assert data["numerics"]["cross_backend"] == {"result": NOT_CHECKED,

@@ -15,6 +15,7 @@ import pytest
 from conftest import rockbuild_exe
 from support.smoke import fast_smoke, gguf_header, header_model, make_bundle
 
+from rockbuild.backends import REGISTRY
 from rockbuild.backends.rocm import decide_expectation, kfd_gfx_targets
 from rockbuild.core.errors import ModelError, SmokeError
 from rockbuild.smoke.models import ModelFile
@@ -34,7 +35,7 @@ def test_a_cpu_bundle_passes_and_reports_everything(tmp_path, model):
     job, envlog = make_bundle(tmp_path)
     env = {**os.environ, "LD_LIBRARY_PATH": "/opt/rocm/lib", "ROCM_PATH": "/opt/rocm", "GITHUB_TOKEN": "ghp_secret",
            "HF_TOKEN": "hf_secret", "PATH": "/opt/rocm/bin:" + os.environ["PATH"] + ":/x/therock/bin"}
-    report = run_smoke(job, model, FAST, env=env, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, FAST, env=env, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     assert report.report_path == job / "smoke.json"
     data = json.loads((job / "smoke.json").read_text())
@@ -70,7 +71,7 @@ def test_a_hang_fails_that_run_only_with_its_log_tail(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"cli": "hang"})
     options = SmokeOptions(timeouts={"cli": 1.5, "server_start": 20, "request": 20, "bench": 20})
     start = time.monotonic()
-    report = run_smoke(job, model, options, kfd_topology=tmp_path)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path, backends=REGISTRY)
     assert time.monotonic() - start < 15
     assert not report.ok
     runs = {r.name: r for r in report.runs}
@@ -82,21 +83,21 @@ def test_a_hang_fails_that_run_only_with_its_log_tail(tmp_path, model):
 
 def test_expected_gpu_on_a_cpu_run_is_a_silent_fallback(tmp_path, model):
     job, _ = make_bundle(tmp_path)
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY)
     assert not report.ok and all(r.ok for r in report.runs)
     assert "silent CPU fallback" in report.failures[0]
 
 
 def test_rocm0_buffers_pass_an_expected_gpu_run(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"gpu": True})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     assert report.record.gpu.placement == "gpu" and report.record.gpu.summary.startswith("gpu: ROCm")
 
 
 def test_server_that_dies_and_a_bench_without_json(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"server": "die", "bench": "garbage"})
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path)
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path, backends=REGISTRY)
     runs = {r.name: r for r in report.runs}
     assert runs["cli"].ok
     assert runs["server"].failure == "exit code 3 before /health answered"
@@ -107,7 +108,7 @@ def test_server_that_dies_and_a_bench_without_json(tmp_path, model):
 def test_a_request_that_never_answers_times_out_and_the_server_is_stopped(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"server": "slow"})
     options = SmokeOptions(timeouts={"cli": 20, "server_start": 20, "request": 1, "bench": 20}, runs=("server",))
-    report = run_smoke(job, model, options, kfd_topology=tmp_path)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path, backends=REGISTRY)
     assert report.runs[0].failure == "/v1/chat/completions did not answer within 1s"
     with pytest.raises(ProcessLookupError):
         os.kill(int((envlog / "server.pid").read_text()), 0)
@@ -115,7 +116,7 @@ def test_a_request_that_never_answers_times_out_and_the_server_is_stopped(tmp_pa
 
 def test_empty_generation_fails_the_cli_run(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"cli": "empty"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.runs[0].failure == "the generated text is empty"
 
 
@@ -183,7 +184,7 @@ def test_a_windows_bundle_is_refused_on_linux_without_wine(tmp_path, model, monk
     monkeypatch.setattr("rockbuild.process.WINE_FALLBACK", tmp_path / "no-wine")
     with pytest.raises(SmokeError, match=r"windows bundle and this machine runs linux; smoke-test it on windows "
                                          r"\(or install wine here: apt install wine64\)"):
-        run_smoke(job, model, FAST)
+        run_smoke(job, model, FAST, backends=REGISTRY)
     # with wine, the platform is no reason to stop: the bundle's own programs are looked for (.exe, under wine)
     fake = tmp_path / "bin" / "wine"
     fake.parent.mkdir()
@@ -191,7 +192,7 @@ def test_a_windows_bundle_is_refused_on_linux_without_wine(tmp_path, model, monk
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(fake.parent))
     with pytest.raises(SmokeError, match="has no llama-cli, llama-server, llama-bench"):
-        run_smoke(job, model, FAST)
+        run_smoke(job, model, FAST, backends=REGISTRY)
 
 
 # --- Vulkan bundles: ask the bundle which devices it sees, pin one when a GPU run is expected ------------------------
@@ -203,7 +204,7 @@ def _argv(envlog: Path, name: str) -> list[str]:
 
 def test_vulkan_bundle_on_lavapipe_auto_expects_the_gpu_pins_vulkan0_and_passes(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path)
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     assert report.record.expect_gpu.devices_found == ("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)",)
     assert report.record.expect_gpu.reason.startswith("auto: the bundle sees a Vulkan device (Vulkan0: llvmpipe")
@@ -218,7 +219,7 @@ def test_vulkan_bundle_on_lavapipe_auto_expects_the_gpu_pins_vulkan0_and_passes(
 
 def test_vulkan_bundle_without_a_driver_auto_runs_on_the_cpu_unpinned(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "none"})
-    report = run_smoke(job, model, FAST, kfd_topology=tmp_path)
+    report = run_smoke(job, model, FAST, kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     assert report.record.device is None and report.record.expect_gpu.devices_found == ()
     assert "sees no Vulkan device" in report.record.expect_gpu.reason and "GGML_VK_VISIBLE_DEVICES" in report.record.expect_gpu.reason
@@ -246,19 +247,19 @@ def test_vulkan_bundle_without_a_driver_fails_an_expected_gpu_run_in_one_line_wi
 
 def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"vk": "noloader"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY)
     assert not report.ok and report.runs == ()
     assert "libvulkan.so.1: cannot open shared object file" in report.failures[0]
     assert "exit code 127" in report.failures[0] and "Vulkan loader" in report.failures[0]
     assert report.failures[0].startswith("the Vulkan bundle cannot start: llama-cli --list-devices failed")
     # expected on the CPU or not: a bundle that cannot start is not run three times to fail three times
-    auto = run_smoke(job, model, FAST, kfd_topology=tmp_path)
+    auto = run_smoke(job, model, FAST, kfd_topology=tmp_path, backends=REGISTRY)
     assert not auto.ok and auto.runs == () and auto.failures[0] == report.failures[0]
 
 
 def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path, backends=REGISTRY)
     assert not report.ok and report.record.device == "Vulkan1"
     assert report.failures[0] == "cli: exit code 1"
     assert "invalid device: Vulkan1" in "\n".join(report.runs[0].log_tail)
@@ -266,7 +267,7 @@ def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
 
 def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.record.device is None and "-dev" not in _argv(envlog, "llama-bench")
     assert report.record.expect_gpu.reason == "--expect-gpu no"
 
@@ -298,7 +299,7 @@ def test_run_smoke_checks_the_model_first(tmp_path):
     vocab_only = tmp_path / "ggml-vocab-qwen2.gguf"
     vocab_only.write_bytes(gguf_header(tensors=0, kv=1) + bytes(40))
     with pytest.raises(ModelError, match=r"holds no tensors \(a vocab-only GGUF\?\)"):
-        run_smoke(job, ModelFile(vocab_only.name, vocab_only, "0" * 64, 64, "path"), FAST)
+        run_smoke(job, ModelFile(vocab_only.name, vocab_only, "0" * 64, 64, "path"), FAST, backends=REGISTRY)
     assert list(envlog.iterdir()) == []
 
 
@@ -306,7 +307,7 @@ def test_a_failed_run_says_failed_on_its_step_line(tmp_path, model, capsys, monk
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     job, _ = make_bundle(tmp_path, {"cli": "crash"})
     report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli", "bench")}),
-                       kfd_topology=tmp_path)
+                       kfd_topology=tmp_path, backends=REGISTRY)
     assert [r.ok for r in report.runs] == [False, True]
     err = capsys.readouterr().err
     steps = [line.strip() for line in err.splitlines() if line.startswith("    smoke: ")]
@@ -326,7 +327,7 @@ def test_the_gpu_preset_gives_llama_bench_its_own_threads_capped_at_the_cpus(tmp
     assert SmokeOptions.from_config(config).bench_threads is None  # the CPU smoke keeps one thread everywhere
     job, envlog = make_bundle(tmp_path)
     options = SmokeOptions(timeouts=FAST.timeouts, bench_threads=4096)
-    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     bench = json.loads((envlog / "llama-bench.argv.json").read_text())
     cli = json.loads((envlog / "llama-cli.argv.json").read_text())
@@ -357,7 +358,7 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     )
     from dataclasses import replace
 
-    report = run_smoke(job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     run = next(r for r in report.runs if r.name == "programs")
     assert not report.ok and not run.ok
     assert run.failure == ("2 of 4 programs failed: llama-gguf: its output does not match 'usage: ' (and 1 more)")
@@ -370,7 +371,7 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     # a required program missing from the bundle fails the run
     (bundle / "ggml-rpc-server").unlink()
     report = run_smoke(job, model, replace(FAST, programs=(Program("ggml-rpc-server", required=True),)),
-                       kfd_topology=tmp_path / "no-kfd")
+                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.failures == ("programs: 1 of 1 programs failed: ggml-rpc-server is not in the bundle",)
 
 
@@ -391,7 +392,7 @@ def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described
     options = replace(FAST, programs=programs, program_timeout=1.0)
 
     def programs_run():
-        report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
+        report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
         return report, next(r for r in report.runs if r.name == "programs")
 
     report, run = programs_run()  # no winpthreads here: the hang is a failure like any other
@@ -426,7 +427,7 @@ def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
     assert SmokeOptions.from_config(Settings.from_environment({}).smoke).bench_warmup == 0
     job, envlog = make_bundle(tmp_path)
     options = SmokeOptions(timeouts=FAST.timeouts, runs=("bench",), bench_repetitions=5, bench_warmup=1)
-    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     calls = [json.loads(line) for line in (envlog / "llama-bench.calls").read_text().splitlines()]
     assert [c[c.index("-r") + 1] for c in calls] == ["1", "5"]
@@ -440,6 +441,6 @@ def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
 def test_a_crash_in_the_warm_up_run_fails_the_bench(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"bench": "crash"})
     options = SmokeOptions(timeouts=FAST.timeouts, runs=("bench",), bench_warmup=1)
-    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd")
+    report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     (run,) = report.runs
     assert not run.ok and run.failure == "warm-up run: killed by SIGSEGV (exit code -11)"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support.smoke import CHAT_PAGE, gguf_header, make_bundle
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.records import SmokeRecord
 from rockbuild.smoke.browser import ChatPage, check_chat, find_chromium
 from rockbuild.smoke.models import ModelFile
@@ -49,7 +50,7 @@ def server_run(report):
 
 def test_a_build_with_a_web_ui_must_serve_an_html_page_at_the_root(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"ui": "html"}, web_ui=BUILT)
-    report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     check = server_run(report).to_dict()["web_ui"]
     assert check["result"] == "passed" and check["status"] == 200
@@ -62,7 +63,7 @@ def test_a_build_with_a_web_ui_must_serve_an_html_page_at_the_root(tmp_path, mod
 
 def test_a_404_at_the_root_fails_the_server_run_when_the_build_has_a_web_ui(tmp_path, model):
     job, _ = make_bundle(tmp_path, web_ui=BUILT)  # the stand-in answers 404 at /
-    report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, backends=REGISTRY)
     assert not report.ok
     assert report.failures == ("server: GET / answered HTTP 404, application/json, 2 bytes, not the web UI the "
                                "build has",)
@@ -71,7 +72,7 @@ def test_a_404_at_the_root_fails_the_server_run_when_the_build_has_a_web_ui(tmp_
 
 def test_a_build_without_a_web_ui_is_not_checked_never_passed(tmp_path, model):
     job, _ = make_bundle(tmp_path, web_ui=NONE)
-    report = run_smoke(job, model, SmokeOptions(**FAST, browser=True), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**FAST, browser=True), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     details = server_run(report).to_dict()
     why = "no web UI (npm is not installed (not on PATH))"
@@ -83,7 +84,7 @@ def test_a_build_without_a_web_ui_is_not_checked_never_passed(tmp_path, model):
 
 def test_a_build_json_that_does_not_say_is_not_checked(tmp_path, model):
     job, _ = make_bundle(tmp_path)  # build.json from before the web UI step
-    report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path)
+    report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok and server_run(report).to_dict()["web_ui"] == {
         "result": "not checked", "detail": "no web UI recorded in build.json (GET / answered HTTP 404, "
                                            "application/json, 2 bytes)"}
@@ -194,7 +195,7 @@ def test_a_page_without_a_chat_box_fails_naming_the_step(tmp_path):
 def test_smoke_with_the_browser_chats_with_the_servers_page(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"ui": "chat"}, web_ui=BUILT)
     options = SmokeOptions(**FAST, browser=True, chat_page={"settle": 0.5, "timeout": 60})
-    report = run_smoke(job, model, options, kfd_topology=tmp_path)
+    report = run_smoke(job, model, options, kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     browser = server_run(report).to_dict()["browser"]
     assert browser["result"] == "passed" and browser["answer"].startswith("Needle")  # the server's reply

@@ -14,6 +14,7 @@ import pytest
 from support.files import write
 from support.webui import DIST_FILES, fake_npm, npm_calls, ui_tree, write_dist
 
+from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import UsageError
 from rockbuild.llamacpp.webui import (
     WebUiOptions,
@@ -267,7 +268,7 @@ def test_the_build_driver_embeds_the_ui_before_configure_and_records_it(tmp_path
                          gcc_therock()), source_dir=project, build_number="11312", commit="0c1e570",
                          use_ccache=False, cache=tmp_path / "cache", jobs=2)
     job = resolve_job(target="gfx1151")
-    result = build_job(job, build)
+    result = build_job(job, build, backends=REGISTRY)
     assert result.web_ui is not None and result.web_ui.status == "built"
     record = BuildRecord.read(result.build_json)
     assert record is not None and record.web_ui is not None and record.web_ui.status == "built"
@@ -276,7 +277,7 @@ def test_the_build_driver_embeds_the_ui_before_configure_and_records_it(tmp_path
     log = result.log.read_text()
     assert log.index("==> web UI") < log.index("==> configure")  # in the tree before CMake looks for it
     # --no-web-ui: the next build has none, the tree's dist is gone, and build.json says so
-    result = build_job(job, replace(build, web_ui=False))
+    result = build_job(job, replace(build, web_ui=False), backends=REGISTRY)
     record = BuildRecord.read(result.build_json)
     assert record is not None and record.web_ui is not None
     assert (record.web_ui.status, record.web_ui.reason) == ("none", "--no-web-ui")

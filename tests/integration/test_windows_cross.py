@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support.pe import build_pe, wine
 
-from rockbuild.backends import get_backend
+from rockbuild.backends import REGISTRY, get_backend
 from rockbuild.backends.cpu import check_no_gpu_backend, cpu_cmake_definitions
 from rockbuild.bundle.plan import BundleRequest, bundle, make_plan
 from rockbuild.bundle.policy import load_policy
@@ -128,12 +128,12 @@ def cross_tree(tmp_path_factory):
 
 def test_a_cross_bundle_takes_the_runtime_from_the_toolchain_folders(cross_tree, tmp_path):
     policy = load_policy()
-    request = BundleRequest(cross_tree / "build", tmp_path / "without", policy, backend="cpu", platform="windows")
+    request = BundleRequest(cross_tree / "build", tmp_path / "without", policy, backend="cpu", platform="windows", backends=REGISTRY)
     plan = make_plan(request)
     assert [lib.name for lib in plan.closure.missing] == ["libruntime-1.dll"]
     assert any("libruntime-1.dll (needed by ggml.dll) was found neither" in e for e in plan.errors)
     request = BundleRequest(cross_tree / "build", tmp_path / "bundle", policy, backend="cpu", platform="windows",
-                            library_dirs=(cross_tree / "toolchain",))
+                            library_dirs=(cross_tree / "toolchain",), backends=REGISTRY)
     report = bundle(request)
     shipped = {lib.name: lib for lib in report.plan.closure.with_status(SHIPS)}
     assert "libruntime-1.dll" in shipped and report.audit is not None and report.audit.ok
@@ -160,7 +160,7 @@ def test_the_bundle_runs_under_wine_from_its_own_folder(cross_tree, tmp_path):
     wine()  # skips without wine
     out = tmp_path / "bundle"
     bundle(BundleRequest(cross_tree / "build", out, load_policy(), backend="cpu", platform="windows",
-                         library_dirs=(cross_tree / "toolchain",)))
+                         library_dirs=(cross_tree / "toolchain",), backends=REGISTRY))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WINEPREFIX": str(tmp_path / "prefix"),
            "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
     result = run([out / "app.exe", "a", "b"], env=env, cwd=tmp_path, check=False, timeout=300)

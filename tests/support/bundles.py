@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.plan import BundleReport, BundleRequest, bundle
 from rockbuild.bundle.policy import BundlePolicy, load_policy
 from rockbuild.rocm.layout import RocmLayout
@@ -268,4 +269,4 @@ def make_bundle(build_bin: Path, layout: RocmLayout | None, targets: Sequence[st
                 policy: BundlePolicy | None = None, **flags: Any) -> BundleReport:
     """rockbuild's one way in to bundling (``bundle(BundleRequest(...))``) with the arguments as positions, the
     shipped policy by default: what most bundle tests need."""
-    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), **flags))
+    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), **flags, backends=REGISTRY))

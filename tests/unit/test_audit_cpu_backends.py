@@ -8,6 +8,7 @@ import shutil
 import pytest
 from support.bundles import cc, make_bundle, make_tree, write_policy
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.audit import audit_bundle, check_cpu_backends
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import AuditError
@@ -92,7 +93,7 @@ def test_the_audit_runs_it_on_a_bundle(tmp_path, modules, policy):
         make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy)
     make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, audit=False)
     assert (out / "libggml-cpu-haswell.so").is_file()  # a module in bin/ ships although nothing links it
-    report = audit_bundle(out, policy=policy)
+    report = audit_bundle(out, policy=policy, backends=REGISTRY)
     assert [c.failures for c in report.checks if c.name == "cpu-backends"] == [(
         "CPU variants x64, zen4 missing (the bundle policy lists 3 for EM_X86_64): those CPUs would load a slower one",
         "no baseline CPU variant (x64): a CPU older than every shipped variant runs nothing")]

@@ -16,7 +16,17 @@ from support.files import write
 from support.paths import FIXTURES, REPO
 from support.third_backend import CpuBackend
 
-from rockbuild.backends import BACKENDS, DEFAULT, Backend, all_backends, get_backend, names, register, unregister
+from rockbuild.backends import (
+    BACKENDS,
+    DEFAULT,
+    REGISTRY,
+    Backend,
+    all_backends,
+    get_backend,
+    names,
+    register,
+    unregister,
+)
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError, ConfigError, UsageError
 from rockbuild.core.jobs import Job
@@ -49,7 +59,12 @@ def test_an_unknown_backend_is_a_config_error_with_a_suggestion():
 
 
 def test_every_backend_answers_the_whole_protocol():
-    members = {*Backend.__annotations__, *(k for k, v in vars(Backend).items() if callable(v) and k[0] != "_")}
+    """The whole protocol: the matrix's, publishing's and the doctor's members, and those of the stage protocols it
+    joins (the build's, the bundle's and the smoke's, in their own packages)."""
+    protocols = [c for c in Backend.__mro__ if c.__module__.startswith("rockbuild.")]
+    assert {c.__name__ for c in protocols} == {"Backend", "BuildBackend", "BundleBackend", "SmokeBackend"}
+    members = {name for c in protocols
+               for name in (*c.__annotations__, *(k for k, v in vars(c).items() if callable(v) and k[0] != "_"))}
     assert {"name", "needs_rocm", "per_target", "job_fields", "cmake_definitions", "audit_checks", "smoke_verdict",
             "asset_template"} <= members
     for name in BACKENDS:
@@ -223,7 +238,7 @@ def test_a_third_backend_has_its_own_cmake_definitions(cpu):
     from rockbuild.llamacpp.driver import job_label
 
     job = a_job("blas", cmake=(("MY_EXTRA", "x"),))
-    assert job_label(job) == "BLAS, host compiler"
+    assert job_label(job, cpu) == "BLAS, host compiler"
     defs = cpu.cmake_definitions(job, None, offline=True, build_info={"LLAMA_BUILD_NUMBER": "7"}, ccache=False)
     names_ = [n for n, _ in defs]
     assert names_[:2] == ["CMAKE_BUILD_TYPE", "BUILD_SHARED_LIBS"] and names_[-1] == "MY_EXTRA"
@@ -249,7 +264,7 @@ def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, 
     assert inputs.rocm_for(job.id) is None and len(inputs.job_fingerprint(job.id)) == 16
     assert read_inputs(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "blas"
     with pytest.raises(UsageError, match="a BLAS bundle takes no --rocm and no --targets"):
-        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="blas", policy=load_policy())
+        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="blas", policy=load_policy(), backends=REGISTRY)
     assert bundle_backend(["libggml-blas.so"], {"backend": "blas"}, "linux") == "blas"
 
 

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from support.bundles import cc, make_bundle, make_tree, need_tool, run_clean, tree_files, write_policy
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.elf import read_elf
 from rockbuild.bundle.plan import BundleRequest, make_plan
 from rockbuild.bundle.policy import load_policy
@@ -147,7 +148,7 @@ def test_missing_library_is_an_error_naming_who_needs_it(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken / "rocm", symlinks=True)
     shutil.copytree(tree["build"], broken / "build", symlinks=True)
     (broken / "rocm" / "lib" / "sub" / "libhsa.so.1").unlink()
-    plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"), ("gfx1151",)))
+    plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"), ("gfx1151",), backends=REGISTRY))
     assert any("libhsa.so.1 (needed by libamdhip64.so.7)" in e for e in plan.errors)
     with pytest.raises(BundleError, match=r"libhsa.so.1 \(needed by libamdhip64.so.7\)"):
         make_bundle(broken / "build", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o")
@@ -159,13 +160,13 @@ def test_required_extra_missing_is_an_error(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken, symlinks=True)
     for p in broken.joinpath("lib").glob("libamd_comgr.so*"):
         p.unlink()
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",)))
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",), backends=REGISTRY))
     assert any("libamd_comgr.so.* (declared extra, for libamdhip64.so.7)" in e for e in plan.errors), plan.errors
 
 
 def test_target_without_kernel_files_is_an_error(tree, tmp_path):
     plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(tree["rocm"]),
-                                   ("gfx1151", "gfx1201")))
+                                   ("gfx1151", "gfx1201"), backends=REGISTRY))
     assert any("no files for gfx1201" in e for e in plan.errors), plan.errors
 
 
@@ -289,7 +290,7 @@ def test_prune_fatbin_keeps_the_job_targets_and_the_bundle_running(tree, plugin_
     shutil.copyfile(tree["lib"] / "librocblas.so.5.0", out / "librocblas.so.5")
     from rockbuild.bundle.audit import audit_bundle
 
-    again = audit_bundle(out, policy=plugin_policy)
+    again = audit_bundle(out, policy=plugin_policy, backends=REGISTRY)
     assert again.check("code-objects").failures == (
         "librocblas.so.5 has device code for gfx90a, gfx1100, gfx1151: also has gfx90a, gfx1100",
         "librocblas.so.5 changed since it was verified (sha256 differs)")

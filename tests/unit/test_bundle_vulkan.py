@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from support.bundles import cc, make_bundle, run_clean, tree_files
 
+from rockbuild.backends import REGISTRY
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.bundle.elf import read_elf
 from rockbuild.bundle.policy import load_policy
@@ -72,7 +73,7 @@ def test_the_audit_of_a_vulkan_bundle_checks_no_rocm_instead_of_gpu_code(vulkan_
     assert meta["backend"] == "vulkan" and meta["rocm"] is None and meta["targets"] == []
     assert meta["audit"]["backend"] == "vulkan" and meta["audit"]["ok"]
     assert "Vulkan (no GPU targets)" in report.plan.render()
-    again = audit_bundle(out)  # from bundle.json alone
+    again = audit_bundle(out, backends=REGISTRY)  # from bundle.json alone
     assert again.ok and again.backend == "vulkan"
 
 
@@ -91,7 +92,7 @@ def test_the_audit_fails_a_vulkan_bundle_that_carries_rocm_or_the_host_stack(vul
     shutil.copytree(out, copy)
     (copy / extra).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(out / "libggml-base.so.0", copy / extra)  # any ELF: the name is what counts
-    report = audit_bundle(copy)
+    report = audit_bundle(copy, backends=REGISTRY)
     assert not report.ok
     assert any(re.match(failure, f) for f in report.failures), report.failures
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from support.paths import FIXTURES
 
+from rockbuild.backends import REGISTRY
 from rockbuild.smoke.parse import (
     Buffer,
     parse_bench_json,
@@ -35,14 +36,14 @@ def test_cpu_build_claims_full_offload_but_the_buffers_say_cpu():
     load = parse_load(fixture("completion-lv4-cpu.txt"))
     assert load.offloaded == (3, 3)
     assert load.buffers == (Buffer("CPU_Mapped", 10.18),)
-    verdict = gpu_verdict([load], expect_gpu=False)
+    verdict = gpu_verdict([load], expect_gpu=False, backends=REGISTRY)
     assert verdict.placement == "cpu" and verdict.ok
     assert verdict.summary == "gpu: absent (CPU run proves library loading only)"
     assert any("offloaded 3/3" in n and "not a GPU run" in n for n in verdict.notes)
 
 
 def test_cpu_fallback_fails_when_a_gpu_is_expected():
-    verdict = gpu_verdict([parse_load(fixture("completion-lv4-cpu.txt"))], expect_gpu=True)
+    verdict = gpu_verdict([parse_load(fixture("completion-lv4-cpu.txt"))], expect_gpu=True, backends=REGISTRY)
     assert not verdict.ok
     assert "silent CPU fallback" in verdict.summary and "CPU_Mapped 10.18 MiB" in verdict.summary
 
@@ -52,7 +53,7 @@ def test_rpc_offload_is_not_a_gpu():
     assert load.offloaded == (3, 3)
     assert [b.device for b in load.buffers] == ["CPU_Mapped", "RPC0[127.0.0.1:49619]"]
     assert load.devices == ("RPC0 (127.0.0.1:49619)",)
-    verdict = gpu_verdict([load], expect_gpu=True)
+    verdict = gpu_verdict([load], expect_gpu=True, backends=REGISTRY)
     assert verdict.placement == "cpu" and not verdict.ok
     assert any("RPC0[127.0.0.1:49619] 10.18 MiB" in n for n in verdict.notes)
 
@@ -65,34 +66,34 @@ def test_rocm0_model_buffer_is_a_gpu_run():
     assert load.devices == ("ROCm0 (AMD Radeon 8060S Graphics)",)
     # the KV and compute buffer lines are not model buffers
     assert all(b.device in ("CPU_Mapped", "ROCm0") for b in load.buffers)
-    verdict = gpu_verdict([load], expect_gpu=True, texts=["The meaning of life is to find"])
+    verdict = gpu_verdict([load], expect_gpu=True, texts=["The meaning of life is to find"], backends=REGISTRY)
     assert verdict.ok and verdict.placement == "gpu"
     assert verdict.summary.startswith("gpu: ROCm (321.94 MiB") and "29/29" in verdict.summary
 
 
 def test_partial_offload_fails_an_expected_gpu_run():
     load = parse_load(fixture("rocm0-partial.constructed.txt"))
-    verdict = gpu_verdict([load], expect_gpu=True)
+    verdict = gpu_verdict([load], expect_gpu=True, backends=REGISTRY)
     assert verdict.placement == "partial" and not verdict.ok
     assert "not every layer" in verdict.summary
 
 
 def test_gpu_buffers_with_degenerate_text_fail():
     load = parse_load(fixture("rocm0-buffers.constructed.txt"))
-    verdict = gpu_verdict([load], expect_gpu=True, texts=["!!!!!!!!!!!!!!!!"])
+    verdict = gpu_verdict([load], expect_gpu=True, texts=["!!!!!!!!!!!!!!!!"], backends=REGISTRY)
     assert not verdict.ok and "one symbol repeated" in verdict.summary
 
 
 def test_one_cpu_load_among_gpu_loads_is_not_a_gpu_run():
     gpu, cpu = parse_load(fixture("rocm0-buffers.constructed.txt")), parse_load(fixture("completion-lv4-cpu.txt"))
-    assert gpu_verdict([gpu, cpu], expect_gpu=True).placement == "partial"
+    assert gpu_verdict([gpu, cpu], expect_gpu=True, backends=REGISTRY).placement == "partial"
 
 
 def test_no_buffer_lines_gives_unknown_and_fails_when_expected():
     load = parse_load(fixture("server-stderr.txt"))
     assert load.buffers == () and load.offloaded is None
-    assert gpu_verdict([load], expect_gpu=None).placement == "unknown"
-    assert not gpu_verdict([load], expect_gpu=True).ok
+    assert gpu_verdict([load], expect_gpu=None, backends=REGISTRY).placement == "unknown"
+    assert not gpu_verdict([load], expect_gpu=True, backends=REGISTRY).ok
 
 
 def test_ngl_lines_the_last_load_counts():
@@ -187,7 +188,7 @@ def test_real_merged_llama_cli_log_gives_the_whole_reply():
     gen = parse_cli(text, "I believe the meaning of life is")
     assert gen.text == REAL_REPLY and gen.tokens == 16 and gen.tokens_per_second > 0
     load = parse_load(text)
-    verdict = gpu_verdict([load, parse_load(fixture("real-llama-server-lv4.txt"))], expect_gpu=None)
+    verdict = gpu_verdict([load, parse_load(fixture("real-llama-server-lv4.txt"))], expect_gpu=None, backends=REGISTRY)
     assert verdict.placement == "cpu" and verdict.offloaded == "3/3" and len(verdict.notes) == 1
 
 
