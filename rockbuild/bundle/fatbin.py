@@ -25,6 +25,7 @@ from typing import IO, Any, cast
 from elftools.elf.elffile import ELFFile
 
 from rockbuild.core.errors import BundleError
+from rockbuild.core.record import Record
 from rockbuild.core.records import FatBinary, PrunedFatbin, PruneProof
 from rockbuild.paths import follow_in_root
 from rockbuild.process import ProcessError, child_env, run
@@ -454,20 +455,17 @@ _TRIPLE = re.compile(r"[A-Za-z0-9_.:+-]+-[A-Za-z0-9_.:+-]*")
 TOOL_TIMEOUT = 600
 
 
-@dataclass(frozen=True)
-class OffloadTools:
+@dataclass(frozen=True, kw_only=True)
+class OffloadTools(Record):
     """The clang-offload-bundler of a ROCm root, and how to run it from here: a chroot's programs run through the
     root's own loader and libraries (``loader``), a TheRock tree's directly."""
 
     bundler: Path
-    loader: tuple[str, ...]
     version: str
+    loader: tuple[str, ...]
 
     def argv(self, *args: str) -> list[str]:
         return [*self.loader, str(self.bundler), *args]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"bundler": str(self.bundler), "version": self.version, "loader": list(self.loader)}
 
 def find_offload_tools(layout: Any) -> tuple[OffloadTools | None, str]:
     """The clang-offload-bundler of ``layout`` (a :class:`~rockbuild.rocm.layout.RocmLayout`), checked by running
@@ -499,7 +497,7 @@ def find_offload_tools(layout: Any) -> tuple[OffloadTools | None, str]:
     if result.returncode != 0 or not lines:
         return None, f"{bundler} does not run here (exit {result.returncode}: {lines[-1] if lines else 'no output'})"
     version = next((line for line in lines if "version" in line), lines[0])
-    return OffloadTools(bundler, loader, version), ""
+    return OffloadTools(bundler=bundler, version=version, loader=loader), ""
 
 
 def _symbol_versions(elf: ELFFile) -> dict[int, str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
 from rockbuild.core.errors import ConfigError
-from rockbuild.core.record import PAIRS, Record
+from rockbuild.core.record import DATE, PAIRS, Record
 
 OSES = ("linux", "windows")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
@@ -31,8 +31,9 @@ SOURCE_REF_RE = re.compile(r"^(TheRock#[0-9]+|[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*
 
 
 @dataclass(frozen=True)
-class Family:
-    """A TheRock GPU family: the gfx targets its tarball carries and the tarball group per OS."""
+class Family(Record):
+    """A TheRock GPU family: the gfx targets its tarball carries and the tarball group per OS (a record: ``rockbuild
+    families --json``)."""
 
     name: str  # TheRock's family/group name, e.g. gfx110X-all
     short: str  # the name used in job ids and asset names, e.g. gfx110X
@@ -48,28 +49,17 @@ class Family:
     def group_for(self, os_name: str) -> str | None:
         return self.groups.get(os_name)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "short": self.short, "targets": list(self.targets), "gpus": dict(self.gpus),
-            "groups": dict(self.groups), "legacy_groups": list(self.legacy_groups), "aliases": list(self.aliases),
-            "resolve_targets": self.resolve_targets, "note": self.note,
-            "source": self.source.to_dict() if self.source else None,
-        }
-
 
 @dataclass(frozen=True)
-class FamilySource:
+class FamilySource(Record):
     """Where a family comes from in TheRock: an issue (``TheRock#5744``) or a file of its repository, and the date its
     tarball group appeared (None: the reference gives none)."""
 
     ref: str
-    since: datetime.date | None
+    since: datetime.date | None = field(metadata=DATE)
 
     def __str__(self) -> str:
         return f"{self.ref}, since {self.since.isoformat()}" if self.since else f"{self.ref} (date not recorded)"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ref": self.ref, "since": self.since.isoformat() if self.since else None}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
 from rockbuild.core.errors import BuildError, ConfigError
+from rockbuild.core.record import Record
 
 # llama.cpp's op-level test (tests/test-backend-ops.cpp): built with every job from the same tree and flags, kept in
 # the job folder's tools/ for the smoke's ops step (rockbuild.smoke.ops), and never shipped: the bundle leaves it out
@@ -28,8 +29,8 @@ _SHIP_KEYS = ("target", "file", "required", "aliases", "check", "exit", "expect"
 _KNOWN_KEYS = ("ships", "programs", "failure", "after_output", "timeout", "reason")
 
 
-@dataclass(frozen=True)
-class KnownFailure:
+@dataclass(frozen=True, kw_only=True)
+class KnownFailure(Record):
     """An upstream bug the smoke's program checks are known to hit, in bundles of one kind only: those that ship one
     of the ``ships`` files (e.g. ``libwinpthread-1.dll``: a mingw-w64 build). There, a check that fails with a problem
     containing ``failure`` (and, with ``after_output``, only after printing what the check expects) is recorded as
@@ -37,19 +38,15 @@ class KnownFailure:
     says so."""
 
     ships: tuple[str, ...]
+    programs: tuple[str, ...] = ()  # the targets it hits (none: every shipped program)
     failure: str
+    after_output: bool = True  # known only once the program printed its output (its expect, or anything)
     reason: str
     timeout: float | None = None  # the check's timeout in those bundles (a known hang need not cost the full one)
-    after_output: bool = True  # known only once the program printed its output (its expect, or anything)
-    programs: tuple[str, ...] = ()  # the targets it hits (none: every shipped program)
 
     def applies_to(self, names: Iterable[str]) -> bool:
         lowered = {n.lower() for n in names}
         return any(s.lower() in lowered for s in self.ships)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ships": list(self.ships), "programs": list(self.programs), "failure": self.failure,
-                "after_output": self.after_output, "reason": self.reason, "timeout": self.timeout}
 
 
 @dataclass(frozen=True)
@@ -192,8 +189,8 @@ def _known_failure(path: Path, parent: YDict, node: Any) -> KnownFailure:
     after_output = node.get("after_output", True)
     expect_type(path, node, "after_output", after_output, bool, "after_output")
     programs = _strings(path, node, "programs", node.get("programs", []), "programs")
-    return KnownFailure(ships, texts["failure"], texts["reason"], float(timeout) if timeout is not None else None,
-                        after_output, programs)
+    return KnownFailure(ships=ships, programs=programs, failure=texts["failure"], after_output=after_output,
+                        reason=texts["reason"], timeout=float(timeout) if timeout is not None else None)
 
 
 def parse_programs(doc: Any, path: Path) -> ProgramList:

@@ -15,12 +15,14 @@ what the files need (unknown keys kept and written back, a file's key order kept
   written, ignored on read);
 - ``field(metadata=json_form(load, dump))`` gives a field a JSON form other than its Python one (the matrix's
   ``cmake`` definitions: an ordered tuple of pairs in Python, an object in JSON);
-- ``field(metadata=json_key("from"))`` gives a field a JSON key other than its name (a key that is a Python keyword).
+- ``field(metadata=json_key("from"))`` gives a field a JSON key other than its name (a key that is a Python keyword);
+- ``field(metadata=DATE)``: a day (or None), an ISO date string in JSON; ``HEX``: a number, hexadecimal in JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import types
 import typing
@@ -176,6 +178,22 @@ PAIRS = json_form(Mapping[str, str], lambda value: tuple(value.items()), lambda 
 """An ordered tuple of (name, text) pairs in Python, an object in JSON (the matrix's cmake definitions)."""
 
 
+def _day(text: str | None) -> datetime.date | None:
+    if text is None:
+        return None
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is no date (YYYY-MM-DD)") from None
+
+
+DATE = json_form(str | None, _day, lambda day: day.isoformat() if day is not None else None)
+"""A day (or None) in Python, an ISO date string (``2026-04-27``, or null) in JSON."""
+
+HEX = json_form(str, lambda text: int(text, 16), lambda number: f"0x{number:04x}")
+"""A number in Python, hexadecimal in JSON (a PCI device id: ``0x1586``)."""
+
+
 @dataclass(frozen=True)
 class Record:
     """A JSON object with typed keys: each dataclass field is a key (a field without a default is required).
@@ -223,7 +241,11 @@ class Record:
             if form is None:
                 values[f.name] = _convert(hints[f.name], data[key], _join(where, key), source)
             else:
-                values[f.name] = form.read(_convert(form.json_type, data[key], _join(where, key), source))
+                checked = _convert(form.json_type, data[key], _join(where, key), source)
+                try:
+                    values[f.name] = form.read(checked)
+                except ValueError as exc:  # a value of the right JSON type that the form refuses (a date)
+                    raise _Wrong(_join(where, key), f"{_join(where, key)}: {exc}") from None
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, keys=tuple(data))
 

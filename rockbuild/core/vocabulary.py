@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 from typing import Any, Protocol, TypeVar
 
-from rockbuild.core.record import Record
+from rockbuild.core.record import HEX, Record
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ class Check(Record):
 
 
 @dataclass(frozen=True)
-class Gpu:
+class Gpu(Record):
+    """One GPU of the KFD topology (a record: the doctor's report lists them)."""
+
     index: int  # ROCm's device index (GPU nodes in node order)
     node: int  # the KFD topology node
     target: str  # gfx1151
@@ -34,7 +36,7 @@ class Gpu:
     integrated_reason: str
     compute_units: int
     simd_count: int
-    device_id: int
+    device_id: int = field(metadata=HEX)  # the PCI device id, 0x1586 in JSON
     drm_render_minor: int | None
     local_mem_bytes: int  # VRAM (a dGPU) or the BIOS carve-out (an APU), from the node's memory banks
 
@@ -43,13 +45,6 @@ class Gpu:
         kind = "iGPU" if self.integrated else "dGPU"
         what = f" ({self.products})" if self.products else ""
         return f"GPU {self.index}: {self.target} {kind}{what}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "node": self.node, "target": self.target, "products": self.products,
-                "integrated": self.integrated, "integrated_reason": self.integrated_reason,
-                "compute_units": self.compute_units, "simd_count": self.simd_count,
-                "device_id": f"0x{self.device_id:04x}", "drm_render_minor": self.drm_render_minor,
-                "local_mem_bytes": self.local_mem_bytes}
 
 
 @dataclass(frozen=True)

@@ -4,24 +4,26 @@ and from when to when. Parsed here, its owner; :mod:`.index` reads the hosts' li
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from rockbuild.core.data import YDict, check_keys, load_data_file, text, where
 from rockbuild.core.errors import ConfigError, UsageError
+from rockbuild.core.record import DATE, Record, json_key
 
 LISTINGS = ("html", "s3", "s3v2")
 
 
 @dataclass(frozen=True)
-class IndexHost:
-    """One index URL and the dates of the nightlies it holds (inclusive; None = open-ended)."""
+class IndexHost(Record):
+    """One index URL and the dates of the nightlies it holds (inclusive; None = open-ended; JSON's ``from`` and
+    ``until``)."""
 
     url: str
-    since: datetime.date | None = None
-    until: datetime.date | None = None
+    since: datetime.date | None = field(default=None, metadata={**DATE, **json_key("from")})
+    until: datetime.date | None = field(default=None, metadata=DATE)
     listing: str = "html"
     key_prefix: str = ""
 
@@ -45,18 +47,9 @@ class IndexHost:
             params["list-type"] = "2"
         return with_query(self.url, params)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "from": self.since.isoformat() if self.since else None,
-            "until": self.until.isoformat() if self.until else None,
-            "listing": self.listing,
-            "key_prefix": self.key_prefix,
-        }
-
 
 @dataclass(frozen=True)
-class Channel:
+class Channel(Record):
     name: str
     hosts: tuple[IndexHost, ...]
 
@@ -74,8 +67,6 @@ class Channel:
             return list(self.hosts)
         return sorted(self.hosts, key=lambda h: h.days_outside(day))  # sorted() is stable: file order among equals
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "hosts": [h.to_dict() for h in self.hosts]}
 
 
 def _config_date(path: Path, host: Any, key: str, what: str) -> datetime.date | None:

@@ -257,7 +257,7 @@ def _tools(tmp_path: Path):
     from rockbuild.bundle.fatbin import OffloadTools
 
     bundler = bundler_command()
-    return OffloadTools(Path(bundler[-1]), tuple(bundler[:-1]), "test")
+    return OffloadTools(bundler=Path(bundler[-1]), version="test", loader=tuple(bundler[:-1]))
 
 
 def _patchelf() -> str:

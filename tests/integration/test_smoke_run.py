@@ -387,7 +387,8 @@ def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described
     job, _ = make_bundle(tmp_path)
     bundle = job / "bundle"
     _program(bundle, "llama-hangs", "echo 'version: 1'; sleep 30")
-    known = KnownFailure(("libwinpthread-1.dll",), "timed out", "a winpthreads build hangs at exit", timeout=0.5)
+    known = KnownFailure(ships=("libwinpthread-1.dll",), failure="timed out", reason="a winpthreads build hangs at exit",
+                         timeout=0.5)
     programs = (Program("llama-hangs", check=("--version",), known_failures=(known,)),)
     options = replace(FAST, programs=programs, program_timeout=1.0)
 

@@ -337,3 +337,24 @@ def test_a_field_under_another_json_key_is_written_read_and_refused_by_that_key(
         BundleRecord.from_dict({"kpack_refs": [{"file": "x", "to": "y"}]})
     assert caught.value.message == "bundle.json: kpack_refs[0].from is missing"
     assert schema_of("bundle.json", BundleRecord)["$defs"]["KpackRef"]["required"] == ["file", "from", "to"]
+
+
+def test_a_date_field_is_an_iso_day_in_json_and_a_wrong_one_is_one_line():
+    """The channels' host dates (``from``: a key of its own too) and a family's ``source.since`` are days in Python and
+    ISO strings (or null) in JSON, through one form."""
+    import datetime
+
+    from rockbuild.core.jobs import FamilySource
+    from rockbuild.rocm.channels import IndexHost
+
+    host = IndexHost("https://x/", since=datetime.date(2026, 4, 27))
+    data = host.to_dict()
+    assert data == {"url": "https://x/", "from": "2026-04-27", "until": None, "listing": "html", "key_prefix": ""}
+    assert IndexHost.from_dict(data) == host
+    assert FamilySource.from_dict({"ref": "TheRock#5744", "since": None}).since is None
+    with pytest.raises(RecordError) as caught:
+        IndexHost.from_dict({"url": "https://x/", "from": "2026-13-01"}, "channels.json")
+    assert caught.value.message == "channels.json: from: '2026-13-01' is no date (YYYY-MM-DD)"
+    with pytest.raises(RecordError) as caught:
+        FamilySource.from_dict({"ref": "r", "since": 20260427}, "families.json")
+    assert caught.value.message == "families.json: since must be a string, not int"
