@@ -23,6 +23,7 @@ from rockbuild.archive import StreamExtractor, read_marker
 from rockbuild.console import human_bytes
 from rockbuild.core.errors import ConfigError, LayoutError, UnreachableError, UsageError
 from rockbuild.core.jobs import FamilyTable, Job, Selection
+from rockbuild.core.record import Record
 from rockbuild.core.records import InputsRocm, Tarball
 from rockbuild.downloader import Downloader, get_text
 
@@ -32,8 +33,8 @@ from .names import parse_tarball_name
 
 
 @dataclass(frozen=True)
-class FetchResult:
-    """A ROCm root ready to build against, and where it came from."""
+class FetchResult(Record):
+    """A ROCm root ready to build against, and where it came from (a record: ``rockbuild fetch --json``)."""
 
     name: str  # tarball file name
     url: str
@@ -66,24 +67,6 @@ class FetchResult:
             lines.append(f"  clang:       {self.layout.clang}")
             lines.append(f"  kernels for: {' '.join(self.layout.gfx_targets) or '(none found)'}")
         return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "url": self.url,
-            "version": self.version,
-            "group": self.group,
-            "platform": self.platform,
-            "size": self.size,
-            "sha256": self.sha256,
-            "root": str(self.root),
-            "transferred": self.transferred,
-            "extracted": self.extracted,
-            "seconds": self.seconds,
-            "layout": self.layout.to_dict() if self.layout else None,
-            "layout_error": self.layout_error,
-            "resumed_from": self.resumed_from,
-        }
 
 
 OFFLINE_HINT = (

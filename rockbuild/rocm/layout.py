@@ -11,12 +11,12 @@ import enum
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rockbuild.core.errors import LayoutError
-from rockbuild.core.record import Record
+from rockbuild.core.record import Record, json_form
 from rockbuild.core.records import BuildRocm
 from rockbuild.paths import follow_in_root
 
@@ -54,9 +54,11 @@ class KernelData(Record):
 
 
 @dataclass(frozen=True)
-class RocmLayout:
+class RocmLayout(Record):
+    """What a ROCm root holds and where (a record: ``rockbuild rocm info --json``, the fetch's ``layout``)."""
+
     root: Path
-    kind: LayoutKind
+    kind: LayoutKind = field(metadata=json_form(str, LayoutKind, str))
     platform: str
     """``linux`` or ``windows`` (a Windows TheRock tree extracted anywhere)."""
     prefix: Path
@@ -78,15 +80,16 @@ class RocmLayout:
     include_dir: Path | None
     library_dirs: tuple[Path, ...]
     kernel_data: tuple[KernelData, ...]
+    gfx_targets: tuple[str, ...] = field(init=False)
+    """Every gfx target some kernel data covers (derived)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gfx_targets",
+                           tuple(sorted({t for k in self.kernel_data for t in k.targets}, key=target_order)))
 
     @property
     def kernel_dirs(self) -> tuple[Path, ...]:
         return tuple(k.path for k in self.kernel_data)
-
-    @property
-    def gfx_targets(self) -> tuple[str, ...]:
-        """Every gfx target some kernel data covers."""
-        return tuple(sorted({t for k in self.kernel_data for t in k.targets}, key=target_order))
 
     def targets_of(self, component: str) -> tuple[str, ...]:
         return tuple(
@@ -114,32 +117,6 @@ class RocmLayout:
                 value = ", ".join(str(v) if not isinstance(v, dict) else v.get("path", str(v)) for v in value) or "-"
             lines.append(f"{key + ':':<18} {value if value is not None else '-'}")
         return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        def opt(p: Path | None) -> str | None:
-            return str(p) if p is not None else None
-
-        return {
-            "root": str(self.root),
-            "kind": str(self.kind),
-            "platform": self.platform,
-            "prefix": str(self.prefix),
-            "sysroot": opt(self.sysroot),
-            "version": self.version,
-            "version_source": self.version_source,
-            "hip_version": self.hip_version,
-            "package_version": self.package_version,
-            "therock_commit": self.therock_commit,
-            "llvm_dir": str(self.llvm_dir),
-            "clang": str(self.clang),
-            "clangxx": str(self.clangxx),
-            "hipcc": opt(self.hipcc),
-            "device_lib_dir": opt(self.device_lib_dir),
-            "include_dir": opt(self.include_dir),
-            "library_dirs": [str(p) for p in self.library_dirs],
-            "kernel_data": [k.to_dict() for k in self.kernel_data],
-            "gfx_targets": list(self.gfx_targets),
-        }
 
 
 class _Root:
