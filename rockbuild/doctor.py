@@ -89,26 +89,24 @@ class Recommendation(Record):
     image_command: str = ""  # the podman command that runs the first
 
 
-@dataclass(frozen=True)
-class DoctorReport:
+@dataclass(frozen=True, kw_only=True)
+class DoctorReport(Record):
+    """What ``rockbuild doctor`` found (a record: its ``--json``)."""
+
+    ok: bool = field(init=False)  # no finding is an error (derived)
+    kernel: str
     gpus: tuple[Gpu, ...]
     findings: tuple[Finding, ...]
     recommendations: tuple[Recommendation, ...]
-    kernel: str
-    bundle: Mapping[str, Any] | None = field(default=None)
+    bundle: Mapping[str, Any] | None = None
 
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not any(f.severity == "error" for f in self.findings))
 
     @property
     def errors(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == "error")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "kernel": self.kernel, "gpus": [g.to_dict() for g in self.gpus],
-                "findings": [f.to_dict() for f in self.findings],
-                "recommendations": [r.to_dict() for r in self.recommendations], "bundle": self.bundle}
 
     def render(self) -> str:
         lines = [f"GPUs ({len(self.gpus)}):"]
@@ -672,4 +670,5 @@ def run_doctor(machine: Machine, *, bundle: BundleCheck | None = None,
         cpu, bundle_info["cpu"] = check_cpu_variants(bundle.bundle, model=bundle.model, env=env, fix=bundle.fix_cpu)
         findings += cpu + check_cwd_backends(bundle.bundle, bundle.cwd)
     recommendations = recommend_flavours(gpus, table, images=windows is None)  # images are Linux's only
-    return DoctorReport(tuple(gpus), tuple(findings), tuple(recommendations), kernel, bundle_info)
+    return DoctorReport(kernel=kernel, gpus=tuple(gpus), findings=tuple(findings),
+                        recommendations=tuple(recommendations), bundle=bundle_info)

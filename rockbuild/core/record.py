@@ -16,7 +16,8 @@ what the files need (unknown keys kept and written back, a file's key order kept
 - ``field(metadata=json_form(load, dump))`` gives a field a JSON form other than its Python one (the matrix's
   ``cmake`` definitions: an ordered tuple of pairs in Python, an object in JSON);
 - ``field(metadata=json_key("from"))`` gives a field a JSON key other than its name (a key that is a Python keyword);
-- ``field(metadata=DATE)``: a day (or None), an ISO date string in JSON; ``HEX``: a number, hexadecimal in JSON.
+- ``field(metadata=DATE)``: a day (or None), an ISO date string in JSON; ``HEX``: a number, hexadecimal in JSON;
+  ``SECONDS``: a duration, written to the millisecond.
 """
 
 from __future__ import annotations
@@ -192,6 +193,9 @@ DATE = json_form(str | None, _day, lambda day: day.isoformat() if day is not Non
 
 HEX = json_form(str, lambda text: int(text, 16), lambda number: f"0x{number:04x}")
 """A number in Python, hexadecimal in JSON (a PCI device id: ``0x1586``)."""
+
+SECONDS = json_form(float, float, lambda seconds: round(seconds, 3))
+"""A duration in seconds, written to the millisecond (a report's ``seconds``)."""
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import datetime
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rockbuild import console
 from rockbuild.backends import get_backend
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
+from rockbuild.core.record import SECONDS, Record
 from rockbuild.core.records import InputsJob, InputsRocm
 from rockbuild.downloader import get_text
 from rockbuild.llamacpp.source import DEFAULT_GIT_URL
@@ -49,24 +50,23 @@ def parse_date(text: str, what: str) -> datetime.date:
 
 
 @dataclass(frozen=True)
-class Trial:
+class Trial(Record):
+    """One nightly the bisect built and smoke-tested (a record: ``rockbuild bisect --json``'s ``trials``)."""
+
     version: str
     date: str
     tarball: str
     verdict: str  # good | bad
     failed_stage: str | None = None
     message: str | None = None
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=SECONDS)
     folder: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "date": self.date, "tarball": self.tarball, "verdict": self.verdict,
-                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3),
-                "folder": self.folder}
 
 
 @dataclass(frozen=True)
-class BisectReport:
+class BisectReport(Record):
+    """``rockbuild bisect``'s result (a record: its ``--json``)."""
+
     job: str
     llama_commit: str
     candidates: tuple[str, ...]  # the nightly versions from the good date to the bad date, oldest first
@@ -74,7 +74,7 @@ class BisectReport:
     first_bad: str
     trials: tuple[Trial, ...]
     ends_tested: bool
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=SECONDS)
 
     @property
     def exit_code(self) -> int:
@@ -89,12 +89,6 @@ class BisectReport:
         ends = "" if self.ends_tested else " (the --good and --bad dates taken as given)"
         lines.append(f"first bad nightly: {self.first_bad}; last good: {self.last_good}{ends}")
         return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "llama_commit": self.llama_commit, "candidates": list(self.candidates),
-                "last_good": self.last_good, "first_bad": self.first_bad,
-                "trials": [t.to_dict() for t in self.trials], "ends_tested": self.ends_tested,
-                "seconds": round(self.seconds, 3)}
 
 
 def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index_url: str | None,

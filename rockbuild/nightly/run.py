@@ -36,6 +36,7 @@ from rockbuild.core.errors import (
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
 from rockbuild.core.programs import ProgramList, load_programs
+from rockbuild.core.record import SECONDS, Record
 from rockbuild.core.records import (
     FALLBACK_SCHEMA,
     FallbackRecord,
@@ -115,27 +116,24 @@ class NightOptions:
 
 
 @dataclass(frozen=True)
-class NightReport:
+class NightReport(Record):
+    """How the night (or one of its CI modes) ended (a record: ``rockbuild nightly --json``)."""
+
     state: str  # unchanged | published | draft | built | blocked | failed
     message: str
+    exit_code: int = field(init=False)  # 0 for a night that did what it should (derived from the state)
     inputs: Path | None
     llama_commit: str
     jobs: tuple[StagesOutcome, ...] = ()
     not_here: tuple[str, ...] = ()  # jobs for another OS
     release: dict[str, Any] | None = None
     alert: str | None = None
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=SECONDS)
     changes: tuple[str, ...] = ()
 
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.state in ("unchanged", "published", "draft", "built", "dry-run") else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "message": self.message, "exit_code": self.exit_code,
-                "inputs": str(self.inputs) if self.inputs else None, "llama_commit": self.llama_commit,
-                "jobs": [j.to_dict() for j in self.jobs], "not_here": list(self.not_here), "release": self.release,
-                "alert": self.alert, "seconds": round(self.seconds, 3), "changes": list(self.changes)}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "exit_code",
+                           0 if self.state in ("unchanged", "published", "draft", "built", "dry-run") else 1)
 
     def render(self) -> str:
         return f"night: {self.state}: {self.message}"

@@ -13,11 +13,12 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rockbuild import console
 from rockbuild.core.errors import RockbuildError
+from rockbuild.core.record import SECONDS, Record
 from rockbuild.core.records import STAGES_SCHEMA, StagesRecord
 from rockbuild.jobfolder import JobFolder
 
@@ -57,20 +58,17 @@ class StageLog:
 
 
 @dataclass(frozen=True)
-class StagesOutcome:
+class StagesOutcome(Record):
+    """How one job's stages ended (a record: the night's report lists them)."""
+
     id: str
     required: bool
     status: str  # ok | failed | not-run
     stages: dict[str, str]  # stage -> done | reused | failed | skipped
     failed_stage: str | None = None
     message: str | None = None
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=SECONDS)
     fallback: str | None = None  # ran on its group's last good ROCm because the newest failed: what and why
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "required": self.required, "status": self.status, "stages": dict(self.stages),
-                "failed_stage": self.failed_stage, "message": self.message, "seconds": round(self.seconds, 3),
-                "fallback": self.fallback}
 
 
 def _never(_entry: dict[str, Any]) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rockbuild import console
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError
+from rockbuild.core.record import Record, json_key
 
 from .config import PublishConfig, load_publish_config
 from .github import GitHub, redact
@@ -24,19 +24,17 @@ from .notes import marker, read_marker, render
 
 
 @dataclass(frozen=True)
-class AlertReport:
+class AlertReport(Record):
+    """What ``rockbuild alert`` did (a record: its ``--json``)."""
+
     action: str  # commented | opened | already-reported | nothing-failed
     message: str
-    issue_number: int | None = None
+    issue_number: int | None = field(default=None, metadata=json_key("issue"))
     issue_url: str | None = None
-    failed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = field(default=(), metadata=json_key("failed_jobs"))
 
     def render(self) -> str:
         return self.message
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "message": self.message, "issue": self.issue_number,
-                "issue_url": self.issue_url, "failed_jobs": list(self.failed)}
 
 
 @dataclass(frozen=True)
