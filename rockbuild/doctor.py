@@ -107,7 +107,6 @@ class DoctorReport(Record):
     def errors(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == "error")
 
-
     def render(self) -> str:
         lines = [f"GPUs ({len(self.gpus)}):"]
         lines += [f"  {g.label}, {g.compute_units} CUs, KFD node {g.node}" for g in self.gpus] or ["  none"]

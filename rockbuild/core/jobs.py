@@ -33,7 +33,7 @@ SOURCE_REF_RE = re.compile(r"^(TheRock#[0-9]+|[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*
 @dataclass(frozen=True)
 class Family(Record):
     """A TheRock GPU family: the gfx targets its tarball carries and the tarball group per OS (a record: ``rockbuild
-    families --json``)."""
+    matrix --families --json``)."""
 
     name: str  # TheRock's family/group name, e.g. gfx110X-all
     short: str  # the name used in job ids and asset names, e.g. gfx110X

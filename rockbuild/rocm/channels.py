@@ -68,7 +68,6 @@ class Channel(Record):
         return sorted(self.hosts, key=lambda h: h.days_outside(day))  # sorted() is stable: file order among equals
 
 
-
 def _config_date(path: Path, host: Any, key: str, what: str) -> datetime.date | None:
     value = host.get(key)
     if value is None:
