@@ -30,11 +30,11 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rockbuild.core.environment import WindowsHost
+from rockbuild.core.record import Record
 
 HIP_DLL_PATTERNS = ("amdhip64*.dll", "amd_comgr*.dll", "hiprtc*.dll")
 # what a fix says about a copy in the system folders, which no PATH order or current folder can beat
@@ -44,23 +44,22 @@ _SYSTEM_FIX = ("start the bundle's own program (e.g. llama-server.exe: its folde
 
 
 @dataclass(frozen=True)
-class Resolution:
-    """Where the loader finds one of the bundle's HIP DLLs for one way of starting: ``loaded`` None when nowhere."""
+class Resolution(Record):
+    """Where the loader finds one of the bundle's HIP DLLs for one way of starting: ``loaded`` None when nowhere (a
+    record: the doctor's and install's reports list them)."""
 
     name: str  # as the bundle spells it
     bundled: Path  # the bundle's copy
     loaded: Path | None  # the file the loader takes
     where: str  # application folder | System32 | 16-bit system folder | Windows folder | current folder | PATH | ""
     start: str  # who loads it, in words
+    shadowed: bool = field(init=False)  # another copy is loaded (derived)
+    missing: bool = field(init=False)  # none is found (derived)
     fix: str = ""  # one line, when the bundle's copy is not the one loaded
 
-    @property
-    def shadowed(self) -> bool:
-        return self.loaded is not None and not same_file(self.loaded, self.bundled)
-
-    @property
-    def missing(self) -> bool:
-        return self.loaded is None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shadowed", self.loaded is not None and not same_file(self.loaded, self.bundled))
+        object.__setattr__(self, "missing", self.loaded is None)
 
     @property
     def message(self) -> str:
@@ -70,11 +69,6 @@ class Resolution:
             return (f"{self.loaded} ({self.where}) shadows the bundle's {self.bundled} for {self.start}: llama.cpp "
                     "would run on another HIP runtime and crash")
         return f"{self.start} loads the bundle's own {self.name} ({self.where})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "bundled": str(self.bundled), "loaded": str(self.loaded) if self.loaded else None,
-                "where": self.where, "start": self.start, "shadowed": self.shadowed, "missing": self.missing,
-                "fix": self.fix}
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from rockbuild import console
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
 from rockbuild.core.errors import ConfigError
-from rockbuild.core.record import Record, json_key
+from rockbuild.core.record import Record, json_form, json_key
 
 PLATFORMS = ("linux", "windows")
 LAYOUT_KINDS = ("therock", "opt-rocm", "debian")
@@ -76,15 +76,22 @@ class KernelRule(Record):
     reason: str
 
 
-@dataclass(frozen=True)
-class PlatformPolicy:
+# (machine, variants) pairs in Python (hashable, as the policy's cache wants), an object of lists in JSON
+_VARIANT_PAIRS = json_form(dict[str, tuple[str, ...]], lambda value: tuple((m, tuple(v)) for m, v in value.items()),
+                           lambda pairs: {m: list(v) for m, v in pairs})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformPolicy(Record):
+    """One platform's part of the bundle policy (config/bundle-policy.yaml's ``linux`` or ``windows``)."""
+
     platform: str
+    rpath_tag: str = field(default="RPATH", metadata=json_key("rpath"))  # linux only: RPATH or RUNPATH
     system: tuple[SystemRule, ...]
     extras: tuple[Extra, ...]
     kernel_data: tuple[KernelRule, ...]
-    rpath_tag: str = "RPATH"  # linux only: RPATH or RUNPATH
     # GGML_CPU_ALL_VARIANTS: per machine (x86_64, aarch64), the CPU backend modules a bundle must ship, baseline first
-    cpu_variants: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (machine, variants): hashable, as the cache wants
+    cpu_variants: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), metadata=_VARIANT_PAIRS)
 
     def cpu_variants_for(self, machine: str) -> tuple[str, ...]:
         """The CPU variants of ``machine`` (uname -m, or the ELF/PE machine name: x64, EM_X86_64, AMD64)."""
@@ -119,15 +126,6 @@ class PlatformPolicy:
     def kernel_rule(self, component: str) -> KernelRule | None:
         return next((k for k in self.kernel_data if k.component == component), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform,
-            "rpath": self.rpath_tag,
-            "system": [r.to_dict() for r in self.system],
-            "extras": [e.to_dict() for e in self.extras],
-            "kernel_data": [k.to_dict() for k in self.kernel_data],
-            "cpu_variants": {m: list(v) for m, v in self.cpu_variants},
-        }
 
 
 @functools.lru_cache(maxsize=4096)
@@ -271,8 +269,9 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
             check_keys(path, body, ["system", "extras", "kernel_data", "cpu_variants"], "'windows'")
             tag = "RPATH"
             system = _system_rules(path, body, "system")
-        platforms[platform] = PlatformPolicy(platform, system, _extras(path, body), _kernel_rules(path, body), tag,
-                                             _cpu_variants(path, body))
+        platforms[platform] = PlatformPolicy(platform=platform, rpath_tag=tag, system=system,
+                                             extras=_extras(path, body), kernel_data=_kernel_rules(path, body),
+                                             cpu_variants=_cpu_variants(path, body))
     return BundlePolicy(str(path), platforms["linux"], platforms["windows"])
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import BuildError, ConfigError, ProcessError
+from rockbuild.core.record import Record, json_form
 from rockbuild.core.records import PatchEntry, PatchSet
 from rockbuild.process import child_env, run
 
@@ -68,18 +69,19 @@ def patch_error(patch_id: str, file: str, tree: str) -> PatchError:
 # The series (data)
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """How to tell that the tree already has a patch's fix."""
+# a llama.cpp build number: 11312 in Python, "b11312" in JSON
+_BUILD = json_form(str | None, lambda text: int(text.removeprefix("b")) if text is not None else None,
+                   lambda number: f"b{number}" if number is not None else None)
 
-    build: int | None = None  # the first llama.cpp build (bNNNN) that has it
+
+@dataclass(frozen=True)
+class Upstream(Record):
+    """How to tell that the tree already has a patch's fix (a record: the patch series' ``upstream``)."""
+
+    build: int | None = field(default=None, metadata=_BUILD)  # the first llama.cpp build (bNNNN) that has it
     commit: str | None = None  # the upstream commit that brought it
     file: str | None = None  # with ``contains``: the fixed file holds this text
     contains: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"build": f"b{self.build}" if self.build is not None else None, "commit": self.commit,
-                "file": self.file, "contains": self.contains}
 
     def since(self) -> str:
         """'since b12345 (commit abc1234)', or '' when the series does not say."""

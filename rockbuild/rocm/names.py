@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from rockbuild.core.record import DATE, Record, json_form
 
 PLATFORMS = ("linux", "windows")
 
@@ -54,16 +56,22 @@ def _date(yyyymmdd: str) -> datetime.date | None:
         return None
 
 
+def _base(text: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(part) for part in text.split("."))
+    return major, minor, patch
+
+
 @dataclass(frozen=True)
-class RocmVersion:
-    """A TheRock package version such as ``10.2.0a20260915`` or ``7.14.0rc2``."""
+class RocmVersion(Record):
+    """A TheRock package version such as ``10.2.0a20260915`` or ``7.14.0rc2`` (a record: ``rockbuild rocm list
+    --json``'s ``version``; its base ``10.2.0`` and its dates are strings in JSON)."""
 
     text: str
-    kind: VersionKind
-    base: tuple[int, int, int]
-    date: datetime.date | None
+    kind: VersionKind = field(metadata=json_form(str, VersionKind, str))
+    base: tuple[int, int, int] = field(metadata=json_form(str, _base, lambda base: ".".join(map(str, base))))
+    date: datetime.date | None = field(metadata=DATE)
     """The build date: the nightly date, or for a BKC build the ``+bkc.`` date (its nightly's date is ``base_date``)."""
-    base_date: datetime.date | None = None
+    base_date: datetime.date | None = field(default=None, metadata=DATE)
     rc: int | None = None
     sha: str | None = None
 
@@ -77,17 +85,6 @@ class RocmVersion:
         else:
             number = self.rc or 0
         return (*self.base, _STAGE_RANK[self.kind], number)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "kind": str(self.kind),
-            "base": ".".join(map(str, self.base)),
-            "date": self.date.isoformat() if self.date else None,
-            "base_date": self.base_date.isoformat() if self.base_date else None,
-            "rc": self.rc,
-            "sha": self.sha,
-        }
 
 
 def parse_rocm_version(text: str) -> RocmVersion | None:
