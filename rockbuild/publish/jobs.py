@@ -24,6 +24,7 @@ from rockbuild.core.records import (
     BuildRocm,
     BundleRecord,
     CommonPart,
+    FailedJob,
     FallbackRecord,
     PatchSet,
     SmokeRecord,
@@ -132,6 +133,11 @@ class BuiltJob:
     def gpu_tested(self) -> bool:
         """The GPU smoke ran and passed."""
         return self.gpu_smoke is not None and self.gpu_smoke.ok
+
+    def failure(self) -> FailedJob:
+        """What manifest.json and ``rockbuild publish --json`` say of a job that failed: its id, whether it was
+        required, the step and why."""
+        return FailedJob(id=self.id, required=self.required, step=self.failed_step, reason=self.reason)
 
     def gpu_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of the GPU smoke: verdict, GPU, driver, runner, and the llama-bench figures."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
-from rockbuild.core.records import MANIFEST_SCHEMA, SmokeGpu
+from rockbuild.core.records import MANIFEST_SCHEMA, ManifestAsset, SmokeGpu
 
 from .jobs import BuiltJob, ops_summary, public_cmake
 
@@ -26,6 +26,8 @@ CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".jso
 
 @dataclass(frozen=True)
 class AssetFile:
+    """One file of a release, where it is here; what manifest.json says of it is its :attr:`record`."""
+
     name: str
     path: Path
     size: int
@@ -40,8 +42,9 @@ class AssetFile:
                 return value
         return "application/octet-stream"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind, "job": self.job}
+    @property
+    def record(self) -> ManifestAsset:
+        return ManifestAsset(name=self.name, size=self.size, sha256=self.sha256, kind=self.kind, job=self.job)
 
 
 def fingerprint(jobs: Sequence[BuiltJob]) -> str:
@@ -118,7 +121,7 @@ def build_manifest(
         files = bundle_files(job.bundle) if job.bundle else []
         entry: dict[str, Any] = {
             **job.to_dict(),
-            "assets": [a.to_dict() for a in by_job.get(job.id, [])],
+            "assets": [a.record.to_dict() for a in by_job.get(job.id, [])],
             "bundle": {"files": files, "file_count": len(files), "total_bytes": sum(f["size"] for f in files)},
             "audit": {"ok": job.audit.ok, "failures": list(job.audit.failures), "warnings": list(job.audit.warnings)}
             if job.audit is not None else None,
@@ -138,13 +141,12 @@ def build_manifest(
                       "build_number": first.llama_build if first else None},
         "patches": release_patches(jobs),
         "glibc_floor_allowed": dict(floor_config),
-        "assets": [a.to_dict() for a in assets],
+        "assets": [a.record.to_dict() for a in assets],
         "jobs": shipped,
         "not_gpu_tested": [j.id for j in jobs if not j.gpu_tested],
         # None: whole (every bundle has the chat page and every program); else published with --allow-partial
         "partial": dict(partial) if partial is not None else None,
-        "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
-                        for j in failed],
+        "failed_jobs": [j.failure().to_dict() for j in failed],
     }
     if images is not None:
         manifest["images"] = [dict(i) for i in images]

@@ -98,10 +98,9 @@ class PublishReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "tag": self.tag, "state": self.state, "message": self.message, "fingerprint": self.fingerprint,
-            "release_url": self.release_url, "assets": [a.to_dict() for a in self.assets],
+            "release_url": self.release_url, "assets": [a.record.to_dict() for a in self.assets],
             "actions": [{"asset": n, "action": a} for n, a in self.actions], "jobs": list(self.jobs),
-            "failed_jobs": [{"id": j.id, "required": j.required, "step": j.failed_step, "reason": j.reason}
-                            for j in self.failed],
+            "failed_jobs": [j.failure().to_dict() for j in self.failed],
             "out_dir": str(self.out_dir) if self.out_dir else None, "pruned": list(self.pruned),
             "warnings": list(self.warnings), "images": [i.to_dict() for i in self.images],
         }
