@@ -31,6 +31,7 @@ from rockbuild.backends import get_backend
 from rockbuild.bundle.elf import version_key
 from rockbuild.core.data import YDict, check_keys, load_data_file, mapping, text, texts, whole
 from rockbuild.core.errors import ConfigError, ImageError
+from rockbuild.core.records import ManifestImage
 from rockbuild.image import oci
 from rockbuild.image.base import (
     Package,
@@ -139,12 +140,18 @@ class ReleaseImage:
     def reference(self) -> str:
         return f"{self.repository or 'IMAGE'}:{self.tags[0]}"
 
+    @property
+    def record(self) -> ManifestImage:
+        """What manifest.json says of the image: what it is, not what its test saw (timings) nor its push."""
+        return ManifestImage(job=self.job, flavour=self.flavour, repository=self.repository, tags=self.tags,
+                             digest=self.digest, image_id=self.image_id, compressed_bytes=self.compressed_bytes,
+                             unpacked_bytes=self.unpacked_bytes, run=self.run_command,
+                             base_packages=tuple(p.to_dict() for p in self.packages))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "flavour": self.flavour, "repository": self.repository, "tags": list(self.tags),
-                "digest": self.digest, "image_id": self.image_id, "compressed_bytes": self.compressed_bytes,
-                "unpacked_bytes": self.unpacked_bytes, "run": self.run_command,
-                "base_packages": [p.to_dict() for p in self.packages],
-                "test": self.test.to_dict() if self.test else None, "push": self.push.to_dict() if self.push else None}
+        """``--json``: the manifest's record, and what the test and the push saw."""
+        return {**self.record.to_dict(), "test": self.test.to_dict() if self.test else None,
+                "push": self.push.to_dict() if self.push else None}
 
 
 def image_flavour(job: BuiltJob) -> str:
@@ -355,7 +362,7 @@ def manifest_entries(images: Sequence[ReleaseImage]) -> list[dict[str, Any]]:
     """manifest.json's ``images`` (:class:`~rockbuild.core.records.ManifestImage`): what each image is, not what its
     test saw (timings) nor its push, so that a re-run writes the same manifest.json (and the dry run's attested one
     is the one uploaded)."""
-    return [{k: v for k, v in i.to_dict().items() if k not in ("test", "push")} for i in images]
+    return [i.record.to_dict() for i in images]
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
