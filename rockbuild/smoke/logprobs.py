@@ -24,11 +24,12 @@ import lzma
 import math
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.record import Record, json_key
 
 if TYPE_CHECKING:  # numpy is imported where it is used: the CLI starts without it (a command that never reads one)
     import numpy as np
@@ -182,8 +183,19 @@ def read_topk(path: Path) -> TopK:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """A run against a reference: the folded KL divergence and the top-token agreement, overall and per window."""
+class Window(Record):
+    """One window of a comparison (a ubatch of positions): where it starts in the sequence, its mean KLD and its
+    top-token agreement."""
+
+    start: int = field(metadata=json_key("from"))  # the first position in the sequence
+    mean_kld: float
+    same_top: float  # percent
+
+
+@dataclass(frozen=True)
+class Comparison(Record):
+    """A run against a reference: the folded KL divergence and the top-token agreement, overall and per window (a
+    record: smoke.json's ``numerics.long_reference.figures``)."""
 
     positions: int
     mean_kld: float
@@ -191,14 +203,8 @@ class Comparison:
     p99_kld: float
     same_top: float  # percent
     window: int  # positions per window (the ubatch)
-    windows: tuple[tuple[int, float, float], ...]  # (first position in the sequence, mean KLD, same top %)
+    windows: tuple[Window, ...]
     worst_position: int  # in the sequence (0-based token index) of the largest divergence
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"positions": self.positions, "mean_kld": self.mean_kld, "max_kld": self.max_kld,
-                "p99_kld": self.p99_kld, "same_top": self.same_top, "window": self.window,
-                "windows": [{"from": w[0], "mean_kld": w[1], "same_top": w[2]} for w in self.windows],
-                "worst_position": self.worst_position}
 
 
 def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
@@ -233,7 +239,7 @@ def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
     for first in range(0, base.n_ctx, window):
         mask = (positions >= first) & (positions < first + window)
         if mask.any():
-            windows.append((first, float(klds[mask].mean()), float(same[mask].mean() * 100)))
+            windows.append(Window(first, float(klds[mask].mean()), float(same[mask].mean() * 100)))
     worst = int(np.nanargmax(np.where(np.isfinite(klds), klds, np.inf))) if klds.size else 0
     nan = math.nan
     return Comparison(

@@ -217,9 +217,9 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
         problems.append("NaN or inf in the CPU's long-context numbers")
     else:
         if got.mean_kld > reference.max_mean_kld:
-            worst = max(got.windows, key=lambda w: w[1])
+            worst = max(got.windows, key=lambda w: w.mean_kld)
             problems.append(f"mean KLD {got.mean_kld:.5f} > {reference.max_mean_kld:g} (worst from position "
-                            f"{worst[0]}: {worst[1]:.5f})")
+                            f"{worst.start}: {worst.mean_kld:.5f})")
         if got.same_top < reference.min_same_top:
             problems.append(f"same top token {got.same_top:.1f} % < {reference.min_same_top:g} %")
     shown = (f"mean KLD {got.mean_kld:.6f} (limit {reference.max_mean_kld:g}), same top token {got.same_top:.1f} % "
