@@ -19,14 +19,14 @@ import math
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import ConfigError
-from rockbuild.core.record import Record
+from rockbuild.core.record import Record, json_form, json_key
 
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
@@ -55,15 +55,17 @@ class Baseline(Record):
 
 
 @dataclass(frozen=True)
-class Reference:
+class Reference(Record):
     """The long-context reference of one model, text and context: the last good build's CPU top-k
-    (:mod:`rockbuild.smoke.logprobs`) and the limits of a night's CPU run against it."""
+    (:mod:`rockbuild.smoke.logprobs`) and the limits of a night's CPU run against it (a record: ``rockbuild baseline
+    --json`` names its file by its name alone)."""
 
     model: str  # the model file's name
     sha256: str  # and its sha256: a top-k belongs to one file's weights, not to every file of that name
     text: str
     ctx: int
-    file: Path  # the .topk file (relative names are beside baselines.yaml)
+    # the .topk file (relative names are beside baselines.yaml); its name alone in JSON
+    file: Path = field(metadata=json_form(str, Path, lambda path: path.name))
     max_mean_kld: float
     min_same_top: float  # percent
     measured: str = ""
@@ -72,9 +74,6 @@ class Reference:
         return (fnmatchcase(model, self.model) and sha256.lower() == self.sha256 and text == self.text
                 and ctx == self.ctx)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "sha256": self.sha256, "text": self.text, "ctx": self.ctx, "file": self.file.name,
-                "max_mean_kld": self.max_mean_kld, "min_same_top": self.min_same_top, "measured": self.measured}
 
 
 @dataclass(frozen=True)
@@ -226,15 +225,12 @@ def _leading_comments(lines: list[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Replaced:
+class _Replaced(Record):
     """What ``rockbuild baseline`` did to one entry: the file, the entry replaced (None: a new one) and the new one."""
 
-    path: Path
+    path: Path = field(metadata=json_key("file"))
     old: Any
     new: Any
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": str(self.path), "old": self.old.to_dict() if self.old else None, "new": self.new.to_dict()}
 
 
 @dataclass(frozen=True)
