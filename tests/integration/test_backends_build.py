@@ -55,7 +55,8 @@ def test_a_third_backend_builds_and_bundles_through_the_unchanged_stages(cpu, tm
     assert subprocess.run([result.build_dir / "bin" / "llama-cli"]).returncode == 0
     # the bundle: no ROCm root, no targets, the backend's (empty) audit rules after the shared ones
     out = tmp_path / "bundle"
-    bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy(), backends=REGISTRY))
+    bundled = bundle(BundleRequest.for_job(job, result.build_dir / "bin", None, out, policy=load_policy(),
+                                           backends=REGISTRY))
     assert bundled.audit is not None and bundled.audit.ok, bundled.audit.failures
     assert "linux, BLAS (no GPU targets)" in bundled.plan.render()
     meta = json.loads((out / "bundle.json").read_text(encoding="utf-8"))

@@ -357,8 +357,9 @@ def test_a_chroot_layout_is_refused_with_the_way_to_build_in_it(tmp_path):
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang", "#!/bin/sh\n", 0o755)
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang++", "#!/bin/sh\n", 0o755)
     with pytest.raises(ConfigError, match=r"run rockbuild in the root .* with --rocm /usr"):
-        build_job(resolve_job(target="gfx1151"), BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=root,
-                                                              source_dir=tmp_path, rocm_tarball=TARBALL), backends=REGISTRY)
+        options = BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=root, source_dir=tmp_path,
+                               rocm_tarball=TARBALL)
+        build_job(resolve_job(target="gfx1151"), options, backends=REGISTRY)
     # build.json is written once, by the build, and names the night's tarball even when its root was refused
     # (it used to be read back and rewritten by the night to put the tarball in)
     build = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
@@ -474,7 +475,8 @@ def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
     try:
         with pytest.raises(BuildError, match=r"glslc is not installed .*LunarG Vulkan SDK") as info:
             build_job(job, BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",
-                                        commit="abc1234", use_ccache=False, cache=tmp_path / "cache"), backends=REGISTRY)
+                                        commit="abc1234", use_ccache=False, cache=tmp_path / "cache"),
+                      backends=REGISTRY)
     finally:
         os.environ["PATH"] = saved
     assert "\n" not in str(info.value)

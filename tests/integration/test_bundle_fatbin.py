@@ -509,7 +509,8 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
     meta["pruned_fatbins"][0]["verification"]["ok"] = False
     meta["pruned_fatbins"][0]["verification"]["failures"] = ["librocblas.so.5 bundle 1: something"]
     meta_path.write_text(json.dumps(meta))
-    assert audit_bundle(out, policy=policy, backends=REGISTRY).check("code-objects").failures == ("librocblas.so.5 bundle 1: something",)
+    failures = audit_bundle(out, policy=policy, backends=REGISTRY).check("code-objects").failures
+    assert failures == ("librocblas.so.5 bundle 1: something",)
     meta_path.write_text(pristine)
     assert audit_bundle(out, policy=policy, backends=REGISTRY).ok
     # the dynamic identity is read again: a changed SONAME (same sha256 recorded) is caught

@@ -71,7 +71,8 @@ def test_missing_delay_loaded_dll_is_an_error_naming_the_importer(tree, tmp_path
     rocm = tmp_path / "rocm"
     shutil.copytree(tree["rocm"], rocm)
     (rocm / "bin" / "hipblas.dll").unlink()
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",), backends=REGISTRY))
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",),
+                                   backends=REGISTRY))
     assert any("hipblas.dll (needed by ggml-hip.dll)" in e for e in plan.errors), plan.errors
     nodes = {e.name: e for e in plan.closure.entries}
     assert nodes["hipblas.dll"].status == MISSING

@@ -206,7 +206,8 @@ def test_the_programs_are_those_the_audit_names(tmp_path):
     from rockbuild.bundle.audit import audit_bundle
 
     job = real_job(tmp_path / "out")
-    report = audit_bundle(job / "bundle", platform="linux", backend="vulkan", backends=REGISTRY)  # no ROCm kernel checks for the stand-in
+    # no ROCm kernel checks for the stand-in
+    report = audit_bundle(job / "bundle", platform="linux", backend="vulkan", backends=REGISTRY)
     programs = next(c for c in report.checks if c.name == "programs").details["programs"]
     assert bundle_programs(job / "bundle") == sorted(programs)
     needed = next(c for c in report.checks if c.name == "needed").details["host_libraries"]

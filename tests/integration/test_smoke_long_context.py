@@ -315,7 +315,8 @@ def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_p
     runs = {}
     for variant in ("haswell", "zen4"):
         numerics = replace(config, baselines=replace(config.baselines, references=refs[variant]))
-        run_smoke(job, smollm2, replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"), kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+        run_smoke(job, smollm2, replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"),
+                  kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
         runs[variant] = json.loads((job / "smoke.json").read_text())["numerics"]["long_reference"]
     assert runs["haswell"]["result"] == PASSED and runs["haswell"]["about"]["cpu_variant"] == "haswell"
     assert runs["zen4"]["result"] == NOT_CHECKED

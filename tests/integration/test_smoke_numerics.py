@@ -225,7 +225,8 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
     path.write_bytes(gguf_header() + bytes(40))
     tiny = ModelFile("tiny-qwen3.gguf", path, "0" * 64, 64, "tiny")
     job, _ = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"), backends=REGISTRY)
+    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"),
+                       backends=REGISTRY)
     data = json.loads((job / "smoke.json").read_text())
     assert report.ok, report.failures
     assert data["numerics"]["cross_backend"] == {"result": NOT_CHECKED,

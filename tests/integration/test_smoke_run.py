@@ -83,14 +83,16 @@ def test_a_hang_fails_that_run_only_with_its_log_tail(tmp_path, model):
 
 def test_expected_gpu_on_a_cpu_run_is_a_silent_fallback(tmp_path, model):
     job, _ = make_bundle(tmp_path)
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
+                       backends=REGISTRY)
     assert not report.ok and all(r.ok for r in report.runs)
     assert "silent CPU fallback" in report.failures[0]
 
 
 def test_rocm0_buffers_pass_an_expected_gpu_run(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"gpu": True})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
+                       backends=REGISTRY)
     assert report.ok, report.failures
     assert report.record.gpu.placement == "gpu" and report.record.gpu.summary.startswith("gpu: ROCm")
 
@@ -116,7 +118,8 @@ def test_a_request_that_never_answers_times_out_and_the_server_is_stopped(tmp_pa
 
 def test_empty_generation_fails_the_cli_run(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"cli": "empty"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path,
+                       backends=REGISTRY)
     assert report.runs[0].failure == "the generated text is empty"
 
 
@@ -247,7 +250,8 @@ def test_vulkan_bundle_without_a_driver_fails_an_expected_gpu_run_in_one_line_wi
 
 def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"vk": "noloader"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
+                       backends=REGISTRY)
     assert not report.ok and report.runs == ()
     assert "libvulkan.so.1: cannot open shared object file" in report.failures[0]
     assert "exit code 127" in report.failures[0] and "Vulkan loader" in report.failures[0]
@@ -259,7 +263,8 @@ def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, mo
 
 def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path,
+                       backends=REGISTRY)
     assert not report.ok and report.record.device == "Vulkan1"
     assert report.failures[0] == "cli: exit code 1"
     assert "invalid device: Vulkan1" in "\n".join(report.runs[0].log_tail)
@@ -267,7 +272,8 @@ def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
 
 def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path,
+                       backends=REGISTRY)
     assert report.record.device is None and "-dev" not in _argv(envlog, "llama-bench")
     assert report.record.expect_gpu.reason == "--expect-gpu no"
 
@@ -358,7 +364,8 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     )
     from dataclasses import replace
 
-    report = run_smoke(job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    report = run_smoke(job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd",
+                       backends=REGISTRY)
     run = next(r for r in report.runs if r.name == "programs")
     assert not report.ok and not run.ok
     assert run.failure == ("2 of 4 programs failed: llama-gguf: its output does not match 'usage: ' (and 1 more)")

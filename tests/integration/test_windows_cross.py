@@ -128,7 +128,8 @@ def cross_tree(tmp_path_factory):
 
 def test_a_cross_bundle_takes_the_runtime_from_the_toolchain_folders(cross_tree, tmp_path):
     policy = load_policy()
-    request = BundleRequest(cross_tree / "build", tmp_path / "without", policy, backend="cpu", platform="windows", backends=REGISTRY)
+    request = BundleRequest(cross_tree / "build", tmp_path / "without", policy, backend="cpu", platform="windows",
+                            backends=REGISTRY)
     plan = make_plan(request)
     assert [lib.name for lib in plan.closure.missing] == ["libruntime-1.dll"]
     assert any("libruntime-1.dll (needed by ggml.dll) was found neither" in e for e in plan.errors)

@@ -269,4 +269,5 @@ def make_bundle(build_bin: Path, layout: RocmLayout | None, targets: Sequence[st
                 policy: BundlePolicy | None = None, **flags: Any) -> BundleReport:
     """rockbuild's one way in to bundling (``bundle(BundleRequest(...))``) with the arguments as positions, the
     shipped policy by default: what most bundle tests need."""
-    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), **flags, backends=REGISTRY))
+    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets),
+                                backends=REGISTRY, **flags))

@@ -264,7 +264,8 @@ def test_a_third_backend_takes_no_rocm_in_the_night_and_the_bundle_command(cpu, 
     assert inputs.rocm_for(job.id) is None and len(inputs.job_fingerprint(job.id)) == 16
     assert read_inputs(json.loads(json.dumps(inputs.to_dict()))).job(job.id).backend == "blas"
     with pytest.raises(UsageError, match="a BLAS bundle takes no --rocm and no --targets"):
-        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="blas", policy=load_policy(), backends=REGISTRY)
+        BundleRequest.from_flags(tmp_path, None, ["gfx1151"], tmp_path / "out", backend="blas", policy=load_policy(),
+                                 backends=REGISTRY)
     assert bundle_backend(["libggml-blas.so"], {"backend": "blas"}, "linux") == "blas"
 
 

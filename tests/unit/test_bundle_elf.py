@@ -194,7 +194,8 @@ def test_real_debian_closure_of_hipblas_matches_the_reference(tmp_path):
         pytest.skip(f"{source} is absent (tests/e2e/provision.sh makes that root)")
     (tmp_path / "bin").mkdir()
     shutil.copyfile(source, tmp_path / "bin" / source.name)
-    plan = make_plan(BundleRequest(tmp_path / "bin", tmp_path / "out", load_policy(), detect_layout(root), ("gfx1151",), backends=REGISTRY))
+    plan = make_plan(BundleRequest(tmp_path / "bin", tmp_path / "out", load_policy(), detect_layout(root), ("gfx1151",),
+                                   backends=REGISTRY))
     assert not plan.errors
     assert {f.path for f in plan.files if f.kind != "data"} == {
         "libhipblas.so.3", "librocsolver.so.0", "librocblas.so.5", "libroctx64.so.4", "libfmt.so.11",

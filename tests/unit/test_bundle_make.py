@@ -148,7 +148,8 @@ def test_missing_library_is_an_error_naming_who_needs_it(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken / "rocm", symlinks=True)
     shutil.copytree(tree["build"], broken / "build", symlinks=True)
     (broken / "rocm" / "lib" / "sub" / "libhsa.so.1").unlink()
-    plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"), ("gfx1151",), backends=REGISTRY))
+    plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"),
+                                   ("gfx1151",), backends=REGISTRY))
     assert any("libhsa.so.1 (needed by libamdhip64.so.7)" in e for e in plan.errors)
     with pytest.raises(BundleError, match=r"libhsa.so.1 \(needed by libamdhip64.so.7\)"):
         make_bundle(broken / "build", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o")
@@ -160,7 +161,8 @@ def test_required_extra_missing_is_an_error(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken, symlinks=True)
     for p in broken.joinpath("lib").glob("libamd_comgr.so*"):
         p.unlink()
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",), backends=REGISTRY))
+    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",),
+                                   backends=REGISTRY))
     assert any("libamd_comgr.so.* (declared extra, for libamdhip64.so.7)" in e for e in plan.errors), plan.errors
 
 

@@ -90,7 +90,8 @@ def test_rocm_logs_are_judged_as_before():
     for name in ("rocm0-buffers.constructed.txt", "completion-lv4-cpu.txt", "rpc-offload.txt"):
         load = parse_load(fixture(name))
         assert load.vulkan is None and "vulkan" not in load.to_dict()
-    assert gpu_verdict([parse_load(fixture("rocm0-buffers.constructed.txt"))], expect_gpu=True, backends=REGISTRY).summary.startswith(
+    assert gpu_verdict([parse_load(fixture("rocm0-buffers.constructed.txt"))], expect_gpu=True,
+                       backends=REGISTRY).summary.startswith(
         "gpu: ROCm")
     # and a Vulkan0 buffer is no ROCm buffer when the ROCm verdict is asked for explicitly
     assert gpu_verdict([parse_load(fixture("vulkan-completion-lv4.txt"))], expect_gpu=True,
