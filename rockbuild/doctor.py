@@ -101,7 +101,7 @@ class DoctorReport(Record):
     bundle: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ok", not any(f.severity == "error" for f in self.findings))
+        object.__setattr__(self, "ok", not self.errors)
 
     @property
     def errors(self) -> tuple[Finding, ...]:

@@ -37,7 +37,7 @@ from typing import Any
 from rockbuild.core.data import YDict, YList, check_keys, where
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.programs import OP_TEST_PROGRAM
-from rockbuild.core.record import Record
+from rockbuild.core.record import SECONDS, Record
 from rockbuild.core.records import BuildRecord
 from rockbuild.core.vocabulary import GpuDevice
 from rockbuild.smoke.probe import exit_reason, run_program
@@ -381,12 +381,12 @@ def op_test_folder(bundle: Path, tool: Path, dest: Path) -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class OpRun(Record):
-    """One run of test-backend-ops: its arguments, how it ended (its seconds to the millisecond), its cases."""
+    """One run of test-backend-ops: its arguments, how it ended, its cases."""
 
     label: str  # "full", "MUL_MAT -p '...'", "support"
     args: tuple[str, ...]
     returncode: int | None
-    seconds: float
+    seconds: float = field(metadata=SECONDS)
     cases: int = 0
     failure: str | None = None
     log: str
@@ -515,14 +515,14 @@ def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env:
             failure = _run_failure(label, parsed, rc, problem, device, timeout, output or "")
             if failure is not None:
                 failures.append(failure)
-            runs.append(OpRun(label=label, args=tuple(args), returncode=rc, seconds=round(seconds, 3), cases=cases,
+            runs.append(OpRun(label=label, args=tuple(args), returncode=rc, seconds=seconds, cases=cases,
                               failure=failure, log=str(log)))
         support_log = logs / "support.log"
         output, rc, problem, seconds = run_program("ops", [str(exe), "support", "-b", device], cwd=folder, env=child,
                                                    timeout=config.timeouts["support"], log=support_log)
         support = parse_support_output(output or "")
         fallback = fallback_summary(support) if support and problem is None else None
-        runs.append(OpRun(label="support", args=("support", "-b", device), returncode=rc, seconds=round(seconds, 3),
+        runs.append(OpRun(label="support", args=("support", "-b", device), returncode=rc, seconds=seconds,
                           cases=sum(c.cases for c in support.values()), failure=problem, log=str(support_log)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
