@@ -26,12 +26,15 @@ from typing import Any
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.jobs import OSES
 from rockbuild.core.record import Record, json_form, json_key
 
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
 _KEYS = ("model", "text", "ctx", "chunks", "ppl", "measured")
-_REF_KEYS = ("model", "sha256", "text", "ctx", "file", "max_mean_kld", "min_same_top", "measured")
+_REF_KEYS = ("model", "sha256", "text", "ctx", "os", "file", "max_mean_kld", "min_same_top", "measured")
+# the OS of a reference entry without ``os``: the entries made before the key were Linux runs
+REFERENCE_OS = "linux"
 # a new reference's limits when no entry had any: measured on SmolLM2 (docs/numerics.md, "Long prompts")
 DEFAULT_REF_LIMITS = {"max_mean_kld": 0.001, "min_same_top": 99.0}
 HEADER = """\
@@ -69,10 +72,13 @@ class Reference(Record):
     max_mean_kld: float
     min_same_top: float  # percent
     measured: str = ""
+    # the OS of the bundles it judges: one CPU variant gives one answer across Linux compilers, but a Windows build's
+    # (mingw-w64) differs from it by as much as a fault would (docs/numerics.md), so each OS has its own reference
+    os: str = REFERENCE_OS
 
-    def matches(self, model: str, text: str, ctx: int, sha256: str) -> bool:
+    def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str) -> bool:
         return (fnmatchcase(model, self.model) and sha256.lower() == self.sha256 and text == self.text
-                and ctx == self.ctx)
+                and ctx == self.ctx and os_name == self.os)
 
 
 
@@ -86,8 +92,10 @@ class Baselines:
     def find(self, model: str, text: str, ctx: int, chunks: int) -> Baseline | None:
         return next((b for b in self.entries if b.matches(model, text, ctx, chunks)), None)
 
-    def reference(self, model: str, text: str, ctx: int, sha256: str) -> Reference | None:
-        return next((r for r in self.references if r.matches(model, text, ctx, sha256)), None)
+    def reference(self, model: str, text: str, ctx: int, sha256: str, os_name: str) -> Reference | None:
+        """The reference of ``model``'s file (by ``sha256``) on ``text`` at ``ctx`` tokens for bundles of
+        ``os_name``, or None."""
+        return next((r for r in self.references if r.matches(model, text, ctx, sha256, os_name)), None)
 
 
 def _positive(path: Path, node: Any, key: str, value: Any, what: str, kind: type) -> Any:
@@ -136,7 +144,7 @@ def _entries(data: Any, path: Path, name: str, keys: tuple[str, ...],
 
 
 def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
-    out = []
+    out: list[Reference] = []
     for i, node in _entries(data, path, "references", _REF_KEYS, ("model", "text", "file")):
         digest = node.get("sha256")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
@@ -147,6 +155,10 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
         if same_top > 100:
             raise ConfigError(f"{where(path, node, 'min_same_top')}: references[{i}].min_same_top is a percentage, "
                               f"not {same_top!r}")
+        os_name = node.get("os", REFERENCE_OS)
+        if os_name not in OSES:
+            raise ConfigError(f"{where(path, node, 'os')}: references[{i}].os is one of {', '.join(OSES)}, not "
+                              f"{os_name!r}")
         file = Path(node["file"].strip())
         out.append(Reference(
             model=node["model"].strip(), sha256=digest.lower(), text=node["text"].strip(),
@@ -154,7 +166,12 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
             file=file if file.is_absolute() else path.parent / file,
             max_mean_kld=_positive(path, node, "max_mean_kld", node.get("max_mean_kld"),
                                    f"references[{i}].max_mean_kld", float),
-            min_same_top=same_top, measured=str(node.get("measured") or "")))
+            min_same_top=same_top, measured=str(node.get("measured") or ""), os=os_name))
+        new = out[-1]
+        if any((r.model, r.sha256, r.text, r.ctx, r.os) == (new.model, new.sha256, new.text, new.ctx, new.os)
+               for r in out[:-1]):
+            raise ConfigError(f"{where(path, node, None)}: references[{i}] is a second reference of {new.model} on "
+                              f"{new.text}, {new.ctx} tokens, {new.os}: one per model file, text, context and OS")
     return tuple(out)
 
 
@@ -198,7 +215,7 @@ def _line(b: Baseline) -> str:
 def _ref_line(r: Reference, folder: Path) -> str:
     file = r.file.relative_to(folder) if r.file.is_relative_to(folder) else r.file
     return (f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
-            f"ctx: {r.ctx}, file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, "
+            f"ctx: {r.ctx}, os: {r.os},\n     file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, "
             f"min_same_top: {r.min_same_top!r},\n     measured: {json.dumps(r.measured)}}}\n")
 
 
@@ -273,25 +290,30 @@ class Rereferenced(_Replaced):
     new: Reference
 
     def render(self) -> str:
-        return (f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens: "
+        return (f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens, "
+                f"{self.new.os}: "
                 f"{'replaced' if self.old else 'new'}, {self.new.file.name} "
                 f"({self.new.measured or 'measured: not said'})")
 
 
-def reference_name(model: str, text: str, ctx: int) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model.removesuffix('.gguf')}-{Path(text).stem}-{ctx}").strip("-")
+def reference_name(model: str, text: str, ctx: int, os_name: str = REFERENCE_OS) -> str:
+    """The file a new reference is written to, beside baselines.yaml (a Linux one's name has no OS in it)."""
+    suffix = "" if os_name == REFERENCE_OS else f"-{os_name}"
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model.removesuffix('.gguf')}-{Path(text).stem}-{ctx}{suffix}").strip("-")
     return f"references/{stem}.topk"
 
 
 def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rereferenced:
     """Record the night's long-context top-k (a smoke.json's ``numerics.long_reference``: its ``topk`` file and
-    ``about``) as the reference of its model, text and context; an entry's limits are kept."""
+    ``about``) as the reference of its model, text, context and OS; an entry's limits are kept (a new OS's entry
+    starts from the limits of the same model's reference on another OS, else the defaults)."""
     topk = Path(str(long_check.get("topk") or ""))
     about = long_check.get("about") or {}
     try:
         model, text, ctx = str(about["model"]), str(about["text"]), int(about["ctx"])
         sha256 = str(about["model_sha256"]).lower()
-        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        os_name = str(about.get("os", REFERENCE_OS))  # a smoke.json from before the key: a Linux run
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256) or os_name not in OSES:
             raise ValueError(sha256)
     except (KeyError, TypeError, ValueError):
         raise ConfigError("the smoke.json has no long-context run to take as a reference (numerics.long_reference "
@@ -300,13 +322,14 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
         raise ConfigError(f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the "
                           "smoke again")
     baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
-    old = baselines.reference(model, text, ctx, sha256)
-    target = old.file if old else path.parent / reference_name(model, text, ctx)
+    old = baselines.reference(model, text, ctx, sha256, os_name)
+    target = old.file if old else path.parent / reference_name(model, text, ctx, os_name)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(topk, target)
-    limits = {"max_mean_kld": old.max_mean_kld, "min_same_top": old.min_same_top} if old else DEFAULT_REF_LIMITS
+    kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, r.os)), None)
+    limits = {"max_mean_kld": kin.max_mean_kld, "min_same_top": kin.min_same_top} if kin else DEFAULT_REF_LIMITS
     new = Reference(old.model if old else model, sha256, text, ctx, target, limits["max_mean_kld"],
-                    limits["min_same_top"], measured)
+                    limits["min_same_top"], measured, os=os_name)
     refs = [new if r is old else r for r in baselines.references] if old else [*baselines.references, new]
     write_baselines(path, Baselines(baselines.entries, baselines.tolerance, path, tuple(refs)))
     return Rereferenced(path, old, new)

@@ -196,8 +196,8 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
     out: dict[str, Any] = {"topk": str(logs / TOPK_NAME)}
     if reference is None:
         out.update(not_checked(f"no reference for {about.get('model')} (sha256 {str(about.get('model_sha256'))[:12]}) "
-                               f"on {about.get('text')}, {about.get('ctx')} tokens in baselines.yaml (record one: "
-                               "rockbuild baseline <smoke.json>)"))
+                               f"on {about.get('text')}, {about.get('ctx')} tokens, {about.get('os')}, in "
+                               "baselines.yaml (record one: rockbuild baseline <smoke.json>)"))
         return out
     out["reference"] = reference.to_dict()
     try:

@@ -259,6 +259,7 @@ class Target:
     seed: int = 42
     server: Path | None = None  # llama-server: the long known answer goes through its HTTP API
     model_sha256: str = ""  # the long-context reference belongs to one model file
+    platform: str = "linux"  # the bundle's OS: the long-context reference is one per OS
 
     @classmethod
     def of_bundle(cls, bundle: Path, *, platform: str, model: ModelFile, backend: str, gpu: GpuDevice | None,
@@ -273,7 +274,7 @@ class Target:
                    completion=completion if completion.is_file() else None, model=model.path, model_name=model.name,
                    backend=backend, gpu_device=gpu.name if gpu else None,
                    device_description=gpu.description if gpu else "", gpu_layers=gpu_layers, seed=seed,
-                   model_sha256=model.sha256)
+                   model_sha256=model.sha256, platform=platform)
 
 
 @dataclass(frozen=True)
@@ -536,7 +537,8 @@ def _long_context(config: NumericsConfig, long: LongContextConfig, target: Targe
     common = [*shape, "-t", str(config.run_threads), "--seed", str(target.seed)]
     with _one_variant(target.perplexity, long.cpu_variant, logs) as (cpu_program, variant):
         about = {"model": target.model_name, "model_sha256": target.model_sha256, "text": long.text.name,
-                 "ctx": long.ctx, "batch": long.batch, "ubatch": long.ubatch, "cpu_variant": variant}
+                 "ctx": long.ctx, "batch": long.batch, "ubatch": long.ubatch, "cpu_variant": variant,
+                 "os": target.platform}
         args = [str(cpu_program), "-m", str(target.model), *common, "-f", str(long.text), "--kl-divergence-base",
                 str(base), *_cpu_args()]
         log = logs / "long-cpu.log"
@@ -552,7 +554,8 @@ def _long_context(config: NumericsConfig, long: LongContextConfig, target: Targe
         ref = {**run, "result": FAILED, "detail": f"llama-perplexity on the CPU, {long.ctx} tokens: {failure}"}
         return {"long_reference": ref, "long_cross_backend": not_checked("the CPU's long run failed"),
                 "long_answer": answer}
-    reference = config.baselines.reference(target.model_name, long.text.name, long.ctx, target.model_sha256)
+    reference = config.baselines.reference(target.model_name, long.text.name, long.ctx, target.model_sha256,
+                                           target.platform)
     ref = {**run, **reference_check(base, reference, logs=logs, about=about)}
     if target.gpu_device is None:
         return {"long_reference": ref, "long_answer": answer,

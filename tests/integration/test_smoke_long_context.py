@@ -41,8 +41,8 @@ def test_the_shipped_long_text_is_the_pinned_one_and_its_reference_fits_it():
     assert len(text) > 4 * 2 * long.ctx  # perplexity needs 2 x ctx tokens; about 4 characters a token
     assert "public domain" in long.source
     pinned = load_smoke_config()["models"]["smollm2"]["sha256"]
-    ref = config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, pinned)
-    assert config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, "0" * 64) is None  # another file's weights
+    ref = config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, pinned, "linux")
+    assert config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, "0" * 64, "linux") is None  # another file's weights
     assert ref is not None and ref.max_mean_kld <= 0.0053 / 2  # below the fault measured in issue 39
     topk = read_topk(ref.file)
     assert (topk.n_ctx, topk.n_vocab, topk.n_chunk, topk.k) == (4096, 49152, 1, 16)
@@ -266,6 +266,7 @@ def test_no_reference_is_not_checked_and_rockbuild_baseline_records_the_nights_t
     report, data, _ = smoke(tmp_path / "first", smollm2, {}, reference=None)
     ref = data["numerics"]["long_reference"]
     assert report.ok and ref["result"] == NOT_CHECKED and "no reference for " + SMOLLM2 in ref["detail"]
+    assert "4096 tokens, linux, in baselines.yaml" in ref["detail"] and ref["about"]["os"] == "linux"
     smoke_json = tmp_path / "first" / "out" / "linux-gfx1151" / "smoke.json"
     target = tmp_path / "baselines.yaml"
     target.write_text(data_path("config", "baselines.yaml").read_text().split("\nreferences:\n")[0] + "\n")

@@ -73,3 +73,75 @@ def test_rockbuild_baseline_refuses_a_smoke_json_without_a_figure(tmp_path, run_
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("error: the smoke.json has no CPU perplexity to take as a baseline")
     assert not (tmp_path / "b.yaml").exists()
+
+
+# -- long-context references: one per model file, text, context and OS ------------------------------------------------
+
+SHA = "b" * 64
+
+
+def _ref(extra: str, *, file: str = "x.topk", kld: float = 0.1, same_top: float = 99) -> str:
+    """One references entry of model m.gguf (file sha256 SHA) on t.txt, 4096 tokens; ``extra``: more of its keys."""
+    return (f"  - {{model: m.gguf, sha256: '{SHA}', text: t.txt, ctx: 4096, {extra}file: {file},\n"
+            f"     max_mean_kld: {kld}, min_same_top: {same_top}}}\n")
+
+
+LINUX_REF = "references:\n" + _ref("", file="references/m-t-4096.topk", kld=0.002, same_top=98.0)
+
+
+def test_a_reference_without_an_os_is_linuxs_and_each_os_finds_only_its_own(tmp_path):
+    path = write(tmp_path / "baselines.yaml", LINUX_REF + _ref("os: windows, ", file="w.topk", kld=0.003))
+    loaded = load_baselines(path)
+    linux = loaded.reference("m.gguf", "t.txt", 4096, SHA, "linux")
+    windows = loaded.reference("m.gguf", "t.txt", 4096, SHA, "windows")
+    assert linux is not None and linux.os == "linux" and linux.max_mean_kld == 0.002
+    assert windows is not None and windows.os == "windows" and windows.file == tmp_path / "w.topk"
+    assert loaded.reference("m.gguf", "t.txt", 4096, SHA, "macos") is None
+    only_linux = load_baselines(write(tmp_path / "linux.yaml", LINUX_REF))
+    assert only_linux.reference("m.gguf", "t.txt", 4096, SHA, "windows") is None  # never judged by Linux's answer
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (_ref("os: macos, "), "references[1].os is one of linux, windows, not 'macos'"),
+    (_ref("os: linux, "), "references[1] is a second reference of m.gguf on t.txt, 4096 tokens, linux"),
+])
+def test_a_wrong_or_second_reference_for_an_os_is_a_config_error_on_its_line(tmp_path, extra, message):
+    path = write(tmp_path / "baselines.yaml", LINUX_REF + extra)
+    with pytest.raises(ConfigError) as info:
+        load_baselines(path)
+    assert info.value.message.startswith(f"{path}:4:"), info.value.message
+    assert message in info.value.message
+
+
+def _smoke_json(tmp_path: Path, os_name: str | None) -> Path:
+    topk = write(tmp_path / f"night-{os_name}.topk", f"top-k of a {os_name} run")
+    about = {"model": "m.gguf", "model_sha256": SHA, "text": "t.txt", "ctx": 4096, "cpu_variant": "haswell"}
+    if os_name is not None:
+        about["os"] = os_name
+    return write(tmp_path / f"smoke-{os_name}.json",
+                 json.dumps({"schema": 1, "ok": True, "finished": "2026-12-07T03:00:00+00:00",
+                             "numerics": {"long_reference": {"topk": str(topk), "about": about}}}))
+
+
+def test_rockbuild_baseline_gives_a_windows_run_its_own_reference_and_keeps_linuxs(tmp_path, run_rockbuild):
+    target = write(tmp_path / "baselines.yaml", "# ours\ntolerance: 0.02\nbaselines:\n" + LINUX_REF)
+    write(tmp_path / "references" / "m-t-4096.topk", "the Linux top-k")
+    result = run_rockbuild("baseline", str(_smoke_json(tmp_path, "windows")), "--file", str(target), "--only", "long",
+                           "--measured", "wine, 2026-12-07", "--json")
+    assert result.returncode == 0, result.stderr
+    new = json.loads(result.stdout)["reference"]
+    assert new["old"] is None and new["new"]["os"] == "windows" and new["new"]["file"] == "m-t-4096-windows.topk"
+    # a new OS's entry starts from the limits of the model's reference on the other OS, not the defaults
+    assert (new["new"]["max_mean_kld"], new["new"]["min_same_top"]) == (0.002, 98.0)
+    written = load_baselines(target)
+    assert [r.os for r in written.references] == ["linux", "windows"]
+    assert (tmp_path / "references" / "m-t-4096.topk").read_text() == "the Linux top-k"
+    assert written.references[1].file.read_text() == "top-k of a windows run"
+    assert target.read_text().startswith("# ours\n") and "os: windows" in target.read_text()
+    # a smoke.json from before the key was a Linux run: it replaces Linux's, and the Windows one stays
+    result = run_rockbuild("baseline", str(_smoke_json(tmp_path, None)), "--file", str(target), "--only", "long",
+                           "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["reference"]["old"]["os"] == "linux"
+    assert [r.os for r in load_baselines(target).references] == ["linux", "windows"]
+    assert (tmp_path / "references" / "m-t-4096.topk").read_text() == "top-k of a None run"
