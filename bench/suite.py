@@ -1,0 +1,128 @@
+"""How long the test suite takes now against a baseline commit, both measured in this run, in turn, on this machine.
+
+Baseline: the tree at ``--base`` (default 9c70116, the commit issue 40 was filed at), checked out in a git worktree;
+now: this checkout's working tree. Each run is ``python -m pytest -q -p no:cacheprovider --durations=0
+--durations-min=0 [PATHS]`` in its tree with PYTHONPATH set to it, so the tree's own rockbuild is imported (also by
+the ``rockbuild`` processes the tests start). The runs alternate, now first, ``--pairs`` times. Printed: each run's
+wall seconds and outcome, the median wall of each side and their ratio (now / base: below 1 is faster), and the
+test files whose summed durations moved most (a file of only one side is listed as new or gone).
+
+    python bench/suite.py [--base REV] [--pairs N] [PATHS...]   # PATHS default: the README's command (everything)
+    python bench/suite.py --pairs 3 tests/unit                   # the unit suite alone
+
+The two sides run different tests where the suite changed between them: read the counts beside the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_BASE = "9c70116"  # issue 40 filed: the suite before its changes
+
+_DURATION = re.compile(r"^(\d+\.\d+)s (?:setup|call|teardown)\s+(\S+?)::")
+_OUTCOME = re.compile(r"^=*\s*(.*\b(?:passed|failed|error)\b.*) in ([\d.]+)s")
+
+
+@dataclass
+class Run:
+    side: str
+    wall: float
+    rc: int
+    outcome: str
+    files: dict[str, float] = field(default_factory=dict)
+
+
+def imported_from(tree: Path) -> Path:
+    """Where a process with the run's environment imports rockbuild from: it must be ``tree``'s own."""
+    out = subprocess.run([sys.executable, "-c", "import rockbuild; print(rockbuild.__file__)"], cwd=tree,
+                         env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip()).parent
+
+
+def run_suite(side: str, tree: Path, paths: list[str]) -> Run:
+    if imported_from(tree).resolve() != (tree / "rockbuild").resolve():
+        raise SystemExit(f"error: the {side} run would not import its own rockbuild ({imported_from(tree)})")
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", "--durations-min=0",
+            *paths]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    files: dict[str, float] = defaultdict(float)
+    outcome = ""
+    for line in proc.stdout.splitlines():
+        if m := _DURATION.match(line):
+            files[m.group(2)] += float(m.group(1))
+        elif m := _OUTCOME.match(line):
+            outcome = m.group(1).strip("= ")
+    run = Run(side, wall, proc.returncode, outcome or f"rc {proc.returncode}", dict(files))
+    print(f"  {side:4} {wall:8.1f} s  rc {proc.returncode}  {run.outcome}", flush=True)
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default=DEFAULT_BASE, help=f"the baseline commit (default {DEFAULT_BASE})")
+    parser.add_argument("--pairs", type=int, default=2, help="runs of each side, in turn (default 2)")
+    parser.add_argument("--top", type=int, default=12, help="test files listed by how far they moved (default 12)")
+    parser.add_argument("paths", nargs="*", help="what pytest runs (default: its testpaths, the README's command)")
+    args = parser.parse_args()
+
+    base_rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="rockbuild-bench-suite-") as tmp:
+        base_tree = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base_tree), base_rev], cwd=REPO, check=True)
+        try:
+            print(f"now: the working tree at {head}; base: {base_rev}; pytest {' '.join(args.paths) or '(testpaths)'}; "
+                  f"{args.pairs} pair(s), now first", flush=True)
+            runs: list[Run] = []
+            for _ in range(args.pairs):
+                runs.append(run_suite("now", REPO, args.paths))
+                runs.append(run_suite("base", base_tree, args.paths))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=REPO, check=False)
+
+    now = [r for r in runs if r.side == "now"]
+    base = [r for r in runs if r.side == "base"]
+    now_wall, base_wall = statistics.median(r.wall for r in now), statistics.median(r.wall for r in base)
+    print(f"\nmedian wall: now {now_wall:.1f} s ({now[0].outcome}), base {base_wall:.1f} s ({base[0].outcome})")
+    pairs = ", ".join(f"{n.wall / b.wall:.3f}" for n, b in zip(now, base, strict=True))
+    print(f"now / base: {now_wall / base_wall:.3f}" + (f" (each pair: {pairs})" if len(now) > 1 else ""))
+
+    def per_file(side: list[Run]) -> dict[str, float]:
+        names = {name for r in side for name in r.files}
+        return {name: statistics.median(r.files.get(name, 0.0) for r in side) for name in names}
+
+    now_files, base_files = per_file(now), per_file(base)
+    moved = sorted(set(now_files) | set(base_files),
+                   key=lambda f: -abs(now_files.get(f, 0.0) - base_files.get(f, 0.0)))
+    print("\ntest files that moved most (summed setup, call and teardown; median over the runs):")
+    for name in moved[: args.top]:
+        n, b = now_files.get(name), base_files.get(name)
+        if b is None:
+            print(f"  {name}: new, {n:.1f} s")
+        elif n is None:
+            print(f"  {name}: gone (base {b:.1f} s)")
+        else:
+            print(f"  {name}: {b:.1f} -> {n:.1f} s ({n - b:+.1f})")
+    print(f"  all files: base {sum(base_files.values()):.1f} s, now {sum(now_files.values()):.1f} s")
+    return 0 if all(r.rc == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""bench/suite.py: the suite now against a baseline commit, in turn, on a small repository of its own shape (a
+rockbuild package and tests, in git) where the working tree made one test slower than the commit before it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from support.paths import REPO
+
+SCRIPT = REPO / "bench" / "suite.py"
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "bench" / "suite.py")
+    (repo / "rockbuild").mkdir()
+    (repo / "rockbuild" / "__init__.py").write_text("DELAY = 0.0\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_fast.py").write_text("def test_fast():\n    assert True\n")
+    # the test sleeps for the package's DELAY: it shows which tree's rockbuild each side imported
+    (repo / "tests" / "test_slow.py").write_text(
+        "import time\nimport rockbuild\n\ndef test_slow():\n    time.sleep(rockbuild.DELAY)\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / "rockbuild" / "__init__.py").write_text("DELAY = 1.5\n")  # now: slower, uncommitted
+
+    result = subprocess.run([sys.executable, str(repo / "bench" / "suite.py"), "--base", "HEAD", "--pairs", "1",
+                             "tests"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr + result.stdout
+    out = result.stdout
+    assert "2 passed" in out and "now / base: " in out
+    ratio = float(out.split("now / base: ")[1].split()[0])
+    assert ratio > 1.0, out
+    moved = out.split("test files that moved most")[1].splitlines()
+    assert moved[1].startswith("  tests/test_slow.py: 0.0 -> 1.5 s"), out
+    # the baseline's worktree is gone again
+    listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True, check=True)
+    assert len(listed.stdout.splitlines()) == 1
