@@ -39,6 +39,7 @@ Windows common part is taken as the Linux one: it is not built here).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -124,7 +125,14 @@ def whole(job: str, measured: dict, base: dict, drift: float = 1.0) -> tuple[flo
     return rest * drift + measured["gpu"], f"this run's GPU library + {where} {kind} CPU modules and rest"
 
 
+MATRIX_FILE: Path | None = None  # --matrix: the shipped matrix as `rockbuild matrix --format json` printed it
+
+
+@functools.cache
 def shipped_jobs() -> list[dict]:
+    """The shipped matrix's jobs: --matrix FILE, else `rockbuild matrix --format json` run once."""
+    if MATRIX_FILE is not None:
+        return json.loads(MATRIX_FILE.read_text(encoding="utf-8"))
     out = subprocess.run([sys.executable, "-m", "rockbuild", "matrix", "--format", "json"], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)
@@ -252,7 +260,11 @@ def main() -> int:
                         help="the rehearsal's folder (default: $ROCKBUILD_E2E/night)")
     parser.add_argument("--run", action="store_true", help="run `tests/e2e/night.sh cold`, then `whole`, first")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--matrix", type=Path, default=None,
+                        help="the shipped matrix as `rockbuild matrix --format json` printed it (default: run it)")
     args = parser.parse_args()
+    global MATRIX_FILE
+    MATRIX_FILE = args.matrix
     if args.run:
         run_e2e("night.sh", "cold")
         run_e2e("night.sh", "whole")

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from support.paths import REPO
 
 SCRIPT = REPO / "bench" / "night_cost.py"
@@ -27,9 +28,23 @@ def leg(folder, steps, *, targets=(), common=None, compile_s=10.0):
     (folder / "build.json").write_text(json.dumps(record))
 
 
-def run(night, *args):
-    return subprocess.run([sys.executable, str(SCRIPT), "--night", str(night), *args], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    """The shipped matrix printed once for the module (each bench run would print it again)."""
+    out = subprocess.run([sys.executable, "-m", "rockbuild", "matrix", "--format", "json"], check=True,
+                         capture_output=True, text=True, cwd=REPO).stdout
+    path = tmp_path_factory.mktemp("matrix") / "matrix.json"
+    path.write_text(out)
+    return path
+
+
+@pytest.fixture
+def run(matrix):
+    def bench(night, *args):
+        return subprocess.run([sys.executable, str(SCRIPT), "--night", str(night), "--matrix", str(matrix), *args],
+                              capture_output=True, text=True, timeout=120, cwd=REPO)
+
+    return bench
 
 
 def make_night(night, windows=1898.0):
@@ -44,7 +59,7 @@ def make_night(night, windows=1898.0):
     leg(out / "windows-cpu", [("ggml/src/ggml-cpu/x.o", windows / 2), ("tools/cli/cli.o", windows / 2)])
 
 
-def test_the_night_against_the_whole_night_scaled_by_the_control(tmp_path):
+def test_the_night_against_the_whole_night_scaled_by_the_control(tmp_path, run):
     make_night(tmp_path, windows=949.0)  # the control ran twice as fast as in the baseline
     result = run(tmp_path, "--json")
     assert result.returncode == 0, result.stderr
@@ -67,7 +82,7 @@ def test_the_night_against_the_whole_night_scaled_by_the_control(tmp_path):
     assert shipped["jobs"]["common"] == 2 and shipped["jobs"]["rocm"] >= 20 and shipped["ratio"] < 1
 
 
-def test_the_printed_lines_name_the_baseline_and_the_goal(tmp_path):
+def test_the_printed_lines_name_the_baseline_and_the_goal(tmp_path, run):
     make_night(tmp_path)
     result = run(tmp_path)
     assert result.returncode == 0, result.stderr
@@ -75,7 +90,7 @@ def test_the_printed_lines_name_the_baseline_and_the_goal(tmp_path):
     assert "(goal <= 0.75x" in result.stdout and "projected to the shipped matrix" in result.stdout
 
 
-def test_a_night_without_legs_is_refused_in_one_line(tmp_path):
+def test_a_night_without_legs_is_refused_in_one_line(tmp_path, run):
     result = run(tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == (f"no legs with a .ninja_log under {tmp_path}/n1: run `tests/e2e/night.sh cold` "
@@ -91,7 +106,7 @@ def make_whole(night, *, common=None):
                                ("tools/cli/cli.o", 590.0)], common=common)
 
 
-def test_a_same_run_whole_night_is_the_baseline_unscaled(tmp_path):
+def test_a_same_run_whole_night_is_the_baseline_unscaled(tmp_path, run):
     make_night(tmp_path, windows=949.0)
     make_whole(tmp_path)
     result = run(tmp_path, "--json")
@@ -117,7 +132,7 @@ def test_a_same_run_whole_night_is_the_baseline_unscaled(tmp_path):
     assert "second opinion, the night built whole, tests/e2e/night.sh cold of 2026-12-04" in printed.stdout
 
 
-def test_a_whole_leg_built_on_a_common_part_is_refused(tmp_path):
+def test_a_whole_leg_built_on_a_common_part_is_refused(tmp_path, run):
     make_night(tmp_path)
     make_whole(tmp_path, common="linux-common")
     result = run(tmp_path)
@@ -125,7 +140,7 @@ def test_a_whole_leg_built_on_a_common_part_is_refused(tmp_path):
     assert result.stderr.strip().endswith("was built on the common part linux-common: not a whole build")
 
 
-def test_half_a_whole_run_falls_back_to_the_dated_baseline(tmp_path):
+def test_half_a_whole_run_falls_back_to_the_dated_baseline(tmp_path, run):
     make_night(tmp_path)
     make_whole(tmp_path)
     (tmp_path / "whole" / "out" / "linux-vulkan" / "build.json").unlink()  # night.sh whole stopped half-way
@@ -133,7 +148,7 @@ def test_half_a_whole_run_falls_back_to_the_dated_baseline(tmp_path):
     assert data["same_run"] is False and "2026-12-04" in data["baseline"]
 
 
-def test_the_common_part_measured_again_alone_is_a_second_after(tmp_path):
+def test_the_common_part_measured_again_alone_is_a_second_after(tmp_path, run):
     make_night(tmp_path, windows=949.0)
     make_whole(tmp_path)
     leg(tmp_path / "whole" / "common-out" / "linux-common", [("ggml/src/ggml-cpu/x.o", 500.0), ("tools/cli/cli.o", 400.0)],
@@ -149,3 +164,12 @@ def test_the_common_part_measured_again_alone_is_a_second_after(tmp_path):
     # without it, no such line and no such key
     shutil.rmtree(tmp_path / "whole" / "common-out")
     assert "common_alone" not in json.loads(run(tmp_path, "--json").stdout)
+
+
+def test_without_matrix_it_prints_the_shipped_matrix_itself_the_same(tmp_path, run):
+    make_night(tmp_path, windows=949.0)
+    given = json.loads(run(tmp_path, "--json").stdout)
+    itself = subprocess.run([sys.executable, str(SCRIPT), "--night", str(tmp_path), "--json"], capture_output=True,
+                            text=True, timeout=120, cwd=REPO)
+    assert itself.returncode == 0, itself.stderr
+    assert json.loads(itself.stdout) == given and given["shipped_matrix"]["ratio"] < 1
