@@ -317,7 +317,8 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
             raise ValueError(sha256)
     except (KeyError, TypeError, ValueError):
         raise ConfigError("the smoke.json has no long-context run to take as a reference (numerics.long_reference "
-                          "needs its about: model, model_sha256, text, ctx)") from None
+                          f"needs its about: model, model_sha256, text, ctx, and an os of {', '.join(OSES)} if any)"
+                          ) from None
     if not topk.is_file():
         raise ConfigError(f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the "
                           "smoke again")

@@ -145,3 +145,14 @@ def test_rockbuild_baseline_gives_a_windows_run_its_own_reference_and_keeps_linu
     assert json.loads(result.stdout)["reference"]["old"]["os"] == "linux"
     assert [r.os for r in load_baselines(target).references] == ["linux", "windows"]
     assert (tmp_path / "references" / "m-t-4096.topk").read_text() == "top-k of a None run"
+
+
+def test_rockbuild_baseline_refuses_a_run_of_an_unknown_os_in_one_line(tmp_path, run_rockbuild):
+    target = write(tmp_path / "baselines.yaml", "tolerance: 0.02\nbaselines:\n" + LINUX_REF)
+    before = target.read_text()
+    result = run_rockbuild("baseline", str(_smoke_json(tmp_path, "macos")), "--file", str(target), "--only", "long")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("error: the smoke.json has no long-context run to take as a reference "
+                                     "(numerics.long_reference needs its about: model, model_sha256, text, ctx, and "
+                                     "an os of linux, windows if any)")
+    assert target.read_text() == before
