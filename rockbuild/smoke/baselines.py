@@ -76,9 +76,11 @@ class Reference(Record):
     # (mingw-w64) differs from it by as much as a fault would (docs/numerics.md), so each OS has its own reference
     os: str = REFERENCE_OS
 
-    def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str) -> bool:
+    def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str | None) -> bool:
+        """Whether it is the reference of ``model``'s file on ``text`` at ``ctx`` tokens for ``os_name`` (None: on
+        any OS)."""
         return (fnmatchcase(model, self.model) and sha256.lower() == self.sha256 and text == self.text
-                and ctx == self.ctx and os_name == self.os)
+                and ctx == self.ctx and os_name in (None, self.os))
 
 
 
@@ -327,7 +329,7 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
     target = old.file if old else path.parent / reference_name(model, text, ctx, os_name)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(topk, target)
-    kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, r.os)), None)
+    kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, None)), None)
     limits = {"max_mean_kld": kin.max_mean_kld, "min_same_top": kin.min_same_top} if kin else DEFAULT_REF_LIMITS
     new = Reference(old.model if old else model, sha256, text, ctx, target, limits["max_mean_kld"],
                     limits["min_same_top"], measured, os=os_name)
