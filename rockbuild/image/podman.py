@@ -15,7 +15,8 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,26 @@ def load(podman: Podman, folder: Path) -> str:
     if not ids:
         raise ImageError(f"podman pull dir:{folder} printed no image ID")
     return ids[-1]
+
+
+def stored_images(podman: Podman) -> set[str]:
+    """The IDs (64 hex digits) of every image in podman's store."""
+    out = podman("images", "-a", "-q", "--no-trunc", timeout=120)
+    return {line.strip().removeprefix("sha256:") for line in out.splitlines() if line.strip()}
+
+
+@contextmanager
+def loaded(podman: Podman, folder: Path) -> Iterator[str]:
+    """:func:`load` for the time of a test: the image ID, and afterwards, whatever happened, the image removed from
+    podman's store again unless it was there before (a tested image is ~1.3 GB: a publishing machine kept every
+    night's, 3 GB a night, until its disk was full)."""
+    before = stored_images(podman)
+    image_id = load(podman, folder)
+    try:
+        yield image_id
+    finally:
+        if image_id not in before:
+            podman("rmi", "-f", image_id, check=False, timeout=300)
 
 
 def serve_and_check(podman: Podman, image: str, model: Path, *, prompt: str, expect: str, chat_page: bool,

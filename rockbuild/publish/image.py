@@ -40,7 +40,7 @@ from rockbuild.image.base import (
     package_closure,
     provided_versions,
 )
-from rockbuild.image.podman import ImageTest, Podman, load, serve_and_check
+from rockbuild.image.podman import ImageTest, Podman, loaded, serve_and_check
 from rockbuild.image.registry import PushResult, Reference, Registry, push_image
 
 from .config import PublishConfig
@@ -314,12 +314,12 @@ def check_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> Re
                          hint="apt-get install podman (and runc where crun refuses the cgroups: --image-runtime runc)")
     if options.model is None or not options.model.is_file():
         raise ImageError(f"the image test needs a real model file (--image-model), not {options.model}")
-    image_id = load(podman, image.folder)
-    if f"sha256:{image_id}" != image.image_id:
-        raise ImageError(f"podman loaded {image.folder} as {image_id[:12]}, not {image.image_id[7:19]}")
-    chat_page = job.web_ui is not None and job.web_ui.available
-    test = serve_and_check(podman, image_id, options.model, prompt=options.prompt, expect=options.expect,
-                           chat_page=chat_page)
+    with loaded(podman, image.folder) as image_id:  # podman's store is left as it was
+        if f"sha256:{image_id}" != image.image_id:
+            raise ImageError(f"podman loaded {image.folder} as {image_id[:12]}, not {image.image_id[7:19]}")
+        chat_page = job.web_ui is not None and job.web_ui.available
+        test = serve_and_check(podman, image_id, options.model, prompt=options.prompt, expect=options.expect,
+                               chat_page=chat_page)
     if not test.ok:
         raise ImageError(f"image {image.flavour} failed its podman test: {test.failure}")
     return replace(image, test=test)

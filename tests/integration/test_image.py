@@ -18,6 +18,7 @@ from support.publishing import make_job
 from rockbuild.core.errors import ImageError
 from rockbuild.image import oci
 from rockbuild.image.base import parse_depends
+from rockbuild.image.podman import Podman, load, loaded, stored_images
 from rockbuild.image.registry import Reference, Registry, push_image
 from rockbuild.publish.image import (
     ImageOptions,
@@ -165,6 +166,34 @@ def test_a_push_that_fails_is_an_image_error(tmp_path, registry):
 
 @pytest.mark.timeout(600)
 @needs_dpkg
+def test_a_tested_image_leaves_podmans_store_as_it_was(tmp_path):
+    """check_image loads the image into podman's store to run it: afterwards it is gone again (every night left ~3 GB
+    there until a publishing machine's disk was full), unless it was in the store before."""
+    podman = Podman.find()
+    if podman is None:
+        pytest.skip("podman is not installed (apt-get install podman runc): the image test needs it")
+    folder = tmp_path / "img"
+    folder.mkdir()
+    layer = oci.write_layer([oci.Member("hello", "file", data=str(tmp_path).encode())], folder, mtime=1_700_000_000,
+                            level=1, comment="t")
+    layout = oci.write_image(folder, [layer], oci.ContainerSetup(entrypoint=("/hello",)), created=1_700_000_000)
+    assert layout.image_id[7:] not in stored_images(podman)
+    with loaded(podman, folder) as image_id:
+        assert f"sha256:{image_id}" == layout.image_id and image_id in stored_images(podman)
+    assert image_id not in stored_images(podman)
+
+    kept = load(podman, folder)  # already there: a user's own copy is not ours to remove
+    try:
+        with loaded(podman, folder) as again:
+            assert again == kept
+        assert kept in stored_images(podman)
+    finally:
+        podman("rmi", "-f", kept, check=False)
+    with pytest.raises(ImageError), loaded(podman, folder) as image_id:  # removed when the test in it fails, too
+        raise ImageError("the test failed")
+    assert image_id not in stored_images(podman)
+
+
 def test_podman_runs_the_real_bundle_as_a_service(tmp_path, registry):
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (apt-get install podman runc): the image test needs it")
