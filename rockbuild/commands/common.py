@@ -17,9 +17,16 @@ import click
 
 from rockbuild import console
 from rockbuild.core.jobs import Job
-from rockbuild.core.options import DEFAULT_MAX_AGE_DAYS, CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
+from rockbuild.core.options import (
+    CPU_VARIANT_CHECKS,
+    DEFAULT_MAX_AGE_DAYS,
+    CompileFlags,
+    GitHubTarget,
+    JobSelection,
+    ModelChoice,
+    Pins,
+)
 from rockbuild.settings import Settings
-from rockbuild.smoke.config import CPU_VARIANT_CHECKS
 
 if TYPE_CHECKING:
     from rockbuild.publish.image import ImageOptions

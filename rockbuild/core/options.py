@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MAX_AGE_DAYS = 3  # a group whose newest nightly is older fails its jobs (stale inputs)
+# smoke.yaml's run.cpu_variants.check and ``--cpu-variants``: every CPU variant module this machine runs, the one ggml
+# picks, or none (rockbuild.smoke.variants)
+CPU_VARIANT_CHECKS = ("all", "picked", "none")
 
 
 @dataclass(frozen=True)

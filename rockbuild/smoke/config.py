@@ -9,12 +9,10 @@ from typing import Any
 
 from rockbuild.core.data import YDict, check_keys, expect_type, load_data_file, mapping, text, texts, where, whole
 from rockbuild.core.errors import ConfigError
+from rockbuild.core.options import CPU_VARIANT_CHECKS
 from rockbuild.smoke.numerics import parse_numerics_config
 from rockbuild.smoke.ops import parse_ops_config
 
-# run.cpu_variants.check (and rockbuild smoke --cpu-variants): every CPU variant module this machine runs, the one
-# ggml picks, or none (rockbuild.smoke.variants)
-CPU_VARIANT_CHECKS = ("all", "picked", "none")
 CPU_VARIANT_KEYS = ("check", "n_gen")
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.options import CPU_VARIANT_CHECKS
 from rockbuild.core.records import NOT_RUNNABLE, SmokeCpuVariant, SmokeCpuVariants
 from rockbuild.core.vocabulary import ModelFile
-from rockbuild.smoke.config import CPU_VARIANT_CHECKS
 from rockbuild.smoke.numerics import FAILED, PASSED, NumericsConfig, Target, run_known_answers
 from rockbuild.smoke.parse import (
     BackendLoads,
