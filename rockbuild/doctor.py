@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild.backends import DEFAULT, REGISTRY, get_backend
+from rockbuild.backends import REGISTRY, get_backend
 from rockbuild.bundle.audit import audit_bundle
 from rockbuild.core.environment import WindowsHost, environment
 from rockbuild.core.errors import RockbuildError
-from rockbuild.core.jobs import MIX, FamilyTable, load_families
+from rockbuild.core.jobs import DEFAULT_BACKEND, MIX, FamilyTable, load_families
 from rockbuild.core.record import Record
 from rockbuild.core.vocabulary import Finding, Gpu
 from rockbuild.gpu import kfd_nodes_dir, read_kfd_gpus
@@ -345,7 +345,7 @@ def check_bundle(gpus: Sequence[Gpu], bundle: Path,
 
     # per flavour: kernels for each GPU found (ROCm), or the devices the host gives the bundle (Vulkan: SPIR-V has no
     # per-GPU kernels, the host's driver compiles them)
-    findings, more = get_backend(report.backend or DEFAULT).doctor_findings(gpus, bundle, report.targets,
+    findings, more = get_backend(report.backend or DEFAULT_BACKEND).doctor_findings(gpus, bundle, report.targets,
                                                                  environment() if env is None else env)
     if report.ok:
         findings.append(Finding("ok", "bundle", f"{bundle}: audit passed"))

@@ -46,7 +46,7 @@ from rockbuild.core.errors import (
     UnsafeArchiveError,
     UsageError,
 )
-from rockbuild.core.jobs import FamilyTable
+from rockbuild.core.jobs import DEFAULT_BACKEND, FamilyTable
 from rockbuild.core.records import ManifestRecord
 from rockbuild.dllsearch import outside_shadows, shadow_lines
 from rockbuild.downloader import Downloader, get_text
@@ -55,7 +55,7 @@ from rockbuild.process import ProcessError, child_env, run
 from rockbuild.publish.config import load_publish_config
 
 from . import console
-from .backends import DEFAULT, REGISTRY, get_backend
+from .backends import REGISTRY, get_backend
 from .backends import names as backend_names
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class InstallOptions:
     repo: str = DEFAULT_REPO
     tag: str = "latest"
     target: str = "auto"
-    backend: str = DEFAULT  # rocm | vulkan
+    backend: str = DEFAULT_BACKEND  # rocm | vulkan
     dest: Path | None = None
     api_url: str = DEFAULT_API_URL
     os_name: str | None = None  # default: this machine's
@@ -219,7 +219,7 @@ def _preferred(names: Sequence[str], os_name: str) -> str | None:
 
 
 def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[str, Any] | None, *, target: str | None,
-                 os_name: str, backend: str = DEFAULT, template: str | None = None,
+                 os_name: str, backend: str = DEFAULT_BACKEND, template: str | None = None,
                  os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
     if template is None or os_words is None:
@@ -247,11 +247,11 @@ def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[
         found = choice(list(ours), (), "name")
         if found is None:
             raise NotFoundError(f"release {tag} has no {os_name} {flavour.label} asset; its assets: "
-                                f"{', '.join(sorted(assets)) or 'none'}", hint=f"try --backend {DEFAULT}")
+                                f"{', '.join(sorted(assets)) or 'none'}", hint=f"try --backend {DEFAULT_BACKEND}")
         return found, warnings
     assert target is not None
     jobs = ManifestRecord.of(manifest, f"{tag}'s {MANIFEST_NAME}").jobs if manifest is not None else ()
-    covering = [j for j in jobs if j.os == os_name and (j.backend or DEFAULT) == flavour.name
+    covering = [j for j in jobs if j.os == os_name and (j.backend or DEFAULT_BACKEND) == flavour.name
                 and target in (j.isas or j.targets)]
     covering.sort(key=lambda j: len(j.isas or j.targets))
     for job in covering:

@@ -27,6 +27,7 @@ import bracex
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
 from rockbuild.core.errors import ConfigError, UsageError
 from rockbuild.core.jobs import (
+    DEFAULT_BACKEND,
     DEFAULT_RUNNERS,
     GFX_TARGET_RE,
     MIX,
@@ -38,7 +39,7 @@ from rockbuild.core.jobs import (
     load_families,
 )
 
-from .backends import DEFAULT, get_backend
+from .backends import get_backend
 from .backends import names as backend_names
 from .console import warn
 
@@ -68,7 +69,7 @@ class _Combo:
     target: str  # short name after resolution (gfx110X, gfx1100, gfx1151+gfx1201); "" for a backend not per target
     options: dict[str, Any]
     origin: str  # file:line that created it
-    backend: str = DEFAULT
+    backend: str = DEFAULT_BACKEND
 
 
 def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
@@ -244,7 +245,7 @@ def expand_matrix(
 
     os_node = _axis_values(path, matrix, "os")
     os_values = [_check_os(path, os_node, i, x) for i, x in enumerate(os_node)]
-    backends = [DEFAULT]  # absent: every matrix written before the axis existed keeps its meaning
+    backends = [DEFAULT_BACKEND]  # absent: every matrix written before the axis existed keeps its meaning
     if "backend" in matrix:
         backend_node = _axis_values(path, matrix, "backend")
         backends = [_check_backend(path, backend_node, i, x) for i, x in enumerate(backend_node)]
@@ -279,7 +280,7 @@ def expand_matrix(
         if "backend" in entry:
             wanted["backend"] = _check_backend(path, entry, "backend", entry["backend"])
         if "target" in entry:
-            backend = get_backend(wanted.get("backend", DEFAULT))
+            backend = get_backend(wanted.get("backend", DEFAULT_BACKEND))
             if not backend.per_target:
                 raise ConfigError(f"{where(path, entry, 'target')}: a {backend.label} job is one per OS, not per GPU "
                                   f"target; drop 'target' from this {label} entry")
@@ -311,7 +312,7 @@ def expand_matrix(
             for combo in hit:
                 combo.options = _merge_options(combo.options, extra)
             continue
-        wanted.setdefault("backend", DEFAULT)
+        wanted.setdefault("backend", DEFAULT_BACKEND)
         needed = ("os", "target") if per_target[wanted["backend"]] else ("os",)
         missing = [a for a in needed if a not in wanted]
         if missing and (os_override or target_override):

@@ -29,7 +29,6 @@ from rockbuild.bundle.backend import BundleBackend
 from rockbuild.core.data import suggest
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.jobs import DEFAULT_BACKEND
-from rockbuild.core.records import BundleRecord
 from rockbuild.core.vocabulary import Backends, SmokeDevices
 from rockbuild.llamacpp.backend import BuildBackend
 from rockbuild.smoke.backend import SmokeBackend
@@ -37,6 +36,7 @@ from rockbuild.smoke.backend import SmokeBackend
 if TYPE_CHECKING:
     from rockbuild.bundle.policy import PlatformPolicy
     from rockbuild.core.jobs import FamilyTable
+    from rockbuild.core.records import BundleRecord
     from rockbuild.core.vocabulary import Finding, Gpu
 
 # what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in (the Vulkan
@@ -65,8 +65,6 @@ def foreign_files(root: Path, names: set[str], policy: PlatformPolicy, *, forbid
             failures.append(f"{folder}/ (ROCm kernel data) is in a {flavour} bundle")
     return failures
 
-
-DEFAULT = DEFAULT_BACKEND  # what a matrix without a backend axis, a bundle without bundle.json and `--backend` mean
 
 
 class Backend(BuildBackend, BundleBackend, SmokeBackend, Protocol):
@@ -110,7 +108,7 @@ class Backend(BuildBackend, BundleBackend, SmokeBackend, Protocol):
 def _shipped() -> tuple[str, ...]:
     """The backend modules of this package, by file name: the default first, then by name."""
     found = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-    return tuple(sorted(found, key=lambda name: name != DEFAULT))
+    return tuple(sorted(found, key=lambda name: name != DEFAULT_BACKEND))
 
 
 BACKENDS: tuple[str, ...] = _shipped()  # the backends rockbuild ships: rocm, vulkan
@@ -146,7 +144,7 @@ def bundle_backend(names: Iterable[str], meta: BundleRecord | Mapping[str, Any] 
     another backend's (libggml-vulkan: ``vulkan``). The audit and the smoke ask it of a bundle they are handed."""
     from rockbuild.bundle.policy import name_matches
 
-    recorded = meta.backend if isinstance(meta, BundleRecord) else meta.get("backend") if meta else None
+    recorded = meta.get("backend") if isinstance(meta, Mapping) else meta.backend if meta is not None else None
     if recorded:
         return str(recorded)
     names = list(names)
@@ -154,11 +152,11 @@ def bundle_backend(names: Iterable[str], meta: BundleRecord | Mapping[str, Any] 
     def has(globs: Sequence[str]) -> bool:
         return any(name_matches(n, globs, platform=platform) for n in names)
 
-    if not has(get_backend(DEFAULT).ggml_libraries):
+    if not has(get_backend(DEFAULT_BACKEND).ggml_libraries):
         for backend in all_backends():
-            if backend.name != DEFAULT and backend.ggml_libraries and has(backend.ggml_libraries):
+            if backend.name != DEFAULT_BACKEND and backend.ggml_libraries and has(backend.ggml_libraries):
                 return backend.name
-    return DEFAULT
+    return DEFAULT_BACKEND
 
 
 class _Registry:
@@ -193,6 +191,6 @@ def unregister(name: str) -> None:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT", "REGISTRY", "Backend", "SmokeDevices", "all_backends", "bundle_backend", "get_backend",
+    "BACKENDS", "REGISTRY", "Backend", "SmokeDevices", "all_backends", "bundle_backend", "get_backend",
     "names", "register", "unregister",
 ]

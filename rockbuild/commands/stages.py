@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from rockbuild import console
-from rockbuild.backends import BACKENDS, DEFAULT
+from rockbuild.backends import BACKENDS
 from rockbuild.commands.common import (
     COMPILE,
     CONTEXT,
@@ -28,6 +28,7 @@ from rockbuild.commands.common import (
     show,
     split_list,
 )
+from rockbuild.core.jobs import DEFAULT_BACKEND
 from rockbuild.core.options import CompileFlags, JobSelection, ModelChoice
 
 OS_CHOICE = click.Choice(["linux", "windows"])
@@ -243,7 +244,7 @@ def webui(source_dir: Path | None, ref: str | None, git_url: str | None, inputs_
 @click.option("--rocm", "rocm_root", default=None, type=folder(exists=True),
               help="The ROCm root the build used (TheRock tree, /opt/rocm, or a Debian root); not for Vulkan.")
 @click.option("--targets", default=None, metavar="T[,T]", help="The job's gfx targets (kernel data is pruned to them)")
-@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT, show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
               help="vulkan: no ROCm, no targets; the Vulkan loader and drivers stay the host's. cpu: no GPU backend.")
 @click.option("--os", "os_name", type=OS_CHOICE, default=None,
               help="The build's OS, for a build without a ROCm root to tell it (default: this machine's; windows for "

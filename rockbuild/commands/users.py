@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from rockbuild.backends import BACKENDS, DEFAULT
+from rockbuild.backends import BACKENDS
 from rockbuild.commands.common import JSON, command, file, folder, settings, show
+from rockbuild.core.jobs import DEFAULT_BACKEND
 
 
 @command
@@ -67,7 +68,7 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
 @click.option("--tag", default="latest", show_default=True, help="Release tag, or 'latest'.")
 @click.option("--target", default="auto", show_default=True,
               help="gfx target to install for; auto: this machine's GPU (a discrete one first).")
-@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT, show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
               help="Which flavour of the release to install.")
 @click.option("--dest", type=folder(), default=None, help="Folder to create (default: ./<asset name>).")
 @click.option("--api-url", default=None, metavar="URL",

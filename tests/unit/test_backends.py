@@ -18,7 +18,6 @@ from support.third_backend import CpuBackend
 
 from rockbuild.backends import (
     BACKENDS,
-    DEFAULT,
     REGISTRY,
     Backend,
     all_backends,
@@ -29,7 +28,7 @@ from rockbuild.backends import (
 )
 from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError, ConfigError, UsageError
-from rockbuild.core.jobs import Job
+from rockbuild.core.jobs import DEFAULT_BACKEND, Job
 from rockbuild.core.vocabulary import SmokeDevices
 from rockbuild.llamacpp.cmake import SEED_DEFINITIONS, configure_command
 
@@ -47,7 +46,7 @@ def a_job(backend: str, os_name: str = "linux", **changes) -> Job:
 
 
 def test_the_shipped_backends_are_the_modules_of_the_package_default_first():
-    assert DEFAULT == "rocm"
+    assert DEFAULT_BACKEND == "rocm"
     assert BACKENDS == ("rocm", "cpu", "vulkan") == names()
     assert [b.name for b in all_backends()] == ["rocm", "cpu", "vulkan"]
     assert get_backend("vulkan") is get_backend("vulkan")  # one object per backend
@@ -185,7 +184,7 @@ def test_a_bundle_tells_its_backend_by_bundle_json_else_by_its_ggml_library():
     assert bundle_backend(["libggml-vulkan.so", "llama-cli"], {}, "linux") == "vulkan"
     assert bundle_backend(["libggml-vulkan.so", "libggml-hip.so"], {}, "linux") == "rocm"
     assert bundle_backend(["GGML-VULKAN.DLL"], {}, "windows") == "vulkan"
-    assert bundle_backend(["llama-cli"], {}, "linux") == DEFAULT
+    assert bundle_backend(["llama-cli"], {}, "linux") == DEFAULT_BACKEND
     assert bundle_backend(["libggml-hip.so"], {"backend": "vulkan"}, "linux") == "vulkan"
 
 
