@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +51,18 @@ def imported_from(tree: Path) -> Path:
     out = subprocess.run([sys.executable, "-c", "import rockbuild; print(rockbuild.__file__)"], cwd=tree,
                          env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, check=True)
     return Path(out.stdout.strip()).parent
+
+
+@contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """``rev`` checked out in a temporary git worktree of this repository, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="rockbuild-bench-") as tmp:
+        tree = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=REPO, check=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
 
 
 def run_suite(side: str, tree: Path, paths: list[str]) -> Run:
@@ -84,18 +98,13 @@ def main() -> int:
                               check=True).stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                           check=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="rockbuild-bench-suite-") as tmp:
-        base_tree = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base_tree), base_rev], cwd=REPO, check=True)
-        try:
-            print(f"now: the working tree at {head}; base: {base_rev}; pytest {' '.join(args.paths) or '(testpaths)'}; "
-                  f"{args.pairs} pair(s), now first", flush=True)
-            runs: list[Run] = []
-            for _ in range(args.pairs):
-                runs.append(run_suite("now", REPO, args.paths))
-                runs.append(run_suite("base", base_tree, args.paths))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=REPO, check=False)
+    with worktree(base_rev) as base_tree:
+        print(f"now: the working tree at {head}; base: {base_rev}; pytest {' '.join(args.paths) or '(testpaths)'}; "
+              f"{args.pairs} pair(s), now first", flush=True)
+        runs: list[Run] = []
+        for _ in range(args.pairs):
+            runs.append(run_suite("now", REPO, args.paths))
+            runs.append(run_suite("base", base_tree, args.paths))
 
     now = [r for r in runs if r.side == "now"]
     base = [r for r in runs if r.side == "base"]

@@ -46,3 +46,28 @@ def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(t
     # the baseline's worktree is gone again
     listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True, check=True)
     assert len(listed.stdout.splitlines()) == 1
+
+
+def test_cli_start_times_each_sides_own_rockbuild(tmp_path):
+    """bench/cli_start.py: `python -m rockbuild ARGS` in each tree; the side whose rockbuild starts slower has the
+    larger median, and the ratio says so."""
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    for script in ("suite.py", "cli_start.py"):
+        shutil.copy(REPO / "bench" / script, repo / "bench" / script)
+    (repo / "rockbuild").mkdir()
+    (repo / "rockbuild" / "__init__.py").write_text("DELAY = 0.0\n")
+    (repo / "rockbuild" / "__main__.py").write_text("import time\nimport rockbuild\ntime.sleep(rockbuild.DELAY)\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / "rockbuild" / "__init__.py").write_text("DELAY = 0.2\n")  # now: slower to start, uncommitted
+
+    result = subprocess.run([sys.executable, str(repo / "bench" / "cli_start.py"), "--base", "HEAD", "--runs", "2"],
+                            cwd=repo, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr + result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("  rockbuild ")]
+    assert [row.split()[1] for row in rows] == ["--version", "--help", "matrix"], result.stdout
+    assert all(float(row.rsplit(" ", 1)[1]) > 1.5 for row in rows), result.stdout
+    listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True, check=True)
+    assert len(listed.stdout.splitlines()) == 1
