@@ -4,13 +4,16 @@ Baseline: the tree at ``--base`` (default 9c70116, the commit issue 40 was filed
 now: this checkout's working tree. Each run is ``python -m pytest -q -p no:cacheprovider --durations=0
 --durations-min=0 [PATHS]`` in its tree with PYTHONPATH set to it, so the tree's own rockbuild is imported (also by
 the ``rockbuild`` processes the tests start). The runs alternate, now first, ``--pairs`` times. Printed: each run's
-wall seconds and outcome, the median wall of each side and their ratio (now / base: below 1 is faster), and the
-test files whose summed durations moved most (a file of only one side is listed as new or gone).
+wall seconds and outcome, the median wall of each side and their ratio (now / base: below 1 is faster), the tests
+that failed, the tests both sides run (a test is the same test in a file that moved to another folder: same file
+name, same test name) summed on each side with their ratio, the tests only one side has, and the test files whose
+summed durations moved most (a file of only one side is listed as new or gone).
 
     python bench/suite.py [--base REV] [--pairs N] [PATHS...]   # PATHS default: the README's command (everything)
     python bench/suite.py --pairs 3 tests/unit                   # the unit suite alone
 
-The two sides run different tests where the suite changed between them: read the counts beside the ratio.
+The two sides run different tests where the suite changed between them: the whole-suite ratio counts the tests added
+since the baseline; the ratio of the tests both run does not.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_BASE = "9c70116"  # issue 40 filed: the suite before its changes
 
-_DURATION = re.compile(r"^(\d+\.\d+)s (?:setup|call|teardown)\s+(\S+?)::")
+_DURATION = re.compile(r"^(\d+\.\d+)s (?:setup|call|teardown)\s+(\S+?)::(\S.*)$")
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)")
 _OUTCOME = re.compile(r"^=*\s*(.*\b(?:passed|failed|error)\b.*) in ([\d.]+)s")
 
 
@@ -44,6 +48,8 @@ class Run:
     rc: int
     outcome: str
     files: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, float] = field(default_factory=dict)  # node id -> summed setup, call and teardown
+    failed: list[str] = field(default_factory=list)
 
 
 def imported_from(tree: Path) -> Path:
@@ -75,15 +81,36 @@ def run_suite(side: str, tree: Path, paths: list[str]) -> Run:
     proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
     files: dict[str, float] = defaultdict(float)
+    tests: dict[str, float] = defaultdict(float)
+    failed: list[str] = []
     outcome = ""
     for line in proc.stdout.splitlines():
         if m := _DURATION.match(line):
             files[m.group(2)] += float(m.group(1))
+            tests[f"{m.group(2)}::{m.group(3).strip()}"] += float(m.group(1))
+        elif m := _FAILED.match(line):
+            failed.append(m.group(1))
         elif m := _OUTCOME.match(line):
             outcome = m.group(1).strip("= ")
-    run = Run(side, wall, proc.returncode, outcome or f"rc {proc.returncode}", dict(files))
+    run = Run(side, wall, proc.returncode, outcome or f"rc {proc.returncode}", dict(files), dict(tests), failed)
     print(f"  {side:4} {wall:8.1f} s  rc {proc.returncode}  {run.outcome}", flush=True)
     return run
+
+
+def paired(now: dict[str, float], base: dict[str, float]) -> dict[str, str]:
+    """The tests both sides run, as now's node id -> base's: the same id, or else the same file name and test name in
+    another folder (a file that moved, tests/unit/test_x.py -> tests/integration/test_x.py), where that is one test."""
+    pairs = {t: t for t in now if t in base}
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for t in base:
+        if t not in pairs.values():
+            by_name[Path(t.split("::")[0]).name + "::" + t.split("::", 1)[1]].append(t)
+    for t in now:
+        if t not in pairs:
+            same = by_name.get(Path(t.split("::")[0]).name + "::" + t.split("::", 1)[1], [])
+            if len(same) == 1:
+                pairs[t] = same[0]
+    return pairs
 
 
 def main() -> int:
@@ -113,9 +140,38 @@ def main() -> int:
     pairs = ", ".join(f"{n.wall / b.wall:.3f}" for n, b in zip(now, base, strict=True))
     print(f"now / base: {now_wall / base_wall:.3f}" + (f" (each pair: {pairs})" if len(now) > 1 else ""))
 
+    for side in (now, base):
+        for name in sorted({f for r in side for f in r.failed}):
+            print(f"  failed ({side[0].side}): {name}")
+
     def per_file(side: list[Run]) -> dict[str, float]:
         names = {name for r in side for name in r.files}
         return {name: statistics.median(r.files.get(name, 0.0) for r in side) for name in names}
+
+    def per_test(side: list[Run]) -> dict[str, float]:
+        names = {name for r in side for name in r.tests}
+        return {name: statistics.median(r.tests.get(name, 0.0) for r in side) for name in names}
+
+    now_tests, base_tests = per_test(now), per_test(base)
+    both = paired(now_tests, base_tests)
+    only_now = set(now_tests) - set(both)
+    only_base = set(base_tests) - set(both.values())
+    common_now = sum(now_tests[t] for t in both)
+    common_base = sum(base_tests[t] for t in both.values())
+    print(f"\nthe {len(both)} tests both sides run (summed setup, call and teardown; median over the runs): "
+          f"now {common_now:.1f} s, base {common_base:.1f} s, now / base: {common_now / max(common_base, 1e-9):.3f}")
+    print(f"tests only now: {len(only_now)}, {sum(now_tests[t] for t in only_now):.1f} s; tests only in base: "
+          f"{len(only_base)}, {sum(base_tests[t] for t in only_base):.1f} s")
+    by_file: dict[str, float] = defaultdict(float)
+    for t in only_now:
+        by_file[t.split("::")[0]] += now_tests[t]
+    for name, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"  only now: {name}: {seconds:.1f} s")
+    slower = sorted(both, key=lambda t: -(now_tests[t] - base_tests[both[t]]))
+    for t in slower[: args.top]:
+        delta = now_tests[t] - base_tests[both[t]]
+        if delta > 0.5:
+            print(f"  slower: {t}: {base_tests[both[t]]:.1f} -> {now_tests[t]:.1f} s ({delta:+.1f})")
 
     now_files, base_files = per_file(now), per_file(base)
     moved = sorted(set(now_files) | set(base_files),

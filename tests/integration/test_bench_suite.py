@@ -33,16 +33,26 @@ def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(t
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
     (repo / "rockbuild" / "__init__.py").write_text("DELAY = 1.5\n")  # now: slower, uncommitted
+    # now, too: test_fast moved to a folder of its own (still the same test), and one test is new
+    (repo / "tests" / "sub").mkdir()
+    (repo / "tests" / "test_fast.py").rename(repo / "tests" / "sub" / "test_fast.py")
+    (repo / "tests" / "test_new.py").write_text("def test_new():\n    assert True\n")
 
     result = subprocess.run([sys.executable, str(repo / "bench" / "suite.py"), "--base", "HEAD", "--pairs", "1",
                              "tests"], cwd=repo, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr + result.stdout
     out = result.stdout
-    assert "2 passed" in out and "now / base: " in out
+    assert "3 passed" in out and "2 passed" in out and "now / base: " in out
     ratio = float(out.split("now / base: ")[1].split()[0])
     assert ratio > 1.0, out
     moved = out.split("test files that moved most")[1].splitlines()
     assert moved[1].startswith("  tests/test_slow.py: 0.0 -> 1.5 s"), out
+    # the tests both sides run: test_slow and the moved test_fast; test_new only now
+    both = out.split("the 2 tests both sides run")[1].splitlines()[0]
+    assert float(both.split("now / base: ")[1]) > 10, out
+    assert "tests only now: 1," in out and "tests only in base: 0," in out, out
+    assert "  only now: tests/test_new.py: " in out, out
+    assert "  slower: tests/test_slow.py::test_slow: 0.0 -> 1.5 s" in out, out
     # the baseline's worktree is gone again
     listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True, check=True)
     assert len(listed.stdout.splitlines()) == 1
