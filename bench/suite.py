@@ -11,6 +11,7 @@ summed durations moved most (a file of only one side is listed as new or gone).
 
     python bench/suite.py [--base REV] [--pairs N] [PATHS...]   # PATHS default: the README's command (everything)
     python bench/suite.py --pairs 3 tests/unit                   # the unit suite alone
+    python bench/suite.py --save runs.json                       # also every run's seconds per test, as JSON
 
 The two sides run different tests where the suite changed between them: the whole-suite ratio counts the tests added
 since the baseline; the ratio of the tests both run does not.
@@ -19,6 +20,7 @@ since the baseline; the ratio of the tests both run does not.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -29,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -118,6 +120,7 @@ def main() -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help=f"the baseline commit (default {DEFAULT_BASE})")
     parser.add_argument("--pairs", type=int, default=2, help="runs of each side, in turn (default 2)")
     parser.add_argument("--top", type=int, default=12, help="test files listed by how far they moved (default 12)")
+    parser.add_argument("--save", type=Path, help="also write every run's per-test seconds to this JSON file")
     parser.add_argument("paths", nargs="*", help="what pytest runs (default: its testpaths, the README's command)")
     args = parser.parse_args()
 
@@ -133,6 +136,8 @@ def main() -> int:
             runs.append(run_suite("now", REPO, args.paths))
             runs.append(run_suite("base", base_tree, args.paths))
 
+    if args.save:
+        args.save.write_text(json.dumps({"now": head, "base": base_rev, "runs": [asdict(r) for r in runs]}, indent=1))
     now = [r for r in runs if r.side == "now"]
     base = [r for r in runs if r.side == "base"]
     now_wall, base_wall = statistics.median(r.wall for r in now), statistics.median(r.wall for r in base)

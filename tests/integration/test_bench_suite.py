@@ -3,6 +3,7 @@ rockbuild package and tests, in git) where the working tree made one test slower
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -38,8 +39,9 @@ def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(t
     (repo / "tests" / "test_fast.py").rename(repo / "tests" / "sub" / "test_fast.py")
     (repo / "tests" / "test_new.py").write_text("def test_new():\n    assert True\n")
 
+    saved = tmp_path / "runs.json"
     result = subprocess.run([sys.executable, str(repo / "bench" / "suite.py"), "--base", "HEAD", "--pairs", "1",
-                             "tests"], cwd=repo, capture_output=True, text=True, timeout=120)
+                             "--save", str(saved), "tests"], cwd=repo, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr + result.stdout
     out = result.stdout
     assert "3 passed" in out and "2 passed" in out and "now / base: " in out
@@ -53,6 +55,11 @@ def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(t
     assert "tests only now: 1," in out and "tests only in base: 0," in out, out
     assert "  only now: tests/test_new.py: " in out, out
     assert "  slower: tests/test_slow.py::test_slow: 0.0 -> 1.5 s" in out, out
+    # --save: each run's seconds per test
+    runs = json.loads(saved.read_text())["runs"]
+    assert [r["side"] for r in runs] == ["now", "base"]
+    assert runs[0]["tests"]["tests/test_slow.py::test_slow"] > 1.4 > runs[1]["tests"]["tests/test_slow.py::test_slow"]
+    assert "tests/sub/test_fast.py::test_fast" in runs[0]["tests"] and "tests/test_new.py::test_new" in runs[0]["tests"]
     # the baseline's worktree is gone again
     listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True, check=True)
     assert len(listed.stdout.splitlines()) == 1
