@@ -49,7 +49,7 @@ from .backend import BundleBackend
 from .elf import ELF_MAGIC, ElfInfo, elf_machine, highest_versions, read_elf, version_key
 from .fatbin import FatbinReport
 from .kpack import kpack_refs
-from .pe import PeInfo, is_pe, read_pe
+from .pe import PeInfo, is_pe, opened_pe, read_pe
 from .policy import BundlePolicy, PlatformPolicy, name_matches
 
 BUNDLE_JSON = "bundle.json"
@@ -291,15 +291,15 @@ def _dynamic_symbols(path: Path) -> tuple[set[str], dict[str, set[str]]] | None:
         if is_pe(path):
             import pefile
 
-            pe = pefile.PE(str(path), fast_load=True)
-            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"],
-                                                   pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"]])
-            exports = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
-            exported = {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
-            imported: dict[str, set[str]] = {}
-            for entry in getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()):
-                names = {i.name.decode("ascii", "replace") for i in entry.imports if i.name}
-                imported.setdefault(entry.dll.decode("ascii", "replace").lower(), set()).update(names)
+            with opened_pe(path) as pe:
+                pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"],
+                                                       pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"]])
+                exports = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
+                exported = {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
+                imported: dict[str, set[str]] = {}
+                for entry in getattr(pe, "DIRECTORY_ENTRY_IMPORT", ()):
+                    names = {i.name.decode("ascii", "replace") for i in entry.imports if i.name}
+                    imported.setdefault(entry.dll.decode("ascii", "replace").lower(), set()).update(names)
             return exported, imported
         from elftools.elf.elffile import ELFFile
         from elftools.elf.sections import SymbolTableSection

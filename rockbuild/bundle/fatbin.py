@@ -279,17 +279,17 @@ def fatbin_section(path: Path) -> tuple[int, int] | None:
         if fh.read(2) == b"MZ":
             import pefile
 
+            from .pe import opened_pe
+
             try:
-                pe = pefile.PE(str(path), fast_load=True)
+                with opened_pe(path) as pe:
+                    for sec in pe.sections:
+                        if sec.Name.rstrip(b"\0").decode("ascii", "replace") in (SECTION, SECTION[:8]):
+                            return (sec.PointerToRawData,
+                                    min(sec.Misc_VirtualSize or sec.SizeOfRawData, sec.SizeOfRawData))
+                    return None
             except pefile.PEFormatError as exc:
                 raise BundleError(f"{path}: cannot read its sections ({exc})") from None
-            try:
-                for sec in pe.sections:
-                    if sec.Name.rstrip(b"\0").decode("ascii", "replace") in (SECTION, SECTION[:8]):
-                        return sec.PointerToRawData, min(sec.Misc_VirtualSize or sec.SizeOfRawData, sec.SizeOfRawData)
-                return None
-            finally:
-                pe.close()
         fh.seek(0)
         try:
             section = ELFFile(fh).get_section_by_name(SECTION)

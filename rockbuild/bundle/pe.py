@@ -9,9 +9,11 @@ case-insensitively, as on Windows. System DLLs (the policy's ``windows.system`` 
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,20 +57,32 @@ def is_pe(path: Path) -> bool:
         return False
 
 
+@contextmanager
+def opened_pe(path: Path) -> Iterator[pefile.PE]:
+    """``path``'s headers parsed by pefile (fast_load: parse the directories you need) over a read-only map of the
+    file, which is closed afterwards. Not pefile's own file opening: its PE.close() runs a full garbage collection
+    each time, 20-35 ms in a process holding many objects, which made reading a Windows bundle's PE files take
+    ten times as long. Raises pefile.PEFormatError for a file that is not one."""
+    with open(path, "rb") as fh:
+        try:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            raise pefile.PEFormatError("empty file") from None
+        with mapped:
+            yield pefile.PE(data=mapped, fast_load=True)
+
+
 def read_pe(path: Path) -> PeInfo | None:
     """Imports and delay-load imports of a PE file; None when it is not one. A broken PE is a BundleError."""
     if not is_pe(path):
         return None
     try:
-        pe = pefile.PE(str(path), fast_load=True)
-        try:
+        with opened_pe(path) as pe:
             pe.parse_data_directories(directories=_IMPORT_DIRECTORIES)
             imports = tuple(e.dll.decode("ascii", "replace") for e in getattr(pe, "DIRECTORY_ENTRY_IMPORT", []))
             delay = tuple(e.dll.decode("ascii", "replace") for e in getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", []))
             machine = MACHINES.get(pe.FILE_HEADER.Machine, hex(pe.FILE_HEADER.Machine))
             is_dll = bool(pe.FILE_HEADER.Characteristics & pefile.IMAGE_CHARACTERISTICS["IMAGE_FILE_DLL"])
-        finally:
-            pe.close()
     except pefile.PEFormatError as exc:
         raise BundleError(f"{path} is not a valid PE file ({exc}); is the build complete?") from None
     return PeInfo(path, machine, is_dll, imports, delay)
