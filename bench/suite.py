@@ -102,16 +102,17 @@ def run_suite(side: str, tree: Path, paths: list[str]) -> Run:
 def paired(now: dict[str, float], base: dict[str, float]) -> dict[str, str]:
     """The tests both sides run, as now's node id -> base's: the same id, or else the same file name and test name in
     another folder (a file that moved, tests/unit/test_x.py -> tests/integration/test_x.py), where that is one test."""
+    def moved(node: str) -> str:  # the file's name without its folder, and the test
+        path, test = node.split("::", 1)
+        return f"{Path(path).name}::{test}"
+
     pairs = {t: t for t in now if t in base}
     by_name: dict[str, list[str]] = defaultdict(list)
-    for t in base:
-        if t not in pairs.values():
-            by_name[Path(t.split("::")[0]).name + "::" + t.split("::", 1)[1]].append(t)
-    for t in now:
-        if t not in pairs:
-            same = by_name.get(Path(t.split("::")[0]).name + "::" + t.split("::", 1)[1], [])
-            if len(same) == 1:
-                pairs[t] = same[0]
+    for t in base.keys() - pairs.keys():
+        by_name[moved(t)].append(t)
+    for t in now.keys() - pairs.keys():
+        if len(same := by_name.get(moved(t), [])) == 1:
+            pairs[t] = same[0]
     return pairs
 
 
@@ -149,15 +150,11 @@ def main() -> int:
         for name in sorted({f for r in side for f in r.failed}):
             print(f"  failed ({side[0].side}): {name}")
 
-    def per_file(side: list[Run]) -> dict[str, float]:
-        names = {name for r in side for name in r.files}
-        return {name: statistics.median(r.files.get(name, 0.0) for r in side) for name in names}
+    def medians(side: list[Run], seconds: str) -> dict[str, float]:  # seconds: "files" or "tests"
+        names = {name for r in side for name in getattr(r, seconds)}
+        return {name: statistics.median(getattr(r, seconds).get(name, 0.0) for r in side) for name in names}
 
-    def per_test(side: list[Run]) -> dict[str, float]:
-        names = {name for r in side for name in r.tests}
-        return {name: statistics.median(r.tests.get(name, 0.0) for r in side) for name in names}
-
-    now_tests, base_tests = per_test(now), per_test(base)
+    now_tests, base_tests = medians(now, "tests"), medians(base, "tests")
     both = paired(now_tests, base_tests)
     only_now = set(now_tests) - set(both)
     only_base = set(base_tests) - set(both.values())
@@ -178,7 +175,7 @@ def main() -> int:
         if delta > 0.5:
             print(f"  slower: {t}: {base_tests[both[t]]:.1f} -> {now_tests[t]:.1f} s ({delta:+.1f})")
 
-    now_files, base_files = per_file(now), per_file(base)
+    now_files, base_files = medians(now, "files"), medians(base, "files")
     moved = sorted(set(now_files) | set(base_files),
                    key=lambda f: -abs(now_files.get(f, 0.0) - base_files.get(f, 0.0)))
     print("\ntest files that moved most (summed setup, call and teardown; median over the runs):")

@@ -264,7 +264,7 @@ def serving(args: list[str], *, cwd: Path, env: Mapping[str, str], log: Path, ba
                         break
                 except requests.RequestException:
                     pass
-                time.sleep(0.1)  # as run_server polls: a stand-in server is up in ~0.3 s
+                time.sleep(0.1)  # as run_server polls /health
         yield why
     finally:
         stop(proc)
