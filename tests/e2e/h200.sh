@@ -132,7 +132,9 @@ split_model() {
     model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
 from rockbuild.smoke.config import load_smoke_config
 from rockbuild.smoke.models import provide_model
-print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config(), quiet=True).path)')
+from rockbuild.console import quieted
+with quieted():
+    print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config()).path)')
     for d in /.h200m/ /.h200n/; do grep -qx "$d" "$REPO/.git/info/exclude" || echo "$d" >> "$REPO/.git/info/exclude"; done
     rm -rf "$REPO/.h200m" "$REPO/.h200n" && mkdir -p "$REPO/.h200m" "$REPO/.h200n/wheels"
     tar -C "$WORK/out/linux-vulkan" -cf - bundle | xz -9 -T2 > "$REPO/.h200n/bundle.tar.xz"

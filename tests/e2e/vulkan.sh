@@ -305,7 +305,9 @@ numerics_vulkan() {
     model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
 from rockbuild.smoke.config import load_smoke_config
 from rockbuild.smoke.models import provide_model
-print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config(), quiet=True).path)')
+from rockbuild.console import quieted
+with quieted():
+    print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config()).path)')
     cp -u "$model" "$MODELS/$name"
     mkdir -p "$MODELS/wrong"
     "$REPO/.venv/bin/python" "$REPO/tests/e2e/wrong_model.py" "$MODELS/$name" "$MODELS/wrong/$name" --scale output_norm.weight=-1

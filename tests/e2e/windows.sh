@@ -200,7 +200,9 @@ ensure_smollm2() {
     model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
 from rockbuild.smoke.config import load_smoke_config
 from rockbuild.smoke.models import provide_model
-print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config(), quiet=True).path)')
+from rockbuild.console import quieted
+with quieted():
+    print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config()).path)')
     cp "$model" "$MODELS/$name"
 }
 

@@ -1,0 +1,113 @@
+"""The Python that tests/e2e's shell scripts embed (``python -c '...'`` and ``python - <<'EOF'`` blocks) calls the
+rockbuild it runs against: every ``from rockbuild... import NAME`` must exist, and every call of such a name must
+bind to its signature. A refactor that drops a keyword (``provide_model(quiet=)``) fails here, not in a root an hour
+into an e2e run."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+E2E = Path(__file__).resolve().parents[1] / "e2e"
+SCRIPTS = sorted(E2E.glob("*.sh"))
+
+# a heredoc fed to a python: `python3 - ARGS <<'TAG'` ... TAG (quoted tags only: the shell expands nothing inside)
+_HEREDOC = re.compile(r"python3?\b[^\n]*<<-?'(\w+)'\n(.*?)\n\s*\1\n", re.S)
+# `python -c '...'`: a single-quoted program (no escapes in single quotes)
+_DASH_C = re.compile(r"python3?\"?\s+-c\s+'([^']*)'")
+
+
+def embedded_programs(text: str) -> list[tuple[int, str]]:
+    """(line, source) of each Python program the script embeds that imports rockbuild."""
+    found = []
+    for m in _HEREDOC.finditer(text):
+        found.append((text.count("\n", 0, m.start(2)) + 1, m.group(2)))
+    for m in _DASH_C.finditer(text):
+        found.append((text.count("\n", 0, m.start(1)) + 1, m.group(1)))
+    return [(line, src) for line, src in found if "rockbuild" in src]
+
+
+def _resolve(module: Any, dotted: list[str]) -> Any:
+    obj = module
+    for part in dotted:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def call_breaks(source: str) -> list[str]:
+    """What in one embedded program would fail against the installed rockbuild: a missing module or name, a call
+    that does not bind."""
+    tree = ast.parse(source)
+    names: dict[str, Any] = {}
+    breaks = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rockbuild"):
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError as e:
+                breaks.append(f"cannot import {node.module}: {e}")
+                continue
+            for alias in node.names:
+                obj = getattr(module, alias.name, None)
+                if obj is None:
+                    try:  # a submodule
+                        obj = importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        breaks.append(f"{node.module}.{alias.name} does not exist")
+                        continue
+                names[alias.asname or alias.name] = obj
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        chain: list[str] = []
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            chain.insert(0, func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id not in names:
+            continue
+        target = _resolve(names[func.id], chain)
+        label = ".".join([func.id, *chain])
+        if target is None:
+            breaks.append(f"{label} does not exist")
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            continue
+        try:
+            sig = inspect.signature(target)
+        except (TypeError, ValueError):
+            continue
+        try:
+            sig.bind(*([None] * len(node.args)), **{k.arg: None for k in node.keywords if k.arg})
+        except TypeError as e:
+            breaks.append(f"{label}(): {e}")
+    return breaks
+
+
+def test_the_scripts_embed_rockbuild_calls() -> None:
+    # the extractor must find what it guards: the model step of h200.sh, vulkan.sh and windows.sh at least
+    found = {s.name for s in SCRIPTS if any("provide_model" in src for _, src in embedded_programs(s.read_text()))}
+    assert {"h200.sh", "vulkan.sh", "windows.sh"} <= found
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_embedded_python_calls_bind_to_rockbuild(script: Path) -> None:
+    breaks = [f"{script.name}:{line}: {b}" for line, src in embedded_programs(script.read_text())
+              for b in call_breaks(src)]
+    assert not breaks, "\n".join(breaks)
+
+
+def test_a_dropped_keyword_is_caught() -> None:
+    src = ("from rockbuild.smoke.models import provide_model\n"
+           "provide_model('smollm2', context=None, smoke={}, quiet=True)\n")
+    assert call_breaks(src) == ["provide_model(): got an unexpected keyword argument 'quiet'"]
+    assert call_breaks("from rockbuild.smoke.models import no_such_thing\n") == [
+        "rockbuild.smoke.models.no_such_thing does not exist"]
