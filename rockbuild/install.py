@@ -47,7 +47,7 @@ from rockbuild.core.errors import (
     UsageError,
 )
 from rockbuild.core.jobs import DEFAULT_BACKEND, FamilyTable
-from rockbuild.core.records import ManifestRecord
+from rockbuild.core.records import FailedJob, ManifestRecord
 from rockbuild.dllsearch import outside_shadows, shadow_lines
 from rockbuild.downloader import Downloader, get_text
 from rockbuild.gpu import read_kfd_gpus
@@ -454,6 +454,29 @@ def verify_attestation(asset: Path, repo: str, context: Context, *, required: bo
     return f"verified with gh attestation verify --repo {repo}"
 
 
+def _release_and_manifest(api_url: str, repo: str, tag: str) -> tuple[dict[str, Any], ManifestRecord | None]:
+    """The release ``tag`` and its manifest.json (None: none, or not a valid one: said in a warning)."""
+    release = fetch_release(api_url, repo, tag)
+    assets = {str(a.get("name")): a for a in release["assets"] if isinstance(a, Mapping)}
+    if MANIFEST_NAME not in assets:
+        return release, None
+    try:  # outside input: one that is not a valid manifest.json is set aside, with a warning
+        return release, ManifestRecord.loads(_text_asset(assets, MANIFEST_NAME) or "",
+                                             f"{MANIFEST_NAME} of {release.get('tag_name')}")
+    except RecordError as exc:
+        console.warn(f"{exc.message}; choosing the asset by its name")
+        return release, None
+
+
+def missing_job(manifest: ManifestRecord | None, *, target: str | None, os_name: str) -> FailedJob | None:
+    """The job of ``manifest``'s failed ones that would have covered ``target`` on ``os_name`` (its id names the
+    target or its family), or None."""
+    if manifest is None or target is None:
+        return None
+    ids = {f"{os_name}-{target}", f"{os_name}-{asset_family(target)}"}
+    return next((j for j in manifest.failed_jobs if j.id in ids), None)
+
+
 def install(options: InstallOptions) -> InstallReport:
     """Install the asset that fits (see the module docstring). Raises a RockbuildError, one line, on any refusal."""
     known = backend_names()
@@ -468,16 +491,21 @@ def install(options: InstallOptions) -> InstallReport:
         if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
             raise UsageError(f"--target {target!r} is not a gfx target{suggest(target, table.known_names)}")
     say = console.info
-    release = fetch_release(options.api_url, options.repo, options.tag)
+    release, manifest = _release_and_manifest(options.api_url, options.repo, options.tag)
     tag = str(release.get("tag_name"))
+    try:
+        chosen, warnings = choose_asset(release, manifest, target=target, os_name=os_name, backend=options.backend)
+    except NotFoundError:
+        # the newest release went out without this job (llama.cpp broke it): its last build is in the release named
+        missing = missing_job(manifest, target=target, os_name=os_name) if options.tag == "latest" else None
+        if missing is None or not missing.last_release:
+            raise
+        console.warn(f"release {tag} went out without {missing.id} ({missing.cause or 'it'} broke it: "
+                     f"{missing.reason}); installing its last build, from release {missing.last_release}")
+        release, manifest = _release_and_manifest(options.api_url, options.repo, missing.last_release)
+        tag = str(release.get("tag_name"))
+        chosen, warnings = choose_asset(release, manifest, target=target, os_name=os_name, backend=options.backend)
     assets = {str(a.get("name")): a for a in release["assets"] if isinstance(a, Mapping)}
-    manifest: ManifestRecord | None = None
-    if MANIFEST_NAME in assets:  # outside input: one that is not a valid manifest.json is set aside, with a warning
-        try:
-            manifest = ManifestRecord.loads(_text_asset(assets, MANIFEST_NAME) or "", f"{MANIFEST_NAME} of {tag}")
-        except RecordError as exc:
-            console.warn(f"{exc.message}; choosing the asset by its name")
-    chosen, warnings = choose_asset(release, manifest, target=target, os_name=os_name, backend=options.backend)
     for w in warnings:
         console.warn(w)
     base = chosen.name[: -len(".tar.gz")] if chosen.name.endswith(".tar.gz") else chosen.name[: -len(".zip")]

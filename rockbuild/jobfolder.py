@@ -14,6 +14,8 @@ the folder itself::
                  gpu-smoke.json  the smoke test on a real GPU, with the release's llama-bench figures (CI's GPU leg)
                  stages.json  each stage's input fingerprint and result, (:class:`rockbuild.pipeline.stages.StageLog`)
                  fallback.json  the newest ROCm failed and the job ran on its group's last good one: what failed, why
+                 triage.json  the job failed: which input broke it (llama.cpp, ROCm, the machine), the builds that
+                              showed it, the llama.cpp bisect (rockbuild.nightly.triage)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rockbuild.core.records import (
     LlamaCpp,
     SmokeRecord,
     StagesRecord,
+    TriageRecord,
 )
 
 from . import __version__
@@ -82,6 +85,7 @@ class JobFolder:
     stages_json = _At("stages.json")
     legacy_stages_json = _At("night.json")  # the stage log's name before the rename (issue 40): read, then replaced
     fallback_json = _At("fallback.json")  # the night's retry on the last good ROCm (rockbuild.nightly.run)
+    triage_json = _At("triage.json")  # which input broke the job, and the llama.cpp bisect (rockbuild.nightly.triage)
 
     def create(self) -> JobFolder:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -112,6 +116,9 @@ class JobFolder:
 
     def fallback(self) -> FallbackRecord | None:
         return FallbackRecord.read(self.fallback_json)
+
+    def triage(self) -> TriageRecord | None:
+        return TriageRecord.read(self.triage_json)
 
     def programs_dir(self, build: BuildRecord | None = None) -> Path:
         """Where the job's programs and libraries are (``build``: its build.json, read when not given): bin/ for a

@@ -38,6 +38,7 @@ from rockbuild.core.jobs import (
     Job,
     load_families,
 )
+from rockbuild.core.options import SHIP_MODES, RegressionPolicy
 
 from .backends import get_backend
 from .backends import names as backend_names
@@ -216,7 +217,9 @@ def expand_matrix(
         raise ConfigError(f"{path}: the matrix file is empty")
     if not isinstance(doc, YDict):
         raise ConfigError(f"{where(path, doc)}: a matrix file is a mapping with 'options' and 'matrix'")
-    check_keys(path, doc, ("options", "matrix"), "the matrix file")
+    check_keys(path, doc, ("options", "matrix", "regressions"), "the matrix file")
+    if "regressions" in doc:
+        regression_policy(doc, path)  # checked with the rest: `rockbuild matrix` names a bad value
     if "matrix" not in doc:
         raise ConfigError(f"{where(path, doc)}: the matrix file needs a 'matrix' section")
 
@@ -376,6 +379,34 @@ def _with_common_parts(made: Sequence[tuple[Job, _Combo]], options: dict[str, An
                    runner=_runner_for(options, os_name), common_for=tuple(ids))
                for os_name, ids in on_common.items()]
     return [*commons, *jobs]
+
+
+def regression_policy(doc: Any, path: Path) -> RegressionPolicy:
+    """The matrix file's ``regressions:`` section (absent: the defaults), checked key by key."""
+    node = doc.get("regressions") if isinstance(doc, YDict) else None
+    if node is None:
+        return RegressionPolicy()
+    expect_type(path, doc, "regressions", node, YDict, "regressions")
+    check_keys(path, node, ("bisect_steps", "bisect_minutes", "ship"), "regressions")
+    values: dict[str, Any] = {}
+    for key in ("bisect_steps", "bisect_minutes"):
+        if key in node:
+            value = node[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{where(path, node, key)}: regressions.{key} must be a whole number >= 0, "
+                                  f"not {value!r}")
+            values[key] = value
+    if "ship" in node:
+        if node["ship"] not in SHIP_MODES:
+            raise ConfigError(f"{where(path, node, 'ship')}: regressions.ship must be one of "
+                              f"{', '.join(SHIP_MODES)}, not {node['ship']!r}{suggest(str(node['ship']), SHIP_MODES)}")
+        values["ship"] = str(node["ship"])
+    return RegressionPolicy(**values)
+
+
+def load_regression_policy(path: Path | None = None) -> RegressionPolicy:
+    """The ``regressions:`` of a matrix file (default: the shipped ``config/nightly.yaml``)."""
+    return load_data_file(path, "nightly.yaml", regression_policy)
 
 
 def load_matrix(

@@ -185,11 +185,13 @@ def night_data(selection: JobSelection, publish_config: Path | None = None,
                patches_file: Path | None = None) -> NightData:
     """What a night reads from the data files (-c, --os, --target, --publish-config, --patches), loaded once
     here."""
+    from rockbuild.matrix import load_regression_policy
     from rockbuild.nightly import NightData
 
     files = settings().but(publish_file=publish_config, patches_file=patches_file)
     return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
-                     policy=files.policy, programs=files.programs, patches=files.patch_series)
+                     policy=files.policy, programs=files.programs, patches=files.patch_series,
+                     regressions=load_regression_policy(settings().but(matrix_file=selection.matrix_file).matrix_file))
 
 
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:

@@ -66,3 +66,19 @@ class CompileFlags:
     patch_series: Path | None = None  # another patch series (--patches FILE); None: patches/patches.yaml
     common: Path | None = None  # --common DIR: the job folder of the OS's common part; compile the GPU library alone
 
+
+
+SHIP_MODES = ("missing", "blocked")
+"""What a night does with a job that llama.cpp broke (the matrix's ``regressions: ship``): ``missing`` publishes the
+other jobs, the failed one named with the release that last had it; ``blocked``: a required job blocks the release."""
+
+
+@dataclass(frozen=True)
+class RegressionPolicy:
+    """The matrix's ``regressions:`` (docs/commands.md, "When a night breaks"): how far a night bisects llama.cpp for
+    a job that tonight's commit broke (at most ``bisect_steps`` builds and ``bisect_minutes`` minutes; 0 steps: no
+    bisect) and what it ships (one of :data:`SHIP_MODES`)."""
+
+    bisect_steps: int = 8
+    bisect_minutes: int = 120
+    ship: str = SHIP_MODES[0]

@@ -53,6 +53,7 @@ BUILD_SCHEMA = 1
 """build.json's ``schema`` (the build driver and JobFolder.record_failure both write this one)."""
 STAGES_SCHEMA = 1
 FALLBACK_SCHEMA = 1
+TRIAGE_SCHEMA = 1
 INPUTS_SCHEMA = 1
 MANIFEST_SCHEMA = 1
 SMOKE_SCHEMA = 1
@@ -982,6 +983,80 @@ class FallbackRecord(Record):
     result: str | None = None
 
 
+CAUSES = ("llama.cpp", "rocm", "machine", "unknown")
+"""What a failed job's triage can blame (rockbuild.nightly.triage): the llama.cpp commit, the ROCm nightly, the machine
+(the same inputs passed before), or nothing it could prove."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TriageTrial(Record):
+    """One build the triage or a llama.cpp bisect made: which llama.cpp on which ROCm, and how it ended."""
+
+    llama_commit: str
+    rocm: str | None = None  # the tarball's name (None: a job that takes no ROCm)
+    verdict: str  # good | bad
+    failed_stage: str | None = None
+    message: str | None = None
+    seconds: float = 0.0
+    subject: str | None = None  # the commit's subject line (a bisect step)
+    folder: str | None = None
+    ccache: Mapping[str, Any] | None = None  # build.json's ccache figures of the step: hits, misses, hit rate
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitRef(Record):
+    """A llama.cpp commit as an alert names it: the full commit, its subject and its pull request (``(#12345)`` at the
+    end of a squash-merged subject; None: none named)."""
+
+    commit: str
+    subject: str | None = None
+    pr: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaBisect(Record):
+    """A llama.cpp bisect of one job between a good and a bad commit on one ROCm (rockbuild.nightly.triage): the first
+    bad commit when it got there (``complete``), else the narrowest range it reached within its bounds."""
+
+    good: str  # the commit known good (the last release that passed)
+    bad: str  # the commit known bad (tonight's)
+    candidates: int  # commits after ``good`` up to ``bad``
+    first_bad: CommitRef | None = None  # complete: the first bad commit; else the bad end of the range reached
+    last_good: CommitRef | None = None
+    complete: bool = False
+    stopped: str | None = None  # why it stopped before naming one commit (its step or minute bound)
+    failed_stage: str | None = None  # the first bad commit's failing stage
+    log_tail: tuple[str, ...] = ()
+    trials: tuple[TriageTrial, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TriageRecord(Record):
+    """``out/<job-id>/triage.json``: which input broke a failed job (``cause``), the builds that showed it
+    (``trials``), the llama.cpp bisect when llama.cpp is at fault, and what the night does with the job (``ship``:
+    ``missing``, the release goes out without it; ``blocked``; ``fallback``, it ships on the last good ROCm)."""
+
+    FILE: ClassVar[str] = "triage.json"
+
+    schema: int | None = None
+    job: str
+    cause: str  # one of CAUSES
+    evidence: str  # one sentence: why that input
+    failed_stage: str | None = None
+    reason: str | None = None
+    log_tail: tuple[str, ...] = ()
+    llama_commit: str  # tonight's
+    llama_url: str | None = None  # the repository it came from (the alert links its commits)
+    rocm: str | None = None  # tonight's tarball
+    last_good_release: str | None = None  # the release where the job last passed its smoke test
+    last_good_llama: str | None = None
+    last_good_rocm: str | None = None
+    trials: tuple[TriageTrial, ...] = ()
+    bisect: LlamaBisect | None = None
+    ship: str = "blocked"  # missing | blocked | fallback
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # inputs.json
 
@@ -1058,6 +1133,7 @@ class InputsJob(Job):
     none)."""
 
     rocm_key: str | None = None
+    last_good: JobLastGood | None = None  # the release where this job last passed its smoke test (the night's plan)
 
     @classmethod
     def of(cls, job: Job, rocm_key: str | None) -> InputsJob:
@@ -1177,6 +1253,16 @@ class ManifestGpuSmoke(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobLastGood(Record):
+    """The newest published release in which a job passed its smoke test: the llama.cpp commit and ROCm tarball it
+    was built from (rockbuild.nightly.run.plan_night reads it from the releases' manifest.json)."""
+
+    release: str
+    llama_commit: str | None = None
+    rocm: str | None = None  # the tarball's name (None: a job that takes no ROCm)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ManifestJob(Record):
     """A job a release ships: what it is, what it was built from, its assets, audit, smoke and GPU figures."""
 
@@ -1215,6 +1301,9 @@ class FailedJob(Record):
     required: bool | None = None
     step: str | None = None
     reason: str | None = None
+    cause: str | None = None  # what its triage blamed (triage.json): llama.cpp | rocm | machine | unknown
+    first_bad: CommitRef | None = None  # llama.cpp's first bad commit, when a bisect named it
+    last_release: str | None = None  # the release that last shipped this job (a user's install takes it from there)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1288,7 +1377,8 @@ class ManifestRecord(Record):
 
 RECORDS: dict[str, type[Record]] = {
     "build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord, "gpu-smoke.json": SmokeRecord,
-    "stages.json": StagesRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
+    "stages.json": StagesRecord, "fallback.json": FallbackRecord, "triage.json": TriageRecord,
+    "inputs.json": InputsRecord,
     "manifest.json": ManifestRecord,
 }
 """Each file's record, by file name."""

@@ -283,3 +283,64 @@ def checkout_ref(
         reused=False, commit_time=_commit_time(repo, env, log),
     )
     return _apply_given(source, build_number, None)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# History: the commits between two (a llama.cpp bisect)
+
+PR_RE = re.compile(r"\(#(\d+)\)\s*$")
+"""A squash-merged subject's pull request: ``ggml : fix the ROPE cache (#12345)``."""
+
+
+def pull_request(subject: str | None) -> int | None:
+    """The pull request a commit's subject names at its end, or None."""
+    m = PR_RE.search(subject or "")
+    return int(m[1]) if m else None
+
+
+def history_dir(url: str, cache: Path) -> Path:
+    """``<cache>/llama.cpp-history/<hash of url>``: a bare repository with the commits (no trees: ``--filter=tree:0``)
+    of ``url``, for listing a range and its subjects."""
+    return cache / "llama.cpp-history" / hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | None = None,
+                    env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(commit, subject) of each commit after ``good`` up to and including ``bad`` on ``bad``'s first-parent line,
+    oldest first (``good`` and ``bad``: full commits, tags or branches of ``url``). Fetches only commits, once; a
+    ``good`` that is not an ancestor of ``bad`` is a UsageError."""
+    env = env if env is not None else git_env()
+    repo = history_dir(url, cache)
+    repo.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(repo.parent / f".{repo.name}.lock")):
+        if not (repo / "HEAD").is_file():
+            _git(["init", "--quiet", "--bare", str(repo)], env=env, log=log)
+
+        def resolved(ref: str) -> str:
+            return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo, env=env, log=log,
+                        check=False)
+
+        def fetch(ref: str) -> str:
+            known = resolved(ref) if _SHORT_COMMIT_RE.match(ref.lower()) or FULL_COMMIT_RE.match(ref.lower()) else ""
+            if known:  # a commit fetched before (an abbreviation too, once its history is here)
+                return known
+            try:  # the commits alone: a bisect reads subjects and parents, never files
+                _git(["fetch", "--quiet", "--filter=tree:0", "--no-tags", url, ref], cwd=repo, env=env, log=log,
+                     timeout=GIT_TIMEOUT)
+            except ProcessError as exc:
+                tail = f": {exc.tail[-1]}" if exc.tail else ""
+                raise FetchError(f"cannot fetch {ref!r} from {url}{tail}",
+                                 hint="give full commits, or tags or branches of the repository") from None
+            return _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=repo, env=env, log=log)
+
+        bad_commit = fetch(bad)
+        good_commit = fetch(good)
+        ancestor = run(["git", "-c", "safe.directory=*", "merge-base", "--is-ancestor", good_commit, bad_commit],
+                       cwd=repo, env=env, log=log, timeout=GIT_QUICK_TIMEOUT, check=False)
+        if ancestor.returncode != 0:
+            raise UsageError(f"llama.cpp {good_commit[:12]} is not an ancestor of {bad_commit[:12]}: no range to "
+                             "bisect", hint="give the older, good commit first: GOOD..BAD")
+        listing = _git(["log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{good_commit}..{bad_commit}"],
+                       cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
+    return [(line.split("\t", 1)[0], line.split("\t", 1)[1] if "\t" in line else "")
+            for line in listing.splitlines() if line.strip()]

@@ -34,7 +34,7 @@ from rockbuild.core.errors import (
     UsageError,
 )
 from rockbuild.core.jobs import Job
-from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
+from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins, RegressionPolicy
 from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.record import SECONDS, Record
 from rockbuild.core.records import (
@@ -42,15 +42,20 @@ from rockbuild.core.records import (
     FallbackRecord,
     InputsRecord,
     InputsRocm,
+    LlamaBisect,
     ManifestRecord,
     TarballRef,
+    TriageRecord,
+    TriageTrial,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.cross import cross_spec
 from rockbuild.llamacpp.patches import PatchSeries, load_patch_series
 from rockbuild.matrix import github_matrix
 from rockbuild.pipeline.inputs import (
+    attach_job_last_good,
     attach_last_good,
+    last_good_jobs,
     last_good_tarballs,
     load_inputs,
     manifest_differences,
@@ -66,6 +71,8 @@ from rockbuild.publish.image import ImageOptions
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
 from rockbuild.smoke.models import provide_model
+
+from .triage import after_fallback, bisect_job, diagnose, triage_record, trial_out
 
 INPUTS_FILE = "inputs.json"
 
@@ -86,6 +93,7 @@ class NightData:
     policy: BundlePolicy
     programs: ProgramList = field(default_factory=load_programs)  # config/programs.yaml
     patches: PatchSeries = field(default_factory=load_patch_series)  # patches/patches.yaml, or --patches FILE
+    regressions: RegressionPolicy = field(default_factory=RegressionPolicy)  # the matrix's regressions:
 
 
 @dataclass(frozen=True)
@@ -206,9 +214,73 @@ def run_job(job: Job, night: Night) -> StagesOutcome:
         return _on_last_good(job, night, folder, record, fallback)
     folder.fallback_json.unlink(missing_ok=True)
     outcome = night.pipeline.run(job, rocm)
-    if outcome.status == "ok" or fallback is None or rocm is None:
+    if outcome.status == "ok":
+        folder.triage_json.unlink(missing_ok=True)
         return outcome
-    return _fall_back(job, night, folder, outcome, rocm, fallback)
+    return _triage(job, night, folder, outcome, rocm, fallback)
+
+
+def _triage(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, rocm: InputsRocm | None,
+            fallback: InputsRocm | None) -> StagesOutcome:
+    """Which input broke ``job`` (rockbuild.nightly.triage): ROCm, retried on the last good one; llama.cpp, bisected
+    to the commit; the machine. The verdict goes to triage.json; the outcome carries it to the release."""
+    policy = night.options.data.regressions
+    last = night.inputs.entry(job.id).last_good
+    tonight, url = night.inputs.llama_cpp.commit, night.inputs.llama_cpp.url
+    previous = _read_triage(folder)
+    if (previous is not None and previous.llama_commit == tonight and previous.cause == "llama.cpp"
+            and previous.rocm == (rocm.name if rocm else None) and previous.failed_stage == failed.failed_stage):
+        console.info(f"    {job.id}: triage.json already names llama.cpp for these inputs; not built again")
+        return _blamed(failed, previous)
+    tail = load_job(folder.path, tail_lines=night.options.data.publish.alert_log_lines).log_tail
+    out = trial_out(night.out)
+    diagnosis = diagnose(job, night.pipeline, failed, rocm, last, out=out,
+                         can_fall_back=fallback is not None and rocm is not None)
+    if diagnosis.retry_rocm:
+        assert rocm is not None and fallback is not None
+        outcome = _fall_back(job, night, folder, failed, rocm, fallback)
+        cause, evidence = after_fallback(diagnosis, outcome.status == "ok", last, fallback.name)
+        ship = "fallback" if outcome.status == "ok" else "blocked"
+        triage_record(job, failed, diagnosis, cause, evidence, llama_commit=tonight, llama_url=url, rocm=rocm,
+                      last=last, ship=ship, log_tail=tail).write(folder.triage_json)
+        console.info(f"    {job.id}: {cause} at fault: {evidence}")
+        return replace(outcome, cause=cause, ship=ship)
+    bisect = None
+    if diagnosis.cause == "llama.cpp" and last is not None and last.llama_commit and policy.bisect_steps > 0:
+        bad_end = TriageTrial(llama_commit=tonight, rocm=rocm.name if rocm else None, verdict="bad",
+                              failed_stage=failed.failed_stage, message=failed.message, seconds=failed.seconds)
+        try:
+            bisect = bisect_job(job, night.pipeline, rocm, last.llama_commit, tonight, out=out, policy=policy,
+                                bad_end=bad_end, bad_tail=tail)
+        except RockbuildError as exc:  # the history could not be read: the verdict stands without a commit
+            console.warn(f"{job.id}: the llama.cpp bisect stopped: {exc.message}")
+            bisect = LlamaBisect(good=last.llama_commit, bad=tonight, candidates=0, stopped=exc.message)
+    ship = policy.ship if diagnosis.cause == "llama.cpp" else "blocked"
+    record = triage_record(job, failed, diagnosis, diagnosis.cause, diagnosis.evidence, llama_commit=tonight,
+                           llama_url=url, rocm=rocm, last=last, ship=ship, log_tail=tail, bisect=bisect)
+    record.write(folder.triage_json)
+    console.warn(f"{job.id}: {record.cause} at fault: {record.evidence}"
+                 + (f"; first bad commit {record.bisect.first_bad.commit[:12]}"
+                    if record.bisect and record.bisect.complete and record.bisect.first_bad else ""))
+    return _blamed(failed, record)
+
+
+_NO_TRIAGE = TriageRecord(job="", cause="", evidence="", llama_commit="")
+
+
+def _read_triage(folder: JobFolder) -> TriageRecord | None:
+    try:
+        return folder.triage()
+    except RockbuildError:  # a malformed one is made again
+        return None
+
+
+def _blamed(failed: StagesOutcome, record: TriageRecord) -> StagesOutcome:
+    bisect = record.bisect
+    first = (f"; first bad llama.cpp commit {bisect.first_bad.commit[:12]}"
+             if bisect is not None and bisect.complete and bisect.first_bad else "")
+    return replace(failed, cause=record.cause, ship=record.ship,
+                   message=f"{failed.message} ({record.cause} at fault{first})")
 
 
 def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: InputsRocm,
@@ -289,11 +361,15 @@ def known_good(inputs: InputsRecord, manifests: Iterable[tuple[str, ManifestReco
     (:func:`promote_proven` takes the same)."""
     wanted = {(r.os, g) for r in inputs.rocm.values() if not r.error for g in r.groups[:1]}
     unproven = {j.id for j in inputs.jobs if j.when_proven and not j.required}
+    # each job's last pass too: what a failed job's triage compares tonight's inputs with (rockbuild.nightly.triage)
+    unpassed = {j.id for j in inputs.jobs if not j.is_common_part}
     seen: list[tuple[str, ManifestRecord | Mapping[str, Any]]] = []
     for item in manifests:
         seen.append(item)
-        unproven -= {e.id for e in smoke_passed(item[1])}
-        if wanted <= set(last_good_tarballs(seen)) and not unproven:
+        passed = {e.id for e in smoke_passed(item[1])}
+        unproven -= passed
+        unpassed -= passed
+        if wanted <= set(last_good_tarballs(seen)) and not unproven and not unpassed:
             break
     return last_good_tarballs(seen), seen
 
@@ -444,7 +520,7 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
     good, read = known_good(inputs, release_manifests(repo, api_url=options.github.api_url, token=token,
                                                           read={latest: manifest}))
-    inputs = promote_proven(attach_last_good(inputs, good), read)
+    inputs = attach_job_last_good(promote_proven(attach_last_good(inputs, good), read), last_good_jobs(read))
     inputs.write(path)
     return replace(plan, inputs=inputs, changes=changes, jobs=tuple(inputs.job(j.id) for j in plan.jobs))
 
@@ -502,8 +578,9 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     inputs = load_inputs(path)
     repo, token, publishing = _repo_and_token(options)
     dirs = publish_dirs_for_inputs(inputs, job_dirs, default_out=Path(options.out).absolute())
-    failed_required = [o for o in outcomes if o.status != "ok" and o.required]
-    failed_optional = [o for o in outcomes if o.status != "ok" and not o.required]
+    # a required job that llama.cpp broke ships as missing (the matrix's regressions.ship): the release goes out
+    failed_required = [o for o in outcomes if o.status != "ok" and o.required and o.ship != "missing"]
+    failed_optional = [o for o in outcomes if o.status != "ok" and not (o.required and o.ship != "missing")]
     release: dict[str, Any] | None = None
     legs: list[LegFailure] = []
     state, message = "built", f"{sum(o.status == 'ok' for o in outcomes)} of {len(outcomes)} jobs passed"
@@ -531,7 +608,8 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
             legs.append(LegFailure("publish", message + (f" (hint: {exc.hint})" if exc.hint else "")))
     alert = None
     fell_back = [d for d in dirs if JobFolder(Path(d)).fallback()]
-    if (state in ("blocked", "failed") or fell_back) and publishing:
+    blamed = [d for d in dirs if (_read_triage(JobFolder(Path(d))) or _NO_TRIAGE).cause == "llama.cpp"]
+    if (state in ("blocked", "failed") or fell_back or blamed) and publishing:
         # a fallback names the ROCm nightly that broke the job; a failed leg says what failed
         alert = _send_alert(dirs, options, repo, token, legs=legs, published=release is not None)
     report = NightReport(state, message, path, inputs.llama_cpp.commit, tuple(outcomes), (), release,

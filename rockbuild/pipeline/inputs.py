@@ -32,6 +32,7 @@ from rockbuild.core.records import (
     InputsLlama,
     InputsRecord,
     InputsRocm,
+    JobLastGood,
     ManifestJob,
     ManifestRecord,
 )
@@ -252,6 +253,25 @@ def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[s
                 found[key] = {"name": parsed.filename, "version": parsed.version.text,
                               "date": parsed.date.isoformat() if parsed.date else None, "release": tag}
     return found
+
+
+def last_good_jobs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> dict[str, JobLastGood]:
+    """Job id -> the newest release in which it passed its smoke test, with the llama.cpp commit and ROCm tarball it
+    was built from: ``manifests`` are (tag, manifest.json), newest release first."""
+    found: dict[str, JobLastGood] = {}
+    for tag, manifest in manifests:
+        record = ManifestRecord.of(manifest)
+        for job in smoke_passed(record):
+            llama = job.llama_cpp or record.llama_cpp
+            found.setdefault(job.id, JobLastGood(release=tag, llama_commit=llama.commit if llama else None,
+                                                 rocm=job.rocm.tarball if job.rocm is not None else None))
+    return found
+
+
+def attach_job_last_good(inputs: InputsRecord, known: Mapping[str, JobLastGood]) -> InputsRecord:
+    """``inputs`` with each job's last good release (:func:`last_good_jobs`): what a failed job's triage compares
+    tonight's inputs with."""
+    return replace(inputs, jobs=tuple(replace(j, last_good=known.get(j.id)) for j in inputs.jobs))
 
 
 def attach_last_good(inputs: InputsRecord, known: dict[tuple[str, str], dict[str, Any]], *,

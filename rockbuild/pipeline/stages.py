@@ -69,6 +69,8 @@ class StagesOutcome(Record):
     message: str | None = None
     seconds: float = field(default=0.0, metadata=SECONDS)
     fallback: str | None = None  # ran on its group's last good ROCm because the newest failed: what and why
+    cause: str | None = None  # a failed job's triage (triage.json): llama.cpp | rocm | machine | unknown
+    ship: str | None = None  # what the night does with it: missing (the release goes without it) | blocked | fallback
 
 
 def _never(_entry: dict[str, Any]) -> None:

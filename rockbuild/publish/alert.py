@@ -11,6 +11,7 @@ import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rockbuild import console
 from rockbuild.core.environment import Context
@@ -81,9 +82,12 @@ def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: st
     def quoted(line: str) -> str:
         return shorten(redact(line, token))
 
+    blamed = [blame(j, quoted=quoted) for j in failed if _llama_broke(j)]
     jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": quoted(j.reason or ""),
-             "log": _log_name(j), "tail": [quoted(line) for line in j.log_tail]}
-            for j in failed]
+             "log": _log_name(j), "tail": [quoted(line) for line in j.log_tail],
+             "evidence": quoted(j.triage.evidence) if j.triage is not None else None,
+             "cause": j.triage.cause if j.triage is not None else None}
+            for j in failed if not _llama_broke(j)]
     fallbacks = []
     for j in fell_back:
         summary, record = j.fallback_summary(), j.fallback
@@ -96,17 +100,99 @@ def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: st
             "newest_date": summary["newest_date"], "release": summary["last_good_release"],
             "used": good.version if good else None, "good_date": good.date if good else None,
             "tail": [quoted(line) for line in record.log_tail],
+            "cause": j.triage.cause if j.triage is not None else None,
+            "evidence": quoted(j.triage.evidence) if j.triage is not None else None,
         })
-    text = render("alert.md.j2", failed=jobs, fallbacks=fallbacks, run_url=run_url, date=date,
+    text = render("alert.md.j2", failed=jobs, blamed=blamed, fallbacks=fallbacks, run_url=run_url, date=date,
                   legs=[{"leg": leg.leg, "reason": quoted(leg.reason)} for leg in legs],
                   published=published and not legs, marker=marker({"run": run_url}))
     return redact(text, token)
+
+
+def web_url(url: str | None) -> str | None:
+    """The web page of a git repository on GitHub (``https://github.com/ggml-org/llama.cpp``), for links; None for a
+    repository elsewhere (a local path)."""
+    if not url or not url.startswith("https://github.com/"):
+        return None
+    return url.removesuffix("/").removesuffix(".git")
+
+
+def _commit(url: str | None, commit: str | None) -> str:
+    """A commit as the alert shows it: a link to it on GitHub, else its first 12 characters."""
+    if not commit:
+        return "?"
+    web = web_url(url)
+    return f"[`{commit[:7]}`]({web}/commit/{commit})" if web else f"`{commit[:12]}`"
+
+
+def blame(job: BuiltJob, *, quoted: Callable[[str], str]) -> dict[str, Any]:
+    """What the alert says of a job that llama.cpp broke (its triage.json): the range, the first bad commit with its
+    subject and pull request, the builds that showed it, and a report for upstream."""
+    triage = job.triage
+    assert triage is not None
+    url, web = triage.llama_url, web_url(triage.llama_url)
+    bisect = triage.bisect
+    first = bisect.first_bad if bisect is not None else None
+    good = bisect.last_good if bisect is not None else None
+    pr = first.pr if first is not None else None
+    builds = len(triage.trials) + (len(bisect.trials) if bisect is not None else 0)
+    minutes = (sum(t.seconds for t in triage.trials) + (bisect.seconds if bisect is not None else 0.0)) / 60
+    step = triage.failed_stage or job.failed_step or "?"
+    rocm = triage.rocm or "no ROCm (its backend takes none)"
+    reproduce = [f"rockbuild build --job {job.id} --ref {first.commit if first else triage.llama_commit}"
+                 + (f" --rocm-version {job.rocm.version}" if job.rocm.version else "")]
+    if step in ("smoke", "audit", "bundle"):
+        reproduce.append(f"rockbuild smoke out/{job.id}")
+    if triage.last_good_release:
+        reproduce.append(f"rockbuild install --tag {triage.last_good_release} --dest good  # the last build that "
+                         "passed, to compare")
+    return {
+        "id": job.id, "step": step, "targets": ", ".join(job.targets) or job.backend, "os": job.os, "rocm": rocm,
+        "evidence": quoted(triage.evidence), "reason": quoted(triage.reason or job.reason or ""),
+        "tonight": _commit(url, triage.llama_commit), "good": _commit(url, triage.last_good_llama),
+        "release": triage.last_good_release, "ship": triage.ship,
+        "compare": f"{web}/compare/{triage.last_good_llama}...{triage.llama_commit}"
+        if web and triage.last_good_llama else None,
+        "complete": bisect is not None and bisect.complete, "bisected": bisect is not None,
+        "stopped": quoted(bisect.stopped) if bisect is not None and bisect.stopped else None,
+        "candidates": bisect.candidates if bisect is not None else None,
+        "first_bad": _commit(url, first.commit) if first else None, "subject": first.subject if first else None,
+        "pr": pr, "pr_url": f"{web}/pull/{pr}" if web and pr else None,
+        "last_good": _commit(url, good.commit) if good else None,
+        "builds": builds, "minutes": round(minutes, 1),
+        "tail": [quoted(line) for line in (bisect.log_tail if bisect is not None and bisect.log_tail
+                                           else triage.log_tail)],
+        "reproduce": reproduce,
+        "first_sha": first.commit if first else None, "good_sha": good.commit if good else triage.last_good_llama,
+        "tonight_sha": triage.llama_commit,
+    }
+
+
+def blame_title(blamed: Sequence[BuiltJob]) -> str:
+    """``llama.cpp 81ed4ba broke linux-gfx1151 at build: first bad commit d301d2c (#12345)``: the alert's title when
+    llama.cpp broke a job (the first such job names the commit; the others are listed)."""
+    head = blamed[0]
+    triage = head.triage
+    assert triage is not None
+    jobs = ", ".join(j.id for j in blamed)
+    title = f"llama.cpp {triage.llama_commit[:7]} broke {jobs} at {triage.failed_stage or head.failed_step or '?'}"
+    bisect = triage.bisect
+    if bisect is not None and bisect.complete and bisect.first_bad is not None:
+        first = bisect.first_bad
+        title += f": first bad commit {first.commit[:7]}" + (f" (#{first.pr})" if first.pr else "")
+    elif triage.last_good_llama:
+        title += f" (somewhere in {triage.last_good_llama[:7]}..{triage.llama_commit[:7]})"
+    return title
 
 
 def fallback_title(fell_back: Sequence[BuiltJob]) -> str:
     """``ROCm nightly 2026-12-01 broke linux-gfx1150``: the alert's title when nothing failed but a job fell back."""
     dates = sorted({(j.fallback.newest.date if j.fallback else None) or "?" for j in fell_back})
     return f"ROCm nightly {', '.join(dates)} broke {', '.join(j.id for j in fell_back)}"
+
+
+def _llama_broke(job: BuiltJob) -> bool:
+    return not job.ok and job.triage is not None and job.triage.cause == "llama.cpp"
 
 
 def _reported(text: str | None, run_url: str) -> bool:
@@ -168,6 +254,8 @@ def send_alert(job_dirs: Sequence[Path], target: AlertTarget, *, context: Contex
     try:
         if legs:  # what failed, in the title: "Nightly failed (2026-12-01): publish"
             title = f"{config.alert_title.format(date=day)}: {', '.join(leg.leg for leg in legs)}"
+        elif any(_llama_broke(j) for j in failed):  # name the input at fault, not the night
+            title = blame_title([j for j in failed if _llama_broke(j)])
         else:
             title = config.alert_title.format(date=day) if failed else fallback_title(fell_back)
         return file_issue(gh, IssueReport(label=config.alert_label, color=config.alert_label_color, title=title,

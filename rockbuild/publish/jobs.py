@@ -28,6 +28,7 @@ from rockbuild.core.records import (
     FallbackRecord,
     PatchSet,
     SmokeRecord,
+    TriageRecord,
     WebUi,
 )
 from rockbuild.jobfolder import JobFolder
@@ -105,6 +106,7 @@ class BuiltJob:
     gpu_smoke: SmokeRecord | None = None  # gpu-smoke.json, when the GPU leg ran
     runner_smoke: SmokeRecord | None = None  # runner-smoke/smoke.json: the informational smoke on the CI runner
     fallback: FallbackRecord | None = None  # fallback.json: the newest ROCm failed, this ran on the last good one
+    triage: TriageRecord | None = None  # triage.json: it failed; which input broke it, the llama.cpp bisect
     web_ui: WebUi | None = None  # build.json's web_ui: llama-server's chat page (None: not recorded)
     patches: PatchSet | None = None  # build.json's patches: the carried fixes (None: not recorded)
     compilers: Mapping[str, str] = field(default_factory=dict)  # build.json's: what compiled this job's own code
@@ -137,7 +139,38 @@ class BuiltJob:
     def failure(self) -> FailedJob:
         """What manifest.json and ``rockbuild publish --json`` say of a job that failed: its id, whether it was
         required, the step and why."""
-        return FailedJob(id=self.id, required=self.required, step=self.failed_step, reason=self.reason)
+        values: dict[str, Any] = {"id": self.id, "required": self.required, "step": self.failed_step,
+                                  "reason": self.reason}
+        triage = self.triage
+        if triage is not None:  # which input broke it (a job without triage.json is written as before)
+            bisect = triage.bisect
+            first = bisect.first_bad if bisect is not None and bisect.complete else None
+            values.update(cause=triage.cause, first_bad=first.to_dict() if first else None,
+                          last_release=triage.last_good_release)
+        return FailedJob.from_dict(values, "a failed job")
+
+    def blame_note(self) -> str | None:
+        """What the notes say of a failed job's triage: the input at fault, the first bad llama.cpp commit, the release
+        that last shipped the job (None: no triage)."""
+        triage = self.triage
+        if triage is None:
+            return None
+        words = {"llama.cpp": f"llama.cpp {(triage.llama_commit or '?')[:7]} broke it",
+                 "rocm": "the ROCm nightly broke it", "machine": "the machine broke it (the same inputs passed before)",
+                 }.get(triage.cause, "what broke it is not known")
+        bisect = triage.bisect
+        if bisect is not None and bisect.complete and bisect.first_bad is not None:
+            first = bisect.first_bad
+            words += f": first bad commit {first.commit[:7]}" + (f" (#{first.pr})" if first.pr else "")
+        if triage.last_good_release and self.missing:
+            words += f"; its last build is in release {triage.last_good_release}"
+        return words
+
+    @property
+    def missing(self) -> bool:
+        """A failed job the night ships as missing (llama.cpp broke it; the matrix's ``regressions.ship: missing``):
+        it does not block the release, which names it and the release that last had it."""
+        return not self.ok and self.triage is not None and self.triage.ship == "missing"
 
     def gpu_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of the GPU smoke: verdict, GPU, driver, runner, and the llama-bench figures."""
@@ -382,6 +415,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
     gpu_smoke: SmokeRecord | None = read("gpu-smoke", folder.gpu_smoke, folder.gpu_smoke_json)
     runner_smoke: SmokeRecord | None = read("runner-smoke", folder.runner_smoke, folder.runner_smoke_json)
     fallback: FallbackRecord | None = read("fallback", folder.fallback, folder.fallback_json)
+    triage: TriageRecord | None = read("triage", folder.triage, folder.triage_json)
     job = build.job if build is not None else None
     gpu_config = job.gpu_smoke if job is not None else None
     job_id = str(_first(job and job.id, job_dir.name))
@@ -405,7 +439,7 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         isas=_isas(bundle_meta, targets), smoke=smoke, finished=build.finished if build is not None else None,
         backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
         gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
-        fallback=fallback, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
+        fallback=fallback, triage=triage, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
         patches=build.patches if build is not None else None,
         compilers=dict(build.compilers) if build is not None else {},
         common=build.common if build is not None else None,

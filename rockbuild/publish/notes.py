@@ -74,6 +74,7 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
         "cpu_variant_runs": job.cpu_variant_words(),
         "ops": job.ops_words(),  # test-backend-ops (rockbuild.smoke.ops): counts, CPU fallbacks, or why not checked
         "fallback": job.fallback_note(),
+        "blame": job.blame_note(),  # a failed job: the input at fault, the first bad llama.cpp commit, where to get it
         # what ran again on the last good ROCm: a night without the smoke stage did not test it
         "again": ("built, bundled and smoke-tested" if job.smoke is not None
                   else "built and bundled (no smoke test ran)"),

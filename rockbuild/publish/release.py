@@ -146,7 +146,7 @@ def gate_jobs(jobs: Sequence[BuiltJob], config: PublishConfig) -> tuple[list[Bui
         checked.append(job)
     ok = [j for j in checked if j.ok]
     failed = [j for j in checked if not j.ok]
-    required = [j for j in failed if j.required]
+    required = [j for j in failed if j.required and not j.missing]  # llama.cpp broke a missing one: it goes out
     if required:
         first = required[0]
         more = f" (and {len(required) - 1} more: {', '.join(j.id for j in required[1:])})" if len(required) > 1 else ""
@@ -329,7 +329,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
     jobs = [load_job(Path(d), tail_lines=config.alert_log_lines) for d in options.job_dirs]
     shipped, failed, floors = gate_jobs(jobs, config)
     for job in failed:
-        console.warn(f"{job.id} is left out (optional): {job.failed_step}: {job.reason}")
+        why = f"missing: {job.blame_note()}" if job.missing else "optional"
+        console.warn(f"{job.id} is left out ({why}): {job.failed_step}: {job.reason}")
     wholeness = check_whole(shipped, programs or load_programs(), allow_partial=options.allow_partial)
     for hole in wholeness.holes:  # only with --allow-partial: check_whole refused otherwise
         console.warn(f"published partial ({wholeness.allowed}): {hole.words()}")

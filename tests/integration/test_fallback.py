@@ -16,112 +16,18 @@ from pathlib import Path
 
 import pytest
 from conftest import rockbuild_exe
-from support.faultserver import FaultServer
 from support.files import write
-from support.git import git
-from support.github import GitHubAPIServer
-from support.index import links_page
-from support.llama import llama_repository, make_project
 from support.night import night_servers
-from support.options import night_options
-from support.smoke import gguf_header, write_stand_ins
-from support.trees import gcc_therock, tar_tree
-from support.webui import write_dist
+from support.night_world import MATRIX, TODAY, TOKEN, World, version
 
 from rockbuild.core.errors import NotFoundError, UsageError
-from rockbuild.nightly import NightOptions, load_inputs, plan_night, run_night
+from rockbuild.nightly import load_inputs, plan_night, run_night
 from rockbuild.nightly.bisect import bisect_rocm, parse_date
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++", "git")),
     reason="needs cmake, ninja, gcc, g++ and git on the host",
 )
-
-TOKEN = "ghp_FallbackTestToken0123456789SECRET"
-TODAY = datetime.datetime.now(datetime.UTC).date()
-
-MAIN = r"""
-#include <csignal>
-#include <cstdlib>
-#include <string>
-#include <vector>
-#include <unistd.h>
-int ggml_answer();
-int main(int argc, char** argv) {
-#ifdef ROCM_BROKEN
-    std::raise(SIGSEGV);  // what a broken HSA runtime did to every llama.cpp program
-#endif
-#ifdef ROCM_WRONG
-    setenv("STANDIN_ANSWERS", "wrong", 1);  // a miscompiling nightly: every program runs, the numbers are wrong
-#endif
-    if (ggml_answer() != 42) return 2;
-    std::string self = argv[0];
-    std::string stub = std::string("@STUBS@/") + self.substr(self.find_last_of('/') + 1);
-    std::vector<char*> args{const_cast<char*>(stub.c_str())};
-    for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-    args.push_back(nullptr);
-    execv(stub.c_str(), args.data());
-    return 127;
-}
-"""
-
-
-def version(day: datetime.date) -> str:
-    return f"7.2.0a{day:%Y%m%d}"
-
-
-MATRIX = """
-matrix:
-  os: [linux]
-  target: [gfx1151]
-"""
-
-
-class World:
-    def __init__(self, base: Path, server: FaultServer, github: GitHubAPIServer) -> None:
-        self.base, self.server, self.github = base, server, github
-        stubs = base / "stubs"
-        stubs.mkdir()
-        envlog = base / "envlog"
-        envlog.mkdir()
-        write_stand_ins(stubs, envlog, {"numerics": "pass", "ui": "html"})  # SmolLM2's answers; GET /: the page
-        self.work = make_project(base / "work")
-        (self.work / "tools" / "main.cpp").write_text(MAIN.replace("@STUBS@", str(stubs)))
-        self.bare = llama_repository(self.work, base / "llama.cpp.git")
-        self.model = base / "SmolLM2-135M-Instruct.Q4_1.gguf"  # the model with known answers (smoke.yaml)
-        self.model.write_bytes(gguf_header() + bytes(40))
-        self.matrix = write(base / "nightly.yaml", MATRIX)
-
-    def name(self, day: datetime.date) -> str:
-        return f"therock-dist-linux-gfx1151-{version(day)}.tar.gz"
-
-    def publish_tarballs(self, days: dict[datetime.date, bool | str], page: str) -> str:
-        """An index page listing a tarball per day (True: broken, "wrong": computes wrong); returns its URL."""
-        for day, broken in days.items():
-            flags = "-DROCM_WRONG " if broken == "wrong" else "-DROCM_BROKEN " if broken else ""
-            rocm = gcc_therock(package_version=version(day), flags=flags)
-            self.server.add(self.name(day), tar_tree(self.base / self.name(day), rocm).read_bytes(),
-                            content_type="application/gzip")
-        return self.server.add_text(page, links_page([self.name(d) for d in days]))
-
-    def options(self, out: Path, index: str, **changes) -> NightOptions:
-        values = dict(config=self.matrix, out=out, index_url=index, git_url=str(self.bare), repo=self.github.full_name,
-                      api_url=self.github.api_url, token=TOKEN, model=str(self.model), use_ccache=False,
-                      cache=self.base / "cache", throttle=False, compile_jobs=2,
-                      web_ui_dist=write_dist(self.base / "webui"))  # the chat page: a release is whole
-        values.update(changes)
-        return night_options(**values)
-
-    def new_commit(self) -> str:
-        (self.work / "ggml" / "ggml-base.c").write_text("int ggml_base(void) { return 40 + 1; }\n")
-        git("commit", "-qam", "change", cwd=self.work)
-        git("push", "-q", str(self.bare), "master", cwd=self.work)
-        return git("rev-parse", "HEAD", cwd=self.work)
-
-    def manifest(self, tag: str) -> dict:
-        release = next(r for r in self.github.state.releases.values() if r.tag_name == tag)
-        return json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
-
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):

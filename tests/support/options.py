@@ -9,7 +9,7 @@ from typing import Any
 
 from rockbuild.core.jobs import Job
 from rockbuild.core.options import CompileFlags, GitHubTarget, ModelChoice, Pins
-from rockbuild.matrix import split_list
+from rockbuild.matrix import load_regression_policy, split_list
 from rockbuild.nightly import NightData, NightOptions
 from rockbuild.settings import Settings
 
@@ -26,7 +26,8 @@ def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Se
     jobs = files.jobs(os_override=split_list(list(oses), aliases={"ubuntu": "linux"}),
                       target_override=split_list(list(targets)))
     return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy,
-                     programs=files.programs, patches=files.patch_series)
+                     programs=files.programs, patches=files.patch_series,
+                     regressions=load_regression_policy(files.matrix_file))
 
 
 _GROUPS = {
