@@ -208,10 +208,13 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
 
 @command
 @click.option("--job", "job_id", required=True, metavar="ID", help="The job to bisect (rockbuild matrix lists them).")
-@click.option("--good", required=True, metavar="DATE",
+@click.option("--good", default=None, metavar="DATE",
               help="A nightly date (YYYY-MM-DD, or a version like 10.1.0a20261128) the job passed on.")
-@click.option("--bad", required=True, metavar="DATE", help="A later nightly date the job fails on.")
-@click.option("--check-ends", is_flag=True, help="Test the --good and --bad dates first (two more builds).")
+@click.option("--bad", default=None, metavar="DATE", help="A later nightly date the job fails on.")
+@click.option("--llama", "llama_range", default=None, metavar="GOOD..BAD",
+              help="Bisect llama.cpp commits instead of ROCm nightlies: a commit (tag, branch) the job passed on and a "
+                   "later one it fails on (GOOD..: up to --llama-ref), on the job's newest ROCm.")
+@click.option("--check-ends", is_flag=True, help="Test the good and bad ends first (two more builds).")
 @click.option("-c", "--config", "matrix_file", type=file(), default=None,
               help="Matrix YAML (default: the shipped config/nightly.yaml).")
 @click.option("--llama-ref", default=None, metavar="REF",
@@ -219,26 +222,39 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
 @click.option("--index-url", default=None, help="Read this TheRock index page instead of the channel's host.")
 @click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one).")
 @click.option("--out", "out_dir", type=folder(), default=Path("out/bisect"), show_default=True,
-              help="One folder per date tested (OUT/<version>/<job-id>); a re-run reuses what passed.")
+              help="One folder per date tested (OUT/<version>/<job-id>); a re-run reuses what passed. --llama builds "
+                   "every commit in one folder, OUT/<job-id>.")
 @click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
               help="Smoke-test each date's bundle (--no-smoke: a date is bad only when it does not build).")
 @click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles.")
 @MODEL
 @COMPILE
 @JSON
-def bisect(job_id: str, good: str, bad: str, check_ends: bool, matrix_file: Path | None, llama_ref: str | None,
-           index_url: str | None, git_url: str | None, out_dir: Path, smoke_test: bool, compile_jobs: int | None,
-           model: ModelChoice, compile_flags: CompileFlags, as_json: bool) -> None:
+def bisect(job_id: str, good: str | None, bad: str | None, llama_range: str | None, check_ends: bool,
+           matrix_file: Path | None, llama_ref: str | None, index_url: str | None, git_url: str | None, out_dir: Path,
+           smoke_test: bool, compile_jobs: int | None, model: ModelChoice, compile_flags: CompileFlags,
+           as_json: bool) -> None:
     """Name the first ROCm nightly that breaks a job: build, bundle and smoke-test the nightlies between a good and a
-    bad date, halving the range each time (ccache and the per-date folders make a re-run cheap)."""
+    bad date, halving the range each time (ccache and the per-date folders make a re-run cheap). With --llama
+    GOOD..BAD, name the first llama.cpp commit that breaks it instead."""
+    from rockbuild.core.errors import UsageError
     from rockbuild.nightly import NightOptions
-    from rockbuild.nightly.bisect import bisect_rocm, parse_date
+    from rockbuild.nightly.bisect import bisect_llama, bisect_rocm, parse_date
+
+    if llama_range is not None and (good or bad):
+        raise UsageError("give --llama GOOD..BAD (llama.cpp commits) or --good and --bad (ROCm dates), not both")
+    if llama_range is None and not (good and bad):
+        raise UsageError("give --good and --bad (ROCm nightly dates), or --llama GOOD..BAD (llama.cpp commits)")
 
     options = NightOptions(
         pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url), model=model, compile=compile_flags,
         out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test,
         data=night_data(JobSelection(matrix_file), None, compile_flags.patch_series), context=settings(),
     )
+    if llama_range is not None:
+        show(bisect_llama(options, job_id, llama_range, check_ends=check_ends), as_json)
+        return
+    assert good is not None and bad is not None
     show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
          as_json)
 

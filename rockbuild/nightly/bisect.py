@@ -1,4 +1,4 @@
-"""``rockbuild bisect``: which ROCm nightly broke a job.
+"""``rockbuild bisect``: which ROCm nightly broke a job, or (``--llama GOOD..BAD``) which llama.cpp commit.
 
 The job's tarball group lists one tarball per nightly date in the index. Between a date known good and a date known
 bad, bisect builds, bundles and smoke-tests the job on the middle date, keeps the half that holds the change, and
@@ -6,6 +6,10 @@ stops when the good and the bad date are neighbours: the bad one is the first ba
 given (``check_ends`` tests them first). Each date's job folder is ``OUT/<version>/<job-id>``, with the night's
 resume: a second bisect over the same dates reuses every stage that passed, and ccache keeps the compiles of one
 date for the next.
+
+``--llama GOOD..BAD`` halves llama.cpp's commits instead, on the job's newest ROCm, every step an incremental build of
+the job in one folder (``OUT/<job-id>``), the same bisect a night runs by itself when llama.cpp broke a job
+(rockbuild.nightly.triage).
 """
 
 from __future__ import annotations
@@ -20,16 +24,18 @@ from typing import Any
 from rockbuild import console
 from rockbuild.backends import get_backend
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
+from rockbuild.core.options import RegressionPolicy
 from rockbuild.core.record import SECONDS, Record
-from rockbuild.core.records import InputsJob, InputsRocm
+from rockbuild.core.records import InputsJob, InputsRocm, LlamaBisect
 from rockbuild.downloader import get_text
-from rockbuild.llamacpp.source import DEFAULT_GIT_URL
+from rockbuild.llamacpp.source import DEFAULT_GIT_URL, commits_between
 from rockbuild.matrix import find_job
-from rockbuild.pipeline.inputs import inputs_record, resolve_llama, rocm_key, tarball_fields
+from rockbuild.pipeline.inputs import inputs_record, resolve_inputs, resolve_llama, rocm_key, tarball_fields
 from rockbuild.rocm.index import list_tarballs
 from rockbuild.rocm.names import parse_rocm_version
 
 from .run import Night, NightOptions, select_night_jobs
+from .triage import Trials, bisect_job
 
 _DATE_RE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
 
@@ -166,3 +172,81 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
 
 def _label(rocm: InputsRocm) -> str:
     return f"{rocm.version} ({rocm.date})"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama.cpp commits (rockbuild bisect --llama GOOD..BAD)
+
+
+@dataclass(frozen=True)
+class LlamaBisectReport(Record):
+    """``rockbuild bisect --llama``'s result (a record: its ``--json``): the job, the ROCm it built on, the bisect."""
+
+    job: str
+    rocm: str | None
+    bisect: LlamaBisect
+    ends_tested: bool
+    seconds: float = field(default=0.0, metadata=SECONDS)
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+    def render(self) -> str:
+        b = self.bisect
+        lines = [f"bisect {self.job}: {b.candidates} llama.cpp commit(s) {b.good[:12]}..{b.bad[:12]} on "
+                 f"{self.rocm or 'no ROCm'}, {len(b.trials)} built"]
+        for trial in b.trials:
+            why = f" ({trial.failed_stage}: {trial.message})" if trial.verdict == "bad" else ""
+            lines.append(f"  {trial.llama_commit[:12]} {trial.subject or ''}: {trial.verdict}{why}")
+        first, good = b.first_bad, b.last_good
+        ends = "" if self.ends_tested else " (the ends taken as given)"
+        if b.complete and first is not None:
+            lines.append(f"first bad commit: {first.commit} {first.subject or ''}, failing at "
+                         f"{b.failed_stage or '?'}; last good: {good.commit[:12] if good else b.good[:12]}{ends}")
+        else:
+            lines.append(f"{b.stopped or 'stopped'}: the first bad commit is after "
+                         f"{good.commit[:12] if good else b.good[:12]} and at or before "
+                         f"{first.commit[:12] if first else b.bad[:12]}{ends}")
+        return "\n".join(lines)
+
+
+def parse_range(text: str) -> tuple[str, str | None]:
+    """``GOOD..BAD`` (``GOOD..``: up to the job's llama_ref): two commits, tags or branches of llama.cpp."""
+    good, sep, bad = text.strip().partition("..")
+    if not sep or not good or bad.startswith("."):
+        raise UsageError(f"--llama {text!r} is not a range: give GOOD..BAD (commits, tags or branches), or GOOD.. "
+                         "for everything since GOOD")
+    return good, bad or None
+
+
+def bisect_llama(options: NightOptions, job_id: str, commits: str, *, check_ends: bool = False,
+                 fetch_text: Any = None) -> LlamaBisectReport:
+    """Name the first llama.cpp commit of ``commits`` (``GOOD..BAD``) on which ``job_id`` fails, on the job's newest
+    ROCm (or ``--rocm-version``): each step an incremental build of the job in one folder, ``OUT/<job-id>``."""
+    start = time.monotonic()
+    good, bad = parse_range(commits)
+    job = replace(find_job(select_night_jobs(options), job_id), common="")  # each step builds the job whole
+    url = options.pins.git_url or DEFAULT_GIT_URL
+    bad_commit = resolve_llama(bad or options.pins.llama_ref or job.llama_ref, url).commit
+    commits_between(good, bad_commit, url=url, cache=options.cache or options.context.cache)  # a bad range stops here
+    inputs = resolve_inputs([job], replace(options.pins, llama_ref=bad_commit), fetch_text=fetch_text)
+    unresolved = inputs.unresolved(job.id)
+    if unresolved is not None:
+        raise unresolved.failure()
+    rocm = inputs.rocm_for(job.id)
+    trials = Trials(Night(options, inputs).pipeline, job, rocm, Path(options.out).absolute())
+    unbounded = RegressionPolicy(bisect_steps=10_000, bisect_minutes=10_000_000)
+    if check_ends:
+        for commit, want in ((good, "good"), (bad_commit, "bad")):
+            trial, _tail = trials.run(commit)
+            if trial.verdict != want:
+                end = "--llama's GOOD end" if want == "good" else "--llama's BAD end"
+                raise UsageError(f"{end} {commit[:12]} is not {want}: {job.id} "
+                                 + (f"fails there too ({trial.failed_stage}: {trial.message})" if want == "good"
+                                    else "passes there"),
+                                 hint="pick an older GOOD commit" if want == "good" else
+                                 "the failure is not in this range (or it is flaky)")
+    bisected = bisect_job(trials, good, bad_commit, policy=unbounded)
+    return LlamaBisectReport(job.id, rocm.describe() if rocm is not None else None, bisected, check_ends,
+                             time.monotonic() - start)

@@ -46,7 +46,6 @@ from rockbuild.core.records import (
     ManifestRecord,
     TarballRef,
     TriageRecord,
-    TriageTrial,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.cross import cross_spec
@@ -72,7 +71,7 @@ from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
 from rockbuild.smoke.models import provide_model
 
-from .triage import after_fallback, bisect_job, diagnose, triage_record, trial_out
+from .triage import Failure, Trials, after_fallback, bisect_job, diagnose, trial_out
 
 INPUTS_FILE = "inputs.json"
 
@@ -225,47 +224,42 @@ def _triage(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, ro
     """Which input broke ``job`` (rockbuild.nightly.triage): ROCm, retried on the last good one; llama.cpp, bisected
     to the commit; the machine. The verdict goes to triage.json; the outcome carries it to the release."""
     policy = night.options.data.regressions
-    last = night.inputs.entry(job.id).last_good
-    tonight, url = night.inputs.llama_cpp.commit, night.inputs.llama_cpp.url
+    tonight = night.inputs.llama_cpp
     previous = _read_triage(folder)
-    if (previous is not None and previous.llama_commit == tonight and previous.cause == "llama.cpp"
+    if (previous is not None and previous.llama_commit == tonight.commit and previous.cause == "llama.cpp"
             and previous.rocm == (rocm.name if rocm else None) and previous.failed_stage == failed.failed_stage):
         console.info(f"    {job.id}: triage.json already names llama.cpp for these inputs; not built again")
         return _blamed(failed, previous)
-    tail = load_job(folder.path, tail_lines=night.options.data.publish.alert_log_lines).log_tail
-    out = trial_out(night.out)
-    diagnosis = diagnose(job, night.pipeline, failed, rocm, last, out=out,
+    tail_lines = night.options.data.publish.alert_log_lines
+    failure = Failure(job, failed, tonight, rocm, night.inputs.entry(job.id).last_good,
+                      load_job(folder.path, tail_lines=tail_lines).log_tail)
+    trials = Trials(night.pipeline, job, rocm, trial_out(night.out), tail_lines)
+    diagnosis = diagnose(failed, tonight.commit, rocm, failure.last, try_last_good=lambda c: trials.run(c)[0],
                          can_fall_back=fallback is not None and rocm is not None)
     if diagnosis.retry_rocm:
         assert rocm is not None and fallback is not None
         outcome = _fall_back(job, night, folder, failed, rocm, fallback)
-        cause, evidence = after_fallback(diagnosis, outcome.status == "ok", last, fallback.name)
+        cause, evidence = after_fallback(diagnosis, outcome.status == "ok", failure.last, fallback.name)
         ship = "fallback" if outcome.status == "ok" else "blocked"
-        triage_record(job, failed, diagnosis, cause, evidence, llama_commit=tonight, llama_url=url, rocm=rocm,
-                      last=last, ship=ship, log_tail=tail).write(folder.triage_json)
+        failure.record(cause, evidence, ship=ship, trials=diagnosis.trials).write(folder.triage_json)
         console.info(f"    {job.id}: {cause} at fault: {evidence}")
         return replace(outcome, cause=cause, ship=ship)
     bisect = None
+    last = failure.last
     if diagnosis.cause == "llama.cpp" and last is not None and last.llama_commit and policy.bisect_steps > 0:
-        bad_end = TriageTrial(llama_commit=tonight, rocm=rocm.name if rocm else None, verdict="bad",
-                              failed_stage=failed.failed_stage, message=failed.message, seconds=failed.seconds)
         try:
-            bisect = bisect_job(job, night.pipeline, rocm, last.llama_commit, tonight, out=out, policy=policy,
-                                bad_end=bad_end, bad_tail=tail)
+            bisect = bisect_job(trials, last.llama_commit, tonight.commit, policy=policy, bad_end=failure.bad_end(),
+                                bad_tail=failure.log_tail)
         except RockbuildError as exc:  # the history could not be read: the verdict stands without a commit
             console.warn(f"{job.id}: the llama.cpp bisect stopped: {exc.message}")
-            bisect = LlamaBisect(good=last.llama_commit, bad=tonight, candidates=0, stopped=exc.message)
+            bisect = LlamaBisect(good=last.llama_commit, bad=tonight.commit, candidates=0, stopped=exc.message)
     ship = policy.ship if diagnosis.cause == "llama.cpp" else "blocked"
-    record = triage_record(job, failed, diagnosis, diagnosis.cause, diagnosis.evidence, llama_commit=tonight,
-                           llama_url=url, rocm=rocm, last=last, ship=ship, log_tail=tail, bisect=bisect)
+    record = failure.record(diagnosis.cause, diagnosis.evidence, ship=ship, trials=diagnosis.trials, bisect=bisect)
     record.write(folder.triage_json)
     console.warn(f"{job.id}: {record.cause} at fault: {record.evidence}"
                  + (f"; first bad commit {record.bisect.first_bad.commit[:12]}"
                     if record.bisect and record.bisect.complete and record.bisect.first_bad else ""))
     return _blamed(failed, record)
-
-
-_NO_TRIAGE = TriageRecord(job="", cause="", evidence="", llama_commit="")
 
 
 def _read_triage(folder: JobFolder) -> TriageRecord | None:
@@ -281,6 +275,9 @@ def _blamed(failed: StagesOutcome, record: TriageRecord) -> StagesOutcome:
              if bisect is not None and bisect.complete and bisect.first_bad else "")
     return replace(failed, cause=record.cause, ship=record.ship,
                    message=f"{failed.message} ({record.cause} at fault{first})")
+
+
+_NO_TRIAGE = TriageRecord(job="", cause="", evidence="", llama_commit="")
 
 
 def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: InputsRocm,

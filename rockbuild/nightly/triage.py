@@ -31,6 +31,7 @@ from rockbuild.core.options import RegressionPolicy
 from rockbuild.core.records import (
     TRIAGE_SCHEMA,
     CommitRef,
+    InputsLlama,
     InputsRocm,
     JobLastGood,
     LlamaBisect,
@@ -55,29 +56,70 @@ def trial_out(out: Path) -> Path:
     return Path(out) / BISECT_DIR
 
 
-def run_trial(pipeline: JobPipeline, job: Job, commit: str, rocm: InputsRocm | None, *, out: Path,
-              subject: str | None = None, tail_lines: int = 40) -> tuple[TriageTrial, tuple[str, ...]]:
-    """``job`` built, bundled and smoke-tested from llama.cpp ``commit`` on ``rocm`` in ``out``'s folder of it (built
-    whole: a common part is tonight's commit's); the trial and, when it failed, its log's tail."""
-    inputs = pipeline.inputs
-    pinned = replace(inputs, llama_cpp=replace(inputs.llama_cpp, ref=commit, commit=commit, build_number=None))
-    rocm_label = rocm.describe() if rocm is not None else "no ROCm"
-    with console.step(f"{job.id}: llama.cpp {short(commit)} on {rocm_label}") as step:
-        outcome = replace(pipeline, inputs=pinned, out=out).run(replace(job, common=""), rocm)
+@dataclass(frozen=True)
+class Trials:
+    """Where and what a job's trials of other llama.cpp commits build: ``job`` (built whole: a common part is
+    tonight's commit's) on ``rocm`` through ``pipeline``, in ``out``'s one folder of the job."""
+
+    pipeline: JobPipeline
+    job: Job
+    rocm: InputsRocm | None
+    out: Path
+    tail_lines: int = 40
+
+    def run(self, commit: str, subject: str | None = None) -> tuple[TriageTrial, tuple[str, ...]]:
+        """The job built, bundled and smoke-tested from llama.cpp ``commit``: the trial and, when it failed, its
+        log's tail."""
+        job, rocm, inputs = self.job, self.rocm, self.pipeline.inputs
+        pinned = replace(inputs, llama_cpp=replace(inputs.llama_cpp, ref=commit, commit=commit, build_number=None))
+        rocm_label = rocm.describe() if rocm is not None else "no ROCm"
+        with console.step(f"{job.id}: llama.cpp {short(commit)} on {rocm_label}") as step:
+            outcome = replace(self.pipeline, inputs=pinned, out=self.out).run(replace(job, common=""), rocm)
+            if outcome.status != "ok":
+                step.fail()
+        folder = JobFolder.of(self.out, job.id)
+        build = folder.build()
+        tail: tuple[str, ...] = ()
         if outcome.status != "ok":
-            step.fail()
-    folder = JobFolder.of(out, job.id)
-    build = folder.build()
-    tail: tuple[str, ...] = ()
-    if outcome.status != "ok":
-        tail = load_job(folder.path, tail_lines=tail_lines).log_tail
-    verdict = "good" if outcome.status == "ok" else "bad"
-    console.info(f"    {job.id}: llama.cpp {short(commit)}: {verdict}"
-                 + (f" ({outcome.failed_stage}: {outcome.message})" if verdict == "bad" else ""))
-    return TriageTrial(llama_commit=commit, rocm=rocm.name if rocm is not None else None, verdict=verdict,
-                       failed_stage=outcome.failed_stage, message=outcome.message, seconds=round(outcome.seconds, 3),
-                       subject=subject, folder=str(folder.path),
-                       ccache=build.ccache if build is not None else None), tail
+            tail = load_job(folder.path, tail_lines=self.tail_lines).log_tail
+        verdict = "good" if outcome.status == "ok" else "bad"
+        console.info(f"    {job.id}: llama.cpp {short(commit)}: {verdict}"
+                     + (f" ({outcome.failed_stage}: {outcome.message})" if verdict == "bad" else ""))
+        return TriageTrial(llama_commit=commit, rocm=rocm.name if rocm is not None else None, verdict=verdict,
+                           failed_stage=outcome.failed_stage, message=outcome.message,
+                           seconds=round(outcome.seconds, 3), subject=subject, folder=str(folder.path),
+                           ccache=build.ccache if build is not None else None), tail
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A job that failed tonight, as its triage starts from it: how it failed, what it was built from (tonight's
+    llama.cpp and ROCm), the release where it last passed, and its log's tail."""
+
+    job: Job
+    outcome: StagesOutcome
+    llama: InputsLlama
+    rocm: InputsRocm | None
+    last: JobLastGood | None
+    log_tail: tuple[str, ...] = ()
+
+    def bad_end(self) -> TriageTrial:
+        """Tonight's build as the bisect's known bad end."""
+        return TriageTrial(llama_commit=self.llama.commit, rocm=self.rocm.name if self.rocm else None, verdict="bad",
+                           failed_stage=self.outcome.failed_stage, message=self.outcome.message,
+                           seconds=self.outcome.seconds)
+
+    def record(self, cause: str, evidence: str, *, ship: str, trials: tuple[TriageTrial, ...] = (),
+               bisect: LlamaBisect | None = None) -> TriageRecord:
+        """triage.json's record of the verdict."""
+        last = self.last
+        return TriageRecord(
+            schema=TRIAGE_SCHEMA, job=self.job.id, cause=cause, evidence=evidence,
+            failed_stage=self.outcome.failed_stage, reason=self.outcome.message, log_tail=self.log_tail,
+            llama_commit=self.llama.commit, llama_url=self.llama.url,
+            rocm=self.rocm.name if self.rocm is not None else None, last_good_release=last.release if last else None,
+            last_good_llama=last.llama_commit if last else None, last_good_rocm=last.rocm if last else None,
+            trials=trials, bisect=bisect, ship=ship)
 
 
 @dataclass(frozen=True)
@@ -91,10 +133,10 @@ class Diagnosis:
     retry_rocm: bool = False
 
 
-def diagnose(job: Job, pipeline: JobPipeline, failed: StagesOutcome, rocm: InputsRocm | None,
-             last: JobLastGood | None, *, can_fall_back: bool, out: Path) -> Diagnosis:
-    """Which input broke ``job`` tonight (see the module docstring): at most one extra build."""
-    tonight = pipeline.inputs.llama_cpp.commit
+def diagnose(failed: StagesOutcome, tonight: str, rocm: InputsRocm | None, last: JobLastGood | None, *,
+             can_fall_back: bool, try_last_good: Callable[[str], TriageTrial]) -> Diagnosis:
+    """Which input broke the job tonight (llama.cpp ``tonight`` on ``rocm``; see the module docstring): at most one
+    extra build, ``try_last_good(commit)``, the last good llama.cpp on tonight's ROCm."""
     if failed.failed_stage in (None, "fetch"):  # the tarball could not be had: the retry takes the last good one
         return Diagnosis("rocm", f"tonight's ROCm {rocm.name if rocm else ''} could not be fetched".strip(),
                          retry_rocm=can_fall_back)
@@ -116,9 +158,9 @@ def diagnose(job: Job, pipeline: JobPipeline, failed: StagesOutcome, rocm: Input
                          retry_rocm=can_fall_back)
     # both changed: the last good llama.cpp on tonight's ROCm says which (in the bisect's folder: it starts there)
     assert last.llama_commit is not None
-    console.info(f"    {job.id}: llama.cpp and ROCm both changed since {where}; trying the last good llama.cpp "
+    console.info(f"    {failed.id}: llama.cpp and ROCm both changed since {where}; trying the last good llama.cpp "
                  f"{short(last.llama_commit)} on tonight's ROCm")
-    tried, _tail = run_trial(pipeline, job, last.llama_commit, rocm, out=out)
+    tried = try_last_good(last.llama_commit)
     if tried.verdict == "good":
         return Diagnosis("llama.cpp", f"the last good llama.cpp {short(last.llama_commit)} (of {where}) passes on "
                                       f"tonight's ROCm {rocm.name if rocm else ''}; tonight's {short(tonight)} fails",
@@ -181,34 +223,20 @@ def bisect_commits(commits: Sequence[tuple[str, str]], good: str, test: Callable
         log_tail=(tails or {}).get(first[0], ()), trials=tuple(trials), seconds=round(time.monotonic() - start, 3))
 
 
-def bisect_job(job: Job, pipeline: JobPipeline, rocm: InputsRocm | None, good: str, bad: str, *, out: Path,
-               policy: RegressionPolicy, bad_end: TriageTrial | None = None,
-               bad_tail: tuple[str, ...] = ()) -> LlamaBisect:
-    """The llama.cpp bisect of ``job`` on ``rocm`` between the ``good`` and ``bad`` commits (both taken as given), in
-    ``out``'s one folder of the job."""
-    url = pipeline.inputs.llama_cpp.url
-    commits = commits_between(good, bad, url=url, cache=pipeline.cache)
+def bisect_job(trials: Trials, good: str, bad: str, *, policy: RegressionPolicy,
+               bad_end: TriageTrial | None = None, bad_tail: tuple[str, ...] = ()) -> LlamaBisect:
+    """The llama.cpp bisect of ``trials``' job between the ``good`` and ``bad`` commits (both taken as given)."""
+    url = trials.pipeline.inputs.llama_cpp.url
+    commits = commits_between(good, bad, url=url, cache=trials.pipeline.cache)
     if not commits:
         return LlamaBisect(good=good, bad=bad, candidates=0, complete=False, stopped="no commit between the two")
-    console.info(f"    {job.id}: bisecting {len(commits)} llama.cpp commit(s) {short(good)}..{short(bad)} "
+    console.info(f"    {trials.job.id}: bisecting {len(commits)} llama.cpp commit(s) {short(good)}..{short(bad)} "
                  f"(at most {policy.bisect_steps} builds, {policy.bisect_minutes} minutes)")
     tails: dict[str, tuple[str, ...]] = {commits[-1][0]: bad_tail}
 
     def test(commit: str, subject: str) -> TriageTrial:
-        trial, tail = run_trial(pipeline, job, commit, rocm, out=out, subject=subject)
-        tails[commit] = tail
+        trial, tails[commit] = trials.run(commit, subject)
         return trial
 
     return bisect_commits(commits, good, test, steps=policy.bisect_steps, minutes=policy.bisect_minutes,
                           bad_end=bad_end, tails=tails)
-
-
-def triage_record(job: Job, failed: StagesOutcome, diagnosis: Diagnosis, cause: str, evidence: str, *,
-                  llama_commit: str, llama_url: str | None, rocm: InputsRocm | None, last: JobLastGood | None,
-                  ship: str, log_tail: tuple[str, ...] = (), bisect: LlamaBisect | None = None) -> TriageRecord:
-    return TriageRecord(
-        schema=TRIAGE_SCHEMA, job=job.id, cause=cause, evidence=evidence, failed_stage=failed.failed_stage,
-        reason=failed.message, log_tail=log_tail, llama_commit=llama_commit, llama_url=llama_url,
-        rocm=rocm.name if rocm is not None else None, last_good_release=last.release if last else None,
-        last_good_llama=last.llama_commit if last else None, last_good_rocm=last.rocm if last else None,
-        trials=diagnosis.trials, bisect=bisect, ship=ship)

@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -410,10 +410,22 @@ class Ops:
     fallback: Mapping[str, Any] | None = None
     tool: str | None = None
     seconds: float = 0.0
+    suspect: str | None = None  # "cpu": the CPU's own checks failed too, so its reference numbers are the suspect
 
     @classmethod
     def not_checked(cls, why: str, **extra: Any) -> Ops:
         return cls(NOT_CHECKED, why, **extra)
+
+    def against_cpu_reference(self, cpu_failures: Sequence[str]) -> Ops:
+        """This failed run told again when the CPU's own checks failed as well (``cpu_failures``): test-backend-ops
+        judges the device against the CPU backend, so a CPU fault shows up as the device's failed cases; the
+        failure is reported as the CPU reference's."""
+        if self.result != FAILED or not cpu_failures:
+            return self
+        device = self.device or "the GPU"
+        return replace(self, suspect="cpu", detail=(
+            f"the CPU reference is suspect, not {device}: the CPU's own checks failed ({cpu_failures[0]}), and "
+            f"test-backend-ops judges {device} against the CPU: {self.detail}"))
 
     @property
     def ok(self) -> bool:
@@ -444,7 +456,7 @@ class Ops:
                 "failed_cases": list(self.failed_cases[:MAX_LISTED]), "failed_count": len(self.failed_cases),
                 "failures": list(self.failures), "runs": [r.to_dict() for r in self.runs],
                 "fallback": dict(self.fallback) if self.fallback is not None else None,
-                "summary": self.summary()}
+                "summary": self.summary(), **({"suspect": self.suspect} if self.suspect else {})}
 
     def render_lines(self) -> list[str]:
         mark = {PASSED: "ok", FAILED: "FAIL"}.get(self.result, "skip")

@@ -756,6 +756,10 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     ops = run_ops_step(bundle, job_dir, options, platform=platform,
                        devices=replace(found, device=found.device or f"{backend.label}0"), env=child, logs=logs) \
         if preflight is None and options.ops is not None else None
+    if ops is not None and not ops.ok:  # a CPU fault fails the op test too: say whose numbers are suspect
+        ops = ops.against_cpu_reference(cpu_own_failures(numerics, variants))
+        if ops.suspect:
+            console.warn(f"ops: {ops.detail}")
     loads = [r.load for r in records if r.load is not None]
     bench = tuple(b for r in records for b in r.bench)
     verdict = gpu_verdict(loads, expect_gpu=expect, texts=[r.text for r in records if r.generated], bench=bench,
@@ -778,6 +782,17 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         started=started, finished=_now(), seconds=round(time.monotonic() - t0, 3), host=host_facts())
     smoke.write(report_path, ensure_ascii=False)
     return SmokeReport(smoke, model, report_path, ops=ops)
+
+
+def cpu_own_failures(numerics: Numerics | None, variants: SmokeCpuVariants | None) -> list[str]:
+    """The CPU's own checks that failed: its perplexity against its baseline (the numerics' ``cpu``) and each CPU
+    variant alone against its reference. test-backend-ops takes the CPU backend as its reference, so when these
+    failed, an op test failure is the CPU's."""
+    found = []
+    cpu = (numerics.checks.get("cpu") or {}) if numerics is not None else {}
+    if cpu.get("result") == "failed":  # its first clause: "perplexity 25.9 is +4.58 % from the baseline ..."
+        found.append(f"cpu: {str(cpu.get('detail')).split(' (')[0]}")
+    return found + list(variants.failures if variants is not None else ())
 
 
 def bundle_backends(bundle: Path, runs: Sequence[SmokeRun]) -> SmokeBackends:

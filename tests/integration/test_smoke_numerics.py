@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.op_test import write_op_test
 from support.smoke import fast_smoke, gguf_header, make_bundle, write_long_base
 
 from rockbuild.backends import REGISTRY
@@ -26,6 +27,7 @@ from rockbuild.smoke.numerics import (
     parse_final_ppl,
     parse_numerics_config,
 )
+from rockbuild.smoke.ops import OpsConfig, SubsetEntry
 from rockbuild.smoke.runner import run_smoke
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -274,3 +276,33 @@ def test_a_model_without_a_baseline_is_not_judged_by_one(tmp_path):
     assert cpu["detail"].endswith("baseline: no baseline for other.gguf on numerics.txt, 8 x 256 tokens "
                                   "(baselines.yaml)")
     assert data["numerics"]["summary"]["cpu_baseline"] == NOT_CHECKED
+
+
+# -- whose numbers the op test's failures are -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cpu_ppl", ["24.7700", "25.9000"])
+def test_op_test_failures_are_the_cpu_references_when_the_cpus_own_checks_fail(tmp_path, smollm2, cpu_ppl):
+    """test-backend-ops judges the GPU against the CPU backend: a CPU fault (issue 60: an AVX-512 q4_1 dot product,
+    its perplexity +3.39 %) showed up as "6 of 37 cases failed on Vulkan0". With the CPU's perplexity off its baseline
+    the op test's failure names the CPU reference; with the CPU clean it stays the GPU's."""
+    job, _ = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", "cpu_ppl": cpu_ppl})
+    write_op_test(job / "tools" / "test-backend-ops", [("MUL_MAT", "type_a=q4_1,n=1", "ok"),
+                                                       ("MUL_MAT", "type_a=q4_1,n=2", "fail")])
+    build = json.loads((job / "build.json").read_text())
+    build["test_backend_ops"] = {"status": "built", "path": "tools/test-backend-ops", "seconds": 1.0, "size": 10}
+    (job / "build.json").write_text(json.dumps(build))
+    options = replace(fast_smoke(), numerics=numerics_config(tmp_path), ops=OpsConfig(subset=(SubsetEntry("MUL_MAT"),)),
+                      expect_gpu="yes")
+    report = run_smoke(job, smollm2, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    ops = json.loads((job / "smoke.json").read_text())["ops"]
+    assert not report.ok and ops["result"] == FAILED, ops["detail"]
+    cases = "1 of 2 cases failed on "
+    if cpu_ppl == "24.7700":  # the CPU passed its own checks: the GPU's cases
+        assert ops["detail"].startswith(cases) and "suspect" not in ops
+    else:
+        assert ops["suspect"] == "cpu", ops["detail"]
+        assert ops["detail"].startswith("the CPU reference is suspect, not ")
+        assert "the CPU's own checks failed (cpu: perplexity 25.9 is +4.58 % from the baseline 24.7663" in ops["detail"]
+        assert ops["detail"].endswith(f"judges Vulkan0 against the CPU: {cases}Vulkan0: MUL_MAT(type_a=q4_1,n=2)")
+        assert any(f.startswith("ops: the CPU reference is suspect") for f in report.failures)

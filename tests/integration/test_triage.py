@@ -7,13 +7,17 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from support.files import write
 from support.night import night_servers
 from support.night_world import TODAY, TOKEN, World
 
+from rockbuild.core.errors import UsageError
 from rockbuild.core.records import TriageRecord
+from rockbuild.llamacpp.source import commits_between
 from rockbuild.nightly import load_inputs, plan_night, run_night
 
 pytestmark = pytest.mark.skipif(
@@ -161,3 +165,59 @@ def test_a_bisect_stops_at_its_bound_and_says_the_range(world, tmp_path):
     (issue,) = world.github.state.issues.values()
     assert "(somewhere in" in issue.title
     assert "The bisect stopped after 1 build(s)" in issue.body
+
+
+def test_bisect_llama_names_the_commit_from_the_command_line(world, tmp_path, run_rockbuild):
+    index = world.publish_tarballs({TODAY: False}, "one.html", GROUPS)
+    commits = five_commits(world, define="FAIL_COMPILE")
+    args = ["bisect", "--job", "linux-gfx1151", "-c", str(world.matrix), "--index-url", index, "--git-url",
+            str(world.bare), "--out", str(tmp_path / "bisect"), "--model", str(world.model), "--no-ccache"]
+    result = run_rockbuild(*args, "--llama", "b1000..master", "--check-ends", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["job"] == "linux-gfx1151" and report["ends_tested"] is True
+    bisect = report["bisect"]
+    assert bisect["complete"] and bisect["candidates"] == 5 and bisect["first_bad"]["commit"] == commits[2]
+    assert bisect["first_bad"]["pr"] == 103 and bisect["failed_stage"] == "build"
+    assert {t["folder"] for t in bisect["trials"]} == {str(tmp_path / "bisect" / "linux-gfx1151")}
+    text = run_rockbuild(*args, "--llama", f"{commits[1][:10]}..{commits[3]}")
+    assert text.returncode == 0, text.stderr
+    assert f"first bad commit: {commits[2]} ggml : the fast path (#103), failing at build" in text.stdout
+
+    for bad_args, words in ((["--llama", "b1000"], "is not a range"),
+                            (["--llama", "b1000..master", "--good", "2026-12-01"], "not both"),
+                            ([], "give --good and --bad"),
+                            (["--llama", f"{commits[3]}..{commits[1]}"], "is not an ancestor of"),
+                            (["--llama", "b1000..master", "--check-ends", "--only-x"], "No such option")):
+        failed = run_rockbuild(*args, *bad_args)
+        assert failed.returncode != 0 and words in failed.stderr, (bad_args, failed.stderr)
+        errors = [line for line in failed.stderr.splitlines() if line.startswith(("error:", "Error:"))]
+        assert "Traceback" not in failed.stderr and len(errors) == 1, failed.stderr
+    # a GOOD end that fails is refused with --check-ends
+    refused = run_rockbuild(*args, "--llama", f"{commits[2]}..master", "--check-ends")
+    assert refused.returncode != 0 and "--llama's GOOD end" in refused.stderr and "is not good" in refused.stderr
+
+
+def test_commits_between_lists_the_first_parent_line_and_refuses_a_backwards_range(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=work, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "master")
+    made = []
+    for n in range(4):
+        write(work / "f", str(n))
+        git("add", "f")
+        git("commit", "-qm", f"c{n} (#{n})")
+        made.append(git("rev-parse", "HEAD"))
+    git("tag", "b1000", made[0])
+    cache = tmp_path / "cache"
+    listed = commits_between("b1000", "master", url=str(work), cache=cache)
+    assert listed == [(made[1], "c1 (#1)"), (made[2], "c2 (#2)"), (made[3], "c3 (#3)")]
+    assert commits_between(made[1][:10], made[3], url=str(work), cache=cache) == listed[1:]  # an abbreviation
+    with pytest.raises(UsageError, match="is not an ancestor of"):
+        commits_between(made[3], made[1], url=str(work), cache=cache)
+    assert not list(Path(cache / "llama.cpp-history").glob("*/objects/*/*.pack.tmp"))

@@ -33,19 +33,22 @@ from rockbuild.core.records import (
     InputsLlama,
     InputsRecord,
     InputsRocm,
+    JobLastGood,
     KpackRef,
     LlamaCpp,
     ManifestRecord,
     SmokeRecord,
     StagesRecord,
     TarballRef,
+    TriageRecord,
+    TriageTrial,
 )
 from rockbuild.jobfolder import JobFolder
 
 SCHEMAS = REPO / "docs" / "schemas"
 FILES = {"build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord,
-         "stages.json": StagesRecord, "fallback.json": FallbackRecord, "inputs.json": InputsRecord,
-         "manifest.json": ManifestRecord}
+         "stages.json": StagesRecord, "fallback.json": FallbackRecord, "triage.json": TriageRecord,
+         "inputs.json": InputsRecord, "manifest.json": ManifestRecord}
 JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
           targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
           cmake=(), runner="ubuntu-22.04")
@@ -167,6 +170,24 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     fallback.write(folder.fallback_json)
     _check("fallback.json", folder.fallback_json)
 
+    from rockbuild.nightly.triage import Failure, bisect_commits
+    from rockbuild.pipeline.stages import StagesOutcome
+
+    trial = TriageTrial(llama_commit="a" * 40, rocm="n.tar.gz", verdict="good", seconds=1.5,
+                        ccache={"hits": 3, "misses": 1, "hit_rate": 0.75})
+    bisect = bisect_commits([("b" * 40, "ggml : x (#12)"), ("c" * 40, "y")], "a" * 40,
+                            lambda commit, subject: dataclasses.replace(trial, llama_commit=commit, verdict="bad",
+                                                                        subject=subject),
+                            steps=4, minutes=60, tails={"b" * 40: ("error: x",)})
+    failed = StagesOutcome(JOB.id, True, "failed", {"build": "failed"}, "build", "compile failed", 3.0)
+    failure = Failure(JOB, failed, InputsLlama(ref="master", commit="c" * 40, url="https://github.com/x/llama.cpp"),
+                      None, JobLastGood(release="b1", llama_commit="a" * 40, rocm="n.tar.gz"), ("x",))
+    failure.record("llama.cpp", "only llama.cpp changed", ship="missing", trials=(trial,),
+                   bisect=bisect).write(folder.triage_json)
+    triage = _check("triage.json", folder.triage_json)
+    assert isinstance(triage, TriageRecord) and triage.bisect is not None
+    assert triage.bisect.first_bad is not None and triage.bisect.first_bad.pr == 12 and triage.bisect.complete
+
     stale = InputsRocm(key="linux-gfx1151-nightly-latest", os="linux", groups=("gfx1151",), channel="nightly",
                        requested="latest", error="the newest gfx1151 tarball is 9 days old", error_kind="stale",
                        last_good={"name": "g.tar.gz", "url": "https://example.invalid/g.tar.gz", "release": "b0"})
@@ -240,6 +261,9 @@ BAD = [
     ("stages.json", {"stages": {"fetch": {"result": "ok"}}}, "stages.fetch.key is missing"),
     ("fallback.json", {"schema": 1}, "newest is missing"),
     ("fallback.json", {"newest": {"name": 1}}, "newest.name must be a string, not int"),
+    ("triage.json", {"job": "j", "cause": "llama.cpp", "evidence": "e"}, "llama_commit is missing"),
+    ("triage.json", {"job": "j", "cause": "llama.cpp", "evidence": "e", "llama_commit": "c",
+                     "bisect": {"good": "a", "bad": "c", "candidates": "5"}}, "bisect.candidates must be an integer"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild"}, "llama_cpp is missing"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
                      "jobs": [{"os": "linux"}]}, "jobs[0].id is missing"),
