@@ -225,7 +225,7 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
               help="One folder per date tested (OUT/<version>/<job-id>); a re-run reuses what passed. --llama builds "
                    "every commit in one folder, OUT/<job-id>.")
 @click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
-              help="Smoke-test each date's bundle (--no-smoke: a date is bad only when it does not build).")
+              help="Smoke-test each date's (or commit's) bundle (--no-smoke: one is bad only when it does not build).")
 @click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles.")
 @MODEL
 @COMPILE

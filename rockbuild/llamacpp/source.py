@@ -315,6 +315,10 @@ def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | N
     with FileLock(str(repo.parent / f".{repo.name}.lock")):
         if not (repo / "HEAD").is_file():
             _git(["init", "--quiet", "--bare", str(repo)], env=env, log=log)
+        # a named remote: a filtered fetch makes it the promisor of the missing trees (a URL alone is refused)
+        if _git(["remote", "get-url", "origin"], cwd=repo, env=env, log=log, check=False) != url:
+            _git(["remote", "remove", "origin"], cwd=repo, env=env, log=log, check=False)
+            _git(["remote", "add", "origin", url], cwd=repo, env=env, log=log)
 
         def resolved(ref: str) -> str:
             return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo, env=env, log=log,
@@ -324,9 +328,13 @@ def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | N
             known = resolved(ref) if _SHORT_COMMIT_RE.match(ref.lower()) or FULL_COMMIT_RE.match(ref.lower()) else ""
             if known:  # a commit fetched before (an abbreviation too, once its history is here)
                 return known
-            try:  # the commits alone: a bisect reads subjects and parents, never files
-                _git(["fetch", "--quiet", "--filter=tree:0", "--no-tags", url, ref], cwd=repo, env=env, log=log,
-                     timeout=GIT_TIMEOUT)
+            try:  # a bisect reads subjects and parents, never files
+                # --update-shallow: a repository that is shallow itself (a packaged tree's) hands on its roots. The
+                # commits alone from a remote host; a local repository gives everything (no network to save, and
+                # git 2.39 loops forever on a filtered fetch from a shallow local one)
+                remote = "://" in url and not url.startswith("file://")
+                _git(["fetch", "--quiet", *(["--filter=tree:0"] if remote else []), "--no-tags", "--update-shallow",
+                      "origin", ref], cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
             except ProcessError as exc:
                 tail = f": {exc.tail[-1]}" if exc.tail else ""
                 raise FetchError(f"cannot fetch {ref!r} from {url}{tail}",

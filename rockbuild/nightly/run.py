@@ -213,8 +213,8 @@ def run_job(job: Job, night: Night) -> StagesOutcome:
         return _on_last_good(job, night, folder, record, fallback)
     folder.fallback_json.unlink(missing_ok=True)
     outcome = night.pipeline.run(job, rocm)
-    if outcome.status == "ok":
-        folder.triage_json.unlink(missing_ok=True)
+    if outcome.status == "ok" or night.pipeline.common_failure(job) is not None:
+        folder.triage_json.unlink(missing_ok=True)  # a job whose common part failed: that part's triage says why
         return outcome
     return _triage(job, night, folder, outcome, rocm, fallback)
 
@@ -273,8 +273,8 @@ def _blamed(failed: StagesOutcome, record: TriageRecord) -> StagesOutcome:
     bisect = record.bisect
     first = (f"; first bad llama.cpp commit {bisect.first_bad.commit[:12]}"
              if bisect is not None and bisect.complete and bisect.first_bad else "")
-    return replace(failed, cause=record.cause, ship=record.ship,
-                   message=f"{failed.message} ({record.cause} at fault{first})")
+    said = f" ({record.cause} at fault{first})" if record.cause != "unknown" else ""
+    return replace(failed, cause=record.cause, ship=record.ship, message=f"{failed.message}{said}")
 
 
 _NO_TRIAGE = TriageRecord(job="", cause="", evidence="", llama_commit="")

@@ -34,6 +34,8 @@
 #   tests/e2e/vulkan.sh warm-common  bench/vulkan_warm.py for the leg on the common part of common-part's run: a new
 #                                 tree of linux-vulkan (ggml-vulkan alone) with ccache and the shader cache warm; the
 #                                 figures in $E2E/bench/vulkan-warm-common.json; ~6 min
+#   tests/e2e/vulkan.sh bisect    rockbuild bisect --llama over the pinned tree plus four commits, the third a planted
+#                                 compile break: it must name that commit; its cost in $E2E/bench/bisect-llama.json
 #   tests/e2e/vulkan.sh all       build, smoke, numerics, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
@@ -409,6 +411,57 @@ warm_common() {
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in ("baseline", "warm", "ratio")}))' "$BENCH/vulkan-warm-common.json"
 }
 
+# The llama.cpp bisect on the real tree (issue 60): the pinned tree plus four commits, the third of which breaks the
+# Vulkan backend's compile (a planted #error in ggml-vulkan.cpp), then `rockbuild bisect --llama` over them with
+# --no-smoke (judged by the build), every step in one build folder with a fresh ccache. It must name the planted
+# commit; its builds, seconds and ccache figures per step go to $E2E/bench/bisect-llama.json.
+bisect_llama() {
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    local work=/e2e/bisect-work repo=/e2e/bisect-llama.git out=/e2e/bisect ccache=/e2e/bisect-ccache
+    rm -rf "${ROOT:?}$work" "${ROOT:?}$repo" "${ROOT:?}$out" "${ROOT:?}$ccache"
+    chroot_env "$ROOT" git clone -q "$LLAMA_IN_ROOT" "$work"
+    chroot_env "$ROOT" git -C "$work" checkout -q -B master "$LLAMA_COMMIT"
+    commit() {  # commit FILE SUBJECT: append a line to FILE (relative to the tree) and commit it
+        printf '%s\n' "$3" >> "$ROOT$work/$1"
+        chroot_env "$ROOT" git -C "$work" -c user.name=rockbuild-e2e -c user.email=e2e@rockbuild.invalid \
+            commit -qam "$2"
+    }
+    commit README.md "docs : a harmless line (#90001)" ""
+    commit src/llama-vocab.cpp "vocab : a harmless comment (#90002)" "// e2e: a comment, compiled"
+    commit ggml/src/ggml-vulkan/ggml-vulkan.cpp "vulkan : the planted break (#90003)" '#error "e2e: planted"'
+    commit README.md "docs : another harmless line (#90004)" ""
+    local planted
+    planted=$(chroot_env "$ROOT" git -C "$work" rev-parse HEAD~1)
+    chroot_env "$ROOT" git clone -q --bare "$work" "$repo"
+    write_matrix
+    mkdir -p "$ROOT$ccache" "$BENCH"
+    log "rockbuild bisect --llama $LLAMA_COMMIT..master (4 commits, the 3rd breaks the compile; planted $planted)"
+    local start end rc=0
+    start=$(date +%s.%N)
+    chroot_env "$ROOT" "$VENV/bin/rockbuild" bisect --job "$JOB_ID" -c "$MATRIX_IN_ROOT" --git-url "$repo" \
+        --llama "$LLAMA_COMMIT..master" --no-smoke --offline --no-web-ui --out "$out" --ccache-dir "$ccache" \
+        --compile-jobs "$JOBS" --json > "$BENCH/bisect-llama.json" || rc=$?
+    end=$(date +%s.%N)
+    [[ $rc == 0 ]] || die "rockbuild bisect --llama exited $rc"
+    log "rockbuild bisect --llama took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+    python3 - "$BENCH/bisect-llama.json" "$planted" <<'PYEOF'
+import json, sys
+report, planted = json.load(open(sys.argv[1])), sys.argv[2]
+b = report["bisect"]
+assert b["complete"] and b["first_bad"]["commit"] == planted, (b["first_bad"], planted)
+assert b["first_bad"]["pr"] == 90003 and b["failed_stage"] == "build", b
+print(f"[e2e] llama.cpp bisect: {b['candidates']} commits, {len(b['trials'])} builds, {b['seconds'] / 60:.1f} min; "
+      f"first bad {planted[:12]} {b['first_bad']['subject']}")
+for t in b["trials"]:
+    cc = t.get("ccache") or {}
+    print(f"    {t['llama_commit'][:12]} {t['subject']}: {t['verdict']} in {t['seconds']:.1f} s; ccache "
+          f"{cc.get('hits')} hits / {cc.get('misses')} misses")
+PYEOF
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
@@ -422,6 +475,7 @@ main() {
         ccache) ccache_nights ;;
         common-part) common_part ;;
         warm-common) warm_common ;;
+        bisect) bisect_llama ;;
         all)
             build_vulkan build
             smoke_vulkan
@@ -430,7 +484,7 @@ main() {
             summary
             ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, warm-common, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, warm-common, bisect, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }

@@ -220,4 +220,8 @@ def test_commits_between_lists_the_first_parent_line_and_refuses_a_backwards_ran
     assert commits_between(made[1][:10], made[3], url=str(work), cache=cache) == listed[1:]  # an abbreviation
     with pytest.raises(UsageError, match="is not an ancestor of"):
         commits_between(made[3], made[1], url=str(work), cache=cache)
+    # a repository that is shallow itself (the e2e's tree from a packaged source is): its roots are handed on
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "3", f"file://{work}", str(shallow)], check=True)
+    assert commits_between(made[1], "master", url=str(shallow), cache=tmp_path / "cache2") == listed[1:]
     assert not list(Path(cache / "llama.cpp-history").glob("*/objects/*/*.pack.tmp"))
