@@ -277,7 +277,9 @@ def _blamed(failed: StagesOutcome, record: TriageRecord) -> StagesOutcome:
     return replace(failed, cause=record.cause, ship=record.ship, message=f"{failed.message}{said}")
 
 
-_NO_TRIAGE = TriageRecord(job="", cause="", evidence="", llama_commit="")
+def _llama_broke(folder: JobFolder) -> bool:
+    record = _read_triage(folder)
+    return record is not None and record.cause == "llama.cpp"
 
 
 def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: InputsRocm,
@@ -576,13 +578,16 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     repo, token, publishing = _repo_and_token(options)
     dirs = publish_dirs_for_inputs(inputs, job_dirs, default_out=Path(options.out).absolute())
     # a required job that llama.cpp broke ships as missing (the matrix's regressions.ship): the release goes out
+    missing = [o for o in outcomes if o.status != "ok" and o.required and o.ship == "missing"]
     failed_required = [o for o in outcomes if o.status != "ok" and o.required and o.ship != "missing"]
-    failed_optional = [o for o in outcomes if o.status != "ok" and not (o.required and o.ship != "missing")]
+    failed_optional = [o for o in outcomes if o.status != "ok" and not o.required]
     release: dict[str, Any] | None = None
     legs: list[LegFailure] = []
     state, message = "built", f"{sum(o.status == 'ok' for o in outcomes)} of {len(outcomes)} jobs passed"
     if failed_optional:
         message += f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}"
+    if missing:
+        message += f"; left out, llama.cpp broke them: {', '.join(o.id for o in missing)}"
     if failed_required:
         state = "blocked"
         message = (f"required job(s) failed: {', '.join(f'{o.id} at {o.failed_stage}' for o in failed_required)}; "
@@ -599,13 +604,14 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                                         options.data.programs)
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (
-                f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
+                f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "") + (
+                f"; left out, llama.cpp broke them: {', '.join(o.id for o in missing)}" if missing else "")
         except PublishError as exc:
             state, message = "failed", f"publishing failed: {exc.message}"
             legs.append(LegFailure("publish", message + (f" (hint: {exc.hint})" if exc.hint else "")))
     alert = None
     fell_back = [d for d in dirs if JobFolder(Path(d)).fallback()]
-    blamed = [d for d in dirs if (_read_triage(JobFolder(Path(d))) or _NO_TRIAGE).cause == "llama.cpp"]
+    blamed = [d for d in dirs if _llama_broke(JobFolder(Path(d)))]  # worth an issue even when published
     if (state in ("blocked", "failed") or fell_back or blamed) and publishing:
         # a fallback names the ROCm nightly that broke the job; a failed leg says what failed
         alert = _send_alert(dirs, options, repo, token, legs=legs, published=release is not None)
