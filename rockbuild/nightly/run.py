@@ -155,6 +155,8 @@ class NightReport(Record):
             result = "ok" if job.status == "ok" else f"FAILED at {job.failed_stage}" if job.status == "failed" \
                 else job.status
             result += " (last good ROCm)" if job.fallback else ""
+            result += f" ({job.cause}{', left out' if job.ship == 'missing' else ''})" \
+                if job.status == "failed" and job.cause else ""
             table.add_row(job.id, "yes" if job.required else "no", *(job.stages.get(s, "-") for s in STAGES),
                           result, f"{job.seconds:.1f}s")
         return table

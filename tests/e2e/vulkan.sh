@@ -36,6 +36,8 @@
 #                                 figures in $E2E/bench/vulkan-warm-common.json; ~6 min
 #   tests/e2e/vulkan.sh bisect    rockbuild bisect --llama over the pinned tree plus four commits, the third a planted
 #                                 compile break: it must name that commit; its cost in $E2E/bench/bisect-llama.json
+#   tests/e2e/vulkan.sh bisect-numbers  the same judged by the smoke on lavapipe and SmolLM2: the pinned tree plus
+#                                 three commits, the second issue 39's mutant (a); it must name that commit
 #   tests/e2e/vulkan.sh all       build, smoke, numerics, compare
 #   tests/e2e/vulkan.sh summary   the figures of the last runs
 #
@@ -462,6 +464,69 @@ for t in b["trials"]:
 PYEOF
 }
 
+# The same bisect judged by the smoke (issue 60): the pinned tree plus three commits, the second of which is issue 39's
+# mutant (a) (tests/e2e/mutants/a-q4_1-dequant.patch: Q4_1's min 5 % too large in the Vulkan shaders, a numbers fault
+# that builds and runs), bisected with the smoke on lavapipe and SmolLM2 Q4_1 in this build root (Mesa's lavapipe is
+# added to it for this mode: the bisect builds and smokes in one process). It must name the mutant's commit; its
+# figures go to $E2E/bench/bisect-llama-numbers.json.
+bisect_numbers() {
+    ensure_source
+    mount_proc "$ROOT"
+    mount_source "$ROOT"
+    install_rockbuild "$ROOT"
+    if [[ ! -f $ROOT/usr/share/vulkan/icd.d/lvp_icd.json && ! -f $ROOT/usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]]; then
+        log "adding Mesa's lavapipe to $ROOT (the bisect smokes where it builds)"
+        chroot_env "$ROOT" apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers > /dev/null
+    fi
+    local name=SmolLM2-135M-Instruct.Q4_1.gguf model
+    model=$("$REPO/.venv/bin/python" -c 'from rockbuild.settings import Settings
+from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.models import provide_model
+from rockbuild.console import quieted
+with quieted():
+    print(provide_model("smollm2", context=Settings.from_environment({}), smoke=load_smoke_config()).path)')
+    mkdir -p "$ROOT/e2e/models"
+    cp -u "$model" "$ROOT/e2e/models/$name"
+    local work=/e2e/bisect-numbers-work repo=/e2e/bisect-numbers.git out=/e2e/bisect ccache=/e2e/bisect-ccache
+    rm -rf "${ROOT:?}$work" "${ROOT:?}$repo"
+    chroot_env "$ROOT" git clone -q "$LLAMA_IN_ROOT" "$work"
+    chroot_env "$ROOT" git -C "$work" checkout -q -B master "$LLAMA_COMMIT"
+    local git_id=(-c user.name=rockbuild-e2e -c user.email=e2e@rockbuild.invalid)
+    printf '\n' >> "$ROOT$work/README.md"
+    chroot_env "$ROOT" git -C "$work" "${git_id[@]}" commit -qam "docs : a harmless line (#90011)"
+    chroot_env "$ROOT" git -C "$work" apply "$RB_SRC/tests/e2e/mutants/a-q4_1-dequant.patch"
+    chroot_env "$ROOT" git -C "$work" "${git_id[@]}" commit -qam "vulkan : q4_1 dequant, issue 39's mutant (a) (#90012)"
+    printf '\n' >> "$ROOT$work/README.md"
+    chroot_env "$ROOT" git -C "$work" "${git_id[@]}" commit -qam "docs : another harmless line (#90013)"
+    local planted
+    planted=$(chroot_env "$ROOT" git -C "$work" rev-parse HEAD~1)
+    chroot_env "$ROOT" git clone -q --bare "$work" "$repo"
+    write_matrix
+    mkdir -p "$ROOT$ccache" "$ROOT$MESA_CACHE" "$BENCH"
+    log "rockbuild bisect --llama $LLAMA_COMMIT..master with the smoke on lavapipe (3 commits, the 2nd is mutant a; planted $planted)"
+    local start end rc=0
+    start=$(date +%s.%N)
+    chroot_env "$ROOT" "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" bisect --job "$JOB_ID" -c "$MATRIX_IN_ROOT" \
+        --git-url "$repo" --llama "$LLAMA_COMMIT..master" --offline --no-web-ui --out "$out" --ccache-dir "$ccache" \
+        --compile-jobs "$JOBS" --model "/e2e/models/$name" --json > "$BENCH/bisect-llama-numbers.json" || rc=$?
+    end=$(date +%s.%N)
+    [[ $rc == 0 ]] || die "rockbuild bisect --llama exited $rc"
+    log "rockbuild bisect --llama (smoke) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+    python3 - "$BENCH/bisect-llama-numbers.json" "$planted" <<'PYEOF'
+import json, sys
+report, planted = json.load(open(sys.argv[1])), sys.argv[2]
+b = report["bisect"]
+assert b["complete"] and b["first_bad"]["commit"] == planted, (b["first_bad"], planted)
+assert b["failed_stage"] == "smoke", b["failed_stage"]
+print(f"[e2e] llama.cpp bisect by the smoke: {b['candidates']} commits, {len(b['trials'])} builds + smokes, "
+      f"{b['seconds'] / 60:.1f} min; first bad {planted[:12]} {b['first_bad']['subject']}")
+for t in b["trials"]:
+    cc = t.get("ccache") or {}
+    print(f"    {t['llama_commit'][:12]} {t['subject']}: {t['verdict']} in {t['seconds']:.1f} s; ccache "
+          f"{cc.get('hits')} hits / {cc.get('misses')} misses" + (f"; {t['message'][:160]}" if t.get("message") else ""))
+PYEOF
+}
+
 main() {
     local mode=${1:-build}
     case $mode in
@@ -476,6 +541,7 @@ main() {
         common-part) common_part ;;
         warm-common) warm_common ;;
         bisect) bisect_llama ;;
+        bisect-numbers) bisect_numbers ;;
         all)
             build_vulkan build
             smoke_vulkan
@@ -484,7 +550,7 @@ main() {
             summary
             ;;
         summary) summary ;;
-        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, warm-common, bisect, all, summary)" ;;
+        *) die "unknown mode $mode (build, cold, warm, figures, smoke, numerics, compare, night, ccache, common-part, warm-common, bisect, bisect-numbers, all, summary)" ;;
     esac
     log "done in ${SECONDS} s"
 }
