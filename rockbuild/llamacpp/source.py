@@ -309,7 +309,8 @@ def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | N
     """(commit, subject) of each commit after ``good`` up to and including ``bad`` on ``bad``'s first-parent line,
     oldest first (``good`` and ``bad``: full commits, tags or branches of ``url``). Fetches only commits, once; a
     ``good`` that is not an ancestor of ``bad`` is a UsageError."""
-    env = env if env is not None else git_env()
+    # never a lazy fetch of the trees a filtered history lacks: nothing here reads them (git >= 2.44 honours it)
+    env = {**(env if env is not None else git_env()), "GIT_NO_LAZY_FETCH": "1"}
     repo = history_dir(url, cache)
     repo.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(repo.parent / f".{repo.name}.lock")):
