@@ -441,27 +441,7 @@ bisect_llama() {
     write_matrix
     mkdir -p "$ROOT$ccache" "$BENCH"
     log "rockbuild bisect --llama $LLAMA_COMMIT..master (4 commits, the 3rd breaks the compile; planted $planted)"
-    local start end rc=0
-    start=$(date +%s.%N)
-    chroot_env "$ROOT" "$VENV/bin/rockbuild" bisect --job "$JOB_ID" -c "$MATRIX_IN_ROOT" --git-url "$repo" \
-        --llama "$LLAMA_COMMIT..master" --no-smoke --offline --no-web-ui --out "$out" --ccache-dir "$ccache" \
-        --compile-jobs "$JOBS" --json > "$BENCH/bisect-llama.json" || rc=$?
-    end=$(date +%s.%N)
-    [[ $rc == 0 ]] || die "rockbuild bisect --llama exited $rc"
-    log "rockbuild bisect --llama took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
-    python3 - "$BENCH/bisect-llama.json" "$planted" <<'PYEOF'
-import json, sys
-report, planted = json.load(open(sys.argv[1])), sys.argv[2]
-b = report["bisect"]
-assert b["complete"] and b["first_bad"]["commit"] == planted, (b["first_bad"], planted)
-assert b["first_bad"]["pr"] == 90003 and b["failed_stage"] == "build", b
-print(f"[e2e] llama.cpp bisect: {b['candidates']} commits, {len(b['trials'])} builds, {b['seconds'] / 60:.1f} min; "
-      f"first bad {planted[:12]} {b['first_bad']['subject']}")
-for t in b["trials"]:
-    cc = t.get("ccache") or {}
-    print(f"    {t['llama_commit'][:12]} {t['subject']}: {t['verdict']} in {t['seconds']:.1f} s; ccache "
-          f"{cc.get('hits')} hits / {cc.get('misses')} misses")
-PYEOF
+    run_bisect bisect-llama "$planted" build 90003 --git-url "$repo" --no-smoke --out "$out" --ccache-dir "$ccache"
 }
 
 # The same bisect judged by the smoke (issue 60): the pinned tree plus three commits, the second of which is issue 39's
@@ -504,22 +484,31 @@ with quieted():
     write_matrix
     mkdir -p "$ROOT$ccache" "$ROOT$MESA_CACHE" "$BENCH"
     log "rockbuild bisect --llama $LLAMA_COMMIT..master with the smoke on lavapipe (3 commits, the 2nd is mutant a; planted $planted)"
-    local start end rc=0
+    run_bisect bisect-llama-numbers "$planted" smoke 90012 --git-url "$repo" --out "$out" --ccache-dir "$ccache" \
+        --model "/e2e/models/$name"
+}
+
+# run_bisect NAME PLANTED STAGE PR ARGS...: rockbuild bisect --llama $LLAMA_COMMIT..master for the Vulkan job with
+# ARGS (lavapipe visible), its report in $BENCH/NAME.json; it must name PLANTED (pull request PR), failing at STAGE;
+# prints its builds, minutes and each step's ccache figures
+run_bisect() {
+    local name=$1 planted=$2 stage=$3 pr=$4 start end rc=0
+    shift 4
     start=$(date +%s.%N)
     chroot_env "$ROOT" "${LAVAPIPE_ENV[@]}" "$VENV/bin/rockbuild" bisect --job "$JOB_ID" -c "$MATRIX_IN_ROOT" \
-        --git-url "$repo" --llama "$LLAMA_COMMIT..master" --offline --no-web-ui --out "$out" --ccache-dir "$ccache" \
-        --compile-jobs "$JOBS" --model "/e2e/models/$name" --json > "$BENCH/bisect-llama-numbers.json" || rc=$?
+        --llama "$LLAMA_COMMIT..master" --offline --no-web-ui --compile-jobs "$JOBS" --json "$@" \
+        > "$BENCH/$name.json" || rc=$?
     end=$(date +%s.%N)
     [[ $rc == 0 ]] || die "rockbuild bisect --llama exited $rc"
-    log "rockbuild bisect --llama (smoke) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
-    python3 - "$BENCH/bisect-llama-numbers.json" "$planted" <<'PYEOF'
+    log "rockbuild bisect --llama ($name) took $(printf '%.1f' "$(echo "$end - $start" | bc)") s"
+    python3 - "$BENCH/$name.json" "$planted" "$stage" "$pr" <<'PYEOF'
 import json, sys
-report, planted = json.load(open(sys.argv[1])), sys.argv[2]
+report, planted, stage, pr = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], int(sys.argv[4])
 b = report["bisect"]
 assert b["complete"] and b["first_bad"]["commit"] == planted, (b["first_bad"], planted)
-assert b["failed_stage"] == "smoke", b["failed_stage"]
-print(f"[e2e] llama.cpp bisect by the smoke: {b['candidates']} commits, {len(b['trials'])} builds + smokes, "
-      f"{b['seconds'] / 60:.1f} min; first bad {planted[:12]} {b['first_bad']['subject']}")
+assert b["first_bad"]["pr"] == pr and b["failed_stage"] == stage, b
+print(f"[e2e] llama.cpp bisect: {b['candidates']} commits, {len(b['trials'])} builds, {b['seconds'] / 60:.1f} min; "
+      f"first bad {planted[:12]} {b['first_bad']['subject']}, at {stage}")
 for t in b["trials"]:
     cc = t.get("ccache") or {}
     print(f"    {t['llama_commit'][:12]} {t['subject']}: {t['verdict']} in {t['seconds']:.1f} s; ccache "
