@@ -401,6 +401,9 @@ def regression_policy(doc: Any, path: Path) -> RegressionPolicy:
             raise ConfigError(f"{where(path, node, 'ship')}: regressions.ship must be one of "
                               f"{', '.join(SHIP_MODES)}, not {node['ship']!r}{suggest(str(node['ship']), SHIP_MODES)}")
         values["ship"] = str(node["ship"])
+    if values.get("ship") == "newest-good" and values.get("bisect_steps", RegressionPolicy.bisect_steps) == 0:
+        raise ConfigError(f"{where(path, node, 'ship')}: regressions.ship newest-good builds from the commit before "
+                          "the first bad one, which only a bisect names: bisect_steps must be at least 1")
     return RegressionPolicy(**values)
 
 

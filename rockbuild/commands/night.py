@@ -26,6 +26,7 @@ from rockbuild.commands.common import (
 from rockbuild.core.options import CompileFlags, GitHubTarget, JobSelection, ModelChoice, Pins
 
 if TYPE_CHECKING:
+    from rockbuild.core.records import HeldBack
     from rockbuild.nightly import NightData, NightReport
     from rockbuild.publish.image import ImageOptions
 
@@ -87,6 +88,10 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
 @click.option("--inputs", "inputs_file", type=file(), default=None,
               help="The night's inputs.json: written by --plan, read by --job and --release "
               "(default: OUT/inputs.json).")
+@click.option("--held-back", "held_back_file", type=file(exists=True), default=None,
+              help="A night held back (regressions.ship: newest-good): its held-back.json; build from the commit "
+              "before the first bad one it names and say so in the release (the CI workflow passes it when it "
+              "dispatches the night again).")
 @JOB_SELECTION
 @click.option("--publish/--no-publish", "publish_release", default=None,
               help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY); "
@@ -109,7 +114,8 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
               help="Print the night's report (or plan) as JSON on stdout.")
 @click.pass_context
 def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
-            inputs_file: Path | None, selection: JobSelection, publish_release: bool | None, parallel: int,
+            inputs_file: Path | None, held_back_file: Path | None, selection: JobSelection,
+            publish_release: bool | None, parallel: int,
             compile_jobs: int | None, out_dir: Path, pins: Pins, github: GitHubTarget, publish_config: Path | None,
             smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, allow_partial: str | None,
             images: ImageOptions | None, as_json: bool) -> None:
@@ -139,11 +145,16 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
         raise UsageError("--no-image-test: the night pushes its images, and an untested image is never pushed",
                          hint="rockbuild publish --dry-run --images ... --no-image-test makes them without the test")
     overview = Overview(enabled=not as_json and mode in (None, "job"))
+    held_back = None
+    if held_back_file is not None:
+        if mode in ("job", "release"):
+            raise UsageError(f"--held-back is for --plan (or the whole night), not --{mode}: the inputs carry it")
+        held_back, pins = held_back_pins(held_back_file, pins)
     options = NightOptions(
         only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
         publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
         on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
-        allow_partial=allow_partial, images=images, context=settings(),
+        allow_partial=allow_partial, images=images, held_back=held_back, context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -165,6 +176,25 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     write_image_output(report)
     show(report, as_json)
     ctx.exit(report.exit_code)
+
+
+def held_back_pins(path: Path, pins: Pins) -> tuple[HeldBack, Pins]:
+    """--held-back FILE: its record, and the pins with llama.cpp at its good commit (a different --llama-ref is a
+    UsageError)."""
+    from dataclasses import replace
+
+    from rockbuild.core.errors import UsageError
+    from rockbuild.core.records import HeldBack
+
+    held = HeldBack.read(path)
+    if held is None:
+        raise UsageError(f"--held-back {path}: no such file")
+    given = (pins.llama_ref or "").strip().lower()
+    if given and given not in ("master", "latest") and not held.good.commit.startswith(given):
+        raise UsageError(f"--held-back builds llama.cpp {held.good.commit[:12]} (the commit before "
+                         f"{held.first_bad.commit[:12]}), not --llama-ref {pins.llama_ref}",
+                         hint="leave --llama-ref out, or give that commit")
+    return held, replace(pins, llama_ref=held.good.commit)
 
 
 def write_image_output(report: NightReport) -> None:

@@ -68,9 +68,11 @@ class CompileFlags:
 
 
 
-SHIP_MODES = ("missing", "blocked")
+SHIP_MODES = ("missing", "newest-good", "blocked")
 """What a night does with a job that llama.cpp broke (the matrix's ``regressions: ship``): ``missing`` publishes the
-other jobs, the failed one named with the release that last had it; ``blocked``: a required job blocks the release."""
+other jobs, the failed one named with the release that last had it (fresh: the other families get tonight's commit);
+``newest-good`` builds every job again from the commit before the first bad one its bisect named (coherent: one commit
+for every family, at the cost of a second build of each job); ``blocked``: a required job blocks the release."""
 
 
 @dataclass(frozen=True)

@@ -1014,6 +1014,29 @@ class CommitRef(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HeldBack(Record):
+    """``OUT/held-back.json``: a night held back to an older llama.cpp commit (the matrix's ``regressions: ship:
+    newest-good``). Tonight's commit (``tip``) broke the required ``jobs``; their bisect named ``first_bad``; the
+    release is built again, every job, from ``good``, the commit before it. inputs.json and manifest.json carry it
+    under ``llama_cpp``; the next night compares its commit with ``tip`` (the same tip: nothing changed)."""
+
+    FILE: ClassVar[str] = "held-back.json"
+
+    tip: str
+    tip_build_number: str | None = None
+    good: CommitRef  # what the release is built from
+    first_bad: CommitRef
+    jobs: tuple[str, ...] = ()
+    failed_stage: str | None = None  # where the first bad commit failed (the first job's)
+
+    def describe(self) -> str:
+        """One line for notes, reports and logs."""
+        return (f"llama.cpp {self.first_bad.commit[:12]} broke {', '.join(self.jobs)}"
+                + (f" at {self.failed_stage}" if self.failed_stage else "")
+                + f": built from {self.good.commit[:12]}, the commit before it (tonight's is {self.tip[:12]})")
+
+
+@dataclass(frozen=True, kw_only=True)
 class LlamaBisect(Record):
     """A llama.cpp bisect of one job between a good and a bad commit on one ROCm (rockbuild.nightly.triage): the first
     bad commit when it got there (``complete``), else the narrowest range it reached within its bounds."""
@@ -1054,7 +1077,7 @@ class TriageRecord(Record):
     last_good_rocm: str | None = None
     trials: tuple[TriageTrial, ...] = ()
     bisect: LlamaBisect | None = None
-    ship: str = "blocked"  # missing | blocked | fallback
+    ship: str = "blocked"  # missing | newest-good | blocked | fallback
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1074,6 +1097,7 @@ class InputsLlama(Record):
     # bNNNN (None: no such tag on the commit); a number in a file written by hand is read as its text
     build_number: str | None = field(default=None, metadata=json_form(str | int | None, _build_number, _build_number))
     url: str
+    held_back: HeldBack | None = None  # a night built again from the commit before tonight's first bad one
 
     def pin(self) -> dict[str, Any]:
         """The commit and build number, as build.json's ``llama_cpp`` records them for a job that never built."""
@@ -1345,6 +1369,14 @@ class ManifestImage(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ManifestLlama(LlamaCpp):
+    """manifest.json's ``llama_cpp``: the commit every shipped job was built from and, when the night was held back
+    to it (the matrix's ``regressions: ship: newest-good``), why: the night's own commit broke a required job."""
+
+    held_back: HeldBack | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ManifestRecord(Record):
     """A release's ``manifest.json``: every job it ships with its assets, and every job that failed."""
 
@@ -1356,7 +1388,7 @@ class ManifestRecord(Record):
     tag: str | None = None
     repository: str | None = None
     fingerprint: str | None = None
-    llama_cpp: LlamaCpp | None = None
+    llama_cpp: ManifestLlama | None = None
     patches: PatchSet | None = None  # the carried fixes applied in any shipped job (each job's are in its entry)
     glibc_floor_allowed: Mapping[str, str] = field(default_factory=dict)
     assets: tuple[ManifestAsset, ...] = ()
@@ -1378,6 +1410,7 @@ class ManifestRecord(Record):
 RECORDS: dict[str, type[Record]] = {
     "build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord, "gpu-smoke.json": SmokeRecord,
     "stages.json": StagesRecord, "fallback.json": FallbackRecord, "triage.json": TriageRecord,
+    "held-back.json": HeldBack,
     "inputs.json": InputsRecord,
     "manifest.json": ManifestRecord,
 }

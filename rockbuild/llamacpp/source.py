@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -302,6 +302,19 @@ def history_dir(url: str, cache: Path) -> Path:
     """``<cache>/llama.cpp-history/<hash of url>``: a bare repository with the commits (no trees: ``--filter=tree:0``)
     of ``url``, for listing a range and its subjects."""
     return cache / "llama.cpp-history" / hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def oldest_commit(commits: Sequence[str], *, url: str, cache: Path) -> str:
+    """The oldest of ``commits`` (full commits of ``url`` that a bisect fetched into :func:`history_dir`): the one
+    that is an ancestor of all the others; the first given when none is (or the history is not here)."""
+    if len(set(commits)) == 1:
+        return commits[0]
+    env = {**git_env(), "GIT_NO_LAZY_FETCH": "1"}
+    repo = history_dir(url, cache)
+    if not (repo / "HEAD").is_file():
+        return commits[0]
+    base = _git(["merge-base", "--octopus", *commits], cwd=repo, env=env, check=False)
+    return base if base in commits else commits[0]
 
 
 def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | None = None,

@@ -9,6 +9,11 @@ Last known good ROCm: when a job fails with the newest tarball of its group (at 
 that group passed the smoke test in a published release, the job is retried once on that one. The failed attempt's
 folder is kept beside the job's (``out/<job-id>@rocm-<version>``) and ``fallback.json`` in the job folder says what
 failed and what was used instead, for publish (manifest, notes) and alert.
+
+A job that fails for another reason is triaged (rockbuild.nightly.triage): the input at fault, and for llama.cpp the
+first bad commit. With the matrix's ``regressions: ship: newest-good`` the night is then held back:
+``OUT/held-back.json`` names the commit before the first bad one and every job is built again from it (the whole
+night here; in the CI fan-out the workflow dispatches itself again with ``--held-back``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from rockbuild.core.record import SECONDS, Record
 from rockbuild.core.records import (
     FALLBACK_SCHEMA,
     FallbackRecord,
+    HeldBack,
     InputsRecord,
     InputsRocm,
     LlamaBisect,
@@ -50,6 +56,7 @@ from rockbuild.core.records import (
 from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.cross import cross_spec
 from rockbuild.llamacpp.patches import PatchSeries, load_patch_series
+from rockbuild.llamacpp.source import oldest_commit
 from rockbuild.matrix import github_matrix
 from rockbuild.pipeline.inputs import (
     attach_job_last_good,
@@ -71,7 +78,16 @@ from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
 from rockbuild.smoke.models import provide_model
 
-from .triage import Failure, Trials, after_fallback, bisect_job, diagnose, trial_out
+from .triage import (
+    Failure,
+    Trials,
+    after_fallback,
+    bisect_job,
+    diagnose,
+    held_back_of,
+    ship_mode,
+    trial_out,
+)
 
 INPUTS_FILE = "inputs.json"
 
@@ -118,6 +134,8 @@ class NightOptions:
     on_event: EventHook | None = None
     allow_partial: str | None = None  # publish a release that is not whole, for this reason (rockbuild.publish.whole)
     images: ImageOptions | None = None  # --images: an image per Linux asset, tested and pushed with the release
+    # --held-back FILE: a night held back to the commit before tonight's first bad one (pins.llama_ref is that commit)
+    held_back: HeldBack | None = None
     data: NightData = field(kw_only=True, repr=False, compare=False)
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's context, the host OS
 
@@ -126,7 +144,7 @@ class NightOptions:
 class NightReport(Record):
     """How the night (or one of its CI modes) ended (a record: ``rockbuild nightly --json``)."""
 
-    state: str  # unchanged | published | draft | built | blocked | failed
+    state: str  # unchanged | published | draft | built | held-back | blocked | failed
     message: str
     exit_code: int = field(init=False)  # 0 for a night that did what it should (derived from the state)
     inputs: Path | None
@@ -137,10 +155,12 @@ class NightReport(Record):
     alert: str | None = None
     seconds: float = field(default=0.0, metadata=SECONDS)
     changes: tuple[str, ...] = ()
+    held_back: HeldBack | None = None  # state held-back: the night is built again from held_back.good
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exit_code",
-                           0 if self.state in ("unchanged", "published", "draft", "built", "dry-run") else 1)
+                           0 if self.state in ("unchanged", "published", "draft", "built", "dry-run", "held-back")
+                           else 1)
 
     def render(self) -> str:
         return f"night: {self.state}: {self.message}"
@@ -255,7 +275,8 @@ def _triage(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, ro
         except RockbuildError as exc:  # the history could not be read: the verdict stands without a commit
             console.warn(f"{job.id}: the llama.cpp bisect stopped: {exc.message}")
             bisect = LlamaBisect(good=last.llama_commit, bad=tonight.commit, candidates=0, stopped=exc.message)
-    ship = policy.ship if diagnosis.cause == "llama.cpp" else "blocked"
+    ship = (ship_mode(policy, bisect, required=job.required, held_back=tonight.held_back is not None)
+            if diagnosis.cause == "llama.cpp" else "blocked")
     record = failure.record(diagnosis.cause, diagnosis.evidence, ship=ship, trials=diagnosis.trials, bisect=bisect)
     record.write(folder.triage_json)
     console.warn(f"{job.id}: {record.cause} at fault: {record.evidence}"
@@ -497,6 +518,8 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     jobs = select_night_jobs(options)
     with console.step("resolve the night's inputs"):
         inputs = resolve_inputs(jobs, options.pins, patches=night_patches(options))
+        if options.held_back is not None:
+            inputs = replace(inputs, llama_cpp=replace(inputs.llama_cpp, held_back=_held_back_to(options, inputs)))
         path = inputs.write(_inputs_file(options, inputs_file))
     counted = [j for j in jobs if host is None or j.os == host]
     plan = NightPlan(inputs, path, tuple(counted))
@@ -524,6 +547,17 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
     inputs = attach_job_last_good(promote_proven(attach_last_good(inputs, good), read), last_good_jobs(read))
     inputs.write(path)
     return replace(plan, inputs=inputs, changes=changes, jobs=tuple(inputs.job(j.id) for j in plan.jobs))
+
+
+def _held_back_to(options: NightOptions, inputs: InputsRecord) -> HeldBack:
+    """--held-back's record, once the night resolved its commit (it must be the record's good one)."""
+    held = options.held_back
+    assert held is not None
+    if inputs.llama_cpp.commit != held.good.commit:
+        raise UsageError(f"--held-back builds llama.cpp {held.good.commit[:12]}, but --llama-ref "
+                         f"{inputs.llama_cpp.ref} is {inputs.llama_cpp.commit[:12]}",
+                         hint="leave --llama-ref out (or give the held-back commit)")
+    return held
 
 
 def promote_proven(inputs: InputsRecord,
@@ -579,6 +613,16 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     inputs = load_inputs(path)
     repo, token, publishing = _repo_and_token(options)
     dirs = publish_dirs_for_inputs(inputs, job_dirs, default_out=Path(options.out).absolute())
+    if inputs.llama_cpp.held_back is None:  # a night held back once is never held back again
+        hold = held_back_of([t for t in (_read_triage(JobFolder(Path(d))) for d in dirs) if t is not None],
+                            inputs.llama_cpp, oldest=lambda commits: oldest_commit(
+                                commits, url=inputs.llama_cpp.url, cache=options.cache or options.context.cache))
+        if hold is not None:
+            report = _hold_back(options, inputs, path, dirs, hold, outcomes=tuple(outcomes), changes=changes)
+            report = replace(report, seconds=time.monotonic() - start)
+            if summary:
+                _write_step_summary(options, report)
+            return report
     # a required job that llama.cpp broke ships as missing (the matrix's regressions.ship): the release goes out
     missing = [o for o in outcomes if o.status != "ok" and o.required and o.ship == "missing"]
     failed_required = [o for o in outcomes if o.status != "ok" and o.required and o.ship != "missing"]
@@ -602,8 +646,8 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                                                 run_url=options.run_url, step_summary=options.step_summary,
                                                 throttle=options.throttle,
                                                 allow_partial=options.allow_partial, images=options.images,
-                                                context=options.context), options.data.publish,
-                                        options.data.programs)
+                                                held_back=inputs.llama_cpp.held_back, context=options.context),
+                                        options.data.publish, options.data.programs)
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (
                 f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "") + (
@@ -624,9 +668,40 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     return report
 
 
+def _hold_back(options: NightOptions, inputs: InputsRecord, path: Path, dirs: Sequence[Path], hold: HeldBack, *,
+               outcomes: tuple[StagesOutcome, ...], changes: tuple[str, ...]) -> NightReport:
+    """``ship: newest-good``: publish nothing from tonight's commit; write ``OUT/held-back.json`` (and
+    ``held_back_ref=`` in $GITHUB_OUTPUT, for the workflow to dispatch the night again), and alert upstream's
+    regression now."""
+    file = hold.write(Path(options.out).absolute() / HeldBack.FILE)
+    output = options.context.github.output
+    if output is not None:
+        with open(output, "a", encoding="utf-8") as fh:
+            fh.write(f"held_back_ref={hold.good.commit}\nheld_back={file}\n")
+    console.warn(f"held back: {hold.describe()} (regressions.ship: newest-good); every job is built again from "
+                 f"{hold.good.commit[:12]}")
+    repo, token, publishing = _repo_and_token(options)
+    alert = _send_alert(dirs, options, repo, token, published=False) if publishing else None
+    return NightReport("held-back", hold.describe(), path, inputs.llama_cpp.commit, outcomes, alert=alert,
+                       changes=changes, held_back=hold)
+
+
 def run_night(options: NightOptions) -> NightReport:
     """The whole night on one machine: plan (stop when the last release was made from the same inputs), run every
-    job of this machine's OS, then release (publish by the gating rules when publishing, alert on failure)."""
+    job of this machine's OS, then release (publish by the gating rules when publishing, alert on failure); a night
+    held back (``ship: newest-good``) runs once more from the commit before the first bad one."""
+    start = time.monotonic()
+    report = _whole_night(options)
+    if report.held_back is not None and options.held_back is None:
+        first = report
+        report = _again_held_back(options, report.held_back, Path(options.out).absolute())
+        report = replace(report, alert=report.alert or first.alert)
+    report = replace(report, seconds=time.monotonic() - start)
+    _write_step_summary(options, report)
+    return report
+
+
+def _whole_night(options: NightOptions) -> NightReport:
     start = time.monotonic()
     say = console.info
     host = options.context.host_os
@@ -639,10 +714,8 @@ def run_night(options: NightOptions) -> NightReport:
         raise UsageError(f"no job of the selection builds on {host}", hint="use --os or --only")
     if plan.unchanged_since:
         message = plan.render().removeprefix("night: unchanged: ")
-        report = NightReport("unchanged", message, plan.inputs_path, plan.inputs.llama_cpp.commit, not_here=not_here,
-                             seconds=time.monotonic() - start)
-        _write_step_summary(options, report)
-        return report
+        return NightReport("unchanged", message, plan.inputs_path, plan.inputs.llama_cpp.commit, not_here=not_here,
+                           seconds=time.monotonic() - start, held_back=plan.inputs.llama_cpp.held_back)
 
     night = Night(options, plan.inputs)
     with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
@@ -655,9 +728,22 @@ def run_night(options: NightOptions) -> NightReport:
     out = Path(options.out).absolute()
     report = release_night(options, [out / j.id for j in here], inputs_file=plan.inputs_path, outcomes=outcomes,
                            changes=plan.changes, summary=False)
-    report = replace(report, not_here=not_here, seconds=time.monotonic() - start)
-    _write_step_summary(options, report)
-    return report
+    return replace(report, not_here=not_here, seconds=time.monotonic() - start,
+                   held_back=report.held_back or plan.inputs.llama_cpp.held_back)
+
+
+def _again_held_back(options: NightOptions, hold: HeldBack, out: Path) -> NightReport:
+    """The whole night once more from ``hold.good``: each job that tonight's commit broke keeps its folder beside
+    the job's (``OUT/<job-id>@llama-<commit>``, its triage.json with it); every job is built again (incrementally)."""
+    for job_id in hold.jobs:
+        kept = out / f"{job_id}@llama-{hold.tip[:12]}"
+        shutil.rmtree(kept, ignore_errors=True)
+        if (out / job_id).is_dir():
+            (out / job_id).rename(kept)
+    again = replace(options, pins=replace(options.pins, llama_ref=hold.good.commit), held_back=hold)
+    console.info(f"the night again from llama.cpp {hold.good.commit[:12]}, the commit before the first bad one")
+    report = _whole_night(again)
+    return replace(report, message=f"held back: {hold.describe()}; {report.message}", held_back=hold)
 
 
 def _run_guarded(job: Job, night: Night) -> StagesOutcome:

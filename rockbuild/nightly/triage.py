@@ -31,6 +31,7 @@ from rockbuild.core.options import RegressionPolicy
 from rockbuild.core.records import (
     TRIAGE_SCHEMA,
     CommitRef,
+    HeldBack,
     InputsLlama,
     InputsRocm,
     JobLastGood,
@@ -240,3 +241,31 @@ def bisect_job(trials: Trials, good: str, bad: str, *, policy: RegressionPolicy,
 
     return bisect_commits(commits, good, test, steps=policy.bisect_steps, minutes=policy.bisect_minutes,
                           bad_end=bad_end, tails=tails)
+
+
+def ship_mode(policy: RegressionPolicy, bisect: LlamaBisect | None, *, required: bool, held_back: bool) -> str:
+    """What the night does with a job that llama.cpp broke: the matrix's ``regressions.ship``, except that
+    ``newest-good`` needs a required job (an optional one never holds a release) and a bisect that named the first bad
+    commit and the one before it, on a night not already held back (it never holds back twice): else ``missing``."""
+    if policy.ship != "newest-good":
+        return policy.ship
+    named = bisect is not None and bisect.complete and bisect.first_bad is not None and bisect.last_good is not None
+    return "newest-good" if required and named and not held_back else "missing"
+
+
+def held_back_of(triages: Sequence[TriageRecord], tip: InputsLlama, *,
+                 oldest: Callable[[Sequence[str]], str]) -> HeldBack | None:
+    """The night held back to the newest llama.cpp commit that passes every required job (``ship: newest-good``):
+    the commit before the first bad one of each such job's bisect, the oldest of them (``oldest``) when the jobs name
+    different ones; None when no job asks for it."""
+    held = [t for t in triages if t.cause == "llama.cpp" and t.ship == "newest-good" and t.bisect is not None
+            and t.bisect.first_bad is not None and t.bisect.last_good is not None]
+    if not held:
+        return None
+    goods = list(dict.fromkeys(t.bisect.last_good.commit for t in held if t.bisect and t.bisect.last_good))
+    good = goods[0] if len(goods) == 1 else oldest(goods)
+    head = next(t for t in held if t.bisect and t.bisect.last_good and t.bisect.last_good.commit == good)
+    assert head.bisect is not None and head.bisect.last_good is not None and head.bisect.first_bad is not None
+    return HeldBack(tip=tip.commit, tip_build_number=tip.build_number, good=head.bisect.last_good,
+                    first_bad=head.bisect.first_bad, jobs=tuple(t.job for t in held),
+                    failed_stage=head.bisect.failed_stage or head.failed_stage)

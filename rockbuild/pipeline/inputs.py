@@ -315,6 +315,9 @@ def manifest_differences(inputs: InputsRecord, manifest: ManifestRecord | Mappin
         return ["the last release has no rockbuild manifest.json"]
     record = ManifestRecord.of(manifest)
     commit = record.llama_cpp.commit if record.llama_cpp is not None else None
+    held = record.llama_cpp.held_back if record.llama_cpp is not None else None
+    if held is not None and held.tip == inputs.llama_cpp.commit:
+        commit = held.tip  # built from the commit before that one's first bad one (ship: newest-good): unchanged
     if commit != inputs.llama_cpp.commit:
         why.append(f"llama.cpp {str(commit)[:12]} -> {inputs.llama_cpp.commit[:12]}")
     shipped = {j.id: j for j in record.jobs}

@@ -15,7 +15,7 @@ from typing import Any
 
 from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
-from rockbuild.core.records import MANIFEST_SCHEMA, ManifestAsset, SmokeGpu
+from rockbuild.core.records import MANIFEST_SCHEMA, HeldBack, ManifestAsset, SmokeGpu
 
 from .jobs import BuiltJob, ops_summary, public_cmake
 
@@ -102,6 +102,7 @@ class ReleaseContent:
     assets: Sequence[AssetFile]
     repo: str | None
     partial: Mapping[str, Any] | None = None
+    held_back: HeldBack | None = None  # built from an older llama.cpp commit than the night's (ship: newest-good)
 
 
 def build_manifest(
@@ -138,7 +139,8 @@ def build_manifest(
         "schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__, "tag": tag, "repository": repo,
         "fingerprint": fingerprint_value,
         "llama_cpp": {"commit": first.llama_commit if first else None,
-                      "build_number": first.llama_build if first else None},
+                      "build_number": first.llama_build if first else None,
+                      **({"held_back": content.held_back.to_dict()} if content.held_back is not None else {})},
         "patches": release_patches(jobs),
         "glibc_floor_allowed": dict(floor_config),
         "assets": [a.record.to_dict() for a in assets],

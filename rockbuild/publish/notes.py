@@ -109,6 +109,8 @@ def notes_context(
         "names": list(dict.fromkeys(j.name for j in jobs if get_backend(j.backend).per_target)),
         "flavours": list(dict.fromkeys(j.flavour for j in sorted(jobs, key=lambda j: j.backend))),
         "llama": {"commit": commit, "short": commit[:7], "build": (first.llama_build if first else None) or "?"},
+        # built from an older commit than the night's (regressions.ship: newest-good): which one broke which jobs
+        "held_back": content.held_back.to_dict() if content.held_back is not None else None,
         "jobs": [job_row(j, assets, os_words) for j in jobs],
         "failed": [job_row(j, assets, os_words) for j in failed],
         "assets": [{"name": a.name, "size": human_bytes(a.size), "sha256": a.sha256} for a in assets],

@@ -32,6 +32,7 @@ from rockbuild.backends import get_backend
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError
 from rockbuild.core.programs import ProgramList, load_programs
+from rockbuild.core.records import HeldBack
 from rockbuild.downloader import sha256_file
 from rockbuild.rocm.names import parse_rocm_version
 
@@ -76,6 +77,7 @@ class PublishOptions:
     throttle: bool = True  # PyGithub's pause between writes (GitHub asks for it); tests turn it off
     allow_partial: str | None = None  # the emergency override's reason: publish a release that is not whole (whole.py)
     images: ImageOptions | None = None  # --images: an image per Linux asset, tested, pushed with the release (image.py)
+    held_back: HeldBack | None = None  # the night's llama.cpp was held back (regressions.ship: newest-good): why
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
@@ -376,7 +378,7 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         image_options = _image_options(options.images, repo, token)
         images = _release_images(image_options, shipped, tag, out_dir, config, options, repo, say)
         content = ReleaseContent(tag=tag, fingerprint=fp, jobs=shipped, failed=failed, assets=tuple(assets), repo=repo,
-                                 partial=wholeness.partial())
+                                 partial=wholeness.partial(), held_back=options.held_back)
         manifest = build_manifest(content, floors=floors, floor_config=config.glibc_floor,
                                   images=manifest_entries(images) if image_options is not None else None)
         manifest_path = write_json(out_dir / MANIFEST, manifest)

@@ -219,7 +219,8 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert "gpu-smoke" in jobs["publish"]["needs"]
     # every published asset gets GitHub's build provenance (rockbuild install verifies it with gh)
     assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write",
-                                             "packages": "write"}  # the images go to ghcr.io
+                                             "packages": "write",  # the images go to ghcr.io
+                                             "actions": "write"}  # a held-back night dispatches itself again
     attest = next(s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith(
         "actions/attest-build-provenance@"))
     # every asset (the .deb and SHA256SUMS too) is attested before the release is published (issue 28, item 9)
@@ -324,3 +325,45 @@ def test_a_build_leg_takes_its_common_part_as_the_common_leg_packed_it(tmp_path)
         "PATH": f"{shim}:/usr/bin:/bin", "RUNNER_OS": "Linux", "GGML_VK_VISIBLE_DEVICES": "", "JOB_ID": "linux-gfx1151",
         "ARGS_OUT": str(tmp_path / "args"), "RUNNER_SMOKE": "gate", "COMMON": "linux-common"})
     assert (tmp_path / "args").read_text().split()[-2:] == ["--common", "common-part/linux-common"]
+
+
+@pytest.mark.parametrize("event", ["schedule", "workflow_dispatch"])
+def test_a_held_back_night_dispatches_itself_again_and_its_plan_takes_the_record(tmp_path, event):
+    """regressions.ship: newest-good in the CI fan-out: the publish job dispatches the workflow again with the
+    commit before the first bad one and held-back.json; that run's plan passes it on with --held-back (the two
+    steps' own scripts, run by bash with rockbuild and gh stand-ins)."""
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    assert "held_back" in wf[True]["workflow_dispatch"]["inputs"]
+    again = next(s for s in wf["jobs"]["publish"]["steps"]
+                 if s.get("name") == "Run the night again from the newest good llama.cpp commit")
+    assert again["if"] == "steps.release.outputs.held_back_ref != ''"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    for tool in ("gh", "rockbuild"):
+        (shim / tool).write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT.{tool}"\n')
+        (shim / tool).chmod(0o755)
+    record = '{"tip": "c", "good": {"commit": "b"}, "first_bad": {"commit": "d"}}'
+    (tmp_path / "held-back.json").write_text(record + "\n")
+    dispatched = {"schedule": {"OSES": "", "TARGETS": ""},
+                  "workflow_dispatch": {"OSES": "ubuntu", "TARGETS": "gfx1151"}}[event]
+    env = {"PATH": f"{shim}:/usr/bin:/bin", "ARGS_OUT": str(tmp_path / "args"), "EVENT": event, "REF": "b",
+           "HELD_BACK": str(tmp_path / "held-back.json"), "ROCM_VERSION": "latest", "GITHUB_REPOSITORY": "o/r",
+           "GITHUB_REF_NAME": "main", **dispatched}
+    subprocess.run(["bash", "-euo", "pipefail", "-c", again["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
+    gh = (tmp_path / "args.gh").read_text().splitlines()
+    assert gh[:3] == ["workflow", "run", "nightly.yml"] and "llamacpp_version=b" in gh
+    assert f"held_back={record}" in gh
+    assert f"operating_systems={dispatched['OSES']}" in gh and f"gfx_target={dispatched['TARGETS']}" in gh
+
+    # the dispatched run's plan: the record to a file, --held-back, and the whole matrix when the axes are empty
+    plan = next(s for s in wf["jobs"]["prepare"]["steps"] if s.get("id") == "plan")
+    env = {"PATH": f"{shim}:/usr/bin:/bin", "ARGS_OUT": str(tmp_path / "args"), "EVENT": "workflow_dispatch",
+           "LLAMA_REF": "b", "HELD_BACK": record, "RELEASE": "true", "REPO": "o/r", "ROCM_VERSION": "latest",
+           **dispatched}
+    subprocess.run(["bash", "-euo", "pipefail", "-c", plan["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
+    args = (tmp_path / "args.rockbuild").read_text().splitlines()
+    assert args[:2] == ["nightly", "--plan"] and args[args.index("--held-back") + 1] == "held-back.json"
+    assert ("--os" in args) == (event == "workflow_dispatch") and args[args.index("--llama-ref") + 1] == "b"
+    assert (tmp_path / "held-back.json").read_text() == record + "\n"

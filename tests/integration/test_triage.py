@@ -17,7 +17,7 @@ from support.night_world import TODAY, TOKEN, World
 
 from rockbuild.core.errors import UsageError
 from rockbuild.core.records import TriageRecord
-from rockbuild.llamacpp.source import commits_between
+from rockbuild.llamacpp.source import commits_between, oldest_commit
 from rockbuild.nightly import load_inputs, plan_night, run_night
 
 pytestmark = pytest.mark.skipif(
@@ -126,6 +126,64 @@ def test_a_commit_that_breaks_one_jobs_build_is_named_and_the_rest_ships(world, 
     assert len(world.github.writes) == writes
 
 
+def test_newest_good_builds_every_job_again_from_the_commit_before_the_first_bad_one(world, tmp_path, run_rockbuild):
+    """``regressions.ship: newest-good``: the release is coherent (every job from one commit, the one before the
+    first bad one), says why, and the next night with the same tip is unchanged."""
+    matrix = write(tmp_path / "coherent.yaml", TWO_JOBS + "regressions:\n  ship: newest-good\n")
+    out = tmp_path / "out"
+    index = world.publish_tarballs({TODAY: False}, "one.html", GROUPS)
+    first = run_night(world.options(out, index, config=matrix))
+    assert first.state == "published", first.message
+    commits = five_commits(world, define="FAIL_COMPILE")
+    second = run_night(world.options(out, index, config=matrix))
+    assert second.state == "published", second.message
+    assert second.message.startswith(f"held back: llama.cpp {commits[2][:12]} broke linux-gfx1151 at build: built "
+                                     f"from {commits[1][:12]}, the commit before it (tonight's is "
+                                     f"{commits[-1][:12]})"), second.message
+    assert {j.id: j.status for j in second.jobs} == {"linux-gfx1151": "ok", "linux-gfx1150": "ok"}
+    assert second.held_back is not None and second.held_back.good.commit == commits[1]
+    # tonight's failed folder is kept beside the job's, with its verdict; held-back.json says what was done
+    kept = TriageRecord.read(out / f"linux-gfx1151@llama-{commits[-1][:12]}" / "triage.json")
+    assert kept.ship == "newest-good" and kept.bisect.first_bad.commit == commits[2]
+    held = json.loads((out / "held-back.json").read_text())
+    assert (held["tip"], held["good"]["commit"], held["first_bad"]["pr"], held["jobs"]) == (
+        commits[-1], commits[1], 103, ["linux-gfx1151"])
+
+    tag2 = second.release["tag"]
+    manifest = world.manifest(tag2)
+    assert sorted(j["id"] for j in manifest["jobs"]) == ["linux-gfx1150", "linux-gfx1151"]
+    assert manifest["failed_jobs"] == [] and manifest["llama_cpp"]["commit"] == commits[1]
+    assert manifest["llama_cpp"]["held_back"]["tip"] == commits[-1]
+    assert {j["llama_cpp"]["commit"] for j in manifest["jobs"]} == {commits[1]}
+    body = next(r for r in world.github.state.releases.values() if r.tag_name == tag2).body
+    assert f"**Held back**: built from llama.cpp [`{commits[1][:7]}`]" in body
+    assert f"which broke `linux-gfx1151` at build; the night's llama.cpp was [`{commits[-1][:7]}`]" in body
+    (issue,) = world.github.state.issues.values()
+    assert issue.title.startswith(f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at build: first bad commit "
+                                  f"{commits[2][:7]} (#103)")
+    assert f"every job is built again from `{commits[1][:12]}`, the commit before the first bad one" in issue.body
+
+    # the next night, the same tip: unchanged, nothing built
+    writes = len(world.github.writes)
+    plan = plan_night(world.options(out, index, config=matrix))
+    assert plan.unchanged_since == tag2, plan.changes
+    assert len(world.github.writes) == writes
+
+    # the CI fan-out's rerun: --plan --held-back FILE pins the good commit and carries the record in inputs.json
+    args = ["nightly", "--plan", "-c", str(matrix), "--index-url", index, "--git-url", str(world.bare),
+            "--no-publish", "--inputs", str(tmp_path / "rerun.json"), "--held-back", str(out / "held-back.json")]
+    planned = run_rockbuild(*args)
+    assert planned.returncode == 0, planned.stderr
+    rerun = load_inputs(tmp_path / "rerun.json")
+    assert rerun.llama_cpp.commit == commits[1] and rerun.llama_cpp.held_back.tip == commits[-1]
+    for bad_args, words in ((["--llama-ref", commits[3]], "--held-back builds llama.cpp"),):
+        refused = run_rockbuild(*args, *bad_args)
+        assert refused.returncode != 0 and words in refused.stderr and "Traceback" not in refused.stderr
+    leg = run_rockbuild("nightly", "--job", "linux-gfx1151", "--inputs", str(tmp_path / "rerun.json"),
+                        "--held-back", str(out / "held-back.json"))
+    assert leg.returncode != 0 and "--held-back is for --plan (or the whole night), not --job" in leg.stderr
+
+
 def test_a_commit_that_breaks_only_the_numbers_is_named_without_an_extra_build(world, tmp_path):
     """ROCm did not change since the last release: llama.cpp is at fault with no extra build, and the bisect is judged
     by the same smoke (the known answers). ``regressions.ship: blocked`` keeps the old gate."""
@@ -218,6 +276,9 @@ def test_commits_between_lists_the_first_parent_line_and_refuses_a_backwards_ran
     listed = commits_between("b1000", "master", url=str(work), cache=cache)
     assert listed == [(made[1], "c1 (#1)"), (made[2], "c2 (#2)"), (made[3], "c3 (#3)")]
     assert commits_between(made[1][:10], made[3], url=str(work), cache=cache) == listed[1:]  # an abbreviation
+    # the oldest of several jobs' good commits (regressions.ship: newest-good holds the night back to it)
+    assert oldest_commit([made[3], made[1], made[2]], url=str(work), cache=cache) == made[1]
+    assert oldest_commit([made[2]], url=str(work), cache=tmp_path / "none") == made[2]
     with pytest.raises(UsageError, match="is not an ancestor of"):
         commits_between(made[3], made[1], url=str(work), cache=cache)
     # a repository that is shallow itself (the e2e's tree from a packaged source is): its roots are handed on

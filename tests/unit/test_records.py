@@ -29,6 +29,7 @@ from rockbuild.core.records import (
     BuildRecord,
     BundleRecord,
     FallbackRecord,
+    HeldBack,
     InputsJob,
     InputsLlama,
     InputsRecord,
@@ -48,7 +49,7 @@ from rockbuild.jobfolder import JobFolder
 SCHEMAS = REPO / "docs" / "schemas"
 FILES = {"build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord,
          "stages.json": StagesRecord, "fallback.json": FallbackRecord, "triage.json": TriageRecord,
-         "inputs.json": InputsRecord, "manifest.json": ManifestRecord}
+         "held-back.json": HeldBack, "inputs.json": InputsRecord, "manifest.json": ManifestRecord}
 JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
           targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
           cmake=(), runner="ubuntu-22.04")
@@ -187,6 +188,13 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     triage = _check("triage.json", folder.triage_json)
     assert isinstance(triage, TriageRecord) and triage.bisect is not None
     assert triage.bisect.first_bad is not None and triage.bisect.first_bad.pr == 12 and triage.bisect.complete
+
+    from rockbuild.nightly.triage import held_back_of
+
+    held = held_back_of([dataclasses.replace(triage, ship="newest-good")], failure.llama, oldest=lambda c: c[0])
+    assert held is not None
+    held.write(tmp_path / "held-back.json")
+    assert _check("held-back.json", tmp_path / "held-back.json") == held
 
     stale = InputsRocm(key="linux-gfx1151-nightly-latest", os="linux", groups=("gfx1151",), channel="nightly",
                        requested="latest", error="the newest gfx1151 tarball is 9 days old", error_kind="stale",

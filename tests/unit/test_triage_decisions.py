@@ -135,12 +135,65 @@ def test_the_matrix_says_how_far_to_bisect_and_what_to_ship(tmp_path):
     assert load_regression_policy(write(tmp_path / "none.yaml", base)) == RegressionPolicy()
     given = write(tmp_path / "given.yaml", base + "regressions:\n  bisect_steps: 0\n  ship: blocked\n")
     assert load_regression_policy(given) == RegressionPolicy(bisect_steps=0, ship="blocked")
-    for text, words in (("regressions:\n  ship: mising\n", "regressions.ship must be one of missing, blocked, not "
+    coherent = write(tmp_path / "coherent.yaml", base + "regressions:\n  ship: newest-good\n")
+    assert load_regression_policy(coherent) == RegressionPolicy(ship="newest-good")
+    for text, words in (("regressions:\n  ship: mising\n", "regressions.ship must be one of missing, newest-good, blocked, not "
                          "'mising' (did you mean missing"),
                         ("regressions:\n  bisect_steps: -1\n", "regressions.bisect_steps must be a whole number"),
+                        ("regressions:\n  bisect_steps: 0\n  ship: newest-good\n",
+                         "regressions.ship newest-good builds from the commit before the first bad one, which only a "
+                         "bisect names: bisect_steps must be at least 1"),
                         ("regressions:\n  bisect_minute: 5\n", "unknown key 'bisect_minute' in regressions"),
                         ("regressions: 3\n", "regressions must be a mapping")):
         bad = write(tmp_path / "bad.yaml", base + text)
         with pytest.raises(ConfigError, match=r"bad\.yaml:\d+: ") as caught:
             load_matrix(bad)  # `rockbuild matrix` checks it with the rest of the file
         assert words in caught.value.message, caught.value.message
+
+
+def test_newest_good_holds_back_only_a_required_job_with_a_named_first_bad_commit():
+    from rockbuild.core.records import CommitRef, LlamaBisect
+    from rockbuild.nightly.triage import ship_mode
+
+    named = LlamaBisect(good=A, bad=C, candidates=5, complete=True, first_bad=CommitRef(commit="d" * 40),
+                        last_good=CommitRef(commit="b" * 40))
+    coherent, fresh = RegressionPolicy(ship="newest-good"), RegressionPolicy()
+    assert ship_mode(coherent, named, required=True, held_back=False) == "newest-good"
+    assert ship_mode(fresh, named, required=True, held_back=False) == "missing"
+    assert ship_mode(RegressionPolicy(ship="blocked"), named, required=True, held_back=False) == "blocked"
+    # an optional job never holds a release; a night already held back never is again; no named commit: no target
+    assert ship_mode(coherent, named, required=False, held_back=False) == "missing"
+    assert ship_mode(coherent, named, required=True, held_back=True) == "missing"
+    stopped = LlamaBisect(good=A, bad=C, candidates=5, complete=False, stopped="after 1 build(s)",
+                          first_bad=CommitRef(commit=C), last_good=CommitRef(commit="b" * 40))
+    assert ship_mode(coherent, stopped, required=True, held_back=False) == "missing"
+    assert ship_mode(coherent, None, required=True, held_back=False) == "missing"
+
+
+def test_the_night_is_held_back_to_the_oldest_good_commit_its_jobs_name():
+    from rockbuild.core.records import CommitRef, InputsLlama, LlamaBisect, TriageRecord
+    from rockbuild.nightly.triage import held_back_of
+
+    def triage(job: str, good: str, bad: str, ship: str = "newest-good", cause: str = "llama.cpp") -> TriageRecord:
+        bisect = LlamaBisect(good=A, bad=C, candidates=9, complete=True, first_bad=CommitRef(commit=bad, pr=7),
+                             last_good=CommitRef(commit=good), failed_stage="smoke")
+        return TriageRecord(job=job, cause=cause, evidence="e", llama_commit=C, bisect=bisect, ship=ship,
+                            failed_stage="smoke")
+
+    tip = InputsLlama(ref="master", commit=C, build_number="b1005", url="u")
+    asked: list[list[str]] = []
+
+    def oldest(commits):
+        asked.append(list(commits))
+        return commits[-1]
+
+    assert held_back_of([triage("x", "1" * 40, "2" * 40, ship="missing")], tip, oldest=oldest) is None
+    assert held_back_of([triage("x", "1" * 40, "2" * 40, cause="rocm")], tip, oldest=oldest) is None
+    one = held_back_of([triage("x", "1" * 40, "2" * 40), triage("y", "1" * 40, "2" * 40)], tip, oldest=oldest)
+    assert asked == [] and one is not None and one.jobs == ("x", "y") and one.good.commit == "1" * 40
+    assert (one.tip, one.tip_build_number, one.first_bad.pr, one.failed_stage) == (C, "b1005", 7, "smoke")
+    two = held_back_of([triage("x", "5" * 40, "6" * 40), triage("y", "3" * 40, "4" * 40)], tip, oldest=oldest)
+    assert asked == [["5" * 40, "3" * 40]] and two is not None
+    assert (two.good.commit, two.first_bad.commit) == ("3" * 40, "4" * 40)
+    assert two.describe() == (f"llama.cpp {'4' * 12} broke x, y at smoke: built from {'3' * 12}, the commit before "
+                              f"it (tonight's is {C[:12]})")
