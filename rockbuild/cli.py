@@ -15,6 +15,7 @@ import click
 from rockbuild import __version__, console
 from rockbuild.commands import night, stages, users
 from rockbuild.commands.common import CONTEXT, OrderedGroup
+from rockbuild.core.data import DataRoots, use_data_roots
 from rockbuild.core.errors import BUG_EXIT_CODE, RockbuildError
 from rockbuild.settings import Settings
 
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         resolved = Settings.from_environment(debug=debug or None)  # once, for the whole command
         debug = resolved.debug
         console.configure(github_actions=resolved.github.actions, ci=resolved.ci)
+        # the data files: $ROCKBUILD_CONFIG's, then the checkout's the command runs in, then the installed ones
+        use_data_roots(DataRoots(config_dir=resolved.config_dir, checkout=resolved.checkout,
+                                 announce=(lambda line: console.info(f"debug: read {line}")) if debug else None))
         # without standalone mode click *returns* the code of a ctx.exit(code) instead of exiting with it
         code = cli.main(args=argv, prog_name="rockbuild", standalone_mode=False, obj=resolved)
         if isinstance(code, int) and code:

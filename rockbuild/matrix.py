@@ -24,7 +24,7 @@ from typing import Any
 
 import bracex
 
-from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
+from rockbuild.core.data import YDict, YList, check_keys, expect_type, kind_of, load_data_file, suggest, where
 from rockbuild.core.errors import ConfigError, UsageError
 from rockbuild.core.jobs import (
     DEFAULT_BACKEND,
@@ -239,11 +239,11 @@ def expand_matrix(
             for i, member in enumerate(value):
                 if not isinstance(member, str | int):
                     raise ConfigError(f"{where(path, value, i)}: a member of a target list is a family or gfx name, "
-                                      f"not {type(member).__name__}")
+                                      f"not {kind_of(member)}")
             return families.select_many([str(m) for m in value], where=where(path, node, key),
                                         wheres=[where(path, value, i) for i in range(len(value))]).short
         if not isinstance(value, str | int):
-            raise ConfigError(f"{where(path, node, key)}: a target is a family or gfx name, not {type(value).__name__}")
+            raise ConfigError(f"{where(path, node, key)}: a target is a family or gfx name, not {kind_of(value)}")
         return families.select(str(value), where=where(path, node, key)).short
 
     os_node = _axis_values(path, matrix, "os")

@@ -11,7 +11,9 @@ import difflib
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,14 +27,77 @@ T = TypeVar("T")
 # Where the data files are: inside the wheel (rockbuild/_data/...) or, in a source checkout, at the repository root.
 
 
+@dataclass(frozen=True)
+class DataRoots:
+    """Where a data file is looked for before the installed copy (set once by the CLI, from its Settings):
+    ``config_dir`` (``$ROCKBUILD_CONFIG``: a folder whose files replace ``config/<name>``, one by one), then
+    ``checkout`` (a rockbuild checkout the command runs in: its ``config/``, ``patches/`` and ``templates/``, so a
+    maintainer's edit takes effect whatever the install). ``announce`` (``--debug``) is told each file read."""
+
+    config_dir: Path | None = None
+    checkout: Path | None = None
+    announce: Callable[[str], None] | None = None
+
+
+_roots = DataRoots()
+_announced: set[Path] = set()
+
+
+def use_data_roots(roots: DataRoots) -> None:
+    """Look for data files in ``roots`` first, for the rest of this process."""
+    global _roots
+    _roots = roots
+    _announced.clear()
+
+
+def is_checkout(folder: Path) -> bool:
+    """Whether ``folder`` is a rockbuild source checkout (its pyproject.toml names rockbuild, config/ is there)."""
+    try:
+        text = (folder / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(r'^name\s*=\s*"rockbuild"\s*$', text, re.MULTILINE) is not None and \
+        (folder / "config" / "nightly.yaml").is_file()
+
+
 def data_path(*parts: str) -> Path:
-    """Path of a file shipped with rockbuild (``data_path("config", "nightly.yaml")``)."""
+    """Path of a data file (``data_path("config", "nightly.yaml")``): ``$ROCKBUILD_CONFIG``'s, the checkout's the
+    command runs in (:class:`DataRoots`), else the one installed with rockbuild."""
     here = Path(__file__).resolve().parent.parent  # rockbuild/
-    for base in (here / "_data", here.parent):
-        candidate = base.joinpath(*parts)
+    roots = _roots
+    candidates: list[tuple[Path, str]] = []
+    if roots.config_dir is not None and parts and parts[0] == "config" and len(parts) > 1:
+        candidates.append((roots.config_dir.joinpath(*parts[1:]), "$ROCKBUILD_CONFIG"))
+    if roots.checkout is not None:
+        candidates.append((roots.checkout.joinpath(*parts), "the checkout in the current directory"))
+    candidates += [(here / "_data" / Path(*parts), "installed with rockbuild"),
+                   (here.parent.joinpath(*parts), "the checkout rockbuild runs from")]
+    for candidate, origin in candidates:
         if candidate.exists():
+            if roots.announce is not None and candidate not in _announced:
+                _announced.add(candidate)
+                roots.announce(f"{'/'.join(parts)}: {candidate} ({origin})")
             return candidate
     raise ConfigError(f"rockbuild's data file {'/'.join(parts)} is missing from this installation; reinstall rockbuild")
+
+
+def kind_of(value: Any) -> str:
+    """What a value read from a file is, in a user's words (``a list``, never ``YList``)."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, int):
+        return f"the number {value}"
+    if isinstance(value, float):
+        return f"the number {value:g}"
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    return type(value).__name__
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
@@ -211,7 +276,7 @@ def expect_type(path: Path | str, parent: Any, key: Any, value: Any, types: type
         names = (names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
                  .replace("Mapping", "mapping"))
         names = " or ".join(dict.fromkeys(names.split(" or ")))  # (dict, YDict): "a mapping", once
-        raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {type(value).__name__}")
+        raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {kind_of(value)}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -245,6 +310,20 @@ def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> YList:
     return result
 
 
+# YAML 1.1 reads 0123456 as an octal number (42798) and 1:30 as sexagesimal (90): a commit abbreviation or a
+# version written bare would silently become another value. Such scalars stay text; a whole number field that gets one
+# says so (a "must be a whole number, not the text '010'" error), never a wrong number.
+_SURPRISING_INT = re.compile(r"[-+]?(0[0-7_]+|0b[01_]+|[1-9][0-9_]*(:[0-5]?[0-9])+)")
+
+
+def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int | str:
+    text = str(node.value)
+    if _SURPRISING_INT.fullmatch(text):
+        return text
+    return int(loader.construct_yaml_int(node))
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 

@@ -1,11 +1,12 @@
 """The one reader of this process's environment and platform: everything rockbuild takes from outside its command
 line that is not a data file (the cache folder, the GitHub Actions context and token, ``HF_*``, ``SOURCE_DATE_EPOCH``,
-``CI``, ``ROCKBUILD_PATCHES``). :class:`rockbuild.settings.Settings` is made from it once at the CLI's entry; nothing
+``CI``, ``ROCKBUILD_PATCHES``, the network's timeouts). :class:`rockbuild.settings.Settings` is made from it once at the CLI's entry; nothing
 else reads ``os.environ``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.data import is_checkout
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.record import Record
 
@@ -39,6 +41,27 @@ def default_cache(env: Mapping[str, str]) -> Path:
         return Path(explicit).expanduser()
     xdg = env.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rockbuild"
+
+
+def config_dir(env: Mapping[str, str]) -> Path | None:
+    """``$ROCKBUILD_CONFIG``: a folder of data files (nightly.yaml, families.yaml, ...) read instead of the shipped
+    ones, file by file; a value that is not a folder is a ConfigError."""
+    value = env.get("ROCKBUILD_CONFIG", "").strip()
+    if not value:
+        return None
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"ROCKBUILD_CONFIG={value}: no such folder",
+                          hint="point it at a folder of data files such as a checkout's config/")
+    return folder.absolute()
+
+
+def _checkout() -> Path | None:
+    try:
+        here = Path.cwd()
+    except OSError:  # the current directory was removed
+        return None
+    return here if is_checkout(here) else None
 
 
 def flag(env: Mapping[str, str], name: str) -> bool:
@@ -70,6 +93,62 @@ class GitHubContext:
             step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
             run_url=f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None,
         )
+
+
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection (TCP and TLS): a reachable host answers in well under one
+
+
+@dataclass(frozen=True)
+class HttpTimeouts:
+    """How long rockbuild waits on the network, each try, and how often it tries a small request again
+    (``$ROCKBUILD_HTTP_TIMEOUT``, ``$ROCKBUILD_HTTP_RETRIES``, ``$ROCKBUILD_DOWNLOAD_TIMEOUT``; docs/errors.md).
+
+    A small request (an API call, an index page, a checksum list) waits ``request`` seconds for its answer and is tried
+    ``retries`` more times; a download (a tarball, a model, a release asset) waits ``download`` seconds for each
+    piece of its body and keeps its own retries, each resumed where the last one stopped. Opening a connection waits
+    :data:`CONNECT_TIMEOUT` seconds, or the read timeout when that is shorter."""
+
+    request: float = 15.0
+    retries: int = 2
+    download: float = 60.0
+
+    @property
+    def small(self) -> tuple[float, float]:
+        """(connect, read) timeouts of a small request."""
+        return min(CONNECT_TIMEOUT, self.request), self.request
+
+    @property
+    def large(self) -> tuple[float, float]:
+        """(connect, read) timeouts of a download."""
+        return min(CONNECT_TIMEOUT, self.download), self.download
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> HttpTimeouts:
+        return cls(request=_seconds(env, "ROCKBUILD_HTTP_TIMEOUT", cls.request),
+                   retries=_count(env, "ROCKBUILD_HTTP_RETRIES", cls.retries),
+                   download=_seconds(env, "ROCKBUILD_DOWNLOAD_TIMEOUT", cls.download))
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"{name}={value!r} is not a number of seconds above 0")
+    return seconds
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise ConfigError(f"{name}={value!r} is not a count (0, 1, 2, ...)")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -105,6 +184,9 @@ class Context:
     source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH: archive timestamps
     windows: WindowsHost | None = None  # on Windows: SystemRoot and PATH, where the DLL loader looks (doctor, install)
     patches_file: Path | None = None  # $ROCKBUILD_PATCHES or --patches FILE: another carried patch series
+    http: HttpTimeouts = field(default_factory=HttpTimeouts)  # $ROCKBUILD_HTTP_TIMEOUT, ..._RETRIES, ..._DOWNLOAD_TIMEOUT
+    config_dir: Path | None = None  # $ROCKBUILD_CONFIG: a folder whose data files replace config/'s, one by one
+    checkout: Path | None = None  # the current directory when it is a rockbuild checkout: its data files win
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Any:
@@ -121,7 +203,9 @@ class Context:
             hf_token=env.get("HF_TOKEN", "").strip() or None, source_date_epoch=int(epoch) if epoch else None,
             patches_file=Path(env["ROCKBUILD_PATCHES"]).expanduser() if env.get("ROCKBUILD_PATCHES", "").strip()
             else None,
+            http=HttpTimeouts.from_environment(env),
         )
+        values.update(config_dir=config_dir(env), checkout=_checkout())
         values.update({k: v for k, v in flags.items() if v is not None})
         if values["host_os"] == "windows" and values.get("windows") is None:
             values["windows"] = WindowsHost.from_environment(env)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, where
+from rockbuild.core.data import YDict, YList, check_keys, expect_type, kind_of, load_data_file, where
 from rockbuild.core.errors import BuildError, ConfigError
 from rockbuild.core.record import Record
 
@@ -130,7 +130,7 @@ def _strings(path: Path, node: Any, key: str, value: Any, what: str) -> tuple[st
     expect_type(path, node, key, value, (list, YList), what)
     for item in value:
         if not isinstance(item, str):
-            raise ConfigError(f"{where(path, node, key)}: {what} must hold strings, not {type(item).__name__}")
+            raise ConfigError(f"{where(path, node, key)}: {what} must hold strings, not {kind_of(item)}")
     return tuple(value)
 
 

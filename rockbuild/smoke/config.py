@@ -7,7 +7,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import YDict, check_keys, expect_type, load_data_file, mapping, text, texts, where, whole
+from rockbuild.core.data import (
+    YDict,
+    check_keys,
+    expect_type,
+    kind_of,
+    load_data_file,
+    mapping,
+    text,
+    texts,
+    where,
+    whole,
+)
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.options import CPU_VARIANT_CHECKS
 from rockbuild.smoke.numerics import parse_numerics_config
@@ -23,7 +34,7 @@ def parse_cpu_variants(node: Any, path: Path | str, parent: Any = None) -> dict[
         return {}
     if not isinstance(node, dict):
         raise ConfigError(f"{where(path, parent, 'cpu_variants')}: run.cpu_variants must be a mapping such as "
-                          f"{{check: all, n_gen: 8}}, not {type(node).__name__}")
+                          f"{{check: all, n_gen: 8}}, not {kind_of(node)}")
     if isinstance(node, YDict):
         check_keys(path, node, CPU_VARIANT_KEYS, "run.cpu_variants")
     else:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import YDict, YList, check_keys, where
+from rockbuild.core.data import YDict, YList, check_keys, kind_of, where
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.programs import OP_TEST_PROGRAM
 from rockbuild.core.record import SECONDS, Record
@@ -113,7 +113,7 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
         return defaults
     if not isinstance(node, Mapping):
         raise ConfigError(f"{where(path, node)}: ops must be a mapping (mode, subset, timeouts...), "
-                          f"not {type(node).__name__}")
+                          f"not {kind_of(node)}")
     _keys(path, node, CONFIG_KEYS, "ops")
     values: dict[str, Any] = {}
     if "enabled" in node:
@@ -156,7 +156,7 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
 def _parse_subset(items: Any, path: Path | str, parent: Any) -> tuple[SubsetEntry, ...]:
     if not isinstance(items, list):
         raise ConfigError(f"{where(path, parent, 'subset')}: ops.subset must be a list of {{op: NAME, params: REGEX}}, "
-                          f"not {type(items).__name__}")
+                          f"not {kind_of(items)}")
     out: list[SubsetEntry] = []
     for i, item in enumerate(items):
         at = where(path, items, i) if isinstance(items, YList) else f"{path}: ops.subset[{i}]"

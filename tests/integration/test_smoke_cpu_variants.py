@@ -228,7 +228,8 @@ def test_the_one_variant_folder_holds_the_bundle_with_one_variant(tmp_path):
     ("  cpu_variants: {check: all, n_gen: 0}\n",
      ":{line}: run.cpu_variants.n_gen must be a whole number of tokens, at least 1, not 0"),
     ("  cpu_variants:\n    chek: all\n", ":{next}: unknown key 'chek' in run.cpu_variants (did you mean check?)"),
-    ("  cpu_variants: all\n", ":{line}: run.cpu_variants must be a mapping such as {{check: all, n_gen: 8}}, not str"),
+    ("  cpu_variants: all\n",
+     ":{line}: run.cpu_variants must be a mapping such as {{check: all, n_gen: 8}}, not the text 'all'"),
 ])
 def test_a_bad_setting_in_smoke_yaml_is_a_config_error_naming_file_and_line(tmp_path, body, error):
     shipped = (REPO / "config" / "smoke.yaml").read_text()
