@@ -12,7 +12,7 @@ Baselines, both measured in the same run: haswell (AVX2, what the bundles built 
 every CPU) and x64 (no SIMD beyond SSE2: the seed's flags). Printed per variant: pp and tg t/s and their ratios to
 each baseline.
 
-    python bench/cpu_variants.py BUNDLE                          # tiny model (needs rockbuild[tiny] and a vocab)
+    python bench/cpu_variants.py BUNDLE                          # tiny model (needs gguf: the extra [tiny])
     python bench/cpu_variants.py BUNDLE --model Qwen3-0.6B-Q4_0.gguf --rounds 4 -r 3 --json cpu-variants.json
 """
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("bundle", type=Path, help="a bundle folder built with GGML_CPU_ALL_VARIANTS=ON")
     parser.add_argument("--model", default="tiny", help="a GGUF file, or 'tiny' (default: the smoke's tiny Qwen3, "
-                        "made from a llama.cpp vocab file; needs rockbuild[tiny])")
+                        "made from a llama.cpp vocab file; needs gguf: pip install '.[tiny]')")
     parser.add_argument("--vocab", type=Path, default=None, help="the vocab GGUF for --model tiny")
     parser.add_argument("--variants", default=f"x64,haswell,{PICKED}",
                         help=f"variants to measure, comma-separated; '{PICKED}': the one ggml picks on this CPU")

@@ -260,18 +260,25 @@ def bench_bundle(bundle: Path, label: str, model: ModelFile, options: CompareOpt
     return BundleBench(label, bundle, tuple(args), result.seconds, results, log)
 
 
-def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptions | None = None, *,
-                env: Mapping[str, str] | None = None, logs: Path | None = None,
-                numerics: NumericsConfig | None = None) -> Comparison:
-    """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings;
-    with ``numerics``, then the numerics step on each (the module docstring)."""
-    options = options or CompareOptions()
+def bundle_folders(bundles: Sequence[Path]) -> list[Path]:
+    """The bundle folder of each of ``bundles`` (a bundle folder or a job folder holding ``bundle/``), each checked
+    for its llama-bench: the command calls it before the model is provided (downloaded), :func:`run_compare` again."""
     if not bundles:
         raise UsageError("give at least one bundle folder to compare")
     folders = [locate_bundle(Path(b))[0] for b in bundles]
     for folder in folders:
         if not bench_exe(folder).is_file():
             raise UsageError(f"{folder} has no {bench_exe(folder).name}; pass bundle folders made by rockbuild bundle")
+    return folders
+
+
+def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptions | None = None, *,
+                env: Mapping[str, str] | None = None, logs: Path | None = None,
+                numerics: NumericsConfig | None = None) -> Comparison:
+    """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings;
+    with ``numerics``, then the numerics step on each (the module docstring)."""
+    options = options or CompareOptions()
+    folders = bundle_folders(bundles)
     source = environment() if env is None else env
     child, removed = smoke_env(source)  # device selection (GGML_VK_VISIBLE_DEVICES...) passes through
     logs = logs or Path(tempfile.mkdtemp(prefix="rockbuild-compare-"))

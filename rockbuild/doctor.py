@@ -126,20 +126,19 @@ class DoctorReport(Record):
                     lines.append(f"      $ {r.image_command}")
         return "\n".join(lines)
 
-    def failure(self, as_json: bool = False) -> RockbuildError | None:
+    def failure(self) -> RockbuildError | None:
         """The error the command exits with (exit code 1), None when no finding is an error.
 
-        After the text report it only counts the problems: each is already printed there with what to do, and the
-        CLI prints this as one more ``error:`` line. After ``--json`` (stdout is for machines) it names the first
-        problem and its action, the only words a person reading stderr gets."""
+        One wording after the text report and after ``--json``: it counts the problems and names their topics, and
+        says where what to do is (each problem's finding, ``[error]`` in the text, severity ``error`` in the JSON,
+        carries its action). It never repeats a finding: the report already says each one once."""
         errors = self.errors
         if not errors:
             return None
-        n = len(errors)
-        if as_json:
-            return RockbuildError(f"{n} problem(s) found, first: {errors[0].message}", hint=errors[0].action or None)
-        findings = "the [error] finding above says" if n == 1 else "the [error] findings above say"
-        return RockbuildError(f"{n} problem{'' if n == 1 else 's'} found ({findings} what to do)")
+        one = len(errors) == 1
+        topics = ", ".join(dict.fromkeys(f.topic for f in errors))
+        return RockbuildError(f"{len(errors)} problem{'' if one else 's'} found ({topics}): the finding"
+                              f"{' marked error says' if one else 's marked error say'} what to do")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,11 @@ Every byte rockbuild fetches (ROCm tarballs, models, release assets) comes throu
 * a ``sink`` callable receives the file's bytes once each, in order, from offset 0, so callers can extract while the
   download runs (see :meth:`Downloader.fetch`).
 
-Index pages and other small texts go through :func:`get_text`.
+Index pages and other small texts go through :func:`get_text`: a short timeout and few tries, where a download waits
+longer for each piece and resumes. No wait is silent: each try again is one warning line naming the host, what failed
+and when the next try starts, and a wait that lasts says so (:func:`rockbuild.console.waiting`). The timeouts and the
+small requests' retries come from :class:`rockbuild.core.environment.HttpTimeouts`, set once at the CLI's entry
+(:func:`configure`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from urllib3.util.retry import Retry
 
 from rockbuild import __version__, console
 from rockbuild.core.data import read_json_object, write_json_atomic
+from rockbuild.core.environment import HttpTimeouts
 from rockbuild.core.errors import ChecksumError, FetchError, NotFoundError, UnreachableError
 from rockbuild.core.record import Record
 
@@ -51,6 +56,22 @@ MAX_BACKOFF = 30.0
 _PATH_SAFE = "/:@!$&'()*,;=-._~%"
 
 Sink = Callable[[bytes], None]
+SMALL_BACKOFF = 0.5  # a small request's second retry waits 1 s, its third 2 s (urllib3: the first one at once)
+
+
+class _Defaults:
+    timeouts = HttpTimeouts()
+
+
+def configure(timeouts: HttpTimeouts) -> None:
+    """The network's timeouts and retries for this run (the CLI's entry, from the environment: ``$ROCKBUILD_HTTP_*``).
+    What a caller passes explicitly (a ``timeout=``, a :class:`TransferPolicy`) still wins."""
+    _Defaults.timeouts = timeouts
+
+
+def timeouts() -> HttpTimeouts:
+    """The run's network timeouts (:func:`configure`)."""
+    return _Defaults.timeouts
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -78,7 +99,49 @@ def _check_name(name: str, url: str) -> None:
         )
 
 
-class _Retry(Retry):
+def host_of(url: str) -> str:
+    """``host`` or ``host:port`` of a URL (no credentials), for messages."""
+    netloc = urllib.parse.urlsplit(url).netloc
+    return netloc.rpartition("@")[2] or url
+
+
+def _pool_host(pool: Any, url: str | None) -> str:
+    host, port = getattr(pool, "host", None), getattr(pool, "port", None)
+    if not host:
+        return host_of(url or "")
+    default = {"http": 80, "https": 443}.get(getattr(pool, "scheme", ""))
+    return f"{host}:{port}" if port and port != default else str(host)
+
+
+class RetryAnnouncer(Retry):
+    """A urllib3 Retry that says each try again in one warning line before it waits:
+    ``api.github.com: read timed out after 15s (GET /repos/o/r/releases/latest); try 2 of 3 in 1s``. Mixed into the
+    downloader's sessions and the GitHub client's (:mod:`rockbuild.publish.github`)."""
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: Any = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: Any = None,
+    ) -> Any:
+        new = super().increment(method, url, response, error, _pool, _stacktrace)  # raises when no try is left
+        if error is None and (response is None or response.status < 400):
+            return new  # a redirect urllib3 follows itself, not a failure
+        reason = describe_error(error) if error is not None else f"HTTP {response.status}"
+        tries = len(new.history) + 1
+        of = f" of {tries + new.total}" if isinstance(new.total, int) and not isinstance(new.total, bool) else ""
+        after = new.get_retry_after(response) if response is not None and new.respect_retry_after_header else None
+        delay = after if after is not None else new.get_backoff_time()
+        what = f" ({method} {url})" if method and url else ""
+        console.warn(f"{_pool_host(_pool, url)}: {reason}{what}; try {tries}{of} "
+                     + (f"in {delay:.3g}s" if delay else "now"))
+        return new
+
+
+class _Retry(RetryAnnouncer):
     def get_retry_after(self, response: Any) -> float | None:
         after = super().get_retry_after(response)
         return None if after is None else min(after, MAX_RETRY_AFTER)
@@ -91,7 +154,7 @@ class _Retry(Retry):
         error: Exception | None = None,
         _pool: Any = None,
         _stacktrace: Any = None,
-    ) -> _Retry:
+    ) -> Any:
         # A name that does not resolve or a refused connection answers at once and will answer the same in 15 s:
         # fail now rather than back off through every retry (a connect *timeout* is still retried).
         if error is not None and unreachable_reason(error) in (_NO_NAME, _REFUSED):
@@ -141,17 +204,24 @@ def get_text(
     url: str,
     *,
     session: requests.Session | None = None,
-    timeout: tuple[float, float] = (10, 60),
+    timeout: tuple[float, float] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> str:
-    """The body of a small text resource (an index page, a listing). NotFoundError on 404, FetchError otherwise."""
+    """The body of a small text resource (an index page, a listing, an API answer). NotFoundError on 404,
+    UnreachableError when the host cannot be reached, FetchError otherwise. Without ``session``/``timeout``: the
+    run's small-request timeouts and retries (:func:`configure`), each try again announced."""
     own = session is None
-    sess = make_session() if session is None else session
+    limits = _Defaults.timeouts
+    timeout = timeout or limits.small
+    sess = make_session(limits.retries, SMALL_BACKOFF) if session is None else session
     try:
         try:
-            resp = sess.get(quote_url_path(url), timeout=timeout, headers=dict(headers or {}))
+            with console.waiting(f"{host_of(url)} (GET {_path_of(url)})", timeout=timeout[1]):
+                resp = sess.get(quote_url_path(url), timeout=timeout, headers=dict(headers or {}))
         except requests.RequestException as exc:
-            raise network_error(f"cannot fetch {url}", exc, "check the network and the URL") from exc
+            tries = limits.retries + 1 if own else None
+            raise network_error(f"cannot fetch {url}", exc, "check the network and the URL", host=host_of(url),
+                                tries=tries) from exc
         with contextlib.closing(resp):
             _raise_for_status(resp, url)
             if "charset" not in resp.headers.get("Content-Type", "").lower():
@@ -163,6 +233,11 @@ def get_text(
     finally:
         if own:
             sess.close()
+
+
+def _path_of(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "") or "/"
 
 
 def _exception_chain(exc: BaseException) -> Iterator[BaseException]:
@@ -205,18 +280,39 @@ def unreachable_reason(exc: BaseException) -> str | None:
     return None
 
 
+_TIMEOUT_VALUE = re.compile(r"\((?:read|connect) timeout=([0-9.]+)\)")
+
+
+def _timeout_seconds(exc: BaseException) -> float | None:
+    """The timeout urllib3 names in its message (``(read timeout=15)``), if it does."""
+    for e in _exception_chain(exc):
+        m = _TIMEOUT_VALUE.search(str(e))
+        if m:
+            with contextlib.suppress(ValueError):
+                return float(m[1])
+    return None
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    return unreachable_reason(exc) is None and _chain_has(
+        exc, requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout)
+
+
 def describe_error(exc: BaseException) -> str:
     """A short, one-line reason for a network failure (no URL, no headers)."""
     unreachable = unreachable_reason(exc)
+    seconds = _timeout_seconds(exc)
+    after = f" after {seconds:g}s" if seconds is not None else ""
     if unreachable == "cannot connect":
         # NewConnectionError without a known cause: keep the OS's words ("[Errno 101] Network is unreachable")
         reasons = [e.strerror for e in _exception_chain(exc) if isinstance(e, OSError) and e.strerror]
         return f"cannot connect ({reasons[0].lower()})" if reasons else "cannot connect"
+    if unreachable == _CONNECT_TIMEOUT:
+        return f"{unreachable}{after}"
     if unreachable:
         return unreachable
-    if _chain_has(exc, requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError,
-                  socket.timeout):
-        return "read timed out"
+    if _is_read_timeout(exc):
+        return f"read timed out{after}"
     if _chain_has(exc, ConnectionResetError):
         return "connection reset by peer"
     if _chain_has(exc, urllib3.exceptions.IncompleteRead, http.client.IncompleteRead):
@@ -227,11 +323,38 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:200].rstrip(": ")
 
 
-def network_error(what: str, exc: BaseException, hint: str) -> FetchError:
-    """``what: reason`` as an UnreachableError when the host was never reached, else as a FetchError."""
+def timed_out(exc: BaseException, host: str, tries: int | None = None) -> str | None:
+    """What timed out, in words naming ``host`` (None: ``exc`` is no timeout): ``api.github.com did not answer within
+    15s, 3 tries (read timed out)``, ``cannot connect to api.github.com within 5s, 3 tries (connection timed
+    out)``."""
+    seconds = _timeout_seconds(exc)
+    within = f" within {seconds:g}s" if seconds is not None else ""
+    count = f", {tries} tries" if tries and tries > 1 else ""
+    if unreachable_reason(exc) == _CONNECT_TIMEOUT:
+        return f"cannot connect to {host}{within}{count} (connection timed out)"
+    if _is_read_timeout(exc):
+        return f"{host} did not answer{within}{count} (read timed out)"
+    return None
+
+
+def timeout_hint(variable: str = "ROCKBUILD_HTTP_TIMEOUT") -> str:
+    """What to do when a host does not answer in time (``variable``: the timeout that ran out)."""
+    return f"check the network; to wait longer, set {variable}=SECONDS (docs/errors.md)"
+
+
+TIMEOUT_HINT = timeout_hint()
+
+
+def network_error(what: str, exc: BaseException, hint: str, *, host: str | None = None, tries: int | None = None,
+                  variable: str = "ROCKBUILD_HTTP_TIMEOUT") -> FetchError:
+    """``what: reason`` as an UnreachableError when the host was never reached, else as a FetchError. With ``host``,
+    a timeout says which host did not answer, how long each try waited and how many tries were made, and its hint
+    names the ``variable`` that waits longer."""
+    timeout = timed_out(exc, host, tries) if host else None
     if unreachable_reason(exc) is not None:
-        return UnreachableError(f"{what}: {describe_error(exc)}", hint="check the network, the host name and any proxy")
-    return FetchError(f"{what}: {describe_error(exc)}", hint=hint)
+        return UnreachableError(f"{what}: {timeout or describe_error(exc)}", hint=timeout_hint(variable) if timeout
+                                else "check the network, the host name and any proxy")
+    return FetchError(f"{what}: {timeout or describe_error(exc)}", hint=timeout_hint(variable) if timeout else hint)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -298,11 +421,12 @@ class _Done(Exception):
 @dataclass(frozen=True)
 class TransferPolicy:
     """How each transfer is tried: ``retries`` failed attempts resumed after an exponential ``backoff`` (seconds,
-    doubling), the (connect, read) ``timeout`` of each request, and the ``chunk_size`` read and hashed at a time."""
+    doubling), the (connect, read) ``timeout`` of each request (None: the run's download timeouts,
+    :meth:`HttpTimeouts.large`), and the ``chunk_size`` read and hashed at a time."""
 
     retries: int = 5
     backoff: float = 0.5
-    timeout: tuple[float, float] = (10.0, 60.0)
+    timeout: tuple[float, float] | None = None
     chunk_size: int = 1 << 20
 
 
@@ -322,7 +446,7 @@ class Downloader:
         self.cache_dir = Path(cache_dir)
         self.retries = policy.retries
         self.backoff = policy.backoff
-        self.timeout = policy.timeout
+        self.timeout = policy.timeout or _Defaults.timeouts.large
         self.chunk_size = policy.chunk_size
         self.progress_every = progress_every
         # durable=False skips the fsync before the rename (seconds for a 2 GB tarball on a busy disk). Such entries
@@ -407,7 +531,8 @@ class Downloader:
             lock.acquire(timeout=0.2)
         except LockTimeout:
             self._info(f"    waiting for another download of {name} ({lock_path})")
-            lock.acquire()
+            with console.waiting(f"another download of {name}", idle=False):
+                lock.acquire()
         try:
             hit = self.cached(url, name=name, sha256=sha256, size=size)
             if hit is not None and sink is None and not self._synced(name):
@@ -489,6 +614,7 @@ class _Transfer:
         self.last_modified: str | None = None
         self.progress: console.Progress | None = None
         self.fh: IO[bytes] | None = None
+        self.wait: console.Wait | None = None  # the attempt's wait, touched as bytes arrive
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def run(self) -> Download:
@@ -498,7 +624,9 @@ class _Transfer:
             best = self.have
             while True:
                 try:
-                    self._attempt()
+                    with console.waiting(f"{host_of(self.url)} ({self.name})", timeout=self.dl.timeout[1]) as wait:
+                        self.wait = wait
+                        self._attempt()
                     break
                 except _Restart as why:
                     self._warn(f"{why}; restarting from byte 0")
@@ -575,7 +703,9 @@ class _Transfer:
         except (requests.ConnectionError, requests.Timeout) as exc:
             if self.dl._own_session or unreachable_reason(exc) in (_NO_NAME, _REFUSED):
                 # make_session's Retry already tried with backoff (or it would answer the same at once)
-                raise network_error(f"could not download {self.url}", exc, "check the network or try later") from exc
+                raise network_error(f"could not download {self.url}", exc, "check the network or try later",
+                                    host=host_of(self.url), tries=self.dl.retries + 1 if self.dl._own_session else None,
+                                    variable="ROCKBUILD_DOWNLOAD_TIMEOUT") from exc
             raise _Retryable(describe_error(exc)) from exc
         except requests.RequestException as exc:
             raise FetchError(f"could not download {self.url}: {describe_error(exc)}") from exc
@@ -665,6 +795,8 @@ class _Transfer:
             self.transferred += len(chunk)
             self._consume(chunk)
             self.progress.advance(len(chunk))
+            if self.wait is not None:
+                self.wait.touch()
         if self.total is not None and self.have < self.total:
             raise _Retryable(f"the response ended at byte {self.have} of {self.total}")
         if self.total is not None and self.have > self.total:

@@ -369,6 +369,23 @@ def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
     return sorted(built, key=lambda g: (g.integrated, g.index))[0].target
 
 
+def check_target(target: str, table: FamilyTable) -> str:
+    """``--target`` when a ROCm build of it exists (a target of ``table``, config/families.yaml: the releases carry
+    nothing else), checked before any request goes out; else a UsageError naming the closest targets, or a family's
+    targets when ``target`` names a family."""
+    name = target.strip()
+    for candidate in dict.fromkeys((name, name.lower())):
+        if table.family_of_target(candidate) is not None:
+            return candidate
+    family = table.family(name)
+    if family is not None:
+        raise UsageError(f"--target {name} is a GPU family; give one of its targets: {', '.join(family.targets)}")
+    targets = sorted({t for f in table.families if f.resolve_targets for t in f.targets})
+    raise UsageError(f"--target {name!r} is not a GPU target rockbuild builds for{suggest(name, targets)}",
+                     hint="rockbuild doctor names this machine's GPUs, rockbuild matrix --families the targets with "
+                     "a build; rockbuild install --backend vulkan runs on any GPU with a Vulkan driver")
+
+
 def visible_devices(sysfs_root: Path, isas: Sequence[str], target: str | None) -> str | None:
     """HIP_VISIBLE_DEVICES for the GPUs the asset can run on, when others are present; None when all fit."""
     gpus = read_kfd_gpus(sysfs_root)
@@ -487,9 +504,8 @@ def install(options: InstallOptions) -> InstallReport:
     table = options.families
     target: str | None = None
     if flavour.per_target:
-        target = auto_target(options.sysfs_root, table) if options.target == "auto" else options.target
-        if table.family_of_target(target) is None and not re.fullmatch(r"gfx[0-9]{2,3}[0-9a-f]", target):
-            raise UsageError(f"--target {target!r} is not a gfx target{suggest(target, table.known_names)}")
+        target = auto_target(options.sysfs_root, table) if options.target == "auto" else \
+            check_target(options.target, table)
     say = console.info
     release, manifest = _release_and_manifest(options.api_url, options.repo, options.tag)
     tag = str(release.get("tag_name"))

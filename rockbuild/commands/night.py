@@ -43,6 +43,12 @@ ALLOW_PARTIAL = click.option(
     help="Publish even though a bundle lacks llama-server's chat page or a program of programs.yaml (an emergency); "
     "REASON goes into the release notes and manifest.json.")
 
+# rockbuild's own wheel on the release: what the people who download the builds install doctor and install from
+TOOL_WHEEL = click.option(
+    "--tool-wheel", "tool_wheel", type=file(exists=True), default=None, metavar="WHEEL",
+    help="Attach rockbuild's own wheel (python -m pip wheel --no-deps -w dist .) to the release: its users install "
+    "`rockbuild doctor` and `rockbuild install` from it (pipx install URL); in SHA256SUMS and manifest.json.")
+
 
 @command
 @JOB_SELECTION
@@ -109,6 +115,7 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
 @MODEL
 @COMPILE
 @ALLOW_PARTIAL
+@TOOL_WHEEL
 @IMAGES
 @click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
               help="Print the night's report (or plan) as JSON on stdout.")
@@ -118,7 +125,7 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
             publish_release: bool | None, parallel: int,
             compile_jobs: int | None, out_dir: Path, pins: Pins, github: GitHubTarget, publish_config: Path | None,
             smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, allow_partial: str | None,
-            images: ImageOptions | None, as_json: bool) -> None:
+            tool_wheel: Path | None, images: ImageOptions | None, as_json: bool) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
@@ -154,7 +161,7 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
         only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
         publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
         on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
-        allow_partial=allow_partial, images=images, held_back=held_back, context=settings(),
+        allow_partial=allow_partial, images=images, held_back=held_back, tool_wheel=tool_wheel, context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -306,12 +313,13 @@ def bisect(job_id: str, good: str | None, bad: str | None, llama_range: str | No
 @click.option("--out", "out_dir", type=folder(), default=None,
               help="Folder for the release files (default: release/ beside the job folders).")
 @ALLOW_PARTIAL
+@TOOL_WHEEL
 @IMAGES
 @JSON
 def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHubTarget, publish_config: Path | None,
             tag: str | None, scheme: str | None,
             draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None, allow_partial: str | None,
-            images: ImageOptions | None, as_json: bool) -> None:
+            tool_wheel: Path | None, images: ImageOptions | None, as_json: bool) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
 
     The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
@@ -330,7 +338,7 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHub
     show(publish_release(PublishOptions(
         job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=github.repo, api_url=github.api_url, tag=tag,
         scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, allow_partial=allow_partial,
-        images=images, context=settings(),
+        images=images, tool_wheel=tool_wheel, context=settings(),
     ), settings().but(publish_file=publish_config).publish, settings().programs), as_json)
 
 

@@ -44,10 +44,14 @@ OS_CHOICE = click.Choice(["linux", "windows"])
 @click.option("--families", "list_families", is_flag=True,
               help="List the GPU families instead (config/families.yaml): targets, tarball group per OS, and "
               "where TheRock publishes each from.")
+@click.option("--wide", is_flag=True,
+              help="Every column of the table, however wide (default: the columns that fit the terminal or $COLUMNS, "
+              "the others named under it; on a pipe without $COLUMNS, every column).")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json (as every other command has it).")
-def matrix(selection: JobSelection, fmt: str, list_families: bool, as_json: bool) -> None:
+def matrix(selection: JobSelection, fmt: str, list_families: bool, wide: bool, as_json: bool) -> None:
     """Expand the OS x GPU-family matrix into build jobs."""
     from rockbuild import matrix as matrix_mod
+    from rockbuild.console import table_width
 
     if as_json:
         if fmt not in ("table", "json"):
@@ -56,12 +60,13 @@ def matrix(selection: JobSelection, fmt: str, list_families: bool, as_json: bool
             raise UsageError(f"--json and --format {fmt} ask for two outputs; give one")
         fmt = "json"
 
+    width = table_width(settings().columns, wide=wide)
     if list_families:
-        matrix_mod.print_families(settings().families, fmt)
+        matrix_mod.print_families(settings().families, fmt, width)
         return
 
     matrix_mod.print_jobs(matrix_mod.select_jobs(matrix_jobs(selection), selection.only), fmt,
-                          settings().github.output)
+                          settings().github.output, width)
 
 
 ROCM_SOURCE = options(
@@ -164,16 +169,22 @@ def rocm_info(root: Path, as_json: bool) -> None:
               help="End with a self-contained bundle in out/<job>/bundle (closure, kernels, $ORIGIN, audit).")
 @click.option("--inputs", "inputs_file", type=file(), default=None,
               help="The night's inputs.json (rockbuild resolve): build its llama.cpp commit against its ROCm tarball.")
-@click.option("--json", "as_json", is_flag=True, help="Print build.json on stdout (the steps stay on stderr).")
+@click.option("--dry-run", is_flag=True,
+              help="Print what the build would take and do (the job, the llama.cpp ref or commit, the ROCm tarball or "
+              "root, every CMake definition, the folders), from local files alone: nothing is downloaded, cloned, "
+              "written or compiled.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print build.json on stdout (the steps stay on stderr); with --dry-run, the plan.")
 def build(target: str | None, family: str | None, job_id: str | None, matrix_file: Path | None, os_name: str | None,
           rocm_dir: Path | None, rocm_version: str | None, source_dir: Path | None, ref: str | None,
           git_url: str | None, build_number: str | None, commit: str | None, out_dir: Path, jobs: int | None,
-          compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, as_json: bool) -> None:
+          compile_flags: CompileFlags, make_bundle: bool, inputs_file: Path | None, dry_run: bool,
+          as_json: bool) -> None:
     """Compile llama.cpp with GGML_HIP for a job's gfx targets: ROCm -> source -> configure -> compile -> bundle."""
     from rockbuild.llamacpp.driver import BuildOptions
     from rockbuild.llamacpp.source import DEFAULT_GIT_URL
     from rockbuild.nightly import load_inputs
-    from rockbuild.pipeline.job import build_and_bundle
+    from rockbuild.pipeline.job import build_and_bundle, plan_build_and_bundle
 
     build_options = BuildOptions(
         out_dir=out_dir, rocm_dir=rocm_dir, rocm_version=rocm_version, source_dir=source_dir, ref=ref,
@@ -191,6 +202,10 @@ def build(target: str | None, family: str | None, job_id: str | None, matrix_fil
         job = inputs.job(job_id or matrix.job(target=target, family=family, os_name=os_name).id)
     else:
         job = matrix.job(target=target, family=family, job_id=job_id, os_name=os_name)
+    if dry_run:
+        show(plan_build_and_bundle(build_options, job, inputs=inputs, make_bundle=make_bundle,
+                                   git_url_flag=git_url is not None), as_json)
+        return
     show(build_and_bundle(build_options, job, policy=settings().policy, inputs=inputs, make_bundle=make_bundle,
                           prune_fatbin=compile_flags.prune_fatbin, git_url_flag=git_url is not None),
          as_json)
@@ -345,14 +360,15 @@ def smoke(bundle_dir: Path, model: ModelChoice, expect_gpu: str, device: str | N
     """
     from rockbuild.backends import REGISTRY
     from rockbuild.smoke.models import provide_model
-    from rockbuild.smoke.runner import SmokeOptions, run_smoke
+    from rockbuild.smoke.runner import SmokeOptions, check_bundle, run_smoke
 
-    chosen = provide_model(model.spec, vocab=model.vocab, context=settings(), smoke=settings().smoke)
     overrides: dict[str, object] = {"browser": browser} if browser is not None else {}
     if cpu_variants is not None:
         overrides["cpu_variants"] = cpu_variants
     options = SmokeOptions.from_config(settings().smoke, bench_preset=bench_preset, expect_gpu=expect_gpu,
                                        device=device, programs=settings().programs.programs, **overrides)
+    check_bundle(bundle_dir, options.runs)  # a folder that is no bundle fails here, before the model is downloaded
+    chosen = provide_model(model.spec, vocab=model.vocab, context=settings(), smoke=settings().smoke)
     report = run_smoke(bundle_dir, chosen, options, backends=REGISTRY, report_path=report_path)
     show(report, as_json)
     report.raise_if_failed()
@@ -382,9 +398,10 @@ def compare(bundle_dirs: tuple[Path, ...], model_spec: str, vocab: Path | None, 
             repetitions: int, threads: int | None, gpu_layers: int, flash_attn: str | None, timeout: float,
             numerics: bool, as_json: bool) -> None:
     """Run llama-bench on each bundle with identical settings; pp and tg side by side (e.g. ROCm vs Vulkan)."""
-    from rockbuild.compare import CompareOptions, run_compare
+    from rockbuild.compare import CompareOptions, bundle_folders, run_compare
     from rockbuild.smoke.models import provide_model
 
+    bundle_folders(bundle_dirs)  # a folder that is no bundle fails here, before the model is downloaded
     model = provide_model(model_spec, vocab=vocab, context=settings(), smoke=settings().smoke)
     options = CompareOptions(n_prompt=n_prompt, n_gen=n_gen, repetitions=repetitions, threads=threads or 0,
                              gpu_layers=gpu_layers, flash_attn=int(flash_attn) if flash_attn else None,

@@ -57,7 +57,7 @@ def doctor(bundle_dir: Path | None, sysfs_root: Path, dev_root: Path, proc_root:
                         model=model.absolute() if model else None, fix_cpu=fix_cpu) if bundle_dir else None
     report = run_doctor(machine, bundle=check, table=settings().families)
     show(report, as_json)
-    failure = report.failure(as_json)
+    failure = report.failure()
     if failure is not None:
         raise failure
 

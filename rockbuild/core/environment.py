@@ -1,7 +1,7 @@
 """The one reader of this process's environment and platform: everything rockbuild takes from outside its command
 line that is not a data file (the cache folder, the GitHub Actions context and token, ``HF_*``, ``SOURCE_DATE_EPOCH``,
-``CI``, ``ROCKBUILD_PATCHES``, the network's timeouts). :class:`rockbuild.settings.Settings` is made from it once at the CLI's entry; nothing
-else reads ``os.environ``.
+``CI``, ``ROCKBUILD_PATCHES``, the network's timeouts). :class:`rockbuild.settings.Settings` is made from it once at
+the CLI's entry; nothing else reads ``os.environ``.
 """
 
 from __future__ import annotations
@@ -184,7 +184,8 @@ class Context:
     source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH: archive timestamps
     windows: WindowsHost | None = None  # on Windows: SystemRoot and PATH, where the DLL loader looks (doctor, install)
     patches_file: Path | None = None  # $ROCKBUILD_PATCHES or --patches FILE: another carried patch series
-    http: HttpTimeouts = field(default_factory=HttpTimeouts)  # $ROCKBUILD_HTTP_TIMEOUT, ..._RETRIES, ..._DOWNLOAD_TIMEOUT
+    http: HttpTimeouts = field(default_factory=HttpTimeouts)  # $ROCKBUILD_HTTP_TIMEOUT and the like (docs/errors.md)
+    columns: int | None = None  # $COLUMNS: how wide a table on stdout may be (a pipe's too); None: the terminal's
     config_dir: Path | None = None  # $ROCKBUILD_CONFIG: a folder whose data files replace config/'s, one by one
     checkout: Path | None = None  # the current directory when it is a rockbuild checkout: its data files win
 
@@ -204,6 +205,7 @@ class Context:
             patches_file=Path(env["ROCKBUILD_PATCHES"]).expanduser() if env.get("ROCKBUILD_PATCHES", "").strip()
             else None,
             http=HttpTimeouts.from_environment(env),
+            columns=int(env["COLUMNS"]) if env.get("COLUMNS", "").strip().isdigit() and int(env["COLUMNS"]) else None,
         )
         values.update(config_dir=config_dir(env), checkout=_checkout())
         values.update({k: v for k, v in flags.items() if v is not None})

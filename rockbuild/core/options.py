@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 DEFAULT_MAX_AGE_DAYS = 3  # a group whose newest nightly is older fails its jobs (stale inputs)
 # smoke.yaml's run.cpu_variants.check and ``--cpu-variants``: every CPU variant module this machine runs, the one ggml
@@ -68,7 +69,8 @@ class CompileFlags:
 
 
 
-SHIP_MODES = ("missing", "newest-good", "blocked")
+ShipMode = Literal["missing", "newest-good", "blocked"]
+SHIP_MODES: tuple[ShipMode, ...] = get_args(ShipMode)
 """What a night does with a job that llama.cpp broke (the matrix's ``regressions: ship``): ``missing`` publishes the
 other jobs, the failed one named with the release that last had it (fresh: the other families get tonight's commit);
 ``newest-good`` builds every job again from the commit before the first bad one its bisect named (coherent: one commit
@@ -83,4 +85,4 @@ class RegressionPolicy:
 
     bisect_steps: int = 8
     bisect_minutes: int = 120
-    ship: str = SHIP_MODES[0]
+    ship: ShipMode = "missing"

@@ -10,7 +10,7 @@ layer passes around; the converter is ~250 lines, has no dependency, gives rockb
 what the files need (unknown keys kept and written back, a file's key order kept). A field says how it is written:
 
 - its annotation (a record, ``tuple[X, ...]``, ``Mapping[str, X]``, a union, a scalar, a ``Path``: a string in
-  JSON) is checked on read;
+  JSON, a ``Literal`` of strings: a closed set, one of them) is checked on read;
 - a field without a default is required; ``init=False`` marks a *derived* field (computed in ``__post_init__``,
   written, ignored on read);
 - ``field(metadata=json_form(load, dump))`` gives a field a JSON form other than its Python one (the matrix's
@@ -56,6 +56,8 @@ def _describe(tp: Any) -> str:
         return "any value"
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in get_args(tp))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
     if origin in (tuple, list):
         return "an array"
     if origin in (dict, Mapping) or tp in (dict, Mapping) or origin is typing.Mapping:  # noqa: UP006
@@ -85,6 +87,11 @@ def _convert(tp: Any, value: Any, where: str, source: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
+    if origin is typing.Literal:  # a closed set: one of its values
+        if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
+            return value
+        shown = repr(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else _what(value)
+        raise _Wrong(where, f"{where or 'the file'} must be {_describe(tp)}, not {shown}")
     if origin in (typing.Union, types.UnionType):
         options = get_args(tp)
         if value is None and type(None) in options:

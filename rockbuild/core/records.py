@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from rockbuild.core.data import suggest
 from rockbuild.core.errors import (
@@ -216,7 +216,7 @@ class OpTestRecord(Record):
     and kept in the job folder (``path``, relative to it: tools/test-backend-ops), never in the bundle; or why the
     build has none (``status`` absent, ``reason``). The smoke's ops step runs it (rockbuild.smoke.ops)."""
 
-    status: str  # built | absent
+    status: Literal["built", "absent"]
     path: str | None = None
     reason: str | None = None
     seconds: float | None = None
@@ -246,7 +246,7 @@ class BuildRecord(Record):
 
     schema: int | None = None  # BUILD_SCHEMA; absent in the oldest files
     rockbuild_version: str | None = None
-    status: str  # ok | failed
+    status: Literal["ok", "failed"]
     failed_step: str | None = None
     error: BuildErrorInfo | None = None
     job: Job | None = None
@@ -457,10 +457,12 @@ class KernelsRecord(Record):
 # bundle.json's closure: the libraries a build's programs need (rockbuild.bundle.elf and .pe make it)
 
 # Where a library came from / why it is (not) in the bundle.
-ROOT = "root"  # a file of the build's bin/ (executables keep their names)
-SHIPS = "ships"  # found by the closure or declared as an extra: copied
-SYSTEM = "system"  # left to the host by the policy
-MISSING = "missing"  # needed, not found anywhere: an error
+LibraryStatus = Literal["root", "ships", "system", "missing"]
+LibraryKind = Literal["lib", "exe"]
+ROOT: Literal["root"] = "root"  # a file of the build's bin/ (executables keep their names)
+SHIPS: Literal["ships"] = "ships"  # found by the closure or declared as an extra: copied
+SYSTEM: Literal["system"] = "system"  # left to the host by the policy
+MISSING: Literal["missing"] = "missing"  # needed, not found anywhere: an error
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -468,8 +470,8 @@ class Library(Record):
     """One node of a closure, named as the loader asks for it (DT_NEEDED / import name / dlopen name)."""
 
     name: str
-    status: str  # root | ships | system | missing
-    kind: str = "lib"  # lib | exe
+    status: LibraryStatus
+    kind: LibraryKind = "lib"
     path: Path | None = None  # where it was found (as found: may be a symlink)
     real_path: Path | None = None  # the file whose bytes ship
     soname: str | None = None
@@ -520,7 +522,7 @@ class PlannedFile(Record):
     lists the programs and libraries (``files``), the kernel data files are counted (``data_files``)."""
 
     path: str  # inside the bundle (posix)
-    kind: str  # exe | lib | data
+    kind: Literal["exe", "lib", "data"]
     size: int
     source: Path  # the real file whose bytes are copied
     mode: int = 0o644
@@ -983,7 +985,10 @@ class FallbackRecord(Record):
     result: str | None = None
 
 
-CAUSES = ("llama.cpp", "rocm", "machine", "unknown")
+Verdict = Literal["good", "bad"]
+Ship = Literal["missing", "newest-good", "blocked", "fallback"]
+Cause = Literal["llama.cpp", "rocm", "machine", "unknown"]
+CAUSES: tuple[Cause, ...] = get_args(Cause)
 """What a failed job's triage can blame (rockbuild.nightly.triage): the llama.cpp commit, the ROCm nightly, the machine
 (the same inputs passed before), or nothing it could prove."""
 
@@ -994,7 +999,7 @@ class TriageTrial(Record):
 
     llama_commit: str
     rocm: str | None = None  # the tarball's name (None: a job that takes no ROCm)
-    verdict: str  # good | bad
+    verdict: Verdict
     failed_stage: str | None = None
     message: str | None = None
     seconds: float = 0.0
@@ -1064,7 +1069,7 @@ class TriageRecord(Record):
 
     schema: int | None = None
     job: str
-    cause: str  # one of CAUSES
+    cause: Cause
     evidence: str  # one sentence: why that input
     failed_stage: str | None = None
     reason: str | None = None
@@ -1077,7 +1082,7 @@ class TriageRecord(Record):
     last_good_rocm: str | None = None
     trials: tuple[TriageTrial, ...] = ()
     bisect: LlamaBisect | None = None
-    ship: str = "blocked"  # missing | newest-good | blocked | fallback
+    ship: Ship = "blocked"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1125,7 +1130,7 @@ class InputsRocm(Record):
     mtime: float | None = None
     index_url: str | None = None
     error: str | None = None
-    error_kind: str | None = None  # stale | not-found
+    error_kind: Literal["stale", "not-found"] | None = None
     # the newest tarball of this (OS, group) that passed smoke in a published release, when it is not this one:
     # {name, url, version, date, size, mtime, index_url, release}
     last_good: Mapping[str, Any] | None = None

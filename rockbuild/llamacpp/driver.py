@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rockbuild import __version__, console
 from rockbuild.archive import read_marker
@@ -30,20 +30,23 @@ from rockbuild.core.environment import Context
 from rockbuild.core.errors import BuildError, BuildFailed, LayoutError, UsageError
 from rockbuild.core.jobs import Job
 from rockbuild.core.programs import OP_TEST_PROGRAM, ProgramList, Selection, load_programs
+from rockbuild.core.record import Record
 from rockbuild.core.records import (
     BUILD_SCHEMA,
     BuildErrorInfo,
     BuildPaths,
     BuildRecord,
     BuildRocm,
+    InputsRocm,
     OpTestRecord,
     PatchSet,
     Tarball,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import STREAMED, Output, ProcessError, first_line, log_tail, run
-from rockbuild.rocm.fetch import fetch_rocm, job_groups
+from rockbuild.rocm.fetch import fetch_rocm, job_groups, pinned_entry, stable_root
 from rockbuild.rocm.layout import RocmLayout, detect_layout
+from rockbuild.rocm.names import parse_tarball_name, tarball_filename
 
 from . import common_part
 from .backend import BuildBackend
@@ -63,7 +66,17 @@ from .patches import NO_PATCHES, PatchSeries, apply_patch_series, load_patch_ser
 from .shader_cache import SHADER_CACHE_FOLDER, log_counts, log_offset
 from .shader_cache import disabled as shader_cache_disabled
 from .shader_cache import size_mib as shader_cache_size
-from .source import DEFAULT_GIT_URL, LlamaSource, checkout_ref, describe_tree
+from .source import (
+    DEFAULT_GIT_URL,
+    FULL_COMMIT_RE,
+    PATCHED_FOLDER,
+    LlamaSource,
+    cached_checkout,
+    checkout_ref,
+    clone_dir_for,
+    describe_tree,
+    normalize_build_number,
+)
 from .webui import WebUiOptions, provide_web_ui
 
 if TYPE_CHECKING:
@@ -302,13 +315,10 @@ def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, BuildRoc
 
 
 def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
-    if options.source_dir is not None and options.ref:
-        raise UsageError("give --source DIR or --ref REF, not both")
+    check_source_options(options)
     if options.source_dir is not None:
         source = describe_tree(options.source_dir, build_number=options.build_number, commit=options.commit, log=log)
     else:
-        if options.commit:
-            raise UsageError("--commit describes a --source tree; a --ref clone knows its commit")
         # one checkout per job that follows the ref: a stable source path keeps ccache hitting across commits
         source = checkout_ref(
             options.ref or job.llama_ref, url=options.git_url, cache=options.cache or options.context.cache,
@@ -492,7 +502,7 @@ def _source_step(b: _Build) -> None:
 
 def patched_tree_dir(cache: Path, slot: str) -> Path:
     """Where a job's patched mirror of llama.cpp lives: one per job id, the same path every night (ccache)."""
-    return cache / "llama.cpp-patched" / slot
+    return cache / PATCHED_FOLDER / slot
 
 
 def _patch_source(b: _Build, source: LlamaSource) -> LlamaSource:
@@ -805,11 +815,7 @@ BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
 def build_job(job: Job, options: BuildOptions, *, backends: Backends[BuildBackend]) -> BuildRecord:
     """Build ``job`` as its backend (one of ``backends``) says: ROCm, source, configure, compile;
     ``out/<job-id>/build.json`` and ``build.log`` either way."""
-    if options.cross is not None:
-        cross_spec(options.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
-    elif job.os != options.context.host_os:
-        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine"
-                         + (" (or cross-build it: --cross mingw-w64)" if job.os == "windows" else ""))
+    check_host(job, options)
     started, start = _now(), time.monotonic()
     job_dir = Path(options.out_dir).absolute() / job.id
     b = _Build(job, options, backends.get(job.backend), job_dir, job_dir / "build", job_dir / "build.log")
@@ -818,7 +824,8 @@ def build_job(job: Job, options: BuildOptions, *, backends: Backends[BuildBacken
                      encoding="utf-8")
     durations: dict[str, float] = {}
 
-    def result(status: str, failed_step: str | None = None, error: BuildErrorInfo | None = None) -> BuildRecord:
+    def result(status: Literal["ok", "failed"], failed_step: str | None = None,
+               error: BuildErrorInfo | None = None) -> BuildRecord:
         durations["total"] = round(time.monotonic() - start, 3)
         paths = BuildPaths(job_dir=job_dir, build_dir=b.build_dir, log=b.log, bin_dir=b.bin_dir)
         return BuildRecord(schema=BUILD_SCHEMA, rockbuild_version=__version__, status=status, failed_step=failed_step,
@@ -846,3 +853,266 @@ def build_job(job: Job, options: BuildOptions, *, backends: Backends[BuildBacken
     JobFolder(job_dir).write_build(done)
     console.info(f"    {job.id}: build.json and build.log in {job_dir}")
     return done
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plan (``rockbuild build --dry-run``): what a build would take and pass to CMake, found with no download, no
+# clone and no compile. What only the build itself can know (the tip of a branch, the newest ROCm nightly, the root's
+# compilers before it is extracted) is said to be known then, never guessed.
+
+ROCM_ROOT = "<ROCm root>"  # in a definition whose value comes from a ROCm root not yet extracted
+AT_BUILD_TIME = "at build time"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedSource(Record):
+    """The llama.cpp tree a build would compile, as far as it is known before anything is fetched."""
+
+    origin: str  # tree (--source) | clone (--ref, the job's llama_ref, inputs.json's commit)
+    path: Path  # the tree, or the job's checkout in the cache (<cache>/llama.cpp/<job>-<hash>)
+    ref: str | None = None
+    url: str | None = None
+    commit: str | None = None  # None: known once the ref is fetched
+    build_number: str | None = None
+    how: str  # where the commit comes from, in words
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedRocm(Record):
+    """The ROCm a build would use: a given root, or a TheRock tarball (pinned by inputs.json, exact, or the newest)."""
+
+    version: str  # an exact version, or latest (resolved when the build reads the index)
+    channel: str
+    groups: tuple[str, ...]  # the tarball groups looked up, the current name first
+    tarball: str | None = None  # its file name (None: a given root, or the newest, named when the index is read)
+    url: str | None = None
+    root: Path | None = None  # where it is or will be extracted (a given root: that root)
+    cached: bool = False  # extracted there already: nothing to download
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan(Record):
+    """What ``rockbuild build`` would do for a job (``--dry-run``): the tree, the ROCm, the carried patches, every
+    CMake definition, the folders. ``at_build_time`` names the definitions whose value only the build can know."""
+
+    job: Job
+    builds: str  # the gfx targets, or the backend and its compiler
+    source: PlannedSource
+    rocm: PlannedRocm | None = None
+    patches: str
+    cmake_definitions: Mapping[str, str]
+    at_build_time: tuple[str, ...] = ()
+    cmake_command: tuple[str, ...]
+    job_dir: Path
+    build_dir: Path
+    bundle_dir: Path | None = None
+    jobs: int
+    ccache: Path | None = None  # the ccache folder, when ccache is used
+    notes: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        source = self.source
+        lines = [f"{self.job.id} ({self.builds}): the build it would run; nothing is fetched, cloned or compiled"]
+        if source.origin == "tree":
+            lines.append(f"  llama.cpp:  the tree {source.path}: commit {source.commit or 'unknown'}, build "
+                         f"{source.build_number or 'unknown'} ({source.how})")
+        else:
+            known = f"commit {source.commit}, build {source.build_number or 'unknown'} ({source.how})" \
+                if source.commit else source.how
+            lines += [f"  llama.cpp:  {source.ref} of {source.url}: {known}", f"              into {source.path}"]
+        if self.rocm is not None:
+            rocm = self.rocm
+            name = rocm.tarball or f"the newest TheRock {rocm.channel} tarball of {rocm.groups[0]} ({self.job.os})"
+            lines.append(f"  ROCm:       {name}: {rocm.how}")
+            if rocm.root is not None:
+                lines.append(f"              {rocm.root}" + (" (extracted already)" if rocm.cached else ""))
+        lines += [f"  patches:    {self.patches}",
+                  f"  build:      {self.build_dir} ({self.jobs} compile jobs"
+                  + (f", ccache in {self.ccache})" if self.ccache else ", no ccache)"),
+                  f"  job folder: {self.job_dir} (build.json, build.log)"]
+        if self.bundle_dir is not None:
+            lines.append(f"  bundle:     {self.bundle_dir}")
+        lines.append("  configure:  " + " ".join(self.cmake_command[:7]))
+        lines += [f"                -D{name}={value}" for name, value in self.cmake_definitions.items()]
+        if self.at_build_time:
+            lines.append(f"  known at build time: {', '.join(self.at_build_time)}")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def check_host(job: Job, options: BuildOptions) -> None:
+    """A job of another OS is built with a cross toolchain (``--cross``) or not at all."""
+    if options.cross is not None:
+        cross_spec(options.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
+    elif job.os != options.context.host_os:
+        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine"
+                         + (" (or cross-build it: --cross mingw-w64)" if job.os == "windows" else ""))
+
+
+def check_source_options(options: BuildOptions) -> None:
+    """--source and --ref exclude each other; --commit describes a --source tree."""
+    if options.source_dir is not None and options.ref:
+        raise UsageError("give --source DIR or --ref REF, not both")
+    if options.source_dir is None and options.commit:
+        raise UsageError("--commit describes a --source tree; a --ref clone knows its commit")
+
+
+def _planned_source(job: Job, options: BuildOptions, cache: Path) -> tuple[PlannedSource, LlamaSource | None]:
+    """The tree (and, when it is here already, what it is) without a fetch."""
+    if options.source_dir is not None:
+        tree = describe_tree(options.source_dir, build_number=options.build_number, commit=options.commit)
+        commit = None if tree.commit == "unknown" else tree.commit
+        return PlannedSource(origin="tree", path=tree.path, commit=commit, build_number=tree.build_number,
+                             how=f"commit: {tree.commit_source}, build number: {tree.build_number_source}"), tree
+    ref = options.ref or job.llama_ref
+    cached = cached_checkout(ref, url=options.git_url, cache=cache, slot=job.id)
+    if cached is not None:
+        cached = dataclasses.replace(cached, build_number=normalize_build_number(options.build_number)) \
+            if options.build_number else cached
+        return PlannedSource(origin="clone", path=cached.path, ref=ref, url=options.git_url, commit=cached.commit,
+                             build_number=cached.build_number,
+                             how=f"the {cached.ref_kind} checked out in the cache already: no fetch"), cached
+    path = clone_dir_for(options.git_url, job.id, cache)
+    number = normalize_build_number(options.build_number) if options.build_number else None
+    if FULL_COMMIT_RE.match(ref.lower()):
+        return PlannedSource(origin="clone", path=path, ref=ref, url=options.git_url, commit=ref.lower(),
+                             build_number=number, how=f"a full commit, fetched (depth 1) {AT_BUILD_TIME}"), None
+    return PlannedSource(origin="clone", path=path, ref=ref, url=options.git_url, build_number=number,
+                         how=f"its commit is fetched (depth 1) {AT_BUILD_TIME}: a branch's tip then, or a tag's"), None
+
+
+def _toolchain_to_come(job: Job) -> Toolchain:
+    """The compilers of a TheRock root not extracted yet (its layout: lib/llvm/bin), named under :data:`ROCM_ROOT`."""
+    from rockbuild.core.vocabulary import Toolchain
+
+    exe = ".exe" if job.os == "windows" else ""
+    llvm = f"{ROCM_ROOT}/lib/llvm/bin"
+    return Toolchain(platform=job.os, kind="therock", prefix=ROCM_ROOT, llvm_bin=llvm, c_compiler=f"{llvm}/clang{exe}",
+                     cxx_compiler=f"{llvm}/clang++{exe}", device_lib_dir=f"{ROCM_ROOT}/lib/llvm/amdgcn/bitcode",
+                     device_lib_in_resource_dir=False)
+
+
+def _newest_cached_root(job: Job, cache: Path) -> tuple[str, Path] | None:
+    """(tarball name, root) of the newest TheRock tarball of the job's OS and groups extracted in the cache."""
+    groups = set(job_groups(job))
+    found = []
+    try:
+        roots = [p for p in (cache / "rocm").iterdir() if p.is_dir()]
+    except OSError:
+        return None
+    for root in roots:
+        name = parse_tarball_name(str((read_marker(root) or {}).get("name") or ""))
+        if name is not None and name.platform == job.os and name.group in groups:
+            found.append((name.version.version_key, name.filename, root))
+    return max(found)[1:] if found else None
+
+
+def _planned_rocm(job: Job, options: BuildOptions, backend: BuildBackend, cache: Path,
+                  pinned: InputsRocm | None) -> tuple[PlannedRocm, Toolchain | None]:
+    """The ROCm root or tarball a build would use, without reading an index or downloading; and its compilers (from
+    the root when it is here, else named under :data:`ROCM_ROOT`)."""
+    groups = tuple(job_groups(job))
+    if options.rocm_dir is not None:
+        layout = detect_layout(options.rocm_dir)
+        planned = PlannedRocm(version=layout.version or "unknown", channel=job.rocm_channel, groups=groups,
+                              root=layout.root, cached=True, how=f"the given {layout.kind} root")
+        return planned, backend.toolchain(job, layout)
+    if pinned is not None:
+        entry = pinned_entry(pinned)  # the input's own failure when resolve found no tarball
+        name, url, version, root = entry.name.filename, entry.url, entry.name.version.text, stable_root(entry, cache)
+        how = "pinned by inputs.json"
+    else:
+        version = options.rocm_version or job.rocm_version
+        if version == "latest":
+            newest = _newest_cached_root(job, cache)
+            now = f"; the newest extracted here now: {newest[0]}" if newest else ""
+            planned = PlannedRocm(version=version, channel=job.rocm_channel, groups=groups,
+                                  how=f"resolved {AT_BUILD_TIME} (the index is read then){now}")
+            return planned, _toolchain_to_come(job)
+        name, url = tarball_filename(job.os, job.group, version), None
+        root = cache / "rocm" / name.removesuffix(".tar.gz")
+        how = f"its URL is read from the {job.rocm_channel} channel's index {AT_BUILD_TIME}"
+    cached = (read_marker(root) or {}).get("name") == name
+    if cached:
+        how += "; extracted already, nothing to download"
+    planned = PlannedRocm(version=version, channel=job.rocm_channel, groups=groups, tarball=name, url=url, root=root,
+                          cached=cached, how=how)
+    return planned, backend.toolchain(job, detect_layout(root)) if cached else _toolchain_to_come(job)
+
+
+def plan_build(job: Job, options: BuildOptions, *, backends: Backends[BuildBackend],
+               pinned: InputsRocm | None = None, bundle: bool = True) -> BuildPlan:
+    """What :func:`build_job` would do for ``job`` with ``options`` (``pinned``: the job's tarball of inputs.json),
+    with the checks that stop it before it starts; reads only local files (a --source tree's git, the cache)."""
+    check_host(job, options)
+    check_source_options(options)
+    backend = backends.get(job.backend)
+    cache = options.cache or options.context.cache
+    job_dir = Path(options.out_dir).absolute() / job.id
+    build_dir = job_dir / "build"
+    notes: list[str] = []
+    pending: list[str] = []
+    source, tree = _planned_source(job, options, cache)
+    rocm: PlannedRocm | None = None
+    if backend.needs_rocm:
+        rocm, toolchain = _planned_rocm(job, options, backend, cache, pinned)
+    else:
+        toolchain = backend.toolchain(job, None)
+        if options.rocm_dir is not None or options.rocm_version:
+            notes.append(f"{job.id} is a {backend.label} job: it uses no ROCm, --rocm/--rocm-version are ignored")
+    if tree is not None:  # a --source tree (what it is, known or not, is what the build passes), a cached checkout
+        build_info = tree.cmake_build_info()
+    elif source.commit is not None:  # a full commit to fetch
+        number = source.build_number[1:] if source.build_number else ""
+        build_info = {"LLAMA_BUILD_NUMBER": number if number.isdigit() else "0",
+                      "LLAMA_BUILD_COMMIT": source.commit[:7]}
+    else:
+        build_info = {"LLAMA_BUILD_NUMBER": "<the checkout's build number>",
+                      "LLAMA_BUILD_COMMIT": "<the checkout's commit>"}
+        pending += list(build_info)
+    env, _variables = backend.build_environment(job, toolchain)
+    path = env.get("PATH") or env.get("Path") or ""
+    ccache = shutil.which("ccache", path=path) if options.use_ccache else None
+    if options.use_ccache and ccache is None:
+        notes.append("ccache is not on PATH: the build compiles without a cache")
+    shader: list[tuple[str, str]] = []
+    if getattr(backend, "glslc_definitions", None) is not None and options.context.host_os != "windows":
+        shader = [("Vulkan_GLSLC_EXECUTABLE", "<glslc, through the shader cache's wrapper in the build folder>")]
+        pending.append("Vulkan_GLSLC_EXECUTABLE")
+    cross = [("CMAKE_TOOLCHAIN_FILE", str(job_dir / f"{cross_spec(options.cross, job.os).name}.cmake"))] \
+        if options.cross is not None else []
+    definitions = [*shader, *backend.cmake_definitions(job, toolchain, offline=options.offline, build_info=build_info,
+                                                       ccache=ccache is not None), *cross]
+    if rocm is not None and not rocm.cached:
+        pending += [name for name, value in definitions if ROCM_ROOT in value]
+    if tree is not None and tree.path.is_dir():
+        checked = check_definitions(definitions, tree_variables(tree.path), extra=[name for name, _ in job.cmake])
+        definitions = list(checked.definitions)
+        if checked.dropped:
+            notes.append(f"not passed (this tree no longer defines them): {', '.join(checked.dropped)}")
+        notes += checked.warnings()
+    else:
+        notes.append("the definitions are checked against the tree's CMake files once it is fetched")
+    if options.patches:
+        series = options.patch_series if options.patch_series is not None else \
+            load_patch_series(options.context.patches_file)
+        patches = f"{len(series.patches)} carried fix(es) of {series.path}, each applied where it fits the tree, to " \
+            f"a mirror of it ({patched_tree_dir(cache, job.id)})" if series.patches else f"none ({series.path} " \
+            "lists none)"
+        configured = patched_tree_dir(cache, job.id) if series.patches else source.path
+    else:
+        patches, configured = "none (--no-patches: the pristine tree)", source.path
+    if options.common is not None:
+        library = backend.library_target
+        if library is None:
+            raise UsageError(f"{job.id} is a {backend.label} job: it has no library of its own to build on a common "
+                             "part; build it whole (leave out --common)")
+        notes.append(f"built on the common part {options.common.absolute()}: compiles {library} alone")
+    return BuildPlan(job=job, builds=job_label(job, backend, options.cross), source=source, rocm=rocm,
+                     patches=patches, cmake_definitions=dict(definitions), at_build_time=tuple(dict.fromkeys(pending)),
+                     cmake_command=tuple(configure_command(configured, build_dir, definitions)), job_dir=job_dir,
+                     build_dir=build_dir, bundle_dir=job_dir / "bundle" if bundle else None,
+                     jobs=options.jobs or os.cpu_count() or 2,
+                     ccache=Path(options.ccache_dir or cache / "ccache").absolute() if ccache else None,
+                     notes=tuple(notes))

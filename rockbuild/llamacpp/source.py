@@ -175,12 +175,34 @@ def describe_tree(
 # Clones of one ref
 
 
+CLONES_FOLDER = "llama.cpp"  # <cache>/llama.cpp/: the checkouts of checkout_ref
+PATCHED_FOLDER = "llama.cpp-patched"  # <cache>/llama.cpp-patched/<job id>: a build's patched mirror of its tree
+
+
 def clone_dir_for(url: str, key: str, cache: Path) -> Path:
     """``<cache>/llama.cpp/<key>-<hash of url and key>``: one checkout per (url, key), readable by people. The key is
     the ref, or a slot such as a job id (see :func:`checkout_ref`)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._")[:48] or "ref"
     digest = hashlib.sha256(f"{url}\n{key}".encode()).hexdigest()[:10]
-    return cache / "llama.cpp" / f"{slug}-{digest}"
+    return cache / CLONES_FOLDER / f"{slug}-{digest}"
+
+
+def cached_trees(cache: Path) -> list[Path]:
+    """The llama.cpp trees a build left in ``cache`` (the checkouts of :func:`checkout_ref` and the builds' patched
+    mirrors), the most recently changed first; only folders that hold a llama.cpp tree (CMakeLists.txt and ggml/)."""
+    found: list[tuple[float, str, Path]] = []
+    for folder in (CLONES_FOLDER, PATCHED_FOLDER):
+        try:
+            entries = list((cache / folder).iterdir())
+        except OSError:  # no such folder yet, or unreadable: no tree there
+            continue
+        for tree in entries:
+            try:
+                if tree.is_dir() and (tree / "CMakeLists.txt").is_file() and (tree / "ggml").is_dir():
+                    found.append((tree.stat().st_mtime, str(tree), tree))
+            except OSError:
+                continue
+    return [tree for _, _, tree in sorted(found, key=lambda t: (-t[0], t[1]))]
 
 
 def ref_kind_from_fetch_head(text: str) -> str:
@@ -204,6 +226,25 @@ def build_number_from_ls_remote(text: str, commit: str) -> str | None:
         name = parts[1].removeprefix("refs/tags/").removesuffix("^{}")
         tags.append(name)
     return build_number_from_tags(tags)
+
+
+def cached_checkout(ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path,
+                    slot: str | None = None) -> LlamaSource | None:
+    """The checkout of ``ref`` that :func:`checkout_ref` would reuse without fetching (a tag or a full commit it
+    fetched before into the same folder), as its marker describes it: no git process, no network (what ``rockbuild
+    build --dry-run`` can say of a ref). None when a build would fetch."""
+    ref = ref.strip()
+    repo = clone_dir_for(url, slot or ref, cache)
+    marker = read_json_object(repo / ".git" / _MARKER) or {}
+    if not (marker.get("url") == url and marker.get("ref") == ref and marker.get("kind") in ("tag", "commit")
+            and FULL_COMMIT_RE.match(str(marker.get("commit", "")))):
+        return None
+    return LlamaSource(
+        path=repo, commit=str(marker["commit"]), commit_source="git",
+        build_number=marker.get("build_number") or UNKNOWN,
+        build_number_source=marker.get("build_number_source") or UNKNOWN, origin="clone", ref=ref, url=url,
+        ref_kind=str(marker["kind"]), shallow=True, reused=True,
+    )
 
 
 def checkout_ref(

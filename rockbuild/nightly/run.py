@@ -50,6 +50,7 @@ from rockbuild.core.records import (
     InputsRocm,
     LlamaBisect,
     ManifestRecord,
+    Ship,
     TarballRef,
     TriageRecord,
 )
@@ -72,7 +73,7 @@ from rockbuild.pipeline.job import JobPipeline, carried_patches
 from rockbuild.pipeline.stages import STAGES, EventHook, StagesOutcome
 from rockbuild.publish.alert import AlertTarget, LegFailure, send_alert
 from rockbuild.publish.config import PublishConfig
-from rockbuild.publish.github import GitHub, describe
+from rockbuild.publish.github import GitHub
 from rockbuild.publish.image import ImageOptions
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
@@ -136,6 +137,7 @@ class NightOptions:
     images: ImageOptions | None = None  # --images: an image per Linux asset, tested and pushed with the release
     # --held-back FILE: a night held back to the commit before tonight's first bad one (pins.llama_ref is that commit)
     held_back: HeldBack | None = None
+    tool_wheel: Path | None = None  # --tool-wheel: rockbuild's own wheel, attached to the release for its users
     data: NightData = field(kw_only=True, repr=False, compare=False)
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's context, the host OS
 
@@ -262,7 +264,7 @@ def _triage(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, ro
         assert rocm is not None and fallback is not None
         outcome = _fall_back(job, night, folder, failed, rocm, fallback)
         cause, evidence = after_fallback(diagnosis, outcome.status == "ok", failure.last, fallback.name)
-        ship = "fallback" if outcome.status == "ok" else "blocked"
+        ship: Ship = "fallback" if outcome.status == "ok" else "blocked"
         failure.record(cause, evidence, ship=ship, trials=diagnosis.trials).write(folder.triage_json)
         console.info(f"    {job.id}: {cause} at fault: {evidence}")
         return replace(outcome, cause=cause, ship=ship)
@@ -350,14 +352,15 @@ def latest_manifest(repo: str, *, api_url: str | None = None,
     missing, or invalid: said in one warning)."""
     from github import GithubException
 
-    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=None)
     try:
-        try:
-            release = gh.repo.get_latest_release()
-        except GithubException as exc:
-            if exc.status == 404:
-                return None, None
-            raise PublishError(f"reading the latest release of {repo} failed: {describe(exc, token)}") from None
+        with gh.errors(f"reading the latest release of {repo}"):  # the network's failures too, in one line
+            try:
+                release = gh.repo.get_latest_release()
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None, None
+                raise
         return str(release.tag_name), gh.release_manifest(release)
     finally:
         gh.close()
@@ -369,7 +372,7 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
     """(tag, manifest.json) of the repository's published releases, newest first, at most ``limit``; read one at a
     time, so a caller that has what it needs stops early. ``read``: manifests already read, by tag (not read or
     warned about twice)."""
-    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=60)
+    gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=None)
     try:
         yield from gh.manifests(limit, read)
     finally:
@@ -646,7 +649,8 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
                                                 run_url=options.run_url, step_summary=options.step_summary,
                                                 throttle=options.throttle,
                                                 allow_partial=options.allow_partial, images=options.images,
-                                                held_back=inputs.llama_cpp.held_back, context=options.context),
+                                                held_back=inputs.llama_cpp.held_back, tool_wheel=options.tool_wheel,
+                                                context=options.context),
                                         options.data.publish, options.data.programs)
             release = result.to_dict()
             state, message = result.state, f"{result.tag}: {result.message}" + (

@@ -30,14 +30,17 @@ from rockbuild.core.jobs import Job
 from rockbuild.core.options import RegressionPolicy
 from rockbuild.core.records import (
     TRIAGE_SCHEMA,
+    Cause,
     CommitRef,
     HeldBack,
     InputsLlama,
     InputsRocm,
     JobLastGood,
     LlamaBisect,
+    Ship,
     TriageRecord,
     TriageTrial,
+    Verdict,
 )
 from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.source import commits_between, pull_request
@@ -83,7 +86,7 @@ class Trials:
         tail: tuple[str, ...] = ()
         if outcome.status != "ok":
             tail = load_job(folder.path, tail_lines=self.tail_lines).log_tail
-        verdict = "good" if outcome.status == "ok" else "bad"
+        verdict: Verdict = "good" if outcome.status == "ok" else "bad"
         console.info(f"    {job.id}: llama.cpp {short(commit)}: {verdict}"
                      + (f" ({outcome.failed_stage}: {outcome.message})" if verdict == "bad" else ""))
         return TriageTrial(llama_commit=commit, rocm=rocm.name if rocm is not None else None, verdict=verdict,
@@ -110,7 +113,7 @@ class Failure:
                            failed_stage=self.outcome.failed_stage, message=self.outcome.message,
                            seconds=self.outcome.seconds)
 
-    def record(self, cause: str, evidence: str, *, ship: str, trials: tuple[TriageTrial, ...] = (),
+    def record(self, cause: Cause, evidence: str, *, ship: Ship, trials: tuple[TriageTrial, ...] = (),
                bisect: LlamaBisect | None = None) -> TriageRecord:
         """triage.json's record of the verdict."""
         last = self.last
@@ -128,7 +131,7 @@ class Diagnosis:
     """What the first look found: the input blamed (``rocm`` still to be confirmed on the last good ROCm when
     ``retry_rocm``), why, and the build it made."""
 
-    cause: str
+    cause: Cause
     evidence: str
     trials: tuple[TriageTrial, ...] = ()
     retry_rocm: bool = False
@@ -172,7 +175,7 @@ def diagnose(failed: StagesOutcome, tonight: str, rocm: InputsRocm | None, last:
 
 
 def after_fallback(diagnosis: Diagnosis, fallback_ok: bool, last: JobLastGood | None,
-                   fallback_rocm: str | None) -> tuple[str, str]:
+                   fallback_rocm: str | None) -> tuple[Cause, str]:
     """The cause once tonight's llama.cpp ran on the last good ROCm (``fallback_ok``: it passed there)."""
     if fallback_ok:
         return "rocm", f"{diagnosis.evidence}; tonight's llama.cpp passes on the last good ROCm {fallback_rocm}"
@@ -243,7 +246,7 @@ def bisect_job(trials: Trials, good: str, bad: str, *, policy: RegressionPolicy,
                           bad_end=bad_end, tails=tails)
 
 
-def ship_mode(policy: RegressionPolicy, bisect: LlamaBisect | None, *, required: bool, held_back: bool) -> str:
+def ship_mode(policy: RegressionPolicy, bisect: LlamaBisect | None, *, required: bool, held_back: bool) -> Ship:
     """What the night does with a job that llama.cpp broke: the matrix's ``regressions.ship``, except that
     ``newest-good`` needs a required job (an optional one never holds a release) and a bisect that named the first bad
     commit and the one before it, on a night not already held back (it never holds back twice): else ``missing``."""

@@ -36,7 +36,7 @@ from rockbuild.core.records import (
     ManifestJob,
     ManifestRecord,
 )
-from rockbuild.downloader import get_text
+from rockbuild.downloader import get_text, host_of
 from rockbuild.llamacpp.source import DEFAULT_GIT_URL, FULL_COMMIT_RE, build_number_from_tags, git_env
 from rockbuild.process import ProcessError, run
 from rockbuild.rocm.index import IndexSource, resolve_tarball
@@ -44,6 +44,7 @@ from rockbuild.rocm.names import parse_tarball_name
 
 SCHEMA = INPUTS_SCHEMA
 _LATEST_ALIASES = ("latest", "")
+GIT_TIMEOUT = 120  # seconds git ls-remote may take (it has no read timeout of its own)
 
 
 def rocm_key(job: Job, version: str) -> str:
@@ -133,7 +134,8 @@ def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | N
 
 def _ls_remote(args: list[str]) -> str:
     try:
-        result = run(["git", *args], env=git_env(), timeout=120, log=None)
+        with console.waiting(f"{host_of(args[-1])} (git {args[0]})", timeout=GIT_TIMEOUT):
+            result = run(["git", *args], env=git_env(), timeout=GIT_TIMEOUT, log=None)
     except ProcessError as exc:
         tail = f": {exc.tail[-1]}" if exc.tail else ""
         raise FetchError(f"git {' '.join(args[:1])} {args[-1]} failed{tail}",

@@ -29,7 +29,7 @@ from rockbuild.core.programs import ProgramList, load_programs
 from rockbuild.core.records import BuildErrorInfo, BuildRecord, InputsRecord, InputsRocm, LlamaCpp, Tarball
 from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.common_part import build_json_sha256, read_common
-from rockbuild.llamacpp.driver import BuildOptions, build_job
+from rockbuild.llamacpp.driver import BuildOptions, BuildPlan, build_job, plan_build
 from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.rocm.fetch import fetch_pinned
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
@@ -283,11 +283,8 @@ def build_and_bundle(
     """``rockbuild build``: ``job`` (the one ``--target``/``--family``/``--job`` names; with ``inputs_file``, the
     night's record of it), its build (the inputs' commit and tarball with ``inputs``), then its bundle with
     ``policy``."""
-    if options.rocm_dir is not None and options.rocm_version is not None:
-        raise UsageError("give --rocm DIR or --rocm-version V, not both")
+    _check_request(options, inputs, git_url_flag)
     if inputs is not None:
-        if options.ref or options.rocm_version or git_url_flag:
-            raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
         result = build_with_inputs(job, inputs, options)
     else:
         result = build_job(job, options, backends=REGISTRY)
@@ -302,3 +299,22 @@ def build_and_bundle(
                                             backends=REGISTRY)
             bundled = bundle(request)
     return Built(job, result, bundled)
+
+
+def _check_request(options: BuildOptions, inputs: InputsRecord | None, git_url_flag: bool) -> None:
+    if options.rocm_dir is not None and options.rocm_version is not None:
+        raise UsageError("give --rocm DIR or --rocm-version V, not both")
+    if inputs is not None and (options.ref or options.rocm_version or git_url_flag):
+        raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
+
+
+def plan_build_and_bundle(options: BuildOptions, job: Job, *, inputs: InputsRecord | None = None,
+                          make_bundle: bool = True, git_url_flag: bool = False) -> BuildPlan:
+    """``rockbuild build --dry-run``: what :func:`build_and_bundle` would do (the inputs' commit and tarball with
+    ``inputs``), refused for the same reasons, with nothing fetched, cloned or compiled."""
+    _check_request(options, inputs, git_url_flag)
+    pinned = None
+    if inputs is not None:
+        pinned = inputs.rocm_for(job.id) if options.rocm_dir is None else None
+        options = build_options_for_inputs(options, inputs, options.rocm_dir)
+    return plan_build(job, options, backends=REGISTRY, pinned=pinned, bundle=make_bundle)

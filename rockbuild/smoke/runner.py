@@ -667,17 +667,22 @@ def host_facts(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -
     return SmokeHost(kernel=platform.release(), driver=driver)
 
 
-def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
-              backends: Backends[SmokeBackend], report_path: Path | None = None, env: Mapping[str, str] | None = None,
-              kfd_topology: Path | None = None) -> SmokeReport:
-    """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``,
-    as its backend (one of ``backends``: bundle.json's, else the one whose llama.cpp library it holds) says.
+@dataclass(frozen=True)
+class SmokeBundle:
+    """The bundle a smoke test runs, as :func:`check_bundle` found it."""
 
-    Writes ``smoke.json`` (default: in the job folder) whatever the outcome and returns the report; the caller
-    decides what a failure means (the CLI exits non-zero). A Windows bundle runs on Linux only under wine, a
-    Linux bundle never on Windows.
-    """
-    options = options or SmokeOptions()
+    bundle: Path  # the bundle folder
+    job_dir: Path | None  # its job folder (out/<job-id>), when it sits in one
+    platform: str  # linux | windows
+    targets: tuple[str, ...]
+    job_id: str | None
+    host: str  # this machine's OS
+
+
+def check_bundle(bundle_path: Path, runs: Sequence[str] = ("cli", "server", "bench")) -> SmokeBundle:
+    """The bundle at ``bundle_path`` (a bundle folder or its job folder), checked for what the smoke's ``runs`` need
+    before anything else happens (the model's download above all): a folder, of this machine's OS (a Windows bundle
+    on Linux: under wine), holding llama-cli, llama-server and llama-bench; a SmokeError in one line otherwise."""
     bundle, job_dir = locate_bundle(Path(bundle_path))
     if not bundle.is_dir():
         raise SmokeError(f"{bundle} is not a folder; pass a bundle made by rockbuild bundle (or its job folder)")
@@ -690,9 +695,29 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
         raise SmokeError(f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on "
                          f"{platform}{also}")
     missing = [name for name, run_name in (("llama-cli", "cli"), ("llama-server", "server"), ("llama-bench", "bench"))
-               if run_name in options.runs and not _exe(bundle, name, platform).is_file()]
+               if run_name in runs and not _exe(bundle, name, platform).is_file()]
     if missing:
-        raise SmokeError(f"{bundle} has no {', '.join(missing)}; is it a llama.cpp bundle?")
+        what = "is empty" if not any(bundle.iterdir()) else f"has no {', '.join(missing)}"
+        raise SmokeError(f"{bundle} {what}; is it a llama.cpp bundle?",
+                         hint="pass the bundle folder rockbuild build or rockbuild bundle made (out/<job-id>/bundle), "
+                         "or its job folder")
+    return SmokeBundle(bundle, job_dir, platform, tuple(targets), job_id, host)
+
+
+def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
+              backends: Backends[SmokeBackend], report_path: Path | None = None, env: Mapping[str, str] | None = None,
+              kfd_topology: Path | None = None) -> SmokeReport:
+    """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``,
+    as its backend (one of ``backends``: bundle.json's, else the one whose llama.cpp library it holds) says.
+
+    Writes ``smoke.json`` (default: in the job folder) whatever the outcome and returns the report; the caller
+    decides what a failure means (the CLI exits non-zero). A Windows bundle runs on Linux only under wine, a
+    Linux bundle never on Windows.
+    """
+    options = options or SmokeOptions()
+    found_bundle = check_bundle(Path(bundle_path), options.runs)
+    bundle, job_dir, platform = found_bundle.bundle, found_bundle.job_dir, found_bundle.platform
+    targets, job_id = found_bundle.targets, found_bundle.job_id
     check_gguf(model.path, need_tensors=True)  # a corrupt model fails here in one line, before any program runs
     if report_path is None:
         report_path = (job_dir / SMOKE_JSON) if job_dir else bundle.parent / f"{bundle.name}.{SMOKE_JSON}"

@@ -592,6 +592,8 @@ def test_describe_error_tells_name_refused_and_timeout_apart():
     assert describe_error(no_name) == "cannot resolve the host name"
     assert describe_error(refused) == describe_error(wrapped) == "connection refused"
     assert describe_error(unreachable) == "cannot connect (network is unreachable)"
-    assert describe_error(timeout) == "connection timed out"
+    assert describe_error(timeout) == "connection timed out after 10s"  # urllib3 names its timeout: so do we
     assert describe_error(u3.ReadTimeoutError(None, "/", "read timed out")) == "read timed out"
+    assert describe_error(u3.ReadTimeoutError(None, "/", "Read timed out. (read timeout=15)")) == \
+        "read timed out after 15s"
     assert unreachable_reason(u3.ReadTimeoutError(None, "/", "read timed out")) is None

@@ -32,7 +32,8 @@ faulted. ``redirect(name, location)`` answers a path with a redirect (GitHub rel
 live behind one). Names may contain ``/`` (served under that path) and ``+``; with ``s3_plus=True`` a literal ``+`` in a
 request path is read as a space, as S3 does, so only ``%2B`` reaches a ``+`` name.
 
-Shutting down never waits for a stalled response: stalls wake up when the server stops.
+Shutting down never waits for a stalled response: stalls wake up when the server stops. :class:`SilentServer` is
+the other kind of broken: it accepts connections and never answers at all.
 """
 
 from __future__ import annotations
@@ -390,3 +391,55 @@ def serving(blobs: dict[str, bytes] | None = None, *, s3_plus: bool = False) -> 
         for name, data in (blobs or {}).items():
             srv.add(name, data)
         yield srv
+
+
+class SilentServer:
+    """A server on 127.0.0.1 that accepts every connection and never answers (no status line, no byte): what a hung
+    API or a dead proxy looks like from the client. ``connections`` counts the connections accepted, so a test can
+    count a client's tries. A context manager; closing drops the held connections."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.05)
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            with self._lock:
+                self._held.append(conn)  # held open, never read from, never written to
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:PORT``: how rockbuild's messages name it."""
+        return self.base_url.removeprefix("http://")
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def __enter__(self) -> SilentServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            for conn in self._held:
+                conn.close()
+        self._sock.close()

@@ -144,7 +144,7 @@ def test_no_gpu(tmp_path):
 def test_cli_without_a_gpu_says_once_what_it_found_what_to_do_and_which_build(run_rockbuild, tmp_path, sysfs):
     """The bug a new user hit: the error printed twice (in the report, then again with its hint as the CLI's error
     line) and no build recommended. Now: the finding and its action once in stdout and stderr together, a Vulkan
-    recommendation, exit code 1 and one `error:` line that only counts the problems."""
+    recommendation, exit code 1 and one `error:` line that only counts the problems (the same line as with --json)."""
     sys_root = tmp_path / "sys" if sysfs == "none" else machine("no-gpu")[0]
     (tmp_path / "dev").mkdir()  # no /dev/kfd
     result = run_rockbuild("doctor", "--sysfs-root", str(sys_root), "--dev-root", str(tmp_path / "dev"))
@@ -159,7 +159,7 @@ def test_cli_without_a_gpu_says_once_what_it_found_what_to_do_and_which_build(ru
     assert ("Which build to try first:\n  no AMD GPU: vulkan (the ROCm builds need one; the Vulkan build runs on any "
             "GPU with a Vulkan driver") in result.stdout
     assert "      $ rockbuild install --backend vulkan" in result.stdout
-    assert result.stderr.splitlines() == ["error: 1 problem found (the [error] finding above says what to do)"]
+    assert result.stderr.splitlines() == ["error: 1 problem found (gpu): the finding marked error says what to do"]
 
 
 def test_override_on_a_gpu_that_has_a_build(tmp_path):
@@ -214,7 +214,7 @@ def test_permissions_missing(run_rockbuild, request):
     assert [e["message"].split(" (")[0] for e in errors] == [f"this user cannot open {dev}/kfd",
                                                             f"this user cannot open {dev}/dri/renderD128"]
     assert all("silently runs on the CPU" in e["message"] and "sudo usermod -aG" in e["action"] for e in errors)
-    assert result.stderr.strip().splitlines()[0].startswith("error: 2 problem(s) found, first: this user cannot open")
+    assert result.stderr.splitlines() == ["error: 2 problems found (access): the findings marked error say what to do"]
 
 
 def test_bundle_without_kernels_for_the_gpu(tmp_path):
@@ -329,13 +329,14 @@ def test_cli_json_and_exit_codes(run_rockbuild, tmp_path):
     text = run_rockbuild("doctor", "--sysfs-root", str(machine("no-gpu")[0]), "--dev-root", str(dev))
     assert text.returncode == 1
     assert "[error] no AMD GPU found: the KFD topology (" in text.stdout
-    assert text.stderr.splitlines() == ["error: 1 problem found (the [error] finding above says what to do)"]
-    # with --json stdout is for machines: stderr names the first problem and what to do, once
+    # one summary, the same words after the text report and after --json (whose findings carry the message and action)
+    summary = ["error: 1 problem found (gpu): the finding marked error says what to do"]
+    assert text.stderr.splitlines() == summary
     data_no_gpu = run_rockbuild("doctor", "--json", "--sysfs-root", str(machine("no-gpu")[0]), "--dev-root", str(dev))
     assert data_no_gpu.returncode == 1
     (error,) = [f for f in json.loads(data_no_gpu.stdout)["findings"] if f["severity"] == "error"]
-    assert data_no_gpu.stderr.splitlines() == [f"error: 1 problem(s) found, first: {error['message']}",
-                                               f"hint: {error['action']}"]
+    assert error["topic"] == "gpu" and error["message"] and error["action"]
+    assert data_no_gpu.stderr.splitlines() == summary
     assert [r["flavour"] for r in json.loads(data_no_gpu.stdout)["recommendations"]] == ["vulkan"]
 
 

@@ -98,7 +98,7 @@ def test_a_local_path(tmp_path):
 
 def test_missing_vocab_says_what_to_pass(tmp_path):
     spec = tiny_spec()
-    with pytest.raises(ModelError, match="no Qwen2 vocab file found") as err:
+    with pytest.raises(ModelError, match="--model tiny needs llama.cpp's models/ggml-vocab-qwen2.gguf") as err:
         find_vocab(None, type(spec)(spec.name, 0, (str(tmp_path / "nope.gguf"),)), tmp_path)
     assert "--vocab" in err.value.hint
     not_gguf = tmp_path / "v.gguf"
@@ -182,7 +182,7 @@ def test_read_gguf_metadata_checks_the_header_too(tmp_path):
         read_gguf_metadata(path)
 
 
-# --- gguf is the optional extra rockbuild[tiny] ---------------------------------------------------------------------
+# --- gguf is the optional extra `tiny` (pip install '.[tiny]' in the checkout) ----------------------------------------
 
 
 def test_tiny_without_gguf_names_the_extra(tmp_path, monkeypatch):
@@ -192,7 +192,9 @@ def test_tiny_without_gguf_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ModelError) as err:
         provide_model("tiny", vocab=vocab, cache=tmp_path, context=CONTEXT, smoke=CONTEXT.smoke)
     assert err.value.message == "--model tiny needs the gguf package"
-    assert err.value.hint is not None and "pip install 'rockbuild[tiny]'" in err.value.hint
+    # rockbuild is installed from its checkout, not an index: the hint names what works there
+    assert err.value.hint is not None and f"{sys.executable} -m pip install 'gguf>=0.19'" in err.value.hint
+    assert "pip install '.[tiny]'" in err.value.hint and "rockbuild[tiny]" not in err.value.hint
     assert not (tmp_path / "models").exists()
 
 
@@ -226,13 +228,18 @@ def test_smoke_tiny_without_gguf_is_one_error_with_the_extra(tmp_path):
     (site / "sitecustomize.py").write_text(BLOCK_GGUF)
     vocab = tmp_path / "ggml-vocab-qwen2.gguf"
     vocab.write_bytes(header(tensors=0, kv=0))
+    bundle = tmp_path / "bundle"  # the smoke looks at the bundle first: the three programs it runs
+    for name in ("llama-cli", "llama-server", "llama-bench"):
+        (bundle / name).parent.mkdir(exist_ok=True)
+        (bundle / name).write_text("#!/bin/sh\nexit 1\n")
     env = {**os.environ, "PYTHONPATH": str(site), "ROCKBUILD_CACHE": str(tmp_path / "cache")}
     env.pop("GITHUB_ACTIONS", None)
-    proc = subprocess.run([rockbuild_exe(), "smoke", str(tmp_path), "--model", "tiny", "--vocab", str(vocab)],
+    proc = subprocess.run([rockbuild_exe(), "smoke", str(bundle), "--model", "tiny", "--vocab", str(vocab)],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 11, proc.stderr
     assert "error: --model tiny needs the gguf package" in proc.stderr.splitlines()
-    assert "hint: pip install 'rockbuild[tiny]'" in proc.stderr and "Traceback" not in proc.stderr
+    hint = next(line for line in proc.stderr.splitlines() if line.startswith("hint: "))
+    assert " -m pip install 'gguf>=0.19'" in hint and "pip install '.[tiny]'" in hint and "Traceback" not in proc.stderr
     assert "generating" not in proc.stderr
 
 

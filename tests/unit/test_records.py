@@ -64,6 +64,8 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {}
     if origin in (typing.Union, types.UnionType):
         return {"anyOf": [_type_schema(a, defs) for a in get_args(tp)]}
+    if origin is typing.Literal:
+        return {"enum": list(get_args(tp))}
     if origin is tuple:
         return {"type": "array", "items": _type_schema(get_args(tp)[0], defs)}
     if origin in (dict, Mapping) or tp in (dict, Mapping):
@@ -272,6 +274,12 @@ BAD = [
     ("triage.json", {"job": "j", "cause": "llama.cpp", "evidence": "e"}, "llama_commit is missing"),
     ("triage.json", {"job": "j", "cause": "llama.cpp", "evidence": "e", "llama_commit": "c",
                      "bisect": {"good": "a", "bad": "c", "candidates": "5"}}, "bisect.candidates must be an integer"),
+    # a closed set (a Literal field): one of its values, named in the message
+    ("triage.json", {"job": "j", "cause": "ROCm", "evidence": "e", "llama_commit": "c"},
+     "cause must be one of 'llama.cpp', 'rocm', 'machine', 'unknown', not 'ROCm'"),
+    ("triage.json", {"job": "j", "cause": "rocm", "evidence": "e", "llama_commit": "c", "ship": None},
+     "ship must be one of 'missing', 'newest-good', 'blocked', 'fallback', not null"),
+    ("build.json", {"schema": 1, "status": "done"}, "status must be one of 'ok', 'failed', not 'done'"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild"}, "llama_cpp is missing"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
                      "jobs": [{"os": "linux"}]}, "jobs[0].id is missing"),

@@ -63,3 +63,20 @@ def test_jobs_come_from_the_settings_matrix_file(write):
     assert [j.id for j in jobs] == ["linux-gfx1151", "linux-gfx110X"]
     assert [j.id for j in Settings.from_environment({}, matrix_file=matrix).jobs(target_override=["gfx1151"])] == \
         ["linux-gfx1151"]
+
+
+def test_the_network_timeouts_and_the_table_width_come_from_the_environment():
+    from rockbuild.core.environment import HttpTimeouts
+
+    default = Settings.from_environment({})
+    assert default.http == HttpTimeouts(request=15.0, retries=2, download=60.0) and default.columns is None
+    assert default.http.small == (5.0, 15.0) and default.http.large == (5.0, 60.0)  # a short connect timeout
+    s = Settings.from_environment({"ROCKBUILD_HTTP_TIMEOUT": "0.5", "ROCKBUILD_HTTP_RETRIES": "0",
+                                   "ROCKBUILD_DOWNLOAD_TIMEOUT": "120", "COLUMNS": "80"})
+    assert s.http == HttpTimeouts(request=0.5, retries=0, download=120.0) and s.columns == 80
+    assert s.http.small == (0.5, 0.5)  # the connection waits no longer than the answer
+    assert Settings.from_environment({"COLUMNS": "wide"}).columns is None  # a shell's odd value is no error
+    for name, value in (("ROCKBUILD_HTTP_TIMEOUT", "0"), ("ROCKBUILD_DOWNLOAD_TIMEOUT", "inf"),
+                        ("ROCKBUILD_HTTP_RETRIES", "-1"), ("ROCKBUILD_HTTP_RETRIES", "two")):
+        with pytest.raises(ConfigError, match=f"^{name}='{value}' is not a "):
+            Settings.from_environment({name: value})
