@@ -596,4 +596,6 @@ def print_families(table: FamilyTable, fmt: str, width: int | None = None) -> No
     if fmt != "table":
         print(json.dumps([fam.to_dict() for fam in table.families], indent=2))
         return
-    print(render_table(f"{len(table.families)} GPU families ({table.source})", family_columns(table), width))
+    # the file's name only: a whole path outgrows a narrow terminal (`rockbuild --debug` names the file read)
+    name = Path(table.source).name if table.source else "families.yaml"
+    print(render_table(f"{len(table.families)} GPU families ({name})", family_columns(table), width))

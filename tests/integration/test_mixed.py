@@ -130,7 +130,7 @@ def test_the_same_mix_written_twice_is_a_duplicate_job(write, families):
          r"/m\.yaml:5: gfx125X \(in \[gfx125X, gfx1151\]\) cannot be built for windows"),
         # a list inside a list
         ("matrix:\n  os: [linux]\n  target:\n    - - gfx1151\n      - [gfx1201]\n",
-         r"/m\.yaml:5: a member of a target list is a family or gfx name, not YList"),
+         r"/m\.yaml:5: a member of a target list is a family or gfx name, not a list"),
     ],
 )
 def test_target_list_errors_name_file_and_line(write, families, text, pattern):
