@@ -64,7 +64,9 @@ def run_rockbuild(tmp_path):
     """Run the installed `rockbuild` with args; returns CompletedProcess (text). Extra env merges over a clean one."""
 
     def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60):
-        base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_OUTPUT", "GITHUB_ACTIONS", "ROCKBUILD_DEBUG")}
+        # the caller's terminal width (COLUMNS: pytest-xdist's workers have one) is no input of a test's command
+        dropped = ("GITHUB_OUTPUT", "GITHUB_ACTIONS", "ROCKBUILD_DEBUG", "COLUMNS", "LINES")
+        base = {k: v for k, v in os.environ.items() if k not in dropped}
         base.update(env or {})
         return subprocess.run(
             [rockbuild_exe(), *args], capture_output=True, text=True, env=base, cwd=cwd or tmp_path, timeout=timeout

@@ -250,7 +250,7 @@ def test_family_sources_accept_a_file_and_a_null_date(write):
 
 
 def test_rockbuild_matrix_families_lists_groups_and_sources(run_rockbuild):
-    table = run_rockbuild("matrix", "--families")
+    table = run_rockbuild("matrix", "--families", "--wide")  # every column, whatever COLUMNS the caller has
     assert table.returncode == 0, table.stderr
     assert "TheRock#5744, since 2026-06-16" in table.stdout and "gfx125X-dcgpu" in table.stdout
     data = json.loads(run_rockbuild("matrix", "--families", "--format", "json").stdout)
