@@ -72,9 +72,18 @@ def seed_loop(build_bin: Path, rocm: Path, clean: Path, work: Path, program: str
         while True:
             iterations += 1
             result = subprocess.run(
-                ["chroot", str(clean), "/usr/bin/env", "-i", "LD_LIBRARY_PATH=/opt/rockbuild-seedbench",
-                 f"/opt/rockbuild-seedbench/{program}", "--version"],
-                capture_output=True, text=True, timeout=120,
+                [
+                    "chroot",
+                    str(clean),
+                    "/usr/bin/env",
+                    "-i",
+                    "LD_LIBRARY_PATH=/opt/rockbuild-seedbench",
+                    f"/opt/rockbuild-seedbench/{program}",
+                    "--version",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             m = MISSING_RE.search(result.stderr)
             if not m:
@@ -92,8 +101,13 @@ def seed_loop(build_bin: Path, rocm: Path, clean: Path, work: Path, program: str
     finally:
         subprocess.run(["umount", str(mountpoint)], check=False)
         mountpoint.rmdir()
-    return {"iterations": iterations, "copied": copied, "seconds": time.monotonic() - start,
-            "final_exit": result.returncode, "final_stdout": result.stdout.strip()[:200]}
+    return {
+        "iterations": iterations,
+        "copied": copied,
+        "seconds": time.monotonic() - start,
+        "final_exit": result.returncode,
+        "final_stdout": result.stdout.strip()[:200],
+    }
 
 
 def seed_tree(seed_bin: Path, rocm_libdir: Path, layout) -> Path:
@@ -104,8 +118,14 @@ def seed_tree(seed_bin: Path, rocm_libdir: Path, layout) -> Path:
             target = seed_bin / sibling.name
             if not target.exists():
                 shutil.copyfile(sibling.resolve(), target)
-    for name in ("libhipblaslt.so", "libhipblaslt.so.1", "libhipblaslt.so.1.2", "libamd_comgr.so",
-                 "libamd_comgr.so.3", "libamd_comgr.so.3.0.0"):
+    for name in (
+        "libhipblaslt.so",
+        "libhipblaslt.so.1",
+        "libhipblaslt.so.1.2",
+        "libamd_comgr.so",
+        "libamd_comgr.so.3",
+        "libamd_comgr.so.3.0.0",
+    ):
         src = rocm_libdir / name
         if src.exists() and not (seed_bin / name).exists():
             shutil.copyfile(src.resolve(), seed_bin / name)
@@ -179,26 +199,48 @@ def main() -> int:
         closure_times.append(time.monotonic() - start)
         clear_caches()
         start = time.monotonic()
-        plan = make_plan(BundleRequest(build_bin, work / "ours", policy, layout, tuple(targets),
-                                       prune_fatbin=False, backends=REGISTRY))  # as before
+        plan = make_plan(
+            BundleRequest(
+                build_bin, work / "ours", policy, layout, tuple(targets), prune_fatbin=False, backends=REGISTRY
+            )
+        )  # as before
         plan_times.append(time.monotonic() - start)
     ours_names = sorted(f.dest for f in plan.files if f.kind == "lib")
     closure_s = sorted(closure_times)[len(closure_times) // 2]
     plan_s = sorted(plan_times)[len(plan_times) // 2]
-    results["ours"] = {"closure_seconds": closure_s, "closure_seconds_runs": closure_times, "plan_seconds": plan_s,
-                       "plan_seconds_runs": plan_times, "libraries": ours_names, "errors": list(plan.errors)}
-    print(f"ours: closure + dlopen extras in {closure_s * 1000:.0f} ms, whole plan (+ kernel pruning) in "
-          f"{plan_s * 1000:.0f} ms (medians of 5, cold caches), {len(ours_names)} libraries", flush=True)
-    report = bundle(BundleRequest(build_bin, work / "ours", load_policy(), layout, tuple(targets),
-                                  prune_fatbin=False, backends=REGISTRY))
-    results["ours"].update({
-        "bundle_seconds": report.seconds, "bundle_bytes": report.plan.total_bytes, "files": len(report.plan.files),
-        "audit_ok": report.audit.ok if report.audit else None,
-        "versions": {k: v for k, v in (report.audit.versions.items() if report.audit else [])},
-    })
-    print(f"ours: bundle {report.plan.total_bytes:,} bytes, {len(report.plan.files)} files, "
-          f"{', '.join(f'{k} {v:.1f}s' for k, v in report.seconds.items())}; audit "
-          f"{'ok' if report.audit and report.audit.ok else 'FAILED'}", flush=True)
+    results["ours"] = {
+        "closure_seconds": closure_s,
+        "closure_seconds_runs": closure_times,
+        "plan_seconds": plan_s,
+        "plan_seconds_runs": plan_times,
+        "libraries": ours_names,
+        "errors": list(plan.errors),
+    }
+    print(
+        f"ours: closure + dlopen extras in {closure_s * 1000:.0f} ms, whole plan (+ kernel pruning) in "
+        f"{plan_s * 1000:.0f} ms (medians of 5, cold caches), {len(ours_names)} libraries",
+        flush=True,
+    )
+    report = bundle(
+        BundleRequest(
+            build_bin, work / "ours", load_policy(), layout, tuple(targets), prune_fatbin=False, backends=REGISTRY
+        )
+    )
+    results["ours"].update(
+        {
+            "bundle_seconds": report.seconds,
+            "bundle_bytes": report.plan.total_bytes,
+            "files": len(report.plan.files),
+            "audit_ok": report.audit.ok if report.audit else None,
+            "versions": {k: v for k, v in (report.audit.versions.items() if report.audit else [])},
+        }
+    )
+    print(
+        f"ours: bundle {report.plan.total_bytes:,} bytes, {len(report.plan.files)} files, "
+        f"{', '.join(f'{k} {v:.1f}s' for k, v in report.seconds.items())}; audit "
+        f"{'ok' if report.audit and report.audit.ok else 'FAILED'}",
+        flush=True,
+    )
 
     if args.clean_root is not None:
         if os.geteuid() != 0:
@@ -210,28 +252,43 @@ def main() -> int:
         speedup = seed["seconds"] / results["ours"]["closure_seconds"]
         results["closure_speedup"] = speedup
         results["plan_speedup"] = seed["seconds"] / results["ours"]["plan_seconds"]
-        print(f"seed: {seed['iterations']} run-parse-copy iterations in {seed['seconds']:.2f}s, "
-              f"{len(seed['copied'])} libraries; never found: {', '.join(missed) or 'nothing'}", flush=True)
-        print(f"speed-up: closure {speedup:.0f}x, whole plan {results['plan_speedup']:.0f}x "
-              f"(goal >= {GOAL_SPEEDUP:.0f}x)", flush=True)
+        print(
+            f"seed: {seed['iterations']} run-parse-copy iterations in {seed['seconds']:.2f}s, "
+            f"{len(seed['copied'])} libraries; never found: {', '.join(missed) or 'nothing'}",
+            flush=True,
+        )
+        print(
+            f"speed-up: closure {speedup:.0f}x, whole plan {results['plan_speedup']:.0f}x "
+            f"(goal >= {GOAL_SPEEDUP:.0f}x)",
+            flush=True,
+        )
         if not args.no_archives:
             seed_dir = seed_tree(work / "seed" / "bin", layout.library_dirs[0], layout)
             seed_zip, seed_zip_s = zip_size(seed_dir, work / "seed.zip")
             ours_zip, ours_zip_s = zip_size(work / "ours", work / "ours.zip")
             ours_tgz, ours_tgz_s = targz_size(work / "ours", work / "ours.tar.gz")
             results["archives"] = {
-                "seed_tree_bytes": dir_bytes(seed_dir), "seed_zip": seed_zip, "seed_zip_seconds": seed_zip_s,
-                "ours_tree_bytes": dir_bytes(work / "ours"), "ours_zip": ours_zip, "ours_zip_seconds": ours_zip_s,
-                "ours_tar_gz": ours_tgz, "ours_tar_gz_seconds": ours_tgz_s,
-                "ratio_zip": ours_zip / seed_zip, "ratio_tar_gz": ours_tgz / seed_zip,
+                "seed_tree_bytes": dir_bytes(seed_dir),
+                "seed_zip": seed_zip,
+                "seed_zip_seconds": seed_zip_s,
+                "ours_tree_bytes": dir_bytes(work / "ours"),
+                "ours_zip": ours_zip,
+                "ours_zip_seconds": ours_zip_s,
+                "ours_tar_gz": ours_tgz,
+                "ours_tar_gz_seconds": ours_tgz_s,
+                "ratio_zip": ours_zip / seed_zip,
+                "ratio_tar_gz": ours_tgz / seed_zip,
             }
-            print(f"archives: seed zip {seed_zip:,} B ({dir_bytes(seed_dir):,} B of files); ours whole "
-                  f"(--no-prune-fatbin) zip {ours_zip:,} B, "
-                  f"tar.gz {ours_tgz:,} B = {ours_tgz / seed_zip:.2f}x of the seed's (goal <= {GOAL_ARCHIVE_RATIO})",
-                  flush=True)
+            print(
+                f"archives: seed zip {seed_zip:,} B ({dir_bytes(seed_dir):,} B of files); ours whole "
+                f"(--no-prune-fatbin) zip {ours_zip:,} B, "
+                f"tar.gz {ours_tgz:,} B = {ours_tgz / seed_zip:.2f}x of the seed's (goal <= {GOAL_ARCHIVE_RATIO})",
+                flush=True,
+            )
             # the default: every non-target code object pruned out of the shipped fat binaries, and proved
-            pruned = bundle(BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets),
-                                          backends=REGISTRY))
+            pruned = bundle(
+                BundleRequest(build_bin, work / "ours-pruned", load_policy(), layout, tuple(targets), backends=REGISTRY)
+            )
             pruned_zip, pruned_zip_s = zip_size(work / "ours-pruned", work / "ours-pruned.zip")
             pruned_tgz, pruned_tgz_s = targz_size(work / "ours-pruned", work / "ours-pruned.tar.gz")
             per_file = {}
@@ -257,34 +314,60 @@ def main() -> int:
                     from rockbuild.install import extract_zip_safely
 
                     extract_zip_safely(archive, dest)
-                installed[kind] = {"seconds": time.monotonic() - start, "disk_bytes": disk_bytes(dest),
-                                   "apparent_bytes": dir_bytes(dest)}
+                installed[kind] = {
+                    "seconds": time.monotonic() - start,
+                    "disk_bytes": disk_bytes(dest),
+                    "apparent_bytes": dir_bytes(dest),
+                }
                 shutil.rmtree(dest)
             results["pruned"] = {
-                "seconds": pruned.seconds, "zip": pruned_zip, "zip_seconds": pruned_zip_s, "tar_gz": pruned_tgz,
-                "tar_gz_seconds": pruned_tgz_s, "ratio_zip": pruned_zip / seed_zip,
-                "ratio_tar_gz": pruned_tgz / seed_zip, "audit_ok": pruned.audit.ok if pruned.audit else None,
-                "bundle_disk_bytes": disk_bytes(work / "ours-pruned"), "installed": installed, "files": per_file,
+                "seconds": pruned.seconds,
+                "zip": pruned_zip,
+                "zip_seconds": pruned_zip_s,
+                "tar_gz": pruned_tgz,
+                "tar_gz_seconds": pruned_tgz_s,
+                "ratio_zip": pruned_zip / seed_zip,
+                "ratio_tar_gz": pruned_tgz / seed_zip,
+                "audit_ok": pruned.audit.ok if pruned.audit else None,
+                "bundle_disk_bytes": disk_bytes(work / "ours-pruned"),
+                "installed": installed,
+                "files": per_file,
             }
             for name, info in per_file.items():
                 proof = info["verification"] or {}
-                print(f"pruned {name}: {info['bytes_zeroed']:,} B of code objects zeroed in place "
-                      f"({info['bytes_in_holes']:,} B left as holes); gzip {info['gzip_before']:,} -> "
-                      f"{info['gzip_after']:,} B; proof {'ok' if proof.get('ok') else 'FAILED'}: "
-                      f"{proof.get('code_objects')} code objects byte-identical in {proof.get('seconds')} s",
-                      flush=True)
-            print(f"archives as bundled by default (pruned): zip {pruned_zip:,} B ({pruned_zip / seed_zip:.3f}x), "
-                  f"tar.gz {pruned_tgz:,} B ({pruned_tgz / seed_zip:.3f}x of the seed's zip; goal <= "
-                  f"{GOAL_ARCHIVE_RATIO})", flush=True)
+                print(
+                    f"pruned {name}: {info['bytes_zeroed']:,} B of code objects zeroed in place "
+                    f"({info['bytes_in_holes']:,} B left as holes); gzip {info['gzip_before']:,} -> "
+                    f"{info['gzip_after']:,} B; proof {'ok' if proof.get('ok') else 'FAILED'}: "
+                    f"{proof.get('code_objects')} code objects byte-identical in {proof.get('seconds')} s",
+                    flush=True,
+                )
+            print(
+                f"archives as bundled by default (pruned): zip {pruned_zip:,} B ({pruned_zip / seed_zip:.3f}x), "
+                f"tar.gz {pruned_tgz:,} B ({pruned_tgz / seed_zip:.3f}x of the seed's zip; goal <= "
+                f"{GOAL_ARCHIVE_RATIO})",
+                flush=True,
+            )
             for kind, info in installed.items():
-                print(f"installed from the {kind.replace('_', '.')}: {info['disk_bytes']:,} B on disk "
-                      f"({info['apparent_bytes']:,} B of file content; goal <= {GOAL_INSTALLED_BYTES:,}), "
-                      f"extracted in {info['seconds']:.1f} s", flush=True)
+                print(
+                    f"installed from the {kind.replace('_', '.')}: {info['disk_bytes']:,} B on disk "
+                    f"({info['apparent_bytes']:,} B of file content; goal <= {GOAL_INSTALLED_BYTES:,}), "
+                    f"extracted in {info['seconds']:.1f} s",
+                    flush=True,
+                )
     (work / "bench-bundle.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"results: {work / 'bench-bundle.json'}")
     if not args.keep:
-        for name in ("ours", "seed", "ours.zip", "ours.tar.gz", "seed.zip", "ours-pruned", "ours-pruned.zip",
-                     "ours-pruned.tar.gz"):
+        for name in (
+            "ours",
+            "seed",
+            "ours.zip",
+            "ours.tar.gz",
+            "seed.zip",
+            "ours-pruned",
+            "ours-pruned.zip",
+            "ours-pruned.tar.gz",
+        ):
             path = work / name
             if path.is_dir():
                 shutil.rmtree(path)

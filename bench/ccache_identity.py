@@ -52,9 +52,23 @@ def gxx_root(root: Path, mtime: int) -> Path:
 
 def compile_seconds(src: Path, build_dir: Path, gxx: Path, env: dict[str, str]) -> float:
     shutil.rmtree(build_dir, ignore_errors=True)
-    subprocess.run(["cmake", "-G", "Ninja", "-S", str(src), "-B", str(build_dir), f"-DCMAKE_CXX_COMPILER={gxx}",
-                    "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_BUILD_TYPE=Release"],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-G",
+            "Ninja",
+            "-S",
+            str(src),
+            "-B",
+            str(build_dir),
+            f"-DCMAKE_CXX_COMPILER={gxx}",
+            "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     start = time.monotonic()
     subprocess.run(["ninja", "-C", str(build_dir)], env=env, check=True, capture_output=True)
     return time.monotonic() - start
@@ -72,9 +86,10 @@ def main() -> None:
         src.mkdir()
         for i in range(args.files):
             (src / f"part{i}.cpp").write_text(BODY.format(i=i))
-        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.20)\nproject(bench CXX)\n"
-                                            "add_library(bench STATIC " +
-                                            " ".join(f"part{i}.cpp" for i in range(args.files)) + ")\n")
+        (src / "CMakeLists.txt").write_text(
+            "cmake_minimum_required(VERSION 3.20)\nproject(bench CXX)\n"
+            "add_library(bench STATIC " + " ".join(f"part{i}.cpp" for i in range(args.files)) + ")\n"
+        )
         first = gxx_root(base / "rocm" / "nightly-a", 1_700_000_000)
         second = gxx_root(base / "rocm" / "nightly-b", 1_800_000_000)
         for name in ("rockbuild", "ccache-default"):
@@ -89,8 +104,9 @@ def main() -> None:
         return
     print(f"{args.files} C++ files, this host's g++ copied into two roots (other path, other mtime), from nothing:")
     for name, r in results.items():
-        print(f"  {name:<15} cold {r['cold_s']:6.2f} s, second root {r['second_root_s']:6.2f} s: "
-              f"ratio {r['ratio']:.3f}")
+        print(
+            f"  {name:<15} cold {r['cold_s']:6.2f} s, second root {r['second_root_s']:6.2f} s: ratio {r['ratio']:.3f}"
+        )
 
 
 if __name__ == "__main__":

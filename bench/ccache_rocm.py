@@ -76,15 +76,34 @@ def nightly_copy(tree: Path, dest: Path, clang_real_copy: bool, new_bitcode: boo
 def compile_all(tree: Path, sources: list[Path], objects: Path, ccache_dir: Path, target: str) -> dict:
     layout = detect_layout(tree)
     toolchain = toolchain_from_layout(layout)
-    env = {"PATH": f"{toolchain.llvm_bin}:/usr/bin:/bin", "HOME": str(ccache_dir.parent), "LANG": "C.UTF-8",
-           **toolchain_variables(toolchain, ccache_dir)}
+    env = {
+        "PATH": f"{toolchain.llvm_bin}:/usr/bin:/bin",
+        "HOME": str(ccache_dir.parent),
+        "LANG": "C.UTF-8",
+        **toolchain_variables(toolchain, ccache_dir),
+    }
     shutil.rmtree(objects, ignore_errors=True)
     objects.mkdir(parents=True)
     subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)
     start = time.monotonic()
     for source in sources:
-        subprocess.run(["ccache", toolchain.cxx_compiler, "-x", "hip", f"--offload-arch={target}", "-O2", "-c",
-                        str(source), "-o", str(objects / (source.stem + ".o"))], env=env, check=True, cwd=objects)
+        subprocess.run(
+            [
+                "ccache",
+                toolchain.cxx_compiler,
+                "-x",
+                "hip",
+                f"--offload-arch={target}",
+                "-O2",
+                "-c",
+                str(source),
+                "-o",
+                str(objects / (source.stem + ".o")),
+            ],
+            env=env,
+            check=True,
+            cwd=objects,
+        )
     seconds = time.monotonic() - start
     stats = subprocess.run(["ccache", "--print-stats"], env=env, check=True, capture_output=True, text=True).stdout
     counts = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
@@ -92,8 +111,9 @@ def compile_all(tree: Path, sources: list[Path], objects: Path, ccache_dir: Path
     return {"seconds": round(seconds, 2), "hits": hits, "misses": int(counts.get("cache_miss", 0))}
 
 
-def measure(tree: Path, work: Path, sources: list[Path], target: str, *, stable: bool,
-            new_bitcode: bool = False) -> dict:
+def measure(
+    tree: Path, work: Path, sources: list[Path], target: str, *, stable: bool, new_bitcode: bool = False
+) -> dict:
     """Nightly A then nightly B, one empty ccache; ``stable``: both at one path; ``new_bitcode``: B changed a device
     library (and nothing ccache reads as an input by itself)."""
     ccache_dir = work / f"ccache-{stable}-{new_bitcode}"
@@ -103,8 +123,9 @@ def measure(tree: Path, work: Path, sources: list[Path], target: str, *, stable:
     cold = compile_all(first, sources, work / "objects", ccache_dir, target)
     shutil.rmtree(first)  # a runner of the next night has only the next nightly (and ccache's direct mode would
     # otherwise find the last one's headers still in place, unchanged, and call that a hit)
-    second_root = nightly_copy(tree, roots / ("therock-linux-group" if stable else "therock-dist-a20261206"), True,
-                               new_bitcode)
+    second_root = nightly_copy(
+        tree, roots / ("therock-linux-group" if stable else "therock-dist-a20261206"), True, new_bitcode
+    )
     second = compile_all(second_root, sources, work / "objects", ccache_dir, target)
     shutil.rmtree(roots, ignore_errors=True)
     return {"cold": cold, "second": second, "ratio": round(second["seconds"] / cold["seconds"], 3)}
@@ -134,18 +155,27 @@ def main() -> None:
         bitcode = measure(tree, work, sources, args.target, stable=True, new_bitcode=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {"bench": "ccache_rocm", "tree": str(tree), "files": args.files, "target": args.target,
-              "ccache": subprocess.run(["ccache", "--version"], capture_output=True, text=True).stdout.split("\n")[0],
-              "versioned": versioned, "stable": stable, "stable_new_device_library": bitcode,
-              "stable_over_versioned": round(stable["second"]["seconds"] / versioned["second"]["seconds"], 3)}
+    result = {
+        "bench": "ccache_rocm",
+        "tree": str(tree),
+        "files": args.files,
+        "target": args.target,
+        "ccache": subprocess.run(["ccache", "--version"], capture_output=True, text=True).stdout.split("\n")[0],
+        "versioned": versioned,
+        "stable": stable,
+        "stable_new_device_library": bitcode,
+        "stable_over_versioned": round(stable["second"]["seconds"] / versioned["second"]["seconds"], 3),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return
     for name in ("versioned", "stable", "stable_new_device_library"):
         r = result[name]
-        print(f"{name:>26}: cold {r['cold']['seconds']:.2f} s ({r['cold']['misses']} misses), next nightly "
-              f"{r['second']['seconds']:.2f} s ({r['second']['hits']} hits, {r['second']['misses']} misses): "
-              f"ratio {r['ratio']:.3f}")
+        print(
+            f"{name:>26}: cold {r['cold']['seconds']:.2f} s ({r['cold']['misses']} misses), next nightly "
+            f"{r['second']['seconds']:.2f} s ({r['second']['hits']} hits, {r['second']['misses']} misses): "
+            f"ratio {r['ratio']:.3f}"
+        )
     print(f"next nightly, stable root / versioned (the baseline): {result['stable_over_versioned']:.3f}")
 
 

@@ -28,8 +28,14 @@ COMMANDS = (("--version",), ("--help",), ("matrix", "--format", "json"))
 def timed(tree: Path, args: tuple[str, ...]) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "rockbuild", *args], cwd=tree, env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "rockbuild", *args],
+        cwd=tree,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.monotonic() - start
 
 
@@ -38,8 +44,9 @@ def main() -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help=f"the baseline commit (default {DEFAULT_BASE})")
     parser.add_argument("--runs", type=int, default=15, help="runs of each command on each side (default 15)")
     args = parser.parse_args()
-    base_rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+    base_rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
     with worktree(base_rev) as base_tree:
         for side, tree in (("now", REPO), ("base", base_tree)):
             if imported_from(tree).resolve() != (tree / "rockbuild").resolve():
@@ -53,8 +60,10 @@ def main() -> int:
                 now.append(timed(REPO, command))
                 base.append(timed(base_tree, command))
             n, b = statistics.median(now), statistics.median(base)
-            print(f"  rockbuild {' '.join(command):24} now {n * 1000:6.0f} ms   base {b * 1000:6.0f} ms   "
-                  f"now / base {n / b:.3f}")
+            print(
+                f"  rockbuild {' '.join(command):24} now {n * 1000:6.0f} ms   base {b * 1000:6.0f} ms   "
+                f"now / base {n / b:.3f}"
+            )
     return 0
 
 

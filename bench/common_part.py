@@ -32,8 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-GPU_DIRS = ("ggml/src/ggml-hip/", "ggml/src/ggml-cuda/", "ggml/src/ggml-vulkan/", "ggml-vulkan-shaders",
-            "vulkan-shaders")
+GPU_DIRS = (
+    "ggml/src/ggml-hip/",
+    "ggml/src/ggml-cuda/",
+    "ggml/src/ggml-vulkan/",
+    "ggml-vulkan-shaders",
+    "vulkan-shaders",
+)
 CPU_DIRS = ("ggml/src/ggml-cpu/", "ggml-cpu-")
 
 
@@ -62,9 +67,25 @@ def split(steps: list[tuple[float, str]]) -> dict[str, float]:
 
 
 def build(args: argparse.Namespace, out: Path, job: str, *extra: str) -> dict:
-    command = [*args.rockbuild.split(), "build", "-c", str(args.matrix), "--job", job, "--source", str(args.source),
-               "--build-number", args.build_number, "--offline", "--no-ccache", "--no-web-ui", "--no-bundle",
-               "--out", str(out), *extra]
+    command = [
+        *args.rockbuild.split(),
+        "build",
+        "-c",
+        str(args.matrix),
+        "--job",
+        job,
+        "--source",
+        str(args.source),
+        "--build-number",
+        args.build_number,
+        "--offline",
+        "--no-ccache",
+        "--no-web-ui",
+        "--no-bundle",
+        "--out",
+        str(out),
+        *extra,
+    ]
     if args.jobs:
         command += ["-j", str(args.jobs)]
     env = {**os.environ, "ROCKBUILD_CACHE": str(args.work / "cache")}  # the patched mirror: one path for all three
@@ -76,10 +97,16 @@ def build(args: argparse.Namespace, out: Path, job: str, *extra: str) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     record = json.loads((out / job / "build.json").read_text(encoding="utf-8"))
     steps = ninja_steps(out / job / "build")
-    return {"job": job, "wall": round(wall, 1), "cpu_seconds": round(cpu, 1),
-            "compile": record["durations"].get("compile"),
-            "steps": len(steps), "step_seconds": round(sum(s for s, _ in steps), 1), "parts": split(steps),
-            "common": (record.get("common") or {}).get("job")}
+    return {
+        "job": job,
+        "wall": round(wall, 1),
+        "cpu_seconds": round(cpu, 1),
+        "compile": record["durations"].get("compile"),
+        "steps": len(steps),
+        "step_seconds": round(sum(s for s, _ in steps), 1),
+        "parts": split(steps),
+        "common": (record.get("common") or {}).get("job"),
+    }
 
 
 def main() -> int:
@@ -93,8 +120,13 @@ def main() -> int:
     parser.add_argument("-j", "--jobs", type=int, default=None)
     parser.add_argument("--rockbuild", default=f"{sys.executable} -m rockbuild")
     parser.add_argument("--gpu-args", default="", help="more arguments for the GPU job's builds (--rocm /usr)")
-    parser.add_argument("--jobs-per-os", type=int, action="append", default=[],
-                        help="project the night for this many GPU jobs of one OS (default: 1, 2, 13)")
+    parser.add_argument(
+        "--jobs-per-os",
+        type=int,
+        action="append",
+        default=[],
+        help="project the night for this many GPU jobs of one OS (default: 1, 2, 13)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
@@ -103,35 +135,59 @@ def main() -> int:
     gpu_args = args.gpu_args.split()
     whole = build(args, args.work / "out-whole", args.gpu_job, *gpu_args)
     common = build(args, args.work / "out-split", args.common_job)
-    on_common = build(args, args.work / "out-split", args.gpu_job, *gpu_args, "--common",
-                      str(args.work / "out-split" / args.common_job))
+    on_common = build(
+        args,
+        args.work / "out-split",
+        args.gpu_job,
+        *gpu_args,
+        "--common",
+        str(args.work / "out-split" / args.common_job),
+    )
     assert on_common["common"] == args.common_job, on_common
     per_job = on_common["step_seconds"] / whole["step_seconds"]
     per_job_cpu = on_common["cpu_seconds"] / whole["cpu_seconds"]
     projections, projections_cpu = {}, {}
     for n in args.jobs_per_os or [1, 2, 13]:
-        projections[n] = round((common["step_seconds"] + n * on_common["step_seconds"]) / (n * whole["step_seconds"]),
-                               3)
-        projections_cpu[n] = round((common["cpu_seconds"] + n * on_common["cpu_seconds"]) / (n * whole["cpu_seconds"]),
-                                   3)
-    result = {"whole": whole, "common": common, "on_common": on_common, "ratio_per_job": round(per_job, 3),
-              "ratio_per_job_cpu": round(per_job_cpu, 3), "projected": projections,
-              "projected_cpu": projections_cpu}
+        projections[n] = round(
+            (common["step_seconds"] + n * on_common["step_seconds"]) / (n * whole["step_seconds"]), 3
+        )
+        projections_cpu[n] = round(
+            (common["cpu_seconds"] + n * on_common["cpu_seconds"]) / (n * whole["cpu_seconds"]), 3
+        )
+    result = {
+        "whole": whole,
+        "common": common,
+        "on_common": on_common,
+        "ratio_per_job": round(per_job, 3),
+        "ratio_per_job_cpu": round(per_job_cpu, 3),
+        "projected": projections,
+        "projected_cpu": projections_cpu,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{'build':<28} {'steps':>6} {'step-s':>9} {'CPU s':>8} {'wall s':>8}  step-s: GPU library / CPU modules / "
-          "rest")
-    for label, r in (("whole " + whole["job"], whole), ("common " + common["job"], common),
-                     (f"{on_common['job']} on the common part", on_common)):
+    print(
+        f"{'build':<28} {'steps':>6} {'step-s':>9} {'CPU s':>8} {'wall s':>8}  step-s: GPU library / CPU modules / rest"
+    )
+    for label, r in (
+        ("whole " + whole["job"], whole),
+        ("common " + common["job"], common),
+        (f"{on_common['job']} on the common part", on_common),
+    ):
         p = r["parts"]
-        print(f"{label:<28} {r['steps']:>6} {r['step_seconds']:>9.1f} {r['cpu_seconds']:>8.1f} {r['wall']:>8.1f}  "
-              f"{p['gpu']:.1f} / {p['cpu']:.1f} / {p['rest']:.1f}")
-    print(f"ratio: {args.gpu_job} on the common part / {args.gpu_job} whole (baseline) = {per_job:.3f}x step-seconds, "
-          f"{per_job_cpu:.3f}x CPU seconds")
+        print(
+            f"{label:<28} {r['steps']:>6} {r['step_seconds']:>9.1f} {r['cpu_seconds']:>8.1f} {r['wall']:>8.1f}  "
+            f"{p['gpu']:.1f} / {p['cpu']:.1f} / {p['rest']:.1f}"
+        )
+    print(
+        f"ratio: {args.gpu_job} on the common part / {args.gpu_job} whole (baseline) = {per_job:.3f}x step-seconds, "
+        f"{per_job_cpu:.3f}x CPU seconds"
+    )
     for n, ratio in projections.items():
-        print(f"projected, {n} GPU job(s) of one OS: (common + {n} x on-common) / ({n} x whole) = {ratio:.3f}x "
-              f"step-seconds, {projections_cpu[n]:.3f}x CPU seconds")
+        print(
+            f"projected, {n} GPU job(s) of one OS: (common + {n} x on-common) / ({n} x whole) = {ratio:.3f}x "
+            f"step-seconds, {projections_cpu[n]:.3f}x CPU seconds"
+        )
     return 0
 
 

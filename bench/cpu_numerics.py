@@ -38,20 +38,50 @@ from rockbuild.smoke.parse import cpu_variant_files, cpu_variant_of, parse_backe
 BASELINE = "haswell"
 
 
-def perplexity(folder: Path, model: Path, text: Path, *, variant_file: str, threads: int, ctx: int, chunks: int,
-               base: Path, against: bool, timeout: float) -> tuple[float | None, dict | None, float]:
+def perplexity(
+    folder: Path,
+    model: Path,
+    text: Path,
+    *,
+    variant_file: str,
+    threads: int,
+    ctx: int,
+    chunks: int,
+    base: Path,
+    against: bool,
+    timeout: float,
+) -> tuple[float | None, dict | None, float]:
     """(perplexity, divergence figures or None, seconds) of one CPU run in ``folder``; ``against``: compare with
     ``base`` instead of writing it."""
-    args = [str(folder / "llama-perplexity"), "-m", str(model), "-c", str(ctx), "-b", str(ctx), "--chunks", str(chunks),
-            "-t", str(threads), "-ngl", "0", "-dev", "none", "--kl-divergence-base", str(base)]
+    args = [
+        str(folder / "llama-perplexity"),
+        "-m",
+        str(model),
+        "-c",
+        str(ctx),
+        "-b",
+        str(ctx),
+        "--chunks",
+        str(chunks),
+        "-t",
+        str(threads),
+        "-ngl",
+        "0",
+        "-dev",
+        "none",
+        "--kl-divergence-base",
+        str(base),
+    ]
     args += ["--kl-divergence"] if against else ["-f", str(text)]
     start = time.monotonic()
     result = subprocess.run(args, capture_output=True, text=True, cwd=folder, timeout=timeout)
     seconds = time.monotonic() - start
     output = result.stdout + "\n" + result.stderr
     if result.returncode != 0:
-        raise BenchError(f"llama-perplexity with {variant_file} failed (exit code {result.returncode}): "
-                         f"{(result.stderr.strip().splitlines() or [''])[-1]}")
+        raise BenchError(
+            f"llama-perplexity with {variant_file} failed (exit code {result.returncode}): "
+            f"{(result.stderr.strip().splitlines() or [''])[-1]}"
+        )
     loaded = parse_backend_loads(output).cpu_file
     # llama-perplexity may not print its load_backend lines at its default verbosity: then the folder, which holds
     # no other variant, is the proof; a line naming another file stops the script
@@ -93,19 +123,33 @@ def main(argv: list[str] | None = None) -> int:
             folders = {v: one_variant_folder(bundle, files[v], work / v) for v in [BASELINE, *wanted]}
             base = work / "baseline.kld"
             common = dict(text=args.text.absolute(), ctx=args.ctx, chunks=args.chunks, base=base, timeout=args.timeout)
-            ppl0, _, s0 = perplexity(folders[BASELINE], args.model.absolute(), variant_file=files[BASELINE],
-                                     threads=args.threads, against=False, **common)
+            ppl0, _, s0 = perplexity(
+                folders[BASELINE],
+                args.model.absolute(),
+                variant_file=files[BASELINE],
+                threads=args.threads,
+                against=False,
+                **common,
+            )
             rows.append({"run": f"{BASELINE} -t {args.threads} (baseline)", "ppl": ppl0, "seconds": s0})
             runs = [(BASELINE, 1)] + [(v, args.threads) for v in wanted]
             for variant, threads in runs:
-                ppl, div, sec = perplexity(folders[variant], args.model.absolute(), variant_file=files[variant],
-                                           threads=threads, against=True, **common)
+                ppl, div, sec = perplexity(
+                    folders[variant],
+                    args.model.absolute(),
+                    variant_file=files[variant],
+                    threads=threads,
+                    against=True,
+                    **common,
+                )
                 rows.append({"run": f"{variant} -t {threads}", "ppl": ppl, "seconds": sec, **(div or {})})
     except (BenchError, subprocess.TimeoutExpired) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"cpu_numerics: {args.model.name}, {args.chunks} x {args.ctx} tokens of {args.text.name}, -dev none; "
-          f"baseline {BASELINE} -t {args.threads}")
+    print(
+        f"cpu_numerics: {args.model.name}, {args.chunks} x {args.ctx} tokens of {args.text.name}, -dev none; "
+        f"baseline {BASELINE} -t {args.threads}"
+    )
     print(f"{'run':<28}{'PPL':>10}{'vs baseline':>13}{'mean KLD':>11}{'max KLD':>10}{'same top':>10}{'s':>7}")
     for r in rows:
         ratio = r["ppl"] / ppl0 if r["ppl"] and ppl0 else float("nan")

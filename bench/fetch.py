@@ -53,7 +53,9 @@ class Server:
     def __init__(self, tarball: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SERVER, str(HERE.parent / "tests"), str(tarball), NAME],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.proc.stdout is not None
         self.urls = json.loads(self.proc.stdout.readline())
@@ -126,9 +128,7 @@ def main() -> int:
             subprocess.run(["sync"], check=True)
         baseline, ours = statistics.median(baselines), statistics.median(ours_runs)
 
-        second, again = timed(
-            lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache)
-        )
+        second, again = timed(lambda: fetch_rocm(sel, os_name="linux", index_url=server.urls["index"], cache=cache))
 
         # a download cut at ~50%: the downloader resumes with Range in the same call
         cache_b = fresh(work / "cache-b")

@@ -24,8 +24,20 @@ TESTS = {"pp512": ("-p", "512", "-n", "0"), "tg128": ("-p", "0", "-n", "128")}
 
 def bench(bundle: Path, model: Path, threads: int, reps: int, test: str) -> list[float]:
     """The t/s of each repetition of one llama-bench test (after llama-bench's own warm-up run)."""
-    args = [str(bundle / "llama-bench"), "-m", str(model), *TESTS[test], "-r", str(reps), "-t", str(threads),
-            "-ngl", "99", "-o", "json"]
+    args = [
+        str(bundle / "llama-bench"),
+        "-m",
+        str(model),
+        *TESTS[test],
+        "-r",
+        str(reps),
+        "-t",
+        str(threads),
+        "-ngl",
+        "99",
+        "-o",
+        "json",
+    ]
     result = subprocess.run(args, capture_output=True, text=True, timeout=1200, env=dict(os.environ))
     if result.returncode != 0:
         sys.exit(f"error: llama-bench -t {threads} {test} failed ({result.returncode}): {result.stderr[-400:]}")
@@ -54,11 +66,14 @@ def main() -> int:
         base = next(r for r in rows if r["test"] == row["test"] and r["threads"] == counts[0])
         cv_ratio = row["cv"] / base["cv"] if base["cv"] else float("nan")
         row["ratio"], row["cv_ratio"] = row["mean"] / base["mean"], cv_ratio
-        print(f"{row['test']:6} {row['threads']:>7} {row['mean']:>10.1f} {row['ratio']:>11.2f}x {100 * row['cv']:>6.1f}"
-              f" {cv_ratio:>14.2f}x")
+        print(
+            f"{row['test']:6} {row['threads']:>7} {row['mean']:>10.1f} {row['ratio']:>11.2f}x {100 * row['cv']:>6.1f}"
+            f" {cv_ratio:>14.2f}x"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"baseline_threads": counts[0], "repetitions": args.repetitions,
-                                         "rows": rows}, indent=2))
+        args.json.write_text(
+            json.dumps({"baseline_threads": counts[0], "repetitions": args.repetitions, "rows": rows}, indent=2)
+        )
     return 0
 
 

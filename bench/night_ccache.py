@@ -27,9 +27,15 @@ def load(bench: Path, name: str) -> dict:
 
 def row(build: dict) -> dict:
     cc = build.get("ccache") or {}
-    return {"commit": build["llama_cpp"]["commit"][:12], "source": build["llama_cpp"]["path"],
-            "compile_s": build["durations"]["compile"], "total_s": build["durations"]["total"],
-            "hits": cc.get("hits"), "misses": cc.get("misses"), "hit_rate": cc.get("hit_rate")}
+    return {
+        "commit": build["llama_cpp"]["commit"][:12],
+        "source": build["llama_cpp"]["path"],
+        "compile_s": build["durations"]["compile"],
+        "total_s": build["durations"]["total"],
+        "hits": cc.get("hits"),
+        "misses": cc.get("misses"),
+        "hit_rate": cc.get("hit_rate"),
+    }
 
 
 def main() -> None:
@@ -42,15 +48,24 @@ def main() -> None:
         for mode in ("night", "ccache"):
             run_e2e("vulkan.sh", mode)
     first, ours, base = (row(load(bench, n)) for n in ("first", "next", "next-baseline"))
-    data = {"first_night": first, "next_night": ours, "next_night_baseline": base,
-            "ratio": ours["total_s"] / base["total_s"]}
+    data = {
+        "first_night": first,
+        "next_night": ours,
+        "next_night_baseline": base,
+        "ratio": ours["total_s"] / base["total_s"],
+    }
     if args.json:
         print(json.dumps(data, indent=2))
         return
-    for label, r in (("first night (cold)", first), ("next night, one checkout per job", ours),
-                     ("next night, new source folder (baseline)", base)):
-        print(f"{label}: {r['commit']} in {r['source']}: compile {r['compile_s']:.0f} s, total {r['total_s']:.0f} s, "
-              f"ccache {r['hits']} hits / {r['misses']} misses")
+    for label, r in (
+        ("first night (cold)", first),
+        ("next night, one checkout per job", ours),
+        ("next night, new source folder (baseline)", base),
+    ):
+        print(
+            f"{label}: {r['commit']} in {r['source']}: compile {r['compile_s']:.0f} s, total {r['total_s']:.0f} s, "
+            f"ccache {r['hits']} hits / {r['misses']} misses"
+        )
     print(f"next night vs baseline: {ours['total_s']:.0f} s / {base['total_s']:.0f} s -> {data['ratio']:.3f}x")
 
 

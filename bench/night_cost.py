@@ -66,9 +66,14 @@ def leg(folder: Path) -> dict:
     steps = ninja_steps(folder / "build")
     record = json.loads((folder / "build.json").read_text(encoding="utf-8"))
     targets = list(record.get("gpu_targets") or [])
-    return {"total": round(sum(s for s, _ in steps), 1), **split(steps), "steps": len(steps),
-            "wall": (record.get("durations") or {}).get("compile"), "targets": targets,
-            "common": (record.get("common") or {}).get("job")}
+    return {
+        "total": round(sum(s for s, _ in steps), 1),
+        **split(steps),
+        "steps": len(steps),
+        "wall": (record.get("durations") or {}).get("compile"),
+        "targets": targets,
+        "common": (record.get("common") or {}).get("job"),
+    }
 
 
 def built(folder: Path) -> bool:
@@ -133,8 +138,9 @@ def shipped_jobs() -> list[dict]:
     """The shipped matrix's jobs: --matrix FILE, else `rockbuild matrix --format json` run once."""
     if MATRIX_FILE is not None:
         return json.loads(MATRIX_FILE.read_text(encoding="utf-8"))
-    out = subprocess.run([sys.executable, "-m", "rockbuild", "matrix", "--format", "json"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "rockbuild", "matrix", "--format", "json"], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out)
 
 
@@ -170,8 +176,14 @@ def project(measured: dict[str, dict], base: dict, drift: float = 1.0) -> dict:
         elif job["id"].endswith("-common"):
             after += common
             counts["common"] += 1
-    return {"jobs": counts, "hip_one_target": round(hip[1], 1), "hip_per_extra_target": round(per_target, 1),
-            "before": round(before), "after": round(after), "ratio": round(after / before, 3)}
+    return {
+        "jobs": counts,
+        "hip_one_target": round(hip[1], 1),
+        "hip_per_extra_target": round(per_target, 1),
+        "before": round(before),
+        "after": round(after),
+        "ratio": round(after / before, 3),
+    }
 
 
 def night_ratio(measured: dict[str, dict], base: dict, drift: float) -> dict:
@@ -188,16 +200,30 @@ def night_ratio(measured: dict[str, dict], base: dict, drift: float) -> dict:
     common = next((m for j, m in measured.items() if j.endswith("-common")), None)
     gpu_legs = [m for j, m in measured.items() if m.get("common")]
     # the night's longest chain in step-seconds (legs run side by side, each on a runner of its own)
-    chain_after = max([(common["total"] if common else 0) + max((m["total"] for m in gpu_legs), default=0)]
-                      + [m["total"] for m in measured.values() if not m.get("common") and m is not common])
+    chain_after = max(
+        [(common["total"] if common else 0) + max((m["total"] for m in gpu_legs), default=0)]
+        + [m["total"] for m in measured.values() if not m.get("common") and m is not common]
+    )
     chain_before = max(whole(j, m, base, drift)[0] for j, m in measured.items() if not j.endswith("-common"))
-    wall_after = max([(common["wall"] or 0 if common else 0) + max((m["wall"] or 0 for m in gpu_legs), default=0)]
-                     + [m["wall"] or 0 for m in measured.values() if not m.get("common") and m is not common])
-    critical = {"before": round(chain_before), "after": round(chain_after),
-                "ratio": round(chain_after / chain_before, 3)}
-    return {"baseline": base["name"], "same_run": base["same_run"], "legs": rows, "before": round(before),
-            "after": round(after), "ratio": round(after / before, 3), "critical_path_step_seconds": critical,
-            "critical_path_wall_after": round(wall_after, 1)}
+    wall_after = max(
+        [(common["wall"] or 0 if common else 0) + max((m["wall"] or 0 for m in gpu_legs), default=0)]
+        + [m["wall"] or 0 for m in measured.values() if not m.get("common") and m is not common]
+    )
+    critical = {
+        "before": round(chain_before),
+        "after": round(chain_after),
+        "ratio": round(chain_after / chain_before, 3),
+    }
+    return {
+        "baseline": base["name"],
+        "same_run": base["same_run"],
+        "legs": rows,
+        "before": round(before),
+        "after": round(after),
+        "ratio": round(after / before, 3),
+        "critical_path_step_seconds": critical,
+        "critical_path_wall_after": round(wall_after, 1),
+    }
 
 
 def dated(measured: dict[str, dict]) -> dict:
@@ -206,11 +232,17 @@ def dated(measured: dict[str, dict]) -> dict:
     drift = control / DATED["windows-cpu"]["total"] if control else 1.0
     result = night_ratio(measured, DATED_BASELINE, drift)
     raw = night_ratio(measured, DATED_BASELINE, 1.0)
-    return {**result, "unscaled": {k: raw[k] for k in ("before", "after", "ratio")},
-            "control_windows_cpu": {"this_run": control, "baseline": DATED["windows-cpu"]["total"],
-                                    "drift": round(drift, 3)},
-            "shipped_matrix": project(measured, DATED_BASELINE, drift),
-            "shipped_matrix_unscaled": project(measured, DATED_BASELINE, 1.0)}
+    return {
+        **result,
+        "unscaled": {k: raw[k] for k in ("before", "after", "ratio")},
+        "control_windows_cpu": {
+            "this_run": control,
+            "baseline": DATED["windows-cpu"]["total"],
+            "drift": round(drift, 3),
+        },
+        "shipped_matrix": project(measured, DATED_BASELINE, drift),
+        "shipped_matrix_unscaled": project(measured, DATED_BASELINE, 1.0),
+    }
 
 
 def with_common_alone(result: dict, measured: dict[str, dict], alone: dict | None) -> dict:
@@ -218,9 +250,17 @@ def with_common_alone(result: dict, measured: dict[str, dict], alone: dict | Non
     if alone is None or alone["job"] not in measured:
         return result
     after = result["after"] - measured[alone["job"]]["total"] + alone["total"]
-    return {**result, "common_alone": {"job": alone["job"], "night_1": measured[alone["job"]]["total"],
-                                       "alone": alone["total"], "wall": alone["wall"], "after": round(after),
-                                       "ratio": round(after / result["before"], 3)}}
+    return {
+        **result,
+        "common_alone": {
+            "job": alone["job"],
+            "night_1": measured[alone["job"]]["total"],
+            "alone": alone["total"],
+            "wall": alone["wall"],
+            "after": round(after),
+            "ratio": round(after / result["before"], 3),
+        },
+    }
 
 
 def report(night: Path) -> dict:
@@ -231,11 +271,18 @@ def report(night: Path) -> dict:
         return with_common_alone(dated(measured), measured, alone)
     # the check that a GPU library compiles the same in both shapes (the gfx120X "before" rests on it)
     hip_whole, hip_common = base["legs"]["linux-gfx1151"]["gpu"], measured.get("linux-gfx1151", {}).get("gpu")
-    result = {**night_ratio(measured, base, 1.0), "shipped_matrix": project(measured, base, 1.0),
-              "whole_legs": base["legs"],
-              "gpu_library_check": {"job": "linux-gfx1151", "whole": hip_whole, "on_common": hip_common,
-                                    "ratio": round(hip_common / hip_whole, 3) if hip_common else None},
-              "dated_baseline": dated(measured)}
+    result = {
+        **night_ratio(measured, base, 1.0),
+        "shipped_matrix": project(measured, base, 1.0),
+        "whole_legs": base["legs"],
+        "gpu_library_check": {
+            "job": "linux-gfx1151",
+            "whole": hip_whole,
+            "on_common": hip_common,
+            "ratio": round(hip_common / hip_whole, 3) if hip_common else None,
+        },
+        "dated_baseline": dated(measured),
+    }
     return with_common_alone(result, measured, alone)
 
 
@@ -243,25 +290,34 @@ def print_rows(result: dict) -> None:
     for row in result["legs"]:
         m = row["after"]
         before = f"{row['before']:>9,.1f}" if row["before"] is not None else f"{'-':>9}"
-        print(f"  {row['job']:<16} now {m['total']:>9,.1f} (gpu {m['gpu']:,.1f}, cpu {m['cpu']:,.1f}, rest "
-              f"{m['rest']:,.1f}; compile {m['wall'] or 0:,.1f} s)  whole {before}  ({row['source']})")
+        print(
+            f"  {row['job']:<16} now {m['total']:>9,.1f} (gpu {m['gpu']:,.1f}, cpu {m['cpu']:,.1f}, rest "
+            f"{m['rest']:,.1f}; compile {m['wall'] or 0:,.1f} s)  whole {before}  ({row['source']})"
+        )
 
 
 def print_dated(result: dict, indent: str = "  ") -> None:
     u, s = result["unscaled"], result["shipped_matrix"]
-    print(f"{indent}the rehearsal's night: {result['after']:,} against {result['before']:,}: {result['ratio']}x "
-          f"(goal <= 0.75x; unscaled: {u['after']:,} against {u['before']:,}: {u['ratio']}x); shipped matrix "
-          f"{s['ratio']}x (unscaled {result['shipped_matrix_unscaled']['ratio']}x)")
+    print(
+        f"{indent}the rehearsal's night: {result['after']:,} against {result['before']:,}: {result['ratio']}x "
+        f"(goal <= 0.75x; unscaled: {u['after']:,} against {u['before']:,}: {u['ratio']}x); shipped matrix "
+        f"{s['ratio']}x (unscaled {result['shipped_matrix_unscaled']['ratio']}x)"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--night", type=Path, default=None,
-                        help="the rehearsal's folder (default: $ROCKBUILD_E2E/night)")
+    parser.add_argument(
+        "--night", type=Path, default=None, help="the rehearsal's folder (default: $ROCKBUILD_E2E/night)"
+    )
     parser.add_argument("--run", action="store_true", help="run `tests/e2e/night.sh cold`, then `whole`, first")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--matrix", type=Path, default=None,
-                        help="the shipped matrix as `rockbuild matrix --format json` printed it (default: run it)")
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help="the shipped matrix as `rockbuild matrix --format json` printed it (default: run it)",
+    )
     args = parser.parse_args()
     global MATRIX_FILE
     MATRIX_FILE = args.matrix
@@ -274,29 +330,43 @@ def main() -> int:
         return 0
     if result["same_run"]:
         check = result["gpu_library_check"]
-        print(f"night cost, cold, step-seconds (baseline: {result['baseline']}; linux-gfx1151's HIP library "
-              f"{check['whole']:,} built whole, {check['on_common']:,} on the common part: x{check['ratio']})")
+        print(
+            f"night cost, cold, step-seconds (baseline: {result['baseline']}; linux-gfx1151's HIP library "
+            f"{check['whole']:,} built whole, {check['on_common']:,} on the common part: x{check['ratio']})"
+        )
     else:
         c = result["control_windows_cpu"]
-        print(f"night cost, cold, step-seconds (baseline: {result['baseline']}; its figures scaled by the control, "
-              f"windows-cpu built whole in both: {c['this_run']:,} now against {c['baseline']:,}: x{c['drift']})")
+        print(
+            f"night cost, cold, step-seconds (baseline: {result['baseline']}; its figures scaled by the control, "
+            f"windows-cpu built whole in both: {c['this_run']:,} now against {c['baseline']:,}: x{c['drift']})"
+        )
     print_rows(result)
-    goal = f"(goal <= 0.75x; unscaled: {result['unscaled']['after']:,} against {result['unscaled']['before']:,}: " \
-        f"{result['unscaled']['ratio']}x)" if not result["same_run"] else "(goal <= 0.75x)"
+    goal = (
+        f"(goal <= 0.75x; unscaled: {result['unscaled']['after']:,} against {result['unscaled']['before']:,}: "
+        f"{result['unscaled']['ratio']}x)"
+        if not result["same_run"]
+        else "(goal <= 0.75x)"
+    )
     print(f"  the rehearsal's night: {result['after']:,} against {result['before']:,}: {result['ratio']}x {goal}")
     if (alone := result.get("common_alone")) is not None:
-        print(f"  with {alone['job']} measured again alone (night.sh whole: {alone['alone']:,} step-seconds, compile "
-              f"{alone['wall'] or 0:,.1f} s, against {alone['night_1']:,} in night 1): {alone['after']:,} against "
-              f"{result['before']:,}: {alone['ratio']}x")
+        print(
+            f"  with {alone['job']} measured again alone (night.sh whole: {alone['alone']:,} step-seconds, compile "
+            f"{alone['wall'] or 0:,.1f} s, against {alone['night_1']:,} in night 1): {alone['after']:,} against "
+            f"{result['before']:,}: {alone['ratio']}x"
+        )
     cp = result["critical_path_step_seconds"]
-    print(f"  critical path (longest chain of legs): {cp['after']:,} against {cp['before']:,} step-seconds: "
-          f"{cp['ratio']}x; compile wall along it now {result['critical_path_wall_after']:,.1f} s")
+    print(
+        f"  critical path (longest chain of legs): {cp['after']:,} against {cp['before']:,} step-seconds: "
+        f"{cp['ratio']}x; compile wall along it now {result['critical_path_wall_after']:,.1f} s"
+    )
     s = result["shipped_matrix"]
     unscaled = "" if result["same_run"] else f" (unscaled {result['shipped_matrix_unscaled']['ratio']}x)"
-    print(f"  projected to the shipped matrix ({s['jobs']['rocm']} ROCm jobs with {s['jobs']['targets']} targets, "
-          f"{s['jobs']['vulkan']} Vulkan, {s['jobs']['common']} common parts; HIP {s['hip_one_target']:,} for one "
-          f"target + {s['hip_per_extra_target']:,} per extra target): {s['after']:,} against {s['before']:,}: "
-          f"{s['ratio']}x{unscaled}")
+    print(
+        f"  projected to the shipped matrix ({s['jobs']['rocm']} ROCm jobs with {s['jobs']['targets']} targets, "
+        f"{s['jobs']['vulkan']} Vulkan, {s['jobs']['common']} common parts; HIP {s['hip_one_target']:,} for one "
+        f"target + {s['hip_per_extra_target']:,} per extra target): {s['after']:,} against {s['before']:,}: "
+        f"{s['ratio']}x{unscaled}"
+    )
     if result["same_run"]:
         d = result["dated_baseline"]
         print(f"  second opinion, {d['baseline']} scaled by windows-cpu x{d['control_windows_cpu']['drift']}:")

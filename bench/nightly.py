@@ -61,9 +61,29 @@ def main() -> None:
             env = {**os.environ, "GITHUB_TOKEN": TOKEN}
             t0 = time.monotonic()
             second = subprocess.run(
-                [rockbuild_exe(), "nightly", "-c", str(matrix), "--out", str(base / "out2"), "--index-url",
-                 world.index, "--git-url", str(world.bare), "--repo", github.full_name, "--api-url", github.api_url,
-                 "--no-smoke", "--json"], capture_output=True, text=True, env=env, timeout=120)
+                [
+                    rockbuild_exe(),
+                    "nightly",
+                    "-c",
+                    str(matrix),
+                    "--out",
+                    str(base / "out2"),
+                    "--index-url",
+                    world.index,
+                    "--git-url",
+                    str(world.bare),
+                    "--repo",
+                    github.full_name,
+                    "--api-url",
+                    github.api_url,
+                    "--no-smoke",
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
             unchanged_seconds = time.monotonic() - t0
             if second.returncode != 0:
                 sys.exit(f"the unchanged night failed: {second.stderr}")
@@ -80,18 +100,27 @@ def main() -> None:
                 "ratio": round(unchanged_seconds / full_seconds, 3),
                 "goal_seconds": GOAL_SECONDS,
             }
-    figures["goal_met"] = (figures["unchanged_night_seconds"] <= GOAL_SECONDS
-                           and figures["unchanged_night_tarball_bytes"] == 0
-                           and figures["unchanged_night_compiles"] == 0 and state == "unchanged")
+    figures["goal_met"] = (
+        figures["unchanged_night_seconds"] <= GOAL_SECONDS
+        and figures["unchanged_night_tarball_bytes"] == 0
+        and figures["unchanged_night_compiles"] == 0
+        and state == "unchanged"
+    )
     if args.json:
         print(json.dumps(figures, indent=2))
         return
-    print(f"full night ({figures['jobs']} jobs): {figures['full_night_seconds']:.2f} s, "
-          f"{figures['full_night_tarball_bytes']:,} tarball bytes, {figures['full_night_compiles']} compiles")
-    print(f"unchanged night: {figures['unchanged_night_seconds']:.2f} s ({state}), "
-          f"{figures['unchanged_night_tarball_bytes']:,} tarball bytes, {figures['unchanged_night_compiles']} compiles")
-    print(f"ratio unchanged/full: {figures['ratio']:.3f}; goal <= {GOAL_SECONDS:.0f} s, 0 bytes, 0 compiles: "
-          f"{'met' if figures['goal_met'] else 'NOT met'}")
+    print(
+        f"full night ({figures['jobs']} jobs): {figures['full_night_seconds']:.2f} s, "
+        f"{figures['full_night_tarball_bytes']:,} tarball bytes, {figures['full_night_compiles']} compiles"
+    )
+    print(
+        f"unchanged night: {figures['unchanged_night_seconds']:.2f} s ({state}), "
+        f"{figures['unchanged_night_tarball_bytes']:,} tarball bytes, {figures['unchanged_night_compiles']} compiles"
+    )
+    print(
+        f"ratio unchanged/full: {figures['ratio']:.3f}; goal <= {GOAL_SECONDS:.0f} s, 0 bytes, 0 compiles: "
+        f"{'met' if figures['goal_met'] else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,13 @@ def written_bytes(root: Path) -> int:
 def copy_and_patch(tree: Path, dest: Path, patches: list[Path]) -> None:
     shutil.copytree(tree, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
     for patch in patches:
-        subprocess.run(["git", "apply", str(patch)], cwd=dest, check=True, capture_output=True,
-                       env={**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)})
+        subprocess.run(
+            ["git", "apply", str(patch)],
+            cwd=dest,
+            check=True,
+            capture_output=True,
+            env={**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)},
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not (args.tree / "CMakeLists.txt").is_file():
-        print(f"error: {args.tree} is not a llama.cpp tree (tests/e2e/h200.sh prepare unpacks the pinned one)",
-              file=sys.stderr)
+        print(
+            f"error: {args.tree} is not a llama.cpp tree (tests/e2e/h200.sh prepare unpacks the pinned one)",
+            file=sys.stderr,
+        )
         return 1
     series = load_patch_series(data_path("patches", "patches.yaml"))
     files = sum(len(f) for _d, _s, f in os.walk(args.tree))
@@ -79,22 +86,46 @@ def main(argv: list[str] | None = None) -> int:
                     if what == "mirror":
                         shutil.rmtree(dest, ignore_errors=True)
                     start = time.perf_counter()
-                    done = apply_patch_series(series, args.tree, dest, build_number=11312, tree_label="bench",
-                                              os_name="linux", backend="vulkan")
+                    done = apply_patch_series(
+                        series,
+                        args.tree,
+                        dest,
+                        build_number=11312,
+                        tree_label="bench",
+                        os_name="linux",
+                        backend="vulkan",
+                    )
                     took = time.perf_counter() - start
                     facts[f"{what}_rewritten"] = len(done.rewritten)
                     facts["mirror_bytes"] = written_bytes(dest)
                 best[what] = min(best.get(what, took), took)
     print(f"patches on {args.tree} ({files} files, {len(series.patches)} patches), best of {args.repeat}:")
     print(f"  copy + git apply (baseline)   {best['copy']:7.3f} s   writes {facts['copy_bytes']:>12,} bytes")
-    print(f"  mirror, first                 {best['mirror']:7.3f} s   writes {facts['mirror_bytes']:>12,} bytes "
-          f"({facts['mirror_rewritten']} files patched)   {best['mirror'] / best['copy']:.2f}x the copy's time")
-    print(f"  mirror, again (next build)    {best['again']:7.3f} s   rewrites {facts['again_rewritten']} files"
-          f"{'':>17}   {best['again'] / best['copy']:.2f}x the copy's time")
+    print(
+        f"  mirror, first                 {best['mirror']:7.3f} s   writes {facts['mirror_bytes']:>12,} bytes "
+        f"({facts['mirror_rewritten']} files patched)   {best['mirror'] / best['copy']:.2f}x the copy's time"
+    )
+    print(
+        f"  mirror, again (next build)    {best['again']:7.3f} s   rewrites {facts['again_rewritten']} files"
+        f"{'':>17}   {best['again'] / best['copy']:.2f}x the copy's time"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"tree": str(args.tree), "files": files, "seconds": best, **facts,
-                                         "ratios": {"mirror_vs_copy": best["mirror"] / best["copy"],
-                                                    "again_vs_copy": best["again"] / best["copy"]}}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "tree": str(args.tree),
+                    "files": files,
+                    "seconds": best,
+                    **facts,
+                    "ratios": {
+                        "mirror_vs_copy": best["mirror"] / best["copy"],
+                        "again_vs_copy": best["again"] / best["copy"],
+                    },
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -56,8 +56,14 @@ class Run:
 
 def imported_from(tree: Path) -> Path:
     """Where a process with the run's environment imports rockbuild from: it must be ``tree``'s own."""
-    out = subprocess.run([sys.executable, "-c", "import rockbuild; print(rockbuild.__file__)"], cwd=tree,
-                         env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import rockbuild; print(rockbuild.__file__)"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip()).parent
 
 
@@ -77,8 +83,17 @@ def run_suite(side: str, tree: Path, paths: list[str]) -> Run:
     if imported_from(tree).resolve() != (tree / "rockbuild").resolve():
         raise SystemExit(f"error: the {side} run would not import its own rockbuild ({imported_from(tree)})")
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", "--durations-min=0",
-            *paths]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--durations=0",
+        "--durations-min=0",
+        *paths,
+    ]
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
@@ -102,6 +117,7 @@ def run_suite(side: str, tree: Path, paths: list[str]) -> Run:
 def paired(now: dict[str, float], base: dict[str, float]) -> dict[str, str]:
     """The tests both sides run, as now's node id -> base's: the same id, or else the same file name and test name in
     another folder (a file that moved, tests/unit/test_x.py -> tests/integration/test_x.py), where that is one test."""
+
     def moved(node: str) -> str:  # the file's name without its folder, and the test
         path, test = node.split("::", 1)
         return f"{Path(path).name}::{test}"
@@ -125,13 +141,18 @@ def main() -> int:
     parser.add_argument("paths", nargs="*", help="what pytest runs (default: its testpaths, the README's command)")
     args = parser.parse_args()
 
-    base_rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    base_rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
     with worktree(base_rev) as base_tree:
-        print(f"now: the working tree at {head}; base: {base_rev}; pytest {' '.join(args.paths) or '(testpaths)'}; "
-              f"{args.pairs} pair(s), now first", flush=True)
+        print(
+            f"now: the working tree at {head}; base: {base_rev}; pytest {' '.join(args.paths) or '(testpaths)'}; "
+            f"{args.pairs} pair(s), now first",
+            flush=True,
+        )
         runs: list[Run] = []
         for _ in range(args.pairs):
             runs.append(run_suite("now", REPO, args.paths))
@@ -160,10 +181,14 @@ def main() -> int:
     only_base = set(base_tests) - set(both.values())
     common_now = sum(now_tests[t] for t in both)
     common_base = sum(base_tests[t] for t in both.values())
-    print(f"\nthe {len(both)} tests both sides run (summed setup, call and teardown; median over the runs): "
-          f"now {common_now:.1f} s, base {common_base:.1f} s, now / base: {common_now / max(common_base, 1e-9):.3f}")
-    print(f"tests only now: {len(only_now)}, {sum(now_tests[t] for t in only_now):.1f} s; tests only in base: "
-          f"{len(only_base)}, {sum(base_tests[t] for t in only_base):.1f} s")
+    print(
+        f"\nthe {len(both)} tests both sides run (summed setup, call and teardown; median over the runs): "
+        f"now {common_now:.1f} s, base {common_base:.1f} s, now / base: {common_now / max(common_base, 1e-9):.3f}"
+    )
+    print(
+        f"tests only now: {len(only_now)}, {sum(now_tests[t] for t in only_now):.1f} s; tests only in base: "
+        f"{len(only_base)}, {sum(base_tests[t] for t in only_base):.1f} s"
+    )
     by_file: dict[str, float] = defaultdict(float)
     for t in only_now:
         by_file[t.split("::")[0]] += now_tests[t]
@@ -176,8 +201,7 @@ def main() -> int:
             print(f"  slower: {t}: {base_tests[both[t]]:.1f} -> {now_tests[t]:.1f} s ({delta:+.1f})")
 
     now_files, base_files = medians(now, "files"), medians(base, "files")
-    moved = sorted(set(now_files) | set(base_files),
-                   key=lambda f: -abs(now_files.get(f, 0.0) - base_files.get(f, 0.0)))
+    moved = sorted(set(now_files) | set(base_files), key=lambda f: -abs(now_files.get(f, 0.0) - base_files.get(f, 0.0)))
     print("\ntest files that moved most (summed setup, call and teardown; median over the runs):")
     for name in moved[: args.top]:
         n, b = now_files.get(name), base_files.get(name)

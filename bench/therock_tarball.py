@@ -144,7 +144,11 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="A TheRock-shaped gfx1151 tarball (about 1.2 GB) for bench/fetch.py.")
-    parser.add_argument("out", nargs="?", type=Path,
-                        default=Path("/var/cache/rockbuild/bench/therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"),
-                        help="where to write it (default: under /var/cache/rockbuild/bench)")
+    parser.add_argument(
+        "out",
+        nargs="?",
+        type=Path,
+        default=Path("/var/cache/rockbuild/bench/therock-dist-linux-gfx1151-10.2.0a20261128.tar.gz"),
+        help="where to write it (default: under /var/cache/rockbuild/bench)",
+    )
     print(json.dumps(make_therock_tarball(parser.parse_args().out), indent=2))

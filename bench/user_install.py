@@ -47,31 +47,46 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rockbuild-user-install-") as tmp:
         base = Path(tmp)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(base / "dist"), str(REPO)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(base / "dist"), str(REPO)],
+            check=True,
+            capture_output=True,
+        )
         (wheel,) = (base / "dist").glob("rockbuild-*.whl")
         # the baseline first: it fills pip's cache with every package the user install takes too
         baseline = measure(base, "baseline", f"{wheel}[build]")
         user = measure(base, "user", str(wheel))
         empty = measure(base, "empty", None)
-        doctor = subprocess.run([str(base / "user" / "bin" / "rockbuild"), "doctor", "--json"], capture_output=True,
-                                text=True, cwd=base)
+        doctor = subprocess.run(
+            [str(base / "user" / "bin" / "rockbuild"), "doctor", "--json"], capture_output=True, text=True, cwd=base
+        )
         works = "Traceback" not in doctor.stderr and doctor.stdout.lstrip().startswith("{")
     ratios = {k: user[k] / baseline[k] for k in ("packages", "mb", "seconds")}
     # what each install adds to a new venv (which has pip and setuptools already)
     added = {k: (user[k] - empty[k]) / (baseline[k] - empty[k]) for k in ("packages", "mb")}
-    result = {"baseline": baseline, "user": user, "empty_venv": empty, "ratio": ratios, "ratio_added": added,
-              "goal": GOAL_RATIO, "doctor_runs": works}
+    result = {
+        "baseline": baseline,
+        "user": user,
+        "empty_venv": empty,
+        "ratio": ratios,
+        "ratio_added": added,
+        "goal": GOAL_RATIO,
+        "doctor_runs": works,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{'':10} {'packages':>9} {'venv MB':>9} {'seconds':>9}")
         for name, row in (("baseline", baseline), ("user", user)):
             print(f"{name:10} {row['packages']:9d} {row['mb']:9.1f} {row['seconds']:9.1f}")
-        print(f"{'ratio':10} {ratios['packages']:9.2f} {ratios['mb']:9.2f} {ratios['seconds']:9.2f}"
-              f"   (goal <= {GOAL_RATIO:.2f} each)")
-        print(f"{'added':10} {added['packages']:9.2f} {added['mb']:9.2f} {'':>9}   (beyond a new venv's "
-              f"{empty['packages']:.0f} packages, {empty['mb']:.1f} MB)")
+        print(
+            f"{'ratio':10} {ratios['packages']:9.2f} {ratios['mb']:9.2f} {ratios['seconds']:9.2f}"
+            f"   (goal <= {GOAL_RATIO:.2f} each)"
+        )
+        print(
+            f"{'added':10} {added['packages']:9.2f} {added['mb']:9.2f} {'':>9}   (beyond a new venv's "
+            f"{empty['packages']:.0f} packages, {empty['mb']:.1f} MB)"
+        )
         print(f"rockbuild doctor --json from the user venv: {'runs' if works else 'FAILS: ' + doctor.stderr[-300:]}")
     return 0 if works and all(r <= GOAL_RATIO for r in (*added.values(), ratios["mb"], ratios["seconds"])) else 1
 

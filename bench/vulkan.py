@@ -34,16 +34,31 @@ def figures(bench: Path) -> dict:
     tests = {}
     for test, by_label in compare["tests"].items():
         base, other = by_label[rocm["label"]], by_label[vulkan["label"]]
-        tests[test] = {"rocm_cpu": base, "vulkan_lavapipe": other,
-                       "ratio": other["tokens_per_second"] / base["tokens_per_second"]}
+        tests[test] = {
+            "rocm_cpu": base,
+            "vulkan_lavapipe": other,
+            "ratio": other["tokens_per_second"] / base["tokens_per_second"],
+        }
     return {
-        "build": {"cold_s": cold["durations"]["total"], "warm_s": warm["durations"]["total"],
-                  "ratio": warm["durations"]["total"] / cold["durations"]["total"],
-                  "warm_ccache": warm.get("ccache"), "steps": (cold.get("ninja") or {}).get("steps")},
-        "smoke": {"cold_cache_s": smoke_cold["seconds"], "warm_cache_s": smoke_warm["seconds"],
-                  "ratio": smoke_warm["seconds"] / smoke_cold["seconds"], "verdict": smoke_warm["gpu"]["summary"]},
-        "compare": {"settings": compare["settings"], "rocm": f"{rocm['backends']} on {rocm['gpu_info'] or 'the CPU'}",
-                    "vulkan": f"{vulkan['backends']} on {vulkan['gpu_info'] or 'the CPU'}", "tests": tests},
+        "build": {
+            "cold_s": cold["durations"]["total"],
+            "warm_s": warm["durations"]["total"],
+            "ratio": warm["durations"]["total"] / cold["durations"]["total"],
+            "warm_ccache": warm.get("ccache"),
+            "steps": (cold.get("ninja") or {}).get("steps"),
+        },
+        "smoke": {
+            "cold_cache_s": smoke_cold["seconds"],
+            "warm_cache_s": smoke_warm["seconds"],
+            "ratio": smoke_warm["seconds"] / smoke_cold["seconds"],
+            "verdict": smoke_warm["gpu"]["summary"],
+        },
+        "compare": {
+            "settings": compare["settings"],
+            "rocm": f"{rocm['backends']} on {rocm['gpu_info'] or 'the CPU'}",
+            "vulkan": f"{vulkan['backends']} on {vulkan['gpu_info'] or 'the CPU'}",
+            "tests": tests,
+        },
     }
 
 
@@ -64,17 +79,25 @@ def main() -> None:
         print(json.dumps(data, indent=2))
         return
     b, s, c = data["build"], data["smoke"], data["compare"]
-    print(f"build (baseline: cold build, empty ccache): cold {b['cold_s']:.0f} s, warm {b['warm_s']:.0f} s "
-          f"-> {b['ratio']:.3f}x")
-    print(f"smoke (baseline: empty Mesa shader cache): cold {s['cold_cache_s']:.1f} s, kept cache "
-          f"{s['warm_cache_s']:.1f} s -> {s['ratio']:.3f}x; {s['verdict']}")
+    print(
+        f"build (baseline: cold build, empty ccache): cold {b['cold_s']:.0f} s, warm {b['warm_s']:.0f} s "
+        f"-> {b['ratio']:.3f}x"
+    )
+    print(
+        f"smoke (baseline: empty Mesa shader cache): cold {s['cold_cache_s']:.1f} s, kept cache "
+        f"{s['warm_cache_s']:.1f} s -> {s['ratio']:.3f}x; {s['verdict']}"
+    )
     st = c["settings"]
-    print(f"compare (baseline: {c['rocm']}; -p {st['n_prompt']} -n {st['n_gen']} -r {st['repetitions']} "
-          f"-t {st['threads']} -ngl {st['gpu_layers']}): {c['vulkan']}")
+    print(
+        f"compare (baseline: {c['rocm']}; -p {st['n_prompt']} -n {st['n_gen']} -r {st['repetitions']} "
+        f"-t {st['threads']} -ngl {st['gpu_layers']}): {c['vulkan']}"
+    )
     for test, row in c["tests"].items():
         r, v = row["rocm_cpu"], row["vulkan_lavapipe"]
-        print(f"  {test}: {r['tokens_per_second']:.1f} ± {r['stddev']:.1f} t/s vs {v['tokens_per_second']:.1f} ± "
-              f"{v['stddev']:.1f} t/s -> {row['ratio']:.3f}x")
+        print(
+            f"  {test}: {r['tokens_per_second']:.1f} ± {r['stddev']:.1f} t/s vs {v['tokens_per_second']:.1f} ± "
+            f"{v['stddev']:.1f} t/s -> {row['ratio']:.3f}x"
+        )
 
 
 if __name__ == "__main__":

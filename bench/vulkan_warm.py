@@ -38,9 +38,30 @@ JOB = "linux-vulkan"
 
 
 def rockbuild_build(args: argparse.Namespace, out: Path, *extra: str) -> dict:
-    command = [sys.executable, "-m", "rockbuild", "build", "--job", JOB, "-c", str(args.work / "matrix.yaml"),
-               "--source", str(args.source), "--build-number", args.build_number, "--offline", "--no-web-ui",
-               "--no-bundle", "--out", str(out), "--ccache-dir", str(args.ccache_dir), "-j", str(args.jobs), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "rockbuild",
+        "build",
+        "--job",
+        JOB,
+        "-c",
+        str(args.work / "matrix.yaml"),
+        "--source",
+        str(args.source),
+        "--build-number",
+        args.build_number,
+        "--offline",
+        "--no-web-ui",
+        "--no-bundle",
+        "--out",
+        str(out),
+        "--ccache-dir",
+        str(args.ccache_dir),
+        "-j",
+        str(args.jobs),
+        *extra,
+    ]
     if args.common:
         command += ["--common", str(args.common)]
     if args.commit:
@@ -48,8 +69,14 @@ def rockbuild_build(args: argparse.Namespace, out: Path, *extra: str) -> dict:
     with open(args.work / "bench.log", "a", encoding="utf-8") as log:
         log.write(f"\n$ {' '.join(command)}\n")
         log.flush()
-        subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                       env={**os.environ, "ROCKBUILD_CACHE": str(args.cache)})
+        subprocess.run(
+            command,
+            check=True,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "ROCKBUILD_CACHE": str(args.cache)},
+        )
     return json.loads((out / JOB / "build.json").read_text(encoding="utf-8"))
 
 
@@ -61,9 +88,14 @@ def fresh(path: Path) -> Path:
 def summary(data: dict) -> dict:
     shaders = data.get("shader_cache") or {}
     ccache = data.get("ccache") or {}
-    return {"compile_s": data["durations"]["compile"], "steps": (data.get("ninja") or {}).get("steps"),
-            "shader_hits": shaders.get("hits"), "shader_misses": shaders.get("misses"),
-            "ccache_hits": ccache.get("hits"), "ccache_misses": ccache.get("misses")}
+    return {
+        "compile_s": data["durations"]["compile"],
+        "steps": (data.get("ninja") or {}).get("steps"),
+        "shader_hits": shaders.get("hits"),
+        "shader_misses": shaders.get("misses"),
+        "ccache_hits": ccache.get("hits"),
+        "ccache_misses": ccache.get("misses"),
+    }
 
 
 def noop_rerun(data: dict) -> dict:
@@ -74,9 +106,13 @@ def noop_rerun(data: dict) -> dict:
     seconds = time.monotonic() - start
     steps = [m.group(1) for m in re.finditer(r"^\[\d+/\d+\] (.*)$", done.stdout, re.M)]
     shaders = [s for s in steps if s.startswith("Generate vulkan shaders for")]
-    return {"seconds": round(seconds, 2), "steps": len(steps), "shader_steps": len(shaders),
-            "shaders": [s.rsplit(" ", 1)[-1] for s in shaders],
-            "relinked": [s for s in steps if s.startswith("Linking")]}
+    return {
+        "seconds": round(seconds, 2),
+        "steps": len(steps),
+        "shader_steps": len(shaders),
+        "shaders": [s.rsplit(" ", 1)[-1] for s in shaders],
+        "relinked": [s for s in steps if s.startswith("Linking")],
+    }
 
 
 def main() -> None:
@@ -87,13 +123,24 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/var/cache/rockbuild/vulkan-warm"))
     parser.add_argument("--cache", type=Path, default=None, help="rockbuild's cache (default: WORK/cache)")
     parser.add_argument("--ccache-dir", type=Path, default=None, help="default: WORK/ccache")
-    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
-                        help="a CMake definition for the job (Vulkan_INCLUDE_DIR=... where the host's headers are old)")
+    parser.add_argument(
+        "-D",
+        dest="defines",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a CMake definition for the job (Vulkan_INCLUDE_DIR=... where the host's headers are old)",
+    )
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--no-prime", action="store_true", help="ccache already holds this tree's objects")
-    parser.add_argument("--common", type=Path, default=None, metavar="DIR",
-                        help="build the leg on this common part (issue 41): it compiles ggml-vulkan alone; the no-op "
-                        "rerun without the depfile patch is left out (its patch series differs from the common part's)")
+    parser.add_argument(
+        "--common",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="build the leg on this common part (issue 41): it compiles ggml-vulkan alone; the no-op "
+        "rerun without the depfile patch is left out (its patch series differs from the common part's)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.work = args.work.absolute()
@@ -101,11 +148,17 @@ def main() -> None:
     args.cache = (args.cache or args.work / "cache").absolute()
     args.ccache_dir = (args.ccache_dir or args.work / "ccache").absolute()
     cmake = dict(d.split("=", 1) for d in args.defines)
-    (args.work / "matrix.yaml").write_text(yaml.safe_dump(
-        {"options": {"cmake": cmake} if cmake else {}, "matrix": {"os": ["linux"], "backend": ["vulkan"]}}))
+    (args.work / "matrix.yaml").write_text(
+        yaml.safe_dump(
+            {"options": {"cmake": cmake} if cmake else {}, "matrix": {"os": ["linux"], "backend": ["vulkan"]}}
+        )
+    )
     series = yaml.safe_load((ROOT / "patches" / "patches.yaml").read_text(encoding="utf-8"))
-    without = [{**p, "file": str(ROOT / "patches" / p["file"])} for p in series["patches"]
-               if p["id"] != "vulkan-shaders-depfile"]
+    without = [
+        {**p, "file": str(ROOT / "patches" / p["file"])}
+        for p in series["patches"]
+        if p["id"] != "vulkan-shaders-depfile"
+    ]
     (args.work / "without-depfile-patch.yaml").write_text(yaml.safe_dump({"patches": without}))
     out = args.work / "out"
     results: dict = {"source": str(args.source), "build_number": args.build_number, "jobs": args.jobs}
@@ -119,8 +172,9 @@ def main() -> None:
     results["noop_with_patch"] = noop_rerun(warm)
     results["common"] = str(args.common) if args.common else None
     if not args.common:
-        unpatched = rockbuild_build(args, fresh(args.work / "out-without-patch"), "--patches",
-                                    str(args.work / "without-depfile-patch.yaml"))
+        unpatched = rockbuild_build(
+            args, fresh(args.work / "out-without-patch"), "--patches", str(args.work / "without-depfile-patch.yaml")
+        )
         results["without_patch"] = summary(unpatched)
         results["noop_without_patch"] = noop_rerun(unpatched)
         results["noop_without_patch_again"] = noop_rerun(unpatched)
@@ -130,21 +184,29 @@ def main() -> None:
         return
     b, w = results["baseline"], results["warm"]
     print(f"A new Vulkan build tree of {args.source} (b{args.build_number}), -j{args.jobs}, ccache warm in both:")
-    print(f"  baseline (shader cache empty): compile {b['compile_s']:7.1f} s, glslc {b['shader_misses']} misses, "
-          f"ccache {b['ccache_hits']} hits / {b['ccache_misses']} misses")
-    print(f"  warm (shader cache kept):      compile {w['compile_s']:7.1f} s, glslc {w['shader_hits']} hits / "
-          f"{w['shader_misses']} misses, ccache {w['ccache_hits']} hits / {w['ccache_misses']} misses")
+    print(
+        f"  baseline (shader cache empty): compile {b['compile_s']:7.1f} s, glslc {b['shader_misses']} misses, "
+        f"ccache {b['ccache_hits']} hits / {b['ccache_misses']} misses"
+    )
+    print(
+        f"  warm (shader cache kept):      compile {w['compile_s']:7.1f} s, glslc {w['shader_hits']} hits / "
+        f"{w['shader_misses']} misses, ccache {w['ccache_hits']} hits / {w['ccache_misses']} misses"
+    )
     print(f"  ratio warm / baseline: {results['ratio']:.3f}")
     if args.common:
         print(f"  the leg on the common part {args.common}: ggml-vulkan alone")
-    for name, label in (("noop_without_patch", "without vulkan-shaders-depfile"),
-                        ("noop_without_patch_again", "without it, again"),
-                        ("noop_with_patch", "with it")):
+    for name, label in (
+        ("noop_without_patch", "without vulkan-shaders-depfile"),
+        ("noop_without_patch_again", "without it, again"),
+        ("noop_with_patch", "with it"),
+    ):
         if name not in results:
             continue
         r = results[name]
-        print(f"  no-op rerun {label:<32} {r['seconds']:6.2f} s, {r['steps']} steps "
-              f"({r['shader_steps']} shader sources, {len(r['relinked'])} links)")
+        print(
+            f"  no-op rerun {label:<32} {r['seconds']:6.2f} s, {r['steps']} steps "
+            f"({r['shader_steps']} shader sources, {len(r['relinked'])} links)"
+        )
 
 
 if __name__ == "__main__":

@@ -188,8 +188,10 @@ def resolve_decompressor(choice: str = "auto") -> str:
         # gzip -dc is left out: it inflates slower than Python's zlib in a thread (6.8 s vs 5.2 s for 380 MB in).
         return "pigz" if shutil.which("pigz") else "python"
     if choice != "python" and not shutil.which(choice):
-        raise ExtractionError(f"{choice} was requested for decompression but is not on PATH",
-                              hint=f"Install {choice} or use decompressor 'auto' or 'python'.")
+        raise ExtractionError(
+            f"{choice} was requested for decompression but is not on PATH",
+            hint=f"Install {choice} or use decompressor 'auto' or 'python'.",
+        )
     return choice
 
 
@@ -246,7 +248,7 @@ class _ProcessDecompressor:
             fd = self._in.fileno()
             try:
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
             except (BrokenPipeError, ConnectionResetError):
                 return False
         return True
@@ -413,7 +415,7 @@ class _PythonDecompressor:
         if self._pos == 0 and n >= len(self._cur):
             out, self._cur = self._cur, b""
             return out
-        out = self._cur[self._pos:self._pos + n]
+        out = self._cur[self._pos : self._pos + n]
         self._pos += len(out)
         return out
 
@@ -538,8 +540,9 @@ class StreamExtractor:
     after the new one is in place. ``label`` names the archive in messages (default: ``dest``'s name).
     """
 
-    def __init__(self, dest: Path, *, decompressor: str = "auto", replace: bool = False,
-                 label: str | None = None) -> None:
+    def __init__(
+        self, dest: Path, *, decompressor: str = "auto", replace: bool = False, label: str | None = None
+    ) -> None:
         self.dest = Path(dest).absolute()
         self.replace = replace
         self.label = label or self.dest.name
@@ -563,8 +566,7 @@ class StreamExtractor:
         self._kinds: dict[str, str] = {"": "dir"}  # key -> "dir" | "file" | "symlink"; hard links count as "file"
         self._links: dict[str, tuple[str, str]] = {}  # symlink key -> (target, member name)
         self._dir_meta: dict[str, tuple[int, int | None]] = {}  # dir key -> (mode, mtime_ns)
-        self._counts = {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "bytes_written": 0,
-                        "bytes_in_holes": 0}
+        self._counts = {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "bytes_written": 0, "bytes_in_holes": 0}
 
         self._input_bytes = 0
         self._error: BaseException | None = None
@@ -620,8 +622,11 @@ class StreamExtractor:
             input_bytes=self._input_bytes,
             seconds=round(time.monotonic() - self._start, 3),
             decompressor=self._decomp.name,
-            files=self._counts["files"], dirs=self._counts["dirs"], symlinks=self._counts["symlinks"],
-            hardlinks=self._counts["hardlinks"], bytes_written=self._counts["bytes_written"],
+            files=self._counts["files"],
+            dirs=self._counts["dirs"],
+            symlinks=self._counts["symlinks"],
+            hardlinks=self._counts["hardlinks"],
+            bytes_written=self._counts["bytes_written"],
             bytes_in_holes=self._counts["bytes_in_holes"],
         )
 
@@ -677,8 +682,9 @@ class StreamExtractor:
             shutil.rmtree(self.staging, ignore_errors=True)
 
     def _corrupt(self, detail: str) -> CorruptArchiveError:
-        return CorruptArchiveError(f"{self.label} is corrupt or truncated: {detail}; nothing was extracted",
-                                   hint=_CORRUPT_HINT)
+        return CorruptArchiveError(
+            f"{self.label} is corrupt or truncated: {detail}; nothing was extracted", hint=_CORRUPT_HINT
+        )
 
     def _stream_error(self, reader: _CountingReader, detail: str) -> CorruptArchiveError:
         # A damaged tar stream is usually the decompressor's failure showing through: prefer its own words.
@@ -689,7 +695,10 @@ class StreamExtractor:
     def _extract_members(self, reader: _CountingReader) -> None:
         try:
             tf = tarfile.open(  # noqa: SIM115 - the with below closes it; open itself reads the first header
-                fileobj=reader, mode="r|", bufsize=_TAR_BUFSIZE, tarinfo=_EndAwareTarInfo  # type: ignore[call-overload]
+                fileobj=reader,
+                mode="r|",
+                bufsize=_TAR_BUFSIZE,
+                tarinfo=_EndAwareTarInfo,  # type: ignore[call-overload]
             )
         except tarfile.TarError as e:
             raise self._stream_error(reader, f"not a tar archive ({e})") from None
@@ -830,8 +839,9 @@ class StreamExtractor:
         kind = self._kinds.get(target_key)
         if kind != "file":
             what = "has not been extracted (yet)" if kind is None else f"is a {kind}"
-            raise _Refusal(f"is a hard link to {m.linkname!r}, which {what}; only regular files extracted earlier "
-                           "can be linked to")
+            raise _Refusal(
+                f"is a hard link to {m.linkname!r}, which {what}; only regular files extracted earlier can be linked to"
+            )
         os.link(self._path(target_key), self._path(key), follow_symlinks=False)
         self._kinds[key] = "file"
         self._counts["hardlinks"] += 1
@@ -856,8 +866,11 @@ class StreamExtractor:
                     if entry.is_symlink():
                         target = os.readlink(entry.path)
                         member = self._links.get(key, (target, key))[1]
-                        why = ("is an absolute path" if target.startswith("/") else
-                               _confined_resolution_error(_parent_parts(key) + target.split("/"), fs_readlink))
+                        why = (
+                            "is an absolute path"
+                            if target.startswith("/")
+                            else _confined_resolution_error(_parent_parts(key) + target.split("/"), fs_readlink)
+                        )
                         real = os.path.realpath(entry.path)
                         if why is None and not (real == root_real or real.startswith(root_real + os.sep)):
                             why = "resolves outside the extraction root"
@@ -872,7 +885,9 @@ class StreamExtractor:
                     elif not entry.is_file(follow_symlinks=False):
                         raise UnsafeArchiveError(
                             f"refusing to extract {self.label}: {key!r} is not a plain file, directory or symlink "
-                            "after extraction; nothing was extracted", hint=_UNSAFE_HINT)
+                            "after extraction; nothing was extracted",
+                            hint=_UNSAFE_HINT,
+                        )
 
     def _apply_directory_metadata(self) -> None:
         # Deepest first, after all content: creating entries would bump a parent's mtime again.
@@ -929,8 +944,9 @@ def _mtime_ns(m: tarfile.TarInfo) -> int | None:
 
 
 def _dest_exists_error(dest: Path) -> ExtractionError:
-    return ExtractionError(f"{dest} already exists; not extracting over it",
-                           hint="Delete it first, or extract with replace=True.")
+    return ExtractionError(
+        f"{dest} already exists; not extracting over it", hint="Delete it first, or extract with replace=True."
+    )
 
 
 def _as_user_error(e: BaseException, label: str) -> BaseException:
@@ -942,8 +958,15 @@ def _as_user_error(e: BaseException, label: str) -> BaseException:
     return e
 
 
-def extract_tarball(path: Path, dest: Path, *, decompressor: str = "auto", replace: bool = False,
-                    marker: Mapping[str, Any] | None = None, progress: console.Progress | None = None) -> ExtractReport:
+def extract_tarball(
+    path: Path,
+    dest: Path,
+    *,
+    decompressor: str = "auto",
+    replace: bool = False,
+    marker: Mapping[str, Any] | None = None,
+    progress: console.Progress | None = None,
+) -> ExtractReport:
     """Extract the gzip tarball at ``path`` into ``dest`` (see :class:`StreamExtractor` for the rules)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below, opened first so a missing file fails before any work

@@ -99,8 +99,15 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 
 
 @click.group(cls=OrderedGroup, context_settings=CONTEXT)
-@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
-              help="Show the version (and the commit of a git checkout rockbuild runs from) and exit.")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version (and the commit of a git checkout rockbuild runs from) and exit.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def cli(debug: bool) -> None:
     """rockbuild: nightly, self-contained llama.cpp builds for AMD GPUs on TheRock's ROCm.
@@ -140,8 +147,13 @@ def main(argv: list[str] | None = None) -> None:
         debug = resolved.debug
         console.configure(github_actions=resolved.github.actions, ci=resolved.ci)
         # the data files: $ROCKBUILD_CONFIG's, then the checkout's the command runs in, then the installed ones
-        use_data_roots(DataRoots(config_dir=resolved.config_dir, checkout=resolved.checkout,
-                                 announce=(lambda line: console.info(f"debug: read {line}")) if debug else None))
+        use_data_roots(
+            DataRoots(
+                config_dir=resolved.config_dir,
+                checkout=resolved.checkout,
+                announce=(lambda line: console.info(f"debug: read {line}")) if debug else None,
+            )
+        )
         # without standalone mode click *returns* the code of a ctx.exit(code) instead of exiting with it
         code = cli.main(args=argv, prog_name="rockbuild", standalone_mode=False, obj=resolved)
         if isinstance(code, int) and code:
@@ -172,9 +184,12 @@ def main(argv: list[str] | None = None) -> None:
             _bug(exc, debug)
         if debug:
             traceback.print_exc()
-        _fail(f"this rockbuild was installed without {exc.name} (its '{extra}' extra), which the command needs",
-              MISSING_EXTRA_EXIT_CODE, f"in a rockbuild checkout: pip install -e '.[{extra}]'; from a release's "
-              f"wheel: pip install 'rockbuild-VERSION-py3-none-any.whl[{extra}]' (doctor and install need no extra)")
+        _fail(
+            f"this rockbuild was installed without {exc.name} (its '{extra}' extra), which the command needs",
+            MISSING_EXTRA_EXIT_CODE,
+            f"in a rockbuild checkout: pip install -e '.[{extra}]'; from a release's "
+            f"wheel: pip install 'rockbuild-VERSION-py3-none-any.whl[{extra}]' (doctor and install need no extra)",
+        )
     except Exception as exc:  # a bug: say so, keep it short unless asked
         _bug(exc, debug)
     sys.exit(0)
@@ -182,8 +197,17 @@ def main(argv: list[str] | None = None) -> None:
 
 # What each extra of pyproject.toml brings, by the module a command imports: a command that needs one in an install
 # without it says which extra to add (exit 3) instead of a traceback.
-EXTRA_MODULES = {"jinja2": "build", "github": "build", "rich": "build", "cyclonedx": "build", "bracex": "build",
-                 "zstandard": "build", "numpy": "build", "gguf": "tiny", "playwright": "browser"}
+EXTRA_MODULES = {
+    "jinja2": "build",
+    "github": "build",
+    "rich": "build",
+    "cyclonedx": "build",
+    "bracex": "build",
+    "zstandard": "build",
+    "numpy": "build",
+    "gguf": "tiny",
+    "playwright": "browser",
+}
 MISSING_EXTRA_EXIT_CODE = 3
 
 
@@ -192,8 +216,11 @@ def _bug(exc: BaseException, debug: bool) -> NoReturn:
         _fail("interrupted", 130)
     if debug:
         traceback.print_exc()
-    _fail(f"internal error: {type(exc).__name__}: {exc}", BUG_EXIT_CODE,
-          "this is a bug in rockbuild; rerun with --debug and report the traceback")
+    _fail(
+        f"internal error: {type(exc).__name__}: {exc}",
+        BUG_EXIT_CODE,
+        "this is a bug in rockbuild; rerun with --debug and report the traceback",
+    )
 
 
 def _from_interrupt(exc: BaseException) -> bool:

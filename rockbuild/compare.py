@@ -57,16 +57,34 @@ class CompareOptions:
     timeout: float = 1800.0
 
     def bench_args(self, model: Path) -> list[str]:
-        args = ["-m", str(model), "-p", str(self.n_prompt), "-n", str(self.n_gen), "-r", str(self.repetitions),
-                "-t", str(self.threads or default_threads()), "-ngl", str(self.gpu_layers)]
+        args = [
+            "-m",
+            str(model),
+            "-p",
+            str(self.n_prompt),
+            "-n",
+            str(self.n_gen),
+            "-r",
+            str(self.repetitions),
+            "-t",
+            str(self.threads or default_threads()),
+            "-ngl",
+            str(self.gpu_layers),
+        ]
         if self.flash_attn is not None:
             args += ["-fa", str(self.flash_attn)]
         return args + ["-o", "json"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n_prompt": self.n_prompt, "n_gen": self.n_gen, "repetitions": self.repetitions,
-                "threads": self.threads or default_threads(), "gpu_layers": self.gpu_layers,
-                "flash_attn": self.flash_attn, "timeout": self.timeout}
+        return {
+            "n_prompt": self.n_prompt,
+            "n_gen": self.n_gen,
+            "repetitions": self.repetitions,
+            "threads": self.threads or default_threads(),
+            "gpu_layers": self.gpu_layers,
+            "flash_attn": self.flash_attn,
+            "timeout": self.timeout,
+        }
 
 
 @dataclass(frozen=True)
@@ -94,12 +112,19 @@ class BundleBench:
         return next((b for b in self.results if b.test == test), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "bundle": str(self.bundle), "command": list(self.command),
-                "seconds": round(self.seconds, 3), "backends": self.backends, "gpu_info": self.device,
-                "n_gpu_layers": next((b.n_gpu_layers for b in self.results), None),
-                "build": next((b.build for b in self.results), ""), "log": str(self.log),
-                "results": [b.to_dict() for b in self.results],
-                "numerics": self.numerics.to_dict() if self.numerics is not None else None}
+        return {
+            "label": self.label,
+            "bundle": str(self.bundle),
+            "command": list(self.command),
+            "seconds": round(self.seconds, 3),
+            "backends": self.backends,
+            "gpu_info": self.device,
+            "n_gpu_layers": next((b.n_gpu_layers for b in self.results), None),
+            "build": next((b.build for b in self.results), ""),
+            "log": str(self.log),
+            "results": [b.to_dict() for b in self.results],
+            "numerics": self.numerics.to_dict() if self.numerics is not None else None,
+        }
 
     @property
     def backend(self) -> str:
@@ -129,10 +154,16 @@ class Comparison:
         for r in self.runs:
             if r.device or r.backends in ("CPU", "?", ""):
                 continue
-            hint = (" (a CPU-type Vulkan device such as lavapipe is used only when GGML_VK_VISIBLE_DEVICES lists it; "
-                    "check `vulkaninfo --summary`)" if "Vulkan" in r.backends else "")
-            out.append(f"{r.label}: the {r.backends} build used no GPU device (llama-bench reports no gpu_info): "
-                       f"its figures are the CPU's{hint}")
+            hint = (
+                " (a CPU-type Vulkan device such as lavapipe is used only when GGML_VK_VISIBLE_DEVICES lists it; "
+                "check `vulkaninfo --summary`)"
+                if "Vulkan" in r.backends
+                else ""
+            )
+            out.append(
+                f"{r.label}: the {r.backends} build used no GPU device (llama-bench reports no gpu_info): "
+                f"its figures are the CPU's{hint}"
+            )
         return tuple(out)
 
     def raise_if_wrong(self) -> None:
@@ -142,8 +173,10 @@ class Comparison:
             first = wrong[0]
             assert first.numerics is not None
             more = f" (and {len(wrong) - 1} more bundle(s))" if len(wrong) > 1 else ""
-            raise SmokeError(f"the numbers of {first.label} are wrong: {first.numerics.failures[0]}{more}",
-                             hint=f"logs: {first.numerics.logs}")
+            raise SmokeError(
+                f"the numbers of {first.label} are wrong: {first.numerics.failures[0]}{more}",
+                hint=f"logs: {first.numerics.logs}",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         table: dict[str, dict[str, Any]] = {}
@@ -151,23 +184,33 @@ class Comparison:
             row: dict[str, Any] = {}
             for r in self.runs:
                 b = r.result(test)
-                row[r.label] = None if b is None else {"tokens_per_second": b.tokens_per_second,
-                                                       "stddev": b.stddev}
+                row[r.label] = None if b is None else {"tokens_per_second": b.tokens_per_second, "stddev": b.stddev}
             table[test] = row
-        return {"schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__,
-                "model": self.model.to_dict(), "settings": self.options.to_dict(),
-                "bundles": [r.to_dict() for r in self.runs], "tests": table, "notes": list(self.notes),
-                "environment_removed": list(self.env_removed)}
+        return {
+            "schema": SCHEMA,
+            "tool": "rockbuild",
+            "rockbuild_version": __version__,
+            "model": self.model.to_dict(),
+            "settings": self.options.to_dict(),
+            "bundles": [r.to_dict() for r in self.runs],
+            "tests": table,
+            "notes": list(self.notes),
+            "environment_removed": list(self.env_removed),
+        }
 
     def render(self) -> str:
         """pp and tg side by side (mean ± stddev over the repetitions), the first bundle as the 1.00x reference."""
         o = self.options
         fa = f" -fa {o.flash_attn}" if o.flash_attn is not None else ""
-        head = (f"compare: model {self.model.name} (sha256 {self.model.sha256[:12]}...), -p {o.n_prompt} "
-                f"-n {o.n_gen} -r {o.repetitions} -t {o.threads or default_threads()} -ngl {o.gpu_layers}{fa}")
-        rows: list[list[str]] = [["", *[r.label for r in self.runs]],
-                                 ["backend", *[r.backends for r in self.runs]],
-                                 ["device", *[r.device or "none (CPU)" for r in self.runs]]]
+        head = (
+            f"compare: model {self.model.name} (sha256 {self.model.sha256[:12]}...), -p {o.n_prompt} "
+            f"-n {o.n_gen} -r {o.repetitions} -t {o.threads or default_threads()} -ngl {o.gpu_layers}{fa}"
+        )
+        rows: list[list[str]] = [
+            ["", *[r.label for r in self.runs]],
+            ["backend", *[r.backends for r in self.runs]],
+            ["device", *[r.device or "none (CPU)" for r in self.runs]],
+        ]
         for test in self.tests:
             first = self.runs[0].result(test)
             cells = []
@@ -184,8 +227,9 @@ class Comparison:
         if any(r.numerics is not None for r in self.runs):
             rows += _numerics_rows(self.runs)
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = [head] + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                          for row in rows]
+        lines = [head] + [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
+        ]
         lines += [f"  {r.label}: {r.bundle}" for r in self.runs]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -193,6 +237,7 @@ class Comparison:
 
 def _numerics_rows(runs: Sequence[BundleBench]) -> list[list[str]]:
     """The numerics figures under the speed: each bundle's device against its own CPU, and its known answers."""
+
     def cells(fmt: Callable[[Mapping[str, Any]], str]) -> list[str]:
         return [fmt(r.numerics.summary()) if r.numerics is not None else "-" for r in runs]
 
@@ -204,19 +249,27 @@ def _numerics_rows(runs: Sequence[BundleBench]) -> list[list[str]]:
             return s["known_answers"]
         return f"{s['answers_passed']}/{s['answers_total']} ({s['known_answers']})"
 
-    return [["mean KLD vs CPU", *cells(kld)],
-            ["same top token", *cells(lambda s: "-" if s["same_top"] is None else f"{s['same_top']:.1f} %")],
-            ["known answers", *cells(answers)],
-            ["CPU perplexity", *cells(lambda s: "-" if s["cpu_ppl"] is None else f"{s['cpu_ppl']:.4f}")]]
+    return [
+        ["mean KLD vs CPU", *cells(kld)],
+        ["same top token", *cells(lambda s: "-" if s["same_top"] is None else f"{s['same_top']:.1f} %")],
+        ["known answers", *cells(answers)],
+        ["CPU perplexity", *cells(lambda s: "-" if s["cpu_ppl"] is None else f"{s['cpu_ppl']:.4f}")],
+    ]
 
 
-def compare_numerics(run: BundleBench, model: ModelFile, config: NumericsConfig, *, gpu_layers: int,
-                     env: Mapping[str, str], logs: Path) -> Numerics:
+def compare_numerics(
+    run: BundleBench, model: ModelFile, config: NumericsConfig, *, gpu_layers: int, env: Mapping[str, str], logs: Path
+) -> Numerics:
     """The smoke's numerics step on one bundle: its llama-perplexity on the CPU, then on the device llama-bench used
     (none: the GPU half is not checked), and the model's known answers."""
-    target = Target.of_bundle(run.bundle, platform=host_os(), model=model, backend=run.backend,
-                              gpu=GpuDevice("", run.device) if run.device and gpu_layers else None,
-                              gpu_layers=gpu_layers)
+    target = Target.of_bundle(
+        run.bundle,
+        platform=host_os(),
+        model=model,
+        backend=run.backend,
+        gpu=GpuDevice("", run.device) if run.device and gpu_layers else None,
+        gpu_layers=gpu_layers,
+    )
     return run_numerics(config, target, cwd=run.bundle, env=env, logs=logs)
 
 
@@ -236,8 +289,9 @@ def _labels(bundles: Sequence[Path]) -> list[str]:
     return labels
 
 
-def bench_bundle(bundle: Path, label: str, model: ModelFile, options: CompareOptions, *, env: Mapping[str, str],
-                 log: Path) -> BundleBench:
+def bench_bundle(
+    bundle: Path, label: str, model: ModelFile, options: CompareOptions, *, env: Mapping[str, str], log: Path
+) -> BundleBench:
     """Run llama-bench from ``bundle`` once; raises SmokeError (one line, log in the hint) when it yields nothing."""
     args = [str(bench_exe(bundle)), *options.bench_args(model.path)]
     log.unlink(missing_ok=True)
@@ -245,16 +299,20 @@ def bench_bundle(bundle: Path, label: str, model: ModelFile, options: CompareOpt
         result = run(args, cwd=bundle, env=env, timeout=options.timeout, log=log, check=False)
     except ProcessError as exc:
         if "timed out" in exc.message:
-            raise SmokeError(f"llama-bench of {label} timed out after {options.timeout:.0f}s",
-                             hint=f"raise --timeout, or lower -r/-p/-n; log: {log}") from None
-        raise SmokeError(f"llama-bench of {label} could not run: {exc.message}",
-                         hint=f"is {bundle} a bundle for this machine?") from None
+            raise SmokeError(
+                f"llama-bench of {label} timed out after {options.timeout:.0f}s",
+                hint=f"raise --timeout, or lower -r/-p/-n; log: {log}",
+            ) from None
+        raise SmokeError(
+            f"llama-bench of {label} could not run: {exc.message}", hint=f"is {bundle} a bundle for this machine?"
+        ) from None
     results = tuple(parse_bench_json(result.output))
     tail = [line for line in log_tail(log, 20) if line.strip()]
     last = f": {tail[-1].strip()}" if tail else ""
     if result.returncode != 0:
-        raise SmokeError(f"llama-bench of {label} failed with exit code {result.returncode}{last}",
-                         hint=f"full log: {log}")
+        raise SmokeError(
+            f"llama-bench of {label} failed with exit code {result.returncode}{last}", hint=f"full log: {log}"
+        )
     if not results:
         raise SmokeError(f"llama-bench of {label} printed no JSON results{last}", hint=f"full log: {log}")
     return BundleBench(label, bundle, tuple(args), result.seconds, results, log)
@@ -272,9 +330,15 @@ def bundle_folders(bundles: Sequence[Path]) -> list[Path]:
     return folders
 
 
-def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptions | None = None, *,
-                env: Mapping[str, str] | None = None, logs: Path | None = None,
-                numerics: NumericsConfig | None = None) -> Comparison:
+def run_compare(
+    bundles: Sequence[Path],
+    model: ModelFile,
+    options: CompareOptions | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    logs: Path | None = None,
+    numerics: NumericsConfig | None = None,
+) -> Comparison:
     """Benchmark every bundle (a bundle folder or a job folder holding ``bundle/``) in order with the same settings;
     with ``numerics``, then the numerics step on each (the module docstring)."""
     options = options or CompareOptions()
@@ -292,7 +356,6 @@ def run_compare(bundles: Sequence[Path], model: ModelFile, options: CompareOptio
         for i, run_ in enumerate(list(runs)):
             folder = logs / f"{i + 1}-{run_.label.replace('#', '-')}.numerics"
             with console.step(f"compare: numerics of {run_.label}"):
-                checked = compare_numerics(run_, model, numerics, gpu_layers=options.gpu_layers, env=child,
-                                           logs=folder)
+                checked = compare_numerics(run_, model, numerics, gpu_layers=options.gpu_layers, env=child, logs=folder)
             runs[i] = replace(run_, numerics=checked)
     return Comparison(model, options, tuple(runs), tuple(removed))

@@ -289,7 +289,7 @@ class _Watch(threading.Thread):
             tail = f": nothing for {silent:.0f}s{limit}"
         what, head = self.what, "    waiting for "
         if width is not None and len(head) + len(what) + len(tail) >= width:
-            what = what[:max(width - 2 - len(head) - len(tail), 1)] + "…"
+            what = what[: max(width - 2 - len(head) - len(tail), 1)] + "…"
         return f"{head}{what}{tail}"
 
     def run(self) -> None:
@@ -304,7 +304,8 @@ class _Watch(threading.Thread):
                     shown = silent >= min(1.0, self.after) and not _Mode.live
                     self._show(self.line(silent, _terminal_width()) if shown else "")
                 elif now - max(self.handle.last_touch, _Mode.last_said, self.said) >= (
-                        self.every if self.said > max(self.handle.last_touch, _Mode.last_said) else self.after):
+                    self.every if self.said > max(self.handle.last_touch, _Mode.last_said) else self.after
+                ):
                     _emit(self.line(silent), own=True)
                     self.said = now
 
@@ -325,8 +326,9 @@ class _Watch(threading.Thread):
 
 
 @contextlib.contextmanager
-def waiting(what: str, *, timeout: float | None = None, after: float = 5.0, every: float = 8.0,
-            idle: bool = True) -> Iterator[Wait]:
+def waiting(
+    what: str, *, timeout: float | None = None, after: float = 5.0, every: float = 8.0, idle: bool = True
+) -> Iterator[Wait]:
     """While the block waits on ``what`` (``api.github.com (GET /repos/o/r/releases/latest)``), say so. In a log: a
     line ``    waiting for WHAT: nothing for 5s (15s timeout)`` once nothing has arrived and nothing was printed for
     ``after`` seconds, then again every ``every`` seconds of that (a retry's warning starts the count again, and so
@@ -425,8 +427,9 @@ def fit_table(columns: Sequence[Column], width: int | None) -> FittedTable:
         if _table_width([c.least for c in (*chosen, column)]) <= width:
             chosen.append(column)
     shown = tuple(c for c in candidates if c in chosen)
-    return FittedTable(shown, tuple((c.header, c.only_value() or "") for c in folded),
-                       tuple(c for c in candidates if c not in chosen))
+    return FittedTable(
+        shown, tuple((c.header, c.only_value() or "") for c in folded), tuple(c for c in candidates if c not in chosen)
+    )
 
 
 def render_table(title: str, columns: Sequence[Column], width: int | None, *, wide_option: str = "--wide") -> str:
@@ -447,20 +450,37 @@ def render_table(title: str, columns: Sequence[Column], width: int | None, *, wi
         else:
             table.add_column(column.header, no_wrap=True, min_width=column.natural)
     for row in zip(*(c.cells for c in fitted.shown), strict=True):
-        table.add_row(*((cell.replace(c.split, " ") if squeeze and c.wrap and c.split else cell)
-                        for c, cell in zip(fitted.shown, row, strict=True)))
+        table.add_row(
+            *(
+                (cell.replace(c.split, " ") if squeeze and c.wrap and c.split else cell)
+                for c, cell in zip(fitted.shown, row, strict=True)
+            )
+        )
     out = io.StringIO()
     least = _table_width([c.least for c in fitted.shown])  # the ids alone may need more than a tiny screen has
-    Console(file=out, width=natural if width is None else min(natural, max(width, least)), color_system=None,
-            markup=False, emoji=False, highlight=False, legacy_windows=False, soft_wrap=False).print(table)
+    Console(
+        file=out,
+        width=natural if width is None else min(natural, max(width, least)),
+        color_system=None,
+        markup=False,
+        emoji=False,
+        highlight=False,
+        legacy_windows=False,
+        soft_wrap=False,
+    ).print(table)
     import textwrap
 
     def fill(text: str) -> list[str]:  # at the width, where there are spaces (a long path stays whole)
-        return textwrap.wrap(text, width=max(width, 40), break_long_words=False, break_on_hyphens=False) \
-            if width is not None else [text]
+        return (
+            textwrap.wrap(text, width=max(width, 40), break_long_words=False, break_on_hyphens=False)
+            if width is not None
+            else [text]
+        )
 
-    lines = [*fill(title + "".join(f"; {header}: {value}" for header, value in fitted.folded)),
-             *out.getvalue().splitlines()]
+    lines = [
+        *fill(title + "".join(f"; {header}: {value}" for header, value in fitted.folded)),
+        *out.getvalue().splitlines(),
+    ]
     if fitted.dropped:
         names = ", ".join(c.header for c in fitted.dropped)
         lines += fill(f"not shown at {width} columns: {names} ({wide_option} shows every column)")

@@ -38,9 +38,11 @@ from rockbuild.core.record import Record
 
 HIP_DLL_PATTERNS = ("amdhip64*.dll", "amd_comgr*.dll", "hiprtc*.dll")
 # what a fix says about a copy in the system folders, which no PATH order or current folder can beat
-_SYSTEM_FIX = ("start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system "
-               "folders), or have {loader} load {dll} with LoadLibraryEx(..., LOAD_WITH_ALTERED_SEARCH_PATH); "
-               "moving the bundle up PATH cannot help")
+_SYSTEM_FIX = (
+    "start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system "
+    "folders), or have {loader} load {dll} with LoadLibraryEx(..., LOAD_WITH_ALTERED_SEARCH_PATH); "
+    "moving the bundle up PATH cannot help"
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ class Resolution(Record):
         if self.missing:
             return f"{self.start} finds no {self.name}: the bundle's {self.bundled} is not on its DLL search path"
         if self.shadowed:
-            return (f"{self.loaded} ({self.where}) shadows the bundle's {self.bundled} for {self.start}: llama.cpp "
-                    "would run on another HIP runtime and crash")
+            return (
+                f"{self.loaded} ({self.where}) shadows the bundle's {self.bundled} for {self.start}: llama.cpp "
+                "would run on another HIP runtime and crash"
+            )
         return f"{self.start} loads the bundle's own {self.name} ({self.where})"
 
 
@@ -95,8 +99,9 @@ def is_hip_dll(name: str) -> bool:
 
 def bundled_hip_dlls(bundle: Path) -> list[Path]:
     """The HIP runtime DLLs in the bundle's top folder (where its programs and their DLLs are), by name."""
-    return sorted((p for p in _entries(bundle).values() if p.is_file() and is_hip_dll(p.name)),
-                  key=lambda p: p.name.lower())
+    return sorted(
+        (p for p in _entries(bundle).values() if p.is_file() and is_hip_dll(p.name)), key=lambda p: p.name.lower()
+    )
 
 
 def search_folders(host: WindowsHost, *, app_folder: Path | None, cwd: Path | None) -> list[tuple[str, Path]]:
@@ -106,8 +111,11 @@ def search_folders(host: WindowsHost, *, app_folder: Path | None, cwd: Path | No
     folders: list[tuple[str, Path]] = []
     if app_folder is not None:
         folders.append(("application folder", app_folder))
-    folders += [("System32", _child(root, "System32")), ("16-bit system folder", _child(root, "System")),
-                ("Windows folder", root)]
+    folders += [
+        ("System32", _child(root, "System32")),
+        ("16-bit system folder", _child(root, "System")),
+        ("Windows folder", root),
+    ]
     if cwd is not None:
         folders.append(("current folder", cwd))
     folders += [("PATH", p) for p in host.path]
@@ -126,8 +134,10 @@ def locate(name: str, folders: Iterable[tuple[str, Path]]) -> tuple[str, Path] |
 
 def _fix(bundle: Path, dll: str, where: str, found: Path | None, loader: str) -> str:
     if found is None:
-        return (f"put {bundle} on PATH, or have {loader} load the bundle's DLLs with LoadLibraryEx(..., "
-                "LOAD_WITH_ALTERED_SEARCH_PATH)")
+        return (
+            f"put {bundle} on PATH, or have {loader} load the bundle's DLLs with LoadLibraryEx(..., "
+            "LOAD_WITH_ALTERED_SEARCH_PATH)"
+        )
     if where == "PATH":
         return f"put {bundle} before {found.parent} on PATH, or take {found.parent} off PATH"
     if where == "current folder":
@@ -137,8 +147,15 @@ def _fix(bundle: Path, dll: str, where: str, found: Path | None, loader: str) ->
     return _SYSTEM_FIX.format(loader=loader, dll=dll)
 
 
-def resolve_bundle_dlls(bundle: Path, host: WindowsHost, *, loader: Path | None = None, loads: Path | None = None,
-                        altered: bool = False, cwd: Path | None = None) -> list[Resolution]:
+def resolve_bundle_dlls(
+    bundle: Path,
+    host: WindowsHost,
+    *,
+    loader: Path | None = None,
+    loads: Path | None = None,
+    altered: bool = False,
+    cwd: Path | None = None,
+) -> list[Resolution]:
     """Which copy of each of the bundle's HIP DLLs the loader takes for one way of starting:
 
     * ``loader`` None: a program of the bundle (its folder is the application folder);
@@ -161,8 +178,16 @@ def resolve_bundle_dlls(bundle: Path, host: WindowsHost, *, loader: Path | None 
         hit = locate(dll.name, folders)
         where, found = hit if hit else ("", None)
         ok = found is not None and same_file(found, dll)
-        out.append(Resolution(dll.name, dll, found, where, start,
-                              "" if ok else _fix(bundle, loads.name if loads else "them", where, found, who)))
+        out.append(
+            Resolution(
+                dll.name,
+                dll,
+                found,
+                where,
+                start,
+                "" if ok else _fix(bundle, loads.name if loads else "them", where, found, who),
+            )
+        )
     return out
 
 
@@ -176,8 +201,16 @@ def outside_shadows(bundle: Path, host: WindowsHost) -> list[Resolution]:
     for dll in bundled_hip_dlls(bundle):
         hit = locate(dll.name, folders)
         if hit is not None and not same_file(hit[1], dll):
-            out.append(Resolution(dll.name, dll, hit[1], hit[0], start,
-                                  _fix(bundle, "the bundle's DLLs", hit[0], hit[1], "that program")))
+            out.append(
+                Resolution(
+                    dll.name,
+                    dll,
+                    hit[1],
+                    hit[0],
+                    start,
+                    _fix(bundle, "the bundle's DLLs", hit[0], hit[1], "that program"),
+                )
+            )
     return out
 
 

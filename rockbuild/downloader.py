@@ -136,8 +136,9 @@ class RetryAnnouncer(Retry):
         after = new.get_retry_after(response) if response is not None and new.respect_retry_after_header else None
         delay = after if after is not None else new.get_backoff_time()
         what = f" ({method} {url})" if method and url else ""
-        console.warn(f"{_pool_host(_pool, url)}: {reason}{what}; try {tries}{of} "
-                     + (f"in {delay:.3g}s" if delay else "now"))
+        console.warn(
+            f"{_pool_host(_pool, url)}: {reason}{what}; try {tries}{of} " + (f"in {delay:.3g}s" if delay else "now")
+        )
         return new
 
 
@@ -220,8 +221,9 @@ def get_text(
                 resp = sess.get(quote_url_path(url), timeout=timeout, headers=dict(headers or {}))
         except requests.RequestException as exc:
             tries = limits.retries + 1 if own else None
-            raise network_error(f"cannot fetch {url}", exc, "check the network and the URL", host=host_of(url),
-                                tries=tries) from exc
+            raise network_error(
+                f"cannot fetch {url}", exc, "check the network and the URL", host=host_of(url), tries=tries
+            ) from exc
         with contextlib.closing(resp):
             _raise_for_status(resp, url)
             if "charset" not in resp.headers.get("Content-Type", "").lower():
@@ -295,7 +297,8 @@ def _timeout_seconds(exc: BaseException) -> float | None:
 
 def _is_read_timeout(exc: BaseException) -> bool:
     return unreachable_reason(exc) is None and _chain_has(
-        exc, requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout)
+        exc, requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout
+    )
 
 
 def describe_error(exc: BaseException) -> str:
@@ -345,15 +348,24 @@ def timeout_hint(variable: str = "ROCKBUILD_HTTP_TIMEOUT") -> str:
 TIMEOUT_HINT = timeout_hint()
 
 
-def network_error(what: str, exc: BaseException, hint: str, *, host: str | None = None, tries: int | None = None,
-                  variable: str = "ROCKBUILD_HTTP_TIMEOUT") -> FetchError:
+def network_error(
+    what: str,
+    exc: BaseException,
+    hint: str,
+    *,
+    host: str | None = None,
+    tries: int | None = None,
+    variable: str = "ROCKBUILD_HTTP_TIMEOUT",
+) -> FetchError:
     """``what: reason`` as an UnreachableError when the host was never reached, else as a FetchError. With ``host``,
     a timeout says which host did not answer, how long each try waited and how many tries were made, and its hint
     names the ``variable`` that waits longer."""
     timeout = timed_out(exc, host, tries) if host else None
     if unreachable_reason(exc) is not None:
-        return UnreachableError(f"{what}: {timeout or describe_error(exc)}", hint=timeout_hint(variable) if timeout
-                                else "check the network, the host name and any proxy")
+        return UnreachableError(
+            f"{what}: {timeout or describe_error(exc)}",
+            hint=timeout_hint(variable) if timeout else "check the network, the host name and any proxy",
+        )
     return FetchError(f"{what}: {timeout or describe_error(exc)}", hint=timeout_hint(variable) if timeout else hint)
 
 
@@ -703,9 +715,14 @@ class _Transfer:
         except (requests.ConnectionError, requests.Timeout) as exc:
             if self.dl._own_session or unreachable_reason(exc) in (_NO_NAME, _REFUSED):
                 # make_session's Retry already tried with backoff (or it would answer the same at once)
-                raise network_error(f"could not download {self.url}", exc, "check the network or try later",
-                                    host=host_of(self.url), tries=self.dl.retries + 1 if self.dl._own_session else None,
-                                    variable="ROCKBUILD_DOWNLOAD_TIMEOUT") from exc
+                raise network_error(
+                    f"could not download {self.url}",
+                    exc,
+                    "check the network or try later",
+                    host=host_of(self.url),
+                    tries=self.dl.retries + 1 if self.dl._own_session else None,
+                    variable="ROCKBUILD_DOWNLOAD_TIMEOUT",
+                ) from exc
             raise _Retryable(describe_error(exc)) from exc
         except requests.RequestException as exc:
             raise FetchError(f"could not download {self.url}: {describe_error(exc)}") from exc
@@ -755,9 +772,7 @@ class _Transfer:
         if self.have == 0:
             self.etag, self.last_modified = resp.headers.get("ETag"), resp.headers.get("Last-Modified")
             # Recorded before any body byte so a later run knows which URL (and version) the .part holds.
-            write_json_atomic(
-                self.part_meta, {"url": self.url, "etag": self.etag, "last_modified": self.last_modified}
-            )
+            write_json_atomic(self.part_meta, {"url": self.url, "etag": self.etag, "last_modified": self.last_modified})
         self._set_total(total)
 
     def _set_total(self, total: int | None) -> None:
@@ -773,9 +788,7 @@ class _Transfer:
         if total is not None or self.have == 0:
             self.total = total
         if self.progress is None:
-            self.progress = console.byte_progress(
-                self.name, self.total, every=self.dl.progress_every
-            )
+            self.progress = console.byte_progress(self.name, self.total, every=self.dl.progress_every)
         self.progress.reset(self.have, self.total)
 
     def _stream_body(self, resp: requests.Response) -> None:

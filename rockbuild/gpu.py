@@ -22,8 +22,9 @@ from rockbuild.core.jobs import FamilyTable
 from rockbuild.core.vocabulary import Gpu
 
 # gfx targets that only exist as the GPU of an APU (the family table's products: iGPUs, Strix, Krackan).
-APU_TARGETS = frozenset({"gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1103", "gfx1150", "gfx1151", "gfx1152",
-                         "gfx1153"})
+APU_TARGETS = frozenset(
+    {"gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"}
+)
 
 
 def gfx_name(version: int) -> str:
@@ -93,10 +94,19 @@ def gpus_in_topology(nodes: Path, table: FamilyTable | None = None) -> list[Gpu]
                 mem += read_properties(bank / "properties").get("size_in_bytes", 0)
         simd_per_cu = props.get("simd_per_cu") or 2
         minor = props.get("drm_render_minor")
-        gpus.append(Gpu(
-            index=len(gpus), node=int(node_dir.name), target=target, products=_products(table, target),
-            integrated=integrated, integrated_reason=reason, compute_units=props["simd_count"] // simd_per_cu,
-            simd_count=props["simd_count"], device_id=props.get("device_id", 0),
-            drm_render_minor=minor if minor else None, local_mem_bytes=mem,
-        ))
+        gpus.append(
+            Gpu(
+                index=len(gpus),
+                node=int(node_dir.name),
+                target=target,
+                products=_products(table, target),
+                integrated=integrated,
+                integrated_reason=reason,
+                compute_units=props["simd_count"] // simd_per_cu,
+                simd_count=props["simd_count"],
+                device_id=props.get("device_id", 0),
+                drm_render_minor=minor if minor else None,
+                local_mem_bytes=mem,
+            )
+        )
     return gpus

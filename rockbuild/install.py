@@ -69,7 +69,8 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".zip")
 _LEMONADE_FAMILIES = {
     **{f"gfx103{d}": "gfx103X" for d in "0123456"},
     **{f"gfx110{d}": "gfx110X" for d in "0123"},
-    "gfx1200": "gfx120X", "gfx1201": "gfx120X",
+    "gfx1200": "gfx120X",
+    "gfx1201": "gfx120X",
 }
 
 
@@ -111,17 +112,30 @@ class InstallReport:
     attestation: str = "not checked"  # verified | not checked (why)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"repo": self.repo, "tag": self.tag, "target": self.target, "backend": self.backend,
-                "asset": self.asset.to_dict(), "sha256": self.sha256, "dest": str(self.dest),
-                "audit_ok": self.audit_ok, "visible_devices": self.visible_devices, "command": self.command,
-                "attestation": self.attestation, "warnings": list(self.warnings)}
+        return {
+            "repo": self.repo,
+            "tag": self.tag,
+            "target": self.target,
+            "backend": self.backend,
+            "asset": self.asset.to_dict(),
+            "sha256": self.sha256,
+            "dest": str(self.dest),
+            "audit_ok": self.audit_ok,
+            "visible_devices": self.visible_devices,
+            "command": self.command,
+            "attestation": self.attestation,
+            "warnings": list(self.warnings),
+        }
 
     def render(self) -> str:
         isas = ", ".join(self.asset.isas) or "not listed"
-        lines = [f"installed {self.asset.name} ({self.repo} {self.tag}; ISAs: {isas})",
-                 f"  into:   {self.dest} (sha256 {self.sha256[:16]}..., audit passed)",
-                 f"  provenance: {self.attestation}",
-                 "  start the server with:", f"    {self.command}"]
+        lines = [
+            f"installed {self.asset.name} ({self.repo} {self.tag}; ISAs: {isas})",
+            f"  into:   {self.dest} (sha256 {self.sha256[:16]}..., audit passed)",
+            f"  provenance: {self.attestation}",
+            "  start the server with:",
+            f"    {self.command}",
+        ]
         return "\n".join(lines)
 
 
@@ -156,8 +170,9 @@ def fetch_release(api_url: str, repo: str, tag: str) -> dict[str, Any]:
         text = get_text(url, headers={"Accept": "application/vnd.github+json"})
     except NotFoundError:
         what = "no published release" if tag == "latest" else f"no release tagged {tag}"
-        raise NotFoundError(f"{repo} has {what}", hint="check --repo and --tag (see the repository's releases page)") \
-            from None
+        raise NotFoundError(
+            f"{repo} has {what}", hint="check --repo and --tag (see the repository's releases page)"
+        ) from None
     try:
         data = json.loads(text)
     except ValueError:
@@ -218,9 +233,16 @@ def _preferred(names: Sequence[str], os_name: str) -> str | None:
     return None
 
 
-def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[str, Any] | None, *, target: str | None,
-                 os_name: str, backend: str = DEFAULT_BACKEND, template: str | None = None,
-                 os_words: Mapping[str, str] | None = None) -> tuple[AssetChoice, list[str]]:
+def choose_asset(
+    release: Mapping[str, Any],
+    manifest: ManifestRecord | Mapping[str, Any] | None,
+    *,
+    target: str | None,
+    os_name: str,
+    backend: str = DEFAULT_BACKEND,
+    template: str | None = None,
+    os_words: Mapping[str, str] | None = None,
+) -> tuple[AssetChoice, list[str]]:
     """The asset of ``release`` for ``target`` on ``os_name`` (see the module docstring) and warnings."""
     if template is None or os_words is None:
         config = load_publish_config()
@@ -238,21 +260,32 @@ def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[
             return None
         asset = assets[name]
         digest = str(asset.get("digest") or "")
-        return AssetChoice(name, _asset_url(asset), asset.get("size"),
-                           digest.split(":", 1)[1].lower() if digest.startswith("sha256:") else None,
-                           tuple(isas), source)
+        return AssetChoice(
+            name,
+            _asset_url(asset),
+            asset.get("size"),
+            digest.split(":", 1)[1].lower() if digest.startswith("sha256:") else None,
+            tuple(isas),
+            source,
+        )
 
     flavour = get_backend(backend)
     if not flavour.per_target:  # one asset per OS: its name says it all
         found = choice(list(ours), (), "name")
         if found is None:
-            raise NotFoundError(f"release {tag} has no {os_name} {flavour.label} asset; its assets: "
-                                f"{', '.join(sorted(assets)) or 'none'}", hint=f"try --backend {DEFAULT_BACKEND}")
+            raise NotFoundError(
+                f"release {tag} has no {os_name} {flavour.label} asset; its assets: "
+                f"{', '.join(sorted(assets)) or 'none'}",
+                hint=f"try --backend {DEFAULT_BACKEND}",
+            )
         return found, warnings
     assert target is not None
     jobs = ManifestRecord.of(manifest, f"{tag}'s {MANIFEST_NAME}").jobs if manifest is not None else ()
-    covering = [j for j in jobs if j.os == os_name and (j.backend or DEFAULT_BACKEND) == flavour.name
-                and target in (j.isas or j.targets)]
+    covering = [
+        j
+        for j in jobs
+        if j.os == os_name and (j.backend or DEFAULT_BACKEND) == flavour.name and target in (j.isas or j.targets)
+    ]
     covering.sort(key=lambda j: len(j.isas or j.targets))
     for job in covering:
         names = [a.name for a in job.assets]
@@ -263,14 +296,17 @@ def choose_asset(release: Mapping[str, Any], manifest: ManifestRecord | Mapping[
         for wanted in dict.fromkeys([target, asset_family(target)]):
             found = choice([n for n, m in ours.items() if m["name"] == wanted], (), "name")
             if found is not None:
-                warnings.append(f"{tag} has no {MANIFEST_NAME}: {found.name} was chosen by its name and its ISAs "
-                                f"are not listed; if it fails on {target} ('invalid device function'), try "
-                                "--backend vulkan")
+                warnings.append(
+                    f"{tag} has no {MANIFEST_NAME}: {found.name} was chosen by its name and its ISAs "
+                    f"are not listed; if it fails on {target} ('invalid device function'), try "
+                    "--backend vulkan"
+                )
                 return found, warnings
     listed = ", ".join(sorted(ours)) or "none"
-    raise NotFoundError(f"release {tag} has no {os_name} {flavour.label} asset for {target}; its {os_name} assets: "
-                        f"{listed}",
-                        hint="pass another --target or --tag, or try the Vulkan build (--backend vulkan)")
+    raise NotFoundError(
+        f"release {tag} has no {os_name} {flavour.label} asset for {target}; its {os_name} assets: {listed}",
+        hint="pass another --target or --tag, or try the Vulkan build (--backend vulkan)",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -309,8 +345,9 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
         try:
             zf = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as exc:
-            raise CorruptArchiveError(f"{path.name} is not a readable zip ({exc})",
-                                      hint="delete the download and run again") from None
+            raise CorruptArchiveError(
+                f"{path.name} is not a readable zip ({exc})", hint="delete the download and run again"
+            ) from None
         with zf:
             for info in zf.infolist():
                 key = _zip_member_key(info.filename)
@@ -344,8 +381,7 @@ def extract_zip_safely(path: Path, dest: Path) -> int:
         os.rename(staging, dest)
     except zipfile.BadZipFile as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise CorruptArchiveError(f"{path.name} is damaged: {exc}", hint="delete the download and run again") \
-            from None
+        raise CorruptArchiveError(f"{path.name} is damaged: {exc}", hint="delete the download and run again") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -360,12 +396,16 @@ def auto_target(sysfs_root: Path, table: FamilyTable) -> str:
     """This machine's GPU to install for: a discrete GPU with a ROCm build first, then any GPU with one."""
     gpus = read_kfd_gpus(sysfs_root, table)
     if not gpus:
-        raise UsageError("no AMD GPU found in the KFD topology (/sys/class/kfd); pass --target gfxN to choose a build",
-                         hint="rockbuild doctor tells why no GPU is seen")
+        raise UsageError(
+            "no AMD GPU found in the KFD topology (/sys/class/kfd); pass --target gfxN to choose a build",
+            hint="rockbuild doctor tells why no GPU is seen",
+        )
     built = [g for g in gpus if table.family_of_target(g.target) is not None]
     if not built:
-        raise UsageError(f"no ROCm build exists for {', '.join(g.target for g in gpus)}; use the Vulkan build",
-                         hint="rockbuild install --backend vulkan")
+        raise UsageError(
+            f"no ROCm build exists for {', '.join(g.target for g in gpus)}; use the Vulkan build",
+            hint="rockbuild install --backend vulkan",
+        )
     return sorted(built, key=lambda g: (g.integrated, g.index))[0].target
 
 
@@ -381,9 +421,11 @@ def check_target(target: str, table: FamilyTable) -> str:
     if family is not None:
         raise UsageError(f"--target {name} is a GPU family; give one of its targets: {', '.join(family.targets)}")
     targets = sorted({t for f in table.families if f.resolve_targets for t in f.targets})
-    raise UsageError(f"--target {name!r} is not a GPU target rockbuild builds for{suggest(name, targets)}",
-                     hint="rockbuild doctor names this machine's GPUs, rockbuild matrix --families the targets with "
-                     "a build; rockbuild install --backend vulkan runs on any GPU with a Vulkan driver")
+    raise UsageError(
+        f"--target {name!r} is not a GPU target rockbuild builds for{suggest(name, targets)}",
+        hint="rockbuild doctor names this machine's GPUs, rockbuild matrix --families the targets with "
+        "a build; rockbuild install --backend vulkan runs on any GPU with a Vulkan driver",
+    )
 
 
 def visible_devices(sysfs_root: Path, isas: Sequence[str], target: str | None) -> str | None:
@@ -411,8 +453,10 @@ def windows_dll_warnings(dest: Path, windows: WindowsHost) -> list[str]:
     """One line per HIP DLL in System32 or on PATH that shadows the installed bundle's copy for a program outside it
     (see :mod:`rockbuild.dllsearch`). A warning, not a refusal: the command install prints starts the bundle's own
     llama-server.exe, whose folder is searched before System32 and PATH, so it always gets the bundle's DLLs."""
-    return [f"{line} (llama-server.exe started from {dest} is not affected)"
-            for line in shadow_lines(outside_shadows(dest, windows))]
+    return [
+        f"{line} (llama-server.exe started from {dest} is not affected)"
+        for line in shadow_lines(outside_shadows(dest, windows))
+    ]
 
 
 def _discard(downloader_cache: Path, name: str) -> None:
@@ -441,12 +485,16 @@ def _gh(context: Context) -> str | None:
 
 
 def _no_gh(asset: str, after: str = "") -> ChecksumError:
-    return ChecksumError(f"--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance of "
-                         f"{asset} cannot be verified{after}", hint="install gh (https://cli.github.com)")
+    return ChecksumError(
+        f"--require-attestation: gh (GitHub's CLI) is not installed, so the build provenance of "
+        f"{asset} cannot be verified{after}",
+        hint="install gh (https://cli.github.com)",
+    )
 
 
-def verify_attestation(asset: Path, repo: str, context: Context, *, required: bool = False,
-                       api_url: str = DEFAULT_API_URL) -> str:
+def verify_attestation(
+    asset: Path, repo: str, context: Context, *, required: bool = False, api_url: str = DEFAULT_API_URL
+) -> str:
     """GitHub's build provenance of ``asset`` (the nightly workflow attests every asset), checked with ``gh
     attestation verify`` when gh is installed: "verified", or why it was not checked. A failed verification is a
     ChecksumError; so is a missing gh when ``required``. gh gets the GitHub token, and only it."""
@@ -460,14 +508,22 @@ def verify_attestation(asset: Path, repo: str, context: Context, *, required: bo
         env["GH_HOST"] = re.sub(r"^https?://([^/]+).*$", r"\1", api_url)
     token = {"GH_TOKEN": context.github.token} if context.github.token else {}
     try:  # the one child that gets the token, on purpose: it asks GitHub for the attestations
-        result = run([gh, "attestation", "verify", str(asset), "--repo", repo], env=env, timeout=120, check=False,
-                     log=None, secrets=token)
+        result = run(
+            [gh, "attestation", "verify", str(asset), "--repo", repo],
+            env=env,
+            timeout=120,
+            check=False,
+            log=None,
+            secrets=token,
+        )
     except ProcessError as exc:
         raise ChecksumError(f"gh attestation verify could not run: {exc.message}") from None
     if result.returncode != 0:
         why = next((line for line in reversed(result.output.splitlines()) if line.strip()), "no output")
-        raise ChecksumError(f"{asset.name}: its build provenance does not verify against {repo} ({why[:200]}): "
-                            "refused", hint="report it to the release's maintainers; do not run this asset")
+        raise ChecksumError(
+            f"{asset.name}: its build provenance does not verify against {repo} ({why[:200]}): refused",
+            hint="report it to the release's maintainers; do not run this asset",
+        )
     return f"verified with gh attestation verify --repo {repo}"
 
 
@@ -478,8 +534,9 @@ def _release_and_manifest(api_url: str, repo: str, tag: str) -> tuple[dict[str, 
     if MANIFEST_NAME not in assets:
         return release, None
     try:  # outside input: one that is not a valid manifest.json is set aside, with a warning
-        return release, ManifestRecord.loads(_text_asset(assets, MANIFEST_NAME) or "",
-                                             f"{MANIFEST_NAME} of {release.get('tag_name')}")
+        return release, ManifestRecord.loads(
+            _text_asset(assets, MANIFEST_NAME) or "", f"{MANIFEST_NAME} of {release.get('tag_name')}"
+        )
     except RecordError as exc:
         console.warn(f"{exc.message}; choosing the asset by its name")
         return release, None
@@ -504,8 +561,9 @@ def install(options: InstallOptions) -> InstallReport:
     table = options.families
     target: str | None = None
     if flavour.per_target:
-        target = auto_target(options.sysfs_root, table) if options.target == "auto" else \
-            check_target(options.target, table)
+        target = (
+            auto_target(options.sysfs_root, table) if options.target == "auto" else check_target(options.target, table)
+        )
     say = console.info
     release, manifest = _release_and_manifest(options.api_url, options.repo, options.tag)
     tag = str(release.get("tag_name"))
@@ -516,8 +574,10 @@ def install(options: InstallOptions) -> InstallReport:
         missing = missing_job(manifest, target=target, os_name=os_name) if options.tag == "latest" else None
         if missing is None or not missing.last_release:
             raise
-        console.warn(f"release {tag} went out without {missing.id} ({missing.cause or 'it'} broke it: "
-                     f"{missing.reason}); installing its last build, from release {missing.last_release}")
+        console.warn(
+            f"release {tag} went out without {missing.id} ({missing.cause or 'it'} broke it: "
+            f"{missing.reason}); installing its last build, from release {missing.last_release}"
+        )
         release, manifest = _release_and_manifest(options.api_url, options.repo, missing.last_release)
         tag = str(release.get("tag_name"))
         chosen, warnings = choose_asset(release, manifest, target=target, os_name=os_name, backend=options.backend)
@@ -527,22 +587,28 @@ def install(options: InstallOptions) -> InstallReport:
     base = chosen.name[: -len(".tar.gz")] if chosen.name.endswith(".tar.gz") else chosen.name[: -len(".zip")]
     dest = (options.dest or Path.cwd() / base).absolute()
     if os.path.lexists(dest) and not options.upgrade:
-        raise UsageError(f"{dest} already exists; not installing over it",
-                         hint="pass --upgrade to replace it once the new one is verified and audited, or another "
-                         "--dest")
+        raise UsageError(
+            f"{dest} already exists; not installing over it",
+            hint="pass --upgrade to replace it once the new one is verified and audited, or another --dest",
+        )
     if options.require_attestation and _gh(options.context) is None:
         # refused before anything is downloaded: the provenance could not be checked afterwards either
         raise _no_gh(chosen.name, "; nothing was downloaded")
     sums_text = _text_asset(assets, SUMS_NAME)
     if sums_text is None:
-        raise ChecksumError(f"release {tag} has no {SUMS_NAME}: refusing to install bytes nobody vouched for",
-                            hint="choose a release with checksums (--tag)")
+        raise ChecksumError(
+            f"release {tag} has no {SUMS_NAME}: refusing to install bytes nobody vouched for",
+            hint="choose a release with checksums (--tag)",
+        )
     expected = parse_sha256sums(sums_text).get(chosen.name)
     if expected is None:
         raise ChecksumError(f"{SUMS_NAME} of {tag} does not list {chosen.name}: refusing it", hint="report it")
     if chosen.digest and chosen.digest != expected:
-        raise ChecksumError(f"{chosen.name}: {SUMS_NAME} says sha256 {expected[:16]}..., GitHub says "
-                            f"{chosen.digest[:16]}...: refusing it", hint="report it to the release's maintainers")
+        raise ChecksumError(
+            f"{chosen.name}: {SUMS_NAME} says sha256 {expected[:16]}..., GitHub says "
+            f"{chosen.digest[:16]}...: refusing it",
+            hint="report it to the release's maintainers",
+        )
     cache = options.cache or options.context.cache / "releases"
     say(f"==> {chosen.name} ({options.repo} {tag}) for {target or options.backend}")
     with Downloader(cache) as dl:
@@ -550,10 +616,13 @@ def install(options: InstallOptions) -> InstallReport:
             got = dl.fetch(chosen.url, name=chosen.name, sha256=expected, size=chosen.size)
         except ChecksumError as exc:
             _discard(cache, chosen.name)
-            raise ChecksumError(f"{chosen.name} does not match {SUMS_NAME} of {tag}: refused, nothing was kept "
-                                f"({exc.message})", hint="run again; if it repeats, report it") from None
-    attestation = verify_attestation(got.path, options.repo, options.context, required=options.require_attestation,
-                                     api_url=options.api_url)
+            raise ChecksumError(
+                f"{chosen.name} does not match {SUMS_NAME} of {tag}: refused, nothing was kept ({exc.message})",
+                hint="run again; if it repeats, report it",
+            ) from None
+    attestation = verify_attestation(
+        got.path, options.repo, options.context, required=options.require_attestation, api_url=options.api_url
+    )
     # extracted and audited beside the destination; only a bundle that passed is moved into place (an upgrade keeps
     # the old install until then), and a refused one leaves nothing behind, in the cache neither
     staging = dest.with_name(f".{dest.name}.new-{os.getpid()}")
@@ -569,9 +638,11 @@ def install(options: InstallOptions) -> InstallReport:
     report = audit_bundle(staging, platform=os_name, backends=REGISTRY)
     if not report.ok:
         shutil.rmtree(staging, ignore_errors=True)
-        raise AuditError(f"{chosen.name}: its audit failed ({len(report.failures)}): {report.failures[0]}; "
-                         f"nothing was installed{' (the old install is kept)' if os.path.lexists(dest) else ''}",
-                         hint="report it to the release's maintainers")
+        raise AuditError(
+            f"{chosen.name}: its audit failed ({len(report.failures)}): {report.failures[0]}; "
+            f"nothing was installed{' (the old install is kept)' if os.path.lexists(dest) else ''}",
+            hint="report it to the release's maintainers",
+        )
     _move_into_place(staging, dest)
     if os_name == "windows" and options.context.windows is not None:
         for line in windows_dll_warnings(dest, options.context.windows):
@@ -580,5 +651,17 @@ def install(options: InstallOptions) -> InstallReport:
     visible = visible_devices(options.sysfs_root, chosen.isas, target) if os_name == options.context.host_os else None
     if not flavour.needs_rocm:  # HIP_VISIBLE_DEVICES means nothing to it
         visible = None
-    return InstallReport(options.repo, tag, target, options.backend, chosen, got.sha256, dest, True,
-                         server_command(dest, os_name, visible), visible, tuple(warnings), attestation)
+    return InstallReport(
+        options.repo,
+        tag,
+        target,
+        options.backend,
+        chosen,
+        got.sha256,
+        dest,
+        True,
+        server_command(dest, os_name, visible),
+        visible,
+        tuple(warnings),
+        attestation,
+    )

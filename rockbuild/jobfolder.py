@@ -141,14 +141,37 @@ class JobFolder:
         ``error``: what the driver would record (message, hint, exit code, type); ``llama``: the night's pinned commit
         and build number."""
         self.create()
-        self.build_log.write_text(f"rockbuild {__version__}: {job.id} failed at {step}\n{error.message}\n",
-                                  encoding="utf-8")
+        self.build_log.write_text(
+            f"rockbuild {__version__}: {job.id} failed at {step}\n{error.message}\n", encoding="utf-8"
+        )
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        self.write_build(BuildRecord(
-            schema=BUILD_SCHEMA, rockbuild_version=__version__, status="failed", failed_step=step, error=error,
-            job=job, gpu_targets=tuple(job.targets), llama_cpp=llama, rocm=None,
-            paths=BuildPaths(job_dir=self.path, log=self.build_log), started=now, finished=now,
-            keys=("schema", "rockbuild_version", "status", "failed_step", "error", "job", "gpu_targets", "llama_cpp",
-                  "rocm", "paths", "started", "finished"),
-        ))
-
+        self.write_build(
+            BuildRecord(
+                schema=BUILD_SCHEMA,
+                rockbuild_version=__version__,
+                status="failed",
+                failed_step=step,
+                error=error,
+                job=job,
+                gpu_targets=tuple(job.targets),
+                llama_cpp=llama,
+                rocm=None,
+                paths=BuildPaths(job_dir=self.path, log=self.build_log),
+                started=now,
+                finished=now,
+                keys=(
+                    "schema",
+                    "rockbuild_version",
+                    "status",
+                    "failed_step",
+                    "error",
+                    "job",
+                    "gpu_targets",
+                    "llama_cpp",
+                    "rocm",
+                    "paths",
+                    "started",
+                    "finished",
+                ),
+            )
+        )

@@ -86,8 +86,9 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
             out[key] = str(value).strip()
         elif key == "required":
             if value != WHEN_PROVEN and not isinstance(value, bool):
-                raise ConfigError(f"{where(path, node, key)}: {what}.required must be true, false or {WHEN_PROVEN}, "
-                                  f"not {value!r}")
+                raise ConfigError(
+                    f"{where(path, node, key)}: {what}.required must be true, false or {WHEN_PROVEN}, not {value!r}"
+                )
             out[key] = value
         elif key == "rocm":
             expect_type(path, node, key, value, YDict, f"{what}.rocm")
@@ -130,8 +131,10 @@ def _check_options(path: Path, node: YDict, what: str) -> dict[str, Any]:
             out[key] = value
         elif key == "runner_smoke":
             if value not in RUNNER_SMOKE_MODES:
-                raise ConfigError(f"{where(path, node, key)}: {what}.runner_smoke must be gate or informational, "
-                                  f"not {value!r}{suggest(str(value), RUNNER_SMOKE_MODES)}")
+                raise ConfigError(
+                    f"{where(path, node, key)}: {what}.runner_smoke must be gate or informational, "
+                    f"not {value!r}{suggest(str(value), RUNNER_SMOKE_MODES)}"
+                )
             out[key] = value
         elif key == "runner":
             if isinstance(value, str):
@@ -152,8 +155,10 @@ def _check_gpu_smoke(path: Path, node: YDict, value: Any, what: str) -> dict[str
     runner = value.get("runner")
     labels = [runner] if isinstance(runner, str) else runner
     if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
-        raise ConfigError(f"{where(path, value, 'runner')}: {what}.gpu_smoke.runner must be a runner label or a "
-                          "list of labels, e.g. [self-hosted, gfx1151]")
+        raise ConfigError(
+            f"{where(path, value, 'runner')}: {what}.gpu_smoke.runner must be a runner label or a "
+            "list of labels, e.g. [self-hosted, gfx1151]"
+        )
     required = value.get("required", True)
     expect_type(path, value, "required", required, bool, f"{what}.gpu_smoke.required")
     return {"runner": [x.strip() for x in labels], "required": required}
@@ -238,10 +243,15 @@ def expand_matrix(
         if isinstance(value, list):
             for i, member in enumerate(value):
                 if not isinstance(member, str | int):
-                    raise ConfigError(f"{where(path, value, i)}: a member of a target list is a family or gfx name, "
-                                      f"not {kind_of(member)}")
-            return families.select_many([str(m) for m in value], where=where(path, node, key),
-                                        wheres=[where(path, value, i) for i in range(len(value))]).short
+                    raise ConfigError(
+                        f"{where(path, value, i)}: a member of a target list is a family or gfx name, "
+                        f"not {kind_of(member)}"
+                    )
+            return families.select_many(
+                [str(m) for m in value],
+                where=where(path, node, key),
+                wheres=[where(path, value, i) for i in range(len(value))],
+            ).short
         if not isinstance(value, str | int):
             raise ConfigError(f"{where(path, node, key)}: a target is a family or gfx name, not {kind_of(value)}")
         return families.select(str(value), where=where(path, node, key)).short
@@ -254,8 +264,9 @@ def expand_matrix(
         backends = [_check_backend(path, backend_node, i, x) for i, x in enumerate(backend_node)]
     per_target = {name: get_backend(name).per_target for name in backend_names()}
     # a matrix of backends that are not per target (Vulkan: one job per OS) needs no target list
-    target_node = (_axis_values(path, matrix, "target") if any(per_target[b] for b in backends) or "target" in matrix
-                   else YList())
+    target_node = (
+        _axis_values(path, matrix, "target") if any(per_target[b] for b in backends) or "target" in matrix else YList()
+    )
     targets = [resolve_target(target_node, i, x) for i, x in enumerate(target_node)]
     if os_override:
         os_values = [_check_os("--os", None, None, o) for o in dict.fromkeys(os_override)]
@@ -268,11 +279,18 @@ def expand_matrix(
     for name in (b for b in backend_names() if b in backends):  # rockbuild's order of backends, not the axis's
         if per_target[name]:
             # a mixed-GPU entry (a nested list) is named by its own line, the plain ones by the axis's
-            origins = [where(path, target_node, i) if isinstance(x, list) else f"{path}:{target_node.line}"
-                       for i, x in enumerate(target_node)] if not target_override else []
-            combos += [_Combo(o, t, dict(options), origins[i] if i < len(origins) else f"{path}:{target_node.line}",
-                              name)
-                       for o, (i, t) in itertools.product(os_values, enumerate(targets))]
+            origins = (
+                [
+                    where(path, target_node, i) if isinstance(x, list) else f"{path}:{target_node.line}"
+                    for i, x in enumerate(target_node)
+                ]
+                if not target_override
+                else []
+            )
+            combos += [
+                _Combo(o, t, dict(options), origins[i] if i < len(origins) else f"{path}:{target_node.line}", name)
+                for o, (i, t) in itertools.product(os_values, enumerate(targets))
+            ]
         else:
             combos += [_Combo(o, "", dict(options), where(path, matrix, "backend"), name) for o in os_values]
 
@@ -285,8 +303,10 @@ def expand_matrix(
         if "target" in entry:
             backend = get_backend(wanted.get("backend", DEFAULT_BACKEND))
             if not backend.per_target:
-                raise ConfigError(f"{where(path, entry, 'target')}: a {backend.label} job is one per OS, not per GPU "
-                                  f"target; drop 'target' from this {label} entry")
+                raise ConfigError(
+                    f"{where(path, entry, 'target')}: a {backend.label} job is one per OS, not per GPU "
+                    f"target; drop 'target' from this {label} entry"
+                )
             wanted["target"] = resolve_target(entry, "target", entry["target"])
         return wanted
 
@@ -325,15 +345,29 @@ def expand_matrix(
                 f"{where(path, includes, i)}: this include matches no job, so it adds one, but it lacks "
                 f"{' and '.join(repr(m) for m in missing)}"
             )
-        combos.append(_Combo(wanted["os"], wanted.get("target", ""), _merge_options(options, extra),
-                             where(path, includes, i), wanted["backend"]))
+        combos.append(
+            _Combo(
+                wanted["os"],
+                wanted.get("target", ""),
+                _merge_options(options, extra),
+                where(path, includes, i),
+                wanted["backend"],
+            )
+        )
 
     if os_override or target_override:
         # a --target override asks for builds of those targets: jobs of backends that are not per target stay only
         # when it names them too (--target gfx1151,vulkan)
-        combos = [c for c in combos if c.os in os_values and (
-            (c.target in targets or not target_override) if per_target[c.backend]
-            else not target_override or c.backend in flavours)]
+        combos = [
+            c
+            for c in combos
+            if c.os in os_values
+            and (
+                (c.target in targets or not target_override)
+                if per_target[c.backend]
+                else not target_override or c.backend in flavours
+            )
+        ]
     if not combos:
         raise ConfigError(f"{path}: the matrix is empty: no job is left after include/exclude")
 
@@ -341,8 +375,11 @@ def expand_matrix(
     made: list[tuple[Job, _Combo]] = []
     seen: dict[str, str] = {}
     for combo in combos:
-        if (os_override or target_override) and per_target[combo.backend] and \
-                families.select(combo.target).unpublished_on(combo.os):
+        if (
+            (os_override or target_override)
+            and per_target[combo.backend]
+            and families.select(combo.target).unpublished_on(combo.os)
+        ):
             warn(f"skipping {combo.os}-{combo.target}: TheRock publishes no {combo.os} tarball for it")
             continue
         job = _make_job(combo, families)
@@ -355,8 +392,10 @@ def expand_matrix(
     jobs = _with_common_parts(made, options)
     for job in jobs:
         if job.is_common_part and job.id in seen:
-            raise ConfigError(f"{seen[job.id]}: job {job.id} is the name of {job.os}'s common part (common_part: "
-                              "true); name it otherwise")
+            raise ConfigError(
+                f"{seen[job.id]}: job {job.id} is the name of {job.os}'s common part (common_part: "
+                "true); name it otherwise"
+            )
     return jobs
 
 
@@ -368,16 +407,31 @@ def _with_common_parts(made: Sequence[tuple[Job, _Combo]], options: dict[str, An
     jobs: list[Job] = []
     for job, combo in made:
         opts = combo.options
-        if (opts.get("common_part") and get_backend(job.backend).library_target is not None
-                and opts["cmake"] == options["cmake"] and opts["llama_ref"] == options["llama_ref"]):
+        if (
+            opts.get("common_part")
+            and get_backend(job.backend).library_target is not None
+            and opts["cmake"] == options["cmake"]
+            and opts["llama_ref"] == options["llama_ref"]
+        ):
             job = replace(job, common=f"{job.os}-{COMMON}")
             on_common.setdefault(job.os, []).append(job.id)
         jobs.append(job)
-    commons = [Job(id=f"{os_name}-{COMMON}", os=os_name, name=COMMON, backend="cpu", required=False,
-                   llama_ref=str(options["llama_ref"]), rocm_channel=options["rocm"]["channel"],
-                   rocm_version=options["rocm"]["version"], cmake=tuple(options["cmake"].items()),
-                   runner=_runner_for(options, os_name), common_for=tuple(ids))
-               for os_name, ids in on_common.items()]
+    commons = [
+        Job(
+            id=f"{os_name}-{COMMON}",
+            os=os_name,
+            name=COMMON,
+            backend="cpu",
+            required=False,
+            llama_ref=str(options["llama_ref"]),
+            rocm_channel=options["rocm"]["channel"],
+            rocm_version=options["rocm"]["version"],
+            cmake=tuple(options["cmake"].items()),
+            runner=_runner_for(options, os_name),
+            common_for=tuple(ids),
+        )
+        for os_name, ids in on_common.items()
+    ]
     return [*commons, *jobs]
 
 
@@ -393,17 +447,22 @@ def regression_policy(doc: Any, path: Path) -> RegressionPolicy:
         if key in node:
             value = node[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{where(path, node, key)}: regressions.{key} must be a whole number >= 0, "
-                                  f"not {value!r}")
+                raise ConfigError(
+                    f"{where(path, node, key)}: regressions.{key} must be a whole number >= 0, not {value!r}"
+                )
             values[key] = value
     if "ship" in node:
         if node["ship"] not in SHIP_MODES:
-            raise ConfigError(f"{where(path, node, 'ship')}: regressions.ship must be one of "
-                              f"{', '.join(SHIP_MODES)}, not {node['ship']!r}{suggest(str(node['ship']), SHIP_MODES)}")
+            raise ConfigError(
+                f"{where(path, node, 'ship')}: regressions.ship must be one of "
+                f"{', '.join(SHIP_MODES)}, not {node['ship']!r}{suggest(str(node['ship']), SHIP_MODES)}"
+            )
         values["ship"] = str(node["ship"])
     if values.get("ship") == "newest-good" and values.get("bisect_steps", RegressionPolicy.bisect_steps) == 0:
-        raise ConfigError(f"{where(path, node, 'ship')}: regressions.ship newest-good builds from the commit before "
-                          "the first bad one, which only a bisect names: bisect_steps must be at least 1")
+        raise ConfigError(
+            f"{where(path, node, 'ship')}: regressions.ship newest-good builds from the commit before "
+            "the first bad one, which only a bisect names: bisect_steps must be at least 1"
+        )
     return RegressionPolicy(**values)
 
 
@@ -420,8 +479,13 @@ def load_matrix(
     target_override: Sequence[str] = (),
 ) -> list[Job]:
     """The jobs of a matrix file (default: the shipped ``config/nightly.yaml``); see :func:`expand_matrix`."""
-    return load_data_file(path, "nightly.yaml", lambda doc, where: expand_matrix(
-        doc, where, families or load_families(), os_override=os_override, target_override=target_override))
+    return load_data_file(
+        path,
+        "nightly.yaml",
+        lambda doc, where: expand_matrix(
+            doc, where, families or load_families(), os_override=os_override, target_override=target_override
+        ),
+    )
 
 
 def _make_job(combo: _Combo, families: FamilyTable) -> Job:
@@ -445,7 +509,8 @@ def _option_fields(combo: _Combo) -> dict[str, Any]:
         "cmake": tuple(opts["cmake"].items()),
         "runner": _runner_for(opts, combo.os),
         "gpu_smoke": GpuSmoke(runner=tuple(gpu_smoke["runner"]), required=bool(gpu_smoke.get("required", False)))
-        if gpu_smoke.get("runner") else None,
+        if gpu_smoke.get("runner")
+        else None,
         "runner_smoke": str(opts["runner_smoke"]),
     }
 
@@ -500,8 +565,13 @@ def find_job(jobs: Sequence[Job], job_id: str) -> Job:
 
 
 def select_job(
-    jobs: Callable[..., list[Job]], families: FamilyTable, *, target: str | None = None, family: str | None = None,
-    job_id: str | None = None, os_name: str,
+    jobs: Callable[..., list[Job]],
+    families: FamilyTable,
+    *,
+    target: str | None = None,
+    family: str | None = None,
+    job_id: str | None = None,
+    os_name: str,
 ) -> Job:
     """The job to build: one of ``--target gfxN`` (exactly that target), ``--family F`` or ``--job ID``, from the
     matrix's ``jobs`` (``jobs(os_override=..., target_override=...)``: Settings.jobs), so its per-job cmake extras
@@ -518,8 +588,10 @@ def select_job(
     name = (target or family or "").strip()
     # several targets joined by "+" are a mixed-GPU job (gfx1151+gfx1201), as a matrix's target list makes it
     if target and not all(GFX_TARGET_RE.match(part) for part in name.split(MIX)):
-        raise UsageError(f"--target takes one gfx target such as gfx1151 (or several joined by '+': "
-                         f"gfx1151+gfx1201), not {name!r}; use --family for a family")
+        raise UsageError(
+            f"--target takes one gfx target such as gfx1151 (or several joined by '+': "
+            f"gfx1151+gfx1201), not {name!r}; use --family for a family"
+        )
     selection = families.select(name, where="--target" if target else "--family")
     return find_job(jobs(os_override=[os_name], target_override=[name]), f"{os_name}-{selection.short}")
 
@@ -547,16 +619,37 @@ def job_columns(jobs: Sequence[Job]) -> list[Column]:
         rocm = f"{job.rocm_channel}/{job.rocm_version}" if get_backend(job.backend).needs_rocm else "-"
         extra = " ".join(f"-D{k}={v}" for k, v in job.cmake)
         family = f"common part of {len(job.common_for)}" if job.is_common_part else job.family or job.backend
-        rows.append((job.id, family, job.group or "-", ",".join(job.targets) or "-",
-                     "yes" if job.required else "when proven" if job.when_proven else "no" if not job.is_common_part
-                     else "-", job.llama_ref + (f" {extra}" if extra else ""), rocm, job.common or "-", job.runner))
+        rows.append(
+            (
+                job.id,
+                family,
+                job.group or "-",
+                ",".join(job.targets) or "-",
+                "yes"
+                if job.required
+                else "when proven"
+                if job.when_proven
+                else "no"
+                if not job.is_common_part
+                else "-",
+                job.llama_ref + (f" {extra}" if extra else ""),
+                rocm,
+                job.common or "-",
+                job.runner,
+            )
+        )
     cells = list(zip(*rows, strict=True)) if rows else [()] * 9
-    return [Column("id", tuple(cells[0]), rank=0), Column("family", tuple(cells[1]), rank=3),
-            Column("tarball group", tuple(cells[2]), rank=7),
-            Column("gfx targets", tuple(cells[3]), rank=1, wrap=True, narrow=TARGETS_NARROW, split=","),
-            Column("required", tuple(cells[4]), rank=2), Column("llama.cpp", tuple(cells[5]), rank=8, fold=True),
-            Column("ROCm", tuple(cells[6]), rank=4, fold=True), Column("built on", tuple(cells[7]), rank=6),
-            Column("runner", tuple(cells[8]), rank=5)]
+    return [
+        Column("id", tuple(cells[0]), rank=0),
+        Column("family", tuple(cells[1]), rank=3),
+        Column("tarball group", tuple(cells[2]), rank=7),
+        Column("gfx targets", tuple(cells[3]), rank=1, wrap=True, narrow=TARGETS_NARROW, split=","),
+        Column("required", tuple(cells[4]), rank=2),
+        Column("llama.cpp", tuple(cells[5]), rank=8, fold=True),
+        Column("ROCm", tuple(cells[6]), rank=4, fold=True),
+        Column("built on", tuple(cells[7]), rank=6),
+        Column("runner", tuple(cells[8]), rank=5),
+    ]
 
 
 def render_jobs(jobs: Sequence[Job], width: int | None = None) -> str:
@@ -581,13 +674,16 @@ def print_jobs(jobs: Sequence[Job], fmt: str, github_output: Path | None = None,
 def family_columns(table: FamilyTable) -> list[Column]:
     """The family table's columns: the family (what ``--target`` and families.yaml name) is never dropped nor cut."""
     fams = table.families
-    return [Column("family", tuple(f.name for f in fams), rank=0),
-            Column("short", tuple(f.short for f in fams), rank=2),
-            Column("gfx targets", tuple(",".join(f.targets) for f in fams), rank=1, wrap=True,
-                   narrow=TARGETS_NARROW, split=","),
-            Column("linux", tuple(f.group_for("linux") or "-" for f in fams), rank=3),
-            Column("windows", tuple(f.group_for("windows") or "-" for f in fams), rank=4),
-            Column("source", tuple(str(f.source) if f.source else "-" for f in fams), rank=5, wrap=True, narrow=16)]
+    return [
+        Column("family", tuple(f.name for f in fams), rank=0),
+        Column("short", tuple(f.short for f in fams), rank=2),
+        Column(
+            "gfx targets", tuple(",".join(f.targets) for f in fams), rank=1, wrap=True, narrow=TARGETS_NARROW, split=","
+        ),
+        Column("linux", tuple(f.group_for("linux") or "-" for f in fams), rank=3),
+        Column("windows", tuple(f.group_for("windows") or "-" for f in fams), rank=4),
+        Column("source", tuple(str(f.source) if f.source else "-" for f in fams), rank=5, wrap=True, narrow=16),
+    ]
 
 
 def print_families(table: FamilyTable, fmt: str, width: int | None = None) -> None:

@@ -46,5 +46,6 @@ def follow_in_root(path: Path, sysroot: Path) -> Path | None:
 
 def inside(path: Path, root: Path) -> bool:
     """Whether ``path`` is ``root`` or below it, by their normalised spelling (no file is read)."""
-    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or \
-        os.path.normpath(path) == os.path.normpath(root)
+    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep) or os.path.normpath(
+        path
+    ) == os.path.normpath(root)

@@ -76,8 +76,10 @@ class Drop:
         return 100.0 * (self.median - self.value) / self.median
 
     def render(self) -> str:
-        return (f"{self.job} {self.test}: {self.value:.1f} t/s in {self.tag}, {self.percent:.1f} % below the median "
-                f"{self.median:.1f} t/s of the {WINDOW} releases before")
+        return (
+            f"{self.job} {self.test}: {self.value:.1f} t/s in {self.tag}, {self.percent:.1f} % below the median "
+            f"{self.median:.1f} t/s of the {WINDOW} releases before"
+        )
 
 
 @dataclass(frozen=True)
@@ -136,12 +138,15 @@ class NumericsChange:
         return 100.0 * (self.ppl - self.before) / self.before
 
     def render(self) -> str:
-        return (f"{self.job}: the CPU's perplexity {self.ppl:.4f} in {self.tag} is {self.percent:+.2f} % from "
-                f"{self.before:.4f} in {self.before_tag} ({self.model}, CPU variant {self.cpu_variant or '?'})")
+        return (
+            f"{self.job}: the CPU's perplexity {self.ppl:.4f} in {self.tag} is {self.percent:+.2f} % from "
+            f"{self.before:.4f} in {self.before_tag} ({self.model}, CPU variant {self.cpu_variant or '?'})"
+        )
 
 
-def numerics_changes(history: Mapping[str, Sequence[NumericsPoint]],
-                     notice: float = NUMERICS_NOTICE) -> tuple[NumericsChange, ...]:
+def numerics_changes(
+    history: Mapping[str, Sequence[NumericsPoint]], notice: float = NUMERICS_NOTICE
+) -> tuple[NumericsChange, ...]:
     """Per job, the newest CPU perplexity against the last release before it with the same model and CPU variant."""
     out = []
     for job, points in history.items():
@@ -153,8 +158,11 @@ def numerics_changes(history: Mapping[str, Sequence[NumericsPoint]],
             before = same[-1]
             assert last.cpu_ppl is not None and before.cpu_ppl is not None
             if abs(last.cpu_ppl - before.cpu_ppl) > before.cpu_ppl * notice / 100.0:
-                out.append(NumericsChange(job, last.tag, before.tag, last.cpu_ppl, before.cpu_ppl, last.model,
-                                          last.cpu_variant))
+                out.append(
+                    NumericsChange(
+                        job, last.tag, before.tag, last.cpu_ppl, before.cpu_ppl, last.model, last.cpu_variant
+                    )
+                )
     return tuple(out)
 
 
@@ -178,8 +186,9 @@ class OpsPoint(Record):
         return f"[bold red]{text} FAILED[/]" if self.failed or self.result == "failed" else text
 
 
-def ops_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
-                       ) -> dict[str, tuple[OpsPoint, ...]]:
+def ops_from_manifests(
+    manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
+) -> dict[str, tuple[OpsPoint, ...]]:
     """Each job's test-backend-ops counts over ``manifests`` (oldest first); releases without the step left out."""
     out: dict[str, list[OpsPoint]] = {}
     for tag, manifest in manifests:
@@ -194,9 +203,17 @@ def ops_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[s
                 value = ops.get(key)
                 return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
-            out.setdefault(job.id, []).append(OpsPoint(
-                tag, str(ops.get("result")) if ops.get("result") is not None else None, count("passed"),
-                count("failed"), count("not_supported"), ops.get("device"), ops.get("mode")))
+            out.setdefault(job.id, []).append(
+                OpsPoint(
+                    tag,
+                    str(ops.get("result")) if ops.get("result") is not None else None,
+                    count("passed"),
+                    count("failed"),
+                    count("not_supported"),
+                    ops.get("device"),
+                    ops.get("mode"),
+                )
+            )
     return {job: tuple(points) for job, points in sorted(out.items())}
 
 
@@ -215,8 +232,7 @@ class PerfReport:
     @property
     def ops_failed(self) -> tuple[tuple[str, OpsPoint], ...]:
         """(job, point) of every release where a test-backend-ops case failed (or the step failed)."""
-        return tuple((job, p) for job, points in self.ops.items() for p in points
-                     if p.failed or p.result == "failed")
+        return tuple((job, p) for job, points in self.ops.items() for p in points if p.failed or p.result == "failed")
 
     def _ops_table(self) -> str:
         from rich.table import Table
@@ -227,8 +243,12 @@ class PerfReport:
             table.add_column(column, no_wrap=True)
         for job, points in self.ops.items():
             by_tag = {p.tag: p for p in points}
-            table.add_row(job, points[-1].device or "?", points[-1].mode or "?",
-                          *(by_tag[t].cell() if t in by_tag else "-" for t in tags))
+            table.add_row(
+                job,
+                points[-1].device or "?",
+                points[-1].mode or "?",
+                *(by_tag[t].cell() if t in by_tag else "-" for t in tags),
+            )
         return _text(table)
 
     @property
@@ -248,43 +268,83 @@ class PerfReport:
         from rich.table import Table
 
         tags = self.releases[-6:]
-        table = Table(title="numbers: the CPU's perplexity on the numerics text, the GPU's mean KLD from the CPU, the "
-                      "known answers", title_justify="left")
+        table = Table(
+            title="numbers: the CPU's perplexity on the numerics text, the GPU's mean KLD from the CPU, the "
+            "known answers",
+            title_justify="left",
+        )
         for column in ("job", "model", "CPU variant", *tags):
             table.add_column(column, no_wrap=True)
         for job, points in self.numerics.items():
             by_tag = {p.tag: p for p in points}
             last = points[-1]
-            table.add_row(job, last.model or "?", last.cpu_variant or "?",
-                          *(_numerics_cell(by_tag.get(t)) for t in tags))
+            table.add_row(
+                job, last.model or "?", last.cpu_variant or "?", *(_numerics_cell(by_tag.get(t)) for t in tags)
+            )
         return _text(table)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "repo": self.repo, "releases": list(self.releases), "threshold_percent": self.threshold,
+            "repo": self.repo,
+            "releases": list(self.releases),
+            "threshold_percent": self.threshold,
             "max_spread_percent": self.max_spread,
-            "series": [{"job": s.job, "test": s.test, "points": [
-                {"tag": p.tag, "tokens_per_second": p.tokens_per_second, "gpu": p.gpu, "spread_pct": p.spread_pct}
-                for p in s.points]} for s in self.series],
-            "noisy": [{"job": s.job, "test": s.test, "tag": p.tag, "spread_pct": p.spread_pct}
-                      for s, p in self.noisy],
+            "series": [
+                {
+                    "job": s.job,
+                    "test": s.test,
+                    "points": [
+                        {
+                            "tag": p.tag,
+                            "tokens_per_second": p.tokens_per_second,
+                            "gpu": p.gpu,
+                            "spread_pct": p.spread_pct,
+                        }
+                        for p in s.points
+                    ],
+                }
+                for s in self.series
+            ],
+            "noisy": [{"job": s.job, "test": s.test, "tag": p.tag, "spread_pct": p.spread_pct} for s, p in self.noisy],
             "numerics": {job: [p.to_dict() for p in points] for job, points in self.numerics.items()},
-            "numerics_changes": [{"job": c.job, "tag": c.tag, "before_tag": c.before_tag, "cpu_ppl": c.ppl,
-                                  "before": c.before, "percent": round(c.percent, 3), "model": c.model,
-                                  "cpu_variant": c.cpu_variant} for c in self.numerics_changes],
+            "numerics_changes": [
+                {
+                    "job": c.job,
+                    "tag": c.tag,
+                    "before_tag": c.before_tag,
+                    "cpu_ppl": c.ppl,
+                    "before": c.before,
+                    "percent": round(c.percent, 3),
+                    "model": c.model,
+                    "cpu_variant": c.cpu_variant,
+                }
+                for c in self.numerics_changes
+            ],
             "ops": {job: [p.to_dict() for p in points] for job, points in self.ops.items()},
-            "ops_failed": [{"job": job, "tag": p.tag, "failed": p.failed, "device": p.device}
-                           for job, p in self.ops_failed],
-            "drops": [{"job": d.job, "test": d.test, "tag": d.tag, "tokens_per_second": d.value,
-                       "median_before": d.median, "percent": round(d.percent, 2)} for d in self.drops],
-            "untested": {tag: list(jobs) for tag, jobs in self.untested.items()}, "alert": self.alert,
+            "ops_failed": [
+                {"job": job, "tag": p.tag, "failed": p.failed, "device": p.device} for job, p in self.ops_failed
+            ],
+            "drops": [
+                {
+                    "job": d.job,
+                    "test": d.test,
+                    "tag": d.tag,
+                    "tokens_per_second": d.value,
+                    "median_before": d.median,
+                    "percent": round(d.percent, 2),
+                }
+                for d in self.drops
+            ],
+            "untested": {tag: list(jobs) for tag, jobs in self.untested.items()},
+            "alert": self.alert,
         }
 
     def render(self) -> str:
         from rich.table import Table
 
-        table = Table(title=f"{self.repo}: GPU llama-bench over {len(self.releases)} release(s) (t/s)",
-                      title_justify="left")
+        table = Table(
+            title=f"{self.repo}: GPU llama-bench over {len(self.releases)} release(s) (t/s)", title_justify="left"
+        )
         for column in ("job", "test", "GPU", "history", *self.releases[-6:], "change"):
             table.add_column(column, no_wrap=True)
         drops = {(d.job, d.test) for d in self.drops}
@@ -296,21 +356,32 @@ class PerfReport:
                 change = f"[bold red]{change} DROP[/]"
             elif s.points[-1].noisy(self.max_spread):
                 change = f"{change} noisy".strip()
-            table.add_row(s.job, s.test, s.points[-1].gpu or "?", s.sparkline(),
-                          *(f"{by_tag[t]:.1f}" if t in by_tag else "-" for t in self.releases[-6:]), change)
+            table.add_row(
+                s.job,
+                s.test,
+                s.points[-1].gpu or "?",
+                s.sparkline(),
+                *(f"{by_tag[t]:.1f}" if t in by_tag else "-" for t in self.releases[-6:]),
+                change,
+            )
         lines = [_text(table)]
         if not self.series:
             lines.append("no release carries GPU smoke figures yet (jobs[].gpu_smoke.bench in manifest.json)")
         lines.extend(f"drop: {d.render()}" for d in self.drops)
-        lines.extend(f"noisy: {s.job} {s.test} in {p.tag}: spread {p.spread_pct:.1f} % over its repetitions, beyond "
-                     f"the {self.max_spread:g} % limit; not judged" for s, p in self.noisy)
+        lines.extend(
+            f"noisy: {s.job} {s.test} in {p.tag}: spread {p.spread_pct:.1f} % over its repetitions, beyond "
+            f"the {self.max_spread:g} % limit; not judged"
+            for s, p in self.noisy
+        )
         if any(self.numerics.values()):
             lines.append(self._numerics_table())
         lines.extend(f"numerics change (reported, not gating): {c.render()}" for c in self.numerics_changes)
         if self.ops:
             lines.append(self._ops_table())
-        lines.extend(f"ops FAILED: {job} in {p.tag}: {p.failed} test-backend-ops case(s) failed on {p.device or '?'}"
-                     for job, p in self.ops_failed)
+        lines.extend(
+            f"ops FAILED: {job} in {p.tag}: {p.failed} test-backend-ops case(s) failed on {p.device or '?'}"
+            for job, p in self.ops_failed
+        )
         if self.alert:
             lines.append(f"alert: {self.alert}")
         return "\n".join(lines)
@@ -336,8 +407,9 @@ def _numerics_cell(p: NumericsPoint | None) -> str:
     return ppl + kld + answers
 
 
-def numerics_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
-                            ) -> dict[str, tuple[NumericsPoint, ...]]:
+def numerics_from_manifests(
+    manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
+) -> dict[str, tuple[NumericsPoint, ...]]:
     """Each job's numbers over ``manifests`` (oldest first); releases without figures are left out."""
     out: dict[str, list[NumericsPoint]] = {}
     for tag, manifest in manifests:
@@ -354,15 +426,24 @@ def numerics_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapp
                 value = n.get(key)
                 return str(value) if value is not None else None
 
-            out.setdefault(job.id, []).append(NumericsPoint(
-                tag, model=text("model"), cpu_ppl=num("cpu_ppl"), cpu_variant=text("cpu_variant"),
-                mean_kld=num("mean_kld"), same_top=num("same_top"), cross_backend=text("cross_backend"),
-                known_answers=text("known_answers")))
+            out.setdefault(job.id, []).append(
+                NumericsPoint(
+                    tag,
+                    model=text("model"),
+                    cpu_ppl=num("cpu_ppl"),
+                    cpu_variant=text("cpu_variant"),
+                    mean_kld=num("mean_kld"),
+                    same_top=num("same_top"),
+                    cross_backend=text("cross_backend"),
+                    known_answers=text("known_answers"),
+                )
+            )
     return {job: tuple(points) for job, points in sorted(out.items())}
 
 
-def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
-                          ) -> tuple[tuple[Series, ...], dict[str, tuple[str, ...]]]:
+def series_from_manifests(
+    manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]],
+) -> tuple[tuple[Series, ...], dict[str, tuple[str, ...]]]:
     """Each (job, test)'s figures over ``manifests`` ((tag, manifest), oldest first), and per release the jobs
     that shipped without GPU figures."""
     points: dict[tuple[str, str], list[Point]] = {}
@@ -379,26 +460,39 @@ def series_from_manifests(manifests: Sequence[tuple[str, ManifestRecord | Mappin
             for entry in gpu.bench:
                 value = entry.tokens_per_second
                 if value is not None and entry.test:
-                    points.setdefault((job.id, entry.test), []).append(Point(tag, float(value), gpu.gpu,
-                                                                             entry.spread))
+                    points.setdefault((job.id, entry.test), []).append(Point(tag, float(value), gpu.gpu, entry.spread))
         if missing:
             untested[tag] = tuple(missing)
     series = tuple(Series(job, test, tuple(pts)) for (job, test), pts in sorted(points.items()))
     return series, untested
 
 
-def read_perf(repo: str, *, context: Context, api_url: str | None = None, last: int = 30,
-              threshold: float = DEFAULT_THRESHOLD, alert: bool = False,
-              max_spread: float = DEFAULT_MAX_SPREAD) -> PerfReport:
+def read_perf(
+    repo: str,
+    *,
+    context: Context,
+    api_url: str | None = None,
+    last: int = 30,
+    threshold: float = DEFAULT_THRESHOLD,
+    alert: bool = False,
+    max_spread: float = DEFAULT_MAX_SPREAD,
+) -> PerfReport:
     """The history of the last ``last`` published releases of ``repo`` (see the module docstring)."""
     token = context.github.token
     gh = GitHub(repo, api_url=api_url, token=token, throttle=False, timeout=None)
     try:
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
-        report = PerfReport(repo, tuple(tag for tag, _ in manifests), series, threshold, untested=untested,
-                            max_spread=max_spread, numerics=numerics_from_manifests(manifests),
-                            ops=ops_from_manifests(manifests))
+        report = PerfReport(
+            repo,
+            tuple(tag for tag, _ in manifests),
+            series,
+            threshold,
+            untested=untested,
+            max_spread=max_spread,
+            numerics=numerics_from_manifests(manifests),
+            ops=ops_from_manifests(manifests),
+        )
         if alert and report.drops:
             report = _file_alert(gh, report, context)
         return report
@@ -412,13 +506,28 @@ def _file_alert(gh: Any, report: PerfReport, context: Context) -> PerfReport:
     if not context.github.token:
         raise PublishError("--alert needs a GitHub token (issues: write): set GITHUB_TOKEN or GH_TOKEN")
     newest = report.releases[-1]
-    body = "\n".join([f"llama-bench figures of {newest} dropped more than {report.threshold:g} % below the median "
-                      f"of the {WINDOW} releases before (`rockbuild perf`):", "",
-                      *(f"- {d.render()}" for d in report.drops), "", marker({"perf": newest})])
-    filed = file_issue(gh, IssueReport(
-        label=LABEL, color=LABEL_COLOR, title=f"Performance regression in {newest}", body=body,
-        what=f"{len(report.drops)} drop(s) in {newest}",
-        reported=lambda text: (read_marker(text) or {"perf": None})["perf"] == newest,
-        items=tuple(f"{d.job} {d.test}" for d in report.drops), already=f"{newest}'s drops are already reported",
-    ), say=lambda m: None)  # the report says it once (render's "alert:" line)
+    body = "\n".join(
+        [
+            f"llama-bench figures of {newest} dropped more than {report.threshold:g} % below the median "
+            f"of the {WINDOW} releases before (`rockbuild perf`):",
+            "",
+            *(f"- {d.render()}" for d in report.drops),
+            "",
+            marker({"perf": newest}),
+        ]
+    )
+    filed = file_issue(
+        gh,
+        IssueReport(
+            label=LABEL,
+            color=LABEL_COLOR,
+            title=f"Performance regression in {newest}",
+            body=body,
+            what=f"{len(report.drops)} drop(s) in {newest}",
+            reported=lambda text: (read_marker(text) or {"perf": None})["perf"] == newest,
+            items=tuple(f"{d.job} {d.test}" for d in report.drops),
+            already=f"{newest}'s drops are already reported",
+        ),
+        say=lambda m: None,
+    )  # the report says it once (render's "alert:" line)
     return replace(report, alert=filed.message)

@@ -24,19 +24,65 @@ from rockbuild.core.errors import BuildError, ProcessError
 
 # Variables a child may inherit from our environment. Everything else must be passed explicitly.
 INHERITED = (
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "TEMP", "TMP",
-    "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "PROGRAMDATA", "PROGRAMFILES", "PROGRAMFILES(X86)",
-    "LOCALAPPDATA", "APPDATA", "USERPROFILE", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
-    "CCACHE_DIR", "CCACHE_MAXSIZE", "CCACHE_BASEDIR", "SOURCE_DATE_EPOCH", "CI", "GITHUB_ACTIONS",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SYSTEMROOT",
+    "SYSTEMDRIVE",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "PROGRAMDATA",
+    "PROGRAMFILES",
+    "PROGRAMFILES(X86)",
+    "LOCALAPPDATA",
+    "APPDATA",
+    "USERPROFILE",
+    "NUMBER_OF_PROCESSORS",
+    "PROCESSOR_ARCHITECTURE",
+    "CCACHE_DIR",
+    "CCACHE_MAXSIZE",
+    "CCACHE_BASEDIR",
+    "SOURCE_DATE_EPOCH",
+    "CI",
+    "GITHUB_ACTIONS",
     # how this machine reaches the network: its proxy and the CA bundle that trusts it (a company's TLS-inspecting
     # proxy), for git, npm and CMake's downloads in the children as for rockbuild's own requests
-    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
 )
 INHERITED_PREFIXES = ("LC_", "WINE")  # WINEPREFIX, WINEDEBUG...: a Windows program run under wine
 # Never handed to a child, whoever asks: the build and smoke steps need none of them.
-SECRET_NAMES = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ACTIONS_RUNTIME_TOKEN",
-                          "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "NPM_TOKEN", "PYPI_TOKEN", "TWINE_PASSWORD"})
+SECRET_NAMES = frozenset(
+    {
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "ACTIONS_RUNTIME_TOKEN",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+        "NPM_TOKEN",
+        "PYPI_TOKEN",
+        "TWINE_PASSWORD",
+    }
+)
 SECRET_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|APIKEY|PRIVATE_KEY)", re.I)
 
 
@@ -53,9 +99,7 @@ def child_env(
     """An explicit environment: allowlisted variables of ``base`` (default: ours) plus ``extra``, minus secrets."""
     source = environment() if base is None else base
     wanted = {name.upper() for name in inherit}
-    env = {
-        k: v for k, v in source.items() if k.upper() in wanted or k.upper().startswith(INHERITED_PREFIXES)
-    }
+    env = {k: v for k, v in source.items() if k.upper() in wanted or k.upper().startswith(INHERITED_PREFIXES)}
     env.update(extra or {})
     return {k: v for k, v in env.items() if not is_secret(k)}
 
@@ -118,8 +162,12 @@ WINE_FALLBACK = Path("/usr/lib/wine/wine64")
 # wine ends a program that died of an exception with the NTSTATUS cut to 8 bits (0xC000001D: 29), which says nothing
 # alone; its "wine: Unhandled <what> at address" line says which, and the run gets back the status Windows reports
 WINE_UNHANDLED = re.compile(r"^wine: Unhandled (illegal instruction|page fault|stack overflow|privileged instruction)")
-WINE_STATUS = {"illegal instruction": 0xC000001D, "page fault": 0xC0000005, "stack overflow": 0xC00000FD,
-               "privileged instruction": 0xC0000096}
+WINE_STATUS = {
+    "illegal instruction": 0xC000001D,
+    "page fault": 0xC0000005,
+    "stack overflow": 0xC00000FD,
+    "privileged instruction": 0xC0000096,
+}
 
 
 def find_wine(env: Mapping[str, str]) -> str | None:
@@ -139,8 +187,11 @@ def launch_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
         return argv
     wine = find_wine(env)
     if wine is None:
-        raise ProcessError(f"{Path(argv[0]).name} is a Windows program: on this machine it runs only under wine, "
-                           "which is not installed (apt install wine64)", returncode=None)
+        raise ProcessError(
+            f"{Path(argv[0]).name} is a Windows program: on this machine it runs only under wine, "
+            "which is not installed (apt install wine64)",
+            returncode=None,
+        )
     return [wine, *argv]
 
 
@@ -179,8 +230,13 @@ def run(
     try:
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=(os.name == "posix"),
+                argv,
+                cwd=cwd,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=(os.name == "posix"),
             )
         except FileNotFoundError:
             raise ProcessError(f"{argv[0]}: command not found", returncode=None) from None
@@ -189,6 +245,7 @@ def run(
         timed_out = threading.Event()
         timer = None
         if timeout is not None:
+
             def expire() -> None:
                 timed_out.set()
                 _kill_tree(proc)
@@ -227,12 +284,16 @@ def run(
     if timed_out.is_set():
         raise ProcessError(
             f"{_describe(argv)} timed out after {timeout:.0f}s" + (f"; log: {log}" if log else ""),
-            tail=list(tail), log=log, returncode=returncode,
+            tail=list(tail),
+            log=log,
+            returncode=returncode,
         )
     if check and returncode != 0:
         raise ProcessError(
             f"{_describe(argv)} failed with exit code {returncode}" + (f"; log: {log}" if log else ""),
-            tail=list(tail), log=log, returncode=returncode,
+            tail=list(tail),
+            log=log,
+            returncode=returncode,
         )
     return result
 
@@ -251,8 +312,13 @@ def spawn(
     log_fh = open(log, "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
-            argv, cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=log_fh,
-            stderr=subprocess.STDOUT, start_new_session=(os.name == "posix"),
+            argv,
+            cwd=cwd,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=(os.name == "posix"),
         )
     finally:
         log_fh.close()

@@ -99,14 +99,25 @@ class Settings(Context):
         """The jobs of the matrix file (-c, else the shipped one), with the dispatch inputs' axes."""
         from rockbuild.matrix import load_matrix
 
-        return load_matrix(self.matrix_file, self.families, os_override=os_override,
-                           target_override=target_override)
+        return load_matrix(self.matrix_file, self.families, os_override=os_override, target_override=target_override)
 
-    def job(self, *, target: str | None = None, family: str | None = None, job_id: str | None = None,
-            os_name: str | None = None) -> Job:
+    def job(
+        self,
+        *,
+        target: str | None = None,
+        family: str | None = None,
+        job_id: str | None = None,
+        os_name: str | None = None,
+    ) -> Job:
         """The job ``--target``, ``--family`` or ``--job`` names in the matrix file
         (:func:`rockbuild.matrix.select_job`; a target or family job for ``os_name``, default this machine's OS)."""
         from rockbuild.matrix import select_job
 
-        return select_job(self.jobs, self.families, target=target, family=family, job_id=job_id,
-                          os_name=os_name or ("" if job_id else self.host_os))
+        return select_job(
+            self.jobs,
+            self.families,
+            target=target,
+            family=family,
+            job_id=job_id,
+            os_name=os_name or ("" if job_id else self.host_os),
+        )

@@ -42,14 +42,33 @@ if TYPE_CHECKING:
 # what only a ROCm bundle carries: the HIP runtime and the libraries llama.cpp's HIP backend pulls in (the Vulkan
 # backend audits their absence)
 ROCM_LIBRARIES = (
-    "libggml-hip.so*", "ggml-hip.dll", "libamdhip64.so*", "amdhip64*.dll", "libhiprtc*.so*", "hiprtc*.dll",
-    "libhsa-runtime64.so*", "libamd_comgr*.so*", "amd_comgr*.dll", "librocblas.so*", "rocblas.dll",
-    "libhipblas*.so*", "hipblas*.dll", "librocsolver.so*", "rocsolver.dll", "librocsparse.so*", "rocsparse.dll",
-    "librocm_kpack.so*", "librocprofiler*.so*", "libroctx64.so*", "librocm-core.so*",
+    "libggml-hip.so*",
+    "ggml-hip.dll",
+    "libamdhip64.so*",
+    "amdhip64*.dll",
+    "libhiprtc*.so*",
+    "hiprtc*.dll",
+    "libhsa-runtime64.so*",
+    "libamd_comgr*.so*",
+    "amd_comgr*.dll",
+    "librocblas.so*",
+    "rocblas.dll",
+    "libhipblas*.so*",
+    "hipblas*.dll",
+    "librocsolver.so*",
+    "rocsolver.dll",
+    "librocsparse.so*",
+    "rocsparse.dll",
+    "librocm_kpack.so*",
+    "librocprofiler*.so*",
+    "libroctx64.so*",
+    "librocm-core.so*",
 )
 
-def foreign_files(root: Path, names: set[str], policy: PlatformPolicy, *, forbidden: Sequence[str], why: str,
-                  flavour: str) -> list[str]:
+
+def foreign_files(
+    root: Path, names: set[str], policy: PlatformPolicy, *, forbidden: Sequence[str], why: str, flavour: str
+) -> list[str]:
     """The audit's failures for a bundle without ROCm: a top-level file matching ``forbidden`` (``{name} {why}``), one
     the policy says never ships, or a ROCm kernel data folder."""
     from rockbuild.bundle.policy import name_matches
@@ -64,7 +83,6 @@ def foreign_files(root: Path, names: set[str], policy: PlatformPolicy, *, forbid
         if (root / folder).is_dir():
             failures.append(f"{folder}/ (ROCm kernel data) is in a {flavour} bundle")
     return failures
-
 
 
 class Backend(BuildBackend, BundleBackend, SmokeBackend, Protocol):
@@ -94,8 +112,9 @@ class Backend(BuildBackend, BundleBackend, SmokeBackend, Protocol):
         ...
 
     # users: doctor
-    def doctor_findings(self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str],
-                        env: Mapping[str, str]) -> tuple[list[Finding], dict[str, Any]]:
+    def doctor_findings(
+        self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[list[Finding], dict[str, Any]]:
         """What ``rockbuild doctor --bundle`` says of a bundle of this flavour on this machine's GPUs, and what it adds
         to the report's bundle section."""
         ...
@@ -191,6 +210,14 @@ def unregister(name: str) -> None:
 
 
 __all__ = [
-    "BACKENDS", "REGISTRY", "Backend", "SmokeDevices", "all_backends", "bundle_backend", "get_backend",
-    "names", "register", "unregister",
+    "BACKENDS",
+    "REGISTRY",
+    "Backend",
+    "SmokeDevices",
+    "all_backends",
+    "bundle_backend",
+    "get_backend",
+    "names",
+    "register",
+    "unregister",
 ]

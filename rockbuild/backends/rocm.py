@@ -104,8 +104,14 @@ def cmake_definitions(
         # the audit unpacks): about 55 MB of its 78 MB were code objects stored as they are
         "CMAKE_HIP_FLAGS": HIP_FLAGS,
     }
-    return compose_definitions(own.items(), set_by="(from the job's targets, the ROCm root or the source)",
-                               extra=extra, offline=offline, build_info=build_info, ccache=ccache)
+    return compose_definitions(
+        own.items(),
+        set_by="(from the job's targets, the ROCm root or the source)",
+        extra=extra,
+        offline=offline,
+        build_info=build_info,
+        ccache=ccache,
+    )
 
 
 def toolchain_variables(toolchain: Toolchain, ccache_dir: Path | str | None = None) -> dict[str, str]:
@@ -153,8 +159,13 @@ def build_environment(
 ) -> dict[str, str]:
     """The complete environment of cmake and ninja: the allowlist of ``base``, the MSVC variables (Windows), the ROCm
     variables and PATH. Secrets never survive, wherever they came from."""
-    return compose_environment(toolchain.windows, toolchain_variables(toolchain, ccache_dir), base=base, msvc=msvc,
-                               path_entries=toolchain_path_entries(toolchain))
+    return compose_environment(
+        toolchain.windows,
+        toolchain_variables(toolchain, ccache_dir),
+        base=base,
+        msvc=msvc,
+        path_entries=toolchain_path_entries(toolchain),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -195,8 +206,10 @@ def check_kernels(root: Path, names: set[str], targets: Sequence[str], policy: P
         if not users:
             warnings.append(f"{rule.dest}/ is shipped but no library that uses it ({', '.join(rule.used_by)})")
         if rule.component == "kpack":
-            warnings.append(f"{rule.dest}/ is found through the split libraries' .rocm_kpack_ref paths (made to name "
-                            "the bundle's, see the kpack-refs check); TheRock's loader reading it needs a GPU to prove")
+            warnings.append(
+                f"{rule.dest}/ is found through the split libraries' .rocm_kpack_ref paths (made to name "
+                "the bundle's, see the kpack-refs check); TheRock's loader reading it needs a GPU to prove"
+            )
     packed = {t for rule, per_target in per_folder if rule.component == "kpack" for t in per_target}
     for rule, per_target in per_folder:
         for target in targets:
@@ -211,8 +224,11 @@ def check_code_objects(
     """libggml-hip (and every fat binary bundle.json says was pruned) must hold exactly the job's targets."""
     failures, warnings = [], []
     reports: list[FatbinReport] = []
-    ggml = [p for p in candidates if p.parent == root and (
-        name_matches(p.name, GGML_HIP, platform="linux") or p.name in pruned)]
+    ggml = [
+        p
+        for p in candidates
+        if p.parent == root and (name_matches(p.name, GGML_HIP, platform="linux") or p.name in pruned)
+    ]
     if not any(name_matches(p.name, GGML_HIP, platform="linux") for p in ggml):
         warnings.append("no libggml-hip in the bundle: the GPU code of the build was not checked")
     for path in ggml:
@@ -233,8 +249,9 @@ def check_code_objects(
                 parts.append(f"lacks {', '.join(sorted(want - got, key=target_order))}")
             if got - want:
                 parts.append(f"also has {', '.join(sorted(got - want, key=target_order))}")
-            failures.append(f"{path.name} has device code for {', '.join(report.targets) or 'nothing'}: "
-                            f"{' and '.join(parts)}")
+            failures.append(
+                f"{path.name} has device code for {', '.join(report.targets) or 'nothing'}: {' and '.join(parts)}"
+            )
     details = {"files": [r.summary().to_dict() for r in reports]}
     return Check("code-objects", not failures, tuple(failures), tuple(warnings), details), reports
 
@@ -273,8 +290,10 @@ def decide_expectation(asked: str, targets: Sequence[str], devices: Sequence[str
     if matching:
         return True, f"auto: a ROCm device of this bundle's targets is present ({', '.join(matching)})"
     if devices:
-        return False, (f"auto: ROCm devices present ({', '.join(devices)}) but none is a target of this bundle "
-                       f"({', '.join(targets) or '?'})")
+        return False, (
+            f"auto: ROCm devices present ({', '.join(devices)}) but none is a target of this bundle "
+            f"({', '.join(targets) or '?'})"
+        )
     return False, "auto: no ROCm device found"
 
 
@@ -287,8 +306,7 @@ WORDS: dict[str, str] = {
 }
 
 
-def rocm_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = ()
-                 ) -> SmokeGpu:
+def rocm_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = ()) -> SmokeGpu:
     """``gpu``: every load put weights in a ``ROCmN`` buffer and offloaded all layers (when the line is there);
     ``partial``: some weights on a ROCm device, not all layers; ``cpu``: no ROCm buffer (an ``offloaded N/N`` line
     next to CPU or RPC buffers is noted, never believed); ``unknown``: no buffer lines at all (no ``-lv 4`` log)."""
@@ -310,12 +328,17 @@ def rocm_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts:
             else:
                 placements.append("cpu")
                 others = [b for b in load.buffers if not b.device.startswith("CPU")]
-                if note := offload_claim(load, "ROCm",
-                                         f" (non-GPU device: {format_buffers(others)})" if others else ""):
+                if note := offload_claim(
+                    load, "ROCm", f" (non-GPU device: {format_buffers(others)})" if others else ""
+                ):
                     notes.append(note)
         placement = combined_placement(placements)
-    return judge(VerdictWords(**WORDS), Placement(placement, loads, gpu_mib=gpu_mib, host_mib=host_mib, notes=notes),
-                 expect_gpu=expect_gpu, texts=texts)
+    return judge(
+        VerdictWords(**WORDS),
+        Placement(placement, loads, gpu_mib=gpu_mib, host_mib=host_mib, notes=notes),
+        expect_gpu=expect_gpu,
+        texts=texts,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -344,8 +367,14 @@ class RocmBackend:
                 f"tarball for {part.family.name}; exclude {{os: {os_name}, target: {written}}}"
             )
         assert group is not None
-        return {"id": f"{os_name}-{sel.short}", "name": sel.short, "family": sel.family.name, "group": group,
-                "legacy_groups": sel.family.legacy_groups, "targets": sel.targets}
+        return {
+            "id": f"{os_name}-{sel.short}",
+            "name": sel.short,
+            "family": sel.family.name,
+            "group": group,
+            "legacy_groups": sel.family.legacy_groups,
+            "targets": sel.targets,
+        }
 
     # build
     def toolchain(self, job: Job, layout: RocmLayout | None) -> Toolchain:
@@ -361,26 +390,36 @@ class RocmBackend:
         return toolchain
 
     def build_environment(
-        self, job: Job, toolchain: Toolchain | None, *, msvc: Mapping[str, str] | None = None,
-        ccache_dir: Path | None = None, base: Mapping[str, str] | None = None,
+        self,
+        job: Job,
+        toolchain: Toolchain | None,
+        *,
+        msvc: Mapping[str, str] | None = None,
+        ccache_dir: Path | None = None,
+        base: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, str], list[str]]:
         assert toolchain is not None
         env = build_environment(toolchain, base=base, msvc=msvc, ccache_dir=ccache_dir)
         return env, list(toolchain_variables(toolchain, ccache_dir))
 
-    def compilers(self, job: Job, toolchain: Toolchain | None,
-                  env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    def compilers(
+        self, job: Job, toolchain: Toolchain | None, env: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
         assert toolchain is not None
-        compilers = {"c": first_line([toolchain.c_compiler, "--version"], env),
-                     "cxx": first_line([toolchain.cxx_compiler, "--version"], env)}
+        compilers = {
+            "c": first_line([toolchain.c_compiler, "--version"], env),
+            "cxx": first_line([toolchain.cxx_compiler, "--version"], env),
+        }
         compilers["hip"] = compilers["cxx"]
         return compilers, {}
 
-    def cmake_definitions(self, job: Job, toolchain: Toolchain | None, *, offline: bool,
-                          build_info: Mapping[str, str], ccache: bool) -> list[tuple[str, str]]:
+    def cmake_definitions(
+        self, job: Job, toolchain: Toolchain | None, *, offline: bool, build_info: Mapping[str, str], ccache: bool
+    ) -> list[tuple[str, str]]:
         assert toolchain is not None
-        return cmake_definitions(toolchain, job.targets, extra=job.cmake, offline=offline, build_info=build_info,
-                                 ccache=ccache)
+        return cmake_definitions(
+            toolchain, job.targets, extra=job.cmake, offline=offline, build_info=build_info, ccache=ccache
+        )
 
     # bundle and audit
     def bundle_platform(self, layout: RocmLayout | None, targets: Sequence[str], platform: str | None) -> str:
@@ -391,8 +430,15 @@ class RocmBackend:
         return layout.platform
 
     def audit_checks(
-        self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, record: BundleRecord | None, windows: bool,
+        self,
+        root: Path,
+        names: set[str],
+        targets: Sequence[str],
+        policy: PlatformPolicy,
+        binaries: Sequence[Path],
+        *,
+        record: BundleRecord | None,
+        windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         if windows:
             code, fat = check_code_objects(root, binaries, targets)
@@ -406,15 +452,28 @@ class RocmBackend:
 
     # smoke
     def smoke_devices(
-        self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
-        logs: Path, kfd_topology: Path | None,
+        self,
+        cli: Path,
+        targets: Sequence[str],
+        *,
+        asked: str,
+        device: str | None,
+        env: Mapping[str, str],
+        logs: Path,
+        kfd_topology: Path | None,
     ) -> SmokeDevices:
         devices = tuple(kfd_gfx_targets(kfd_topology) if kfd_topology else kfd_gfx_targets())
         expect, reason = decide_expectation(asked, targets, devices)
         return SmokeDevices(devices, expect, reason, device)
 
-    def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchFigure]) -> SmokeGpu:
+    def smoke_verdict(
+        self,
+        loads: Sequence[LoadReport],
+        *,
+        expect_gpu: bool | None,
+        texts: Sequence[str | None],
+        bench: Sequence[BenchFigure],
+    ) -> SmokeGpu:
         return rocm_verdict(loads, expect_gpu=expect_gpu, texts=texts)
 
     def in_logs(self, loads: Sequence[LoadReport]) -> bool:
@@ -428,17 +487,23 @@ class RocmBackend:
         return list(isas)
 
     # doctor
-    def doctor_findings(self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str],
-                        env: Mapping[str, str]) -> tuple[list[Finding], dict[str, Any]]:
+    def doctor_findings(
+        self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[list[Finding], dict[str, Any]]:
         findings = []
         for gpu in gpus:
             if gpu.target in targets:
                 findings.append(Finding("ok", "bundle", f"{bundle} has kernels for {gpu.target}"))
             else:
-                findings.append(Finding(
-                    "error", "bundle",
-                    f"{bundle} has kernels for {', '.join(targets) or 'no target'}, not for {gpu.target}: "
-                    "it would fail or run on the CPU there", f"rockbuild install --target {gpu.target}"))
+                findings.append(
+                    Finding(
+                        "error",
+                        "bundle",
+                        f"{bundle} has kernels for {', '.join(targets) or 'no target'}, not for {gpu.target}: "
+                        "it would fail or run on the CPU there",
+                        f"rockbuild install --target {gpu.target}",
+                    )
+                )
         return findings, {}
 
 

@@ -65,9 +65,13 @@ def vulkan_cmake_definitions(
     """The -D definitions of a Vulkan job's configure step, by the rules of
     :func:`rockbuild.llamacpp.cmake.compose_definitions`."""
     return compose_definitions(
-        swap=VULKAN_SWAP, reserved=VULKAN_RESERVED_DEFINITIONS,
+        swap=VULKAN_SWAP,
+        reserved=VULKAN_RESERVED_DEFINITIONS,
         set_by="for a Vulkan job (the backend, the host's compiler or the source)",
-        extra=extra, offline=offline, build_info=build_info, ccache=ccache,
+        extra=extra,
+        offline=offline,
+        build_info=build_info,
+        ccache=ccache,
     )
 
 
@@ -78,13 +82,16 @@ def find_glslc(env: Mapping[str, str]) -> str:
     if found is None and sdk:
         found = shutil.which("glslc", path=os.pathsep.join([str(Path(sdk) / "bin"), str(Path(sdk) / "Bin")]))
     if found is None:
-        raise BuildError("glslc is not installed (not on PATH): a Vulkan build compiles its shaders with it; install "
-                         "glslc, libvulkan-dev and spirv-headers (Vulkan headers >= 1.3.2xx) or the LunarG Vulkan SDK")
+        raise BuildError(
+            "glslc is not installed (not on PATH): a Vulkan build compiles its shaders with it; install "
+            "glslc, libvulkan-dev and spirv-headers (Vulkan headers >= 1.3.2xx) or the LunarG Vulkan SDK"
+        )
     return found
 
 
-def glslc_definitions(env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *,
-                      size_mib: int = DEFAULT_SIZE_MIB) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+def glslc_definitions(
+    env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *, size_mib: int = DEFAULT_SIZE_MIB
+) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
     """``-DVulkan_GLSLC_EXECUTABLE`` and what build.json records of the shader cache: with ``cache_dir``, the
     wrapper that keeps glslc's outputs there across build trees (:mod:`rockbuild.llamacpp.shader_cache`); without, the
     real glslc (so a tree configured with the wrapper before drops it). Nothing on Windows, whose vulkan-shaders-gen
@@ -95,8 +102,12 @@ def glslc_definitions(env: Mapping[str, str], build_dir: Path, cache_dir: Path |
     if cache_dir is None:
         return [("Vulkan_GLSLC_EXECUTABLE", glslc)], {"enabled": False, "dir": None}
     wrapper = install_wrapper(build_dir, glslc, cache_dir, size=size_mib)
-    return [("Vulkan_GLSLC_EXECUTABLE", wrapper)], {"enabled": True, "dir": str(cache_dir), "glslc": glslc,
-                                                    "size_mib": size_mib}
+    return [("Vulkan_GLSLC_EXECUTABLE", wrapper)], {
+        "enabled": True,
+        "dir": str(cache_dir),
+        "glslc": glslc,
+        "size_mib": size_mib,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -105,8 +116,14 @@ def glslc_definitions(env: Mapping[str, str], build_dir: Path, cache_dir: Path |
 
 def check_no_rocm(root: Path, names: set[str], policy: PlatformPolicy) -> Check:
     """A Vulkan bundle: nothing of ROCm in it, and no library the host must provide (the Vulkan loader, a driver)."""
-    failures = foreign_files(root, names, policy, forbidden=ROCM_LIBRARIES,
-                             why="is a ROCm library: a Vulkan bundle must not carry ROCm", flavour="Vulkan")
+    failures = foreign_files(
+        root,
+        names,
+        policy,
+        forbidden=ROCM_LIBRARIES,
+        why="is a ROCm library: a Vulkan bundle must not carry ROCm",
+        flavour="Vulkan",
+    )
     vulkan = sorted(n for n in names if name_matches(n, GGML_VULKAN, platform=policy.platform))
     warnings = () if vulkan else ("no libggml-vulkan in the bundle: is this a Vulkan build?",)
     return Check("no-rocm", not failures, tuple(failures), warnings, {"ggml_vulkan": vulkan})
@@ -128,27 +145,35 @@ def decide_vulkan_expectation(asked: str, devices: Sequence[str]) -> tuple[bool,
         return False, "--expect-gpu no"
     if devices:
         return True, f"auto: the bundle sees a Vulkan device ({devices[0]})"
-    return False, ("auto: the bundle sees no Vulkan device (a CPU device like lavapipe is only used when "
-                   "GGML_VK_VISIBLE_DEVICES lists it)")
+    return False, (
+        "auto: the bundle sees no Vulkan device (a CPU device like lavapipe is only used when "
+        "GGML_VK_VISIBLE_DEVICES lists it)"
+    )
 
 
 def no_vulkan_device(probe_error: str | None, env: Mapping[str, str]) -> str:
     """One line: why the bundle sees no Vulkan device, and what to check first."""
     if probe_error:
-        return (f"the Vulkan bundle cannot start: {probe_error}; the host needs the Vulkan loader (libvulkan1 / "
-                "vulkan-1.dll) and a driver")
+        return (
+            f"the Vulkan bundle cannot start: {probe_error}; the host needs the Vulkan loader (libvulkan1 / "
+            "vulkan-1.dll) and a driver"
+        )
     pinned = [f"{name}={env[name]}" for name in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES") if env.get(name)]
     if pinned:
-        advice = (f"{' and '.join(pinned)} limits the Vulkan loader to those driver files; check they exist, or "
-                  "unset it")
+        advice = f"{' and '.join(pinned)} limits the Vulkan loader to those driver files; check they exist, or unset it"
     elif env.get("GGML_VK_VISIBLE_DEVICES") is not None:
-        advice = (f"GGML_VK_VISIBLE_DEVICES={env['GGML_VK_VISIBLE_DEVICES']} lists no usable device; check "
-                  "`vulkaninfo --summary`")
+        advice = (
+            f"GGML_VK_VISIBLE_DEVICES={env['GGML_VK_VISIBLE_DEVICES']} lists no usable device; check "
+            "`vulkaninfo --summary`"
+        )
     else:
-        advice = ("install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's "
-                  "lavapipe (a CPU device) set GGML_VK_VISIBLE_DEVICES=0")
-    return ("no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: "
-            + advice)
+        advice = (
+            "install a Vulkan driver (Mesa RADV or AMD's) and check `vulkaninfo --summary`; for Mesa's "
+            "lavapipe (a CPU device) set GGML_VK_VISIBLE_DEVICES=0"
+        )
+    return (
+        "no Vulkan device visible to the bundle (llama-cli --list-devices lists none) where one is required: " + advice
+    )
 
 
 def vulkan_bench_problem(results: Sequence[BenchFigure]) -> str | None:
@@ -175,8 +200,13 @@ WORDS: dict[str, str] = {
 }
 
 
-def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None] = (),
-                   bench: Sequence[BenchFigure] = ()) -> SmokeGpu:
+def vulkan_verdict(
+    loads: Sequence[LoadReport],
+    *,
+    expect_gpu: bool | None,
+    texts: Sequence[str | None] = (),
+    bench: Sequence[BenchFigure] = (),
+) -> SmokeGpu:
     """Judge a Vulkan bundle's run: ``gpu`` when every load put weights in a ``VulkanN`` model buffer and its KV cache
     in a ``VulkanN`` KV buffer; ``partial`` with Vulkan weights but a KV cache elsewhere or fewer layers than all;
     ``cpu`` otherwise. The output layer may stay in ``CPU_Mapped`` on a ``gpu`` run (lavapipe's 128 MiB storage
@@ -209,8 +239,15 @@ def vulkan_verdict(loads: Sequence[LoadReport], *, expect_gpu: bool | None, text
         notes.append(bench_problem)
     if any(load.vulkan and load.vulkan.cpu_type_device for load in loads):
         notes.append("the Vulkan device is a CPU-type device (lavapipe/llvmpipe)")
-    found = Placement(placement, loads, gpu_mib=gpu_mib, host_mib=host_mib, notes=notes,
-                      fallback=fallbacks[0] if fallbacks else None, failures=[bench_problem] if bench_problem else [])
+    found = Placement(
+        placement,
+        loads,
+        gpu_mib=gpu_mib,
+        host_mib=host_mib,
+        notes=notes,
+        fallback=fallbacks[0] if fallbacks else None,
+        failures=[bench_problem] if bench_problem else [],
+    )
     return judge(VerdictWords(**WORDS), found, expect_gpu=expect_gpu, texts=texts)
 
 
@@ -225,24 +262,44 @@ def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str])
 
     exe = bundle_program(bundle, "llama-cli")
     if not exe.is_file():
-        return [Finding("error", "bundle", f"{bundle} has no {exe.name}: cannot ask it for its Vulkan devices",
-                        "pass the folder rockbuild install made")], []
+        return [
+            Finding(
+                "error",
+                "bundle",
+                f"{bundle} has no {exe.name}: cannot ask it for its Vulkan devices",
+                "pass the folder rockbuild install made",
+            )
+        ], []
     child, _ = smoke_env(env)
     with tempfile.TemporaryDirectory(prefix="rockbuild-doctor-") as tmp:
         found, problem = list_devices(exe, cwd=bundle, env=child, log=Path(tmp) / "list-devices.log", timeout=60)
     devices = [f"{name}: {desc}" for name, desc in found if name.startswith("Vulkan")]
     if problem:
         loader = "libvulkan" in problem or "vulkan-1.dll" in problem
-        return [Finding("error", "vulkan", f"the Vulkan build cannot start: {problem}",
-                        "install the Vulkan loader (Debian/Ubuntu: apt install libvulkan1; Windows: update the GPU "
-                        "driver)" if loader else "run it by hand to see why")], devices
+        return [
+            Finding(
+                "error",
+                "vulkan",
+                f"the Vulkan build cannot start: {problem}",
+                "install the Vulkan loader (Debian/Ubuntu: apt install libvulkan1; Windows: update the GPU driver)"
+                if loader
+                else "run it by hand to see why",
+            )
+        ], devices
     if devices:
         return [Finding("ok", "vulkan", f"the Vulkan build sees {d}") for d in devices], devices
     severity = "error" if gpus else "warning"
-    return [Finding(severity, "vulkan", "the Vulkan build sees no Vulkan device"
-                    + (" although an AMD GPU is present" if gpus else "") + ": it would run on the CPU",
-                    "install a Vulkan driver (Mesa RADV: apt install mesa-vulkan-drivers; or AMD's) and check "
-                    "`vulkaninfo --summary`")], devices
+    return [
+        Finding(
+            severity,
+            "vulkan",
+            "the Vulkan build sees no Vulkan device"
+            + (" although an AMD GPU is present" if gpus else "")
+            + ": it would run on the CPU",
+            "install a Vulkan driver (Mesa RADV: apt install mesa-vulkan-drivers; or AMD's) and check "
+            "`vulkaninfo --summary`",
+        )
+    ], devices
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -260,20 +317,25 @@ class VulkanBackend:
 
     def job_fields(self, os_name: str, target: str, families: FamilyTable, origin: str) -> dict[str, Any]:
         # one Vulkan job per OS: no family, tarball group or gfx targets (the ROCm options stay, unused)
-        return {"id": f"{os_name}-{NAME}", "name": NAME, "family": "", "group": "", "legacy_groups": (),
-                "targets": ()}
+        return {"id": f"{os_name}-{NAME}", "name": NAME, "family": "", "group": "", "legacy_groups": (), "targets": ()}
 
     # build: the host's compiler, so no toolchain; build.json's rocm and toolchain stay null
     def toolchain(self, job: Job, layout: RocmLayout | None) -> Toolchain | None:
         return None
 
     def build_environment(
-        self, job: Job, toolchain: Toolchain | None, *, msvc: Mapping[str, str] | None = None,
-        ccache_dir: Path | None = None, base: Mapping[str, str] | None = None,
+        self,
+        job: Job,
+        toolchain: Toolchain | None,
+        *,
+        msvc: Mapping[str, str] | None = None,
+        ccache_dir: Path | None = None,
+        base: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, str], list[str]]:
         # PATH as it is: the host's compiler, glslc and the Vulkan SDK are found where the host put them
-        env = host_build_environment(job.os, base=base, msvc=msvc, ccache_dir=ccache_dir,
-                                     inherit=VULKAN_BUILD_INHERITED)
+        env = host_build_environment(
+            job.os, base=base, msvc=msvc, ccache_dir=ccache_dir, inherit=VULKAN_BUILD_INHERITED
+        )
         variables = [*host_build_variables(ccache_dir), *VULKAN_BUILD_INHERITED]
         if ccache_dir is not None and job.os != "windows":
             # vulkan-shaders-gen is an ExternalProject, configured at build time without GGML_CCACHE's launcher:
@@ -283,37 +345,55 @@ class VulkanBackend:
             variables += list(VULKAN_LAUNCHERS)
         return env, variables
 
-    def glslc_definitions(self, env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *,
-                          size_mib: int = DEFAULT_SIZE_MIB) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    def glslc_definitions(
+        self, env: Mapping[str, str], build_dir: Path, cache_dir: Path | None, *, size_mib: int = DEFAULT_SIZE_MIB
+    ) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
         # the shader cache (rockbuild.llamacpp.shader_cache): glslc through a wrapper that keeps its outputs
         return glslc_definitions(env, build_dir, cache_dir, size_mib=size_mib)
 
-    def compilers(self, job: Job, toolchain: Toolchain | None,
-                  env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    def compilers(
+        self, job: Job, toolchain: Toolchain | None, env: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
         tools = {"glslc": first_line([find_glslc(env), "--version"], env)}
         return host_compilers(env, job.os == "windows"), tools
 
-    def cmake_definitions(self, job: Job, toolchain: Toolchain | None, *, offline: bool,
-                          build_info: Mapping[str, str], ccache: bool) -> list[tuple[str, str]]:
+    def cmake_definitions(
+        self, job: Job, toolchain: Toolchain | None, *, offline: bool, build_info: Mapping[str, str], ccache: bool
+    ) -> list[tuple[str, str]]:
         return vulkan_cmake_definitions(extra=job.cmake, offline=offline, build_info=build_info, ccache=ccache)
 
     # bundle and audit: the Vulkan loader and drivers are host libraries by policy
     def bundle_platform(self, layout: RocmLayout | None, targets: Sequence[str], platform: str | None) -> str:
         if targets:
             raise BundleError(
-                f"a Vulkan bundle has no GPU targets (SPIR-V runs on any Vulkan GPU), not {tuple(targets)}")
+                f"a Vulkan bundle has no GPU targets (SPIR-V runs on any Vulkan GPU), not {tuple(targets)}"
+            )
         return platform or ("windows" if os.name == "nt" else "linux")
 
     def audit_checks(
-        self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, record: BundleRecord | None, windows: bool,
+        self,
+        root: Path,
+        names: set[str],
+        targets: Sequence[str],
+        policy: PlatformPolicy,
+        binaries: Sequence[Path],
+        *,
+        record: BundleRecord | None,
+        windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         return [check_no_rocm(root, names, policy)], []
 
     # smoke
     def smoke_devices(
-        self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
-        logs: Path, kfd_topology: Path | None,
+        self,
+        cli: Path,
+        targets: Sequence[str],
+        *,
+        asked: str,
+        device: str | None,
+        env: Mapping[str, str],
+        logs: Path,
+        kfd_topology: Path | None,
     ) -> SmokeDevices:
         found, probe_error = list_devices(cli, cwd=cli.parent, env=env, log=logs / "list-devices.log")
         vk = [(name, desc) for name, desc in found if name.startswith("Vulkan")]
@@ -326,8 +406,14 @@ class VulkanBackend:
             preflight = no_vulkan_device(probe_error, env)
         return SmokeDevices(devices, expect, reason, device, preflight)
 
-    def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchFigure]) -> SmokeGpu:
+    def smoke_verdict(
+        self,
+        loads: Sequence[LoadReport],
+        *,
+        expect_gpu: bool | None,
+        texts: Sequence[str | None],
+        bench: Sequence[BenchFigure],
+    ) -> SmokeGpu:
         return vulkan_verdict(loads, expect_gpu=expect_gpu, texts=texts, bench=bench)
 
     def in_logs(self, loads: Sequence[LoadReport]) -> bool:
@@ -342,8 +428,9 @@ class VulkanBackend:
         return ["SPIR-V (any Vulkan GPU)"]
 
     # doctor: SPIR-V has no per-GPU kernels; does the host give the bundle a Vulkan device?
-    def doctor_findings(self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str],
-                        env: Mapping[str, str]) -> tuple[list[Finding], dict[str, Any]]:
+    def doctor_findings(
+        self, gpus: Sequence[Gpu], bundle: Path, targets: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[list[Finding], dict[str, Any]]:
         findings, devices = check_vulkan_host(gpus, bundle, env)
         return findings, {"vulkan_devices": devices}
 

@@ -134,7 +134,7 @@ def _elf_problem(path: Path, size: int) -> str | None:
                 fh.seek(phoff)
                 raw = fh.read(phnum * phentsize)
                 for index in range(phnum):
-                    entry = raw[index * phentsize:]
+                    entry = raw[index * phentsize :]
                     if wide:
                         _kind, _flags, offset, _vaddr, _paddr, filesz = struct.unpack(end + "IIQQQQ", entry[:40])
                     else:
@@ -167,7 +167,7 @@ def _pe_problem(path: Path, size: int) -> str | None:
             fh.seek(table)
             raw = fh.read(40 * sections)
             for index in range(sections):
-                raw_size, raw_at = struct.unpack("<II", raw[index * 40 + 16:index * 40 + 24])
+                raw_size, raw_at = struct.unpack("<II", raw[index * 40 + 16 : index * 40 + 24])
                 if raw_size:
                     need = max(need, raw_at + raw_size)
         if symbols_at:
@@ -188,16 +188,20 @@ def _head(path: Path) -> tuple[bytes, int]:
         return fh.read(512), os.fstat(fh.fileno()).st_size
 
 
-def _screen(path: Path, rel: str, magic: bytes, named_like: str | None,
-            problem: Callable[[Path, int], str | None]) -> tuple[bool, str | None]:
+def _screen(
+    path: Path, rel: str, magic: bytes, named_like: str | None, problem: Callable[[Path, int], str | None]
+) -> tuple[bool, str | None]:
     """Whether ``path`` starts with ``magic``, and why it fails the format check: named like ``named_like`` (a
     shared library, a DLL...) but of another format, unreadable, or (``problem``) truncated or damaged."""
     try:
         head, size = _head(path)
         if not head.startswith(magic):
             kind = "an ELF" if magic == ELF_MAGIC else "a PE"
-            return False, (f"{rel} is named like {named_like} but is not {kind} file ({_describe(head, size)})"
-                           if named_like else None)
+            return False, (
+                f"{rel} is named like {named_like} but is not {kind} file ({_describe(head, size)})"
+                if named_like
+                else None
+            )
         why = problem(path, size)
     except OSError as exc:
         return False, f"{rel} cannot be read: {exc.strerror}"
@@ -250,8 +254,9 @@ def _is_program(path: Path, info: ElfInfo) -> bool:
         return False
 
 
-def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path], libraries: int, *,
-                    windows: bool) -> Check:
+def _check_programs(
+    root: Path, files: Sequence[Path], programs: Sequence[Path], libraries: int, *, windows: bool
+) -> Check:
     """At least one program; on Linux each with the execute permission (what else would a user run?)."""
     failures = []
     content = [p for p in files if p != root / BUNDLE_JSON]
@@ -261,17 +266,23 @@ def _check_programs(root: Path, files: Sequence[Path], programs: Sequence[Path],
         if not content:
             failures.append(f"the bundle is empty: no program (such as {example}) and no library")
         elif libraries:
-            failures.append(f"no program: the bundle holds {libraries} librar{'y' if libraries == 1 else 'ies'} but "
-                            f"not {kind} (such as {example})")
+            failures.append(
+                f"no program: the bundle holds {libraries} librar{'y' if libraries == 1 else 'ies'} but "
+                f"not {kind} (such as {example})"
+            )
         else:
-            failures.append(f"no program: the bundle holds {len(content)} file{'' if len(content) == 1 else 's'} but "
-                            f"not {kind} (such as {example})")
+            failures.append(
+                f"no program: the bundle holds {len(content)} file{'' if len(content) == 1 else 's'} but "
+                f"not {kind} (such as {example})"
+            )
     elif not windows and os.name == "posix":
         for path in programs:
             mode = stat.S_IMODE(path.stat().st_mode)
             if not mode & 0o111:
-                failures.append(f"{path.relative_to(root).as_posix()} is a program without the execute permission "
-                                f"(mode {mode:o}): chmod +x it")
+                failures.append(
+                    f"{path.relative_to(root).as_posix()} is a program without the execute permission "
+                    f"(mode {mode:o}): chmod +x it"
+                )
     rels = [p.relative_to(root).as_posix() for p in programs]
     return Check("programs", not failures, tuple(failures), details={"programs": rels})
 
@@ -292,8 +303,12 @@ def _dynamic_symbols(path: Path) -> tuple[set[str], dict[str, set[str]]] | None:
             import pefile
 
             with opened_pe(path) as pe:
-                pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"],
-                                                       pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"]])
+                pe.parse_data_directories(
+                    directories=[
+                        pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"],
+                        pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"],
+                    ]
+                )
                 exports = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)
                 exported = {s.name.decode("ascii", "replace") for s in exports.symbols if s.name} if exports else set()
                 imported: dict[str, set[str]] = {}
@@ -340,8 +355,9 @@ def check_backend_abi(top: Sequence[Path]) -> Check:
     from another tree or with other flags than the programs (a GPU job on a common part) fails here, not at load time
     on a user's machine. A bundle without ggml's core libraries has nothing to check."""
     core = sorted((p for p in top if _GGML_CORE_RE.match(p.name)), key=lambda p: p.name)
-    modules = sorted((p for p in top if _GGML_MODULE_RE.match(p.name) and not _GGML_CORE_RE.match(p.name)),
-                     key=lambda p: p.name)
+    modules = sorted(
+        (p for p in top if _GGML_MODULE_RE.match(p.name) and not _GGML_CORE_RE.match(p.name)), key=lambda p: p.name
+    )
     details: dict[str, Any] = {"core": [p.name for p in core], "modules": {}}
     if not core or not modules:
         return Check("backend-abi", True, (), (), details)
@@ -361,14 +377,17 @@ def check_backend_abi(top: Sequence[Path]) -> Check:
             missing = sorted(needed - defined)
         else:  # PE: each name from the DLL it names
             needed = {s for dll, names in imported.items() if dll in by_name for s in names}
-            missing = sorted(s for dll, names in imported.items() if dll in by_name for s in names
-                             if s not in by_name[dll])
+            missing = sorted(
+                s for dll, names in imported.items() if dll in by_name for s in names if s not in by_name[dll]
+            )
         details["modules"][path.name] = len(needed)
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            failures.append(f"{path.name} needs {missing[0]}{more}, which {', '.join(p.name for p in core)} do not "
-                            "define: it was built against another ggml than the bundle's programs (a GPU library and "
-                            "a common part of different trees or flags)")
+            failures.append(
+                f"{path.name} needs {missing[0]}{more}, which {', '.join(p.name for p in core)} do not "
+                "define: it was built against another ggml than the bundle's programs (a GPU library and "
+                "a common part of different trees or flags)"
+            )
     return Check("backend-abi", not failures, tuple(failures), (), details)
 
 
@@ -383,27 +402,43 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
     for path in top:
         match = CPU_MODULE.match(path.name)
         if match:
-            (plain.append(path) if match.group("variant") is None else variants.__setitem__(match.group("variant"),
-                                                                                           path))
+            (
+                plain.append(path)
+                if match.group("variant") is None
+                else variants.__setitem__(match.group("variant"), path)
+            )
     expected = rules.cpu_variants_for(machine)
     details: dict[str, Any] = {"variants": sorted(variants), "expected": list(expected), "machine": machine}
     warnings: tuple[str, ...]
     if not variants and not plain:
-        warnings = (f"{linked[0]} is the one CPU backend, linked in (built without GGML_BACKEND_DL and "
-                    "GGML_CPU_ALL_VARIANTS): every machine runs the same CPU code",) if linked else ()
+        warnings = (
+            (
+                f"{linked[0]} is the one CPU backend, linked in (built without GGML_BACKEND_DL and "
+                "GGML_CPU_ALL_VARIANTS): every machine runs the same CPU code",
+            )
+            if linked
+            else ()
+        )
         return Check("cpu-backends", True, (), warnings, details)
     failures: list[str] = []
     for path in plain:
-        failures.append(f"{path.name} is a CPU backend built for one CPU (with GGML_NATIVE, the build host's) and "
-                        "loads wherever no variant scores: build with GGML_CPU_ALL_VARIANTS=ON, GGML_NATIVE=OFF")
+        failures.append(
+            f"{path.name} is a CPU backend built for one CPU (with GGML_NATIVE, the build host's) and "
+            "loads wherever no variant scores: build with GGML_CPU_ALL_VARIANTS=ON, GGML_NATIVE=OFF"
+        )
     aside_dir = root / DISABLED_CPU_VARIANTS
-    aside = {m.group("variant") for p in (aside_dir.iterdir() if aside_dir.is_dir() else ())
-             if (m := CPU_MODULE.match(p.name)) and m.group("variant")}
+    aside = {
+        m.group("variant")
+        for p in (aside_dir.iterdir() if aside_dir.is_dir() else ())
+        if (m := CPU_MODULE.match(p.name)) and m.group("variant")
+    }
     missing = [v for v in expected if v not in variants and v not in aside]
     set_aside = [v for v in expected if v not in variants and v in aside]
     if missing:
-        failures.append(f"CPU variant{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (the bundle "
-                        f"policy lists {len(expected)} for {machine}): those CPUs would load a slower one")
+        failures.append(
+            f"CPU variant{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (the bundle "
+            f"policy lists {len(expected)} for {machine}): those CPUs would load a slower one"
+        )
     if variants and expected and expected[0] not in variants:
         failures.append(f"no baseline CPU variant ({expected[0]}): a CPU older than every shipped variant runs nothing")
     for _name, path in sorted(variants.items()):
@@ -412,14 +447,22 @@ def check_cpu_backends(root: Path, top: Sequence[Path], rules: PlatformPolicy, m
         if absent:
             failures.append(f"{path.name} is not a loadable backend module (it exports no {', '.join(absent)})")
     unknown = sorted(set(variants) - set(expected))
-    warnings = (f"CPU variant{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} not in the bundle policy's list "
-                f"for {machine} (config/bundle-policy.yaml cpu_variants)",) if unknown and expected else ()
+    warnings = (
+        (
+            f"CPU variant{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} not in the bundle policy's list "
+            f"for {machine} (config/bundle-policy.yaml cpu_variants)",
+        )
+        if unknown and expected
+        else ()
+    )
     if not expected:
         warnings += (f"the bundle policy lists no CPU variants for {machine}: only their loadability was checked",)
     if set_aside:
-        warnings += (f"CPU variant{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} set aside in "
-                     f"{DISABLED_CPU_VARIANTS}/ (rockbuild doctor --fix-cpu: this machine's CPU cannot run "
-                     f"{'them' if len(set_aside) > 1 else 'it'}); move back to undo",)
+        warnings += (
+            f"CPU variant{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} set aside in "
+            f"{DISABLED_CPU_VARIANTS}/ (rockbuild doctor --fix-cpu: this machine's CPU cannot run "
+            f"{'them' if len(set_aside) > 1 else 'it'}); move back to undo",
+        )
         details["set_aside"] = set_aside
     return Check("cpu-backends", not failures, tuple(failures), warnings, details)
 
@@ -453,8 +496,9 @@ def _check_run_paths(root: Path, elves: Mapping[Path, ElfInfo], policy: Platform
             if "$LIB" in entry or "$PLATFORM" in entry or "${LIB}" in entry or "${PLATFORM}" in entry:
                 failures.append(f"{rel} has {tag} entry {entry!r} with $LIB/$PLATFORM")
                 continue
-            expanded = Path(os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace(
-                "$ORIGIN", str(path.parent))))
+            expanded = Path(
+                os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace("$ORIGIN", str(path.parent)))
+            )
             if not inside(expanded, root):
                 failures.append(f"{rel} has {tag} entry {entry!r}, which points outside the bundle")
     return Check("run-paths", not failures, tuple(failures), tuple(warnings))
@@ -464,8 +508,9 @@ def _run_path_dirs(path: Path, info: ElfInfo, root: Path) -> list[Path]:
     out = []
     for entry in (info.rpath if not info.runpath else ()) + info.runpath:
         if "ORIGIN" in entry:
-            expanded = Path(os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace(
-                "$ORIGIN", str(path.parent))))
+            expanded = Path(
+                os.path.normpath(entry.replace("${ORIGIN}", str(path.parent)).replace("$ORIGIN", str(path.parent)))
+            )
             if inside(expanded, root):
                 out.append(expanded)
     return out
@@ -487,9 +532,11 @@ def check_kpack_refs(root: Path, files: Iterable[Path]) -> Check:
         found = [ref for ref, target in targets.items() if ref not in outside and target.is_file()]
         details[rel] = {"refs": refs, "found": found}
         if not found:
-            failures.append(f"{rel} looks for its GPU code in {', '.join(refs)}, which "
-                            f"{'points out of the bundle' if outside else 'is not in the bundle'}: no GPU kernels "
-                            "for it on any machine")
+            failures.append(
+                f"{rel} looks for its GPU code in {', '.join(refs)}, which "
+                f"{'points out of the bundle' if outside else 'is not in the bundle'}: no GPU kernels "
+                "for it on any machine"
+            )
         elif outside:
             warnings.append(f"{rel} also looks in {', '.join(outside)}, outside the bundle")
     return Check("kpack-refs", not failures, tuple(failures), tuple(warnings), details)
@@ -562,8 +609,14 @@ def _check_versions(
 
 
 def audit_bundle(
-    path: Path, targets: Sequence[str] | None = None, *, backends: Backends[BundleBackend], platform: str | None = None,
-    policy: BundlePolicy | None = None, max_versions: Mapping[str, str] | None = None, backend: str | None = None,
+    path: Path,
+    targets: Sequence[str] | None = None,
+    *,
+    backends: Backends[BundleBackend],
+    platform: str | None = None,
+    policy: BundlePolicy | None = None,
+    max_versions: Mapping[str, str] | None = None,
+    backend: str | None = None,
     rocm: Path | None = None,
 ) -> AuditRecord:
     """Audit the bundle at ``path`` for ``targets`` (default: those recorded in its bundle.json).
@@ -583,14 +636,17 @@ def audit_bundle(
     top = [p for p in files if p.parent == root]
     if platform is None:
         platform = (record.platform if record is not None else None) or (
-            "windows" if any(p.suffix.lower() in (".exe", ".dll") for p in top) else "linux")
+            "windows" if any(p.suffix.lower() in (".exe", ".dll") for p in top) else "linux"
+        )
     policy_all = policy or load_policy()
     rules = policy_all.for_platform(platform)
-    checks = [Check("no-symlinks", not links,
-                    tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
+    checks = [Check("no-symlinks", not links, tuple(f"{p.relative_to(root).as_posix()} is a symlink" for p in links))]
     names = {p.name for p in top}
-    flavour = backends.get(backend) if backend else backends.of_bundle(
-        names, record.backend if record is not None else None, str(platform))
+    flavour = (
+        backends.get(backend)
+        if backend
+        else backends.of_bundle(names, record.backend if record is not None else None, str(platform))
+    )
     versions: dict[str, tuple[str, str]] = {}
     fat: list[FatbinReport] = []
     if platform == "windows":
@@ -600,8 +656,13 @@ def audit_bundle(
         programs = [p for p, info in all_pes.items() if not info.is_dll and p.suffix.lower() == ".exe"]
         checks.append(_check_programs(root, files, programs, len(all_pes) - len(programs), windows=True))
         machines = {info.machine for info in pes.values()}
-        checks.append(Check("architecture", len(machines) <= 1,
-                            (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else ()))
+        checks.append(
+            Check(
+                "architecture",
+                len(machines) <= 1,
+                (f"mixed machines: {', '.join(sorted(machines))}",) if len(machines) > 1 else (),
+            )
+        )
         checks.append(_check_needed_pe(root, pes, rules))
         checks.append(_check_extras(root, {n.lower() for n in names}, rules, record))
         checks.append(check_cpu_backends(root, list(pes), rules, next(iter(machines), "AMD64")))
@@ -615,28 +676,56 @@ def audit_bundle(
         checks.append(_check_programs(root, files, programs, len(elves) - len(programs), windows=False))
         reference = next((i for i in elves.values() if i.is_executable), next(iter(elves.values()), None))
         mixed = [p.relative_to(root).as_posix() for p, i in elves.items() if reference and not i.compatible(reference)]
-        checks.append(Check("architecture", not mixed,
-                            tuple(f"{m} is not {reference.machine} ELF{reference.elf_class}" for m in mixed
-                                  if reference)))
+        checks.append(
+            Check(
+                "architecture",
+                not mixed,
+                tuple(f"{m} is not {reference.machine} ELF{reference.elf_class}" for m in mixed if reference),
+            )
+        )
         checks.append(_check_needed_elf(root, elves, rules))
         checks.append(_check_run_paths(root, elves, rules))
         checks.append(check_kpack_refs(root, elves))
         checks.append(_check_extras(root, names, rules, record))
-        checks.append(check_cpu_backends(root, [p for p in elves if p.parent == root], rules,
-                                          reference.machine if reference else "EM_X86_64"))
+        checks.append(
+            check_cpu_backends(
+                root, [p for p in elves if p.parent == root], rules, reference.machine if reference else "EM_X86_64"
+            )
+        )
         checks.append(check_backend_abi([p for p in elves if p.parent == root]))
-        own, fat = flavour.audit_checks(root, names, targets, rules, [p for p in elves if p.parent == root],
-                                        record=record, windows=False)
+        own, fat = flavour.audit_checks(
+            root, names, targets, rules, [p for p in elves if p.parent == root], record=record, windows=False
+        )
         checks += own
         version_check, versions = _check_versions(elves, max_versions)
         checks.append(version_check)
     if record is not None and record.pruned_fatbins:
         for index, check in enumerate(checks):
             if check.name == "code-objects":
-                again, notes = reverify_pruned(root, record, targets, rocm) if rocm is not None else ([], [
-                    "the pruned fat binaries' records were checked; rockbuild audit --rocm ROOT (the root the bundle "
-                    "was made from) runs clang-offload-bundler on them again"])
-                checks[index] = Check(check.name, check.ok and not again, check.failures + tuple(again),
-                                      check.warnings, {**check.details, "checked_again": notes})
-    return AuditRecord.of(root, platform, flavour.name, targets, tuple(checks), versions=versions,
-                          fat_binaries=tuple(f.summary() for f in fat))
+                again, notes = (
+                    reverify_pruned(root, record, targets, rocm)
+                    if rocm is not None
+                    else (
+                        [],
+                        [
+                            "the pruned fat binaries' records were checked; rockbuild audit --rocm ROOT (the root "
+                            "the bundle was made from) runs clang-offload-bundler on them again"
+                        ],
+                    )
+                )
+                checks[index] = Check(
+                    check.name,
+                    check.ok and not again,
+                    check.failures + tuple(again),
+                    check.warnings,
+                    {**check.details, "checked_again": notes},
+                )
+    return AuditRecord.of(
+        root,
+        platform,
+        flavour.name,
+        targets,
+        tuple(checks),
+        versions=versions,
+        fat_binaries=tuple(f.summary() for f in fat),
+    )

@@ -32,8 +32,15 @@ class BundleBackend(Protocol):
         ...
 
     def audit_checks(
-        self, root: Path, names: set[str], targets: Sequence[str], policy: PlatformPolicy, binaries: Sequence[Path],
-        *, record: BundleRecord | None, windows: bool,
+        self,
+        root: Path,
+        names: set[str],
+        targets: Sequence[str],
+        policy: PlatformPolicy,
+        binaries: Sequence[Path],
+        *,
+        record: BundleRecord | None,
+        windows: bool,
     ) -> tuple[list[Check], list[FatbinReport]]:
         """The audit's checks of this flavour (after the shared ones) over the bundle's top-level ``names`` and
         ``binaries``, and the fat binaries it read."""

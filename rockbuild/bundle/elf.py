@@ -57,7 +57,6 @@ def elf_machine(path: Path) -> int | None:
     return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
-
 @dataclass(frozen=True)
 class ElfInfo:
     """What the loader reads from one ELF file."""
@@ -162,8 +161,9 @@ class _ElfHeader:
         self.little_endian = ident[5] == 1
         basic = _elf_structs(self.little_endian, self.elfclass, "", "", "")
         header = struct_parse(basic.Elf_Ehdr, fh, 0)
-        self.structs = _elf_structs(self.little_endian, self.elfclass, header["e_type"], header["e_machine"],
-                                    header["e_ident"]["EI_OSABI"])
+        self.structs = _elf_structs(
+            self.little_endian, self.elfclass, header["e_type"], header["e_machine"], header["e_ident"]["EI_OSABI"]
+        )
         self.header = header
 
     def __getitem__(self, name: str) -> Any:
@@ -354,7 +354,12 @@ class SearchPaths:
 
     @classmethod
     def for_root(
-        cls, sysroot: Path | None, rocm_dirs: Sequence[Path], *, machine: str = "EM_X86_64", elf_class: int = 64,
+        cls,
+        sysroot: Path | None,
+        rocm_dirs: Sequence[Path],
+        *,
+        machine: str = "EM_X86_64",
+        elf_class: int = 64,
         system: bool = True,
     ) -> SearchPaths:
         """The search paths of a machine whose / is ``sysroot`` (None: this machine) plus the ROCm library dirs."""
@@ -479,8 +484,15 @@ def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
     nodes: dict[str, _Node] = {}
     provided: dict[str, Root] = {}  # names under which a root is available in the bundle
     for root in roots:
-        nodes[root.name] = _Node(root.name, ROOT if root.via == "bin" else SHIPS, root.path,
-                                 resolve_in_root(root.path, resolver.search.sysroot), root.info, root.via, root.reason)
+        nodes[root.name] = _Node(
+            root.name,
+            ROOT if root.via == "bin" else SHIPS,
+            root.path,
+            resolve_in_root(root.path, resolver.search.sysroot),
+            root.info,
+            root.via,
+            root.reason,
+        )
         for alias in (root.name, *root.aliases, root.info.soname or ""):
             if alias:
                 provided.setdefault(alias, root)
@@ -540,8 +552,9 @@ def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
                     record(name, MISSING, obj.name, via="DT_NEEDED")
                     continue
                 path, real, info = found
-                status = ROOT if name in provided and provided[name].name == name and provided[name].via == "bin" \
-                    else SHIPS
+                status = (
+                    ROOT if name in provided and provided[name].name == name and provided[name].via == "bin" else SHIPS
+                )
                 record(name, status, obj.name, path=path, real=real, info=info, via="DT_NEEDED")
                 if info.soname:
                     loaded.add(info.soname)
@@ -551,11 +564,20 @@ def needed_closure(roots: Sequence[Root], resolver: ElfResolver) -> Closure:
     for node in nodes.values():
         kind: LibraryKind = "exe" if node.info is not None and node.info.is_executable else "lib"
         size = node.real.stat().st_size if node.real is not None and node.status in (ROOT, SHIPS) else 0
-        entries.append(Library(
-            name=node.name, status=node.status, path=node.path, real_path=node.real,
-            soname=node.info.soname if node.info else None, kind=kind, needed_by=tuple(node.needed_by),
-            via=node.via, reason=node.reason, size=size,
-        ))
+        entries.append(
+            Library(
+                name=node.name,
+                status=node.status,
+                path=node.path,
+                real_path=node.real,
+                soname=node.info.soname if node.info else None,
+                kind=kind,
+                needed_by=tuple(node.needed_by),
+                via=node.via,
+                reason=node.reason,
+                size=size,
+            )
+        )
     warnings = list(dict.fromkeys(resolver.warnings))
     by_real: dict[Path, list[str]] = {}
     for entry in entries:
@@ -597,8 +619,9 @@ def bin_roots(build_bin: Path) -> tuple[list[Root], list[Path]]:
         target = link.resolve()
         if target in roots:
             root = roots[target]
-            roots[target] = Root(root.name, root.path, root.info, root.via, root.reason,
-                                 tuple(dict.fromkeys((*root.aliases, link.name))))
+            roots[target] = Root(
+                root.name, root.path, root.info, root.via, root.reason, tuple(dict.fromkeys((*root.aliases, link.name)))
+            )
         else:
             skipped.append(link)
     names: dict[str, Path] = {}

@@ -92,8 +92,14 @@ class FatbinReport:
 
     def summary(self) -> FatBinary:
         """What the audit records of it (bundle.json's ``audit.fat_binaries``)."""
-        return FatBinary(file=self.path.name, section_bytes=self.section_size, bundles=len(self.bundles),
-                         compressed_bundles=self.compressed, targets=self.targets, device_bytes=self.device_bytes())
+        return FatBinary(
+            file=self.path.name,
+            section_bytes=self.section_size,
+            bundles=len(self.bundles),
+            compressed_bundles=self.compressed,
+            targets=self.targets,
+            device_bytes=self.device_bytes(),
+        )
 
 
 class _Short(Exception):
@@ -125,7 +131,7 @@ def _parse_header(data: bytes, where: str) -> tuple[tuple[BundleEntry, ...], int
             raise BundleError(f"{where}: offload bundle entry with a {triple_len}-byte triple; the file is damaged")
         if pos + triple_len > len(data):
             raise _Short(pos + triple_len)
-        triple = data[pos:pos + triple_len].decode("ascii", "replace")
+        triple = data[pos : pos + triple_len].decode("ascii", "replace")
         pos += triple_len
         entries.append(BundleEntry(triple, offset, size))
         end = max(end, offset + size)
@@ -140,7 +146,7 @@ class _Section:
 
     def get(self, start: int, length: int) -> bytes:
         start = min(max(start, 0), self.size)
-        return self.mm[self.base + start:self.base + min(start + length, self.size)]
+        return self.mm[self.base + start : self.base + min(start + length, self.size)]
 
     def first_nonzero(self, start: int) -> int:
         """Offset of the first non-zero byte at or after ``start`` (``size`` when none)."""
@@ -285,8 +291,10 @@ def fatbin_section(path: Path) -> tuple[int, int] | None:
                 with opened_pe(path) as pe:
                     for sec in pe.sections:
                         if sec.Name.rstrip(b"\0").decode("ascii", "replace") in (SECTION, SECTION[:8]):
-                            return (sec.PointerToRawData,
-                                    min(sec.Misc_VirtualSize or sec.SizeOfRawData, sec.SizeOfRawData))
+                            return (
+                                sec.PointerToRawData,
+                                min(sec.Misc_VirtualSize or sec.SizeOfRawData, sec.SizeOfRawData),
+                            )
                     return None
             except pefile.PEFormatError as exc:
                 raise BundleError(f"{path}: cannot read its sections ({exc})") from None
@@ -406,7 +414,7 @@ def prune_fatbin(path: Path, targets: Sequence[str], *, level: int = 9) -> Prune
                 version, method = struct.unpack_from("<HH", stored, 4)
                 header = {1: 20, 2: 24, 3: 32}[version]
                 content = _decompress_all(stored[header:], method, bundle.uncompressed_size, path.name)
-                entries = [(e.triple, content[e.offset:e.offset + e.size]) for e in keep]
+                entries = [(e.triple, content[e.offset : e.offset + e.size]) for e in keep]
                 new = compress_bundle(build_bundle(entries), version=3 if version == 3 else 2, level=level)
                 if len(new) > bundle.size:  # never grow: leave this bundle as it was
                     after += bundle.size
@@ -416,9 +424,15 @@ def prune_fatbin(path: Path, targets: Sequence[str], *, level: int = 9) -> Prune
                 after += len(new)
             rewritten += 1
             dropped += len(bundle.entries) - len(keep)
-    return PrunedFatbin(file=path.name, bundles=len(report.bundles), rewritten=rewritten,
-                        section_bytes=report.section_size, bytes_before=before, bytes_after=after,
-                        entries_dropped=dropped)
+    return PrunedFatbin(
+        file=path.name,
+        bundles=len(report.bundles),
+        rewritten=rewritten,
+        section_bytes=report.section_size,
+        bytes_before=before,
+        bytes_after=after,
+        entries_dropped=dropped,
+    )
 
 
 def build_header_in_place(entries: Sequence[BundleEntry]) -> bytes:
@@ -448,8 +462,16 @@ BUNDLER = "clang-offload-bundler"
 # what patchelf --set-rpath rewrites (the run path string, DT_RUNPATH, the section numbering in st_shndx): compared
 # through elf_identity's SONAME/NEEDED/dynamic entries and symbol table instead of byte for byte
 PATCHELF_SECTIONS = frozenset({".dynsym", ".dynstr", ".dynamic"})
-_DYNAMIC_TAGS = ("DT_FLAGS", "DT_FLAGS_1", "DT_INIT", "DT_FINI", "DT_INIT_ARRAY", "DT_INIT_ARRAYSZ", "DT_FINI_ARRAY",
-                 "DT_FINI_ARRAYSZ")
+_DYNAMIC_TAGS = (
+    "DT_FLAGS",
+    "DT_FLAGS_1",
+    "DT_INIT",
+    "DT_FINI",
+    "DT_INIT_ARRAY",
+    "DT_INIT_ARRAYSZ",
+    "DT_FINI_ARRAY",
+    "DT_FINI_ARRAYSZ",
+)
 _SHF_ALLOC = 0x2
 _TRIPLE = re.compile(r"[A-Za-z0-9_.:+-]+-[A-Za-z0-9_.:+-]*")
 TOOL_TIMEOUT = 600
@@ -466,6 +488,7 @@ class OffloadTools(Record):
 
     def argv(self, *args: str) -> list[str]:
         return [*self.loader, str(self.bundler), *args]
+
 
 def find_offload_tools(layout: Any) -> tuple[OffloadTools | None, str]:
     """The clang-offload-bundler of ``layout`` (a :class:`~rockbuild.rocm.layout.RocmLayout`), checked by running
@@ -554,9 +577,16 @@ def elf_identity(path: Path) -> dict[str, Any]:
             dynsym = elf.get_section_by_name(".dynsym")
             for index, sym in enumerate(dynsym.iter_symbols() if dynsym is not None else ()):  # type: ignore[attr-defined]
                 shndx = sym["st_shndx"]
-                row = [sym.name, sym["st_value"], sym["st_size"], sym["st_info"]["bind"], sym["st_info"]["type"],
-                       sym["st_other"]["visibility"], names.get(shndx, str(shndx)) if isinstance(shndx, int) else shndx,
-                       versions.get(index)]
+                row = [
+                    sym.name,
+                    sym["st_value"],
+                    sym["st_size"],
+                    sym["st_info"]["bind"],
+                    sym["st_info"]["type"],
+                    sym["st_other"]["visibility"],
+                    names.get(shndx, str(shndx)) if isinstance(shndx, int) else shndx,
+                    versions.get(index),
+                ]
                 digest.update(json.dumps(row).encode() + b"\n")
                 count += 1
             contents: dict[str, str] = {}
@@ -565,8 +595,11 @@ def elf_identity(path: Path) -> dict[str, Any]:
                 if section.name == SECTION:
                     fatbin = {"address": section["sh_addr"], "size": section["sh_size"]}
                     continue
-                if (not section["sh_flags"] & _SHF_ALLOC or section.name in PATCHELF_SECTIONS
-                        or section["sh_type"] == "SHT_NOBITS"):
+                if (
+                    not section["sh_flags"] & _SHF_ALLOC
+                    or section.name in PATCHELF_SECTIONS
+                    or section["sh_type"] == "SHT_NOBITS"
+                ):
                     continue
                 key, n = section.name, 1
                 while key in contents:
@@ -577,8 +610,15 @@ def elf_identity(path: Path) -> dict[str, Any]:
         raise
     except Exception as exc:
         raise BundleError(f"{path}: cannot read its ELF headers ({exc})") from None
-    return {"soname": soname, "needed": needed, "dynamic": dynamic, "dynsym": count,
-            "dynsym_sha256": digest.hexdigest(), "sections": contents, "fatbin": fatbin}
+    return {
+        "soname": soname,
+        "needed": needed,
+        "dynamic": dynamic,
+        "dynsym": count,
+        "dynsym_sha256": digest.hexdigest(),
+        "sections": contents,
+        "fatbin": fatbin,
+    }
 
 
 def identity_differences(original: dict[str, Any], pruned: dict[str, Any]) -> list[str]:
@@ -593,8 +633,10 @@ def identity_differences(original: dict[str, Any], pruned: dict[str, Any]) -> li
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         out.append(f"dynamic entries {', '.join(changed)} differ from the original's")
     if (original.get("dynsym"), original.get("dynsym_sha256")) != (pruned.get("dynsym"), pruned.get("dynsym_sha256")):
-        out.append(f"the dynamic symbols differ from the original's ({pruned.get('dynsym')} symbols, "
-                   f"{original.get('dynsym')} in the original)")
+        out.append(
+            f"the dynamic symbols differ from the original's ({pruned.get('dynsym')} symbols, "
+            f"{original.get('dynsym')} in the original)"
+        )
     theirs = pruned.get("sections") or {}
     for name, digest in (original.get("sections") or {}).items():
         if name not in theirs:
@@ -624,8 +666,7 @@ class _ToolRun:
             return run(self.tools.argv(*args), env=self.env, timeout=TOOL_TIMEOUT).output
         except ProcessError as exc:
             tail = "; ".join(line for line in exc.tail[-2:] if line.strip())
-            raise BundleError(f"{BUNDLER} failed on {what}" + (f": {tail}" if tail else f" ({exc.message})")) \
-                from None
+            raise BundleError(f"{BUNDLER} failed on {what}" + (f": {tail}" if tail else f" ({exc.message})")) from None
 
     def listed(self, blob: Path, what: str) -> list[str]:
         output = self._run(["--list", "--type=o", f"--input={blob}"], what)
@@ -635,8 +676,16 @@ class _ToolRun:
         if not triples:
             return {}
         outs = [blob.with_name(f"{blob.name}.{n}.co") for n in range(len(triples))]
-        self._run(["--unbundle", "--type=o", f"--targets={','.join(triples)}", f"--input={blob}",
-                   *(f"--output={o}" for o in outs)], what)
+        self._run(
+            [
+                "--unbundle",
+                "--type=o",
+                f"--targets={','.join(triples)}",
+                f"--input={blob}",
+                *(f"--output={o}" for o in outs),
+            ],
+            what,
+        )
         got = {}
         for triple, out in zip(triples, outs, strict=True):
             got[triple] = out.read_bytes()
@@ -644,9 +693,16 @@ class _ToolRun:
         return got
 
 
-def _check_bundle(index: int, original: bytes, pruned: bytes, targets: set[str], ours: tuple[list[str], list[str]],
-                  ours_code: dict[str, bytes], runner: _ToolRun, name: str
-                  ) -> tuple[list[str], list[str], dict[str, str], int]:
+def _check_bundle(
+    index: int,
+    original: bytes,
+    pruned: bytes,
+    targets: set[str],
+    ours: tuple[list[str], list[str]],
+    ours_code: dict[str, bytes],
+    runner: _ToolRun,
+    name: str,
+) -> tuple[list[str], list[str], dict[str, str], int]:
     """One bundle pair: (failures, triples the tool lists in the pruned, device triple -> sha256, bytes compared).
     ``ours``: the triples our reader found in the original and the pruned blob; ``ours_code``: the code objects it
     decompressed from the original."""
@@ -664,25 +720,31 @@ def _check_bundle(index: int, original: bytes, pruned: bytes, targets: set[str],
         listed_p = runner.listed(blob_p, f"{where} (pruned)")
         for label, tool_view, our_view in (("original", listed_o, ours[0]), ("pruned", listed_p, ours[1])):
             if sorted(tool_view) != sorted(our_view):
-                failures.append(f"{where}: {BUNDLER} lists {sorted(tool_view)} in the {label}, rockbuild read "
-                                f"{sorted(our_view)}")
+                failures.append(
+                    f"{where}: {BUNDLER} lists {sorted(tool_view)} in the {label}, rockbuild read {sorted(our_view)}"
+                )
         expected = [t for t in listed_o if BundleEntry(t, 0, 0).gfx is None or BundleEntry(t, 0, 0).gfx in targets]
         if sorted(listed_p) != sorted(expected):
-            failures.append(f"{where}: {BUNDLER} lists {sorted(listed_p)} in the pruned library, expected the "
-                            f"original's host entry and job targets {sorted(expected)}")
+            failures.append(
+                f"{where}: {BUNDLER} lists {sorted(listed_p)} in the pruned library, expected the "
+                f"original's host entry and job targets {sorted(expected)}"
+            )
         device = [t for t in listed_p if t in expected and BundleEntry(t, 0, 0).gfx]
         from_p = runner.unbundled(blob_p, device, f"{where} (pruned)")
         from_o = from_p if original == pruned else runner.unbundled(blob_o, device, f"{where} (original)")
         hashes, compared = {}, 0
         for triple in device:
             if from_p[triple] != from_o[triple]:
-                failures.append(f"{where}: the {triple} code object differs from the original's "
-                                f"({len(from_p[triple])} vs {len(from_o[triple])} bytes)")
+                failures.append(
+                    f"{where}: the {triple} code object differs from the original's "
+                    f"({len(from_p[triple])} vs {len(from_o[triple])} bytes)"
+                )
             elif not from_p[triple]:
                 failures.append(f"{where}: the {triple} code object is empty")
             elif ours_code.get(triple) != from_o[triple]:
-                failures.append(f"{where}: {BUNDLER} and rockbuild's reader disagree on the original's {triple} "
-                                "code object")
+                failures.append(
+                    f"{where}: {BUNDLER} and rockbuild's reader disagree on the original's {triple} code object"
+                )
             hashes[triple] = hashlib.sha256(from_p[triple]).hexdigest()
             compared += len(from_p[triple])
         return failures, listed_p, hashes, compared
@@ -696,14 +758,21 @@ def _code_objects(blob: bytes, bundle: OffloadBundle, targets: set[str], where: 
     """Our own reading of a blob's code objects for ``targets`` (triple -> bytes), decompressing a CCOB one."""
     if bundle.compression is not None:
         version, method = struct.unpack_from("<HH", blob, 4)
-        content = _decompress_all(blob[{1: 20, 2: 24, 3: 32}[version]:], method, bundle.uncompressed_size, where)
+        content = _decompress_all(blob[{1: 20, 2: 24, 3: 32}[version] :], method, bundle.uncompressed_size, where)
     else:
         content = blob
-    return {e.triple: content[e.offset:e.offset + e.size] for e in bundle.entries if e.gfx in targets}
+    return {e.triple: content[e.offset : e.offset + e.size] for e in bundle.entries if e.gfx in targets}
 
 
-def verify_pruned(original: Path, pruned: Path, targets: Sequence[str], tools: OffloadTools, *,
-                  scratch: Path | None = None, jobs: int | None = None) -> PruneProof:
+def verify_pruned(
+    original: Path,
+    pruned: Path,
+    targets: Sequence[str],
+    tools: OffloadTools,
+    *,
+    scratch: Path | None = None,
+    jobs: int | None = None,
+) -> PruneProof:
     """Check ``pruned`` (the shipped, patched copy) against ``original`` with LLVM's tools (see the section comment):
     never raises for a difference, every one is a failure of the returned verification."""
     import concurrent.futures
@@ -722,12 +791,17 @@ def verify_pruned(original: Path, pruned: Path, targets: Sequence[str], tools: O
     if before is None or after is None:
         failures.append(f"{name}: {'the original' if before is None else 'the pruned copy'} has no {SECTION}")
     elif [b.offset for b in before.bundles] != [b.offset for b in after.bundles]:
-        failures.append(f"{name}: the pruned copy's {len(after.bundles)} offload bundles do not start where the "
-                        f"original's {len(before.bundles)} do")
+        failures.append(
+            f"{name}: the pruned copy's {len(after.bundles)} offload bundles do not start where the "
+            f"original's {len(before.bundles)} do"
+        )
     else:
         wanted = set(targets)
-        with tempfile.TemporaryDirectory(prefix=".rockbuild-verify-", dir=scratch) as tmp, \
-                open(original, "rb") as fo, open(pruned, "rb") as fp:
+        with (
+            tempfile.TemporaryDirectory(prefix=".rockbuild-verify-", dir=scratch) as tmp,
+            open(original, "rb") as fo,
+            open(pruned, "rb") as fp,
+        ):
             runner = _ToolRun(tools, Path(tmp))
 
             def task(index: int) -> tuple[tuple[list[str], list[str], dict[str, str], int], bool]:
@@ -751,11 +825,19 @@ def verify_pruned(original: Path, pruned: Path, targets: Sequence[str], tools: O
                 failures.append(exc.message)
     gfx = {BundleEntry(t, 0, 0).gfx for t in kept}
     return PruneProof(
-        ok=not failures, tools=tools.to_dict(), original=str(original), original_sha256=file_sha256(original),
+        ok=not failures,
+        tools=tools.to_dict(),
+        original=str(original),
+        original_sha256=file_sha256(original),
         sha256=file_sha256(pruned),
-        bundles=len(after.bundles) if after else 0, bundles_rewritten=rewritten,
-        kept=tuple(sorted(kept)), kept_targets=tuple(sorted((t for t in gfx if t), key=target_order)),
-        code_objects=compared, code_object_bytes=compared_bytes, identity=identity,
+        bundles=len(after.bundles) if after else 0,
+        bundles_rewritten=rewritten,
+        kept=tuple(sorted(kept)),
+        kept_targets=tuple(sorted((t for t in gfx if t), key=target_order)),
+        code_objects=compared,
+        code_object_bytes=compared_bytes,
+        identity=identity,
         cross_check=f"rockbuild's reader decompressed the same {compared} code objects from the original",
-        failures=tuple(failures), seconds=round(time.monotonic() - start, 3),
+        failures=tuple(failures),
+        seconds=round(time.monotonic() - start, 3),
     )

@@ -58,9 +58,15 @@ def prune_kernel_folder(
             rel = path.relative_to(real_source).as_posix()
             copies.append((real, f"{dest}/{rel}"))
     by_target = {t: FileCount(c[0], c[1]) for t, c in sorted(per_target.items(), key=lambda kv: target_order(kv[0]))}
-    return KernelFolder(component=component, source=source, dest=dest, kept=FileCount(kept, kept_bytes),
-                        dropped=FileCount(dropped, dropped_bytes), generic_files=generic,
-                        per_target=by_target), tuple(copies)
+    return KernelFolder(
+        component=component,
+        source=source,
+        dest=dest,
+        kept=FileCount(kept, kept_bytes),
+        dropped=FileCount(dropped, dropped_bytes),
+        generic_files=generic,
+        per_target=by_target,
+    ), tuple(copies)
 
 
 def _soversion(name: str) -> str | None:
@@ -80,8 +86,12 @@ def _pick_source(sources: Sequence[KernelData], users: Sequence[str]) -> KernelD
 
 
 def plan_kernel_data(
-    kernel_data: Iterable[KernelData], shipped: Iterable[str], targets: Sequence[str], policy: PlatformPolicy,
-    *, sysroot: Path | None = None,
+    kernel_data: Iterable[KernelData],
+    shipped: Iterable[str],
+    targets: Sequence[str],
+    policy: PlatformPolicy,
+    *,
+    sysroot: Path | None = None,
 ) -> tuple[KernelsRecord, Copies]:
     """The kernel folders the bundle needs (a shipped library uses them), pruned to ``targets``: bundle.json's record
     of them and every file to copy."""

@@ -73,8 +73,11 @@ def flatten_refs(path: Path) -> list[dict[str, str]]:
     data = _UP_THEN_KPACK.sub(flat, section.data)
     assert len(data) == len(section.data)
     before, after = _REF.findall(section.data), _REF.findall(data)
-    changes = [{"from": a.decode("utf-8", "replace"), "to": b.decode("utf-8", "replace")}
-               for a, b in zip(before, after, strict=True) if a != b]
+    changes = [
+        {"from": a.decode("utf-8", "replace"), "to": b.decode("utf-8", "replace")}
+        for a, b in zip(before, after, strict=True)
+        if a != b
+    ]
     with open(path, "r+b") as fh:
         fh.seek(section.offset)
         fh.write(data)

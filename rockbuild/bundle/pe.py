@@ -170,21 +170,36 @@ def pe_closure(roots: Sequence[PeRoot], resolver: PeResolver) -> Closure:
     machine = roots[0].info.machine
     for root in roots:
         if root.info.machine != machine:
-            raise BundleError(f"{root.path} is a {root.info.machine} file, the rest is {machine}; "
-                              "a bundle holds one architecture")
+            raise BundleError(
+                f"{root.path} is a {root.info.machine} file, the rest is {machine}; a bundle holds one architecture"
+            )
     nodes: dict[str, dict] = {}  # lower-case name -> node
     provided = {r.name.lower(): r for r in roots}
     for root in roots:
-        nodes[root.name.lower()] = {"name": root.name, "status": ROOT if root.via == "bin" else SHIPS,
-                                    "path": root.path, "info": root.info, "via": root.via, "reason": root.reason,
-                                    "needed_by": []}
+        nodes[root.name.lower()] = {
+            "name": root.name,
+            "status": ROOT if root.via == "bin" else SHIPS,
+            "path": root.path,
+            "info": root.info,
+            "via": root.via,
+            "reason": root.reason,
+            "needed_by": [],
+        }
 
     def record(name: str, status: str, by: str, **kw: object) -> None:
         key = name.lower()
         node = nodes.get(key)
         if node is None:
-            node = nodes[key] = {"name": name, "status": status, "needed_by": [], "via": "", "reason": "",
-                                 "path": None, "info": None, **kw}
+            node = nodes[key] = {
+                "name": name,
+                "status": status,
+                "needed_by": [],
+                "via": "",
+                "reason": "",
+                "path": None,
+                "info": None,
+                **kw,
+            }
         if by not in node["needed_by"]:
             node["needed_by"].append(by)
 
@@ -224,18 +239,30 @@ def pe_closure(roots: Sequence[PeRoot], resolver: PeResolver) -> Closure:
         kind: LibraryKind = "lib" if node["info"] is None or node["info"].is_dll else "exe"
         # a DLL is stored under its file name on disk; Windows matches the importer's spelling case-insensitively
         name = path.name if path is not None and status in (ROOT, SHIPS) else node["name"]
-        entries.append(Library(
-            name=name, status=status, path=path, real_path=real, kind=kind, needed_by=tuple(node["needed_by"]),
-            via=node["via"], reason=node["reason"], size=real.stat().st_size if real and status != SYSTEM else 0,
-        ))
+        entries.append(
+            Library(
+                name=name,
+                status=status,
+                path=path,
+                real_path=real,
+                kind=kind,
+                needed_by=tuple(node["needed_by"]),
+                via=node["via"],
+                reason=node["reason"],
+                size=real.stat().st_size if real and status != SYSTEM else 0,
+            )
+        )
     return Closure.of("windows", tuple(entries), machine=machine)
 
 
 def find_extra_dlls(patterns: Sequence[str], resolver: PeResolver) -> list[Path]:
     """DLLs matching the globs in the first ROCm folder that has any."""
     for directory in resolver.dirs:
-        matches = [directory / actual for lower, actual in sorted(resolver.listing(directory).items())
-                   if name_matches(lower, patterns, platform="windows") and (directory / actual).is_file()]
+        matches = [
+            directory / actual
+            for lower, actual in sorted(resolver.listing(directory).items())
+            if name_matches(lower, patterns, platform="windows") and (directory / actual).is_file()
+        ]
         if matches:
             return matches
     return []

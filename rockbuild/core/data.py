@@ -56,8 +56,10 @@ def is_checkout(folder: Path) -> bool:
         text = (folder / "pyproject.toml").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return re.search(r'^name\s*=\s*"rockbuild"\s*$', text, re.MULTILINE) is not None and \
-        (folder / "config" / "nightly.yaml").is_file()
+    return (
+        re.search(r'^name\s*=\s*"rockbuild"\s*$', text, re.MULTILINE) is not None
+        and (folder / "config" / "nightly.yaml").is_file()
+    )
 
 
 def data_path(*parts: str) -> Path:
@@ -70,8 +72,10 @@ def data_path(*parts: str) -> Path:
         candidates.append((roots.config_dir.joinpath(*parts[1:]), "$ROCKBUILD_CONFIG"))
     if roots.checkout is not None:
         candidates.append((roots.checkout.joinpath(*parts), "the checkout in the current directory"))
-    candidates += [(here / "_data" / Path(*parts), "installed with rockbuild"),
-                   (here.parent.joinpath(*parts), "the checkout rockbuild runs from")]
+    candidates += [
+        (here / "_data" / Path(*parts), "installed with rockbuild"),
+        (here.parent.joinpath(*parts), "the checkout rockbuild runs from"),
+    ]
     for candidate, origin in candidates:
         if candidate.exists():
             if roots.announce is not None and candidate not in _announced:
@@ -109,14 +113,14 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False,
-                      ensure_ascii: bool = True) -> Path:
+def write_json_atomic(
+    path: Path, data: Mapping[str, Any], *, sort_keys: bool = False, ensure_ascii: bool = True
+) -> Path:
     """Write a JSON object so that readers see the old file or the new one, never half of one; returns ``path``.
     ``ensure_ascii=False`` keeps text (generated tokens, release notes) readable in the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n",
-                   encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -132,15 +136,26 @@ def _get(node: Any, key: Any, default: Any) -> Any:
     return node.get(key, default) if isinstance(node, Mapping) else default
 
 
-def whole(path: Path | str, node: Any, key: str, default: int, what: str, *, least: int | None = None,
-          most: int | None = None) -> int:
+def whole(
+    path: Path | str, node: Any, key: str, default: int, what: str, *, least: int | None = None, most: int | None = None
+) -> int:
     """``node[key]`` as a whole number in [least, most] (``default`` when absent)."""
     value = _get(node, key, default)
-    if (isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least)
-            or (most is not None and value > most)):
-        bounds = (f" from {least} to {most}" if least is not None and most is not None
-                  else f", at least {least}" if least is not None else f", at most {most}" if most is not None
-                  else "")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (least is not None and value < least)
+        or (most is not None and value > most)
+    ):
+        bounds = (
+            f" from {least} to {most}"
+            if least is not None and most is not None
+            else f", at least {least}"
+            if least is not None
+            else f", at most {most}"
+            if most is not None
+            else ""
+        )
         raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a whole number{bounds}, not {value!r}")
     return value
 
@@ -148,8 +163,12 @@ def whole(path: Path | str, node: Any, key: str, default: int, what: str, *, lea
 def number(path: Path | str, node: Any, key: str, default: float, what: str, *, positive: bool = False) -> float:
     """``node[key]`` as a finite number (> 0 when ``positive``; ``default`` when absent)."""
     value = _get(node, key, default)
-    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-            or (positive and not value > 0)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or (positive and not value > 0)
+    ):
         kind = "a positive number" if positive else "a finite number"
         raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be {kind}, not {value!r}")
     return float(value)
@@ -198,8 +217,9 @@ def text_map(path: Path | str, node: Any, key: str, default: Mapping[str, str], 
     value = _get(node, key, None)
     if value is None:
         return dict(default)
-    if not isinstance(value, Mapping) or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
-                                                 for v in value.values()):
+    if not isinstance(value, Mapping) or not all(
+        isinstance(v, str | int | float) and not isinstance(v, bool) for v in value.values()
+    ):
         raise ConfigError(f"{where(path, node, key)}: {what}.{key} must map names to texts, not {value!r}")
     return {str(k): str(v) for k, v in value.items()}
 
@@ -273,8 +293,12 @@ def check_keys(path: Path | str, node: Mapping[Any, Any], allowed: Iterable[str]
 def expect_type(path: Path | str, parent: Any, key: Any, value: Any, types: type | tuple[type, ...], what: str) -> None:
     if not isinstance(value, types):
         names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
-        names = (names.replace("YDict", "mapping").replace("YList", "list").replace("dict", "mapping")
-                 .replace("Mapping", "mapping"))
+        names = (
+            names.replace("YDict", "mapping")
+            .replace("YList", "list")
+            .replace("dict", "mapping")
+            .replace("Mapping", "mapping")
+        )
         names = " or ".join(dict.fromkeys(names.split(" or ")))  # (dict, YDict): "a mapping", once
         raise ConfigError(f"{where(path, parent, key)}: {what} must be a {names}, not {kind_of(value)}")
 
@@ -369,12 +393,15 @@ def load_yaml(path: Path) -> Any:
             return None
         depth, deepest = _depth(node)
         if depth > MAX_YAML_DEPTH:
-            raise ConfigError(f"{path}:{deepest.start_mark.line + 1}: nested {depth} levels deep; "
-                              f"a configuration file may nest at most {MAX_YAML_DEPTH}")
+            raise ConfigError(
+                f"{path}:{deepest.start_mark.line + 1}: nested {depth} levels deep; "
+                f"a configuration file may nest at most {MAX_YAML_DEPTH}"
+            )
         return loader.construct_document(node)
     except RecursionError:  # the composer recurses once per level: say what it is, not where Python gave up
-        raise ConfigError(f"{path}: nested too deeply to read; a configuration file may nest at most "
-                          f"{MAX_YAML_DEPTH} levels") from None
+        raise ConfigError(
+            f"{path}: nested too deeply to read; a configuration file may nest at most {MAX_YAML_DEPTH} levels"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -384,8 +411,6 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     finally:
         loader.dispose()
-
-
 
 
 def load_data_file(path: Path | None, shipped: str, parse: Callable[[Any, Path], T]) -> T:

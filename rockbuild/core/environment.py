@@ -51,8 +51,10 @@ def config_dir(env: Mapping[str, str]) -> Path | None:
         return None
     folder = Path(value).expanduser()
     if not folder.is_dir():
-        raise ConfigError(f"ROCKBUILD_CONFIG={value}: no such folder",
-                          hint="point it at a folder of data files such as a checkout's config/")
+        raise ConfigError(
+            f"ROCKBUILD_CONFIG={value}: no such folder",
+            hint="point it at a folder of data files such as a checkout's config/",
+        )
     return folder.absolute()
 
 
@@ -89,8 +91,11 @@ class GitHubContext:
         server, run_id = env.get("GITHUB_SERVER_URL", "").strip(), env.get("GITHUB_RUN_ID", "").strip()
         token = next((env[n].strip() for n in ("GITHUB_TOKEN", "GH_TOKEN") if env.get(n, "").strip()), None)
         return cls(
-            actions=env.get("GITHUB_ACTIONS") == "true", repository=repository, token=token,
-            step_summary=path("GITHUB_STEP_SUMMARY"), output=path("GITHUB_OUTPUT"),
+            actions=env.get("GITHUB_ACTIONS") == "true",
+            repository=repository,
+            token=token,
+            step_summary=path("GITHUB_STEP_SUMMARY"),
+            output=path("GITHUB_OUTPUT"),
             run_url=f"{server}/{repository}/actions/runs/{run_id}" if server and repository and run_id else None,
         )
 
@@ -124,9 +129,11 @@ class HttpTimeouts:
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str]) -> HttpTimeouts:
-        return cls(request=_seconds(env, "ROCKBUILD_HTTP_TIMEOUT", cls.request),
-                   retries=_count(env, "ROCKBUILD_HTTP_RETRIES", cls.retries),
-                   download=_seconds(env, "ROCKBUILD_DOWNLOAD_TIMEOUT", cls.download))
+        return cls(
+            request=_seconds(env, "ROCKBUILD_HTTP_TIMEOUT", cls.request),
+            retries=_count(env, "ROCKBUILD_HTTP_RETRIES", cls.retries),
+            download=_seconds(env, "ROCKBUILD_DOWNLOAD_TIMEOUT", cls.download),
+        )
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -198,11 +205,17 @@ class Context:
         if epoch and not epoch.isdigit():
             raise ConfigError(f"SOURCE_DATE_EPOCH={epoch!r} is not a number of seconds since 1970")
         values: dict[str, Any] = dict(
-            env=env, cache=default_cache(env), host_os=host_os(), debug=flag(env, "ROCKBUILD_DEBUG"),
-            ci=flag(env, "CI"), github=GitHubContext.from_environment(env),
+            env=env,
+            cache=default_cache(env),
+            host_os=host_os(),
+            debug=flag(env, "ROCKBUILD_DEBUG"),
+            ci=flag(env, "CI"),
+            github=GitHubContext.from_environment(env),
             hf_endpoint=(env.get("HF_ENDPOINT", "").strip() or "https://huggingface.co").rstrip("/"),
-            hf_token=env.get("HF_TOKEN", "").strip() or None, source_date_epoch=int(epoch) if epoch else None,
-            patches_file=Path(env["ROCKBUILD_PATCHES"]).expanduser() if env.get("ROCKBUILD_PATCHES", "").strip()
+            hf_token=env.get("HF_TOKEN", "").strip() or None,
+            source_date_epoch=int(epoch) if epoch else None,
+            patches_file=Path(env["ROCKBUILD_PATCHES"]).expanduser()
+            if env.get("ROCKBUILD_PATCHES", "").strip()
             else None,
             http=HttpTimeouts.from_environment(env),
             columns=int(env["COLUMNS"]) if env.get("COLUMNS", "").strip().isdigit() and int(env["COLUMNS"]) else None,

@@ -96,8 +96,15 @@ class ProcessError(RockbuildError):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, tail: Sequence[str] = (), log: Path | None = None,
-                 returncode: int | None = None, hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        tail: Sequence[str] = (),
+        log: Path | None = None,
+        returncode: int | None = None,
+        hint: str | None = None,
+    ) -> None:
         super().__init__(message, hint=hint)
         self.tail = list(tail)
         self.log = log
@@ -166,4 +173,3 @@ class RecordError(RockbuildError):
 
 BUG_EXIT_CODE = 70
 """Exit code for an unexpected exception (a bug in rockbuild), after EX_SOFTWARE in sysexits.h."""
-

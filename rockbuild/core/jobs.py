@@ -133,8 +133,9 @@ class FamilyTable:
         prefix = f"{where}: " if where else ""
         if not names:
             raise ConfigError(f"{prefix}an empty target list builds nothing; give one or more families or gfx targets")
-        parts = [self.select(str(n).strip(), where=wheres[i] if i < len(wheres) else where)
-                 for i, n in enumerate(names)]
+        parts = [
+            self.select(str(n).strip(), where=wheres[i] if i < len(wheres) else where) for i, n in enumerate(names)
+        ]
         if len(parts) == 1:
             return parts[0]
         written = f"[{', '.join(p.short for p in parts)}]"
@@ -151,8 +152,10 @@ class FamilyTable:
         targets = tuple(dict.fromkeys(t for p in parts for t in p.targets))
         carriers = [f for f in self.families if set(targets) <= set(f.targets)]
         if not carriers:
-            raise ConfigError(f"{prefix}no TheRock tarball in the family table carries all of {', '.join(targets)}; "
-                              "a mixed-GPU job needs a family with every target (multiarch)")
+            raise ConfigError(
+                f"{prefix}no TheRock tarball in the family table carries all of {', '.join(targets)}; "
+                "a mixed-GPU job needs a family with every target (multiarch)"
+            )
         family = min(carriers, key=lambda f: (len(f.targets), f.name))
         return Selection(family, targets, MIX.join(p.short for p in parts), tuple(parts))
 
@@ -173,7 +176,8 @@ def parse_families(doc: Any, path: Path) -> FamilyTable:
     for name, body in fams.items():
         expect_type(path, fams, name, body, YDict, f"family {name!r}")
         check_keys(
-            path, body,
+            path,
+            body,
             ["short", "targets", "groups", "legacy_groups", "aliases", "resolve_targets", "source", "note"],
             f"family {name!r}",
         )
@@ -219,26 +223,34 @@ def _parse_source(path: Path, body: YDict, name: str) -> FamilySource:
     """``source: {ref: TheRock#5744, since: 2026-06-16}``: required, so that every family says where it comes from
     (``since: null`` when the reference gives no date)."""
     if "source" not in body:
-        raise ConfigError(f"{where(path, body)}: family {name!r} needs a 'source' ({{ref: TheRock#N or a TheRock file, "
-                          "since: YYYY-MM-DD or null}}): where TheRock publishes it from")
+        raise ConfigError(
+            f"{where(path, body)}: family {name!r} needs a 'source' ({{ref: TheRock#N or a TheRock file, "
+            "since: YYYY-MM-DD or null}}): where TheRock publishes it from"
+        )
     source = body["source"]
     expect_type(path, body, "source", source, YDict, f"{name}.source ({{ref: ..., since: ...}})")
     check_keys(path, source, ["ref", "since"], f"{name}.source")
     ref = source.get("ref")
     if not isinstance(ref, str) or not SOURCE_REF_RE.match(ref):
         at = where(path, source, "ref") if "ref" in source else where(path, source)
-        raise ConfigError(f"{at}: {name}.source.ref must be a TheRock issue (TheRock#5744) or a file of ROCm/TheRock "
-                          f"(build_tools/github_actions/amdgpu_family_matrix.py), not {ref!r}")
+        raise ConfigError(
+            f"{at}: {name}.source.ref must be a TheRock issue (TheRock#5744) or a file of ROCm/TheRock "
+            f"(build_tools/github_actions/amdgpu_family_matrix.py), not {ref!r}"
+        )
     if "since" not in source:
-        raise ConfigError(f"{where(path, source)}: {name}.source needs 'since' (the date the group appeared, "
-                          "YYYY-MM-DD, or null when not known)")
+        raise ConfigError(
+            f"{where(path, source)}: {name}.source needs 'since' (the date the group appeared, "
+            "YYYY-MM-DD, or null when not known)"
+        )
     since = source["since"]
     if isinstance(since, str):
         with contextlib.suppress(ValueError):
             since = datetime.date.fromisoformat(since)
     if since is not None and (not isinstance(since, datetime.date) or isinstance(since, datetime.datetime)):
-        raise ConfigError(f"{where(path, source, 'since')}: {name}.source.since must be a date (YYYY-MM-DD) or null, "
-                          f"not {source['since']!r}")
+        raise ConfigError(
+            f"{where(path, source, 'since')}: {name}.source.since must be a date (YYYY-MM-DD) or null, "
+            f"not {source['since']!r}"
+        )
     return FamilySource(ref, since)
 
 

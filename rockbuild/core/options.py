@@ -68,7 +68,6 @@ class CompileFlags:
     common: Path | None = None  # --common DIR: the job folder of the OS's common part; compile the GPU library alone
 
 
-
 ShipMode = Literal["missing", "newest-good", "blocked"]
 SHIP_MODES: tuple[ShipMode, ...] = get_args(ShipMode)
 """What a night does with a job that llama.cpp broke (the matrix's ``regressions: ship``): ``missing`` publishes the

@@ -71,10 +71,17 @@ class Program:
         return self.file_name + (".exe" if platform == "windows" else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "file": self.file_name, "required": self.required,
-                "aliases": list(self.aliases), "check": list(self.check), "exit": self.exit_code,
-                "expect": self.expect, "what": self.what,
-                "known_failures": [k.to_dict() for k in self.known_failures]}
+        return {
+            "target": self.target,
+            "file": self.file_name,
+            "required": self.required,
+            "aliases": list(self.aliases),
+            "check": list(self.check),
+            "exit": self.exit_code,
+            "expect": self.expect,
+            "what": self.what,
+            "known_failures": [k.to_dict() for k in self.known_failures],
+        }
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,9 @@ class ProgramList:
                 program = replace(program, target=name, aliases=())
             chosen.append(program)
         if missing:
-            raise BuildError(f"{where_from} defines no target {', '.join(missing)}; is it a llama.cpp tree from 2025 "
-                             "or later?")
+            raise BuildError(
+                f"{where_from} defines no target {', '.join(missing)}; is it a llama.cpp tree from 2025 or later?"
+            )
         return Selection(tuple(chosen), tuple(unavailable))
 
 
@@ -137,8 +145,9 @@ def _strings(path: Path, node: Any, key: str, value: Any, what: str) -> tuple[st
 def _name(path: Path, node: YDict, key: str, what: str) -> str:
     value = node.get(key)
     if not isinstance(value, str) or not _NAME_RE.match(value):
-        raise ConfigError(f"{where(path, node, key)}: {what} needs a {key} (a program name such as llama-cli), "
-                          f"not {value!r}")
+        raise ConfigError(
+            f"{where(path, node, key)}: {what} needs a {key} (a program name such as llama-cli), not {value!r}"
+        )
     return value
 
 
@@ -174,8 +183,10 @@ def _known_failure(path: Path, parent: YDict, node: Any) -> KnownFailure:
     check_keys(path, node, _KNOWN_KEYS, "a known_failures entry")
     ships = _strings(path, node, "ships", node.get("ships", []), "ships")
     if not ships:
-        raise ConfigError(f"{where(path, node, 'ships')}: a known failure needs ships (the file names of the bundles "
-                          "it happens in, e.g. [libwinpthread-1.dll])")
+        raise ConfigError(
+            f"{where(path, node, 'ships')}: a known failure needs ships (the file names of the bundles "
+            "it happens in, e.g. [libwinpthread-1.dll])"
+        )
     texts = {}
     for key in ("failure", "reason"):
         value = node.get(key)
@@ -184,13 +195,20 @@ def _known_failure(path: Path, parent: YDict, node: Any) -> KnownFailure:
         texts[key] = value.strip()
     timeout = node.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ConfigError(f"{where(path, node, 'timeout')}: timeout must be a number of seconds above 0, "
-                          f"not {timeout!r}")
+        raise ConfigError(
+            f"{where(path, node, 'timeout')}: timeout must be a number of seconds above 0, not {timeout!r}"
+        )
     after_output = node.get("after_output", True)
     expect_type(path, node, "after_output", after_output, bool, "after_output")
     programs = _strings(path, node, "programs", node.get("programs", []), "programs")
-    return KnownFailure(ships=ships, programs=programs, failure=texts["failure"], after_output=after_output,
-                        reason=texts["reason"], timeout=float(timeout) if timeout is not None else None)
+    return KnownFailure(
+        ships=ships,
+        programs=programs,
+        failure=texts["failure"],
+        after_output=after_output,
+        reason=texts["reason"],
+        timeout=float(timeout) if timeout is not None else None,
+    )
 
 
 def parse_programs(doc: Any, path: Path) -> ProgramList:
@@ -224,8 +242,9 @@ def parse_programs(doc: Any, path: Path) -> ProgramList:
         unknown = [t for t in entry.programs if t not in seen or seen[t] != "ship"]
         if unknown:
             raise ConfigError(f"{path}: a known failure names {', '.join(unknown)}, which ship does not list")
-    programs = tuple(replace(p, known_failures=tuple(k for k in known if not k.programs or p.target in k.programs))
-                     for p in programs)
+    programs = tuple(
+        replace(p, known_failures=tuple(k for k in known if not k.programs or p.target in k.programs)) for p in programs
+    )
     return ProgramList(programs, tuple(left), known)
 
 

@@ -40,14 +40,27 @@ R = TypeVar("R", bound="Record")
 # ---------------------------------------------------------------------------------------------------------------------
 # The engine: a record's fields are its keys; their annotations say what each must be.
 
-_JSON_NAMES = {str: "a string", Path: "a path (a string)", int: "an integer", float: "a number", bool: "a boolean",
-               type(None): "null"}
+_JSON_NAMES = {
+    str: "a string",
+    Path: "a path (a string)",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def _what(value: Any) -> str:
     """The JSON name of ``value``'s type, for messages."""
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "int", float: "number",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "int",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _describe(tp: Any) -> str:
@@ -267,9 +280,10 @@ class Record:
         try:
             return cls._load(data, "", name)
         except _Wrong as exc:
-            raise RecordError(f"{name}: {exc.message}",
-                              hint=f"{cls.FILE or 'the file'} was not written by this rockbuild, or was damaged; "
-                                   "write it again") from None
+            raise RecordError(
+                f"{name}: {exc.message}",
+                hint=f"{cls.FILE or 'the file'} was not written by this rockbuild, or was damaged; write it again",
+            ) from None
 
     @classmethod
     def loads(cls: type[R], text: str, source: str | Path | None = None) -> R:
@@ -278,8 +292,10 @@ class Record:
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise RecordError(f"{name}: not valid JSON ({exc})",
-                              hint=f"{cls.FILE or 'the file'} is truncated or is not JSON; write it again") from None
+            raise RecordError(
+                f"{name}: not valid JSON ({exc})",
+                hint=f"{cls.FILE or 'the file'} is truncated or is not JSON; write it again",
+            ) from None
         return cls.from_dict(data, name)
 
     @classmethod
@@ -299,8 +315,11 @@ class Record:
         depend on what happened (a smoke run has a ``load`` only when it loaded a model, a ``log_tail`` only when it
         failed). A key the record has no field for is kept (``extra``)."""
         names = {key_of(f): f.name for f in cls._inputs()}
-        return cls(**{names[k]: v for k, v in values.items() if k in names},
-                   extra={k: v for k, v in values.items() if k not in names}, keys=tuple(values))
+        return cls(
+            **{names[k]: v for k, v in values.items() if k in names},
+            extra={k: v for k, v in values.items() if k not in names},
+            keys=tuple(values),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         names = {key_of(f): f.name for f in self._fields()}  # JSON key -> field name
@@ -308,16 +327,25 @@ class Record:
         order += [k for k, n in names.items() if k not in order and (not self.keys or self._set(n))]
         order += [k for k in self.extra if k not in order]
         forms = {key_of(f): form for f in self._fields() if (form := form_of(f)) is not None}
-        return {k: (forms[k].write(getattr(self, names[k])) if k in forms else
-                    _dump(getattr(self, names[k]) if k in names else self.extra[k])) for k in order}
+        return {
+            k: (
+                forms[k].write(getattr(self, names[k]))
+                if k in forms
+                else _dump(getattr(self, names[k]) if k in names else self.extra[k])
+            )
+            for k in order
+        }
 
     def _set(self, name: str) -> bool:
         """A field a record read from a file did not have, set since (replace()): written too."""
         f = next(f for f in self._fields() if f.name == name)
         if not f.init:
             return True  # derived: always written
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        )
         return bool(getattr(self, name) != default)
 
     def narrow(self, base: type[R]) -> R:

@@ -156,8 +156,12 @@ class BuildErrorInfo(Record):
         """What build.json says of ``exc``: the message and hint the user sees, or (not a RockbuildError) the bug."""
         if isinstance(exc, RockbuildError):
             return cls(message=exc.message, hint=exc.hint, exit_code=exc.exit_code, type=type(exc).__name__)
-        return cls(message=f"internal error: {type(exc).__name__}: {exc}", hint=None, exit_code=BUG_EXIT_CODE,
-                   type=type(exc).__name__)
+        return cls(
+            message=f"internal error: {type(exc).__name__}: {exc}",
+            hint=None,
+            exit_code=BUG_EXIT_CODE,
+            type=type(exc).__name__,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,14 +366,30 @@ class AuditRecord(Record):
     checks: tuple[Check, ...] = ()
 
     @classmethod
-    def of(cls, path: Path, platform: str, backend: str, targets: tuple[str, ...], checks: tuple[Check, ...], *,
-           versions: Mapping[str, tuple[str, str]] | None = None,
-           fat_binaries: tuple[FatBinary, ...] = ()) -> AuditRecord:
+    def of(
+        cls,
+        path: Path,
+        platform: str,
+        backend: str,
+        targets: tuple[str, ...],
+        checks: tuple[Check, ...],
+        *,
+        versions: Mapping[str, tuple[str, str]] | None = None,
+        fat_binaries: tuple[FatBinary, ...] = (),
+    ) -> AuditRecord:
         """The audit of these checks: its verdict, failures and warnings are theirs."""
-        return cls(path=path, platform=platform, backend=backend, ok=all(c.ok for c in checks), targets=targets,
-                   failures=tuple(f"{c.name}: {f}" for c in checks for f in c.failures),
-                   warnings=tuple(f"{c.name}: {w}" for c in checks for w in c.warnings), versions=dict(versions or {}),
-                   fat_binaries=fat_binaries, checks=checks)
+        return cls(
+            path=path,
+            platform=platform,
+            backend=backend,
+            ok=all(c.ok for c in checks),
+            targets=targets,
+            failures=tuple(f"{c.name}: {f}" for c in checks for f in c.failures),
+            warnings=tuple(f"{c.name}: {w}" for c in checks for w in c.warnings),
+            versions=dict(versions or {}),
+            fat_binaries=fat_binaries,
+            checks=checks,
+        )
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -447,10 +467,14 @@ class KernelsRecord(Record):
     dropped: FileCount = field(init=False, default_factory=FileCount)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kept", FileCount(sum(f.kept.files for f in self.folders),
-                                                   sum(f.kept.bytes for f in self.folders)))
-        object.__setattr__(self, "dropped", FileCount(sum(f.dropped.files for f in self.folders),
-                                                      sum(f.dropped.bytes for f in self.folders)))
+        object.__setattr__(
+            self, "kept", FileCount(sum(f.kept.files for f in self.folders), sum(f.kept.bytes for f in self.folders))
+        )
+        object.__setattr__(
+            self,
+            "dropped",
+            FileCount(sum(f.dropped.files for f in self.folders), sum(f.dropped.bytes for f in self.folders)),
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -494,12 +518,17 @@ class Closure(Record):
     warnings: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, platform: str, libraries: tuple[Library, ...] = (), *, machine: str = "",
-           warnings: tuple[str, ...] = ()) -> Closure:
-        return cls(platform=platform, machine=machine, warnings=warnings,
-                   ships=tuple(e for e in libraries if e.status in (ROOT, SHIPS)),
-                   system=tuple(e for e in libraries if e.status == SYSTEM),
-                   missing=tuple(e for e in libraries if e.status == MISSING))
+    def of(
+        cls, platform: str, libraries: tuple[Library, ...] = (), *, machine: str = "", warnings: tuple[str, ...] = ()
+    ) -> Closure:
+        return cls(
+            platform=platform,
+            machine=machine,
+            warnings=warnings,
+            ships=tuple(e for e in libraries if e.status in (ROOT, SHIPS)),
+            system=tuple(e for e in libraries if e.status == SYSTEM),
+            missing=tuple(e for e in libraries if e.status == MISSING),
+        )
 
     @property
     def entries(self) -> tuple[Library, ...]:
@@ -833,8 +862,11 @@ class SmokeCpuVariant(Record):
         result with why it failed."""
         if not self.runnable and self.result != _FAILED:
             return NOT_RUNNABLE
-        parts = [f"{name} {tps:.1f} t/s" for name, tps in (("pp512", self.pp512_tps), (tg_test, self.tg_tps))
-                 if tps is not None]
+        parts = [
+            f"{name} {tps:.1f} t/s"
+            for name, tps in (("pp512", self.pp512_tps), (tg_test, self.tg_tps))
+            if tps is not None
+        ]
         if self.known_answers not in (None, NOT_RUN):
             parts.append(f"known answers {self.known_answers}")
         figures = f" ({', '.join(parts)})" if parts else ""
@@ -866,8 +898,10 @@ class SmokeCpuVariants(Record):
 
     def names_by_result(self) -> dict[str, list[str]]:
         """The variants' names under ``passed``, ``failed`` and ``not_runnable`` (ggml does not load it here)."""
-        return {key: [v.variant for v in self.variants if v.result == result]
-                for key, result in (("passed", _PASSED), ("failed", _FAILED), ("not_runnable", NOT_RUNNABLE))}
+        return {
+            key: [v.variant for v in self.variants if v.result == result]
+            for key, result in (("passed", _PASSED), ("failed", _FAILED), ("not_runnable", NOT_RUNNABLE))
+        }
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -883,8 +917,9 @@ class SmokeCpuVariants(Record):
     def render_lines(self) -> list[str]:
         """The human lines: the verdict, then one line per variant with its t/s."""
         mark = {_PASSED: "ok", _FAILED: "FAIL"}.get(self.result, "skip")
-        lines = [f"  [{mark}] cpu variants" + (f" in {self.seconds or 0:.1f}s" if self.variants else "")
-                 + f": {self.detail}"]
+        lines = [
+            f"  [{mark}] cpu variants" + (f" in {self.seconds or 0:.1f}s" if self.variants else "") + f": {self.detail}"
+        ]
         for v in self.variants:
             label = v.variant + (" (picked)" if v.variant == self.picked else "")
             lines.append(f"         {label}: {v.describe(self.tg_test or 'tg')}")
@@ -1036,9 +1071,11 @@ class HeldBack(Record):
 
     def describe(self) -> str:
         """One line for notes, reports and logs."""
-        return (f"llama.cpp {self.first_bad.commit[:12]} broke {', '.join(self.jobs)}"
-                + (f" at {self.failed_stage}" if self.failed_stage else "")
-                + f": built from {self.good.commit[:12]}, the commit before it (tonight's is {self.tip[:12]})")
+        return (
+            f"llama.cpp {self.first_bad.commit[:12]} broke {', '.join(self.jobs)}"
+            + (f" at {self.failed_stage}" if self.failed_stage else "")
+            + f": built from {self.good.commit[:12]}, the commit before it (tonight's is {self.tip[:12]})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1151,8 +1188,11 @@ class InputsRocm(Record):
         """Why this job cannot be built: the tarball is too old, or none was found."""
         message = self.error or f"no ROCm tarball was resolved for {self.key}"
         if self.error_kind == "stale":
-            return StaleInputError(message, hint="the host may have stopped publishing: check rocm-channels.yaml "
-                                   "or pin a version with --rocm-version")
+            return StaleInputError(
+                message,
+                hint="the host may have stopped publishing: check rocm-channels.yaml "
+                "or pin a version with --rocm-version",
+            )
         return NotFoundError(message)
 
 
@@ -1193,8 +1233,10 @@ class InputsRecord(Record):
             if job.id == job_id:
                 return job
         ids = [j.id for j in self.jobs]
-        raise UsageError(f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
-                         hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out")
+        raise UsageError(
+            f"job {job_id!r} is not in inputs.json{suggest(job_id, ids)}; its jobs: {', '.join(ids)}",
+            hint="resolve the inputs for that job (rockbuild resolve --only ...) or leave --inputs out",
+        )
 
     def job(self, job_id: str) -> Job:
         """The job ``job_id`` as the matrix has it (without its ROCm key: the job build.json records)."""
@@ -1214,16 +1256,21 @@ class InputsRecord(Record):
     def job_fingerprint(self, job_id: str) -> str:
         """A hash of everything this job is built from (the job, the commit, the tarball)."""
         rocm = self.rocm_for(job_id)
-        data = {"job": self.job(job_id).to_dict(), "llama": self.llama_cpp.to_dict(),
-                "rocm": rocm.to_dict() if rocm is not None else None,
-                **({"patches": self.patches} if self.patches is not None else {})}
+        data = {
+            "job": self.job(job_id).to_dict(),
+            "llama": self.llama_cpp.to_dict(),
+            "rocm": rocm.to_dict() if rocm is not None else None,
+            **({"patches": self.patches} if self.patches is not None else {}),
+        }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def render(self) -> str:
         """What ``rockbuild resolve`` pinned, in two lines."""
         llama = self.llama_cpp
-        text = (f"inputs: llama.cpp {llama.commit[:12]} (build {llama.build_number or 'unknown'}), "
-                f"{len(self.jobs)} jobs, {len(self.rocm)} ROCm tarball(s)")
+        text = (
+            f"inputs: llama.cpp {llama.commit[:12]} (build {llama.build_number or 'unknown'}), "
+            f"{len(self.jobs)} jobs, {len(self.rocm)} ROCm tarball(s)"
+        )
         failed = [j.id for j in self.jobs if self.unresolved(j.id)]
         return text + (f"\n  no usable ROCm (these jobs will fail): {', '.join(failed)}" if failed else "")
 
@@ -1413,8 +1460,13 @@ class ManifestRecord(Record):
 
 
 RECORDS: dict[str, type[Record]] = {
-    "build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord, "gpu-smoke.json": SmokeRecord,
-    "stages.json": StagesRecord, "fallback.json": FallbackRecord, "triage.json": TriageRecord,
+    "build.json": BuildRecord,
+    "bundle.json": BundleRecord,
+    "smoke.json": SmokeRecord,
+    "gpu-smoke.json": SmokeRecord,
+    "stages.json": StagesRecord,
+    "fallback.json": FallbackRecord,
+    "triage.json": TriageRecord,
     "held-back.json": HeldBack,
     "inputs.json": InputsRecord,
     "manifest.json": ManifestRecord,

@@ -25,8 +25,16 @@ from rockbuild.process import child_env, run
 
 from .oci import Member
 
-DROPPED = ("usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/", "usr/share/bug/",
-           "usr/share/doc-base/", "usr/share/bash-completion/", "usr/share/zsh/")
+DROPPED = (
+    "usr/share/man/",
+    "usr/share/info/",
+    "usr/share/locale/",
+    "usr/share/lintian/",
+    "usr/share/bug/",
+    "usr/share/doc-base/",
+    "usr/share/bash-completion/",
+    "usr/share/zsh/",
+)
 _TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEP_NAME = re.compile(r"^\s*([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9]+)?")
 
@@ -56,12 +64,14 @@ def installed_packages(root: Path = Path("/")) -> dict[str, Package]:
     """Every package dpkg lists as installed, by name (the native architecture's where a name has two)."""
     fmt = "${Package}\\t${Version}\\t${Architecture}\\t${db:Status-Abbrev}\\t${Pre-Depends}, ${Depends}\\n"
     try:
-        out = run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W", "-f", fmt], env=child_env(),
-                  timeout=120).output
+        out = run(
+            ["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W", "-f", fmt], env=child_env(), timeout=120
+        ).output
     except ProcessError as exc:
-        raise ImageError(f"cannot list this machine's Debian packages with dpkg-query: {exc}",
-                           hint="an image's base is made from the publishing machine's installed packages "
-                           "(Debian or Ubuntu)") from None
+        raise ImageError(
+            f"cannot list this machine's Debian packages with dpkg-query: {exc}",
+            hint="an image's base is made from the publishing machine's installed packages (Debian or Ubuntu)",
+        ) from None
     found: dict[str, Package] = {}
     for line in out.splitlines():
         parts = line.split("\t")
@@ -74,16 +84,19 @@ def installed_packages(root: Path = Path("/")) -> dict[str, Package]:
     return found
 
 
-def package_closure(roots: Sequence[str], installed: Mapping[str, Package], *, never: Iterable[str] = ()
-                    ) -> list[Package]:
+def package_closure(
+    roots: Sequence[str], installed: Mapping[str, Package], *, never: Iterable[str] = ()
+) -> list[Package]:
     """``roots`` and every package they depend on (pre-depends too), through the first installed alternative of each
     group; ``never`` is not followed (what only installing needs: debconf, a python for a trigger). A root that is not
     installed is an error naming it."""
     skip = set(never)
     missing = [r for r in roots if r not in installed]
     if missing:
-        raise ImageError(f"the image needs the Debian package {missing[0]}, which this machine has not installed",
-                           hint=f"apt-get install {' '.join(missing)} on the publishing machine")
+        raise ImageError(
+            f"the image needs the Debian package {missing[0]}, which this machine has not installed",
+            hint=f"apt-get install {' '.join(missing)} on the publishing machine",
+        )
     seen: dict[str, Package] = {}
     todo = list(roots)
     while todo:
@@ -145,8 +158,9 @@ def host_members(paths: Iterable[str], root: Path = Path("/")) -> list[Member]:
 def top_links(root: Path = Path("/")) -> list[Member]:
     """The merged-/usr links of this machine (``lib64 -> usr/lib64``: the loader every program names is
     ``/lib64/ld-linux-x86-64.so.2``)."""
-    return [Member(name, "symlink", target=os.readlink(root / name)) for name in _TOP_LINKS
-            if (root / name).is_symlink()]
+    return [
+        Member(name, "symlink", target=os.readlink(root / name)) for name in _TOP_LINKS if (root / name).is_symlink()
+    ]
 
 
 def base_members(packages: Sequence[Package], extra_files: Sequence[str], root: Path = Path("/")) -> list[Member]:
@@ -158,8 +172,10 @@ def base_members(packages: Sequence[Package], extra_files: Sequence[str], root: 
     for path in extra_files:
         found = host_members([path], root)
         if not found:
-            raise ImageError(f"the image needs {path}, which this machine does not have",
-                               hint="apt-get install ca-certificates on the publishing machine")
+            raise ImageError(
+                f"the image needs {path}, which this machine does not have",
+                hint="apt-get install ca-certificates on the publishing machine",
+            )
         members.extend(found)
     return members
 
@@ -189,7 +205,8 @@ def provided_versions(members: Iterable[Member]) -> dict[str, str]:
                         for aux in auxiliaries:
                             family, _, version = aux.name.partition("_")
                             if re.fullmatch(r"\d+(\.\d+)*", version) and (
-                                    family not in best or version_key(version) > version_key(best[family])):
+                                family not in best or version_key(version) > version_key(best[family])
+                            ):
                                 best[family] = version
         except (ELFError, OSError):
             continue

@@ -91,15 +91,24 @@ class ContainerSetup:
     def to_docker(self) -> dict[str, Any]:
         ns = 1_000_000_000
         out: dict[str, Any] = {
-            "User": self.user, "ExposedPorts": {p: {} for p in self.exposed_ports}, "Env": list(self.env),
-            "Entrypoint": list(self.entrypoint), "Cmd": list(self.cmd) or None, "WorkingDir": self.working_dir,
-            "Volumes": {v: {} for v in self.volumes}, "Labels": dict(sorted(self.labels.items())),
+            "User": self.user,
+            "ExposedPorts": {p: {} for p in self.exposed_ports},
+            "Env": list(self.env),
+            "Entrypoint": list(self.entrypoint),
+            "Cmd": list(self.cmd) or None,
+            "WorkingDir": self.working_dir,
+            "Volumes": {v: {} for v in self.volumes},
+            "Labels": dict(sorted(self.labels.items())),
             "StopSignal": "SIGTERM",
         }
         if self.healthcheck:
-            out["Healthcheck"] = {"Test": list(self.healthcheck), "Interval": self.health_interval_s * ns,
-                                  "Timeout": self.health_timeout_s * ns,
-                                  "StartPeriod": self.health_start_period_s * ns, "Retries": self.health_retries}
+            out["Healthcheck"] = {
+                "Test": list(self.healthcheck),
+                "Interval": self.health_interval_s * ns,
+                "Timeout": self.health_timeout_s * ns,
+                "StartPeriod": self.health_start_period_s * ns,
+                "Retries": self.health_retries,
+            }
         return out
 
 
@@ -198,8 +207,9 @@ def write_layer(members: Sequence[Member], blobs: Path, *, mtime: int, level: in
                         tar.addfile(info)
     hexdigest = compressed.sha.hexdigest()
     partial.replace(blobs / hexdigest)
-    return Layer(Blob(f"sha256:{hexdigest}", compressed.size, LAYER_TYPE), f"sha256:{plain.sha.hexdigest()}",
-                 plain.size, comment)
+    return Layer(
+        Blob(f"sha256:{hexdigest}", compressed.size, LAYER_TYPE), f"sha256:{plain.sha.hexdigest()}", plain.size, comment
+    )
 
 
 def tree_members(root: Path, prefix: str, *, uid: int = 0, gid: int = 0) -> list[Member]:
@@ -225,21 +235,29 @@ def _json_bytes(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def write_image(folder: Path, layers: Sequence[Layer], config: ContainerSetup, *, created: int,
-                architecture: str = "amd64") -> ImageLayout:
+def write_image(
+    folder: Path, layers: Sequence[Layer], config: ContainerSetup, *, created: int, architecture: str = "amd64"
+) -> ImageLayout:
     """The config and manifest over ``layers`` (already in ``folder``), and the ``dir:`` layout's ``version``;
     blobs of an earlier write that this image no longer names are removed."""
     when = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     document = {
-        "architecture": architecture, "os": "linux", "created": when, "config": config.to_docker(),
+        "architecture": architecture,
+        "os": "linux",
+        "created": when,
+        "config": config.to_docker(),
         "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
         "history": [{"created": when, "created_by": f"rockbuild: {layer.comment}"} for layer in layers],
     }
     config_bytes = _json_bytes(document)
     config_blob = Blob(f"sha256:{hashlib.sha256(config_bytes).hexdigest()}", len(config_bytes), CONFIG_TYPE)
     (folder / config_blob.digest.removeprefix("sha256:")).write_bytes(config_bytes)
-    manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config_blob.descriptor(),
-                "layers": [layer.blob.descriptor() for layer in layers]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": config_blob.descriptor(),
+        "layers": [layer.blob.descriptor() for layer in layers],
+    }
     manifest_bytes = _json_bytes(manifest)
     (folder / "manifest.json").write_bytes(manifest_bytes)
     (folder / "version").write_text(DIR_VERSION)
@@ -247,8 +265,9 @@ def write_image(folder: Path, layers: Sequence[Layer], config: ContainerSetup, *
     for stale in folder.iterdir():
         if stale.is_file() and len(stale.name) == 64 and stale.name not in named:
             stale.unlink()
-    return ImageLayout(folder, f"sha256:{hashlib.sha256(manifest_bytes).hexdigest()}", config_blob, tuple(layers),
-                       len(manifest_bytes))
+    return ImageLayout(
+        folder, f"sha256:{hashlib.sha256(manifest_bytes).hexdigest()}", config_blob, tuple(layers), len(manifest_bytes)
+    )
 
 
 def read_layout(folder: Path) -> tuple[bytes, dict[str, Any]]:

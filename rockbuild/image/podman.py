@@ -57,14 +57,22 @@ class Podman:
         if program is None:
             return None
         if runtime:
-            return cls(program, ("--runtime", runtime),
-                       ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000") if "runc" in runtime else ())
+            return cls(
+                program,
+                ("--runtime", runtime),
+                ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000") if "runc" in runtime else (),
+            )
         return cls(program)
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> str:
         try:
-            result = run([self.program, *self.global_args, *args], env=podman_env(), timeout=timeout, check=check,
-                         output=Output(tail_lines=12))
+            result = run(
+                [self.program, *self.global_args, *args],
+                env=podman_env(),
+                timeout=timeout,
+                check=check,
+                output=Output(tail_lines=12),
+            )
         except ProcessError as exc:
             tail = " | ".join(line for line in exc.tail[-3:] if "systemd" not in line) if exc.tail else ""
             raise ImageError(f"podman {args[0]} failed: {exc.message}" + (f": {tail}" if tail else "")) from None
@@ -122,28 +130,61 @@ def loaded(podman: Podman, folder: Path) -> Iterator[str]:
             podman("rmi", "-f", image_id, check=False, timeout=300)
 
 
-def serve_and_check(podman: Podman, image: str, model: Path, *, prompt: str, expect: str, chat_page: bool,
-                    extra_args: Sequence[str] = (), start_timeout: float = 300.0) -> ImageTest:
+def serve_and_check(
+    podman: Podman,
+    image: str,
+    model: Path,
+    *,
+    prompt: str,
+    expect: str,
+    chat_page: bool,
+    extra_args: Sequence[str] = (),
+    start_timeout: float = 300.0,
+) -> ImageTest:
     """Start ``image`` serving ``model`` (mounted from its folder), wait for ``/health``, then check the chat page,
     a greedy completion of ``prompt`` against ``expect`` (a regular expression), the user, the read-only root and the
     image's own HEALTHCHECK; the container is removed whatever happens."""
     port = free_port()
     started = time.monotonic()
-    cid = podman("run", "-d", "--read-only", *podman.run_args, "-p", f"127.0.0.1:{port}:{CONTAINER_PORT}",
-                 "-v", f"{model.parent}:/models:ro", image, "-m", f"/models/{model.name}", *extra_args
-                 ).strip().splitlines()[-1].strip()
+    cid = (
+        podman(
+            "run",
+            "-d",
+            "--read-only",
+            *podman.run_args,
+            "-p",
+            f"127.0.0.1:{port}:{CONTAINER_PORT}",
+            "-v",
+            f"{model.parent}:/models:ro",
+            image,
+            "-m",
+            f"/models/{model.name}",
+            *extra_args,
+        )
+        .strip()
+        .splitlines()[-1]
+        .strip()
+    )
     base = f"http://127.0.0.1:{port}"
     seconds: float | None = None
-    facts: dict[str, Any] = {"user": "?", "read_only": False, "health": "", "chat_page": "not checked",
-                             "completion": "", "healthcheck": "not checked"}
+    facts: dict[str, Any] = {
+        "user": "?",
+        "read_only": False,
+        "health": "",
+        "chat_page": "not checked",
+        "completion": "",
+        "healthcheck": "not checked",
+    }
     failure = None
     try:
         while time.monotonic() - started < start_timeout:
             state = json.loads(podman("inspect", "--format", "{{json .State}}", cid))
             if not state.get("Running"):
                 logs = podman("logs", "--tail", "5", cid, check=False).strip().splitlines()
-                raise ImageError(f"the container exited ({state.get('ExitCode')}) before /health answered: "
-                                 f"{logs[-1] if logs else 'no output'}")
+                raise ImageError(
+                    f"the container exited ({state.get('ExitCode')}) before /health answered: "
+                    f"{logs[-1] if logs else 'no output'}"
+                )
             try:
                 answer = requests.get(f"{base}/health", timeout=2)
                 if answer.status_code == 200:
@@ -163,8 +204,11 @@ def serve_and_check(podman: Podman, image: str, model: Path, *, prompt: str, exp
                 raise ImageError(f"GET / did not serve the chat page ({facts['chat_page']})")
         else:
             facts["chat_page"] = "absent (the bundle has none)"
-        answer = requests.post(f"{base}/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0,
-                                                           "top_k": 1, "seed": 0}, timeout=300)
+        answer = requests.post(
+            f"{base}/completion",
+            json={"prompt": prompt, "n_predict": 8, "temperature": 0, "top_k": 1, "seed": 0},
+            timeout=300,
+        )
         facts["completion"] = str(answer.json().get("content", "")) if answer.ok else f"HTTP {answer.status_code}"
         if not re.match(expect, facts["completion"]):
             raise ImageError(f"the completion of {prompt!r} was {facts['completion']!r}, not {expect!r}")

@@ -71,8 +71,15 @@ class PushResult(Record):
 class Registry:
     """One repository of one registry, with its credentials (user, token)."""
 
-    def __init__(self, reference: Reference, *, user: str | None = None, token: str | None = None,
-                 timeout: float = 300.0, session: requests.Session | None = None) -> None:
+    def __init__(
+        self,
+        reference: Reference,
+        *,
+        user: str | None = None,
+        token: str | None = None,
+        timeout: float = 300.0,
+        session: requests.Session | None = None,
+    ) -> None:
         self.reference, self._user, self._token, self.timeout = reference, user, token, timeout
         self._session = session or make_session(retries=3)
         self._auth: str | None = None
@@ -101,12 +108,14 @@ class Registry:
         try:
             answer = self._session.get(realm, params=params, auth=auth, timeout=60)
         except requests.RequestException as exc:
-            raise ImageError(f"{self.reference.host}: the token endpoint {realm} cannot be reached: "
-                             f"{type(exc).__name__}") from None
+            raise ImageError(
+                f"{self.reference.host}: the token endpoint {realm} cannot be reached: {type(exc).__name__}"
+            ) from None
         if answer.status_code != 200:
-            raise ImageError(f"{self.reference.host} refused a push token for {self.reference.path} "
-                             f"(HTTP {answer.status_code})",
-                             hint="in CI the job needs 'permissions: packages: write' and GITHUB_TOKEN")
+            raise ImageError(
+                f"{self.reference.host} refused a push token for {self.reference.path} (HTTP {answer.status_code})",
+                hint="in CI the job needs 'permissions: packages: write' and GITHUB_TOKEN",
+            )
         body = answer.json()
         token = body.get("token") or body.get("access_token")
         if not token:
@@ -114,20 +123,32 @@ class Registry:
         self._auth = f"Bearer {token}"
         return True
 
-    def request(self, method: str, url: str, *, what: str, ok: Sequence[int], data: Any = None,
-                headers: dict[str, str] | None = None, retries: int = 3) -> requests.Response:
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        ok: Sequence[int],
+        data: Any = None,
+        headers: dict[str, str] | None = None,
+        retries: int = 3,
+    ) -> requests.Response:
         """``method url``, authenticated, retried on a connection error or a 5xx; an answer outside ``ok`` is an
         ImageError naming ``what``."""
         for attempt in range(retries):
             body = data() if callable(data) else data  # a file is opened anew for each attempt
             try:
                 merged = {**(headers or {}), **({"Authorization": self._auth} if self._auth else {})}
-                response = self._session.request(method, url, data=body, headers=merged, timeout=self.timeout,
-                                                 allow_redirects=True)
+                response = self._session.request(
+                    method, url, data=body, headers=merged, timeout=self.timeout, allow_redirects=True
+                )
             except requests.RequestException as exc:
                 if attempt + 1 == retries:
-                    raise ImageError(f"{what}: {self.reference.host} cannot be reached ({type(exc).__name__})",
-                                     hint="run the same command again: what was pushed is not sent twice") from None
+                    raise ImageError(
+                        f"{what}: {self.reference.host} cannot be reached ({type(exc).__name__})",
+                        hint="run the same command again: what was pushed is not sent twice",
+                    ) from None
                 time.sleep(2**attempt)
                 continue
             finally:
@@ -140,46 +161,69 @@ class Registry:
                 continue
             if response.status_code not in ok:
                 detail = response.text.strip().splitlines()[0][:200] if response.text.strip() else ""
-                raise ImageError(f"{what}: {self.reference} answered HTTP {response.status_code}"
-                                 + (f" ({detail})" if detail else ""),
-                                 hint="run the same command again: what was pushed is not sent twice")
+                raise ImageError(
+                    f"{what}: {self.reference} answered HTTP {response.status_code}"
+                    + (f" ({detail})" if detail else ""),
+                    hint="run the same command again: what was pushed is not sent twice",
+                )
             return response
-        raise ImageError(f"{what}: {self.reference} kept refusing (HTTP 401)",
-                         hint="check the registry credentials (CI: packages: write)")
+        raise ImageError(
+            f"{what}: {self.reference} kept refusing (HTTP 401)",
+            hint="check the registry credentials (CI: packages: write)",
+        )
 
     def has_blob(self, digest: str) -> bool:
-        response = self.request("HEAD", f"{self.reference.base_url}/blobs/{digest}", what=f"checking {digest[:19]}",
-                                ok=(200, 404))
+        response = self.request(
+            "HEAD", f"{self.reference.base_url}/blobs/{digest}", what=f"checking {digest[:19]}", ok=(200, 404)
+        )
         return response.status_code == 200
 
     def push_blob(self, path: Path, digest: str, size: int) -> None:
-        start = self.request("POST", f"{self.reference.base_url}/blobs/uploads/", what=f"starting {digest[:19]}",
-                             ok=(202,), data=b"")
+        start = self.request(
+            "POST", f"{self.reference.base_url}/blobs/uploads/", what=f"starting {digest[:19]}", ok=(202,), data=b""
+        )
         location = start.headers.get("Location", "")
         if not location:
             raise ImageError(f"{self.reference}: the registry started an upload without a Location")
         if location.startswith("/"):
             location = self.reference.base_url.split("/v2/")[0] + location
         url = f"{location}{'&' if '?' in location else '?'}digest={digest}"
-        self.request("PUT", url, what=f"uploading {digest[:19]} ({size:,} bytes)", ok=(201, 204),
-                     data=lambda: open(path, "rb"),  # noqa: SIM115 - closed by request()
-                     headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
+        self.request(
+            "PUT",
+            url,
+            what=f"uploading {digest[:19]} ({size:,} bytes)",
+            ok=(201, 204),
+            data=lambda: open(path, "rb"),  # noqa: SIM115 - closed by request()
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+        )
 
     def tag_digest(self, tag: str) -> str | None:
-        response = self.request("HEAD", f"{self.reference.base_url}/manifests/{tag}", what=f"reading the tag {tag}",
-                                ok=(200, 404), headers={"Accept": _ACCEPT})
+        response = self.request(
+            "HEAD",
+            f"{self.reference.base_url}/manifests/{tag}",
+            what=f"reading the tag {tag}",
+            ok=(200, 404),
+            headers={"Accept": _ACCEPT},
+        )
         return response.headers.get("Docker-Content-Digest") if response.status_code == 200 else None
 
     def put_manifest(self, tag: str, manifest: bytes, digest: str) -> None:
-        response = self.request("PUT", f"{self.reference.base_url}/manifests/{tag}", what=f"writing the tag {tag}",
-                                ok=(200, 201), data=manifest, headers={"Content-Type": MANIFEST_TYPE})
+        response = self.request(
+            "PUT",
+            f"{self.reference.base_url}/manifests/{tag}",
+            what=f"writing the tag {tag}",
+            ok=(200, 201),
+            data=manifest,
+            headers={"Content-Type": MANIFEST_TYPE},
+        )
         served = response.headers.get("Docker-Content-Digest")
         if served and served != digest:
             raise ImageError(f"{self.reference}:{tag}: the registry stored the manifest as {served}, not {digest}")
 
 
-def push_image(folder: Path, registry: Registry, tags: Sequence[str], *,
-               say: Callable[[str], None] = lambda m: None) -> PushResult:
+def push_image(
+    folder: Path, registry: Registry, tags: Sequence[str], *, say: Callable[[str], None] = lambda m: None
+) -> PushResult:
     """Push the image in ``folder`` under each of ``tags`` (the release's tag first, the moving one after, so a
     moving tag never names an image whose release tag failed), then read every tag back: it must name our digest."""
     raw, manifest = read_layout(folder)
@@ -205,6 +249,8 @@ def push_image(folder: Path, registry: Registry, tags: Sequence[str], *,
     for tag in tags:
         found = registry.tag_digest(tag)
         if found != digest:
-            raise ImageError(f"{registry.reference}:{tag} names {found or 'nothing'} after the push, not {digest}",
-                             hint="run the same command again")
+            raise ImageError(
+                f"{registry.reference}:{tag} names {found or 'nothing'} after the push, not {digest}",
+                hint="run the same command again",
+            )
     return PushResult(str(registry.reference), digest, tuple(sent), tuple(present), tuple(actions))

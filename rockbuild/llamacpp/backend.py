@@ -32,21 +32,28 @@ class BuildBackend(Protocol):
         ...
 
     def build_environment(
-        self, job: Job, toolchain: Toolchain | None, *, msvc: Mapping[str, str] | None = None,
-        ccache_dir: Path | None = None, base: Mapping[str, str] | None = None,
+        self,
+        job: Job,
+        toolchain: Toolchain | None,
+        *,
+        msvc: Mapping[str, str] | None = None,
+        ccache_dir: Path | None = None,
+        base: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, str], list[str]]:
         """The environment of cmake and ninja, and the names of the variables rockbuild sets or passes on in it
         (build.json shows them; a change of one configures again)."""
         ...
 
-    def compilers(self, job: Job, toolchain: Toolchain | None,
-                  env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    def compilers(
+        self, job: Job, toolchain: Toolchain | None, env: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
         """The compilers' versions (build.json's ``compilers``) and the backend's own tools' (added to ``tools``);
         a BuildError when one is missing."""
         ...
 
-    def cmake_definitions(self, job: Job, toolchain: Toolchain | None, *, offline: bool,
-                          build_info: Mapping[str, str], ccache: bool) -> list[tuple[str, str]]:
+    def cmake_definitions(
+        self, job: Job, toolchain: Toolchain | None, *, offline: bool, build_info: Mapping[str, str], ccache: bool
+    ) -> list[tuple[str, str]]:
         """Every -D definition of the configure step, in order
         (:func:`rockbuild.llamacpp.cmake.compose_definitions`)."""
         ...

@@ -58,10 +58,18 @@ OFFLINE_DEFINITIONS: tuple[tuple[str, str], ...] = (
 
 # Decided by the job, the backend and the source for every build; a matrix entry that sets them is a mistake (use
 # `target` instead). A backend adds its own (Vulkan: GGML_HIP and GGML_VULKAN).
-RESERVED_DEFINITIONS = frozenset({
-    "GPU_TARGETS", "AMDGPU_TARGETS", "CMAKE_HIP_ARCHITECTURES", "CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER",
-    "CMAKE_HIP_COMPILER", "LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT",
-})
+RESERVED_DEFINITIONS = frozenset(
+    {
+        "GPU_TARGETS",
+        "AMDGPU_TARGETS",
+        "CMAKE_HIP_ARCHITECTURES",
+        "CMAKE_C_COMPILER",
+        "CMAKE_CXX_COMPILER",
+        "CMAKE_HIP_COMPILER",
+        "LLAMA_BUILD_NUMBER",
+        "LLAMA_BUILD_COMMIT",
+    }
+)
 
 
 def compose_definitions(
@@ -165,12 +173,16 @@ class CheckedDefinitions:
     unknown: tuple[str, ...] = ()  # the job's own (matrix `cmake:`) names the tree does not define (passed, warned)
 
     def warnings(self) -> list[str]:
-        return [f"the matrix's cmake option {name} is not used by this llama.cpp tree (no CMake file reads it): "
-                "a typo, or an option removed upstream?" for name in self.unknown]
+        return [
+            f"the matrix's cmake option {name} is not used by this llama.cpp tree (no CMake file reads it): "
+            "a typo, or an option removed upstream?"
+            for name in self.unknown
+        ]
 
 
-def check_definitions(definitions: Sequence[tuple[str, str]], known: frozenset[str], *,
-                      extra: Sequence[str] = ()) -> CheckedDefinitions:
+def check_definitions(
+    definitions: Sequence[tuple[str, str]], known: frozenset[str], *, extra: Sequence[str] = ()
+) -> CheckedDefinitions:
     """Drop the seed flags ``known`` (:func:`tree_variables`) lacks; keep, and name, the job's ``extra`` ones it
     lacks (the user asked for them); pass everything else (the backend's compilers and targets) as it is."""
     seed = {name for name, _ in SEED_DEFINITIONS} | {name for name, _ in OFFLINE_DEFINITIONS}
@@ -222,9 +234,12 @@ class UnusedVariables:
         """One line per unused name, but those rockbuild set itself (``ours``: a HIP flag in a tree without HIP is
         no mistake of the user's)."""
         ours = {n.upper() for n in ours}
-        return [f"CMake did not use the option {name} (\"Manually-specified variables were not used by the "
-                "project\"): a typo in the matrix's cmake, or an option the tree no longer has?" for name in self.names
-                if name.upper() not in ours]
+        return [
+            f'CMake did not use the option {name} ("Manually-specified variables were not used by the '
+            "project\"): a typo in the matrix's cmake, or an option the tree no longer has?"
+            for name in self.names
+            if name.upper() not in ours
+        ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -293,8 +308,13 @@ def host_build_variables(ccache_dir: Path | str | None = None) -> dict[str, str]
 
 
 def compose_environment(
-    windows: bool, variables: Mapping[str, str], *, base: Mapping[str, str] | None, msvc: Mapping[str, str] | None,
-    inherit: Sequence[str] = INHERITED, path_entries: Sequence[str] = (),
+    windows: bool,
+    variables: Mapping[str, str],
+    *,
+    base: Mapping[str, str] | None,
+    msvc: Mapping[str, str] | None,
+    inherit: Sequence[str] = INHERITED,
+    path_entries: Sequence[str] = (),
 ) -> dict[str, str]:
     """The allowlist of ``base`` (plus ``inherit``), then MSVC's variables, then ``variables``, ``path_entries`` in
     front of PATH. Secrets never survive, wherever they came from."""
@@ -318,8 +338,9 @@ def host_build_environment(
     """The environment of cmake and ninja for a build with the host's compiler: the allowlist of ``base`` (plus
     ``inherit``), MSVC (Windows), ccache; PATH as it is (the host's compiler and tools are found where the host put
     them)."""
-    return compose_environment(platform == "windows", host_build_variables(ccache_dir), base=base, msvc=msvc,
-                               inherit=(*INHERITED, *inherit))
+    return compose_environment(
+        platform == "windows", host_build_variables(ccache_dir), base=base, msvc=msvc, inherit=(*INHERITED, *inherit)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -333,8 +354,14 @@ SET_MARKER = "===rockbuild-msvc-environment==="
 
 def vswhere_command(program_files_x86: str) -> list[str]:
     return [
-        str(PureWindowsPath(program_files_x86) / VSWHERE_RELATIVE), "-latest", "-products", "*",
-        "-requires", MSVC_COMPONENT, "-property", "installationPath",
+        str(PureWindowsPath(program_files_x86) / VSWHERE_RELATIVE),
+        "-latest",
+        "-products",
+        "*",
+        "-requires",
+        MSVC_COMPONENT,
+        "-property",
+        "installationPath",
     ]
 
 
@@ -351,14 +378,16 @@ def vcvars_from_vswhere(output: str) -> PureWindowsPath:
 
 def vcvars_script(vcvars: PureWindowsPath | Path | str) -> str:
     """A .cmd file: run vcvars64.bat, stop on failure, then print the resulting environment after a marker."""
-    return "\r\n".join([
-        "@echo off",
-        f'call "{vcvars}" >nul',
-        "if errorlevel 1 exit /b %errorlevel%",
-        f"echo {SET_MARKER}",
-        "set",
-        "",
-    ])
+    return "\r\n".join(
+        [
+            "@echo off",
+            f'call "{vcvars}" >nul',
+            "if errorlevel 1 exit /b %errorlevel%",
+            f"echo {SET_MARKER}",
+            "set",
+            "",
+        ]
+    )
 
 
 def parse_set_output(text: str) -> dict[str, str]:
@@ -378,9 +407,7 @@ def parse_set_output(text: str) -> dict[str, str]:
 def msvc_delta(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str]:
     """What vcvars added or changed (names compared without case, as Windows does), minus anything secret."""
     upper_before = {k.upper(): v for k, v in before.items()}
-    return {
-        k: v for k, v in after.items() if upper_before.get(k.upper()) != v and not is_secret(k)
-    }
+    return {k: v for k, v in after.items() if upper_before.get(k.upper()) != v and not is_secret(k)}
 
 
 def capture_msvc_environment(

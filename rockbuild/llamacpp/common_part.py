@@ -23,8 +23,17 @@ from rockbuild.core.records import BuildRecord, CommonPart
 
 # definitions that may differ between the common part and a job on it: the compilers and their launcher, the
 # toolchain, and the backends' own switches and options (each side has only its own)
-_OWN_PREFIXES = ("CMAKE_", "GGML_HIP", "GGML_VULKAN", "GGML_CUDA", "GGML_BLAS", "GGML_CCACHE", "GPU_TARGETS",
-                 "AMDGPU_TARGETS", "Vulkan_")
+_OWN_PREFIXES = (
+    "CMAKE_",
+    "GGML_HIP",
+    "GGML_VULKAN",
+    "GGML_CUDA",
+    "GGML_BLAS",
+    "GGML_CCACHE",
+    "GPU_TARGETS",
+    "AMDGPU_TARGETS",
+    "Vulkan_",
+)
 
 
 def read_common(folder: Path, *, os_name: str) -> BuildRecord:
@@ -33,16 +42,19 @@ def read_common(folder: Path, *, os_name: str) -> BuildRecord:
     path = folder / BuildRecord.FILE
     record = BuildRecord.read(path)
     if record is None:
-        raise BuildError(f"{folder} holds no build.json: build the common part first "
-                         f"(rockbuild build --job {os_name}-common --out ...)")
+        raise BuildError(
+            f"{folder} holds no build.json: build the common part first "
+            f"(rockbuild build --job {os_name}-common --out ...)"
+        )
     job = record.job
     name = job.id if job is not None else folder.name
     if not record.ok:
         why = record.error.message if record.error is not None else "no reason recorded"
         raise BuildError(f"the common part {name} failed at {record.failed_step or 'an unknown step'}: {why}")
     if job is None or job.os != os_name:
-        raise BuildError(f"the common part {name} is a {job.os if job else 'unknown'} build; this job builds for "
-                         f"{os_name}")
+        raise BuildError(
+            f"the common part {name} is a {job.os if job else 'unknown'} build; this job builds for {os_name}"
+        )
     if not bin_dir_of(folder, record).is_dir():
         raise BuildError(f"the common part {name} has no programs folder (build/bin) in {folder}")
     return record
@@ -65,18 +77,24 @@ def check_source(record: BuildRecord, *, commit: str | None, patches: str | None
     name = record.job.id if record.job else "the common part"
     theirs_cross = record.cross.name if record.cross is not None else None
     if theirs_cross != cross:
+
         def how(toolchain: str | None) -> str:
             return f"with --cross {toolchain}" if toolchain else "natively"
 
-        raise BuildError(f"the common part {name} was built {how(theirs_cross)}, this job {how(cross)}: build both "
-                         "the same way")
+        raise BuildError(
+            f"the common part {name} was built {how(theirs_cross)}, this job {how(cross)}: build both the same way"
+        )
     if record.commit != commit:
-        raise BuildError(f"the common part {name} was built from llama.cpp {record.commit}, this job builds "
-                         f"{commit}: build the common part of this commit first")
+        raise BuildError(
+            f"the common part {name} was built from llama.cpp {record.commit}, this job builds "
+            f"{commit}: build the common part of this commit first"
+        )
     theirs = record.patches.digest if record.patches is not None else None
     if patches is not None and theirs is not None and theirs != patches:
-        raise BuildError(f"the common part {name} carries the patch series {theirs[:12]}, this job {patches[:12]}: "
-                         "build both with the same patches/patches.yaml")
+        raise BuildError(
+            f"the common part {name} carries the patch series {theirs[:12]}, this job {patches[:12]}: "
+            "build both with the same patches/patches.yaml"
+        )
 
 
 def check_definitions(record: BuildRecord, ours: Mapping[str, str]) -> None:
@@ -87,9 +105,11 @@ def check_definitions(record: BuildRecord, ours: Mapping[str, str]) -> None:
         if key.startswith(_OWN_PREFIXES) or not key.startswith(("GGML_", "LLAMA_")):
             continue
         if theirs.get(key) != ours.get(key):
-            raise BuildError(f"the common part {name} was configured with {_said(key, theirs.get(key))}, this job "
-                             f"with {_said(key, ours.get(key))}: a library of one does not fit the other (build it "
-                             "whole, or both with the same cmake options)")
+            raise BuildError(
+                f"the common part {name} was configured with {_said(key, theirs.get(key))}, this job "
+                f"with {_said(key, ours.get(key))}: a library of one does not fit the other (build it "
+                "whole, or both with the same cmake options)"
+            )
 
 
 def _said(key: str, value: str | None) -> str:
@@ -143,6 +163,12 @@ def build_json_sha256(folder: Path) -> str:
 def describe(folder: Path, record: BuildRecord, taken: list[str]) -> CommonPart:
     """build.json's ``common``."""
     digest = build_json_sha256(folder)
-    return CommonPart(job=record.job.id if record.job else folder.name, path=str(folder), build_json_sha256=digest,
-                      commit=record.commit, compilers=dict(record.compilers),
-                      cross=record.cross.name if record.cross is not None else None, files=tuple(taken))
+    return CommonPart(
+        job=record.job.id if record.job else folder.name,
+        path=str(folder),
+        build_json_sha256=digest,
+        commit=record.commit,
+        compilers=dict(record.compilers),
+        cross=record.cross.name if record.cross is not None else None,
+        files=tuple(taken),
+    )

@@ -40,8 +40,13 @@ class CrossSpec:
 
 
 MINGW_W64 = CrossSpec(
-    name="mingw-w64", system="windows", cmake_system="Windows", triplet="x86_64-w64-mingw32",
-    c="x86_64-w64-mingw32-gcc-posix", cxx="x86_64-w64-mingw32-g++-posix", rc="x86_64-w64-mingw32-windres",
+    name="mingw-w64",
+    system="windows",
+    cmake_system="Windows",
+    triplet="x86_64-w64-mingw32",
+    c="x86_64-w64-mingw32-gcc-posix",
+    cxx="x86_64-w64-mingw32-g++-posix",
+    rc="x86_64-w64-mingw32-windres",
     package="g++-mingw-w64-x86-64-posix (mingw-w64 >= 12: Debian 12's 10 lacks THREAD_POWER_THROTTLING_STATE)",
     runtime_dlls=("libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll"),
     sysroot="/usr/x86_64-w64-mingw32",
@@ -87,11 +92,18 @@ def runtime_dirs(spec: CrossSpec, cxx: str, env: Mapping[str, str]) -> tuple[Pat
         answer = run([cxx, f"-print-file-name={dll}"], env=env, log=None, timeout=60, check=False).output.strip()
         path = Path(answer.splitlines()[-1]) if answer else Path(dll)
         if not path.is_absolute():
-            path = next((Path(spec.sysroot) / sub / dll for sub in ("lib", "bin") if (Path(spec.sysroot) / sub / dll)
-                         .is_file()), path)
+            path = next(
+                (
+                    Path(spec.sysroot) / sub / dll
+                    for sub in ("lib", "bin")
+                    if (Path(spec.sysroot) / sub / dll).is_file()
+                ),
+                path,
+            )
         if not path.is_file():
-            raise BuildError(f"{cxx} has no {dll} (its runtime DLL, which the bundle must carry); install "
-                             f"{spec.package}")
+            raise BuildError(
+                f"{cxx} has no {dll} (its runtime DLL, which the bundle must carry); install {spec.package}"
+            )
         found.append(path.parent)
     found += [Path(spec.sysroot) / sub for sub in ("lib", "bin") if (Path(spec.sysroot) / sub).is_dir()]
     return tuple(dict.fromkeys(found))
@@ -114,5 +126,6 @@ def provide_cross(name: str, job_os: str, job_dir: Path, env: Mapping[str, str])
     text = toolchain_file_text(spec, programs)
     if not toolchain_file.is_file() or toolchain_file.read_text(encoding="utf-8") != text:
         toolchain_file.write_text(text, encoding="utf-8")  # unchanged: its mtime stays, no reconfigure
-    return CrossToolchain(name=spec.name, system=spec.system, toolchain_file=toolchain_file, compilers=compilers,
-                          runtime_dirs=dirs)
+    return CrossToolchain(
+        name=spec.name, system=spec.system, toolchain_file=toolchain_file, compilers=compilers, runtime_dirs=dirs
+    )

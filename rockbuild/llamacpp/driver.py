@@ -88,14 +88,18 @@ _ROCM_STAMP = ".rockbuild-rocm.json"  # which ROCm tree the folder's objects wer
 
 # Output lines that change what ships although the build succeeds: said once as a warning, recorded in build.json.
 NOTICES: tuple[tuple[str, str], ...] = (
-    ("HTTPS support disabled",
-     "llama.cpp is built without HTTPS (OpenSSL not found): install the OpenSSL headers (libssl-dev) or build "
-     "without --offline (BoringSSL)"),
+    (
+        "HTTPS support disabled",
+        "llama.cpp is built without HTTPS (OpenSSL not found): install the OpenSSL headers (libssl-dev) or build "
+        "without --offline (BoringSSL)",
+    ),
     ("OpenMP not found", "OpenMP was asked for but not found; the CPU backend runs without it"),
     ("ccache not found", "llama.cpp's CMake did not find ccache; rebuilds are not cached"),
     # LLAMA_USE_PREBUILT_UI=OFF (no download at build time) and no npm build: llama-server serves the API only
-    ("UI: no assets available",
-     "llama-server is built without its embedded web UI (no prebuilt UI assets in tools/ui/dist)"),
+    (
+        "UI: no assets available",
+        "llama-server is built without its embedded web UI (no prebuilt UI assets in tools/ui/dist)",
+    ),
 )
 
 
@@ -226,8 +230,13 @@ class NinjaProgress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(
-                TextColumn("    {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("{task.fields[what]}"), console=_stderr_console(), transient=False,
+                TextColumn("    {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[what]}"),
+                console=_stderr_console(),
+                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task(label, total=None, what="")
@@ -266,8 +275,12 @@ class NinjaProgress:
             self._bar = None
 
     def summary(self) -> dict[str, Any]:
-        return {"steps": self.finished, "total": self.total, "objects": dict(sorted(self.objects.items())),
-                "no_work": self.no_work}
+        return {
+            "steps": self.finished,
+            "total": self.total,
+            "objects": dict(sorted(self.objects.items())),
+            "no_work": self.no_work,
+        }
 
 
 def _stderr_console() -> Any:
@@ -306,7 +319,10 @@ def _provide_rocm(job: Job, options: BuildOptions) -> tuple[RocmLayout, BuildRoc
         return layout, rocm_report(layout, options.rocm_tarball)
 
     fetched = fetch_rocm(
-        job_groups(job), os_name=job.os, version=options.rocm_version or job.rocm_version, channel=job.rocm_channel,
+        job_groups(job),
+        os_name=job.os,
+        version=options.rocm_version or job.rocm_version,
+        channel=job.rocm_channel,
         cache=options.cache or options.context.cache,
     )
     if fetched.layout is None:
@@ -321,9 +337,12 @@ def _provide_source(options: BuildOptions, job: Job, log: Path) -> LlamaSource:
     else:
         # one checkout per job that follows the ref: a stable source path keeps ccache hitting across commits
         source = checkout_ref(
-            options.ref or job.llama_ref, url=options.git_url, cache=options.cache or options.context.cache,
+            options.ref or job.llama_ref,
+            url=options.git_url,
+            cache=options.cache or options.context.cache,
             build_number=options.build_number,
-            log=log, slot=job.id,
+            log=log,
+            slot=job.id,
         )
     console.info(f"    llama.cpp build {source.build_number}, commit {source.commit}, at {source.path}")
     return source
@@ -415,8 +434,13 @@ def _failure(step: str, exc: ProcessError, log: Path) -> BuildFailed:
     timed_out = re.search(r"timed out after \d+s", exc.message)
     what = timed_out.group(0) if timed_out else f"exit code {exc.returncode}"
     # the message stands alone (records, notes and alerts quote it): it names the log by its place in the job folder
-    return BuildFailed(f"{step} failed ({what}); build.log in the job folder says why", step=step, log=log, tail=tail,
-                       hint=f"its last lines are printed above; the whole log: {log}")
+    return BuildFailed(
+        f"{step} failed ({what}); build.log in the job folder says why",
+        step=step,
+        log=log,
+        tail=tail,
+        hint=f"its last lines are printed above; the whole log: {log}",
+    )
 
 
 @dataclass
@@ -459,15 +483,19 @@ def _common_step(b: _Build) -> None:
         return
     library = b.backend.library_target
     if library is None:
-        raise UsageError(f"{b.job.id} is a {b.backend.label} job: it has no library of its own to build on a common "
-                         "part; build it whole (leave out --common)")
+        raise UsageError(
+            f"{b.job.id} is a {b.backend.label} job: it has no library of its own to build on a common "
+            "part; build it whole (leave out --common)"
+        )
     folder = b.options.common.absolute()
     with console.step(f"common part ({folder})"):
         b.common = common_part.read_common(folder, os_name=b.job.os)
         b.common_bin = common_part.bin_dir_of(folder, b.common)
         compilers = ", ".join(b.common.compilers.values()) or "compilers not recorded"
-        console.info(f"    {b.common.job.id if b.common.job else folder.name}: llama.cpp {b.common.commit}, "
-                     f"CPU code by {compilers}; this job compiles {library} alone")
+        console.info(
+            f"    {b.common.job.id if b.common.job else folder.name}: llama.cpp {b.common.commit}, "
+            f"CPU code by {compilers}; this job compiles {library} alone"
+        )
 
 
 def _provide_rocm_step(b: _Build) -> None:
@@ -494,8 +522,12 @@ def _source_step(b: _Build) -> None:
         b.source = _patch_source(b, b.source)
         if b.common is not None:
             patches = b.recorded.get("patches")
-            common_part.check_source(b.common, commit=b.source.commit, cross=b.options.cross,
-                                     patches=patches.digest if patches is not None else None)
+            common_part.check_source(
+                b.common,
+                commit=b.source.commit,
+                cross=b.options.cross,
+                patches=patches.digest if patches is not None else None,
+            )
         # what the tree defines, whatever the configuration: a required program it lacks fails here, before configure
         _select(b, executable_targets(b.source.path))
 
@@ -512,13 +544,20 @@ def _patch_source(b: _Build, source: LlamaSource) -> LlamaSource:
         console.info("    carried patches: none (--no-patches: the pristine tree)")
         b.recorded.update(patches=PatchSet.off(NO_PATCHES))
         return source
-    series = options.patch_series if options.patch_series is not None else \
-        load_patch_series(options.context.patches_file)
+    series = (
+        options.patch_series if options.patch_series is not None else load_patch_series(options.context.patches_file)
+    )
     label = f"llama.cpp {source.build_number} ({source.short_commit})"
     _log_header(b.log, f"carried patches ({series.path})")
     patched = apply_patch_series(
-        series, source.path, patched_tree_dir(options.cache or options.context.cache, b.job.id),
-        build_number=source.build_number_value, tree_label=label, os_name=b.job.os, backend=b.job.backend, log=b.log,
+        series,
+        source.path,
+        patched_tree_dir(options.cache or options.context.cache, b.job.id),
+        build_number=source.build_number_value,
+        tree_label=label,
+        os_name=b.job.os,
+        backend=b.job.backend,
+        log=b.log,
     )
     b.recorded.update(patches=patched)
     if series.patches:
@@ -534,9 +573,12 @@ def _select(b: _Build, available: set[str]) -> None:
     assert b.source is not None
     b.selection = b.options.programs.select(available, f"{b.source.path} (tools/, examples/, app/)")
     b.targets = b.selection.targets
-    b.recorded.update(llama_cpp=b.source, build_targets=b.targets,
-                      programs=tuple(p.to_dict() for p in b.selection.programs),
-                      programs_unavailable=b.selection.unavailable)
+    b.recorded.update(
+        llama_cpp=b.source,
+        build_targets=b.targets,
+        programs=tuple(p.to_dict() for p in b.selection.programs),
+        programs_unavailable=b.selection.unavailable,
+    )
 
 
 def _web_ui_step(b: _Build) -> None:
@@ -547,12 +589,18 @@ def _web_ui_step(b: _Build) -> None:
     if b.common is not None:  # llama-server is the common part's, with its page (or without, as it says)
         b.recorded["web_ui"] = b.common.web_ui
         return
-    web_ui = WebUiOptions(cache=(options.cache or options.context.cache) / "webui", enabled=options.web_ui,
-                          dist=options.web_ui_dist, offline=options.offline, env=options.context.env)
+    web_ui = WebUiOptions(
+        cache=(options.cache or options.context.cache) / "webui",
+        enabled=options.web_ui,
+        dist=options.web_ui_dist,
+        offline=options.offline,
+        env=options.context.env,
+    )
     with console.step("web UI"):
         _log_header(b.log, "web UI")
-        b.recorded["web_ui"] = provide_web_ui(source.path, build_number=source.build_number_value, options=web_ui,
-                                              log=b.log)
+        b.recorded["web_ui"] = provide_web_ui(
+            source.path, build_number=source.build_number_value, options=web_ui, log=b.log
+        )
 
 
 def _configure_step(b: _Build) -> None:
@@ -600,12 +648,23 @@ def _configure_step(b: _Build) -> None:
             use = options.use_ccache and not shader_cache_disabled(options.context.env)
             shader_dir = b.ccache_dir / SHADER_CACHE_FOLDER if use else None
             shader_definitions, b.shader_cache = glslc_definitions(
-                env, build_dir, shader_dir, size_mib=shader_cache_size(options.context.env))
+                env, build_dir, shader_dir, size_mib=shader_cache_size(options.context.env)
+            )
         checked = check_definitions(
-            [*shader_definitions, *backend.cmake_definitions(job, b.toolchain, offline=options.offline,
-                                        build_info=b.source.cmake_build_info(), ccache=bool(b.ccache)),
-             *cross_definitions],
-            tree_variables(b.source.path), extra=[name for name, _ in job.cmake])
+            [
+                *shader_definitions,
+                *backend.cmake_definitions(
+                    job,
+                    b.toolchain,
+                    offline=options.offline,
+                    build_info=b.source.cmake_build_info(),
+                    ccache=bool(b.ccache),
+                ),
+                *cross_definitions,
+            ],
+            tree_variables(b.source.path),
+            extra=[name for name, _ in job.cmake],
+        )
         definitions = list(checked.definitions)
         if checked.dropped:
             console.info(f"    not passed (this tree no longer defines them): {', '.join(checked.dropped)}")
@@ -617,12 +676,17 @@ def _configure_step(b: _Build) -> None:
         command = configure_command(b.source.path, build_dir, definitions)
         ours = [*variables, "PATH", "Path"]
         b.recorded.update(
-            compilers=compilers, tools=tools, cmake_definitions=dict(definitions), cmake_command=tuple(command),
+            compilers=compilers,
+            tools=tools,
+            cmake_definitions=dict(definitions),
+            cmake_command=tuple(command),
             environment={k: env[k] for k in ours if k in env},
         )
         if empty_for_another_rocm(build_dir, rocm_identity(b.toolchain.prefix if b.toolchain else None)):
-            console.info(f"    {build_dir} was compiled against another ROCm tree; building afresh (ccache keeps "
-                         "what did not change)")
+            console.info(
+                f"    {build_dir} was compiled against another ROCm tree; building afresh (ccache keeps "
+                "what did not change)"
+            )
         stamp = build_dir / _CONFIGURE_STAMP
         fingerprint = _configure_fingerprint(command, env, variables)
         configured = (build_dir / "CMakeCache.txt").is_file() and (build_dir / "build.ninja").is_file()
@@ -647,8 +711,13 @@ def _configure_step(b: _Build) -> None:
                 unused.on_line(line)
 
             try:
-                run(command, env=env, log=log, timeout=options.configure_timeout,
-                    output=Output(capture=False, on_line=on_line))
+                run(
+                    command,
+                    env=env,
+                    log=log,
+                    timeout=options.configure_timeout,
+                    output=Output(capture=False, on_line=on_line),
+                )
             except ProcessError as exc:
                 b.recorded["warnings"] = tuple(b.notices.messages)
                 raise _failure("configure", exc, log) from None
@@ -692,8 +761,13 @@ def _compile_step(b: _Build) -> None:
             b.notices.on_line(line)
 
         try:
-            run(build, env=b.env, log=b.log, timeout=b.options.compile_timeout,
-                output=Output(capture=False, on_line=on_line))
+            run(
+                build,
+                env=b.env,
+                log=b.log,
+                timeout=b.options.compile_timeout,
+                output=Output(capture=False, on_line=on_line),
+            )
         except ProcessError as exc:
             progress.close()
             b.recorded.update(ninja=progress.summary(), warnings=tuple(b.notices.messages))
@@ -756,8 +830,10 @@ def _op_test_step(b: _Build) -> None:
             run(command, env=b.env, log=b.log, timeout=b.options.compile_timeout, output=STREAMED)
         except ProcessError as exc:
             timed_out = re.search(r"timed out after \d+s", exc.message)
-            absent(f"its compile failed ({timed_out.group(0) if timed_out else f'exit code {exc.returncode}'}); "
-                   "build.log in the job folder says why")
+            absent(
+                f"its compile failed ({timed_out.group(0) if timed_out else f'exit code {exc.returncode}'}); "
+                "build.log in the job folder says why"
+            )
             return
         built = b.build_dir / "bin" / placed.name
         if not built.is_file():
@@ -766,8 +842,11 @@ def _op_test_step(b: _Build) -> None:
         tools.mkdir(parents=True, exist_ok=True)
         shutil.move(built, placed)
     b.recorded["test_backend_ops"] = OpTestRecord(
-        status="built", path=f"{OP_TEST_DIR}/{placed.name}", seconds=round(time.monotonic() - start, 3),
-        size=placed.stat().st_size)
+        status="built",
+        path=f"{OP_TEST_DIR}/{placed.name}",
+        seconds=round(time.monotonic() - start, 3),
+        size=placed.stat().st_size,
+    )
 
 
 def _assemble_step(b: _Build) -> None:
@@ -806,8 +885,13 @@ def _op_test_from_common(b: _Build, placed: Path) -> None:
 # failed_step (build.json, build.log's last line).
 COMMON_ONLY_STEPS = frozenset({"common", "assemble"})  # a whole build has no such step (nor its duration)
 BUILD_STEPS: tuple[tuple[str, Callable[[_Build], None]], ...] = (
-    ("common", _common_step), ("rocm", _provide_rocm_step), ("source", _source_step), ("web_ui", _web_ui_step),
-    ("configure", _configure_step), ("compile", _compile_step), ("assemble", _assemble_step),
+    ("common", _common_step),
+    ("rocm", _provide_rocm_step),
+    ("source", _source_step),
+    ("web_ui", _web_ui_step),
+    ("configure", _configure_step),
+    ("compile", _compile_step),
+    ("assemble", _assemble_step),
     ("test_backend_ops", _op_test_step),
 )
 
@@ -820,17 +904,31 @@ def build_job(job: Job, options: BuildOptions, *, backends: Backends[BuildBacken
     job_dir = Path(options.out_dir).absolute() / job.id
     b = _Build(job, options, backends.get(job.backend), job_dir, job_dir / "build", job_dir / "build.log")
     job_dir.mkdir(parents=True, exist_ok=True)
-    b.log.write_text(f"rockbuild {__version__}: build {job.id} ({job_label(job, b.backend)}), started {started}\n",
-                     encoding="utf-8")
+    b.log.write_text(
+        f"rockbuild {__version__}: build {job.id} ({job_label(job, b.backend)}), started {started}\n", encoding="utf-8"
+    )
     durations: dict[str, float] = {}
 
-    def result(status: Literal["ok", "failed"], failed_step: str | None = None,
-               error: BuildErrorInfo | None = None) -> BuildRecord:
+    def result(
+        status: Literal["ok", "failed"], failed_step: str | None = None, error: BuildErrorInfo | None = None
+    ) -> BuildRecord:
         durations["total"] = round(time.monotonic() - start, 3)
         paths = BuildPaths(job_dir=job_dir, build_dir=b.build_dir, log=b.log, bin_dir=b.bin_dir)
-        return BuildRecord(schema=BUILD_SCHEMA, rockbuild_version=__version__, status=status, failed_step=failed_step,
-                           error=error, job=job, gpu_targets=job.targets, offline=options.offline,
-                           durations=dict(durations), paths=paths, started=started, finished=_now(), **b.recorded)
+        return BuildRecord(
+            schema=BUILD_SCHEMA,
+            rockbuild_version=__version__,
+            status=status,
+            failed_step=failed_step,
+            error=error,
+            job=job,
+            gpu_targets=job.targets,
+            offline=options.offline,
+            durations=dict(durations),
+            paths=paths,
+            started=started,
+            finished=_now(),
+            **b.recorded,
+        )
 
     for name, step in BUILD_STEPS:
         if name in COMMON_ONLY_STEPS and options.common is None:
@@ -915,11 +1013,16 @@ class BuildPlan(Record):
         source = self.source
         lines = [f"{self.job.id} ({self.builds}): the build it would run; nothing is fetched, cloned or compiled"]
         if source.origin == "tree":
-            lines.append(f"  llama.cpp:  the tree {source.path}: commit {source.commit or 'unknown'}, build "
-                         f"{source.build_number or 'unknown'} ({source.how})")
+            lines.append(
+                f"  llama.cpp:  the tree {source.path}: commit {source.commit or 'unknown'}, build "
+                f"{source.build_number or 'unknown'} ({source.how})"
+            )
         else:
-            known = f"commit {source.commit}, build {source.build_number or 'unknown'} ({source.how})" \
-                if source.commit else source.how
+            known = (
+                f"commit {source.commit}, build {source.build_number or 'unknown'} ({source.how})"
+                if source.commit
+                else source.how
+            )
             lines += [f"  llama.cpp:  {source.ref} of {source.url}: {known}", f"              into {source.path}"]
         if self.rocm is not None:
             rocm = self.rocm
@@ -927,10 +1030,12 @@ class BuildPlan(Record):
             lines.append(f"  ROCm:       {name}: {rocm.how}")
             if rocm.root is not None:
                 lines.append(f"              {rocm.root}" + (" (extracted already)" if rocm.cached else ""))
-        lines += [f"  patches:    {self.patches}",
-                  f"  build:      {self.build_dir} ({self.jobs} compile jobs"
-                  + (f", ccache in {self.ccache})" if self.ccache else ", no ccache)"),
-                  f"  job folder: {self.job_dir} (build.json, build.log)"]
+        lines += [
+            f"  patches:    {self.patches}",
+            f"  build:      {self.build_dir} ({self.jobs} compile jobs"
+            + (f", ccache in {self.ccache})" if self.ccache else ", no ccache)"),
+            f"  job folder: {self.job_dir} (build.json, build.log)",
+        ]
         if self.bundle_dir is not None:
             lines.append(f"  bundle:     {self.bundle_dir}")
         lines.append("  configure:  " + " ".join(self.cmake_command[:7]))
@@ -946,8 +1051,10 @@ def check_host(job: Job, options: BuildOptions) -> None:
     if options.cross is not None:
         cross_spec(options.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
     elif job.os != options.context.host_os:
-        raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine"
-                         + (" (or cross-build it: --cross mingw-w64)" if job.os == "windows" else ""))
+        raise UsageError(
+            f"job {job.id} builds for {job.os}; run it on a {job.os} machine"
+            + (" (or cross-build it: --cross mingw-w64)" if job.os == "windows" else "")
+        )
 
 
 def check_source_options(options: BuildOptions) -> None:
@@ -963,23 +1070,50 @@ def _planned_source(job: Job, options: BuildOptions, cache: Path) -> tuple[Plann
     if options.source_dir is not None:
         tree = describe_tree(options.source_dir, build_number=options.build_number, commit=options.commit)
         commit = None if tree.commit == "unknown" else tree.commit
-        return PlannedSource(origin="tree", path=tree.path, commit=commit, build_number=tree.build_number,
-                             how=f"commit: {tree.commit_source}, build number: {tree.build_number_source}"), tree
+        return PlannedSource(
+            origin="tree",
+            path=tree.path,
+            commit=commit,
+            build_number=tree.build_number,
+            how=f"commit: {tree.commit_source}, build number: {tree.build_number_source}",
+        ), tree
     ref = options.ref or job.llama_ref
     cached = cached_checkout(ref, url=options.git_url, cache=cache, slot=job.id)
     if cached is not None:
-        cached = dataclasses.replace(cached, build_number=normalize_build_number(options.build_number)) \
-            if options.build_number else cached
-        return PlannedSource(origin="clone", path=cached.path, ref=ref, url=options.git_url, commit=cached.commit,
-                             build_number=cached.build_number,
-                             how=f"the {cached.ref_kind} checked out in the cache already: no fetch"), cached
+        cached = (
+            dataclasses.replace(cached, build_number=normalize_build_number(options.build_number))
+            if options.build_number
+            else cached
+        )
+        return PlannedSource(
+            origin="clone",
+            path=cached.path,
+            ref=ref,
+            url=options.git_url,
+            commit=cached.commit,
+            build_number=cached.build_number,
+            how=f"the {cached.ref_kind} checked out in the cache already: no fetch",
+        ), cached
     path = clone_dir_for(options.git_url, job.id, cache)
     number = normalize_build_number(options.build_number) if options.build_number else None
     if FULL_COMMIT_RE.match(ref.lower()):
-        return PlannedSource(origin="clone", path=path, ref=ref, url=options.git_url, commit=ref.lower(),
-                             build_number=number, how=f"a full commit, fetched (depth 1) {AT_BUILD_TIME}"), None
-    return PlannedSource(origin="clone", path=path, ref=ref, url=options.git_url, build_number=number,
-                         how=f"its commit is fetched (depth 1) {AT_BUILD_TIME}: a branch's tip then, or a tag's"), None
+        return PlannedSource(
+            origin="clone",
+            path=path,
+            ref=ref,
+            url=options.git_url,
+            commit=ref.lower(),
+            build_number=number,
+            how=f"a full commit, fetched (depth 1) {AT_BUILD_TIME}",
+        ), None
+    return PlannedSource(
+        origin="clone",
+        path=path,
+        ref=ref,
+        url=options.git_url,
+        build_number=number,
+        how=f"its commit is fetched (depth 1) {AT_BUILD_TIME}: a branch's tip then, or a tag's",
+    ), None
 
 
 def _toolchain_to_come(job: Job) -> Toolchain:
@@ -988,9 +1122,16 @@ def _toolchain_to_come(job: Job) -> Toolchain:
 
     exe = ".exe" if job.os == "windows" else ""
     llvm = f"{ROCM_ROOT}/lib/llvm/bin"
-    return Toolchain(platform=job.os, kind="therock", prefix=ROCM_ROOT, llvm_bin=llvm, c_compiler=f"{llvm}/clang{exe}",
-                     cxx_compiler=f"{llvm}/clang++{exe}", device_lib_dir=f"{ROCM_ROOT}/lib/llvm/amdgcn/bitcode",
-                     device_lib_in_resource_dir=False)
+    return Toolchain(
+        platform=job.os,
+        kind="therock",
+        prefix=ROCM_ROOT,
+        llvm_bin=llvm,
+        c_compiler=f"{llvm}/clang{exe}",
+        cxx_compiler=f"{llvm}/clang++{exe}",
+        device_lib_dir=f"{ROCM_ROOT}/lib/llvm/amdgcn/bitcode",
+        device_lib_in_resource_dir=False,
+    )
 
 
 def _newest_cached_root(job: Job, cache: Path) -> tuple[str, Path] | None:
@@ -1008,15 +1149,22 @@ def _newest_cached_root(job: Job, cache: Path) -> tuple[str, Path] | None:
     return max(found)[1:] if found else None
 
 
-def _planned_rocm(job: Job, options: BuildOptions, backend: BuildBackend, cache: Path,
-                  pinned: InputsRocm | None) -> tuple[PlannedRocm, Toolchain | None]:
+def _planned_rocm(
+    job: Job, options: BuildOptions, backend: BuildBackend, cache: Path, pinned: InputsRocm | None
+) -> tuple[PlannedRocm, Toolchain | None]:
     """The ROCm root or tarball a build would use, without reading an index or downloading; and its compilers (from
     the root when it is here, else named under :data:`ROCM_ROOT`)."""
     groups = tuple(job_groups(job))
     if options.rocm_dir is not None:
         layout = detect_layout(options.rocm_dir)
-        planned = PlannedRocm(version=layout.version or "unknown", channel=job.rocm_channel, groups=groups,
-                              root=layout.root, cached=True, how=f"the given {layout.kind} root")
+        planned = PlannedRocm(
+            version=layout.version or "unknown",
+            channel=job.rocm_channel,
+            groups=groups,
+            root=layout.root,
+            cached=True,
+            how=f"the given {layout.kind} root",
+        )
         return planned, backend.toolchain(job, layout)
     if pinned is not None:
         entry = pinned_entry(pinned)  # the input's own failure when resolve found no tarball
@@ -1027,8 +1175,12 @@ def _planned_rocm(job: Job, options: BuildOptions, backend: BuildBackend, cache:
         if version == "latest":
             newest = _newest_cached_root(job, cache)
             now = f"; the newest extracted here now: {newest[0]}" if newest else ""
-            planned = PlannedRocm(version=version, channel=job.rocm_channel, groups=groups,
-                                  how=f"resolved {AT_BUILD_TIME} (the index is read then){now}")
+            planned = PlannedRocm(
+                version=version,
+                channel=job.rocm_channel,
+                groups=groups,
+                how=f"resolved {AT_BUILD_TIME} (the index is read then){now}",
+            )
             return planned, _toolchain_to_come(job)
         name, url = tarball_filename(job.os, job.group, version), None
         root = cache / "rocm" / name.removesuffix(".tar.gz")
@@ -1036,13 +1188,27 @@ def _planned_rocm(job: Job, options: BuildOptions, backend: BuildBackend, cache:
     cached = (read_marker(root) or {}).get("name") == name
     if cached:
         how += "; extracted already, nothing to download"
-    planned = PlannedRocm(version=version, channel=job.rocm_channel, groups=groups, tarball=name, url=url, root=root,
-                          cached=cached, how=how)
+    planned = PlannedRocm(
+        version=version,
+        channel=job.rocm_channel,
+        groups=groups,
+        tarball=name,
+        url=url,
+        root=root,
+        cached=cached,
+        how=how,
+    )
     return planned, backend.toolchain(job, detect_layout(root)) if cached else _toolchain_to_come(job)
 
 
-def plan_build(job: Job, options: BuildOptions, *, backends: Backends[BuildBackend],
-               pinned: InputsRocm | None = None, bundle: bool = True) -> BuildPlan:
+def plan_build(
+    job: Job,
+    options: BuildOptions,
+    *,
+    backends: Backends[BuildBackend],
+    pinned: InputsRocm | None = None,
+    bundle: bool = True,
+) -> BuildPlan:
     """What :func:`build_job` would do for ``job`` with ``options`` (``pinned``: the job's tarball of inputs.json),
     with the checks that stop it before it starts; reads only local files (a --source tree's git, the cache)."""
     check_host(job, options)
@@ -1065,11 +1231,15 @@ def plan_build(job: Job, options: BuildOptions, *, backends: Backends[BuildBacke
         build_info = tree.cmake_build_info()
     elif source.commit is not None:  # a full commit to fetch
         number = source.build_number[1:] if source.build_number else ""
-        build_info = {"LLAMA_BUILD_NUMBER": number if number.isdigit() else "0",
-                      "LLAMA_BUILD_COMMIT": source.commit[:7]}
+        build_info = {
+            "LLAMA_BUILD_NUMBER": number if number.isdigit() else "0",
+            "LLAMA_BUILD_COMMIT": source.commit[:7],
+        }
     else:
-        build_info = {"LLAMA_BUILD_NUMBER": "<the checkout's build number>",
-                      "LLAMA_BUILD_COMMIT": "<the checkout's commit>"}
+        build_info = {
+            "LLAMA_BUILD_NUMBER": "<the checkout's build number>",
+            "LLAMA_BUILD_COMMIT": "<the checkout's commit>",
+        }
         pending += list(build_info)
     env, _variables = backend.build_environment(job, toolchain)
     path = env.get("PATH") or env.get("Path") or ""
@@ -1080,10 +1250,18 @@ def plan_build(job: Job, options: BuildOptions, *, backends: Backends[BuildBacke
     if getattr(backend, "glslc_definitions", None) is not None and options.context.host_os != "windows":
         shader = [("Vulkan_GLSLC_EXECUTABLE", "<glslc, through the shader cache's wrapper in the build folder>")]
         pending.append("Vulkan_GLSLC_EXECUTABLE")
-    cross = [("CMAKE_TOOLCHAIN_FILE", str(job_dir / f"{cross_spec(options.cross, job.os).name}.cmake"))] \
-        if options.cross is not None else []
-    definitions = [*shader, *backend.cmake_definitions(job, toolchain, offline=options.offline, build_info=build_info,
-                                                       ccache=ccache is not None), *cross]
+    cross = (
+        [("CMAKE_TOOLCHAIN_FILE", str(job_dir / f"{cross_spec(options.cross, job.os).name}.cmake"))]
+        if options.cross is not None
+        else []
+    )
+    definitions = [
+        *shader,
+        *backend.cmake_definitions(
+            job, toolchain, offline=options.offline, build_info=build_info, ccache=ccache is not None
+        ),
+        *cross,
+    ]
     if rocm is not None and not rocm.cached:
         pending += [name for name, value in definitions if ROCM_ROOT in value]
     if tree is not None and tree.path.is_dir():
@@ -1095,24 +1273,41 @@ def plan_build(job: Job, options: BuildOptions, *, backends: Backends[BuildBacke
     else:
         notes.append("the definitions are checked against the tree's CMake files once it is fetched")
     if options.patches:
-        series = options.patch_series if options.patch_series is not None else \
-            load_patch_series(options.context.patches_file)
-        patches = f"{len(series.patches)} carried fix(es) of {series.path}, each applied where it fits the tree, to " \
-            f"a mirror of it ({patched_tree_dir(cache, job.id)})" if series.patches else f"none ({series.path} " \
-            "lists none)"
+        series = (
+            options.patch_series
+            if options.patch_series is not None
+            else load_patch_series(options.context.patches_file)
+        )
+        patches = (
+            f"{len(series.patches)} carried fix(es) of {series.path}, each applied where it fits the tree, to "
+            f"a mirror of it ({patched_tree_dir(cache, job.id)})"
+            if series.patches
+            else f"none ({series.path} lists none)"
+        )
         configured = patched_tree_dir(cache, job.id) if series.patches else source.path
     else:
         patches, configured = "none (--no-patches: the pristine tree)", source.path
     if options.common is not None:
         library = backend.library_target
         if library is None:
-            raise UsageError(f"{job.id} is a {backend.label} job: it has no library of its own to build on a common "
-                             "part; build it whole (leave out --common)")
+            raise UsageError(
+                f"{job.id} is a {backend.label} job: it has no library of its own to build on a common "
+                "part; build it whole (leave out --common)"
+            )
         notes.append(f"built on the common part {options.common.absolute()}: compiles {library} alone")
-    return BuildPlan(job=job, builds=job_label(job, backend, options.cross), source=source, rocm=rocm,
-                     patches=patches, cmake_definitions=dict(definitions), at_build_time=tuple(dict.fromkeys(pending)),
-                     cmake_command=tuple(configure_command(configured, build_dir, definitions)), job_dir=job_dir,
-                     build_dir=build_dir, bundle_dir=job_dir / "bundle" if bundle else None,
-                     jobs=options.jobs or os.cpu_count() or 2,
-                     ccache=Path(options.ccache_dir or cache / "ccache").absolute() if ccache else None,
-                     notes=tuple(notes))
+    return BuildPlan(
+        job=job,
+        builds=job_label(job, backend, options.cross),
+        source=source,
+        rocm=rocm,
+        patches=patches,
+        cmake_definitions=dict(definitions),
+        at_build_time=tuple(dict.fromkeys(pending)),
+        cmake_command=tuple(configure_command(configured, build_dir, definitions)),
+        job_dir=job_dir,
+        build_dir=build_dir,
+        bundle_dir=job_dir / "bundle" if bundle else None,
+        jobs=options.jobs or os.cpu_count() or 2,
+        ccache=Path(options.ccache_dir or cache / "ccache").absolute() if ccache else None,
+        notes=tuple(notes),
+    )

@@ -61,7 +61,7 @@ def patch_error(patch_id: str, file: str, tree: str) -> PatchError:
     return PatchError(
         f"patch {patch_id} does not apply to {file} of {tree}",
         hint=f"refresh it against this tree, or drop it from patches/{SERIES_FILE} if upstream has the fix; "
-             "`--no-patches` builds the pristine tree",
+        "`--no-patches` builds the pristine tree",
     )
 
 
@@ -70,8 +70,11 @@ def patch_error(patch_id: str, file: str, tree: str) -> PatchError:
 
 
 # a llama.cpp build number: 11312 in Python, "b11312" in JSON
-_BUILD = json_form(str | None, lambda text: int(text.removeprefix("b")) if text is not None else None,
-                   lambda number: f"b{number}" if number is not None else None)
+_BUILD = json_form(
+    str | None,
+    lambda text: int(text.removeprefix("b")) if text is not None else None,
+    lambda number: f"b{number}" if number is not None else None,
+)
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,9 @@ class Patch:
         return patch_files(self.data.decode("utf-8", errors="replace"))
 
     def outcome(self, status: str, note: str = "") -> PatchEntry:
-        return PatchEntry(id=self.id, url=self.url, why=self.why, status=status, note=note, files=self.files,
-                          sha256=self.sha256)
+        return PatchEntry(
+            id=self.id, url=self.url, why=self.why, status=status, note=note, files=self.files, sha256=self.sha256
+        )
 
     def for_tree(self, build_number: int | None, os_name: str | None, backend: str | None) -> str | None:
         """Why the patch is not for this tree, or None when it is (an unknown build number is in every range)."""
@@ -154,15 +158,20 @@ class PatchSeries:
             return NO_PATCHES
         h = hashlib.sha256()
         for p in self.patches:
-            h.update(f"{p.id}\0{p.sha256}\0{p.from_build}\0{p.until_build}\0{','.join(p.os)}\0"
-                     f"{','.join(p.backends)}\0{p.upstream.build}\0{p.upstream.file}\0{p.upstream.contains}\n"
-                     .encode())
+            h.update(
+                f"{p.id}\0{p.sha256}\0{p.from_build}\0{p.until_build}\0{','.join(p.os)}\0"
+                f"{','.join(p.backends)}\0{p.upstream.build}\0{p.upstream.file}\0{p.upstream.contains}\n".encode()
+            )
         return h.hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"digest": self.digest, "file": str(self.path) if self.path else None,
-                "patches": [{"id": p.id, "file": p.path.name, "url": p.url, "why": p.why, "sha256": p.sha256}
-                            for p in self.patches]}
+        return {
+            "digest": self.digest,
+            "file": str(self.path) if self.path else None,
+            "patches": [
+                {"id": p.id, "file": p.path.name, "url": p.url, "why": p.why, "sha256": p.sha256} for p in self.patches
+            ],
+        }
 
 
 def patch_files(text: str) -> tuple[str, ...]:
@@ -207,8 +216,10 @@ def _text(path: Path, node: YDict, key: str, what: str, *, required: bool = True
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where(path, node, key if key in node else None)}: {what} ({key}) must be a non-empty "
-                          f"string{'' if key in node else ', and it is missing'}")
+        raise ConfigError(
+            f"{where(path, node, key if key in node else None)}: {what} ({key}) must be a non-empty "
+            f"string{'' if key in node else ', and it is missing'}"
+        )
     return " ".join(value.split())
 
 
@@ -232,22 +243,25 @@ def parse_patch_series(data: Any, path: Path) -> PatchSeries:
         check_keys(path, node, _PATCH_KEYS, f"patch {node.get('id', i)!r}")
         pid = _text(path, node, "id", "a patch's id") or ""
         if not _ID_RE.match(pid):
-            raise ConfigError(f"{where(path, node, 'id')}: patch id {pid!r} must be lower-case letters, digits, "
-                              "'.', '_' or '-'")
+            raise ConfigError(
+                f"{where(path, node, 'id')}: patch id {pid!r} must be lower-case letters, digits, '.', '_' or '-'"
+            )
         if pid in seen:
             raise ConfigError(f"{where(path, node, 'id')}: patch id {pid!r} is listed twice")
         seen.add(pid)
         file = _text(path, node, "file", f"patch {pid}'s file") or ""
         patch_path = (path.parent / file).resolve()
         if not patch_path.is_file():
-            raise ConfigError(f"{where(path, node, 'file')}: patch {pid}'s file {file} does not exist "
-                              f"(next to {path.name})")
+            raise ConfigError(
+                f"{where(path, node, 'file')}: patch {pid}'s file {file} does not exist (next to {path.name})"
+            )
         if not patch_files(patch_path.read_text(encoding="utf-8", errors="replace")):
             raise ConfigError(f"{where(path, node, 'file')}: {file} is not a unified diff (no '+++ b/...' line)")
         url = _text(path, node, "url", f"patch {pid}'s upstream link") or ""
         if not url.startswith(("https://", "http://")):
-            raise ConfigError(f"{where(path, node, 'url')}: patch {pid}'s url must be a link to the upstream PR "
-                              f"or issue, not {url!r}")
+            raise ConfigError(
+                f"{where(path, node, 'url')}: patch {pid}'s url must be a link to the upstream PR or issue, not {url!r}"
+            )
         applies = node.get("applies_to") or YDict()
         expect_type(path, node, "applies_to", applies, (dict, YDict), f"patch {pid}'s applies_to")
         check_keys(path, applies, _APPLIES_KEYS, f"patch {pid}'s applies_to")
@@ -260,18 +274,27 @@ def parse_patch_series(data: Any, path: Path) -> PatchSeries:
         up_file = _text(path, up, "file", f"patch {pid}'s upstream file", required=False)
         contains = _text(path, up, "contains", f"patch {pid}'s upstream text", required=False)
         if (up_file is None) != (contains is None):
-            raise ConfigError(f"{where(path, node, 'upstream')}: patch {pid}'s upstream check needs both file and "
-                              "contains (the fixed file and a text only the fixed file holds)")
+            raise ConfigError(
+                f"{where(path, node, 'upstream')}: patch {pid}'s upstream check needs both file and "
+                "contains (the fixed file and a text only the fixed file holds)"
+            )
         from_build, until_build = _build_value(path, applies, "from"), _build_value(path, applies, "until")
         if from_build is not None and until_build is not None and until_build < from_build:
             raise ConfigError(f"{where(path, applies, 'until')}: until b{until_build} is before from b{from_build}")
-        patches.append(Patch(
-            id=pid, path=patch_path, url=url, why=_text(path, node, "why", f"patch {pid}'s reason") or "",
-            see=_strings(path, node, "see", f"patch {pid}'s see"), from_build=from_build, until_build=until_build,
-            os=_strings(path, applies, "os", f"patch {pid}'s os"),
-            backends=_strings(path, applies, "backends", f"patch {pid}'s backends"),
-            upstream=Upstream(_build_value(path, up, "build"), commit, up_file, contains),
-        ))
+        patches.append(
+            Patch(
+                id=pid,
+                path=patch_path,
+                url=url,
+                why=_text(path, node, "why", f"patch {pid}'s reason") or "",
+                see=_strings(path, node, "see", f"patch {pid}'s see"),
+                from_build=from_build,
+                until_build=until_build,
+                os=_strings(path, applies, "os", f"patch {pid}'s os"),
+                backends=_strings(path, applies, "backends", f"patch {pid}'s backends"),
+                upstream=Upstream(_build_value(path, up, "build"), commit, up_file, contains),
+            )
+        )
     return PatchSeries(tuple(patches), path)
 
 
@@ -292,11 +315,19 @@ def _git_apply_env(staging: Path) -> dict[str, str]:
 
 def _git_apply(staging: Path, patch: Path, *extra: str, log: Path | None) -> tuple[bool, str]:
     try:
-        result = run(["git", "apply", "--whitespace=nowarn", *extra, str(patch)], cwd=staging,
-                     env=_git_apply_env(staging), log=log, timeout=GIT_APPLY_TIMEOUT, check=False)
+        result = run(
+            ["git", "apply", "--whitespace=nowarn", *extra, str(patch)],
+            cwd=staging,
+            env=_git_apply_env(staging),
+            log=log,
+            timeout=GIT_APPLY_TIMEOUT,
+            check=False,
+        )
     except ProcessError as exc:  # git itself is missing or hung
-        raise BuildError(f"cannot run git apply for {patch.name}: {exc.message}",
-                         hint="carried patches need git; `--no-patches` builds the pristine tree") from None
+        raise BuildError(
+            f"cannot run git apply for {patch.name}: {exc.message}",
+            hint="carried patches need git; `--no-patches` builds the pristine tree",
+        ) from None
     return result.returncode == 0, result.output
 
 
@@ -432,8 +463,9 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
     left alone). Returns the overridden files written anew."""
     pristine, dest = pristine.resolve(), Path(dest)
     if dest.resolve() == pristine or dest.resolve().is_relative_to(pristine):
-        raise BuildError(f"the patched copy {dest} would be inside the llama.cpp tree {pristine}",
-                         hint="use another --cache folder")
+        raise BuildError(
+            f"the patched copy {dest} would be inside the llama.cpp tree {pristine}", hint="use another --cache folder"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     wanted = _tree_files(pristine)
     for rel, current in _tree_files(dest).items():
@@ -457,8 +489,15 @@ def mirror_tree(pristine: Path, dest: Path, overrides: Mapping[str, bytes]) -> t
 
 
 def apply_patch_series(
-    series: PatchSeries, tree: Path, dest: Path, *, build_number: int | None, tree_label: str,
-    os_name: str | None = None, backend: str | None = None, log: Path | None = None,
+    series: PatchSeries,
+    tree: Path,
+    dest: Path,
+    *,
+    build_number: int | None,
+    tree_label: str,
+    os_name: str | None = None,
+    backend: str | None = None,
+    log: Path | None = None,
 ) -> PatchSet:
     """Apply ``series`` to a mirror of ``tree`` at ``dest`` (``tree`` is never written).
 
@@ -496,9 +535,12 @@ def apply_patch_series(
                 if _git_apply(staging, patch.path, "--reverse", "--check", log=log)[0]:
                     since = patch.upstream.since()
                     i = next(i for i, o in enumerate(outcomes) if o.id == patch.id)
-                    outcomes[i] = replace(outcomes[i], status=UPSTREAM,
-                                          note="the tree already has this change (the patch reverse-applies)"
-                                               + (f"; upstream has it {since}" if since else ""))
+                    outcomes[i] = replace(
+                        outcomes[i],
+                        status=UPSTREAM,
+                        note="the tree already has this change (the patch reverse-applies)"
+                        + (f"; upstream has it {since}" if since else ""),
+                    )
                     continue
                 raise patch_error(patch.id, failed_file(output, patch.files), tree_label)
             ok, output = _git_apply(staging, patch.path, log=log)
@@ -517,8 +559,9 @@ def apply_patch_series(
             (dest / rel).unlink()
     if not any(o.status == APPLIED for o in outcomes):
         return PatchSet(digest=series.digest, tree=tree, pristine=tree, patches=tuple(outcomes))
-    return PatchSet(digest=series.digest, tree=dest.resolve(), pristine=tree, patches=tuple(outcomes),
-                    rewritten=rewritten)
+    return PatchSet(
+        digest=series.digest, tree=dest.resolve(), pristine=tree, patches=tuple(outcomes), rewritten=rewritten
+    )
 
 
 def patch_summary(outcomes: Iterable[PatchEntry]) -> str:

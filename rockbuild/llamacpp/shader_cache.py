@@ -107,22 +107,35 @@ def glslc_identity(glslc: str) -> str:
     return h.hexdigest()
 
 
-def install_wrapper(build_dir: os.PathLike[str] | str, glslc: str, cache_dir: os.PathLike[str] | str, *,
-                    size: int = DEFAULT_SIZE_MIB, python: str | None = None) -> str:
+def install_wrapper(
+    build_dir: os.PathLike[str] | str,
+    glslc: str,
+    cache_dir: os.PathLike[str] | str,
+    *,
+    size: int = DEFAULT_SIZE_MIB,
+    python: str | None = None,
+) -> str:
     """Write ``<build_dir>/rockbuild-glslc``, the glslc CMake is given (rewritten only when its text changes, so a
     configured tree does not see a new compiler); returns its path. Everything the wrapper needs is written into it
     (the folder's bound ``size`` in MiB too): it reads no environment, and costs one Python start per glslc run."""
     glslc = os.path.realpath(glslc)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    config = {"glslc": glslc, "stat": _stat_key(glslc), "identity": glslc_identity(glslc),
-              "cache": os.path.abspath(cache_dir), "log": os.path.join(os.path.abspath(build_dir), LOG_NAME),
-              "size_mib": size}
-    text = (f"#!{python or sys.executable} -IS\n"
-            "# glslc through rockbuild's shader cache (rockbuild/llamacpp/shader_cache.py); written by rockbuild\n"
-            "import sys\n"
-            f"sys.path.insert(0, {package_root!r})\n"
-            "from rockbuild.llamacpp.shader_cache import main\n"
-            f"sys.exit(main(sys.argv[1:], {config!r}))\n")
+    config = {
+        "glslc": glslc,
+        "stat": _stat_key(glslc),
+        "identity": glslc_identity(glslc),
+        "cache": os.path.abspath(cache_dir),
+        "log": os.path.join(os.path.abspath(build_dir), LOG_NAME),
+        "size_mib": size,
+    }
+    text = (
+        f"#!{python or sys.executable} -IS\n"
+        "# glslc through rockbuild's shader cache (rockbuild/llamacpp/shader_cache.py); written by rockbuild\n"
+        "import sys\n"
+        f"sys.path.insert(0, {package_root!r})\n"
+        "from rockbuild.llamacpp.shader_cache import main\n"
+        f"sys.exit(main(sys.argv[1:], {config!r}))\n"
+    )
     os.makedirs(build_dir, exist_ok=True)
     path = os.path.join(os.path.abspath(build_dir), WRAPPER_NAME)
     try:
@@ -203,7 +216,7 @@ class Cache:
             return None
         try:
             size = int.from_bytes(data[:4], "big")
-            header, spv = marshal.loads(data[4:4 + size]), data[4 + size:]
+            header, spv = marshal.loads(data[4 : 4 + size]), data[4 + size :]
             if header.get("v") != _FORMAT or hashlib.sha256(spv).hexdigest() != header["spv_sha256"]:
                 raise ValueError("checksum")
             for name in ("stdout", "stderr", "depfile"):
@@ -323,8 +336,17 @@ class Compile:
     def key(self, identity: str, source_bytes: bytes) -> str:
         h = hashlib.sha256(f"{identity}\0".encode())
         located = "-g" in self.flags or not os.path.isabs(self.source)  # debug info holds the path
-        h.update(repr([_FORMAT, self.flags, os.path.basename(self.source), self.source if located else None,
-                       os.getcwd() if not os.path.isabs(self.source) else None]).encode())
+        h.update(
+            repr(
+                [
+                    _FORMAT,
+                    self.flags,
+                    os.path.basename(self.source),
+                    self.source if located else None,
+                    os.getcwd() if not os.path.isabs(self.source) else None,
+                ]
+            ).encode()
+        )
         h.update(b"\0" + hashlib.sha256(source_bytes).digest())
         return h.hexdigest()
 
@@ -336,12 +358,13 @@ class Compile:
 # The depfile glslc writes: "OUT: IN DEP1 DEP2 ...\n", each path as glslc saw it (no escaping of spaces). The cache
 # keeps it as a template: OUT as "\0o", the folder of IN (as given) as "\0d".
 
+
 def depfile_template(text: str, compile: Compile) -> tuple[str, list[str]] | None:
     """(template, the included files as absolute paths) of glslc's depfile text, or None when it cannot be read."""
     prefix = f"{compile.output}: {compile.source}"
     if not text.startswith(prefix) or not text.endswith("\n") or text.count("\n") != 1:
         return None
-    rest = text[len(prefix):-1]
+    rest = text[len(prefix) : -1]
     deps: list[str] = []
     word = ""
     for token in rest.split(" ")[1:] if rest else []:  # rest starts with " " when there are includes
@@ -352,10 +375,12 @@ def depfile_template(text: str, compile: Compile) -> tuple[str, list[str]] | Non
     if word or (rest and not rest.startswith(" ")):
         return None
     folder = compile.source_dir
+
     def templ(path: str) -> str:
         if folder and path.startswith(folder + os.sep):
-            return "\0d" + path[len(folder):]
+            return "\0d" + path[len(folder) :]
         return path
+
     template = "\0o: " + templ(compile.source) + "".join(" " + templ(d) for d in deps) + "\n"
     return template, [os.path.abspath(d) for d in deps]
 
@@ -367,7 +392,7 @@ def render_depfile(template: str, compile: Compile) -> str:
 def _dep_name(path: str, compile: Compile) -> str:
     """An included file as the manifest names it: relative to IN's folder when inside it."""
     folder = os.path.abspath(compile.source_dir)
-    return path[len(folder) + 1:] if path.startswith(folder + os.sep) else path
+    return path[len(folder) + 1 :] if path.startswith(folder + os.sep) else path
 
 
 def _dep_path(name: str, compile: Compile) -> str:
@@ -497,8 +522,9 @@ def _miss(compile: Compile, args: list[str], config: dict, cache: Cache, key: st
     template, deps = parsed
     try:
         spv = _read(compile.output)
-        digests = [(_dep_name(d, compile), hashes(d)) for d in deps if os.path.abspath(d) !=
-                   os.path.abspath(compile.source)]
+        digests = [
+            (_dep_name(d, compile), hashes(d)) for d in deps if os.path.abspath(d) != os.path.abspath(compile.source)
+        ]
         if spv is None or any(digest is None for _, digest in digests):
             _log(config, "uncached", compile)
             return 0

@@ -78,13 +78,22 @@ def git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _git(
-    args: list[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None, log: Path | None = None,
-    timeout: float = GIT_QUICK_TIMEOUT, check: bool = True,
+    args: list[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    timeout: float = GIT_QUICK_TIMEOUT,
+    check: bool = True,
 ) -> str:
     # safe.directory: reading the commit of a tree unpacked by another user must not fail on "dubious ownership".
     result = run(
-        ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env if env is not None else git_env(), log=log,
-        timeout=timeout, check=check,
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        env=env if env is not None else git_env(),
+        log=log,
+        timeout=timeout,
+        check=check,
     )
     return result.output.strip() if result.returncode == 0 else ""
 
@@ -116,9 +125,7 @@ def check_llama_tree(path: Path) -> Path:
     return path
 
 
-def _apply_given(
-    source: LlamaSource, build_number: str | int | None, commit: str | None
-) -> LlamaSource:
+def _apply_given(source: LlamaSource, build_number: str | int | None, commit: str | None) -> LlamaSource:
     """The caller's build number / commit win; a given commit that contradicts git is a mistake, not an override."""
     fields: dict[str, Any] = {}
     if commit:
@@ -138,16 +145,29 @@ def _commit_time(repo: Path, env: Mapping[str, str] | None, log: Path | None) ->
 
 
 def describe_tree(
-    path: Path, *, build_number: str | int | None = None, commit: str | None = None, log: Path | None = None,
+    path: Path,
+    *,
+    build_number: str | int | None = None,
+    commit: str | None = None,
+    log: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> LlamaSource:
     """What the llama.cpp tree at ``path`` is. Git facts count only when ``path`` is the top of its own checkout."""
     path = check_llama_tree(path)
-    source = LlamaSource(path=path, commit=UNKNOWN, commit_source=UNKNOWN, build_number=UNKNOWN,
-                         build_number_source=UNKNOWN, origin="tree")
+    source = LlamaSource(
+        path=path,
+        commit=UNKNOWN,
+        commit_source=UNKNOWN,
+        build_number=UNKNOWN,
+        build_number_source=UNKNOWN,
+        origin="tree",
+    )
     try:
         lines = _git(
-            ["rev-parse", "--show-toplevel", "HEAD", "--is-shallow-repository"], cwd=path, env=env, log=log,
+            ["rev-parse", "--show-toplevel", "HEAD", "--is-shallow-repository"],
+            cwd=path,
+            env=env,
+            log=log,
             check=False,
         ).splitlines()
     except ProcessError as exc:  # git itself is missing
@@ -165,8 +185,14 @@ def describe_tree(
             if count.isdigit():
                 number, number_source = f"b{count}", "rev-list"
         source = LlamaSource(
-            path=path, commit=head, commit_source="git", build_number=number or UNKNOWN,
-            build_number_source=number_source, origin="tree", shallow=shallow, commit_time=_commit_time(path, env, log),
+            path=path,
+            commit=head,
+            commit_source="git",
+            build_number=number or UNKNOWN,
+            build_number_source=number_source,
+            origin="tree",
+            shallow=shallow,
+            commit_time=_commit_time(path, env, log),
         )
     return _apply_given(source, build_number, commit)
 
@@ -228,28 +254,46 @@ def build_number_from_ls_remote(text: str, commit: str) -> str | None:
     return build_number_from_tags(tags)
 
 
-def cached_checkout(ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path,
-                    slot: str | None = None) -> LlamaSource | None:
+def cached_checkout(
+    ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path, slot: str | None = None
+) -> LlamaSource | None:
     """The checkout of ``ref`` that :func:`checkout_ref` would reuse without fetching (a tag or a full commit it
     fetched before into the same folder), as its marker describes it: no git process, no network (what ``rockbuild
     build --dry-run`` can say of a ref). None when a build would fetch."""
     ref = ref.strip()
     repo = clone_dir_for(url, slot or ref, cache)
     marker = read_json_object(repo / ".git" / _MARKER) or {}
-    if not (marker.get("url") == url and marker.get("ref") == ref and marker.get("kind") in ("tag", "commit")
-            and FULL_COMMIT_RE.match(str(marker.get("commit", "")))):
+    if not (
+        marker.get("url") == url
+        and marker.get("ref") == ref
+        and marker.get("kind") in ("tag", "commit")
+        and FULL_COMMIT_RE.match(str(marker.get("commit", "")))
+    ):
         return None
     return LlamaSource(
-        path=repo, commit=str(marker["commit"]), commit_source="git",
+        path=repo,
+        commit=str(marker["commit"]),
+        commit_source="git",
         build_number=marker.get("build_number") or UNKNOWN,
-        build_number_source=marker.get("build_number_source") or UNKNOWN, origin="clone", ref=ref, url=url,
-        ref_kind=str(marker["kind"]), shallow=True, reused=True,
+        build_number_source=marker.get("build_number_source") or UNKNOWN,
+        origin="clone",
+        ref=ref,
+        url=url,
+        ref_kind=str(marker["kind"]),
+        shallow=True,
+        reused=True,
     )
 
 
 def checkout_ref(
-    ref: str, *, url: str = DEFAULT_GIT_URL, cache: Path, build_number: str | int | None = None,
-    log: Path | None = None, env: Mapping[str, str] | None = None, slot: str | None = None,
+    ref: str,
+    *,
+    url: str = DEFAULT_GIT_URL,
+    cache: Path,
+    build_number: str | int | None = None,
+    log: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    slot: str | None = None,
 ) -> LlamaSource:
     """A work tree at ``ref`` (tag, branch or full commit) from ``url``: ``git init`` + ``fetch --depth 1`` of the ref.
 
@@ -269,7 +313,9 @@ def checkout_ref(
     with FileLock(str(repo.parent / f".{repo.name}.lock")):
         marker = read_json_object(repo / ".git" / _MARKER) or {}
         reusable = (
-            marker.get("url") == url and marker.get("ref") == ref and marker.get("kind") in ("tag", "commit")
+            marker.get("url") == url
+            and marker.get("ref") == ref
+            and marker.get("kind") in ("tag", "commit")
             and FULL_COMMIT_RE.match(str(marker.get("commit", "")))
         )
         if reusable:
@@ -278,9 +324,17 @@ def checkout_ref(
             if head == marker["commit"] and not dirty:
                 console.info(f"    {repo}: {ref} already checked out ({head[:12]}); not fetching")
                 source = LlamaSource(
-                    path=repo, commit=head, commit_source="git", build_number=marker.get("build_number") or UNKNOWN,
-                    build_number_source=marker.get("build_number_source") or UNKNOWN, origin="clone", ref=ref,
-                    url=url, ref_kind=marker["kind"], shallow=True, reused=True,
+                    path=repo,
+                    commit=head,
+                    commit_source="git",
+                    build_number=marker.get("build_number") or UNKNOWN,
+                    build_number_source=marker.get("build_number_source") or UNKNOWN,
+                    origin="clone",
+                    ref=ref,
+                    url=url,
+                    ref_kind=marker["kind"],
+                    shallow=True,
+                    reused=True,
                     commit_time=_commit_time(repo, env, log),
                 )
                 return _apply_given(source, build_number, None)
@@ -298,8 +352,13 @@ def checkout_ref(
             raise FetchError(f"cannot fetch {ref!r} from {url}{tail}", hint=hint) from None
         kind = ref_kind_from_fetch_head((repo / ".git" / "FETCH_HEAD").read_text(encoding="utf-8", errors="replace"))
         commit = _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=repo, env=env, log=log)
-        _git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
-             cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
+        _git(
+            ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", commit],
+            cwd=repo,
+            env=env,
+            log=log,
+            timeout=GIT_TIMEOUT,
+        )
 
         number: str | None = None
         number_source = UNKNOWN
@@ -314,14 +373,33 @@ def checkout_ref(
             except ProcessError:
                 console.warn(f"cannot list the tags of {url}; the build number of {commit[:12]} is unknown")
         (repo / ".git" / _MARKER).write_text(
-            json.dumps({"url": url, "ref": ref, "kind": kind, "commit": commit, "build_number": number,
-                        "build_number_source": number_source}, indent=2) + "\n",
+            json.dumps(
+                {
+                    "url": url,
+                    "ref": ref,
+                    "kind": kind,
+                    "commit": commit,
+                    "build_number": number,
+                    "build_number_source": number_source,
+                },
+                indent=2,
+            )
+            + "\n",
             encoding="utf-8",
         )
     source = LlamaSource(
-        path=repo, commit=commit, commit_source="git", build_number=number or UNKNOWN,
-        build_number_source=number_source, origin="clone", ref=ref, url=url, ref_kind=kind, shallow=True,
-        reused=False, commit_time=_commit_time(repo, env, log),
+        path=repo,
+        commit=commit,
+        commit_source="git",
+        build_number=number or UNKNOWN,
+        build_number_source=number_source,
+        origin="clone",
+        ref=ref,
+        url=url,
+        ref_kind=kind,
+        shallow=True,
+        reused=False,
+        commit_time=_commit_time(repo, env, log),
     )
     return _apply_given(source, build_number, None)
 
@@ -358,8 +436,9 @@ def oldest_commit(commits: Sequence[str], *, url: str, cache: Path) -> str:
     return base if base in commits else commits[0]
 
 
-def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | None = None,
-                    env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+def commits_between(
+    good: str, bad: str, *, url: str, cache: Path, log: Path | None = None, env: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
     """(commit, subject) of each commit after ``good`` up to and including ``bad`` on ``bad``'s first-parent line,
     oldest first (``good`` and ``bad``: full commits, tags or branches of ``url``). Fetches only commits, once; a
     ``good`` that is not an ancestor of ``bad`` is a UsageError."""
@@ -376,8 +455,9 @@ def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | N
             _git(["remote", "add", "origin", url], cwd=repo, env=env, log=log)
 
         def resolved(ref: str) -> str:
-            return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo, env=env, log=log,
-                        check=False)
+            return _git(
+                ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo, env=env, log=log, check=False
+            )
 
         def fetch(ref: str) -> str:
             known = resolved(ref) if _SHORT_COMMIT_RE.match(ref.lower()) or FULL_COMMIT_RE.match(ref.lower()) else ""
@@ -388,22 +468,53 @@ def commits_between(good: str, bad: str, *, url: str, cache: Path, log: Path | N
                 # commits alone from a remote host; a local repository gives everything (no network to save, and
                 # git 2.39 loops forever on a filtered fetch from a shallow local one)
                 remote = "://" in url and not url.startswith("file://")
-                _git(["fetch", "--quiet", *(["--filter=tree:0"] if remote else []), "--no-tags", "--update-shallow",
-                      "origin", ref], cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
+                _git(
+                    [
+                        "fetch",
+                        "--quiet",
+                        *(["--filter=tree:0"] if remote else []),
+                        "--no-tags",
+                        "--update-shallow",
+                        "origin",
+                        ref,
+                    ],
+                    cwd=repo,
+                    env=env,
+                    log=log,
+                    timeout=GIT_TIMEOUT,
+                )
             except ProcessError as exc:
                 tail = f": {exc.tail[-1]}" if exc.tail else ""
-                raise FetchError(f"cannot fetch {ref!r} from {url}{tail}",
-                                 hint="give full commits, or tags or branches of the repository") from None
+                raise FetchError(
+                    f"cannot fetch {ref!r} from {url}{tail}",
+                    hint="give full commits, or tags or branches of the repository",
+                ) from None
             return _git(["rev-parse", "FETCH_HEAD^{commit}"], cwd=repo, env=env, log=log)
 
         bad_commit = fetch(bad)
         good_commit = fetch(good)
-        ancestor = run(["git", "-c", "safe.directory=*", "merge-base", "--is-ancestor", good_commit, bad_commit],
-                       cwd=repo, env=env, log=log, timeout=GIT_QUICK_TIMEOUT, check=False)
+        ancestor = run(
+            ["git", "-c", "safe.directory=*", "merge-base", "--is-ancestor", good_commit, bad_commit],
+            cwd=repo,
+            env=env,
+            log=log,
+            timeout=GIT_QUICK_TIMEOUT,
+            check=False,
+        )
         if ancestor.returncode != 0:
-            raise UsageError(f"llama.cpp {good_commit[:12]} is not an ancestor of {bad_commit[:12]}: no range to "
-                             "bisect", hint="give the older, good commit first: GOOD..BAD")
-        listing = _git(["log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{good_commit}..{bad_commit}"],
-                       cwd=repo, env=env, log=log, timeout=GIT_TIMEOUT)
-    return [(line.split("\t", 1)[0], line.split("\t", 1)[1] if "\t" in line else "")
-            for line in listing.splitlines() if line.strip()]
+            raise UsageError(
+                f"llama.cpp {good_commit[:12]} is not an ancestor of {bad_commit[:12]}: no range to bisect",
+                hint="give the older, good commit first: GOOD..BAD",
+            )
+        listing = _git(
+            ["log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{good_commit}..{bad_commit}"],
+            cwd=repo,
+            env=env,
+            log=log,
+            timeout=GIT_TIMEOUT,
+        )
+    return [
+        (line.split("\t", 1)[0], line.split("\t", 1)[1] if "\t" in line else "")
+        for line in listing.splitlines()
+        if line.strip()
+    ]

@@ -44,13 +44,14 @@ RECIPE = 1  # part of the dist's cache key: raise it when the way a dist is made
 
 # What llama.cpp's scripts/ui-assets.cmake (ui_validate_assets) requires of a dist: exact names, then patterns.
 REQUIRED_NAMES = ("index.html", "manifest.webmanifest", "sw.js", "build.json", "version.json")
-REQUIRED_PATTERNS = (("bundle[hash].js", re.compile(r"^bundle.*\.js$")),
-                     ("bundle[hash].css", re.compile(r"^bundle.*\.css$")),
-                     ("workbox[hash].js", re.compile(r"^workbox.*\.js$")))
+REQUIRED_PATTERNS = (
+    ("bundle[hash].js", re.compile(r"^bundle.*\.js$")),
+    ("bundle[hash].css", re.compile(r"^bundle.*\.css$")),
+    ("workbox[hash].js", re.compile(r"^workbox.*\.js$")),
+)
 
 # Not part of the UI's sources: outputs and installs (the cache key and the staging leave them out).
-_NOT_SOURCES = frozenset({DIST, "node_modules", ".svelte-kit", "build", "dev-dist", "test-results",
-                          "storybook-static"})
+_NOT_SOURCES = frozenset({DIST, "node_modules", ".svelte-kit", "build", "dev-dist", "test-results", "storybook-static"})
 # npm reads its registry and proxy from these; nothing else of ours reaches it (no token: child_env drops them)
 NPM_INHERITED = (*INHERITED, "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "NPM_CONFIG_REGISTRY")
 KEEP_NODE_MODULES = 2  # installs kept (one per package-lock.json): this llama.cpp's and the one before
@@ -75,8 +76,10 @@ def describe(web_ui: WebUi) -> str:
         return f"web UI: none ({web_ui.reason})"
     size = console.human_bytes(web_ui.bytes or 0)
     where = f" -> {web_ui.embedded}" if web_ui.embedded else ""
-    return (f"web UI: {web_ui.status}, {web_ui.files} files, {size}, sha256 {str(web_ui.sha256)[:12]}..., "
-            f"{web_ui.seconds:.1f}s{where}")
+    return (
+        f"web UI: {web_ui.status}, {web_ui.files} files, {size}, sha256 {str(web_ui.sha256)[:12]}..., "
+        f"{web_ui.seconds:.1f}s{where}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -140,11 +143,18 @@ def npm_env(base: Mapping[str, str] | None, cache: Path, extra: Mapping[str, str
     """npm's environment: the allowlist plus its proxy and registry, npm's own cache under ours, no telemetry, no
     browser downloads (the UI's test tools), never a token. Never NODE_ENV=production either: the UI's packages are
     all devDependencies, which npm ci would then leave out."""
-    return child_env({
-        "npm_config_cache": str(cache / "npm-cache"), "npm_config_update_notifier": "false",
-        "npm_config_fund": "false", "npm_config_audit": "false", "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
-        **(extra or {}),
-    }, inherit=NPM_INHERITED, base=base)
+    return child_env(
+        {
+            "npm_config_cache": str(cache / "npm-cache"),
+            "npm_config_update_notifier": "false",
+            "npm_config_fund": "false",
+            "npm_config_audit": "false",
+            "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
+            **(extra or {}),
+        },
+        inherit=NPM_INHERITED,
+        base=base,
+    )
 
 
 def _version(program: str, env: Mapping[str, str]) -> str | None:
@@ -163,8 +173,7 @@ def _touch(path: Path) -> None:
 
 def _prune(cache: Path, prefix: str, keep: int) -> None:
     """Keep the ``keep`` most recently used ``prefix*`` folders of the cache."""
-    found = sorted((p for p in cache.glob(f"{prefix}*") if p.is_dir()), key=lambda p: p.stat().st_mtime,
-                   reverse=True)
+    found = sorted((p for p in cache.glob(f"{prefix}*") if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in found[keep:]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -172,16 +181,21 @@ def _prune(cache: Path, prefix: str, keep: int) -> None:
 def _stage(ui_dir: Path, work: Path) -> None:
     """``tools/ui`` without its outputs and installs, copied to ``work`` (npm writes beside its sources)."""
     shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(ui_dir, work, symlinks=True, ignore=lambda d, names: [
-        n for n in names if Path(d) == ui_dir and n in _NOT_SOURCES])
+    shutil.copytree(
+        ui_dir,
+        work,
+        symlinks=True,
+        ignore=lambda d, names: [n for n in names if Path(d) == ui_dir and n in _NOT_SOURCES],
+    )
 
 
 def _none(reason: str, start: float, **facts: Any) -> WebUi:
     return WebUi(status="none", reason=reason, seconds=round(time.monotonic() - start, 3), **facts)
 
 
-def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, log: Path | None = None) -> tuple[
-        WebUi, Path | None]:
+def build_dist(
+    tree: Path, *, build_number: int | None, options: WebUiOptions, log: Path | None = None
+) -> tuple[WebUi, Path | None]:
     """The web UI of the llama.cpp ``tree``: the cached dist of its ``tools/ui``, else one npm builds now.
 
     Returns the record and the dist folder (None with status ``none``: no tools/ui, no npm, offline with nothing
@@ -189,8 +203,10 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
     start = time.monotonic()
     ui_dir = Path(tree) / UI_DIR
     if not (ui_dir / "package.json").is_file() or not (ui_dir / "package-lock.json").is_file():
-        return _none(f"{UI_DIR.as_posix()} has no package.json and package-lock.json (a llama.cpp before the UI "
-                     "moved there?)", start), None
+        return _none(
+            f"{UI_DIR.as_posix()} has no package.json and package-lock.json (a llama.cpp before the UI moved there?)",
+            start,
+        ), None
     number = str(build_number) if build_number is not None else "0"
     cache = Path(options.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -225,15 +241,24 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
                 console.info(f"    npm ci in {work} (node_modules cached as {installed.name})")
                 t0 = time.monotonic()
                 try:
-                    run([npm, "ci", "--no-audit", "--no-fund"], cwd=work, env=env, log=log, timeout=options.timeout,
-                        output=STREAMED)
+                    run(
+                        [npm, "ci", "--no-audit", "--no-fund"],
+                        cwd=work,
+                        env=env,
+                        log=log,
+                        timeout=options.timeout,
+                        output=STREAMED,
+                    )
                 except ProcessError as exc:
                     return _none(f"npm ci failed: {exc.message}", start, **facts), None
                 facts["npm_ci_seconds"] = round(time.monotonic() - t0, 3)
                 modules_ok = True
             version = f"b{number}" if number != "0" else ""
-            build_env = npm_env(options.env, cache, {"LLAMA_UI_OUT_DIR": str(out), "LLAMA_UI_VERSION": version,
-                                                     "LLAMA_BUILD_NUMBER": number})
+            build_env = npm_env(
+                options.env,
+                cache,
+                {"LLAMA_UI_OUT_DIR": str(out), "LLAMA_UI_VERSION": version, "LLAMA_BUILD_NUMBER": number},
+            )
             console.info(f"    npm run build (LLAMA_UI_VERSION={version or 'unset'}, LLAMA_BUILD_NUMBER={number})")
             t0 = time.monotonic()
             try:
@@ -243,8 +268,7 @@ def build_dist(tree: Path, *, build_number: int | None, options: WebUiOptions, l
             facts["build_seconds"] = round(time.monotonic() - t0, 3)
             missing = dist_problems(out)
             if missing:
-                return _none(f"npm run build made no usable dist (missing {', '.join(missing)})", start,
-                             **facts), None
+                return _none(f"npm run build made no usable dist (missing {', '.join(missing)})", start, **facts), None
             shutil.rmtree(dist, ignore_errors=True)
             out.rename(dist)
         finally:
@@ -299,8 +323,7 @@ def remove_embedded(tree: Path) -> bool:
     return False
 
 
-def provide_web_ui(tree: Path, *, build_number: int | None, options: WebUiOptions,
-                   log: Path | None = None) -> WebUi:
+def provide_web_ui(tree: Path, *, build_number: int | None, options: WebUiOptions, log: Path | None = None) -> WebUi:
     """The web UI of a build of ``tree``, embedded in it (see the module docstring). Never fails for want of npm
     (a warning and status ``none``); a ``--web-ui DIR`` that is not a built UI is a UsageError."""
     start = time.monotonic()
@@ -308,8 +331,10 @@ def provide_web_ui(tree: Path, *, build_number: int | None, options: WebUiOption
         given = Path(options.dist).absolute()
         missing = dist_problems(given)
         if missing:
-            raise UsageError(f"--web-ui {options.dist} is not a built llama.cpp web UI (missing "
-                             f"{', '.join(missing)})", hint="pass the folder `rockbuild webui --out DIR` made")
+            raise UsageError(
+                f"--web-ui {options.dist} is not a built llama.cpp web UI (missing {', '.join(missing)})",
+                hint="pass the folder `rockbuild webui --out DIR` made",
+            )
         record = WebUi(status="prebuilt", dist=str(given), build_number=str(build_number) if build_number else None)
         dist: Path | None = given
     elif not options.enabled:
@@ -351,8 +376,9 @@ class Exported:
         return f"{describe(self.web_ui)}\n  dist: {self.out} (rockbuild build --web-ui {self.out})"
 
 
-def export_web_ui(tree: Path, out: Path, *, build_number: int | None, options: WebUiOptions,
-                  log: Path | None = None) -> Exported:
+def export_web_ui(
+    tree: Path, out: Path, *, build_number: int | None, options: WebUiOptions, log: Path | None = None
+) -> Exported:
     """Build (or take from the cache) the web UI of ``tree`` and copy its dist to ``out``; a BuildError when npm
     cannot make it (this command has no other result), a UsageError when ``out`` holds something else."""
     out = Path(out).absolute()
@@ -360,9 +386,11 @@ def export_web_ui(tree: Path, out: Path, *, build_number: int | None, options: W
         raise UsageError(f"{out} exists and is not a web UI dist; give a new folder")
     record, dist = build_dist(tree, build_number=build_number, options=options, log=log)
     if dist is None:
-        raise BuildError(f"no web UI for {tree}: {record.reason}",
-                         hint=f"npm's output is in {log}" if log is not None else None)
+        raise BuildError(
+            f"no web UI for {tree}: {record.reason}", hint=f"npm's output is in {log}" if log is not None else None
+        )
     sha256, count, size = dist_digest(dist)
     _replace_folder(dist, out)
-    return Exported(Path(tree), out, _with(record, time.monotonic() - record.seconds, sha256=sha256, files=count,
-                                           bytes=size))
+    return Exported(
+        Path(tree), out, _with(record, time.monotonic() - record.seconds, sha256=sha256, files=count, bytes=size)
+    )

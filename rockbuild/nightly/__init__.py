@@ -25,8 +25,20 @@ from .run import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_AGE_DAYS", "InputsLlama", "InputsRecord", "InputsRocm", "NightData", "NightOptions", "NightReport",
+    "DEFAULT_MAX_AGE_DAYS",
+    "InputsLlama",
+    "InputsRecord",
+    "InputsRocm",
+    "NightData",
+    "NightOptions",
+    "NightReport",
     "build_with_inputs",
-    "load_inputs", "NightPlan", "plan_night", "publish_dirs_for_inputs", "release_night", "resolve_inputs", "run_night",
+    "load_inputs",
+    "NightPlan",
+    "plan_night",
+    "publish_dirs_for_inputs",
+    "release_night",
+    "resolve_inputs",
+    "run_night",
     "run_night_job",
 ]

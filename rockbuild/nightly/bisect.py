@@ -87,8 +87,10 @@ class BisectReport(Record):
         return 0
 
     def render(self) -> str:
-        lines = [f"bisect {self.job}: {len(self.candidates)} nightlies, {len(self.trials)} tested"
-                 f" (llama.cpp {self.llama_commit[:12]})"]
+        lines = [
+            f"bisect {self.job}: {len(self.candidates)} nightlies, {len(self.trials)} tested"
+            f" (llama.cpp {self.llama_commit[:12]})"
+        ]
         for trial in self.trials:
             why = f": failed {trial.failed_stage}: {trial.message}" if trial.verdict == "bad" else ""
             lines.append(f"  {trial.date} {trial.version}: {trial.verdict}{why}")
@@ -97,12 +99,19 @@ class BisectReport(Record):
         return "\n".join(lines)
 
 
-def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index_url: str | None,
-                     fetch_text: Any = None) -> list[InputsRocm]:
+def nightly_tarballs(
+    job: Any, good: datetime.date, bad: datetime.date, *, index_url: str | None, fetch_text: Any = None
+) -> list[InputsRocm]:
     """One tarball per nightly date of the job's group from ``good`` to ``bad`` (the newest of a date), oldest
     first; both ends must be there."""
-    listed = list_tarballs(platform=job.os, groups=(job.group, *job.legacy_groups), channel=job.rocm_channel,
-                           index_url=index_url, fetch_text=fetch_text or get_text, on_date=bad)
+    listed = list_tarballs(
+        platform=job.os,
+        groups=(job.group, *job.legacy_groups),
+        channel=job.rocm_channel,
+        index_url=index_url,
+        fetch_text=fetch_text or get_text,
+        on_date=bad,
+    )
     by_date: dict[datetime.date, Any] = {}
     for entry in listed:  # newest first: the first of a date is that night's newest
         if entry.name.date is not None:
@@ -111,15 +120,32 @@ def nightly_tarballs(job: Any, good: datetime.date, bad: datetime.date, *, index
         if day not in by_date:
             near = sorted(by_date, key=lambda d: abs((d - day).days))[:3]
             shown = ", ".join(d.isoformat() for d in sorted(near)) or "none"
-            raise NotFoundError(f"{what} {day.isoformat()}: no {job.os} {job.group} nightly of that date in the "
-                                f"index; nearest: {shown}")
+            raise NotFoundError(
+                f"{what} {day.isoformat()}: no {job.os} {job.group} nightly of that date in the index; nearest: {shown}"
+            )
     chosen = [by_date[d] for d in sorted(by_date) if good <= d <= bad]
-    return [InputsRocm(key=rocm_key(job, e.name.version.text), os=job.os, groups=(job.group, *job.legacy_groups),
-                      channel=job.rocm_channel, requested=e.name.version.text, **tarball_fields(e)) for e in chosen]
+    return [
+        InputsRocm(
+            key=rocm_key(job, e.name.version.text),
+            os=job.os,
+            groups=(job.group, *job.legacy_groups),
+            channel=job.rocm_channel,
+            requested=e.name.version.text,
+            **tarball_fields(e),
+        )
+        for e in chosen
+    ]
 
 
-def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: datetime.date, *,
-                check_ends: bool = False, fetch_text: Any = None) -> BisectReport:
+def bisect_rocm(
+    options: NightOptions,
+    job_id: str,
+    good: datetime.date,
+    bad: datetime.date,
+    *,
+    check_ends: bool = False,
+    fetch_text: Any = None,
+) -> BisectReport:
     """Name the first nightly between ``good`` and ``bad`` on which ``job_id`` fails (see the module docstring)."""
     start = time.monotonic()
     if good >= bad:
@@ -136,38 +162,63 @@ def bisect_rocm(options: NightOptions, job_id: str, good: datetime.date, bad: da
 
     def test(rocm: InputsRocm) -> bool:
         out = Path(options.out).absolute() / str(rocm.version)
-        inputs = inputs_record(llama, {rocm.key: rocm}, (InputsJob.of(job, rocm.key),),
-                               index_url=options.pins.index_url)
+        inputs = inputs_record(
+            llama, {rocm.key: rocm}, (InputsJob.of(job, rocm.key),), index_url=options.pins.index_url
+        )
         with console.step(f"{job.id} on ROCm {rocm.describe()}") as step:
             outcome = Night(replace(options, out=out), inputs).pipeline.run(job, rocm)
             if outcome.status != "ok":
                 step.fail()
         if outcome.failed_stage == "fetch":  # not a verdict on the nightly: it could not be tried
-            raise FetchError(f"{rocm.name} could not be fetched: {outcome.message}",
-                             hint="check the index and the network, then run bisect again (it resumes)")
+            raise FetchError(
+                f"{rocm.name} could not be fetched: {outcome.message}",
+                hint="check the index and the network, then run bisect again (it resumes)",
+            )
         verdict = "good" if outcome.status == "ok" else "bad"
-        trials.append(Trial(str(rocm.version), str(rocm.date), str(rocm.name), verdict, outcome.failed_stage,
-                            outcome.message, outcome.seconds, str(out / job.id)))
+        trials.append(
+            Trial(
+                str(rocm.version),
+                str(rocm.date),
+                str(rocm.name),
+                verdict,
+                outcome.failed_stage,
+                outcome.message,
+                outcome.seconds,
+                str(out / job.id),
+            )
+        )
         say(f"  {rocm.date} {rocm.version}: {verdict}")
         return verdict == "good"
 
     lo, hi = 0, len(candidates) - 1
     if check_ends:
         if not test(candidates[lo]):
-            raise UsageError(f"--good {good.isoformat()} is not good: {job.id} fails there too "
-                             f"({trials[-1].failed_stage}: {trials[-1].message})", hint="pick an earlier --good date")
+            raise UsageError(
+                f"--good {good.isoformat()} is not good: {job.id} fails there too "
+                f"({trials[-1].failed_stage}: {trials[-1].message})",
+                hint="pick an earlier --good date",
+            )
         if test(candidates[hi]):
-            raise UsageError(f"--bad {bad.isoformat()} is not bad: {job.id} passes there",
-                             hint="the failure is not in these nightlies (or it is flaky)")
+            raise UsageError(
+                f"--bad {bad.isoformat()} is not bad: {job.id} passes there",
+                hint="the failure is not in these nightlies (or it is flaky)",
+            )
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if test(candidates[mid]):
             lo = mid
         else:
             hi = mid
-    return BisectReport(job.id, llama.commit, tuple(str(c.version) for c in candidates),
-                        _label(candidates[lo]), _label(candidates[hi]), tuple(trials), check_ends,
-                        time.monotonic() - start)
+    return BisectReport(
+        job.id,
+        llama.commit,
+        tuple(str(c.version) for c in candidates),
+        _label(candidates[lo]),
+        _label(candidates[hi]),
+        tuple(trials),
+        check_ends,
+        time.monotonic() - start,
+    )
 
 
 def _label(rocm: InputsRocm) -> str:
@@ -194,20 +245,26 @@ class LlamaBisectReport(Record):
 
     def render(self) -> str:
         b = self.bisect
-        lines = [f"bisect {self.job}: {b.candidates} llama.cpp commit(s) {b.good[:12]}..{b.bad[:12]} on "
-                 f"{self.rocm or 'no ROCm'}, {len(b.trials)} built"]
+        lines = [
+            f"bisect {self.job}: {b.candidates} llama.cpp commit(s) {b.good[:12]}..{b.bad[:12]} on "
+            f"{self.rocm or 'no ROCm'}, {len(b.trials)} built"
+        ]
         for trial in b.trials:
             why = f" ({trial.failed_stage}: {trial.message})" if trial.verdict == "bad" else ""
             lines.append(f"  {trial.llama_commit[:12]} {trial.subject or ''}: {trial.verdict}{why}")
         first, good = b.first_bad, b.last_good
         ends = "" if self.ends_tested else " (the ends taken as given)"
         if b.complete and first is not None:
-            lines.append(f"first bad commit: {first.commit} {first.subject or ''}, failing at "
-                         f"{b.failed_stage or '?'}; last good: {good.commit[:12] if good else b.good[:12]}{ends}")
+            lines.append(
+                f"first bad commit: {first.commit} {first.subject or ''}, failing at "
+                f"{b.failed_stage or '?'}; last good: {good.commit[:12] if good else b.good[:12]}{ends}"
+            )
         else:
-            lines.append(f"{b.stopped or 'stopped'}: the first bad commit is after "
-                         f"{good.commit[:12] if good else b.good[:12]} and at or before "
-                         f"{first.commit[:12] if first else b.bad[:12]}{ends}")
+            lines.append(
+                f"{b.stopped or 'stopped'}: the first bad commit is after "
+                f"{good.commit[:12] if good else b.good[:12]} and at or before "
+                f"{first.commit[:12] if first else b.bad[:12]}{ends}"
+            )
         return "\n".join(lines)
 
 
@@ -215,13 +272,16 @@ def parse_range(text: str) -> tuple[str, str | None]:
     """``GOOD..BAD`` (``GOOD..``: up to the job's llama_ref): two commits, tags or branches of llama.cpp."""
     good, sep, bad = text.strip().partition("..")
     if not sep or not good or bad.startswith("."):
-        raise UsageError(f"--llama {text!r} is not a range: give GOOD..BAD (commits, tags or branches), or GOOD.. "
-                         "for everything since GOOD")
+        raise UsageError(
+            f"--llama {text!r} is not a range: give GOOD..BAD (commits, tags or branches), or GOOD.. "
+            "for everything since GOOD"
+        )
     return good, bad or None
 
 
-def bisect_llama(options: NightOptions, job_id: str, commits: str, *, check_ends: bool = False,
-                 fetch_text: Any = None) -> LlamaBisectReport:
+def bisect_llama(
+    options: NightOptions, job_id: str, commits: str, *, check_ends: bool = False, fetch_text: Any = None
+) -> LlamaBisectReport:
     """Name the first llama.cpp commit of ``commits`` (``GOOD..BAD``) on which ``job_id`` fails, on the job's newest
     ROCm (or ``--rocm-version``): each step an incremental build of the job in one folder, ``OUT/<job-id>``."""
     start = time.monotonic()
@@ -242,11 +302,16 @@ def bisect_llama(options: NightOptions, job_id: str, commits: str, *, check_ends
             trial, _tail = trials.run(commit)
             if trial.verdict != want:
                 end = "--llama's GOOD end" if want == "good" else "--llama's BAD end"
-                raise UsageError(f"{end} {commit[:12]} is not {want}: {job.id} "
-                                 + (f"fails there too ({trial.failed_stage}: {trial.message})" if want == "good"
-                                    else "passes there"),
-                                 hint="pick an older GOOD commit" if want == "good" else
-                                 "the failure is not in this range (or it is flaky)")
+                raise UsageError(
+                    f"{end} {commit[:12]} is not {want}: {job.id} "
+                    + (
+                        f"fails there too ({trial.failed_stage}: {trial.message})" if want == "good" else "passes there"
+                    ),
+                    hint="pick an older GOOD commit"
+                    if want == "good"
+                    else "the failure is not in this range (or it is flaky)",
+                )
     bisected = bisect_job(trials, good, bad_commit, policy=unbounded)
-    return LlamaBisectReport(job.id, rocm.describe() if rocm is not None else None, bisected, check_ends,
-                             time.monotonic() - start)
+    return LlamaBisectReport(
+        job.id, rocm.describe() if rocm is not None else None, bisected, check_ends, time.monotonic() - start
+    )

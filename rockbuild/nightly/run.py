@@ -93,7 +93,6 @@ from .triage import (
 INPUTS_FILE = "inputs.json"
 
 
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Per-job state
 
@@ -160,9 +159,11 @@ class NightReport(Record):
     held_back: HeldBack | None = None  # state held-back: the night is built again from held_back.good
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "exit_code",
-                           0 if self.state in ("unchanged", "published", "draft", "built", "dry-run", "held-back")
-                           else 1)
+        object.__setattr__(
+            self,
+            "exit_code",
+            0 if self.state in ("unchanged", "published", "draft", "built", "dry-run", "held-back") else 1,
+        )
 
     def render(self) -> str:
         return f"night: {self.state}: {self.message}"
@@ -174,24 +175,45 @@ class NightReport(Record):
         for column in ("job", "required", *STAGES, "result", "time"):
             table.add_column(column, no_wrap=True)
         for job in self.jobs:
-            result = "ok" if job.status == "ok" else f"FAILED at {job.failed_stage}" if job.status == "failed" \
+            result = (
+                "ok"
+                if job.status == "ok"
+                else f"FAILED at {job.failed_stage}"
+                if job.status == "failed"
                 else job.status
+            )
             result += " (last good ROCm)" if job.fallback else ""
-            result += f" ({job.cause}{', left out' if job.ship == 'missing' else ''})" \
-                if job.status == "failed" and job.cause else ""
-            table.add_row(job.id, "yes" if job.required else "no", *(job.stages.get(s, "-") for s in STAGES),
-                          result, f"{job.seconds:.1f}s")
+            result += (
+                f" ({job.cause}{', left out' if job.ship == 'missing' else ''})"
+                if job.status == "failed" and job.cause
+                else ""
+            )
+            table.add_row(
+                job.id,
+                "yes" if job.required else "no",
+                *(job.stages.get(s, "-") for s in STAGES),
+                result,
+                f"{job.seconds:.1f}s",
+            )
         return table
 
     def render_markdown(self) -> str:
-        lines = [f"## rockbuild nightly: {self.state}", "", self.message, "",
-                 "| job | required | " + " | ".join(STAGES) + " | result | time |",
-                 "|---|---|" + "---|" * len(STAGES) + "---|---|"]
+        lines = [
+            f"## rockbuild nightly: {self.state}",
+            "",
+            self.message,
+            "",
+            "| job | required | " + " | ".join(STAGES) + " | result | time |",
+            "|---|---|" + "---|" * len(STAGES) + "---|---|",
+        ]
         for job in self.jobs:
             result = "ok" if job.status == "ok" else f"**failed** at {job.failed_stage}: {job.message or ''}"
             result += f" ({job.fallback})" if job.fallback else ""
-            lines.append(f"| {job.id} | {'yes' if job.required else 'no'} | "
-                         + " | ".join(job.stages.get(s, "-") for s in STAGES) + f" | {result} | {job.seconds:.0f}s |")
+            lines.append(
+                f"| {job.id} | {'yes' if job.required else 'no'} | "
+                + " | ".join(job.stages.get(s, "-") for s in STAGES)
+                + f" | {result} | {job.seconds:.0f}s |"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -207,10 +229,21 @@ class Night:
         self._model_lock = threading.Lock()
         data = options.data
         self.pipeline = JobPipeline(
-            inputs=inputs, out=self.out, cache=self.cache, context=options.context, model=self.model,
-            policy=data.policy, model_spec=options.model.spec, compile=options.compile,
-            compile_jobs=options.compile_jobs, programs=data.programs, patches=data.patches, smoke_config=data.smoke,
-            smoke=options.smoke, on_event=options.on_event)
+            inputs=inputs,
+            out=self.out,
+            cache=self.cache,
+            context=options.context,
+            model=self.model,
+            policy=data.policy,
+            model_spec=options.model.spec,
+            compile=options.compile,
+            compile_jobs=options.compile_jobs,
+            programs=data.programs,
+            patches=data.patches,
+            smoke_config=data.smoke,
+            smoke=options.smoke,
+            on_event=options.on_event,
+        )
 
     def event(self, job_id: str, stage: str, status: str) -> None:
         if self.options.on_event is not None:
@@ -219,8 +252,13 @@ class Night:
     def model(self) -> Any:
         with self._model_lock:
             if self._model is None:
-                self._model = provide_model(self.options.model.spec, vocab=self.options.model.vocab, cache=self.cache,
-                                            context=self.options.context, smoke=self.options.data.smoke)
+                self._model = provide_model(
+                    self.options.model.spec,
+                    vocab=self.options.model.vocab,
+                    cache=self.cache,
+                    context=self.options.context,
+                    smoke=self.options.data.smoke,
+                )
             return self._model
 
 
@@ -243,23 +281,46 @@ def run_job(job: Job, night: Night) -> StagesOutcome:
     return _triage(job, night, folder, outcome, rocm, fallback)
 
 
-def _triage(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, rocm: InputsRocm | None,
-            fallback: InputsRocm | None) -> StagesOutcome:
+def _triage(
+    job: Job,
+    night: Night,
+    folder: JobFolder,
+    failed: StagesOutcome,
+    rocm: InputsRocm | None,
+    fallback: InputsRocm | None,
+) -> StagesOutcome:
     """Which input broke ``job`` (rockbuild.nightly.triage): ROCm, retried on the last good one; llama.cpp, bisected
     to the commit; the machine. The verdict goes to triage.json; the outcome carries it to the release."""
     policy = night.options.data.regressions
     tonight = night.inputs.llama_cpp
     previous = _read_triage(folder)
-    if (previous is not None and previous.llama_commit == tonight.commit and previous.cause == "llama.cpp"
-            and previous.rocm == (rocm.name if rocm else None) and previous.failed_stage == failed.failed_stage):
+    if (
+        previous is not None
+        and previous.llama_commit == tonight.commit
+        and previous.cause == "llama.cpp"
+        and previous.rocm == (rocm.name if rocm else None)
+        and previous.failed_stage == failed.failed_stage
+    ):
         console.info(f"    {job.id}: triage.json already names llama.cpp for these inputs; not built again")
         return _blamed(failed, previous)
     tail_lines = night.options.data.publish.alert_log_lines
-    failure = Failure(job, failed, tonight, rocm, night.inputs.entry(job.id).last_good,
-                      load_job(folder.path, tail_lines=tail_lines).log_tail)
+    failure = Failure(
+        job,
+        failed,
+        tonight,
+        rocm,
+        night.inputs.entry(job.id).last_good,
+        load_job(folder.path, tail_lines=tail_lines).log_tail,
+    )
     trials = Trials(night.pipeline, job, rocm, trial_out(night.out), tail_lines)
-    diagnosis = diagnose(failed, tonight.commit, rocm, failure.last, try_last_good=lambda c: trials.run(c)[0],
-                         can_fall_back=fallback is not None and rocm is not None)
+    diagnosis = diagnose(
+        failed,
+        tonight.commit,
+        rocm,
+        failure.last,
+        try_last_good=lambda c: trials.run(c)[0],
+        can_fall_back=fallback is not None and rocm is not None,
+    )
     if diagnosis.retry_rocm:
         assert rocm is not None and fallback is not None
         outcome = _fall_back(job, night, folder, failed, rocm, fallback)
@@ -272,18 +333,32 @@ def _triage(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, ro
     last = failure.last
     if diagnosis.cause == "llama.cpp" and last is not None and last.llama_commit and policy.bisect_steps > 0:
         try:
-            bisect = bisect_job(trials, last.llama_commit, tonight.commit, policy=policy, bad_end=failure.bad_end(),
-                                bad_tail=failure.log_tail)
+            bisect = bisect_job(
+                trials,
+                last.llama_commit,
+                tonight.commit,
+                policy=policy,
+                bad_end=failure.bad_end(),
+                bad_tail=failure.log_tail,
+            )
         except RockbuildError as exc:  # the history could not be read: the verdict stands without a commit
             console.warn(f"{job.id}: the llama.cpp bisect stopped: {exc.message}")
             bisect = LlamaBisect(good=last.llama_commit, bad=tonight.commit, candidates=0, stopped=exc.message)
-    ship = (ship_mode(policy, bisect, required=job.required, held_back=tonight.held_back is not None)
-            if diagnosis.cause == "llama.cpp" else "blocked")
+    ship = (
+        ship_mode(policy, bisect, required=job.required, held_back=tonight.held_back is not None)
+        if diagnosis.cause == "llama.cpp"
+        else "blocked"
+    )
     record = failure.record(diagnosis.cause, diagnosis.evidence, ship=ship, trials=diagnosis.trials, bisect=bisect)
     record.write(folder.triage_json)
-    console.warn(f"{job.id}: {record.cause} at fault: {record.evidence}"
-                 + (f"; first bad commit {record.bisect.first_bad.commit[:12]}"
-                    if record.bisect and record.bisect.complete and record.bisect.first_bad else ""))
+    console.warn(
+        f"{job.id}: {record.cause} at fault: {record.evidence}"
+        + (
+            f"; first bad commit {record.bisect.first_bad.commit[:12]}"
+            if record.bisect and record.bisect.complete and record.bisect.first_bad
+            else ""
+        )
+    )
     return _blamed(failed, record)
 
 
@@ -296,8 +371,11 @@ def _read_triage(folder: JobFolder) -> TriageRecord | None:
 
 def _blamed(failed: StagesOutcome, record: TriageRecord) -> StagesOutcome:
     bisect = record.bisect
-    first = (f"; first bad llama.cpp commit {bisect.first_bad.commit[:12]}"
-             if bisect is not None and bisect.complete and bisect.first_bad else "")
+    first = (
+        f"; first bad llama.cpp commit {bisect.first_bad.commit[:12]}"
+        if bisect is not None and bisect.complete and bisect.first_bad
+        else ""
+    )
     said = f" ({record.cause} at fault{first})" if record.cause != "unknown" else ""
     return replace(failed, cause=record.cause, ship=record.ship, message=f"{failed.message}{said}")
 
@@ -307,8 +385,9 @@ def _llama_broke(folder: JobFolder) -> bool:
     return record is not None and record.cause == "llama.cpp"
 
 
-def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: InputsRocm,
-               good: InputsRocm) -> StagesOutcome:
+def _fall_back(
+    job: Job, night: Night, folder: JobFolder, failed: StagesOutcome, newest: InputsRocm, good: InputsRocm
+) -> StagesOutcome:
     """Keep the failed attempt beside the job folder, record why, and run the job again on the last good ROCm."""
     attempt = load_job(folder.path, tail_lines=night.options.data.publish.alert_log_lines)
     kept = folder.path.with_name(f"{job.id}@rocm-{newest.version or 'newest'}")
@@ -316,38 +395,56 @@ def _fall_back(job: Job, night: Night, folder: JobFolder, failed: StagesOutcome,
     folder.path.rename(kept)
     last_good = dict(newest.last_good or {})
     record = FallbackRecord(
-        schema=FALLBACK_SCHEMA, newest=TarballRef(name=newest.name, version=newest.version, date=newest.date),
-        failed_stage=failed.failed_stage, reason=failed.message or attempt.reason, log_tail=attempt.log_tail,
-        attempt_dir=str(kept), last_good=TarballRef.from_dict(
-            {k: last_good.get(k) for k in ("name", "version", "date", "release")}, "the last good tarball"),
+        schema=FALLBACK_SCHEMA,
+        newest=TarballRef(name=newest.name, version=newest.version, date=newest.date),
+        failed_stage=failed.failed_stage,
+        reason=failed.message or attempt.reason,
+        log_tail=attempt.log_tail,
+        attempt_dir=str(kept),
+        last_good=TarballRef.from_dict(
+            {k: last_good.get(k) for k in ("name", "version", "date", "release")}, "the last good tarball"
+        ),
         keys=("schema", "newest", "failed_stage", "reason", "log_tail", "attempt_dir", "last_good"),
     )
-    console.warn(f"{job.id}: failed at {failed.failed_stage} with the newest ROCm {newest.describe()}; retrying once "
-                 f"with the last good {good.describe()} (release {last_good.get('release')})")
+    console.warn(
+        f"{job.id}: failed at {failed.failed_stage} with the newest ROCm {newest.describe()}; retrying once "
+        f"with the last good {good.describe()} (release {last_good.get('release')})"
+    )
     folder.create()
     record.write(folder.fallback_json)
     return _on_last_good(job, night, folder, record, good, first=failed)
 
 
-def _on_last_good(job: Job, night: Night, folder: JobFolder, record: FallbackRecord, good: InputsRocm,
-                  first: StagesOutcome | None = None) -> StagesOutcome:
+def _on_last_good(
+    job: Job,
+    night: Night,
+    folder: JobFolder,
+    record: FallbackRecord,
+    good: InputsRocm,
+    first: StagesOutcome | None = None,
+) -> StagesOutcome:
     outcome = night.pipeline.run(job, good)
     note = f"ROCm {good.describe()}, newest {record.newest.version} failed {record.failed_stage}: {record.reason}"
     replace(record, result=outcome.status).write(folder.fallback_json)
     seconds = outcome.seconds + (first.seconds if first else 0.0)
     if outcome.status == "ok":
         return replace(outcome, fallback=note, seconds=seconds)
-    return replace(outcome, fallback=note, seconds=seconds,
-                   message=f"{outcome.message} (also with the last good ROCm {good.describe()}; the newest "
-                           f"{record.newest.version} failed {record.failed_stage}: {record.reason})")
+    return replace(
+        outcome,
+        fallback=note,
+        seconds=seconds,
+        message=f"{outcome.message} (also with the last good ROCm {good.describe()}; the newest "
+        f"{record.newest.version} failed {record.failed_stage}: {record.reason})",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The last release
 
 
-def latest_manifest(repo: str, *, api_url: str | None = None,
-                    token: str | None = None) -> tuple[str | None, ManifestRecord | None]:
+def latest_manifest(
+    repo: str, *, api_url: str | None = None, token: str | None = None
+) -> tuple[str | None, ManifestRecord | None]:
     """The tag of the repository's latest published release (None: there is none) and its manifest.json (None:
     missing, or invalid: said in one warning)."""
     from github import GithubException
@@ -366,9 +463,14 @@ def latest_manifest(repo: str, *, api_url: str | None = None,
         gh.close()
 
 
-def release_manifests(repo: str, *, api_url: str | None = None, token: str | None = None, limit: int = 20,
-                      read: Mapping[str, ManifestRecord | None] | None = None,
-                      ) -> Iterator[tuple[str, ManifestRecord]]:
+def release_manifests(
+    repo: str,
+    *,
+    api_url: str | None = None,
+    token: str | None = None,
+    limit: int = 20,
+    read: Mapping[str, ManifestRecord | None] | None = None,
+) -> Iterator[tuple[str, ManifestRecord]]:
     """(tag, manifest.json) of the repository's published releases, newest first, at most ``limit``; read one at a
     time, so a caller that has what it needs stops early. ``read``: manifests already read, by tag (not read or
     warned about twice)."""
@@ -379,8 +481,9 @@ def release_manifests(repo: str, *, api_url: str | None = None, token: str | Non
         gh.close()
 
 
-def known_good(inputs: InputsRecord, manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> tuple[
-        dict[tuple[str, str], dict[str, Any]], list[tuple[str, ManifestRecord | Mapping[str, Any]]]]:
+def known_good(
+    inputs: InputsRecord, manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]
+) -> tuple[dict[tuple[str, str], dict[str, Any]], list[tuple[str, ManifestRecord | Mapping[str, Any]]]]:
     """The last good tarball of each (OS, group) the inputs pin, and the manifests read for it: ``manifests``
     (newest first) are read only until every group has one and every ``required: when-proven`` job has passed
     (:func:`promote_proven` takes the same)."""
@@ -403,8 +506,9 @@ def known_good(inputs: InputsRecord, manifests: Iterable[tuple[str, ManifestReco
 # The night
 
 
-def publish_dirs_for_inputs(inputs: InputsRecord, job_dirs: Sequence[Path], default_out: Path = Path("out")) -> tuple[
-        Path, ...]:
+def publish_dirs_for_inputs(
+    inputs: InputsRecord, job_dirs: Sequence[Path], default_out: Path = Path("out")
+) -> tuple[Path, ...]:
     """The job folders to publish for ``inputs``: each given folder matched to its job (by build.json, or its name
     with or without the artifact's ``job-`` prefix), and for a job without one a folder that does not exist, so the
     publisher counts it as failed. A folder built from another commit is refused. A common part is no asset: its
@@ -416,8 +520,10 @@ def publish_dirs_for_inputs(inputs: InputsRecord, job_dirs: Sequence[Path], defa
         job_id = job_id or Path(directory).name.removeprefix("job-")
         commit = build.commit if build is not None else None
         if build is not None and commit and build.ok and commit != inputs.llama_cpp.commit:
-            raise UsageError(f"{directory} was built from llama.cpp {commit[:12]}, not the inputs' "
-                             f"{inputs.llama_cpp.commit[:12]}", hint="rebuild it with --inputs, or leave it out")
+            raise UsageError(
+                f"{directory} was built from llama.cpp {commit[:12]}, not the inputs' {inputs.llama_cpp.commit[:12]}",
+                hint="rebuild it with --inputs, or leave it out",
+            )
         if inputs.job(job_id).is_common_part:
             continue
         found[job_id] = Path(directory)
@@ -464,8 +570,13 @@ class NightPlan:
 
     def gpu_matrix(self) -> dict[str, Any]:
         """The GPU smoke legs: one per job built with a ``gpu_smoke`` runner (its labels, whether it gates)."""
-        return {"include": [{"id": j.id, "gpu_runner": list(j.gpu_runner), "gpu_required": j.gpu_required}
-                            for j in self.build if j.gpu_runner]}
+        return {
+            "include": [
+                {"id": j.id, "gpu_runner": list(j.gpu_runner), "gpu_required": j.gpu_required}
+                for j in self.build
+                if j.gpu_runner
+            ]
+        }
 
     def write_github_output(self, path: Path) -> None:
         """``matrix=``/``changed=`` for the build legs (none when unchanged) and ``gpu_matrix=``/``gpu=`` for the
@@ -480,16 +591,25 @@ class NightPlan:
             fh.write(f"gpu={'true' if gpu['include'] else 'false'}\n")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state": "unchanged" if self.unchanged_since else "changed", "inputs": str(self.inputs_path),
-                "llama_commit": self.inputs.llama_cpp.commit, "release": self.unchanged_since,
-                "changes": list(self.changes), "jobs": [j.id for j in self.build], "matrix": self.github_matrix(),
-                "common_matrix": self.common_matrix(), "gpu_matrix": self.gpu_matrix()}
+        return {
+            "state": "unchanged" if self.unchanged_since else "changed",
+            "inputs": str(self.inputs_path),
+            "llama_commit": self.inputs.llama_cpp.commit,
+            "release": self.unchanged_since,
+            "changes": list(self.changes),
+            "jobs": [j.id for j in self.build],
+            "matrix": self.github_matrix(),
+            "common_matrix": self.common_matrix(),
+            "gpu_matrix": self.gpu_matrix(),
+        }
 
     def render(self) -> str:
         commit = self.inputs.llama_cpp.commit[:12]
         if self.unchanged_since:
-            return (f"night: unchanged: the last release {self.unchanged_since} was made from these inputs "
-                    f"(llama.cpp {commit}, same ROCm tarballs); nothing to build")
+            return (
+                f"night: unchanged: the last release {self.unchanged_since} was made from these inputs "
+                f"(llama.cpp {commit}, same ROCm tarballs); nothing to build"
+            )
         return f"night: {len(self.build)} job(s) to build from llama.cpp {commit} ({self.inputs_path})"
 
 
@@ -541,12 +661,15 @@ def plan_night(options: NightOptions, *, inputs_file: Path | None = None, host: 
         plan = replace(plan, unchanged_since=latest)
         say(plan.render())
         return plan
-    say(f"changed since {latest}: {'; '.join(changes[:5])}"
-        + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else ""))
+    say(
+        f"changed since {latest}: {'; '.join(changes[:5])}"
+        + (f" (and {len(changes) - 5} more)" if len(changes) > 5 else "")
+    )
     # each group's last good tarball, for a job that fails with the newest (the inputs file carries it to the legs),
     # and the `required: when-proven` jobs that passed their smoke test in a release read for it
-    good, read = known_good(inputs, release_manifests(repo, api_url=options.github.api_url, token=token,
-                                                          read={latest: manifest}))
+    good, read = known_good(
+        inputs, release_manifests(repo, api_url=options.github.api_url, token=token, read={latest: manifest})
+    )
     inputs = attach_job_last_good(promote_proven(attach_last_good(inputs, good), read), last_good_jobs(read))
     inputs.write(path)
     return replace(plan, inputs=inputs, changes=changes, jobs=tuple(inputs.job(j.id) for j in plan.jobs))
@@ -557,14 +680,17 @@ def _held_back_to(options: NightOptions, inputs: InputsRecord) -> HeldBack:
     held = options.held_back
     assert held is not None
     if inputs.llama_cpp.commit != held.good.commit:
-        raise UsageError(f"--held-back builds llama.cpp {held.good.commit[:12]}, but --llama-ref "
-                         f"{inputs.llama_cpp.ref} is {inputs.llama_cpp.commit[:12]}",
-                         hint="leave --llama-ref out (or give the held-back commit)")
+        raise UsageError(
+            f"--held-back builds llama.cpp {held.good.commit[:12]}, but --llama-ref "
+            f"{inputs.llama_cpp.ref} is {inputs.llama_cpp.commit[:12]}",
+            hint="leave --llama-ref out (or give the held-back commit)",
+        )
     return held
 
 
-def promote_proven(inputs: InputsRecord,
-                   manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> InputsRecord:
+def promote_proven(
+    inputs: InputsRecord, manifests: Sequence[tuple[str, ManifestRecord | Mapping[str, Any]]]
+) -> InputsRecord:
     """``inputs`` with every ``required: when-proven`` job required once it passed its smoke test in one of
     ``manifests`` (published releases, newest first): from then on a failure blocks the release."""
     passed: dict[str, str] = {}
@@ -575,8 +701,9 @@ def promote_proven(inputs: InputsRecord,
     for job in inputs.jobs:
         if job.when_proven and not job.required and job.id in passed:
             job = replace(job, required=True)
-            console.info(f"{job.id} is required: it passed its smoke test in release {passed[job.id]} "
-                         "(required: when-proven)")
+            console.info(
+                f"{job.id} is required: it passed its smoke test in release {passed[job.id]} (required: when-proven)"
+            )
         jobs.append(job)
     return replace(inputs, jobs=tuple(jobs))
 
@@ -591,24 +718,35 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     if inputs.patches is not None and inputs.patches != night_patches(options):
         raise StaleInputError(
             f"{path} was planned with the carried patch series {inputs.patches}; this leg carries "
-            f"{night_patches(options)}", hint="every leg builds what the plan resolved: run the leg from the same "
-            "rockbuild checkout and flags (--patches/--no-patches) as --plan, or plan again")
+            f"{night_patches(options)}",
+            hint="every leg builds what the plan resolved: run the leg from the same "
+            "rockbuild checkout and flags (--patches/--no-patches) as --plan, or plan again",
+        )
     if options.compile.cross is not None:
         cross_spec(options.compile.cross, job.os)  # an unknown toolchain, or one for another OS, stops here
     elif job.os != options.context.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     outcome = _run_guarded(job, Night(options, inputs))
     state = "built" if outcome.status == "ok" else "failed"
-    message = (f"{job.id}: every stage passed" if outcome.status == "ok"
-               else f"{job.id} failed at {outcome.failed_stage}: {outcome.message}")
+    message = (
+        f"{job.id}: every stage passed"
+        if outcome.status == "ok"
+        else f"{job.id} failed at {outcome.failed_stage}: {outcome.message}"
+    )
     report = NightReport(state, message, path, inputs.llama_cpp.commit, (outcome,), seconds=time.monotonic() - start)
     _write_step_summary(options, report)
     return report
 
 
-def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_file: Path | None = None,
-                  outcomes: Sequence[StagesOutcome] = (), changes: tuple[str, ...] = (),
-                  summary: bool = True) -> NightReport:
+def release_night(
+    options: NightOptions,
+    job_dirs: Sequence[Path],
+    *,
+    inputs_file: Path | None = None,
+    outcomes: Sequence[StagesOutcome] = (),
+    changes: tuple[str, ...] = (),
+    summary: bool = True,
+) -> NightReport:
     """``rockbuild nightly --release JOB_DIR...``: publish the planned night's job folders by the gating rules (every
     job of the inputs counts; one without a folder failed) and alert when the night failed."""
     start = time.monotonic()
@@ -617,9 +755,13 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     repo, token, publishing = _repo_and_token(options)
     dirs = publish_dirs_for_inputs(inputs, job_dirs, default_out=Path(options.out).absolute())
     if inputs.llama_cpp.held_back is None:  # a night held back once is never held back again
-        hold = held_back_of([t for t in (_read_triage(JobFolder(Path(d))) for d in dirs) if t is not None],
-                            inputs.llama_cpp, oldest=lambda commits: oldest_commit(
-                                commits, url=inputs.llama_cpp.url, cache=options.cache or options.context.cache))
+        hold = held_back_of(
+            [t for t in (_read_triage(JobFolder(Path(d))) for d in dirs) if t is not None],
+            inputs.llama_cpp,
+            oldest=lambda commits: oldest_commit(
+                commits, url=inputs.llama_cpp.url, cache=options.cache or options.context.cache
+            ),
+        )
         if hold is not None:
             report = _hold_back(options, inputs, path, dirs, hold, outcomes=tuple(outcomes), changes=changes)
             report = replace(report, seconds=time.monotonic() - start)
@@ -639,23 +781,39 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
         message += f"; left out, llama.cpp broke them: {', '.join(o.id for o in missing)}"
     if failed_required:
         state = "blocked"
-        message = (f"required job(s) failed: {', '.join(f'{o.id} at {o.failed_stage}' for o in failed_required)}; "
-                   "nothing published")
+        message = (
+            f"required job(s) failed: {', '.join(f'{o.id} at {o.failed_stage}' for o in failed_required)}; "
+            "nothing published"
+        )
     elif publishing:
         try:
             with console.step("publish"):
-                result = publish(PublishOptions(job_dirs=dirs, repo=repo, api_url=options.github.api_url, token=token,
-                                                out=Path(options.out).absolute() / "release",
-                                                run_url=options.run_url, step_summary=options.step_summary,
-                                                throttle=options.throttle,
-                                                allow_partial=options.allow_partial, images=options.images,
-                                                held_back=inputs.llama_cpp.held_back, tool_wheel=options.tool_wheel,
-                                                context=options.context),
-                                        options.data.publish, options.data.programs)
+                result = publish(
+                    PublishOptions(
+                        job_dirs=dirs,
+                        repo=repo,
+                        api_url=options.github.api_url,
+                        token=token,
+                        out=Path(options.out).absolute() / "release",
+                        run_url=options.run_url,
+                        step_summary=options.step_summary,
+                        throttle=options.throttle,
+                        allow_partial=options.allow_partial,
+                        images=options.images,
+                        held_back=inputs.llama_cpp.held_back,
+                        tool_wheel=options.tool_wheel,
+                        context=options.context,
+                    ),
+                    options.data.publish,
+                    options.data.programs,
+                )
             release = result.to_dict()
-            state, message = result.state, f"{result.tag}: {result.message}" + (
-                f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "") + (
-                f"; left out, llama.cpp broke them: {', '.join(o.id for o in missing)}" if missing else "")
+            state, message = (
+                result.state,
+                f"{result.tag}: {result.message}"
+                + (f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}" if failed_optional else "")
+                + (f"; left out, llama.cpp broke them: {', '.join(o.id for o in missing)}" if missing else ""),
+            )
         except PublishError as exc:
             state, message = "failed", f"publishing failed: {exc.message}"
             legs.append(LegFailure("publish", message + (f" (hint: {exc.hint})" if exc.hint else "")))
@@ -665,15 +823,33 @@ def release_night(options: NightOptions, job_dirs: Sequence[Path], *, inputs_fil
     if (state in ("blocked", "failed") or fell_back or blamed) and publishing:
         # a fallback names the ROCm nightly that broke the job; a failed leg says what failed
         alert = _send_alert(dirs, options, repo, token, legs=legs, published=release is not None)
-    report = NightReport(state, message, path, inputs.llama_cpp.commit, tuple(outcomes), (), release,
-                         alert, time.monotonic() - start, changes)
+    report = NightReport(
+        state,
+        message,
+        path,
+        inputs.llama_cpp.commit,
+        tuple(outcomes),
+        (),
+        release,
+        alert,
+        time.monotonic() - start,
+        changes,
+    )
     if summary:
         _write_step_summary(options, report)
     return report
 
 
-def _hold_back(options: NightOptions, inputs: InputsRecord, path: Path, dirs: Sequence[Path], hold: HeldBack, *,
-               outcomes: tuple[StagesOutcome, ...], changes: tuple[str, ...]) -> NightReport:
+def _hold_back(
+    options: NightOptions,
+    inputs: InputsRecord,
+    path: Path,
+    dirs: Sequence[Path],
+    hold: HeldBack,
+    *,
+    outcomes: tuple[StagesOutcome, ...],
+    changes: tuple[str, ...],
+) -> NightReport:
     """``ship: newest-good``: publish nothing from tonight's commit; write ``OUT/held-back.json`` (and
     ``held_back_ref=`` in $GITHUB_OUTPUT, for the workflow to dispatch the night again), and alert upstream's
     regression now."""
@@ -682,12 +858,22 @@ def _hold_back(options: NightOptions, inputs: InputsRecord, path: Path, dirs: Se
     if output is not None:
         with open(output, "a", encoding="utf-8") as fh:
             fh.write(f"held_back_ref={hold.good.commit}\nheld_back={file}\n")
-    console.warn(f"held back: {hold.describe()} (regressions.ship: newest-good); every job is built again from "
-                 f"{hold.good.commit[:12]}")
+    console.warn(
+        f"held back: {hold.describe()} (regressions.ship: newest-good); every job is built again from "
+        f"{hold.good.commit[:12]}"
+    )
     repo, token, publishing = _repo_and_token(options)
     alert = _send_alert(dirs, options, repo, token, published=False) if publishing else None
-    return NightReport("held-back", hold.describe(), path, inputs.llama_cpp.commit, outcomes, alert=alert,
-                       changes=changes, held_back=hold)
+    return NightReport(
+        "held-back",
+        hold.describe(),
+        path,
+        inputs.llama_cpp.commit,
+        outcomes,
+        alert=alert,
+        changes=changes,
+        held_back=hold,
+    )
 
 
 def run_night(options: NightOptions) -> NightReport:
@@ -718,8 +904,15 @@ def _whole_night(options: NightOptions) -> NightReport:
         raise UsageError(f"no job of the selection builds on {host}", hint="use --os or --only")
     if plan.unchanged_since:
         message = plan.render().removeprefix("night: unchanged: ")
-        return NightReport("unchanged", message, plan.inputs_path, plan.inputs.llama_cpp.commit, not_here=not_here,
-                           seconds=time.monotonic() - start, held_back=plan.inputs.llama_cpp.held_back)
+        return NightReport(
+            "unchanged",
+            message,
+            plan.inputs_path,
+            plan.inputs.llama_cpp.commit,
+            not_here=not_here,
+            seconds=time.monotonic() - start,
+            held_back=plan.inputs.llama_cpp.held_back,
+        )
 
     night = Night(options, plan.inputs)
     with ThreadPoolExecutor(max_workers=max(1, options.parallel)) as pool:
@@ -730,10 +923,20 @@ def _whole_night(options: NightOptions) -> NightReport:
     order = {j.id: i for i, j in enumerate(here)}
     outcomes.sort(key=lambda o: order[o.id])
     out = Path(options.out).absolute()
-    report = release_night(options, [out / j.id for j in here], inputs_file=plan.inputs_path, outcomes=outcomes,
-                           changes=plan.changes, summary=False)
-    return replace(report, not_here=not_here, seconds=time.monotonic() - start,
-                   held_back=report.held_back or plan.inputs.llama_cpp.held_back)
+    report = release_night(
+        options,
+        [out / j.id for j in here],
+        inputs_file=plan.inputs_path,
+        outcomes=outcomes,
+        changes=plan.changes,
+        summary=False,
+    )
+    return replace(
+        report,
+        not_here=not_here,
+        seconds=time.monotonic() - start,
+        held_back=report.held_back or plan.inputs.llama_cpp.held_back,
+    )
 
 
 def _again_held_back(options: NightOptions, hold: HeldBack, out: Path) -> NightReport:
@@ -758,16 +961,30 @@ def _run_guarded(job: Job, night: Night) -> StagesOutcome:
         return StagesOutcome(job.id, job.required, "failed", {}, "setup", exc.message)
 
 
-def _send_alert(dirs: Sequence[Path], options: NightOptions, repo: str | None, token: str | None, *,
-                legs: Sequence[LegFailure] = (), published: bool = True) -> str:
+def _send_alert(
+    dirs: Sequence[Path],
+    options: NightOptions,
+    repo: str | None,
+    token: str | None,
+    *,
+    legs: Sequence[LegFailure] = (),
+    published: bool = True,
+) -> str:
     # off GitHub Actions no URL names the run: the host does (a file:// URL would be this machine's path)
     run_url = options.run_url or options.context.github.run_url or f"rockbuild nightly on {socket.gethostname()}"
     try:
         with console.step("alert"):
-            target = AlertTarget(run_url=run_url, repo=repo, api_url=options.github.api_url, token=token,
-                                 throttle=options.throttle)
-            report = send_alert(dirs, target, context=options.context.but(cache=options.cache),
-                                config=options.data.publish, legs=legs, published=published)
+            target = AlertTarget(
+                run_url=run_url, repo=repo, api_url=options.github.api_url, token=token, throttle=options.throttle
+            )
+            report = send_alert(
+                dirs,
+                target,
+                context=options.context.but(cache=options.cache),
+                config=options.data.publish,
+                legs=legs,
+                published=published,
+            )
         return report.message
     except RockbuildError as exc:
         console.warn(f"the alert was not sent: {exc.message}")
@@ -780,5 +997,3 @@ def _write_step_summary(options: NightOptions, report: NightReport) -> None:
         return
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(report.render_markdown())
-
-

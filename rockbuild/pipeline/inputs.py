@@ -51,13 +51,29 @@ def rocm_key(job: Job, version: str) -> str:
     return f"{job.os}-{job.group}-{job.rocm_channel}-{version}"
 
 
-def inputs_record(llama: InputsLlama, rocm: Mapping[str, InputsRocm], jobs: Iterable[InputsJob], *,
-                  resolved_at: str = "", max_age_days: int | None = DEFAULT_MAX_AGE_DAYS, index_url: str | None = None,
-                  patches: str | None = None) -> InputsRecord:
+def inputs_record(
+    llama: InputsLlama,
+    rocm: Mapping[str, InputsRocm],
+    jobs: Iterable[InputsJob],
+    *,
+    resolved_at: str = "",
+    max_age_days: int | None = DEFAULT_MAX_AGE_DAYS,
+    index_url: str | None = None,
+    patches: str | None = None,
+) -> InputsRecord:
     """inputs.json's record, as this rockbuild writes it: the commit, the tarballs by key, each job with its key."""
-    return InputsRecord(schema=SCHEMA, tool="rockbuild", rockbuild_version=__version__, resolved_at=resolved_at,
-                        max_age_days=max_age_days, index_url=index_url, llama_cpp=llama, patches=patches,
-                        rocm=dict(rocm), jobs=tuple(jobs))
+    return InputsRecord(
+        schema=SCHEMA,
+        tool="rockbuild",
+        rockbuild_version=__version__,
+        resolved_at=resolved_at,
+        max_age_days=max_age_days,
+        index_url=index_url,
+        llama_cpp=llama,
+        patches=patches,
+        rocm=dict(rocm),
+        jobs=tuple(jobs),
+    )
 
 
 def read_inputs(data: Any, source: str = "inputs.json") -> InputsRecord:
@@ -67,15 +83,19 @@ def read_inputs(data: Any, source: str = "inputs.json") -> InputsRecord:
     if not isinstance(data, dict) or data.get("tool") != "rockbuild" or "llama_cpp" not in data:
         raise ConfigError(f"{source} is not an inputs file written by rockbuild resolve")
     if data.get("schema") != SCHEMA:
-        raise ConfigError(f"{source} has schema {data.get('schema')!r}; this rockbuild reads {SCHEMA}",
-                          hint="write it again with this rockbuild's `rockbuild resolve`")
+        raise ConfigError(
+            f"{source} has schema {data.get('schema')!r}; this rockbuild reads {SCHEMA}",
+            hint="write it again with this rockbuild's `rockbuild resolve`",
+        )
     record = InputsRecord.from_dict(data, source)  # a RecordError when a key is missing or of the wrong type
     for job in record.jobs:
         if job.rocm_key is None and get_backend(job.backend).needs_rocm:
             raise ConfigError(f"{source} has no ROCm tarball for {job.id}; write it again with rockbuild resolve")
         if job.rocm_key is not None and job.rocm_key not in record.rocm:
-            raise ConfigError(f"{source}: {job.id}'s rocm_key {job.rocm_key!r} is none of its rocm tarballs; write "
-                              "it again with rockbuild resolve")
+            raise ConfigError(
+                f"{source}: {job.id}'s rocm_key {job.rocm_key!r} is none of its rocm tarballs; write "
+                "it again with rockbuild resolve"
+            )
     return record
 
 
@@ -125,8 +145,11 @@ def resolve_llama(ref: str, url: str, *, run_git: Callable[[list[str]], str] | N
         candidates = (f"refs/tags/{ref}", f"refs/heads/{ref}", ref if ref.startswith("refs/") else "")
         commit = next((listing[c] for c in candidates if c and c in listing), "")
         if not commit:
-            hint = "a commit must be given in full (40 hex digits)" if all(
-                ch in "0123456789abcdef" for ch in ref.lower()) else "check the branch or tag name"
+            hint = (
+                "a commit must be given in full (40 hex digits)"
+                if all(ch in "0123456789abcdef" for ch in ref.lower())
+                else "check the branch or tag name"
+            )
             raise NotFoundError(f"llama.cpp ref {ref!r} is not a branch or tag of {url}", hint=hint)
     tags = [r.removeprefix("refs/tags/") for r, sha in listing.items() if r.startswith("refs/tags/") and sha == commit]
     return InputsLlama(ref=ref, commit=commit, build_number=build_number_from_tags(tags), url=url)
@@ -138,8 +161,9 @@ def _ls_remote(args: list[str]) -> str:
             result = run(["git", *args], env=git_env(), timeout=GIT_TIMEOUT, log=None)
     except ProcessError as exc:
         tail = f": {exc.tail[-1]}" if exc.tail else ""
-        raise FetchError(f"git {' '.join(args[:1])} {args[-1]} failed{tail}",
-                         hint="check --git-url and the network") from None
+        raise FetchError(
+            f"git {' '.join(args[:1])} {args[-1]} failed{tail}", hint="check --git-url and the network"
+        ) from None
     return result.output
 
 
@@ -159,15 +183,27 @@ def _memo(fetch_text: Callable[[str], str]) -> Callable[[str], str]:
     return get
 
 
-def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days: int | None,
-                 fetch_text: Callable[[str], str], today: datetime.date | None = None) -> InputsRocm:
+def resolve_rocm(
+    job: Job,
+    *,
+    version: str,
+    index_url: str | None,
+    max_age_days: int | None,
+    fetch_text: Callable[[str], str],
+    today: datetime.date | None = None,
+) -> InputsRocm:
     groups = (job.group, *job.legacy_groups)
-    base = InputsRocm(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel,
-                     requested=version)
+    base = InputsRocm(key=rocm_key(job, version), os=job.os, groups=groups, channel=job.rocm_channel, requested=version)
     try:
-        entry = resolve_tarball(platform=job.os, groups=groups, version=version, channel=job.rocm_channel, today=today,
-                                max_age_days=max_age_days,
-                                source=IndexSource(index_url=index_url, fetch_text=fetch_text))
+        entry = resolve_tarball(
+            platform=job.os,
+            groups=groups,
+            version=version,
+            channel=job.rocm_channel,
+            today=today,
+            max_age_days=max_age_days,
+            source=IndexSource(index_url=index_url, fetch_text=fetch_text),
+        )
     except StaleInputError as exc:
         return _with(base, error=exc.message, error_kind="stale")
     except NotFoundError as exc:
@@ -178,9 +214,15 @@ def resolve_rocm(job: Job, *, version: str, index_url: str | None, max_age_days:
 def tarball_fields(entry: Any) -> dict[str, Any]:
     """A :class:`~rockbuild.rocm.index.TarballEntry` as :class:`~rockbuild.core.records.InputsRocm`'s tarball fields
     (:data:`~rockbuild.core.records.TARBALL_FIELDS`)."""
-    return {"name": entry.name.filename, "url": entry.url, "version": entry.name.version.text,
-            "date": entry.name.date.isoformat() if entry.name.date else None, "size": entry.size,
-            "mtime": entry.mtime, "index_url": entry.index_url}
+    return {
+        "name": entry.name.filename,
+        "url": entry.url,
+        "version": entry.name.version.text,
+        "date": entry.name.date.isoformat() if entry.name.date else None,
+        "size": entry.size,
+        "mtime": entry.mtime,
+        "index_url": entry.index_url,
+    }
 
 
 def _with(base: InputsRocm, **changes: Any) -> InputsRocm:
@@ -188,8 +230,12 @@ def _with(base: InputsRocm, **changes: Any) -> InputsRocm:
 
 
 def resolve_inputs(
-    jobs: Sequence[Job], pins: Pins | None = None, *, fetch_text: Callable[[str], str] | None = None,
-    today: datetime.date | None = None, patches: str | None = None,
+    jobs: Sequence[Job],
+    pins: Pins | None = None,
+    *,
+    fetch_text: Callable[[str], str] | None = None,
+    today: datetime.date | None = None,
+    patches: str | None = None,
 ) -> InputsRecord:
     """Resolve the llama.cpp commit once and the ROCm tarball once per (OS, group, channel, version), as ``pins``
     (None: the matrix's ref and versions, the default age limit) pin them; ``patches`` (the carried patch series'
@@ -202,12 +248,16 @@ def resolve_inputs(
     say = console.info
     refs = sorted({j.llama_ref for j in jobs})
     if llama_ref is None and len(refs) > 1:
-        raise ConfigError(f"the jobs ask for different llama.cpp refs ({', '.join(refs)}); one night builds one "
-                          "commit", hint="give --llama-ref, or one llama_ref in the matrix options")
+        raise ConfigError(
+            f"the jobs ask for different llama.cpp refs ({', '.join(refs)}); one night builds one commit",
+            hint="give --llama-ref, or one llama_ref in the matrix options",
+        )
     url = git_url or DEFAULT_GIT_URL
     llama = resolve_llama(llama_ref or refs[0], url)
-    say(f"llama.cpp {llama.ref}: commit {llama.commit}"
-        + (f" (build {llama.build_number})" if llama.build_number else " (no bNNNN tag on it)"))
+    say(
+        f"llama.cpp {llama.ref}: commit {llama.commit}"
+        + (f" (build {llama.build_number})" if llama.build_number else " (no bNNNN tag on it)")
+    )
     get = _memo(fetch_text or get_text)
     rocm: dict[str, InputsRocm] = {}
     pinned: list[InputsJob] = []
@@ -218,8 +268,9 @@ def resolve_inputs(
         version = (rocm_version or job.rocm_version or "latest").strip() or "latest"
         key = rocm_key(job, version)
         if key not in rocm:
-            rocm[key] = resolve_rocm(job, version=version, index_url=index_url, max_age_days=max_age_days,
-                                     fetch_text=get, today=today)
+            rocm[key] = resolve_rocm(
+                job, version=version, index_url=index_url, max_age_days=max_age_days, fetch_text=get, today=today
+            )
             found = rocm[key]
             if found.error:
                 console.warn(f"ROCm for {job.os} {job.group}: {found.error}")
@@ -227,8 +278,9 @@ def resolve_inputs(
                 say(f"ROCm for {job.os} {job.group}: {found.version} ({found.name})")
         pinned.append(InputsJob.of(job, key))
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    return inputs_record(llama, rocm, pinned, resolved_at=now, max_age_days=max_age_days, index_url=index_url,
-                         patches=patches)
+    return inputs_record(
+        llama, rocm, pinned, resolved_at=now, max_age_days=max_age_days, index_url=index_url, patches=patches
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -240,8 +292,9 @@ def smoke_passed(manifest: ManifestRecord | Mapping[str, Any]) -> list[ManifestJ
     return [job for job in ManifestRecord.of(manifest).jobs if job.smoke is not None and job.smoke.ok is True]
 
 
-def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]]) -> dict[
-        tuple[str, str], dict[str, Any]]:
+def last_good_tarballs(
+    manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, Any]]],
+) -> dict[tuple[str, str], dict[str, Any]]:
     """(OS, group) -> the newest tarball that passed the smoke test in a published release: ``manifests`` are
     (tag, manifest.json), newest release first."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
@@ -252,8 +305,12 @@ def last_good_tarballs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[s
                 continue
             key = (parsed.platform, parsed.group)
             if key not in found:
-                found[key] = {"name": parsed.filename, "version": parsed.version.text,
-                              "date": parsed.date.isoformat() if parsed.date else None, "release": tag}
+                found[key] = {
+                    "name": parsed.filename,
+                    "version": parsed.version.text,
+                    "date": parsed.date.isoformat() if parsed.date else None,
+                    "release": tag,
+                }
     return found
 
 
@@ -265,8 +322,14 @@ def last_good_jobs(manifests: Iterable[tuple[str, ManifestRecord | Mapping[str, 
         record = ManifestRecord.of(manifest)
         for job in smoke_passed(record):
             llama = job.llama_cpp or record.llama_cpp
-            found.setdefault(job.id, JobLastGood(release=tag, llama_commit=llama.commit if llama else None,
-                                                 rocm=job.rocm.tarball if job.rocm is not None else None))
+            found.setdefault(
+                job.id,
+                JobLastGood(
+                    release=tag,
+                    llama_commit=llama.commit if llama else None,
+                    rocm=job.rocm.tarball if job.rocm is not None else None,
+                ),
+            )
     return found
 
 
@@ -276,8 +339,12 @@ def attach_job_last_good(inputs: InputsRecord, known: Mapping[str, JobLastGood])
     return replace(inputs, jobs=tuple(replace(j, last_good=known.get(j.id)) for j in inputs.jobs))
 
 
-def attach_last_good(inputs: InputsRecord, known: dict[tuple[str, str], dict[str, Any]], *,
-                     fetch_text: Callable[[str], str] | None = None) -> InputsRecord:
+def attach_last_good(
+    inputs: InputsRecord,
+    known: dict[tuple[str, str], dict[str, Any]],
+    *,
+    fetch_text: Callable[[str], str] | None = None,
+) -> InputsRecord:
     """``inputs`` with each tarball's last good one (from :func:`last_good_tarballs`) looked up in the index, so a
     retry can download it. One that is no longer listed is left out with a warning."""
     get = _memo(fetch_text or get_text)
@@ -287,16 +354,21 @@ def attach_last_good(inputs: InputsRecord, known: dict[tuple[str, str], dict[str
         if entry.error or good is None or good["name"] == entry.name:
             continue  # nothing pinned, nothing known good, or the newest is the last good one
         try:
-            found = resolve_tarball(platform=entry.os, groups=entry.groups, version=good["version"],
-                                    channel=entry.channel,
-                                    source=IndexSource(index_url=inputs.index_url, fetch_text=get))
+            found = resolve_tarball(
+                platform=entry.os,
+                groups=entry.groups,
+                version=good["version"],
+                channel=entry.channel,
+                source=IndexSource(index_url=inputs.index_url, fetch_text=get),
+            )
         except RockbuildError as exc:
-            console.warn(f"ROCm for {entry.os} {entry.groups[0]}: the last good tarball {good['name']} (release "
-                         f"{good['release']}) cannot be found: {exc.message}; no fallback")
+            console.warn(
+                f"ROCm for {entry.os} {entry.groups[0]}: the last good tarball {good['name']} (release "
+                f"{good['release']}) cannot be found: {exc.message}; no fallback"
+            )
             continue
         rocm[key] = _with(entry, last_good={**good, **tarball_fields(found)})
-        console.info(f"ROCm for {entry.os} {entry.groups[0]}: last good {good['version']} (release "
-                     f"{good['release']})")
+        console.info(f"ROCm for {entry.os} {entry.groups[0]}: last good {good['version']} (release {good['release']})")
     return replace(inputs, rocm=rocm)
 
 
@@ -304,8 +376,9 @@ def attach_last_good(inputs: InputsRecord, known: dict[tuple[str, str], dict[str
 # The last release
 
 
-def manifest_differences(inputs: InputsRecord, manifest: ManifestRecord | Mapping[str, Any],
-                         job_ids: Sequence[str]) -> list[str]:
+def manifest_differences(
+    inputs: InputsRecord, manifest: ManifestRecord | Mapping[str, Any], job_ids: Sequence[str]
+) -> list[str]:
     """Why ``job_ids`` built from ``inputs`` would not be what ``manifest`` (a release's manifest.json) holds;
     empty when nothing changed.
 

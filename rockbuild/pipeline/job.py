@@ -73,14 +73,24 @@ class JobPipeline:
         unfit = self.common_failure(job)
         if unfit is not None:  # nothing to fetch or build for: one line, in build.json as the build step's failure
             folder = JobFolder.of(self.out, job.id)
-            folder.record_failure(job, "common", BuildErrorInfo(message=unfit, type="BuildError"),
-                                  LlamaCpp.from_dict(self.inputs.llama_cpp.pin()))
+            folder.record_failure(
+                job,
+                "common",
+                BuildErrorInfo(message=unfit, type="BuildError"),
+                LlamaCpp.from_dict(self.inputs.llama_cpp.pin()),
+            )
             console.warn(f"{job.id}: {unfit}")
-            return StagesOutcome(job.id, job.required, "failed", {"fetch": "skipped", "build": "failed"}, "build",
-                                 unfit)
+            return StagesOutcome(
+                job.id, job.required, "failed", {"fetch": "skipped", "build": "failed"}, "build", unfit
+            )
         stages = _JobStages(job, self, rocm)
-        return run_stages(job.id, job.required, stages.folder,
-                          (stages.fetch, stages.build, stages.bundle, stages.smoke), on_event=self.on_event)
+        return run_stages(
+            job.id,
+            job.required,
+            stages.folder,
+            (stages.fetch, stages.build, stages.bundle, stages.smoke),
+            on_event=self.on_event,
+        )
 
     def common_failure(self, job: Job) -> str | None:
         """Why ``job`` cannot be built on its common part (missing, failed, another OS: the common part's own one
@@ -115,8 +125,9 @@ class _JobStages:
 
     def fetch(self) -> Stage:  # the plan pins no tarball for a backend that needs no ROCm (Vulkan): nothing to fetch
         job, rocm = self.job, self.rocm
-        key = self.keys["fetch"] = fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch",
-                                                                                                     job.backend)
+        key = self.keys["fetch"] = (
+            fingerprint("fetch", rocm.name, rocm.url) if rocm else fingerprint("fetch", job.backend)
+        )
         if rocm is None:
             return Stage("fetch", key, skip=True)
 
@@ -136,8 +147,9 @@ class _JobStages:
             return {"root": str(self.root), "tarball": self.tarball.to_dict(), "transferred": fetched.transferred}
 
         def failed(exc: RockbuildError) -> None:
-            self.folder.record_failure(job, "rocm", BuildErrorInfo.of(exc),
-                                       LlamaCpp.from_dict(self.inputs.llama_cpp.pin()))
+            self.folder.record_failure(
+                job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(self.inputs.llama_cpp.pin())
+            )
 
         return Stage("fetch", key, run, still_there, reuse, failed)
 
@@ -150,18 +162,41 @@ class _JobStages:
         carried = () if patches == NO_PATCHES else (f"patches {patches}",)  # earlier nights' keys stay valid
         common_dir = options.common_dir(self.job)
         common = () if common_dir is None else (f"common {build_json_sha256(common_dir)}",)
-        key = self.keys["build"] = fingerprint("build", self.keys["fetch"], sha256, inputs.llama_cpp.to_dict(),
-                                               self.job.to_dict(), __version__, options.compile.offline, *web_ui,
-                                               *cross, *carried, *common)
+        key = self.keys["build"] = fingerprint(
+            "build",
+            self.keys["fetch"],
+            sha256,
+            inputs.llama_cpp.to_dict(),
+            self.job.to_dict(),
+            __version__,
+            options.compile.offline,
+            *web_ui,
+            *cross,
+            *carried,
+            *common,
+        )
 
         def run() -> None:
-            build_options = build_options_for_inputs(BuildOptions(
-                out_dir=self.pipeline.out, offline=options.compile.offline, jobs=options.compile_jobs,
-                use_ccache=options.compile.use_ccache, ccache_dir=options.compile.ccache_dir, cache=self.pipeline.cache,
-                web_ui=options.compile.web_ui, web_ui_dist=options.compile.web_ui_dist, context=options.context,
-                programs=options.programs, cross=options.compile.cross,
-                patches=options.compile.patches, patch_series=options.patches, common=common_dir,
-            ), inputs, self.root)
+            build_options = build_options_for_inputs(
+                BuildOptions(
+                    out_dir=self.pipeline.out,
+                    offline=options.compile.offline,
+                    jobs=options.compile_jobs,
+                    use_ccache=options.compile.use_ccache,
+                    ccache_dir=options.compile.ccache_dir,
+                    cache=self.pipeline.cache,
+                    web_ui=options.compile.web_ui,
+                    web_ui_dist=options.compile.web_ui_dist,
+                    context=options.context,
+                    programs=options.programs,
+                    cross=options.compile.cross,
+                    patches=options.compile.patches,
+                    patch_series=options.patches,
+                    common=common_dir,
+                ),
+                inputs,
+                self.root,
+            )
             build_job(self.job, replace(build_options, rocm_tarball=self.tarball), backends=REGISTRY)
 
         return Stage("build", key, run, lambda _entry: self.folder.built_from(inputs.llama_cpp.commit))
@@ -182,10 +217,18 @@ class _JobStages:
             with console.step(f"{job.id}: bundle ({', '.join(job.targets) or job.backend})"):
                 built = folder.build()
                 cross = built.cross if built is not None else None
-                bundle(BundleRequest.for_job(job, folder.programs_dir(built), self.root, folder.bundle_dir,
-                                             policy=self.pipeline.policy,
-                                             prune_fatbin=self.pipeline.compile.prune_fatbin,
-                                             library_dirs=cross.runtime_dirs if cross else (), backends=REGISTRY))
+                bundle(
+                    BundleRequest.for_job(
+                        job,
+                        folder.programs_dir(built),
+                        self.root,
+                        folder.bundle_dir,
+                        policy=self.pipeline.policy,
+                        prune_fatbin=self.pipeline.compile.prune_fatbin,
+                        library_dirs=cross.runtime_dirs if cross else (),
+                        backends=REGISTRY,
+                    )
+                )
 
         def failed(exc: RockbuildError) -> None:
             folder.bundle_log.write_text(exc.message + "\n", encoding="utf-8")
@@ -202,9 +245,13 @@ class _JobStages:
         def run() -> None:
             folder.smoke_json.unlink(missing_ok=True)
             with console.step(f"{self.job.id}: smoke test") as step:
-                report = run_smoke(folder.path, self.pipeline.model(), SmokeOptions.from_config(
-                    options.smoke_config, programs=options.programs.programs),
-                                   backends=REGISTRY, report_path=folder.smoke_json)
+                report = run_smoke(
+                    folder.path,
+                    self.pipeline.model(),
+                    SmokeOptions.from_config(options.smoke_config, programs=options.programs.programs),
+                    backends=REGISTRY,
+                    report_path=folder.smoke_json,
+                )
                 if not report.ok:
                     step.fail()
             if not report.ok:
@@ -226,8 +273,11 @@ def build_options_for_inputs(options: BuildOptions, inputs: InputsRecord, rocm_d
     """``options`` (BuildOptions) pinned to the inputs: the commit (unless a --source tree is given), the ROCm root."""
     pinned: dict[str, Any] = {"rocm_dir": rocm_dir, "rocm_version": None}
     if options.source_dir is None:
-        pinned.update(ref=inputs.llama_cpp.commit, git_url=inputs.llama_cpp.url,
-                      build_number=options.build_number or inputs.llama_cpp.build_number)
+        pinned.update(
+            ref=inputs.llama_cpp.commit,
+            git_url=inputs.llama_cpp.url,
+            build_number=options.build_number or inputs.llama_cpp.build_number,
+        )
     return replace(options, **pinned)
 
 
@@ -246,8 +296,9 @@ def build_with_inputs(job: Job, inputs: InputsRecord, options: BuildOptions) -> 
             folder.record_failure(job, "rocm", BuildErrorInfo.of(exc), LlamaCpp.from_dict(inputs.llama_cpp.pin()))
             raise
         rocm_dir, tarball = fetched.root, fetched.tarball()
-    return build_job(job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball),
-                     backends=REGISTRY)
+    return build_job(
+        job, replace(build_options_for_inputs(options, inputs, rocm_dir), rocm_tarball=tarball), backends=REGISTRY
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -268,17 +319,25 @@ class Built:
     def render(self) -> str:
         source = self.build.llama_cpp
         what = f"build {source.build_number}, commit {source.short_commit}" if source else "?"
-        lines = [f"{self.job.id}: llama.cpp ({what}) built for {', '.join(self.job.targets) or self.job.backend}",
-                 f"  binaries:   {self.build.paths.bin_dir if self.build.paths else '?'}",
-                 f"  build.json: {self.build.build_json}"]
+        lines = [
+            f"{self.job.id}: llama.cpp ({what}) built for {', '.join(self.job.targets) or self.job.backend}",
+            f"  binaries:   {self.build.paths.bin_dir if self.build.paths else '?'}",
+            f"  build.json: {self.build.build_json}",
+        ]
         if self.bundle is not None:
             lines.append(f"  bundle:     {self.build.job_dir / 'bundle' if self.build.job_dir else '?'} (audit passed)")
         return "\n".join(lines)
 
 
 def build_and_bundle(
-    options: BuildOptions, job: Job, *, policy: BundlePolicy, inputs: InputsRecord | None = None,
-    make_bundle: bool = True, prune_fatbin: bool | None = None, git_url_flag: bool = False,
+    options: BuildOptions,
+    job: Job,
+    *,
+    policy: BundlePolicy,
+    inputs: InputsRecord | None = None,
+    make_bundle: bool = True,
+    prune_fatbin: bool | None = None,
+    git_url_flag: bool = False,
 ) -> Built:
     """``rockbuild build``: ``job`` (the one ``--target``/``--family``/``--job`` names; with ``inputs_file``, the
     night's record of it), its build (the inputs' commit and tarball with ``inputs``), then its bundle with
@@ -293,10 +352,16 @@ def build_and_bundle(
         rocm_root = result.rocm.root if result.rocm is not None else None
         assert result.paths is not None and result.paths.bin_dir is not None and result.job_dir is not None
         with console.step(f"bundle ({', '.join(job.targets) or job.backend})"):
-            request = BundleRequest.for_job(job, result.paths.bin_dir, Path(rocm_root) if rocm_root else None,
-                                            result.job_dir / "bundle", policy=policy, prune_fatbin=prune_fatbin,
-                                            library_dirs=result.cross.runtime_dirs if result.cross else (),
-                                            backends=REGISTRY)
+            request = BundleRequest.for_job(
+                job,
+                result.paths.bin_dir,
+                Path(rocm_root) if rocm_root else None,
+                result.job_dir / "bundle",
+                policy=policy,
+                prune_fatbin=prune_fatbin,
+                library_dirs=result.cross.runtime_dirs if result.cross else (),
+                backends=REGISTRY,
+            )
             bundled = bundle(request)
     return Built(job, result, bundled)
 
@@ -308,8 +373,14 @@ def _check_request(options: BuildOptions, inputs: InputsRecord | None, git_url_f
         raise UsageError("--inputs pins llama.cpp and ROCm; leave out --ref, --git-url and --rocm-version")
 
 
-def plan_build_and_bundle(options: BuildOptions, job: Job, *, inputs: InputsRecord | None = None,
-                          make_bundle: bool = True, git_url_flag: bool = False) -> BuildPlan:
+def plan_build_and_bundle(
+    options: BuildOptions,
+    job: Job,
+    *,
+    inputs: InputsRecord | None = None,
+    make_bundle: bool = True,
+    git_url_flag: bool = False,
+) -> BuildPlan:
     """``rockbuild build --dry-run``: what :func:`build_and_bundle` would do (the inputs' commit and tarball with
     ``inputs``), refused for the same reasons, with nothing fetched, cloned or compiled."""
     _check_request(options, inputs, git_url_flag)

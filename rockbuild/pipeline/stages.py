@@ -41,8 +41,9 @@ class StageLog:
         self.job_id = folder.id
         record = folder.stages()
         self.legacy = folder.legacy_stages_json
-        self.stages: dict[str, dict[str, Any]] = ({k: v.to_dict() for k, v in record.stages.items()}
-                                                  if record is not None else {})
+        self.stages: dict[str, dict[str, Any]] = (
+            {k: v.to_dict() for k, v in record.stages.items()} if record is not None else {}
+        )
 
     def passed(self, stage: str, key: str) -> dict[str, Any] | None:
         entry = self.stages.get(stage)
@@ -52,8 +53,9 @@ class StageLog:
 
     def record(self, stage: str, key: str, result: str, seconds: float, **detail: Any) -> None:
         self.stages[stage] = {"key": key, "result": result, "seconds": round(seconds, 3), **detail}
-        StagesRecord.from_dict({"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages},
-                               self.path).write(self.path)
+        StagesRecord.from_dict({"schema": STATE_SCHEMA, "job": self.job_id, "stages": self.stages}, self.path).write(
+            self.path
+        )
         self.legacy.unlink(missing_ok=True)  # a folder from before the rename: its night.json is stages.json now
 
 
@@ -94,8 +96,14 @@ class Stage:
     skip: bool = False  # nothing to do for this job (a Vulkan job's fetch, --no-smoke)
 
 
-def run_stages(job_id: str, required: bool, folder: JobFolder, stages: Iterable[Callable[[], Stage]], *,
-               on_event: EventHook | None = None) -> StagesOutcome:
+def run_stages(
+    job_id: str,
+    required: bool,
+    folder: JobFolder,
+    stages: Iterable[Callable[[], Stage]],
+    *,
+    on_event: EventHook | None = None,
+) -> StagesOutcome:
     """Run ``stages`` in order (each a factory called when its turn comes); stop at the first failure."""
     folder.create()
     state = StageLog(folder)

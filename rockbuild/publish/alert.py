@@ -55,8 +55,14 @@ class LegFailure:
 def shortener(places: Mapping[str, Path | None]) -> Callable[[str], str]:
     """Replaces each of ``places``' folders (the night's output, the cache) by its short name in a quoted log line:
     public text names no runner path. The longest folder first (the cache may live inside the output)."""
-    spelled = sorted(((str(path).rstrip("/"), name) for name, path in places.items() if path is not None and
-                      str(path) not in ("", "/")), key=lambda item: -len(item[0]))
+    spelled = sorted(
+        (
+            (str(path).rstrip("/"), name)
+            for name, path in places.items()
+            if path is not None and str(path) not in ("", "/")
+        ),
+        key=lambda item: -len(item[0]),
+    )
 
     def shorten(line: str) -> str:
         for folder, name in spelled:
@@ -76,36 +82,69 @@ def _log_name(job: BuiltJob) -> str | None:
         return f"{job.id}/{job.log.name}"
 
 
-def alert_body(failed: Sequence[BuiltJob], *, run_url: str, date: str, token: str | None = None,
-               fell_back: Sequence[BuiltJob] = (), legs: Sequence[LegFailure] = (), published: bool = True,
-               shorten: Callable[[str], str] = lambda line: line) -> str:
+def alert_body(
+    failed: Sequence[BuiltJob],
+    *,
+    run_url: str,
+    date: str,
+    token: str | None = None,
+    fell_back: Sequence[BuiltJob] = (),
+    legs: Sequence[LegFailure] = (),
+    published: bool = True,
+    shorten: Callable[[str], str] = lambda line: line,
+) -> str:
     def quoted(line: str) -> str:
         return shorten(redact(line, token))
 
     blamed = [blame(j, quoted=quoted) for j in failed if _llama_broke(j)]
-    jobs = [{"id": j.id, "required": j.required, "step": j.failed_step or "?", "reason": quoted(j.reason or ""),
-             "log": _log_name(j), "tail": [quoted(line) for line in j.log_tail],
-             "evidence": quoted(j.triage.evidence) if j.triage is not None else None,
-             "cause": j.triage.cause if j.triage is not None else None}
-            for j in failed if not _llama_broke(j)]
+    jobs = [
+        {
+            "id": j.id,
+            "required": j.required,
+            "step": j.failed_step or "?",
+            "reason": quoted(j.reason or ""),
+            "log": _log_name(j),
+            "tail": [quoted(line) for line in j.log_tail],
+            "evidence": quoted(j.triage.evidence) if j.triage is not None else None,
+            "cause": j.triage.cause if j.triage is not None else None,
+        }
+        for j in failed
+        if not _llama_broke(j)
+    ]
     fallbacks = []
     for j in fell_back:
         summary, record = j.fallback_summary(), j.fallback
         if summary is None or record is None:
             continue
         good = record.last_good  # the manifest's summary names its release, the alert its date too
-        fallbacks.append({
-            "id": j.id, "ok": j.ok, "step": summary["failed_stage"] or "?", "reason": quoted(summary["reason"] or ""),
-            "newest": summary["newest"], "newest_version": summary["newest_version"],
-            "newest_date": summary["newest_date"], "release": summary["last_good_release"],
-            "used": good.version if good else None, "good_date": good.date if good else None,
-            "tail": [quoted(line) for line in record.log_tail],
-            "cause": j.triage.cause if j.triage is not None else None,
-            "evidence": quoted(j.triage.evidence) if j.triage is not None else None,
-        })
-    text = render("alert.md.j2", failed=jobs, blamed=blamed, fallbacks=fallbacks, run_url=run_url, date=date,
-                  legs=[{"leg": leg.leg, "reason": quoted(leg.reason)} for leg in legs],
-                  published=published and not legs, marker=marker({"run": run_url}))
+        fallbacks.append(
+            {
+                "id": j.id,
+                "ok": j.ok,
+                "step": summary["failed_stage"] or "?",
+                "reason": quoted(summary["reason"] or ""),
+                "newest": summary["newest"],
+                "newest_version": summary["newest_version"],
+                "newest_date": summary["newest_date"],
+                "release": summary["last_good_release"],
+                "used": good.version if good else None,
+                "good_date": good.date if good else None,
+                "tail": [quoted(line) for line in record.log_tail],
+                "cause": j.triage.cause if j.triage is not None else None,
+                "evidence": quoted(j.triage.evidence) if j.triage is not None else None,
+            }
+        )
+    text = render(
+        "alert.md.j2",
+        failed=jobs,
+        blamed=blamed,
+        fallbacks=fallbacks,
+        run_url=run_url,
+        date=date,
+        legs=[{"leg": leg.leg, "reason": quoted(leg.reason)} for leg in legs],
+        published=published and not legs,
+        marker=marker({"run": run_url}),
+    )
     return redact(text, token)
 
 
@@ -139,31 +178,48 @@ def blame(job: BuiltJob, *, quoted: Callable[[str], str]) -> dict[str, Any]:
     minutes = (sum(t.seconds for t in triage.trials) + (bisect.seconds if bisect is not None else 0.0)) / 60
     step = triage.failed_stage or job.failed_step or "?"
     rocm = triage.rocm or "no ROCm (its backend takes none)"
-    reproduce = [f"rockbuild build --job {job.id} --ref {first.commit if first else triage.llama_commit}"
-                 + (f" --rocm-version {job.rocm.version}" if job.rocm.version else "")]
+    reproduce = [
+        f"rockbuild build --job {job.id} --ref {first.commit if first else triage.llama_commit}"
+        + (f" --rocm-version {job.rocm.version}" if job.rocm.version else "")
+    ]
     if step in ("smoke", "audit", "bundle"):
         reproduce.append(f"rockbuild smoke out/{job.id}")
     if triage.last_good_release:
-        reproduce.append(f"rockbuild install --tag {triage.last_good_release} --dest good  # the last build that "
-                         "passed, to compare")
+        reproduce.append(
+            f"rockbuild install --tag {triage.last_good_release} --dest good  # the last build that passed, to compare"
+        )
     return {
-        "id": job.id, "step": step, "targets": ", ".join(job.targets) or job.backend, "os": job.os, "rocm": rocm,
-        "evidence": quoted(triage.evidence), "reason": quoted(triage.reason or job.reason or ""),
-        "tonight": _commit(url, triage.llama_commit), "good": _commit(url, triage.last_good_llama),
-        "release": triage.last_good_release, "ship": triage.ship,
+        "id": job.id,
+        "step": step,
+        "targets": ", ".join(job.targets) or job.backend,
+        "os": job.os,
+        "rocm": rocm,
+        "evidence": quoted(triage.evidence),
+        "reason": quoted(triage.reason or job.reason or ""),
+        "tonight": _commit(url, triage.llama_commit),
+        "good": _commit(url, triage.last_good_llama),
+        "release": triage.last_good_release,
+        "ship": triage.ship,
         "compare": f"{web}/compare/{triage.last_good_llama}...{triage.llama_commit}"
-        if web and triage.last_good_llama else None,
-        "complete": bisect is not None and bisect.complete, "bisected": bisect is not None,
+        if web and triage.last_good_llama
+        else None,
+        "complete": bisect is not None and bisect.complete,
+        "bisected": bisect is not None,
         "stopped": quoted(bisect.stopped) if bisect is not None and bisect.stopped else None,
         "candidates": bisect.candidates if bisect is not None else None,
-        "first_bad": _commit(url, first.commit) if first else None, "subject": first.subject if first else None,
-        "pr": pr, "pr_url": f"{web}/pull/{pr}" if web and pr else None,
+        "first_bad": _commit(url, first.commit) if first else None,
+        "subject": first.subject if first else None,
+        "pr": pr,
+        "pr_url": f"{web}/pull/{pr}" if web and pr else None,
         "last_good": _commit(url, good.commit) if good else None,
-        "builds": builds, "minutes": round(minutes, 1),
-        "tail": [quoted(line) for line in (bisect.log_tail if bisect is not None and bisect.log_tail
-                                           else triage.log_tail)],
+        "builds": builds,
+        "minutes": round(minutes, 1),
+        "tail": [
+            quoted(line) for line in (bisect.log_tail if bisect is not None and bisect.log_tail else triage.log_tail)
+        ],
         "reproduce": reproduce,
-        "first_sha": first.commit if first else None, "good_sha": good.commit if good else triage.last_good_llama,
+        "first_sha": first.commit if first else None,
+        "good_sha": good.commit if good else triage.last_good_llama,
         "tonight_sha": triage.llama_commit,
     }
 
@@ -214,9 +270,15 @@ class AlertTarget:
     throttle: bool = True
 
 
-def send_alert(job_dirs: Sequence[Path], target: AlertTarget, *, context: Context,
-               config: PublishConfig | None = None, legs: Sequence[LegFailure] = (),
-               published: bool = True) -> AlertReport:
+def send_alert(
+    job_dirs: Sequence[Path],
+    target: AlertTarget,
+    *,
+    context: Context,
+    config: PublishConfig | None = None,
+    legs: Sequence[LegFailure] = (),
+    published: bool = True,
+) -> AlertReport:
     """Open (or comment on) the night's failure issue: for its failed jobs, its jobs that fell back to the last good
     ROCm, and its ``legs`` that failed outside any job (the plan, publishing: ``published`` False says the release
     was not made), in ``target``'s repository."""
@@ -244,12 +306,26 @@ def send_alert(job_dirs: Sequence[Path], target: AlertTarget, *, context: Contex
     places: dict[str, Path | None] = {"<cache>": context.cache, "~": Path.home()}
     if len(outs) == 1:  # the night's output folder (the job folders' parent)
         places["<out>"] = next(iter(outs))
-    body = alert_body(failed, run_url=run_url, date=day, token=token, fell_back=fell_back, legs=legs,
-                      published=published, shorten=shortener(places))
+    body = alert_body(
+        failed,
+        run_url=run_url,
+        date=day,
+        token=token,
+        fell_back=fell_back,
+        legs=legs,
+        published=published,
+        shorten=shortener(places),
+    )
     ids = tuple(dict.fromkeys([*(f"{leg.leg} leg" for leg in legs), *(j.id for j in (*failed, *fell_back))]))
-    what = ", ".join(x for x in (", ".join(f"the {leg.leg} leg failed" for leg in legs),
-                                 f"{len(failed)} failed job(s)" if failed else "",
-                                 f"{len(fell_back)} on the last good ROCm" if fell_back else "") if x)
+    what = ", ".join(
+        x
+        for x in (
+            ", ".join(f"the {leg.leg} leg failed" for leg in legs),
+            f"{len(failed)} failed job(s)" if failed else "",
+            f"{len(fell_back)} on the last good ROCm" if fell_back else "",
+        )
+        if x
+    )
     gh = GitHub(repo, api_url=target.api_url, token=token, throttle=target.throttle)
     try:
         if legs:  # what failed, in the title: "Nightly failed (2026-12-01): publish"
@@ -258,9 +334,20 @@ def send_alert(job_dirs: Sequence[Path], target: AlertTarget, *, context: Contex
             title = blame_title([j for j in failed if _llama_broke(j)])
         else:
             title = config.alert_title.format(date=day) if failed else fallback_title(fell_back)
-        return file_issue(gh, IssueReport(label=config.alert_label, color=config.alert_label_color, title=title,
-                                          body=body, what=what, reported=lambda text: _reported(text, run_url),
-                                          items=ids, already=f"run {run_url} is already reported"), say=say)
+        return file_issue(
+            gh,
+            IssueReport(
+                label=config.alert_label,
+                color=config.alert_label_color,
+                title=title,
+                body=body,
+                what=what,
+                reported=lambda text: _reported(text, run_url),
+                items=ids,
+                already=f"run {run_url} is already reported",
+            ),
+            say=say,
+        )
     finally:
         gh.close()
 
@@ -284,10 +371,17 @@ class IssueReport:
 def file_issue(gh: GitHub, report: IssueReport, *, say: Callable[[str], None] = console.info) -> AlertReport:
     """Comment on the open issue labelled ``report.label``, or open one (and the label): unless ``report.reported``
     finds this report in it already (a re-run writes nothing)."""
-    label, title, body, what, items, reported = (report.label, report.title, report.body, report.what, report.items,
-                                                 report.reported)
-    open_issues = gh.call(f"listing open '{label}' issues",
-                          lambda: list(gh.repo.get_issues(state="open", labels=[label])))
+    label, title, body, what, items, reported = (
+        report.label,
+        report.title,
+        report.body,
+        report.what,
+        report.items,
+        report.reported,
+    )
+    open_issues = gh.call(
+        f"listing open '{label}' issues", lambda: list(gh.repo.get_issues(state="open", labels=[label]))
+    )
     if open_issues:
         issue = open_issues[0]
         comments = gh.call("reading the issue's comments", lambda: list(issue.get_comments()))
@@ -301,7 +395,7 @@ def file_issue(gh: GitHub, report: IssueReport, *, say: Callable[[str], None] = 
         return AlertReport("commented", message, issue.number, issue.html_url, items)
     _ensure_label(gh, label, report.color)
     issue = gh.call("opening the issue", lambda: gh.repo.create_issue(title=title, body=body, labels=[label]))
-    message = f"opened issue #{issue.number} \"{title}\": {what}"
+    message = f'opened issue #{issue.number} "{title}": {what}'
     say(message)
     return AlertReport("opened", message, issue.number, issue.html_url, items)
 
@@ -312,8 +406,9 @@ def _ensure_label(gh: GitHub, name: str, color: str) -> None:
     try:
         gh.repo.get_label(name)
     except UnknownObjectException:
-        gh.call(f"creating the label {name}", lambda: gh.repo.create_label(
-            name, color, "Opened by rockbuild (alert, perf)"))
+        gh.call(
+            f"creating the label {name}", lambda: gh.repo.create_label(name, color, "Opened by rockbuild (alert, perf)")
+        )
     except Exception as exc:
         with gh.errors(f"reading the label {name}"):
             raise exc

@@ -49,8 +49,10 @@ def collect_entries(bundle: Path) -> tuple[list[Entry], list[str]]:
             path = here / name
             rel = path.relative_to(root).as_posix()
             if path.is_symlink():
-                raise PublishError(f"{rel} in {root} is a symlink to a folder ({os.readlink(path)}); "
-                                   "a bundle must hold plain folders", hint="re-run rockbuild bundle")
+                raise PublishError(
+                    f"{rel} in {root} is a symlink to a folder ({os.readlink(path)}); a bundle must hold plain folders",
+                    hint="re-run rockbuild bundle",
+                )
             entries.append(Entry(rel, path, stat.S_IMODE(path.stat().st_mode), 0, is_dir=True))
         for name in sorted(filenames):
             path = here / name
@@ -58,12 +60,15 @@ def collect_entries(bundle: Path) -> tuple[list[Entry], list[str]]:
             if path.is_symlink():
                 target = path.resolve()
                 if not target.is_file() or not target.is_relative_to(root):
-                    raise PublishError(f"{rel} in {root} is a symlink to {os.readlink(path)}, which is not a file "
-                                       "inside the bundle", hint="re-run rockbuild bundle: bundles hold no symlinks")
+                    raise PublishError(
+                        f"{rel} in {root} is a symlink to {os.readlink(path)}, which is not a file inside the bundle",
+                        hint="re-run rockbuild bundle: bundles hold no symlinks",
+                    )
                 st = target.stat()
                 entries.append(Entry(rel, target, stat.S_IMODE(st.st_mode), st.st_size, link=os.readlink(path)))
-                notes.append(f"{rel} is a symlink to {os.readlink(path)}: stored the file it points to under the "
-                             "link's name")
+                notes.append(
+                    f"{rel} is a symlink to {os.readlink(path)}: stored the file it points to under the link's name"
+                )
             elif path.is_file():
                 st = path.stat()
                 entries.append(Entry(rel, path, stat.S_IMODE(st.st_mode), st.st_size))
@@ -104,9 +109,11 @@ def write_zip(entries: Sequence[Entry], dest: Path, *, mtime: int, level: int = 
 def write_tar_gz(entries: Sequence[Entry], dest: Path, *, mtime: int, level: int = 6) -> Path:
     """A gzip'ed tar of ``entries``: regular files and folders only, owner root, one timestamp."""
     tmp = dest.with_name(dest.name + ".partial")
-    with open(tmp, "wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=level) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+    with (
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=level) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
+    ):
         for e in entries:
             info = tarfile.TarInfo(e.arcname)
             info.mode, info.mtime = e.mode, mtime
@@ -131,5 +138,5 @@ def check_asset_size(path: Path, max_bytes: int) -> None:
             f"{path.name} is {human_bytes(size)} ({size:,} bytes), over the {human_bytes(max_bytes)} limit for a "
             "GitHub release asset; nothing was uploaded",
             hint="ship fewer GPU targets per asset, or prune the bundle's fat binaries (rockbuild bundle "
-                 "--prune-fatbin)",
+            "--prune-fatbin)",
         )

@@ -46,8 +46,12 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
     :func:`load_publish_config`)."""
     if not isinstance(doc, YDict):
         raise ConfigError(f"{path}: expected a mapping (see the shipped config/publish.yaml)")
-    check_keys(path, doc, ["tags", "assets", "glibc_floor", "release", "retention", "alert", "known_issues"],
-               "the publish configuration")
+    check_keys(
+        path,
+        doc,
+        ["tags", "assets", "glibc_floor", "release", "retention", "alert", "known_issues"],
+        "the publish configuration",
+    )
 
     def section(name: str) -> Mapping[str, Any]:
         value = doc.get(name) or {}
@@ -67,21 +71,26 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
     deb_for = texts(path, assets, "deb_for", (), "assets")
     deb_maintainer = " ".join(text(path, assets, "deb_maintainer", "", "assets").split())
     if deb_for and not _MAINTAINER_RE.fullmatch(deb_maintainer):
-        raise ConfigError(f"{where(path, assets, 'deb_maintainer' if 'deb_maintainer' in assets else 'deb_for')}: "
-                          f"a .deb needs assets.deb_maintainer as 'Name <address>', not {deb_maintainer!r}")
+        raise ConfigError(
+            f"{where(path, assets, 'deb_maintainer' if 'deb_maintainer' in assets else 'deb_for')}: "
+            f"a .deb needs assets.deb_maintainer as 'Name <address>', not {deb_maintainer!r}"
+        )
     return PublishConfig(
-        tag_scheme=scheme, tag_first=whole(path, tags, "first", 1000, "tags", least=0),
+        tag_scheme=scheme,
+        tag_first=whole(path, tags, "first", 1000, "tags", least=0),
         tag_width=whole(path, tags, "width", 4, "tags", least=1, most=12),
         llama_tag=text(path, tags, "llama", "b{build}-rocm{rocm}", "tags"),
         asset_name=text(path, assets, "name", "llama-{tag}-{os}-rocm-{name}-x64", "assets"),
         os_words=text_map(path, assets, "os_words", {"linux": "ubuntu", "windows": "windows"}, "assets"),
         tar_gz_for=texts(path, assets, "tar_gz_for", ("linux",), "assets"),
-        deb_for=deb_for, deb_maintainer=deb_maintainer,
+        deb_for=deb_for,
+        deb_maintainer=deb_maintainer,
         deb_homepage=text(path, assets, "deb_homepage", PublishConfig.deb_homepage, "assets"),
         deb_packages=text_map(path, assets, "deb_packages", {}, "assets"),
         max_bytes=min(max_bytes, GITHUB_ASSET_LIMIT),
         compress_level=whole(path, assets, "compress_level", 6, "assets", least=0, most=9),
-        glibc_floor=floor, make_latest=flag(path, release, "make_latest", True, "release"),
+        glibc_floor=floor,
+        make_latest=flag(path, release, "make_latest", True, "release"),
         protect=texts(path, retention, "protect", (), "retention"),
         alert_label=text(path, alert, "label", "nightly-failure", "alert"),
         alert_label_color=text(path, alert, "label_color", "d73a4a", "alert"),
@@ -90,7 +99,6 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
         known_issues=tuple(" ".join(k.split()) for k in texts(path, doc, "known_issues", (), "publish.yaml")),
         source=str(path),
     )
-
 
 
 def load_publish_config(path: Path | None = None) -> PublishConfig:

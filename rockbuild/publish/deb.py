@@ -55,11 +55,31 @@ PRIORITY_ROCM, PRIORITY_OTHER = 60, 50  # a ROCm build for the user's GPU family
 # The GCC release that first shipped each libstdc++ symbol version: Debian's libstdc++6 is versioned by GCC's, and its
 # symbols file maps the versions the same way (libstdc++ manual, "ABI Policy and Guidelines", Symbol versioning).
 _LIBSTDCXX_GCC = {
-    "GLIBCXX": {"3.4.21": "5", "3.4.22": "6", "3.4.23": "7", "3.4.24": "7.2", "3.4.25": "8", "3.4.26": "9",
-                "3.4.28": "10", "3.4.29": "11", "3.4.30": "12", "3.4.31": "13", "3.4.32": "13.2", "3.4.33": "14",
-                "3.4.34": "15"},
-    "CXXABI": {"1.3.9": "5", "1.3.10": "6", "1.3.11": "7", "1.3.12": "9", "1.3.13": "11", "1.3.14": "13",
-               "1.3.15": "14", "1.3.16": "15"},
+    "GLIBCXX": {
+        "3.4.21": "5",
+        "3.4.22": "6",
+        "3.4.23": "7",
+        "3.4.24": "7.2",
+        "3.4.25": "8",
+        "3.4.26": "9",
+        "3.4.28": "10",
+        "3.4.29": "11",
+        "3.4.30": "12",
+        "3.4.31": "13",
+        "3.4.32": "13.2",
+        "3.4.33": "14",
+        "3.4.34": "15",
+    },
+    "CXXABI": {
+        "1.3.9": "5",
+        "1.3.10": "6",
+        "1.3.11": "7",
+        "1.3.12": "9",
+        "1.3.13": "11",
+        "1.3.14": "13",
+        "1.3.15": "14",
+        "1.3.16": "15",
+    },
 }
 _LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 
@@ -81,12 +101,22 @@ class DebPlan:
     description: tuple[str, ...]  # the long description's paragraphs
 
     def control(self, installed_kib: int) -> str:
-        body = "\n .\n".join(textwrap.fill(p, 79, initial_indent=" ", subsequent_indent=" ", break_on_hyphens=False)
-                              for p in self.description)
-        fields = [("Package", self.package), ("Version", self.version), ("Architecture", ARCHITECTURE),
-                  ("Maintainer", self.maintainer), ("Installed-Size", str(installed_kib)),
-                  ("Depends", ", ".join(self.depends)), ("Section", "utils"), ("Priority", "optional"),
-                  ("Homepage", self.homepage), ("Description", f"{self.synopsis}\n{body}")]
+        body = "\n .\n".join(
+            textwrap.fill(p, 79, initial_indent=" ", subsequent_indent=" ", break_on_hyphens=False)
+            for p in self.description
+        )
+        fields = [
+            ("Package", self.package),
+            ("Version", self.version),
+            ("Architecture", ARCHITECTURE),
+            ("Maintainer", self.maintainer),
+            ("Installed-Size", str(installed_kib)),
+            ("Depends", ", ".join(self.depends)),
+            ("Section", "utils"),
+            ("Priority", "optional"),
+            ("Homepage", self.homepage),
+            ("Description", f"{self.synopsis}\n{body}"),
+        ]
         return "".join(f"{k}: {v}\n" for k, v in fields if v)
 
 
@@ -99,8 +129,10 @@ def path_name(job: BuiltJob) -> str:
 def package_name(job: BuiltJob) -> str:
     name = f"rockbuild-llama-{path_name(job)}".lower()
     if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
-        raise PublishError(f"job {job.id}: {name!r} is not a valid Debian package name",
-                           hint="a job name may hold letters, digits, '+', '-' and '.'")
+        raise PublishError(
+            f"job {job.id}: {name!r} is not a valid Debian package name",
+            hint="a job name may hold letters, digits, '+', '-' and '.'",
+        )
     return name
 
 
@@ -115,8 +147,13 @@ def bundle_programs(bundle: Path) -> list[str]:
     ``programs``: llama-cli, llama-server, llama-bench, ggml-rpc-server ...)."""
     out = []
     for path in sorted(bundle.iterdir()):
-        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o111 \
-                and not _LIBRARY_NAME.search(path.name) and path.suffix != ".json":
+        if (
+            path.is_file()
+            and not path.is_symlink()
+            and path.stat().st_mode & 0o111
+            and not _LIBRARY_NAME.search(path.name)
+            and path.suffix != ".json"
+        ):
             out.append(path.name)
     return out
 
@@ -147,8 +184,10 @@ def _libstdcxx_floor(family: str, version: str) -> str | None:
     below = [v for v in known if version_key(v) < version_key(version)]
     if below and version_key(version) < max(version_key(v) for v in known):
         return known[max(below, key=version_key)]  # a version between two releases' (none today)
-    raise PublishError(f"no libstdc++6 version is known for {family}_{version}",
-                       hint=f"add the GCC release that introduced {family}_{version} to rockbuild/publish/deb.py")
+    raise PublishError(
+        f"no libstdc++6 version is known for {family}_{version}",
+        hint=f"add the GCC release that introduced {family}_{version} to rockbuild/publish/deb.py",
+    )
 
 
 def host_depends(bundle: Path, packages: Mapping[str, str]) -> list[str]:
@@ -156,8 +195,10 @@ def host_depends(bundle: Path, packages: Mapping[str, str]) -> list[str]:
     wanted: dict[str, str] = {}
     for lib, file in host_libraries(bundle).items():
         if lib not in packages:
-            raise PublishError(f"{file} needs {lib} from the host, and no Debian package is known for it",
-                               hint="add it to assets.deb_packages in config/publish.yaml")
+            raise PublishError(
+                f"{file} needs {lib} from the host, and no Debian package is known for it",
+                hint="add it to assets.deb_packages in config/publish.yaml",
+            )
         wanted[packages[lib]] = ""
     floor = bundle_floor(bundle)
     minimums: dict[str, list[str]] = {}
@@ -182,13 +223,21 @@ def plan_deb(job: BuiltJob, tag: str, config: PublishConfig) -> DebPlan:
     backend = get_backend(job.backend)
     programs = tuple(bundle_programs(job.bundle))
     if MASTER not in programs:
-        raise PublishError(f"job {job.id}: the bundle has no {MASTER} program, the .deb's /usr/bin link group needs it",
-                           hint="re-run rockbuild bundle on a build of llama.cpp with its server (LLAMA_BUILD_SERVER)")
+        raise PublishError(
+            f"job {job.id}: the bundle has no {MASTER} program, the .deb's /usr/bin link group needs it",
+            hint="re-run rockbuild bundle on a build of llama.cpp with its server (LLAMA_BUILD_SERVER)",
+        )
     install_dir = f"{PREFIX}/llama-{tag}-{path_name(job)}"
     targets = ", ".join(backend.release_isas(job.isas or job.targets)) or job.name
     commit = (job.llama_commit or "unknown")[:12]
-    rocm = (f", with the ROCm {job.rocm.version + ' ' if job.rocm.version else ''}libraries it needs beside it: no "
-            "ROCm package is needed on the machine") if backend.needs_rocm else ""
+    rocm = (
+        (
+            f", with the ROCm {job.rocm.version + ' ' if job.rocm.version else ''}libraries it needs beside it: no "
+            "ROCm package is needed on the machine"
+        )
+        if backend.needs_rocm
+        else ""
+    )
     description = (
         f"llama.cpp build {job.llama_build or '?'} (commit {commit}) with its {backend.label} backend for {targets}, "
         f"built by rockbuild{rocm}.",
@@ -197,11 +246,16 @@ def plan_deb(job: BuiltJob, tag: str, config: PublishConfig) -> DebPlan:
         f"{MASTER} chooses).",
     )
     return DebPlan(
-        package=package, version=package_version(job, tag), install_dir=install_dir,
-        wrapper_dir=f"/usr/lib/{package}/bin", programs=programs, depends=tuple(host_depends(job.bundle,
-                                                                                              config.deb_packages)),
-        priority=PRIORITY_ROCM if backend.needs_rocm else PRIORITY_OTHER, maintainer=config.deb_maintainer,
-        homepage=config.deb_homepage, synopsis=f"llama.cpp for {targets} ({backend.label}), self-contained",
+        package=package,
+        version=package_version(job, tag),
+        install_dir=install_dir,
+        wrapper_dir=f"/usr/lib/{package}/bin",
+        programs=programs,
+        depends=tuple(host_depends(job.bundle, config.deb_packages)),
+        priority=PRIORITY_ROCM if backend.needs_rocm else PRIORITY_OTHER,
+        maintainer=config.deb_maintainer,
+        homepage=config.deb_homepage,
+        synopsis=f"llama.cpp for {targets} ({backend.label}), self-contained",
         description=description,
     )
 
@@ -211,55 +265,69 @@ def plan_deb(job: BuiltJob, tag: str, config: PublishConfig) -> DebPlan:
 
 
 def _wrapper(plan: DebPlan, program: str) -> str:
-    return f"#!/bin/sh\n# {program} of {plan.package} {plan.version}\nexec {plan.install_dir}/{program} \"$@\"\n"
+    return f'#!/bin/sh\n# {program} of {plan.package} {plan.version}\nexec {plan.install_dir}/{program} "$@"\n'
 
 
 def _postinst(plan: DebPlan) -> str:
-    slaves = "".join(f" \\\n        --slave /usr/bin/{p} {p} {plan.wrapper_dir}/{p}" for p in plan.programs
-                     if p != MASTER)
-    return ("#!/bin/sh\nset -e\n\nif [ \"$1\" = configure ]; then\n"
-            f"    update-alternatives --install /usr/bin/{MASTER} {MASTER} {plan.wrapper_dir}/{MASTER} {plan.priority}"
-            f"{slaves}\nfi\n\nexit 0\n")
+    slaves = "".join(
+        f" \\\n        --slave /usr/bin/{p} {p} {plan.wrapper_dir}/{p}" for p in plan.programs if p != MASTER
+    )
+    return (
+        '#!/bin/sh\nset -e\n\nif [ "$1" = configure ]; then\n'
+        f"    update-alternatives --install /usr/bin/{MASTER} {MASTER} {plan.wrapper_dir}/{MASTER} {plan.priority}"
+        f"{slaves}\nfi\n\nexit 0\n"
+    )
 
 
 def _prerm(plan: DebPlan) -> str:
-    return ("#!/bin/sh\nset -e\n\nif [ \"$1\" = remove ] || [ \"$1\" = deconfigure ]; then\n"
-            f"    update-alternatives --remove {MASTER} {plan.wrapper_dir}/{MASTER}\nfi\n\nexit 0\n")
+    return (
+        '#!/bin/sh\nset -e\n\nif [ "$1" = remove ] || [ "$1" = deconfigure ]; then\n'
+        f"    update-alternatives --remove {MASTER} {plan.wrapper_dir}/{MASTER}\nfi\n\nexit 0\n"
+    )
 
 
 def _changelog(plan: DebPlan, job: BuiltJob, tag: str, mtime: int) -> bytes:
     when = email.utils.format_datetime(datetime.fromtimestamp(mtime, UTC)).replace("-0000", "+0000")
-    text = (f"{plan.package} ({plan.version}) unstable; urgency=medium\n\n"
-            f"  * Release {tag}: llama.cpp build {job.llama_build or '?'} (commit {(job.llama_commit or '?')[:12]})"
-            f"\n    for {job.id}, packaged by rockbuild.\n\n -- {plan.maintainer}  {when}\n")
+    text = (
+        f"{plan.package} ({plan.version}) unstable; urgency=medium\n\n"
+        f"  * Release {tag}: llama.cpp build {job.llama_build or '?'} (commit {(job.llama_commit or '?')[:12]})"
+        f"\n    for {job.id}, packaged by rockbuild.\n\n -- {plan.maintainer}  {when}\n"
+    )
     return gzip.compress(text.encode(), compresslevel=9, mtime=0)  # what dh_installchangelogs + gzip -9n give
 
 
 def _copyright(plan: DebPlan, job: BuiltJob) -> str:
     backend = get_backend(job.backend)
-    rocm = (f"The ROCm runtime and the libraries it needs are copied unchanged from {job.rocm.tarball or 'ROCm'};\n"
+    rocm = (
+        (
+            f"The ROCm runtime and the libraries it needs are copied unchanged from {job.rocm.tarball or 'ROCm'};\n"
             "each is under its upstream license (MIT, Apache-2.0 with LLVM exception, BSD, zlib, LGPL-2.1 and\n"
             "others; see /usr/share/common-licenses). The release's CycloneDX SBOM (.cdx.json) names every file\n"
-            "and the package it came from.\n\n") if backend.needs_rocm else ""
-    return (f"{plan.package}: llama.cpp built and packaged by rockbuild.\n\n"
-            "Files under " + plan.install_dir + " whose name starts with llama, libllama, ggml,\n"
-            "libggml or libmtmd: llama.cpp, https://github.com/ggml-org/llama.cpp\n"
-            "Copyright (c) 2023-2026 The ggml authors\n"
-            "License: MIT\n\n" + rocm +
-            "The packaging (wrappers, maintainer scripts): rockbuild, License: MIT\n\n"
-            "MIT License\n\n"
-            "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and\n"
-            "associated documentation files (the \"Software\"), to deal in the Software without restriction,\n"
-            "including without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense,\n"
-            "and/or sell copies of the Software, and to permit persons to whom the Software is furnished to do so,\n"
-            "subject to the following conditions:\n\n"
-            "The above copyright notice and this permission notice shall be included in all copies or substantial\n"
-            "portions of the Software.\n\n"
-            "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT\n"
-            "LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN\n"
-            "NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY,\n"
-            "WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE\n"
-            "SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.\n")
+            "and the package it came from.\n\n"
+        )
+        if backend.needs_rocm
+        else ""
+    )
+    return (
+        f"{plan.package}: llama.cpp built and packaged by rockbuild.\n\n"
+        "Files under " + plan.install_dir + " whose name starts with llama, libllama, ggml,\n"
+        "libggml or libmtmd: llama.cpp, https://github.com/ggml-org/llama.cpp\n"
+        "Copyright (c) 2023-2026 The ggml authors\n"
+        "License: MIT\n\n" + rocm + "The packaging (wrappers, maintainer scripts): rockbuild, License: MIT\n\n"
+        "MIT License\n\n"
+        "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and\n"
+        'associated documentation files (the "Software"), to deal in the Software without restriction,\n'
+        "including without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense,\n"
+        "and/or sell copies of the Software, and to permit persons to whom the Software is furnished to do so,\n"
+        "subject to the following conditions:\n\n"
+        "The above copyright notice and this permission notice shall be included in all copies or substantial\n"
+        "portions of the Software.\n\n"
+        'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT\n'
+        "LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN\n"
+        "NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY,\n"
+        "WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE\n"
+        "SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.\n"
+    )
 
 
 def _overrides(plan: DebPlan) -> str:
@@ -296,10 +364,11 @@ def _overrides(plan: DebPlan) -> str:
 def dpkg_deb_tool(env: Mapping[str, str]) -> Path:
     found = shutil.which("dpkg-deb", path=env.get("PATH") or os.defpath)
     if found is None:
-        raise PublishError("the Linux assets get a .deb (assets.deb_for in config/publish.yaml) but dpkg-deb is "
-                           "not installed",
-                           hint="publish on Debian/Ubuntu (GitHub's ubuntu runners have it), apt-get install dpkg, "
-                                "or remove linux from assets.deb_for")
+        raise PublishError(
+            "the Linux assets get a .deb (assets.deb_for in config/publish.yaml) but dpkg-deb is not installed",
+            hint="publish on Debian/Ubuntu (GitHub's ubuntu runners have it), apt-get install dpkg, "
+            "or remove linux from assets.deb_for",
+        )
     return Path(found)
 
 
@@ -381,8 +450,9 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_deb(job: BuiltJob, tag: str, dest: Path, config: PublishConfig, *, mtime: int,
-              env: Mapping[str, str] | None = None) -> Path:
+def write_deb(
+    job: BuiltJob, tag: str, dest: Path, config: PublishConfig, *, mtime: int, env: Mapping[str, str] | None = None
+) -> Path:
     """The job's .deb at ``dest`` (see the module docstring), built in a folder beside it that is removed after."""
     environment = dict(env) if env is not None else child_env()
     tool = dpkg_deb_tool(environment)
@@ -393,11 +463,16 @@ def write_deb(job: BuiltJob, tag: str, dest: Path, config: PublishConfig, *, mti
         _stage(plan, job, tag, root, mtime)
         args: list[Any] = [tool, "--root-owner-group", "-Zgzip", f"-z{config.compress_level}", "--build", root, tmp]
         try:
-            run(args, env={**environment, "SOURCE_DATE_EPOCH": str(mtime), "LC_ALL": "C", "TZ": "UTC"},
-                timeout=3600, output=Output(tail_lines=5))
+            run(
+                args,
+                env={**environment, "SOURCE_DATE_EPOCH": str(mtime), "LC_ALL": "C", "TZ": "UTC"},
+                timeout=3600,
+                output=Output(tail_lines=5),
+            )
         except ProcessError as exc:
-            raise PublishError(f"dpkg-deb could not build {dest.name}: {exc.message}",
-                               hint="the lines above say why; the bundle itself was not changed") from None
+            raise PublishError(
+                f"dpkg-deb could not build {dest.name}: {exc.message}",
+                hint="the lines above say why; the bundle itself was not changed",
+            ) from None
     os.replace(tmp, dest)
     return dest
-

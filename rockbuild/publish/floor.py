@@ -15,6 +15,7 @@ _HOST_MACHINES = {3, 62, 183}  # EM_386, EM_X86_64, EM_AARCH64; AMDGPU code obje
 def host_elf(path: Path) -> bool:
     return elf_machine(path) in _HOST_MACHINES
 
+
 def bundle_floor(bundle: Path) -> dict[str, tuple[str, str]]:
     """{family: (version, relative path of the file needing it)} over the bundle's host ELF files."""
     infos = []
@@ -28,8 +29,10 @@ def bundle_floor(bundle: Path) -> dict[str, tuple[str, str]]:
                 infos.append(info)
     found = highest_versions(infos)
     by_name = {info.path.name: info.path for info in infos}
-    return {family: (version, by_name[file].relative_to(bundle).as_posix() if file in by_name else file)
-            for family, (version, file) in found.items()}
+    return {
+        family: (version, by_name[file].relative_to(bundle).as_posix() if file in by_name else file)
+        for family, (version, file) in found.items()
+    }
 
 
 def floor_violations(floor: Mapping[str, tuple[str, str]], ceiling: Mapping[str, str]) -> list[str]:

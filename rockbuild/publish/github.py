@@ -81,8 +81,15 @@ def _announced_retry(**kwargs: Any) -> Any:
 class GitHub:
     """One repository on one GitHub API, with the error translation the publisher and the alert need."""
 
-    def __init__(self, repo: str, *, api_url: str | None = None, token: str | None = None, throttle: bool = True,
-                 timeout: float | None = 120) -> None:
+    def __init__(
+        self,
+        repo: str,
+        *,
+        api_url: str | None = None,
+        token: str | None = None,
+        throttle: bool = True,
+        timeout: float | None = 120,
+    ) -> None:
         """``timeout``: seconds each call may wait (a release's writes and uploads, tried again as PyGithub does);
         None: the run's small-request timeouts and retries (a reader's few JSON answers: ``$ROCKBUILD_HTTP_*``)."""
         from github import Auth, Github
@@ -96,10 +103,13 @@ class GitHub:
         self.tries = limits.retries + 1 if timeout is None else None
         kwargs: dict[str, Any] = {
             # PyGithub takes whole seconds, one value for the connection and the answer
-            "base_url": self.api_url, "timeout": math.ceil(limits.request if timeout is None else timeout),
+            "base_url": self.api_url,
+            "timeout": math.ceil(limits.request if timeout is None else timeout),
             "per_page": 100,
-            "retry": _announced_retry() if timeout is not None else _announced_retry(
-                total=limits.retries, backoff_factor=SMALL_BACKOFF)}
+            "retry": _announced_retry()
+            if timeout is not None
+            else _announced_retry(total=limits.retries, backoff_factor=SMALL_BACKOFF),
+        }
         self.wait_limit = limits.request if timeout is None else timeout
         if not throttle:
             kwargs.update(seconds_between_requests=None, seconds_between_writes=None)
@@ -148,24 +158,31 @@ class GitHub:
     @property
     def repo(self) -> Any:
         if self._repo is None:
-            self._repo = self.call(f"reading the repository {self.repo_name}",
-                                   lambda: self._gh.get_repo(self.repo_name))
+            self._repo = self.call(
+                f"reading the repository {self.repo_name}", lambda: self._gh.get_repo(self.repo_name)
+            )
         return self._repo
 
     def releases(self) -> list[Any]:
         """Every release, drafts included (drafts are only listed to a token with push access)."""
         return self.call("listing releases", lambda: list(self.repo.get_releases()))
 
-    def manifests(self, limit: int, read: Mapping[str, ManifestRecord | None] | None = None,
-                  ) -> Iterator[tuple[str, ManifestRecord]]:
+    def manifests(
+        self,
+        limit: int,
+        read: Mapping[str, ManifestRecord | None] | None = None,
+    ) -> Iterator[tuple[str, ManifestRecord]]:
         """(tag, manifest.json) of the newest ``limit`` published releases, newest first, read one at a time (a
         caller that has what it needs stops early). A release's manifest is outside input: one that is missing or
         not a valid manifest.json is skipped with one warning naming the release and why, and the others still
         count. ``read``: the manifests the caller already has by tag (None: it was unusable and said so), neither
         downloaded nor warned about again."""
         read = read or {}
-        published = sorted((r for r in self.releases() if not r.draft),
-                           key=lambda r: (r.published_at or r.created_at, r.id), reverse=True)[:limit]
+        published = sorted(
+            (r for r in self.releases() if not r.draft),
+            key=lambda r: (r.published_at or r.created_at, r.id),
+            reverse=True,
+        )[:limit]
         for release in published:
             tag = str(release.tag_name)
             manifest = read[tag] if tag in read else self.release_manifest(release)
@@ -207,5 +224,6 @@ class GitHub:
         try:  # a small request: the run's timeouts and retries, each announced (the token never leaves a header)
             return get_text(asset.url, headers=headers)
         except FetchError as exc:
-            raise PublishError(f"reading {name} of {release.tag_name} failed: {redact(exc.message, self.token)}",
-                               hint=exc.hint) from None
+            raise PublishError(
+                f"reading {name} of {release.tag_name} failed: {redact(exc.message, self.token)}", hint=exc.hint
+            ) from None

@@ -79,12 +79,14 @@ def parse_images_config(doc: Any, path: Path) -> ImagesConfig:
     tags = mapping(path, doc, "tags", "images.yaml")
     return ImagesConfig(
         packages={str(k): texts(path, packages, k, (), "packages") for k in packages},
-        never=texts(path, doc, "never", (), "images.yaml"), files=texts(path, doc, "files", (), "images.yaml"),
+        never=texts(path, doc, "never", (), "images.yaml"),
+        files=texts(path, doc, "files", (), "images.yaml"),
         user=text(path, user, "name", "llama", "user"),
         uid=whole(path, user, "uid", 10001, "user", least=1),  # never 0: the image runs as non-root
         port=whole(path, doc, "port", 8080, "images.yaml", least=1, most=65535),
         release_tag=text(path, tags, "release", "{flavour}-{tag}", "tags"),
-        moving_tag=text(path, tags, "moving", "{flavour}", "tags"))
+        moving_tag=text(path, tags, "moving", "{flavour}", "tags"),
+    )
 
 
 def load_images_config(path: Path | None = None) -> ImagesConfig:
@@ -143,15 +145,26 @@ class ReleaseImage:
     @property
     def record(self) -> ManifestImage:
         """What manifest.json says of the image: what it is, not what its test saw (timings) nor its push."""
-        return ManifestImage(job=self.job, flavour=self.flavour, repository=self.repository, tags=self.tags,
-                             digest=self.digest, image_id=self.image_id, compressed_bytes=self.compressed_bytes,
-                             unpacked_bytes=self.unpacked_bytes, run=self.run_command,
-                             base_packages=tuple(p.to_dict() for p in self.packages))
+        return ManifestImage(
+            job=self.job,
+            flavour=self.flavour,
+            repository=self.repository,
+            tags=self.tags,
+            digest=self.digest,
+            image_id=self.image_id,
+            compressed_bytes=self.compressed_bytes,
+            unpacked_bytes=self.unpacked_bytes,
+            run=self.run_command,
+            base_packages=tuple(p.to_dict() for p in self.packages),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """``--json``: the manifest's record, and what the test and the push saw."""
-        return {**self.record.to_dict(), "test": self.test.to_dict() if self.test else None,
-                "push": self.push.to_dict() if self.push else None}
+        return {
+            **self.record.to_dict(),
+            "test": self.test.to_dict() if self.test else None,
+            "push": self.push.to_dict() if self.push else None,
+        }
 
 
 def image_flavour(job: BuiltJob) -> str:
@@ -175,8 +188,10 @@ def podman_run(needs_rocm: bool, reference: str, port: int = 8080) -> str:
     """The one command that runs an image: the devices the flavour needs (ROCm: /dev/kfd and /dev/dri; Vulkan:
     /dev/dri), the user's groups for them, the port, the model folder."""
     devices = "--device /dev/kfd --device /dev/dri" if needs_rocm else "--device /dev/dri"
-    return (f"podman run -d --name llama-server {devices} --group-add keep-groups -p {port}:{port} "
-            f"-v ~/models:/models:ro,Z {reference} -m /models/MODEL.gguf")
+    return (
+        f"podman run -d --name llama-server {devices} --group-add keep-groups -p {port}:{port} "
+        f"-v ~/models:/models:ro,Z {reference} -m /models/MODEL.gguf"
+    )
 
 
 def run_command(job: BuiltJob, reference: str, config: ImagesConfig) -> str:
@@ -184,8 +199,9 @@ def run_command(job: BuiltJob, reference: str, config: ImagesConfig) -> str:
     return podman_run(get_backend(job.backend).needs_rocm, reference, config.port)
 
 
-def base_packages(job: BuiltJob, publish: PublishConfig, config: ImagesConfig,
-                  installed: Mapping[str, Package]) -> list[Package]:
+def base_packages(
+    job: BuiltJob, publish: PublishConfig, config: ImagesConfig, installed: Mapping[str, Package]
+) -> list[Package]:
     """The Debian packages of the job's base: those of the libraries its bundle leaves to the system (the .deb's
     Depends), the images config's for every image and for the job's backend, and what they depend on."""
     assert job.bundle is not None
@@ -193,8 +209,10 @@ def base_packages(job: BuiltJob, publish: PublishConfig, config: ImagesConfig,
     for library, needed_by in host_libraries(job.bundle).items():
         package = publish.deb_packages.get(library)
         if package is None:
-            raise ImageError(f"job {job.id}: {needed_by} needs {library}, which publish.yaml's deb_packages maps to "
-                             "no Debian package, so the image's base cannot provide it")
+            raise ImageError(
+                f"job {job.id}: {needed_by} needs {library}, which publish.yaml's deb_packages maps to "
+                "no Debian package, so the image's base cannot provide it"
+            )
         roots.add(package)
     roots.update(config.packages.get("all", ()))
     roots.update(config.packages.get(job.backend, ()))
@@ -208,20 +226,27 @@ def check_base_floor(job: BuiltJob, members: Sequence[oci.Member]) -> None:
     for family, (version, file) in sorted(bundle_floor(job.bundle).items()):
         have = provided.get(family)
         if have is not None and version_key(version) > version_key(have):
-            raise ImageError(f"job {job.id}: {file} needs {family}_{version}, but the image's base gives "
-                             f"{family}_{have}", hint="make the base from the root the bundle was built in "
-                             "(--image-base-root) or publish from a newer machine")
+            raise ImageError(
+                f"job {job.id}: {file} needs {family}_{version}, but the image's base gives {family}_{have}",
+                hint="make the base from the root the bundle was built in "
+                "(--image-base-root) or publish from a newer machine",
+            )
 
 
 def _system_files(config: ImagesConfig) -> list[oci.Member]:
     uid = config.uid
-    passwd = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-              f"{config.user}:x:{uid}:{uid}:llama-server:/home/{config.user}:/usr/sbin/nologin\n")
+    passwd = (
+        f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        f"{config.user}:x:{uid}:{uid}:llama-server:/home/{config.user}:/usr/sbin/nologin\n"
+    )
     group = f"root:x:0:\n{config.user}:x:{uid}:\n"
-    return [oci.Member("etc/passwd", "file", 0o644, data=passwd.encode()),
-            oci.Member("etc/group", "file", 0o644, data=group.encode()),
-            oci.Member("tmp", "dir", 0o1777), oci.Member("models", "dir", 0o755, uid=uid, gid=uid),
-            oci.Member(f"home/{config.user}", "dir", 0o755, uid=uid, gid=uid)]
+    return [
+        oci.Member("etc/passwd", "file", 0o644, data=passwd.encode()),
+        oci.Member("etc/group", "file", 0o644, data=group.encode()),
+        oci.Member("tmp", "dir", 0o1777),
+        oci.Member("models", "dir", 0o755, uid=uid, gid=uid),
+        oci.Member(f"home/{config.user}", "dir", 0o755, uid=uid, gid=uid),
+    ]
 
 
 def image_sbom(job: BuiltJob, name: str, tag: str, packages: Sequence[Package], *, timestamp: int) -> bytes:
@@ -229,20 +254,27 @@ def image_sbom(job: BuiltJob, name: str, tag: str, packages: Sequence[Package], 
     with the base's Debian packages added as components."""
     document = json.loads(make_sbom(job, name, tag, timestamp=timestamp))
     for p in packages:
-        document.setdefault("components", []).append({
-            "type": "library", "bom-ref": f"deb:{p.name}", "name": p.name, "version": p.version,
-            "purl": f"pkg:deb/debian/{p.name}@{p.version}?arch={p.architecture}",
-            "properties": [{"name": "rockbuild:from", "value": "image-base"}]})
+        document.setdefault("components", []).append(
+            {
+                "type": "library",
+                "bom-ref": f"deb:{p.name}",
+                "name": p.name,
+                "version": p.version,
+                "purl": f"pkg:deb/debian/{p.name}@{p.version}?arch={p.architecture}",
+                "properties": [{"name": "rockbuild:from", "value": "image-base"}],
+            }
+        )
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def image_labels(job: BuiltJob, tag: str, repo: str | None, packages: Sequence[Package], created: int
-                 ) -> dict[str, str]:
+def image_labels(
+    job: BuiltJob, tag: str, repo: str | None, packages: Sequence[Package], created: int
+) -> dict[str, str]:
     backend = get_backend(job.backend)
     labels = {
         "org.opencontainers.image.title": f"llama.cpp {job.flavour} ({job.name}) by rockbuild",
         "org.opencontainers.image.description": f"llama-server from the rockbuild release {tag}, asset "
-                                                f"{job.id}: {', '.join(backend.release_isas(job.isas))}",
+        f"{job.id}: {', '.join(backend.release_isas(job.isas))}",
         "org.opencontainers.image.version": tag,
         "org.opencontainers.image.revision": job.llama_commit or "unknown",
         "org.opencontainers.image.licenses": "MIT",
@@ -265,8 +297,17 @@ def image_labels(job: BuiltJob, tag: str, repo: str | None, packages: Sequence[P
     return labels
 
 
-def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig, options: ImageOptions, mtime: int,
-                repo: str | None, installed: Mapping[str, Package] | None = None) -> ReleaseImage:
+def build_image(
+    job: BuiltJob,
+    tag: str,
+    folder: Path,
+    *,
+    publish: PublishConfig,
+    options: ImageOptions,
+    mtime: int,
+    repo: str | None,
+    installed: Mapping[str, Package] | None = None,
+) -> ReleaseImage:
     """The image of ``job``'s bundle in ``folder`` (a ``dir:`` layout), as ``options`` and their images config say;
     ``repo`` (owner/name) is the source the labels name."""
     config = options.images_config()
@@ -280,29 +321,68 @@ def build_image(job: BuiltJob, tag: str, folder: Path, *, publish: PublishConfig
     release_tag, moving = image_tags(job, tag, config)
     repository = str(Reference.parse(options.repository)) if options.repository else None
     layers = [
-        oci.write_layer([*members, *_system_files(config)], folder, mtime=mtime, level=options.level,
-                        comment=f"base: {', '.join(p.name for p in packages)}"),
-        oci.write_layer(oci.tree_members(job.bundle, PREFIX), folder, mtime=mtime, level=options.level,
-                        comment=f"bundle of {job.id} (llama.cpp {job.llama_build or '?'})"),
-        oci.write_layer([oci.Member(SBOM_PATH, "file", 0o644, data=image_sbom(
-            job, f"image {release_tag}", tag, packages, timestamp=mtime))], folder, mtime=mtime,
-            level=options.level, comment="CycloneDX SBOM"),
+        oci.write_layer(
+            [*members, *_system_files(config)],
+            folder,
+            mtime=mtime,
+            level=options.level,
+            comment=f"base: {', '.join(p.name for p in packages)}",
+        ),
+        oci.write_layer(
+            oci.tree_members(job.bundle, PREFIX),
+            folder,
+            mtime=mtime,
+            level=options.level,
+            comment=f"bundle of {job.id} (llama.cpp {job.llama_build or '?'})",
+        ),
+        oci.write_layer(
+            [
+                oci.Member(
+                    SBOM_PATH,
+                    "file",
+                    0o644,
+                    data=image_sbom(job, f"image {release_tag}", tag, packages, timestamp=mtime),
+                )
+            ],
+            folder,
+            mtime=mtime,
+            level=options.level,
+            comment="CycloneDX SBOM",
+        ),
     ]
     port = config.port
     image_config = oci.ContainerSetup(
         entrypoint=(f"/{PREFIX}/llama-server",),
-        env=("PATH=/opt/llama:/usr/bin:/bin", "LLAMA_ARG_HOST=0.0.0.0", f"LLAMA_ARG_PORT={port}",
-             f"HOME=/home/{config.user}", "LLAMA_CACHE=/tmp/llama.cpp"),
-        user=f"{config.uid}:{config.uid}", working_dir=f"/{PREFIX}", exposed_ports=(f"{port}/tcp",),
-        volumes=("/models",), labels=image_labels(job, tag, repo, packages, mtime),
+        env=(
+            "PATH=/opt/llama:/usr/bin:/bin",
+            "LLAMA_ARG_HOST=0.0.0.0",
+            f"LLAMA_ARG_PORT={port}",
+            f"HOME=/home/{config.user}",
+            "LLAMA_CACHE=/tmp/llama.cpp",
+        ),
+        user=f"{config.uid}:{config.uid}",
+        working_dir=f"/{PREFIX}",
+        exposed_ports=(f"{port}/tcp",),
+        volumes=("/models",),
+        labels=image_labels(job, tag, repo, packages, mtime),
         healthcheck=("CMD", "/usr/bin/busybox", "wget", "-q", "-O", "/dev/null", f"http://127.0.0.1:{port}/health"),
     )
     layout = oci.write_image(folder, layers, image_config, created=mtime)
     reference = f"{repository or 'IMAGE'}:{release_tag}"
-    return ReleaseImage(job=job.id, flavour=image_flavour(job), backend=job.backend, folder=folder,
-                        digest=layout.digest, image_id=layout.image_id, compressed_bytes=layout.compressed_size,
-                        unpacked_bytes=layout.unpacked_size, repository=repository, tags=(release_tag, moving),
-                        packages=tuple(packages), run_command=run_command(job, reference, config))
+    return ReleaseImage(
+        job=job.id,
+        flavour=image_flavour(job),
+        backend=job.backend,
+        folder=folder,
+        digest=layout.digest,
+        image_id=layout.image_id,
+        compressed_bytes=layout.compressed_size,
+        unpacked_bytes=layout.unpacked_size,
+        repository=repository,
+        tags=(release_tag, moving),
+        packages=tuple(packages),
+        run_command=run_command(job, reference, config),
+    )
 
 
 def check_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> ReleaseImage:
@@ -310,23 +390,27 @@ def check_image(image: ReleaseImage, job: BuiltJob, options: ImageOptions) -> Re
     fails (an untested image is never pushed)."""
     podman = Podman.find(options.runtime)
     if podman is None:
-        raise ImageError("podman is not installed, so the images cannot be tested and are not pushed",
-                         hint="apt-get install podman (and runc where crun refuses the cgroups: --image-runtime runc)")
+        raise ImageError(
+            "podman is not installed, so the images cannot be tested and are not pushed",
+            hint="apt-get install podman (and runc where crun refuses the cgroups: --image-runtime runc)",
+        )
     if options.model is None or not options.model.is_file():
         raise ImageError(f"the image test needs a real model file (--image-model), not {options.model}")
     with loaded(podman, image.folder) as image_id:  # podman's store is left as it was
         if f"sha256:{image_id}" != image.image_id:
             raise ImageError(f"podman loaded {image.folder} as {image_id[:12]}, not {image.image_id[7:19]}")
         chat_page = job.web_ui is not None and job.web_ui.available
-        test = serve_and_check(podman, image_id, options.model, prompt=options.prompt, expect=options.expect,
-                               chat_page=chat_page)
+        test = serve_and_check(
+            podman, image_id, options.model, prompt=options.prompt, expect=options.expect, chat_page=chat_page
+        )
     if not test.ok:
         raise ImageError(f"image {image.flavour} failed its podman test: {test.failure}")
     return replace(image, test=test)
 
 
-def push_release_images(images: Sequence[ReleaseImage], options: ImageOptions,
-                        say: Callable[[str], None] = lambda m: None) -> list[ReleaseImage]:
+def push_release_images(
+    images: Sequence[ReleaseImage], options: ImageOptions, say: Callable[[str], None] = lambda m: None
+) -> list[ReleaseImage]:
     """Push every tested image under its tags; any failure is an ImageError (a failed publish). With ``options.test``
     (the default) an image whose podman test did not pass is refused before anything is sent."""
     if not options.repository:
@@ -349,13 +433,21 @@ def push_release_images(images: Sequence[ReleaseImage], options: ImageOptions,
     return out
 
 
-
-
 def notes_rows(images: Sequence[ReleaseImage], asset_of: Mapping[str, str]) -> list[dict[str, Any]]:
     """What the release notes' "Container images" section shows per image."""
-    return [{"flavour": i.flavour, "asset": asset_of.get(i.job, i.job), "reference": i.reference,
-             "moving": f"{i.repository or 'IMAGE'}:{i.tags[1]}", "digest": i.digest, "run": i.run_command,
-             "size": i.compressed_bytes, "tested": i.test is not None and i.test.ok} for i in images]
+    return [
+        {
+            "flavour": i.flavour,
+            "asset": asset_of.get(i.job, i.job),
+            "reference": i.reference,
+            "moving": f"{i.repository or 'IMAGE'}:{i.tags[1]}",
+            "digest": i.digest,
+            "run": i.run_command,
+            "size": i.compressed_bytes,
+            "tested": i.test is not None and i.test.ok,
+        }
+        for i in images
+    ]
 
 
 def manifest_entries(images: Sequence[ReleaseImage]) -> list[dict[str, Any]]:
@@ -381,17 +473,24 @@ class ImagesReport:
     skipped: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tag": self.tag, "images": [i.to_dict() for i in self.images],
-                "skipped": [{"job": j, "why": w} for j, w in self.skipped]}
+        return {
+            "tag": self.tag,
+            "images": [i.to_dict() for i in self.images],
+            "skipped": [{"job": j, "why": w} for j, w in self.skipped],
+        }
 
     def render(self) -> str:
         lines = []
         for i in self.images:
-            lines.append(f"{i.flavour}: {i.digest} ({i.compressed_bytes / 1e6:.1f} MB compressed, "
-                         f"{i.unpacked_bytes / 1e6:.1f} MB unpacked) in {i.folder}")
+            lines.append(
+                f"{i.flavour}: {i.digest} ({i.compressed_bytes / 1e6:.1f} MB compressed, "
+                f"{i.unpacked_bytes / 1e6:.1f} MB unpacked) in {i.folder}"
+            )
             if i.test is not None:
-                lines.append(f"  tested: /health after {i.test.seconds_to_health or 0:.1f} s, user {i.test.user}, "
-                             f"read-only root, chat page {i.test.chat_page}, answer {i.test.completion!r}")
+                lines.append(
+                    f"  tested: /health after {i.test.seconds_to_health or 0:.1f} s, user {i.test.user}, "
+                    f"read-only root, chat page {i.test.chat_page}, answer {i.test.completion!r}"
+                )
             if i.push is not None:
                 lines.append(f"  pushed: {', '.join(f'{i.push.reference}:{t} ({a})' for t, a in i.push.tags)}")
             lines.append(f"  run: {i.run_command}")
@@ -399,13 +498,23 @@ class ImagesReport:
         return "\n".join(lines)
 
 
-WINDOWS_WHY = ("a Windows container runs only on a Windows host, which gives a container no AMD GPU "
-               "(no /dev/kfd or /dev/dri; GPU-PV is DirectX only)")
+WINDOWS_WHY = (
+    "a Windows container runs only on a Windows host, which gives a container no AMD GPU "
+    "(no /dev/kfd or /dev/dri; GPU-PV is DirectX only)"
+)
 
 
-def release_images(jobs: Sequence[BuiltJob], tag: str, out_dir: Path, *, publish: PublishConfig,
-                   options: ImageOptions, mtime_of: Callable[[BuiltJob], int], repo: str | None,
-                   say: Callable[[str], None] = lambda m: None) -> ImagesReport:
+def release_images(
+    jobs: Sequence[BuiltJob],
+    tag: str,
+    out_dir: Path,
+    *,
+    publish: PublishConfig,
+    options: ImageOptions,
+    mtime_of: Callable[[BuiltJob], int],
+    repo: str | None,
+    say: Callable[[str], None] = lambda m: None,
+) -> ImagesReport:
     """An image per Linux job in ``out_dir/images/<flavour>``, each tested with podman when ``options.test``
     (pushing needs it); nothing is pushed here (:func:`push_release_images` does, with the release)."""
     installed = installed_packages(options.base_root)
@@ -416,8 +525,16 @@ def release_images(jobs: Sequence[BuiltJob], tag: str, out_dir: Path, *, publish
             skipped.append((job.id, WINDOWS_WHY if job.os == "windows" else "no bundle"))
             continue
         say(f"image {image_flavour(job)}: building from {job.bundle}")
-        image = build_image(job, tag, image_folder(out_dir, image_flavour(job)), publish=publish, options=options,
-                            mtime=mtime_of(job), repo=repo, installed=installed)
+        image = build_image(
+            job,
+            tag,
+            image_folder(out_dir, image_flavour(job)),
+            publish=publish,
+            options=options,
+            mtime=mtime_of(job),
+            repo=repo,
+            installed=installed,
+        )
         if options.test:
             say(f"image {image.flavour}: testing {image.digest[:19]} with podman")
             image = check_image(image, job, options)

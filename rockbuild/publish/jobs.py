@@ -58,9 +58,14 @@ def rocm_info(rocm: BuildRocm | None) -> RocmInfo:
         parsed = parse_rocm_version(text) if text else None
         if date is None and parsed is not None and parsed.date is not None:
             date = parsed.date.isoformat()
-    return RocmInfo(version or None, date, rocm.therock_commit, tarball_name,
-                    tarball.sha256 if tarball is not None else None,
-                    (tarball.group if tarball is not None else None) or rocm.group)
+    return RocmInfo(
+        version or None,
+        date,
+        rocm.therock_commit,
+        tarball_name,
+        tarball.sha256 if tarball is not None else None,
+        (tarball.group if tarball is not None else None) or rocm.group,
+    )
 
 
 def is_runner_path(value: str) -> bool:
@@ -139,14 +144,19 @@ class BuiltJob:
     def failure(self) -> FailedJob:
         """What manifest.json and ``rockbuild publish --json`` say of a job that failed: its id, whether it was
         required, the step and why."""
-        values: dict[str, Any] = {"id": self.id, "required": self.required, "step": self.failed_step,
-                                  "reason": self.reason}
+        values: dict[str, Any] = {
+            "id": self.id,
+            "required": self.required,
+            "step": self.failed_step,
+            "reason": self.reason,
+        }
         triage = self.triage
         if triage is not None:  # which input broke it (a job without triage.json is written as before)
             bisect = triage.bisect
             first = bisect.first_bad if bisect is not None and bisect.complete else None
-            values.update(cause=triage.cause, first_bad=first.to_dict() if first else None,
-                          last_release=triage.last_good_release)
+            values.update(
+                cause=triage.cause, first_bad=first.to_dict() if first else None, last_release=triage.last_good_release
+            )
         return FailedJob.from_dict(values, "a failed job")
 
     def blame_note(self) -> str | None:
@@ -155,9 +165,11 @@ class BuiltJob:
         triage = self.triage
         if triage is None:
             return None
-        words = {"llama.cpp": f"llama.cpp {(triage.llama_commit or '?')[:7]} broke it",
-                 "rocm": "the ROCm nightly broke it", "machine": "the machine broke it (the same inputs passed before)",
-                 }.get(triage.cause, "what broke it is not known")
+        words = {
+            "llama.cpp": f"llama.cpp {(triage.llama_commit or '?')[:7]} broke it",
+            "rocm": "the ROCm nightly broke it",
+            "machine": "the machine broke it (the same inputs passed before)",
+        }.get(triage.cause, "what broke it is not known")
         bisect = triage.bisect
         if bisect is not None and bisect.complete and bisect.first_bad is not None:
             first = bisect.first_bad
@@ -178,15 +190,27 @@ class BuiltJob:
             return None
         bench = self.gpu_smoke.bench
         host, gpu = self.gpu_smoke.host, self.gpu_smoke.gpu
-        return {"ok": bool(self.gpu_smoke.ok), "runner": list(self.gpu_runner),
-                "gpu": next((b.gpu_info for b in bench if b.gpu_info), None),
-                "backends": next((b.backends for b in bench if b.backends), None),
-                "driver": host.driver if host else None, "kernel": host.kernel if host else None,
-                "summary": gpu.summary if gpu else None,
-                "numerics": _numerics_summary(self.gpu_smoke) or None,
-                "ops": ops_summary(self.gpu_smoke) or None,
-                "bench": [{"test": b.test, "tokens_per_second": b.tokens_per_second, "stddev": b.stddev,
-                           "spread_pct": b.spread, "warmup": b.warmup} for b in bench]}
+        return {
+            "ok": bool(self.gpu_smoke.ok),
+            "runner": list(self.gpu_runner),
+            "gpu": next((b.gpu_info for b in bench if b.gpu_info), None),
+            "backends": next((b.backends for b in bench if b.backends), None),
+            "driver": host.driver if host else None,
+            "kernel": host.kernel if host else None,
+            "summary": gpu.summary if gpu else None,
+            "numerics": _numerics_summary(self.gpu_smoke) or None,
+            "ops": ops_summary(self.gpu_smoke) or None,
+            "bench": [
+                {
+                    "test": b.test,
+                    "tokens_per_second": b.tokens_per_second,
+                    "stddev": b.stddev,
+                    "spread_pct": b.spread,
+                    "warmup": b.warmup,
+                }
+                for b in bench
+            ],
+        }
 
     def numerics(self) -> dict[str, Any]:
         """The smoke's numerics figures (rockbuild.smoke.numerics): GPU vs CPU KL divergence and same top token, the
@@ -220,8 +244,10 @@ class BuiltJob:
         if ops.get("result") == "not checked":
             return f"not checked: {ops.get('detail')}"
         where = ", the GPU leg" if ops.get("where") == "gpu-smoke" else ""
-        words = (f"{ops.get('passed', 0)} passed, {ops.get('failed', 0)} failed, {ops.get('not_supported', 0)} not "
-                 f"supported on {ops.get('device')} ({ops.get('mode')} test mode{where})")
+        words = (
+            f"{ops.get('passed', 0)} passed, {ops.get('failed', 0)} failed, {ops.get('not_supported', 0)} not "
+            f"supported on {ops.get('device')} ({ops.get('mode')} test mode{where})"
+        )
         if ops.get("result") == "failed":
             words = f"FAILED: {ops.get('detail')}; {words}"
         fallback = ops.get("fallback_ops") or {}
@@ -239,8 +265,15 @@ class BuiltJob:
             step = smoke.cpu_variants if smoke is not None else None
             if step is None or not step.ran:
                 continue
-            runs.append({"where": where, "result": step.result, "picked": step.picked, **step.names_by_result(),
-                         "pp512": {v.variant: v.pp512_tps for v in step.variants if v.pp512_tps is not None}})
+            runs.append(
+                {
+                    "where": where,
+                    "result": step.result,
+                    "picked": step.picked,
+                    **step.names_by_result(),
+                    "pp512": {v.variant: v.pp512_tps for v in step.variants if v.pp512_tps is not None},
+                }
+            )
         return runs
 
     def cpu_variant_words(self) -> list[str]:
@@ -250,8 +283,9 @@ class BuiltJob:
         for run in self.cpu_variant_runs():
             total = len(run["passed"]) + len(run["failed"]) + len(run["not_runnable"])
             host = "the GPU leg's host" if run["where"] == "gpu-smoke" else "the smoke's CPU"
-            text = (f"{len(run['passed'])} of {total} CPU variants passed alone on {host}"
-                    + (f", where ggml picks {run['picked']}" if run["picked"] else ""))
+            text = f"{len(run['passed'])} of {total} CPU variants passed alone on {host}" + (
+                f", where ggml picks {run['picked']}" if run["picked"] else ""
+            )
             if run["pp512"]:
                 best = sorted(run["pp512"].items(), key=lambda kv: -kv[1])
                 text += " (pp512 t/s: " + ", ".join(f"{v} {tps:.0f}" for v, tps in best) + ")"
@@ -282,9 +316,14 @@ class BuiltJob:
             return ""
         parts = []
         for label, result, kld, top in (
-                ("the CPU against the last good build", n.get("long_reference"), n.get("long_reference_kld"),
-                 n.get("long_reference_same_top")),
-                ("GPU vs CPU", n.get("long_cross_backend"), n.get("long_mean_kld"), n.get("long_same_top"))):
+            (
+                "the CPU against the last good build",
+                n.get("long_reference"),
+                n.get("long_reference_kld"),
+                n.get("long_reference_same_top"),
+            ),
+            ("GPU vs CPU", n.get("long_cross_backend"), n.get("long_mean_kld"), n.get("long_same_top")),
+        ):
             text = f"{label} {result or 'not checked'}"
             if kld is not None and top is not None:
                 text += f" (mean KLD {kld:.4g}, same top token {top:.1f} %)"
@@ -313,33 +352,58 @@ class BuiltJob:
         if self.fallback is None:
             return None
         newest, last_good = self.fallback.newest, self.fallback.last_good
-        return {"newest": newest.name, "newest_version": newest.version, "newest_date": newest.date,
-                "failed_stage": self.fallback.failed_stage, "reason": self.fallback.reason,
-                "last_good_release": last_good.release if last_good is not None else None}
+        return {
+            "newest": newest.name,
+            "newest_version": newest.version,
+            "newest_date": newest.date,
+            "failed_stage": self.fallback.failed_stage,
+            "reason": self.fallback.reason,
+            "last_good_release": last_good.release if last_good is not None else None,
+        }
 
     def fallback_note(self) -> str | None:
         """``ROCm 10.1.0a20261128, newest 10.1.0a20261201 failed smoke: ...`` for the notes and the alert."""
         summary = self.fallback_summary()
         if summary is None:
             return None
-        return (f"ROCm {self.rocm.version or '?'}, newest {summary['newest_version'] or summary['newest']} failed "
-                f"{summary['failed_stage']}: {summary['reason']}")
+        return (
+            f"ROCm {self.rocm.version or '?'}, newest {summary['newest_version'] or summary['newest']} failed "
+            f"{summary['failed_stage']}: {summary['reason']}"
+        )
 
     def web_ui_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of llama-server's web UI: built in (its sha256, files, bytes) or why not."""
         if self.web_ui is None:
             return None
-        return {"status": self.web_ui.status, "reason": self.web_ui.reason, "sha256": self.web_ui.sha256,
-                "files": self.web_ui.files, "bytes": self.web_ui.bytes, "build_number": self.web_ui.build_number}
+        return {
+            "status": self.web_ui.status,
+            "reason": self.web_ui.reason,
+            "sha256": self.web_ui.sha256,
+            "files": self.web_ui.files,
+            "bytes": self.web_ui.bytes,
+            "build_number": self.web_ui.build_number,
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "os": self.os, "name": self.name, "backend": self.backend, "targets": list(self.targets),
-                "required": self.required, "status": self.status, "failed_step": self.failed_step,
-                "reason": self.reason, "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
-                "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()}, "isas": list(self.isas),
-                "programs": list(self.programs), "cpu_variants": list(self.cpu_variants),
-                "cmake": public_cmake(self.cmake),
-                "patches": self.patches_summary(), "compilers": self.compilers_summary()}
+        return {
+            "id": self.id,
+            "os": self.os,
+            "name": self.name,
+            "backend": self.backend,
+            "targets": list(self.targets),
+            "required": self.required,
+            "status": self.status,
+            "failed_step": self.failed_step,
+            "reason": self.reason,
+            "llama_cpp": {"commit": self.llama_commit, "build_number": self.llama_build},
+            "rocm": {**self.rocm.to_dict(), "fallback": self.fallback_summary()},
+            "isas": list(self.isas),
+            "programs": list(self.programs),
+            "cpu_variants": list(self.cpu_variants),
+            "cmake": public_cmake(self.cmake),
+            "patches": self.patches_summary(),
+            "compilers": self.compilers_summary(),
+        }
 
     def compilers_summary(self) -> dict[str, Any] | None:
         """What manifest.json says compiled the bundle: its CPU code (the programs, libllama, the CPU modules) and its
@@ -347,16 +411,22 @@ class BuiltJob:
         if not self.compilers and self.common is None:
             return None
         cpu = dict(self.common.compilers) if self.common is not None else dict(self.compilers)
-        return {"cpu": cpu, "gpu": dict(self.compilers) if self.backend != "cpu" else None,
-                "common_part": self.common.job if self.common is not None else None}
+        return {
+            "cpu": cpu,
+            "gpu": dict(self.compilers) if self.backend != "cpu" else None,
+            "common_part": self.common.job if self.common is not None else None,
+        }
 
     def patches_summary(self) -> dict[str, Any] | None:
         """What manifest.json says of the carried fixes: the series' digest and every patch's outcome (the local
         paths of build.json left out)."""
         if self.patches is None:
             return None
-        return {"digest": self.patches.digest, "disabled": self.patches.disabled,
-                "patches": [p.to_dict() for p in self.patches.patches]}
+        return {
+            "digest": self.patches.digest,
+            "disabled": self.patches.disabled,
+            "patches": [p.to_dict() for p in self.patches.patches],
+        }
 
 
 def _isas(bundle_meta: BundleRecord | None, targets: tuple[str, ...]) -> tuple[str, ...]:
@@ -421,25 +491,36 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
     job_id = str(_first(job and job.id, job_dir.name))
     os_name = str(_first(job and job.os, bundle_meta and bundle_meta.platform, job_id.split("-", 1)[0]))
     name = str(_first(job and job.name, job_id.split("-", 1)[1] if "-" in job_id else job_id))
-    targets = tuple(_first(job and job.targets, build and build.gpu_targets, bundle_meta and bundle_meta.targets)
-                    or ())
+    targets = tuple(_first(job and job.targets, build and build.gpu_targets, bundle_meta and bundle_meta.targets) or ())
     # a build.json from before the field: the bundle's own record, else the job's name (linux-vulkan)
-    backend = str(_first(job and job.backend, bundle_meta and bundle_meta.backend,
-                         "vulkan" if name == "vulkan" else "rocm"))
+    backend = str(
+        _first(job and job.backend, bundle_meta and bundle_meta.backend, "vulkan" if name == "vulkan" else "rocm")
+    )
     llama = build.llama_cpp if build is not None else None
     build_number = llama.build_number if llama is not None else None
     common: dict[str, Any] = dict(
-        dir=job_dir, id=job_id, os=os_name if os_name in ("linux", "windows") else "linux", name=name,
-        targets=targets, required=job.required if job is not None else True,
+        dir=job_dir,
+        id=job_id,
+        os=os_name if os_name in ("linux", "windows") else "linux",
+        name=name,
+        targets=targets,
+        required=job.required if job is not None else True,
         llama_commit=llama.commit if llama is not None else None,
         llama_build=str(build_number) if build_number is not None else None,
         llama_commit_time=llama.commit_time if llama is not None else None,
         rocm=rocm_info(build.rocm if build is not None else None),
         cmake=dict(build.cmake_definitions) if build is not None else {},
-        isas=_isas(bundle_meta, targets), smoke=smoke, finished=build.finished if build is not None else None,
-        backend=backend, gpu_runner=gpu_config.runner if gpu_config is not None else (),
-        gpu_required=gpu_config.required if gpu_config is not None else False, gpu_smoke=gpu_smoke,
-        fallback=fallback, triage=triage, web_ui=build.web_ui if build is not None else None, runner_smoke=runner_smoke,
+        isas=_isas(bundle_meta, targets),
+        smoke=smoke,
+        finished=build.finished if build is not None else None,
+        backend=backend,
+        gpu_runner=gpu_config.runner if gpu_config is not None else (),
+        gpu_required=gpu_config.required if gpu_config is not None else False,
+        gpu_smoke=gpu_smoke,
+        fallback=fallback,
+        triage=triage,
+        web_ui=build.web_ui if build is not None else None,
+        runner_smoke=runner_smoke,
         patches=build.patches if build is not None else None,
         compilers=dict(build.compilers) if build is not None else {},
         common=build.common if build is not None else None,
@@ -454,9 +535,16 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
 
     def failed(step: str, reason: str, log: Path | None, tail: tuple[str, ...] | None = None) -> BuiltJob:
         lines = tail if tail is not None else (tuple(log_tail(log, tail_lines)) if log else ())
-        return BuiltJob(**common, status="failed", failed_step=step, reason=reason, log=log,
-                         log_tail=lines[-tail_lines:], bundle=bundle_dir if bundle_dir.is_dir() else None,
-                         audit=audit)
+        return BuiltJob(
+            **common,
+            status="failed",
+            failed_step=step,
+            reason=reason,
+            log=log,
+            log_tail=lines[-tail_lines:],
+            bundle=bundle_dir if bundle_dir.is_dir() else None,
+            audit=audit,
+        )
 
     if broken:
         step, exc, path = broken[0]
@@ -468,21 +556,35 @@ def load_job(job_dir: Path, *, tail_lines: int = 40) -> BuiltJob:
         return failed(step, f"the build failed at step '{step}'", build_log)
     if not bundle_dir.is_dir():
         log = folder.bundle_log
-        return failed("bundle", f"no {bundle_dir.name}/ folder: the bundle step did not run or failed",
-                      log if log.exists() else None)
+        return failed(
+            "bundle",
+            f"no {bundle_dir.name}/ folder: the bundle step did not run or failed",
+            log if log.exists() else None,
+        )
     if audit is not None and audit.ok is False:
         failures = audit.failures
-        return failed("audit", "the bundle failed its audit: " + ("; ".join(failures[:3]) or "see bundle.json"),
-                      folder.bundle_json, failures)
+        return failed(
+            "audit",
+            "the bundle failed its audit: " + ("; ".join(failures[:3]) or "see bundle.json"),
+            folder.bundle_json,
+            failures,
+        )
     if smoke is not None and smoke.ok is False:
         failures = smoke.failures
         tail, smoke_log = _smoke_tail(smoke)
-        return failed("smoke", "the smoke test failed: " + ("; ".join(failures[:3]) or "see smoke.json"), smoke_log,
-                      tail or failures)
+        return failed(
+            "smoke",
+            "the smoke test failed: " + ("; ".join(failures[:3]) or "see smoke.json"),
+            smoke_log,
+            tail or failures,
+        )
     if common["gpu_required"] and (gpu_smoke is None or gpu_smoke.ok is not True):
         # the matrix says this asset ships only once it ran on a real GPU
-        why = ("the GPU smoke test did not run (no gpu-smoke.json from the GPU leg)" if gpu_smoke is None else
-               "the GPU smoke test failed: " + ("; ".join(gpu_smoke.failures)[:300] or "see gpu-smoke.json"))
+        why = (
+            "the GPU smoke test did not run (no gpu-smoke.json from the GPU leg)"
+            if gpu_smoke is None
+            else "the GPU smoke test failed: " + ("; ".join(gpu_smoke.failures)[:300] or "see gpu-smoke.json")
+        )
         return failed("gpu-smoke", why, folder.gpu_smoke_json if gpu_smoke is not None else None)
     return BuiltJob(**common, status="ok", bundle=bundle_dir, audit=audit)
 
@@ -492,5 +594,3 @@ def with_failure(job: BuiltJob, step: str, reason: str) -> BuiltJob:
     from dataclasses import replace
 
     return replace(job, status="failed", failed_step=step, reason=reason, log_tail=(reason,))
-
-

@@ -20,8 +20,14 @@ from rockbuild.core.records import MANIFEST_SCHEMA, HeldBack, ManifestAsset, Smo
 from .jobs import BuiltJob, ops_summary, public_cmake
 
 SCHEMA = MANIFEST_SCHEMA
-CONTENT_TYPES = {".zip": "application/zip", ".tar.gz": "application/gzip", ".json": "application/json",
-                 ".deb": "application/vnd.debian.binary-package", "SHA256SUMS": "text/plain", ".whl": "application/zip"}
+CONTENT_TYPES = {
+    ".zip": "application/zip",
+    ".tar.gz": "application/gzip",
+    ".json": "application/json",
+    ".deb": "application/vnd.debian.binary-package",
+    "SHA256SUMS": "text/plain",
+    ".whl": "application/zip",
+}
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,18 @@ def fingerprint(jobs: Sequence[BuiltJob]) -> str:
     """What the release is made from, as one hash: llama.cpp commit and build, and per shipped job its targets,
     ROCm tarball, CMake definitions, carried patches. The same inputs on a re-run give the same fingerprint (the
     release is found)."""
-    data = [{"id": j.id, "targets": list(j.targets), "llama": [j.llama_commit, j.llama_build],
-             "rocm": [j.rocm.version, j.rocm.tarball, j.rocm.tarball_sha256],
-             "cmake": public_cmake(j.cmake),
-             # the carried fixes are what it is made from too (absent from jobs built before them: same hash)
-             **({"patches": j.patches.digest} if j.patches is not None else {})}
-            for j in sorted(jobs, key=lambda j: j.id)]
+    data = [
+        {
+            "id": j.id,
+            "targets": list(j.targets),
+            "llama": [j.llama_commit, j.llama_build],
+            "rocm": [j.rocm.version, j.rocm.tarball, j.rocm.tarball_sha256],
+            "cmake": public_cmake(j.cmake),
+            # the carried fixes are what it is made from too (absent from jobs built before them: same hash)
+            **({"patches": j.patches.digest} if j.patches is not None else {}),
+        }
+        for j in sorted(jobs, key=lambda j: j.id)
+    ]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -82,12 +94,21 @@ def _smoke(job: BuiltJob) -> dict[str, Any] | None:
     model, gpu = smoke.model, smoke.gpu or SmokeGpu()
     server = smoke.runs.get("server")
     found = {"web_ui": server.web_ui, "browser": server.browser} if server is not None else {}
-    checks = {what: f"{check.result}: {check.detail}" if check.detail else check.result
-              for what, check in found.items() if check is not None}
-    return {"ok": smoke.ok, "gpu": gpu.summary, "placement": gpu.placement,
-            "model": {key: getattr(model, key) if model else None for key in ("name", "sha256", "source")}, **checks,
-            "numerics": job.numerics(), "cpu_variants": job.cpu_variant_runs(),
-            "ops": ops_summary(smoke) or None}
+    checks = {
+        what: f"{check.result}: {check.detail}" if check.detail else check.result
+        for what, check in found.items()
+        if check is not None
+    }
+    return {
+        "ok": smoke.ok,
+        "gpu": gpu.summary,
+        "placement": gpu.placement,
+        "model": {key: getattr(model, key) if model else None for key in ("name", "sha256", "source")},
+        **checks,
+        "numerics": job.numerics(),
+        "cpu_variants": job.cpu_variant_runs(),
+        "ops": ops_summary(smoke) or None,
+    }
 
 
 @dataclass(frozen=True)
@@ -106,13 +127,23 @@ class ReleaseContent:
 
 
 def build_manifest(
-    content: ReleaseContent, *, floors: Mapping[str, Mapping[str, tuple[str, str]]], floor_config: Mapping[str, str],
+    content: ReleaseContent,
+    *,
+    floors: Mapping[str, Mapping[str, tuple[str, str]]],
+    floor_config: Mapping[str, str],
     images: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a release: every job that ships, with its assets, and every job that failed; with ``images``
     (``--images``; None: the key is left out, as before images) each container image's digest and tags."""
     tag, fingerprint_value, jobs, failed, assets, repo, partial = (
-        content.tag, content.fingerprint, content.jobs, content.failed, content.assets, content.repo, content.partial)
+        content.tag,
+        content.fingerprint,
+        content.jobs,
+        content.failed,
+        content.assets,
+        content.repo,
+        content.partial,
+    )
     by_job: dict[str, list[AssetFile]] = {}
     for a in assets:
         if a.job:
@@ -125,7 +156,8 @@ def build_manifest(
             "assets": [a.record.to_dict() for a in by_job.get(job.id, [])],
             "bundle": {"files": files, "file_count": len(files), "total_bytes": sum(f["size"] for f in files)},
             "audit": {"ok": job.audit.ok, "failures": list(job.audit.failures), "warnings": list(job.audit.warnings)}
-            if job.audit is not None else None,
+            if job.audit is not None
+            else None,
             "smoke": _smoke(job),
             "bench": [b.to_dict() for b in job.bench],
             "gpu_smoke": job.gpu_summary(),  # the real-GPU figures `rockbuild perf` tracks
@@ -136,11 +168,17 @@ def build_manifest(
         shipped.append(entry)
     first = jobs[0] if jobs else None
     manifest = {
-        "schema": SCHEMA, "tool": "rockbuild", "rockbuild_version": __version__, "tag": tag, "repository": repo,
+        "schema": SCHEMA,
+        "tool": "rockbuild",
+        "rockbuild_version": __version__,
+        "tag": tag,
+        "repository": repo,
         "fingerprint": fingerprint_value,
-        "llama_cpp": {"commit": first.llama_commit if first else None,
-                      "build_number": first.llama_build if first else None,
-                      **({"held_back": content.held_back.to_dict()} if content.held_back is not None else {})},
+        "llama_cpp": {
+            "commit": first.llama_commit if first else None,
+            "build_number": first.llama_build if first else None,
+            **({"held_back": content.held_back.to_dict()} if content.held_back is not None else {}),
+        },
         "patches": release_patches(jobs),
         "glibc_floor_allowed": dict(floor_config),
         "assets": [a.record.to_dict() for a in assets],
@@ -166,8 +204,11 @@ def release_patches(jobs: Sequence[BuiltJob]) -> dict[str, Any] | None:
     for patches in recorded:
         for p in patches.applied:
             applied.setdefault(p.id, p.to_dict())
-    return {"digest": digests.pop() if len(digests) == 1 else "mixed", "disabled": all(p.disabled for p in recorded),
-            "patches": list(applied.values())}
+    return {
+        "digest": digests.pop() if len(digests) == 1 else "mixed",
+        "disabled": all(p.disabled for p in recorded),
+        "patches": list(applied.values()),
+    }
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> Path:

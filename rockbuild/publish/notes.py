@@ -38,8 +38,12 @@ def _environment() -> Any:
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_path("templates"))), undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+        loader=jinja2.FileSystemLoader(str(data_path("templates"))),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
     )
 
 
@@ -60,13 +64,22 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
     model = job.smoke.model if job.smoke is not None else None
     backend = get_backend(job.backend)
     return {
-        "id": job.id, "os": os_words.get(job.os, job.os), "name": job.name, "flavour": job.flavour,
+        "id": job.id,
+        "os": os_words.get(job.os, job.os),
+        "name": job.name,
+        "flavour": job.flavour,
         "isas": backend.release_isas(job.isas),
         "rocm_version": job.rocm.version or ("?" if backend.needs_rocm else "-"),
         "rocm_date": job.rocm.date or ("?" if backend.needs_rocm else "no ROCm"),
-        "therock_commit": (job.rocm.therock_commit or "")[:10] or "?", "required": job.required,
-        "status": job.status, "step": job.failed_step, "reason": job.reason, "smoke": job.smoke_summary(),
-        "model": (model.name if model is not None else None) or "-", "pp": _bench(job, "pp"), "tg": _bench(job, "tg"),
+        "therock_commit": (job.rocm.therock_commit or "")[:10] or "?",
+        "required": job.required,
+        "status": job.status,
+        "step": job.failed_step,
+        "reason": job.reason,
+        "smoke": job.smoke_summary(),
+        "model": (model.name if model is not None else None) or "-",
+        "pp": _bench(job, "pp"),
+        "tg": _bench(job, "tg"),
         "assets": [a.name for a in assets if a.job == job.id],
         "asset": next((a.name for a in assets if a.job == job.id and a.kind == "zip"), job.id),
         "gpu": _gpu_row(job),
@@ -76,8 +89,9 @@ def job_row(job: BuiltJob, assets: Sequence[AssetFile], os_words: Mapping[str, s
         "fallback": job.fallback_note(),
         "blame": job.blame_note(),  # a failed job: the input at fault, the first bad llama.cpp commit, where to get it
         # what ran again on the last good ROCm: a night without the smoke stage did not test it
-        "again": ("built, bundled and smoke-tested" if job.smoke is not None
-                  else "built and bundled (no smoke test ran)"),
+        "again": (
+            "built, bundled and smoke-tested" if job.smoke is not None else "built and bundled (no smoke test ran)"
+        ),
     }
 
 
@@ -87,23 +101,43 @@ def _gpu_row(job: BuiltJob) -> dict[str, Any] | None:
     if not summary or not summary["ok"]:
         return None
     figures = {str(b["test"]): b["tokens_per_second"] for b in summary["bench"] if b.get("tokens_per_second")}
-    return {"gpu": summary["gpu"] or "?", "driver": summary["driver"] or "?",
-            "figures": ", ".join(f"{test} {value:.1f} t/s" for test, value in sorted(figures.items()))}
+    return {
+        "gpu": summary["gpu"] or "?",
+        "driver": summary["driver"] or "?",
+        "figures": ", ".join(f"{test} {value:.1f} t/s" for test, value in sorted(figures.items())),
+    }
 
 
 def notes_context(
-    content: ReleaseContent, *, known_issues: Sequence[str], os_words: Mapping[str, str], run_url: str | None,
-    release_url: str | None = None, state: str = "", images: Sequence[Mapping[str, Any]] = (),
+    content: ReleaseContent,
+    *,
+    known_issues: Sequence[str],
+    os_words: Mapping[str, str],
+    run_url: str | None,
+    release_url: str | None = None,
+    state: str = "",
+    images: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """What release-notes.md.j2 is given: the release (``content``), the known issues, the words for each OS, the
     run's and the release's pages, and the images' rows."""
     tag, fingerprint_value, jobs, failed, assets, repo, partial = (
-        content.tag, content.fingerprint, content.jobs, content.failed, content.assets, content.repo, content.partial)
+        content.tag,
+        content.fingerprint,
+        content.jobs,
+        content.failed,
+        content.assets,
+        content.repo,
+        content.partial,
+    )
     first = jobs[0] if jobs else (failed[0] if failed else None)
     commit = (first.llama_commit if first else None) or "unknown"
     finished = sorted(j.finished for j in jobs if j.finished)
     return {
-        "tag": tag, "repo": repo, "run_url": run_url, "release_url": release_url, "state": state,
+        "tag": tag,
+        "repo": repo,
+        "run_url": run_url,
+        "release_url": release_url,
+        "state": state,
         "build_date": (finished[-1].replace("T", " ").split("+")[0] + " UTC") if finished else "unknown",
         "oses": sorted({os_words.get(j.os, j.os) for j in jobs}),
         "names": list(dict.fromkeys(j.name for j in jobs if get_backend(j.backend).per_target)),
@@ -121,10 +155,16 @@ def notes_context(
         "gpu_tested": [row for row in (job_row(j, assets, os_words) for j in jobs) if row["gpu"]],
         "not_gpu_tested": [job_row(j, assets, os_words)["asset"] for j in jobs if not j.gpu_tested],
         # llama-server's chat page: the assets that have it, and those without it with the reason (never silent)
-        "with_web_ui": [row["asset"] for j, row in ((j, job_row(j, assets, os_words)) for j in jobs)
-                        if j.web_ui is not None and j.web_ui.available],
-        "no_web_ui": [{"asset": job_row(j, assets, os_words)["asset"], "reason": j.web_ui.reason or "?"}
-                      for j in jobs if j.web_ui is not None and not j.web_ui.available],
+        "with_web_ui": [
+            row["asset"]
+            for j, row in ((j, job_row(j, assets, os_words)) for j in jobs)
+            if j.web_ui is not None and j.web_ui.available
+        ],
+        "no_web_ui": [
+            {"asset": job_row(j, assets, os_words)["asset"], "reason": j.web_ui.reason or "?"}
+            for j in jobs
+            if j.web_ui is not None and not j.web_ui.available
+        ],
         "marker": marker({"fingerprint": fingerprint_value, "tag": tag}),
         "partial": partial,  # published with --allow-partial (publish/whole.py): the reason and each job's holes
         # the container images (publish/image.py: notes_rows): reference, digest, the run command
@@ -132,8 +172,9 @@ def notes_context(
         "programs": _shared(j.programs for j in jobs),
         "cpu_variants": _shared(j.cpu_variants for j in jobs),
         "patches": carried_patches(jobs),
-        "no_patches": [job_row(j, assets, os_words)["asset"] for j in jobs
-                       if j.patches is not None and j.patches.disabled],
+        "no_patches": [
+            job_row(j, assets, os_words)["asset"] for j in jobs if j.patches is not None and j.patches.disabled
+        ],
     }
 
 

@@ -103,12 +103,19 @@ class PublishReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "tag": self.tag, "state": self.state, "message": self.message, "fingerprint": self.fingerprint,
-            "release_url": self.release_url, "assets": [a.record.to_dict() for a in self.assets],
-            "actions": [{"asset": n, "action": a} for n, a in self.actions], "jobs": list(self.jobs),
+            "tag": self.tag,
+            "state": self.state,
+            "message": self.message,
+            "fingerprint": self.fingerprint,
+            "release_url": self.release_url,
+            "assets": [a.record.to_dict() for a in self.assets],
+            "actions": [{"asset": n, "action": a} for n, a in self.actions],
+            "jobs": list(self.jobs),
             "failed_jobs": [j.failure().to_dict() for j in self.failed],
-            "out_dir": str(self.out_dir) if self.out_dir else None, "pruned": list(self.pruned),
-            "warnings": list(self.warnings), "images": [i.to_dict() for i in self.images],
+            "out_dir": str(self.out_dir) if self.out_dir else None,
+            "pruned": list(self.pruned),
+            "warnings": list(self.warnings),
+            "images": [i.to_dict() for i in self.images],
         }
 
     def render(self) -> str:
@@ -118,11 +125,11 @@ class PublishReport:
         for name, action in self.actions:
             lines.append(f"  {action:<14} {name}")
         for job in self.failed:
-            lines.append(f"  not shipped: {job.id}{'' if job.required else ' (optional)'}: {job.failed_step}: "
-                         f"{job.reason}")
+            lines.append(
+                f"  not shipped: {job.id}{'' if job.required else ' (optional)'}: {job.failed_step}: {job.reason}"
+            )
         for image in self.images:
-            pushed = f"pushed as {', '.join(t for t, _ in image.push.tags)}" if image.push is not None else \
-                "not pushed"
+            pushed = f"pushed as {', '.join(t for t, _ in image.push.tags)}" if image.push is not None else "not pushed"
             tested = "tested" if image.test is not None and image.test.ok else "untested"
             lines.append(f"  image {image.reference} {image.digest} ({tested}, {pushed})")
         lines.extend(f"  pruned {tag}" for tag in self.pruned)
@@ -134,8 +141,9 @@ class PublishReport:
 # Jobs and gating
 
 
-def gate_jobs(jobs: Sequence[BuiltJob], config: PublishConfig) -> tuple[list[BuiltJob], list[BuiltJob],
-                                                                            dict[str, dict[str, tuple[str, str]]]]:
+def gate_jobs(
+    jobs: Sequence[BuiltJob], config: PublishConfig
+) -> tuple[list[BuiltJob], list[BuiltJob], dict[str, dict[str, tuple[str, str]]]]:
     """(jobs that ship, jobs that failed, glibc floor per Linux job). Raises when a required job failed."""
     ids = [j.id for j in jobs]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -156,16 +164,19 @@ def gate_jobs(jobs: Sequence[BuiltJob], config: PublishConfig) -> tuple[list[Bui
     if required:
         first = required[0]
         more = f" (and {len(required) - 1} more: {', '.join(j.id for j in required[1:])})" if len(required) > 1 else ""
-        raise PublishError(f"required job {first.id} failed at {first.failed_step}: {first.reason}{more}; "
-                           "nothing was published", hint="fix the job, or mark it 'required: false' in the matrix")
+        raise PublishError(
+            f"required job {first.id} failed at {first.failed_step}: {first.reason}{more}; nothing was published",
+            hint="fix the job, or mark it 'required: false' in the matrix",
+        )
     if not ok:
-        raise PublishError("no job passed, so there is nothing to publish",
-                           hint="rockbuild alert reports the failures")
+        raise PublishError("no job passed, so there is nothing to publish", hint="rockbuild alert reports the failures")
     builds = {(j.llama_commit, j.llama_build) for j in ok}
     if len(builds) > 1:
         detail = "; ".join(f"{j.id}: {j.llama_commit} (build {j.llama_build})" for j in ok)
-        raise PublishError(f"the jobs were built from different llama.cpp commits ({detail}); one release holds one",
-                           hint="pin llama.cpp for the night (rockbuild resolve) and rebuild")
+        raise PublishError(
+            f"the jobs were built from different llama.cpp commits ({detail}); one release holds one",
+            hint="pin llama.cpp for the night (rockbuild resolve) and rebuild",
+        )
     return ok, failed, floors
 
 
@@ -211,15 +222,19 @@ def _remember(dest: Path, key: dict[str, Any]) -> None:
     dest.with_name(dest.name + ".key.json").write_text(json.dumps(key))
 
 
-def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishConfig,
-                       source_date_epoch: int | None = None) -> tuple[list[AssetFile], list[str]]:
+def write_job_archives(
+    job: BuiltJob, tag: str, folder: Path, config: PublishConfig, source_date_epoch: int | None = None
+) -> tuple[list[AssetFile], list[str]]:
     """The job's zip (and tar.gz, and .deb), refusing any over the size limit; (assets, notes about replaced
     symlinks)."""
     assert job.bundle is not None
     entries, notes = collect_entries(job.bundle)
     mtime = archive_mtime(job, source_date_epoch)
-    key_base = {"entries": [[e.arcname, e.size, e.mode, e.source.stat().st_mtime_ns] for e in entries],
-                "mtime": mtime, "level": config.compress_level}
+    key_base = {
+        "entries": [[e.arcname, e.size, e.mode, e.source.stat().st_mtime_ns] for e in entries],
+        "mtime": mtime,
+        "level": config.compress_level,
+    }
     base = asset_base(config, tag, job)
     kinds = [("zip", write_zip)] + ([("tar.gz", write_tar_gz)] if job.os in config.tar_gz_for else [])
     out = []
@@ -234,8 +249,12 @@ def write_job_archives(job: BuiltJob, tag: str, folder: Path, config: PublishCon
         out.append(AssetFile(dest.name, dest, dest.stat().st_size, sha256_file(dest), kind, job.id))
     if job.os in config.deb_for:  # the same files as a Debian package (publish/deb.py)
         deb = folder / f"{base}.deb"
-        key = {**key_base, "kind": "deb", "tag": tag, "deb": [config.deb_maintainer, config.deb_homepage,
-                                                              sorted(config.deb_packages.items())]}
+        key = {
+            **key_base,
+            "kind": "deb",
+            "tag": tag,
+            "deb": [config.deb_maintainer, config.deb_homepage, sorted(config.deb_packages.items())],
+        }
         if not _cached(deb, key):
             with console.step(f"package {deb.name}"):
                 write_deb(job, tag, deb, config, mtime=mtime)
@@ -262,8 +281,10 @@ def _rocm_for_tag(jobs: Sequence[BuiltJob], warnings: list[str]) -> str | None:
         return parsed.version_key if parsed else ()
 
     newest = max(versions, key=key)
-    warnings.append(f"the jobs used different ROCm versions ({', '.join(versions)}); the tag names the newest, "
-                    "the notes and manifest.json give each job's own")
+    warnings.append(
+        f"the jobs used different ROCm versions ({', '.join(versions)}); the tag names the newest, "
+        "the notes and manifest.json give each job's own"
+    )
     return newest
 
 
@@ -273,8 +294,15 @@ def _fingerprint_of(body: str | None) -> Any:
     return marker.get("fingerprint") if marker is not None else None
 
 
-def choose_tag(options: PublishOptions, config: PublishConfig, jobs: Sequence[BuiltJob], fp: str,
-               releases: Sequence[Any], tags: Sequence[str], warnings: list[str]) -> str:
+def choose_tag(
+    options: PublishOptions,
+    config: PublishConfig,
+    jobs: Sequence[BuiltJob],
+    fp: str,
+    releases: Sequence[Any],
+    tags: Sequence[str],
+    warnings: list[str],
+) -> str:
     if options.tag:
         return options.tag
     ours = [r for r in releases if _fingerprint_of(r.body) == fp]
@@ -284,8 +312,7 @@ def choose_tag(options: PublishOptions, config: PublishConfig, jobs: Sequence[Bu
     scheme = options.scheme or config.tag_scheme
     if scheme == "llama":
         return llama_tag(config.llama_tag, build=jobs[0].llama_build, rocm=_rocm_for_tag(jobs, warnings))
-    return next_sequential_tag([*tags, *(r.tag_name for r in releases)], first=config.tag_first,
-                               width=config.tag_width)
+    return next_sequential_tag([*tags, *(r.tag_name for r in releases)], first=config.tag_first, width=config.tag_width)
 
 
 def _is_ours(name: str, tag: str, planned: set[str]) -> bool:
@@ -324,8 +351,9 @@ def _write_summary(path: Path | None, text: str) -> None:
         fh.write(text)
 
 
-def publish(options: PublishOptions, config: PublishConfig | None = None,
-            programs: ProgramList | None = None) -> PublishReport:
+def publish(
+    options: PublishOptions, config: PublishConfig | None = None, programs: ProgramList | None = None
+) -> PublishReport:
     """Publish the jobs in ``options.job_dirs`` (see the module docstring). Raises PublishError when refused."""
     config = config or load_publish_config()
     if not options.job_dirs:
@@ -352,8 +380,10 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
     if repo is None and not options.dry_run:
         raise PublishError("no repository to publish to", hint="pass --repo OWNER/NAME (or use --dry-run)")
     if repo is not None and not token and not options.dry_run:
-        raise PublishError("no GitHub token: set GITHUB_TOKEN or GH_TOKEN (contents: write)",
-                           hint="--dry-run shows what would be published without one")
+        raise PublishError(
+            "no GitHub token: set GITHUB_TOKEN or GH_TOKEN (contents: write)",
+            hint="--dry-run shows what would be published without one",
+        )
     gh = GitHub(repo, api_url=options.api_url, token=token, throttle=options.throttle) if repo else None
     try:
         releases = gh.releases() if gh else []
@@ -361,21 +391,26 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         tag = choose_tag(options, config, shipped, fp, releases, tags, warnings)
         same_tag = [r for r in releases if r.tag_name == tag]
         existing = sorted(same_tag, key=lambda r: (not r.draft, r.created_at))[-1] if same_tag else None
-        base_report: dict[str, Any] = dict(tag=tag, fingerprint=fp, jobs=tuple(j.id for j in shipped),
-                                           failed=tuple(failed))
+        base_report: dict[str, Any] = dict(
+            tag=tag, fingerprint=fp, jobs=tuple(j.id for j in shipped), failed=tuple(failed)
+        )
         same_inputs = _fingerprint_of(existing.body) == fp if existing is not None else False
         if existing is not None and not existing.draft and same_inputs and not options.tag:
             # a re-run of a published night; with an explicit --tag the bytes are compared instead (below)
             message = f"already published from these inputs (fingerprint {fp}); nothing changed"
             say(f"{tag}: {message}")
-            return PublishReport(state="unchanged", message=message, release_url=existing.html_url,
-                                 warnings=tuple(warnings), **base_report)
+            return PublishReport(
+                state="unchanged",
+                message=message,
+                release_url=existing.html_url,
+                warnings=tuple(warnings),
+                **base_report,
+            )
         out_dir = (options.out or Path(options.job_dirs[0]).absolute().parent / "release") / tag
         out_dir.mkdir(parents=True, exist_ok=True)
         assets: list[AssetFile] = []
         for job in shipped:
-            made, link_notes = write_job_archives(job, tag, out_dir, config,
-                                                  options.context.source_date_epoch)
+            made, link_notes = write_job_archives(job, tag, out_dir, config, options.context.source_date_epoch)
             assets.extend(made)
             for note in link_notes:
                 console.warn(f"{job.id}: {note}")
@@ -385,20 +420,36 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         # the images, made and tested before anything is written to GitHub (pushed only with the release, below)
         image_options = _image_options(options.images, repo, token)
         images = _release_images(image_options, shipped, tag, out_dir, config, options, repo, say)
-        content = ReleaseContent(tag=tag, fingerprint=fp, jobs=shipped, failed=failed, assets=tuple(assets), repo=repo,
-                                 partial=wholeness.partial(), held_back=options.held_back)
-        manifest = build_manifest(content, floors=floors, floor_config=config.glibc_floor,
-                                  images=manifest_entries(images) if image_options is not None else None)
+        content = ReleaseContent(
+            tag=tag,
+            fingerprint=fp,
+            jobs=shipped,
+            failed=failed,
+            assets=tuple(assets),
+            repo=repo,
+            partial=wholeness.partial(),
+            held_back=options.held_back,
+        )
+        manifest = build_manifest(
+            content,
+            floors=floors,
+            floor_config=config.glibc_floor,
+            images=manifest_entries(images) if image_options is not None else None,
+        )
         manifest_path = write_json(out_dir / MANIFEST, manifest)
-        assets.append(AssetFile(MANIFEST, manifest_path, manifest_path.stat().st_size, sha256_file(manifest_path),
-                                "manifest"))
+        assets.append(
+            AssetFile(MANIFEST, manifest_path, manifest_path.stat().st_size, sha256_file(manifest_path), "manifest")
+        )
         sums_path = out_dir / CHECKSUMS
         sums_path.write_text(sha256sums(assets), encoding="utf-8")
         assets.append(AssetFile(CHECKSUMS, sums_path, sums_path.stat().st_size, sha256_file(sums_path), "checksums"))
-        context = notes_context(replace(content, assets=tuple(assets)), known_issues=config.known_issues,
-                                os_words=config.os_words, run_url=run_url,
-                                images=notes_rows(images, {a.job: a.name for a in assets
-                                                           if a.job and a.kind == "zip"}))
+        context = notes_context(
+            replace(content, assets=tuple(assets)),
+            known_issues=config.known_issues,
+            os_words=config.os_words,
+            run_url=run_url,
+            images=notes_rows(images, {a.job: a.name for a in assets if a.job and a.kind == "zip"}),
+        )
         notes = render("release-notes.md.j2", **context)
         (out_dir / NOTES).write_text(notes, encoding="utf-8")
         base_report.update(assets=tuple(assets), out_dir=out_dir, images=tuple(images))
@@ -409,23 +460,36 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
             actions = _dry_actions(gh, existing, assets, tag)
             verb = "would complete the draft" if existing is not None else "would create the draft"
             where = f" in {repo}" if repo else ""
-            message = f"{verb} {tag}{where}, upload {sum(a != 'unchanged' for _, a in actions)} asset(s) " \
-                      f"and publish it; files in {out_dir}"
+            message = (
+                f"{verb} {tag}{where}, upload {sum(a != 'unchanged' for _, a in actions)} asset(s) "
+                f"and publish it; files in {out_dir}"
+            )
             _write_summary(summary_path, render("step-summary.md.j2", **{**context, "state": "dry run"}))
-            return PublishReport(state="dry-run", message=message, actions=tuple(actions), warnings=tuple(warnings),
-                                 **base_report)
+            return PublishReport(
+                state="dry-run", message=message, actions=tuple(actions), warnings=tuple(warnings), **base_report
+            )
         release, actions = _complete_draft(gh, existing, tag, notes, assets, warnings, say)
         if options.draft:
-            state, message = "draft", f"draft {tag} holds every asset; run without --draft to publish it" + (
-                " and push its images" if images and image_options and image_options.repository else "")
+            state, message = (
+                "draft",
+                f"draft {tag} holds every asset; run without --draft to publish it"
+                + (" and push its images" if images and image_options and image_options.repository else ""),
+            )
         else:
             if images and image_options is not None:
                 # before the release is public: a failed push leaves the draft (a re-run sends only what is missing)
                 images = push_release_images(images, image_options, say)
                 base_report["images"] = tuple(images)
-            release = gh.call(f"publishing {tag}", lambda: release.update_release(
-                name=tag, message=notes, draft=False, prerelease=False,
-                make_latest="true" if config.make_latest else "false"))
+            release = gh.call(
+                f"publishing {tag}",
+                lambda: release.update_release(
+                    name=tag,
+                    message=notes,
+                    draft=False,
+                    prerelease=False,
+                    make_latest="true" if config.make_latest else "false",
+                ),
+            )
             if release.draft:
                 raise PublishError(f"the API left {tag} a draft after publishing it", hint="look at the release page")
             state, message = "published", f"published with {len(assets)} assets"
@@ -433,10 +497,18 @@ def publish(options: PublishOptions, config: PublishConfig | None = None,
         pruned: tuple[str, ...] = ()
         if options.keep is not None and state == "published":
             pruned = prune_releases(gh, options.keep, config.protect, keep_tag=tag, say=say)
-        _write_summary(summary_path, render("step-summary.md.j2", **{**context, "state": state,
-                                                                   "release_url": release.html_url}))
-        return PublishReport(state=state, message=message, release_url=release.html_url, actions=tuple(actions),
-                             pruned=pruned, warnings=tuple(warnings), **base_report)
+        _write_summary(
+            summary_path, render("step-summary.md.j2", **{**context, "state": state, "release_url": release.html_url})
+        )
+        return PublishReport(
+            state=state,
+            message=message,
+            release_url=release.html_url,
+            actions=tuple(actions),
+            pruned=pruned,
+            warnings=tuple(warnings),
+            **base_report,
+        )
     finally:
         if gh is not None:
             gh.close()
@@ -447,28 +519,47 @@ def _image_options(images: ImageOptions | None, repo: str | None, token: str | N
     the workflow's GITHUB_TOKEN with ``packages: write``), unless given; the shipped images.yaml unless another."""
     if images is None:
         return None
-    return replace(images, user=images.user or (repo.split("/")[0] if repo else None),
-                   token=images.token if images.token is not None else token,
-                   config=images.images_config())
+    return replace(
+        images,
+        user=images.user or (repo.split("/")[0] if repo else None),
+        token=images.token if images.token is not None else token,
+        config=images.images_config(),
+    )
 
 
-def _release_images(images: ImageOptions | None, shipped: Sequence[BuiltJob], tag: str, out_dir: Path,
-                    config: PublishConfig, options: PublishOptions, repo: str | None, say: Any) -> list[ReleaseImage]:
+def _release_images(
+    images: ImageOptions | None,
+    shipped: Sequence[BuiltJob],
+    tag: str,
+    out_dir: Path,
+    config: PublishConfig,
+    options: PublishOptions,
+    repo: str | None,
+    say: Any,
+) -> list[ReleaseImage]:
     """An image of each shipped Linux job (none without ``--images``), tested with podman unless the options say
     not to (:func:`.image.release_images`)."""
     if images is None:
         return []
     assert images.config is not None
-    report = release_images(shipped, tag, out_dir, publish=config, options=images,
-                            mtime_of=lambda job: archive_mtime(job, options.context.source_date_epoch), repo=repo,
-                            say=say)
+    report = release_images(
+        shipped,
+        tag,
+        out_dir,
+        publish=config,
+        options=images,
+        mtime_of=lambda job: archive_mtime(job, options.context.source_date_epoch),
+        repo=repo,
+        say=say,
+    )
     for job, why in report.skipped:
         say(f"{job}: no image ({why})")
     return list(report.images)
 
 
-def _published_elsewhere(gh: GitHub, existing: Any, assets: Sequence[AssetFile], base_report: dict[str, Any],
-                         warnings: list[str], say: Any) -> PublishReport:
+def _published_elsewhere(
+    gh: GitHub, existing: Any, assets: Sequence[AssetFile], base_report: dict[str, Any], warnings: list[str], say: Any
+) -> PublishReport:
     """A published release under our tag that was not made from these inputs: identical assets -> nothing to do;
     anything else -> refused (published assets never change: consumers pin their sha256)."""
     tag = existing.tag_name
@@ -483,12 +574,16 @@ def _published_elsewhere(gh: GitHub, existing: Any, assets: Sequence[AssetFile],
             problems.append(f"{local.name} differs ({why})")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise PublishError(f"release {tag} is already published and its assets are immutable: {problems[0]}{more}; "
-                           "nothing was changed", hint="publish under a new tag (leave out --tag for the next one)")
+        raise PublishError(
+            f"release {tag} is already published and its assets are immutable: {problems[0]}{more}; "
+            "nothing was changed",
+            hint="publish under a new tag (leave out --tag for the next one)",
+        )
     message = "already published with identical assets; nothing changed"
     say(f"{tag}: {message}")
-    return PublishReport(state="unchanged", message=message, release_url=existing.html_url,
-                         warnings=tuple(warnings), **base_report)
+    return PublishReport(
+        state="unchanged", message=message, release_url=existing.html_url, warnings=tuple(warnings), **base_report
+    )
 
 
 def _dry_actions(gh: GitHub | None, existing: Any, assets: Sequence[AssetFile], tag: str) -> list[tuple[str, str]]:
@@ -509,8 +604,10 @@ TOOL_WHEEL_RE = re.compile(r"rockbuild-[0-9][0-9A-Za-z.+!_]*-py3-none-any\.whl")
 def check_tool_wheel(wheel: Path) -> None:
     """``--tool-wheel``: rockbuild's own wheel, or a PublishError."""
     if not TOOL_WHEEL_RE.fullmatch(wheel.name):
-        raise PublishError(f"--tool-wheel {wheel.name}: not rockbuild's wheel (rockbuild-VERSION-py3-none-any.whl)",
-                           hint="make it with: python -m pip wheel --no-deps -w dist .")
+        raise PublishError(
+            f"--tool-wheel {wheel.name}: not rockbuild's wheel (rockbuild-VERSION-py3-none-any.whl)",
+            hint="make it with: python -m pip wheel --no-deps -w dist .",
+        )
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = set(zf.namelist())
@@ -528,8 +625,9 @@ def attach_tool_wheel(wheel: Path, out_dir: Path) -> AssetFile:
     return AssetFile(dest.name, dest, dest.stat().st_size, sha256_file(dest), "tool")
 
 
-def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Sequence[AssetFile],
-                    warnings: list[str], say: Any) -> tuple[Any, list[tuple[str, str]]]:
+def _complete_draft(
+    gh: GitHub, existing: Any, tag: str, notes: str, assets: Sequence[AssetFile], warnings: list[str], say: Any
+) -> tuple[Any, list[tuple[str, str]]]:
     """The draft for ``tag`` holding exactly our verified assets (created, or completed when a run left one)."""
     if existing is None:
         release = _create_draft(gh, tag, notes, say)
@@ -537,8 +635,10 @@ def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Seq
         release = existing
         say(f"{tag}: completing the draft a previous run left")
         if (release.body or "") != notes or release.name != tag:
-            release = gh.call(f"updating the draft {tag}", lambda: release.update_release(
-                name=tag, message=notes, draft=True, prerelease=False))
+            release = gh.call(
+                f"updating the draft {tag}",
+                lambda: release.update_release(name=tag, message=notes, draft=True, prerelease=False),
+            )
     planned = {a.name: a for a in assets}
     actions: dict[str, str] = {}
     for remote in gh.assets(release):
@@ -562,8 +662,10 @@ def _complete_draft(gh: GitHub, existing: Any, tag: str, notes: str, assets: Seq
         uploaded = _upload(gh, release, local, tag, say)
         same, why = _matches(uploaded, local)
         if not same and _digest(uploaded) is not None:
-            raise PublishError(f"{local.name} was uploaded to the draft {tag} but the API reports {why}",
-                               hint="run the same command again; the draft stays unpublished")
+            raise PublishError(
+                f"{local.name} was uploaded to the draft {tag} but the API reports {why}",
+                hint="run the same command again; the draft stays unpublished",
+            )
         actions[local.name] = "replaced" if actions.get(local.name) == "replaced" else "uploaded"
     _verify_draft(gh, release, assets)
     return release, [(a.name, actions[a.name]) for a in assets]
@@ -575,8 +677,10 @@ def _create_draft(gh: GitHub, tag: str, notes: str, say: Any) -> Any:
     by its tag) and the others are deleted."""
     answered: Any = None
     try:
-        answered = gh.call(f"creating the draft release {tag}", lambda: gh.repo.create_git_release(
-            tag, name=tag, message=notes, draft=True, prerelease=False))
+        answered = gh.call(
+            f"creating the draft release {tag}",
+            lambda: gh.repo.create_git_release(tag, name=tag, message=notes, draft=True, prerelease=False),
+        )
     except PublishError as failure:
         error: PublishError | None = failure
     else:
@@ -600,8 +704,11 @@ def _upload(gh: GitHub, release: Any, local: AssetFile, tag: str, say: Any) -> A
     """Upload ``local`` to the draft. GitHub sometimes stores an upload and answers 5xx (a retry then gets 422
     already_exists): when the stored asset is ours (name, size and, when reported, sha256), it is taken."""
     try:
-        return gh.call(f"uploading {local.name} to the draft {tag} (the draft stays unpublished; run the same "
-                       "command again to complete it)", _uploader(release, local))
+        return gh.call(
+            f"uploading {local.name} to the draft {tag} (the draft stays unpublished; run the same "
+            "command again to complete it)",
+            _uploader(release, local),
+        )
     except PublishError as failure:
         stored = next((a for a in gh.assets(release) if a.name == local.name), None)
         if stored is None or not _matches(stored, local)[0]:
@@ -620,13 +727,17 @@ def _verify_draft(gh: GitHub, release: Any, assets: Sequence[AssetFile]) -> None
     for local in assets:
         found = [r for r in remote if r.name == local.name]
         if len(found) != 1:
-            raise PublishError(f"the draft {release.tag_name} has {len(found)} copies of {local.name}; not published",
-                               hint="run the same command again to complete the draft")
+            raise PublishError(
+                f"the draft {release.tag_name} has {len(found)} copies of {local.name}; not published",
+                hint="run the same command again to complete the draft",
+            )
         r = found[0]
         if r.state != "uploaded" or r.size != local.size or (_digest(r) not in (None, local.sha256)):
             _, why = _matches(r, local)
-            raise PublishError(f"{local.name} in the draft {release.tag_name} does not match ours ({why}); "
-                               "not published", hint="run the same command again to complete the draft")
+            raise PublishError(
+                f"{local.name} in the draft {release.tag_name} does not match ours ({why}); not published",
+                hint="run the same command again to complete the draft",
+            )
 
 
 def prune_releases(gh: GitHub, keep: int, protect: Sequence[str], *, keep_tag: str, say: Any) -> tuple[str, ...]:
@@ -635,7 +746,7 @@ def prune_releases(gh: GitHub, keep: int, protect: Sequence[str], *, keep_tag: s
     ours = [r for r in gh.releases() if not r.draft and read_marker(r.body) is not None and r.tag_name not in protect]
     ours.sort(key=lambda r: (r.tag_name == keep_tag, r.published_at or r.created_at, r.id), reverse=True)
     pruned = []
-    for release in ours[max(keep, 1):]:
+    for release in ours[max(keep, 1) :]:
         gh.call(f"deleting the old release {release.tag_name}", release.delete_release)
         say(f"    pruned the old release {release.tag_name}")
         pruned.append(release.tag_name)

@@ -70,13 +70,23 @@ def _pedigree(job: BuiltJob) -> Any:
     if not applied:
         return None
     patches = [
-        Patch(type=PatchClassification.UNOFFICIAL, resolves=[IssueType(
-            type=IssueClassification.DEFECT, id=p.id, name=p.id, description=p.why or None,
-            references=[XsUri(p.url)] if p.url else None)])
+        Patch(
+            type=PatchClassification.UNOFFICIAL,
+            resolves=[
+                IssueType(
+                    type=IssueClassification.DEFECT,
+                    id=p.id,
+                    name=p.id,
+                    description=p.why or None,
+                    references=[XsUri(p.url)] if p.url else None,
+                )
+            ],
+        )
         for p in applied
     ]
     notes = "carried by rockbuild (patches/patches.yaml): " + ", ".join(
-        f"{p.id} (sha256 {(p.sha256 or '?')[:16]})" for p in applied)
+        f"{p.id} (sha256 {(p.sha256 or '?')[:16]})" for p in applied
+    )
     return Pedigree(patches=patches, notes=notes)
 
 
@@ -97,18 +107,26 @@ def make_sbom(job: BuiltJob, asset: str, tag: str, *, timestamp: int) -> str:
         return [HashType(alg=HashAlgorithm.SHA_256, content=value)]
 
     asset_component = Component(
-        type=ComponentType.APPLICATION, name=asset, version=tag, bom_ref="asset",
+        type=ComponentType.APPLICATION,
+        name=asset,
+        version=tag,
+        bom_ref="asset",
         description=f"llama.cpp {job.flavour} build for {', '.join(job.targets) or job.os} ({job.id})",
     )
     commit = job.llama_commit or "unknown"
     build = job.llama_build or ""
     build = f"b{build}" if build.isdigit() else build  # llama.cpp's own spelling of a build: b11312
     llama = Component(
-        type=ComponentType.APPLICATION, name=LLAMA, version=build or commit[:12], bom_ref=LLAMA,
+        type=ComponentType.APPLICATION,
+        name=LLAMA,
+        version=build or commit[:12],
+        bom_ref=LLAMA,
         purl=PackageURL("github", "ggml-org", "llama.cpp", commit) if job.llama_commit else None,
-        properties=[Property(name="rockbuild:commit", value=commit),
-                    Property(name="rockbuild:build_number", value=build or "unknown"),
-                    *([Property(name="rockbuild:patches", value=job.patches.digest)] if job.patches else [])],
+        properties=[
+            Property(name="rockbuild:commit", value=commit),
+            Property(name="rockbuild:build_number", value=build or "unknown"),
+            *([Property(name="rockbuild:patches", value=job.patches.digest)] if job.patches else []),
+        ],
         pedigree=_pedigree(job),
     )
     packages = {LLAMA: llama}
@@ -116,21 +134,38 @@ def make_sbom(job: BuiltJob, asset: str, tag: str, *, timestamp: int) -> str:
         rocm = job.rocm
         recorded = JobFolder(job.dir).build()
         root = (recorded.rocm if recorded is not None else None) or BuildRocm()
-        properties = [Property(name=f"rockbuild:{k}", value=str(v)) for k, v in (
-            ("tarball", rocm.tarball), ("therock_commit", rocm.therock_commit), ("group", rocm.group),
-            ("date", rocm.date), ("root_kind", root.kind)) if v]  # the root's path is the runner's
+        properties = [
+            Property(name=f"rockbuild:{k}", value=str(v))
+            for k, v in (
+                ("tarball", rocm.tarball),
+                ("therock_commit", rocm.therock_commit),
+                ("group", rocm.group),
+                ("date", rocm.date),
+                ("root_kind", root.kind),
+            )
+            if v
+        ]  # the root's path is the runner's
         packages[ROCM] = Component(
-            type=ComponentType.FRAMEWORK, name=rocm.tarball.removesuffix(".tar.gz") if rocm.tarball else "rocm",
-            version=rocm.version or "unknown", bom_ref=ROCM, properties=properties,
+            type=ComponentType.FRAMEWORK,
+            name=rocm.tarball.removesuffix(".tar.gz") if rocm.tarball else "rocm",
+            version=rocm.version or "unknown",
+            bom_ref=ROCM,
+            properties=properties,
             hashes=sha(rocm.tarball_sha256) if rocm.tarball_sha256 else [],
         )
-    packages[ROCKBUILD] = Component(type=ComponentType.APPLICATION, name=ROCKBUILD, version=__version__,
-                                    bom_ref=ROCKBUILD)
+    packages[ROCKBUILD] = Component(
+        type=ComponentType.APPLICATION, name=ROCKBUILD, version=__version__, bom_ref=ROCKBUILD
+    )
     loose: list[Any] = []
     for rel, _path in files:
         origin = _origin(rel, origins)
-        component = Component(type=ComponentType.FILE, name=rel, bom_ref=f"file:{rel}", hashes=sha(hashes[rel]),
-                              properties=[Property(name="rockbuild:from", value=origin)])
+        component = Component(
+            type=ComponentType.FILE,
+            name=rel,
+            bom_ref=f"file:{rel}",
+            hashes=sha(hashes[rel]),
+            properties=[Property(name="rockbuild:from", value=origin)],
+        )
         if origin in packages:
             packages[origin].components.add(component)
         else:

@@ -33,7 +33,9 @@ def llama_tag(template: str, *, build: str | None, rocm: str | None) -> str:
             hint="build with --build-number (or from a full clone), or use the sequential tag scheme",
         )
     if not rocm:
-        raise PublishError("the ROCm version is unknown, so a llama.cpp-aligned tag cannot be made",
-                           hint="use the sequential tag scheme or pass --tag")
+        raise PublishError(
+            "the ROCm version is unknown, so a llama.cpp-aligned tag cannot be made",
+            hint="use the sequential tag scheme or pass --tag",
+        )
     tag = template.format(build=str(build).removeprefix("b"), rocm=rocm)
     return _UNSAFE.sub("-", tag).strip("-.")

@@ -95,8 +95,11 @@ def missing_programs(job: BuiltJob, programs: ProgramList, elsewhere: Collection
     another bundle of the release (``elsewhere``) ships."""
     shipped = shipped_programs(job, programs)
     undefined = set(job.programs_unavailable)
-    return tuple(p.target for p in programs.programs
-                 if p.target not in shipped and (p.required or p.target not in undefined or p.target in elsewhere))
+    return tuple(
+        p.target
+        for p in programs.programs
+        if p.target not in shipped and (p.required or p.target not in undefined or p.target in elsewhere)
+    )
 
 
 def job_hole(job: BuiltJob, programs: ProgramList, elsewhere: Collection[str] = ()) -> Hole | None:
@@ -121,8 +124,9 @@ def check_whole(jobs: Sequence[BuiltJob], programs: ProgramList, *, allow_partia
     holes = tuple(h for h in (job_hole(j, programs, anywhere) for j in jobs) if h is not None)
     reason = " ".join((allow_partial or "").split()) or None
     if holes and reason is None:
-        raise PublishError("the release is not whole: " + "; ".join(h.words() for h in holes) + "; nothing was "
-                           "published",
-                           hint="build the chat page with npm (rockbuild webui, then build --web-ui DIR) and every "
-                                "program; in an emergency, publish anyway with --allow-partial REASON")
+        raise PublishError(
+            "the release is not whole: " + "; ".join(h.words() for h in holes) + "; nothing was published",
+            hint="build the chat page with npm (rockbuild webui, then build --web-ui DIR) and every "
+            "program; in an emergency, publish anyway with --allow-partial REASON",
+        )
     return Wholeness(holes, reason if holes else None)

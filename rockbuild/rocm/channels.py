@@ -77,8 +77,9 @@ def _config_date(path: Path, host: Any, key: str, what: str) -> datetime.date | 
     try:
         return datetime.date.fromisoformat(str(value))
     except ValueError:
-        raise ConfigError(f"{where(path, host, key)}: {what}.{key}: {value!r} is not a date (expected YYYY-MM-DD)"
-                          ) from None
+        raise ConfigError(
+            f"{where(path, host, key)}: {what}.{key}: {value!r} is not a date (expected YYYY-MM-DD)"
+        ) from None
 
 
 def parse_channels(data: Any, path: Path) -> dict[str, Channel]:
@@ -88,8 +89,9 @@ def parse_channels(data: Any, path: Path) -> dict[str, Channel]:
         raise ConfigError(f"{where(path, data)}: expected a top-level 'channels:' mapping of channel name -> hosts")
     check_keys(path, data, ("channels",), "rocm-channels.yaml")
     if not isinstance(data.get("channels"), dict) or not data["channels"]:
-        raise ConfigError(f"{where(path, data, 'channels')}: expected a top-level 'channels:' mapping of channel "
-                          "name -> hosts")
+        raise ConfigError(
+            f"{where(path, data, 'channels')}: expected a top-level 'channels:' mapping of channel name -> hosts"
+        )
     channels = {}
     for name, body in data["channels"].items():
         what = f"channel {name!r}"
@@ -108,8 +110,9 @@ def parse_channels(data: Any, path: Path) -> dict[str, Channel]:
             check_keys(path, h, ("url", "from", "until", "listing", "key_prefix"), host_what)
             listing = h.get("listing", "html")
             if listing not in LISTINGS:
-                raise ConfigError(f"{where(path, h, 'listing')}: {host_what}: listing {listing!r} is not one of "
-                                  f"{', '.join(LISTINGS)}")
+                raise ConfigError(
+                    f"{where(path, h, 'listing')}: {host_what}: listing {listing!r} is not one of {', '.join(LISTINGS)}"
+                )
             hosts.append(
                 IndexHost(
                     url=directory_url(h["url"].strip()),

@@ -133,8 +133,9 @@ def list_rocm_versions(
 ) -> list[TarballEntry]:
     """Tarballs available for ``groups`` (see :func:`tarball_groups`) on the channel's current host, newest first."""
     with offline_routes():
-        return list_tarballs(platform=os_name, groups=list(groups), channel=channel, index_url=index_url,
-                             fetch_text=get_text)
+        return list_tarballs(
+            platform=os_name, groups=list(groups), channel=channel, index_url=index_url, fetch_text=get_text
+        )
 
 
 def _root_for(entry: TarballEntry, dest: Path | None, cache: Path) -> Path:
@@ -190,17 +191,35 @@ def fetch_pinned(rocm: InputsRocm, *, cache: Path) -> FetchResult:
     return fetched
 
 
-def find_tarball(groups: Sequence[str], *, os_name: str, version: str = "latest", channel: str = "nightly",
-                 index_url: str | None = None) -> TarballEntry:
+def find_tarball(
+    groups: Sequence[str],
+    *,
+    os_name: str,
+    version: str = "latest",
+    channel: str = "nightly",
+    index_url: str | None = None,
+) -> TarballEntry:
     """The ROCm tarball of ``groups`` (the current name, then legacy names: :func:`tarball_groups`,
     :func:`job_groups`) for ``os_name``: ``version`` on ``channel``'s hosts, or on the index page ``index_url``."""
     with offline_routes():
-        return resolve_tarball(platform=os_name, groups=list(groups), version=version, channel=channel,
-                               source=IndexSource(index_url=index_url, fetch_text=get_text))
+        return resolve_tarball(
+            platform=os_name,
+            groups=list(groups),
+            version=version,
+            channel=channel,
+            source=IndexSource(index_url=index_url, fetch_text=get_text),
+        )
 
 
-def fetch_rocm(groups: Sequence[str], *, os_name: str, version: str = "latest", channel: str = "nightly",
-               index_url: str | None = None, cache: Path) -> FetchResult:
+def fetch_rocm(
+    groups: Sequence[str],
+    *,
+    os_name: str,
+    version: str = "latest",
+    channel: str = "nightly",
+    index_url: str | None = None,
+    cache: Path,
+) -> FetchResult:
     """Find (:func:`find_tarball`), download and extract the ROCm tarball of ``groups`` for ``os_name`` into
     ``cache``."""
     start = time.monotonic()
@@ -208,8 +227,14 @@ def fetch_rocm(groups: Sequence[str], *, os_name: str, version: str = "latest", 
     return fetch_entry(entry, cache=cache, started=start)
 
 
-def fetch_entry(entry: TarballEntry, *, cache: Path, dest: Path | None = None, sha256: str | None = None,
-                started: float | None = None) -> FetchResult:
+def fetch_entry(
+    entry: TarballEntry,
+    *,
+    cache: Path,
+    dest: Path | None = None,
+    sha256: str | None = None,
+    started: float | None = None,
+) -> FetchResult:
     """Download and extract ``entry`` into ``cache`` (or ``dest``), refusing a tarball whose sha256 is not
     ``sha256``; the result's seconds count from ``started`` (a ``time.monotonic()``: the index read counts too; None:
     now)."""
@@ -236,7 +261,9 @@ def fetch_entry(entry: TarballEntry, *, cache: Path, dest: Path | None = None, s
                 download = downloader.fetch(entry.url, name=entry.name.filename, sha256=sha256, sink=extractor.feed)
                 extractor.finish(
                     marker={
-                        "name": entry.name.filename, "url": entry.url, "sha256": download.sha256,
+                        "name": entry.name.filename,
+                        "url": entry.url,
+                        "sha256": download.sha256,
                         "size": download.size,
                     }
                 )
@@ -249,7 +276,13 @@ def fetch_entry(entry: TarballEntry, *, cache: Path, dest: Path | None = None, s
 
 
 def _result(
-    entry: TarballEntry, root: Path, sha256: str, size: int, transferred: int, extracted: bool, start: float,
+    entry: TarballEntry,
+    root: Path,
+    sha256: str,
+    size: int,
+    transferred: int,
+    extracted: bool,
+    start: float,
     resumed_from: int = 0,
 ) -> FetchResult:
     layout: RocmLayout | None = None
@@ -275,5 +308,3 @@ def _result(
         layout_error=layout_error,
         resumed_from=resumed_from,
     )
-
-

@@ -84,8 +84,9 @@ class RocmLayout(Record):
     """Every gfx target some kernel data covers (derived)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gfx_targets",
-                           tuple(sorted({t for k in self.kernel_data for t in k.targets}, key=target_order)))
+        object.__setattr__(
+            self, "gfx_targets", tuple(sorted({t for k in self.kernel_data for t in k.targets}, key=target_order))
+        )
 
     @property
     def kernel_dirs(self) -> tuple[Path, ...]:
@@ -105,9 +106,16 @@ class RocmLayout(Record):
     def record(self) -> BuildRocm:
         """What this root is, as build.json and bundle.json record it (their ``rocm``; no tarball: the fetch adds
         the one it came from)."""
-        return BuildRocm(root=str(self.root), kind=str(self.kind), platform=self.platform, version=self.version,
-                         version_source=self.version_source, hip_version=self.hip_version,
-                         package_version=self.package_version, therock_commit=self.therock_commit)
+        return BuildRocm(
+            root=str(self.root),
+            kind=str(self.kind),
+            platform=self.platform,
+            version=self.version,
+            version_source=self.version_source,
+            hip_version=self.hip_version,
+            package_version=self.package_version,
+            therock_commit=self.therock_commit,
+        )
 
     def render(self) -> str:
         """``key: value`` lines of :meth:`to_dict` (lists joined, folders by path)."""

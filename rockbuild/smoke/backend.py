@@ -20,15 +20,28 @@ class SmokeBackend(Protocol):
     label: str  # the flavour for people, and its devices' prefix: ROCm (ROCm0)
 
     def smoke_devices(
-        self, cli: Path, targets: Sequence[str], *, asked: str, device: str | None, env: Mapping[str, str],
-        logs: Path, kfd_topology: Path | None,
+        self,
+        cli: Path,
+        targets: Sequence[str],
+        *,
+        asked: str,
+        device: str | None,
+        env: Mapping[str, str],
+        logs: Path,
+        kfd_topology: Path | None,
     ) -> SmokeDevices:
         """Which devices the bundle (its llama-cli is ``cli``) can use here, whether a GPU run is expected
         (``asked``: auto, yes or no) and the device to pin."""
         ...
 
-    def smoke_verdict(self, loads: Sequence[LoadReport], *, expect_gpu: bool | None, texts: Sequence[str | None],
-                      bench: Sequence[BenchFigure]) -> SmokeGpu:
+    def smoke_verdict(
+        self,
+        loads: Sequence[LoadReport],
+        *,
+        expect_gpu: bool | None,
+        texts: Sequence[str | None],
+        bench: Sequence[BenchFigure],
+    ) -> SmokeGpu:
         """Where the model went, by this backend's buffers (ROCm0, Vulkan0), and whether that is what was expected."""
         ...
 

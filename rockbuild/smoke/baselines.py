@@ -79,9 +79,13 @@ class Reference(Record):
     def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str | None) -> bool:
         """Whether it is the reference of ``model``'s file on ``text`` at ``ctx`` tokens for ``os_name`` (None: on
         any OS)."""
-        return (fnmatchcase(model, self.model) and sha256.lower() == self.sha256 and text == self.text
-                and ctx == self.ctx and os_name in (None, self.os))
-
+        return (
+            fnmatchcase(model, self.model)
+            and sha256.lower() == self.sha256
+            and text == self.text
+            and ctx == self.ctx
+            and os_name in (None, self.os)
+        )
 
 
 @dataclass(frozen=True)
@@ -120,18 +124,20 @@ def parse_baselines(data: Any, path: Path) -> Baselines:
         raise ConfigError(f"{where(path, data, 'tolerance')}: tolerance is relative (0.02 is 2 %), not {tolerance!r}")
     entries = []
     for i, node in _entries(data, path, "baselines", _KEYS, ("model", "text")):
-        entries.append(Baseline(
-            model=node["model"].strip(), text=node["text"].strip(),
-            ctx=_positive(path, node, "ctx", node.get("ctx"), f"baselines[{i}].ctx", int),
-            chunks=_positive(path, node, "chunks", node.get("chunks"), f"baselines[{i}].chunks", int),
-            ppl=_positive(path, node, "ppl", node.get("ppl"), f"baselines[{i}].ppl", float),
-            measured=str(node.get("measured") or ""),
-        ))
+        entries.append(
+            Baseline(
+                model=node["model"].strip(),
+                text=node["text"].strip(),
+                ctx=_positive(path, node, "ctx", node.get("ctx"), f"baselines[{i}].ctx", int),
+                chunks=_positive(path, node, "chunks", node.get("chunks"), f"baselines[{i}].chunks", int),
+                ppl=_positive(path, node, "ppl", node.get("ppl"), f"baselines[{i}].ppl", float),
+                measured=str(node.get("measured") or ""),
+            )
+        )
     return Baselines(tuple(entries), tolerance, path, _parse_references(data, path))
 
 
-def _entries(data: Any, path: Path, name: str, keys: tuple[str, ...],
-             texts: tuple[str, ...]) -> list[tuple[int, Any]]:
+def _entries(data: Any, path: Path, name: str, keys: tuple[str, ...], texts: tuple[str, ...]) -> list[tuple[int, Any]]:
     """The list ``name`` of the file: each entry a mapping of known keys whose ``texts`` are non-empty strings."""
     items = data.get(name) or []
     expect_type(path, data, name, items, (list, YList), name)
@@ -140,8 +146,9 @@ def _entries(data: Any, path: Path, name: str, keys: tuple[str, ...],
         check_keys(path, node, keys, f"{name}[{i}]")
         for key in texts:
             if not isinstance(node.get(key), str) or not node[key].strip():
-                raise ConfigError(f"{where(path, node, key if key in node else None)}: {name}[{i}] needs a {key} "
-                                  "(a non-empty string)")
+                raise ConfigError(
+                    f"{where(path, node, key if key in node else None)}: {name}[{i}] needs a {key} (a non-empty string)"
+                )
     return list(enumerate(items))
 
 
@@ -150,30 +157,47 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
     for i, node in _entries(data, path, "references", _REF_KEYS, ("model", "text", "file")):
         digest = node.get("sha256")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
-            raise ConfigError(f"{where(path, node, 'sha256' if 'sha256' in node else None)}: references[{i}] needs the "
-                              "model file's sha256 (64 hex digits)")
-        same_top = _positive(path, node, "min_same_top", node.get("min_same_top"), f"references[{i}].min_same_top",
-                             float)
+            raise ConfigError(
+                f"{where(path, node, 'sha256' if 'sha256' in node else None)}: references[{i}] needs the "
+                "model file's sha256 (64 hex digits)"
+            )
+        same_top = _positive(
+            path, node, "min_same_top", node.get("min_same_top"), f"references[{i}].min_same_top", float
+        )
         if same_top > 100:
-            raise ConfigError(f"{where(path, node, 'min_same_top')}: references[{i}].min_same_top is a percentage, "
-                              f"not {same_top!r}")
+            raise ConfigError(
+                f"{where(path, node, 'min_same_top')}: references[{i}].min_same_top is a percentage, not {same_top!r}"
+            )
         os_name = node.get("os", REFERENCE_OS)
         if os_name not in OSES:
-            raise ConfigError(f"{where(path, node, 'os')}: references[{i}].os is one of {', '.join(OSES)}, not "
-                              f"{os_name!r}")
+            raise ConfigError(
+                f"{where(path, node, 'os')}: references[{i}].os is one of {', '.join(OSES)}, not {os_name!r}"
+            )
         file = Path(node["file"].strip())
-        out.append(Reference(
-            model=node["model"].strip(), sha256=digest.lower(), text=node["text"].strip(),
-            ctx=_positive(path, node, "ctx", node.get("ctx"), f"references[{i}].ctx", int),
-            file=file if file.is_absolute() else path.parent / file,
-            max_mean_kld=_positive(path, node, "max_mean_kld", node.get("max_mean_kld"),
-                                   f"references[{i}].max_mean_kld", float),
-            min_same_top=same_top, measured=str(node.get("measured") or ""), os=os_name))
+        out.append(
+            Reference(
+                model=node["model"].strip(),
+                sha256=digest.lower(),
+                text=node["text"].strip(),
+                ctx=_positive(path, node, "ctx", node.get("ctx"), f"references[{i}].ctx", int),
+                file=file if file.is_absolute() else path.parent / file,
+                max_mean_kld=_positive(
+                    path, node, "max_mean_kld", node.get("max_mean_kld"), f"references[{i}].max_mean_kld", float
+                ),
+                min_same_top=same_top,
+                measured=str(node.get("measured") or ""),
+                os=os_name,
+            )
+        )
         new = out[-1]
-        if any((r.model, r.sha256, r.text, r.ctx, r.os) == (new.model, new.sha256, new.text, new.ctx, new.os)
-               for r in out[:-1]):
-            raise ConfigError(f"{where(path, node, None)}: references[{i}] is a second reference of {new.model} on "
-                              f"{new.text}, {new.ctx} tokens, {new.os}: one per model file, text, context and OS")
+        if any(
+            (r.model, r.sha256, r.text, r.ctx, r.os) == (new.model, new.sha256, new.text, new.ctx, new.os)
+            for r in out[:-1]
+        ):
+            raise ConfigError(
+                f"{where(path, node, None)}: references[{i}] is a second reference of {new.model} on "
+                f"{new.text}, {new.ctx} tokens, {new.os}: one per model file, text, context and OS"
+            )
     return tuple(out)
 
 
@@ -194,31 +218,47 @@ def judge_ppl(ppl: float, model: str, text: str, ctx: int, chunks: int, baseline
     found = baselines.find(model, text, ctx, chunks)
     if found is None:
         where_ = baselines.path.name if baselines.path is not None else "no baselines file"
-        return {"result": "not checked", "detail": f"no baseline for {model} on {text}, {chunks} x {ctx} tokens "
-                f"({where_})", "baseline": None, "deviation": None}
+        return {
+            "result": "not checked",
+            "detail": f"no baseline for {model} on {text}, {chunks} x {ctx} tokens ({where_})",
+            "baseline": None,
+            "deviation": None,
+        }
     deviation = ppl / found.ppl - 1.0
     shown = f"{deviation * 100:+.2f} %" if abs(deviation) < 100 else f"x{ppl / found.ppl:.3g}"
     record = {"baseline": found.to_dict(), "deviation": deviation, "tolerance": baselines.tolerance}
     if abs(deviation) <= baselines.tolerance:
-        return {**record, "result": "passed",
-                "detail": f"{shown} from the baseline {found.ppl:.4f} (tolerance {baselines.tolerance:.0%})"}
-    return {**record, "result": "failed",
-            "detail": (f"perplexity {ppl:.6g} is {shown} from the baseline {found.ppl:.4f} for {model} on {text}, "
-                       f"{chunks} x {ctx} tokens (tolerance {baselines.tolerance:.0%}; measured "
-                       f"{found.measured or '?'}); once a human has checked the new figure is right: "
-                       "rockbuild baseline <its smoke.json>")}
+        return {
+            **record,
+            "result": "passed",
+            "detail": f"{shown} from the baseline {found.ppl:.4f} (tolerance {baselines.tolerance:.0%})",
+        }
+    return {
+        **record,
+        "result": "failed",
+        "detail": (
+            f"perplexity {ppl:.6g} is {shown} from the baseline {found.ppl:.4f} for {model} on {text}, "
+            f"{chunks} x {ctx} tokens (tolerance {baselines.tolerance:.0%}; measured "
+            f"{found.measured or '?'}); once a human has checked the new figure is right: "
+            "rockbuild baseline <its smoke.json>"
+        ),
+    }
 
 
 def _line(b: Baseline) -> str:
-    return (f"  - {{model: {json.dumps(b.model)}, text: {json.dumps(b.text)}, ctx: {b.ctx}, chunks: {b.chunks}, "
-            f"ppl: {b.ppl!r},\n     measured: {json.dumps(b.measured)}}}\n")
+    return (
+        f"  - {{model: {json.dumps(b.model)}, text: {json.dumps(b.text)}, ctx: {b.ctx}, chunks: {b.chunks}, "
+        f"ppl: {b.ppl!r},\n     measured: {json.dumps(b.measured)}}}\n"
+    )
 
 
 def _ref_line(r: Reference, folder: Path) -> str:
     file = r.file.relative_to(folder) if r.file.is_relative_to(folder) else r.file
-    return (f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
-            f"ctx: {r.ctx}, os: {r.os},\n     file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, "
-            f"min_same_top: {r.min_same_top!r},\n     measured: {json.dumps(r.measured)}}}\n")
+    return (
+        f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
+        f"ctx: {r.ctx}, os: {r.os},\n     file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, "
+        f"min_same_top: {r.min_same_top!r},\n     measured: {json.dumps(r.measured)}}}\n"
+    )
 
 
 def write_baselines(path: Path, baselines: Baselines) -> Path:
@@ -261,8 +301,10 @@ class Rebaselined(_Replaced):
 
     def render(self) -> str:
         was = f"{self.old.ppl:.4f} -> " if self.old else "new: "
-        return (f"{self.path}: {self.new.model} on {self.new.text}, {self.new.chunks} x {self.new.ctx} tokens: "
-                f"{was}{self.new.ppl:.4f} ({self.new.measured or 'measured: not said'})")
+        return (
+            f"{self.path}: {self.new.model} on {self.new.text}, {self.new.chunks} x {self.new.ctx} tokens: "
+            f"{was}{self.new.ppl:.4f} ({self.new.measured or 'measured: not said'})"
+        )
 
 
 def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> Rebaselined:
@@ -272,8 +314,10 @@ def rebaseline(path: Path, cpu: Mapping[str, Any], measured: str) -> Rebaselined
         model, text = str(cpu["model"]), str(cpu["text"])
         ctx, chunks, ppl = int(cpu["ctx"]), int(cpu["chunks"]), float(cpu["ppl"])
     except (KeyError, TypeError, ValueError):
-        raise ConfigError("the smoke.json has no CPU perplexity to take as a baseline (numerics.cpu needs model, text, "
-                          "ctx, chunks and a ppl): run `rockbuild smoke --model smollm2` first") from None
+        raise ConfigError(
+            "the smoke.json has no CPU perplexity to take as a baseline (numerics.cpu needs model, text, "
+            "ctx, chunks and a ppl): run `rockbuild smoke --model smollm2` first"
+        ) from None
     if not math.isfinite(ppl) or ppl <= 0:
         raise ConfigError(f"the smoke.json's CPU perplexity is {ppl!r}: no baseline can be that")
     baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
@@ -292,10 +336,12 @@ class Rereferenced(_Replaced):
     new: Reference
 
     def render(self) -> str:
-        return (f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens, "
-                f"{self.new.os}: "
-                f"{'replaced' if self.old else 'new'}, {self.new.file.name} "
-                f"({self.new.measured or 'measured: not said'})")
+        return (
+            f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens, "
+            f"{self.new.os}: "
+            f"{'replaced' if self.old else 'new'}, {self.new.file.name} "
+            f"({self.new.measured or 'measured: not said'})"
+        )
 
 
 def reference_name(model: str, text: str, ctx: int, os_name: str = REFERENCE_OS) -> str:
@@ -318,12 +364,14 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
         if not re.fullmatch(r"[0-9a-f]{64}", sha256) or os_name not in OSES:
             raise ValueError(sha256)
     except (KeyError, TypeError, ValueError):
-        raise ConfigError("the smoke.json has no long-context run to take as a reference (numerics.long_reference "
-                          f"needs its about: model, model_sha256, text, ctx, and an os of {', '.join(OSES)} if any)"
-                          ) from None
+        raise ConfigError(
+            "the smoke.json has no long-context run to take as a reference (numerics.long_reference "
+            f"needs its about: model, model_sha256, text, ctx, and an os of {', '.join(OSES)} if any)"
+        ) from None
     if not topk.is_file():
-        raise ConfigError(f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the "
-                          "smoke again")
+        raise ConfigError(
+            f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the smoke again"
+        )
     baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
     old = baselines.reference(model, text, ctx, sha256, os_name)
     target = old.file if old else path.parent / reference_name(model, text, ctx, os_name)
@@ -331,8 +379,17 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
     shutil.copyfile(topk, target)
     kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, None)), None)
     limits = {"max_mean_kld": kin.max_mean_kld, "min_same_top": kin.min_same_top} if kin else DEFAULT_REF_LIMITS
-    new = Reference(old.model if old else model, sha256, text, ctx, target, limits["max_mean_kld"],
-                    limits["min_same_top"], measured, os=os_name)
+    new = Reference(
+        old.model if old else model,
+        sha256,
+        text,
+        ctx,
+        target,
+        limits["max_mean_kld"],
+        limits["min_same_top"],
+        measured,
+        os=os_name,
+    )
     refs = [new if r is old else r for r in baselines.references] if old else [*baselines.references, new]
     write_baselines(path, Baselines(baselines.entries, baselines.tolerance, path, tuple(refs)))
     return Rereferenced(path, old, new)

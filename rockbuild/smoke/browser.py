@@ -23,8 +23,16 @@ from rockbuild.core.records import SmokeCheck
 
 # Debian's chromium first (/usr/bin/chromium): the one the project's machines and CI have
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync")
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 PLAYWRIGHT_HINT = "pip install 'rockbuild[browser]'"
 
 
@@ -57,11 +65,26 @@ class ChatPage:
 _CHECK_KEYS = ("result", "detail", "seconds", "url", "screenshot", "answer", "browser")
 
 
-def _check(result: str, detail: str, seconds: float, url: str, screenshot: str | None = None,
-           answer: str | None = None, browser: str | None = None) -> SmokeCheck:
+def _check(
+    result: str,
+    detail: str,
+    seconds: float,
+    url: str,
+    screenshot: str | None = None,
+    answer: str | None = None,
+    browser: str | None = None,
+) -> SmokeCheck:
     """What the browser saw: ``result`` passed | failed | not checked, and the detail (or why not)."""
-    return SmokeCheck(result=result, detail=detail, seconds=round(seconds, 3), url=url, screenshot=screenshot,
-                      answer=answer, browser=browser, keys=_CHECK_KEYS)
+    return SmokeCheck(
+        result=result,
+        detail=detail,
+        seconds=round(seconds, 3),
+        url=url,
+        screenshot=screenshot,
+        answer=answer,
+        browser=browser,
+        keys=_CHECK_KEYS,
+    )
 
 
 def playwright_problem() -> str | None:
@@ -88,8 +111,9 @@ def _first_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | None = None,
-               env: Mapping[str, str] | None = None) -> SmokeCheck:
+def check_chat(
+    url: str, page: ChatPage, *, screenshot: Path, executable: str | None = None, env: Mapping[str, str] | None = None
+) -> SmokeCheck:
     """Chat once with the page at ``url`` in a headless Chromium with a fresh profile; the screenshot (PNG) is
     written to ``screenshot`` whether the answer came or not (when the page opened)."""
     start = time.monotonic()
@@ -109,12 +133,17 @@ def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | 
     with tempfile.TemporaryDirectory(prefix="rockbuild-chromium-") as profile, sync_playwright() as pw:
         try:
             context = pw.chromium.launch_persistent_context(
-                profile, executable_path=exe, headless=True, args=list(CHROMIUM_ARGS),
+                profile,
+                executable_path=exe,
+                headless=True,
+                args=list(CHROMIUM_ARGS),
                 env=dict(env) if env is not None else None,
-                viewport={"width": page.width, "height": page.height})
+                viewport={"width": page.width, "height": page.height},
+            )
         except PlaywrightError as exc:
-            return _check("not checked", f"no browser: {exe} did not start: {_first_line(exc)}",
-                                time.monotonic() - start, url)
+            return _check(
+                "not checked", f"no browser: {exe} did not start: {_first_line(exc)}", time.monotonic() - start, url
+            )
         version = f"{Path(exe).name} {context.browser.version}" if context.browser is not None else Path(exe).name
         tab = context.pages[0] if context.pages else context.new_page()
         step, text = "open the page", ""
@@ -139,17 +168,36 @@ def check_chat(url: str, page: ChatPage, *, screenshot: Path, executable: str | 
         except PlaywrightError as exc:
             _shoot(tab, screenshot)
             context.close()
-            return _check("failed", f"{step}: {_first_line(exc)}", time.monotonic() - start, url,
-                                str(screenshot) if screenshot.is_file() else None, browser=version)
+            return _check(
+                "failed",
+                f"{step}: {_first_line(exc)}",
+                time.monotonic() - start,
+                url,
+                str(screenshot) if screenshot.is_file() else None,
+                browser=version,
+            )
         _shoot(tab, screenshot)
         context.close()
     seconds = time.monotonic() - start
     if not text.strip():
-        return _check("failed", f"no answer within {page.timeout:.0f}s", seconds, url,
-                            str(screenshot) if screenshot.is_file() else None, browser=version)
+        return _check(
+            "failed",
+            f"no answer within {page.timeout:.0f}s",
+            seconds,
+            url,
+            str(screenshot) if screenshot.is_file() else None,
+            browser=version,
+        )
     short = " ".join(text.split())
-    return _check("passed", f"answered {len(short)} characters in {seconds:.1f}s", seconds, url,
-                        str(screenshot) if screenshot.is_file() else None, short[:200], version)
+    return _check(
+        "passed",
+        f"answered {len(short)} characters in {seconds:.1f}s",
+        seconds,
+        url,
+        str(screenshot) if screenshot.is_file() else None,
+        short[:200],
+        version,
+    )
 
 
 def _answer(tab: Any, page: ChatPage) -> str:

@@ -33,27 +33,34 @@ def parse_cpu_variants(node: Any, path: Path | str, parent: Any = None) -> dict[
     if node is None:
         return {}
     if not isinstance(node, dict):
-        raise ConfigError(f"{where(path, parent, 'cpu_variants')}: run.cpu_variants must be a mapping such as "
-                          f"{{check: all, n_gen: 8}}, not {kind_of(node)}")
+        raise ConfigError(
+            f"{where(path, parent, 'cpu_variants')}: run.cpu_variants must be a mapping such as "
+            f"{{check: all, n_gen: 8}}, not {kind_of(node)}"
+        )
     if isinstance(node, YDict):
         check_keys(path, node, CPU_VARIANT_KEYS, "run.cpu_variants")
     else:
         unknown = [k for k in node if k not in CPU_VARIANT_KEYS]
         if unknown:
-            raise ConfigError(f"{path}: unknown key {unknown[0]!r} in run.cpu_variants; allowed: "
-                              f"{', '.join(CPU_VARIANT_KEYS)}")
+            raise ConfigError(
+                f"{path}: unknown key {unknown[0]!r} in run.cpu_variants; allowed: {', '.join(CPU_VARIANT_KEYS)}"
+            )
     out: dict[str, Any] = {}
     if "check" in node:
         check = node["check"]
         if not isinstance(check, str) or check not in CPU_VARIANT_CHECKS:
-            raise ConfigError(f"{where(path, node, 'check')}: run.cpu_variants.check must be one of "
-                              f"{', '.join(CPU_VARIANT_CHECKS)}, not {check!r}")
+            raise ConfigError(
+                f"{where(path, node, 'check')}: run.cpu_variants.check must be one of "
+                f"{', '.join(CPU_VARIANT_CHECKS)}, not {check!r}"
+            )
         out["check"] = check
     if "n_gen" in node:
         n_gen = node["n_gen"]
         if isinstance(n_gen, bool) or not isinstance(n_gen, int) or n_gen < 1:
-            raise ConfigError(f"{where(path, node, 'n_gen')}: run.cpu_variants.n_gen must be a whole number of "
-                              f"tokens, at least 1, not {n_gen!r}")
+            raise ConfigError(
+                f"{where(path, node, 'n_gen')}: run.cpu_variants.n_gen must be a whole number of "
+                f"tokens, at least 1, not {n_gen!r}"
+            )
         out["n_gen"] = n_gen
     return out
 
@@ -111,15 +118,18 @@ def parse_run(run: Any, path: Path | str) -> None:
     browser = _mapping(path, run, "browser", "run.browser", BROWSER_KEYS)
     if browser is not None:
         if "enabled" in browser and not isinstance(browser["enabled"], bool):
-            raise ConfigError(f"{where(path, browser, 'enabled')}: run.browser.enabled must be true or false, "
-                              f"not {browser['enabled']!r}")
+            raise ConfigError(
+                f"{where(path, browser, 'enabled')}: run.browser.enabled must be true or false, "
+                f"not {browser['enabled']!r}"
+            )
         for key in ("timeout", "settle"):
             if key in browser:
                 _seconds(path, browser, key, "run.browser")
         for key in ("input", "send", "answer", "message"):
             if key in browser and (not isinstance(browser[key], str) or not browser[key]):
-                raise ConfigError(f"{where(path, browser, key)}: run.browser.{key} must be a text, "
-                                  f"not {browser[key]!r}")
+                raise ConfigError(
+                    f"{where(path, browser, key)}: run.browser.{key} must be a text, not {browser[key]!r}"
+                )
     parse_cpu_variants(run.get("cpu_variants"), path, run)
 
 
@@ -135,12 +145,14 @@ def _pin(path: Path | str, node: Any, what: str, keys: tuple[str, ...], needed: 
     check_keys(path, node, keys, what)
     for key in needed:
         if not isinstance(node.get(key), str) or not node[key].strip():
-            raise ConfigError(f"{where(path, node, key if key in node else None)}: {what} needs {key} (a text), "
-                              f"not {node.get(key)!r}")
+            raise ConfigError(
+                f"{where(path, node, key if key in node else None)}: {what} needs {key} (a text), not {node.get(key)!r}"
+            )
     for key in keys:
         if key.endswith("sha256") and not _SHA256.fullmatch(text(path, node, key, "0" * 64, what)):
-            raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a sha256 (64 hex digits), "
-                              f"not {node[key]!r}")
+            raise ConfigError(
+                f"{where(path, node, key)}: {what}.{key} must be a sha256 (64 hex digits), not {node[key]!r}"
+            )
         elif key.endswith("size") and node.get(key) is not None:
             whole(path, node, key, 0, what, least=1)
         elif key in node:
@@ -165,13 +177,16 @@ def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
     """The smoke configuration from a parsed ``smoke.yaml`` (read by :func:`load_smoke_config`): every section
     checked here, on load, so a mistake is one ConfigError naming ``file:line`` and the key."""
     if not isinstance(doc, dict):
-        raise ConfigError(f"{where(path, doc)}: expected the keys 'model' and 'run' (see the shipped "
-                          "config/smoke.yaml)")
+        raise ConfigError(
+            f"{where(path, doc)}: expected the keys 'model' and 'run' (see the shipped config/smoke.yaml)"
+        )
     check_keys(path, doc, TOP_KEYS, "smoke.yaml")
     for key in ("model", "run"):
         if not isinstance(doc.get(key), dict):
-            raise ConfigError(f"{where(path, doc, key if key in doc else None)}: smoke.yaml needs '{key}' as a "
-                              f"mapping (see the shipped config/smoke.yaml), not {doc.get(key)!r}")
+            raise ConfigError(
+                f"{where(path, doc, key if key in doc else None)}: smoke.yaml needs '{key}' as a "
+                f"mapping (see the shipped config/smoke.yaml), not {doc.get(key)!r}"
+            )
     parse_models(doc, path)
     parse_run(doc["run"], path)
     # the smoke's steps read their sections when they run; a mistake in them is found here, on load, with its line

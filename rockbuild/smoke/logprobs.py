@@ -68,9 +68,9 @@ class BaseFile:
         import numpy as np
 
         for start in range(0, self.rows.shape[0], _BLOCK):
-            raw = np.asarray(self.rows[start:start + _BLOCK])
+            raw = np.asarray(self.rows[start : start + _BLOCK])
             head = np.ascontiguousarray(raw[:, :4]).view("<f4")  # scale, min_log_prob
-            q = raw[:, 4:4 + self.n_vocab]
+            q = raw[:, 4 : 4 + self.n_vocab]
             logp = q.astype(np.float32) * head[:, :1] + head[:, 1:2]
             yield start, logp, q.argmax(axis=1)
 
@@ -118,8 +118,15 @@ class TopK:
         return int(self.ids.shape[1])
 
     def header(self) -> dict[str, Any]:
-        return {"n_ctx": self.n_ctx, "n_vocab": self.n_vocab, "n_chunk": self.n_chunk, "k": self.k,
-                "rows": int(self.ids.shape[0]), "tokens_sha256": self.tokens_sha256, "about": self.about}
+        return {
+            "n_ctx": self.n_ctx,
+            "n_vocab": self.n_vocab,
+            "n_chunk": self.n_chunk,
+            "k": self.k,
+            "rows": int(self.ids.shape[0]),
+            "tokens_sha256": self.tokens_sha256,
+            "about": self.about,
+        }
 
 
 def top_k(base: BaseFile, k: int = DEFAULT_K, about: dict[str, Any] | None = None) -> TopK:
@@ -136,8 +143,15 @@ def top_k(base: BaseFile, k: int = DEFAULT_K, about: dict[str, Any] | None = Non
         order = np.argsort(-values, axis=1, kind="stable")
         ids.append(np.take_along_axis(part, order, axis=1).astype("<i4"))
         logp.append(np.take_along_axis(values, order, axis=1).astype("<f4"))
-    return TopK(base.n_ctx, base.n_vocab, base.n_chunk, base.tokens_sha256, np.concatenate(ids),
-                np.concatenate(logp), dict(about or {}))
+    return TopK(
+        base.n_ctx,
+        base.n_vocab,
+        base.n_chunk,
+        base.tokens_sha256,
+        np.concatenate(ids),
+        np.concatenate(logp),
+        dict(about or {}),
+    )
 
 
 def write_topk(topk: TopK, path: Path) -> Path:
@@ -167,17 +181,24 @@ def read_topk(path: Path) -> TopK:
         raise LogProbsError(f"{path} is not a rockbuild top-k reference (not xz)") from None
     if not data.startswith(TOPK_MAGIC):
         raise LogProbsError(f"{path} is not a rockbuild top-k reference")
-    end = data.index(b"\n", len(TOPK_MAGIC)) if b"\n" in data[len(TOPK_MAGIC):] else -1
+    end = data.index(b"\n", len(TOPK_MAGIC)) if b"\n" in data[len(TOPK_MAGIC) :] else -1
     try:
-        header = json.loads(data[len(TOPK_MAGIC):end])
+        header = json.loads(data[len(TOPK_MAGIC) : end])
         rows, k = int(header["rows"]), int(header["k"])
-        body = data[end + 1:]
+        body = data[end + 1 :]
         if len(body) != rows * k * 8:
             raise ValueError(f"{len(body)} bytes of tables for {rows} x {k}")
         ids = np.frombuffer(body, dtype="<i4", count=rows * k).reshape(rows, k)
         logp = np.frombuffer(body, dtype="<f4", count=rows * k, offset=rows * k * 4).reshape(rows, k)
-        return TopK(int(header["n_ctx"]), int(header["n_vocab"]), int(header["n_chunk"]),
-                    str(header["tokens_sha256"]), ids, logp, dict(header.get("about") or {}))
+        return TopK(
+            int(header["n_ctx"]),
+            int(header["n_vocab"]),
+            int(header["n_chunk"]),
+            str(header["tokens_sha256"]),
+            ids,
+            logp,
+            dict(header.get("about") or {}),
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise LogProbsError(f"{path}: a damaged top-k reference ({exc})") from None
 
@@ -213,24 +234,28 @@ def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
     import numpy as np
 
     if (base.n_ctx, base.n_vocab, base.n_chunk) != (ref.n_ctx, ref.n_vocab, ref.n_chunk):
-        raise LogProbsError(f"{base.path} holds {base.n_chunk} x {base.n_ctx} tokens of a {base.n_vocab}-token "
-                            f"vocabulary, the reference {ref.n_chunk} x {ref.n_ctx} of {ref.n_vocab}")
+        raise LogProbsError(
+            f"{base.path} holds {base.n_chunk} x {base.n_ctx} tokens of a {base.n_vocab}-token "
+            f"vocabulary, the reference {ref.n_chunk} x {ref.n_ctx} of {ref.n_vocab}"
+        )
     if base.tokens_sha256 != ref.tokens_sha256:
-        raise LogProbsError(f"{base.path}: the evaluated tokens differ from the reference's (a changed text or "
-                            "tokenizer): record a new reference once a human has looked")
+        raise LogProbsError(
+            f"{base.path}: the evaluated tokens differ from the reference's (a changed text or "
+            "tokenizer): record a new reference once a human has looked"
+        )
     klds = np.empty(base.rows.shape[0], dtype=np.float64)
     same = np.empty(base.rows.shape[0], dtype=bool)
     for start, logp, top in base.blocks():
         n = logp.shape[0]
-        a = ref.logp[start:start + n].astype(np.float64)
-        b = np.take_along_axis(logp, ref.ids[start:start + n].astype(np.int64), axis=1).astype(np.float64)
+        a = ref.logp[start : start + n].astype(np.float64)
+        b = np.take_along_axis(logp, ref.ids[start : start + n].astype(np.int64), axis=1).astype(np.float64)
         p, q = np.exp(a), np.exp(b)
         p_rest = np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
         q_rest = np.clip(1.0 - q.sum(axis=1), 1e-12, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             rest = np.where(p_rest > 1e-12, p_rest * (np.log(np.maximum(p_rest, 1e-12)) - np.log(q_rest)), 0.0)
-        klds[start:start + n] = (p * (a - b)).sum(axis=1) + rest
-        same[start:start + n] = top == ref.ids[start:start + n, 0]
+        klds[start : start + n] = (p * (a - b)).sum(axis=1) + rest
+        same[start : start + n] = top == ref.ids[start : start + n, 0]
     finite = bool(np.isfinite(klds).all())
     scored = base.scored_per_chunk
     # position in the sequence of row r of a chunk: the chunk's second half, first scored token at n_ctx // 2 + 1
@@ -243,7 +268,12 @@ def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
     worst = int(np.nanargmax(np.where(np.isfinite(klds), klds, np.inf))) if klds.size else 0
     nan = math.nan
     return Comparison(
-        positions=int(klds.size), mean_kld=float(klds.mean()) if finite else nan,
+        positions=int(klds.size),
+        mean_kld=float(klds.mean()) if finite else nan,
         max_kld=float(klds.max()) if finite else nan,
-        p99_kld=float(np.percentile(klds, 99)) if finite else nan, same_top=float(same.mean() * 100),
-        window=window, windows=tuple(windows), worst_position=int(positions[worst]) if klds.size else 0)
+        p99_kld=float(np.percentile(klds, 99)) if finite else nan,
+        same_top=float(same.mean() * 100),
+        window=window,
+        windows=tuple(windows),
+        worst_position=int(positions[worst]) if klds.size else 0,
+    )

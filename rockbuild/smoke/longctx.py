@@ -51,10 +51,14 @@ class Passkey(Record):
     server_ctx: int = 8192
 
     def prompt(self, text: str) -> str:
-        filler = text[:self.chars]
-        return ("There is an important number hidden in the long text below. Find it and remember it.\n\n"
-                + filler[:self.at] + f"\n\nThe pass key is {self.key}. Remember it. {self.key} is the pass key.\n\n"
-                + filler[self.at:] + "\n\nWhat is the pass key? The pass key is")
+        filler = text[: self.chars]
+        return (
+            "There is an important number hidden in the long text below. Find it and remember it.\n\n"
+            + filler[: self.at]
+            + f"\n\nThe pass key is {self.key}. Remember it. {self.key} is the pass key.\n\n"
+            + filler[self.at :]
+            + "\n\nWhat is the pass key? The pass key is"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,29 +85,48 @@ class LongContextConfig:
         return any(name in description.lower() for name in self.software_devices)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text.name, "sha256": self.sha256, "ctx": self.ctx, "batch": self.batch,
-                "ubatch": self.ubatch, "cpu_variant": self.cpu_variant,
-                "passkey": self.passkey.to_dict() if self.passkey else None}
+        return {
+            "text": self.text.name,
+            "sha256": self.sha256,
+            "ctx": self.ctx,
+            "batch": self.batch,
+            "ubatch": self.ubatch,
+            "cpu_variant": self.cpu_variant,
+            "passkey": self.passkey.to_dict() if self.passkey else None,
+        }
 
 
-_LONG_KEYS = ("enabled", "text", "sha256", "source", "ctx", "batch", "ubatch", "timeout", "passkey", "cpu_variant",
-              "software_devices")
+_LONG_KEYS = (
+    "enabled",
+    "text",
+    "sha256",
+    "source",
+    "ctx",
+    "batch",
+    "ubatch",
+    "timeout",
+    "passkey",
+    "cpu_variant",
+    "software_devices",
+)
 _PASSKEY_KEYS = ("key", "chars", "at", "min_tokens", "n_predict", "server_ctx")
 
 
 def _whole(path: Path, node: Mapping[str, Any], key: str, default: int, what: str, least: int = 1) -> int:
     value = node.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a whole number, at least {least}, "
-                          f"not {value!r}")
+        raise ConfigError(
+            f"{where(path, node, key)}: {what}.{key} must be a whole number, at least {least}, not {value!r}"
+        )
     return value
 
 
 def _known(path: Path, node: Mapping[str, Any], keys: tuple[str, ...], what: str) -> None:
     unknown = [k for k in node if k not in keys]
     if unknown:
-        raise ConfigError(f"{where(path, node, unknown[0])}: unknown key {unknown[0]!r} in {what}; allowed: "
-                          f"{', '.join(keys)}")
+        raise ConfigError(
+            f"{where(path, node, unknown[0])}: unknown key {unknown[0]!r} in {what}; allowed: {', '.join(keys)}"
+        )
 
 
 def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig | None:
@@ -116,11 +139,14 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig
     _known(path, node, _LONG_KEYS, what)
     name, digest = node.get("text"), node.get("sha256")
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{where(path, node, 'text' if 'text' in node else None)}: {what}.text must name the long "
-                          "text's file")
+        raise ConfigError(
+            f"{where(path, node, 'text' if 'text' in node else None)}: {what}.text must name the long text's file"
+        )
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise ConfigError(f"{where(path, node, 'sha256' if 'sha256' in node else None)}: {what}.sha256 must be the "
-                          "text's sha256 (64 hex digits)")
+        raise ConfigError(
+            f"{where(path, node, 'sha256' if 'sha256' in node else None)}: {what}.sha256 must be the "
+            "text's sha256 (64 hex digits)"
+        )
     ctx = _whole(path, node, "ctx", 4096, what, least=64)
     batch = _whole(path, node, "batch", 2048, what)
     ubatch = _whole(path, node, "ubatch", 512, what)
@@ -128,40 +154,61 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig
         raise ConfigError(f"{where(path, node, 'ubatch')}: {what}.ubatch ({ubatch}) cannot exceed batch ({batch})")
     timeout = node.get("timeout", 1200)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-        raise ConfigError(f"{where(path, node, 'timeout')}: {what}.timeout must be seconds (a positive number), "
-                          f"not {timeout!r}")
+        raise ConfigError(
+            f"{where(path, node, 'timeout')}: {what}.timeout must be seconds (a positive number), not {timeout!r}"
+        )
     passkey: Passkey | None = None
     pk = node.get("passkey")
     if pk is not None:
         if not isinstance(pk, Mapping):
-            raise ConfigError(f"{where(path, node, 'passkey')}: {what}.passkey must be a mapping such as "
-                              "{key: '71432', chars: 20000}")
+            raise ConfigError(
+                f"{where(path, node, 'passkey')}: {what}.passkey must be a mapping such as "
+                "{key: '71432', chars: 20000}"
+            )
         _known(path, pk, _PASSKEY_KEYS, f"{what}.passkey")
         key = pk.get("key", Passkey.key)
         if not isinstance(key, str | int) or isinstance(key, bool) or not re.fullmatch(r"\d{3,12}", str(key)):
-            raise ConfigError(f"{where(path, pk, 'key')}: {what}.passkey.key must be a number of 3 to 12 digits "
-                              f"(quoted), not {key!r}")
+            raise ConfigError(
+                f"{where(path, pk, 'key')}: {what}.passkey.key must be a number of 3 to 12 digits (quoted), not {key!r}"
+            )
         chars = _whole(path, pk, "chars", Passkey.chars, f"{what}.passkey", least=1000)
         at = _whole(path, pk, "at", Passkey.at, f"{what}.passkey", least=0)
         if at >= chars:
             raise ConfigError(f"{where(path, pk, 'at')}: {what}.passkey.at ({at}) must lie inside its chars ({chars})")
-        passkey = Passkey(key=str(key), chars=chars, at=at,
-                          min_tokens=_whole(path, pk, "min_tokens", Passkey.min_tokens, f"{what}.passkey"),
-                          n_predict=_whole(path, pk, "n_predict", Passkey.n_predict, f"{what}.passkey"),
-                          server_ctx=_whole(path, pk, "server_ctx", Passkey.server_ctx, f"{what}.passkey", least=64))
+        passkey = Passkey(
+            key=str(key),
+            chars=chars,
+            at=at,
+            min_tokens=_whole(path, pk, "min_tokens", Passkey.min_tokens, f"{what}.passkey"),
+            n_predict=_whole(path, pk, "n_predict", Passkey.n_predict, f"{what}.passkey"),
+            server_ctx=_whole(path, pk, "server_ctx", Passkey.server_ctx, f"{what}.passkey", least=64),
+        )
     variant = node.get("cpu_variant", LongContextConfig.cpu_variant)
     if variant is not None and (not isinstance(variant, str) or not re.fullmatch(r"[a-z0-9_]+", variant)):
-        raise ConfigError(f"{where(path, node, 'cpu_variant')}: {what}.cpu_variant must name a CPU variant module "
-                          f"(haswell for libggml-cpu-haswell), or be null for ggml's pick, not {variant!r}")
+        raise ConfigError(
+            f"{where(path, node, 'cpu_variant')}: {what}.cpu_variant must name a CPU variant module "
+            f"(haswell for libggml-cpu-haswell), or be null for ggml's pick, not {variant!r}"
+        )
     software = node.get("software_devices", list(LongContextConfig.software_devices))
     if not isinstance(software, list) or not all(isinstance(s, str) and s for s in software):
-        raise ConfigError(f"{where(path, node, 'software_devices')}: {what}.software_devices must be a list of names "
-                          f"a software device's description contains (llvmpipe), not {software!r}")
+        raise ConfigError(
+            f"{where(path, node, 'software_devices')}: {what}.software_devices must be a list of names "
+            f"a software device's description contains (llvmpipe), not {software!r}"
+        )
     text = Path(name.strip())
-    return LongContextConfig(text=text if text.is_absolute() else folder / text, sha256=digest, cpu_variant=variant,
-                       software_devices=tuple(s.lower() for s in software),
-                       source=str(node.get("source") or ""), ctx=ctx, batch=batch, ubatch=ubatch,
-                       timeout=float(timeout), passkey=passkey, enabled=bool(node.get("enabled", True)))
+    return LongContextConfig(
+        text=text if text.is_absolute() else folder / text,
+        sha256=digest,
+        cpu_variant=variant,
+        software_devices=tuple(s.lower() for s in software),
+        source=str(node.get("source") or ""),
+        ctx=ctx,
+        batch=batch,
+        ubatch=ubatch,
+        timeout=float(timeout),
+        passkey=passkey,
+        enabled=bool(node.get("enabled", True)),
+    )
 
 
 def not_checked(detail: str) -> dict[str, Any]:
@@ -176,8 +223,10 @@ def read_text(config: LongContextConfig) -> tuple[str | None, str | None]:
         return None, f"the long text {config.text} cannot be read ({exc.strerror or exc})"
     digest = hashlib.sha256(data).hexdigest()
     if digest != config.sha256:
-        return None, (f"the long text {config.text.name} is not the pinned one (sha256 {digest[:16]}..., pinned "
-                      f"{config.sha256[:16]}...)")
+        return None, (
+            f"the long text {config.text.name} is not the pinned one (sha256 {digest[:16]}..., pinned "
+            f"{config.sha256[:16]}...)"
+        )
     return data.decode("utf-8"), None
 
 
@@ -195,17 +244,25 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
         return {"result": FAILED, "detail": f"the CPU's long run left no usable log-probabilities: {exc}"}
     out: dict[str, Any] = {"topk": str(logs / TOPK_NAME)}
     if reference is None:
-        out.update(not_checked(f"no reference for {about.get('model')} (sha256 {str(about.get('model_sha256'))[:12]}) "
-                               f"on {about.get('text')}, {about.get('ctx')} tokens, {about.get('os')}, in "
-                               "baselines.yaml (record one: rockbuild baseline <smoke.json>)"))
+        out.update(
+            not_checked(
+                f"no reference for {about.get('model')} (sha256 {str(about.get('model_sha256'))[:12]}) "
+                f"on {about.get('text')}, {about.get('ctx')} tokens, {about.get('os')}, in "
+                "baselines.yaml (record one: rockbuild baseline <smoke.json>)"
+            )
+        )
         return out
     out["reference"] = reference.to_dict()
     try:
         recorded = read_topk(reference.file)
         if recorded.about.get("cpu_variant") != about.get("cpu_variant"):
             had = about.get("cpu_variant") or "ggml's pick (the bundle ships no such module)"
-            out.update(not_checked(f"the reference was recorded with CPU variant {recorded.about.get('cpu_variant')}, "
-                                   f"this run had {had}: two variants differ by design"))
+            out.update(
+                not_checked(
+                    f"the reference was recorded with CPU variant {recorded.about.get('cpu_variant')}, "
+                    f"this run had {had}: two variants differ by design"
+                )
+            )
             return out
         got = compare(night, recorded, window=int(about.get("ubatch") or 512))
     except LogProbsError as exc:
@@ -218,16 +275,24 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
     else:
         if got.mean_kld > reference.max_mean_kld:
             worst = max(got.windows, key=lambda w: w.mean_kld)
-            problems.append(f"mean KLD {got.mean_kld:.5f} > {reference.max_mean_kld:g} (worst from position "
-                            f"{worst.start}: {worst.mean_kld:.5f})")
+            problems.append(
+                f"mean KLD {got.mean_kld:.5f} > {reference.max_mean_kld:g} (worst from position "
+                f"{worst.start}: {worst.mean_kld:.5f})"
+            )
         if got.same_top < reference.min_same_top:
             problems.append(f"same top token {got.same_top:.1f} % < {reference.min_same_top:g} %")
-    shown = (f"mean KLD {got.mean_kld:.6f} (limit {reference.max_mean_kld:g}), same top token {got.same_top:.1f} % "
-             f"(limit {reference.min_same_top:g} %) over {got.positions} positions against the reference "
-             f"({reference.measured or reference.file.name})")
+    shown = (
+        f"mean KLD {got.mean_kld:.6f} (limit {reference.max_mean_kld:g}), same top token {got.same_top:.1f} % "
+        f"(limit {reference.min_same_top:g} %) over {got.positions} positions against the reference "
+        f"({reference.measured or reference.file.name})"
+    )
     if problems:
-        out.update(result=FAILED, detail="the CPU's long context differs from the last good build's: "
-                   + ", ".join(problems) + f" (reference: {reference.measured or reference.file.name})")
+        out.update(
+            result=FAILED,
+            detail="the CPU's long context differs from the last good build's: "
+            + ", ".join(problems)
+            + f" (reference: {reference.measured or reference.file.name})",
+        )
     else:
         out.update(result=PASSED, detail=shown)
     return out
@@ -238,8 +303,9 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
 
 
 @contextlib.contextmanager
-def serving(args: list[str], *, cwd: Path, env: Mapping[str, str], log: Path, base: str,
-            timeout: float) -> Iterator[str | None]:
+def serving(
+    args: list[str], *, cwd: Path, env: Mapping[str, str], log: Path, base: str, timeout: float
+) -> Iterator[str | None]:
     """llama-server started with ``args``: yields None once /health answers 200, else why not; stopped at the end."""
     import requests
 
@@ -288,8 +354,22 @@ class ServerCommand:
         return f"http://127.0.0.1:{self.port}"
 
     def args(self, ctx: int) -> list[str]:
-        return [str(self.program), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-                "-c", str(ctx), "-np", "1", "-t", str(self.threads), *self.device_args]
+        return [
+            str(self.program),
+            "-m",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-c",
+            str(ctx),
+            "-np",
+            "1",
+            "-t",
+            str(self.threads),
+            *self.device_args,
+        ]
 
 
 _TRAINED_RE = re.compile(r"exceeds the training context of the model \((\d+)\)")
@@ -310,8 +390,9 @@ def _model_context(reply: Any, log: Path) -> int | None:
     return n_ctx if capped is not None and isinstance(n_ctx, int) and int(capped.group(1)) == n_ctx else None
 
 
-def passkey_check(config: LongContextConfig, text: str, server: ServerCommand, *, cwd: Path, env: Mapping[str, str],
-                  logs: Path) -> dict[str, Any]:
+def passkey_check(
+    config: LongContextConfig, text: str, server: ServerCommand, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> dict[str, Any]:
     """Ask the bundle's llama-server, on ``server.on`` (GPU or CPU), for the pass key at the end of a long prompt."""
     import requests
 
@@ -328,8 +409,14 @@ def passkey_check(config: LongContextConfig, text: str, server: ServerCommand, *
         if why is not None:
             out.update(result=FAILED, detail=f"llama-server on the {on}: {why}")
             return out
-        body = {"prompt": pk.prompt(text), "n_predict": pk.n_predict, "temperature": 0, "top_k": 1,
-                "seed": server.seed, "cache_prompt": False}
+        body = {
+            "prompt": pk.prompt(text),
+            "n_predict": pk.n_predict,
+            "temperature": 0,
+            "top_k": 1,
+            "seed": server.seed,
+            "cache_prompt": False,
+        }
         try:
             with requests.Session() as session:
                 session.trust_env = False
@@ -344,21 +431,35 @@ def passkey_check(config: LongContextConfig, text: str, server: ServerCommand, *
     out["seconds"] = round(time.monotonic() - start, 3)
     short = _model_context(reply, log) if resp.status_code == 400 else None
     if short is not None and short < pk.server_ctx:
-        return {**out, **not_checked(f"the model was trained on {short} tokens of context, fewer than the pass-key "
-                                     f"prompt's {reply['error'].get('n_prompt_tokens')}: llama-server caps its "
-                                     "context there (a model with a longer context checks it: --model smollm2)")}
+        return {
+            **out,
+            **not_checked(
+                f"the model was trained on {short} tokens of context, fewer than the pass-key "
+                f"prompt's {reply['error'].get('n_prompt_tokens')}: llama-server caps its "
+                "context there (a model with a longer context checks it: --model smollm2)"
+            ),
+        }
     if resp.status_code != 200 or not isinstance(reply, dict):
         out.update(result=FAILED, detail=f"/completion answered HTTP {resp.status_code} on the {on}")
         return out
     content, evaluated = str(reply.get("content") or ""), reply.get("tokens_evaluated")
     out.update(got=content[:200], prompt_tokens=evaluated)
     if not isinstance(evaluated, int) or evaluated < pk.min_tokens:
-        out.update(result=FAILED, detail=f"the prompt was {evaluated} tokens, fewer than {pk.min_tokens}: not a long "
-                                         "prompt (the text or the tokenizer changed)")
+        out.update(
+            result=FAILED,
+            detail=f"the prompt was {evaluated} tokens, fewer than {pk.min_tokens}: not a long "
+            "prompt (the text or the tokenizer changed)",
+        )
     elif re.match(rf"\s*{pk.key}\b", content):
-        out.update(result=PASSED, detail=f"the pass key {pk.key} recalled after {evaluated} prompt tokens on the {on} "
-                                         "(llama-server, /completion)")
+        out.update(
+            result=PASSED,
+            detail=f"the pass key {pk.key} recalled after {evaluated} prompt tokens on the {on} "
+            "(llama-server, /completion)",
+        )
     else:
-        out.update(result=FAILED, detail=f"asked for the pass key {pk.key} after {evaluated} prompt tokens, "
-                                         f"llama-server on the {on} answered {content[:60]!r}")
+        out.update(
+            result=FAILED,
+            detail=f"asked for the pass key {pk.key} after {evaluated} prompt tokens, "
+            f"llama-server on the {on} answered {content[:60]!r}",
+        )
     return out

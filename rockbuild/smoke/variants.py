@@ -109,12 +109,14 @@ def _wrong_variant(program: str, loads: BackendLoads, variant_file: str) -> str 
     return f"{program} loaded {loads.cpu_file or 'no CPU backend'}, not {variant_file}"
 
 
-def list_cpu_backend(exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path,
-                     timeout: float = LIST_TIMEOUT) -> tuple[BackendLoads, int | None, str | None, str]:
+def list_cpu_backend(
+    exe: Path, *, cwd: Path, env: Mapping[str, str], log: Path, timeout: float = LIST_TIMEOUT
+) -> tuple[BackendLoads, int | None, str | None, str]:
     """What ``exe --list-devices`` loads when started in ``cwd``: ggml scores every CPU variant module it finds and
     loads the best (none: this CPU runs none of them). (loads, return code, failure, output)."""
-    output, rc, failure, _ = run_program("devices", [str(exe), "--list-devices"], cwd=cwd, env=env, timeout=timeout,
-                                         log=log)
+    output, rc, failure, _ = run_program(
+        "devices", [str(exe), "--list-devices"], cwd=cwd, env=env, timeout=timeout, log=log
+    )
     return parse_backend_loads(output or ""), rc, failure, output or ""
 
 
@@ -135,38 +137,75 @@ def _where_it_died(output: str, n_gen: int) -> str:
     return f"pp{BATCH}"
 
 
-def run_variant(bundle: Path, variant: CpuVariant, *, model: ModelFile, runs: VariantRuns, platform: str,
-                env: Mapping[str, str], work: Path, logs: Path) -> SmokeCpuVariant:
+def run_variant(
+    bundle: Path,
+    variant: CpuVariant,
+    *,
+    model: ModelFile,
+    runs: VariantRuns,
+    platform: str,
+    env: Mapping[str, str],
+    work: Path,
+    logs: Path,
+) -> SmokeCpuVariant:
     """One variant alone in a folder linked from ``bundle`` under ``work`` (removed afterwards): runnable here? then
     the real batch and the known answers."""
     start = time.monotonic()
     logs.mkdir(parents=True, exist_ok=True)
     folder = one_variant_folder(bundle, variant.file, work / variant.name)
     try:
-        return _run_variant(folder, variant, model=model, runs=runs, platform=platform,
-                            env=env, logs=logs, start=start)
+        return _run_variant(folder, variant, model=model, runs=runs, platform=platform, env=env, logs=logs, start=start)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_variant(folder: Path, variant: CpuVariant, *, model: ModelFile, runs: VariantRuns, platform: str,
-                 env: Mapping[str, str], logs: Path, start: float) -> SmokeCpuVariant:
+def _run_variant(
+    folder: Path,
+    variant: CpuVariant,
+    *,
+    model: ModelFile,
+    runs: VariantRuns,
+    platform: str,
+    env: Mapping[str, str],
+    logs: Path,
+    start: float,
+) -> SmokeCpuVariant:
     def ended(**values: Any) -> SmokeCpuVariant:
         return SmokeCpuVariant(variant=variant.name, seconds=round(time.monotonic() - start, 3), **values)
 
     exe = _program(folder, "llama-bench", platform)
     loads, rc, failure, output = list_cpu_backend(exe, cwd=folder, env=env, log=logs / "list-devices.log")
     if failure is not None:
-        return ended(runnable=False, result=FAILED,
-                     failure=_how_it_ended(exe.name, rc, failure, output) + " on --list-devices")
+        return ended(
+            runnable=False, result=FAILED, failure=_how_it_ended(exe.name, rc, failure, output) + " on --list-devices"
+        )
     if loads.cpu_variant is None:  # ggml's scorer: this CPU lacks an instruction set the variant needs
         return ended(runnable=False, result=NOT_RUNNABLE)
     if wrong := _wrong_variant(exe.name, loads, variant.file):
         return ended(runnable=False, result=FAILED, failure=wrong)
 
     log = logs / "llama-bench.log"
-    args = [str(exe), "-m", str(model.path), "-p", str(BATCH), "-n", str(runs.n_gen), "-r", "1",
-            "-t", str(runs.threads), "-dev", "none", "-ngl", "0", "--no-warmup", "--progress", "-o", "json"]
+    args = [
+        str(exe),
+        "-m",
+        str(model.path),
+        "-p",
+        str(BATCH),
+        "-n",
+        str(runs.n_gen),
+        "-r",
+        "1",
+        "-t",
+        str(runs.threads),
+        "-dev",
+        "none",
+        "-ngl",
+        "0",
+        "--no-warmup",
+        "--progress",
+        "-o",
+        "json",
+    ]
     printed, rc, failure, _ = run_program("bench", args, cwd=folder, env=env, timeout=runs.timeout, log=log)
     text = printed or ""
     results = parse_bench_json(without_progress(text))
@@ -175,13 +214,18 @@ def _run_variant(folder: Path, variant: CpuVariant, *, model: ModelFile, runs: V
     figures = {"pp512_tps": pp, "tg_tps": tg}
     if failure is not None:
         where = _where_it_died(text, runs.n_gen)
-        return ended(runnable=True, result=FAILED, failure=f"{_how_it_ended(exe.name, rc, failure, text)} on {where}",
-                     **figures)
+        return ended(
+            runnable=True, result=FAILED, failure=f"{_how_it_ended(exe.name, rc, failure, text)} on {where}", **figures
+        )
     if wrong := _wrong_variant(exe.name, parse_backend_loads(text), variant.file):
         return ended(runnable=True, result=FAILED, failure=wrong, **figures)
     if pp is None or tg is None or pp <= 0 or tg <= 0:
-        return ended(runnable=True, result=FAILED, failure=f"{exe.name} printed no pp{BATCH} and tg{runs.n_gen} "
-                     "figures above 0 t/s", **figures)
+        return ended(
+            runnable=True,
+            result=FAILED,
+            failure=f"{exe.name} printed no pp{BATCH} and tg{runs.n_gen} figures above 0 t/s",
+            **figures,
+        )
 
     config = runs.answers
     if config is None or not config.answers_for(model.name):
@@ -216,18 +260,29 @@ def _answers_problem(answers: Mapping[str, Any], variant_file: str) -> str | Non
     return None
 
 
-def run_cpu_variants(bundle: Path, *, model: ModelFile, runs: VariantRuns, platform: str, env: Mapping[str, str],
-                     logs: Path, progress: Callable[[str], None] | None = None) -> SmokeCpuVariants:
+def run_cpu_variants(
+    bundle: Path,
+    *,
+    model: ModelFile,
+    runs: VariantRuns,
+    platform: str,
+    env: Mapping[str, str],
+    logs: Path,
+    progress: Callable[[str], None] | None = None,
+) -> SmokeCpuVariants:
     """The step (see the module docstring) on ``bundle`` with ``model``; logs under ``logs`` (one folder per variant).
     ``progress(line)``, when given, is told each variant's verdict as it comes."""
     start = time.monotonic()
     if runs.check == NONE:
-        return SmokeCpuVariants.skipped("turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: "
-                                        "none)")
+        return SmokeCpuVariants.skipped(
+            "turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: none)"
+        )
     shipped = shipped_variants(bundle)
     if not shipped:
-        return SmokeCpuVariants.skipped("the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
-                                   "backend is linked in or built for one CPU")
+        return SmokeCpuVariants.skipped(
+            "the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
+            "backend is linked in or built for one CPU"
+        )
     exe = _program(bundle, "llama-bench", platform)
     if not exe.is_file():
         return SmokeCpuVariants.skipped(f"the bundle has no {exe.name} to run its {len(shipped)} CPU variants with")
@@ -237,8 +292,10 @@ def run_cpu_variants(bundle: Path, *, model: ModelFile, runs: VariantRuns, platf
     if failure is not None:
         problem = f"the whole bundle's {_how_it_ended(exe.name, rc, failure, output)} on --list-devices"
     elif picked is None:
-        problem = (f"the whole bundle loads no CPU variant here ({exe.name} --list-devices): ggml scored none of its "
-                   f"{len(shipped)} CPU variant modules on this CPU")
+        problem = (
+            f"the whole bundle loads no CPU variant here ({exe.name} --list-devices): ggml scored none of its "
+            f"{len(shipped)} CPU variant modules on this CPU"
+        )
     else:
         problem = None
     wanted = sorted(shipped) if runs.check == ALL else [v for v in shipped if v == picked]
@@ -246,8 +303,16 @@ def run_cpu_variants(bundle: Path, *, model: ModelFile, runs: VariantRuns, platf
     results: list[SmokeCpuVariant] = []
     try:
         for variant in wanted:
-            result = run_variant(bundle, CpuVariant(variant, shipped[variant]), model=model, runs=runs,
-                                 platform=platform, env=env, work=work, logs=logs / variant)
+            result = run_variant(
+                bundle,
+                CpuVariant(variant, shipped[variant]),
+                model=model,
+                runs=runs,
+                platform=platform,
+                env=env,
+                work=work,
+                logs=logs / variant,
+            )
             results.append(result)
             if progress is not None:
                 progress(f"CPU variant {variant}: {result.describe(f'tg{runs.n_gen}')}")
@@ -256,10 +321,16 @@ def run_cpu_variants(bundle: Path, *, model: ModelFile, runs: VariantRuns, platf
     if problem is None and results and not any(r.runnable for r in results):
         problem = f"this CPU runs none of the {len(results)} CPU variants checked"
     failed = problem is not None or any(r.result == FAILED for r in results)
-    return SmokeCpuVariants(result=FAILED if failed else PASSED,
-                            detail=_summary(results, picked, runs.check, len(shipped)), picked=picked,
-                            variants=tuple(results), problem=problem, seconds=round(time.monotonic() - start, 3),
-                            logs=logs, tg_test=f"tg{runs.n_gen}")
+    return SmokeCpuVariants(
+        result=FAILED if failed else PASSED,
+        detail=_summary(results, picked, runs.check, len(shipped)),
+        picked=picked,
+        variants=tuple(results),
+        problem=problem,
+        seconds=round(time.monotonic() - start, 3),
+        logs=logs,
+        tg_test=f"tg{runs.n_gen}",
+    )
 
 
 def _summary(results: Sequence[SmokeCpuVariant], picked: str | None, check: str, shipped: int) -> str:
@@ -271,4 +342,3 @@ def _summary(results: Sequence[SmokeCpuVariant], picked: str | None, check: str,
     dispatch = f"ggml picks {picked} from the whole bundle" if picked else "ggml picks none from the whole bundle"
     only = " (--cpu-variants picked: the others not checked)" if check == PICKED else ""
     return f"{of}: {said or 'none checked'}; {dispatch}{only}"
-

@@ -41,18 +41,35 @@ def seed(github: GitHubAPIServer) -> None:
     asset = b"placeholder: the previous night's bundle is not part of the rehearsal\n"
     name = "llama-b1290-ubuntu-rocm-gfx1151-x64.tar.gz"
     manifest = {
-        "schema": 1, "tool": "rockbuild", "tag": "b1290", "repository": github.full_name,
+        "schema": 1,
+        "tool": "rockbuild",
+        "tag": "b1290",
+        "repository": github.full_name,
         "fingerprint": "0" * 16,
         "llama_cpp": {"commit": OLD_COMMIT, "build_number": "b11300"},
-        "assets": [{"name": name, "size": len(asset), "sha256": hashlib.sha256(asset).hexdigest(), "job": "linux-gfx1151"}],
-        "jobs": [{"id": "linux-gfx1151", "os": "linux", "name": "gfx1151", "targets": ["gfx1151"], "backend": "rocm",
-                  "rocm": {"tarball": OLD_TARBALL, "version": "7.2.4"}, "cmake": {}}],
+        "assets": [
+            {"name": name, "size": len(asset), "sha256": hashlib.sha256(asset).hexdigest(), "job": "linux-gfx1151"}
+        ],
+        "jobs": [
+            {
+                "id": "linux-gfx1151",
+                "os": "linux",
+                "name": "gfx1151",
+                "targets": ["gfx1151"],
+                "backend": "rocm",
+                "rocm": {"tarball": OLD_TARBALL, "version": "7.2.4"},
+                "cmake": {},
+            }
+        ],
         "failed_jobs": [],
     }
     data = json.dumps(manifest, indent=2).encode()
     sums = "".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in ((name, asset), ("manifest.json", data)))
-    github.state.add_release("b1290", body="b1290: a previous night (seeded by tests/e2e/github_fake.py)",
-                             assets={name: asset, "manifest.json": data, "SHA256SUMS": sums.encode()})
+    github.state.add_release(
+        "b1290",
+        body="b1290: a previous night (seeded by tests/e2e/github_fake.py)",
+        assets={name: asset, "manifest.json": data, "SHA256SUMS": sums.encode()},
+    )
 
 
 class Digests:
@@ -72,18 +89,33 @@ def dump(github: GitHubAPIServer, digests: Digests) -> dict[str, Any]:
     state = github.state
     with state.lock:
         latest = state.latest()
-        releases = [{
-            "id": r.id, "tag": r.tag_name, "draft": r.draft, "prerelease": r.prerelease,
-            "published_at": r.published_at, "latest": latest is not None and latest.id == r.id,
-            "body_bytes": len(r.body or ""),
-            "assets": [{"name": a.name, "size": a.size, "state": a.state, "sha256": digests.of(a)} for a in r.assets],
-        } for r in sorted(state.releases.values(), key=lambda r: r.id)]
+        releases = [
+            {
+                "id": r.id,
+                "tag": r.tag_name,
+                "draft": r.draft,
+                "prerelease": r.prerelease,
+                "published_at": r.published_at,
+                "latest": latest is not None and latest.id == r.id,
+                "body_bytes": len(r.body or ""),
+                "assets": [
+                    {"name": a.name, "size": a.size, "state": a.state, "sha256": digests.of(a)} for a in r.assets
+                ],
+            }
+            for r in sorted(state.releases.values(), key=lambda r: r.id)
+        ]
         return {
-            "api_url": github.api_url, "repo": github.full_name, "releases": releases, "tags": sorted(state.tags),
-            "requests": len(state.requests), "writes": len(state.writes), "uploads": state.uploads,
+            "api_url": github.api_url,
+            "repo": github.full_name,
+            "releases": releases,
+            "tags": sorted(state.tags),
+            "requests": len(state.requests),
+            "writes": len(state.writes),
+            "uploads": state.uploads,
             "write_log": [f"{m} {p}" for m, p in state.writes],
-            "issues": [{"number": i.number, "title": i.title, "comments": len(i.comments)}
-                       for i in state.issues.values()],
+            "issues": [
+                {"number": i.number, "title": i.title, "comments": len(i.comments)} for i in state.issues.values()
+            ],
         }
 
 
@@ -114,8 +146,13 @@ def serve(args: argparse.Namespace) -> None:
         seed(github)
         control = control_server(github, digests)
         threading.Thread(target=control.serve_forever, daemon=True).start()
-        ready = {"api_url": github.api_url, "repo": github.full_name, "token": args.token, "pid": os.getpid(),
-                 "control": f"http://127.0.0.1:{control.server_address[1]}/state"}
+        ready = {
+            "api_url": github.api_url,
+            "repo": github.full_name,
+            "token": args.token,
+            "pid": os.getpid(),
+            "control": f"http://127.0.0.1:{control.server_address[1]}/state",
+        }
         tmp = args.ready.with_name(args.ready.name + ".partial")
         tmp.write_text(json.dumps(ready))
         os.replace(tmp, args.ready)

@@ -24,10 +24,28 @@ CLEAN = E2E / "clean-root"
 HOST_LIBS = {"libc.so.6", "libm.so.6", "libgcc_s.so.1", "libstdc++.so.6", "ld-linux-x86-64.so.2"}
 # bundling.md 2/9: what llama.cpp on Debian's ROCm 7.2 needs (hipBLAS chain, HSA, comgr and libLLVM's closure)
 MUST_SHIP = {
-    "libamdhip64.so.7", "libhsa-runtime64.so.1", "libhipblas.so.3", "librocblas.so.5", "librocsolver.so.0",
-    "libroctx64.so.4", "libamd_comgr.so.3", "libLLVM.so.22.1", "libz3.so.4", "libxml2.so.16", "libedit.so.2",
-    "libtinfo.so.6", "libffi.so.8", "libbsd.so.0", "libmd.so.0", "libdrm.so.2", "libdrm_amdgpu.so.1",
-    "libnuma.so.1", "libelf.so.1", "libfmt.so.11", "libzstd.so.1", "libz.so.1",
+    "libamdhip64.so.7",
+    "libhsa-runtime64.so.1",
+    "libhipblas.so.3",
+    "librocblas.so.5",
+    "librocsolver.so.0",
+    "libroctx64.so.4",
+    "libamd_comgr.so.3",
+    "libLLVM.so.22.1",
+    "libz3.so.4",
+    "libxml2.so.16",
+    "libedit.so.2",
+    "libtinfo.so.6",
+    "libffi.so.8",
+    "libbsd.so.0",
+    "libmd.so.0",
+    "libdrm.so.2",
+    "libdrm_amdgpu.so.1",
+    "libnuma.so.1",
+    "libelf.so.1",
+    "libfmt.so.11",
+    "libzstd.so.1",
+    "libz.so.1",
 }
 
 
@@ -72,8 +90,9 @@ def in_clean_root(bundle_dir: Path):
 
 
 def chroot_run(*args: str, env: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run(["chroot", str(CLEAN), "/usr/bin/env", "-i", *env, *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["chroot", str(CLEAN), "/usr/bin/env", "-i", *env, *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_real_bundle_audit(bundle):
@@ -104,8 +123,7 @@ def test_real_bundle_runs_in_a_root_without_rocm(bundle):
 def test_real_bundle_needs_the_glibc_it_reports(bundle):
     # this host has glibc 2.36; the audit says 2.43: the loader must refuse, naming a GLIBC version
     _, out = bundle
-    result = subprocess.run([str(out / "llama-cli"), "--version"], capture_output=True, text=True, env={},
-                            timeout=60)
+    result = subprocess.run([str(out / "llama-cli"), "--version"], capture_output=True, text=True, env={}, timeout=60)
     assert result.returncode != 0 and re.search(r"version `GLIBC(XX)?_[\d.]+' not found", result.stderr)
 
 
@@ -124,8 +142,9 @@ def test_the_default_bundle_is_pruned_and_proved_by_clang_offload_bundler(bundle
     assert proofs["librocblas.so.5"].code_object_bytes == 72_818_216
     assert (proofs["librocsolver.so.0"].bundles, proofs["librocsolver.so.0"].code_objects) == (235, 235)
     assert proofs["librocsolver.so.0"].code_object_bytes == 209_526_312
-    assert all(v.kept_targets == ("gfx1151",) and "clang-offload-bundler" in v.tools["version"]
-               for v in proofs.values())
+    assert all(
+        v.kept_targets == ("gfx1151",) and "clang-offload-bundler" in v.tools["version"] for v in proofs.values()
+    )
     pruned = report.audit.check("code-objects").details["pruned"]
     assert {d["file"] for d in pruned if d["verified"]} == {"librocblas.so.5", "librocsolver.so.0"}
 
@@ -140,8 +159,9 @@ def _blob(path: Path, index: int) -> bytes:
         return fh.read(bundle.size)
 
 
-@pytest.mark.parametrize(("name", "original"), [("librocblas.so.5", "librocblas.so.5.2"),
-                                                ("librocsolver.so.0", "librocsolver.so.0.7")])
+@pytest.mark.parametrize(
+    ("name", "original"), [("librocblas.so.5", "librocblas.so.5.2"), ("librocsolver.so.0", "librocsolver.so.0.7")]
+)
 def test_clang_offload_bundler_reads_the_real_pruned_libraries_as_the_originals(bundle, tmp_path, name, original):
     """Independently of verify_pruned: the first, a middle and the last bundle, listed and unbundled by hand."""
     from support.offload import bundler_command
@@ -158,14 +178,23 @@ def test_clang_offload_bundler_reads_the_real_pruned_libraries_as_the_originals(
         for label, path in (("original", source), ("pruned", out / name)):
             blob = tmp_path / f"{label}-{index}.bin"
             blob.write_bytes(_blob(path, index))
-            listed = subprocess.run([*tool, "--list", "--type=o", f"--input={blob}"], capture_output=True, text=True,
-                                    check=True, timeout=120).stdout.split()
+            listed = subprocess.run(
+                [*tool, "--list", "--type=o", f"--input={blob}"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=120,
+            ).stdout.split()
             if label == "pruned":
                 assert sorted(listed) == [gfx1151, "host-x86_64-unknown-linux-gnu-"]
             else:
                 assert gfx1151 in listed and len(listed) == 15  # the host entry and 14 targets
-            subprocess.run([*tool, "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={blob}",
-                            f"--output={blob}.co"], check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                [*tool, "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={blob}", f"--output={blob}.co"],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             objects.append(Path(f"{blob}.co").read_bytes())
         assert objects[0] == objects[1]
         assert objects[0][:4] == b"\x7fELF" and int.from_bytes(objects[0][18:20], "little") == 224  # EM_AMDGPU
@@ -221,22 +250,39 @@ def test_the_pruned_bundle_loads_in_a_root_without_rocm(bundle, tmp_path):
         (probe / "b.bin").write_bytes(_blob(out / "librocsolver.so.0", 17))
         original = tmp_path / "o.bin"
         original.write_bytes(_blob(libdir / "librocsolver.so.0.7", 17))
-        subprocess.run([*bundler_command(), "--unbundle", "--type=o", f"--targets={gfx1151}", f"--input={original}",
-                        f"--output={original}.co"], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                *bundler_command(),
+                "--unbundle",
+                "--type=o",
+                f"--targets={gfx1151}",
+                f"--input={original}",
+                f"--output={original}.co",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         expected = Path(f"{original}.co").read_bytes()
         with in_clean_root(out) as where:
             version = chroot_run(f"{where}/llama-cli", "--version")
             assert version.returncode == 0, version.stderr[-2000:]
             devices = chroot_run(f"{where}/llama-cli", "--list-devices")
             assert "no ROCm-capable device is detected" in devices.stderr + devices.stdout
-            probed = chroot_run("/usr/bin/python3", "/opt/rockbuild-e2e-probe/probe.py", where,
-                                "/opt/rockbuild-e2e-probe")
+            probed = chroot_run(
+                "/usr/bin/python3", "/opt/rockbuild-e2e-probe/probe.py", where, "/opt/rockbuild-e2e-probe"
+            )
             assert probed.returncode == 0, probed.stderr[-2000:]
             assert "hipGetDeviceCount hipErrorNoDevice 0" in probed.stdout, probed.stdout
             created, compiled, size = re.search(r"hiprtc (\d+) (\d+) (\d+)", probed.stdout).groups()
             assert (created, compiled) == ("0", "0") and int(size) > 0, probed.stdout
-            unbundled = chroot_run("/usr/bin/python3", "/opt/rockbuild-e2e-probe/unbundle.py",
-                                   f"{where}/libamd_comgr.so.3", "/opt/rockbuild-e2e-probe/b.bin", gfx1151)
+            unbundled = chroot_run(
+                "/usr/bin/python3",
+                "/opt/rockbuild-e2e-probe/unbundle.py",
+                f"{where}/libamd_comgr.so.3",
+                "/opt/rockbuild-e2e-probe/b.bin",
+                gfx1151,
+            )
             assert unbundled.returncode == 0, unbundled.stderr[-2000:]
             import hashlib
 

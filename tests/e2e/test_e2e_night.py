@@ -33,8 +33,11 @@ pytestmark = pytest.mark.e2e
 def figures():
     if os.geteuid() != 0:
         pytest.skip("the night rehearsal needs root (chroot, mount)")
-    missing = [r for r in ("rocm-root", "clean-root", "vulkan-root", "mingw-root", "wine-root")
-               if not (E2E / f".{r}.stamp").exists()]
+    missing = [
+        r
+        for r in ("rocm-root", "clean-root", "vulkan-root", "mingw-root", "wine-root")
+        if not (E2E / f".{r}.stamp").exists()
+    ]
     if missing:
         pytest.skip(f"not provisioned in {E2E}: {', '.join(missing)}; run `sudo tests/e2e/provision.sh` first")
     result = subprocess.run([str(SCRIPT)], cwd=REPO)
@@ -51,7 +54,10 @@ def assets_of(figures, tag):
 def test_first_night_publishes_b1291_with_both_jobs_built_from_the_tarball(figures):
     night = figures["night1"]
     assert night["plan"]["state"] == "changed" and set(night["plan"]["jobs"]) == {
-        "linux-gfx1151", "linux-vulkan", "windows-cpu"}
+        "linux-gfx1151",
+        "linux-vulkan",
+        "windows-cpu",
+    }
     assert night["release"]["state"] == "published" and night["release"]["tag"] == "b1291"
     assets = assets_of(figures, "b1291")
     for kind in ("zip", "tar.gz"):
@@ -65,8 +71,11 @@ def test_first_night_publishes_b1291_with_both_jobs_built_from_the_tarball(figur
     tarball = figures["tarball"]
     rocm = night["jobs"]["linux-gfx1151"]
     assert rocm["fetch_transferred"] == tarball["size"] == night["rocm_leg_traffic"]["tarball_bytes"]
-    assert rocm["rocm"] == {"kind": "therock", "version": "7.2.4", "package_version": tarball["name"].split("-")[-1]
-                            .removesuffix(".tar.gz")}
+    assert rocm["rocm"] == {
+        "kind": "therock",
+        "version": "7.2.4",
+        "package_version": tarball["name"].split("-")[-1].removesuffix(".tar.gz"),
+    }
     for job in night["jobs"].values():
         assert job["status"] == "ok" and job["smoke_ok"] and job["llama_cpp"] == "b11312"
     assert night["jobs"]["linux-vulkan"]["stages"]["fetch"] == "skipped"

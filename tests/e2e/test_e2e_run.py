@@ -42,5 +42,10 @@ def test_build_bundle_and_smoke_in_a_root_without_rocm(provisioned, target):
     checks = {c["name"]: c for c in audit["checks"]}
     assert checks["code-objects"]["ok"] and checks["run-paths"]["ok"] and checks["kernel-data"]["ok"]
     loaded = (E2E / "bench" / f"from-root-{target}.txt").read_text().split()
-    assert {Path(p).name for p in loaded} <= {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libgcc_s.so.1",
-                                             "libstdc++.so.6"}
+    assert {Path(p).name for p in loaded} <= {
+        "ld-linux-x86-64.so.2",
+        "libc.so.6",
+        "libm.so.6",
+        "libgcc_s.so.1",
+        "libstdc++.so.6",
+    }

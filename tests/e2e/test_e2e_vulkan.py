@@ -57,8 +57,9 @@ def test_vulkan_bundle_runs_on_lavapipe_and_fails_in_one_line_without_a_driver(v
     errors = [line for line in (BENCH / "vulkan-noicd.stderr").read_text().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no Vulkan device visible to the bundle" in errors[0]
     if (E2E / ".clean-root.stamp").exists():  # no Vulkan loader at all: stopped before any run, naming the library
-        errors = [line for line in (BENCH / "vulkan-noloader.stderr").read_text().splitlines()
-                  if line.startswith("error:")]
+        errors = [
+            line for line in (BENCH / "vulkan-noloader.stderr").read_text().splitlines() if line.startswith("error:")
+        ]
         assert len(errors) == 1 and "libvulkan.so.1: cannot open shared object file" in errors[0]
 
 
@@ -81,8 +82,9 @@ def test_lavapipe_checks_the_numbers_of_a_real_model_and_a_corrupted_one_fails(v
     assert (BENCH / "vulkan-numerics-wrong.rc").read_text().strip() == "11"
     wrong = json.loads((BENCH / "vulkan-numerics-wrong.json").read_text())
     assert not wrong["ok"] and wrong["numerics"]["known_answers"]["result"] == "failed"
-    errors = [line for line in (BENCH / "vulkan-numerics-wrong.stderr").read_text().splitlines()
-              if line.startswith("error:")]
+    errors = [
+        line for line in (BENCH / "vulkan-numerics-wrong.stderr").read_text().splitlines() if line.startswith("error:")
+    ]
     assert len(errors) == 1 and "known answers wrong" in errors[0]
 
 

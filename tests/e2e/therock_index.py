@@ -30,13 +30,16 @@ CHUNK = 1 << 20
 
 
 def index_page(folder: Path) -> str:
-    files = [{"name": p.name, "mtime": p.stat().st_mtime, "size": p.stat().st_size}
-             for p in sorted(folder.glob("*.tar.gz"))]
+    files = [
+        {"name": p.name, "mtime": p.stat().st_mtime, "size": p.stat().st_size} for p in sorted(folder.glob("*.tar.gz"))
+    ]
     rows = "".join(f'<li><a href="{quote(f["name"])}">{f["name"]}</a></li>\n' for f in files)
-    return ("<html>\n<head>\n    <title>Tarball index</title>\n    <meta charset=\"utf-8\"/>\n    <script>\n"
-            f"        const files = {json.dumps(files)};\n"
-            "        function applyFilter(fileList, filter) { return fileList; }\n    </script>\n</head>\n"
-            f"<body>\n<ul>\n{rows}</ul>\n</body>\n</html>\n")
+    return (
+        '<html>\n<head>\n    <title>Tarball index</title>\n    <meta charset="utf-8"/>\n    <script>\n'
+        f"        const files = {json.dumps(files)};\n"
+        "        function applyFilter(fileList, filter) { return fileList; }\n    </script>\n</head>\n"
+        f"<body>\n<ul>\n{rows}</ul>\n</body>\n</html>\n"
+    )
 
 
 class Stats:
@@ -53,10 +56,13 @@ class Stats:
     def to_dict(self) -> dict[str, object]:
         with self.lock:
             paths = {k: dict(v) for k, v in self.paths.items()}
-        return {"paths": paths, "requests": sum(v["requests"] for v in paths.values()),
-                "bytes": sum(v["bytes"] for v in paths.values()),
-                "tarball_bytes": sum(v["bytes"] for k, v in paths.items() if k.endswith(".tar.gz")),
-                "tarball_requests": sum(v["requests"] for k, v in paths.items() if k.endswith(".tar.gz"))}
+        return {
+            "paths": paths,
+            "requests": sum(v["requests"] for v in paths.values()),
+            "bytes": sum(v["bytes"] for v in paths.values()),
+            "tarball_bytes": sum(v["bytes"] for k, v in paths.items() if k.endswith(".tar.gz")),
+            "tarball_requests": sum(v["requests"] for k, v in paths.items() if k.endswith(".tar.gz")),
+        }
 
 
 def make_handler(folder: Path, prefix: str, stats: Stats) -> type[BaseHTTPRequestHandler]:
@@ -92,7 +98,7 @@ def make_handler(folder: Path, prefix: str, stats: Stats) -> type[BaseHTTPReques
                 return None
             if path in (prefix, prefix.rstrip("/"), prefix + "index.html"):
                 return self._bytes(200, index_page(folder).encode(), "text/html; charset=utf-8", path, head)
-            name = unquote(path[len(prefix):]) if path.startswith(prefix) else ""
+            name = unquote(path[len(prefix) :]) if path.startswith(prefix) else ""
             file = folder / name
             if not name or "/" in name or not name.endswith(".tar.gz") or not file.is_file():
                 return self._bytes(404, b"Not Found\n", "text/plain", path, head)
@@ -146,8 +152,12 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(args.folder.absolute(), args.prefix, stats))
     server.daemon_threads = True
     port = server.server_address[1]
-    ready = {"url": f"http://127.0.0.1:{port}{args.prefix}", "port": port, "pid": os.getpid(),
-             "stats": f"http://127.0.0.1:{port}/_stats"}
+    ready = {
+        "url": f"http://127.0.0.1:{port}{args.prefix}",
+        "port": port,
+        "pid": os.getpid(),
+        "stats": f"http://127.0.0.1:{port}/_stats",
+    }
     tmp = args.ready.with_name(args.ready.name + ".partial")
     tmp.write_text(json.dumps(ready))
     os.replace(tmp, args.ready)

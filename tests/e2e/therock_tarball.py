@@ -64,8 +64,16 @@ TARGET_TOKEN = re.compile(r"(gfx[0-9a-f]+)(?:-xnack[+-])?(?=[._-])")
 ELF_MAGIC = b"\x7fELF"
 # An LLVM tool is shipped when it needs nothing beyond LLVM and its own libraries (TheRock's LLVM links none of
 # libcurl, libpfm or libclang: tools such as llvm-debuginfod-find, llvm-exegesis, c-index-test are left out)
-LLVM_TOOL_LIBS = {"libLLVM.so.22.1", "libclang-cpp.so.22.1", "libz.so.1", "libzstd.so.1", "libz3.so.4",
-                  "libxml2.so.16", "libffi.so.8", "libedit.so.2"}
+LLVM_TOOL_LIBS = {
+    "libLLVM.so.22.1",
+    "libclang-cpp.so.22.1",
+    "libz.so.1",
+    "libzstd.so.1",
+    "libz3.so.4",
+    "libxml2.so.16",
+    "libffi.so.8",
+    "libedit.so.2",
+}
 
 
 def log(message: str) -> None:
@@ -116,7 +124,7 @@ class Tree:
             return "lib/llvm/amdgcn/bitcode/" + src.split("/amdgcn/bitcode/", 1)[1]
         for prefix, dest in rules:
             if src.startswith(prefix):
-                return dest + src[len(prefix):]
+                return dest + src[len(prefix) :]
         return None
 
     def keep_kernel(self, rel: str, size: int) -> bool:
@@ -300,8 +308,12 @@ def build_tree(args: argparse.Namespace) -> None:
     # TheRock's aux-overlay links (Linux only)
     (stage / "llvm").symlink_to("lib/llvm")
     (stage / "amdgcn").symlink_to("lib/llvm/amdgcn")
-    for name, target in (("amdclang", "clang"), ("amdclang++", "clang++"), ("amdlld", "lld"),
-                         ("offload-arch", "offload-arch")):
+    for name, target in (
+        ("amdclang", "clang"),
+        ("amdclang++", "clang++"),
+        ("amdlld", "lld"),
+        ("offload-arch", "offload-arch"),
+    ):
         if (bindir / target).exists():
             (stage / "bin" / name).symlink_to(f"../lib/llvm/bin/{target}")
     cmake_files = fix_cmake(stage)
@@ -312,9 +324,16 @@ def build_tree(args: argparse.Namespace) -> None:
     sysdir = stage / "lib" / "rocm_sysdeps" / "lib"
     sysdir.mkdir(parents=True, exist_ok=True)
     for _round in range(5):
-        elves = [p for p in stage.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p)
-                 and not p.relative_to(stage).as_posix().startswith(("lib/rocblas/", "lib/hipblaslt/",
-                                                                      "lib/llvm/lib/clang/"))]
+        elves = [
+            p
+            for p in stage.rglob("*")
+            if p.is_file()
+            and not p.is_symlink()
+            and is_elf(p)
+            and not p.relative_to(stage)
+            .as_posix()
+            .startswith(("lib/rocblas/", "lib/hipblaslt/", "lib/llvm/lib/clang/"))
+        ]
         outside = needed_outside(stage, elves)
         if not outside:
             break
@@ -332,8 +351,10 @@ def build_tree(args: argparse.Namespace) -> None:
     if left:
         sys.exit(f"error: clang or libamdhip64 still load from the root: {left}")
     hip = (stage / "include" / "hip" / "hip_version.h").read_text()
-    hip_version = ".".join(re.search(rf"#define HIP_VERSION_{p}\s+(\d+)", hip).group(1)  # type: ignore[union-attr]
-                           for p in ("MAJOR", "MINOR", "PATCH"))
+    hip_version = ".".join(
+        re.search(rf"#define HIP_VERSION_{p}\s+(\d+)", hip).group(1)  # type: ignore[union-attr]
+        for p in ("MAJOR", "MINOR", "PATCH")
+    )
     (stage / ".info").mkdir()
     (stage / ".info" / "version").write_text(args.version + "\n")
     therock = stage / "share" / "therock"
@@ -346,22 +367,36 @@ def build_tree(args: argparse.Namespace) -> None:
         "flags": {},
         "submodules": [],
         "rehearsal": "not a TheRock build: tests/e2e/therock_tarball.py rearranged Debian sid's ROCm "
-                     f"{args.version} packages (HIP {hip_version}) and LLVM 22 into TheRock's layout",
+        f"{args.version} packages (HIP {hip_version}) and LLVM 22 into TheRock's layout",
         "debian_packages": packages,
     }
     (therock / "therock_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     total = sum(p.stat().st_size for p in stage.rglob("*") if p.is_file() and not p.is_symlink())
     info = {
-        "stage": str(stage), "group": args.group, "version": args.version, "package_version": package_version,
-        "date": date, "hip_version": hip_version, "packages": packages, "files": tree.files, "symlinks": links,
-        "bytes": total, "kernel_data": tree.kernels, "cmake_files_rewritten": cmake_files, "runpaths": runpaths,
-        "sysdeps": sysdeps, "llvm_tools_left_out": tree.dropped_tools, "seconds": round(time.monotonic() - start, 1),
+        "stage": str(stage),
+        "group": args.group,
+        "version": args.version,
+        "package_version": package_version,
+        "date": date,
+        "hip_version": hip_version,
+        "packages": packages,
+        "files": tree.files,
+        "symlinks": links,
+        "bytes": total,
+        "kernel_data": tree.kernels,
+        "cmake_files_rewritten": cmake_files,
+        "runpaths": runpaths,
+        "sysdeps": sysdeps,
+        "llvm_tools_left_out": tree.dropped_tools,
+        "seconds": round(time.monotonic() - start, 1),
     }
     Path(str(stage) + ".json").write_text(json.dumps(info, indent=2) + "\n")
-    log(f"tree {stage}: {tree.files} files + {links} links, {total:,} bytes; kernel files kept "
+    log(
+        f"tree {stage}: {tree.files} files + {links} links, {total:,} bytes; kernel files kept "
         f"{tree.kernels['kept']} / dropped {tree.kernels['dropped']}; {len(sysdeps)} sysdeps "
         f"({', '.join(sorted(sysdeps))}); {sum(runpaths.values())} RUNPATHs set; {cmake_files} CMake files "
-        f"rewritten; {info['seconds']} s")
+        f"rewritten; {info['seconds']} s"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- the pack
@@ -379,8 +414,10 @@ def pack(args: argparse.Namespace) -> None:
     gz = "pigz" if shutil.which("pigz") else "gzip"
     # as TheRock's build_tarballs.py: `tar cfz <out> .` inside the dist folder, so members start with ./
     with open(partial, "wb") as fh:
-        tar = subprocess.Popen(["tar", "-C", str(stage), "--owner=0", "--group=0", "--numeric-owner", "-cf", "-",
-                                "."], stdout=subprocess.PIPE)
+        tar = subprocess.Popen(
+            ["tar", "-C", str(stage), "--owner=0", "--group=0", "--numeric-owner", "-cf", "-", "."],
+            stdout=subprocess.PIPE,
+        )
         subprocess.run([gz, "-6"], stdin=tar.stdout, stdout=fh, check=True)
         assert tar.stdout is not None
         tar.stdout.close()
@@ -391,9 +428,16 @@ def pack(args: argparse.Namespace) -> None:
     with open(dest, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
-    result = {"name": name, "path": str(dest), "size": dest.stat().st_size, "sha256": digest.hexdigest(),
-              "tree_bytes": info["bytes"], "compressor": gz, "seconds": round(time.monotonic() - start, 1),
-              "tree": info}
+    result = {
+        "name": name,
+        "path": str(dest),
+        "size": dest.stat().st_size,
+        "sha256": digest.hexdigest(),
+        "tree_bytes": info["bytes"],
+        "compressor": gz,
+        "seconds": round(time.monotonic() - start, 1),
+        "tree": info,
+    }
     Path(str(dest) + ".json").write_text(json.dumps(result, indent=2) + "\n")
     log(f"{dest}: {result['size']:,} bytes ({gz} -6, {result['seconds']} s), sha256 {result['sha256'][:16]}...")
     if not args.keep_stage:

@@ -15,8 +15,12 @@ SCRIPT = REPO / "bench" / "suite.py"
 
 
 def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=repo, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(tmp_path):
@@ -29,7 +33,8 @@ def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(t
     (repo / "tests" / "test_fast.py").write_text("def test_fast():\n    assert True\n")
     # the test sleeps for the package's DELAY: it shows which tree's rockbuild each side imported
     (repo / "tests" / "test_slow.py").write_text(
-        "import time\nimport rockbuild\n\ndef test_slow():\n    time.sleep(rockbuild.DELAY)\n")
+        "import time\nimport rockbuild\n\ndef test_slow():\n    time.sleep(rockbuild.DELAY)\n"
+    )
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
@@ -40,8 +45,23 @@ def test_it_runs_each_side_with_its_own_package_and_names_the_file_that_slowed(t
     (repo / "tests" / "test_new.py").write_text("def test_new():\n    assert True\n")
 
     saved = tmp_path / "runs.json"
-    result = subprocess.run([sys.executable, str(repo / "bench" / "suite.py"), "--base", "HEAD", "--pairs", "1",
-                             "--save", str(saved), "tests"], cwd=repo, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "bench" / "suite.py"),
+            "--base",
+            "HEAD",
+            "--pairs",
+            "1",
+            "--save",
+            str(saved),
+            "tests",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     out = result.stdout
     assert "3 passed" in out and "2 passed" in out and "now / base: " in out
@@ -80,8 +100,13 @@ def test_cli_start_times_each_sides_own_rockbuild(tmp_path):
     git(repo, "commit", "-qm", "base")
     (repo / "rockbuild" / "__init__.py").write_text("DELAY = 0.2\n")  # now: slower to start, uncommitted
 
-    result = subprocess.run([sys.executable, str(repo / "bench" / "cli_start.py"), "--base", "HEAD", "--runs", "2"],
-                            cwd=repo, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(repo / "bench" / "cli_start.py"), "--base", "HEAD", "--runs", "2"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("  rockbuild ")]
     assert [row.split()[1] for row in rows] == ["--version", "--help", "matrix"], result.stdout

@@ -36,14 +36,18 @@ pytestmark = pytest.mark.skipif(
 
 TOKENS = {"GITHUB_TOKEN": "ghp_driver_secret", "GH_TOKEN": "gh_driver_secret", "HF_TOKEN": "hf_driver_secret"}
 
+
 def matrix_file(path: Path, cmake: dict[str, str]) -> Path:
-    return write(path, f"""
+    return write(
+        path,
+        f"""
         options:
           cmake: {json.dumps(cmake)}
         matrix:
           os: [linux]
           target: [gfx110X, gfx1151]
-    """)
+    """,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +66,21 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def first_build(world):
     """One real build of the family job (4 targets) with matrix extras, tokens in our environment, ccache."""
-    matrix = matrix_file(world["base"] / "matrix.yaml", {"MY_EXTRA": "from-matrix", "GGML_HIP_ROCWMMA_FATTN": "ON",
-                                                              "GGML_HIP_TYPO": "ON"})
+    matrix = matrix_file(
+        world["base"] / "matrix.yaml",
+        {"MY_EXTRA": "from-matrix", "GGML_HIP_ROCWMMA_FATTN": "ON", "GGML_HIP_TYPO": "ON"},
+    )
     job = resolve_job(family="gfx110X", config=matrix)
     options = BuildOptions(
-        context=context(), out_dir=world["base"] / "out", rocm_dir=world["rocm"], source_dir=world["project"], build_number="11312",
-        commit="0c1e570", ccache_dir=world["ccache"], cache=world["base"] / "cache", jobs=2,
+        context=context(),
+        out_dir=world["base"] / "out",
+        rocm_dir=world["rocm"],
+        source_dir=world["project"],
+        build_number="11312",
+        commit="0c1e570",
+        ccache_dir=world["ccache"],
+        cache=world["base"] / "cache",
+        jobs=2,
     )
     saved = {k: os.environ.get(k) for k in TOKENS}
     os.environ.update(TOKENS)
@@ -90,7 +103,9 @@ def test_flags_and_environment_reach_cmake(first_build, world):
     assert seen["CMAKE_C_COMPILER"] == str(llvm_bin / "clang")
     assert seen["CMAKE_CXX_COMPILER"] == seen["CMAKE_HIP_COMPILER"] == str(llvm_bin / "clang++")
     assert (seen["GGML_HIP"], seen["BUILD_SHARED_LIBS"], seen["GGML_NATIVE"], seen["GGML_RPC"]) == ("ON",) * 2 + (
-        "OFF", "ON")
+        "OFF",
+        "ON",
+    )
     assert (seen["GGML_OPENMP"], seen["LLAMA_USE_PREBUILT_UI"], seen["LLAMA_BUILD_TESTS"]) == ("OFF", "OFF", "ON")
     assert (seen["LLAMA_BUILD_BORINGSSL"], seen["CMAKE_BUILD_TYPE"]) == ("ON", "Release")
     # the matrix's extras reach CMake and win over the built-in flags
@@ -122,8 +137,10 @@ def test_build_json_and_log(first_build, world):
     assert data == result.to_dict()
     assert data["status"] == "ok" and data["failed_step"] is None
     # the matrix's typo is named (passed: the user asked for it); the seed flags this tree lacks are not passed
-    assert data["warnings"] == ["the matrix's cmake option GGML_HIP_TYPO is not used by this llama.cpp tree (no CMake "
-                                "file reads it): a typo, or an option removed upstream?"]
+    assert data["warnings"] == [
+        "the matrix's cmake option GGML_HIP_TYPO is not used by this llama.cpp tree (no CMake "
+        "file reads it): a typo, or an option removed upstream?"
+    ]
     assert "-DGGML_HIP_TYPO=ON" in data["cmake_command"]
     assert data["dropped_definitions"] == ["GGML_BACKEND_DL", "GGML_CPU_ALL_VARIANTS", "GGML_STATIC"]  # no ggml/ here
     assert [p["file"] for p in data["programs"]] == data["build_targets"]
@@ -134,13 +151,19 @@ def test_build_json_and_log(first_build, world):
     llama = data["llama_cpp"]
     # a plain tree: git knows nothing; the caller's values are recorded as given
     assert (llama["commit"], llama["commit_source"], llama["build_number"], llama["build_number_source"]) == (
-        "0c1e570", "given", "b11312", "given")
+        "0c1e570",
+        "given",
+        "b11312",
+        "given",
+    )
     assert data["rocm"]["therock_commit"] == THEROCK_COMMIT and data["rocm"]["version"] == "7.2.0"
     assert data["rocm"]["kind"] == "therock" and data["rocm"]["tarball"] is None
     assert data["compilers"]["c"].startswith("gcc") and data["compilers"]["cxx"].startswith("g++")
     assert data["tools"]["cmake"].startswith("cmake version") and data["tools"]["ninja"]
-    assert data["cmake_command"][:2] == ["cmake", "-S"] and "-DGPU_TARGETS=gfx1100;gfx1101;gfx1102;gfx1103" in data[
-        "cmake_command"]
+    assert (
+        data["cmake_command"][:2] == ["cmake", "-S"]
+        and "-DGPU_TARGETS=gfx1100;gfx1101;gfx1102;gfx1103" in data["cmake_command"]
+    )
     assert data["compile_command"][-2:] == ["--parallel", "2"]
     assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "test_backend_ops", "total"}
     # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
@@ -148,7 +171,8 @@ def test_build_json_and_log(first_build, world):
     assert data["durations"]["total"] >= data["durations"]["compile"] > 0
     names = {b["name"]: b for b in data["binaries"]}
     assert {"llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion", "libggml.so"} <= set(
-        names)
+        names
+    )
     assert "llama-not-shipped" not in names  # only the shipped targets are built
     assert not (result.build_dir / "bin" / "llama-not-shipped").exists()
     assert names["libggml.so"]["kind"] == "library" and names["llama-cli"]["size"] > 0
@@ -168,7 +192,10 @@ def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, 
     _job, _options, result = first_build
     record = result.test_backend_ops
     assert record is not None and (record.status, record.path, record.reason) == (
-        "built", "tools/test-backend-ops", None)
+        "built",
+        "tools/test-backend-ops",
+        None,
+    )
     tool = result.job_dir / "tools" / "test-backend-ops"
     assert tool.is_file() and record.size == tool.stat().st_size
     assert not (result.build_dir / "bin" / "test-backend-ops").exists()
@@ -176,8 +203,17 @@ def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, 
     assert "test-backend-ops" not in {b["name"] for b in result.to_dict()["binaries"]}
     # even one left in build/bin (an older rockbuild, a hand-made build) never reaches the bundle
     shutil.copy2(tool, result.build_dir / "bin" / "test-backend-ops")
-    report = bundle(BundleRequest(result.build_dir / "bin", tmp_path / "bundle", load_policy(), backend="vulkan",
-                                  platform="linux", audit=False, backends=REGISTRY))
+    report = bundle(
+        BundleRequest(
+            result.build_dir / "bin",
+            tmp_path / "bundle",
+            load_policy(),
+            backend="vulkan",
+            platform="linux",
+            audit=False,
+            backends=REGISTRY,
+        )
+    )
     assert (tmp_path / "bundle" / "llama-cli").is_file() and not (tmp_path / "bundle" / "test-backend-ops").exists()
     assert result.build_dir / "bin" / "test-backend-ops" in report.plan.skipped
 
@@ -185,8 +221,14 @@ def test_the_op_test_is_built_beside_the_bundle_never_in_build_bin(first_build, 
 def test_an_op_test_that_fails_to_compile_costs_the_build_nothing_and_says_why(world, capsys):
     matrix = matrix_file(world["base"] / "fail-op-test.yaml", {"FAIL_OP_TEST": "ON"})
     job = resolve_job(target="gfx1151", config=matrix)
-    options = BuildOptions(context=context(), out_dir=world["base"] / "out-op", rocm_dir=world["rocm"],
-                           source_dir=world["project"], use_ccache=False, jobs=2)
+    options = BuildOptions(
+        context=context(),
+        out_dir=world["base"] / "out-op",
+        rocm_dir=world["rocm"],
+        source_dir=world["project"],
+        use_ccache=False,
+        jobs=2,
+    )
     result = build_job(job, options, backends=REGISTRY)
     assert result.status == "ok"
     record = result.test_backend_ops
@@ -233,8 +275,14 @@ def test_another_source_tree_into_the_same_out_folder_configures_afresh(world):
     other = world["base"] / "llama.cpp-other-commit"
     shutil.copytree(world["project"], other)
     job = resolve_job(target="gfx1151")
-    options = BuildOptions(context=context(), out_dir=world["base"] / "out-two-trees", rocm_dir=world["rocm"], source_dir=world["project"],
-                           use_ccache=False, jobs=2)
+    options = BuildOptions(
+        context=context(),
+        out_dir=world["base"] / "out-two-trees",
+        rocm_dir=world["rocm"],
+        source_dir=world["project"],
+        use_ccache=False,
+        jobs=2,
+    )
     build_job(job, options, backends=REGISTRY)
     second = build_job(job, dataclasses.replace(options, source_dir=other), backends=REGISTRY)
     assert second.status == "ok" and second.configure_skipped is False
@@ -245,14 +293,22 @@ def test_another_source_tree_into_the_same_out_folder_configures_afresh(world):
 def test_failing_compile_ends_with_the_log_tail(world, capsys):
     matrix = matrix_file(world["base"] / "fail-compile.yaml", {"FAIL_COMPILE": "ON"})
     job = resolve_job(target="gfx1151", config=matrix)
-    options = BuildOptions(context=context(), out_dir=world["base"] / "out-fail", rocm_dir=world["rocm"], source_dir=world["project"],
-                           use_ccache=False, jobs=2)
+    options = BuildOptions(
+        context=context(),
+        out_dir=world["base"] / "out-fail",
+        rocm_dir=world["rocm"],
+        source_dir=world["project"],
+        use_ccache=False,
+        jobs=2,
+    )
     with pytest.raises(BuildFailed) as info:
         build_job(job, options, backends=REGISTRY)
     exc = info.value
     log = world["base"] / "out-fail" / "linux-gfx1151" / "build.log"
     # the message stands alone in public text (no runner path, no "above"); the path is the hint the user sees
-    assert "\n" not in exc.message and str(log) not in exc.message and exc.message.startswith("compile failed (exit code")
+    assert (
+        "\n" not in exc.message and str(log) not in exc.message and exc.message.startswith("compile failed (exit code")
+    )
     assert exc.message.endswith("build.log in the job folder says why") and exc.hint.endswith(f"the whole log: {log}")
     assert exc.exit_code == 1 and exc.step == "compile" and exc.log == log
     assert 0 < len(exc.tail) <= 40 and any("compile fails on purpose" in line for line in exc.tail)
@@ -266,8 +322,18 @@ def test_failing_compile_ends_with_the_log_tail(world, capsys):
 def test_cli_failing_configure_exit_code_and_tail(world, run_rockbuild, tmp_path):
     matrix = matrix_file(tmp_path / "fail-configure.yaml", {"FAIL_CONFIGURE": "ON"})
     result = run_rockbuild(
-        "build", "--target", "gfx1151", "-c", str(matrix), "--rocm", str(world["rocm"]), "--source",
-        str(world["project"]), "--out", str(tmp_path / "out"), "--no-ccache",
+        "build",
+        "--target",
+        "gfx1151",
+        "-c",
+        str(matrix),
+        "--rocm",
+        str(world["rocm"]),
+        "--source",
+        str(world["project"]),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-ccache",
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -282,9 +348,23 @@ def test_cli_failing_configure_exit_code_and_tail(world, run_rockbuild, tmp_path
 def test_cli_json_prints_build_json(world, run_rockbuild, tmp_path):
     write(tmp_path / "cc" / "ccache.conf", "compiler_type = gcc\n")
     result = run_rockbuild(
-        "build", "--target", "gfx1151", "--rocm", str(world["rocm"]), "--source", str(world["project"]),
-        "--out", str(tmp_path / "out"), "--build-number", "b42", "--json", "-j", "2",
-        "--ccache-dir", str(tmp_path / "cc"), env={"ROCKBUILD_CACHE": str(tmp_path / "cache"), **TOKENS},
+        "build",
+        "--target",
+        "gfx1151",
+        "--rocm",
+        str(world["rocm"]),
+        "--source",
+        str(world["project"]),
+        "--out",
+        str(tmp_path / "out"),
+        "--build-number",
+        "b42",
+        "--json",
+        "-j",
+        "2",
+        "--ccache-dir",
+        str(tmp_path / "cc"),
+        env={"ROCKBUILD_CACHE": str(tmp_path / "cache"), **TOKENS},
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -302,14 +382,36 @@ def test_cli_json_prints_build_json(world, run_rockbuild, tmp_path):
 
 def test_offline_swaps_boringssl_for_openssl(world, tmp_path):
     job = resolve_job(target="gfx1151")
-    result = build_job(job, BuildOptions(context=context(), out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
-                                         offline=True, use_ccache=False, jobs=2), backends=REGISTRY)
+    result = build_job(
+        job,
+        BuildOptions(
+            context=context(),
+            out_dir=tmp_path,
+            rocm_dir=world["rocm"],
+            source_dir=world["project"],
+            offline=True,
+            use_ccache=False,
+            jobs=2,
+        ),
+        backends=REGISTRY,
+    )
     seen = read_seen(result.build_dir)
     assert (seen["LLAMA_BUILD_BORINGSSL"], seen["LLAMA_OPENSSL"]) == ("OFF", "ON")
     assert seen["GGML_CCACHE"] == "OFF" and result.ccache is not None and result.ccache["enabled"] is False
     assert len(result.warnings) == 1 and "without HTTPS" in result.warnings[0]
-    again = build_job(job, BuildOptions(context=context(), out_dir=tmp_path, rocm_dir=world["rocm"], source_dir=world["project"],
-                                        offline=True, use_ccache=False, jobs=2), backends=REGISTRY)
+    again = build_job(
+        job,
+        BuildOptions(
+            context=context(),
+            out_dir=tmp_path,
+            rocm_dir=world["rocm"],
+            source_dir=world["project"],
+            offline=True,
+            use_ccache=False,
+            jobs=2,
+        ),
+        backends=REGISTRY,
+    )
     assert again.configure_skipped and again.warnings == result.warnings  # remembered from the configure
 
 
@@ -317,18 +419,39 @@ def test_offline_swaps_boringssl_for_openssl(world, tmp_path):
 def test_build_from_a_ref_of_a_configurable_git_url(world, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(world["project"], work)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e.org"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e.org",
+    }
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "x"], ["tag", "b777"]):
         subprocess.run(["git", *args], cwd=work, env=env, check=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=work, check=True, capture_output=True, text=True
+    ).stdout.strip()
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(tmp_path / "up.git")], check=True)
-    result = build_job(resolve_job(target="gfx1151"), BuildOptions(
-        context=context(), out_dir=tmp_path / "out", rocm_dir=world["rocm"], ref="b777", git_url=f"file://{tmp_path / 'up.git'}",
-        cache=tmp_path / "cache", use_ccache=False, jobs=2), backends=REGISTRY)
+    result = build_job(
+        resolve_job(target="gfx1151"),
+        BuildOptions(
+            context=context(),
+            out_dir=tmp_path / "out",
+            rocm_dir=world["rocm"],
+            ref="b777",
+            git_url=f"file://{tmp_path / 'up.git'}",
+            cache=tmp_path / "cache",
+            use_ccache=False,
+            jobs=2,
+        ),
+        backends=REGISTRY,
+    )
     assert result.llama_cpp is not None and result.llama_cpp.path.parent == tmp_path / "cache" / "llama.cpp"
-    assert (result.llama_cpp.commit, result.llama_cpp.build_number, result.llama_cpp.origin) == (commit, "b777", "clone")
+    assert (result.llama_cpp.commit, result.llama_cpp.build_number, result.llama_cpp.origin) == (
+        commit,
+        "b777",
+        "clone",
+    )
     seen = read_seen(result.build_dir)
     assert (seen["LLAMA_BUILD_NUMBER"], seen["LLAMA_BUILD_COMMIT"]) == ("777", commit[:7])
     assert "==> llama.cpp source" in result.log.read_text() and "b777" in result.log.read_text()
@@ -357,15 +480,21 @@ def test_a_chroot_layout_is_refused_with_the_way_to_build_in_it(tmp_path):
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang", "#!/bin/sh\n", 0o755)
     write(root / "usr" / "lib" / "llvm-22" / "bin" / "clang++", "#!/bin/sh\n", 0o755)
     with pytest.raises(ConfigError, match=r"run rockbuild in the root .* with --rocm /usr"):
-        options = BuildOptions(context=context(), out_dir=tmp_path / "out", rocm_dir=root, source_dir=tmp_path,
-                               rocm_tarball=TARBALL)
+        options = BuildOptions(
+            context=context(), out_dir=tmp_path / "out", rocm_dir=root, source_dir=tmp_path, rocm_tarball=TARBALL
+        )
         build_job(resolve_job(target="gfx1151"), options, backends=REGISTRY)
     # build.json is written once, by the build, and names the night's tarball even when its root was refused
     # (it used to be read back and rewritten by the night to put the tarball in)
     build = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
     assert build["status"] == "failed" and build["failed_step"] == "rocm"
-    assert build["rocm"]["tarball"] == {"name": TARBALL.name, "url": None, "sha256": TARBALL.sha256, "size": 5,
-                                        "group": "gfx1151"}
+    assert build["rocm"]["tarball"] == {
+        "name": TARBALL.name,
+        "url": None,
+        "sha256": TARBALL.sha256,
+        "size": 5,
+        "group": "gfx1151",
+    }
 
 
 TARBALL = Tarball(name="therock-dist-linux-gfx1151-7.2.0a20261204.tar.gz", sha256="ab" * 32, size=5, group="gfx1151")
@@ -397,10 +526,13 @@ def test_parse_ccache_stats_formats():
 
 def test_ninja_progress_counts_steps_and_objects_by_language(capsys):
     progress = NinjaProgress("compile", interactive=False, every=0.0)
-    for line in ["[1/4] Building HIP object ggml/src/ggml-hip/CMakeFiles/ggml-hip.dir/__/ggml-cuda/mmq.cu.o",
-                 "In file included from x.h:1:", "[2/4] Building CXX object src/CMakeFiles/llama.dir/llama.cpp.o",
-                 "[3/4] Building HIP object ggml/src/ggml-hip/CMakeFiles/ggml-hip.dir/__/ggml-cuda/mmvq.cu.o",
-                 "[4/4] Linking CXX shared library bin/libggml-hip.so"]:
+    for line in [
+        "[1/4] Building HIP object ggml/src/ggml-hip/CMakeFiles/ggml-hip.dir/__/ggml-cuda/mmq.cu.o",
+        "In file included from x.h:1:",
+        "[2/4] Building CXX object src/CMakeFiles/llama.dir/llama.cpp.o",
+        "[3/4] Building HIP object ggml/src/ggml-hip/CMakeFiles/ggml-hip.dir/__/ggml-cuda/mmvq.cu.o",
+        "[4/4] Linking CXX shared library bin/libggml-hip.so",
+    ]:
         progress.on_line(line)
     progress.close()
     assert progress.summary() == {"steps": 4, "total": 4, "objects": {"CXX": 1, "HIP": 2}, "no_work": False}
@@ -416,11 +548,14 @@ def test_ninja_progress_counts_steps_and_objects_by_language(capsys):
 def _vulkan_job(world):
     from rockbuild.matrix import find_job, load_matrix
 
-    matrix = write(world["base"] / "vulkan.yaml", """
+    matrix = write(
+        world["base"] / "vulkan.yaml",
+        """
         options:
           cmake: {MY_EXTRA: from-matrix}
         matrix: {os: [linux], target: [gfx1151], backend: vulkan}
-    """)
+    """,
+    )
     return find_job(load_matrix(matrix), "linux-vulkan")
 
 
@@ -437,8 +572,16 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     job = _vulkan_job(world)
     fake_bin = tmp_path / "vk-bin"  # glslc only has to exist and say its version: the fake project has no shaders
     write(fake_bin / "glslc", "#!/bin/sh\necho 'shaderc v2023.2 v2023.2'\n", 0o755)
-    options = BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="11312",
-                           commit="0c1e570", use_ccache=False, cache=tmp_path / "cache", jobs=2)
+    options = BuildOptions(
+        context=context(),
+        out_dir=tmp_path / "out",
+        source_dir=world["project"],
+        build_number="11312",
+        commit="0c1e570",
+        use_ccache=False,
+        cache=tmp_path / "cache",
+        jobs=2,
+    )
     result = _with_path(fake_bin, lambda: build_job(job, options, backends=REGISTRY))
     data = json.loads(result.build_json.read_text(encoding="utf-8"))
     assert data["status"] == "ok" and data["job"]["backend"] == "vulkan" and data["job"]["id"] == "linux-vulkan"
@@ -451,7 +594,8 @@ def test_vulkan_job_builds_with_the_host_compiler_and_no_rocm(world, tmp_path):
     assert seen["ENV:ROCM_PATH"] == seen["ENV:HIP_PLATFORM"] == seen["ENV:HIP_DEVICE_LIB_PATH"] == ""
     assert "GGML_VULKAN:UNINITIALIZED=ON" in (result.build_dir / "CMakeCache.txt").read_text(encoding="utf-8")
     assert "-DGGML_VULKAN=ON" in data["cmake_command"] and not [
-        a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS", "-DCMAKE_C_COMPILER"))]
+        a for a in data["cmake_command"] if a.startswith(("-DGGML_HIP", "-DGPU_TARGETS", "-DCMAKE_C_COMPILER"))
+    ]
     assert set(data["durations"]) == {"rocm", "source", "web_ui", "configure", "compile", "test_backend_ops", "total"}
     # the stand-in tree has no tools/ui: llama-server without its chat page, and build.json says why
     assert data["web_ui"]["status"] == "none" and "tools/ui has no package.json" in data["web_ui"]["reason"]
@@ -474,9 +618,19 @@ def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
     os.environ["PATH"] = str(tools)
     try:
         with pytest.raises(BuildError, match=r"glslc is not installed .*LunarG Vulkan SDK") as info:
-            build_job(job, BuildOptions(context=context(), out_dir=tmp_path / "out", source_dir=world["project"], build_number="1",
-                                        commit="abc1234", use_ccache=False, cache=tmp_path / "cache"),
-                      backends=REGISTRY)
+            build_job(
+                job,
+                BuildOptions(
+                    context=context(),
+                    out_dir=tmp_path / "out",
+                    source_dir=world["project"],
+                    build_number="1",
+                    commit="abc1234",
+                    use_ccache=False,
+                    cache=tmp_path / "cache",
+                ),
+                backends=REGISTRY,
+            )
     finally:
         os.environ["PATH"] = saved
     assert "\n" not in str(info.value)
@@ -486,8 +640,17 @@ def test_vulkan_job_without_glslc_fails_with_one_line(world, tmp_path):
 
 def test_a_failed_build_says_why_in_build_json_and_build_log(tmp_path, run_rockbuild):
     """Not only `failed_step: rocm`: the message and hint the user saw, in both files."""
-    result = run_rockbuild("build", "--target", "gfx1151", "--rocm", str(tmp_path / "no-such-rocm"),
-                           "--source", str(tmp_path), "--out", str(tmp_path / "out"))
+    result = run_rockbuild(
+        "build",
+        "--target",
+        "gfx1151",
+        "--rocm",
+        str(tmp_path / "no-such-rocm"),
+        "--source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert result.returncode != 0
     record = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
     assert record["status"] == "failed" and record["failed_step"] == "rocm"

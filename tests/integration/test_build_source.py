@@ -22,6 +22,7 @@ from rockbuild.llamacpp.source import (
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
+
 def commit_file(work: Path, name: str, text: str) -> str:
     (work / name).write_text(text, encoding="utf-8")
     git("add", "-A", cwd=work)
@@ -57,7 +58,11 @@ def test_tag_checkout_is_shallow_and_named_by_its_tag(upstream, tmp_path):
     source = checkout_ref("b1234", url=upstream["url"], cache=tmp_path)
     assert isinstance(source, LlamaSource)
     assert (source.commit, source.ref_kind, source.build_number, source.build_number_source) == (
-        upstream["c1"], "tag", "b1234", "tag b1234")
+        upstream["c1"],
+        "tag",
+        "b1234",
+        "tag b1234",
+    )
     assert source.path == clone_dir_for(upstream["url"], "b1234", tmp_path)
     assert source.path.parent == tmp_path / "llama.cpp" and source.path.name.startswith("b1234-")
     assert is_shallow(source.path) and git("rev-list", "--count", "HEAD", cwd=source.path) == "1"
@@ -69,7 +74,11 @@ def test_tag_checkout_is_shallow_and_named_by_its_tag(upstream, tmp_path):
 def test_branch_checkout_finds_the_annotated_build_tag_on_its_commit(upstream, tmp_path):
     source = checkout_ref("feature", url=upstream["url"], cache=tmp_path)
     assert (source.commit, source.ref_kind, source.build_number, source.build_number_source) == (
-        upstream["c2"], "branch", "b1240", "tag b1240")
+        upstream["c2"],
+        "branch",
+        "b1240",
+        "tag b1240",
+    )
 
 
 def test_commit_without_a_build_tag_is_unknown_never_the_shallow_count(upstream, tmp_path):
@@ -171,7 +180,11 @@ def test_plain_tree_is_unknown_and_takes_given_values(tmp_path):
     assert plain.cmake_build_info() == {"LLAMA_BUILD_NUMBER": "0", "LLAMA_BUILD_COMMIT": "unknown"}
     pinned = describe_tree(tree, build_number="11312", commit="0c1e570")
     assert (pinned.commit, pinned.commit_source, pinned.build_number, pinned.build_number_source) == (
-        "0c1e570", "given", "b11312", "given")
+        "0c1e570",
+        "given",
+        "b11312",
+        "given",
+    )
     assert pinned.cmake_build_info() == {"LLAMA_BUILD_NUMBER": "11312", "LLAMA_BUILD_COMMIT": "0c1e570"}
 
 
@@ -189,7 +202,11 @@ def test_full_clone_counts_history_shallow_clone_does_not(upstream, tmp_path):
     git("clone", "-q", "--branch", "master", upstream["url"], str(full))
     described = describe_tree(full)
     assert (described.commit, described.build_number, described.build_number_source, described.shallow) == (
-        upstream["c3"], "b3", "rev-list", False)
+        upstream["c3"],
+        "b3",
+        "rev-list",
+        False,
+    )
     tagged = tmp_path / "tagged"
     git("clone", "-q", "--branch", "b1240", upstream["url"], str(tagged))
     assert describe_tree(tagged).build_number == "b1240"  # the tag beats the count (which would be 2)

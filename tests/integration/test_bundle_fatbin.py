@@ -36,13 +36,17 @@ def test_uncompressed_bundles_in_an_elf(tmp_path):
     assert report.targets == ("gfx1151",)
     assert report.device_bytes() == {"gfx1151": 128}
     assert [e.triple for e in report.bundles[0].entries] == [
-        "host-x86_64-unknown-linux-gnu-", "hipv4-amdgcn-amd-amdhsa--gfx1151"]
+        "host-x86_64-unknown-linux-gnu-",
+        "hipv4-amdgcn-amd-amdhsa--gfx1151",
+    ]
 
 
 @pytest.mark.parametrize(("version", "method"), [(3, "zstd"), (2, "zstd"), (2, "zlib")])
 def test_compressed_bundles(tmp_path, version, method):
-    blobs = [ccob(offload_bundle(["gfx1100", "gfx90a:xnack+"], payload=5000), version=version, method=method),
-             ccob(offload_bundle(["gfx1100", "gfx90a:xnack+"], payload=10), version=version, method=method)]
+    blobs = [
+        ccob(offload_bundle(["gfx1100", "gfx90a:xnack+"], payload=5000), version=version, method=method),
+        ccob(offload_bundle(["gfx1100", "gfx90a:xnack+"], payload=10), version=version, method=method),
+    ]
     report = read_fatbin(lib_with(tmp_path, blobs))
     assert report.compressed == 2 and {b.compression for b in report.bundles} == {method}
     assert report.targets == ("gfx90a", "gfx1100")
@@ -82,8 +86,9 @@ def test_truncated_bundle_is_an_error():
 def _listed(bundler: list[str], blob: bytes, tmp_path: Path) -> set[str]:
     path = tmp_path / "blob.bin"
     path.write_bytes(blob)
-    out = subprocess.run([*bundler, "--list", "--type=o", f"--input={path}"], capture_output=True, text=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [*bundler, "--list", "--type=o", f"--input={path}"], capture_output=True, text=True, check=True, timeout=60
+    )
     return set(out.stdout.split())
 
 
@@ -91,8 +96,12 @@ def _listed(bundler: list[str], blob: bytes, tmp_path: Path) -> set[str]:
 def test_our_reading_matches_clang_offload_bundler(tmp_path, kind):
     bundler = bundler_command()
     plain = offload_bundle(["gfx1151", "gfx90a:xnack+", "gfx1201"])
-    blob = {"plain": plain, "ccob3": ccob(plain), "ccob2": ccob(plain, version=2),
-            "zlib": ccob(plain, version=2, method="zlib")}[kind]
+    blob = {
+        "plain": plain,
+        "ccob3": ccob(plain),
+        "ccob2": ccob(plain, version=2),
+        "zlib": ccob(plain, version=2, method="zlib"),
+    }[kind]
     ours = list(iter_bundles(_Section(blob, 0, len(blob)), kind))
     assert {e.triple for e in ours[0].entries} == _listed(bundler, blob, tmp_path)
 
@@ -125,7 +134,7 @@ def code_objects(path: Path) -> dict[tuple[int, str], bytes]:
     out = {}
     data = path.read_bytes()
     for index, bundle in enumerate(report.bundles):
-        stored = data[report.section_offset + bundle.offset:report.section_offset + bundle.offset + bundle.size]
+        stored = data[report.section_offset + bundle.offset : report.section_offset + bundle.offset + bundle.size]
         if bundle.compression == "zstd":
             header = 32 if bundle.version == 3 else 24
             content = zstandard.ZstdDecompressor().stream_reader(stored[header:]).read(bundle.uncompressed_size)
@@ -137,7 +146,7 @@ def code_objects(path: Path) -> dict[tuple[int, str], bytes]:
             content = stored
         for entry in bundle.entries:
             if entry.target:
-                out[(index, entry.target)] = content[entry.offset:entry.offset + entry.size]
+                out[(index, entry.target)] = content[entry.offset : entry.offset + entry.size]
     return out
 
 
@@ -154,8 +163,14 @@ def mixed_library(tmp_path: Path) -> Path:
     blobs = []
     for kind, targets in MIXED:
         plain = offload_bundle(targets, payload=20000)
-        blobs.append({"plain": plain, "ccob3": ccob(plain), "ccob2": ccob(plain, version=2),
-                      "zlib": ccob(plain, version=2, method="zlib")}[kind])
+        blobs.append(
+            {
+                "plain": plain,
+                "ccob3": ccob(plain),
+                "ccob2": ccob(plain, version=2),
+                "zlib": ccob(plain, version=2, method="zlib"),
+            }[kind]
+        )
     return lib_with(tmp_path, blobs, "libmixed.so")
 
 
@@ -173,15 +188,15 @@ def test_prune_keeps_only_the_job_targets_in_place(tmp_path):
     assert all(after[key] == before[key] for key in after)  # the kept code objects are byte-identical
     fat = read_fatbin(lib)
     assert fat.targets == ("gfx1151",) and [b.offset for b in fat.bundles] == [
-        b.offset for b in read_fatbin_bytes(original, fat)]
+        b.offset for b in read_fatbin_bytes(original, fat)
+    ]
     assert report.bytes_after < report.bytes_before and report.bytes_zeroed > 0
     # the last bundle had nothing to drop
     last = fat.bundles[-1]
     start = fat.section_offset + last.offset
-    assert lib.read_bytes()[start:start + last.size] == original[start:start + last.size]
+    assert lib.read_bytes()[start : start + last.size] == original[start : start + last.size]
     # and the library still loads
-    exe = cc(tmp_path / "exe", "int f(void);\nint main(void){return f()-1;}", libs=(lib,),
-             runpath=(str(tmp_path),))
+    exe = cc(tmp_path / "exe", "int f(void);\nint main(void){return f()-1;}", libs=(lib,), runpath=(str(tmp_path),))
     assert subprocess.run([str(exe)], env={}, timeout=30).returncode == 0
 
 
@@ -196,23 +211,34 @@ def test_pruned_bundles_unbundle_identically_with_clang_offload_bundler(tmp_path
     bundler = bundler_command()
     targets = ["gfx1100", "gfx1151", "gfx90a:xnack+"]
     plain = offload_bundle(targets, payload=9000)
-    blob = {"plain": plain, "ccob3": ccob(plain), "ccob2": ccob(plain, version=2),
-            "zlib": ccob(plain, version=2, method="zlib")}[kind]
+    blob = {
+        "plain": plain,
+        "ccob3": ccob(plain),
+        "ccob2": ccob(plain, version=2),
+        "zlib": ccob(plain, version=2, method="zlib"),
+    }[kind]
     lib = lib_with(tmp_path, [blob])
     prune_fatbin(lib, ["gfx1151"])
     fat = read_fatbin(lib)
     bundle = fat.bundles[0]
-    pruned = lib.read_bytes()[fat.section_offset + bundle.offset:fat.section_offset + bundle.offset + bundle.size]
+    pruned = lib.read_bytes()[fat.section_offset + bundle.offset : fat.section_offset + bundle.offset + bundle.size]
     assert _listed(bundler, pruned, tmp_path) == {"host-x86_64-unknown-linux-gnu-", "hipv4-amdgcn-amd-amdhsa--gfx1151"}
     for name, data in (("orig", blob), ("pruned", pruned)):
         (tmp_path / f"{name}.bin").write_bytes(data)
-        subprocess.run([*bundler, "--unbundle", "--type=o", "--targets=hipv4-amdgcn-amd-amdhsa--gfx1151",
-                        f"--input={tmp_path / f'{name}.bin'}", f"--output={tmp_path / f'{name}.co'}"],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                *bundler,
+                "--unbundle",
+                "--type=o",
+                "--targets=hipv4-amdgcn-amd-amdhsa--gfx1151",
+                f"--input={tmp_path / f'{name}.bin'}",
+                f"--output={tmp_path / f'{name}.co'}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     assert (tmp_path / "orig.co").read_bytes() == (tmp_path / "pruned.co").read_bytes()
-
-
-
 
 
 def test_comgr_unbundles_a_pruned_rocblas_bundle_as_the_hip_runtime_does(tmp_path):
@@ -240,9 +266,20 @@ def test_comgr_unbundles_a_pruned_rocblas_bundle_as_the_hip_runtime_does(tmp_pat
             fh.seek(report.section_offset + bundle.offset)
             (tmp_path / "b.bin").write_bytes(fh.read(bundle.size))
         run = subprocess.run(
-            [str(LIBDIR / "ld-linux-x86-64.so.2"), "--library-path", str(LIBDIR), str(real_python), str(script),
-             str(comgr), str(tmp_path / "b.bin"), "hipv4-amdgcn-amd-amdhsa--gfx1151"],
-            capture_output=True, text=True, timeout=120, env={"PYTHONHOME": str(ROCM_ROOT / "usr")},
+            [
+                str(LIBDIR / "ld-linux-x86-64.so.2"),
+                "--library-path",
+                str(LIBDIR),
+                str(real_python),
+                str(script),
+                str(comgr),
+                str(tmp_path / "b.bin"),
+                "hipv4-amdgcn-amd-amdhsa--gfx1151",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PYTHONHOME": str(ROCM_ROOT / "usr")},
         )
         assert run.returncode == 0, run.stderr[-2000:]
         results.append(run.stdout.split())
@@ -294,8 +331,11 @@ def test_verify_pruned_proves_a_pruned_and_patched_library(tmp_path):
     assert proof.cross_check == "rockbuild's reader decompressed the same 5 code objects from the original"
     assert not list(tmp_path.glob(".rockbuild-verify-*"))  # the scratch folder is gone
     data = proof.to_dict()
-    assert data["ok"] and data["kept_targets"] == ["gfx1151"] and data["sha256"] == hashlib.sha256(
-        shipped.read_bytes()).hexdigest()
+    assert (
+        data["ok"]
+        and data["kept_targets"] == ["gfx1151"]
+        and data["sha256"] == hashlib.sha256(shipped.read_bytes()).hexdigest()
+    )
 
 
 def _flip(path: Path, offset: int) -> None:
@@ -316,8 +356,9 @@ def test_verify_pruned_catches_one_wrong_byte_in_a_kept_code_object(tmp_path):
     _flip(shipped, fat.section_offset + fat.bundles[0].offset + entry.offset + 4321)
     proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
     assert not proof.ok
-    assert any("the hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs from the original's" in f
-               for f in proof.failures), proof.failures
+    assert any(
+        "the hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs from the original's" in f for f in proof.failures
+    ), proof.failures
 
 
 def test_verify_pruned_catches_a_damaged_compressed_bundle(tmp_path):
@@ -339,8 +380,10 @@ def test_verify_pruned_catches_a_wrong_kept_set(tmp_path):
     # the job wanted gfx1100 too: the pruned library lacks it where the original had it
     proof = verify_pruned(original, shipped, ["gfx1151", "gfx1100"], tools, scratch=tmp_path)
     assert not proof.ok
-    assert any("bundle 0" in f and "expected the original's host entry and job targets" in f
-               and "gfx1100" in f for f in proof.failures), proof.failures
+    assert any(
+        "bundle 0" in f and "expected the original's host entry and job targets" in f and "gfx1100" in f
+        for f in proof.failures
+    ), proof.failures
     # pruned to the wrong target altogether
     other = tmp_path / "other"
     other.mkdir()
@@ -375,8 +418,7 @@ def test_verify_pruned_catches_a_changed_dynamic_symbol_soname_or_needed(tmp_pat
     assert not proof.ok and any("the dynamic symbols differ from the original's" in f for f in proof.failures)
 
     shipped.write_bytes(pristine)
-    subprocess.run([_patchelf(), "--set-soname", "libother.so", "--add-needed", "libm.so.6", str(shipped)],
-                   check=True)
+    subprocess.run([_patchelf(), "--set-soname", "libother.so", "--add-needed", "libm.so.6", str(shipped)], check=True)
     proof = verify_pruned(original, shipped, ["gfx1151"], tools, scratch=tmp_path)
     failures = " | ".join(proof.failures)
     assert "SONAME 'libother.so' is not the original's 'libmixed.so'" in failures
@@ -478,8 +520,7 @@ def test_without_a_tool_the_default_ships_fat_binaries_whole_and_says_why(tmp_pa
     assert any("fat binaries not pruned" in w for w in report.audit.check("code-objects").warnings)
     with pytest.raises(BundleError, match="--prune-fatbin: .* could not be proved identical to the originals"):
         make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "c", policy=policy, prune_fatbin=True)
-    off = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "d", policy=policy,
-                      prune_fatbin=False)
+    off = make_bundle(tree["build"], layout, ["gfx1151"], tmp_path / "d", policy=policy, prune_fatbin=False)
     assert off.audit.ok and not off.audit.check("code-objects").warnings and off.plan.pruning["asked"] == "off"
 
 
@@ -503,7 +544,8 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
     report = audit_bundle(out, policy=policy, backends=REGISTRY)
     assert not report.ok and report.check("code-objects").failures == (
         "librocblas.so.5 was pruned but not verified by an independent tool (not verified): bundle it again from its "
-        "ROCm root",)
+        "ROCm root",
+    )
     assert "librocblas.so.5: pruned, NOT VERIFIED" in report.render()
     meta = json.loads(pristine)
     meta["pruned_fatbins"][0]["verification"]["ok"] = False
@@ -517,10 +559,12 @@ def test_the_audit_fails_a_pruned_library_without_its_proof_or_changed_after_it(
     subprocess.run([_patchelf(), "--set-soname", "librocblas.so.9", str(out / "librocblas.so.5")], check=True)
     meta = json.loads(pristine)
     meta["pruned_fatbins"][0]["verification"]["sha256"] = hashlib.sha256(
-        (out / "librocblas.so.5").read_bytes()).hexdigest()
+        (out / "librocblas.so.5").read_bytes()
+    ).hexdigest()
     meta_path.write_text(json.dumps(meta))
     assert audit_bundle(out, policy=policy, backends=REGISTRY).check("code-objects").failures == (
-        "librocblas.so.5: SONAME 'librocblas.so.9' is not the original's 'librocblas.so.5'",)
+        "librocblas.so.5: SONAME 'librocblas.so.9' is not the original's 'librocblas.so.5'",
+    )
 
 
 def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
@@ -530,8 +574,14 @@ def test_the_pruned_copy_keeps_its_zeros_as_holes(tmp_path):
 
     tree, policy = _tree(tmp_path)
     # a rocBLAS whose dropped targets are big: 3 x 1 MiB code objects, 2 of them dropped
-    big = lib_with(tmp_path, [ccob(offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20), method="zlib"),
-                              offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20)], "librocblas.so.5")
+    big = lib_with(
+        tmp_path,
+        [
+            ccob(offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20), method="zlib"),
+            offload_bundle(["gfx1100", "gfx1151", "gfx90a"], payload=1 << 20),
+        ],
+        "librocblas.so.5",
+    )
     shutil.copyfile(big, tree["lib"] / "librocblas.so.5.0")
     fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")
     report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / "b", policy=policy)
@@ -576,14 +626,18 @@ def test_rockbuild_audit_with_the_rocm_root_runs_the_check_again(tmp_path):
     (out / "bundle.json").write_text(json.dumps(meta))
     assert audit_bundle(out, policy=policy, backends=REGISTRY).ok  # the record alone cannot tell
     again = audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY)
-    assert not again.ok and any(f.startswith("checked again: librocblas.so.5 bundle 1: the "
-                                             "hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs")
-                                for f in again.check("code-objects").failures), again.failures
+    assert not again.ok and any(
+        f.startswith(
+            "checked again: librocblas.so.5 bundle 1: the hipv4-amdgcn-amd-amdhsa--gfx1151 code object differs"
+        )
+        for f in again.check("code-objects").failures
+    ), again.failures
     # an original that is not in the root given, or not the one it was pruned from, is a failure, never a pass
     meta["pruned_fatbins"][0]["verification"]["original"] = "/etc/passwd"
     (out / "bundle.json").write_text(json.dumps(meta))
     assert audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY).check("code-objects").failures == (
-        f"cannot check librocblas.so.5 again: its original /etc/passwd is not in {tree['rocm']}",)
+        f"cannot check librocblas.so.5 again: its original /etc/passwd is not in {tree['rocm']}",
+    )
     meta["pruned_fatbins"][0]["verification"]["original"] = str(tree["lib"] / "libplug.so.1")
     (out / "bundle.json").write_text(json.dumps(meta))
     (failure,) = audit_bundle(out, policy=policy, rocm=tree["rocm"], backends=REGISTRY).check("code-objects").failures

@@ -77,18 +77,30 @@ def test_bundle_runs_under_wine(tree, tmp_path):
     report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out)
     assert report.audit.ok, report.audit.failures
     assert tree_files(out) == [
-        "amd_comgr0702.dll", "amdhip64_7.dll", "app.exe", "bundle.json", "ggml-hip.dll", "hipblas.dll",
-        "rocblas.dll", "rocblas/library/TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat",
+        "amd_comgr0702.dll",
+        "amdhip64_7.dll",
+        "app.exe",
+        "bundle.json",
+        "ggml-hip.dll",
+        "hipblas.dll",
+        "rocblas.dll",
+        "rocblas/library/TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat",
         "rocblas/library/TensileLibrary_lazy_gfx1151.dat",
     ]
     runner = wine()
     prefix = tmp_path / "wineprefix"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WINEPREFIX": str(prefix), "WINEDEBUG": "-all",
-           "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "WINEPREFIX": str(prefix),
+        "WINEDEBUG": "-all",
+        "WINEDLLOVERRIDES": "mscoree,mshtml=",
+    }
     moved = tmp_path / "moved"
     shutil.move(out, moved)
-    result = subprocess.run([runner, str(moved / "app.exe")], capture_output=True, text=True, env=env, timeout=180,
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [runner, str(moved / "app.exe")], capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path
+    )
     assert result.stdout.replace("\r", "") == "ggml=47 comgr=7\n", result.stderr[-2000:]
 
 
@@ -96,8 +108,9 @@ def test_missing_delay_loaded_dll_is_an_error_naming_the_importer(tree, tmp_path
     rocm = tmp_path / "rocm"
     shutil.copytree(tree["rocm"], rocm)
     (rocm / "bin" / "hipblas.dll").unlink()
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",),
-                                   backends=REGISTRY))
+    plan = make_plan(
+        BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(rocm), ("gfx1151",), backends=REGISTRY)
+    )
     assert any("hipblas.dll (needed by ggml-hip.dll)" in e for e in plan.errors), plan.errors
     nodes = {e.name: e for e in plan.closure.entries}
     assert nodes["hipblas.dll"].status == MISSING
@@ -109,7 +122,9 @@ def test_audit_of_a_windows_bundle_catches_a_missing_dll(tree, tmp_path):
     (out / "hipblas.dll").unlink()
     report = audit_bundle(out, backends=REGISTRY)
     assert {c.name for c in report.checks if not c.ok} == {"needed"}
-    assert report.check("needed").failures == ("hipblas.dll (ggml-hip.dll delay-loads it) is not in the bundle's top folder",)
+    assert report.check("needed").failures == (
+        "hipblas.dll (ggml-hip.dll delay-loads it) is not in the bundle's top folder",
+    )
 
 
 def test_a_truncated_pe_file_is_an_audit_failure(tmp_path):

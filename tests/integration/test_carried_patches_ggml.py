@@ -35,11 +35,27 @@ pytestmark = [
 # avx512vbmi, for VBMI2 avx512_vbmi2)
 VARIANTS = {
     "haswell": (("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"), ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2")),
-    "skylakex": (("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"),
-                 ("avx2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
-    "sapphirerapids": (("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI",
-                        "AVX512_BF16", "AMX_TILE", "AMX_INT8"),
-                       ("avx512f", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")),
+    "skylakex": (
+        ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"),
+        ("avx2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    ),
+    "sapphirerapids": (
+        (
+            "SSE42",
+            "AVX",
+            "F16C",
+            "FMA",
+            "AVX2",
+            "BMI2",
+            "AVX512",
+            "AVX512_VBMI",
+            "AVX512_VNNI",
+            "AVX512_BF16",
+            "AMX_TILE",
+            "AMX_INT8",
+        ),
+        ("avx512f", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8"),
+    ),
 }
 
 
@@ -51,13 +67,22 @@ def trees(tmp_path_factory):
     with tarfile.open(SDIST) as tar:
         for member in tar:
             if member.name.startswith(PREFIX + "ggml/") and (member.isfile() or member.isdir()):
-                member.name = member.name[len(PREFIX):]
+                member.name = member.name[len(PREFIX) :]
                 tar.extract(member, pristine, filter="data")
-    patched = apply_patch_series(load_patch_series(data_path("patches", "patches.yaml")), pristine,
-                                 base / "mirror", build_number=11312, tree_label="llama.cpp b11312", os_name="linux",
-                                 backend="vulkan")
-    assert [(o.id, o.status) for o in patched.patches] == [("amx-tile-config", APPLIED), ("x86-os-state", APPLIED),
-                                                            ("vulkan-shaders-depfile", APPLIED)]
+    patched = apply_patch_series(
+        load_patch_series(data_path("patches", "patches.yaml")),
+        pristine,
+        base / "mirror",
+        build_number=11312,
+        tree_label="llama.cpp b11312",
+        os_name="linux",
+        backend="vulkan",
+    )
+    assert [(o.id, o.status) for o in patched.patches] == [
+        ("amx-tile-config", APPLIED),
+        ("x86-os-state", APPLIED),
+        ("vulkan-shaders-depfile", APPLIED),
+    ]
     return pristine, patched.tree
 
 
@@ -69,10 +94,25 @@ def _ldtilecfg(tree: Path, out: Path) -> tuple[str, bytes | None]:
     """The operand of the ldtilecfg that ggml_tile_config_init compiles to, and the 64 bytes it reads when they are
     in .rodata (None: they are on the stack)."""
     obj = out / "mmq.o"
-    subprocess.run(["g++", "-std=c++17", "-O3", "-march=sapphirerapids", "-DGGML_AMX_INT8", "-c",
-                    str(tree / MMQ), "-o", str(obj), *_includes(tree)], check=True, capture_output=True)
-    text = subprocess.run(["objdump", "-dr", "--no-show-raw-insn", str(obj)], check=True, capture_output=True,
-                          text=True).stdout
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O3",
+            "-march=sapphirerapids",
+            "-DGGML_AMX_INT8",
+            "-c",
+            str(tree / MMQ),
+            "-o",
+            str(obj),
+            *_includes(tree),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    text = subprocess.run(
+        ["objdump", "-dr", "--no-show-raw-insn", str(obj)], check=True, capture_output=True, text=True
+    ).stdout
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if "ldtilecfg" in line)
     operand = lines[at].split("ldtilecfg", 1)[1].split("#")[0].strip()
@@ -80,10 +120,13 @@ def _ldtilecfg(tree: Path, out: Path) -> tuple[str, bytes | None]:
     if reloc is None:
         return operand, None
     offset = int(reloc.group(1), 16) + 4  # PC32: the addend is the offset minus the 4 bytes of the displacement
-    subprocess.run(["objcopy", "-O", "binary", "--only-section=.rodata", str(obj), str(out / "rodata.bin")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["objcopy", "-O", "binary", "--only-section=.rodata", str(obj), str(out / "rodata.bin")],
+        check=True,
+        capture_output=True,
+    )
     rodata = (out / "rodata.bin").read_bytes()
-    return operand, rodata[offset:offset + 64]
+    return operand, rodata[offset : offset + 64]
 
 
 def test_the_amx_tile_configuration_is_read_from_rodata_whatever_the_compiler(trees, tmp_path):
@@ -92,7 +135,7 @@ def test_the_amx_tile_configuration_is_read_from_rodata_whatever_the_compiler(tr
     assert "%rip" in operand and config is not None, operand
     # palette 1, start_row 0, 14 reserved bytes, colsb[16] (uint16), rows[16]: ggml's 16-16-32 layout
     assert config[0] == 1 and config[1] == 0
-    colsb = [int.from_bytes(config[16 + 2 * i:18 + 2 * i], "little") for i in range(8)]
+    colsb = [int.from_bytes(config[16 + 2 * i : 18 + 2 * i], "little") for i in range(8)]
     assert colsb == [64, 64, 32, 32, 64, 64, 64, 64]
     assert list(config[48:56]) == [8, 8, 16, 16, 16, 16, 16, 16]
 
@@ -105,11 +148,12 @@ def test_gcc_12_loads_an_empty_tile_configuration_from_the_pristine_tree(trees, 
     pristine, _ = trees
     operand, config = _ldtilecfg(pristine, tmp_path)
     assert "%rsp" in operand and config is None, operand
-    obj = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(tmp_path / "mmq.o")], capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    obj = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", str(tmp_path / "mmq.o")], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     at = next(i for i, line in enumerate(obj) if "ldtilecfg" in line)
     slot = operand.split("(")[0]
-    stores = [line for line in obj[max(0, at - 12):at] if f"{slot}(%rsp)" in line or "(%rsp)" in line]
+    stores = [line for line in obj[max(0, at - 12) : at] if f"{slot}(%rsp)" in line or "(%rsp)" in line]
     # zeroed (a vector store) and the palette byte set; no store of a row or column byte survives
     assert any("movb   $0x1," in line for line in stores), stores
     assert not any("movw" in line or "$0x40" in line or "$0x10," in line for line in stores), stores
@@ -122,16 +166,35 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file() or "x86" not in subprocess.run(
-    ["uname", "-m"], capture_output=True, text=True).stdout, reason="an x86-64 Linux machine")
+@pytest.mark.skipif(
+    not Path("/proc/cpuinfo").is_file()
+    or "x86" not in subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout,
+    reason="an x86-64 Linux machine",
+)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_the_patched_scorer_agrees_with_what_this_cpu_and_kernel_enable(trees, tmp_path, variant):
     _, patched = trees
     features, flags = VARIANTS[variant]
     lib = tmp_path / f"libscore-{variant}.so"
-    subprocess.run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-DGGML_BACKEND_DL", "-DGGML_BACKEND_BUILD",
-                    "-DGGML_BACKEND_SHARED", *(f"-DGGML_{f}" for f in features), str(patched / FEATS), "-o",
-                    str(lib), *_includes(patched)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-DGGML_BACKEND_DL",
+            "-DGGML_BACKEND_BUILD",
+            "-DGGML_BACKEND_SHARED",
+            *(f"-DGGML_{f}" for f in features),
+            str(patched / FEATS),
+            "-o",
+            str(lib),
+            *_includes(patched),
+        ],
+        check=True,
+        capture_output=True,
+    )
     score = ctypes.CDLL(str(lib)).ggml_backend_score()
     runnable = set(flags) <= _cpu_flags()
     assert (score > 0) == runnable, (variant, score, sorted(set(flags) - _cpu_flags()))

@@ -18,8 +18,9 @@ import pytest
 from rockbuild.llamacpp.cmake import host_build_environment
 from rockbuild.llamacpp.driver import ccache_counts
 
-pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("ccache", "cmake", "ninja", "gcc")),
-                                reason="needs ccache, cmake, ninja and gcc")
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("ccache", "cmake", "ninja", "gcc")), reason="needs ccache, cmake, ninja and gcc"
+)
 
 SOURCES = 6
 
@@ -31,8 +32,14 @@ def gcc_root(root: Path, mtime: int) -> Path:
     version = subprocess.run([str(real), "-dumpversion"], capture_output=True, text=True, check=True).stdout.strip()
     triple = subprocess.run([str(real), "-dumpmachine"], capture_output=True, text=True, check=True).stdout.strip()
     for sub in ("lib", "libexec"):
-        found = next((p for p in (Path(f"/usr/{sub}/gcc/{triple}/{version}"), Path(f"/usr/lib/gcc/{triple}/{version}"))
-                      if p.is_dir()), None)
+        found = next(
+            (
+                p
+                for p in (Path(f"/usr/{sub}/gcc/{triple}/{version}"), Path(f"/usr/lib/gcc/{triple}/{version}"))
+                if p.is_dir()
+            ),
+            None,
+        )
         if found is None:
             pytest.skip(f"no /usr/{sub}/gcc/{triple}/{version} to point the copied gcc at")
         (root / sub / "gcc" / triple).mkdir(parents=True, exist_ok=True)
@@ -51,7 +58,8 @@ def project(src: Path) -> Path:
     (src / "main.c").write_text("int part0(void);\nint main(void) { return part0() == 42 ? 0 : 1; }\n")
     (src / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.20)\nproject(identity C)\ninclude_directories(include)\n"
-        f"add_executable(identity main.c {' '.join(f'part{i}.c' for i in range(SOURCES))})\n")
+        f"add_executable(identity main.c {' '.join(f'part{i}.c' for i in range(SOURCES))})\n"
+    )
     return src
 
 
@@ -59,9 +67,24 @@ def build(src: Path, build_dir: Path, gcc: Path, env: dict[str, str]) -> tuple[i
     """A build from nothing; (ccache hits, misses) it made."""
     shutil.rmtree(build_dir, ignore_errors=True)
     before = ccache_counts("ccache", env)
-    subprocess.run(["cmake", "-G", "Ninja", "-S", str(src), "-B", str(build_dir), f"-DCMAKE_C_COMPILER={gcc}",
-                    "-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_C_FLAGS=-g"],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-G",
+            "Ninja",
+            "-S",
+            str(src),
+            "-B",
+            str(build_dir),
+            f"-DCMAKE_C_COMPILER={gcc}",
+            "-DCMAKE_C_COMPILER_LAUNCHER=ccache",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DCMAKE_C_FLAGS=-g",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     subprocess.run(["ninja", "-C", str(build_dir)], env=env, check=True, capture_output=True)
     after = ccache_counts("ccache", env)
     assert before is not None and after is not None

@@ -41,16 +41,26 @@ def test_help_does_not_import_heavy_modules():
     for its file): those took 200 of the CLI's 320 ms of imports."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import sys; from rockbuild.cli import main; main(['--help'])"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "rockbuild.cli" in imported
     for heavy in ("requests", "github", "jinja2", "elftools"):
         assert not any(m == heavy or m.startswith(heavy + ".") for m in imported), f"--help imported {heavy}"
-    readers = ("rockbuild.matrix", "rockbuild.core.records", "rockbuild.core.programs", "rockbuild.bundle.policy",
-               "rockbuild.llamacpp.patches", "rockbuild.publish.config", "rockbuild.rocm.channels",
-               "rockbuild.smoke.config", "rockbuild.smoke.numerics")
+    readers = (
+        "rockbuild.matrix",
+        "rockbuild.core.records",
+        "rockbuild.core.programs",
+        "rockbuild.bundle.policy",
+        "rockbuild.llamacpp.patches",
+        "rockbuild.publish.config",
+        "rockbuild.rocm.channels",
+        "rockbuild.smoke.config",
+        "rockbuild.smoke.numerics",
+    )
     assert sorted(imported.intersection(readers)) == []
 
 
@@ -77,8 +87,14 @@ def test_matrix_table_json_and_github(run_rockbuild, tmp_path):
 def test_matrix_takes_the_seed_dispatch_inputs(run_rockbuild):
     result = run_rockbuild("matrix", "--format", "json", "--os", "windows,ubuntu", "--target", "gfx1151,gfx110X")
     ids = [j["id"] for j in json.loads(result.stdout)]
-    assert ids == ["windows-common", "linux-common", "windows-gfx1151", "windows-gfx110X", "linux-gfx1151",
-                   "linux-gfx110X"]
+    assert ids == [
+        "windows-common",
+        "linux-common",
+        "windows-gfx1151",
+        "windows-gfx110X",
+        "linux-gfx1151",
+        "linux-gfx110X",
+    ]
 
 
 def test_matrix_only_with_braces(run_rockbuild):
@@ -102,7 +118,9 @@ def test_click_usage_errors_exit_2(run_rockbuild):
 
 
 def test_python_dash_m_works(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "rockbuild", "--version"], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "rockbuild", "--version"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert result.returncode == 0 and __version__ in result.stdout
 
 
@@ -165,8 +183,8 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     download = next(s for s in jobs["build"]["steps"] if s.get("with", {}).get("name") == "webui")
     assert download["continue-on-error"] is True
     leg = next(s for s in jobs["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
-    assert '--web-ui webui' in leg["run"]
-    assert rockbuild_calls("build") == ['rockbuild nightly --job', 'rockbuild smoke "out/$JOB_ID"']
+    assert "--web-ui webui" in leg["run"]
+    assert rockbuild_calls("build") == ["rockbuild nightly --job", 'rockbuild smoke "out/$JOB_ID"']
     # each OS's common part (issue 41): a leg of its own before the build legs, which take it as an artifact
     assert rockbuild_calls("common") == ["rockbuild nightly --job"]
     assert jobs["common"]["strategy"]["matrix"] == "${{ fromJson(needs.prepare.outputs.common_matrix) }}"
@@ -188,26 +206,32 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     attest_images = jobs["attest-images"]
     assert attest_images["needs"] == "publish" and "needs.publish.outputs.images != '[]'" in attest_images["if"]
     assert attest_images["strategy"]["matrix"]["include"] == "${{ fromJson(needs.publish.outputs.images) }}"
-    provenance = next(s for s in attest_images["steps"] if str(s.get("uses", "")).startswith(
-        "actions/attest-build-provenance@"))
-    assert provenance["with"] == {"subject-name": "${{ matrix.name }}", "subject-digest": "${{ matrix.digest }}",
-                                  "push-to-registry": True}
+    provenance = next(
+        s for s in attest_images["steps"] if str(s.get("uses", "")).startswith("actions/attest-build-provenance@")
+    )
+    assert provenance["with"] == {
+        "subject-name": "${{ matrix.name }}",
+        "subject-digest": "${{ matrix.digest }}",
+        "push-to-registry": True,
+    }
     assert attest_images["permissions"] == {"packages": "write", "id-token": "write", "attestations": "write"}
     assert "attest-images" in jobs["alert"]["needs"]
     assert rockbuild_calls("alert") == ["rockbuild alert --repo"]
     plan = next(s for s in jobs["prepare"]["steps"] if s.get("id") == "plan")
-    assert jobs["prepare"]["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}",
-                                          "common_matrix": "${{ steps.plan.outputs.common_matrix }}",
-                                          "common": "${{ steps.plan.outputs.common }}",
-                                          "changed": "${{ steps.plan.outputs.changed }}",
-                                          "gpu_matrix": "${{ steps.plan.outputs.gpu_matrix }}",
-                                          "gpu": "${{ steps.plan.outputs.gpu }}"}
+    assert jobs["prepare"]["outputs"] == {
+        "matrix": "${{ steps.plan.outputs.matrix }}",
+        "common_matrix": "${{ steps.plan.outputs.common_matrix }}",
+        "common": "${{ steps.plan.outputs.common }}",
+        "changed": "${{ steps.plan.outputs.changed }}",
+        "gpu_matrix": "${{ steps.plan.outputs.gpu_matrix }}",
+        "gpu": "${{ steps.plan.outputs.gpu }}",
+    }
     assert "--inputs inputs.json" in plan["run"]
     # an unchanged night: `changed` is false, so neither a build leg nor publish starts
-    assert jobs["build"]["if"] == ("!cancelled() && needs.prepare.result == 'success' && "
-                                   "needs.prepare.outputs.changed == 'true'")
-    assert jobs["common"]["if"] == ("needs.prepare.outputs.changed == 'true' && "
-                                    "needs.prepare.outputs.common == 'true'")
+    assert jobs["build"]["if"] == (
+        "!cancelled() && needs.prepare.result == 'success' && needs.prepare.outputs.changed == 'true'"
+    )
+    assert jobs["common"]["if"] == ("needs.prepare.outputs.changed == 'true' && needs.prepare.outputs.common == 'true'")
     assert "needs.prepare.outputs.changed == 'true'" in jobs["publish"]["if"]
     # the GPU legs (issue 19): only the matrix's gpu_smoke jobs, on their own runners, before publish
     gpu = jobs["gpu-smoke"]
@@ -218,18 +242,26 @@ def test_every_nightly_leg_is_a_mode_of_rockbuild_nightly_and_an_unchanged_night
     assert gpu["continue-on-error"] == "${{ !matrix.gpu_required }}"
     assert "gpu-smoke" in jobs["publish"]["needs"]
     # every published asset gets GitHub's build provenance (rockbuild install verifies it with gh)
-    assert jobs["publish"]["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write",
-                                             "packages": "write",  # the images go to ghcr.io
-                                             "actions": "write"}  # a held-back night dispatches itself again
-    attest = next(s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith(
-        "actions/attest-build-provenance@"))
+    assert jobs["publish"]["permissions"] == {
+        "contents": "write",
+        "id-token": "write",
+        "attestations": "write",
+        "packages": "write",  # the images go to ghcr.io
+        "actions": "write",
+    }  # a held-back night dispatches itself again
+    attest = next(
+        s for s in jobs["publish"]["steps"] if str(s.get("uses", "")).startswith("actions/attest-build-provenance@")
+    )
     # every asset (the .deb and SHA256SUMS too) is attested before the release is published (issue 28, item 9)
     for subject in ("zip", "tar.gz", "deb", "cdx.json"):
         assert f"out/release/*/llama-*.{subject}" in attest["with"]["subject-path"]
     assert "out/release/*/SHA256SUMS" in attest["with"]["subject-path"]
     steps = [s.get("name") for s in jobs["publish"]["steps"]]
-    assert steps.index("Make the release files") < steps.index("Attest the assets' build provenance") \
+    assert (
+        steps.index("Make the release files")
+        < steps.index("Attest the assets' build provenance")
         < steps.index("Publish the release")
+    )
 
 
 def test_ci_run_calls_the_readme_test_command():
@@ -240,12 +272,15 @@ def test_ci_run_calls_the_readme_test_command():
     assert found.group(1) in [line.strip() for line in ci.splitlines()], f".ci/run does not run {found.group(1)!r}"
 
 
-@pytest.mark.parametrize("args, says", [
-    (["fetch", "--bogus"], "No such option '--bogus'"),
-    (["fetch", "--os", "macos"], "Invalid value for '--os'"),
-    (["bundle"], "Missing argument"),
-    (["no-such-command"], "No such command 'no-such-command'"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["fetch", "--bogus"], "No such option '--bogus'"),
+        (["fetch", "--os", "macos"], "Invalid value for '--os'"),
+        (["bundle"], "Missing argument"),
+        (["no-such-command"], "No such command 'no-such-command'"),
+    ],
+)
 def test_usage_errors_are_one_line_naming_the_help(run_rockbuild, args, says):
     result = run_rockbuild(*args)
     assert result.returncode == 2
@@ -258,9 +293,16 @@ def test_a_group_alone_still_shows_its_help(run_rockbuild):
     assert "Usage: rockbuild rocm" in result.stdout + result.stderr and "error:" not in result.stderr
 
 
-@pytest.mark.parametrize(("runner_os", "vk", "runner_smoke", "expect"), [
-    ("Linux", "0", "gate", ["--model", "smollm2"]), ("Linux", "", "gate", []), ("Windows", "", "gate", []),
-    ("Windows", "", "", []), ("Windows", "", "informational", ["--no-smoke"])])
+@pytest.mark.parametrize(
+    ("runner_os", "vk", "runner_smoke", "expect"),
+    [
+        ("Linux", "0", "gate", ["--model", "smollm2"]),
+        ("Linux", "", "gate", []),
+        ("Windows", "", "gate", []),
+        ("Windows", "", "", []),
+        ("Windows", "", "informational", ["--no-smoke"]),
+    ],
+)
 def test_the_linux_vulkan_leg_smokes_the_real_model(tmp_path, runner_os, vk, runner_smoke, expect):
     """Issue 26: lavapipe runs the numerics step in CI's Vulkan leg, on SmolLM2 (known answers, a measured floor);
     the ROCm legs keep the pinned Qwen3-0.6B. Issue 29: a Windows leg runs the gated CPU smoke too, unless the
@@ -270,14 +312,21 @@ def test_the_linux_vulkan_leg_smokes_the_real_model(tmp_path, runner_os, vk, run
     wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
     leg = next(s for s in wf["jobs"]["build"]["steps"] if "rockbuild nightly --job" in str(s.get("run", "")))
     assert leg["env"]["GGML_VK_VISIBLE_DEVICES"] == (
-        "${{ matrix.backend == 'vulkan' && runner.os == 'Linux' && '0' || '' }}")
+        "${{ matrix.backend == 'vulkan' && runner.os == 'Linux' && '0' || '' }}"
+    )
     assert leg["env"]["RUNNER_SMOKE"] == "${{ matrix.runner_smoke }}"
     shim = tmp_path / "bin"
     shim.mkdir()
     (shim / "rockbuild").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
     (shim / "rockbuild").chmod(0o755)
-    env = {"PATH": f"{shim}:/usr/bin:/bin", "RUNNER_OS": runner_os, "GGML_VK_VISIBLE_DEVICES": vk,
-           "JOB_ID": "linux-vulkan", "ARGS_OUT": str(tmp_path / "args"), "RUNNER_SMOKE": runner_smoke}
+    env = {
+        "PATH": f"{shim}:/usr/bin:/bin",
+        "RUNNER_OS": runner_os,
+        "GGML_VK_VISIBLE_DEVICES": vk,
+        "JOB_ID": "linux-vulkan",
+        "ARGS_OUT": str(tmp_path / "args"),
+        "RUNNER_SMOKE": runner_smoke,
+    }
     subprocess.run(["bash", "-euo", "pipefail", "-c", leg["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
     args = (tmp_path / "args").read_text().split()
     assert args[:3] == ["nightly", "--job", "linux-vulkan"]
@@ -314,16 +363,29 @@ def test_a_build_leg_takes_its_common_part_as_the_common_leg_packed_it(tmp_path)
     assert os.readlink(got / "build" / "bin" / "libllama.so") == "libllama.so.0"
     assert (got / "build.json").is_file() and not (got / "build" / "CMakeCache.txt").exists()
     # no artifact (the common leg failed before packing): an empty folder, whose missing build.json the leg reports
-    subprocess.run([*bash, unpack["run"]], cwd=tmp_path, env={**env, "COMMON": "windows-common"}, check=True,
-                   timeout=30)
+    subprocess.run(
+        [*bash, unpack["run"]], cwd=tmp_path, env={**env, "COMMON": "windows-common"}, check=True, timeout=30
+    )
     assert (tmp_path / "common-part" / "windows-common").is_dir()
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "rockbuild").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
     (shim / "rockbuild").chmod(0o755)
-    subprocess.run([*bash, leg["run"]], cwd=leg_dir, check=True, timeout=30, env={
-        "PATH": f"{shim}:/usr/bin:/bin", "RUNNER_OS": "Linux", "GGML_VK_VISIBLE_DEVICES": "", "JOB_ID": "linux-gfx1151",
-        "ARGS_OUT": str(tmp_path / "args"), "RUNNER_SMOKE": "gate", "COMMON": "linux-common"})
+    subprocess.run(
+        [*bash, leg["run"]],
+        cwd=leg_dir,
+        check=True,
+        timeout=30,
+        env={
+            "PATH": f"{shim}:/usr/bin:/bin",
+            "RUNNER_OS": "Linux",
+            "GGML_VK_VISIBLE_DEVICES": "",
+            "JOB_ID": "linux-gfx1151",
+            "ARGS_OUT": str(tmp_path / "args"),
+            "RUNNER_SMOKE": "gate",
+            "COMMON": "linux-common",
+        },
+    )
     assert (tmp_path / "args").read_text().split()[-2:] == ["--common", "common-part/linux-common"]
 
 
@@ -336,8 +398,11 @@ def test_a_held_back_night_dispatches_itself_again_and_its_plan_takes_the_record
 
     wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
     assert "held_back" in wf[True]["workflow_dispatch"]["inputs"]
-    again = next(s for s in wf["jobs"]["publish"]["steps"]
-                 if s.get("name") == "Run the night again from the newest good llama.cpp commit")
+    again = next(
+        s
+        for s in wf["jobs"]["publish"]["steps"]
+        if s.get("name") == "Run the night again from the newest good llama.cpp commit"
+    )
     assert again["if"] == "steps.release.outputs.held_back_ref != ''"
     shim = tmp_path / "bin"
     shim.mkdir()
@@ -346,11 +411,21 @@ def test_a_held_back_night_dispatches_itself_again_and_its_plan_takes_the_record
         (shim / tool).chmod(0o755)
     record = '{"tip": "c", "good": {"commit": "b"}, "first_bad": {"commit": "d"}}'
     (tmp_path / "held-back.json").write_text(record + "\n")
-    dispatched = {"schedule": {"OSES": "", "TARGETS": ""},
-                  "workflow_dispatch": {"OSES": "ubuntu", "TARGETS": "gfx1151"}}[event]
-    env = {"PATH": f"{shim}:/usr/bin:/bin", "ARGS_OUT": str(tmp_path / "args"), "EVENT": event, "REF": "b",
-           "HELD_BACK": str(tmp_path / "held-back.json"), "ROCM_VERSION": "latest", "GITHUB_REPOSITORY": "o/r",
-           "GITHUB_REF_NAME": "main", **dispatched}
+    dispatched = {
+        "schedule": {"OSES": "", "TARGETS": ""},
+        "workflow_dispatch": {"OSES": "ubuntu", "TARGETS": "gfx1151"},
+    }[event]
+    env = {
+        "PATH": f"{shim}:/usr/bin:/bin",
+        "ARGS_OUT": str(tmp_path / "args"),
+        "EVENT": event,
+        "REF": "b",
+        "HELD_BACK": str(tmp_path / "held-back.json"),
+        "ROCM_VERSION": "latest",
+        "GITHUB_REPOSITORY": "o/r",
+        "GITHUB_REF_NAME": "main",
+        **dispatched,
+    }
     subprocess.run(["bash", "-euo", "pipefail", "-c", again["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
     gh = (tmp_path / "args.gh").read_text().splitlines()
     assert gh[:3] == ["workflow", "run", "nightly.yml"] and "llamacpp_version=b" in gh
@@ -359,9 +434,17 @@ def test_a_held_back_night_dispatches_itself_again_and_its_plan_takes_the_record
 
     # the dispatched run's plan: the record to a file, --held-back, and the whole matrix when the axes are empty
     plan = next(s for s in wf["jobs"]["prepare"]["steps"] if s.get("id") == "plan")
-    env = {"PATH": f"{shim}:/usr/bin:/bin", "ARGS_OUT": str(tmp_path / "args"), "EVENT": "workflow_dispatch",
-           "LLAMA_REF": "b", "HELD_BACK": record, "RELEASE": "true", "REPO": "o/r", "ROCM_VERSION": "latest",
-           **dispatched}
+    env = {
+        "PATH": f"{shim}:/usr/bin:/bin",
+        "ARGS_OUT": str(tmp_path / "args"),
+        "EVENT": "workflow_dispatch",
+        "LLAMA_REF": "b",
+        "HELD_BACK": record,
+        "RELEASE": "true",
+        "REPO": "o/r",
+        "ROCM_VERSION": "latest",
+        **dispatched,
+    }
     subprocess.run(["bash", "-euo", "pipefail", "-c", plan["run"]], cwd=tmp_path, env=env, check=True, timeout=30)
     args = (tmp_path / "args.rockbuild").read_text().splitlines()
     assert args[:2] == ["nightly", "--plan"] and args[args.index("--held-back") + 1] == "held-back.json"

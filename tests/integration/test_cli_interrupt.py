@@ -32,8 +32,13 @@ def silent_api():
 
 def interrupted(args: list[str], delay: float, env: dict[str, str]) -> tuple[int, str, float]:
     """(exit code, stderr without the import-time lines, seconds from rockbuild's first import to the SIGINT)."""
-    proc = subprocess.Popen([rockbuild_exe(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
+    proc = subprocess.Popen(
+        [rockbuild_exe(), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
     assert proc.stderr is not None
     lines: list[str] = []
     ours = False
@@ -84,9 +89,14 @@ def test_a_sigint_the_parent_ignores_stays_ignored(silent_api, tmp_path):
     import os
 
     env = {**os.environ, "ROCKBUILD_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
-    proc = subprocess.Popen([rockbuild_exe(), "install", "--target", "gfx1151", "--api-url", silent_api, "--dest",
-                             str(tmp_path / "dest")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        [rockbuild_exe(), "install", "--target", "gfx1151", "--api-url", silent_api, "--dest", str(tmp_path / "dest")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         for when in (0.0, 0.05, 0.3):
             time.sleep(when)
@@ -103,8 +113,10 @@ def test_a_program_that_imports_rockbuild_cli_keeps_its_keyboardinterrupt():
     the docs generator) still gets Python's own KeyboardInterrupt once the import is done."""
     import sys
 
-    code = ("import time, rockbuild.cli\nprint('imported', flush=True)\n"
-            "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n")
+    code = (
+        "import time, rockbuild.cli\nprint('imported', flush=True)\n"
+        "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "imported"

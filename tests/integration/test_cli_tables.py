@@ -20,8 +20,13 @@ def parse(stdout: str) -> tuple[str, list[str], list[int], list[str], str]:
     cells = header.strip("┃").split("┃")
     first = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
     under = stdout.split("┘\n", 1)[1] if "┘\n" in stdout else ""
-    return lines[0], [c.strip() for c in cells], [len(c) - 2 for c in cells], [c for c in first if c], \
-        " ".join(under.split())
+    return (
+        lines[0],
+        [c.strip() for c in cells],
+        [len(c) - 2 for c in cells],
+        [c for c in first if c],
+        " ".join(under.split()),
+    )
 
 
 def check(result, width: int | None, every: list[str], names: list[str]) -> list[str]:
@@ -65,8 +70,9 @@ def test_the_family_table_fits_80_columns(run_rockbuild):
     assert headers[:3] == ["family", "short", "gfx targets"]  # `gf` was the short name's column in the issue
 
 
-@pytest.mark.parametrize("args, env", [(("--wide",), {"COLUMNS": "80"}), ((), {"COLUMNS": ""})],
-                         ids=["wide", "piped-without-COLUMNS"])
+@pytest.mark.parametrize(
+    "args, env", [(("--wide",), {"COLUMNS": "80"}), ((), {"COLUMNS": ""})], ids=["wide", "piped-without-COLUMNS"]
+)
 def test_wide_and_a_pipe_without_columns_show_every_column(run_rockbuild, job_ids, args, env):
     result = run_rockbuild("matrix", *args, env=env)
     assert check(result, None, JOB_HEADERS, job_ids) == JOB_HEADERS

@@ -23,13 +23,23 @@ from rockbuild.jobfolder import JobFolder
 from rockbuild.llamacpp.driver import BuildOptions, build_job
 
 pytestmark = pytest.mark.skipif(
-    not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++")), reason="needs cmake, ninja, gcc and g++")
+    not all(shutil.which(t) for t in ("cmake", "ninja", "gcc", "g++")), reason="needs cmake, ninja, gcc and g++"
+)
 
 
 def a_job(backend: str, os_name: str = "linux", **changes) -> Job:
     fields = get_backend(backend).job_fields(os_name, "", None, "test")  # type: ignore[arg-type]
-    job = Job(**fields, os=os_name, required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
-              cmake=changes.pop("cmake", ()), runner="", backend=backend)
+    job = Job(
+        **fields,
+        os=os_name,
+        required=True,
+        llama_ref="master",
+        rocm_channel="nightly",
+        rocm_version="latest",
+        cmake=changes.pop("cmake", ()),
+        runner="",
+        backend=backend,
+    )
     return replace(job, **changes)
 
 
@@ -45,8 +55,17 @@ def common(tmp_path_factory):
     """The common part: the stand-in tree (with its op test) built once by the cpu backend as linux-common."""
     base = tmp_path_factory.mktemp("common")
     source = make_project(base / "llama.cpp", op_test=True)
-    options = BuildOptions(context=context(), out_dir=base / "out", source_dir=source, build_number="11312",
-                           commit="0c1e570", use_ccache=False, cache=base / "cache", jobs=2, web_ui=False)
+    options = BuildOptions(
+        context=context(),
+        out_dir=base / "out",
+        source_dir=source,
+        build_number="11312",
+        commit="0c1e570",
+        use_ccache=False,
+        cache=base / "cache",
+        jobs=2,
+        web_ui=False,
+    )
     record = build_job(a_job("cpu", id="linux-common", name="common"), options, backends=REGISTRY)
     assert record.ok and record.common is None
     return {"base": base, "source": source, "options": options, "folder": JobFolder.of(base / "out", "linux-common")}
@@ -57,12 +76,13 @@ def test_a_gpu_job_compiles_only_its_library_and_assembles_bin_from_the_common_p
     from rockbuild.bundle.policy import load_policy
 
     job = a_job("blas")
-    options = replace(common["options"], out_dir=tmp_path / "out", cache=tmp_path / "cache",
-                      common=common["folder"].path)
+    options = replace(
+        common["options"], out_dir=tmp_path / "out", cache=tmp_path / "cache", common=common["folder"].path
+    )
     record = build_job(job, options, backends=REGISTRY)
     data = json.loads(record.build_json.read_text(encoding="utf-8"))
     assert data["status"] == "ok" and data["common"]["job"] == "linux-common"
-    assert data["compile_command"][data["compile_command"].index("--target") + 1:][0] == "ggml-blas"
+    assert data["compile_command"][data["compile_command"].index("--target") + 1 :][0] == "ggml-blas"
     assert "llama-cli" not in data["compile_command"]
     # ninja compiled the library and what it links (the stand-in's ggml), no program
     folder = JobFolder(record.job_dir)
@@ -105,21 +125,26 @@ def test_every_way_a_common_part_does_not_fit_is_one_line(common, blas, tmp_path
     job = a_job("blas")
     # none there
     message, step = _failed(job, replace(base, common=tmp_path))
-    assert step == "common" and message == (f"{tmp_path} holds no build.json: build the common part first "
-                                            "(rockbuild build --job linux-common --out ...)")
+    assert step == "common" and message == (
+        f"{tmp_path} holds no build.json: build the common part first (rockbuild build --job linux-common --out ...)"
+    )
     # another commit
     message, step = _failed(job, replace(base, common=common["folder"].path, commit="1234567"))
-    assert step == "source" and message.startswith("the common part linux-common was built from llama.cpp 0c1e570, "
-                                                    "this job builds 1234567")
+    assert step == "source" and message.startswith(
+        "the common part linux-common was built from llama.cpp 0c1e570, this job builds 1234567"
+    )
     # other flags that reach ggml
-    message, step = _failed(replace(job, cmake=(("GGML_SCHED_MAX_COPIES", "8"),)),
-                            replace(base, common=common["folder"].path))
+    message, step = _failed(
+        replace(job, cmake=(("GGML_SCHED_MAX_COPIES", "8"),)), replace(base, common=common["folder"].path)
+    )
     assert step == "configure" and message.startswith(
         "the common part linux-common was configured with no GGML_SCHED_MAX_COPIES, this job with "
-        "GGML_SCHED_MAX_COPIES=8")
+        "GGML_SCHED_MAX_COPIES=8"
+    )
     # another OS's
-    message, step = _failed(a_job("blas", os_name="windows"), replace(base, common=common["folder"].path,
-                                                                      cross="mingw-w64"))
+    message, step = _failed(
+        a_job("blas", os_name="windows"), replace(base, common=common["folder"].path, cross="mingw-w64")
+    )
     assert step == "common" and message == "the common part linux-common is a linux build; this job builds for windows"
     # a backend with no library of its own builds whole
     message, step = _failed(a_job("cpu"), replace(base, common=common["folder"].path), UsageError)
@@ -130,10 +155,16 @@ def test_a_failed_common_part_fails_the_job_with_its_reason(common, blas, tmp_pa
     broken = tmp_path / "linux-common"
     shutil.copytree(common["folder"].path, broken, symlinks=True, ignore=shutil.ignore_patterns("build"))
     data = json.loads((broken / "build.json").read_text())
-    data.update(status="failed", failed_step="compile",
-                error={"message": "compile failed (exit code 1); build.log in the job folder says why"})
+    data.update(
+        status="failed",
+        failed_step="compile",
+        error={"message": "compile failed (exit code 1); build.log in the job folder says why"},
+    )
     (broken / "build.json").write_text(json.dumps(data))
-    message, step = _failed(a_job("blas"), replace(common["options"], out_dir=tmp_path / "out",
-                                                   cache=tmp_path / "cache", common=broken))
-    assert step == "common" and message == ("the common part linux-common failed at compile: compile failed (exit "
-                                            "code 1); build.log in the job folder says why")
+    message, step = _failed(
+        a_job("blas"), replace(common["options"], out_dir=tmp_path / "out", cache=tmp_path / "cache", common=broken)
+    )
+    assert step == "common" and message == (
+        "the common part linux-common failed at compile: compile failed (exit "
+        "code 1); build.log in the job folder says why"
+    )

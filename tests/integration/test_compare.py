@@ -57,8 +57,10 @@ def make_bundle(root: Path, name: str, fixture: str = "bench.json.txt", mode: st
     bundle.mkdir(parents=True)
     record = root / f"{name}.record.json"
     exe = bundle / "llama-bench"
-    exe.write_text(f"#!{sys.executable}\n" + textwrap.dedent(BENCH.format(
-        mode=mode, fixture=str(FIXTURES / fixture), record=str(record))))
+    exe.write_text(
+        f"#!{sys.executable}\n"
+        + textwrap.dedent(BENCH.format(mode=mode, fixture=str(FIXTURES / fixture), record=str(record)))
+    )
     exe.chmod(0o755)
     return bundle, record
 
@@ -73,13 +75,39 @@ def model(tmp_path) -> ModelFile:
 def test_both_bundles_get_identical_arguments_and_a_clean_environment(tmp_path, model):
     rocm, rocm_rec = make_bundle(tmp_path, "linux-rocm")
     vk, vk_rec = make_bundle(tmp_path, "linux-vulkan", "vulkan-bench.constructed.txt")
-    env = {**os.environ, "LD_LIBRARY_PATH": "/opt/rocm/lib", "ROCM_PATH": "/opt/rocm", "GITHUB_TOKEN": "ghp_x",
-           "PATH": "/opt/rocm/bin:" + os.environ["PATH"], "GGML_VK_VISIBLE_DEVICES": "0"}
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": "/opt/rocm/lib",
+        "ROCM_PATH": "/opt/rocm",
+        "GITHUB_TOKEN": "ghp_x",
+        "PATH": "/opt/rocm/bin:" + os.environ["PATH"],
+        "GGML_VK_VISIBLE_DEVICES": "0",
+    }
     options = CompareOptions(threads=3, flash_attn=1, timeout=30)
     result = run_compare([rocm.parent, vk], model, options, env=env, logs=tmp_path / "logs")
     got = [json.loads(rec.read_text()) for rec in (rocm_rec, vk_rec)]
-    assert got[0]["argv"][1:] == got[1]["argv"][1:] == [
-        "-m", str(model.path), "-p", "512", "-n", "128", "-r", "5", "-t", "3", "-ngl", "99", "-fa", "1", "-o", "json"]
+    assert (
+        got[0]["argv"][1:]
+        == got[1]["argv"][1:]
+        == [
+            "-m",
+            str(model.path),
+            "-p",
+            "512",
+            "-n",
+            "128",
+            "-r",
+            "5",
+            "-t",
+            "3",
+            "-ngl",
+            "99",
+            "-fa",
+            "1",
+            "-o",
+            "json",
+        ]
+    )
     assert [Path(g["cwd"]) for g in got] == [rocm, vk]  # each runs from its own folder
     for g in got:
         assert "LD_LIBRARY_PATH" not in g["env"] and "ROCM_PATH" not in g["env"] and "GITHUB_TOKEN" not in g["env"]
@@ -87,7 +115,10 @@ def test_both_bundles_get_identical_arguments_and_a_clean_environment(tmp_path, 
     assert "LD_LIBRARY_PATH" in result.env_removed and "PATH entry /opt/rocm/bin" in result.env_removed
     assert [r.label for r in result.runs] == ["linux-rocm", "linux-vulkan"]
     assert result.tests == ("pp512", "tg128")
-    assert [(r.backends, r.device) for r in result.runs] == [("CPU", ""), ("Vulkan", "llvmpipe (LLVM 22.1.8, 256 bits)")]
+    assert [(r.backends, r.device) for r in result.runs] == [
+        ("CPU", ""),
+        ("Vulkan", "llvmpipe (LLVM 22.1.8, 256 bits)"),
+    ]
     assert all(r.log.is_file() and "ggml_vulkan" in r.log.read_text() for r in result.runs)
     lines = result.render().splitlines()
     assert lines[0] == ("compare: model model.gguf (sha256 abababababab...), -p 512 -n 128 -r 5 -t 3 -ngl 99 -fa 1")
@@ -104,16 +135,41 @@ def test_both_bundles_get_identical_arguments_and_a_clean_environment(tmp_path, 
 def test_cli_json_and_table(tmp_path, model):
     a, rec_a = make_bundle(tmp_path, "a")
     b, rec_b = make_bundle(tmp_path, "b", "vulkan-bench.constructed.txt")
-    args = [rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-p", "64", "-n", "16", "-r", "2",
-            "--threads", "2", "--ngl", "0"]
+    args = [
+        rockbuild_exe(),
+        "compare",
+        str(a),
+        str(b),
+        "--model",
+        str(model.path),
+        "-p",
+        "64",
+        "-n",
+        "16",
+        "-r",
+        "2",
+        "--threads",
+        "2",
+        "--ngl",
+        "0",
+    ]
     proc = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["settings"] == {"n_prompt": 64, "n_gen": 16, "repetitions": 2, "threads": 2, "gpu_layers": 0,
-                                "flash_attn": None, "timeout": 1800.0}
+    assert data["settings"] == {
+        "n_prompt": 64,
+        "n_gen": 16,
+        "repetitions": 2,
+        "threads": 2,
+        "gpu_layers": 0,
+        "flash_attn": None,
+        "timeout": 1800.0,
+    }
     assert data["model"]["name"] == "model.gguf"
     assert [(x["label"], x["backends"], x["gpu_info"], x["n_gpu_layers"]) for x in data["bundles"]] == [
-        ("a", "CPU", "", 0), ("b", "Vulkan", "llvmpipe (LLVM 22.1.8, 256 bits)", 0)]
+        ("a", "CPU", "", 0),
+        ("b", "Vulkan", "llvmpipe (LLVM 22.1.8, 256 bits)", 0),
+    ]
     assert data["tests"]["pp64"]["b"] == {"tokens_per_second": 1968.0, "stddev": 19.68}
     assert data["tests"]["tg16"]["a"] == {"tokens_per_second": 1438.381208, "stddev": 14.38381208}
     argv_a, argv_b = (json.loads(r.read_text())["argv"][1:] for r in (rec_a, rec_b))
@@ -132,17 +188,29 @@ def test_a_vulkan_build_that_fell_back_to_the_cpu_is_called_out(tmp_path, model)
     fixture.write_text(json.dumps(fell_back))
     a, _ = make_bundle(tmp_path, "linux-rocm")
     b, _ = make_bundle(tmp_path, "linux-vulkan", str(fixture))
-    proc = subprocess.run([rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1",
-                           "--json"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     (note,) = json.loads(proc.stdout)["notes"]
     assert note.startswith("linux-vulkan: the Vulkan build used no GPU device") and "GGML_VK_VISIBLE_DEVICES" in note
-    table = subprocess.run([rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1"],
-                           capture_output=True, text=True, timeout=60)
+    table = subprocess.run(
+        [rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert f"  note: {note}" in table.stdout.splitlines()
     # -ngl 0 asks for the CPU: nothing to point out
-    cpu = subprocess.run([rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1",
-                          "--ngl", "0", "--json"], capture_output=True, text=True, timeout=60)
+    cpu = subprocess.run(
+        [rockbuild_exe(), "compare", str(a), str(b), "--model", str(model.path), "-r", "1", "--ngl", "0", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert json.loads(cpu.stdout)["notes"] == []
 
 
@@ -161,7 +229,10 @@ def test_a_folder_without_llama_bench_is_refused_in_one_line(tmp_path, model, ru
         run_compare([a, empty], model)
     proc = run_rockbuild("compare", str(a), str(empty), "--model", str(model.path))
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[0] == f"error: {empty} has no llama-bench; pass bundle folders made by rockbuild bundle"
+    assert (
+        proc.stderr.splitlines()[0]
+        == f"error: {empty} has no llama-bench; pass bundle folders made by rockbuild bundle"
+    )
 
 
 def test_a_failing_bench_names_the_bundle_and_its_last_log_line(tmp_path, model, run_rockbuild):
@@ -192,8 +263,23 @@ TINY = Path("/var/cache/rockbuild/e2e/models/tiny-qwen3.gguf")
 def test_real_llama_bench_twice_on_the_cpu_build(run_rockbuild):
     if not (CPU_BIN / "llama-bench").is_file() or not TINY.is_file():
         pytest.skip(f"needs a CPU llama.cpp build in {CPU_BIN} and {TINY}")
-    proc = run_rockbuild("compare", str(CPU_BIN), str(CPU_BIN), "--model", str(TINY), "-p", "128", "-n", "32",
-                         "-r", "3", "--threads", "2", "--json", timeout=300)
+    proc = run_rockbuild(
+        "compare",
+        str(CPU_BIN),
+        str(CPU_BIN),
+        "--model",
+        str(TINY),
+        "-p",
+        "128",
+        "-n",
+        "32",
+        "-r",
+        "3",
+        "--threads",
+        "2",
+        "--json",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert [b["label"] for b in data["bundles"]] == ["bin", "bin#2"]
@@ -235,7 +321,7 @@ def test_numerics_side_by_side_and_wrong_numbers_exit_like_a_failed_smoke(tmp_pa
     row = {line.split("  ")[1]: line for line in table if line.startswith("  ") and "  " in line[2:]}
     assert row["mean KLD vs CPU"].split()[4:6] == ["not", "checked"]  # the CPU build used no GPU device
     calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
-    assert calls[0][calls[0].index("-dev"):calls[0].index("-dev") + 2] == ["-dev", "none"]  # the CPU reference
+    assert calls[0][calls[0].index("-dev") : calls[0].index("-dev") + 2] == ["-dev", "none"]  # the CPU reference
     assert "--kl-divergence" in calls[1] and "-dev" not in calls[1]  # the device llama-bench used
     if case == "pass":
         assert proc.returncode == 0, proc.stderr
@@ -245,8 +331,10 @@ def test_numerics_side_by_side_and_wrong_numbers_exit_like_a_failed_smoke(tmp_pa
     else:
         assert proc.returncode == 11
         error = next(line for line in proc.stderr.splitlines() if line.startswith("error: "))
-        assert error.startswith("error: the numbers of linux-vulkan are wrong: cross_backend: wrong numbers against the "
-                                "CPU: mean KLD 0.26000 > 0.017")
+        assert error.startswith(
+            "error: the numbers of linux-vulkan are wrong: cross_backend: wrong numbers against the "
+            "CPU: mean KLD 0.26000 > 0.017"
+        )
         assert "Traceback" not in proc.stderr and "hint: logs: " in proc.stderr
         assert "0.26000 (failed)" in row["mean KLD vs CPU"] and "0/6 (failed)" in row["known answers"]
 
@@ -258,8 +346,7 @@ def test_numerics_in_json(tmp_path, model):
     from rockbuild.smoke.numerics import parse_numerics_config
 
     checks = parse_numerics_config(load_smoke_config()["numerics"])
-    comparison = run_compare([cpu], model, CompareOptions(repetitions=1), logs=tmp_path / "logs",
-                             numerics=checks)
+    comparison = run_compare([cpu], model, CompareOptions(repetitions=1), logs=tmp_path / "logs", numerics=checks)
     (bundle,) = comparison.to_dict()["bundles"]
     summary = bundle["numerics"]["summary"]
     # the CPU build: no GPU device, so the GPU half is not checked; a model without known answers: not checked

@@ -62,8 +62,10 @@ def test_rockbuild_config_replaces_any_data_file_and_debug_names_each_file_read(
     root = checkout(tmp_path)
     assert job_ids(run_rockbuild("matrix", "--json", env=env, cwd=root)) == ["linux-gfx1151x"]
     plain = run_rockbuild("--debug", "matrix", "--json", cwd=root)
-    assert f"debug: read config/nightly.yaml: {root / 'config' / 'nightly.yaml'} (the checkout in the current " \
-           "directory)" in plain.stderr
+    assert (
+        f"debug: read config/nightly.yaml: {root / 'config' / 'nightly.yaml'} (the checkout in the current "
+        "directory)" in plain.stderr
+    )
     # not a folder: one line, exit 2
     missing = run_rockbuild("matrix", env={"ROCKBUILD_CONFIG": str(tmp_path / "nowhere")})
     assert missing.returncode == 2 and "Traceback" not in missing.stderr

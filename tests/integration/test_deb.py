@@ -32,9 +32,10 @@ from rockbuild.publish.floor import bundle_floor
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
 
-pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("gcc") is None
-                                or shutil.which("g++") is None,
-                                reason="needs dpkg-deb, gcc and g++ (a Debian/Ubuntu machine: apt-get install dpkg g++)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("dpkg-deb") is None or shutil.which("gcc") is None or shutil.which("g++") is None,
+    reason="needs dpkg-deb, gcc and g++ (a Debian/Ubuntu machine: apt-get install dpkg g++)",
+)
 
 EPOCH = 1_764_000_000
 PROGRAMS = ("llama-bench", "llama-cli", "llama-server", "ggml-rpc-server")
@@ -68,13 +69,38 @@ def compile_bundle(bundle: Path, backend: str = "HIP", extra_libs: tuple[str, ..
     for stale in bundle.iterdir():  # the publisher kit's stand-ins
         if stale.is_file() and stale.name != "bundle.json":
             stale.unlink()
-    subprocess.run(["g++", "-shared", "-fPIC", "-O1", f'-DBACKEND="{backend}"', "-Wl,-soname,libggml-base.so.0",
-                    "-o", str(bundle / "libggml-base.so.0"), str(src / "lib.cpp")], check=True)
+    subprocess.run(
+        [
+            "g++",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            f'-DBACKEND="{backend}"',
+            "-Wl,-soname,libggml-base.so.0",
+            "-o",
+            str(bundle / "libggml-base.so.0"),
+            str(src / "lib.cpp"),
+        ],
+        check=True,
+    )
     shutil.copy(bundle / "libggml-base.so.0", bundle / "libllama-cli-impl.so")
     for name in PROGRAMS:
-        subprocess.run(["gcc", "-O1", f'-DNAME="{name}"', "-o", str(bundle / name), str(src / "prog.c"),
-                        "-L", str(bundle), "-l:libggml-base.so.0", *extra_libs,
-                        "-Wl,--disable-new-dtags,-rpath,$ORIGIN"], check=True)
+        subprocess.run(
+            [
+                "gcc",
+                "-O1",
+                f'-DNAME="{name}"',
+                "-o",
+                str(bundle / name),
+                str(src / "prog.c"),
+                "-L",
+                str(bundle),
+                "-l:libggml-base.so.0",
+                *extra_libs,
+                "-Wl,--disable-new-dtags,-rpath,$ORIGIN",
+            ],
+            check=True,
+        )
     (bundle / "libggml-base.so.0").chmod(0o755)
     data = bundle / "rocblas/library/TensileLibrary_lazy_gfx1151.dat"
     data.parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +122,9 @@ def real_job(out: Path, job_id: str = "linux-gfx1151", *, whole: bool = False, *
 
 
 def dpkg_field(deb: Path, name: str) -> str:
-    return subprocess.run(["dpkg-deb", "--field", str(deb), name], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["dpkg-deb", "--field", str(deb), name], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def build(job_dir: Path, dest_dir: Path, tag: str = "b1000", **changes) -> Path:
@@ -121,9 +148,21 @@ class Root:
 
     def dpkg(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DPKG_ROOT": str(self.path), "LC_ALL": "C"}
-        return subprocess.run(["dpkg", f"--root={self.path}", f"--admindir={self.admin}", "--force-not-root",
-                               "--force-script-chrootless", "--force-bad-path", "--log=/dev/null", *args],
-                              env=env, capture_output=True, text=True)
+        return subprocess.run(
+            [
+                "dpkg",
+                f"--root={self.path}",
+                f"--admindir={self.admin}",
+                "--force-not-root",
+                "--force-script-chrootless",
+                "--force-bad-path",
+                "--log=/dev/null",
+                *args,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
 
     def resolve(self, path: str) -> Path:
         """``path`` as the root sees it: absolute symlinks followed inside the root."""
@@ -142,8 +181,13 @@ def run_wrapper(root: Root, program: str, *args: str) -> str:
     text = wrapper.read_text()
     assert text.startswith("#!/bin/sh\n") and "exec /opt/rockbuild/" in text
     target = text.split("exec ", 1)[1].split(' "$@"', 1)[0]
-    result = subprocess.run([str(root.path / target.lstrip("/")), *args], capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin"}, check=True)
+    result = subprocess.run(
+        [str(root.path / target.lstrip("/")), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     return result.stdout
 
 
@@ -166,8 +210,9 @@ def test_the_deb_holds_the_bundle_wrappers_and_exact_host_depends(tmp_path):
     assert not any("rocm" in d or "hip" in d for d in depends), depends
     assert {d.split()[0] for d in depends} == {"libc6", "libgcc-s1", "libstdc++6"}
     # the bundle, byte for byte, owned by root, under /opt/rockbuild/llama-<tag>-<family>
-    listing = subprocess.run(["dpkg-deb", "--contents", str(deb)], check=True, capture_output=True,
-                             text=True).stdout.splitlines()
+    listing = subprocess.run(
+        ["dpkg-deb", "--contents", str(deb)], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
     rows = {line.split()[-1]: line.split() for line in listing}
     prefix = "./opt/rockbuild/llama-b1000-gfx1151/"
     for rel in [*PROGRAMS, "libggml-base.so.0", "bundle.json", "rocblas/library/TensileLibrary_lazy_gfx1151.dat"]:
@@ -182,8 +227,11 @@ def test_the_deb_holds_the_bundle_wrappers_and_exact_host_depends(tmp_path):
         assert rows[f"./usr/lib/rockbuild-llama-gfx1151/bin/{program}"][0] == "-rwxr-xr-x"
     assert "./usr/lib/rockbuild-llama-gfx1151/bin/libllama-cli-impl.so" not in rows  # a library is no program
     assert not any(name.startswith("./usr/bin/") for name in rows)  # /usr/bin belongs to update-alternatives
-    assert {"./usr/share/doc/rockbuild-llama-gfx1151/copyright", "./usr/share/doc/rockbuild-llama-gfx1151/changelog.gz",
-            "./usr/share/lintian/overrides/rockbuild-llama-gfx1151"} <= set(rows)
+    assert {
+        "./usr/share/doc/rockbuild-llama-gfx1151/copyright",
+        "./usr/share/doc/rockbuild-llama-gfx1151/changelog.gz",
+        "./usr/share/lintian/overrides/rockbuild-llama-gfx1151",
+    } <= set(rows)
     extracted = tmp_path / "x"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(extracted)], check=True)
     for path in (job / "bundle").rglob("*"):
@@ -222,8 +270,7 @@ def test_install_run_and_remove_in_a_private_root_and_two_families_side_by_side(
     root = Root(tmp_path / "root")
     result = root.dpkg("--force-depends", "-i", str(gfx1151))  # the root has no libc6 package: only our deps
     assert result.returncode == 0, result.stdout + result.stderr
-    assert root.resolve("/usr/bin/llama-server") == \
-        root.path / "usr/lib/rockbuild-llama-gfx1151/bin/llama-server"
+    assert root.resolve("/usr/bin/llama-server") == root.path / "usr/lib/rockbuild-llama-gfx1151/bin/llama-server"
     assert run_wrapper(root, "llama-cli", "--version").startswith("llama-cli version: 11312")
     assert run_wrapper(root, "llama-server", "a", "b") == "llama-server: ggml HIP 42 args=2\n"  # $ORIGIN resolved
     # a second family installs beside it: no file in common, the alternatives choose (the first stays: same priority)
@@ -251,16 +298,22 @@ def test_install_run_and_remove_in_a_private_root_and_two_families_side_by_side(
     assert not any((root.path / "usr/bin").iterdir()) and not any((root.path / "etc/alternatives").iterdir())
 
 
-@pytest.mark.skipif(shutil.which("lintian") is None,
-                    reason="lintian is not installed (apt-get install -y --no-install-recommends lintian)")
+@pytest.mark.skipif(
+    shutil.which("lintian") is None,
+    reason="lintian is not installed (apt-get install -y --no-install-recommends lintian)",
+)
 def test_lintian_finds_no_error_or_warning(tmp_path):
     deb = build(real_job(tmp_path / "out"), tmp_path / "debs")
     env = {"PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8"}
-    result = subprocess.run(["lintian", "--fail-on", "error,warning", "--display-info", str(deb)],
-                            capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        ["lintian", "--fail-on", "error,warning", "--display-info", str(deb)], capture_output=True, text=True, env=env
+    )
     # infos too: only overrides this small bundle has no use for (they are for the real one's files) may be listed
-    shown = [line for line in result.stdout.splitlines()
-             if line[:2] in ("E:", "W:") or (line[:2] == "I:" and "unused-override" not in line)]
+    shown = [
+        line
+        for line in result.stdout.splitlines()
+        if line[:2] in ("E:", "W:") or (line[:2] == "I:" and "unused-override" not in line)
+    ]
     assert result.returncode == 0 and shown == [], result.stdout + result.stderr
     overrides = subprocess.run(["lintian", "--show-overrides", str(deb)], capture_output=True, text=True, env=env)
     overridden = {line.split()[2] for line in overrides.stdout.splitlines() if line.startswith("O:")}
@@ -284,13 +337,16 @@ def test_same_bundle_and_tag_give_the_same_bytes(tmp_path):
     assert not list((tmp_path / "one").glob(".deb-*")) and not list((tmp_path / "one").glob("*.partial"))
 
 
-@pytest.mark.parametrize("older,newer", [
-    (("11312", "b1000"), ("11312", "b1001")),  # a re-release of the same llama.cpp (a newer ROCm)
-    (("11312", "b9999"), ("11312", "b10000")),  # numbers compared as numbers
-    (("11312", "b1001"), ("11313", "b1002")),  # a newer llama.cpp
-    (("b11312", "b11312-rocm7.2.0a20261128"), ("b11312", "b11312-rocm7.2.0a20261201")),  # llama-aligned tags
-    (("b11312", "b11312-rocm7.2.0a20261201"), ("b11312", "b11312-rocm10.1.0a20261202")),
-])
+@pytest.mark.parametrize(
+    "older,newer",
+    [
+        (("11312", "b1000"), ("11312", "b1001")),  # a re-release of the same llama.cpp (a newer ROCm)
+        (("11312", "b9999"), ("11312", "b10000")),  # numbers compared as numbers
+        (("11312", "b1001"), ("11313", "b1002")),  # a newer llama.cpp
+        (("b11312", "b11312-rocm7.2.0a20261128"), ("b11312", "b11312-rocm7.2.0a20261201")),  # llama-aligned tags
+        (("b11312", "b11312-rocm7.2.0a20261201"), ("b11312", "b11312-rocm10.1.0a20261202")),
+    ],
+)
 def test_versions_sort_as_upgrades(tmp_path, older, newer):
     job = load_job(make_job(tmp_path / "out", "linux-gfx1151"))
     a = package_version(replace(job, llama_build=older[0]), older[1])
@@ -320,8 +376,7 @@ def test_a_host_library_without_a_known_package_is_refused(tmp_path):
     assert "zlib1g" in dpkg_field(deb, "Depends")
 
 
-def test_without_dpkg_deb_a_configured_deb_fails_in_one_line_and_an_unconfigured_one_is_not_made(tmp_path,
-                                                                                                   monkeypatch):
+def test_without_dpkg_deb_a_configured_deb_fails_in_one_line_and_an_unconfigured_one_is_not_made(tmp_path, monkeypatch):
     job = real_job(tmp_path / "out", whole=True)
     with pytest.raises(PublishError) as err:
         write_deb(load_job(job), "b1000", tmp_path / "x.deb", config(), mtime=EPOCH, env={"PATH": str(tmp_path)})
@@ -329,16 +384,22 @@ def test_without_dpkg_deb_a_configured_deb_fails_in_one_line_and_an_unconfigured
     assert "apt-get install dpkg" in (err.value.hint or "") and "deb_for" in err.value.hint
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # a machine without dpkg-deb (Windows, macOS)
     with pytest.raises(PublishError, match="dpkg-deb is not installed"):
-        publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, token="", out=tmp_path / "rel"), config())
-    report = publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, token="", out=tmp_path / "rel2"),
-                     config(deb_for=()))
+        publish(
+            PublishOptions(context=context(), job_dirs=(job,), dry_run=True, token="", out=tmp_path / "rel"), config()
+        )
+    report = publish(
+        PublishOptions(context=context(), job_dirs=(job,), dry_run=True, token="", out=tmp_path / "rel2"),
+        config(deb_for=()),
+    )
     assert not any(a.name.endswith(".deb") for a in report.assets)
 
 
 def test_publish_lists_the_deb_in_sha256sums_and_the_manifest(tmp_path):
     jobs = [real_job(tmp_path / "out", whole=True), make_job(tmp_path / "out", "windows-gfx1151")]
-    report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, token="",
-                                    out=tmp_path / "release"), config())
+    report = publish(
+        PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, token="", out=tmp_path / "release"),
+        config(),
+    )
     name = "llama-b1000-ubuntu-rocm-gfx1151-x64.deb"
     assert [a.name for a in report.assets if a.name.endswith(".deb")] == [name]  # Linux only
     assert (name, "would upload") in report.actions
@@ -351,6 +412,8 @@ def test_publish_lists_the_deb_in_sha256sums_and_the_manifest(tmp_path):
     job_assets = next(j for j in manifest["jobs"] if j["id"] == "linux-gfx1151")["assets"]
     assert name in {a["name"] for a in job_assets}
     # a re-run reuses the .deb it made (same key), and the bytes are the same
-    again = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, token="",
-                                   out=tmp_path / "release"), config())
+    again = publish(
+        PublishOptions(context=context(), job_dirs=tuple(jobs), dry_run=True, token="", out=tmp_path / "release"),
+        config(),
+    )
     assert next(a for a in again.assets if a.name == name).sha256 == sums[name]

@@ -67,11 +67,19 @@ def parts(tmp_path_factory):
     (the probe linked against ggml-hip.dll: an implicit import, as llama-server.exe has)."""
     base = tmp_path_factory.mktemp("parts")
     hip = build_pe(base / HIP, "__declspec(dllexport) int hip_value(void){return 42;}", dll=True)
-    ggml = build_pe(base / "ggml-hip.dll", "__declspec(dllimport) int hip_value(void);\n"
-                    "__declspec(dllexport) int ggml_value(void){return hip_value();}", dll=True, imports=(hip,))
+    ggml = build_pe(
+        base / "ggml-hip.dll",
+        "__declspec(dllimport) int hip_value(void);\n__declspec(dllexport) int ggml_value(void){return hip_value();}",
+        dll=True,
+        imports=(hip,),
+    )
     probe = build_pe(base / "probe.exe", PROBE, dll=False)
-    llama = build_pe(base / "llama.exe", PROBE + "__declspec(dllimport) int ggml_value(void);\n"
-                     "int (*keep)(void) = ggml_value;\n", dll=False, imports=(ggml,))
+    llama = build_pe(
+        base / "llama.exe",
+        PROBE + "__declspec(dllimport) int ggml_value(void);\nint (*keep)(void) = ggml_value;\n",
+        dll=False,
+        imports=(ggml,),
+    )
     return {"hip": hip, "ggml": ggml, "probe": probe, "llama": llama}
 
 
@@ -80,12 +88,22 @@ def prefix(tmp_path_factory):
     """One wine prefix for the module (wineboot once); its wineserver is stopped at the end."""
     runner = wine()
     base = tmp_path_factory.mktemp("wine")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "WINEPREFIX": str(base / "prefix"), "WINEDEBUG": "-all",
-           "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(base),
+        "WINEPREFIX": str(base / "prefix"),
+        "WINEDEBUG": "-all",
+        "WINEDLLOVERRIDES": "mscoree,mshtml=",
+    }
     server = Path(runner).with_name("wineserver")
     server = server if server.exists() else Path(shutil.which("wineserver") or server)
-    quiet = {"env": env, "stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
-             "timeout": 300}  # no pipes: a wineserver started here outlives the call and would hold them open
+    quiet = {
+        "env": env,
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+        "timeout": 300,
+    }  # no pipes: a wineserver started here outlives the call and would hold them open
     (base / "prefix").mkdir()
     try:
         # a wineserver that stays up for the module (started before anything else uses the prefix): each run then
@@ -129,8 +147,9 @@ def host_path(prefix, name: str) -> Path:
 def run_probe(prefix, exe: Path, *args: str, cwd: Path, path: list[Path]) -> Path | None:
     """Run ``exe`` under wine with ``path`` first on its PATH (WINEPATH); the amdhip64_7.dll it loaded, or None."""
     env = {**prefix["env"], "WINEPATH": ";".join(win_path(p) for p in path)}
-    result = subprocess.run([prefix["runner"], str(exe), *args], env=env, cwd=cwd, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [prefix["runner"], str(exe), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
     out = result.stdout.replace("\r", "").strip()
     assert out.startswith(("loaded ", "not loaded")), (out, result.stderr[-2000:])
     return host_path(prefix, out.removeprefix("loaded ")) if out.startswith("loaded ") else None
@@ -149,8 +168,10 @@ def layout(tmp_path: Path, parts) -> dict[str, Path]:
     for d in dirs.values():
         d.mkdir()
     for name in (HIP, "ggml-hip.dll", "probe.exe", "llama.exe"):
-        shutil.copyfile(parts[{"ggml-hip.dll": "ggml", "probe.exe": "probe", "llama.exe": "llama"}.get(name, "hip")],
-                        dirs["bundle"] / name)
+        shutil.copyfile(
+            parts[{"ggml-hip.dll": "ggml", "probe.exe": "probe", "llama.exe": "llama"}.get(name, "hip")],
+            dirs["bundle"] / name,
+        )
     shutil.copyfile(parts["probe"], dirs["host"] / "probe.exe")
     shutil.copyfile(parts["hip"], dirs["stale"] / HIP)
     shutil.copyfile(parts["hip"], dirs["here"] / HIP)
@@ -175,8 +196,13 @@ CASES = {
     "outside, its own folder comes first": ("host", ["own"], ["bundle"], "bundle", "host"),
     "outside, SysWOW64 is not searched by a 64-bit program": ("host", ["syswow64"], [], "empty", None),
     "outside, the bundle nowhere on its search path": ("host", [], [], "empty", None),
-    "outside with LOAD_WITH_ALTERED_SEARCH_PATH, System32 copy": ("altered", ["system32", "own"], ["stale"], "here",
-                                                                  "bundle"),
+    "outside with LOAD_WITH_ALTERED_SEARCH_PATH, System32 copy": (
+        "altered",
+        ["system32", "own"],
+        ["stale"],
+        "here",
+        "bundle",
+    ),
 }
 
 
@@ -185,8 +211,13 @@ def test_prediction_is_what_wines_loader_does(case, parts, prefix, tmp_path):
     start, copies, path_order, cwd_name, expected = CASES[case]
     dirs = layout(tmp_path, parts)
     windows = prefix["windows"]
-    targets = {"system32": windows / "system32" / HIP, "SYSTEM32": windows / "system32" / HIP.upper(),
-               "windows": windows / HIP, "syswow64": windows / "syswow64" / HIP, "own": dirs["host"] / HIP}
+    targets = {
+        "system32": windows / "system32" / HIP,
+        "SYSTEM32": windows / "system32" / HIP.upper(),
+        "windows": windows / HIP,
+        "syswow64": windows / "syswow64" / HIP,
+        "own": dirs["host"] / HIP,
+    }
     (windows / "syswow64").mkdir(exist_ok=True)  # a 64-bit Windows has one; a fresh wine prefix may not yet
     path = [dirs[p] for p in path_order]
     cwd = dirs[cwd_name]
@@ -197,18 +228,29 @@ def test_prediction_is_what_wines_loader_does(case, parts, prefix, tmp_path):
         if start in ("import", "load"):
             (predicted,) = resolve_bundle_dlls(bundle, host, cwd=cwd)
         else:
-            (predicted,) = resolve_bundle_dlls(bundle, host, loader=dirs["host"] / "probe.exe", loads=ggml, cwd=cwd,
-                                               altered=start == "altered")
+            (predicted,) = resolve_bundle_dlls(
+                bundle, host, loader=dirs["host"] / "probe.exe", loads=ggml, cwd=cwd, altered=start == "altered"
+            )
         if start == "import":
             loaded = run_probe(prefix, bundle / "llama.exe", cwd=cwd, path=path)
         elif start == "load":
             loaded = run_probe(prefix, bundle / "probe.exe", win_path(ggml), cwd=cwd, path=path)
         else:
-            loaded = run_probe(prefix, dirs["host"] / "probe.exe", win_path(ggml),
-                               *(["altered"] if start == "altered" else []), cwd=cwd, path=path)
-    where = {"system32": windows / "system32" / HIP, "SYSTEM32": windows / "system32" / HIP.upper(),
-             "windows": windows / HIP, "host": dirs["host"] / HIP,
-             **{name: dirs[name] / HIP for name in ("bundle", "stale", "here")}}
+            loaded = run_probe(
+                prefix,
+                dirs["host"] / "probe.exe",
+                win_path(ggml),
+                *(["altered"] if start == "altered" else []),
+                cwd=cwd,
+                path=path,
+            )
+    where = {
+        "system32": windows / "system32" / HIP,
+        "SYSTEM32": windows / "system32" / HIP.upper(),
+        "windows": windows / HIP,
+        "host": dirs["host"] / HIP,
+        **{name: dirs[name] / HIP for name in ("bundle", "stale", "here")},
+    }
     if expected is None:
         assert loaded is None and predicted.missing and not predicted.shadowed
         assert predicted.fix.startswith(f"put {bundle} on PATH")
@@ -222,25 +264,44 @@ def test_prediction_is_what_wines_loader_does(case, parts, prefix, tmp_path):
 def test_search_order_names_each_folder():
     host = WindowsHost(Path("/w"), (Path("/p1"), Path("/p2")))
     assert [k for k, _ in search_folders(host, app_folder=Path("/app"), cwd=Path("/cwd"))] == [
-        "application folder", "System32", "16-bit system folder", "Windows folder", "current folder", "PATH", "PATH"]
+        "application folder",
+        "System32",
+        "16-bit system folder",
+        "Windows folder",
+        "current folder",
+        "PATH",
+        "PATH",
+    ]
     assert [k for k, _ in search_folders(host, app_folder=None, cwd=None)] == [
-        "System32", "16-bit system folder", "Windows folder", "PATH", "PATH"]
+        "System32",
+        "16-bit system folder",
+        "Windows folder",
+        "PATH",
+        "PATH",
+    ]
 
 
 def test_windows_environment_from_settings():
     """Only settings.py reads os.environ: a Windows environment (names in any case) becomes Settings.windows."""
     env = {"SystemRoot": "D:\\Win", "Path": 'C:\\a;;"C:\\Program Files\\b";C:\\c'}
     settings = Settings.from_environment(env, host_os="windows")
-    assert settings.windows == WindowsHost(Path("D:\\Win"), (Path("C:\\a"), Path("C:\\Program Files\\b"),
-                                                             Path("C:\\c")))
+    assert settings.windows == WindowsHost(
+        Path("D:\\Win"), (Path("C:\\a"), Path("C:\\Program Files\\b"), Path("C:\\c"))
+    )
     assert WindowsHost.from_environment({"WINDIR": "E:\\W"}).system_root == Path("E:\\W")
     assert WindowsHost.from_environment({}).system_root == Path("C:\\Windows")
     assert Settings.from_environment(env, host_os="linux").windows is None  # Linux hosts: no Windows check
 
 
 def test_hip_dll_names_case_insensitively(tmp_path):
-    for name in ("AMDHIP64_7.DLL", "amd_comgr0702.dll", "hiprtc0702.dll", "ggml-hip.dll", "rocblas.dll",
-                 "amdhip64_7.dll.bak"):
+    for name in (
+        "AMDHIP64_7.DLL",
+        "amd_comgr0702.dll",
+        "hiprtc0702.dll",
+        "ggml-hip.dll",
+        "rocblas.dll",
+        "amdhip64_7.dll.bak",
+    ):
         (tmp_path / name).write_bytes(b"MZ")
     assert [p.name for p in bundled_hip_dlls(tmp_path)] == ["amd_comgr0702.dll", "AMDHIP64_7.DLL", "hiprtc0702.dll"]
     assert not is_hip_dll("ggml-hip.dll") and is_hip_dll("Amd_Comgr_2.dll")
@@ -278,12 +339,26 @@ def doctor_cli(run_rockbuild, bundle: Path, prefix, *extra: str, cwd: Path):
         for node in (dev / "kfd", dev / "dri" / "renderD128"):
             node.write_bytes(b"")
             node.chmod(0o666)
-    return run_rockbuild("doctor", "--bundle", str(bundle), "--sysfs-root", str(sys_root), "--dev-root", str(dev),
-                         "--proc-root", str(proc_root), "--windows-root", str(prefix["windows"]), *extra, cwd=cwd)
+    return run_rockbuild(
+        "doctor",
+        "--bundle",
+        str(bundle),
+        "--sysfs-root",
+        str(sys_root),
+        "--dev-root",
+        str(dev),
+        "--proc-root",
+        str(proc_root),
+        "--windows-root",
+        str(prefix["windows"]),
+        *extra,
+        cwd=cwd,
+    )
 
 
 def test_doctor_fails_for_a_program_outside_the_bundle_that_wine_shows_gets_system32s_copy(
-        win_bundle, parts, prefix, run_rockbuild, tmp_path):
+    win_bundle, parts, prefix, run_rockbuild, tmp_path
+):
     """The done-when of issue 20 item 4: with System32\\amdhip64_7.dll present, ``doctor --loader`` fails naming the
     file and the fix, and wine's loader really gives that program System32's copy; without it doctor passes."""
     host = tmp_path / "host"
@@ -293,17 +368,22 @@ def test_doctor_fails_for_a_program_outside_the_bundle_that_wine_shows_gets_syst
     with placed({system32: parts["hip"]}):
         loaded = run_probe(prefix, host / "probe.exe", win_path(win_bundle / "ggml-hip.dll"), cwd=win_bundle, path=[])
         failed = doctor_cli(run_rockbuild, win_bundle, prefix, "--loader", str(host / "probe.exe"), cwd=win_bundle)
-        as_json = doctor_cli(run_rockbuild, win_bundle, prefix, "--loader", str(host / "probe.exe"), "--json",
-                             cwd=win_bundle)
+        as_json = doctor_cli(
+            run_rockbuild, win_bundle, prefix, "--loader", str(host / "probe.exe"), "--json", cwd=win_bundle
+        )
         own = doctor_cli(run_rockbuild, win_bundle, prefix, "--json", cwd=win_bundle)
     assert loaded is not None and same_file(loaded, system32)  # wine: the driver's copy, not the bundle's
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert failed.stderr.splitlines() == ["error: 1 problem found (dll): the finding marked error says what to do"]
-    assert (f"  [error] {system32} (System32) shadows the bundle's {win_bundle / HIP} for {host / 'probe.exe'} "
-            "loading ggml-hip.dll: llama.cpp would run on another HIP runtime and crash") in failed.stdout.splitlines()
-    assert ("      -> start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system "
-            f"folders), or have {host / 'probe.exe'} load ggml-hip.dll with LoadLibraryEx(..., "
-            "LOAD_WITH_ALTERED_SEARCH_PATH); moving the bundle up PATH cannot help") in failed.stdout.splitlines()
+    assert (
+        f"  [error] {system32} (System32) shadows the bundle's {win_bundle / HIP} for {host / 'probe.exe'} "
+        "loading ggml-hip.dll: llama.cpp would run on another HIP runtime and crash"
+    ) in failed.stdout.splitlines()
+    assert (
+        "      -> start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system "
+        f"folders), or have {host / 'probe.exe'} load ggml-hip.dll with LoadLibraryEx(..., "
+        "LOAD_WITH_ALTERED_SEARCH_PATH); moving the bundle up PATH cannot help"
+    ) in failed.stdout.splitlines()
     (error,) = [f for f in json.loads(as_json.stdout)["findings"] if f["severity"] == "error"]
     assert as_json.stderr.splitlines() == failed.stderr.splitlines()  # one wording, with --json or without
     # the bundle's own programs are not affected: doctor passes and says why, naming the copy as information
@@ -311,16 +391,20 @@ def test_doctor_fails_for_a_program_outside_the_bundle_that_wine_shows_gets_syst
     dll = [f for f in json.loads(own.stdout)["findings"] if f["topic"] == "dll"]
     assert [(f["severity"], f["message"]) for f in dll] == [
         ("ok", f"the programs in {win_bundle} load its own amd_comgr0702.dll, {HIP} (their folder is searched first)"),
-        ("info", f"{system32} (System32) would shadow the bundle's {HIP} for a program outside the bundle that loads "
-                 "its DLLs (a wrapper, a game engine); the bundle's own programs are not affected")]
+        (
+            "info",
+            f"{system32} (System32) would shadow the bundle's {HIP} for a program outside the bundle that loads "
+            "its DLLs (a wrapper, a game engine); the bundle's own programs are not affected",
+        ),
+    ]
     # without the copy the same program gets the bundle's amdhip64_7.dll (its current folder): doctor passes
     loaded = run_probe(prefix, host / "probe.exe", win_path(win_bundle / "ggml-hip.dll"), cwd=win_bundle, path=[])
-    clean = doctor_cli(run_rockbuild, win_bundle, prefix, "--loader", str(host / "probe.exe"), "--json",
-                       cwd=win_bundle)
+    clean = doctor_cli(run_rockbuild, win_bundle, prefix, "--loader", str(host / "probe.exe"), "--json", cwd=win_bundle)
     assert loaded is not None and same_file(loaded, win_bundle / HIP)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert [f["message"] for f in json.loads(clean.stdout)["findings"] if f["topic"] == "dll"] == [
-        f"{host / 'probe.exe'} loads the bundle's own amd_comgr0702.dll, {HIP} (current folder)"]
+        f"{host / 'probe.exe'} loads the bundle's own amd_comgr0702.dll, {HIP} (current folder)"
+    ]
 
 
 def test_doctor_names_a_stale_path_entry_ahead_of_the_bundle(win_bundle, parts, tmp_path):
@@ -338,6 +422,7 @@ def test_doctor_names_a_stale_path_entry_ahead_of_the_bundle(win_bundle, parts, 
     (dev / "dri").mkdir(parents=True)
     for node in (dev / "kfd", dev / "dri" / "renderD128"):
         node.write_bytes(b"")
+
     def host(windows):
         return Machine(sysfs_root=sys_root, proc_root=proc_root, dev_root=dev, env={}, kernel="t", windows=windows)
 
@@ -358,6 +443,6 @@ def test_loader_needs_a_bundle_on_windows(run_rockbuild, tmp_path):
     exe.write_bytes(b"MZ")
     result = run_rockbuild("doctor", "--loader", str(exe), "--sysfs-root", str(SYSFS / "strix-halo" / "sys"))
     assert result.returncode == 2
-    assert result.stderr.splitlines()[0] == ("error: --loader checks which DLLs a Windows program loads from a "
-                                             "bundle: it needs --bundle, on Windows")
-
+    assert result.stderr.splitlines()[0] == (
+        "error: --loader checks which DLLs a Windows program loads from a bundle: it needs --bundle, on Windows"
+    )

@@ -569,7 +569,9 @@ def test_a_refused_connection_is_named_and_not_retried(tmp_path):
 
 def test_an_unresolvable_name_is_named_and_not_retried(tmp_path):
     start = time.monotonic()
-    with pytest.raises(UnreachableError, match=r"^cannot fetch http://rockbuild-test\.invalid/x: cannot resolve the host name$"):
+    with pytest.raises(
+        UnreachableError, match=r"^cannot fetch http://rockbuild-test\.invalid/x: cannot resolve the host name$"
+    ):
         get_text("http://rockbuild-test.invalid/x")
     assert time.monotonic() - start < 5
 
@@ -594,6 +596,8 @@ def test_describe_error_tells_name_refused_and_timeout_apart():
     assert describe_error(unreachable) == "cannot connect (network is unreachable)"
     assert describe_error(timeout) == "connection timed out after 10s"  # urllib3 names its timeout: so do we
     assert describe_error(u3.ReadTimeoutError(None, "/", "read timed out")) == "read timed out"
-    assert describe_error(u3.ReadTimeoutError(None, "/", "Read timed out. (read timeout=15)")) == \
-        "read timed out after 15s"
+    assert (
+        describe_error(u3.ReadTimeoutError(None, "/", "Read timed out. (read timeout=15)"))
+        == "read timed out after 15s"
+    )
     assert unreachable_reason(u3.ReadTimeoutError(None, "/", "read timed out")) is None

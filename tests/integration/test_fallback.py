@@ -29,14 +29,14 @@ pytestmark = pytest.mark.skipif(
     reason="needs cmake, ninja, gcc, g++ and git on the host",
 )
 
+
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     with night_servers(tmp_path, monkeypatch, TOKEN) as (server, github):
         yield World(tmp_path, server, github)
 
 
-def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_and_alert(world, tmp_path,
-                                                                                       run_rockbuild):
+def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_and_alert(world, tmp_path, run_rockbuild):
     good, bad = TODAY - datetime.timedelta(days=1), TODAY
     out = tmp_path / "out"
     # night 1: only the good nightly exists; the job passes its smoke test and is published
@@ -50,8 +50,10 @@ def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_an
     index = world.publish_tarballs({good: False, bad: True}, "night2.html")
     second = run_night(world.options(out, index, step_summary=tmp_path / "summary.md"))
     assert second.state == "published", second.message
-    assert f"| ok (ROCm {version(good)} ({good}), newest {version(bad)} failed smoke:" in (
-        tmp_path / "summary.md").read_text()
+    assert (
+        f"| ok (ROCm {version(good)} ({good}), newest {version(bad)} failed smoke:"
+        in (tmp_path / "summary.md").read_text()
+    )
     (job,) = second.jobs
     assert job.status == "ok"
     assert job.fallback.startswith(f"ROCm {version(good)} ({good}), newest {version(bad)} failed smoke")
@@ -78,8 +80,10 @@ def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_an
             assert str(tmp_path) not in asset.data.decode(), asset.name
     assert str(tmp_path) not in body and "above" not in fallback["reason"]
     assert "### Built on the last good ROCm" in body
-    assert f"gfx1151 (`llama-{tag2}-ubuntu-rocm-gfx1151-x64.zip`, built, bundled and smoke-tested): ROCm " \
-           f"{version(good)}, newest {version(bad)} failed smoke:" in body
+    assert (
+        f"gfx1151 (`llama-{tag2}-ubuntu-rocm-gfx1151-x64.zip`, built, bundled and smoke-tested): ROCm "
+        f"{version(good)}, newest {version(bad)} failed smoke:" in body
+    )
     # the failed attempt is kept beside the job folder, whole
     kept = out / f"linux-gfx1151@rocm-{version(bad)}"
     assert json.loads((kept / "smoke.json").read_text())["ok"] is False
@@ -98,9 +102,22 @@ def test_a_broken_newest_nightly_is_published_on_the_last_good_one_with_notes_an
     assert len(world.github.writes) == writes
 
     # `rockbuild resolve --repo` records the same last good tarball (the second release passed smoke on it too)
-    result = run_rockbuild("resolve", "-c", str(world.matrix), "--index-url", index, "--git-url", str(world.bare),
-                           "--repo", world.github.full_name, "--api-url", world.github.api_url, "--out",
-                           str(tmp_path / "pinned.json"), env={"GITHUB_TOKEN": TOKEN})
+    result = run_rockbuild(
+        "resolve",
+        "-c",
+        str(world.matrix),
+        "--index-url",
+        index,
+        "--git-url",
+        str(world.bare),
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        "--out",
+        str(tmp_path / "pinned.json"),
+        env={"GITHUB_TOKEN": TOKEN},
+    )
     assert result.returncode == 0, result.stderr
     (pinned,) = load_inputs(tmp_path / "pinned.json").rocm.values()
     assert pinned.last_good["name"] == world.name(good) and pinned.last_good["release"] == tag2
@@ -120,13 +137,15 @@ def test_a_nightly_that_computes_wrong_ships_on_the_last_good_one(world, tmp_pat
     second = run_night(world.options(out, world.publish_tarballs({good: False, bad: "wrong"}, "n2.html")))
     assert second.state == "published", second.message
     (job,) = second.jobs
-    assert job.status == "ok" and job.fallback.startswith(f"ROCm {version(good)} ({good}), newest {version(bad)} "
-                                                          "failed smoke")
+    assert job.status == "ok" and job.fallback.startswith(
+        f"ROCm {version(good)} ({good}), newest {version(bad)} failed smoke"
+    )
     fallback = world.manifest(second.release["tag"])["jobs"][0]["rocm"]["fallback"]
     assert fallback["newest"] == world.name(bad) and fallback["failed_stage"] == "smoke"
-    assert fallback["reason"].startswith("the smoke test failed: numerics: known_answers: 3 of 3 known answers wrong: "
-                                         "'The capital of France is' on the CPU answered ' 1111 sum sum sum'"), \
-        fallback["reason"]
+    assert fallback["reason"].startswith(
+        "the smoke test failed: numerics: known_answers: 3 of 3 known answers wrong: "
+        "'The capital of France is' on the CPU answered ' 1111 sum sum sum'"
+    ), fallback["reason"]
     # what a user of the release reads: the answers of the job that shipped, in manifest.json and the notes
     (shipped,) = world.manifest(second.release["tag"])["jobs"]
     numerics = shipped["smoke"]["numerics"]
@@ -145,8 +164,12 @@ def test_a_group_with_no_good_tarball_fails_as_before(world, tmp_path):
     (job,) = report.jobs
     assert job.status == "failed" and job.failed_stage == "smoke" and job.fallback is None
     assert not list((tmp_path / "out").glob("linux-gfx1151@*"))
-    assert load_inputs(tmp_path / "out" / "inputs.json").rocm[next(iter(
-        load_inputs(tmp_path / "out" / "inputs.json").rocm))].last_good is None
+    assert (
+        load_inputs(tmp_path / "out" / "inputs.json")
+        .rocm[next(iter(load_inputs(tmp_path / "out" / "inputs.json").rocm))]
+        .last_good
+        is None
+    )
     (issue,) = world.github.state.issues.values()
     assert issue.title.startswith("Nightly build failed")
 
@@ -158,17 +181,34 @@ def test_bisect_names_the_first_bad_nightly_of_four(world, tmp_path, run_rockbui
     report = bisect_rocm(world.options(out, index, publish=False), "linux-gfx1151", days[0], days[3])
     assert report.first_bad == f"{version(days[2])} ({days[2]})"
     assert report.last_good == f"{version(days[1])} ({days[1]})"
-    assert [(t.date, t.verdict) for t in report.trials] == [(days[1].isoformat(), "good"),
-                                                            (days[2].isoformat(), "bad")]
+    assert [(t.date, t.verdict) for t in report.trials] == [(days[1].isoformat(), "good"), (days[2].isoformat(), "bad")]
     bad_trial = report.trials[1]
     assert bad_trial.failed_stage == "smoke" and Path(bad_trial.folder, "smoke.json").is_file()
     # the untested ends were never downloaded
     assert not world.server.requests_for(world.name(days[0])) and not world.server.requests_for(world.name(days[3]))
 
     # the command line, again over the same folders: every stage is reused, the answer is the same
-    result = run_rockbuild("bisect", "--job", "linux-gfx1151", "--good", version(days[0]), "--bad",
-                           days[3].isoformat(), "-c", str(world.matrix), "--index-url", index, "--git-url",
-                           str(world.bare), "--out", str(out), "--model", str(world.model), "--no-ccache", "--json")
+    result = run_rockbuild(
+        "bisect",
+        "--job",
+        "linux-gfx1151",
+        "--good",
+        version(days[0]),
+        "--bad",
+        days[3].isoformat(),
+        "-c",
+        str(world.matrix),
+        "--index-url",
+        index,
+        "--git-url",
+        str(world.bare),
+        "--out",
+        str(out),
+        "--model",
+        str(world.model),
+        "--no-ccache",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["first_bad"] == report.first_bad and len(data["trials"]) == 2
@@ -195,8 +235,19 @@ def test_bisect_errors_are_one_line(world, tmp_path, run_rockbuild):
     with pytest.raises(UsageError, match="is not a date"):
         parse_date("yesterday", "--good")
     assert parse_date("10.1.0a20261128", "--good") == datetime.date(2026, 11, 28)
-    result = run_rockbuild("bisect", "--job", "linux-gfx9999", "--good", "2026-11-01", "--bad", "2026-11-02",
-                           "-c", str(world.matrix), "--index-url", index)
+    result = run_rockbuild(
+        "bisect",
+        "--job",
+        "linux-gfx9999",
+        "--good",
+        "2026-11-01",
+        "--bad",
+        "2026-11-02",
+        "-c",
+        str(world.matrix),
+        "--index-url",
+        index,
+    )
     assert result.returncode != 0
     assert result.stderr.count("\n") <= 2 and "linux-gfx9999" in result.stderr and "Traceback" not in result.stderr
     assert rockbuild_exe()
@@ -237,10 +288,26 @@ def test_bad_manifests_in_later_releases_are_skipped_and_the_last_good_still_fou
     world.new_commit()
     index = world.publish_tarballs({good: False, TODAY: False}, "night2.html")  # a newer nightly to fall back from
 
-    result = run_rockbuild("nightly", "--plan", "-c", str(world.matrix), "--index-url", index, "--git-url",
-                           str(world.bare), "--repo", world.github.full_name, "--api-url", world.github.api_url,
-                           "--inputs", str(tmp_path / "plan.json"), "--out", str(out), "--json",
-                           env={"GITHUB_TOKEN": TOKEN})
+    result = run_rockbuild(
+        "nightly",
+        "--plan",
+        "-c",
+        str(world.matrix),
+        "--index-url",
+        index,
+        "--git-url",
+        str(world.bare),
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        "--inputs",
+        str(tmp_path / "plan.json"),
+        "--out",
+        str(out),
+        "--json",
+        env={"GITHUB_TOKEN": TOKEN},
+    )
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "that release is skipped" in line]
     assert len(warnings) == 4, result.stderr  # one per release, though the plan reads the newest one twice

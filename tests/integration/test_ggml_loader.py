@@ -22,8 +22,12 @@ from rockbuild.smoke.parse import cpu_backend_problem, cpu_variant_files, parse_
 from rockbuild.smoke.variants import VariantRuns, run_cpu_variants
 
 # (score, t/s, trap): scores as ggml's x86 scoring orders them; sapphirerapids "cannot run" here
-MODULES = {"x64": (1, 5.0, False), "zen4": (3071, 230.0, False), "sapphirerapids": (4095, 900.0, True),
-           "icelake": (0, 1.0, False)}
+MODULES = {
+    "x64": (1, 5.0, False),
+    "zen4": (3071, 230.0, False),
+    "sapphirerapids": (4095, 900.0, True),
+    "icelake": (0, 1.0, False),
+}
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +76,18 @@ def test_a_variant_this_cpu_cannot_run_dies_of_a_real_sigill_on_a_real_batch_onl
     assert got.returncode == -signal.SIGILL
     assert cpu_backend_problem(parse_backend_loads(got.stderr), got.returncode, (), "llama-bench") == (
         "the CPU variant libggml-cpu-sapphirerapids.so picked on this machine died of SIGILL on a real batch: "
-        "remove it from the bundle folder (the next best variant then loads)")
+        "remove it from the bundle folder (the next best variant then loads)"
+    )
 
 
 def test_doctor_fix_cpu_with_ggml_own_loader(tmp_path, built, gguf):
     bundle = bundle_of(built, tmp_path / "b", ("x64", "zen4", "sapphirerapids"))
     findings, info = check_cpu_variants(bundle, model=gguf, env={}, fix=True)
     assert [f.severity for f in findings] == ["warning", "ok"], findings
-    assert findings[1].message == ("the bundle's programs load libggml-cpu-zen4.so on this CPU (of 2 CPU variants "
-                                   "shipped) and it ran a 512-token batch, 230.0 t/s")
+    assert findings[1].message == (
+        "the bundle's programs load libggml-cpu-zen4.so on this CPU (of 2 CPU variants "
+        "shipped) and it ran a 512-token batch, 230.0 t/s"
+    )
     assert (bundle / "disabled-cpu-variants" / "libggml-cpu-sapphirerapids.so").is_file()
     # ggml does not search the subfolder: the variant stays off for every program
     got = run(bundle / "llama-bench", "-p", "512", cwd=tmp_path)
@@ -104,18 +111,28 @@ def test_no_variant_that_scores_means_no_cpu_backend(tmp_path, built):
     bundle = bundle_of(built, tmp_path / "b", ("icelake",))
     got = run(bundle / "llama-bench", "-p", "512", cwd=tmp_path)
     assert got.returncode == 1 and "load_backend" not in got.stderr
-    assert cpu_backend_problem(parse_backend_loads(got.stderr), got.returncode, ("libggml-cpu-icelake.so",),
-                               "llama-bench").startswith("the bundle ships a CPU variant module (libggml-cpu-icelake.so) but")
+    assert cpu_backend_problem(
+        parse_backend_loads(got.stderr), got.returncode, ("libggml-cpu-icelake.so",), "llama-bench"
+    ).startswith("the bundle ships a CPU variant module (libggml-cpu-icelake.so) but")
 
 
 def test_the_smokes_cpu_variants_step_with_ggmls_own_loader(tmp_path, built, gguf):
     # ggml's scorer picks sapphirerapids (it dies of a real SIGILL), scores icelake 0 here, and runs x64 and zen4
     bundle = bundle_of(built, tmp_path / "b", ("x64", "zen4", "sapphirerapids", "icelake"))
-    step = run_cpu_variants(bundle, model=ModelFile(gguf.name, gguf, "", 0, "path"), runs=VariantRuns(), platform="linux",
-                            env={}, logs=tmp_path / "logs")
+    step = run_cpu_variants(
+        bundle,
+        model=ModelFile(gguf.name, gguf, "", 0, "path"),
+        runs=VariantRuns(),
+        platform="linux",
+        env={},
+        logs=tmp_path / "logs",
+    )
     assert step.failures == ("CPU variant sapphirerapids: llama-bench died of SIGILL (illegal instruction) on pp512",)
     assert step.picked == "sapphirerapids"
     assert {v.variant: (v.runnable, v.result, v.pp512_tps) for v in step.variants} == {
-        "icelake": (False, "not runnable here", None), "sapphirerapids": (True, "failed", None),
-        "x64": (True, "passed", 5.0), "zen4": (True, "passed", 230.0)}
+        "icelake": (False, "not runnable here", None),
+        "sapphirerapids": (True, "failed", None),
+        "x64": (True, "passed", 5.0),
+        "zen4": (True, "passed", 230.0),
+    }
     assert not list(tmp_path.glob(".cpu-variants-*"))

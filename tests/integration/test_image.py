@@ -32,8 +32,10 @@ from rockbuild.publish.jobs import load_job
 
 REAL_BUNDLE_JOB = Path("/var/cache/rockbuild/h200/out/linux-vulkan")  # llama.cpp b11312, Vulkan, glibc 2.34 floor
 REAL_MODEL = Path("/var/cache/rockbuild/e2e/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-query") is None or not Path("/usr/bin/busybox").exists(),
-                                reason="the base is made from installed Debian packages: needs dpkg and busybox-static")
+needs_dpkg = pytest.mark.skipif(
+    shutil.which("dpkg-query") is None or not Path("/usr/bin/busybox").exists(),
+    reason="the base is made from installed Debian packages: needs dpkg and busybox-static",
+)
 
 
 def _layer_members(path: Path) -> list[tarfile.TarInfo]:
@@ -42,11 +44,18 @@ def _layer_members(path: Path) -> list[tarfile.TarInfo]:
 
 
 def test_a_layer_is_the_same_bytes_whatever_the_order_and_clock(tmp_path):
-    members = [oci.Member("opt/llama/b", "file", 0o755, data=b"b"), oci.Member("etc/passwd", "file", data=b"x"),
-               oci.Member("opt/llama/a", "symlink", target="b"), oci.Member("models", "dir", 0o755, uid=7, gid=7)]
+    members = [
+        oci.Member("opt/llama/b", "file", 0o755, data=b"b"),
+        oci.Member("etc/passwd", "file", data=b"x"),
+        oci.Member("opt/llama/a", "symlink", target="b"),
+        oci.Member("models", "dir", 0o755, uid=7, gid=7),
+    ]
     one = oci.write_layer(members, tmp_path / "1", mtime=1_700_000_000, level=6, comment="t")
     two = oci.write_layer(list(reversed(members)), tmp_path / "2", mtime=1_700_000_000, level=6, comment="t")
-    assert one == two and (tmp_path / "1" / one.blob.digest[7:]).read_bytes() == (tmp_path / "2" / two.blob.digest[7:]).read_bytes()
+    assert (
+        one == two
+        and (tmp_path / "1" / one.blob.digest[7:]).read_bytes() == (tmp_path / "2" / two.blob.digest[7:]).read_bytes()
+    )
     got = _layer_members(tmp_path / "1" / one.blob.digest[7:])
     assert [m.name for m in got] == ["etc", "etc/passwd", "models", "opt", "opt/llama", "opt/llama/a", "opt/llama/b"]
     assert {m.mtime for m in got} == {1_700_000_000} and {(m.uname, m.gname) for m in got} == {("", "")}
@@ -57,7 +66,10 @@ def test_a_layer_is_the_same_bytes_whatever_the_order_and_clock(tmp_path):
 
 def test_depends_are_names_only():
     assert parse_depends("libc6 (>= 2.34), python3:any | python3-minimal:any, libx (= 1)") == (
-        ("libc6",), ("python3", "python3-minimal"), ("libx",))
+        ("libc6",),
+        ("python3", "python3-minimal"),
+        ("libx",),
+    )
 
 
 def test_a_repository_is_parsed_and_loopback_only_is_plain_http():
@@ -72,8 +84,7 @@ def test_a_repository_is_parsed_and_loopback_only_is_plain_http():
 def test_the_same_bundle_gives_the_same_digest_and_the_image_says_what_it_is(tmp_path):
     job = load_job(make_job(tmp_path / "out", "linux-gfx1151"))
     options = ImageOptions()
-    kw = dict(publish=publish_config(), options=options, mtime=1_764_892_800,
-              repo="owner/rockbuild")
+    kw = dict(publish=publish_config(), options=options, mtime=1_764_892_800, repo="owner/rockbuild")
     one = build_image(job, "b1300", tmp_path / "one", **kw)
     two = build_image(job, "b1300", tmp_path / "two", **kw)
     assert one.digest == two.digest and one.digest.startswith("sha256:")
@@ -99,8 +110,9 @@ def test_the_same_bundle_gives_the_same_digest_and_the_image_says_what_it_is(tmp
     assert "usr/bin/busybox" in base and "etc/ssl/certs/ca-certificates.crt" in base and base["lib64"].issym()
     assert not any(n.startswith("usr/share/man/") for n in base) and base["tmp"].mode == 0o1777
     # another repository to push to, same image: the digest names the contents, never where they go
-    elsewhere = build_image(job, "b1300", tmp_path / "three", **{**kw, "options": ImageOptions(
-        repository="127.0.0.1:1/x/y")})
+    elsewhere = build_image(
+        job, "b1300", tmp_path / "three", **{**kw, "options": ImageOptions(repository="127.0.0.1:1/x/y")}
+    )
     assert elsewhere.digest == one.digest
 
 
@@ -108,22 +120,37 @@ def test_the_same_bundle_gives_the_same_digest_and_the_image_says_what_it_is(tmp
 def test_a_windows_job_gets_no_image_and_an_older_c_runtime_is_refused(tmp_path):
     out = tmp_path / "out"
     windows = load_job(make_job(out, "windows-gfx1151"))
-    report = release_images([windows], "b1", tmp_path / "rel", publish=publish_config(),
-                            options=ImageOptions(test=False), mtime_of=lambda j: 0, repo=None)
+    report = release_images(
+        [windows],
+        "b1",
+        tmp_path / "rel",
+        publish=publish_config(),
+        options=ImageOptions(test=False),
+        mtime_of=lambda j: 0,
+        repo=None,
+    )
     assert report.images == () and "Windows host" in report.skipped[0][1]
     fake_root = tmp_path / "root"  # a root with no C runtime installed: the packages are named
     (fake_root / "var/lib/dpkg/info").mkdir(parents=True)
     (fake_root / "var/lib/dpkg/status").write_text("")
     linux = load_job(make_job(out, "linux-gfx1151"))
     with pytest.raises(ImageError, match="has not installed"):
-        build_image(linux, "b1", tmp_path / "img", publish=publish_config(),
-                    options=ImageOptions(base_root=fake_root), mtime=0, repo=None)
+        build_image(
+            linux,
+            "b1",
+            tmp_path / "img",
+            publish=publish_config(),
+            options=ImageOptions(base_root=fake_root),
+            mtime=0,
+            repo=None,
+        )
     newer = Path("/var/cache/rockbuild/e2e/night/n3/out/linux-vulkan/bundle/libggml-base.so.0")  # built on glibc 2.43
     if newer.exists():  # this machine's glibc (Debian 12: 2.36) cannot run it: refused, naming the file
         shutil.copy(newer, linux.bundle / "libggml-base.so.0")
         with pytest.raises(ImageError, match=r"libggml-base.so.0 needs GLIBC_2\.\d+, but the image's base gives"):
-            build_image(linux, "b1", tmp_path / "img", publish=publish_config(),
-                        options=ImageOptions(), mtime=0, repo=None)
+            build_image(
+                linux, "b1", tmp_path / "img", publish=publish_config(), options=ImageOptions(), mtime=0, repo=None
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -174,8 +201,9 @@ def test_a_tested_image_leaves_podmans_store_as_it_was(tmp_path):
         pytest.skip("podman is not installed (apt-get install podman runc): the image test needs it")
     folder = tmp_path / "img"
     folder.mkdir()
-    layer = oci.write_layer([oci.Member("hello", "file", data=str(tmp_path).encode())], folder, mtime=1_700_000_000,
-                            level=1, comment="t")
+    layer = oci.write_layer(
+        [oci.Member("hello", "file", data=str(tmp_path).encode())], folder, mtime=1_700_000_000, level=1, comment="t"
+    )
     layout = oci.write_image(folder, [layer], oci.ContainerSetup(entrypoint=("/hello",)), created=1_700_000_000)
     assert layout.image_id[7:] not in stored_images(podman)
     with loaded(podman, folder) as image_id:
@@ -202,8 +230,15 @@ def test_podman_runs_the_real_bundle_as_a_service(tmp_path, registry):
     address, _proc = registry
     job = load_job(REAL_BUNDLE_JOB)
     options = ImageOptions(repository=f"{address}/owner/rockbuild", model=REAL_MODEL, runtime="runc")
-    image = build_image(job, "b1300", tmp_path / "img", publish=publish_config(),
-                        options=options, mtime=1_764_892_800, repo="owner/rockbuild")
+    image = build_image(
+        job,
+        "b1300",
+        tmp_path / "img",
+        publish=publish_config(),
+        options=options,
+        mtime=1_764_892_800,
+        repo="owner/rockbuild",
+    )
     tested = check_image(image, job, options)
     t = tested.test
     assert t is not None and t.ok, t
@@ -214,10 +249,18 @@ def test_podman_runs_the_real_bundle_as_a_service(tmp_path, registry):
 
     pushed = push_release_images([tested], options)[0]
     assert pushed.push is not None and pushed.push.digest == image.digest
-    pulled = subprocess.run(["podman", "pull", "--tls-verify=false", "-q", f"{address}/owner/rockbuild:vulkan"],
-                            capture_output=True, text=True, timeout=300)
+    pulled = subprocess.run(
+        ["podman", "pull", "--tls-verify=false", "-q", f"{address}/owner/rockbuild:vulkan"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert pulled.returncode == 0, pulled.stderr
-    digest = subprocess.run(["podman", "inspect", "--format", "{{.Digest}}", f"{address}/owner/rockbuild:vulkan"],
-                            capture_output=True, text=True, timeout=60).stdout.strip()
+    digest = subprocess.run(
+        ["podman", "inspect", "--format", "{{.Digest}}", f"{address}/owner/rockbuild:vulkan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     assert digest == image.digest
     subprocess.run(["podman", "rmi", "-f", f"{address}/owner/rockbuild:vulkan"], capture_output=True, timeout=120)

@@ -42,22 +42,43 @@ def release(gh, tmp_path_factory):
     """b1000, published by rockbuild publish: Linux gfx1151, gfx110X, gfx103X (seed targets) and Windows gfx1151."""
     out = tmp_path_factory.mktemp("night") / "out"
     jobs = []
-    for job_id, targets in (("linux-gfx1151", ("gfx1151",)), ("linux-gfx110X", GFX110X),
-                            ("linux-gfx103X", GFX103X_SEED)):
+    for job_id, targets in (
+        ("linux-gfx1151", ("gfx1151",)),
+        ("linux-gfx110X", GFX110X),
+        ("linux-gfx103X", GFX103X_SEED),
+    ):
         job = make_job(out, job_id, targets=targets)
         real_bundle(job / "bundle", targets)
         jobs.append(job)
     hip = {name: tiny_pe(name.encode(), dll=True) for name in ("amdhip64_7.dll", "amd_comgr0713.dll")}
     jobs.append(make_job(out, "windows-gfx1151", extra_files=hip))
-    report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                                    throttle=False, out=out.parent / "release"))
+    report = publish(
+        PublishOptions(
+            context=context(),
+            job_dirs=tuple(jobs),
+            repo=gh.full_name,
+            api_url=gh.api_url,
+            token=TOKEN,
+            throttle=False,
+            out=out.parent / "release",
+        )
+    )
     assert report.tag == "b1000" and report.state == "published"
     return gh.state.release_by_tag("b1000")
 
 
-@pytest.mark.parametrize("target,family", [("gfx1030", "gfx103X"), ("gfx1036", "gfx103X"), ("gfx1103", "gfx110X"),
-                                           ("gfx1201", "gfx120X"), ("gfx1151", "gfx1151"), ("gfx90a", "gfx90a"),
-                                           ("gfx1037", "gfx1037")])
+@pytest.mark.parametrize(
+    "target,family",
+    [
+        ("gfx1030", "gfx103X"),
+        ("gfx1036", "gfx103X"),
+        ("gfx1103", "gfx110X"),
+        ("gfx1201", "gfx120X"),
+        ("gfx1151", "gfx1151"),
+        ("gfx90a", "gfx90a"),
+        ("gfx1037", "gfx1037"),
+    ],
+)
 def test_asset_family_as_lemonade_maps_it(target, family):
     assert asset_family(target) == family
 
@@ -71,12 +92,15 @@ def test_auto_picks_the_dgpu_beside_an_igpu(gh, release, tmp_path):
     assert f"{report.sha256}  {report.asset.name}\n" in sums
     dest = tmp_path / "llama"
     assert report.dest == dest and sorted(p.name for p in dest.iterdir()) == sorted(
-        ["bundle.json", "libggml-hip.so", *(p.file_name for p in load_programs().programs)])
+        ["bundle.json", "libggml-hip.so", *(p.file_name for p in load_programs().programs)]
+    )
     assert stat.S_IMODE((dest / "llama-server").stat().st_mode) & 0o111
     # the gfx1036 iGPU has no kernels in this asset: the command pins the dGPU
     assert report.visible_devices == "1"
-    assert report.command == f"HIP_VISIBLE_DEVICES=1 {dest}/llama-server -m MODEL.gguf -ngl 999 --host 127.0.0.1 " \
+    assert (
+        report.command == f"HIP_VISIBLE_DEVICES=1 {dest}/llama-server -m MODEL.gguf -ngl 999 --host 127.0.0.1 "
         "--port 8080"
+    )
     run = subprocess.run([str(dest / "llama-server")], capture_output=True, text=True, env={}, timeout=30)
     assert run.stdout == "llama-server 7\n"  # extracted whole, $ORIGIN run path intact
 
@@ -96,7 +120,8 @@ def test_manifest_isas_beat_the_family_name(gh, release, tmp_path):
         "release b1000 has no linux ROCm asset for gfx1035; its linux assets: "
         "llama-b1000-ubuntu-rocm-gfx103X-x64.tar.gz, llama-b1000-ubuntu-rocm-gfx103X-x64.zip, "
         "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz, llama-b1000-ubuntu-rocm-gfx110X-x64.zip, "
-        "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz, llama-b1000-ubuntu-rocm-gfx1151-x64.zip")
+        "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz, llama-b1000-ubuntu-rocm-gfx1151-x64.zip"
+    )
     assert not (tmp_path / "llama").exists() and not (tmp_path / "cache").exists()
     report = install(options(gh, tmp_path, target="gfx1032"))
     assert report.asset.name == "llama-b1000-ubuntu-rocm-gfx103X-x64.tar.gz"
@@ -111,8 +136,7 @@ def test_windows_zip_is_extracted_with_the_zip_extractor(gh, release, tmp_path):
     assert report.command == f'"{tmp_path}/llama/llama-server.exe" -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080'
 
 
-def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for_other_programs(gh, release,
-                                                                                               tmp_path):
+def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for_other_programs(gh, release, tmp_path):
     """On Windows, a System32\\amdhip64_7.dll (a driver's) shadows the installed bundle's copy for a program outside it
     that loads its DLLs (tests/integration/test_dllsearch.py proves the loader order under wine): a warning naming the file and
     the fix, not a refusal, since the printed command starts the bundle's own llama-server.exe, which gets its own."""
@@ -122,10 +146,18 @@ def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for
 
     def windows_install(dest: Path):
         env = {"HOME": str(tmp_path), "SystemRoot": str(root), "PATH": str(tmp_path / "no-gh"), "GITHUB_TOKEN": TOKEN}
-        return install(InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache",
-                                      target="gfx1151", dest=dest, sysfs_root=SYSFS / "strix-halo" / "sys",
-                                      context=Settings.from_environment(env, host_os="windows"),
-                                      families=load_families()))
+        return install(
+            InstallOptions(
+                repo=gh.full_name,
+                api_url=gh.api_url,
+                cache=tmp_path / "cache",
+                target="gfx1151",
+                dest=dest,
+                sysfs_root=SYSFS / "strix-halo" / "sys",
+                context=Settings.from_environment(env, host_os="windows"),
+                families=load_families(),
+            )
+        )
 
     clean = windows_install(tmp_path / "a")
     assert clean.asset.name == "llama-b1000-windows-rocm-gfx1151-x64.zip" and clean.warnings == ()
@@ -137,7 +169,8 @@ def test_windows_install_warns_about_a_system32_copy_that_shadows_the_bundle_for
         "program outside the bundle that loads its DLLs: llama.cpp would run on another HIP runtime and crash; fix: "
         "start the bundle's own program (e.g. llama-server.exe: its folder is searched before the system folders), or "
         "have that program load the bundle's DLLs with LoadLibraryEx(..., LOAD_WITH_ALTERED_SEARCH_PATH); moving the "
-        f"bundle up PATH cannot help (llama-server.exe started from {dest} is not affected)")
+        f"bundle up PATH cannot help (llama-server.exe started from {dest} is not affected)"
+    )
     # a Linux host installing the Windows asset has no Windows environment: nothing to check
     assert install(options(gh, tmp_path, target="gfx1151", os_name="windows", dest=tmp_path / "c")).warnings == ()
 
@@ -211,8 +244,11 @@ def _bad_release(gh, tmp_path, tag: str) -> str:
     entries, _ = collect_entries(bundle)
     data = write_zip(entries, tmp_path / f"bad-{tag}.zip", mtime=1_700_000_000).read_bytes()
     name = f"llama-{tag}-ubuntu-rocm-gfx1151-x64.zip"
-    gh.state.add_release(tag, assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n"
-                                      .encode()}, prerelease=True)
+    gh.state.add_release(
+        tag,
+        assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n".encode()},
+        prerelease=True,
+    )
     return name
 
 
@@ -246,8 +282,11 @@ def test_upgrade_keeps_the_old_install_until_the_new_one_is_verified_and_audited
 
 
 def test_no_vulkan_asset_lists_the_assets(gh, release, tmp_path):
-    with pytest.raises(NotFoundError, match=r"release b1000 has no linux Vulkan asset; its assets: "
-                                            r"SHA256SUMS, llama-b1000-ubuntu-rocm-gfx103X"):
+    with pytest.raises(
+        NotFoundError,
+        match=r"release b1000 has no linux Vulkan asset; its assets: "
+        r"SHA256SUMS, llama-b1000-ubuntu-rocm-gfx103X",
+    ):
         install(options(gh, tmp_path, backend="vulkan", tag="b1000"))
 
 
@@ -265,25 +304,52 @@ def test_unknown_tag(gh, release, tmp_path):
 
 def test_cli_no_gpu_says_so_and_suggests_target(gh, release, run_rockbuild):
     before = len(gh.state.requests)
-    result = run_rockbuild("install", "--repo", gh.full_name, "--api-url", gh.api_url,
-                           "--sysfs-root", str(SYSFS / "no-gpu" / "sys"))
+    result = run_rockbuild(
+        "install", "--repo", gh.full_name, "--api-url", gh.api_url, "--sysfs-root", str(SYSFS / "no-gpu" / "sys")
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert lines[0] == "error: no AMD GPU found in the KFD topology (/sys/class/kfd); pass --target gfxN to choose " \
-        "a build"
+    assert (
+        lines[0] == "error: no AMD GPU found in the KFD topology (/sys/class/kfd); pass --target gfxN to choose a build"
+    )
     assert len(gh.state.requests) == before  # it fails before asking GitHub anything
 
 
 def test_cli_installs_and_prints_the_command(gh, release, run_rockbuild, tmp_path):
     env = {"ROCKBUILD_CACHE": str(tmp_path / "cache")}
-    result = run_rockbuild("install", "--repo", gh.full_name, "--api-url", gh.api_url, "--target", "gfx1151",
-                           "--dest", str(tmp_path / "d"), "--sysfs-root", str(SYSFS / "strix-halo" / "sys"), env=env)
+    result = run_rockbuild(
+        "install",
+        "--repo",
+        gh.full_name,
+        "--api-url",
+        gh.api_url,
+        "--target",
+        "gfx1151",
+        "--dest",
+        str(tmp_path / "d"),
+        "--sysfs-root",
+        str(SYSFS / "strix-halo" / "sys"),
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
-    assert f"    {tmp_path}/d/llama-server -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080" in \
-        result.stdout.splitlines()
+    assert (
+        f"    {tmp_path}/d/llama-server -m MODEL.gguf -ngl 999 --host 127.0.0.1 --port 8080"
+        in result.stdout.splitlines()
+    )
     assert "installed llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz" in result.stdout
-    as_json = run_rockbuild("install", "--json", "--repo", gh.full_name, "--api-url", gh.api_url, "--target",
-                            "gfx1100", "--dest", str(tmp_path / "e"), env=env)
+    as_json = run_rockbuild(
+        "install",
+        "--json",
+        "--repo",
+        gh.full_name,
+        "--api-url",
+        gh.api_url,
+        "--target",
+        "gfx1100",
+        "--dest",
+        str(tmp_path / "e"),
+        env=env,
+    )
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
     assert data["asset"]["name"] == "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz" and data["audit_ok"] is True
@@ -305,23 +371,32 @@ def make_zip(path: Path, members: list[tuple[str, bytes, int]]) -> Path:
 
 
 def test_zip_modes_kept_and_special_bits_dropped(tmp_path):
-    z = make_zip(tmp_path / "a.zip", [("bin/", b"", stat.S_IFDIR | 0o755), ("bin/tool", b"x", stat.S_IFREG | 0o6755),
-                                      ("data.txt", b"hello", stat.S_IFREG | 0o644)])
+    z = make_zip(
+        tmp_path / "a.zip",
+        [
+            ("bin/", b"", stat.S_IFDIR | 0o755),
+            ("bin/tool", b"x", stat.S_IFREG | 0o6755),
+            ("data.txt", b"hello", stat.S_IFREG | 0o644),
+        ],
+    )
     assert extract_zip_safely(z, tmp_path / "out") == 2
     assert stat.S_IMODE((tmp_path / "out" / "bin" / "tool").stat().st_mode) == 0o755
     assert (tmp_path / "out" / "data.txt").read_text() == "hello"
 
 
-@pytest.mark.parametrize("members,reason", [
-    ([("/etc/passwd", b"x", stat.S_IFREG | 0o644)], "absolute path"),
-    ([("a/../../escape", b"x", stat.S_IFREG | 0o644)], "leads out of the folder"),
-    ([("C:/Windows/x.dll", b"x", stat.S_IFREG | 0o644)], "absolute path"),
-    ([("ok.txt", b"x", stat.S_IFREG | 0o644), ("link", b"/etc", stat.S_IFLNK | 0o777)], "is a symlink"),
-    ([("fifo", b"", stat.S_IFIFO | 0o644)], "device, FIFO or socket"),
-    ([("twice", b"1", stat.S_IFREG | 0o644), ("twice", b"2", stat.S_IFREG | 0o644)], "appears twice"),
-    ([("f", b"1", stat.S_IFREG | 0o644), ("f/g", b"2", stat.S_IFREG | 0o644)], "goes through the file 'f'"),
-    ([("a\\..\\b", b"1", stat.S_IFREG | 0o644)], "backslash"),
-])
+@pytest.mark.parametrize(
+    "members,reason",
+    [
+        ([("/etc/passwd", b"x", stat.S_IFREG | 0o644)], "absolute path"),
+        ([("a/../../escape", b"x", stat.S_IFREG | 0o644)], "leads out of the folder"),
+        ([("C:/Windows/x.dll", b"x", stat.S_IFREG | 0o644)], "absolute path"),
+        ([("ok.txt", b"x", stat.S_IFREG | 0o644), ("link", b"/etc", stat.S_IFLNK | 0o777)], "is a symlink"),
+        ([("fifo", b"", stat.S_IFIFO | 0o644)], "device, FIFO or socket"),
+        ([("twice", b"1", stat.S_IFREG | 0o644), ("twice", b"2", stat.S_IFREG | 0o644)], "appears twice"),
+        ([("f", b"1", stat.S_IFREG | 0o644), ("f/g", b"2", stat.S_IFREG | 0o644)], "goes through the file 'f'"),
+        ([("a\\..\\b", b"1", stat.S_IFREG | 0o644)], "backslash"),
+    ],
+)
 @pytest.mark.filterwarnings("ignore:Duplicate name:UserWarning")
 def test_zip_refusals_leave_nothing_behind(tmp_path, members, reason):
     z = make_zip(tmp_path / "bad.zip", members)
@@ -380,11 +455,15 @@ def test_what_cannot_be_verified_or_is_unsafe_is_not_kept(gh, release, tmp_path)
     with pytest.raises(ChecksumError, match="nothing was downloaded"):
         install(options(gh, tmp_path / "a", target="gfx1151", require_attestation=True))
     assert not (tmp_path / "a" / "cache").exists()
-    data = make_zip(tmp_path / "evil.zip", [("ok.txt", b"x", stat.S_IFREG | 0o644),
-                                            ("link", b"/etc", stat.S_IFLNK | 0o777)]).read_bytes()
+    data = make_zip(
+        tmp_path / "evil.zip", [("ok.txt", b"x", stat.S_IFREG | 0o644), ("link", b"/etc", stat.S_IFLNK | 0o777)]
+    ).read_bytes()
     name = "llama-b0996-ubuntu-rocm-gfx1151-x64.zip"
-    gh.state.add_release("b0996", assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n"
-                                          .encode()}, prerelease=True)
+    gh.state.add_release(
+        "b0996",
+        assets={name: data, "SHA256SUMS": f"{hashlib.sha256(data).hexdigest()} *{name}\n".encode()},
+        prerelease=True,
+    )
     with pytest.raises(UnsafeArchiveError, match="is a symlink"):
         install(options(gh, tmp_path, tag="b0996", target="gfx1151"))
     assert not (tmp_path / "cache" / name).exists() and not (tmp_path / "llama").exists()

@@ -38,39 +38,57 @@ def expand(write, families, text: str, name: str = "m.yaml"):
 
 
 def test_a_nested_target_list_is_one_job_per_os_with_the_union_of_its_targets(write, families):
-    jobs = expand(write, families, """
+    jobs = expand(
+        write,
+        families,
+        """
         matrix:
           os: [linux, windows]
           target: [gfx1151, [gfx1151, gfx1201]]
-    """)
+    """,
+    )
     by_id = {j.id: j for j in jobs}
     assert list(by_id) == ["linux-gfx1151", "linux-gfx1151+gfx1201", "windows-gfx1151", "windows-gfx1151+gfx1201"]
     mixed = by_id["linux-gfx1151+gfx1201"]
-    assert (mixed.name, mixed.family, mixed.group, mixed.legacy_groups) == ("gfx1151+gfx1201", "multiarch",
-                                                                            "multiarch", ())
+    assert (mixed.name, mixed.family, mixed.group, mixed.legacy_groups) == (
+        "gfx1151+gfx1201",
+        "multiarch",
+        "multiarch",
+        (),
+    )
     assert mixed.targets == ("gfx1151", "gfx1201") and mixed.gpu_targets == "gfx1151;gfx1201"
     assert by_id["windows-gfx1151+gfx1201"].group == "multiarch"
     assert by_id["linux-gfx1151"].group == "gfx1151"  # the plain job keeps its own family's tarball
 
 
 def test_members_may_be_families_in_the_order_written_and_deduplicated(write, families):
-    jobs = expand(write, families, """
+    jobs = expand(
+        write,
+        families,
+        """
         matrix:
           os: [linux]
           target: [[gfx120X, gfx1151], [gfx1201, gfx1200], [gfx110X, gfx1150+gfx1151]]
-    """)
+    """,
+    )
     assert [(j.id, j.targets, j.group) for j in jobs] == [
         ("linux-gfx120X+gfx1151", ("gfx1200", "gfx1201", "gfx1151"), "multiarch"),
         # both members from one family: that family's tarball, as for a plain job
         ("linux-gfx1201+gfx1200", ("gfx1201", "gfx1200"), "gfx120X-all"),
         # a member joined by "+" is the same as its parts in the list
-        ("linux-gfx110X+gfx1150+gfx1151", ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151"),
-         "multiarch"),
+        (
+            "linux-gfx110X+gfx1150+gfx1151",
+            ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151"),
+            "multiarch",
+        ),
     ]
 
 
 def test_a_list_of_one_is_the_element_and_an_include_list_adds_or_matches_a_job(write, families):
-    jobs = expand(write, families, """
+    jobs = expand(
+        write,
+        families,
+        """
         matrix:
           os: [linux, windows]
           target: [[gfx1151], gfx1100]
@@ -78,10 +96,16 @@ def test_a_list_of_one_is_the_element_and_an_include_list_adds_or_matches_a_job(
             - {os: linux, target: [gfx1151, gfx1201], required: false}
             - {target: [gfx1151], cmake: {GGML_HIP_ROCWMMA_FATTN: "ON"}}
             - {os: linux, target: [gfx1151, gfx1201], llama_ref: b7000}
-    """)
+    """,
+    )
     by_id = {j.id: j for j in jobs}
-    assert list(by_id) == ["linux-gfx1151", "linux-gfx1100", "windows-gfx1151", "windows-gfx1100",
-                           "linux-gfx1151+gfx1201"]
+    assert list(by_id) == [
+        "linux-gfx1151",
+        "linux-gfx1100",
+        "windows-gfx1151",
+        "windows-gfx1100",
+        "linux-gfx1151+gfx1201",
+    ]
     assert by_id["linux-gfx1151"].targets == ("gfx1151",) and by_id["linux-gfx1151"].group == "gfx1151"
     assert dict(by_id["windows-gfx1151"].cmake) == {"GGML_HIP_ROCWMMA_FATTN": "ON"}
     mixed = by_id["linux-gfx1151+gfx1201"]  # added by the first include, options from the third that matched it
@@ -89,48 +113,70 @@ def test_a_list_of_one_is_the_element_and_an_include_list_adds_or_matches_a_job(
 
 
 def test_an_exclude_list_removes_the_mixed_job(write, families):
-    jobs = expand(write, families, """
+    jobs = expand(
+        write,
+        families,
+        """
         matrix:
           os: [linux, windows]
           target: [[gfx1151, gfx1201]]
           exclude:
             - {os: windows, target: [gfx1151, gfx1201]}
-    """)
+    """,
+    )
     assert [j.id for j in jobs] == ["linux-gfx1151+gfx1201"]
 
 
 def test_the_same_mix_written_twice_is_a_duplicate_job(write, families):
     with pytest.raises(ConfigError, match=r"m\.yaml:3: job linux-gfx1151\+gfx1201 is defined twice"):
-        expand(write, families, """
+        expand(
+            write,
+            families,
+            """
             matrix:
               os: [linux]
               target: [[gfx1151, gfx1201], gfx1151+gfx1201]
-        """)
+        """,
+        )
 
 
 @pytest.mark.parametrize(
     "text,pattern",
     [
         # empty list: the line of the list
-        ("matrix:\n  os: [linux]\n  target:\n    - gfx1151\n    - []\n",
-         r"/m\.yaml:5: an empty target list builds nothing"),
+        (
+            "matrix:\n  os: [linux]\n  target:\n    - gfx1151\n    - []\n",
+            r"/m\.yaml:5: an empty target list builds nothing",
+        ),
         # a member with a typo: that member's own line, with the suggestion
-        ("matrix:\n  os: [linux]\n  target:\n    - - gfx1151\n      - gfx1210\n",
-         r"/m\.yaml:5: unknown GPU family or target 'gfx1210' \(did you mean .*gfx1201"),
+        (
+            "matrix:\n  os: [linux]\n  target:\n    - - gfx1151\n      - gfx1210\n",
+            r"/m\.yaml:5: unknown GPU family or target 'gfx1210' \(did you mean .*gfx1201",
+        ),
         # a member that adds nothing: its own line, naming the member that already builds it
-        ("matrix:\n  os: [linux]\n  target:\n    - - gfx120X\n      - gfx1201\n",
-         r"/m\.yaml:5: gfx1201 adds no target to \[gfx120X, gfx1201\]: gfx120X already builds gfx1201; drop it"),
-        ("matrix:\n  os: [linux]\n  target: [[gfx1151, gfx1151]]\n",
-         r"/m\.yaml:3: gfx1151 adds no target to \[gfx1151, gfx1151\]"),
+        (
+            "matrix:\n  os: [linux]\n  target:\n    - - gfx120X\n      - gfx1201\n",
+            r"/m\.yaml:5: gfx1201 adds no target to \[gfx120X, gfx1201\]: gfx120X already builds gfx1201; drop it",
+        ),
+        (
+            "matrix:\n  os: [linux]\n  target: [[gfx1151, gfx1151]]\n",
+            r"/m\.yaml:3: gfx1151 adds no target to \[gfx1151, gfx1151\]",
+        ),
         # a member TheRock does not publish for the OS (gfx942 on Windows): the exclude that fixes it
-        ("matrix:\n  os: [linux, windows]\n  target:\n    - [gfx1151, gfx942]\n",
-         r"/m\.yaml:4: gfx942 \(in \[gfx1151, gfx942\]\) cannot be built for windows: TheRock publishes no windows "
-         r"tarball for gfx94X-dcgpu; exclude \{os: windows, target: \[gfx1151, gfx942\]\}"),
-        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: windows, target: [gfx125X, gfx1151]}\n",
-         r"/m\.yaml:5: gfx125X \(in \[gfx125X, gfx1151\]\) cannot be built for windows"),
+        (
+            "matrix:\n  os: [linux, windows]\n  target:\n    - [gfx1151, gfx942]\n",
+            r"/m\.yaml:4: gfx942 \(in \[gfx1151, gfx942\]\) cannot be built for windows: TheRock publishes no windows "
+            r"tarball for gfx94X-dcgpu; exclude \{os: windows, target: \[gfx1151, gfx942\]\}",
+        ),
+        (
+            "matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: windows, target: [gfx125X, gfx1151]}\n",
+            r"/m\.yaml:5: gfx125X \(in \[gfx125X, gfx1151\]\) cannot be built for windows",
+        ),
         # a list inside a list
-        ("matrix:\n  os: [linux]\n  target:\n    - - gfx1151\n      - [gfx1201]\n",
-         r"/m\.yaml:5: a member of a target list is a family or gfx name, not a list"),
+        (
+            "matrix:\n  os: [linux]\n  target:\n    - - gfx1151\n      - [gfx1201]\n",
+            r"/m\.yaml:5: a member of a target list is a family or gfx name, not a list",
+        ),
     ],
 )
 def test_target_list_errors_name_file_and_line(write, families, text, pattern):
@@ -141,12 +187,14 @@ def test_target_list_errors_name_file_and_line(write, families, text, pattern):
 
 def test_a_family_table_without_a_carrier_of_every_target_says_so():
     def fam(name, targets, group):
-        return Family(name, name, targets, dict.fromkeys(targets, ""), {"linux": group, "windows": group}, (), (),
-                      True)
+        return Family(name, name, targets, dict.fromkeys(targets, ""), {"linux": group, "windows": group}, (), (), True)
 
     table = FamilyTable((fam("gfx1151", ("gfx1151",), "gfx1151"), fam("gfx1201", ("gfx1201",), "gfx120X-all")))
-    with pytest.raises(ConfigError, match=r"^m\.yaml:3: no TheRock tarball in the family table carries all of "
-                                          r"gfx1151, gfx1201; .*multiarch"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^m\.yaml:3: no TheRock tarball in the family table carries all of "
+        r"gfx1151, gfx1201; .*multiarch",
+    ):
         table.select_many(["gfx1151", "gfx1201"], where="m.yaml:3")
     assert table.select("gfx1151").members == ()
 
@@ -161,10 +209,17 @@ def test_cli_target_override_and_build_resolve_a_mix(run_rockbuild):
     result = run_rockbuild("matrix", "--target", "gfx1151+gfx1201,gfx1151", "--os", "linux", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert [(j["id"], j["targets"], j["group"]) for j in json.loads(result.stdout)] == [
-        ("linux-common", [], ""), ("linux-gfx1151+gfx1201", ["gfx1151", "gfx1201"], "multiarch"), ("linux-gfx1151", ["gfx1151"], "gfx1151")]
+        ("linux-common", [], ""),
+        ("linux-gfx1151+gfx1201", ["gfx1151", "gfx1201"], "multiarch"),
+        ("linux-gfx1151", ["gfx1151"], "gfx1151"),
+    ]
     only = run_rockbuild("matrix", "--only", "*+*", "--format", "json")
-    assert [j["id"] for j in json.loads(only.stdout)] == ["linux-common", "windows-common", "linux-gfx1151+gfx120X",
-                                                          "windows-gfx1151+gfx120X"]
+    assert [j["id"] for j in json.loads(only.stdout)] == [
+        "linux-common",
+        "windows-common",
+        "linux-gfx1151+gfx120X",
+        "windows-gfx1151+gfx120X",
+    ]
 
 
 def test_gpu_targets_of_a_mixed_build_are_all_its_targets(tmp_path):
@@ -191,7 +246,11 @@ def test_the_default_matrix_adds_strix_halo_plus_rdna4_and_the_asked_for_targets
     for os_name in ("linux", "windows"):
         mixed = jobs[f"{os_name}-gfx1151+gfx120X"]
         assert (mixed.targets, mixed.group, mixed.family, mixed.required) == (
-            ("gfx1151", "gfx1200", "gfx1201"), "multiarch", "multiarch", False)
+            ("gfx1151", "gfx1200", "gfx1201"),
+            "multiarch",
+            "multiarch",
+            False,
+        )
     assert (jobs["linux-gfx125X"].targets, jobs["linux-gfx125X"].group) == (("gfx1250",), "gfx125X-dcgpu")
     assert "windows-gfx125X" not in jobs  # TheRock publishes no Windows tarball for it
     for os_name in ("linux", "windows"):
@@ -229,13 +288,19 @@ families:
     [
         ("", r"families\.yaml:3: family 'gfx1151' needs a 'source' \(\{ref: TheRock#N"),
         ("    source: TheRock#1\n", r"families\.yaml:5: gfx1151\.source .* must be a mapping"),
-        ("    source: {ref: 'see the wiki', since: 2026-01-01}\n",
-         r"families\.yaml:5: gfx1151\.source\.ref must be a TheRock issue \(TheRock#5744\) or a file"),
+        (
+            "    source: {ref: 'see the wiki', since: 2026-01-01}\n",
+            r"families\.yaml:5: gfx1151\.source\.ref must be a TheRock issue \(TheRock#5744\) or a file",
+        ),
         ("    source: {ref: TheRock#1}\n", r"families\.yaml:5: gfx1151\.source needs 'since'"),
-        ("    source: {ref: TheRock#1, since: soon}\n",
-         r"families\.yaml:5: gfx1151\.source\.since must be a date \(YYYY-MM-DD\) or null, not 'soon'"),
-        ("    source: {ref: TheRock#1, since: 2026-01-01, by: me}\n",
-         r"families\.yaml:5: unknown key 'by' in gfx1151\.source"),
+        (
+            "    source: {ref: TheRock#1, since: soon}\n",
+            r"families\.yaml:5: gfx1151\.source\.since must be a date \(YYYY-MM-DD\) or null, not 'soon'",
+        ),
+        (
+            "    source: {ref: TheRock#1, since: 2026-01-01, by: me}\n",
+            r"families\.yaml:5: unknown key 'by' in gfx1151\.source",
+        ),
     ],
 )
 def test_family_source_errors_name_file_and_line(write, source, pattern):
@@ -244,8 +309,9 @@ def test_family_source_errors_name_file_and_line(write, source, pattern):
 
 
 def test_family_sources_accept_a_file_and_a_null_date(write):
-    table = load_families(write("families.yaml", FAMILY + "    source: {ref: cmake/therock_amdgpu_targets.cmake, "
-                                                          "since: null}\n"))
+    table = load_families(
+        write("families.yaml", FAMILY + "    source: {ref: cmake/therock_amdgpu_targets.cmake, since: null}\n")
+    )
     assert str(table.families[0].source) == "cmake/therock_amdgpu_targets.cmake (date not recorded)"
 
 
@@ -276,18 +342,30 @@ def test_fetch_picks_the_multiarch_tarball_for_a_mixed_job_from_a_local_index(tm
         for group, name in names.items():
             files = {**KPACK, ".kpack/blas_lib.kpm": b"manifest"} if group == "multiarch" else None
             srv.add(name, therock_like_tarball(tmp_path / "src" / name, files=files).read_bytes())
-        srv.add_text("index.html", index_page([*names.values(), "therock-dist-linux-multiarch-tests-10.2.0a20261128"
-                                                                  ".tar.gz"]))
+        srv.add_text(
+            "index.html", index_page([*names.values(), "therock-dist-linux-multiarch-tests-10.2.0a20261128.tar.gz"])
+        )
         job = resolve_job(target="gfx1151+gfx1201", os_name="linux")
-        fetched = fetch_rocm(job_groups(job), os_name="linux", index_url=srv.url_for("index.html"),
-                             cache=tmp_path / "cache")
+        fetched = fetch_rocm(
+            job_groups(job), os_name="linux", index_url=srv.url_for("index.html"), cache=tmp_path / "cache"
+        )
         assert (fetched.name, fetched.group) == (names["multiarch"], "multiarch")
         assert srv.stats(names["gfx1151"]).requests == 0 and srv.stats(names["gfx120X-all"]).requests == 0
         assert fetched.layout is not None
         assert {"gfx1151", "gfx1201"} <= set(fetched.layout.targets_of("kpack"))
         # the CLI's --family takes the same mix
-        cli = run_rockbuild("fetch", "--family", "gfx1151+gfx1201", "--os", "linux", "--index-url",
-                            srv.url_for("index.html"), "--cache", str(tmp_path / "cache"), "--json")
+        cli = run_rockbuild(
+            "fetch",
+            "--family",
+            "gfx1151+gfx1201",
+            "--os",
+            "linux",
+            "--index-url",
+            srv.url_for("index.html"),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--json",
+        )
         assert cli.returncode == 0, cli.stderr
         assert json.loads(cli.stdout)["name"] == names["multiarch"]
 
@@ -308,8 +386,7 @@ def mixed_bundle(tmp_path_factory):
     policy_file = base / "policy.yaml"
     policy_file.write_text(POLICY)
     out = base / "bundle"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), out,
-                         policy=load_policy(policy_file))
+    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), out, policy=load_policy(policy_file))
     return tree, report, out
 
 
@@ -327,7 +404,10 @@ def test_a_kpack_tree_bundles_to_exactly_the_two_targets(mixed_bundle):
     assert pruned.verification.kept_targets == MIXED
     files = tree_files(out)
     assert [f for f in files if f.startswith(".kpack/")] == [
-        ".kpack/blas_lib.kpm", ".kpack/blas_lib_gfx1151.kpack", ".kpack/blas_lib_gfx1201.kpack"]
+        ".kpack/blas_lib.kpm",
+        ".kpack/blas_lib_gfx1151.kpack",
+        ".kpack/blas_lib_gfx1201.kpack",
+    ]
     kernel_targets = {kernel_file_target(Path(f).name) for f in files if "/" in f} - {None}
     assert kernel_targets == set(MIXED)
     assert "rocblas/library/TensileLibrary_lazy_gfx1201.dat" in files
@@ -368,8 +448,14 @@ def test_a_mixed_target_missing_from_the_tree_is_an_error(tmp_path):
     (tree["lib"] / "rocblas" / "library" / "TensileLibrary_lazy_gfx1201.dat").unlink()
     (tmp_path / "policy.yaml").write_text(POLICY)
     with pytest.raises(BundleError, match="has no files for gfx1201"):
-        make_bundle(tree["build"], detect_layout(tree["rocm"]), list(MIXED), tmp_path / "b",
-                    policy=load_policy(tmp_path / "policy.yaml"), prune_fatbin=False)
+        make_bundle(
+            tree["build"],
+            detect_layout(tree["rocm"]),
+            list(MIXED),
+            tmp_path / "b",
+            policy=load_policy(tmp_path / "policy.yaml"),
+            prune_fatbin=False,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ publish, install
@@ -384,14 +470,28 @@ def test_the_asset_name_has_no_plus_and_is_what_install_matches():
 
     cfg = config()
     for os_name, word in (("linux", "ubuntu"), ("windows", "windows")):
-        job = BuiltJob(dir=None, id=f"{os_name}-gfx1151+gfx1201", os=os_name, name="gfx1151+gfx1201",
-                        targets=MIXED, required=False, status="ok")
+        job = BuiltJob(
+            dir=None,
+            id=f"{os_name}-gfx1151+gfx1201",
+            os=os_name,
+            name="gfx1151+gfx1201",
+            targets=MIXED,
+            required=False,
+            status="ok",
+        )
         base = asset_base(cfg, "b1234", job)
         assert base == f"llama-b1234-{word}-rocm-gfx1151-gfx1201-x64"
         match = asset_name_pattern(cfg.asset_name, tag="b1234", os_word=word, backend="rocm").fullmatch(base + ".zip")
         assert match and match["name"] == "gfx1151-gfx1201"
-        plain = BuiltJob(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
-                          required=True, status="ok")
+        plain = BuiltJob(
+            dir=None,
+            id=f"{os_name}-gfx1151",
+            os=os_name,
+            name="gfx1151",
+            targets=("gfx1151",),
+            required=True,
+            status="ok",
+        )
         assert asset_base(cfg, "b1234", plain) == f"llama-b1234-{word}-rocm-gfx1151-x64"
 
 
@@ -410,8 +510,17 @@ def mixed_release(tmp_path_factory):
             job = make_job(out, job_id, targets=targets, required=job_id == "linux-gfx1151")
             real_bundle(job / "bundle", targets)
             jobs.append(job)
-        report = publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                                        throttle=False, out=out.parent / "release"))
+        report = publish(
+            PublishOptions(
+                context=context(),
+                job_dirs=tuple(jobs),
+                repo=gh.full_name,
+                api_url=gh.api_url,
+                token=TOKEN,
+                throttle=False,
+                out=out.parent / "release",
+            )
+        )
         assert report.state == "published"
         yield gh, gh.state.release_by_tag(report.tag)
 

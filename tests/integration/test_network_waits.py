@@ -36,23 +36,28 @@ def timed(run_rockbuild, *args: str, env: dict[str, str] | None = None):
 def assert_tries_announced(stderr: str, host: str, path: str) -> None:
     """Two warnings, one before each try again, naming the host, the reason and the request; then one error line."""
     retries = [line for line in stderr.splitlines() if line.startswith("warning:")]
-    assert retries == [f"warning: {host}: read timed out after 1s (GET {path}); try 2 of 3 now",
-                       f"warning: {host}: read timed out after 1s (GET {path}); try 3 of 3 in 1s"], stderr
+    assert retries == [
+        f"warning: {host}: read timed out after 1s (GET {path}); try 2 of 3 now",
+        f"warning: {host}: read timed out after 1s (GET {path}); try 3 of 3 in 1s",
+    ], stderr
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"{host} did not answer within 1s, 3 tries (read timed out)" in errors[0], stderr
     assert "Traceback" not in stderr
 
 
 def test_install_gives_up_on_a_silent_api_in_seconds_and_says_each_try(run_rockbuild, silent, tmp_path):
-    result, took = timed(run_rockbuild, "install", "--api-url", silent.base_url, "--target", "gfx1151",
-                         "--dest", str(tmp_path / "llama"))
+    result, took = timed(
+        run_rockbuild, "install", "--api-url", silent.base_url, "--target", "gfx1151", "--dest", str(tmp_path / "llama")
+    )
     assert result.returncode == 4 and took < BOUND, (took, result.stderr)
     assert_tries_announced(result.stderr, silent.host, "/repos/lemonade-sdk/llamacpp-rocm/releases/latest")
     assert result.stderr.splitlines()[-2] == (
         f"error: cannot fetch {silent.base_url}/repos/lemonade-sdk/llamacpp-rocm/releases/latest: {silent.host} did "
-        "not answer within 1s, 3 tries (read timed out)")
+        "not answer within 1s, 3 tries (read timed out)"
+    )
     assert result.stderr.splitlines()[-1] == (
-        "hint: check the network; to wait longer, set ROCKBUILD_HTTP_TIMEOUT=SECONDS (docs/errors.md)")
+        "hint: check the network; to wait longer, set ROCKBUILD_HTTP_TIMEOUT=SECONDS (docs/errors.md)"
+    )
     assert silent.connections == 3  # the three tries, and not one more
 
 
@@ -68,8 +73,22 @@ def test_resolve_gives_up_on_a_silent_index(run_rockbuild, silent, tmp_path):
     git("init", "-q", "-b", "master", cwd=upstream)
     git("commit", "-q", "--allow-empty", "-m", "b1", cwd=upstream)
     git("tag", "b1", cwd=upstream)
-    result, took = timed(run_rockbuild, "resolve", "--os", "linux", "--target", "gfx1151", "--git-url", str(upstream),
-                         "--llama-ref", "b1", "--index-url", f"{silent.base_url}/", "--out", str(tmp_path / "in.json"))
+    result, took = timed(
+        run_rockbuild,
+        "resolve",
+        "--os",
+        "linux",
+        "--target",
+        "gfx1151",
+        "--git-url",
+        str(upstream),
+        "--llama-ref",
+        "b1",
+        "--index-url",
+        f"{silent.base_url}/",
+        "--out",
+        str(tmp_path / "in.json"),
+    )
     assert result.returncode == 4 and took < BOUND, (took, result.stderr)
     assert_tries_announced(result.stderr, silent.host, "/")
 
@@ -85,13 +104,25 @@ def test_perf_gives_up_on_a_silent_github_api(run_rockbuild, silent):
 
 def test_a_wait_says_what_it_waits_for_before_ten_silent_seconds(run_rockbuild, silent, tmp_path):
     """One try of 6 s: after 5 s without an answer a line says what is awaited, and the timeout ends it."""
-    result, took = timed(run_rockbuild, "install", "--api-url", silent.base_url, "--target", "gfx1151",
-                         "--dest", str(tmp_path / "llama"),
-                         env={"ROCKBUILD_HTTP_TIMEOUT": "6", "ROCKBUILD_HTTP_RETRIES": "0"})
+    result, took = timed(
+        run_rockbuild,
+        "install",
+        "--api-url",
+        silent.base_url,
+        "--target",
+        "gfx1151",
+        "--dest",
+        str(tmp_path / "llama"),
+        env={"ROCKBUILD_HTTP_TIMEOUT": "6", "ROCKBUILD_HTTP_RETRIES": "0"},
+    )
     assert result.returncode == 4 and 6 <= took < 6 + BOUND, (took, result.stderr)
     path = "/repos/lemonade-sdk/llamacpp-rocm/releases/latest"
-    assert re.search(rf"^    waiting for {re.escape(silent.host)} \(GET {re.escape(path)}\): nothing for [56]s "
-                     r"\(6s timeout\)$", result.stderr, re.M), result.stderr
+    assert re.search(
+        rf"^    waiting for {re.escape(silent.host)} \(GET {re.escape(path)}\): nothing for [56]s "
+        r"\(6s timeout\)$",
+        result.stderr,
+        re.M,
+    ), result.stderr
     assert f"{silent.host} did not answer within 6s (read timed out)" in result.stderr  # one try: no count
     assert "warning:" not in result.stderr and silent.connections == 1
 
@@ -123,23 +154,31 @@ def test_get_text_takes_the_configured_timeouts_and_announces_each_retry(silent,
         get_text(f"{silent.base_url}/index.html")
     assert time.monotonic() - start < BOUND
     assert not isinstance(failed.value, UnreachableError)  # it was reached: it did not answer
-    assert failed.value.message == (f"cannot fetch {silent.base_url}/index.html: {silent.host} did not answer within "
-                                    "1s, 2 tries (read timed out)")
+    assert failed.value.message == (
+        f"cannot fetch {silent.base_url}/index.html: {silent.host} did not answer within 1s, 2 tries (read timed out)"
+    )
     assert capsys.readouterr().err.splitlines() == [
-        f"warning: {silent.host}: read timed out after 1s (GET /index.html); try 2 of 2 now"]
+        f"warning: {silent.host}: read timed out after 1s (GET /index.html); try 2 of 2 now"
+    ]
     assert silent.connections == 2
 
 
 def test_a_download_keeps_its_own_timeout_and_retries_announced(silent, fast_network, capsys, tmp_path):
     from rockbuild.downloader import Downloader, TransferPolicy
 
-    with pytest.raises(FetchError) as failed, Downloader(tmp_path, policy=TransferPolicy(retries=2, backoff=0.01)) \
-            as dl:
+    with (
+        pytest.raises(FetchError) as failed,
+        Downloader(tmp_path, policy=TransferPolicy(retries=2, backoff=0.01)) as dl,
+    ):
         dl.fetch(f"{silent.base_url}/rocm.tar.gz")
-    assert failed.value.message == (f"could not download {silent.base_url}/rocm.tar.gz: {silent.host} did not answer "
-                                    "within 1s, 3 tries (read timed out)")
+    assert failed.value.message == (
+        f"could not download {silent.base_url}/rocm.tar.gz: {silent.host} did not answer "
+        "within 1s, 3 tries (read timed out)"
+    )
     assert failed.value.hint is not None and "ROCKBUILD_DOWNLOAD_TIMEOUT" in failed.value.hint
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
-    assert warnings == [f"warning: {silent.host}: read timed out after 1s (GET /rocm.tar.gz); try 2 of 3 now",
-                        f"warning: {silent.host}: read timed out after 1s (GET /rocm.tar.gz); try 3 of 3 in 0.02s"]
+    assert warnings == [
+        f"warning: {silent.host}: read timed out after 1s (GET /rocm.tar.gz); try 2 of 3 now",
+        f"warning: {silent.host}: read timed out after 1s (GET /rocm.tar.gz); try 3 of 3 in 0.02s",
+    ]
     assert silent.connections == 3

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs cmake, ninja, gcc, g++ and git on the host",
 )
 
+
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     with night_servers(tmp_path, monkeypatch, TOKEN) as (server, github):
@@ -55,9 +56,29 @@ def test_first_night_publishes_second_skips_without_download_changed_commit_rebu
     # the second night, run as users run it: same inputs -> unchanged, nothing downloaded, compiled or written
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache")}
     second = subprocess.run(
-        [rockbuild_exe(), "nightly", "-c", str(matrix), "--out", str(tmp_path / "out2"), "--index-url", world.index,
-         "--git-url", str(world.bare), "--repo", world.github.full_name, "--api-url", world.github.api_url,
-         "--no-smoke", "--json"], capture_output=True, text=True, env=env, timeout=60)
+        [
+            rockbuild_exe(),
+            "nightly",
+            "-c",
+            str(matrix),
+            "--out",
+            str(tmp_path / "out2"),
+            "--index-url",
+            world.index,
+            "--git-url",
+            str(world.bare),
+            "--repo",
+            world.github.full_name,
+            "--api-url",
+            world.github.api_url,
+            "--no-smoke",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert second.returncode == 0, second.stderr
     report = json.loads(second.stdout)
     assert report["state"] == "unchanged"
@@ -105,8 +126,9 @@ def test_failing_optional_job_is_listed_and_does_not_block(world, tmp_path):
 
 def test_failing_required_job_blocks_and_alerts(world, tmp_path):
     summary = tmp_path / "summary.md"
-    report = run_night(world.options(tmp_path / "out", world.matrix("m.yaml", required_fails=True),
-                                     step_summary=summary))
+    report = run_night(
+        world.options(tmp_path / "out", world.matrix("m.yaml", required_fails=True), step_summary=summary)
+    )
     assert report.state == "blocked"
     text = summary.read_text()
     assert "rockbuild nightly: blocked" in text and "| linux-gfx1151 | yes |" in text and "**failed** at build" in text
@@ -165,15 +187,38 @@ def test_stale_rocm_fails_only_its_jobs_and_names_group_and_date(world, tmp_path
 def test_resolve_cli_and_build_with_inputs(world, tmp_path, run_rockbuild):
     matrix = world.matrix("m.yaml")
     env = {"ROCKBUILD_CACHE": str(tmp_path / "cache")}
-    resolved = run_rockbuild("resolve", "-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare),
-                             "--llama-ref", "b1000", "--out", "inputs.json", env=env)
+    resolved = run_rockbuild(
+        "resolve",
+        "-c",
+        str(matrix),
+        "--index-url",
+        world.index,
+        "--git-url",
+        str(world.bare),
+        "--llama-ref",
+        "b1000",
+        "--out",
+        "inputs.json",
+        env=env,
+    )
     assert resolved.returncode == 0, resolved.stderr
     inputs = json.loads((tmp_path / "inputs.json").read_text())
     assert inputs["llama_cpp"]["build_number"] == "b1000"
     assert [j["id"] for j in inputs["jobs"]] == ["linux-gfx1151", "linux-gfx1150"]
 
-    built = run_rockbuild("build", "--job", "linux-gfx1151", "--inputs", "inputs.json", "--out", "out",
-                          "--no-ccache", "--no-bundle", env=env, timeout=120)
+    built = run_rockbuild(
+        "build",
+        "--job",
+        "linux-gfx1151",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        "out",
+        "--no-ccache",
+        "--no-bundle",
+        env=env,
+        timeout=120,
+    )
     assert built.returncode == 0, built.stderr
     build = json.loads((tmp_path / "out" / "linux-gfx1151" / "build.json").read_text())
     assert build["llama_cpp"]["commit"] == inputs["llama_cpp"]["commit"]
@@ -239,12 +284,23 @@ def test_build_with_inputs_of_a_vulkan_job_fetches_nothing(world, tmp_path, run_
     write(sdk / "bin" / "glslc", "#!/bin/sh\necho 'shaderc v2026.4 v2026.4'\n", 0o755)
     matrix = write(tmp_path / "m.yaml", VULKAN_MATRIX)
     env = {"ROCKBUILD_CACHE": str(tmp_path / "cache"), "VULKAN_SDK": str(sdk)}
-    resolved = run_rockbuild("resolve", "-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare),
-                             "--out", "inputs.json", env=env)
+    resolved = run_rockbuild(
+        "resolve",
+        "-c",
+        str(matrix),
+        "--index-url",
+        world.index,
+        "--git-url",
+        str(world.bare),
+        "--out",
+        "inputs.json",
+        env=env,
+    )
     assert resolved.returncode == 0, resolved.stderr
     assert "2 jobs, 1 ROCm tarball(s)" in resolved.stdout
-    built = run_rockbuild("build", "--job", "linux-vulkan", "--inputs", "inputs.json", "--out", "out", "--no-ccache",
-                          env=env, timeout=120)
+    built = run_rockbuild(
+        "build", "--job", "linux-vulkan", "--inputs", "inputs.json", "--out", "out", "--no-ccache", env=env, timeout=120
+    )
     assert built.returncode == 0, built.stderr
     assert world.tarball_requests() == 0
     assert (tmp_path / "out" / "linux-vulkan" / "bundle" / "bundle.json").is_file()
@@ -254,10 +310,30 @@ def test_a_blocked_night_exits_1_from_the_command_line(world, tmp_path):
     """click returns (does not raise) ctx.exit's code without standalone mode: it must still reach the shell."""
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache")}
     result = subprocess.run(
-        [rockbuild_exe(), "nightly", "-c", str(world.matrix("m.yaml", required_fails=True)), "--out",
-         str(tmp_path / "out"), "--index-url", world.index, "--git-url", str(world.bare), "--repo",
-         world.github.full_name, "--api-url", world.github.api_url, "--no-smoke", "--no-ccache", "--json"],
-        capture_output=True, text=True, env=env, timeout=110)
+        [
+            rockbuild_exe(),
+            "nightly",
+            "-c",
+            str(world.matrix("m.yaml", required_fails=True)),
+            "--out",
+            str(tmp_path / "out"),
+            "--index-url",
+            world.index,
+            "--git-url",
+            str(world.bare),
+            "--repo",
+            world.github.full_name,
+            "--api-url",
+            world.github.api_url,
+            "--no-smoke",
+            "--no-ccache",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=110,
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert json.loads(result.stdout)["state"] == "blocked"
 
@@ -268,13 +344,29 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     tarball fetched, nothing built."""
     matrix = world.matrix("nightly.yaml")
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache")}
-    common = ["-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare), "--repo",
-              world.github.full_name, "--api-url", world.github.api_url]
+    common = [
+        "-c",
+        str(matrix),
+        "--index-url",
+        world.index,
+        "--git-url",
+        str(world.bare),
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+    ]
 
     def nightly(*args: str, output: Path | None = None) -> subprocess.CompletedProcess:
         extra = {"GITHUB_OUTPUT": str(output)} if output else {}
-        return subprocess.run([rockbuild_exe(), "nightly", *args], capture_output=True, text=True, cwd=tmp_path,
-                              env={**env, **extra}, timeout=110)
+        return subprocess.run(
+            [rockbuild_exe(), "nightly", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**env, **extra},
+            timeout=110,
+        )
 
     output = tmp_path / "gh_output"
     plan = nightly("--plan", *common, "--inputs", "inputs.json", "--json", output=output)
@@ -289,29 +381,69 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     # the webui job's artifact (--web-ui DIR) reached one leg only; the other built llama-server without its page
     web_ui = {"linux-gfx1151": ["--web-ui", str(world.web_ui)], "linux-gfx1150": []}
     for job in ("linux-gfx1151", "linux-gfx1150"):  # two runners, each with its own out/ and cache
-        leg = subprocess.run([rockbuild_exe(), "nightly", "--job", job, "--inputs", "inputs.json", "--out",
-                              f"leg-{job}", "--no-smoke", "--no-ccache", *web_ui[job], "--json"],
-                             capture_output=True, text=True,
-                             cwd=tmp_path, env={**env, "ROCKBUILD_CACHE": str(tmp_path / f"cache-{job}")}, timeout=110)
+        leg = subprocess.run(
+            [
+                rockbuild_exe(),
+                "nightly",
+                "--job",
+                job,
+                "--inputs",
+                "inputs.json",
+                "--out",
+                f"leg-{job}",
+                "--no-smoke",
+                "--no-ccache",
+                *web_ui[job],
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**env, "ROCKBUILD_CACHE": str(tmp_path / f"cache-{job}")},
+            timeout=110,
+        )
         assert leg.returncode == 0, leg.stderr
         report = json.loads(leg.stdout)
         assert report["state"] == "built" and report["jobs"][0]["stages"] == {
-            "fetch": "done", "build": "done", "bundle": "done", "smoke": "skipped"}
+            "fetch": "done",
+            "build": "done",
+            "bundle": "done",
+            "smoke": "skipped",
+        }
         shutil.copytree(tmp_path / f"leg-{job}" / job, tmp_path / "artifacts" / f"job-{job}")  # upload-artifact
     # a leg re-run (a retried runner) resumes: nothing redone
-    again = nightly("--job", "linux-gfx1151", "--inputs", "inputs.json", "--out", "leg-linux-gfx1151", "--no-smoke",
-                    "--no-ccache", "--json")
+    again = nightly(
+        "--job",
+        "linux-gfx1151",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        "leg-linux-gfx1151",
+        "--no-smoke",
+        "--no-ccache",
+        "--json",
+    )
     assert json.loads(again.stdout)["jobs"][0]["stages"]["build"] == "reused"
 
     # a release is whole or not published (test_publish_whole.py); the override publishes it and says so
     artifacts = [str(p) for p in sorted((tmp_path / "artifacts").iterdir())]
-    base = ["--release", "--inputs", "inputs.json", "--repo", world.github.full_name, "--api-url",
-            world.github.api_url, "--json", *artifacts]
+    base = [
+        "--release",
+        "--inputs",
+        "inputs.json",
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        "--json",
+        *artifacts,
+    ]
     refused = nightly(*base)
     assert refused.returncode == 1 and json.loads(refused.stdout)["message"] == (
         "publishing failed: the release is not whole: linux-gfx1150 lacks the chat page (build.json web_ui: none: "
         "tools/ui has no package.json and package-lock.json (a llama.cpp before the UI moved there?)); nothing was "
-        "published")
+        "published"
+    )
     assert not world.github.state.releases
     release = nightly(*base, "--allow-partial", "the webui artifact did not reach linux-gfx1150")
     assert release.returncode == 0, release.stderr
@@ -321,8 +453,10 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     manifest = json.loads(next(a for a in published.assets if a.name == "manifest.json").data)
     assert manifest["partial"]["reason"] == "the webui artifact did not reach linux-gfx1150"
     assert [(j["id"], j["lacks"]) for j in manifest["partial"]["jobs"]] == [("linux-gfx1150", ["web_ui"])]
-    assert "**Partial release**: published with `--allow-partial` (the webui artifact did not reach " \
+    assert (
+        "**Partial release**: published with `--allow-partial` (the webui artifact did not reach "
         "linux-gfx1150)" in published.body
+    )
     writes, fetched = len(world.github.writes), world.tarball_requests()
 
     output.unlink()
@@ -330,8 +464,14 @@ def test_the_ci_fan_out_is_the_same_night_in_three_modes(world, tmp_path):
     assert unchanged.returncode == 0, unchanged.stderr
     assert json.loads(unchanged.stdout)["state"] == "unchanged"
     written = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert written == {"matrix": '{"include":[]}', "common_matrix": '{"include":[]}', "common": "false",
-                       "changed": "false", "gpu_matrix": '{"include":[]}', "gpu": "false"}  # no build leg starts
+    assert written == {
+        "matrix": '{"include":[]}',
+        "common_matrix": '{"include":[]}',
+        "common": "false",
+        "changed": "false",
+        "gpu_matrix": '{"include":[]}',
+        "gpu": "false",
+    }  # no build leg starts
     assert len(world.github.writes) == writes and world.tarball_requests() == fetched
 
 
@@ -356,8 +496,17 @@ def test_a_night_whose_publishing_fails_is_alerted_with_the_failure(world, tmp_p
     assert "was published" not in issue.body and TOKEN not in issue.body
 
     env = {"GITHUB_TOKEN": TOKEN}
-    args = ["alert", "--repo", world.github.full_name, "--api-url", world.github.api_url, "--run-url",
-            "https://ci.example/run/2", "--failed-leg", "prepare=resolving the inputs failed: git ls-remote timed out"]
+    args = [
+        "alert",
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        "--run-url",
+        "https://ci.example/run/2",
+        "--failed-leg",
+        "prepare=resolving the inputs failed: git ls-remote timed out",
+    ]
     first, again = run_rockbuild(*args, env=env), run_rockbuild(*args, env=env)
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
     (issue,) = world.github.state.issues.values()  # the open issue gets a comment, once
@@ -378,23 +527,52 @@ def test_the_carried_patch_series_is_part_of_the_nights_inputs(world, tmp_path):
 
     def carry(comment: str) -> Path:
         after = base + f"// {comment}\n"
-        write(series_dir / "note.patch", "".join(difflib.unified_diff(
-            base.splitlines(True), after.splitlines(True), "a/ggml/ggml-base.c", "b/ggml/ggml-base.c")))
-        return write(series_dir / "patches.yaml", """
+        write(
+            series_dir / "note.patch",
+            "".join(
+                difflib.unified_diff(
+                    base.splitlines(True), after.splitlines(True), "a/ggml/ggml-base.c", "b/ggml/ggml-base.c"
+                )
+            ),
+        )
+        return write(
+            series_dir / "patches.yaml",
+            """
             patches:
               - {id: note, file: note.patch, url: 'https://github.com/ggml-org/llama.cpp/pull/1', why: a note}
-        """)
+        """,
+        )
 
     series = carry("first")
     matrix = world.matrix("nightly.yaml")
-    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ROCKBUILD_CACHE": str(tmp_path / "cache"),
-           "ROCKBUILD_PATCHES": str(series)}
-    common = ["-c", str(matrix), "--index-url", world.index, "--git-url", str(world.bare), "--repo",
-              world.github.full_name, "--api-url", world.github.api_url]
+    env = {
+        **os.environ,
+        "GITHUB_TOKEN": TOKEN,
+        "ROCKBUILD_CACHE": str(tmp_path / "cache"),
+        "ROCKBUILD_PATCHES": str(series),
+    }
+    common = [
+        "-c",
+        str(matrix),
+        "--index-url",
+        world.index,
+        "--git-url",
+        str(world.bare),
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+    ]
 
     def nightly(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([rockbuild_exe(), "nightly", *args], capture_output=True, text=True, cwd=tmp_path,
-                              env={**env, **extra}, timeout=110)
+        return subprocess.run(
+            [rockbuild_exe(), "nightly", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**env, **extra},
+            timeout=110,
+        )
 
     plan = nightly("--plan", *common, "--inputs", "inputs.json", "--json")
     assert plan.returncode == 0, plan.stderr
@@ -405,18 +583,37 @@ def test_the_carried_patch_series_is_part_of_the_nights_inputs(world, tmp_path):
     # a leg whose checkout carries another series than the plan's: it builds nothing
     other = nightly("--job", jobs[0], "--inputs", "inputs.json", "--out", "leg", "--no-smoke", "--no-patches")
     assert other.returncode == 8
-    assert (f"error: inputs.json was planned with the carried patch series {digest}; this leg "
-            "carries none") in other.stderr
+    assert (
+        f"error: inputs.json was planned with the carried patch series {digest}; this leg carries none"
+    ) in other.stderr
     assert not (tmp_path / "leg" / jobs[0] / "build.json").exists()
     for job in jobs:
-        leg = nightly("--job", job, "--inputs", "inputs.json", "--out", "leg", "--no-smoke", "--no-ccache",
-                      "--web-ui", str(world.web_ui))
+        leg = nightly(
+            "--job",
+            job,
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "leg",
+            "--no-smoke",
+            "--no-ccache",
+            "--web-ui",
+            str(world.web_ui),
+        )
         assert leg.returncode == 0, leg.stderr
     build = json.loads((tmp_path / "leg" / jobs[0] / "build.json").read_text())
     assert [(p["id"], p["status"]) for p in build["patches"]["patches"]] == [("note", "applied")]
     assert Path(build["llama_cpp"]["path"]).parent.name == "llama.cpp-patched"
-    release = nightly("--release", "--inputs", "inputs.json", "--repo", world.github.full_name, "--api-url",
-                      world.github.api_url, *(str(tmp_path / "leg" / job) for job in jobs))
+    release = nightly(
+        "--release",
+        "--inputs",
+        "inputs.json",
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        *(str(tmp_path / "leg" / job) for job in jobs),
+    )
     assert release.returncode == 0, release.stderr
     (published,) = world.github.state.releases.values()
     assert "- `note` (https://github.com/ggml-org/llama.cpp/pull/1): a note" in published.body
@@ -450,8 +647,7 @@ def test_a_night_builds_the_common_part_once_and_the_gpu_job_on_it(world, tmp_pa
     assert report.state == "published", report.message
     jobs = {j.id: j for j in report.jobs}
     assert list(jobs) == ["linux-common", "linux-vulkan"]
-    assert jobs["linux-common"].stages == {"fetch": "skipped", "build": "done", "bundle": "skipped",
-                                           "smoke": "skipped"}
+    assert jobs["linux-common"].stages == {"fetch": "skipped", "build": "done", "bundle": "skipped", "smoke": "skipped"}
     assert jobs["linux-vulkan"].stages == {"fetch": "skipped", "build": "done", "bundle": "done", "smoke": "skipped"}
     build = json.loads((out / "linux-vulkan" / "build.json").read_text())
     assert build["common"]["job"] == "linux-common" and build["job"]["common"] == "linux-common"
@@ -469,19 +665,29 @@ def test_a_night_builds_the_common_part_once_and_the_gpu_job_on_it(world, tmp_pa
     assert compilers["gpu"] == build["compilers"]
     assert not any("common" in a.name for a in release.assets)
     # the same inputs again: nothing to do
-    assert run_night(world.options(tmp_path / "out2", write(tmp_path / "m.yaml", COMMON_MATRIX.format(
-        cmake="{}")))).state == "unchanged"
+    assert (
+        run_night(world.options(tmp_path / "out2", write(tmp_path / "m.yaml", COMMON_MATRIX.format(cmake="{}")))).state
+        == "unchanged"
+    )
 
     # a common part that fails: its job fails with its reason, without fetching or compiling anything
     world.github.state.releases.clear()
-    failed = run_night(world.options(tmp_path / "out3", write(tmp_path / "f.yaml", COMMON_MATRIX.format(
-        cmake='{FAIL_COMPILE: "ON"}')), repo=None, publish=False))
+    failed = run_night(
+        world.options(
+            tmp_path / "out3",
+            write(tmp_path / "f.yaml", COMMON_MATRIX.format(cmake='{FAIL_COMPILE: "ON"}')),
+            repo=None,
+            publish=False,
+        )
+    )
     jobs = {j.id: j for j in failed.jobs}
     assert jobs["linux-common"].status == "failed" and jobs["linux-common"].failed_stage == "build"
     vulkan = jobs["linux-vulkan"]
     assert (vulkan.status, vulkan.failed_stage) == ("failed", "build")
-    assert vulkan.message == ("the common part linux-common failed at compile: compile failed (exit code 1); "
-                              "build.log in the job folder says why")
+    assert vulkan.message == (
+        "the common part linux-common failed at compile: compile failed (exit code 1); "
+        "build.log in the job folder says why"
+    )
     record = json.loads((tmp_path / "out3" / "linux-vulkan" / "build.json").read_text())
     assert record["failed_step"] == "common" and record["error"]["message"] == vulkan.message
     assert failed.state == "blocked" and "linux-vulkan at build" in failed.message

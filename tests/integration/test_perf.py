@@ -18,13 +18,30 @@ TOKEN = "ghp_PerfTestToken0123456789SECRET"
 
 
 def manifest(tg: float, pp: float, *, gpu: bool = True, vulkan_tg: float | None = None) -> bytes:
-    jobs = [{"id": "linux-gfx1151", "gpu_smoke": {
-        "ok": True, "gpu": "AMD Radeon 8060S", "driver": "amdgpu 6.16",
-        "bench": [{"test": "pp512", "tokens_per_second": pp}, {"test": "tg128", "tokens_per_second": tg}]}
-        if gpu else None}]
+    jobs = [
+        {
+            "id": "linux-gfx1151",
+            "gpu_smoke": {
+                "ok": True,
+                "gpu": "AMD Radeon 8060S",
+                "driver": "amdgpu 6.16",
+                "bench": [{"test": "pp512", "tokens_per_second": pp}, {"test": "tg128", "tokens_per_second": tg}],
+            }
+            if gpu
+            else None,
+        }
+    ]
     if vulkan_tg is not None:
-        jobs.append({"id": "linux-vulkan", "gpu_smoke": {"ok": True, "gpu": "AMD Radeon 8060S",
-                                                         "bench": [{"test": "tg128", "tokens_per_second": vulkan_tg}]}})
+        jobs.append(
+            {
+                "id": "linux-vulkan",
+                "gpu_smoke": {
+                    "ok": True,
+                    "gpu": "AMD Radeon 8060S",
+                    "bench": [{"test": "tg128", "tokens_per_second": vulkan_tg}],
+                },
+            }
+        )
     return json.dumps({"schema": 1, "jobs": jobs}).encode()
 
 
@@ -65,8 +82,9 @@ def test_the_cli_exits_1_on_a_drop_and_alert_files_it_once(gh, tmp_path):
     assert shown.stderr.splitlines()[0].startswith("error: 1 figure(s) dropped more than 5 %: linux-gfx1151 tg128")
     assert json.loads(shown.stdout)["drops"][0]["percent"] == 10.0
     assert not gh.state.issues
-    runs = [subprocess.run([*args, "--alert"], capture_output=True, text=True, env=env, timeout=60)
-            for _ in range(2)]  # the second run finds its report in the issue and writes nothing
+    runs = [
+        subprocess.run([*args, "--alert"], capture_output=True, text=True, env=env, timeout=60) for _ in range(2)
+    ]  # the second run finds its report in the issue and writes nothing
     (issue,) = gh.state.issues.values()
     said = runs[0].stdout + runs[0].stderr
     assert said.count(f"opened issue #{issue.number}") == 1, said  # said once, not by the filer and the report
@@ -77,10 +95,12 @@ def test_the_cli_exits_1_on_a_drop_and_alert_files_it_once(gh, tmp_path):
 
 
 def test_short_histories_and_releases_without_gpu_figures():
-    series, untested = series_from_manifests([
-        ("b1", json.loads(manifest(100.0, 1.0, gpu=False))),
-        ("b2", json.loads(manifest(50.0, 1.0))),
-    ])
+    series, untested = series_from_manifests(
+        [
+            ("b1", json.loads(manifest(100.0, 1.0, gpu=False))),
+            ("b2", json.loads(manifest(50.0, 1.0))),
+        ]
+    )
     assert untested == {"b1": ("linux-gfx1151",)}
     assert all(len(s.points) == 1 and s.drop(5.0) is None for s in series)  # one figure: nothing to compare with
     steady = Series("j", "tg128", tuple(Point(f"b{i}", 100.0) for i in range(10)))
@@ -89,9 +109,17 @@ def test_short_histories_and_releases_without_gpu_figures():
     assert rising.sparkline() == "▁▅█"
 
 
-@pytest.mark.parametrize("bad", [b'{"schema": 1, "jobs": 3}', b"<html>503</html>", b'{"schema": 1, "jo',
-                                 json.dumps({"schema": 1, "jobs": [{"id": "linux-gfx1151", "gpu_smoke": {
-                                     "ok": True, "bench": {"tg128": 50.0}}}]}).encode()])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"schema": 1, "jobs": 3}',
+        b"<html>503</html>",
+        b'{"schema": 1, "jo',
+        json.dumps(
+            {"schema": 1, "jobs": [{"id": "linux-gfx1151", "gpu_smoke": {"ok": True, "bench": {"tg128": 50.0}}}]}
+        ).encode(),
+    ],
+)
 def test_a_bad_manifest_in_the_history_is_skipped_with_a_warning(gh, bad, capsys):
     """Issue 28, item 1: another tool's JSON, an error page, a truncated file or a `bench` written as {test: t/s}
     in one release used to stop perf (exit 12 or an internal TypeError) or show "-" silently."""
@@ -155,9 +183,18 @@ def test_perf_cli_max_spread(gh):
 
 def _with_numerics(tg: float, ppl: float, *, variant: str = "zen4", model: str = "SmolLM2-135M-Instruct.Q4_1.gguf"):
     data = json.loads(manifest(tg, 2000.0))
-    data["jobs"][0]["smoke"] = {"ok": True, "numerics": {
-        "cross_backend": "not checked", "known_answers": "passed", "answers_passed": 3, "answers_total": 3,
-        "cpu_ppl": ppl, "cpu_variant": variant, "model": model}}
+    data["jobs"][0]["smoke"] = {
+        "ok": True,
+        "numerics": {
+            "cross_backend": "not checked",
+            "known_answers": "passed",
+            "answers_passed": 3,
+            "answers_total": 3,
+            "cpu_ppl": ppl,
+            "cpu_variant": variant,
+            "model": model,
+        },
+    }
     return json.dumps(data).encode()
 
 
@@ -167,13 +204,17 @@ def test_the_numbers_are_listed_and_a_moved_cpu_perplexity_is_reported_not_gated
     with GitHubAPIServer(token=TOKEN) as server:
         nights = [(24.8094, "zen4"), (24.8094, "zen4"), (24.9000, "haswell"), (25.2900, "zen4")]
         for n, (ppl, variant) in enumerate(nights, start=1):
-            server.state.add_release(f"b20{n:02d}", assets={"manifest.json": _with_numerics(100.0, ppl,
-                                                                                             variant=variant)})
+            server.state.add_release(
+                f"b20{n:02d}", assets={"manifest.json": _with_numerics(100.0, ppl, variant=variant)}
+            )
         report = read_perf(server.full_name, context=settings(), api_url=server.api_url)
         history = report.numerics["linux-gfx1151"]
         assert [(p.tag, p.cpu_ppl, p.cpu_variant) for p in history] == [
-            ("b2001", 24.8094, "zen4"), ("b2002", 24.8094, "zen4"), ("b2003", 24.9, "haswell"),
-            ("b2004", 25.29, "zen4")]
+            ("b2001", 24.8094, "zen4"),
+            ("b2002", 24.8094, "zen4"),
+            ("b2003", 24.9, "haswell"),
+            ("b2004", 25.29, "zen4"),
+        ]
         (change,) = report.numerics_changes
         # compared with b2002 (the last zen4 night), not with b2003's haswell runner
         assert (change.tag, change.before_tag, round(change.percent, 2)) == ("b2004", "b2002", 1.94)
@@ -182,8 +223,13 @@ def test_the_numbers_are_listed_and_a_moved_cpu_perplexity_is_reported_not_gated
         assert "24.809 ok" in text and report.drops == ()
         assert report.to_dict()["numerics_changes"][0]["percent"] == 1.937
         env = {**os.environ, "GITHUB_TOKEN": TOKEN}
-        shown = subprocess.run([rockbuild_exe(), "perf", "--repo", server.full_name, "--api-url", server.api_url],
-                               capture_output=True, text=True, env=env, timeout=60)
+        shown = subprocess.run(
+            [rockbuild_exe(), "perf", "--repo", server.full_name, "--api-url", server.api_url],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert shown.returncode == 0, shown.stderr  # a notice, not a failure
         # within the notice: nothing reported; another model: not compared
         server.state.add_release("b2005", assets={"manifest.json": _with_numerics(100.0, 25.30)})
@@ -200,11 +246,32 @@ def test_the_manifest_names_the_cpu_variant_of_the_cpu_perplexity():
     from rockbuild.publish.jobs import BuiltJob
 
     def smoke(variant: str, cross: str) -> SmokeRecord:
-        return SmokeRecord.from_dict({"ok": True, "backends": {"cpu_variant": variant}, "numerics": {"summary": {
-            "cross_backend": cross, "known_answers": "passed", "cpu_ppl": 24.8094, "mean_kld": 0.0057}}})
+        return SmokeRecord.from_dict(
+            {
+                "ok": True,
+                "backends": {"cpu_variant": variant},
+                "numerics": {
+                    "summary": {
+                        "cross_backend": cross,
+                        "known_answers": "passed",
+                        "cpu_ppl": 24.8094,
+                        "mean_kld": 0.0057,
+                    }
+                },
+            }
+        )
 
-    job = BuiltJob(dir=Path("."), id="linux-vulkan", os="linux", name="vulkan", targets=(), required=True,
-                   status="ok", backend="vulkan", smoke=smoke("zen4", "not checked"))
+    job = BuiltJob(
+        dir=Path("."),
+        id="linux-vulkan",
+        os="linux",
+        name="vulkan",
+        targets=(),
+        required=True,
+        status="ok",
+        backend="vulkan",
+        smoke=smoke("zen4", "not checked"),
+    )
     assert job.numerics()["cpu_variant"] == "zen4" and job.numerics()["cpu_ppl"] == 24.8094
     from dataclasses import replace
 
@@ -214,8 +281,14 @@ def test_the_manifest_names_the_cpu_variant_of_the_cpu_perplexity():
 
 def _with_ops(failed: int, *, where: str = "gpu_smoke"):
     data = json.loads(manifest(100.0, 2000.0))
-    summary = {"result": "failed" if failed else "passed", "device": "Vulkan0", "mode": "full", "passed": 19011 - failed,
-               "failed": failed, "not_supported": 1755}
+    summary = {
+        "result": "failed" if failed else "passed",
+        "device": "Vulkan0",
+        "mode": "full",
+        "passed": 19011 - failed,
+        "failed": failed,
+        "not_supported": 1755,
+    }
     data["jobs"][0].setdefault(where, {"ok": True})["ops"] = summary
     return json.dumps(data).encode()
 
@@ -230,5 +303,6 @@ def test_the_op_test_counts_are_listed_per_release_and_a_failed_case_is_flagged(
         text = report.render()
         assert "every op (test-backend-ops)" in text and "19011/0/1755" in text and "19009/2/1755 FAILED" in text
         assert "ops FAILED: linux-gfx1151 in b3002: 2 test-backend-ops case(s) failed on Vulkan0" in text
-        assert report.to_dict()["ops_failed"] == [{"job": "linux-gfx1151", "tag": "b3002", "failed": 2,
-                                                   "device": "Vulkan0"}]
+        assert report.to_dict()["ops_failed"] == [
+            {"job": "linux-gfx1151", "tag": "b3002", "failed": 2, "device": "Vulkan0"}
+        ]

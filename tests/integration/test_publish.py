@@ -22,27 +22,46 @@ def night(tmp_path):
     out = tmp_path / "out"
     jobs = [
         make_job(out, "linux-gfx1151", smoke=smoke_ok("gpu", 4100.0, 95.5)),
-        make_job(out, "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103"), rocm="7.2.0a20261127",
-                 smoke=smoke_ok()),
+        make_job(
+            out,
+            "linux-gfx110X",
+            targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103"),
+            rocm="7.2.0a20261127",
+            smoke=smoke_ok(),
+        ),
         make_job(out, "windows-gfx1151"),
     ]
     return jobs
 
 
 def options(gh, jobs, tmp_path, **kw) -> PublishOptions:
-    return PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN, throttle=False,
-                          out=tmp_path / "release", **kw)
+    return PublishOptions(
+        context=context(),
+        job_dirs=tuple(jobs),
+        repo=gh.full_name,
+        api_url=gh.api_url,
+        token=TOKEN,
+        throttle=False,
+        out=tmp_path / "release",
+        **kw,
+    )
 
 
 EXPECTED = {
-    "llama-b1000-ubuntu-rocm-gfx1151-x64.zip", "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz",
-    "llama-b1000-ubuntu-rocm-gfx110X-x64.zip", "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
-    "llama-b1000-windows-rocm-gfx1151-x64.zip", "manifest.json", "SHA256SUMS",
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.zip",
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz",
+    "llama-b1000-ubuntu-rocm-gfx110X-x64.zip",
+    "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
+    "llama-b1000-windows-rocm-gfx1151-x64.zip",
+    "manifest.json",
+    "SHA256SUMS",
     # one CycloneDX SBOM per job's assets, listed in SHA256SUMS
-    "llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json", "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json",
+    "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
     "llama-b1000-windows-rocm-gfx1151-x64.cdx.json",
     # a .deb per Linux asset (rockbuild/publish/deb.py)
-    "llama-b1000-ubuntu-rocm-gfx1151-x64.deb", "llama-b1000-ubuntu-rocm-gfx110X-x64.deb",
+    "llama-b1000-ubuntu-rocm-gfx1151-x64.deb",
+    "llama-b1000-ubuntu-rocm-gfx110X-x64.deb",
 }
 
 
@@ -54,8 +73,10 @@ def test_first_publish(gh, night, tmp_path):
     assert {a.name for a in rel.assets} == EXPECTED
     assert all(a.state == "uploaded" for a in rel.assets)
     # SHA256SUMS covers every other asset, and matches what the server holds
-    sums = dict(reversed(line.split("  ")) for line in
-                next(a for a in rel.assets if a.name == "SHA256SUMS").data.decode().splitlines())
+    sums = dict(
+        reversed(line.split("  "))
+        for line in next(a for a in rel.assets if a.name == "SHA256SUMS").data.decode().splitlines()
+    )
     assert set(sums) == EXPECTED - {"SHA256SUMS"}
     for asset in rel.assets:
         if asset.name != "SHA256SUMS":
@@ -78,8 +99,7 @@ def test_first_publish(gh, night, tmp_path):
 
 def test_manifest_lists_provenance_per_job(gh, night, tmp_path):
     publish(options(gh, night, tmp_path))
-    manifest = json.loads(next(a for a in gh.state.release_by_tag("b1000").assets
-                               if a.name == "manifest.json").data)
+    manifest = json.loads(next(a for a in gh.state.release_by_tag("b1000").assets if a.name == "manifest.json").data)
     jobs = {j["id"]: j for j in manifest["jobs"]}
     assert manifest["llama_cpp"] == {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f", "build_number": "11312"}
     j = jobs["linux-gfx110X"]
@@ -88,14 +108,19 @@ def test_manifest_lists_provenance_per_job(gh, night, tmp_path):
     assert j["rocm"]["tarball_sha256"] == "ab" * 32 and j["rocm"]["therock_commit"] == "89553ce3a5a4c5b8d0e1"
     assert j["isas"] == ["gfx1100", "gfx1101", "gfx1102", "gfx1103"]
     assert j["cmake"]["GGML_HIP"] == "ON"
-    assert {f["path"] for f in j["bundle"]["files"]} >= {"llama-server", "rocblas/library/TensileLibrary_lazy_gfx1151.dat"}
+    assert {f["path"] for f in j["bundle"]["files"]} >= {
+        "llama-server",
+        "rocblas/library/TensileLibrary_lazy_gfx1151.dat",
+    }
     assert j["audit"]["ok"] is True and j["smoke"]["ok"] is True
     assert [b["test"] for b in j["bench"]] == ["pp64", "tg16"]
     assert "glibc_floor" in j and "glibc_floor" not in jobs["windows-gfx1151"]
-    assert {a["name"] for a in j["assets"]} == {"llama-b1000-ubuntu-rocm-gfx110X-x64.zip",
-                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
-                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
-                                                 "llama-b1000-ubuntu-rocm-gfx110X-x64.deb"}
+    assert {a["name"] for a in j["assets"]} == {
+        "llama-b1000-ubuntu-rocm-gfx110X-x64.zip",
+        "llama-b1000-ubuntu-rocm-gfx110X-x64.tar.gz",
+        "llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json",
+        "llama-b1000-ubuntu-rocm-gfx110X-x64.deb",
+    }
     assert manifest["glibc_floor_allowed"]["GLIBC"] == "2.35"
 
 
@@ -142,14 +167,24 @@ def test_rerun_on_a_published_release_with_changed_bundle_changes_nothing(gh, ni
     # same inputs (the fingerprint names the inputs, not the bytes): the published release stands
     assert publish(options(gh, night, tmp_path)).state == "unchanged"
     # naming the tag explicitly is an attempt to change a published asset: refused
-    with pytest.raises(PublishError, match=r"b1000 is already published and its assets are immutable: "
-                                           r"llama-b1000-ubuntu-rocm-gfx1151-x64\.zip differs \(.*ours"):
+    with pytest.raises(
+        PublishError,
+        match=r"b1000 is already published and its assets are immutable: "
+        r"llama-b1000-ubuntu-rocm-gfx1151-x64\.zip differs \(.*ours",
+    ):
         publish(options(gh, night, tmp_path, tag="b1000"))
     assert len(gh.writes) == before
-    original = hashlib.sha256(next(a.data for a in gh.state.release_by_tag("b1000").assets
-                                   if a.name.endswith("gfx1151-x64.zip") and "ubuntu" in a.name)).hexdigest()
-    assert original != hashlib.sha256((tmp_path / "release/b1000/llama-b1000-ubuntu-rocm-gfx1151-x64.zip")
-                                      .read_bytes()).hexdigest()
+    original = hashlib.sha256(
+        next(
+            a.data
+            for a in gh.state.release_by_tag("b1000").assets
+            if a.name.endswith("gfx1151-x64.zip") and "ubuntu" in a.name
+        )
+    ).hexdigest()
+    assert (
+        original
+        != hashlib.sha256((tmp_path / "release/b1000/llama-b1000-ubuntu-rocm-gfx1151-x64.zip").read_bytes()).hexdigest()
+    )
 
 
 def test_explicit_tag_of_a_published_release_with_identical_assets_is_a_no_op(gh, night, tmp_path):
@@ -181,16 +216,20 @@ def test_the_default_limit_is_githubs_2_gib(tmp_path):
     check_asset_size(asset, limit)
     with open(asset, "r+b") as fh:
         fh.truncate(limit)
-    with pytest.raises(PublishError, match=r"^llama-b1000-ubuntu-rocm-gfx90a-x64\.zip is 2\.0 GiB \(2,147,483,648 "
-                                           r"bytes\), over the 2\.0 GiB limit"):
+    with pytest.raises(
+        PublishError,
+        match=r"^llama-b1000-ubuntu-rocm-gfx90a-x64\.zip is 2\.0 GiB \(2,147,483,648 "
+        r"bytes\), over the 2\.0 GiB limit",
+    ):
         check_asset_size(asset, limit)
 
 
 def test_required_job_failure_blocks_and_optional_is_listed(gh, tmp_path):
     out = tmp_path / "out"
     ok = make_job(out, "linux-gfx1151")
-    optional = make_job(out, "linux-gfx1152", targets=("gfx1152",), required=False, status="failed",
-                        failed_step="compile")
+    optional = make_job(
+        out, "linux-gfx1152", targets=("gfx1152",), required=False, status="failed", failed_step="compile"
+    )
     report = publish(options(gh, [ok, optional], tmp_path))
     assert report.state == "published"
     rel = gh.state.release_by_tag("b1000")
@@ -198,8 +237,9 @@ def test_required_job_failure_blocks_and_optional_is_listed(gh, tmp_path):
     assert "`linux-gfx1152` (optional): compile: the build failed at step 'compile'" in rel.body
     assert not any("gfx1152" in a.name for a in rel.assets)
     manifest = json.loads(next(a.data for a in rel.assets if a.name == "manifest.json"))
-    assert manifest["failed_jobs"] == [{"id": "linux-gfx1152", "required": False, "step": "compile",
-                                        "reason": "the build failed at step 'compile'"}]
+    assert manifest["failed_jobs"] == [
+        {"id": "linux-gfx1152", "required": False, "step": "compile", "reason": "the build failed at step 'compile'"}
+    ]
     required = make_job(out, "windows-gfx120X", status="failed", failed_step="configure")
     before = len(gh.writes)
     with pytest.raises(PublishError, match=r"required job windows-gfx120X failed at configure"):
@@ -224,9 +264,15 @@ def test_a_job_folder_without_bundle_or_with_failed_audit_or_smoke_is_failed(tmp
     assert load_job(broken).ok is False
     audit = make_job(out, "linux-gfx1150", audit_ok=False)
     assert load_job(audit).failed_step == "audit" and "libfoo" in load_job(audit).reason
-    smoke = make_job(out, "linux-gfx1200", smoke={"ok": False, "failures": ["cli: timed out after 300s"],
-                                                  "runs": {"cli": {"ok": False, "log": "/x/cli.log",
-                                                                   "log_tail": ["Loading model..."]}}})
+    smoke = make_job(
+        out,
+        "linux-gfx1200",
+        smoke={
+            "ok": False,
+            "failures": ["cli: timed out after 300s"],
+            "runs": {"cli": {"ok": False, "log": "/x/cli.log", "log_tail": ["Loading model..."]}},
+        },
+    )
     job = load_job(smoke)
     assert job.failed_step == "smoke" and job.log_tail == ("Loading model...",)
     failed_build = make_job(out, "linux-gfx1201", status="failed", failed_step="compile")
@@ -242,15 +288,21 @@ def test_an_informational_runner_smoke_never_gates_and_its_error_reaches_the_not
     out = tmp_path / "out"
     job_dir = make_job(out, "windows-gfx1151")
     (job_dir / "runner-smoke").mkdir()
-    (job_dir / "runner-smoke" / "smoke.json").write_text(json.dumps({
-        "ok": False, "failures": ["cli: exit code -1073741515 (0xC0000135: a DLL was not found)"], "runs": {}}))
+    (job_dir / "runner-smoke" / "smoke.json").write_text(
+        json.dumps(
+            {"ok": False, "failures": ["cli: exit code -1073741515 (0xC0000135: a DLL was not found)"], "runs": {}}
+        )
+    )
     job = load_job(job_dir)
     assert job.ok and job.smoke is None
-    assert job.smoke_summary() == ("not gated: on the CI runner (informational) it failed: cli: exit code "
-                                   "-1073741515 (0xC0000135: a DLL was not found)")
+    assert job.smoke_summary() == (
+        "not gated: on the CI runner (informational) it failed: cli: exit code "
+        "-1073741515 (0xC0000135: a DLL was not found)"
+    )
     report = publish(options(gh, [make_job(out, "linux-gfx1151", smoke=smoke_ok()), job_dir], tmp_path))
     assert report.state == "published" and "llama-b1000-windows-rocm-gfx1151-x64.zip" in {
-        a.name for a in gh.state.release_by_tag("b1000").assets}
+        a.name for a in gh.state.release_by_tag("b1000").assets
+    }
     assert "0xC0000135: a DLL was not found" in gh.state.release_by_tag("b1000").body
     (job_dir / "runner-smoke" / "smoke.json").write_text(json.dumps({"ok": True, "runs": {}}))
     assert load_job(job_dir).smoke_summary() == "passed on the CI runner (informational)"
@@ -269,8 +321,11 @@ def test_glibc_floor_refusal_names_the_file(gh, tmp_path):
     out = tmp_path / "out"
     job = make_job(out, "linux-gfx1151")
     compile_needing_glibc_236(job / "bundle" / "llama-floor")
-    with pytest.raises(PublishError, match=r"required job linux-gfx1151 failed at glibc-floor: llama-floor needs "
-                                           r"GLIBC_2\.36, above the floor GLIBC_2\.35"):
+    with pytest.raises(
+        PublishError,
+        match=r"required job linux-gfx1151 failed at glibc-floor: llama-floor needs "
+        r"GLIBC_2\.36, above the floor GLIBC_2\.35",
+    ):
         publish(options(gh, [job], tmp_path))
     assert gh.writes == []
     # with a floor that allows it, the manifest records the floor and the file
@@ -362,12 +417,20 @@ def test_llama_aligned_tags(gh, night, tmp_path):
     assert report.tag == "b11312-rocm7.2.0a20261128"  # the newest of the jobs' ROCm versions
     assert any("different ROCm versions" in w for w in report.warnings)
     assert "llama-b11312-rocm7.2.0a20261128-ubuntu-rocm-gfx1151-x64.zip" in {
-        a.name for a in gh.state.release_by_tag(report.tag).assets}
+        a.name for a in gh.state.release_by_tag(report.tag).assets
+    }
 
 
 def test_the_api_refusing_the_token_is_one_line_without_the_token(gh, night, tmp_path):
-    bad = PublishOptions(context=context(), job_dirs=tuple(night), repo=gh.full_name, api_url=gh.api_url, token="wrong-" + TOKEN,
-                         throttle=False, out=tmp_path / "release")
+    bad = PublishOptions(
+        context=context(),
+        job_dirs=tuple(night),
+        repo=gh.full_name,
+        api_url=gh.api_url,
+        token="wrong-" + TOKEN,
+        throttle=False,
+        out=tmp_path / "release",
+    )
     with pytest.raises(PublishError) as err:
         publish(bad)
     assert "HTTP 401" in err.value.message and TOKEN not in err.value.message
@@ -389,10 +452,17 @@ def test_archives_are_reproducible(tmp_path):
         assert zf.namelist()[0] == "bundle.json" and "llama-server" in zf.namelist()
 
 
-@pytest.mark.parametrize("names,expected", [
-    ([], "b1000"), (["b1294", "b1000"], "b1295"), (["b9999"], "b10000"), (["b10000", "b9999"], "b10001"),
-    (["b1000-rocm7.2", "v2", "b12a", "latest"], "b1000"), (["b0042"], "b0043"),
-])
+@pytest.mark.parametrize(
+    "names,expected",
+    [
+        ([], "b1000"),
+        (["b1294", "b1000"], "b1295"),
+        (["b9999"], "b10000"),
+        (["b10000", "b9999"], "b10001"),
+        (["b1000-rocm7.2", "v2", "b12a", "latest"], "b1000"),
+        (["b0042"], "b0043"),
+    ],
+)
 def test_sequential_tags(names, expected):
     from rockbuild.publish.tags import next_sequential_tag
 
@@ -434,13 +504,28 @@ def test_vulkan_asset_name_is_what_install_looks_for():
 
     cfg = config()
     for os_name, word in (("linux", "ubuntu"), ("windows", "windows")):
-        vulkan = BuiltJob(dir=None, id=f"{os_name}-vulkan", os=os_name, name="vulkan", targets=(), required=False,
-                           status="ok", backend="vulkan")
+        vulkan = BuiltJob(
+            dir=None,
+            id=f"{os_name}-vulkan",
+            os=os_name,
+            name="vulkan",
+            targets=(),
+            required=False,
+            status="ok",
+            backend="vulkan",
+        )
         assert asset_base(cfg, "b1234", vulkan) == f"llama-b1234-{word}-vulkan-x64"
         pattern = asset_name_pattern(cfg.asset_name, tag="b1234", os_word=word, backend="vulkan")
         assert pattern.fullmatch(asset_base(cfg, "b1234", vulkan) + ".zip")
-        rocm = BuiltJob(dir=None, id=f"{os_name}-gfx1151", os=os_name, name="gfx1151", targets=("gfx1151",),
-                         required=True, status="ok")
+        rocm = BuiltJob(
+            dir=None,
+            id=f"{os_name}-gfx1151",
+            os=os_name,
+            name="gfx1151",
+            targets=("gfx1151",),
+            required=True,
+            status="ok",
+        )
         assert asset_base(cfg, "b1234", rocm) == f"llama-b1234-{word}-rocm-gfx1151-x64"
         assert not pattern.fullmatch(asset_base(cfg, "b1234", rocm) + ".zip")
 
@@ -450,19 +535,28 @@ def test_a_night_with_both_flavours_ships_and_lists_both(gh, night, tmp_path):
     jobs = [*night, _vulkan_job(out, "linux-vulkan"), _vulkan_job(out, "windows-vulkan")]
     report = publish(options(gh, jobs, tmp_path))
     rel = gh.state.release_by_tag(report.tag)
-    vulkan_assets = {"llama-b1000-ubuntu-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.tar.gz",
-                     "llama-b1000-windows-vulkan-x64.zip", "llama-b1000-ubuntu-vulkan-x64.cdx.json",
-                     "llama-b1000-windows-vulkan-x64.cdx.json", "llama-b1000-ubuntu-vulkan-x64.deb"}
+    vulkan_assets = {
+        "llama-b1000-ubuntu-vulkan-x64.zip",
+        "llama-b1000-ubuntu-vulkan-x64.tar.gz",
+        "llama-b1000-windows-vulkan-x64.zip",
+        "llama-b1000-ubuntu-vulkan-x64.cdx.json",
+        "llama-b1000-windows-vulkan-x64.cdx.json",
+        "llama-b1000-ubuntu-vulkan-x64.deb",
+    }
     assert {a.name for a in rel.assets} == EXPECTED | vulkan_assets
     manifest = json.loads(next(a for a in rel.assets if a.name == "manifest.json").data)
     by_id = {j["id"]: j for j in manifest["jobs"]}
     assert by_id["linux-vulkan"]["backend"] == "vulkan" and by_id["linux-gfx1151"]["backend"] == "rocm"
     assert {a["name"] for a in by_id["linux-vulkan"]["assets"]} == vulkan_assets - {
-        "llama-b1000-windows-vulkan-x64.zip", "llama-b1000-windows-vulkan-x64.cdx.json"}
+        "llama-b1000-windows-vulkan-x64.zip",
+        "llama-b1000-windows-vulkan-x64.cdx.json",
+    }
     body = rel.body
     assert "**Flavour(s)**: ROCm, Vulkan" in body and "**GPU Target(s)**: gfx1151, gfx110X\n" in body
-    assert "| `llama-b1000-ubuntu-vulkan-x64.zip` | ubuntu | SPIR-V (any Vulkan GPU) | - (no ROCm) | passed (Vulkan) |" \
+    assert (
+        "| `llama-b1000-ubuntu-vulkan-x64.zip` | ubuntu | SPIR-V (any Vulkan GPU) | - (no ROCm) | passed (Vulkan) |"
         in body
+    )
     # what a Vulkan asset needs on the host, and what its smoke verdict means
     assert "the machine needs the Vulkan loader (`libvulkan1`" in body and "Mesa RADV or AMD's" in body
     assert '"Vulkan" that weights and KV cache were on a Vulkan device' in body
@@ -475,17 +569,37 @@ def test_an_api_outage_and_an_unreachable_api_have_their_own_hints(httpserver, n
 
     httpserver.expect_request("/repos/o/r").respond_with_data("bad gateway", status=502)
     with pytest.raises(PublishError) as outage:
-        publish(PublishOptions(context=context(), job_dirs=tuple(night), repo="o/r", api_url=httpserver.url_for("/").rstrip("/"),
-                               token=TOKEN, throttle=False, out=tmp_path / "staging-1"))
+        publish(
+            PublishOptions(
+                context=context(),
+                job_dirs=tuple(night),
+                repo="o/r",
+                api_url=httpserver.url_for("/").rstrip("/"),
+                token=TOKEN,
+                throttle=False,
+                out=tmp_path / "staging-1",
+            )
+        )
     assert "HTTP 502" in outage.value.message and TOKEN not in outage.value.message
-    assert outage.value.hint is not None and "try again later" in outage.value.hint and "--repo" not in outage.value.hint
+    assert (
+        outage.value.hint is not None and "try again later" in outage.value.hint and "--repo" not in outage.value.hint
+    )
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(PublishError) as down:
-        publish(PublishOptions(context=context(), job_dirs=tuple(night), repo="o/r", api_url=f"http://127.0.0.1:{port}", token=TOKEN,
-                               throttle=False, out=tmp_path / "staging-2"))
+        publish(
+            PublishOptions(
+                context=context(),
+                job_dirs=tuple(night),
+                repo="o/r",
+                api_url=f"http://127.0.0.1:{port}",
+                token=TOKEN,
+                throttle=False,
+                out=tmp_path / "staging-2",
+            )
+        )
     assert down.value.message.endswith("failed: connection refused")
     assert down.value.hint is not None and "could not be reached" in down.value.hint
 
@@ -495,8 +609,10 @@ def test_every_asset_has_a_cyclonedx_sbom_naming_each_file_and_its_origin(gh, ni
     file with its sha256 under the package it came from; uploaded beside the archives and listed in SHA256SUMS."""
     job = night[0]  # linux-gfx1151: make_job's bundle, plus what bundle.json says about where files came from
     meta = json.loads((job / "bundle" / "bundle.json").read_text())
-    meta["files"] = [{"path": "llama-server", "kind": "exe", "size": 1, "source": str(job / "build" / "bin" / "llama-server")},
-                     {"path": "libggml-hip.so", "kind": "lib", "size": 1, "source": "/opt/therock/lib/libggml-hip.so"}]
+    meta["files"] = [
+        {"path": "llama-server", "kind": "exe", "size": 1, "source": str(job / "build" / "bin" / "llama-server")},
+        {"path": "libggml-hip.so", "kind": "lib", "size": 1, "source": "/opt/therock/lib/libggml-hip.so"},
+    ]
     meta["kernels"] = {"folders": [{"dest": "rocblas/library", "source": "/opt/therock/lib/rocblas/library"}]}
     (job / "bundle" / "bundle.json").write_text(json.dumps(meta))
     report = publish(options(gh, night, tmp_path))
@@ -541,11 +657,28 @@ def _with_gpu_smoke(job, *, required: bool, ok: bool | None, tg: float = 95.5):
     data["job"]["gpu_smoke"] = {"runner": ["self-hosted", "gfx1151"], "required": required}
     (job / "build.json").write_text(json.dumps(data))
     if ok is not None:
-        report = {**smoke_ok("gpu", 4100.0, tg), "ok": ok, "failures": [] if ok else ["gpu: absent"],
-                  "host": {"kernel": "6.18.0", "driver": "amdgpu 6.16.4"}}
-        report["bench"] = [{"test": "pp512", "tokens_per_second": 4100.0, "stddev": 12.0, "gpu_info": "AMD Radeon 8060S",
-                            "backends": "ROCm"}, {"test": "tg128", "tokens_per_second": tg, "stddev": 0.4,
-                                                 "gpu_info": "AMD Radeon 8060S", "backends": "ROCm"}]
+        report = {
+            **smoke_ok("gpu", 4100.0, tg),
+            "ok": ok,
+            "failures": [] if ok else ["gpu: absent"],
+            "host": {"kernel": "6.18.0", "driver": "amdgpu 6.16.4"},
+        }
+        report["bench"] = [
+            {
+                "test": "pp512",
+                "tokens_per_second": 4100.0,
+                "stddev": 12.0,
+                "gpu_info": "AMD Radeon 8060S",
+                "backends": "ROCm",
+            },
+            {
+                "test": "tg128",
+                "tokens_per_second": tg,
+                "stddev": 0.4,
+                "gpu_info": "AMD Radeon 8060S",
+                "backends": "ROCm",
+            },
+        ]
         (job / "gpu-smoke.json").write_text(json.dumps(report))
     return job
 
@@ -564,10 +697,14 @@ def test_gpu_smoke_figures_reach_the_manifest_and_notes_and_a_required_one_gates
     assert [(b["test"], b["tokens_per_second"]) for b in gpu["bench"]] == [("pp512", 4100.0), ("tg128", 95.5)]
     assert jobs["linux-gfx110X"]["gpu_smoke"] is None
     assert manifest["not_gpu_tested"] == ["linux-gfx110X", "windows-gfx1151"]
-    assert "`llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: AMD Radeon 8060S (amdgpu 6.16.4): pp512 4100.0 t/s, " \
-           "tg128 95.5 t/s" in rel.body
-    assert "Not tested on a GPU in this release: `llama-b1000-ubuntu-rocm-gfx110X-x64.zip`, " \
-           "`llama-b1000-windows-rocm-gfx1151-x64.zip`." in rel.body
+    assert (
+        "`llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: AMD Radeon 8060S (amdgpu 6.16.4): pp512 4100.0 t/s, "
+        "tg128 95.5 t/s" in rel.body
+    )
+    assert (
+        "Not tested on a GPU in this release: `llama-b1000-ubuntu-rocm-gfx110X-x64.zip`, "
+        "`llama-b1000-windows-rocm-gfx1151-x64.zip`." in rel.body
+    )
 
 
 @pytest.mark.parametrize("ok", [False, None])
@@ -586,11 +723,15 @@ def test_the_notes_say_what_ran_again_on_the_last_good_rocm(gh, night, tmp_path)
     from rockbuild.core.records import FallbackRecord, TarballRef
 
     for job in (night[0], night[2]):  # linux-gfx1151 ran its smoke test; windows-gfx1151 has none (its CI leg)
-        FallbackRecord(newest=TarballRef(name="therock-dist-x-gfx1151-7.2.0a20261201.tar.gz", version="7.2.0a20261201",
-                                         date="2026-12-01"),
-                       failed_stage="build", reason="compile failed (exit code 1)",
-                       last_good=TarballRef(version="7.2.0a20261128", date="2026-11-28", release="b0999"),
-                       result="ok").write(job / "fallback.json")
+        FallbackRecord(
+            newest=TarballRef(
+                name="therock-dist-x-gfx1151-7.2.0a20261201.tar.gz", version="7.2.0a20261201", date="2026-12-01"
+            ),
+            failed_stage="build",
+            reason="compile failed (exit code 1)",
+            last_good=TarballRef(version="7.2.0a20261128", date="2026-11-28", release="b0999"),
+            result="ok",
+        ).write(job / "fallback.json")
     report = publish(options(gh, night, tmp_path, dry_run=True))
     notes = (report.out_dir / "release-notes.md").read_text()
     assert "(`llama-b1000-ubuntu-rocm-gfx1151-x64.zip`, built, bundled and smoke-tested):" in notes, notes
@@ -634,10 +775,21 @@ def test_the_dry_run_makes_the_files_the_release_then_uploads(gh, night, tmp_pat
 
 def test_the_manifest_and_the_notes_say_which_assets_have_the_web_ui(gh, night, tmp_path):
     """Issue 27, item 1: an asset without llama-server's chat page says so, with the reason; never silently."""
-    for job, web_ui in ((night[0], {"status": "built", "sha256": "cd" * 32, "files": 70, "bytes": 9947831,
-                                    "build_number": "1000", "dist": "/runner/cache/webui/dist-x"}),
-                        (night[1], {"status": "none", "reason": "npm is not installed (not on PATH)"}),
-                        (night[2], None)):
+    for job, web_ui in (
+        (
+            night[0],
+            {
+                "status": "built",
+                "sha256": "cd" * 32,
+                "files": 70,
+                "bytes": 9947831,
+                "build_number": "1000",
+                "dist": "/runner/cache/webui/dist-x",
+            },
+        ),
+        (night[1], {"status": "none", "reason": "npm is not installed (not on PATH)"}),
+        (night[2], None),
+    ):
         build = json.loads((job / "build.json").read_text())
         build.pop("web_ui")
         (job / "build.json").write_text(json.dumps({**build, **({"web_ui": web_ui} if web_ui else {})}))
@@ -648,30 +800,56 @@ def test_the_manifest_and_the_notes_say_which_assets_have_the_web_ui(gh, night, 
     report = publish(options(gh, night, tmp_path, dry_run=True, allow_partial="the UI build is broken upstream"))
     manifest = json.loads((report.out_dir / "manifest.json").read_text())
     jobs = {j["id"]: j for j in manifest["jobs"]}
-    assert jobs["linux-gfx1151"]["web_ui"] == {"status": "built", "reason": None, "sha256": "cd" * 32, "files": 70,
-                                               "bytes": 9947831, "build_number": "1000"}  # no runner path
+    assert jobs["linux-gfx1151"]["web_ui"] == {
+        "status": "built",
+        "reason": None,
+        "sha256": "cd" * 32,
+        "files": 70,
+        "bytes": 9947831,
+        "build_number": "1000",
+    }  # no runner path
     assert jobs["linux-gfx110X"]["web_ui"]["status"] == "none"
     assert jobs["windows-gfx1151"]["web_ui"] is None  # its build.json does not say
     assert jobs["linux-gfx1151"]["smoke"]["web_ui"] == "passed: HTTP 200"
     notes = (report.out_dir / "release-notes.md").read_text()
     assert "serves llama.cpp's chat page at http://127.0.0.1:8080/ (1 of 3 assets)" in notes
-    assert ("**No web UI** (llama-server answers its API only, `/` is a 404) in: "
-            "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip` (npm is not installed (not on PATH)).") in notes
+    assert (
+        "**No web UI** (llama-server answers its API only, `/` is a 404) in: "
+        "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip` (npm is not installed (not on PATH))."
+    ) in notes
 
 
 def _with_patches(job, patches: list[dict], *, digest: str = "cb23002fdad53ebd", disabled: bool = False):
     build = json.loads((job / "build.json").read_text())
-    build["patches"] = {"digest": digest, "disabled": disabled, "tree": "/runner/cache/llama.cpp-patched/x",
-                        "pristine": "/runner/src/llama.cpp", "patches": patches}
+    build["patches"] = {
+        "digest": digest,
+        "disabled": disabled,
+        "tree": "/runner/cache/llama.cpp-patched/x",
+        "pristine": "/runner/src/llama.cpp",
+        "patches": patches,
+    }
     (job / "build.json").write_text(json.dumps(build))
     return job
 
 
-AMX = {"id": "amx-tile-config", "url": "https://github.com/ggml-org/llama.cpp/pull/26954",
-       "why": "the sapphirerapids variant dies of SIGILL when GCC 12 compiles it", "status": "applied", "note": "",
-       "files": ["ggml/src/ggml-cpu/amx/mmq.cpp"], "sha256": "ef" * 32}
-WIN = {"id": "win-only", "url": "https://github.com/ggml-org/llama.cpp/issues/5", "why": "a Windows fix",
-       "status": "applied", "note": "", "files": ["ggml/src/x.cpp"], "sha256": "12" * 32}
+AMX = {
+    "id": "amx-tile-config",
+    "url": "https://github.com/ggml-org/llama.cpp/pull/26954",
+    "why": "the sapphirerapids variant dies of SIGILL when GCC 12 compiles it",
+    "status": "applied",
+    "note": "",
+    "files": ["ggml/src/ggml-cpu/amx/mmq.cpp"],
+    "sha256": "ef" * 32,
+}
+WIN = {
+    "id": "win-only",
+    "url": "https://github.com/ggml-org/llama.cpp/issues/5",
+    "why": "a Windows fix",
+    "status": "applied",
+    "note": "",
+    "files": ["ggml/src/x.cpp"],
+    "sha256": "12" * 32,
+}
 
 
 def test_carried_patches_reach_the_manifest_the_notes_and_the_sbom(gh, night, tmp_path):
@@ -686,26 +864,43 @@ def test_carried_patches_reach_the_manifest_the_notes_and_the_sbom(gh, night, tm
     data = {a.name: a.data for a in rel.assets}
     manifest = json.loads(data["manifest.json"])
     jobs = {j["id"]: j for j in manifest["jobs"]}
-    assert jobs["linux-gfx1151"]["patches"] == {"digest": "cb23002fdad53ebd", "disabled": False,
-                                                "patches": [AMX, skipped]}  # no runner paths
+    assert jobs["linux-gfx1151"]["patches"] == {
+        "digest": "cb23002fdad53ebd",
+        "disabled": False,
+        "patches": [AMX, skipped],
+    }  # no runner paths
     assert jobs["linux-gfx110X"]["patches"]["disabled"] is True
     assert manifest["patches"]["digest"] == "mixed"
     assert [p["id"] for p in manifest["patches"]["patches"]] == ["amx-tile-config", "win-only"]
     notes = rel.body
     assert "### Carried patches" in notes
-    assert ("- `amx-tile-config` (https://github.com/ggml-org/llama.cpp/pull/26954), in `linux-gfx1151`, "
-            "`windows-gfx1151` only: the sapphirerapids variant dies of SIGILL when GCC 12 compiles it") in notes
+    assert (
+        "- `amx-tile-config` (https://github.com/ggml-org/llama.cpp/pull/26954), in `linux-gfx1151`, "
+        "`windows-gfx1151` only: the sapphirerapids variant dies of SIGILL when GCC 12 compiles it"
+    ) in notes
     assert "- `win-only` (https://github.com/ggml-org/llama.cpp/issues/5), in `windows-gfx1151` only" in notes
-    assert ("Built from the pristine llama.cpp tree (`--no-patches`, without the carried fixes): "
-            "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip`.") in notes
+    assert (
+        "Built from the pristine llama.cpp tree (`--no-patches`, without the carried fixes): "
+        "`llama-b1000-ubuntu-rocm-gfx110X-x64.zip`."
+    ) in notes
     sbom = json.loads(data["llama-b1000-ubuntu-rocm-gfx1151-x64.cdx.json"])
     llama = next(c for c in sbom["components"] if c["name"] == "llama.cpp")
     assert {"name": "rockbuild:patches", "value": "cb23002fdad53ebd"} in llama["properties"]
     pedigree = llama["pedigree"]
-    assert pedigree["patches"] == [{"type": "unofficial", "resolves": [{
-        "type": "defect", "id": "amx-tile-config", "name": "amx-tile-config",
-        "description": "the sapphirerapids variant dies of SIGILL when GCC 12 compiles it",
-        "references": ["https://github.com/ggml-org/llama.cpp/pull/26954"]}]}]  # the skipped one is not carried
+    assert pedigree["patches"] == [
+        {
+            "type": "unofficial",
+            "resolves": [
+                {
+                    "type": "defect",
+                    "id": "amx-tile-config",
+                    "name": "amx-tile-config",
+                    "description": "the sapphirerapids variant dies of SIGILL when GCC 12 compiles it",
+                    "references": ["https://github.com/ggml-org/llama.cpp/pull/26954"],
+                }
+            ],
+        }
+    ]  # the skipped one is not carried
     assert pedigree["notes"].startswith("carried by rockbuild (patches/patches.yaml): amx-tile-config (sha256 efef")
     plain = json.loads(data["llama-b1000-ubuntu-rocm-gfx110X-x64.cdx.json"])
     assert "pedigree" not in next(c for c in plain["components"] if c["name"] == "llama.cpp")
@@ -725,14 +920,31 @@ def test_a_changed_patch_series_changes_the_release_fingerprint(tmp_path):
 
 def test_the_cpu_variant_runs_of_each_smoke_reach_the_manifest_and_the_notes(gh, night, tmp_path):
     """Issue 38: each variant's result and pp512 from the runner's smoke and the GPU leg's (the AMX host)."""
+
     def step(picked, rows):
-        return {"result": "failed" if any(r[1] == "failed" for r in rows) else "passed", "detail": "", "picked": picked,
-                "variants": [{"variant": v, "runnable": r != "not runnable here", "result": r, "pp512_tps": tps,
-                              "tg_tps": None, "known_answers": "passed" if r == "passed" else "not run",
-                              "seconds": 1.0, "failure": None} for v, r, tps in rows]}
+        return {
+            "result": "failed" if any(r[1] == "failed" for r in rows) else "passed",
+            "detail": "",
+            "picked": picked,
+            "variants": [
+                {
+                    "variant": v,
+                    "runnable": r != "not runnable here",
+                    "result": r,
+                    "pp512_tps": tps,
+                    "tg_tps": None,
+                    "known_answers": "passed" if r == "passed" else "not run",
+                    "seconds": 1.0,
+                    "failure": None,
+                }
+                for v, r, tps in rows
+            ],
+        }
+
     smoke = json.loads((night[0] / "smoke.json").read_text())
-    smoke["cpu_variants"] = step("zen4", [("x64", "passed", 40.0), ("zen4", "passed", 201.4),
-                                          ("sapphirerapids", "not runnable here", None)])
+    smoke["cpu_variants"] = step(
+        "zen4", [("x64", "passed", 40.0), ("zen4", "passed", 201.4), ("sapphirerapids", "not runnable here", None)]
+    )
     (night[0] / "smoke.json").write_text(json.dumps(smoke))
     _with_gpu_smoke(night[0], required=False, ok=True)
     gpu = json.loads((night[0] / "gpu-smoke.json").read_text())
@@ -741,25 +953,47 @@ def test_the_cpu_variant_runs_of_each_smoke_reach_the_manifest_and_the_notes(gh,
     report = publish(options(gh, night, tmp_path, dry_run=True))
     manifest = json.loads((report.out_dir / "manifest.json").read_text())
     runs = {j["id"]: j["smoke"]["cpu_variants"] for j in manifest["jobs"] if j["smoke"]}
-    assert runs["linux-gfx1151"][0] == {"where": "smoke", "result": "passed", "picked": "zen4",
-                                        "passed": ["x64", "zen4"], "failed": [], "not_runnable": ["sapphirerapids"],
-                                        "pp512": {"x64": 40.0, "zen4": 201.4}}
+    assert runs["linux-gfx1151"][0] == {
+        "where": "smoke",
+        "result": "passed",
+        "picked": "zen4",
+        "passed": ["x64", "zen4"],
+        "failed": [],
+        "not_runnable": ["sapphirerapids"],
+        "pp512": {"x64": 40.0, "zen4": 201.4},
+    }
     assert runs["linux-gfx1151"][1]["where"] == "gpu-smoke" and runs["linux-gfx110X"] == []
     notes = (report.out_dir / "release-notes.md").read_text()
-    assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 3 CPU variants passed alone on the smoke's CPU, where "
-            "ggml picks zen4 (pp512 t/s: zen4 201, x64 40); not runnable there: sapphirerapids") in notes
-    assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 2 CPU variants passed alone on the GPU leg's host, "
-            "where ggml picks sapphirerapids (pp512 t/s: sapphirerapids 1252, zen4 899)") in notes
+    assert (
+        "- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 3 CPU variants passed alone on the smoke's CPU, where "
+        "ggml picks zen4 (pp512 t/s: zen4 201, x64 40); not runnable there: sapphirerapids"
+    ) in notes
+    assert (
+        "- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 2 of 2 CPU variants passed alone on the GPU leg's host, "
+        "where ggml picks sapphirerapids (pp512 t/s: sapphirerapids 1252, zen4 899)"
+    ) in notes
 
 
 def test_the_op_test_counts_reach_the_manifest_and_the_notes(gh, night, tmp_path):
     """Issue 39 item 2: test-backend-ops' counts and the CPU fallbacks: the GPU leg's (the full test on a real GPU)
     in the notes' line, each smoke's in its manifest entry; a smoke without a GPU says not checked, never passed."""
+
     def ops(result, passed, failed, ns, device="Vulkan0", mode="full", detail="", fallback=None):
-        summary = {"result": result, "detail": detail, "device": device, "mode": mode, "passed": passed,
-                   "failed": failed, "not_supported": ns, "cases": passed + failed + ns, "seconds": 250.0,
-                   "failed_cases": [], "fallback_ops": fallback or {}}
+        summary = {
+            "result": result,
+            "detail": detail,
+            "device": device,
+            "mode": mode,
+            "passed": passed,
+            "failed": failed,
+            "not_supported": ns,
+            "cases": passed + failed + ns,
+            "seconds": 250.0,
+            "failed_cases": [],
+            "fallback_ops": fallback or {},
+        }
         return {"result": result, "detail": detail, "summary": summary}
+
     smoke = json.loads((night[0] / "smoke.json").read_text())
     smoke["ops"] = ops("not checked", 0, 0, 0, None, None, detail="no GPU device to test (auto: no ROCm device)")
     (night[0] / "smoke.json").write_text(json.dumps(smoke))
@@ -773,6 +1007,8 @@ def test_the_op_test_counts_reach_the_manifest_and_the_notes(gh, night, tmp_path
     assert job["smoke"]["ops"]["result"] == "not checked"
     assert (job["gpu_smoke"]["ops"]["passed"], job["gpu_smoke"]["ops"]["failed"]) == (19011, 0)
     notes = (report.out_dir / "release-notes.md").read_text()
-    assert ("- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 19011 passed, 0 failed, 1755 not supported on ROCm0 (full "
-            "test mode, the GPU leg); ops that fall back to the CPU on this backend: OUT_PROD (1344 cases), CONV_2D "
-            "(1178 cases)") in notes
+    assert (
+        "- `llama-b1000-ubuntu-rocm-gfx1151-x64.zip`: 19011 passed, 0 failed, 1755 not supported on ROCm0 (full "
+        "test mode, the GPU leg); ops that fall back to the CPU on this backend: OUT_PROD (1344 cases), CONV_2D "
+        "(1178 cases)"
+    ) in notes

@@ -16,17 +16,37 @@ RUN = "https://github.com/rockbuild-test/llamacpp-rocm/actions/runs/1234"
 @pytest.fixture
 def night(tmp_path):
     out = tmp_path / "out"
-    return [make_job(out, "linux-gfx1151"),
-            make_job(out, "windows-gfx110X", status="failed", failed_step="compile"),
-            make_job(out, "linux-gfx1153", required=False,
-                     smoke={"ok": False, "failures": ["cli: timed out after 300s"],
-                            "runs": {"cli": {"ok": False, "log": "/w/out/linux-gfx1153/smoke-logs/llama-cli.log",
-                                             "log_tail": ["Loading model...", "ggml_cuda_init: found 1 ROCm devices"]}}})]
+    return [
+        make_job(out, "linux-gfx1151"),
+        make_job(out, "windows-gfx110X", status="failed", failed_step="compile"),
+        make_job(
+            out,
+            "linux-gfx1153",
+            required=False,
+            smoke={
+                "ok": False,
+                "failures": ["cli: timed out after 300s"],
+                "runs": {
+                    "cli": {
+                        "ok": False,
+                        "log": "/w/out/linux-gfx1153/smoke-logs/llama-cli.log",
+                        "log_tail": ["Loading model...", "ggml_cuda_init: found 1 ROCm devices"],
+                    }
+                },
+            },
+        ),
+    ]
 
 
 def alert(gh, jobs, **kw):
-    target = AlertTarget(run_url=kw.pop("run_url", RUN), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                         throttle=False, date="2026-11-29")
+    target = AlertTarget(
+        run_url=kw.pop("run_url", RUN),
+        repo=gh.full_name,
+        api_url=gh.api_url,
+        token=TOKEN,
+        throttle=False,
+        date="2026-11-29",
+    )
     return send_alert(jobs, target, context=kw.pop("context", context()), **kw)
 
 

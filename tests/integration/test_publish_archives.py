@@ -101,9 +101,12 @@ def test_a_symlink_out_of_the_bundle_is_refused(bundle, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # A consumer, exactly as Lemonade resolves a rocm-nightly build (seed-pipeline.md section 5)
 
-LEMONADE_FAMILIES = {**{f"gfx{n}": "gfx103X" for n in range(1030, 1037)},
-                     **{f"gfx{n}": "gfx110X" for n in range(1100, 1104)},
-                     "gfx1200": "gfx120X", "gfx1201": "gfx120X"}
+LEMONADE_FAMILIES = {
+    **{f"gfx{n}": "gfx103X" for n in range(1030, 1037)},
+    **{f"gfx{n}": "gfx110X" for n in range(1100, 1104)},
+    "gfx1200": "gfx120X",
+    "gfx1201": "gfx120X",
+}
 
 
 def rocm_asset_family(isa: str) -> str:
@@ -113,15 +116,27 @@ def rocm_asset_family(isa: str) -> str:
 @pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
 def test_lemonade_finds_every_asset_of_latest(tmp_path):
     out = tmp_path / "out"
-    jobs = [make_job(out, "linux-gfx1151"), make_job(out, "windows-gfx1151"),
-            make_job(out, "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103")),
-            make_job(out, "windows-gfx103X", targets=tuple(f"gfx{n}" for n in range(1030, 1037))),
-            make_job(out, "linux-gfx120X", targets=("gfx1200", "gfx1201")), make_job(out, "linux-gfx90a",
-                                                                                     targets=("gfx90a",))]
+    jobs = [
+        make_job(out, "linux-gfx1151"),
+        make_job(out, "windows-gfx1151"),
+        make_job(out, "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103")),
+        make_job(out, "windows-gfx103X", targets=tuple(f"gfx{n}" for n in range(1030, 1037))),
+        make_job(out, "linux-gfx120X", targets=("gfx1200", "gfx1201")),
+        make_job(out, "linux-gfx90a", targets=("gfx90a",)),
+    ]
     with GitHubAPIServer(token=TOKEN) as gh:
         gh.state.add_release("b1292", assets={"llama-b1292-ubuntu-rocm-gfx1151-x64.zip": b"old"})
-        publish(PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url, token=TOKEN,
-                               throttle=False, out=tmp_path / "release"))
+        publish(
+            PublishOptions(
+                context=context(),
+                job_dirs=tuple(jobs),
+                repo=gh.full_name,
+                api_url=gh.api_url,
+                token=TOKEN,
+                throttle=False,
+                out=tmp_path / "release",
+            )
+        )
         # Lemonade: GET releases/latest -> tag_name (anonymous, like a user's machine)
         latest = requests.get(f"{gh.api_url}/repos/{gh.full_name}/releases/latest", timeout=10).json()
         version = latest["tag_name"]
@@ -182,8 +197,7 @@ def test_the_same_bundle_gives_the_same_archive_bytes(tmp_path, epoch):
     settings = Settings.from_environment({"SOURCE_DATE_EPOCH": str(epoch)} if epoch else {})
 
     def archives(job: Path, out: Path) -> dict[str, tuple[str, Path]]:
-        report = publish(PublishOptions(context=settings, job_dirs=(job,), dry_run=True, token="",
-                                        out=out))
+        report = publish(PublishOptions(context=settings, job_dirs=(job,), dry_run=True, token="", out=out))
         return {a.name: (a.sha256, a.path) for a in report.assets if a.kind in ("zip", "tar.gz")}
 
     one, two = archives(first, tmp_path / "a" / "release"), archives(second, tmp_path / "b" / "release")

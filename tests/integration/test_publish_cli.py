@@ -14,8 +14,11 @@ from support.publishing import TOKEN, make_job, smoke_ok
 
 
 def run(args: list[str], env_extra: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "GH_TOKEN", "GITHUB_REPOSITORY",
-                                                            "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GITHUB_TOKEN", "GH_TOKEN", "GITHUB_REPOSITORY", "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")
+    }
     env.update(env_extra)
     return subprocess.run([rockbuild_exe(), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
@@ -46,15 +49,17 @@ def test_publish_and_alert_never_show_the_token(tmp_path):
         refused = run(["publish", str(ok), *common, "--tag", "b1000"], env, tmp_path)
         assert refused.returncode == 12 and "error: release b1000 is already published" in refused.stderr
         wrong_repo = run(["publish", str(ok), "--repo", "someone/else", "--api-url", gh.api_url], env, tmp_path)
-        assert wrong_repo.returncode == 12 and "reading the repository someone/else failed: HTTP 404" in \
-            wrong_repo.stderr
+        assert (
+            wrong_repo.returncode == 12 and "reading the repository someone/else failed: HTTP 404" in wrong_repo.stderr
+        )
         no_token = run(["publish", str(ok), *common], {}, tmp_path)
         assert no_token.returncode == 12 and "no GitHub token" in no_token.stderr
         alerted = run(["alert", str(ok), str(bad), "--run-url", "https://ci/run/1", *common], env, tmp_path)
         assert alerted.returncode == 0 and "opened issue #1" in alerted.stdout
         assert len(gh.state.releases) == 1
-        written = every_file_text(tmp_path) + "".join(a.data.decode("latin-1") for r in gh.state.releases.values()
-                                                      for a in r.assets)
+        written = every_file_text(tmp_path) + "".join(
+            a.data.decode("latin-1") for r in gh.state.releases.values() for a in r.assets
+        )
         written += "".join(i.body for i in gh.state.issues.values())
     for proc in (first, again, refused, wrong_repo, no_token, alerted):
         for line in (proc.stdout + proc.stderr).splitlines():

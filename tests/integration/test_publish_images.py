@@ -29,19 +29,31 @@ from rockbuild.publish.release import PublishOptions, publish
 
 pytestmark = pytest.mark.skipif(
     shutil.which("dpkg-query") is None or not Path("/usr/bin/busybox").exists(),
-    reason="an image's base is made from installed Debian packages: needs dpkg and busybox-static")
+    reason="an image's base is made from installed Debian packages: needs dpkg and busybox-static",
+)
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "manifest.schema.json").read_text())
 
 
 def _night(out: Path) -> list[Path]:
-    return [make_job(out, "linux-gfx1151", smoke=smoke_ok()),
-            make_job(out, "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103"), smoke=smoke_ok()),
-            make_job(out, "windows-gfx1151")]
+    return [
+        make_job(out, "linux-gfx1151", smoke=smoke_ok()),
+        make_job(out, "linux-gfx110X", targets=("gfx1100", "gfx1101", "gfx1102", "gfx1103"), smoke=smoke_ok()),
+        make_job(out, "windows-gfx1151"),
+    ]
 
 
 def _options(gh, jobs, tmp_path, images: ImageOptions | None, **kw) -> PublishOptions:
-    return PublishOptions(context=context(), job_dirs=tuple(jobs), repo=gh.full_name, api_url=gh.api_url,
-                          token=TOKEN, throttle=False, out=tmp_path / "release", images=images, **kw)
+    return PublishOptions(
+        context=context(),
+        job_dirs=tuple(jobs),
+        repo=gh.full_name,
+        api_url=gh.api_url,
+        token=TOKEN,
+        throttle=False,
+        out=tmp_path / "release",
+        images=images,
+        **kw,
+    )
 
 
 def _asset(release, name: str) -> bytes:
@@ -67,8 +79,10 @@ def test_images_go_out_with_the_release_and_a_dead_registry_leaves_the_draft(gh,
     manifest = json.loads(_asset(draft, "manifest.json"))
     jsonschema.validate(manifest, SCHEMA)
     record = ManifestRecord.from_dict(manifest)
-    assert [(i.job, i.flavour) for i in record.images] == [("linux-gfx1151", "rocm-gfx1151"),
-                                                           ("linux-gfx110X", "rocm-gfx110x")]
+    assert [(i.job, i.flavour) for i in record.images] == [
+        ("linux-gfx1151", "rocm-gfx1151"),
+        ("linux-gfx110X", "rocm-gfx110x"),
+    ]
     first = record.images[0]
     assert first.repository == repository and first.tags == ("rocm-gfx1151-b1000", "rocm-gfx1151")
     assert first.digest.startswith("sha256:") and first.base_packages and first.compressed_bytes
@@ -76,10 +90,13 @@ def test_images_go_out_with_the_release_and_a_dead_registry_leaves_the_draft(gh,
     # the notes: per image the reference, the digest and the one command that runs it
     notes = draft.body
     assert "### Container images" in notes and "not tested with podman" in notes
-    assert f"`{repository}:rocm-gfx1151-b1000` (moving tag `{repository}:rocm-gfx1151`), digest `{first.digest}`" \
-        in notes
-    assert (f"podman run -d --name llama-server --device /dev/kfd --device /dev/dri --group-add keep-groups "
-            f"-p 8080:8080 -v ~/models:/models:ro,Z {repository}:rocm-gfx1151-b1000 -m /models/MODEL.gguf") in notes
+    assert (
+        f"`{repository}:rocm-gfx1151-b1000` (moving tag `{repository}:rocm-gfx1151`), digest `{first.digest}`" in notes
+    )
+    assert (
+        f"podman run -d --name llama-server --device /dev/kfd --device /dev/dri --group-add keep-groups "
+        f"-p 8080:8080 -v ~/models:/models:ro,Z {repository}:rocm-gfx1151-b1000 -m /models/MODEL.gguf"
+    ) in notes
 
     with local_registry(tmp_path / "registry", port) as (address, _proc):
         # a run that died after pushing the first image: it is in the registry already
@@ -97,8 +114,10 @@ def test_images_go_out_with_the_release_and_a_dead_registry_leaves_the_draft(gh,
         one, two = report.images
         assert one.push is not None and one.push.blobs_sent == ()  # nothing twice
         assert dict(one.push.tags) == {"rocm-gfx1151-b1000": "unchanged", "rocm-gfx1151": "unchanged"}
-        assert two.push is not None and dict(two.push.tags) == {"rocm-gfx110x-b1000": "pushed",
-                                                                "rocm-gfx110x": "pushed"}
+        assert two.push is not None and dict(two.push.tags) == {
+            "rocm-gfx110x-b1000": "pushed",
+            "rocm-gfx110x": "pushed",
+        }
         base = oci.read_layout(folder)[1]["layers"][0]["digest"]  # the two ROCm images share their base layer
         assert two.push.blobs_present == (base,) and base not in two.push.blobs_sent
         for image in report.images:  # the registry serves what manifest.json says
@@ -122,10 +141,10 @@ def test_an_untested_image_is_never_pushed_when_testing_is_on(tmp_path, registry
     address, _proc = registry
     job = load_job(make_job(tmp_path / "out", "linux-gfx1151"))
     options = ImageOptions(repository=f"{address}/owner/rockbuild")  # test=True: the default
-    image = build_image(job, "b1", tmp_path / "img", publish=config(), options=options,
-                        mtime=0, repo="owner/rockbuild")
-    with pytest.raises(ImageError, match="image rocm-gfx1151 was not tested with podman; an untested image is never "
-                                         "pushed"):
+    image = build_image(job, "b1", tmp_path / "img", publish=config(), options=options, mtime=0, repo="owner/rockbuild")
+    with pytest.raises(
+        ImageError, match="image rocm-gfx1151 was not tested with podman; an untested image is never pushed"
+    ):
         push_release_images([image], options)
     import requests
 
@@ -152,8 +171,9 @@ def test_a_failed_podman_test_stops_the_release_before_any_github_write(gh, tmp_
         folder = tmp_path / "release" / "b1000" / "images" / "rocm-gfx1151"
         if folder.is_dir():
             config_digest = oci.read_layout(folder)[1]["config"]["digest"]
-            subprocess.run(["podman", "rmi", "-f", config_digest.removeprefix("sha256:")], capture_output=True,
-                           timeout=120)
+            subprocess.run(
+                ["podman", "rmi", "-f", config_digest.removeprefix("sha256:")], capture_output=True, timeout=120
+            )
 
 
 def test_the_options_of_images_on_the_command_line(tmp_path, run_rockbuild):
@@ -162,18 +182,23 @@ def test_the_options_of_images_on_the_command_line(tmp_path, run_rockbuild):
     job = make_job(tmp_path / "out", "linux-gfx1151", smoke=smoke_ok())
     alone = run_rockbuild("publish", "--dry-run", "--image-runtime", "runc", str(job))
     assert alone.returncode == 2 and alone.stderr.splitlines() == [
-        "error: --image-runtime is an option of the images: it needs --images REGISTRY/NAME"]
+        "error: --image-runtime is an option of the images: it needs --images REGISTRY/NAME"
+    ]
     bad = run_rockbuild("publish", "--dry-run", "--images", "ghcr.io/Owner/a:b", "--no-image-test", str(job))
-    assert bad.returncode == 12 and len(bad.stderr.splitlines()) == 1 and "give the repository without a tag" in \
-        bad.stderr
+    assert (
+        bad.returncode == 12 and len(bad.stderr.splitlines()) == 1 and "give the repository without a tag" in bad.stderr
+    )
     untested = run_rockbuild("publish", "--repo", "o/r", "--images", "ghcr.io/o/r", "--no-image-test", str(job))
     assert untested.returncode == 2 and untested.stderr.splitlines() == [
-        "error: --no-image-test is for --dry-run: an untested image is never pushed"]
+        "error: --no-image-test is for --dry-run: an untested image is never pushed"
+    ]
     night = run_rockbuild("nightly", "--plan", "--images", "ghcr.io/o/r", "--no-image-test")
     assert night.returncode == 2 and night.stderr.splitlines() == [
-        "error: --images is for --release (or the whole night), not --plan"]
-    dry = run_rockbuild("publish", "--dry-run", "--images", "ghcr.io/Owner/Name", "--no-image-test", "--json",
-                        str(job), timeout=300)
+        "error: --images is for --release (or the whole night), not --plan"
+    ]
+    dry = run_rockbuild(
+        "publish", "--dry-run", "--images", "ghcr.io/Owner/Name", "--no-image-test", "--json", str(job), timeout=300
+    )
     assert dry.returncode == 0, dry.stderr
     report = json.loads(dry.stdout)
     (image,) = report["images"]
@@ -193,17 +218,23 @@ def test_nightly_release_tests_pushes_and_publishes_the_real_image(tmp_path):
     test serves the real SmolLM2 and checks its answer), the fake GitHub and a registry that is down, then up: the
     first run is a failed publish (exit 1, alerted, the draft unpublished), the second publishes and writes the pushed
     image's digest into $GITHUB_OUTPUT for the attestation."""
-    if shutil.which("podman") is None or not (REAL_JOB / "bundle" / "llama-server").exists() or \
-            not REAL_MODEL.exists():
+    if shutil.which("podman") is None or not (REAL_JOB / "bundle" / "llama-server").exists() or not REAL_MODEL.exists():
         pytest.skip("needs podman (apt-get install podman runc), a real bundle and the real model on this machine")
     from conftest import rockbuild_exe
     from support.github import GitHubAPIServer
 
     build = json.loads((REAL_JOB / "build.json").read_text())
-    inputs = {"schema": 1, "tool": "rockbuild",
-              "llama_cpp": {"ref": "master", "commit": build["llama_cpp"]["commit"],
-                            "build_number": build["llama_cpp"]["build_number"], "url": "https://example/llama.cpp"},
-              "jobs": [{**build["job"], "rocm_key": None}]}
+    inputs = {
+        "schema": 1,
+        "tool": "rockbuild",
+        "llama_cpp": {
+            "ref": "master",
+            "commit": build["llama_cpp"]["commit"],
+            "build_number": build["llama_cpp"]["build_number"],
+            "url": "https://example/llama.cpp",
+        },
+        "jobs": [{**build["job"], "rocm_key": None}],
+    }
     (tmp_path / "inputs.json").write_text(json.dumps(inputs))
     port = free_port()
     output = tmp_path / "github-output"
@@ -214,12 +245,39 @@ def test_nightly_release_tests_pushes_and_publishes_the_real_image(tmp_path):
             output.write_text("")
             env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
             return subprocess.run(
-                [rockbuild_exe(), "nightly", "--release", "--inputs", "inputs.json", "--repo", gh.full_name,
-                 "--api-url", gh.api_url, "--out", "out", "--allow-partial", "built without npm",
-                 "--images", repository, "--image-model", str(REAL_MODEL), "--image-runtime", "runc", str(REAL_JOB)],
-                capture_output=True, text=True, cwd=tmp_path, timeout=500,
-                env={**env, "GITHUB_TOKEN": TOKEN, "GITHUB_OUTPUT": str(output),
-                     "ROCKBUILD_CACHE": str(tmp_path / "cache")})
+                [
+                    rockbuild_exe(),
+                    "nightly",
+                    "--release",
+                    "--inputs",
+                    "inputs.json",
+                    "--repo",
+                    gh.full_name,
+                    "--api-url",
+                    gh.api_url,
+                    "--out",
+                    "out",
+                    "--allow-partial",
+                    "built without npm",
+                    "--images",
+                    repository,
+                    "--image-model",
+                    str(REAL_MODEL),
+                    "--image-runtime",
+                    "runc",
+                    str(REAL_JOB),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                timeout=500,
+                env={
+                    **env,
+                    "GITHUB_TOKEN": TOKEN,
+                    "GITHUB_OUTPUT": str(output),
+                    "ROCKBUILD_CACHE": str(tmp_path / "cache"),
+                },
+            )
 
         down = release()
         assert down.returncode == 1, down.stderr
@@ -243,5 +301,4 @@ def test_nightly_release_tests_pushes_and_publishes_the_real_image(tmp_path):
             registry = Registry(Reference.parse(repository))
             assert registry.tag_digest("vulkan-b1000") == image["digest"] == registry.tag_digest("vulkan")
             registry.close()
-    subprocess.run(["podman", "rmi", "-f", image["image_id"].removeprefix("sha256:")], capture_output=True,
-                   timeout=120)
+    subprocess.run(["podman", "rmi", "-f", image["image_id"].removeprefix("sha256:")], capture_output=True, timeout=120)

@@ -71,9 +71,7 @@ def test_fetch_cli_latest_then_second_fetch_transfers_nothing(server, tmp_path, 
 
 
 def test_fetch_explicit_version_and_windows(server, tmp_path, gfx1151):
-    result = fetch_rocm(
-        gfx1151, os_name="linux", version="10.2.0a20261127", index_url=server.index_url, cache=tmp_path
-    )
+    result = fetch_rocm(gfx1151, os_name="linux", version="10.2.0a20261127", index_url=server.index_url, cache=tmp_path)
     assert result.name == OLD and result.layout is not None
     win = fetch_rocm(gfx1151, os_name="windows", index_url=server.index_url, cache=tmp_path)
     assert win.name == WIN and win.root.name == WIN.removesuffix(".tar.gz")
@@ -81,8 +79,17 @@ def test_fetch_explicit_version_and_windows(server, tmp_path, gfx1151):
 
 def test_missing_version_lists_the_nearest(server, tmp_path, run_rockbuild):
     result = run_rockbuild(
-        "fetch", "--target", "gfx1151", "--os", "linux", "--rocm-version", "10.2.0a20261101",
-        "--index-url", server.index_url, "--cache", str(tmp_path),
+        "fetch",
+        "--target",
+        "gfx1151",
+        "--os",
+        "linux",
+        "--rocm-version",
+        "10.2.0a20261101",
+        "--index-url",
+        server.index_url,
+        "--cache",
+        str(tmp_path),
     )
     assert result.returncode == NotFoundError.exit_code
     assert "10.2.0a20261127" in result.stderr and "Traceback" not in result.stderr
@@ -132,8 +139,19 @@ def test_two_concurrent_fetches_share_one_download(server, tmp_path, run_rockbui
 
     cache = tmp_path / "cache"
     server.inject(NEW, Fault.slow(2_000_000))
-    args = [rockbuild_exe(), "fetch", "--target", "gfx1151", "--os", "linux", "--index-url", server.index_url,
-            "--cache", str(cache), "--json"]
+    args = [
+        rockbuild_exe(),
+        "fetch",
+        "--target",
+        "gfx1151",
+        "--os",
+        "linux",
+        "--index-url",
+        server.index_url,
+        "--cache",
+        str(cache),
+        "--json",
+    ]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=90) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -159,8 +177,9 @@ def test_rocm_list_and_info(server, tmp_path, run_rockbuild):
     lines = listed.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["10.2.0a20261128", "10.2.0a20261127"]
     as_json = json.loads(
-        run_rockbuild("rocm", "list", "--family", "gfx1151", "--os", "windows", "--index-url", server.index_url,
-                      "--json").stdout
+        run_rockbuild(
+            "rocm", "list", "--family", "gfx1151", "--os", "windows", "--index-url", server.index_url, "--json"
+        ).stdout
     )
     assert [e["filename"] for e in as_json] == [WIN]
 
@@ -190,8 +209,17 @@ def test_an_unreachable_index_says_why_at_once_and_names_the_offline_routes(tmp_
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     start = time.monotonic()
-    result = run_rockbuild("fetch", "--target", "gfx1151", "--os", "linux", "--index-url", f"http://127.0.0.1:{port}/",
-                           "--cache", str(tmp_path))
+    result = run_rockbuild(
+        "fetch",
+        "--target",
+        "gfx1151",
+        "--os",
+        "linux",
+        "--index-url",
+        f"http://127.0.0.1:{port}/",
+        "--cache",
+        str(tmp_path),
+    )
     assert time.monotonic() - start < 8  # the process start included; was 15.5 s of retries
     assert result.returncode == 4
     lines = result.stderr.splitlines()
@@ -203,8 +231,17 @@ def test_fetch_dest_leaves_no_lock_beside_the_destination(server, tmp_path, run_
     """The per-root lock lives in the cache: a --dest folder's parent holds only what the user asked for."""
     parent = tmp_path / "roots"
     parent.mkdir()
-    args = ["fetch", "--target", "gfx1151", "--os", "linux", "--index-url", server.index_url,
-            "--cache", str(tmp_path / "cache")]
+    args = [
+        "fetch",
+        "--target",
+        "gfx1151",
+        "--os",
+        "linux",
+        "--index-url",
+        server.index_url,
+        "--cache",
+        str(tmp_path / "cache"),
+    ]
     failed = run_rockbuild(*args, "--dest", str(parent / "bad"), "--sha256", "0" * 64)
     assert failed.returncode == ChecksumError.exit_code
     ok = run_rockbuild(*args, "--dest", str(parent / "rocm"))

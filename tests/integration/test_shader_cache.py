@@ -51,8 +51,16 @@ def tree(root: Path) -> Path:
 def args(src: Path, out: Path, *, depfile: Path | None = None, scale: str = "1.0") -> list[str]:
     """As vulkan-shaders-gen runs glslc (string_to_spv_func)."""
     extra = ["-MD", "-MF", str(depfile)] if depfile else []
-    return ["-fshader-stage=compute", "--target-env=vulkan1.2", str(src), "-o", str(out), "-O", *extra,
-            f"-DSCALE={scale}"]
+    return [
+        "-fshader-stage=compute",
+        "--target-env=vulkan1.2",
+        str(src),
+        "-o",
+        str(out),
+        "-O",
+        *extra,
+        f"-DSCALE={scale}",
+    ]
 
 
 @pytest.fixture
@@ -190,7 +198,9 @@ def test_a_glslc_changed_since_the_wrapper_was_written_runs_uncached(tmp_path):
 
 def test_the_switch_and_the_bound_are_read_when_rockbuild_configures(tmp_path):
     """The driver reads them from rockbuild's environment; the wrapper reads none (one Python start per glslc)."""
-    assert shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "0"}) and shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "off"})
+    assert shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "0"}) and shader_cache.disabled(
+        {"ROCKBUILD_SHADER_CACHE": "off"}
+    )
     assert not shader_cache.disabled({}) and not shader_cache.disabled({"ROCKBUILD_SHADER_CACHE": "1"})
     assert shader_cache.size_mib({}) == 1024 and shader_cache.size_mib({"ROCKBUILD_SHADER_CACHE_SIZE": "64"}) == 64
     assert shader_cache.size_mib({"ROCKBUILD_SHADER_CACHE_SIZE": "lots"}) == 1024
@@ -208,8 +218,10 @@ def test_the_vulkan_backend_configures_the_wrapper_or_the_real_glslc(tmp_path):
     glslc_definitions(env, tmp_path / "build", tmp_path / "cache" / "glslc")  # the same: not rewritten
     assert (tmp_path / "build" / "rockbuild-glslc").stat().st_mtime_ns == mtime and GLSLC in text
     # off (--no-ccache, ROCKBUILD_SHADER_CACHE=0): the real glslc, named, so a tree configured before drops the wrapper
-    assert glslc_definitions(env, tmp_path / "build", None) == ([("Vulkan_GLSLC_EXECUTABLE", GLSLC)],
-                                                                {"enabled": False, "dir": None})
+    assert glslc_definitions(env, tmp_path / "build", None) == (
+        [("Vulkan_GLSLC_EXECUTABLE", GLSLC)],
+        {"enabled": False, "dir": None},
+    )
 
 
 def test_the_size_bound_drops_the_least_recently_used(tmp_path):

@@ -67,22 +67,30 @@ def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded
     data = smoke_json(job)
     step = data["cpu_variants"]
     assert step["result"] == "passed" and step["picked"] == "zen4"  # sapphirerapids scores 0 on this "CPU"
-    assert step["detail"] == ("14 CPU variants: 13 passed, 1 not runnable here; ggml picks zen4 from the whole "
-                              "bundle")
+    assert step["detail"] == ("14 CPU variants: 13 passed, 1 not runnable here; ggml picks zen4 from the whole bundle")
     # the step's record as the stage made it: what tg_tps measured, where the logs are, how long, no failure of its own
     assert list(step) == ["result", "detail", "picked", "variants", "problem", "seconds", "logs", "tg_test"]
     assert step["tg_test"] == "tg8" and step["problem"] is None and step["seconds"] > 0
     assert step["logs"] == str(job / "smoke-logs" / "cpu-variants")
     variants = by_variant(data)
     assert sorted(variants) == sorted(RANK)
-    assert variants["sapphirerapids"] == {"variant": "sapphirerapids", "runnable": False,
-                                          "result": "not runnable here", "pp512_tps": None, "tg_tps": None,
-                                          "known_answers": "not run", "seconds": variants["sapphirerapids"]["seconds"],
-                                          "failure": None}
+    assert variants["sapphirerapids"] == {
+        "variant": "sapphirerapids",
+        "runnable": False,
+        "result": "not runnable here",
+        "pp512_tps": None,
+        "tg_tps": None,
+        "known_answers": "not run",
+        "seconds": variants["sapphirerapids"]["seconds"],
+        "failure": None,
+    }
     assert variants["zen4"]["pp512_tps"] == 200.0 and variants["zen4"]["tg_tps"] == 20.0  # zen4's own figures
     assert variants["x64"]["pp512_tps"] == pytest.approx(10.0) and variants["x64"]["result"] == "passed"
-    assert all(v["runnable"] and v["failure"] is None and v["known_answers"] == "not run"
-               for name, v in variants.items() if name != "sapphirerapids")
+    assert all(
+        v["runnable"] and v["failure"] is None and v["known_answers"] == "not run"
+        for name, v in variants.items()
+        if name != "sapphirerapids"
+    )
     # each batch ran in its own one-variant folder, on that variant, pp512 and a short tg once, on the CPU only
     runs = [json.loads(line) for line in log.read_text().splitlines()]
     alone = [r for r in runs if r["program"] == "llama-bench" and "/.cpu-variants-" in r["cwd"]]
@@ -91,8 +99,14 @@ def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded
         args = run["args"]
         assert run["cwd"].endswith("/" + run["variant"])
         # every CPU of the machine, up to 16: fast enough for 14 variants a night
-        assert [args[args.index(f) + 1] for f in ("-p", "-n", "-r", "-t", "-dev", "-ngl")] == \
-            ["512", "8", "1", str(min(os.cpu_count() or 1, 16)), "none", "0"]
+        assert [args[args.index(f) + 1] for f in ("-p", "-n", "-r", "-t", "-dev", "-ngl")] == [
+            "512",
+            "8",
+            "1",
+            str(min(os.cpu_count() or 1, 16)),
+            "none",
+            "0",
+        ]
     text = report.render()
     assert "  [ok] cpu variants in " in text
     assert "         zen4 (picked): passed (pp512 200.0 t/s, tg8 20.0 t/s) in " in text
@@ -120,24 +134,33 @@ def test_a_variant_that_dies_of_sigill_on_pp512_fails_the_smoke_naming_it(tmp_pa
 
 
 def test_variants_this_cpu_cannot_run_are_not_runnable_here_never_failed(tmp_path, model):
-    job = variant_job(tmp_path, ("x64", "haswell", "skylakex", "zen4"), supported=("x64", "haswell"),
-                      crashes=("skylakex", "zen4"))  # would die, but this "CPU" never loads them
+    job = variant_job(
+        tmp_path, ("x64", "haswell", "skylakex", "zen4"), supported=("x64", "haswell"), crashes=("skylakex", "zen4")
+    )  # would die, but this "CPU" never loads them
     report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     data = smoke_json(job)
-    assert data["cpu_variants"]["detail"] == ("4 CPU variants: 2 passed, 2 not runnable here; ggml picks haswell "
-                                              "from the whole bundle")
+    assert data["cpu_variants"]["detail"] == (
+        "4 CPU variants: 2 passed, 2 not runnable here; ggml picks haswell from the whole bundle"
+    )
     assert {v: (e["runnable"], e["result"]) for v, e in by_variant(data).items()} == {
-        "haswell": (True, "passed"), "skylakex": (False, "not runnable here"), "x64": (True, "passed"),
-        "zen4": (False, "not runnable here")}
+        "haswell": (True, "passed"),
+        "skylakex": (False, "not runnable here"),
+        "x64": (True, "passed"),
+        "zen4": (False, "not runnable here"),
+    }
 
 
 def test_known_answers_run_with_each_variant_alone_and_a_wrong_one_fails(tmp_path, model):
     log = tmp_path / "runs.jsonl"
     job = variant_job(tmp_path, ("x64", "haswell", "zen4"), programs=("llama-bench", "llama-completion"), log=log)
     # the stand-in answers "the stand-in says hello from <variant>": zen4's answer is the wrong one here
-    answers = NumericsConfig(text=tmp_path / "no-text", answers={"model.gguf": (
-        KnownAnswer("The capital of France is", r"\s*the stand-in says hello from (x64|haswell)\b"),)})
+    answers = NumericsConfig(
+        text=tmp_path / "no-text",
+        answers={
+            "model.gguf": (KnownAnswer("The capital of France is", r"\s*the stand-in says hello from (x64|haswell)\b"),)
+        },
+    )
     options = SmokeOptions(timeouts=FAST.timeouts, runs=(), numerics=answers)
     report = run_smoke(job, model, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     data = smoke_json(job)
@@ -146,8 +169,10 @@ def test_known_answers_run_with_each_variant_alone_and_a_wrong_one_fails(tmp_pat
     assert variants["zen4"]["pp512_tps"] == 100.0  # its batch ran, its answer is what is wrong
     # the numerics step on the whole bundle (zen4 picked) says so too
     assert [f.split(":")[0] for f in report.failures] == ["numerics", "CPU variant zen4"]
-    assert report.failures[1].startswith("CPU variant zen4: known answer 'The capital of France is' wrong: answered "
-                                         "'\\nthe stand-in says hello from zen4")
+    assert report.failures[1].startswith(
+        "CPU variant zen4: known answer 'The capital of France is' wrong: answered "
+        "'\\nthe stand-in says hello from zen4"
+    )
     completions = [json.loads(line) for line in log.read_text().splitlines()]
     alone = [r for r in completions if r["program"] == "llama-completion" and "/.cpu-variants-" in r["cwd"]]
     assert sorted(r["variant"] for r in alone) == ["haswell", "x64", "zen4"]
@@ -159,8 +184,10 @@ def test_the_steps_own_failure_is_in_its_record_and_read_back_from_smoke_json(tm
     # says why (problem), so its failures come back from the file alone, as the smoke reported them
     job = variant_job(tmp_path, ("haswell", "zen4"), supported=("x64",))
     report = run_smoke(job, model, ONLY_THE_STEP, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
-    why = ("the whole bundle loads no CPU variant here (llama-bench --list-devices): ggml scored none of its 2 CPU "
-           "variant modules on this CPU")
+    why = (
+        "the whole bundle loads no CPU variant here (llama-bench --list-devices): ggml scored none of its 2 CPU "
+        "variant modules on this CPU"
+    )
     assert report.failures == (f"CPU variants: {why}",)
     data = smoke_json(job)
     assert data["cpu_variants"]["result"] == "failed" and data["cpu_variants"]["problem"] == why
@@ -185,27 +212,46 @@ def test_a_program_that_leads_back_to_the_whole_bundle_loads_another_variant_and
 
 def test_picked_only_none_and_a_bundle_without_variant_modules(tmp_path, model):
     job = variant_job(tmp_path / "a", ("x64", "haswell", "zen4"), crashes=("x64",))
-    report = run_smoke(job, model, SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="picked"),
-                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    report = run_smoke(
+        job,
+        model,
+        SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="picked"),
+        kfd_topology=tmp_path / "no-kfd",
+        backends=REGISTRY,
+    )
     assert report.ok, report.failures  # x64 would die, but only zen4, the one ggml picks, is run
     step = smoke_json(job)["cpu_variants"]
     assert [v["variant"] for v in step["variants"]] == ["zen4"] and step["picked"] == "zen4"
-    assert step["detail"] == ("1 of 3 CPU variants: 1 passed; ggml picks zen4 from the whole bundle "
-                              "(--cpu-variants picked: the others not checked)")
+    assert step["detail"] == (
+        "1 of 3 CPU variants: 1 passed; ggml picks zen4 from the whole bundle "
+        "(--cpu-variants picked: the others not checked)"
+    )
 
-    report = run_smoke(job, model, SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="none"),
-                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    report = run_smoke(
+        job,
+        model,
+        SmokeOptions(timeouts=FAST.timeouts, runs=(), cpu_variants="none"),
+        kfd_topology=tmp_path / "no-kfd",
+        backends=REGISTRY,
+    )
     assert report.ok and "cpu variants" not in report.render()
     assert smoke_json(job)["cpu_variants"] == {
-        "result": "skipped", "detail": "turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: "
-        "none)", "picked": None, "variants": []}
+        "result": "skipped",
+        "detail": "turned off (--cpu-variants none, or smoke.yaml's run.cpu_variants.check: none)",
+        "picked": None,
+        "variants": [],
+    }
 
     plain, _ = make_bundle(tmp_path / "b")  # programs with the CPU backend linked in: no module to choose
     report = run_smoke(plain, model, FAST, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     assert smoke_json(plain)["cpu_variants"] == {
-        "result": "skipped", "detail": "the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
-        "backend is linked in or built for one CPU", "picked": None, "variants": []}
+        "result": "skipped",
+        "detail": "the bundle ships no CPU variant modules (libggml-cpu-<variant>.so): its CPU "
+        "backend is linked in or built for one CPU",
+        "picked": None,
+        "variants": [],
+    }
 
 
 def test_the_one_variant_folder_holds_the_bundle_with_one_variant(tmp_path):
@@ -215,22 +261,38 @@ def test_the_one_variant_folder_holds_the_bundle_with_one_variant(tmp_path):
     (bundle / "libggml-base.so.0").write_bytes(b"base")
     (bundle / "libggml-base.so").symlink_to("libggml-base.so.0")
     folder = one_variant_folder(bundle, "libggml-cpu-zen4.so", tmp_path / "work" / "zen4")
-    assert sorted(p.name for p in folder.iterdir()) == ["libggml-base.so", "libggml-base.so.0", "libggml-cpu-zen4.so",
-                                                         "libggml-rpc.so", "llama-bench", "llama-cli", "rocblas"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "libggml-base.so",
+        "libggml-base.so.0",
+        "libggml-cpu-zen4.so",
+        "libggml-rpc.so",
+        "llama-bench",
+        "llama-cli",
+        "rocblas",
+    ]
     assert (folder / "llama-bench").stat().st_ino == (bundle / "llama-bench").stat().st_ino  # a hard link
     assert (folder / "rocblas" / "library" / "kernels.dat").read_bytes() == b"k"
     assert (folder / "libggml-base.so").resolve() == folder / "libggml-base.so.0"
 
 
-@pytest.mark.parametrize(("body", "error"), [
-    ("  cpu_variants: {check: sometimes}\n",
-     ":{line}: run.cpu_variants.check must be one of all, picked, none, not 'sometimes'"),
-    ("  cpu_variants: {check: all, n_gen: 0}\n",
-     ":{line}: run.cpu_variants.n_gen must be a whole number of tokens, at least 1, not 0"),
-    ("  cpu_variants:\n    chek: all\n", ":{next}: unknown key 'chek' in run.cpu_variants (did you mean check?)"),
-    ("  cpu_variants: all\n",
-     ":{line}: run.cpu_variants must be a mapping such as {{check: all, n_gen: 8}}, not the text 'all'"),
-])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            "  cpu_variants: {check: sometimes}\n",
+            ":{line}: run.cpu_variants.check must be one of all, picked, none, not 'sometimes'",
+        ),
+        (
+            "  cpu_variants: {check: all, n_gen: 0}\n",
+            ":{line}: run.cpu_variants.n_gen must be a whole number of tokens, at least 1, not 0",
+        ),
+        ("  cpu_variants:\n    chek: all\n", ":{next}: unknown key 'chek' in run.cpu_variants (did you mean check?)"),
+        (
+            "  cpu_variants: all\n",
+            ":{line}: run.cpu_variants must be a mapping such as {{check: all, n_gen: 8}}, not the text 'all'",
+        ),
+    ],
+)
 def test_a_bad_setting_in_smoke_yaml_is_a_config_error_naming_file_and_line(tmp_path, body, error):
     shipped = (REPO / "config" / "smoke.yaml").read_text()
     lines = [line for line in shipped.splitlines(keepends=True) if not line.startswith("  cpu_variants:")]
@@ -269,7 +331,8 @@ def test_the_stand_in_dies_of_a_real_sigill_in_its_one_variant_folder(tmp_path):
 
     bundle = make_variant_bundle(tmp_path / "b", ("x64", "icelake"), crashes=("icelake",))
     folder = one_variant_folder(bundle, "libggml-cpu-icelake.so", tmp_path / "icelake")
-    got = subprocess.run([str(folder / "llama-bench"), "-p", "512", "--progress"], cwd=folder, capture_output=True,
-                         text=True, timeout=30)
+    got = subprocess.run(
+        [str(folder / "llama-bench"), "-p", "512", "--progress"], cwd=folder, capture_output=True, text=True, timeout=30
+    )
     assert got.returncode == -signal.SIGILL
     assert got.stderr.splitlines()[-1] == "llama-bench: benchmark 1/2: prompt run 1/5"

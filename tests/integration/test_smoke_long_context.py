@@ -42,7 +42,9 @@ def test_the_shipped_long_text_is_the_pinned_one_and_its_reference_fits_it():
     assert "public domain" in long.source
     pinned = load_smoke_config()["models"]["smollm2"]["sha256"]
     ref = config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, pinned, "linux")
-    assert config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, "0" * 64, "linux") is None  # another file's weights
+    assert (
+        config.baselines.reference(SMOLLM2, "moby-dick.txt", 4096, "0" * 64, "linux") is None
+    )  # another file's weights
     assert ref is not None and ref.max_mean_kld <= 0.0053 / 2  # below the fault measured in issue 39
     topk = read_topk(ref.file)
     assert (topk.n_ctx, topk.n_vocab, topk.n_chunk, topk.k) == (4096, 49152, 1, 16)
@@ -60,18 +62,24 @@ def test_a_changed_text_is_refused_by_its_pin(tmp_path):
     assert text is None and why is not None and "is not the pinned one" in why
 
 
-@pytest.mark.parametrize(("section", "message"), [
-    ({"text": "t.txt"}, "numerics.long_context.sha256 must be the text's sha256"),
-    ({"sha256": "0" * 64}, "numerics.long_context.text must name"),
-    ({"text": "t", "sha256": "0" * 64, "ctx": "lots"}, "numerics.long_context.ctx must be a whole number"),
-    ({"text": "t", "sha256": "0" * 64, "ubatch": 4096}, "ubatch (4096) cannot exceed batch (2048)"),
-    ({"text": "t", "sha256": "0" * 64, "timeout": "soon"}, "timeout must be seconds"),
-    ({"text": "t", "sha256": "0" * 64, "passkey": {"key": "abc"}}, "passkey.key must be a number of 3 to 12 digits"),
-    ({"text": "t", "sha256": "0" * 64, "passkey": {"at": 50000}}, "passkey.at (50000) must lie inside"),
-    ({"text": "t", "sha256": "0" * 64, "passkey": "yes"}, "passkey must be a mapping"),
-    ({"text": "t", "sha256": "0" * 64, "tokens": 8}, "unknown key 'tokens' in numerics.long_context"),
-    ("long", "numerics.long_context must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"text": "t.txt"}, "numerics.long_context.sha256 must be the text's sha256"),
+        ({"sha256": "0" * 64}, "numerics.long_context.text must name"),
+        ({"text": "t", "sha256": "0" * 64, "ctx": "lots"}, "numerics.long_context.ctx must be a whole number"),
+        ({"text": "t", "sha256": "0" * 64, "ubatch": 4096}, "ubatch (4096) cannot exceed batch (2048)"),
+        ({"text": "t", "sha256": "0" * 64, "timeout": "soon"}, "timeout must be seconds"),
+        (
+            {"text": "t", "sha256": "0" * 64, "passkey": {"key": "abc"}},
+            "passkey.key must be a number of 3 to 12 digits",
+        ),
+        ({"text": "t", "sha256": "0" * 64, "passkey": {"at": 50000}}, "passkey.at (50000) must lie inside"),
+        ({"text": "t", "sha256": "0" * 64, "passkey": "yes"}, "passkey must be a mapping"),
+        ({"text": "t", "sha256": "0" * 64, "tokens": 8}, "unknown key 'tokens' in numerics.long_context"),
+        ("long", "numerics.long_context must be a mapping"),
+    ],
+)
 def test_long_context_config_mistakes_are_one_config_error(section, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_numerics_config({"long_context": section})
@@ -89,16 +97,30 @@ def test_a_mistake_in_a_data_file_names_its_line(tmp_path):
     assert info.value.message.startswith(f"{broken}:{line}:") and "ubatch must be a whole number" in info.value.message
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, file: f.topk, max_mean_kld: 0.001,\n"
-     "     min_same_top: 990}\n" % ("a" * 64), "references[0].min_same_top is a percentage"),
-    ("references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, max_mean_kld: 0.001, min_same_top: 99}\n"
-     % ("a" * 64), "references[0] needs a file"),
-    ("references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, file: f, max_mean_kld: none,\n"
-     "     min_same_top: 99}\n" % ("a" * 64), "references[0].max_mean_kld must be a positive number"),
-    ("references:\n  - {model: m, sha256: abc, text: t, ctx: 4096, file: f, max_mean_kld: 0.1, min_same_top: 99}\n",
-     "references[0] needs the model file's sha256"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, file: f.topk, max_mean_kld: 0.001,\n"
+            "     min_same_top: 990}\n" % ("a" * 64),
+            "references[0].min_same_top is a percentage",
+        ),
+        (
+            "references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, max_mean_kld: 0.001, min_same_top: 99}\n"
+            % ("a" * 64),
+            "references[0] needs a file",
+        ),
+        (
+            "references:\n  - {model: m, sha256: '%s', text: t, ctx: 4096, file: f, max_mean_kld: none,\n"
+            "     min_same_top: 99}\n" % ("a" * 64),
+            "references[0].max_mean_kld must be a positive number",
+        ),
+        (
+            "references:\n  - {model: m, sha256: abc, text: t, ctx: 4096, file: f, max_mean_kld: 0.1, min_same_top: 99}\n",
+            "references[0] needs the model file's sha256",
+        ),
+    ],
+)
 def test_a_wrong_reference_entry_is_a_config_error(tmp_path, text, message):
     path = write(tmp_path / "baselines.yaml", text)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")) as info:
@@ -152,7 +174,7 @@ def test_a_nan_in_the_run_is_not_a_small_divergence(tmp_path):
     ref = top_k(read_base(base))
     data = bytearray(base.read_bytes())
     first_row = 20 + 4 * 256
-    data[first_row:first_row + 4] = struct.pack("<f", math.nan)  # the first row's scale
+    data[first_row : first_row + 4] = struct.pack("<f", math.nan)  # the first row's scale
     (tmp_path / "nan.kld").write_bytes(bytes(data))
     got = compare(read_base(tmp_path / "nan.kld"), ref)
     assert math.isnan(got.mean_kld)
@@ -168,8 +190,7 @@ def smollm2(tmp_path) -> ModelFile:
     return ModelFile(SMOLLM2, path, "0" * 64, 64, "path")
 
 
-def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, reference: str | None = "stand-in",
-          expect_gpu: str = "yes"):
+def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, reference: str | None = "stand-in", expect_gpu: str = "yes"):
     """The smoke of a stand-in Vulkan bundle on lavapipe; ``reference``: the stand-in's own clean run, None (no
     reference for the model) or a baselines file's path."""
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", "vk_name": "NVIDIA H200", **mode})
@@ -182,8 +203,13 @@ def smoke(tmp_path: Path, model: ModelFile, mode: dict, *, reference: str | None
         config = replace(config, baselines=replace(config.baselines, references=()))
     else:
         config = replace(config, baselines=load_baselines(Path(reference)))
-    report = run_smoke(job, model, replace(fast_smoke(), numerics=config, expect_gpu=expect_gpu),
-                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    report = run_smoke(
+        job,
+        model,
+        replace(fast_smoke(), numerics=config, expect_gpu=expect_gpu),
+        kfd_topology=tmp_path / "no-kfd",
+        backends=REGISTRY,
+    )
     return report, json.loads((job / "smoke.json").read_text()), envlog
 
 
@@ -197,7 +223,8 @@ def test_the_long_runs_use_llama_servers_batches_and_keep_only_a_top_k(tmp_path,
     for call in (long_cpu, long_gpu):
         assert [call[call.index(f) + 1] for f in ("-c", "-b", "-ub", "--chunks")] == ["4096", "2048", "512", "1"]
     assert long_cpu[long_cpu.index("-dev") + 1] == "none" and long_cpu[long_cpu.index("-f") + 1].endswith(
-        "moby-dick.txt")
+        "moby-dick.txt"
+    )
     assert long_gpu[long_gpu.index("-dev") + 1] == "Vulkan0" and "--kl-divergence" in long_gpu
     base = Path(long_cpu[long_cpu.index("--kl-divergence-base") + 1])
     assert not base.exists()  # the full log-probabilities are not kept
@@ -230,10 +257,13 @@ def test_a_fault_past_position_3072_on_every_backend_fails_on_the_cpu_against_th
     assert data["numerics"]["summary"]["long_reference"] == FAILED
 
 
-@pytest.mark.parametrize(("mode", "words"), [
-    ("forget", "asked for the pass key 71432 after"),
-    ("short", "the prompt was 900 tokens, fewer than 3000: not a long prompt"),
-])
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [
+        ("forget", "asked for the pass key 71432 after"),
+        ("short", "the prompt was 900 tokens, fewer than 3000: not a long prompt"),
+    ],
+)
 def test_a_forgotten_pass_key_or_a_short_prompt_fails(tmp_path, smollm2, mode, words):
     report, data, _ = smoke(tmp_path, smollm2, {"long": mode})
     answer = data["numerics"]["long_answer"]
@@ -246,11 +276,14 @@ def test_a_model_trained_on_a_short_context_leaves_the_pass_key_not_checked(tmp_
     report, data, _ = smoke(tmp_path, smollm2, {"long": "small-model"})
     answer = data["numerics"]["long_answer"]
     assert answer["result"] == NOT_CHECKED and report.ok, (answer, report.failures)
-    assert answer["detail"].startswith("the model was trained on 512 tokens of context, fewer than the pass-key "
-                                       "prompt's 4739")
+    assert answer["detail"].startswith(
+        "the model was trained on 512 tokens of context, fewer than the pass-key prompt's 4739"
+    )
     report, data, _ = smoke(tmp_path / "b", smollm2, {"long": "small-context"})
     answer = data["numerics"]["long_answer"]
-    assert not report.ok and answer["result"] == FAILED and answer["detail"] == "/completion answered HTTP 400 on the GPU"
+    assert (
+        not report.ok and answer["result"] == FAILED and answer["detail"] == "/completion answered HTTP 400 on the GPU"
+    )
 
 
 def test_a_long_cpu_run_that_dies_fails_and_the_gpu_is_not_judged(tmp_path, smollm2):
@@ -261,8 +294,7 @@ def test_a_long_cpu_run_that_dies_fails_and_the_gpu_is_not_judged(tmp_path, smol
     assert numerics["long_cross_backend"] == {"result": NOT_CHECKED, "detail": "the CPU's long run failed"}
 
 
-def test_no_reference_is_not_checked_and_rockbuild_baseline_records_the_nights_top_k(tmp_path, smollm2,
-                                                                                     run_rockbuild):
+def test_no_reference_is_not_checked_and_rockbuild_baseline_records_the_nights_top_k(tmp_path, smollm2, run_rockbuild):
     report, data, _ = smoke(tmp_path / "first", smollm2, {}, reference=None)
     ref = data["numerics"]["long_reference"]
     assert report.ok and ref["result"] == NOT_CHECKED and "no reference for " + SMOLLM2 in ref["detail"]
@@ -270,8 +302,17 @@ def test_no_reference_is_not_checked_and_rockbuild_baseline_records_the_nights_t
     smoke_json = tmp_path / "first" / "out" / "linux-gfx1151" / "smoke.json"
     target = tmp_path / "baselines.yaml"
     target.write_text(data_path("config", "baselines.yaml").read_text().split("\nreferences:\n")[0] + "\n")
-    result = run_rockbuild("baseline", str(smoke_json), "--file", str(target), "--only", "long",
-                           "--measured", "stand-in, 2026-12-05", "--json")
+    result = run_rockbuild(
+        "baseline",
+        str(smoke_json),
+        "--file",
+        str(target),
+        "--only",
+        "long",
+        "--measured",
+        "stand-in, 2026-12-05",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     recorded = json.loads(result.stdout)["reference"]
     assert recorded["old"] is None and recorded["new"]["ctx"] == 4096 and recorded["new"]["max_mean_kld"] == 0.001
@@ -291,8 +332,13 @@ def test_a_model_with_a_long_text_that_is_not_the_pinned_one_fails_every_long_ch
     assert config.long is not None
     wrong = write(tmp_path / "moby-dick.txt", "Call me Ishmael.\n")
     config = replace(config, long=replace(config.long, text=wrong))
-    report = run_smoke(job, smollm2, replace(fast_smoke(), numerics=config, expect_gpu="yes"),
-                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    report = run_smoke(
+        job,
+        smollm2,
+        replace(fast_smoke(), numerics=config, expect_gpu="yes"),
+        kfd_topology=tmp_path / "no-kfd",
+        backends=REGISTRY,
+    )
     data = json.loads((job / "smoke.json").read_text())["numerics"]
     assert not report.ok
     for name in ("long_reference", "long_cross_backend", "long_answer"):
@@ -316,24 +362,37 @@ def test_the_cpus_long_run_uses_one_cpu_variant_alone_as_its_reference_did(tmp_p
     runs = {}
     for variant in ("haswell", "zen4"):
         numerics = replace(config, baselines=replace(config.baselines, references=refs[variant]))
-        run_smoke(job, smollm2, replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"),
-                  kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+        run_smoke(
+            job,
+            smollm2,
+            replace(fast_smoke(), numerics=numerics, expect_gpu="yes", cpu_variants="none"),
+            kfd_topology=tmp_path / "no-kfd",
+            backends=REGISTRY,
+        )
         runs[variant] = json.loads((job / "smoke.json").read_text())["numerics"]["long_reference"]
     assert runs["haswell"]["result"] == PASSED and runs["haswell"]["about"]["cpu_variant"] == "haswell"
     assert runs["zen4"]["result"] == NOT_CHECKED
     assert runs["zen4"]["detail"].startswith("the reference was recorded with CPU variant zen4, this run had haswell")
-    long_cpu = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()
-                if "-ub" in line and "--kl-divergence\"" not in line][0]
+    long_cpu = [
+        json.loads(line)
+        for line in (envlog / "perplexity.calls").read_text().splitlines()
+        if "-ub" in line and '--kl-divergence"' not in line
+    ][0]
     program = Path(long_cpu[0])
     assert program.name == "llama-perplexity" and program.parent.name == "haswell"
     assert program.parent.parent.parent == job  # beside the bundle, so that hard links work
     # and run from there: ggml also loads CPU modules from the current folder, the bundle's would all come back
     calls = (envlog / "perplexity.calls").read_text().splitlines()
     cwds = (envlog / "perplexity.cwd").read_text().splitlines()
-    assert {cwd for line, cwd in zip(calls, cwds, strict=True) if json.loads(line)[0] == str(program)} == {str(program.parent)}
+    assert {cwd for line, cwd in zip(calls, cwds, strict=True) if json.loads(line)[0] == str(program)} == {
+        str(program.parent)
+    }
     assert not program.parent.exists()  # the one-variant folder is gone
-    gpu = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()
-           if "-ub" in line and "--kl-divergence\"" in line][0]
+    gpu = [
+        json.loads(line)
+        for line in (envlog / "perplexity.calls").read_text().splitlines()
+        if "-ub" in line and '--kl-divergence"' in line
+    ][0]
     assert Path(gpu[0]).parent == job / "bundle"  # the GPU runs the bundle itself
 
 

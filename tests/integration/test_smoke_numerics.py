@@ -115,18 +115,21 @@ def test_thresholds_come_from_smoke_yaml_each_with_its_floor():
     assert config.answers_for("tiny-qwen3.gguf") == ()
 
 
-@pytest.mark.parametrize(("section", "message"), [
-    ({"thresholds": [{"backend": "vulkan", "max_mean_kld": 0.01}]}, "numerics.thresholds[0] needs"),
-    ({"thresholds": [{"max_mean_kld": ".nan", "min_same_top": 90}]}, "must be a finite number"),
-    ({"known_answers": {"m": [{"prompt": "x", "expect": "("}]}}, "is not a regular expression"),
-    ({"known_answers": {"m": "Paris"}}, "must be a list"),
-    ({"ctx": "big"}, "numerics.ctx must be a whole number"),
-    ({"chunks": float("inf")}, "numerics.chunks must be a whole number"),
-    ({"thresholds": 3}, "numerics.thresholds must be a list"),
-    ({"known_answers": "m"}, "numerics.known_answers must be a mapping"),
-    ({"ctx_size": 256}, "unknown key 'ctx_size'"),
-    ("yes", "numerics must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"thresholds": [{"backend": "vulkan", "max_mean_kld": 0.01}]}, "numerics.thresholds[0] needs"),
+        ({"thresholds": [{"max_mean_kld": ".nan", "min_same_top": 90}]}, "must be a finite number"),
+        ({"known_answers": {"m": [{"prompt": "x", "expect": "("}]}}, "is not a regular expression"),
+        ({"known_answers": {"m": "Paris"}}, "must be a list"),
+        ({"ctx": "big"}, "numerics.ctx must be a whole number"),
+        ({"chunks": float("inf")}, "numerics.chunks must be a whole number"),
+        ({"thresholds": 3}, "numerics.thresholds must be a list"),
+        ({"known_answers": "m"}, "numerics.known_answers must be a mapping"),
+        ({"ctx_size": 256}, "unknown key 'ctx_size'"),
+        ("yes", "numerics must be a mapping"),
+    ],
+)
 def test_config_mistakes_are_one_config_error_each(section, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         parse_numerics_config(section)
@@ -151,15 +154,31 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
     assert numerics["known_answers"]["result"] == PASSED and numerics["known_answers"]["total"] == 6  # CPU + GPU
     assert numerics["cpu"]["ppl"] == 24.7912
     assert numerics["summary"] == {
-        "cross_backend": PASSED, "mean_kld": 0.0057, "max_kld": 0.1596, "same_top": 96.4,
-        "known_answers": PASSED, "answers_passed": 6, "answers_total": 6, "cpu_ppl": 24.7912, "model": SMOLLM2,
-        "cpu_baseline": PASSED, "long_ctx": 4096, "long_reference": PASSED, "long_reference_kld": 0.0,
-        "long_reference_same_top": 100.0, "long_cross_backend": NOT_CHECKED, "long_mean_kld": None,
-        "long_same_top": None, "long_answer": PASSED, "long_answer_tokens": numerics["long_answer"]["prompt_tokens"]}
+        "cross_backend": PASSED,
+        "mean_kld": 0.0057,
+        "max_kld": 0.1596,
+        "same_top": 96.4,
+        "known_answers": PASSED,
+        "answers_passed": 6,
+        "answers_total": 6,
+        "cpu_ppl": 24.7912,
+        "model": SMOLLM2,
+        "cpu_baseline": PASSED,
+        "long_ctx": 4096,
+        "long_reference": PASSED,
+        "long_reference_kld": 0.0,
+        "long_reference_same_top": 100.0,
+        "long_cross_backend": NOT_CHECKED,
+        "long_mean_kld": None,
+        "long_same_top": None,
+        "long_answer": PASSED,
+        "long_answer_tokens": numerics["long_answer"]["prompt_tokens"],
+    }
     # lavapipe is a software device: its long runs are not made, the pass key runs on the CPU
     assert numerics["long_answer"]["on"] == "CPU"
-    assert numerics["long_cross_backend"]["detail"].startswith("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) is a "
-                                                               "software device: its long runs are not made")
+    assert numerics["long_cross_backend"]["detail"].startswith(
+        "Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) is a software device: its long runs are not made"
+    )
     calls = [json.loads(line) for line in (envlog / "perplexity.calls").read_text().splitlines()]
     cpu, gpu, long_cpu = calls
     assert cpu[cpu.index("-dev") + 1] == "none" and "-f" in cpu and "--kl-divergence" not in cpu
@@ -169,12 +188,15 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
     assert "cross backend: passed: mean KLD 0.00570" in report.render()
 
 
-@pytest.mark.parametrize(("mode", "words"), [
-    ("wrong", "wrong numbers against the CPU: mean KLD 0.26000 > 0.017, same top token 71.2 % < 94 %"),
-    ("garbage", "wrong numbers against the CPU: mean KLD 9.81000 > 0.017"),
-    ("nan", "NaN or inf in the GPU's numbers"),
-    ("crash", "llama-perplexity on Vulkan0: killed by SIGSEGV"),
-])
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [
+        ("wrong", "wrong numbers against the CPU: mean KLD 0.26000 > 0.017, same top token 71.2 % < 94 %"),
+        ("garbage", "wrong numbers against the CPU: mean KLD 9.81000 > 0.017"),
+        ("nan", "NaN or inf in the GPU's numbers"),
+        ("crash", "llama-perplexity on Vulkan0: killed by SIGSEGV"),
+    ],
+)
 def test_wrong_numbers_fail_the_smoke_like_a_crash(tmp_path, smollm2, mode, words):
     report, data, _ = smoke(tmp_path, smollm2, {"numerics": mode})
     assert not report.ok
@@ -188,15 +210,19 @@ def test_wrong_answers_on_the_gpu_only_fail_and_name_the_prompt(tmp_path, smollm
     answers = data["numerics"]["known_answers"]
     assert not report.ok and answers["result"] == FAILED
     assert answers["passed"] == 3 and answers["total"] == 6
-    assert "3 of 6 known answers wrong: 'The capital of France is' on the GPU answered ' 1111 sum sum sum'" in \
-        answers["detail"]
+    assert (
+        "3 of 6 known answers wrong: 'The capital of France is' on the GPU answered ' 1111 sum sum sum'"
+        in answers["detail"]
+    )
 
 
 def test_no_gpu_device_is_not_checked_and_known_answers_still_run_on_the_cpu(tmp_path, smollm2):
     report, data, envlog = smoke(tmp_path, smollm2, {"numerics": "pass"}, expect_gpu="no")
     assert report.ok, report.failures
     assert data["numerics"]["cross_backend"] == {
-        "result": NOT_CHECKED, "detail": "no GPU device on this machine: the GPU's numbers were not compared"}
+        "result": NOT_CHECKED,
+        "detail": "no GPU device on this machine: the GPU's numbers were not compared",
+    }
     assert data["numerics"]["known_answers"]["result"] == PASSED and data["numerics"]["known_answers"]["total"] == 3
     assert len((envlog / "perplexity.calls").read_text().splitlines()) == 2  # the CPU's figures only (256, 4,096)
     assert data["numerics"]["long_cross_backend"]["result"] == NOT_CHECKED
@@ -212,7 +238,9 @@ def test_a_model_without_known_answers_says_not_checked_never_passed(tmp_path):
     assert data["numerics"]["known_answers"]["result"] == NOT_CHECKED
     assert data["numerics"]["summary"]["known_answers"] == NOT_CHECKED
     assert data["numerics"]["cross_backend"] == {
-        "result": NOT_CHECKED, "detail": "no threshold in smoke.yaml for backend vulkan, model tiny-qwen3.gguf"}
+        "result": NOT_CHECKED,
+        "detail": "no threshold in smoke.yaml for backend vulkan, model tiny-qwen3.gguf",
+    }
 
 
 def test_a_cpu_reference_that_dies_fails_and_the_gpu_is_not_judged(tmp_path, smollm2):
@@ -227,12 +255,15 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
     path.write_bytes(gguf_header() + bytes(40))
     tiny = ModelFile("tiny-qwen3.gguf", path, "0" * 64, 64, "tiny")
     job, _ = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"),
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, tiny, replace(fast_smoke(), numerics=numerics_config(), expect_gpu="yes"), backends=REGISTRY
+    )
     data = json.loads((job / "smoke.json").read_text())
     assert report.ok, report.failures
-    assert data["numerics"]["cross_backend"] == {"result": NOT_CHECKED,
-                                                 "detail": "llama-perplexity is not in the bundle"}
+    assert data["numerics"]["cross_backend"] == {
+        "result": NOT_CHECKED,
+        "detail": "llama-perplexity is not in the bundle",
+    }
     assert data["numerics"]["summary"]["cross_backend"] == NOT_CHECKED
     assert data["numerics"]["summary"]["known_answers"] == NOT_CHECKED
 
@@ -242,14 +273,16 @@ def test_a_bundle_without_llama_perplexity_is_not_checked(tmp_path):
 
 def test_a_model_broken_on_every_backend_fails_on_the_cpu_alone_against_its_baseline(tmp_path, smollm2):
     """The sign-flipped SmolLM2 (1.5e15 on the H200, docs/numerics.md): no GPU, no known answers needed."""
-    report, data, _ = smoke(tmp_path, smollm2, {"numerics": "pass", "cpu_ppl": "1500000000000000.0"},
-                            expect_gpu="no")
+    report, data, _ = smoke(tmp_path, smollm2, {"numerics": "pass", "cpu_ppl": "1500000000000000.0"}, expect_gpu="no")
     cpu = data["numerics"]["cpu"]
     assert cpu["result"] == FAILED and cpu["baseline"]["result"] == FAILED
-    assert cpu["detail"].startswith("perplexity 1.5e+15 is x6.06e+13 from the baseline 24.7663 for "
-                                    f"{SMOLLM2} on numerics.txt, 8 x 256 tokens (tolerance 2%; measured b11312")
-    assert cpu["detail"].endswith("once a human has checked the new figure is right: rockbuild baseline "
-                                  "<its smoke.json>")
+    assert cpu["detail"].startswith(
+        "perplexity 1.5e+15 is x6.06e+13 from the baseline 24.7663 for "
+        f"{SMOLLM2} on numerics.txt, 8 x 256 tokens (tolerance 2%; measured b11312"
+    )
+    assert cpu["detail"].endswith(
+        "once a human has checked the new figure is right: rockbuild baseline <its smoke.json>"
+    )
     assert not report.ok and any(f.startswith("numerics: cpu: perplexity 1.5e+15") for f in report.failures)
 
 
@@ -261,20 +294,23 @@ def test_a_drift_past_the_tolerance_fails_and_one_inside_it_passes_with_its_devi
     report, data, _ = smoke(tmp_path / "b", smollm2, {"numerics": "pass", "cpu_ppl": "24.2900"})
     cpu = data["numerics"]["cpu"]
     assert report.ok and cpu["result"] == PASSED
-    assert cpu["detail"] == ("perplexity 24.2900 on 8 x 256 tokens; baseline: -1.92 % from the baseline 24.7663 "
-                             "(tolerance 2%)")
+    assert cpu["detail"] == (
+        "perplexity 24.2900 on 8 x 256 tokens; baseline: -1.92 % from the baseline 24.7663 (tolerance 2%)"
+    )
     assert cpu["baseline"]["deviation"] == pytest.approx(24.29 / 24.7663 - 1)
 
 
 def test_a_model_without_a_baseline_is_not_judged_by_one(tmp_path):
     model = tmp_path / "other.gguf"
     model.write_bytes(gguf_header() + bytes(40))
-    report, data, _ = smoke(tmp_path, ModelFile("other.gguf", model, "0" * 64, 64, "path"),
-                            {"numerics": "pass", "cpu_ppl": "900.0"})
+    report, data, _ = smoke(
+        tmp_path, ModelFile("other.gguf", model, "0" * 64, 64, "path"), {"numerics": "pass", "cpu_ppl": "900.0"}
+    )
     cpu = data["numerics"]["cpu"]
     assert cpu["result"] == PASSED and cpu["baseline"]["result"] == NOT_CHECKED
-    assert cpu["detail"].endswith("baseline: no baseline for other.gguf on numerics.txt, 8 x 256 tokens "
-                                  "(baselines.yaml)")
+    assert cpu["detail"].endswith(
+        "baseline: no baseline for other.gguf on numerics.txt, 8 x 256 tokens (baselines.yaml)"
+    )
     assert data["numerics"]["summary"]["cpu_baseline"] == NOT_CHECKED
 
 
@@ -287,13 +323,19 @@ def test_op_test_failures_are_the_cpu_references_when_the_cpus_own_checks_fail(t
     its perplexity +3.39 %) showed up as "6 of 37 cases failed on Vulkan0". With the CPU's perplexity off its baseline
     the op test's failure names the CPU reference; with the CPU clean it stays the GPU's."""
     job, _ = make_bundle(tmp_path, {"vk": "lavapipe", "numerics": "pass", "cpu_ppl": cpu_ppl})
-    write_op_test(job / "tools" / "test-backend-ops", [("MUL_MAT", "type_a=q4_1,n=1", "ok"),
-                                                       ("MUL_MAT", "type_a=q4_1,n=2", "fail")])
+    write_op_test(
+        job / "tools" / "test-backend-ops",
+        [("MUL_MAT", "type_a=q4_1,n=1", "ok"), ("MUL_MAT", "type_a=q4_1,n=2", "fail")],
+    )
     build = json.loads((job / "build.json").read_text())
     build["test_backend_ops"] = {"status": "built", "path": "tools/test-backend-ops", "seconds": 1.0, "size": 10}
     (job / "build.json").write_text(json.dumps(build))
-    options = replace(fast_smoke(), numerics=numerics_config(tmp_path), ops=OpsConfig(subset=(SubsetEntry("MUL_MAT"),)),
-                      expect_gpu="yes")
+    options = replace(
+        fast_smoke(),
+        numerics=numerics_config(tmp_path),
+        ops=OpsConfig(subset=(SubsetEntry("MUL_MAT"),)),
+        expect_gpu="yes",
+    )
     report = run_smoke(job, smollm2, options, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     ops = json.loads((job / "smoke.json").read_text())["ops"]
     assert not report.ok and ops["result"] == FAILED, ops["detail"]

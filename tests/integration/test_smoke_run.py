@@ -33,8 +33,14 @@ FAST = fast_smoke()
 
 def test_a_cpu_bundle_passes_and_reports_everything(tmp_path, model):
     job, envlog = make_bundle(tmp_path)
-    env = {**os.environ, "LD_LIBRARY_PATH": "/opt/rocm/lib", "ROCM_PATH": "/opt/rocm", "GITHUB_TOKEN": "ghp_secret",
-           "HF_TOKEN": "hf_secret", "PATH": "/opt/rocm/bin:" + os.environ["PATH"] + ":/x/therock/bin"}
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": "/opt/rocm/lib",
+        "ROCM_PATH": "/opt/rocm",
+        "GITHUB_TOKEN": "ghp_secret",
+        "HF_TOKEN": "hf_secret",
+        "PATH": "/opt/rocm/bin:" + os.environ["PATH"] + ":/x/therock/bin",
+    }
     report = run_smoke(job, model, FAST, env=env, kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
     assert report.ok, report.failures
     assert report.report_path == job / "smoke.json"
@@ -47,7 +53,9 @@ def test_a_cpu_bundle_passes_and_reports_everything(tmp_path, model):
     assert data["runs"]["server"]["tokens"] == 16 and data["runs"]["server"]["text"].startswith(" Needle")
     assert [b["test"] for b in data["bench"]] == ["pp64", "tg16"]
     assert all(r["seconds"] > 0 and r["command"] for r in data["runs"].values())
-    assert "PATH entry /opt/rocm/bin" in data["environment_removed"] and "LD_LIBRARY_PATH" in data["environment_removed"]
+    assert (
+        "PATH entry /opt/rocm/bin" in data["environment_removed"] and "LD_LIBRARY_PATH" in data["environment_removed"]
+    )
     # what the children really got
     for name in ("llama-cli", "llama-server", "llama-bench"):
         child = json.loads((envlog / f"{name}.env.json").read_text())
@@ -83,16 +91,18 @@ def test_a_hang_fails_that_run_only_with_its_log_tail(tmp_path, model):
 
 def test_expected_gpu_on_a_cpu_run_is_a_silent_fallback(tmp_path, model):
     job, _ = make_bundle(tmp_path)
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY
+    )
     assert not report.ok and all(r.ok for r in report.runs)
     assert "silent CPU fallback" in report.failures[0]
 
 
 def test_rocm0_buffers_pass_an_expected_gpu_run(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"gpu": True})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY
+    )
     assert report.ok, report.failures
     assert report.record.gpu.placement == "gpu" and report.record.gpu.summary.startswith("gpu: ROCm")
 
@@ -118,8 +128,9 @@ def test_a_request_that_never_answers_times_out_and_the_server_is_stopped(tmp_pa
 
 def test_empty_generation_fails_the_cli_run(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"cli": "empty"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path,
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli",)}), kfd_topology=tmp_path, backends=REGISTRY
+    )
     assert report.runs[0].failure == "the generated text is empty"
 
 
@@ -128,15 +139,18 @@ def test_kfd_topology_and_auto_expectation(tmp_path):
         node = tmp_path / str(i)
         node.mkdir()
         simd = 0 if version == "0" else 80  # a CPU node has no SIMDs
-        (node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count {simd}\n"
-                                         "vendor_id 4098\n")
+        (node / "properties").write_text(
+            f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count {simd}\nvendor_id 4098\n"
+        )
     (tmp_path / "3").mkdir()  # a node with a version but no SIMDs is no GPU: smoke and doctor agree (rockbuild.gpu)
     (tmp_path / "3" / "properties").write_text("gfx_target_version 110000\nsimd_count 0\n")
     assert kfd_gfx_targets(tmp_path) == ["gfx1151", "gfx90a"]
     assert decide_expectation("auto", ["gfx1151"], ["gfx1151"])[0] is True
     expect, why = decide_expectation("auto", ["gfx1100", "gfx1101"], ["gfx1151"])
     assert expect is False and "none is a target" in why
-    assert decide_expectation("yes", [], [])[0] is True and decide_expectation("no", ["gfx1151"], ["gfx1151"])[0] is False
+    assert (
+        decide_expectation("yes", [], [])[0] is True and decide_expectation("no", ["gfx1151"], ["gfx1151"])[0] is False
+    )
 
 
 def test_locating_the_bundle_from_the_job_folder_or_the_bundle(tmp_path):
@@ -146,8 +160,15 @@ def test_locating_the_bundle_from_the_job_folder_or_the_bundle(tmp_path):
 
 
 def test_env_keeps_the_allowlist_only():
-    env, removed = smoke_env({"PATH": "/usr/bin:/opt/rocm-7.2/bin", "HOME": "/root", "HIP_PATH": "/opt/rocm",
-                              "SOME_API_KEY": "x", "LD_PRELOAD": "/lib/x.so"})
+    env, removed = smoke_env(
+        {
+            "PATH": "/usr/bin:/opt/rocm-7.2/bin",
+            "HOME": "/root",
+            "HIP_PATH": "/opt/rocm",
+            "SOME_API_KEY": "x",
+            "LD_PRELOAD": "/lib/x.so",
+        }
+    )
     assert env == {"PATH": "/usr/bin", "HOME": "/root"}
     assert set(removed) == {"HIP_PATH", "LD_PRELOAD", "PATH entry /opt/rocm-7.2/bin"}
 
@@ -155,16 +176,27 @@ def test_env_keeps_the_allowlist_only():
 def test_env_lets_device_selection_through():
     """lavapipe is used only with GGML_VK_VISIBLE_DEVICES; HIP_VISIBLE_DEVICES skips an iGPU listed first; a Windows
     Vulkan bundle under wine reaches lavapipe through wine's X11 driver, which needs DISPLAY (issue 29)."""
-    env, removed = smoke_env({"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1",
-                              "ROCM_PATH": "/opt/rocm", "DISPLAY": ":99"})
+    env, removed = smoke_env(
+        {
+            "PATH": "/usr/bin",
+            "GGML_VK_VISIBLE_DEVICES": "0",
+            "HIP_VISIBLE_DEVICES": "1",
+            "ROCM_PATH": "/opt/rocm",
+            "DISPLAY": ":99",
+        }
+    )
     assert env == {"PATH": "/usr/bin", "GGML_VK_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1", "DISPLAY": ":99"}
     assert removed == ["ROCM_PATH"]
 
 
 def test_cli_exits_non_zero_and_writes_smoke_json(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"bench": "garbage"})
-    proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "no"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "no"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 11, proc.stderr
     assert "error: smoke test of" in proc.stderr and "bench: no JSON results in the output" in proc.stderr
     assert "[FAIL] bench" in proc.stdout and "[ok] cli" in proc.stdout
@@ -173,8 +205,12 @@ def test_cli_exits_non_zero_and_writes_smoke_json(tmp_path, model):
 
 def test_cli_json_on_success(tmp_path, model):
     job, _ = make_bundle(tmp_path)
-    proc = subprocess.run([rockbuild_exe(), "smoke", str(job / "bundle"), "--model", str(model.path), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [rockbuild_exe(), "smoke", str(job / "bundle"), "--model", str(model.path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["ok"] and data["model"]["source"] == "path"
@@ -185,8 +221,11 @@ def test_a_windows_bundle_is_refused_on_linux_without_wine(tmp_path, model, monk
     (job / "bundle" / "bundle.json").write_text(json.dumps({"platform": "windows", "targets": ["gfx1151"]}))
     monkeypatch.setenv("PATH", str(tmp_path / "no-wine-here"))
     monkeypatch.setattr("rockbuild.process.WINE_FALLBACK", tmp_path / "no-wine")
-    with pytest.raises(SmokeError, match=r"windows bundle and this machine runs linux; smoke-test it on windows "
-                                         r"\(or install wine here: apt install wine64\)"):
+    with pytest.raises(
+        SmokeError,
+        match=r"windows bundle and this machine runs linux; smoke-test it on windows "
+        r"\(or install wine here: apt install wine64\)",
+    ):
         run_smoke(job, model, FAST, backends=REGISTRY)
     # with wine, the platform is no reason to stop: the bundle's own programs are looked for (.exe, under wine)
     fake = tmp_path / "bin" / "wine"
@@ -225,23 +264,34 @@ def test_vulkan_bundle_without_a_driver_auto_runs_on_the_cpu_unpinned(tmp_path, 
     report = run_smoke(job, model, FAST, kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     assert report.record.device is None and report.record.expect_gpu.devices_found == ()
-    assert "sees no Vulkan device" in report.record.expect_gpu.reason and "GGML_VK_VISIBLE_DEVICES" in report.record.expect_gpu.reason
+    assert (
+        "sees no Vulkan device" in report.record.expect_gpu.reason
+        and "GGML_VK_VISIBLE_DEVICES" in report.record.expect_gpu.reason
+    )
     assert "-dev" not in _argv(envlog, "llama-cli")
 
 
 def test_vulkan_bundle_without_a_driver_fails_an_expected_gpu_run_in_one_line_without_running(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "none"})
-    proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "yes"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "yes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 11, proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "no Vulkan device visible to the bundle" in error[0], proc.stderr
     assert "GGML_VK_VISIBLE_DEVICES=0" in error[0] and "Traceback" not in proc.stderr
     assert not (envlog / "llama-server.argv.json").exists()  # nothing to learn from runs that cannot use a device
     # the driver files pinned to a path that does not exist: the line says so
-    pinned = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "yes"],
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "VK_ICD_FILENAMES": "/nowhere/icd.json", "GGML_VK_VISIBLE_DEVICES": "0"})
+    pinned = subprocess.run(
+        [rockbuild_exe(), "smoke", str(job), "--model", str(model.path), "--expect-gpu", "yes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "VK_ICD_FILENAMES": "/nowhere/icd.json", "GGML_VK_VISIBLE_DEVICES": "0"},
+    )
     assert pinned.returncode == 11
     assert "VK_ICD_FILENAMES=/nowhere/icd.json limits the Vulkan loader to those driver files" in pinned.stderr
     data = json.loads((job / "smoke.json").read_text())
@@ -250,8 +300,9 @@ def test_vulkan_bundle_without_a_driver_fails_an_expected_gpu_run_in_one_line_wi
 
 def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, model):
     job, _ = make_bundle(tmp_path, {"vk": "noloader"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path,
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "yes"}), kfd_topology=tmp_path, backends=REGISTRY
+    )
     assert not report.ok and report.runs == ()
     assert "libvulkan.so.1: cannot open shared object file" in report.failures[0]
     assert "exit code 127" in report.failures[0] and "Vulkan loader" in report.failures[0]
@@ -263,8 +314,9 @@ def test_vulkan_bundle_without_the_loader_names_the_missing_library(tmp_path, mo
 
 def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path,
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, SmokeOptions(**{**FAST.__dict__, "device": "Vulkan1"}), kfd_topology=tmp_path, backends=REGISTRY
+    )
     assert not report.ok and report.record.device == "Vulkan1"
     assert report.failures[0] == "cli: exit code 1"
     assert "invalid device: Vulkan1" in "\n".join(report.runs[0].log_tail)
@@ -272,8 +324,9 @@ def test_an_explicit_device_is_passed_to_every_run(tmp_path, model):
 
 def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"vk": "lavapipe"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path,
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, SmokeOptions(**{**FAST.__dict__, "expect_gpu": "no"}), kfd_topology=tmp_path, backends=REGISTRY
+    )
     assert report.record.device is None and "-dev" not in _argv(envlog, "llama-bench")
     assert report.record.expect_gpu.reason == "--expect-gpu no"
 
@@ -281,19 +334,25 @@ def test_expect_gpu_no_on_a_vulkan_bundle_does_not_pin(tmp_path, model):
 # --- a corrupt model, and what the step lines say -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("content", "says"), [
-    (b"<!DOCTYPE html><html>Sign in</html>", "is not a GGUF file (starts with b'<!DOCTYP')"),
-    (gguf_header()[:12], "is truncated: 12 bytes, shorter than the 24-byte GGUF header"),
-    (gguf_header(tensors=291, kv=30) + bytes(100),
-     "is truncated: 124 bytes cannot hold the 30 metadata keys and 291 tensors its GGUF header declares"),
-    (gguf_header(version=1) + bytes(40), "is GGUF version 1; llama.cpp reads versions 2 and 3"),
-])
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"<!DOCTYPE html><html>Sign in</html>", "is not a GGUF file (starts with b'<!DOCTYP')"),
+        (gguf_header()[:12], "is truncated: 12 bytes, shorter than the 24-byte GGUF header"),
+        (
+            gguf_header(tensors=291, kv=30) + bytes(100),
+            "is truncated: 124 bytes cannot hold the 30 metadata keys and 291 tensors its GGUF header declares",
+        ),
+        (gguf_header(version=1) + bytes(40), "is GGUF version 1; llama.cpp reads versions 2 and 3"),
+    ],
+)
 def test_a_corrupt_model_fails_in_one_line_before_any_program_runs(tmp_path, content, says):
     job, envlog = make_bundle(tmp_path)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(content)
-    proc = subprocess.run([rockbuild_exe(), "smoke", str(job), "--model", str(bad)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [rockbuild_exe(), "smoke", str(job), "--model", str(bad)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 11, proc.stderr
     assert proc.stderr.splitlines() == [f"error: {bad} {says}"]
     assert list(envlog.iterdir()) == []  # not even llama-cli --list-devices
@@ -312,8 +371,13 @@ def test_run_smoke_checks_the_model_first(tmp_path):
 def test_a_failed_run_says_failed_on_its_step_line(tmp_path, model, capsys, monkeypatch):
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     job, _ = make_bundle(tmp_path, {"cli": "crash"})
-    report = run_smoke(job, model, SmokeOptions(**{**FAST.__dict__, "runs": ("cli", "bench")}),
-                       kfd_topology=tmp_path, backends=REGISTRY)
+    report = run_smoke(
+        job,
+        model,
+        SmokeOptions(**{**FAST.__dict__, "runs": ("cli", "bench")}),
+        kfd_topology=tmp_path,
+        backends=REGISTRY,
+    )
     assert [r.ok for r in report.runs] == [False, True]
     err = capsys.readouterr().err
     steps = [line.strip() for line in err.splitlines() if line.startswith("    smoke: ")]
@@ -329,7 +393,12 @@ def test_the_gpu_preset_gives_llama_bench_its_own_threads_capped_at_the_cpus(tmp
     config = Settings.from_environment({}).smoke
     gpu = SmokeOptions.from_config(config, bench_preset="gpu")
     assert (gpu.bench_prompt, gpu.bench_gen, gpu.bench_repetitions, gpu.bench_threads, gpu.threads) == (
-        512, 128, 5, 8, 1)
+        512,
+        128,
+        5,
+        8,
+        1,
+    )
     assert SmokeOptions.from_config(config).bench_threads is None  # the CPU smoke keeps one thread everywhere
     job, envlog = make_bundle(tmp_path)
     options = SmokeOptions(timeouts=FAST.timeouts, bench_threads=4096)
@@ -364,8 +433,9 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     )
     from dataclasses import replace
 
-    report = run_smoke(job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd",
-                       backends=REGISTRY)
+    report = run_smoke(
+        job, model, replace(FAST, programs=programs), kfd_topology=tmp_path / "no-kfd", backends=REGISTRY
+    )
     run = next(r for r in report.runs if r.name == "programs")
     assert not report.ok and not run.ok
     assert run.failure == ("2 of 4 programs failed: llama-gguf: its output does not match 'usage: ' (and 1 more)")
@@ -377,8 +447,13 @@ def test_every_shipped_program_is_run_with_its_check(tmp_path, model):
     assert data["runs"]["programs"]["checked"] == 4 and not data["ok"]
     # a required program missing from the bundle fails the run
     (bundle / "ggml-rpc-server").unlink()
-    report = run_smoke(job, model, replace(FAST, programs=(Program("ggml-rpc-server", required=True),)),
-                       kfd_topology=tmp_path / "no-kfd", backends=REGISTRY)
+    report = run_smoke(
+        job,
+        model,
+        replace(FAST, programs=(Program("ggml-rpc-server", required=True),)),
+        kfd_topology=tmp_path / "no-kfd",
+        backends=REGISTRY,
+    )
     assert report.failures == ("programs: 1 of 1 programs failed: ggml-rpc-server is not in the bundle",)
 
 
@@ -394,8 +469,9 @@ def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described
     job, _ = make_bundle(tmp_path)
     bundle = job / "bundle"
     _program(bundle, "llama-hangs", "echo 'version: 1'; sleep 30")
-    known = KnownFailure(ships=("libwinpthread-1.dll",), failure="timed out", reason="a winpthreads build hangs at exit",
-                         timeout=0.5)
+    known = KnownFailure(
+        ships=("libwinpthread-1.dll",), failure="timed out", reason="a winpthreads build hangs at exit", timeout=0.5
+    )
     programs = (Program("llama-hangs", check=("--version",), known_failures=(known,)),)
     options = replace(FAST, programs=programs, program_timeout=1.0)
 
@@ -410,7 +486,10 @@ def test_a_known_failure_passes_only_in_its_kind_of_bundle_and_only_as_described
     assert report.ok and run.ok, report.failures
     item = run.to_dict()["programs"][0]
     assert (item["status"], item["failure"], item["known_reason"]) == (
-        "known", "timed out after 0s", "a winpthreads build hangs at exit")
+        "known",
+        "timed out after 0s",
+        "a winpthreads build hangs at exit",
+    )
     assert 0.4 < item["seconds"] < 5 and run.to_dict()["known"] == ["llama-hangs"]
     data = json.loads((job / "smoke.json").read_text())
     assert data["ok"] and data["runs"]["programs"]["known"] == ["llama-hangs"]
@@ -439,7 +518,7 @@ def test_the_gpu_bench_warms_up_and_records_its_spread(tmp_path, model):
     assert report.ok, report.failures
     calls = [json.loads(line) for line in (envlog / "llama-bench.calls").read_text().splitlines()]
     assert [c[c.index("-r") + 1] for c in calls] == ["1", "5"]
-    assert calls[0][:calls[0].index("-r")] == calls[1][:calls[1].index("-r")]  # the same command otherwise
+    assert calls[0][: calls[0].index("-r")] == calls[1][: calls[1].index("-r")]  # the same command otherwise
     assert [p.name for p in tmp_path.rglob("llama-bench-warmup*.log")] == ["llama-bench-warmup1.log"]
     for b in report.record.bench:
         assert b.warmup == 1 and b.spread_pct == round(100 * b.stddev / b.tokens_per_second, 2)

@@ -65,8 +65,9 @@ def test_a_404_at_the_root_fails_the_server_run_when_the_build_has_a_web_ui(tmp_
     job, _ = make_bundle(tmp_path, web_ui=BUILT)  # the stand-in answers 404 at /
     report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, backends=REGISTRY)
     assert not report.ok
-    assert report.failures == ("server: GET / answered HTTP 404, application/json, 2 bytes, not the web UI the "
-                               "build has",)
+    assert report.failures == (
+        "server: GET / answered HTTP 404, application/json, 2 bytes, not the web UI the build has",
+    )
     assert server_run(report).web_ui.result == "failed"
 
 
@@ -86,8 +87,9 @@ def test_a_build_json_that_does_not_say_is_not_checked(tmp_path, model):
     job, _ = make_bundle(tmp_path)  # build.json from before the web UI step
     report = run_smoke(job, model, SmokeOptions(**FAST), kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok and server_run(report).to_dict()["web_ui"] == {
-        "result": "not checked", "detail": "no web UI recorded in build.json (GET / answered HTTP 404, "
-                                           "application/json, 2 bytes)"}
+        "result": "not checked",
+        "detail": "no web UI recorded in build.json (GET / answered HTTP 404, application/json, 2 bytes)",
+    }
 
 
 def test_smoke_yaml_turns_the_browser_on_and_names_the_page(tmp_path):
@@ -164,8 +166,12 @@ class ChatServer:
 def test_the_browser_types_sends_and_sees_the_answer(tmp_path):
     shot = tmp_path / "web-ui.png"
     with ChatServer() as server:
-        result = check_chat(server.url, ChatPage(message="Hello from rockbuild", settle=0.5, timeout=60),
-                            screenshot=shot, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        result = check_chat(
+            server.url,
+            ChatPage(message="Hello from rockbuild", settle=0.5, timeout=60),
+            screenshot=shot,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
     assert result.result == "passed", result.detail
     assert server.messages == ["Hello from rockbuild"]  # what was typed is what the page sent
     assert result.answer == "echo: Hello from rockbuild" and result.browser and "chrom" in result.browser
@@ -176,8 +182,12 @@ def test_the_browser_types_sends_and_sees_the_answer(tmp_path):
 def test_a_page_that_never_answers_fails_with_its_screenshot(tmp_path):
     shot = tmp_path / "web-ui.png"
     with ChatServer(answer=False) as server:
-        result = check_chat(server.url, ChatPage(timeout=3, settle=0.5), screenshot=shot,
-                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        result = check_chat(
+            server.url,
+            ChatPage(timeout=3, settle=0.5),
+            screenshot=shot,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
     assert result.result == "failed" and result.detail == "no answer within 3s"
     assert shot.read_bytes().startswith(PNG)
 
@@ -185,8 +195,12 @@ def test_a_page_that_never_answers_fails_with_its_screenshot(tmp_path):
 @needs_browser
 def test_a_page_without_a_chat_box_fails_naming_the_step(tmp_path):
     with ChatServer() as server:
-        result = check_chat(server.url, ChatPage(input="#no-such-box", timeout=2), screenshot=tmp_path / "s.png",
-                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        result = check_chat(
+            server.url,
+            ChatPage(input="#no-such-box", timeout=2),
+            screenshot=tmp_path / "s.png",
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
     assert result.result == "failed" and result.detail.startswith("find the chat box (#no-such-box): ")
     assert "\n" not in result.detail
 

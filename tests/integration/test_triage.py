@@ -44,9 +44,13 @@ def world(tmp_path, monkeypatch):
 
 def five_commits(world: World, *, define: str) -> list[str]:
     """A..C: two harmless commits, the one that breaks gfx1151 (``define`` on its compile), two more."""
-    return [world.new_commit("docs : one (#101)"), world.new_commit("server : two (#102)"),
-            world.new_commit("ggml : the fast path (#103)", only_for="gfx1151", define=define),
-            world.new_commit("cli : four (#104)"), world.new_commit("model : five (#105)")]
+    return [
+        world.new_commit("docs : one (#101)"),
+        world.new_commit("server : two (#102)"),
+        world.new_commit("ggml : the fast path (#103)", only_for="gfx1151", define=define),
+        world.new_commit("cli : four (#104)"),
+        world.new_commit("model : five (#105)"),
+    ]
 
 
 def test_a_commit_that_breaks_one_jobs_build_is_named_and_the_rest_ships(world, tmp_path, run_rockbuild):
@@ -63,8 +67,12 @@ def test_a_commit_that_breaks_one_jobs_build_is_named_and_the_rest_ships(world, 
     jobs = {j.id: j for j in second.jobs}
     assert jobs["linux-gfx1150"].status == "ok"
     broken = jobs["linux-gfx1151"]
-    assert (broken.status, broken.failed_stage, broken.cause, broken.ship) == ("failed", "build", "llama.cpp",
-                                                                                "missing")
+    assert (broken.status, broken.failed_stage, broken.cause, broken.ship) == (
+        "failed",
+        "build",
+        "llama.cpp",
+        "missing",
+    )
     # no retry on the last good ROCm: llama.cpp was at fault
     assert not list(out.glob("linux-gfx1151@rocm-*"))
     assert load_inputs(out / "inputs.json").entry("linux-gfx1151").last_good.release == tag1
@@ -92,13 +100,16 @@ def test_a_commit_that_breaks_one_jobs_build_is_named_and_the_rest_ships(world, 
     assert missing["id"] == "linux-gfx1151" and missing["required"] is True and missing["cause"] == "llama.cpp"
     assert missing["first_bad"]["commit"] == commits[2] and missing["last_release"] == tag1
     body = next(r for r in world.github.state.releases.values() if r.tag_name == tag2).body
-    assert (f"llama.cpp {commits[-1][:7]} broke it: first bad commit {commits[2][:7]} (#103); its last build is in "
-            f"release {tag1}") in body
+    assert (
+        f"llama.cpp {commits[-1][:7]} broke it: first bad commit {commits[2][:7]} (#103); its last build is in "
+        f"release {tag1}"
+    ) in body
 
     # the alert names llama.cpp, the range and the first bad commit, and suggests no ROCm bisect
     (issue,) = world.github.state.issues.values()
-    assert issue.title == (f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at build: first bad commit "
-                           f"{commits[2][:7]} (#103)")
+    assert issue.title == (
+        f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at build: first bad commit {commits[2][:7]} (#103)"
+    )
     assert "### `linux-gfx1151`: llama.cpp broke it at `build`" in issue.body
     assert f"**First bad commit: `{commits[2][:12]}`** ggml : the fast path (#103)" in issue.body
     assert f"the one before it, `{commits[1][:12]}`, passes (5 commit(s) in the range, 3 build(s)" in issue.body
@@ -108,15 +119,41 @@ def test_a_commit_that_breaks_one_jobs_build_is_named_and_the_rest_ships(world, 
     assert TOKEN not in issue.body and str(out) not in issue.body
 
     # a user's `rockbuild install` still finds a gfx1151 build: the latest release lacks it, its last one has it
-    result = run_rockbuild("install", "--repo", world.github.full_name, "--api-url", world.github.api_url,
-                           "--target", "gfx1151", "--os", "linux", "--dest", str(tmp_path / "llama"), "--json")
+    result = run_rockbuild(
+        "install",
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        "--target",
+        "gfx1151",
+        "--os",
+        "linux",
+        "--dest",
+        str(tmp_path / "llama"),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
-    assert (f"warning: release {tag2} went out without linux-gfx1151 (llama.cpp broke it: the build failed at step "
-            f"'compile'); installing its last build, from release {tag1}") in result.stderr
+    assert (
+        f"warning: release {tag2} went out without linux-gfx1151 (llama.cpp broke it: the build failed at step "
+        f"'compile'); installing its last build, from release {tag1}"
+    ) in result.stderr
     installed = json.loads(result.stdout)
     assert installed["tag"] == tag1 and installed["asset"]["name"] == f"llama-{tag1}-ubuntu-rocm-gfx1151-x64.tar.gz"
-    other = run_rockbuild("install", "--repo", world.github.full_name, "--api-url", world.github.api_url,
-                          "--target", "gfx1150", "--os", "linux", "--dest", str(tmp_path / "other"), "--json")
+    other = run_rockbuild(
+        "install",
+        "--repo",
+        world.github.full_name,
+        "--api-url",
+        world.github.api_url,
+        "--target",
+        "gfx1150",
+        "--os",
+        "linux",
+        "--dest",
+        str(tmp_path / "other"),
+        "--json",
+    )
     assert other.returncode == 0 and json.loads(other.stdout)["tag"] == tag2, other.stderr
 
     # the next night, same inputs: unchanged, nothing built, nothing written
@@ -137,9 +174,11 @@ def test_newest_good_builds_every_job_again_from_the_commit_before_the_first_bad
     commits = five_commits(world, define="FAIL_COMPILE")
     second = run_night(world.options(out, index, config=matrix))
     assert second.state == "published", second.message
-    assert second.message.startswith(f"held back: llama.cpp {commits[2][:12]} broke linux-gfx1151 at build: built "
-                                     f"from {commits[1][:12]}, the commit before it (tonight's is "
-                                     f"{commits[-1][:12]})"), second.message
+    assert second.message.startswith(
+        f"held back: llama.cpp {commits[2][:12]} broke linux-gfx1151 at build: built "
+        f"from {commits[1][:12]}, the commit before it (tonight's is "
+        f"{commits[-1][:12]})"
+    ), second.message
     assert {j.id: j.status for j in second.jobs} == {"linux-gfx1151": "ok", "linux-gfx1150": "ok"}
     assert second.held_back is not None and second.held_back.good.commit == commits[1]
     # tonight's failed folder is kept beside the job's, with its verdict; held-back.json says what was done
@@ -147,7 +186,11 @@ def test_newest_good_builds_every_job_again_from_the_commit_before_the_first_bad
     assert kept.ship == "newest-good" and kept.bisect.first_bad.commit == commits[2]
     held = json.loads((out / "held-back.json").read_text())
     assert (held["tip"], held["good"]["commit"], held["first_bad"]["pr"], held["jobs"]) == (
-        commits[-1], commits[1], 103, ["linux-gfx1151"])
+        commits[-1],
+        commits[1],
+        103,
+        ["linux-gfx1151"],
+    )
 
     tag2 = second.release["tag"]
     manifest = world.manifest(tag2)
@@ -159,8 +202,9 @@ def test_newest_good_builds_every_job_again_from_the_commit_before_the_first_bad
     assert f"**Held back**: built from llama.cpp [`{commits[1][:7]}`]" in body
     assert f"which broke `linux-gfx1151` at build; the night's llama.cpp was [`{commits[-1][:7]}`]" in body
     (issue,) = world.github.state.issues.values()
-    assert issue.title.startswith(f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at build: first bad commit "
-                                  f"{commits[2][:7]} (#103)")
+    assert issue.title.startswith(
+        f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at build: first bad commit {commits[2][:7]} (#103)"
+    )
     assert f"every job is built again from `{commits[1][:12]}`, the commit before the first bad one" in issue.body
 
     # the next night, the same tip: unchanged, nothing built
@@ -170,8 +214,21 @@ def test_newest_good_builds_every_job_again_from_the_commit_before_the_first_bad
     assert len(world.github.writes) == writes
 
     # the CI fan-out's rerun: --plan --held-back FILE pins the good commit and carries the record in inputs.json
-    args = ["nightly", "--plan", "-c", str(matrix), "--index-url", index, "--git-url", str(world.bare),
-            "--no-publish", "--inputs", str(tmp_path / "rerun.json"), "--held-back", str(out / "held-back.json")]
+    args = [
+        "nightly",
+        "--plan",
+        "-c",
+        str(matrix),
+        "--index-url",
+        index,
+        "--git-url",
+        str(world.bare),
+        "--no-publish",
+        "--inputs",
+        str(tmp_path / "rerun.json"),
+        "--held-back",
+        str(out / "held-back.json"),
+    ]
     planned = run_rockbuild(*args)
     assert planned.returncode == 0, planned.stderr
     rerun = load_inputs(tmp_path / "rerun.json")
@@ -179,8 +236,15 @@ def test_newest_good_builds_every_job_again_from_the_commit_before_the_first_bad
     for bad_args, words in ((["--llama-ref", commits[3]], "--held-back builds llama.cpp"),):
         refused = run_rockbuild(*args, *bad_args)
         assert refused.returncode != 0 and words in refused.stderr and "Traceback" not in refused.stderr
-    leg = run_rockbuild("nightly", "--job", "linux-gfx1151", "--inputs", str(tmp_path / "rerun.json"),
-                        "--held-back", str(out / "held-back.json"))
+    leg = run_rockbuild(
+        "nightly",
+        "--job",
+        "linux-gfx1151",
+        "--inputs",
+        str(tmp_path / "rerun.json"),
+        "--held-back",
+        str(out / "held-back.json"),
+    )
     assert leg.returncode != 0 and "--held-back is for --plan (or the whole night), not --job" in leg.stderr
 
 
@@ -204,8 +268,9 @@ def test_a_commit_that_breaks_only_the_numbers_is_named_without_an_extra_build(w
     assert [t["verdict"] for t in bisect["trials"]] == ["good", "bad"]
     assert "known answers wrong" in bisect["trials"][1]["message"]
     (issue,) = world.github.state.issues.values()
-    assert issue.title.startswith(f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at smoke: first bad commit "
-                                  f"{commits[2][:7]}")
+    assert issue.title.startswith(
+        f"llama.cpp {commits[-1][:7]} broke linux-gfx1151 at smoke: first bad commit {commits[2][:7]}"
+    )
     assert "The release is blocked" in issue.body
 
 
@@ -228,8 +293,22 @@ def test_a_bisect_stops_at_its_bound_and_says_the_range(world, tmp_path):
 def test_bisect_llama_names_the_commit_from_the_command_line(world, tmp_path, run_rockbuild):
     index = world.publish_tarballs({TODAY: False}, "one.html", GROUPS)
     commits = five_commits(world, define="FAIL_COMPILE")
-    args = ["bisect", "--job", "linux-gfx1151", "-c", str(world.matrix), "--index-url", index, "--git-url",
-            str(world.bare), "--out", str(tmp_path / "bisect"), "--model", str(world.model), "--no-ccache"]
+    args = [
+        "bisect",
+        "--job",
+        "linux-gfx1151",
+        "-c",
+        str(world.matrix),
+        "--index-url",
+        index,
+        "--git-url",
+        str(world.bare),
+        "--out",
+        str(tmp_path / "bisect"),
+        "--model",
+        str(world.model),
+        "--no-ccache",
+    ]
     result = run_rockbuild(*args, "--llama", "b1000..master", "--check-ends", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -242,11 +321,13 @@ def test_bisect_llama_names_the_commit_from_the_command_line(world, tmp_path, ru
     assert text.returncode == 0, text.stderr
     assert f"first bad commit: {commits[2]} ggml : the fast path (#103), failing at build" in text.stdout
 
-    for bad_args, words in ((["--llama", "b1000"], "is not a range"),
-                            (["--llama", "b1000..master", "--good", "2026-12-01"], "not both"),
-                            ([], "give --good and --bad"),
-                            (["--llama", f"{commits[3]}..{commits[1]}"], "is not an ancestor of"),
-                            (["--llama", "b1000..master", "--check-ends", "--only-x"], "No such option")):
+    for bad_args, words in (
+        (["--llama", "b1000"], "is not a range"),
+        (["--llama", "b1000..master", "--good", "2026-12-01"], "not both"),
+        ([], "give --good and --bad"),
+        (["--llama", f"{commits[3]}..{commits[1]}"], "is not an ancestor of"),
+        (["--llama", "b1000..master", "--check-ends", "--only-x"], "No such option"),
+    ):
         failed = run_rockbuild(*args, *bad_args)
         assert failed.returncode != 0 and words in failed.stderr, (bad_args, failed.stderr)
         errors = [line for line in failed.stderr.splitlines() if line.startswith(("error:", "Error:"))]
@@ -261,8 +342,13 @@ def test_commits_between_lists_the_first_parent_line_and_refuses_a_backwards_ran
     work.mkdir()
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=work, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=work,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q", "-b", "master")
     made = []

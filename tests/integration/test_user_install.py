@@ -61,8 +61,10 @@ def user_site(tmp_path: Path) -> Path:
     package = Path(rockbuild.__file__).resolve().parent
     (site / "rockbuild").symlink_to(package)
     for top in sorted(tops):
-        for candidate in (Path(md.distribution("pyyaml").locate_file("")) / top,
-                          Path(md.distribution("pyyaml").locate_file("")) / f"{top}.py"):
+        for candidate in (
+            Path(md.distribution("pyyaml").locate_file("")) / top,
+            Path(md.distribution("pyyaml").locate_file("")) / f"{top}.py",
+        ):
             if candidate.exists() and not (site / candidate.name).exists():
                 (site / candidate.name).symlink_to(candidate)
     return site
@@ -70,8 +72,13 @@ def user_site(tmp_path: Path) -> Path:
 
 def as_user(site: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     program = f"import sys; sys.path[:0] = [{str(site)!r}]; from rockbuild.cli import main; main()"
-    return subprocess.run([sys.executable, "-S", "-c", program, *args], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(site.parent), **(env or {})}, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", program, *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(site.parent), **(env or {})},
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,15 +86,40 @@ def released(tmp_path_factory):
     """b1000 of a local GitHub: one Linux gfx1151 job, and rockbuild's wheel attached for its users."""
     base = tmp_path_factory.mktemp("user")
     wheel_dir = base / "wheel"
-    made = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                           str(wheel_dir), str(REPO)], capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheel_dir),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr  # hatchling comes with the test extra
     (wheel,) = wheel_dir.glob("rockbuild-*.whl")
     with GitHubAPIServer(token=TOKEN) as gh:
         job = make_job(base / "out", "linux-gfx1151")
         real_bundle(job / "bundle", ("gfx1151",))
-        report = publish(PublishOptions(context=context(), job_dirs=(job,), repo=gh.full_name, api_url=gh.api_url,
-                                        token=TOKEN, throttle=False, out=base / "release", tool_wheel=wheel))
+        report = publish(
+            PublishOptions(
+                context=context(),
+                job_dirs=(job,),
+                repo=gh.full_name,
+                api_url=gh.api_url,
+                token=TOKEN,
+                throttle=False,
+                out=base / "release",
+                tool_wheel=wheel,
+            )
+        )
         assert report.state == "published", report.message
         yield gh, wheel
 
@@ -101,8 +133,20 @@ def test_doctor_and_install_run_with_the_user_dependencies_alone(released, tmp_p
     doctor = as_user(site, "doctor", "--json", "--sysfs-root", str(SYSFS / "strix-halo" / "sys"))
     assert "Traceback" not in doctor.stderr and "internal error" not in doctor.stderr, doctor.stderr
     assert json.loads(doctor.stdout)["gpus"], doctor.stdout
-    installed = as_user(site, "install", "--json", "--repo", gh.full_name, "--api-url", gh.api_url, "--target",
-                        "gfx1151", "--dest", str(tmp_path / "llama"), env={"ROCKBUILD_CACHE": str(tmp_path / "c")})
+    installed = as_user(
+        site,
+        "install",
+        "--json",
+        "--repo",
+        gh.full_name,
+        "--api-url",
+        gh.api_url,
+        "--target",
+        "gfx1151",
+        "--dest",
+        str(tmp_path / "llama"),
+        env={"ROCKBUILD_CACHE": str(tmp_path / "c")},
+    )
     assert installed.returncode == 0, installed.stderr
     assert json.loads(installed.stdout)["asset"]["name"] == "llama-b1000-ubuntu-rocm-gfx1151-x64.tar.gz"
     run = subprocess.run([str(tmp_path / "llama" / "llama-server")], capture_output=True, text=True, timeout=30)
@@ -110,8 +154,9 @@ def test_doctor_and_install_run_with_the_user_dependencies_alone(released, tmp_p
     # a maintainer's command in this install: what to add, in one line, no traceback
     matrix = as_user(site, "matrix")
     assert matrix.returncode == 3 and "Traceback" not in matrix.stderr, matrix.stderr
-    assert matrix.stderr.splitlines()[0] == ("error: this rockbuild was installed without bracex (its 'build' "
-                                             "extra), which the command needs")
+    assert matrix.stderr.splitlines()[0] == (
+        "error: this rockbuild was installed without bracex (its 'build' extra), which the command needs"
+    )
     assert "pip install -e '.[build]'" in matrix.stderr
 
 
@@ -124,21 +169,32 @@ def test_the_release_carries_rockbuilds_wheel_and_says_how_to_use_it(released, t
     assert f"  {wheel.name}\n" in sums
     manifest = json.loads(next(a for a in release.assets if a.name == "manifest.json").data)
     assert {"name": wheel.name, "kind": "tool"}.items() <= next(
-        a for a in manifest["assets"] if a["name"] == wheel.name).items()
-    assert (f"`pipx install https://github.com/{gh.full_name}/releases/download/b1000/{wheel.name}`, then "
-            "`rockbuild doctor` and `rockbuild install`") in release.body
+        a for a in manifest["assets"] if a["name"] == wheel.name
+    ).items()
+    assert (
+        f"`pipx install https://github.com/{gh.full_name}/releases/download/b1000/{wheel.name}`, then "
+        "`rockbuild doctor` and `rockbuild install`"
+    ) in release.body
     # the wheel asks for the user packages only
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         requires = [line for line in zf.read(meta).decode().splitlines() if line.startswith("Requires-Dist:")]
     plain = [r for r in requires if "extra ==" not in r]
     assert sorted(r.split()[1].split(">")[0].lower() for r in plain) == [
-        "click", "filelock", "pefile", "pyelftools", "pyyaml", "requests"]
+        "click",
+        "filelock",
+        "pefile",
+        "pyelftools",
+        "pyyaml",
+        "requests",
+    ]
     # anything else is refused before a byte is written
     job = make_job(tmp_path / "out", "linux-gfx1151")
-    for name, data, words in (("tool.whl", b"x", "not rockbuild's wheel"),
-                              ("rockbuild-1.0-py3-none-any.whl", b"x", "not a wheel"),
-                              ("rockbuild-1.0-py3-none-any.whl", None, "holds no rockbuild package")):
+    for name, data, words in (
+        ("tool.whl", b"x", "not rockbuild's wheel"),
+        ("rockbuild-1.0-py3-none-any.whl", b"x", "not a wheel"),
+        ("rockbuild-1.0-py3-none-any.whl", None, "holds no rockbuild package"),
+    ):
         bogus = tmp_path / name
         if data is None:
             with zipfile.ZipFile(bogus, "w") as zf:
@@ -146,6 +202,7 @@ def test_the_release_carries_rockbuilds_wheel_and_says_how_to_use_it(released, t
         else:
             bogus.write_bytes(data)
         with pytest.raises(PublishError, match=words):
-            publish(PublishOptions(context=context(), job_dirs=(job,), dry_run=True, tool_wheel=bogus,
-                                   out=tmp_path / "r"))
+            publish(
+                PublishOptions(context=context(), job_dirs=(job,), dry_run=True, tool_wheel=bogus, out=tmp_path / "r")
+            )
         assert not (tmp_path / "r").exists()

@@ -40,19 +40,29 @@ def generators(tmp_path_factory):
     with tarfile.open(SDIST) as tar:
         for member in tar:
             if member.name.startswith(PREFIX + SHADERS + "/") and (member.isfile() or member.isdir()):
-                member.name = member.name[len(PREFIX):]
+                member.name = member.name[len(PREFIX) :]
                 tar.extract(member, pristine, filter="data")
     series = load_patch_series(data_path("patches", "patches.yaml"))
     vulkan_only = PatchSeries(tuple(p for p in series.patches if p.id == "vulkan-shaders-depfile"), series.path)
-    patched = apply_patch_series(vulkan_only, pristine, base / "mirror", build_number=11312,
-                                 tree_label="llama.cpp b11312", os_name="linux", backend="vulkan")
+    patched = apply_patch_series(
+        vulkan_only,
+        pristine,
+        base / "mirror",
+        build_number=11312,
+        tree_label="llama.cpp b11312",
+        os_name="linux",
+        backend="vulkan",
+    )
     assert [(o.id, o.status) for o in patched.patches] == [("vulkan-shaders-depfile", APPLIED)]
     out = {}
     for name, tree in (("pristine", pristine), ("patched", patched.tree)):
         exe = base / f"vulkan-shaders-gen-{name}"
         # no GGML_VULKAN_*_GLSLC_SUPPORT: as with a glslc that lacks coopmat, coopmat2 and integer dot product
-        subprocess.run(["g++", "-std=c++17", "-O1", "-pthread", str(tree / SHADERS / "vulkan-shaders-gen.cpp"),
-                        "-o", str(exe)], check=True, capture_output=True)
+        subprocess.run(
+            ["g++", "-std=c++17", "-O1", "-pthread", str(tree / SHADERS / "vulkan-shaders-gen.cpp"), "-o", str(exe)],
+            check=True,
+            capture_output=True,
+        )
         out[name] = (tree / SHADERS, exe)
     return out
 
@@ -62,9 +72,24 @@ def generate(generator: tuple[Path, Path], source: str, out: Path) -> Path:
     shaders, exe = generator
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{source}.cpp"
-    subprocess.run([str(exe), "--glslc", shutil.which("glslc"), "--source", str(shaders / source),
-                    "--output-dir", str(out / "spv"), "--target-hpp", str(out / "ggml-vulkan-shaders.hpp"),
-                    "--target-cpp", str(target)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            str(exe),
+            "--glslc",
+            shutil.which("glslc"),
+            "--source",
+            str(shaders / source),
+            "--output-dir",
+            str(out / "spv"),
+            "--target-hpp",
+            str(out / "ggml-vulkan-shaders.hpp"),
+            "--target-cpp",
+            str(target),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return target
 
 
@@ -91,8 +116,9 @@ def test_a_source_whose_variants_compile_keeps_glslcs_depfile(generators, tmp_pa
     assert "types.glsl" in deps  # the includes glslc found
     # the same files as without the patch; their order is not: each variant's glslc run rewrites the depfile, and
     # the variants run on a thread pool, so the last to finish (its include order) wins
-    assert (depfile_names(Path(f"{before}.d"), tmp_path / "pristine", generators["pristine"][0]) ==
-            depfile_names(Path(f"{after}.d"), tmp_path / "patched", generators["patched"][0]))
+    assert depfile_names(Path(f"{before}.d"), tmp_path / "pristine", generators["pristine"][0]) == depfile_names(
+        Path(f"{after}.d"), tmp_path / "patched", generators["patched"][0]
+    )
 
 
 def depfile_names(depfile: Path, out: Path, shaders: Path) -> tuple[str, set[str]]:

@@ -32,8 +32,14 @@ def npm(tmp_path):
     log = tmp_path / "npm-calls.jsonl"
     bin_dir = tmp_path / "bin"
     fake_npm(bin_dir, log)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "GITHUB_TOKEN": "ghp_webui_secret",
-           "NPM_TOKEN": "npm_webui_secret", "NODE_ENV": "production", "HTTPS_PROXY": "http://proxy.invalid:3128"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "GITHUB_TOKEN": "ghp_webui_secret",
+        "NPM_TOKEN": "npm_webui_secret",
+        "NODE_ENV": "production",
+        "HTTPS_PROXY": "http://proxy.invalid:3128",
+    }
     return {"log": log, "bin": bin_dir, "env": env}
 
 
@@ -104,11 +110,14 @@ def test_no_npm_builds_without_the_ui_says_why_and_removes_a_stale_one(tmp_path,
     assert warning == ["warning: llama-server is built without its web UI: npm is not installed (not on PATH)"]
 
 
-@pytest.mark.parametrize("mode, says", [
-    ("fail-ci", "npm ci failed: "),
-    ("fail-build", "npm run build failed: "),
-    ("incomplete", "npm run build made no usable dist (missing workbox[hash].js)"),
-])
+@pytest.mark.parametrize(
+    "mode, says",
+    [
+        ("fail-ci", "npm ci failed: "),
+        ("fail-build", "npm run build failed: "),
+        ("incomplete", "npm run build made no usable dist (missing workbox[hash].js)"),
+    ],
+)
 def test_npm_failing_is_no_ui_with_a_warning_not_a_failed_build(tmp_path, npm, capsys, mode, says):
     fake_npm(npm["bin"], npm["log"], mode)
     tree = ui_tree(tmp_path / "llama.cpp")
@@ -157,8 +166,9 @@ def test_a_prebuilt_dist_is_checked_and_embedded_and_a_broken_one_refused(tmp_pa
     broken = write_dist(tmp_path / "broken", skip=("sw.js", "_app/immutable/bundle.Ef34Gh.css"))
     with pytest.raises(UsageError) as caught:
         provide_web_ui(tree, build_number=5, options=options(tmp_path, npm["env"], dist=broken))
-    assert caught.value.message == (f"--web-ui {broken} is not a built llama.cpp web UI (missing sw.js, "
-                                    "bundle[hash].css)")
+    assert caught.value.message == (
+        f"--web-ui {broken} is not a built llama.cpp web UI (missing sw.js, bundle[hash].css)"
+    )
 
 
 def test_no_web_ui_removes_an_embedded_one_and_says_so(tmp_path, npm, capsys):
@@ -215,8 +225,9 @@ def test_cli_webui_builds_a_dist_for_the_build_legs(tmp_path, npm, run_rockbuild
     (tree / "ggml").mkdir()
     env = {"PATH": npm["env"]["PATH"] + ":" + os.environ["PATH"], "ROCKBUILD_CACHE": str(tmp_path / "cache")}
     out = tmp_path / "webui"
-    result = run_rockbuild("webui", "--source", str(tree), "--build-number", "b11312", "--out", str(out), "--json",
-                           env=env)
+    result = run_rockbuild(
+        "webui", "--source", str(tree), "--build-number", "b11312", "--out", str(out), "--json", env=env
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["status"] == "built" and data["out"] == str(out) and data["files"] == len(DIST_FILES) + 1
@@ -228,11 +239,19 @@ def test_cli_webui_builds_a_dist_for_the_build_legs(tmp_path, npm, run_rockbuild
     git_only = tmp_path / "git-only"
     git_only.mkdir()
     (git_only / "git").symlink_to(shutil.which("git"))
-    bare = run_rockbuild("webui", "--source", str(tree), "--out", str(tmp_path / "other"),
-                         env={"PATH": str(git_only), "ROCKBUILD_CACHE": str(tmp_path / "cache2")})
+    bare = run_rockbuild(
+        "webui",
+        "--source",
+        str(tree),
+        "--out",
+        str(tmp_path / "other"),
+        env={"PATH": str(git_only), "ROCKBUILD_CACHE": str(tmp_path / "cache2")},
+    )
     assert bare.returncode == 1
-    assert bare.stderr.splitlines() == [f"error: no web UI for {tree}: npm is not installed (not on PATH)",
-                                        f"hint: npm's output is in {tmp_path / 'other.log'}"]
+    assert bare.stderr.splitlines() == [
+        f"error: no web UI for {tree}: npm is not installed (not on PATH)",
+        f"hint: npm's output is in {tmp_path / 'other.log'}",
+    ]
     taken = tmp_path / "taken"
     write(taken / "notes.txt", "mine\n")
     refused = run_rockbuild("webui", "--source", str(tree), "--out", str(taken), env=env)
@@ -241,10 +260,13 @@ def test_cli_webui_builds_a_dist_for_the_build_legs(tmp_path, npm, run_rockbuild
     assert (taken / "notes.txt").exists()
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--web-ui", "{dist}", "--no-web-ui"], "error: give --web-ui DIR or --no-web-ui, not both"),
-    ([], "error: give one of --source TREE, --ref REF or --inputs FILE"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--web-ui", "{dist}", "--no-web-ui"], "error: give --web-ui DIR or --no-web-ui, not both"),
+        ([], "error: give one of --source TREE, --ref REF or --inputs FILE"),
+    ],
+)
 def test_cli_web_ui_usage_errors_are_one_line(tmp_path, run_rockbuild, args, says):
     dist = write_dist(tmp_path / "dist")
     argv = ["build", "--target", "gfx1151"] if args else ["webui", "--out", str(tmp_path / "o")]
@@ -252,8 +274,10 @@ def test_cli_web_ui_usage_errors_are_one_line(tmp_path, run_rockbuild, args, say
     assert result.returncode == 2 and result.stderr.splitlines() == [says]
 
 
-@pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("g++")),
-                    reason="needs cmake, ninja and g++ on the host")
+@pytest.mark.skipif(
+    not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("g++")),
+    reason="needs cmake, ninja and g++ on the host",
+)
 def test_the_build_driver_embeds_the_ui_before_configure_and_records_it(tmp_path, npm):
     from support.llama import make_project
     from support.options import context, resolve_job
@@ -264,9 +288,17 @@ def test_the_build_driver_embeds_the_ui_before_configure_and_records_it(tmp_path
 
     project = ui_tree(make_project(tmp_path / "llama.cpp"))
     env = {**os.environ, "PATH": f"{npm['bin']}:{os.environ['PATH']}"}
-    build = BuildOptions(context=context(env), out_dir=tmp_path / "out", rocm_dir=write_tree(tmp_path / "rocm",
-                         gcc_therock()), source_dir=project, build_number="11312", commit="0c1e570",
-                         use_ccache=False, cache=tmp_path / "cache", jobs=2)
+    build = BuildOptions(
+        context=context(env),
+        out_dir=tmp_path / "out",
+        rocm_dir=write_tree(tmp_path / "rocm", gcc_therock()),
+        source_dir=project,
+        build_number="11312",
+        commit="0c1e570",
+        use_ccache=False,
+        cache=tmp_path / "cache",
+        jobs=2,
+    )
     job = resolve_job(target="gfx1151")
     result = build_job(job, build, backends=REGISTRY)
     assert result.web_ui is not None and result.web_ui.status == "built"

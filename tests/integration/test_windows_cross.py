@@ -37,9 +37,11 @@ def fake_mingw(base: Path, *, with_dlls: bool = True) -> tuple[Path, Path]:
     if with_dlls:
         for dll in MINGW_W64.runtime_dlls:
             (runtime / dll).write_bytes(b"MZ")
-    answer = f'case "$1" in -print-file-name=*) n="${{1#-print-file-name=}}"; ' \
-             f'if [ -f "{runtime}/$n" ]; then echo "{runtime}/$n"; else echo "$n"; fi;; ' \
-             '*) echo "x86_64-w64-mingw32-g++-posix (GCC) 16-posix"; echo more;; esac\n'
+    answer = (
+        f'case "$1" in -print-file-name=*) n="${{1#-print-file-name=}}"; '
+        f'if [ -f "{runtime}/$n" ]; then echo "{runtime}/$n"; else echo "$n"; fi;; '
+        '*) echo "x86_64-w64-mingw32-g++-posix (GCC) 16-posix"; echo more;; esac\n'
+    )
     _script(bindir / MINGW_W64.cxx, answer)
     _script(bindir / MINGW_W64.c, 'echo "x86_64-w64-mingw32-gcc-posix (GCC) 16-posix"\n')
     _script(bindir / MINGW_W64.rc, "echo windres\n")
@@ -70,8 +72,10 @@ def test_provide_cross_checks_the_programs_and_finds_the_runtime_dlls(tmp_path):
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     cross = provide_cross("mingw-w64", "windows", job_dir, {"PATH": f"{bindir}:/usr/bin:/bin"})
-    assert cross.compilers == {"c": "x86_64-w64-mingw32-gcc-posix (GCC) 16-posix",
-                               "cxx": "x86_64-w64-mingw32-g++-posix (GCC) 16-posix"}
+    assert cross.compilers == {
+        "c": "x86_64-w64-mingw32-gcc-posix (GCC) 16-posix",
+        "cxx": "x86_64-w64-mingw32-g++-posix (GCC) 16-posix",
+    }
     assert cross.runtime_dirs[0] == runtime
     assert cross.definitions() == [("CMAKE_TOOLCHAIN_FILE", str(job_dir / "mingw-w64.cmake"))]
     assert f'"{bindir / MINGW_W64.cxx}"' in cross.toolchain_file.read_text()
@@ -105,8 +109,9 @@ def test_a_cpu_bundle_carries_no_gpu_backend(tmp_path):
     assert ok.ok and ok.details["ggml_cpu"] == ["ggml-cpu-haswell.dll"]
     bad = check_no_gpu_backend(tmp_path, {"llama-cli.exe", "ggml-vulkan.dll", "amdhip64_7.dll"}, policy)
     assert not bad.ok and len(bad.failures) == 2
-    devices = get_backend("cpu").smoke_devices(Path("llama-cli"), (), asked="yes", device=None, env={},
-                                               logs=tmp_path, kfd_topology=None)
+    devices = get_backend("cpu").smoke_devices(
+        Path("llama-cli"), (), asked="yes", device=None, env={}, logs=tmp_path, kfd_topology=None
+    )
     assert devices.preflight and "no GPU backend" in devices.preflight and not devices.expect
 
 
@@ -115,31 +120,52 @@ def cross_tree(tmp_path_factory):
     """A cross build's bin/ (app.exe -> ggml.dll -> libruntime-1.dll) and the toolchain folder holding the runtime
     DLL, which the build never copies into bin/ (mingw's libstdc++-6.dll)."""
     base = tmp_path_factory.mktemp("cross")
-    runtime = build_pe(base / "toolchain" / "libruntime-1.dll",
-                       "__declspec(dllexport) int runtime_value(void){return 40;}", dll=True)
-    ggml = build_pe(base / "build" / "bin" / "ggml.dll", "__declspec(dllimport) int runtime_value(void);\n"
-                    "__declspec(dllexport) int ggml_value(void){return runtime_value() + 2;}", dll=True,
-                    imports=(runtime,))
-    build_pe(base / "build" / "bin" / "app.exe", '#include <stdio.h>\n__declspec(dllimport) int ggml_value(void);\n'
-             'int main(int argc, char **argv){printf("ggml=%d args=%d\\n", ggml_value(), argc - 1); return 3;}',
-             dll=False, imports=(ggml,))
+    runtime = build_pe(
+        base / "toolchain" / "libruntime-1.dll", "__declspec(dllexport) int runtime_value(void){return 40;}", dll=True
+    )
+    ggml = build_pe(
+        base / "build" / "bin" / "ggml.dll",
+        "__declspec(dllimport) int runtime_value(void);\n"
+        "__declspec(dllexport) int ggml_value(void){return runtime_value() + 2;}",
+        dll=True,
+        imports=(runtime,),
+    )
+    build_pe(
+        base / "build" / "bin" / "app.exe",
+        "#include <stdio.h>\n__declspec(dllimport) int ggml_value(void);\n"
+        'int main(int argc, char **argv){printf("ggml=%d args=%d\\n", ggml_value(), argc - 1); return 3;}',
+        dll=False,
+        imports=(ggml,),
+    )
     return base
 
 
 def test_a_cross_bundle_takes_the_runtime_from_the_toolchain_folders(cross_tree, tmp_path):
     policy = load_policy()
-    request = BundleRequest(cross_tree / "build", tmp_path / "without", policy, backend="cpu", platform="windows",
-                            backends=REGISTRY)
+    request = BundleRequest(
+        cross_tree / "build", tmp_path / "without", policy, backend="cpu", platform="windows", backends=REGISTRY
+    )
     plan = make_plan(request)
     assert [lib.name for lib in plan.closure.missing] == ["libruntime-1.dll"]
     assert any("libruntime-1.dll (needed by ggml.dll) was found neither" in e for e in plan.errors)
-    request = BundleRequest(cross_tree / "build", tmp_path / "bundle", policy, backend="cpu", platform="windows",
-                            library_dirs=(cross_tree / "toolchain",), backends=REGISTRY)
+    request = BundleRequest(
+        cross_tree / "build",
+        tmp_path / "bundle",
+        policy,
+        backend="cpu",
+        platform="windows",
+        library_dirs=(cross_tree / "toolchain",),
+        backends=REGISTRY,
+    )
     report = bundle(request)
     shipped = {lib.name: lib for lib in report.plan.closure.with_status(SHIPS)}
     assert "libruntime-1.dll" in shipped and report.audit is not None and report.audit.ok
     assert sorted(p.name for p in (tmp_path / "bundle").iterdir()) == [
-        "app.exe", "bundle.json", "ggml.dll", "libruntime-1.dll"]
+        "app.exe",
+        "bundle.json",
+        "ggml.dll",
+        "libruntime-1.dll",
+    ]
 
 
 def test_launch_command_runs_a_windows_program_under_wine(tmp_path):
@@ -152,18 +178,34 @@ def test_launch_command_runs_a_windows_program_under_wine(tmp_path):
 
 def test_a_windows_program_without_wine_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr("rockbuild.process.WINE_FALLBACK", tmp_path / "no-wine")
-    with pytest.raises(ProcessError, match="llama-cli.exe is a Windows program: .* under wine, which is not "
-                                           "installed \\(apt install wine64\\)"):
+    with pytest.raises(
+        ProcessError,
+        match="llama-cli.exe is a Windows program: .* under wine, which is not installed \\(apt install wine64\\)",
+    ):
         run([str(tmp_path / "llama-cli.exe")], env={"PATH": str(tmp_path)})
 
 
 def test_the_bundle_runs_under_wine_from_its_own_folder(cross_tree, tmp_path):
     wine()  # skips without wine
     out = tmp_path / "bundle"
-    bundle(BundleRequest(cross_tree / "build", out, load_policy(), backend="cpu", platform="windows",
-                         library_dirs=(cross_tree / "toolchain",), backends=REGISTRY))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WINEPREFIX": str(tmp_path / "prefix"),
-           "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    bundle(
+        BundleRequest(
+            cross_tree / "build",
+            out,
+            load_policy(),
+            backend="cpu",
+            platform="windows",
+            library_dirs=(cross_tree / "toolchain",),
+            backends=REGISTRY,
+        )
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "WINEPREFIX": str(tmp_path / "prefix"),
+        "WINEDEBUG": "-all",
+        "WINEDLLOVERRIDES": "mscoree,mshtml=",
+    }
     result = run([out / "app.exe", "a", "b"], env=env, cwd=tmp_path, check=False, timeout=300)
     assert result.returncode == 3, result.output[-2000:]
     assert result.output.replace("\r", "").splitlines()[-1] == "ggml=42 args=2"
@@ -179,24 +221,41 @@ def test_the_cli_refuses_a_cross_build_for_the_wrong_os_or_a_windows_job_without
     tree = tmp_path / "llama.cpp"
     (tree / "tools" / "cli").mkdir(parents=True)
     (tree / "CMakeLists.txt").write_text("project(llama)\n", encoding="utf-8")
-    wrong = run_rockbuild("build", "--job", "linux-cpu", "-c", str(matrix), "--cross", "mingw-w64", "--source",
-                          str(tree), "--out", str(tmp_path / "out"))
+    wrong = run_rockbuild(
+        "build",
+        "--job",
+        "linux-cpu",
+        "-c",
+        str(matrix),
+        "--cross",
+        "mingw-w64",
+        "--source",
+        str(tree),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert wrong.returncode == 2, wrong.stderr
-    assert wrong.stderr.strip().splitlines()[0] == ("error: --cross mingw-w64 builds for windows, not for this linux "
-                                                   "job")
-    native = run_rockbuild("build", "--job", "windows-cpu", "-c", str(matrix), "--source", str(tree),
-                           "--out", str(tmp_path / "out"))
+    assert wrong.stderr.strip().splitlines()[0] == (
+        "error: --cross mingw-w64 builds for windows, not for this linux job"
+    )
+    native = run_rockbuild(
+        "build", "--job", "windows-cpu", "-c", str(matrix), "--source", str(tree), "--out", str(tmp_path / "out")
+    )
     assert native.returncode == 2, native.stderr
-    assert native.stderr.strip().splitlines()[0] == ("error: job windows-cpu builds for windows; run it on a windows "
-                                                    "machine (or cross-build it: --cross mingw-w64)")
+    assert native.stderr.strip().splitlines()[0] == (
+        "error: job windows-cpu builds for windows; run it on a windows machine (or cross-build it: --cross mingw-w64)"
+    )
     assert "Traceback" not in wrong.stderr + native.stderr
 
 
 def test_a_crash_under_wine_gets_the_status_windows_reports(tmp_path):
     # wine cuts STATUS_ILLEGAL_INSTRUCTION (0xC000001D) to its low byte; its "Unhandled" line says which it was
-    _script(tmp_path / "wine", 'echo "load_backend: loaded CPU backend"\n'
-            'echo "wine: Unhandled illegal instruction at address 00006FFFF9D4C7F4 (thread 00ec), starting debugger..."'
-            '\nexit 29\n')
+    _script(
+        tmp_path / "wine",
+        'echo "load_backend: loaded CPU backend"\n'
+        'echo "wine: Unhandled illegal instruction at address 00006FFFF9D4C7F4 (thread 00ec), starting debugger..."'
+        "\nexit 29\n",
+    )
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
     result = run([tmp_path / "llama-bench.exe"], env=env, check=False)
     assert result.returncode == 0xC000001D

@@ -36,9 +36,13 @@ from rockbuild.smoke.models import default_model_pin, packaged_models, tiny_spec
 from rockbuild.smoke.runner import SmokeOptions
 
 EXAMPLES = int(os.environ.get("ROCKBUILD_HYPOTHESIS_EXAMPLES", "150"))
-PROFILE = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-
+PROFILE = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def smoke(path: Path) -> None:
@@ -52,17 +56,50 @@ def smoke(path: Path) -> None:
 
 
 LOADERS: dict[str, Callable[[Path], Any]] = {
-    "families.yaml": load_families, "bundle-policy.yaml": load_policy, "smoke.yaml": smoke,
-    "publish.yaml": load_publish_config, "rocm-channels.yaml": load_channels, "programs.yaml": load_programs,
-    "baselines.yaml": load_baselines, "images.yaml": load_images_config,
+    "families.yaml": load_families,
+    "bundle-policy.yaml": load_policy,
+    "smoke.yaml": smoke,
+    "publish.yaml": load_publish_config,
+    "rocm-channels.yaml": load_channels,
+    "programs.yaml": load_programs,
+    "baselines.yaml": load_baselines,
+    "images.yaml": load_images_config,
     "nightly.yaml": lambda path: load_matrix(path, load_families()),
 }
 DELETE = object()  # the key (or list item) removed
-HOSTILE = (st.sampled_from([None, "", "many", "soon", "gfx9999", "../../etc/passwd", -1, 0, 10**30, -10**30, 1.5,
-                            math.inf, -math.inf, math.nan, True, False, [], {}, [None], {"x": None}, [1], DELETE])
-           | st.integers() | st.floats() | st.text(max_size=8)
-           | st.lists(st.integers() | st.text(max_size=4), max_size=3)
-           | st.dictionaries(st.text(max_size=6), st.integers() | st.none(), max_size=2))
+HOSTILE = (
+    st.sampled_from(
+        [
+            None,
+            "",
+            "many",
+            "soon",
+            "gfx9999",
+            "../../etc/passwd",
+            -1,
+            0,
+            10**30,
+            -(10**30),
+            1.5,
+            math.inf,
+            -math.inf,
+            math.nan,
+            True,
+            False,
+            [],
+            {},
+            [None],
+            {"x": None},
+            [1],
+            DELETE,
+        ]
+    )
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
+    | st.lists(st.integers() | st.text(max_size=4), max_size=3)
+    | st.dictionaries(st.text(max_size=6), st.integers() | st.none(), max_size=2)
+)
 
 
 def test_every_shipped_data_file_is_covered():

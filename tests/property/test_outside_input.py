@@ -35,20 +35,54 @@ from rockbuild.smoke.config import parse_smoke_config
 from rockbuild.smoke.models import check_gguf
 
 EXAMPLES = int(os.environ.get("ROCKBUILD_HYPOTHESIS_EXAMPLES", "150"))
-PROFILE = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
     max_leaves=25,
 )
 # objects shaped like the records, with the right keys and wrong or right values: the paths a reader really takes
-KEYS = st.sampled_from(["schema", "jobs", "id", "status", "stages", "llama_cpp", "commit", "rocm", "tarball", "ok",
-                        "runs", "bench", "tokens_per_second", "test", "newest", "last_good", "name", "targets",
-                        "assets", "sha256", "job", "error", "gpu", "fallback", "required", "version", "key"])
-SHAPED = st.recursive(JSON, lambda inner: st.dictionaries(KEYS, inner, max_size=8) | st.lists(inner, max_size=4),
-                      max_leaves=30)
+KEYS = st.sampled_from(
+    [
+        "schema",
+        "jobs",
+        "id",
+        "status",
+        "stages",
+        "llama_cpp",
+        "commit",
+        "rocm",
+        "tarball",
+        "ok",
+        "runs",
+        "bench",
+        "tokens_per_second",
+        "test",
+        "newest",
+        "last_good",
+        "name",
+        "targets",
+        "assets",
+        "sha256",
+        "job",
+        "error",
+        "gpu",
+        "fallback",
+        "required",
+        "version",
+        "key",
+    ]
+)
+SHAPED = st.recursive(
+    JSON, lambda inner: st.dictionaries(KEYS, inner, max_size=8) | st.lists(inner, max_size=4), max_leaves=30
+)
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300)
 
 
@@ -96,19 +130,33 @@ def test_a_manifest_that_reads_gives_what_the_night_and_perf_ask(data):
 
 
 @PROFILE
-@given(text=TEXT | st.lists(st.tuples(st.text(string.hexdigits, min_size=60, max_size=66),
-                                      st.sampled_from([" ", "  ", " *", "\t"]), st.text(max_size=30)), max_size=5)
-       .map(lambda rows: "\n".join(f"{h}{sep}{n}" for h, sep, n in rows)))
+@given(
+    text=TEXT
+    | st.lists(
+        st.tuples(
+            st.text(string.hexdigits, min_size=60, max_size=66),
+            st.sampled_from([" ", "  ", " *", "\t"]),
+            st.text(max_size=30),
+        ),
+        max_size=5,
+    ).map(lambda rows: "\n".join(f"{h}{sep}{n}" for h, sep, n in rows))
+)
 def test_sha256sums_of_any_text(text):
     sums = parse_sha256sums(text)
     assert all(len(v) == 64 and set(v) <= set(string.hexdigits.lower()) for v in sums.values())
 
 
 @PROFILE
-@given(text=TEXT | st.builds(lambda files: f"<script>const files = {files};</script>",
-                             st.builds(json.dumps, JSON).map(lambda s: s[: max(1, len(s) - 1)]) | st.builds(
-                                 json.dumps, st.lists(st.dictionaries(st.sampled_from(["name", "size", "mtime"]),
-                                                                      JSON), max_size=3))))
+@given(
+    text=TEXT
+    | st.builds(
+        lambda files: f"<script>const files = {files};</script>",
+        st.builds(json.dumps, JSON).map(lambda s: s[: max(1, len(s) - 1)])
+        | st.builds(
+            json.dumps, st.lists(st.dictionaries(st.sampled_from(["name", "size", "mtime"]), JSON), max_size=3)
+        ),
+    )
+)
 def test_an_index_page_of_any_text(text):
     try:
         entries = parse_index_page(text, "https://example.org/v2/gfx1151/")
@@ -119,8 +167,15 @@ def test_an_index_page_of_any_text(text):
 
 
 @PROFILE
-@given(text=TEXT | st.builds(lambda keys: "<ListBucketResult>" + "".join(
-    f"<Contents><Key>{k}</Key></Contents>" for k in keys) + "</ListBucketResult>", st.lists(TEXT, max_size=3)))
+@given(
+    text=TEXT
+    | st.builds(
+        lambda keys: (
+            "<ListBucketResult>" + "".join(f"<Contents><Key>{k}</Key></Contents>" for k in keys) + "</ListBucketResult>"
+        ),
+        st.lists(TEXT, max_size=3),
+    )
+)
 def test_an_s3_listing_of_any_text(text):
     try:
         parse_s3_listing(text, "https://bucket.example/?prefix=therock-dist-linux-")
@@ -128,16 +183,24 @@ def test_an_s3_listing_of_any_text(text):
         one_line(exc, "")
 
 
-YAML_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(string.ascii_letters + "-_.:/ ",
-                                                                                 max_size=12),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                               st.text(string.ascii_letters + "_", min_size=1, max_size=10), inner, max_size=4),
-                           max_leaves=15)
+YAML_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(string.ascii_letters + "-_.:/ ", max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(string.ascii_letters + "_", min_size=1, max_size=10), inner, max_size=4)
+    ),
+    max_leaves=15,
+)
 PARSERS = {
-    "families.yaml": parse_families, "bundle-policy.yaml": parse_policy, "smoke.yaml": parse_smoke_config,
-    "publish.yaml": parse_publish_config, "rocm-channels.yaml": parse_channels,
+    "families.yaml": parse_families,
+    "bundle-policy.yaml": parse_policy,
+    "smoke.yaml": parse_smoke_config,
+    "publish.yaml": parse_publish_config,
+    "rocm-channels.yaml": parse_channels,
     "nightly.yaml": lambda doc, path: expand_matrix(doc, path, load_families()),
-    "programs.yaml": parse_programs, "baselines.yaml": parse_baselines, "images.yaml": parse_images_config,
+    "programs.yaml": parse_programs,
+    "baselines.yaml": parse_baselines,
+    "images.yaml": parse_images_config,
 }
 
 
@@ -168,8 +231,10 @@ def test_a_gguf_header_of_any_bytes(tmp_path_factory, data, prefix):
 
 
 @PROFILE
-@given(data=st.binary(max_size=300), prefix=st.sampled_from([b"", b"\x7fELF\x02\x01\x01", b"MZ", b"MZ" + b"\0" * 58 +
-                                                             b"\x40\0\0\0PE\0\0"]))
+@given(
+    data=st.binary(max_size=300),
+    prefix=st.sampled_from([b"", b"\x7fELF\x02\x01\x01", b"MZ", b"MZ" + b"\0" * 58 + b"\x40\0\0\0PE\0\0"]),
+)
 def test_elf_and_pe_headers_of_any_bytes(tmp_path_factory, data, prefix):
     folder = tmp_path_factory.mktemp("bin")
     for name, read in (("libx.so", read_elf), ("x.dll", read_pe)):
@@ -182,9 +247,28 @@ def test_elf_and_pe_headers_of_any_bytes(tmp_path_factory, data, prefix):
 
 
 @PROFILE
-@given(nodes=st.lists(st.lists(st.tuples(st.sampled_from(["gfx_target_version", "simd_count", "cpu_cores_count",
-                                                          "simd_per_cu", "drm_render_minor", "device_id", "junk"]),
-                                         st.integers(-5, 2**40).map(str) | TEXT), max_size=6), max_size=4))
+@given(
+    nodes=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(
+                    [
+                        "gfx_target_version",
+                        "simd_count",
+                        "cpu_cores_count",
+                        "simd_per_cu",
+                        "drm_render_minor",
+                        "device_id",
+                        "junk",
+                    ]
+                ),
+                st.integers(-5, 2**40).map(str) | TEXT,
+            ),
+            max_size=6,
+        ),
+        max_size=4,
+    )
+)
 def test_a_kfd_topology_of_any_properties(tmp_path_factory, nodes):
     root = tmp_path_factory.mktemp("kfd")
     for i, props in enumerate(nodes):

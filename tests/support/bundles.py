@@ -35,8 +35,15 @@ def need_tool(name: str, package: str) -> str:
 
 
 def cc(
-    out: Path, source: str, *, shared: bool = False, soname: str | None = None, libs: tuple[Path, ...] = (),
-    rpath: tuple[str, ...] = (), runpath: tuple[str, ...] = (), flags: tuple[str, ...] = (),
+    out: Path,
+    source: str,
+    *,
+    shared: bool = False,
+    soname: str | None = None,
+    libs: tuple[Path, ...] = (),
+    rpath: tuple[str, ...] = (),
+    runpath: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
 ) -> Path:
     """Compile one C source to ``out`` with gcc; DT_RPATH from ``rpath``, DT_RUNPATH from ``runpath``."""
     gcc = need_tool("gcc", "gcc")
@@ -125,8 +132,10 @@ def fatbin_source(blobs: list[bytes], *, align: int = 4096) -> str:
     for blob in blobs:
         data += bytes((-len(data)) % align) + blob
     body = ",".join(str(b) for b in data)
-    return (f"__attribute__((section(\".hip_fatbin\"), used, aligned({align})))\n"
-            f"static const unsigned char hip_fatbin[{len(data)}] = {{{body}}};\n")
+    return (
+        f'__attribute__((section(".hip_fatbin"), used, aligned({align})))\n'
+        f"static const unsigned char hip_fatbin[{len(data)}] = {{{body}}};\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ a ROCm-like tree
@@ -194,18 +203,30 @@ def make_tree(base: Path, *, fatbin_targets: tuple[str, ...] = ("gfx1151",), roc
     manifest.write_text(json.dumps({"rocm_version": rocm_version, "the_rock_commit": "0" * 40}))
 
     hsa = cc(lib / "sub" / "libhsa.so.1", "int hsa_value(void){return 40;}", shared=True, soname="libhsa.so.1")
-    hip = cc(lib / "libamdhip64.so.7.1.0", HIP, shared=True, soname="libamdhip64.so.7", libs=(hsa,),
-             runpath=("$ORIGIN/sub",))
+    hip = cc(
+        lib / "libamdhip64.so.7.1.0", HIP, shared=True, soname="libamdhip64.so.7", libs=(hsa,), runpath=("$ORIGIN/sub",)
+    )
     symlink_chain(hip, "libamdhip64.so.7", "libamdhip64.so")
     zz = cc(lib / "llvm" / "lib" / "libzz.so.1", "int zz_value(void){return 1;}", shared=True, soname="libzz.so.1")
-    comgr = cc(lib / "libamd_comgr.so.3.0.0", "int zz_value(void);\nint comgr_value(void){return zz_value()*7;}",
-               shared=True, soname="libamd_comgr.so.3", libs=(zz,), rpath=("$ORIGIN/llvm/lib",))
+    comgr = cc(
+        lib / "libamd_comgr.so.3.0.0",
+        "int zz_value(void);\nint comgr_value(void){return zz_value()*7;}",
+        shared=True,
+        soname="libamd_comgr.so.3",
+        libs=(zz,),
+        rpath=("$ORIGIN/llvm/lib",),
+    )
     symlink_chain(comgr, "libamd_comgr.so.3", "libamd_comgr.so")
     # a fat binary like Debian's rocBLAS: compressed bundles with several targets, one uncompressed
-    blas_fat = fatbin_source([ccob(offload_bundle(["gfx1100", "gfx1151", "gfx90a:xnack+"], payload=3000)),
-                              offload_bundle(["gfx1100", "gfx1151"], payload=5000)])
-    blas = cc(lib / "librocblas.so.5.0", blas_fat + "int blas_value(void){return 5;}", shared=True,
-              soname="librocblas.so.5")
+    blas_fat = fatbin_source(
+        [
+            ccob(offload_bundle(["gfx1100", "gfx1151", "gfx90a:xnack+"], payload=3000)),
+            offload_bundle(["gfx1100", "gfx1151"], payload=5000),
+        ]
+    )
+    blas = cc(
+        lib / "librocblas.so.5.0", blas_fat + "int blas_value(void){return 5;}", shared=True, soname="librocblas.so.5"
+    )
     symlink_chain(blas, "librocblas.so.5", "librocblas.so")
     cc(lib / "libplug.so.1", "int plug_value(void){return 3;}", shared=True, soname="libplug.so.1")
     kernels = lib / "rocblas" / "library"
@@ -213,13 +234,19 @@ def make_tree(base: Path, *, fatbin_targets: tuple[str, ...] = ("gfx1151",), roc
     for name, size in KERNEL_FILES.items():
         (kernels / name).write_bytes(b"k" * size)
 
-    ggml_base = cc(bindir / "libggml-base.so.0.1.0", "int base_value(void){return 1;}", shared=True,
-                   soname="libggml-base.so.0")
+    ggml_base = cc(
+        bindir / "libggml-base.so.0.1.0", "int base_value(void){return 1;}", shared=True, soname="libggml-base.so.0"
+    )
     symlink_chain(ggml_base, "libggml-base.so.0", "libggml-base.so")
     fat = fatbin_source([offload_bundle(list(fatbin_targets))])
-    ggml_hip = cc(bindir / "libggml-hip.so.0.1.0",
-                  fat + "int hip_value(void);int blas_value(void);\nint ggml_hip_value(void){return hip_value()+blas_value();}",
-                  shared=True, soname="libggml-hip.so.0", libs=(hip, blas), runpath=(str(lib),))
+    ggml_hip = cc(
+        bindir / "libggml-hip.so.0.1.0",
+        fat + "int hip_value(void);int blas_value(void);\nint ggml_hip_value(void){return hip_value()+blas_value();}",
+        shared=True,
+        soname="libggml-hip.so.0",
+        libs=(hip, blas),
+        runpath=(str(lib),),
+    )
     symlink_chain(ggml_hip, "libggml-hip.so.0", "libggml-hip.so")
     app = cc(bindir / "app", APP, libs=(ggml_base, ggml_hip, hip), runpath=(str(bindir), str(lib)))
     (bindir / "notes.txt").write_text("not a program\n")
@@ -265,9 +292,19 @@ def no_loader_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
 
 
-def make_bundle(build_bin: Path, layout: RocmLayout | None, targets: Sequence[str], out: Path, *,
-                policy: BundlePolicy | None = None, **flags: Any) -> BundleReport:
+def make_bundle(
+    build_bin: Path,
+    layout: RocmLayout | None,
+    targets: Sequence[str],
+    out: Path,
+    *,
+    policy: BundlePolicy | None = None,
+    **flags: Any,
+) -> BundleReport:
     """rockbuild's one way in to bundling (``bundle(BundleRequest(...))``) with the arguments as positions, the
     shipped policy by default: what most bundle tests need."""
-    return bundle(BundleRequest(Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets),
-                                backends=REGISTRY, **flags))
+    return bundle(
+        BundleRequest(
+            Path(build_bin), Path(out), policy or load_policy(), layout, tuple(targets), backends=REGISTRY, **flags
+        )
+    )

@@ -17,10 +17,24 @@ import textwrap
 from pathlib import Path
 
 # ggml's x86 variants in the order of their scores on a CPU that has every feature (cpu-feats.cpp): later wins
-RANK = ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "alderlake", "skylakex", "cannonlake",
-        "cascadelake", "icelake", "cooperlake", "zen4", "sapphirerapids")
+RANK = (
+    "x64",
+    "sse42",
+    "sandybridge",
+    "ivybridge",
+    "piledriver",
+    "haswell",
+    "alderlake",
+    "skylakex",
+    "cannonlake",
+    "cascadelake",
+    "icelake",
+    "cooperlake",
+    "zen4",
+    "sapphirerapids",
+)
 
-PROGRAM = r'''
+PROGRAM = r"""
 import json, os, signal, sys
 from pathlib import Path
 CONFIG = json.loads({config!r})
@@ -106,15 +120,23 @@ prompt = arg("-p", "")
 print("> " + prompt)
 print("the stand-in says hello from " + str(variant) + " and more words here")
 print("[ Prompt: 100.0 t/s | Generation: " + str(10.0 * speed) + " t/s ]")
-'''
+"""
 
 
-def write_program(path: Path, *, supported=RANK, crashes=(), speeds=None, gpu=None, log: Path | None = None,
-                  factors=(1.0,)) -> Path:
+def write_program(
+    path: Path, *, supported=RANK, crashes=(), speeds=None, gpu=None, log: Path | None = None, factors=(1.0,)
+) -> Path:
     """One fake llama.cpp program at ``path`` (llama-bench behaves as llama-bench, any other name as llama-cli).
     With ``log`` each run is appended to it, and the n-th run of a variant is ``factors[n]`` times as fast."""
-    config = {"rank": list(RANK), "supported": list(supported), "crashes": list(crashes), "speeds": speeds or {},
-              "gpu": gpu or {}, "log": str(log) if log else "", "factors": list(factors)}
+    config = {
+        "rank": list(RANK),
+        "supported": list(supported),
+        "crashes": list(crashes),
+        "speeds": speeds or {},
+        "gpu": gpu or {},
+        "log": str(log) if log else "",
+        "factors": list(factors),
+    }
     path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(PROGRAM.format(config=json.dumps(config))))
     path.chmod(0o755)
     return path

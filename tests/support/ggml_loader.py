@@ -108,8 +108,21 @@ def _gxx() -> str:
 def _compile(out: Path, source: str, *flags: str) -> Path:
     src = out.with_name(out.name + ".cpp")
     src.write_text(source, encoding="utf-8")
-    args = [_gxx(), "-std=c++17", "-O1", "-DNDEBUG", "-DGGML_BACKEND_DL", "-DGGML_BACKEND_SHARED",
-            "-DGGML_BACKEND_BUILD", f"-I{GGML / 'include'}", f"-I{GGML / 'src'}", *flags, "-o", str(out), str(src)]
+    args = [
+        _gxx(),
+        "-std=c++17",
+        "-O1",
+        "-DNDEBUG",
+        "-DGGML_BACKEND_DL",
+        "-DGGML_BACKEND_SHARED",
+        "-DGGML_BACKEND_BUILD",
+        f"-I{GGML / 'include'}",
+        f"-I{GGML / 'src'}",
+        *flags,
+        "-o",
+        str(out),
+        str(src),
+    ]
     subprocess.run(args, check=True, capture_output=True, text=True, timeout=300)
     src.unlink()
     return out
@@ -119,11 +132,16 @@ def build_loader(out: Path) -> Path:
     """``out`` (named llama-bench): ggml_backend_load_all() from the llama.cpp source, then one batch on the CPU
     backend it loaded."""
     stubs = _compile(out.with_name("ggml-stubs.o"), STUBS, "-c", "-fPIC")
-    return _compile(out, MAIN, str(GGML / "src" / "ggml-backend-reg.cpp"), str(GGML / "src" / "ggml-backend-dl.cpp"),
-                    str(stubs), "-ldl")
+    return _compile(
+        out,
+        MAIN,
+        str(GGML / "src" / "ggml-backend-reg.cpp"),
+        str(GGML / "src" / "ggml-backend-dl.cpp"),
+        str(stubs),
+        "-ldl",
+    )
 
 
 def build_module(out: Path, *, score: int, speed: float = 100.0, trap: bool = False) -> Path:
     """A CPU backend module at ``out`` that scores ``score`` (0: this CPU cannot run it)."""
-    return _compile(out, MODULE, "-shared", "-fPIC", f"-DSCORE={score}", f"-DSPEED={speed}",
-                    f"-DTRAP={int(trap)}")
+    return _compile(out, MODULE, "-shared", "-fPIC", f"-DSCORE={score}", f"-DSPEED={speed}", f"-DTRAP={int(trap)}")

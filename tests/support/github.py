@@ -98,8 +98,15 @@ class GitHubState:
     def add_tag(self, name: str) -> None:
         self.tags[name] = hashlib.sha1(name.encode()).hexdigest()
 
-    def add_release(self, tag: str, *, draft: bool = False, body: str = "", assets: dict[str, bytes] | None = None,
-                    prerelease: bool = False) -> Release:
+    def add_release(
+        self,
+        tag: str,
+        *,
+        draft: bool = False,
+        body: str = "",
+        assets: dict[str, bytes] | None = None,
+        prerelease: bool = False,
+    ) -> Release:
         rel = Release(self.new_id(), tag, tag, body, draft, prerelease, "main", self.now())
         for name, data in (assets or {}).items():
             rel.assets.append(Asset(self.new_id(), name, "", "application/octet-stream", data, created_at=self.now()))
@@ -167,46 +174,96 @@ class GitHubAPIServer:
 
     def repo_json(self) -> dict[str, Any]:
         s = self.state
-        return {"id": 1, "node_id": "R_1", "name": s.repo, "full_name": self.full_name, "private": False,
-                "owner": {"login": s.owner, "id": 2, "type": "Organization"}, "url": self.repo_url(),
-                "html_url": f"{self.base}/{self.full_name}", "default_branch": "main",
-                "releases_url": f"{self.repo_url()}/releases{{/id}}"}
+        return {
+            "id": 1,
+            "node_id": "R_1",
+            "name": s.repo,
+            "full_name": self.full_name,
+            "private": False,
+            "owner": {"login": s.owner, "id": 2, "type": "Organization"},
+            "url": self.repo_url(),
+            "html_url": f"{self.base}/{self.full_name}",
+            "default_branch": "main",
+            "releases_url": f"{self.repo_url()}/releases{{/id}}",
+        }
 
     def asset_json(self, rel: Release, asset: Asset) -> dict[str, Any]:
-        return {"url": f"{self.repo_url()}/releases/assets/{asset.id}", "id": asset.id, "node_id": f"RA_{asset.id}",
-                "name": asset.name, "label": asset.label, "state": asset.state, "content_type": asset.content_type,
-                "size": asset.size, "digest": "sha256:" + hashlib.sha256(asset.data).hexdigest()
-                if asset.state == "uploaded" else None,
-                "download_count": 0, "created_at": asset.created_at, "updated_at": asset.created_at,
-                "uploader": self.user(),
-                "browser_download_url": f"{self.base}/{self.full_name}/releases/download/{rel.tag_name}/{asset.name}"}
+        return {
+            "url": f"{self.repo_url()}/releases/assets/{asset.id}",
+            "id": asset.id,
+            "node_id": f"RA_{asset.id}",
+            "name": asset.name,
+            "label": asset.label,
+            "state": asset.state,
+            "content_type": asset.content_type,
+            "size": asset.size,
+            "digest": "sha256:" + hashlib.sha256(asset.data).hexdigest() if asset.state == "uploaded" else None,
+            "download_count": 0,
+            "created_at": asset.created_at,
+            "updated_at": asset.created_at,
+            "uploader": self.user(),
+            "browser_download_url": f"{self.base}/{self.full_name}/releases/download/{rel.tag_name}/{asset.name}",
+        }
 
     def release_json(self, rel: Release) -> dict[str, Any]:
         url = f"{self.repo_url()}/releases/{rel.id}"
-        html = (f"{self.base}/{self.full_name}/releases/untagged-{rel.id}" if rel.draft
-                else f"{self.base}/{self.full_name}/releases/tag/{rel.tag_name}")
-        return {"url": url, "assets_url": f"{url}/assets", "html_url": html, "id": rel.id, "node_id": f"RE_{rel.id}",
-                "upload_url": f"{self.base}/api/uploads/repos/{self.full_name}/releases/{rel.id}/assets{{?name,label}}",
-                "tarball_url": f"{self.repo_url()}/tarball/{rel.tag_name}",
-                "zipball_url": f"{self.repo_url()}/zipball/{rel.tag_name}",
-                "tag_name": rel.tag_name, "target_commitish": rel.target_commitish, "name": rel.name,
-                "body": rel.body, "draft": rel.draft, "prerelease": rel.prerelease, "immutable": False,
-                "created_at": rel.created_at, "published_at": rel.published_at, "author": self.user(),
-                "assets": [self.asset_json(rel, a) for a in rel.assets]}
+        html = (
+            f"{self.base}/{self.full_name}/releases/untagged-{rel.id}"
+            if rel.draft
+            else f"{self.base}/{self.full_name}/releases/tag/{rel.tag_name}"
+        )
+        return {
+            "url": url,
+            "assets_url": f"{url}/assets",
+            "html_url": html,
+            "id": rel.id,
+            "node_id": f"RE_{rel.id}",
+            "upload_url": f"{self.base}/api/uploads/repos/{self.full_name}/releases/{rel.id}/assets{{?name,label}}",
+            "tarball_url": f"{self.repo_url()}/tarball/{rel.tag_name}",
+            "zipball_url": f"{self.repo_url()}/zipball/{rel.tag_name}",
+            "tag_name": rel.tag_name,
+            "target_commitish": rel.target_commitish,
+            "name": rel.name,
+            "body": rel.body,
+            "draft": rel.draft,
+            "prerelease": rel.prerelease,
+            "immutable": False,
+            "created_at": rel.created_at,
+            "published_at": rel.published_at,
+            "author": self.user(),
+            "assets": [self.asset_json(rel, a) for a in rel.assets],
+        }
 
     def issue_json(self, issue: Issue) -> dict[str, Any]:
         url = f"{self.repo_url()}/issues/{issue.number}"
-        return {"url": url, "id": 1000 + issue.number, "node_id": f"I_{issue.number}", "number": issue.number,
-                "title": issue.title, "body": issue.body, "state": issue.state, "user": self.user(),
-                "labels": [self.state.labels.get(n) or self.label_json(n) for n in issue.labels],
-                "comments": len(issue.comments), "comments_url": f"{url}/comments",
-                "html_url": f"{self.base}/{self.full_name}/issues/{issue.number}", "created_at": issue.created_at,
-                "updated_at": issue.created_at, "repository_url": self.repo_url()}
+        return {
+            "url": url,
+            "id": 1000 + issue.number,
+            "node_id": f"I_{issue.number}",
+            "number": issue.number,
+            "title": issue.title,
+            "body": issue.body,
+            "state": issue.state,
+            "user": self.user(),
+            "labels": [self.state.labels.get(n) or self.label_json(n) for n in issue.labels],
+            "comments": len(issue.comments),
+            "comments_url": f"{url}/comments",
+            "html_url": f"{self.base}/{self.full_name}/issues/{issue.number}",
+            "created_at": issue.created_at,
+            "updated_at": issue.created_at,
+            "repository_url": self.repo_url(),
+        }
 
     def label_json(self, name: str, color: str = "ededed", description: str = "") -> dict[str, Any]:
-        return {"id": abs(hash(name)) % 10**6, "node_id": f"L_{name}", "name": name, "color": color,
-                "description": description, "default": False,
-                "url": f"{self.repo_url()}/labels/{urllib.parse.quote(name)}"}
+        return {
+            "id": abs(hash(name)) % 10**6,
+            "node_id": f"L_{name}",
+            "name": name,
+            "color": color,
+            "description": description,
+            "default": False,
+            "url": f"{self.repo_url()}/labels/{urllib.parse.quote(name)}",
+        }
 
 
 def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
@@ -223,8 +280,9 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
             header = self.headers.get("Authorization", "")
             return state.token is not None and header in (f"token {state.token}", f"Bearer {state.token}")
 
-        def _send(self, code: int, body: Any = None, headers: dict[str, str] | None = None,
-                  raw: bytes | None = None) -> None:
+        def _send(
+            self, code: int, body: Any = None, headers: dict[str, str] | None = None, raw: bytes | None = None
+        ) -> None:
             data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
             self.send_response(code)
             self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
@@ -251,7 +309,7 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
         def _page(self, items: list[Any], query: dict[str, list[str]], path: str) -> None:
             per_page = int(query.get("per_page", ["30"])[0])
             page = int(query.get("page", ["1"])[0])
-            chunk = items[(page - 1) * per_page: page * per_page]
+            chunk = items[(page - 1) * per_page : page * per_page]
             headers = {}
             if page * per_page < len(items):
                 q = {k: v[0] for k, v in query.items()}
@@ -298,19 +356,26 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                 return self._upload(int(upload[1]), query)
             if not path.startswith("/api/v3" + repo):
                 return self._error(404, "Not Found")
-            rest = path[len("/api/v3" + repo):]
+            rest = path[len("/api/v3" + repo) :]
             with state.lock:
                 if rest == "" and method == "GET":
                     return self._send(200, server.repo_json())
                 if rest.startswith("/releases"):
-                    return self._releases(method, rest[len("/releases"):], query, path)
+                    return self._releases(method, rest[len("/releases") :], query, path)
                 if rest == "/tags" and method == "GET":
-                    tags = [{"name": t, "commit": {"sha": sha, "url": f"{server.repo_url()}/commits/{sha}"},
-                             "zipball_url": "", "tarball_url": "", "node_id": f"T_{t}"}
-                            for t, sha in sorted(state.tags.items())]
+                    tags = [
+                        {
+                            "name": t,
+                            "commit": {"sha": sha, "url": f"{server.repo_url()}/commits/{sha}"},
+                            "zipball_url": "",
+                            "tarball_url": "",
+                            "node_id": f"T_{t}",
+                        }
+                        for t, sha in sorted(state.tags.items())
+                    ]
                     return self._page(tags, query, path)
                 if rest.startswith("/git/matching-refs/") and method == "GET":
-                    prefix = urllib.parse.unquote(rest[len("/git/matching-refs/"):])
+                    prefix = urllib.parse.unquote(rest[len("/git/matching-refs/") :])
                     refs = [self._ref(t) for t in sorted(state.tags) if f"tags/{t}".startswith(prefix)]
                     return self._page(refs, query, path)
                 if m := re.fullmatch(r"/git/refs/tags/(.+)", rest):
@@ -321,23 +386,30 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                         state.tags.pop(urllib.parse.unquote(m[1]), None)
                         return self._send(204)
                 if rest.startswith("/issues"):
-                    return self._issues(method, rest[len("/issues"):], query, path)
+                    return self._issues(method, rest[len("/issues") :], query, path)
                 if rest.startswith("/labels"):
-                    return self._labels(method, rest[len("/labels"):])
+                    return self._labels(method, rest[len("/labels") :])
             return self._error(404, "Not Found")
 
         def _ref(self, tag: str) -> dict[str, Any]:
             sha = state.tags[tag]
-            return {"ref": f"refs/tags/{tag}", "node_id": f"REF_{tag}", "url": f"{server.repo_url()}/git/refs/tags/{tag}",
-                    "object": {"sha": sha, "type": "commit", "url": f"{server.repo_url()}/git/commits/{sha}"}}
+            return {
+                "ref": f"refs/tags/{tag}",
+                "node_id": f"REF_{tag}",
+                "url": f"{server.repo_url()}/git/refs/tags/{tag}",
+                "object": {"sha": sha, "type": "commit", "url": f"{server.repo_url()}/git/commits/{sha}"},
+            }
 
         def _visible(self, rel: Release) -> bool:
             return not rel.draft or self._authed()
 
         def _releases(self, method: str, rest: str, query: dict[str, list[str]], path: str) -> None:
             if rest == "" and method == "GET":
-                rels = sorted((r for r in state.releases.values() if self._visible(r)),
-                              key=lambda r: (r.created_at, r.id), reverse=True)
+                rels = sorted(
+                    (r for r in state.releases.values() if self._visible(r)),
+                    key=lambda r: (r.created_at, r.id),
+                    reverse=True,
+                )
                 return self._page([server.release_json(r) for r in rels], query, path)
             if rest == "" and method == "POST":
                 body = self._json_body()
@@ -345,11 +417,21 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                     return self._error(state.fail_release_create, "Server Error")
                 tag = body["tag_name"]
                 if any(r.tag_name == tag and not r.draft for r in state.releases.values()):
-                    return self._error(422, "Validation Failed",
-                                       [{"resource": "Release", "code": "already_exists", "field": "tag_name"}])
-                rel = Release(state.new_id(), tag, body.get("name") or tag, body.get("body") or "",
-                              bool(body.get("draft")), bool(body.get("prerelease")),
-                              body.get("target_commitish") or "main", state.now())
+                    return self._error(
+                        422,
+                        "Validation Failed",
+                        [{"resource": "Release", "code": "already_exists", "field": "tag_name"}],
+                    )
+                rel = Release(
+                    state.new_id(),
+                    tag,
+                    body.get("name") or tag,
+                    body.get("body") or "",
+                    bool(body.get("draft")),
+                    bool(body.get("prerelease")),
+                    body.get("target_commitish") or "main",
+                    state.now(),
+                )
                 state.releases[rel.id] = rel
                 if state.create_then_fail_releases > 0:  # GitHub made it, and the answer got lost
                     state.create_then_fail_releases -= 1
@@ -430,21 +512,36 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
                 return self._error(404, "Not Found")
             if any(a.name == name for a in rel.assets):
                 self.rfile.read(length)
-                return self._error(422, "Validation Failed",
-                                   [{"resource": "ReleaseAsset", "code": "already_exists", "field": "name"}])
+                return self._error(
+                    422, "Validation Failed", [{"resource": "ReleaseAsset", "code": "already_exists", "field": "name"}]
+                )
             if state.abort_upload_number == number:
                 part = self.rfile.read(max(1, length // 2))
                 with state.lock:
-                    rel.assets.append(Asset(state.new_id(), name, "", self.headers.get("Content-Type", ""), part,
-                                            state="starter", created_at=state.now()))
+                    rel.assets.append(
+                        Asset(
+                            state.new_id(),
+                            name,
+                            "",
+                            self.headers.get("Content-Type", ""),
+                            part,
+                            state="starter",
+                            created_at=state.now(),
+                        )
+                    )
                 self.close_connection = True
                 self.connection.shutdown(2)  # the client sees the connection die in the middle of its upload
                 return None
             data = self.rfile.read(length)
             with state.lock:
-                asset = Asset(state.new_id(), name, query.get("label", [""])[0],
-                              self.headers.get("Content-Type", "application/octet-stream"), data,
-                              created_at=state.now())
+                asset = Asset(
+                    state.new_id(),
+                    name,
+                    query.get("label", [""])[0],
+                    self.headers.get("Content-Type", "application/octet-stream"),
+                    data,
+                    created_at=state.now(),
+                )
                 rel.assets.append(asset)
             if state.store_then_fail_upload_number == number:  # stored, and then GitHub answers an error
                 return self._error(502, "Server Error")
@@ -461,8 +558,11 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
             if rest == "" and method == "GET":
                 wanted_state = query.get("state", ["open"])[0]
                 labels = [x for x in query.get("labels", [""])[0].split(",") if x]
-                found = [i for i in sorted(state.issues.values(), key=lambda i: i.number, reverse=True)
-                         if (wanted_state == "all" or i.state == wanted_state) and all(x in i.labels for x in labels)]
+                found = [
+                    i
+                    for i in sorted(state.issues.values(), key=lambda i: i.number, reverse=True)
+                    if (wanted_state == "all" or i.state == wanted_state) and all(x in i.labels for x in labels)
+                ]
                 return self._page([server.issue_json(i) for i in found], query, path)
             if rest == "" and method == "POST":
                 body = self._json_body()
@@ -484,10 +584,17 @@ def _make_handler(server: GitHubAPIServer) -> type[BaseHTTPRequestHandler]:
             if m[2] and method == "POST":
                 body = self._json_body()
                 cid = state.new_id()
-                comment = {"id": cid, "node_id": f"IC_{cid}", "body": body["body"], "user": server.user(),
-                           "url": f"{server.repo_url()}/issues/comments/{cid}", "created_at": state.now(),
-                           "updated_at": state.now(), "issue_url": f"{server.repo_url()}/issues/{issue.number}",
-                           "html_url": f"{server.base}/{server.full_name}/issues/{issue.number}#issuecomment-{cid}"}
+                comment = {
+                    "id": cid,
+                    "node_id": f"IC_{cid}",
+                    "body": body["body"],
+                    "user": server.user(),
+                    "url": f"{server.repo_url()}/issues/comments/{cid}",
+                    "created_at": state.now(),
+                    "updated_at": state.now(),
+                    "issue_url": f"{server.repo_url()}/issues/{issue.number}",
+                    "html_url": f"{server.base}/{server.full_name}/issues/{issue.number}#issuecomment-{cid}",
+                }
                 issue.comments.append(comment)
                 return self._send(201, comment)
             return self._error(404, "Not Found")

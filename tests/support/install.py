@@ -25,11 +25,20 @@ def real_bundle(bundle: Path, targets: tuple[str, ...]) -> Path:
     for path in sorted(bundle.rglob("*"), reverse=True):
         if path.name != "bundle.json":
             path.rmdir() if path.is_dir() else path.unlink()
-    hip = cc(bundle / "libggml-hip.so", fatbin_source([offload_bundle(list(targets))])
-             + "int ggml_hip_value(void){return 7;}", shared=True, soname="libggml-hip.so", runpath=("$ORIGIN",))
-    cc(bundle / "llama-server", '#include <stdio.h>\nint ggml_hip_value(void);\n'
-       'int main(void){printf("llama-server %d\\n", ggml_hip_value());return 0;}', libs=(hip,),
-       runpath=("$ORIGIN",))
+    hip = cc(
+        bundle / "libggml-hip.so",
+        fatbin_source([offload_bundle(list(targets))]) + "int ggml_hip_value(void){return 7;}",
+        shared=True,
+        soname="libggml-hip.so",
+        runpath=("$ORIGIN",),
+    )
+    cc(
+        bundle / "llama-server",
+        "#include <stdio.h>\nint ggml_hip_value(void);\n"
+        'int main(void){printf("llama-server %d\\n", ggml_hip_value());return 0;}',
+        libs=(hip,),
+        runpath=("$ORIGIN",),
+    )
     for program in load_programs().programs:  # the rest of a whole release's programs: copies that run too
         name = program.file_name
         if not (bundle / name).exists():
@@ -48,5 +57,11 @@ def options(gh, tmp_path, path: str | None = None, **kw) -> InstallOptions:
     empty = tmp_path / "no-gh"
     empty.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": path or str(empty), "GITHUB_TOKEN": TOKEN}
-    return InstallOptions(repo=gh.full_name, api_url=gh.api_url, cache=tmp_path / "cache",
-                          context=Settings.from_environment(env), families=load_families(), **kw)
+    return InstallOptions(
+        repo=gh.full_name,
+        api_url=gh.api_url,
+        cache=tmp_path / "cache",
+        context=Settings.from_environment(env),
+        families=load_families(),
+        **kw,
+    )

@@ -81,25 +81,39 @@ def make_project(root: Path, *, rpc_name: str = "ggml-rpc-server", op_test: bool
     -DFAIL_OP_TEST=ON makes its compile fail)."""
     write(root / "CMakeLists.txt", TOP_CMAKELISTS)
     if op_test:
-        write(root / "tests" / "test-backend-ops.cpp", """
+        write(
+            root / "tests" / "test-backend-ops.cpp",
+            """
             #ifdef FAIL_COMPILE
             #error "the op test fails to compile on purpose"
             #endif
             int ggml_answer();
             int main() { return ggml_answer() == 42 ? 0 : 1; }
-        """)
-    write(root / "ggml" / "ggml.cpp", """
+        """,
+        )
+    write(
+        root / "ggml" / "ggml.cpp",
+        """
         #ifdef FAIL_COMPILE
         #error "compile fails on purpose"
         #endif
         extern "C" int ggml_base(void);
         int ggml_answer() { return ggml_base() + 1; }
-    """)
+    """,
+    )
     write(root / "ggml" / "ggml-base.c", "int ggml_base(void) { return 41; }\n")
-    write(root / "ggml" / "ggml-backend.c", "int ggml_base(void);\nint ggml_backend_answer(void) { return ggml_base() + 1; }\n")
+    write(
+        root / "ggml" / "ggml-backend.c",
+        "int ggml_base(void);\nint ggml_backend_answer(void) { return ggml_base() + 1; }\n",
+    )
     write(root / "tools" / "main.cpp", "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 1; }\n")
-    for directory, name in (("cli", "llama-cli"), ("server", "llama-server"), ("llama-bench", "llama-bench"),
-                            ("rpc", rpc_name), ("completion", "llama-completion")):
+    for directory, name in (
+        ("cli", "llama-cli"),
+        ("server", "llama-server"),
+        ("llama-bench", "llama-bench"),
+        ("rpc", rpc_name),
+        ("completion", "llama-completion"),
+    ):
         write(root / "tools" / directory / "CMakeLists.txt", TOOL_CMAKELISTS.format(name=name))
     return root
 

@@ -76,24 +76,38 @@ class World:
         return len([line for line in self.counter.read_text().splitlines() if " -c " in f" {line} "])
 
     def options(self, out: Path, matrix: Path, **changes) -> NightOptions:
-        values = dict(config=matrix, out=out, index_url=self.index, git_url=str(self.bare), repo=self.github.full_name,
-                      api_url=self.github.api_url, token=TOKEN, smoke=False, use_ccache=False,
-                      cache=self.base / "cache", throttle=False, compile_jobs=2,
-                      web_ui_dist=self.web_ui, programs=self.programs)
+        values = dict(
+            config=matrix,
+            out=out,
+            index_url=self.index,
+            git_url=str(self.bare),
+            repo=self.github.full_name,
+            api_url=self.github.api_url,
+            token=TOKEN,
+            smoke=False,
+            use_ccache=False,
+            cache=self.base / "cache",
+            throttle=False,
+            compile_jobs=2,
+            web_ui_dist=self.web_ui,
+            programs=self.programs,
+        )
         values.update(changes)
         return night_options(**values)
 
     def new_commit(self) -> str:
         (self.work / "tools" / "main.cpp").write_text(
-            "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 2; }\n")
+            "int ggml_answer();\nint main() { return ggml_answer() == 42 ? 0 : 2; }\n"
+        )
         git("commit", "-qam", "change", cwd=self.work)
         git("push", "-q", str(self.bare), "master", cwd=self.work)
         return git("rev-parse", "HEAD", cwd=self.work)
 
 
 @contextlib.contextmanager
-def night_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str) -> Iterator[tuple[FaultServer,
-                                                                                                    GitHubAPIServer]]:
+def night_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str
+) -> Iterator[tuple[FaultServer, GitHubAPIServer]]:
     """The index server and the GitHub API of a test night, with a private cache and no CI environment."""
     monkeypatch.setenv("ROCKBUILD_CACHE", str(tmp_path / "cache"))
     for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"):

@@ -80,8 +80,9 @@ class World:
     def name(self, day: datetime.date, group: str = "gfx1151") -> str:
         return f"therock-dist-linux-{group}-{version(day)}.tar.gz"
 
-    def publish_tarballs(self, days: dict[datetime.date, bool | str], page: str,
-                         groups: tuple[str, ...] = ("gfx1151",)) -> str:
+    def publish_tarballs(
+        self, days: dict[datetime.date, bool | str], page: str, groups: tuple[str, ...] = ("gfx1151",)
+    ) -> str:
         """An index page listing a tarball per day and group (True: broken, "wrong": computes wrong); returns its
         URL."""
         names = []
@@ -90,15 +91,27 @@ class World:
             rocm = gcc_therock(package_version=version(day), flags=flags)
             for group in groups:
                 names.append(self.name(day, group))
-                self.server.add(names[-1], tar_tree(self.base / names[-1], rocm).read_bytes(),
-                                content_type="application/gzip")
+                self.server.add(
+                    names[-1], tar_tree(self.base / names[-1], rocm).read_bytes(), content_type="application/gzip"
+                )
         return self.server.add_text(page, links_page(names))
 
     def options(self, out: Path, index: str, **changes) -> NightOptions:
-        values = dict(config=self.matrix, out=out, index_url=index, git_url=str(self.bare), repo=self.github.full_name,
-                      api_url=self.github.api_url, token=TOKEN, model=str(self.model), use_ccache=False,
-                      cache=self.base / "cache", throttle=False, compile_jobs=2,
-                      web_ui_dist=write_dist(self.base / "webui"))  # the chat page: a release is whole
+        values = dict(
+            config=self.matrix,
+            out=out,
+            index_url=index,
+            git_url=str(self.bare),
+            repo=self.github.full_name,
+            api_url=self.github.api_url,
+            token=TOKEN,
+            model=str(self.model),
+            use_ccache=False,
+            cache=self.base / "cache",
+            throttle=False,
+            compile_jobs=2,
+            web_ui_dist=write_dist(self.base / "webui"),
+        )  # the chat page: a release is whole
         values.update(changes)
         return night_options(**values)
 
@@ -107,13 +120,19 @@ class World:
         whose GPU_TARGETS match ``only_for`` with that definition (FAIL_COMPILE: the build breaks; ROCM_WRONG: the
         programs answer wrong; ROCM_BROKEN: they crash)."""
         self.changes = getattr(self, "changes", 0) + 1
-        (self.work / "ggml" / "ggml-base.c").write_text(f"int ggml_base(void) {{ return 40 + 1; }} /* {self.changes} */\n")
+        (self.work / "ggml" / "ggml-base.c").write_text(
+            f"int ggml_base(void) {{ return 40 + 1; }} /* {self.changes} */\n"
+        )
         if define is not None:
             cmake = self.work / "CMakeLists.txt"
-            cmake.write_text(cmake.read_text().replace(
-                "project(fake_llama C CXX)\n",
-                f"project(fake_llama C CXX)\nif(GPU_TARGETS MATCHES \"{only_for or ''}\")\n"
-                f"    add_compile_definitions({define})\nendif()\n", 1))
+            cmake.write_text(
+                cmake.read_text().replace(
+                    "project(fake_llama C CXX)\n",
+                    f'project(fake_llama C CXX)\nif(GPU_TARGETS MATCHES "{only_for or ""}")\n'
+                    f"    add_compile_definitions({define})\nendif()\n",
+                    1,
+                )
+            )
         git("commit", "-qam", subject, cwd=self.work)
         git("push", "-q", str(self.bare), "master", cwd=self.work)
         return git("rev-parse", "HEAD", cwd=self.work)
@@ -121,5 +140,3 @@ class World:
     def manifest(self, tag: str) -> dict:
         release = next(r for r in self.github.state.releases.values() if r.tag_name == tag)
         return json.loads(next(a.data for a in release.assets if a.name == "manifest.json"))
-
-

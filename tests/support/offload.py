@@ -23,7 +23,7 @@ def bundler_command() -> list[str]:
     return [str(loader), "--library-path", f"{LIBDIR}:{tool.parent.parent / 'lib'}", str(tool)]
 
 
-COMGR_UNBUNDLE = r'''
+COMGR_UNBUNDLE = r"""
 import ctypes, hashlib, sys
 lib = ctypes.CDLL(sys.argv[1])
 blob = open(sys.argv[2], "rb").read()
@@ -52,7 +52,7 @@ for i in range(count.value):
     buf = ctypes.create_string_buffer(size.value)
     ok(lib.amd_comgr_get_data(item, ctypes.byref(size), buf), "get_data")
     print(size.value, hashlib.sha256(buf.raw[:size.value]).hexdigest())
-'''
+"""
 
 
 FAKE_BUNDLER = r"""#!{python}

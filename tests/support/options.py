@@ -19,15 +19,27 @@ def settings(env: Mapping[str, str] | None = None, **flags: Any) -> Settings:
     return Settings.from_environment(env, **flags)
 
 
-def night_data(config: Path | None = None, oses: Sequence[str] = (), targets: Sequence[str] = (),
-               publish_config: Path | None = None, policy: Path | None = None,
-               programs: Path | None = None) -> NightData:
+def night_data(
+    config: Path | None = None,
+    oses: Sequence[str] = (),
+    targets: Sequence[str] = (),
+    publish_config: Path | None = None,
+    policy: Path | None = None,
+    programs: Path | None = None,
+) -> NightData:
     files = settings(matrix_file=config, publish_file=publish_config, policy_file=policy, programs_file=programs)
-    jobs = files.jobs(os_override=split_list(list(oses), aliases={"ubuntu": "linux"}),
-                      target_override=split_list(list(targets)))
-    return NightData(jobs=tuple(jobs), publish=files.publish, smoke=files.smoke, policy=files.policy,
-                     programs=files.programs, patches=files.patch_series,
-                     regressions=load_regression_policy(files.matrix_file))
+    jobs = files.jobs(
+        os_override=split_list(list(oses), aliases={"ubuntu": "linux"}), target_override=split_list(list(targets))
+    )
+    return NightData(
+        jobs=tuple(jobs),
+        publish=files.publish,
+        smoke=files.smoke,
+        policy=files.policy,
+        programs=files.programs,
+        patches=files.patch_series,
+        regressions=load_regression_policy(files.matrix_file),
+    )
 
 
 _GROUPS = {
@@ -38,9 +50,16 @@ _GROUPS = {
 }
 
 
-def night_options(*, config: Path | None = None, oses: Sequence[str] = (), targets: Sequence[str] = (),
-                  publish_config: Path | None = None, programs: Path | None = None,
-                  env: Mapping[str, str] | None = None, **values: Any) -> NightOptions:
+def night_options(
+    *,
+    config: Path | None = None,
+    oses: Sequence[str] = (),
+    targets: Sequence[str] = (),
+    publish_config: Path | None = None,
+    programs: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    **values: Any,
+) -> NightOptions:
     """NightOptions as ``rockbuild nightly`` makes them: -c, --os, --target and --publish-config (and ``programs``:
     another programs.yaml, Settings.programs_file) become its data, and
     the flags of each option group (``llama_ref=``, ``repo=``, ``model=`` (the spec), ``use_ccache=``...) its values."""
@@ -50,12 +69,19 @@ def night_options(*, config: Path | None = None, oses: Sequence[str] = (), targe
         given = {name: values.pop(name) for name in names if name in values}
         if given:
             values[group] = make(**given)
-    return NightOptions(**values, data=night_data(config, oses, targets, publish_config, programs=programs),
-                        context=settings(env))
+    return NightOptions(
+        **values, data=night_data(config, oses, targets, publish_config, programs=programs), context=settings(env)
+    )
 
 
-def resolve_job(*, target: str | None = None, family: str | None = None, job_id: str | None = None,
-                config: Path | None = None, os_name: str | None = None) -> Job:
+def resolve_job(
+    *,
+    target: str | None = None,
+    family: str | None = None,
+    job_id: str | None = None,
+    config: Path | None = None,
+    os_name: str | None = None,
+) -> Job:
     """The job ``rockbuild build --target/--family/--job [-c FILE] [--os OS]`` builds."""
     return settings(matrix_file=config).job(target=target, family=family, job_id=job_id, os_name=os_name)
 

@@ -54,8 +54,9 @@ def build_pe(out: Path, source: str, *, dll: bool, imports=(), delay=()) -> Path
         definition = work / f"{target.stem}.def"
         definition.write_text(f"LIBRARY {target.name}\nEXPORTS\n" + "".join(f"  {n}\n" for n in names))
         lib = work / f"lib{target.stem}_delay.a"
-        subprocess.run([DLLTOOL, "-d", str(definition), "-y", str(lib), "-D", target.name], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [DLLTOOL, "-d", str(definition), "-y", str(lib), "-D", target.name], check=True, capture_output=True
+        )
         args.append(str(lib))
     if delay:
         args.append(f"-Wl,-Map,{work / 'map.txt'}")
@@ -85,7 +86,9 @@ def pe_tree(base: Path) -> dict:
     (rocm / ".info" / "version").write_text("7.12.0\n")
     rbin = rocm / "bin"
     build_pe(rbin / "amd_comgr0702.dll", "__declspec(dllexport) int comgr_value(void){return 7;}", dll=True)
-    build_pe(rbin / "amdhip64_7.dll", r"""
+    build_pe(
+        rbin / "amdhip64_7.dll",
+        r"""
 #include <windows.h>
 __declspec(dllexport) int hip_value(void){return 42;}
 __declspec(dllexport) int hip_comgr_value(void){
@@ -93,27 +96,48 @@ __declspec(dllexport) int hip_comgr_value(void){
     if (!h) return -1;
     FARPROC f = GetProcAddress(h, "comgr_value");
     return f ? ((int (*)(void))f)() : -2;
-}""", dll=True)
+}""",
+        dll=True,
+    )
     rocblas = build_pe(rbin / "rocblas.dll", "__declspec(dllexport) int blas_value(void){return 5;}", dll=True)
-    hipblas = build_pe(rbin / "hipblas.dll", "__declspec(dllimport) int blas_value(void);\n"
-                       "__declspec(dllexport) int hipblas_value(void){return blas_value();}", dll=True,
-                       imports=(rocblas,))
+    hipblas = build_pe(
+        rbin / "hipblas.dll",
+        "__declspec(dllimport) int blas_value(void);\n"
+        "__declspec(dllexport) int hipblas_value(void){return blas_value();}",
+        dll=True,
+        imports=(rocblas,),
+    )
     (rbin / "rocblas" / "library").mkdir(parents=True)
-    for name in ("TensileLibrary_lazy_gfx1151.dat", "TensileLibrary_lazy_gfx1100.dat",
-                 "TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat"):
+    for name in (
+        "TensileLibrary_lazy_gfx1151.dat",
+        "TensileLibrary_lazy_gfx1100.dat",
+        "TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat",
+    ):
         (rbin / "rocblas" / "library" / name).write_bytes(b"k")
     bindir = base / "build" / "bin"
-    ggml = build_pe(bindir / "ggml-hip.dll", fatbin_source([offload_bundle(["gfx1151"])]) + r"""
+    ggml = build_pe(
+        bindir / "ggml-hip.dll",
+        fatbin_source([offload_bundle(["gfx1151"])])
+        + r"""
 __declspec(dllimport) int hip_value(void);
 __declspec(dllimport) int hip_comgr_value(void);
 int hipblas_value(void);
 __declspec(dllexport) int ggml_value(void){return hip_value() + hipblas_value();}
 __declspec(dllexport) int ggml_comgr(void){return hip_comgr_value();}
-""", dll=True, imports=(rbin / "amdhip64_7.dll",), delay=(hipblas,))
-    build_pe(bindir / "app.exe", r"""
+""",
+        dll=True,
+        imports=(rbin / "amdhip64_7.dll",),
+        delay=(hipblas,),
+    )
+    build_pe(
+        bindir / "app.exe",
+        r"""
 #include <stdio.h>
 __declspec(dllimport) int ggml_value(void);
 __declspec(dllimport) int ggml_comgr(void);
 int main(void){printf("ggml=%d comgr=%d\n", ggml_value(), ggml_comgr()); return 0;}
-""", dll=False, imports=(ggml,))
+""",
+        dll=False,
+        imports=(ggml,),
+    )
     return {"rocm": rocm, "build": base / "build", "bin": bindir}

@@ -37,16 +37,58 @@ def tiny_pe(payload: bytes, *, dll: bool, sections: dict[str, bytes] | None = No
     dos = b"MZ" + b"\0" * 58 + struct.pack("<I", 0x40)
     coff = struct.pack("<4sHHIIIHH", b"PE\0\0", 0x8664, len(parts), 0, 0, 0, 0xF0, 0x2022 if dll else 0x22)
     optional = struct.pack(
-        "<HBBIIIIIQIIHHHHHHIIIIHHQQQQII", 0x20B, 14, 0, len(payload), 0, 0, page, page, 0x140000000, page, align,
-        6, 0, 0, 0, 6, 0, 0, rva, header_size, 0, 2 if dll else 3, 0x8160, 0x100000, page, 0x100000, page, 0, 16,
+        "<HBBIIIIIQIIHHHHHHIIIIHHQQQQII",
+        0x20B,
+        14,
+        0,
+        len(payload),
+        0,
+        0,
+        page,
+        page,
+        0x140000000,
+        page,
+        align,
+        6,
+        0,
+        0,
+        0,
+        6,
+        0,
+        0,
+        rva,
+        header_size,
+        0,
+        2 if dll else 3,
+        0x8160,
+        0x100000,
+        page,
+        0x100000,
+        page,
+        0,
+        16,
     ) + b"\0" * (16 * 8)
     headers = dos + coff + optional + table
     return headers + b"\0" * (header_size - len(headers)) + body
 
 
-def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, status="ok", failed_step=None,
-             rocm="7.2.0a20261128", commit=COMMIT, build="11312", smoke: dict | None = None,
-             extra_files: dict[str, bytes] | None = None, audit_ok=True, web_ui=True, programs=None) -> Path:
+def make_job(
+    out: Path,
+    job_id: str,
+    *,
+    targets=("gfx1151",),
+    required=True,
+    status="ok",
+    failed_step=None,
+    rocm="7.2.0a20261128",
+    commit=COMMIT,
+    build="11312",
+    smoke: dict | None = None,
+    extra_files: dict[str, bytes] | None = None,
+    audit_ok=True,
+    web_ui=True,
+    programs=None,
+) -> Path:
     """A job folder as the night leaves it. Whole by default, as publish wants it (rockbuild.publish.whole): build.json
     records an embedded chat page (``web_ui=False``: none, npm missing, as a root without npm builds) and the bundle
     holds every program of the shipped programs.yaml (``programs``: only these targets)."""
@@ -58,13 +100,25 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
     day = rocm[-8:]
     tarball = f"therock-dist-{os_name}-{name}-{rocm}.tar.gz"
     build_json = {
-        "schema": 1, "status": status, "failed_step": failed_step,
-        "job": {"id": job_id, "os": os_name, "name": name, "family": name, "targets": list(targets),
-                "required": required},
+        "schema": 1,
+        "status": status,
+        "failed_step": failed_step,
+        "job": {
+            "id": job_id,
+            "os": os_name,
+            "name": name,
+            "family": name,
+            "targets": list(targets),
+            "required": required,
+        },
         "gpu_targets": list(targets),
         "llama_cpp": {"commit": commit, "build_number": build},
-        "rocm": {"version": rocm.split("a")[0], "package_version": rocm, "therock_commit": "89553ce3a5a4c5b8d0e1",
-                 "tarball": {"name": tarball, "sha256": "ab" * 32, "group": name}},
+        "rocm": {
+            "version": rocm.split("a")[0],
+            "package_version": rocm,
+            "therock_commit": "89553ce3a5a4c5b8d0e1",
+            "tarball": {"name": tarball, "sha256": "ab" * 32, "group": name},
+        },
         "cmake_definitions": {"GGML_HIP": "ON", "GPU_TARGETS": ";".join(targets), "CMAKE_C_COMPILER": "/r/clang"},
         "paths": {"log": str(job / "build.log")},
         "finished": f"{day[:4]}-{day[4:6]}-{day[6:]}T13:40:00+00:00",
@@ -73,14 +127,19 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
     listed = [p for p in load_programs().programs if programs is None or p.target in programs]
     build_json["programs"] = [p.to_dict() for p in listed]
     (job / "build.json").write_text(json.dumps(build_json))
-    (job / "build.log").write_text("".join(f"[{i}/363] Building HIP object ggml/x{i}.cu.o\n" for i in range(50))
-                                   + "FAILED: ggml/src/ggml-cuda/mmq.cu.o\nerror: out of memory\n")
+    (job / "build.log").write_text(
+        "".join(f"[{i}/363] Building HIP object ggml/x{i}.cu.o\n" for i in range(50))
+        + "FAILED: ggml/src/ggml-cuda/mmq.cu.o\nerror: out of memory\n"
+    )
     if status != "ok":
         return job
     bundle = job / "bundle"
     windows = os_name == "windows"
     exe = ".exe" if windows else ""
-    def stand_in(data: bytes, dll: bool = False) -> bytes:  # Windows files are real (tiny) PE files: install audits them
+
+    def stand_in(
+        data: bytes, dll: bool = False
+    ) -> bytes:  # Windows files are real (tiny) PE files: install audits them
         if not windows:
             return data
         from support.bundles import offload_bundle
@@ -103,35 +162,61 @@ def make_job(out: Path, job_id: str, *, targets=("gfx1151",), required=True, sta
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         path.chmod(mode)
-    meta = {"format": 1, "platform": os_name, "targets": list(targets),
-            "audit": {"ok": audit_ok, "failures": [] if audit_ok else ["needed: libfoo.so.1 is missing"],
-                      "fat_binaries": [{"file": "libggml-hip.so", "targets": list(targets)}]}}
+    meta = {
+        "format": 1,
+        "platform": os_name,
+        "targets": list(targets),
+        "audit": {
+            "ok": audit_ok,
+            "failures": [] if audit_ok else ["needed: libfoo.so.1 is missing"],
+            "fat_binaries": [{"file": "libggml-hip.so", "targets": list(targets)}],
+        },
+    }
     (bundle / "bundle.json").write_text(json.dumps(meta))
     if smoke is not None:
         (job / "smoke.json").write_text(json.dumps(smoke))
     return job
 
 
-WEB_UI = {"status": "built", "reason": None, "sha256": "5e" * 32, "files": 9, "bytes": 1_843_211,
-          "build_number": "11312", "embedded": "/src/llama.cpp/tools/ui/dist"}
+WEB_UI = {
+    "status": "built",
+    "reason": None,
+    "sha256": "5e" * 32,
+    "files": 9,
+    "bytes": 1_843_211,
+    "build_number": "11312",
+    "embedded": "/src/llama.cpp/tools/ui/dist",
+}
 NO_WEB_UI = {"status": "none", "reason": "npm is not installed (not on PATH)"}
 
 
 def smoke_ok(placement="cpu", pp=335.3, tg=1438.4) -> dict:
-    model = {"name": "Qwen3-0.6B-Q4_0.gguf", "path": "/cache/models/Qwen3-0.6B-Q4_0.gguf", "sha256": "33bc" * 16,
-             "size": 382_000_000, "source": "default", "url": None, "note": ""}  # the smoke's ModelFile, as written
-    return {"ok": True, "failures": [], "model": model,
-            "gpu": {"placement": placement, "summary": "gpu: absent (CPU run proves library loading only)"},
-            "bench": [{"test": "pp64", "n_prompt": 64, "n_gen": 0, "tokens_per_second": pp},
-                      {"test": "tg16", "n_prompt": 0, "n_gen": 16, "tokens_per_second": tg}],
-            "runs": {}}
+    model = {
+        "name": "Qwen3-0.6B-Q4_0.gguf",
+        "path": "/cache/models/Qwen3-0.6B-Q4_0.gguf",
+        "sha256": "33bc" * 16,
+        "size": 382_000_000,
+        "source": "default",
+        "url": None,
+        "note": "",
+    }  # the smoke's ModelFile, as written
+    return {
+        "ok": True,
+        "failures": [],
+        "model": model,
+        "gpu": {"placement": placement, "summary": "gpu: absent (CPU run proves library loading only)"},
+        "bench": [
+            {"test": "pp64", "n_prompt": 64, "n_gen": 0, "tokens_per_second": pp},
+            {"test": "tg16", "n_prompt": 0, "n_gen": 16, "tokens_per_second": tg},
+        ],
+        "runs": {},
+    }
 
 
 def compile_needing_glibc_236(dest: Path) -> Path:
     """A real ELF that needs GLIBC_2.36 (arc4random, new in glibc 2.36), built with this machine's gcc."""
     src = dest.with_suffix(".c")
-    src.write_text("#include <stdlib.h>\n#include <stdio.h>\nint main(void){printf(\"%u\\n\", arc4random());"
-                   "return 0;}\n")
+    src.write_text('#include <stdlib.h>\n#include <stdio.h>\nint main(void){printf("%u\\n", arc4random());return 0;}\n')
     subprocess.run(["gcc", "-O1", "-o", str(dest), str(src)], check=True, capture_output=True)
     src.unlink()
     return dest

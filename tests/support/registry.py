@@ -30,8 +30,10 @@ def local_registry(folder: Path, port: int | None = None) -> Iterator[tuple[str,
     port = port or free_port()
     folder.mkdir(parents=True, exist_ok=True)
     conf = folder / "registry.yml"
-    conf.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'store'}\n"
-                    f"http:\n  addr: 127.0.0.1:{port}\n")
+    conf.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'store'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
     proc = subprocess.Popen([program, "serve", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import requests
 

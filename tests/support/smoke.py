@@ -253,9 +253,14 @@ def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Pat
     """llama-cli, llama-server and llama-bench stand-ins in ``folder``, behaving as ``mode`` says and recording their
     environment and arguments in ``envlog``."""
     head = COMMON.format(fixtures=str(FIXTURES), mode=mode or {}, envlog=str(envlog))
-    for name, body in (("llama-cli", CLI), ("llama-server", SERVER.format(envlog=str(envlog), chat_page=CHAT_PAGE)),
-                       ("llama-bench", BENCH), ("ggml-rpc-server", "sys.exit(1)\n"),
-                       ("llama-completion", "sys.exit(1)\n"), ("llama-perplexity", None)):
+    for name, body in (
+        ("llama-cli", CLI),
+        ("llama-server", SERVER.format(envlog=str(envlog), chat_page=CHAT_PAGE)),
+        ("llama-bench", BENCH),
+        ("ggml-rpc-server", "sys.exit(1)\n"),
+        ("llama-completion", "sys.exit(1)\n"),
+        ("llama-perplexity", None),
+    ):
         if name == "llama-perplexity":
             if "numerics" not in (mode or {}):
                 continue
@@ -268,8 +273,9 @@ def write_stand_ins(folder: Path, envlog: Path, mode: dict | None = None) -> Pat
     return folder
 
 
-def make_bundle(root: Path, mode: dict | None = None, *, targets=("gfx1151",),
-                web_ui: dict | None = None) -> tuple[Path, Path]:
+def make_bundle(
+    root: Path, mode: dict | None = None, *, targets=("gfx1151",), web_ui: dict | None = None
+) -> tuple[Path, Path]:
     """out/<job>/bundle with fake llama binaries; returns (job dir, folder where the fakes record env/argv).
     ``mode["vk"]`` makes it a Vulkan bundle (it holds a libggml-vulkan.so); ``mode["ui"]`` html | chat makes the
     server answer ``GET /`` with a page (else 404); ``web_ui`` is build.json's."""

@@ -42,8 +42,15 @@ class TarBuilder:
     raw name to forge absolute or ``..`` paths. Nothing is normalised or checked: that is the point.
     """
 
-    def __init__(self, path: Path, *, prefix: str = "./", mtime: int = MTIME, compresslevel: int = 1,
-                 format: int = tarfile.GNU_FORMAT) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        prefix: str = "./",
+        mtime: int = MTIME,
+        compresslevel: int = 1,
+        format: int = tarfile.GNU_FORMAT,
+    ) -> None:
         self.path = Path(path)
         self.prefix = prefix
         self.mtime = mtime
@@ -137,7 +144,7 @@ THEROCK_TREE: dict[str, tuple[Any, ...]] = {
     ".info": ("dir", 0o755),
     ".info/version": ("file", 0o644, b"10.2.0\n"),
     "bin": ("dir", 0o755),
-    "bin/hipcc": ("file", 0o755, b"#!/bin/sh\nexec \"$(dirname \"$0\")/../lib/llvm/bin/clang\" \"$@\"\n"),
+    "bin/hipcc": ("file", 0o755, b'#!/bin/sh\nexec "$(dirname "$0")/../lib/llvm/bin/clang" "$@"\n'),
     "bin/amdclang": ("symlink", "../lib/llvm/bin/clang"),
     "bin/amdclang++": ("symlink", "../lib/llvm/bin/clang++"),
     "include": ("dir", 0o755),
@@ -165,17 +172,28 @@ THEROCK_TREE: dict[str, tuple[Any, ...]] = {
     "share": ("dir", 0o755),
     "share/therock": ("dir", 0o755),
     "share/therock/dist_info.json": ("file", 0o644, b'{"dist_amdgpu_targets": "gfx1151"}\n'),
-    "share/therock/therock_manifest.json": ("file", 0o644, json.dumps(
-        {"the_rock_commit": THEROCK_COMMIT, "rocm_package_version": "10.2.0a20260915", "submodules": []},
-        indent=2).encode() + b"\n"),
+    "share/therock/therock_manifest.json": (
+        "file",
+        0o644,
+        json.dumps(
+            {"the_rock_commit": THEROCK_COMMIT, "rocm_package_version": "10.2.0a20260915", "submodules": []}, indent=2
+        ).encode()
+        + b"\n",
+    ),
 }
 """Everything :func:`therock_like_tarball` writes by default, in archive order (dirs before their contents)."""
 
 
-def therock_like_tarball(path: Path, *, files: Mapping[str, bytes | tuple[bytes, int]] | None = None,
-                         symlinks: Mapping[str, str] | None = None, manifest: Mapping[str, object] | None = None,
-                         version: str | None = None, omit: tuple[str, ...] = (),
-                         big_files: Mapping[str, int] | None = None) -> Path:
+def therock_like_tarball(
+    path: Path,
+    *,
+    files: Mapping[str, bytes | tuple[bytes, int]] | None = None,
+    symlinks: Mapping[str, str] | None = None,
+    manifest: Mapping[str, object] | None = None,
+    version: str | None = None,
+    omit: tuple[str, ...] = (),
+    big_files: Mapping[str, int] | None = None,
+) -> Path:
     """Write a small tarball in TheRock's layout (see :data:`THEROCK_TREE`) to ``path`` and return ``path``.
 
     ``files`` adds or replaces files (``data`` or ``(data, mode)``; parent dirs are added as members), ``symlinks``
@@ -415,32 +433,67 @@ MALICIOUS: dict[str, Attack] = {
         Attack("absolute_path", "file with an absolute path into outside/", "{outside}/pwned", _absolute_path),
         Attack("dotdot_escape", "file whose path climbs out with ../", "./{rel}/pwned", _dotdot_escape),
         Attack("dotdot_inside", "file with a '..' component that stays inside", "./lib/../innocent", _dotdot_inside),
-        Attack("symlink_escape_absolute", "symlink to an absolute path, then a file through it", "./evil",
-               _symlink_escape_absolute),
-        Attack("symlink_escape_relative", "symlink climbing out with ../, then a file through it", "./lib/evil",
-               _symlink_escape_relative),
+        Attack(
+            "symlink_escape_absolute",
+            "symlink to an absolute path, then a file through it",
+            "./evil",
+            _symlink_escape_absolute,
+        ),
+        Attack(
+            "symlink_escape_relative",
+            "symlink climbing out with ../, then a file through it",
+            "./lib/evil",
+            _symlink_escape_relative,
+        ),
         Attack("symlink_to_parent", "symlink to ..", "./up", _symlink_to_parent),
-        Attack("symlink_chain_escape", "y -> . then x -> y/../outside, then a file through x", "./x",
-               _symlink_chain_escape),
-        Attack("symlink_chain_escape_late", "x -> y/../outside/target first, y -> . after", "./x",
-               _symlink_chain_escape_late),
-        Attack("write_through_symlinked_dir", "libdir -> lib, then libdir/file", "./libdir/libinjected.so",
-               _write_through_symlinked_dir),
+        Attack(
+            "symlink_chain_escape", "y -> . then x -> y/../outside, then a file through x", "./x", _symlink_chain_escape
+        ),
+        Attack(
+            "symlink_chain_escape_late",
+            "x -> y/../outside/target first, y -> . after",
+            "./x",
+            _symlink_chain_escape_late,
+        ),
+        Attack(
+            "write_through_symlinked_dir",
+            "libdir -> lib, then libdir/file",
+            "./libdir/libinjected.so",
+            _write_through_symlinked_dir,
+        ),
         Attack("path_through_file", "a member below a regular file", "./lib/libfoo.so.1.2.3/sub", _path_through_file),
-        Attack("hardlink_outside_absolute", "hard link to an absolute outside path, then a write to it", "./h",
-               _hardlink_outside_absolute),
-        Attack("hardlink_outside_relative", "hard link to ../outside/target, then a write to it", "./h",
-               _hardlink_outside_relative),
-        Attack("hardlink_to_symlink", "hard link to a symlink that ends up pointing outside", "./h",
-               _hardlink_to_symlink),
+        Attack(
+            "hardlink_outside_absolute",
+            "hard link to an absolute outside path, then a write to it",
+            "./h",
+            _hardlink_outside_absolute,
+        ),
+        Attack(
+            "hardlink_outside_relative",
+            "hard link to ../outside/target, then a write to it",
+            "./h",
+            _hardlink_outside_relative,
+        ),
+        Attack(
+            "hardlink_to_symlink", "hard link to a symlink that ends up pointing outside", "./h", _hardlink_to_symlink
+        ),
         Attack("hardlink_before_target", "hard link to a member that comes later", "./h", _hardlink_before_target),
         Attack("block_device", "block device node", "./dev/sda", _device_node),
         Attack("char_device", "character device node", "./dev/mem", _char_device),
         Attack("fifo", "named pipe", "./lib/pipe", _fifo),
-        Attack("setuid_file", "setuid/setgid files, sticky and setgid dirs (extracted, bits stripped)", "./bin/su",
-               _setuid_file, refused=False),
-        Attack("duplicate_over_symlink", "a file member replacing an earlier symlink of the same path",
-               "./lib/libfoo.so", _duplicate_over_symlink),
+        Attack(
+            "setuid_file",
+            "setuid/setgid files, sticky and setgid dirs (extracted, bits stripped)",
+            "./bin/su",
+            _setuid_file,
+            refused=False,
+        ),
+        Attack(
+            "duplicate_over_symlink",
+            "a file member replacing an earlier symlink of the same path",
+            "./lib/libfoo.so",
+            _duplicate_over_symlink,
+        ),
         Attack("duplicate_file", "the same file path twice", "./lib/libfoo.so.1.2.3", _duplicate_file),
         Attack("pax_absolute_path", "pax 'path' header with an absolute path", "{outside}/pwned", _pax_absolute_path),
         Attack("root_as_file", "the root member ./ as a regular file", "./", _root_as_file),

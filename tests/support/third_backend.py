@@ -41,9 +41,15 @@ class CpuBackend:
         return host_compilers(env, job.os == "windows"), {}
 
     def cmake_definitions(self, job, toolchain, *, offline, build_info, ccache):
-        return compose_definitions(swap={"GGML_HIP": "GGML_BLAS", "GGML_HIP_ROCWMMA_FATTN": None},
-                                   reserved={"GGML_HIP", "GGML_VULKAN"}, set_by="for a CPU job", extra=job.cmake,
-                                   offline=offline, build_info=build_info, ccache=ccache)
+        return compose_definitions(
+            swap={"GGML_HIP": "GGML_BLAS", "GGML_HIP_ROCWMMA_FATTN": None},
+            reserved={"GGML_HIP", "GGML_VULKAN"},
+            set_by="for a CPU job",
+            extra=job.cmake,
+            offline=offline,
+            build_info=build_info,
+            ccache=ccache,
+        )
 
     def bundle_platform(self, layout, targets, platform):
         if targets:
@@ -60,11 +66,20 @@ class CpuBackend:
         from rockbuild.smoke.parse import Placement, VerdictWords, judge
 
         with_buffers = [load for load in loads if load.buffers]
-        words = VerdictWords(gpu="gpu: none", partial="gpu: none", cpu="gpu: none (a CPU build)",
-                             partial_lacks="a GPU", weights_on="the CPU")
+        words = VerdictWords(
+            gpu="gpu: none",
+            partial="gpu: none",
+            cpu="gpu: none (a CPU build)",
+            partial_lacks="a GPU",
+            weights_on="the CPU",
+        )
         host = max((sum(b.mib for b in load.buffers) for load in with_buffers), default=0.0)
-        return judge(words, Placement("blas" if with_buffers else "unknown", loads, host_mib=host),
-                     expect_gpu=expect_gpu, texts=texts)
+        return judge(
+            words,
+            Placement("blas" if with_buffers else "unknown", loads, host_mib=host),
+            expect_gpu=expect_gpu,
+            texts=texts,
+        )
 
     def in_logs(self, loads):
         return False

@@ -33,7 +33,9 @@ def gcc_therock(*, package_version: str = "7.2.0a20261128", before_exec: str = "
     files["lib/llvm/amdgcn/bitcode/ocml.bc"] = (b"", 0o644)
     files["bin/hipconfig"] = (b"#!/bin/sh\necho 7.2.0\n", 0o755)
     files["include/hip/hip_version.h"] = (
-        b"#define HIP_VERSION_MAJOR 7\n#define HIP_VERSION_MINOR 2\n#define HIP_VERSION_PATCH 53211\n", 0o644)
+        b"#define HIP_VERSION_MAJOR 7\n#define HIP_VERSION_MINOR 2\n#define HIP_VERSION_PATCH 53211\n",
+        0o644,
+    )
     manifest = {"the_rock_commit": THEROCK_COMMIT, "rocm_version": "7.2.0", "rocm_package_version": package_version}
     files["share/therock/therock_manifest.json"] = (json.dumps(manifest).encode(), 0o644)
     return files

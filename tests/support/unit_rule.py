@@ -23,15 +23,43 @@ import pytest
 
 # Programs whose use makes a test an integration test: compilers and build tools, wine, browsers, containers, the
 # Debian package tools, npm, git, ROCm's offload tools.
-INTEGRATION_PROGRAMS = frozenset({
-    "gcc", "g++", "cc", "c++", "cpp", "clang", "clang++", "ld", "objcopy", "cmake", "ninja", "make", "ccache",
-    "glslc", "clang-offload-bundler",
-    "wine", "wine64", "wineserver", "wineboot",
-    "chromium", "chromium-browser", "google-chrome", "playwright",
-    "podman", "runc", "docker", "docker-registry",
-    "dpkg", "dpkg-deb", "lintian",
-    "npm", "node", "git",
-})
+INTEGRATION_PROGRAMS = frozenset(
+    {
+        "gcc",
+        "g++",
+        "cc",
+        "c++",
+        "cpp",
+        "clang",
+        "clang++",
+        "ld",
+        "objcopy",
+        "cmake",
+        "ninja",
+        "make",
+        "ccache",
+        "glslc",
+        "clang-offload-bundler",
+        "wine",
+        "wine64",
+        "wineserver",
+        "wineboot",
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "playwright",
+        "podman",
+        "runc",
+        "docker",
+        "docker-registry",
+        "dpkg",
+        "dpkg-deb",
+        "lintian",
+        "npm",
+        "node",
+        "git",
+    }
+)
 INTEGRATION_PREFIXES = ("x86_64-w64-mingw32-", "i686-w64-mingw32-")
 # gcc makes the bundle tests' fixture ELF files through this helper alone
 FIXTURE_COMPILER = ("gcc", str(Path(__file__).with_name("bundles.py")), "cc")

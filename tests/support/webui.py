@@ -15,13 +15,16 @@ from support.files import write
 # the files llama.cpp requires of a dist (scripts/ui-assets.cmake, ui_validate_assets), with made-up hashes
 DIST_FILES = {
     "index.html": "<!doctype html><html><head><title>llama.cpp</title></head><body>chat</body></html>\n",
-    "manifest.webmanifest": '{"name": "llama.cpp"}\n', "sw.js": "self.addEventListener('fetch', () => {});\n",
-    "build.json": '{"version": "BUILD"}\n', "version.json": '{"version": "1"}\n',
-    "_app/immutable/bundle.Ab12Cd.js": "console.log('chat');\n", "_app/immutable/bundle.Ef34Gh.css": "body{}\n",
+    "manifest.webmanifest": '{"name": "llama.cpp"}\n',
+    "sw.js": "self.addEventListener('fetch', () => {});\n",
+    "build.json": '{"version": "BUILD"}\n',
+    "version.json": '{"version": "1"}\n',
+    "_app/immutable/bundle.Ab12Cd.js": "console.log('chat');\n",
+    "_app/immutable/bundle.Ef34Gh.css": "body{}\n",
     "workbox-9a8b7c.js": "/* workbox */\n",
 }
 
-FAKE_NPM = r'''
+FAKE_NPM = r"""
 import json, os, sys
 from pathlib import Path
 LOG = Path({log!r})
@@ -61,15 +64,17 @@ if args[:2] == ["run", "build"]:
     sys.exit(0)
 sys.stderr.write("fake npm: unknown command " + " ".join(args) + "\n")
 sys.exit(1)
-'''
+"""
 
 
 def fake_npm(bin_dir: Path, log: Path, mode: str = "ok") -> Path:
     """``bin_dir/npm``: ok | fail-ci | fail-build | incomplete (a dist without workbox*.js)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     npm = bin_dir / "npm"
-    npm.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAKE_NPM.format(log=str(log), mode=mode,
-                                                                             files=json.dumps(DIST_FILES))))
+    npm.write_text(
+        f"#!{sys.executable}\n"
+        + textwrap.dedent(FAKE_NPM.format(log=str(log), mode=mode, files=json.dumps(DIST_FILES)))
+    )
     npm.chmod(0o755)
     return npm
 

@@ -151,8 +151,11 @@ def test_therock_round_trip(tmp_path: Path, therock_tgz: Path, decompressor: str
 
 @pytest.mark.parametrize("decompressor", DECOMPRESSORS)
 def test_extracted_executables_run_through_symlinks(tmp_path: Path, decompressor: str) -> None:
-    tgz = therock_like_tarball(tmp_path / "t.tar.gz", files={"bin/hello.sh": (b"#!/bin/sh\necho hello $0\n", 0o755)},
-                               symlinks={"hello": "bin/hello.sh"})
+    tgz = therock_like_tarball(
+        tmp_path / "t.tar.gz",
+        files={"bin/hello.sh": (b"#!/bin/sh\necho hello $0\n", 0o755)},
+        symlinks={"hello": "bin/hello.sh"},
+    )
     extract_tarball(tgz, tmp_path / "root", decompressor=decompressor)
     out = subprocess.run([tmp_path / "root/hello"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("hello ")
@@ -241,7 +244,7 @@ def feed_in_chunks(ex: StreamExtractor, data: bytes, sizes: list[int]) -> None:
     pos, i = 0, 0
     while pos < len(data):
         n = sizes[i % len(sizes)]
-        ex.feed(data[pos:pos + n])
+        ex.feed(data[pos : pos + n])
         pos, i = pos + n, i + 1
 
 
@@ -282,7 +285,7 @@ def test_feed_raises_promptly_after_a_refusal(tmp_path: Path, refused_early_tgz:
     fed = 0
     with pytest.raises(UnsafeArchiveError, match="member './evil' is a symlink to an absolute path"):
         for pos in range(0, len(data), 64 << 10):
-            ex.feed(data[pos:pos + (64 << 10)])
+            ex.feed(data[pos : pos + (64 << 10)])
             fed += 64 << 10
             time.sleep(0.002)  # a download's pace: the extraction thread gets to fail between pieces
     # Pipes and queues hold a few MiB at most: the download stops long before its end.
@@ -298,8 +301,9 @@ def test_feed_raises_promptly_after_a_refusal(tmp_path: Path, refused_early_tgz:
 
 
 @pytest.mark.parametrize("decompressor", DECOMPRESSORS)
-def test_abort_removes_staging_and_stops_the_decompressor(tmp_path: Path, refused_early_tgz: Path,
-                                                          decompressor: str) -> None:
+def test_abort_removes_staging_and_stops_the_decompressor(
+    tmp_path: Path, refused_early_tgz: Path, decompressor: str
+) -> None:
     tgz = therock_like_tarball(tmp_path / "t.tar.gz", big_files={"lib/big.bin": 4 << 20})
     data = tgz.read_bytes()
     ex = StreamExtractor(tmp_path / "dest", decompressor=decompressor)
@@ -311,7 +315,7 @@ def test_abort_removes_staging_and_stops_the_decompressor(tmp_path: Path, refuse
     assert leftovers(tmp_path, "t.tar.gz") == set()
     assert children_named(decompressor) == []
     with pytest.raises(ExtractionError, match="was aborted"):
-        ex.feed(data[len(data) // 2:])
+        ex.feed(data[len(data) // 2 :])
     with pytest.raises(ExtractionError, match="was aborted"):
         ex.finish()
 
@@ -384,7 +388,7 @@ def _corrupt_inputs(tgz: bytes) -> dict[str, bytes]:
         "not_gzip": tar,
         "empty": b"",
         "tar_without_end_marker": gzip.compress(_tar_bytes({"./a": b"a" * 5000}, end_marker=False)),
-        "tar_truncated_mid_member": gzip.compress(tar[:512 + 2048]),
+        "tar_truncated_mid_member": gzip.compress(tar[: 512 + 2048]),
         "garbage_tar": gzip.compress(os.urandom(4096)),
     }
 
@@ -528,8 +532,7 @@ def pruned_like(seed: int = 7) -> bytes:
     import random
 
     rng = random.Random(seed)
-    return (rng.randbytes(100_003) + bytes(6 << 20) + rng.randbytes(50_001) + b"\0" * 4095 + b"\1"
-            + bytes(3 << 20))
+    return rng.randbytes(100_003) + bytes(6 << 20) + rng.randbytes(50_001) + b"\0" * 4095 + b"\1" + bytes(3 << 20)
 
 
 def allocated(path: Path) -> int:
@@ -607,7 +610,7 @@ def test_sparse_writer_gives_back_every_byte_whatever_the_pieces(tmp_path):
     pos = 0
     while pos < len(data):  # pieces of every size, unaligned
         n = rng.choice([1, 7, 4095, 4096, 4097, 65536, 1 << 20, 3 << 20])
-        writer.write(bytes(data[pos:pos + n]))
+        writer.write(bytes(data[pos : pos + n]))
         pos += n
     writer.close()
     os.close(fd)

@@ -72,8 +72,9 @@ def test_a_module_without_the_entry_points_fails(tmp_path, modules, policy):
     names = [*(f"libggml-cpu-{v}.so" for v in VARIANTS), "libggml-cpu-odd.so"]
     root, top = _folder(tmp_path, modules, names)
     check = check_cpu_backends(root, top, policy.linux, "EM_X86_64")
-    assert check.failures == ("libggml-cpu-odd.so is not a loadable backend module (it exports no ggml_backend_init, "
-                              "ggml_backend_score)",)
+    assert check.failures == (
+        "libggml-cpu-odd.so is not a loadable backend module (it exports no ggml_backend_init, ggml_backend_score)",
+    )
     assert "odd not in the bundle policy's list" in check.warnings[0]
 
 
@@ -94,6 +95,9 @@ def test_the_audit_runs_it_on_a_bundle(tmp_path, modules, policy):
     make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=policy, audit=False)
     assert (out / "libggml-cpu-haswell.so").is_file()  # a module in bin/ ships although nothing links it
     report = audit_bundle(out, policy=policy, backends=REGISTRY)
-    assert [c.failures for c in report.checks if c.name == "cpu-backends"] == [(
-        "CPU variants x64, zen4 missing (the bundle policy lists 3 for EM_X86_64): those CPUs would load a slower one",
-        "no baseline CPU variant (x64): a CPU older than every shipped variant runs nothing")]
+    assert [c.failures for c in report.checks if c.name == "cpu-backends"] == [
+        (
+            "CPU variants x64, zen4 missing (the bundle policy lists 3 for EM_X86_64): those CPUs would load a slower one",
+            "no baseline CPU variant (x64): a CPU older than every shipped variant runs nothing",
+        )
+    ]

@@ -10,15 +10,23 @@ from rockbuild.bundle.audit import check_backend_abi, imported_symbols
 
 
 def _core(folder, *functions):
-    return cc(folder / "libggml-base.so", "".join(f"int {f}(void) {{ return 1; }}\n" for f in functions),
-              shared=True, soname="libggml-base.so")
+    return cc(
+        folder / "libggml-base.so",
+        "".join(f"int {f}(void) {{ return 1; }}\n" for f in functions),
+        shared=True,
+        soname="libggml-base.so",
+    )
 
 
 def _module(folder, name, *functions):
     calls = " + ".join(f"{f}()" for f in functions)
     decls = "".join(f"int {f}(void);\n" for f in functions)
-    return cc(folder / name, f"{decls}int ggml_backend_init(void) {{ return {calls}; }}\n", shared=True,
-              libs=(folder / "libggml-base.so",))
+    return cc(
+        folder / name,
+        f"{decls}int ggml_backend_init(void) {{ return {calls}; }}\n",
+        shared=True,
+        libs=(folder / "libggml-base.so",),
+    )
 
 
 def test_a_module_whose_ggml_functions_the_core_defines_passes(tmp_path):
@@ -34,9 +42,11 @@ def test_a_module_built_against_another_ggml_fails_naming_the_function(tmp_path)
     _module(tmp_path, "libggml-vulkan.so", "ggml_backend_reg_count", "ggml_backend_buffer_init_v2", "ggml_new_op")
     check = check_backend_abi(sorted(tmp_path.iterdir()))
     assert not check.ok
-    assert check.failures == ("libggml-vulkan.so needs ggml_backend_buffer_init_v2 (and 1 more), which "
-                              "libggml-base.so do not define: it was built against another ggml than the bundle's "
-                              "programs (a GPU library and a common part of different trees or flags)",)
+    assert check.failures == (
+        "libggml-vulkan.so needs ggml_backend_buffer_init_v2 (and 1 more), which "
+        "libggml-base.so do not define: it was built against another ggml than the bundle's "
+        "programs (a GPU library and a common part of different trees or flags)",
+    )
 
 
 def test_nothing_to_check_without_ggml_core_libraries(tmp_path):

@@ -22,17 +22,24 @@ def test_the_shipped_baselines_parse_with_smollm2s_entry():
     assert shipped.find("SmolLM2-135M-Instruct.Q4_1.gguf", "numerics.txt", 512, 8) is None
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("tolerance: 2\n", "tolerance is relative (0.02 is 2 %), not 2.0"),
-    ("tolerance: -0.1\n", "tolerance must be a positive number"),
-    ("baselines:\n  - {model: m, text: t, ctx: 256, chunks: 8, ppl: lots}\n", "baselines[0].ppl must be a positive "
-     "number, not 'lots'"),
-    ("baselines:\n  - {model: m, text: t, ctx: 2.5, chunks: 8, ppl: 3}\n", "baselines[0].ctx must be a positive "
-     "integer"),
-    ("baselines:\n  - {text: t, ctx: 256, chunks: 8, ppl: 3}\n", "baselines[0] needs a model"),
-    ("baselines:\n  - {model: m, text: t, ctx: 256, chunks: 8, ppl: 3, quant: q4}\n", "unknown key 'quant'"),
-    ("baseline: []\n", "unknown key 'baseline'"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tolerance: 2\n", "tolerance is relative (0.02 is 2 %), not 2.0"),
+        ("tolerance: -0.1\n", "tolerance must be a positive number"),
+        (
+            "baselines:\n  - {model: m, text: t, ctx: 256, chunks: 8, ppl: lots}\n",
+            "baselines[0].ppl must be a positive number, not 'lots'",
+        ),
+        (
+            "baselines:\n  - {model: m, text: t, ctx: 2.5, chunks: 8, ppl: 3}\n",
+            "baselines[0].ctx must be a positive integer",
+        ),
+        ("baselines:\n  - {text: t, ctx: 256, chunks: 8, ppl: 3}\n", "baselines[0] needs a model"),
+        ("baselines:\n  - {model: m, text: t, ctx: 256, chunks: 8, ppl: 3, quant: q4}\n", "unknown key 'quant'"),
+        ("baseline: []\n", "unknown key 'baseline'"),
+    ],
+)
 def test_a_wrong_baselines_file_is_a_config_error_naming_file_and_line(tmp_path, text, message):
     path = write(tmp_path / "baselines.yaml", text)
     with pytest.raises(ConfigError) as info:
@@ -41,10 +48,15 @@ def test_a_wrong_baselines_file_is_a_config_error_naming_file_and_line(tmp_path,
 
 
 def smoke_json(path: Path, ppl, *, model="SmolLM2-135M-Instruct.Q4_1.gguf") -> Path:
-    data = {"schema": 1, "ok": True, "finished": "2026-12-04T19:00:00+00:00",
-            "backends": {"cpu": "CPU", "cpu_variant": "zen4", "shipped": []},
-            "numerics": {"cpu": {"model": model, "text": "numerics.txt", "ctx": 256, "chunks": 8, "ppl": ppl,
-                                 "result": "failed"}}}
+    data = {
+        "schema": 1,
+        "ok": True,
+        "finished": "2026-12-04T19:00:00+00:00",
+        "backends": {"cpu": "CPU", "cpu_variant": "zen4", "shipped": []},
+        "numerics": {
+            "cpu": {"model": model, "text": "numerics.txt", "ctx": 256, "chunks": 8, "ppl": ppl, "result": "failed"}
+        },
+    }
     path.write_text(json.dumps(data))
     return path
 
@@ -54,22 +66,33 @@ def test_rockbuild_baseline_rewrites_the_entry_and_keeps_the_header(tmp_path, ru
     target.write_text(data_path("config", "baselines.yaml").read_text())
     result = run_rockbuild("baseline", str(smoke_json(tmp_path / "smoke.json", 25.9)), "--file", str(target))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (f"{target}: SmolLM2-135M-Instruct* on numerics.txt, 8 x 256 tokens: "
-                                     "24.7663 -> 25.9000 (CPU variant zen4, smoke of 2026-12-04T19:00:00+00:00)")
+    assert result.stdout.strip() == (
+        f"{target}: SmolLM2-135M-Instruct* on numerics.txt, 8 x 256 tokens: "
+        "24.7663 -> 25.9000 (CPU variant zen4, smoke of 2026-12-04T19:00:00+00:00)"
+    )
     assert target.read_text().startswith("# The CPU's perplexity per model file")
     again = load_baselines(target)
     assert [(b.model, b.ppl) for b in again.entries] == [("SmolLM2-135M-Instruct*", 25.9)]
     # another model: a new entry beside it
-    result = run_rockbuild("baseline", str(smoke_json(tmp_path / "q.json", 14.02, model="Qwen3-0.6B-Q4_0.gguf")),
-                           "--file", str(target), "--measured", "gfx1151 runner, 2026-12-05", "--json")
+    result = run_rockbuild(
+        "baseline",
+        str(smoke_json(tmp_path / "q.json", 14.02, model="Qwen3-0.6B-Q4_0.gguf")),
+        "--file",
+        str(target),
+        "--measured",
+        "gfx1151 runner, 2026-12-05",
+        "--json",
+    )
     assert json.loads(result.stdout)["baseline"]["old"] is None
     assert [(b.model, b.ppl, b.measured) for b in load_baselines(target).entries][1] == (
-        "Qwen3-0.6B-Q4_0.gguf", 14.02, "gfx1151 runner, 2026-12-05")
+        "Qwen3-0.6B-Q4_0.gguf",
+        14.02,
+        "gfx1151 runner, 2026-12-05",
+    )
 
 
 def test_rockbuild_baseline_refuses_a_smoke_json_without_a_figure(tmp_path, run_rockbuild):
-    result = run_rockbuild("baseline", str(smoke_json(tmp_path / "s.json", None)), "--file",
-                           str(tmp_path / "b.yaml"))
+    result = run_rockbuild("baseline", str(smoke_json(tmp_path / "s.json", None)), "--file", str(tmp_path / "b.yaml"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("error: the smoke.json has no CPU perplexity to take as a baseline")
     assert not (tmp_path / "b.yaml").exists()
@@ -82,8 +105,10 @@ SHA = "b" * 64
 
 def _ref(extra: str, *, file: str = "x.topk", kld: float = 0.1, same_top: float = 99) -> str:
     """One references entry of model m.gguf (file sha256 SHA) on t.txt, 4096 tokens; ``extra``: more of its keys."""
-    return (f"  - {{model: m.gguf, sha256: '{SHA}', text: t.txt, ctx: 4096, {extra}file: {file},\n"
-            f"     max_mean_kld: {kld}, min_same_top: {same_top}}}\n")
+    return (
+        f"  - {{model: m.gguf, sha256: '{SHA}', text: t.txt, ctx: 4096, {extra}file: {file},\n"
+        f"     max_mean_kld: {kld}, min_same_top: {same_top}}}\n"
+    )
 
 
 LINUX_REF = "references:\n" + _ref("", file="references/m-t-4096.topk", kld=0.002, same_top=98.0)
@@ -101,10 +126,13 @@ def test_a_reference_without_an_os_is_linuxs_and_each_os_finds_only_its_own(tmp_
     assert only_linux.reference("m.gguf", "t.txt", 4096, SHA, "windows") is None  # never judged by Linux's answer
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (_ref("os: macos, "), "references[1].os is one of linux, windows, not 'macos'"),
-    (_ref("os: linux, "), "references[1] is a second reference of m.gguf on t.txt, 4096 tokens, linux"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (_ref("os: macos, "), "references[1].os is one of linux, windows, not 'macos'"),
+        (_ref("os: linux, "), "references[1] is a second reference of m.gguf on t.txt, 4096 tokens, linux"),
+    ],
+)
 def test_a_wrong_or_second_reference_for_an_os_is_a_config_error_on_its_line(tmp_path, extra, message):
     path = write(tmp_path / "baselines.yaml", LINUX_REF + extra)
     with pytest.raises(ConfigError) as info:
@@ -118,16 +146,33 @@ def _smoke_json(tmp_path: Path, os_name: str | None) -> Path:
     about = {"model": "m.gguf", "model_sha256": SHA, "text": "t.txt", "ctx": 4096, "cpu_variant": "haswell"}
     if os_name is not None:
         about["os"] = os_name
-    return write(tmp_path / f"smoke-{os_name}.json",
-                 json.dumps({"schema": 1, "ok": True, "finished": "2026-12-07T03:00:00+00:00",
-                             "numerics": {"long_reference": {"topk": str(topk), "about": about}}}))
+    return write(
+        tmp_path / f"smoke-{os_name}.json",
+        json.dumps(
+            {
+                "schema": 1,
+                "ok": True,
+                "finished": "2026-12-07T03:00:00+00:00",
+                "numerics": {"long_reference": {"topk": str(topk), "about": about}},
+            }
+        ),
+    )
 
 
 def test_rockbuild_baseline_gives_a_windows_run_its_own_reference_and_keeps_linuxs(tmp_path, run_rockbuild):
     target = write(tmp_path / "baselines.yaml", "# ours\ntolerance: 0.02\nbaselines:\n" + LINUX_REF)
     write(tmp_path / "references" / "m-t-4096.topk", "the Linux top-k")
-    result = run_rockbuild("baseline", str(_smoke_json(tmp_path, "windows")), "--file", str(target), "--only", "long",
-                           "--measured", "wine, 2026-12-07", "--json")
+    result = run_rockbuild(
+        "baseline",
+        str(_smoke_json(tmp_path, "windows")),
+        "--file",
+        str(target),
+        "--only",
+        "long",
+        "--measured",
+        "wine, 2026-12-07",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     new = json.loads(result.stdout)["reference"]
     assert new["old"] is None and new["new"]["os"] == "windows" and new["new"]["file"] == "m-t-4096-windows.topk"
@@ -139,8 +184,9 @@ def test_rockbuild_baseline_gives_a_windows_run_its_own_reference_and_keeps_linu
     assert written.references[1].file.read_text() == "top-k of a windows run"
     assert target.read_text().startswith("# ours\n") and "os: windows" in target.read_text()
     # a smoke.json from before the key was a Linux run: it replaces Linux's, and the Windows one stays
-    result = run_rockbuild("baseline", str(_smoke_json(tmp_path, None)), "--file", str(target), "--only", "long",
-                           "--json")
+    result = run_rockbuild(
+        "baseline", str(_smoke_json(tmp_path, None)), "--file", str(target), "--only", "long", "--json"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["reference"]["old"]["os"] == "linux"
     assert [r.os for r in load_baselines(target).references] == ["linux", "windows"]
@@ -152,7 +198,9 @@ def test_rockbuild_baseline_refuses_a_run_of_an_unknown_os_in_one_line(tmp_path,
     before = target.read_text()
     result = run_rockbuild("baseline", str(_smoke_json(tmp_path, "macos")), "--file", str(target), "--only", "long")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == ("error: the smoke.json has no long-context run to take as a reference "
-                                     "(numerics.long_reference needs its about: model, model_sha256, text, ctx, and "
-                                     "an os of linux, windows if any)")
+    assert result.stderr.strip() == (
+        "error: the smoke.json has no long-context run to take as a reference "
+        "(numerics.long_reference needs its about: model, model_sha256, text, ctx, and "
+        "an os of linux, windows if any)"
+    )
     assert target.read_text() == before

@@ -22,12 +22,14 @@ def bench(*args: str, cwd) -> subprocess.CompletedProcess:
 def test_a_folder_that_is_no_llama_cpp_tree_is_refused_in_one_line(tmp_path):
     result = bench(str(tmp_path), cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr.strip() == (f"error: {tmp_path} is not a llama.cpp tree (tests/e2e/h200.sh prepare unpacks "
-                                     "the pinned one)")
+    assert result.stderr.strip() == (
+        f"error: {tmp_path} is not a llama.cpp tree (tests/e2e/h200.sh prepare unpacks the pinned one)"
+    )
 
 
-@pytest.mark.skipif(not os.path.isfile(TREE + "/CMakeLists.txt"),
-                    reason=f"the pinned llama.cpp tree is not unpacked at {TREE}")
+@pytest.mark.skipif(
+    not os.path.isfile(TREE + "/CMakeLists.txt"), reason=f"the pinned llama.cpp tree is not unpacked at {TREE}"
+)
 def test_the_mirror_writes_only_the_patched_files_and_a_second_one_none(tmp_path):
     result = bench("--repeat", "1", "--json", str(tmp_path / "b.json"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -47,9 +47,14 @@ def debian_usr(usr: Path) -> Path:
 
 
 WINDOWS = Toolchain(
-    platform="windows", kind="therock", prefix=r"C:\TheRock", llvm_bin=r"C:\TheRock\lib\llvm\bin",
-    c_compiler=r"C:\TheRock\lib\llvm\bin\clang.exe", cxx_compiler=r"C:\TheRock\lib\llvm\bin\clang++.exe",
-    device_lib_dir=r"C:\TheRock\lib\llvm\amdgcn\bitcode", device_lib_in_resource_dir=False,
+    platform="windows",
+    kind="therock",
+    prefix=r"C:\TheRock",
+    llvm_bin=r"C:\TheRock\lib\llvm\bin",
+    c_compiler=r"C:\TheRock\lib\llvm\bin\clang.exe",
+    cxx_compiler=r"C:\TheRock\lib\llvm\bin\clang++.exe",
+    device_lib_dir=r"C:\TheRock\lib\llvm\amdgcn\bitcode",
+    device_lib_in_resource_dir=False,
 )
 
 
@@ -58,15 +63,18 @@ WINDOWS = Toolchain(
 
 def test_definitions_have_the_seed_flags_and_exactly_the_job_targets(tmp_path):
     tc = toolchain_from_layout(detect_layout(therock_tree(tmp_path / "r")))
-    defs = cmake_definitions(tc, ("gfx1100", "gfx1101"), build_info={"LLAMA_BUILD_NUMBER": "11312",
-                                                                    "LLAMA_BUILD_COMMIT": "0c1e570"})
+    defs = cmake_definitions(
+        tc, ("gfx1100", "gfx1101"), build_info={"LLAMA_BUILD_NUMBER": "11312", "LLAMA_BUILD_COMMIT": "0c1e570"}
+    )
     d = dict(defs)
     assert len(d) == len(defs)  # each name once
     for name, value in SEED_DEFINITIONS:
         assert d[name] == value
     assert d["GPU_TARGETS"] == "gfx1100;gfx1101"
     assert d["CMAKE_C_COMPILER"] == str(tmp_path / "r" / "lib" / "llvm" / "bin" / "clang")
-    assert d["CMAKE_CXX_COMPILER"] == d["CMAKE_HIP_COMPILER"] == str(tmp_path / "r" / "lib" / "llvm" / "bin" / "clang++")
+    assert (
+        d["CMAKE_CXX_COMPILER"] == d["CMAKE_HIP_COMPILER"] == str(tmp_path / "r" / "lib" / "llvm" / "bin" / "clang++")
+    )
     assert (d["LLAMA_BUILD_BORINGSSL"], d["GGML_CCACHE"]) == ("ON", "OFF") and "LLAMA_OPENSSL" not in d
     assert (d["LLAMA_BUILD_NUMBER"], d["LLAMA_BUILD_COMMIT"]) == ("11312", "0c1e570")
     assert (d["GGML_NATIVE"], d["GGML_HIP"], d["BUILD_SHARED_LIBS"], d["GGML_OPENMP"]) == ("OFF", "ON", "ON", "OFF")
@@ -78,8 +86,11 @@ def test_offline_uses_openssl_and_job_extras_win(tmp_path):
     offline = dict(cmake_definitions(tc, ("gfx1151",), offline=True, ccache=True))
     assert {k: offline[k] for k, _ in OFFLINE_DEFINITIONS} == {"LLAMA_BUILD_BORINGSSL": "OFF", "LLAMA_OPENSSL": "ON"}
     assert offline["GGML_CCACHE"] == "ON"
-    extras = dict(cmake_definitions(tc, ("gfx1151",), offline=True,
-                                    extra=[("GGML_HIP_ROCWMMA_FATTN", "ON"), ("LLAMA_BUILD_BORINGSSL", "ON")]))
+    extras = dict(
+        cmake_definitions(
+            tc, ("gfx1151",), offline=True, extra=[("GGML_HIP_ROCWMMA_FATTN", "ON"), ("LLAMA_BUILD_BORINGSSL", "ON")]
+        )
+    )
     assert (extras["GGML_HIP_ROCWMMA_FATTN"], extras["LLAMA_BUILD_BORINGSSL"]) == ("ON", "ON")
     for reserved in ("GPU_TARGETS", "amdgpu_targets", "CMAKE_HIP_COMPILER", "LLAMA_BUILD_NUMBER"):
         with pytest.raises(ConfigError, match=f"{reserved} is set by rockbuild"):
@@ -92,7 +103,15 @@ def test_command_lines():
     cmd = configure_command("/src", "/out/b", [("A", "1"), ("GPU_TARGETS", "gfx1100;gfx1101")])
     assert cmd == ["cmake", "-S", "/src", "-B", "/out/b", "-G", "Ninja", "-DA=1", "-DGPU_TARGETS=gfx1100;gfx1101"]
     assert compile_command("/out/b", ["llama-cli", "llama-server"], jobs=2) == [
-        "cmake", "--build", "/out/b", "--target", "llama-cli", "llama-server", "--parallel", "2"]
+        "cmake",
+        "--build",
+        "/out/b",
+        "--target",
+        "llama-cli",
+        "llama-server",
+        "--parallel",
+        "2",
+    ]
 
 
 def _tool(root: Path, directory: str, text: str) -> None:
@@ -102,14 +121,29 @@ def _tool(root: Path, directory: str, text: str) -> None:
 def test_shipped_programs_follow_the_tree(tmp_path):
     programs = load_programs()
     new = tmp_path / "new"
-    for d, name in (("tools/cli", "llama-cli"), ("tools/server", "llama-server"), ("tools/llama-bench", "llama-bench"),
-                    ("tools/rpc", "ggml-rpc-server"), ("tools/completion", "llama-completion")):
-        _tool(new, d, f"set(TARGET {name}-impl)\nadd_library(${{TARGET}} x.cpp)\nset(TARGET {name})\n"
-                      "add_executable(${TARGET} main.cpp)\n")
+    for d, name in (
+        ("tools/cli", "llama-cli"),
+        ("tools/server", "llama-server"),
+        ("tools/llama-bench", "llama-bench"),
+        ("tools/rpc", "ggml-rpc-server"),
+        ("tools/completion", "llama-completion"),
+    ):
+        _tool(
+            new,
+            d,
+            f"set(TARGET {name}-impl)\nadd_library(${{TARGET}} x.cpp)\nset(TARGET {name})\n"
+            "add_executable(${TARGET} main.cpp)\n",
+        )
     _tool(new, "app", "set(TARGET llama-app)\nadd_executable(${TARGET} llama.cpp)\n")
     chosen = programs.select(executable_targets(new), "new")
-    assert chosen.targets == ("llama-cli", "llama-server", "llama-bench", "ggml-rpc-server", "llama-completion",
-                              "llama-app")
+    assert chosen.targets == (
+        "llama-cli",
+        "llama-server",
+        "llama-bench",
+        "ggml-rpc-server",
+        "llama-completion",
+        "llama-app",
+    )
     assert chosen.programs[-1].file_name == "llama"
     assert "llama-quantize" in chosen.unavailable and "llama-app" in executable_targets(new)
     old = tmp_path / "old"  # 2025: rpc-server under examples/, no llama-completion
@@ -118,7 +152,11 @@ def test_shipped_programs_follow_the_tree(tmp_path):
     _tool(old, "tools/llama-bench", "set(TARGET llama-bench)\n")
     _tool(old, "examples/rpc", "add_executable(rpc-server rpc-server.cpp)\n")
     assert programs.select(executable_targets(old), "old").targets == (
-        "llama-cli", "llama-server", "llama-bench", "rpc-server")
+        "llama-cli",
+        "llama-server",
+        "llama-bench",
+        "rpc-server",
+    )
     broken = tmp_path / "broken"
     _tool(broken, "tools/cli", "set(TARGET llama-cli)\n")
     with pytest.raises(BuildError, match="broken defines no target llama-server, llama-bench, ggml-rpc-server;"):
@@ -131,18 +169,31 @@ def test_configured_targets_read_ninja_listing():
 
 
 def test_seed_flags_the_tree_lacks_are_dropped_and_the_matrix_typos_named(tmp_path):
-    touch(tmp_path / "CMakeLists.txt", "option(GGML_NATIVE \"x\" ON)\nif (GGML_HIP)\nendif()\n")
+    touch(tmp_path / "CMakeLists.txt", 'option(GGML_NATIVE "x" ON)\nif (GGML_HIP)\nendif()\n')
     touch(tmp_path / "ggml" / "src" / "ggml-hip" / "CMakeLists.txt", "if (GGML_BACKEND_DL)\nendif()\n")
     touch(tmp_path / "tools" / "ui" / "node_modules" / "x" / "CMakeLists.txt", "GGML_CPU_ALL_VARIANTS\n")
     known = tree_variables(tmp_path)
     assert {"GGML_NATIVE", "GGML_HIP", "GGML_BACKEND_DL"} <= known and "GGML_CPU_ALL_VARIANTS" not in known
     checked = check_definitions(
-        [("CMAKE_BUILD_TYPE", "Release"), ("GGML_NATIVE", "OFF"), ("GGML_CPU_ALL_VARIANTS", "ON"),
-         ("GGML_HIP_ROCWMMA_FATTN", "OFF"), ("GPU_TARGETS", "gfx1151"), ("GGML_HIP_TYPO", "ON"),
-         ("GGML_VULKAN", "ON")],
-        known, extra=["GGML_HIP_TYPO"])
-    assert [n for n, _ in checked.definitions] == ["CMAKE_BUILD_TYPE", "GGML_NATIVE", "GPU_TARGETS", "GGML_HIP_TYPO",
-                                                   "GGML_VULKAN"]
+        [
+            ("CMAKE_BUILD_TYPE", "Release"),
+            ("GGML_NATIVE", "OFF"),
+            ("GGML_CPU_ALL_VARIANTS", "ON"),
+            ("GGML_HIP_ROCWMMA_FATTN", "OFF"),
+            ("GPU_TARGETS", "gfx1151"),
+            ("GGML_HIP_TYPO", "ON"),
+            ("GGML_VULKAN", "ON"),
+        ],
+        known,
+        extra=["GGML_HIP_TYPO"],
+    )
+    assert [n for n, _ in checked.definitions] == [
+        "CMAKE_BUILD_TYPE",
+        "GGML_NATIVE",
+        "GPU_TARGETS",
+        "GGML_HIP_TYPO",
+        "GGML_VULKAN",
+    ]
     assert checked.dropped == ("GGML_CPU_ALL_VARIANTS", "GGML_HIP_ROCWMMA_FATTN")
     assert checked.unknown == ("GGML_HIP_TYPO",)
     assert "GGML_HIP_TYPO is not used by this llama.cpp tree" in checked.warnings()[0]
@@ -150,8 +201,18 @@ def test_seed_flags_the_tree_lacks_are_dropped_and_the_matrix_typos_named(tmp_pa
 
 def test_cmakes_unused_variables_block_is_read():
     unused = UnusedVariables()
-    for line in ["-- Configuring done", "CMake Warning:", "  Manually-specified variables were not used by the project:",
-                 "", "    FOO_TYPO", "    BAR", "", "", "-- Build files have been written to: /b", "    NOT_ONE"]:
+    for line in [
+        "-- Configuring done",
+        "CMake Warning:",
+        "  Manually-specified variables were not used by the project:",
+        "",
+        "    FOO_TYPO",
+        "    BAR",
+        "",
+        "",
+        "-- Build files have been written to: /b",
+        "    NOT_ONE",
+    ]:
         unused.on_line(line)
     assert unused.names == ["FOO_TYPO", "BAR"]
     assert "CMake did not use the option FOO_TYPO" in unused.warnings()[0]
@@ -197,7 +258,10 @@ def test_debian_environment_sets_no_rocm_paths(tmp_path):
 def test_real_debian_root_toolchain():
     tc = toolchain_from_layout(detect_layout(REAL_ROCM_ROOT))
     assert (tc.prefix, tc.c_compiler, tc.cxx_compiler) == (
-        "/usr", "/usr/lib/llvm-22/bin/clang", "/usr/lib/llvm-22/bin/clang++")
+        "/usr",
+        "/usr/lib/llvm-22/bin/clang",
+        "/usr/lib/llvm-22/bin/clang++",
+    )
     assert tc.device_lib_in_resource_dir and tc.device_lib_dir == "/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"
 
 
@@ -217,34 +281,50 @@ def test_windows_command_line_uses_forward_slashes():
 
 
 VSWHERE_OUT = "C:\\Program Files\\Microsoft Visual Studio\\2022\\BuildTools\r\n"
-SET_OUTPUT = "\r\n".join([
-    "**********************************************************************",
-    "** Visual Studio 2022 Developer Command Prompt v17.14.0",
-    SET_MARKER,
-    "ALLUSERSPROFILE=C:\\ProgramData",
-    "GITHUB_TOKEN=ghp_leaked_through_set",
-    "INCLUDE=C:\\VS\\VC\\Tools\\MSVC\\14.44\\include;C:\\Kits\\10\\include\\ucrt",
-    "LIB=C:\\VS\\VC\\Tools\\MSVC\\14.44\\lib\\x64;C:\\Kits\\10\\lib\\ucrt\\x64",
-    "Path=C:\\VS\\VC\\Tools\\MSVC\\14.44\\bin\\HostX64\\x64;C:\\Windows\\system32;C:\\Windows",
-    "SystemRoot=C:\\Windows",
-    "VCToolsVersion=14.44.35207",
-    "VSCMD_ARG_TGT_ARCH=x64",
-    "=C:=C:\\work",
-    "",
-])
+SET_OUTPUT = "\r\n".join(
+    [
+        "**********************************************************************",
+        "** Visual Studio 2022 Developer Command Prompt v17.14.0",
+        SET_MARKER,
+        "ALLUSERSPROFILE=C:\\ProgramData",
+        "GITHUB_TOKEN=ghp_leaked_through_set",
+        "INCLUDE=C:\\VS\\VC\\Tools\\MSVC\\14.44\\include;C:\\Kits\\10\\include\\ucrt",
+        "LIB=C:\\VS\\VC\\Tools\\MSVC\\14.44\\lib\\x64;C:\\Kits\\10\\lib\\ucrt\\x64",
+        "Path=C:\\VS\\VC\\Tools\\MSVC\\14.44\\bin\\HostX64\\x64;C:\\Windows\\system32;C:\\Windows",
+        "SystemRoot=C:\\Windows",
+        "VCToolsVersion=14.44.35207",
+        "VSCMD_ARG_TGT_ARCH=x64",
+        "=C:=C:\\work",
+        "",
+    ]
+)
 
 
 def test_vswhere_and_vcvars_script():
     cmd = vswhere_command(r"C:\Program Files (x86)")
     assert cmd[0] == r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe"
-    assert cmd[1:] == ["-latest", "-products", "*", "-requires", "Microsoft.VisualStudio.Component.VC.Tools.x86.x64",
-                       "-property", "installationPath"]
+    assert cmd[1:] == [
+        "-latest",
+        "-products",
+        "*",
+        "-requires",
+        "Microsoft.VisualStudio.Component.VC.Tools.x86.x64",
+        "-property",
+        "installationPath",
+    ]
     vcvars = vcvars_from_vswhere(VSWHERE_OUT)
-    assert vcvars == PureWindowsPath(r"C:\Program Files\Microsoft Visual Studio\2022\BuildTools\VC\Auxiliary\Build"
-                                     r"\vcvars64.bat")
+    assert vcvars == PureWindowsPath(
+        r"C:\Program Files\Microsoft Visual Studio\2022\BuildTools\VC\Auxiliary\Build"
+        r"\vcvars64.bat"
+    )
     script = vcvars_script(vcvars)
-    assert script.split("\r\n")[:5] == ["@echo off", f'call "{vcvars}" >nul', "if errorlevel 1 exit /b %errorlevel%",
-                                        f"echo {SET_MARKER}", "set"]
+    assert script.split("\r\n")[:5] == [
+        "@echo off",
+        f'call "{vcvars}" >nul',
+        "if errorlevel 1 exit /b %errorlevel%",
+        f"echo {SET_MARKER}",
+        "set",
+    ]
     with pytest.raises(BuildError, match="no Visual Studio with the C\\+\\+ x64 tools"):
         vcvars_from_vswhere("\r\n")
 
@@ -253,18 +333,29 @@ def test_msvc_environment_is_merged_without_secrets_and_rocm_first():
     captured = parse_set_output(SET_OUTPUT)
     assert "ALLUSERSPROFILE" in captured and "**" not in "".join(captured) and "" not in captured
     assert not any(k.startswith("=") for k in captured)
-    before = {"PATH": r"C:\Windows\system32;C:\Windows", "SYSTEMROOT": r"C:\Windows", "GH_TOKEN": "x",
-              "ALLUSERSPROFILE": r"C:\ProgramData"}
+    before = {
+        "PATH": r"C:\Windows\system32;C:\Windows",
+        "SYSTEMROOT": r"C:\Windows",
+        "GH_TOKEN": "x",
+        "ALLUSERSPROFILE": r"C:\ProgramData",
+    }
     delta = msvc_delta(before, captured)
     # only what vcvars added or changed; names compared without case (SystemRoot == SYSTEMROOT)
     assert set(delta) == {"INCLUDE", "LIB", "Path", "VCToolsVersion", "VSCMD_ARG_TGT_ARCH"}
-    base = {"Path": r"C:\Windows\system32;C:\Windows", "SystemRoot": r"C:\Windows", "USERPROFILE": r"C:\Users\u",
-            **TOKENS}
+    base = {
+        "Path": r"C:\Windows\system32;C:\Windows",
+        "SystemRoot": r"C:\Windows",
+        "USERPROFILE": r"C:\Users\u",
+        **TOKENS,
+    }
     env = build_environment(WINDOWS, base=base, msvc=delta, ccache_dir=r"C:\cache\ccache")
     assert [k for k in env if k.upper() == "PATH"] == ["Path"]  # one PATH, in the spelling Windows used
     assert env["Path"].split(";") == [
-        r"C:\TheRock\lib\llvm\bin", r"C:\TheRock\bin", r"C:\VS\VC\Tools\MSVC\14.44\bin\HostX64\x64",
-        r"C:\Windows\system32", r"C:\Windows",
+        r"C:\TheRock\lib\llvm\bin",
+        r"C:\TheRock\bin",
+        r"C:\VS\VC\Tools\MSVC\14.44\bin\HostX64\x64",
+        r"C:\Windows\system32",
+        r"C:\Windows",
     ]
     assert env["INCLUDE"].startswith(r"C:\VS\VC\Tools\MSVC") and env["LIB"].endswith(r"ucrt\x64")
     assert env["HIP_PATH"] == env["ROCM_PATH"] == r"C:\TheRock" and env["HIP_PLATFORM"] == "amd"
@@ -283,7 +374,9 @@ def test_vulkan_definitions_swap_hip_for_vulkan_and_name_no_compiler_or_targets(
     names = [name for name, _ in defs]
     assert len(names) == len(set(names))
     got = dict(defs)
-    assert got["GGML_VULKAN"] == "ON" and names.index("GGML_VULKAN") == [n for n, _ in SEED_DEFINITIONS].index("GGML_HIP")
+    assert got["GGML_VULKAN"] == "ON" and names.index("GGML_VULKAN") == [n for n, _ in SEED_DEFINITIONS].index(
+        "GGML_HIP"
+    )
     assert not [n for n in names if n.startswith("GGML_HIP") or n.startswith("CMAKE_") and "COMPILER" in n]
     assert "GPU_TARGETS" not in got and "AMDGPU_TARGETS" not in got
     for name, value in SEED_DEFINITIONS:  # every other seed flag, unchanged
@@ -306,25 +399,58 @@ def test_host_build_environment_has_no_rocm_and_keeps_the_vulkan_sdk(tmp_path):
     from rockbuild.llamacpp.cmake import host_build_environment
 
     def job(os_name):
-        return Job(id=f"{os_name}-vulkan", os=os_name, name="vulkan", family="", group="", legacy_groups=(),
-                   targets=(), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
-                   cmake=(), runner="", backend="vulkan")
+        return Job(
+            id=f"{os_name}-vulkan",
+            os=os_name,
+            name="vulkan",
+            family="",
+            group="",
+            legacy_groups=(),
+            targets=(),
+            required=True,
+            llama_ref="master",
+            rocm_channel="nightly",
+            rocm_version="latest",
+            cmake=(),
+            runner="",
+            backend="vulkan",
+        )
 
     vulkan = get_backend("vulkan")
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/root", "VULKAN_SDK": "/opt/vk", "CC": "gcc-14", "ROCM_PATH": "/opt/rocm",
-            "RANDOM_VAR": "x", **TOKENS}
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/root",
+        "VULKAN_SDK": "/opt/vk",
+        "CC": "gcc-14",
+        "ROCM_PATH": "/opt/rocm",
+        "RANDOM_VAR": "x",
+        **TOKENS,
+    }
     env, variables = vulkan.build_environment(job("linux"), None, base=base, ccache_dir=tmp_path / "cc")
     assert env["PATH"] == "/usr/bin:/bin" and env["VULKAN_SDK"] == "/opt/vk" and env["CC"] == "gcc-14"
     assert env["NINJA_STATUS"] == "[%f/%t] " and env["CCACHE_DIR"] == str(tmp_path / "cc")
     assert not {"ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "HIP_DEVICE_LIB_PATH", "RANDOM_VAR", *TOKENS} & set(env)
-    assert variables == ["NINJA_STATUS", "CCACHE_DIR", "CCACHE_COMPILERCHECK", "CCACHE_NOHASHDIR", "VULKAN_SDK", "CC",
-                         "CXX", "CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER"]
+    assert variables == [
+        "NINJA_STATUS",
+        "CCACHE_DIR",
+        "CCACHE_COMPILERCHECK",
+        "CCACHE_NOHASHDIR",
+        "VULKAN_SDK",
+        "CC",
+        "CXX",
+        "CMAKE_C_COMPILER_LAUNCHER",
+        "CMAKE_CXX_COMPILER_LAUNCHER",
+    ]
     # vulkan-shaders-gen, an ExternalProject without GGML_CCACHE's launcher, compiles through ccache too (issue 41)
     assert env["CMAKE_C_COMPILER_LAUNCHER"] == env["CMAKE_CXX_COMPILER_LAUNCHER"] == "ccache"
     assert env["CCACHE_COMPILERCHECK"] == "content"  # the compiler's bytes, not its path and mtime (issue 41)
     # the Vulkan SDK is the Vulkan backend's: a plain host-compiler build does not take it
     plain = host_build_environment("linux", base=base)
     assert "VULKAN_SDK" not in plain and plain["CC"] == "gcc-14" and "CCACHE_DIR" not in plain
-    win, _ = vulkan.build_environment(job("windows"), None, base={"Path": r"C:\Windows"},
-                                      msvc={"PATH": r"C:\VS\bin;C:\Windows", "INCLUDE": r"C:\VS\include"})
+    win, _ = vulkan.build_environment(
+        job("windows"),
+        None,
+        base={"Path": r"C:\Windows"},
+        msvc={"PATH": r"C:\VS\bin;C:\Windows", "INCLUDE": r"C:\VS\include"},
+    )
     assert win["PATH"] == r"C:\VS\bin;C:\Windows" and "Path" not in win and win["INCLUDE"] == r"C:\VS\include"

@@ -47,7 +47,18 @@ def test_good_bundle_passes_every_check(bundle, policy):
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert report.ok, report.failures
     assert [c.name for c in report.checks] == [
-        "no-symlinks", "file-formats", "programs", "architecture", "needed", "run-paths", "kpack-refs", "extras", "cpu-backends", "backend-abi", "kernel-data", "code-objects",
+        "no-symlinks",
+        "file-formats",
+        "programs",
+        "architecture",
+        "needed",
+        "run-paths",
+        "kpack-refs",
+        "extras",
+        "cpu-backends",
+        "backend-abi",
+        "kernel-data",
+        "code-objects",
         "symbol-versions",
     ]
     assert report.targets == ("gfx1151",)  # read from bundle.json
@@ -61,7 +72,8 @@ def test_missing_library(bundle, policy):
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"needed"}
     assert report.check("needed").failures == (
-        "libzz.so.1 (needed by libamd_comgr.so.3) does not resolve inside the bundle",)
+        "libzz.so.1 (needed by libamd_comgr.so.3) does not resolve inside the bundle",
+    )
 
 
 def test_absolute_runpath(bundle, policy):
@@ -74,20 +86,24 @@ def test_absolute_runpath(bundle, policy):
 
 
 def test_run_path_leading_out_of_the_bundle(bundle, policy):
-    subprocess.run([patchelf_tool(), "--force-rpath", "--set-rpath", "$ORIGIN:$ORIGIN/../lib", bundle / "app"],
-                   check=True)
+    subprocess.run(
+        [patchelf_tool(), "--force-rpath", "--set-rpath", "$ORIGIN:$ORIGIN/../lib", bundle / "app"], check=True
+    )
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"run-paths"}
     assert report.check("run-paths").failures == (
-        "app has RPATH entry '$ORIGIN/../lib', which points outside the bundle",)
+        "app has RPATH entry '$ORIGIN/../lib', which points outside the bundle",
+    )
 
 
 def test_library_without_run_path(bundle, policy):
     subprocess.run([patchelf_tool(), "--remove-rpath", bundle / "libamd_comgr.so.3"], check=True)
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"needed", "run-paths"}
-    assert "libamd_comgr.so.3 has no RPATH/RUNPATH but needs libzz.so.1 from the bundle" in \
-        report.check("run-paths").failures
+    assert (
+        "libamd_comgr.so.3 has no RPATH/RUNPATH but needs libzz.so.1 from the bundle"
+        in report.check("run-paths").failures
+    )
 
 
 def test_missing_kernel_target(bundle, policy):
@@ -101,8 +117,7 @@ def test_missing_kernel_target(bundle, policy):
 def test_kernel_folder_missing_while_rocblas_ships(bundle, policy):
     shutil.rmtree(bundle / "rocblas")
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
-    assert report.check("kernel-data").failures == (
-        "rocblas/library/ is missing although librocblas.so.5 is shipped",)
+    assert report.check("kernel-data").failures == ("rocblas/library/ is missing although librocblas.so.5 is shipped",)
 
 
 def test_stray_library_folder_beside_the_libraries(bundle, policy):
@@ -115,26 +130,38 @@ def test_stray_library_folder_beside_the_libraries(bundle, policy):
 def test_wrong_code_object_targets(bundle, policy, tmp_path):
     # a libggml-hip built for gfx1100 + gfx1151 in a gfx1151 job
     fat = fatbin_source([offload_bundle(["gfx1100", "gfx1151"]), offload_bundle(["gfx1151"])])
-    cc(bundle / "libggml-hip.so.0", fat + "int ggml_hip_value(void){return 0;}", shared=True,
-       soname="libggml-hip.so.0", rpath=("$ORIGIN",))
+    cc(
+        bundle / "libggml-hip.so.0",
+        fat + "int ggml_hip_value(void){return 0;}",
+        shared=True,
+        soname="libggml-hip.so.0",
+        rpath=("$ORIGIN",),
+    )
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"code-objects"}
     assert report.check("code-objects").failures == (
-        "libggml-hip.so.0 has device code for gfx1100, gfx1151: also has gfx1100",)
+        "libggml-hip.so.0 has device code for gfx1100, gfx1151: also has gfx1100",
+    )
 
 
 def test_job_targets_not_in_the_code_objects(bundle, policy):
     report = audit_bundle(bundle, ["gfx1151", "gfx1100"], policy=policy, backends=REGISTRY)
     assert failed(report) == {"kernel-data", "code-objects"}
-    assert report.check("code-objects").failures == (
-        "libggml-hip.so.0 has device code for gfx1151: lacks gfx1100",)
+    assert report.check("code-objects").failures == ("libggml-hip.so.0 has device code for gfx1151: lacks gfx1100",)
 
 
 def test_libggml_hip_without_gpu_code(bundle, policy):
-    cc(bundle / "libggml-hip.so.0", "int ggml_hip_value(void){return 0;}", shared=True, soname="libggml-hip.so.0",
-       rpath=("$ORIGIN",))
+    cc(
+        bundle / "libggml-hip.so.0",
+        "int ggml_hip_value(void){return 0;}",
+        shared=True,
+        soname="libggml-hip.so.0",
+        rpath=("$ORIGIN",),
+    )
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
-    assert report.check("code-objects").failures == ("libggml-hip.so.0 has no .hip_fatbin section: it carries no GPU code",)
+    assert report.check("code-objects").failures == (
+        "libggml-hip.so.0 has no .hip_fatbin section: it carries no GPU code",
+    )
 
 
 def test_glibc_version_above_a_ceiling(bundle, policy):
@@ -158,8 +185,11 @@ def test_dlopen_extra_missing(bundle, policy):
     (bundle / "libzz.so.1").unlink()
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"extras"}
-    assert report.check("extras").failures[0].startswith(
-        "libamd_comgr.so.* is missing although libamdhip64.so.7 is shipped")
+    assert (
+        report.check("extras")
+        .failures[0]
+        .startswith("libamd_comgr.so.* is missing although libamdhip64.so.7 is shipped")
+    )
 
 
 def test_foreign_architecture(bundle, policy, tmp_path):
@@ -193,7 +223,8 @@ def test_empty_folder_is_no_bundle(tmp_path, policy):
     report = audit_bundle(tmp_path, ["gfx1151"], policy=policy, backends=REGISTRY)
     assert failed(report) == {"programs"}
     assert report.check("programs").failures == (
-        "the bundle is empty: no program (such as llama-server or llama-cli) and no library",)
+        "the bundle is empty: no program (such as llama-server or llama-cli) and no library",
+    )
 
 
 def test_a_random_file_named_like_a_library_is_no_bundle(tmp_path, policy):
@@ -201,10 +232,12 @@ def test_a_random_file_named_like_a_library_is_no_bundle(tmp_path, policy):
     report = audit_bundle(tmp_path, ["gfx1151"], policy=policy, backends=REGISTRY)
     assert failed(report) == {"file-formats", "programs"}
     (failure,) = report.check("file-formats").failures
-    assert failure.startswith("libfoo.so is named like a shared library but is not an ELF file (4096 bytes of "
-                              "unrecognised data starting ")
+    assert failure.startswith(
+        "libfoo.so is named like a shared library but is not an ELF file (4096 bytes of unrecognised data starting "
+    )
     assert report.check("programs").failures == (
-        "no program: the bundle holds 1 file but not an ELF executable (such as llama-server or llama-cli)",)
+        "no program: the bundle holds 1 file but not an ELF executable (such as llama-server or llama-cli)",
+    )
 
 
 def test_libraries_without_a_program(bundle, policy):
@@ -212,23 +245,28 @@ def test_libraries_without_a_program(bundle, policy):
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"programs"}
     assert report.check("programs").failures == (
-        "no program: the bundle holds 8 libraries but not an ELF executable (such as llama-server or llama-cli)",)
+        "no program: the bundle holds 8 libraries but not an ELF executable (such as llama-server or llama-cli)",
+    )
 
 
 def test_program_without_the_execute_permission(bundle, policy):
     (bundle / "app").chmod(0o644)
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert failed(report) == {"programs"}
-    assert report.check("programs").failures == ("app is a program without the execute permission (mode 644): "
-                                                 "chmod +x it",)
+    assert report.check("programs").failures == (
+        "app is a program without the execute permission (mode 644): chmod +x it",
+    )
 
 
-@pytest.mark.parametrize(("name", "data", "what"), [
-    ("libfoo.so", random_bytes(512), "512 bytes of unrecognised data starting "),
-    ("libfoo.so.1", b"", "an empty file"),
-    ("libfoo.so.1.2.3", b"/* GNU ld script */\nINPUT(libfoo.so.1)\n", "a linker script"),
-    ("rocblas/library/libstray.so", b"not a library\n", "a text file of 14 bytes"),
-])
+@pytest.mark.parametrize(
+    ("name", "data", "what"),
+    [
+        ("libfoo.so", random_bytes(512), "512 bytes of unrecognised data starting "),
+        ("libfoo.so.1", b"", "an empty file"),
+        ("libfoo.so.1.2.3", b"/* GNU ld script */\nINPUT(libfoo.so.1)\n", "a linker script"),
+        ("rocblas/library/libstray.so", b"not a library\n", "a text file of 14 bytes"),
+    ],
+)
 def test_any_file_named_like_a_library_must_be_an_elf_file(bundle, policy, name, data, what):
     (bundle / name).write_bytes(data)
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
@@ -260,12 +298,13 @@ def test_a_damaged_elf_file_is_an_audit_failure(bundle, policy):
         dynamic = next(s for s in ELFFile(fh).iter_segments() if s["p_type"] == "PT_DYNAMIC")
         offset, size = dynamic["p_offset"], dynamic["p_filesz"]
     data = bytearray(path.read_bytes())
-    data[offset:offset + size] = bytes(size)  # as long as before, but no dynamic table
+    data[offset : offset + size] = bytes(size)  # as long as before, but no dynamic table
     path.write_bytes(bytes(data))
     report = audit_bundle(bundle, policy=policy, backends=REGISTRY)
     assert "file-formats" in failed(report)
     assert report.check("file-formats").failures == (
-        "libggml-base.so.0 is a damaged ELF file (dynamic table without DT_STRTAB; damaged file)",)
+        "libggml-base.so.0 is a damaged ELF file (dynamic table without DT_STRTAB; damaged file)",
+    )
 
 
 def test_windows_files_named_like_dlls_and_programs_must_be_pe_files(tmp_path):
@@ -279,7 +318,8 @@ def test_windows_files_named_like_dlls_and_programs_must_be_pe_files(tmp_path):
         "llama-server.exe is named like a Windows program but is not a PE file (an ELF file)",
     )
     assert report.check("programs").failures == (
-        "no program: the bundle holds 2 files but not a .exe program (such as llama-server.exe or llama-cli.exe)",)
+        "no program: the bundle holds 2 files but not a .exe program (such as llama-server.exe or llama-cli.exe)",
+    )
 
 
 @pytest.mark.parametrize("case", ["empty", "libfoo", "truncated"])

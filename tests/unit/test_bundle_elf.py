@@ -24,7 +24,7 @@ from rockbuild.bundle.policy import load_policy
 from rockbuild.core.errors import BundleError
 from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM
 
-MAIN = "int a_value(void);\n#include <stdio.h>\nint main(void){printf(\"%d\\n\", a_value());return 0;}\n"
+MAIN = 'int a_value(void);\n#include <stdio.h>\nint main(void){printf("%d\\n", a_value());return 0;}\n'
 
 
 def closure_of(exe: Path, *, rocm_dirs=(), sysroot=None):
@@ -42,8 +42,13 @@ def chain(tmp_path_factory):
     """dirA: liba.so.1 -> needs libb.so.1 (also in dirA, liba has no run path of its own)."""
     base = tmp_path_factory.mktemp("chain")
     b = cc(base / "dirA" / "libb.so.1", "int b_value(void){return 2;}", shared=True, soname="libb.so.1")
-    a = cc(base / "dirA" / "liba.so.1", "int b_value(void);int a_value(void){return b_value()*21;}", shared=True,
-           soname="liba.so.1", libs=(b,))
+    a = cc(
+        base / "dirA" / "liba.so.1",
+        "int b_value(void);int a_value(void){return b_value()*21;}",
+        shared=True,
+        soname="liba.so.1",
+        libs=(b,),
+    )
     return base, a, b
 
 
@@ -69,8 +74,14 @@ def test_runpath_is_not_inherited(chain):
 
 def test_origin_in_a_library_run_path(tmp_path):
     c = cc(tmp_path / "c" / "libc1.so.1", "int c_value(void){return 6;}", shared=True, soname="libc1.so.1")
-    a = cc(tmp_path / "a" / "liba.so.1", "int c_value(void);int a_value(void){return c_value()*7;}", shared=True,
-           soname="liba.so.1", libs=(c,), runpath=("${ORIGIN}/../c",))
+    a = cc(
+        tmp_path / "a" / "liba.so.1",
+        "int c_value(void);int a_value(void){return c_value()*7;}",
+        shared=True,
+        soname="liba.so.1",
+        libs=(c,),
+        runpath=("${ORIGIN}/../c",),
+    )
     exe = cc(tmp_path / "exe", MAIN, libs=(a,), runpath=("$ORIGIN/a",))
     nodes = by_name(closure_of(exe))
     assert nodes["libc1.so.1"].status == SHIPS and nodes["libc1.so.1"].real_path == c
@@ -80,10 +91,21 @@ def test_origin_in_a_library_run_path(tmp_path):
 def test_a_runpath_object_cuts_the_rpath_chain_for_its_own_needs(tmp_path):
     """glibc: an object with DT_RUNPATH ignores every DT_RPATH, the executable's included."""
     q = cc(tmp_path / "q" / "libq.so.1", "int q_value(void){return 1;}", shared=True, soname="libq.so.1")
-    m1 = cc(tmp_path / "a" / "libm1.so.1", "int q_value(void);int a_value(void){return q_value();}", shared=True,
-            soname="libm1.so.1", libs=(q,), runpath=(str(tmp_path / "nowhere"),))
-    m2 = cc(tmp_path / "a" / "libm2.so.1", "int q_value(void);int a_value(void){return q_value();}", shared=True,
-            soname="libm2.so.1", libs=(q,))
+    m1 = cc(
+        tmp_path / "a" / "libm1.so.1",
+        "int q_value(void);int a_value(void){return q_value();}",
+        shared=True,
+        soname="libm1.so.1",
+        libs=(q,),
+        runpath=(str(tmp_path / "nowhere"),),
+    )
+    m2 = cc(
+        tmp_path / "a" / "libm2.so.1",
+        "int q_value(void);int a_value(void){return q_value();}",
+        shared=True,
+        soname="libm2.so.1",
+        libs=(q,),
+    )
     exe1 = cc(tmp_path / "exe1", MAIN, libs=(m1,), rpath=(str(tmp_path / "a"), str(tmp_path / "q")))
     exe2 = cc(tmp_path / "exe2", MAIN, libs=(m2,), rpath=(str(tmp_path / "a"), str(tmp_path / "q")))
     assert by_name(closure_of(exe1))["libq.so.1"].status == MISSING
@@ -194,17 +216,43 @@ def test_real_debian_closure_of_hipblas_matches_the_reference(tmp_path):
         pytest.skip(f"{source} is absent (tests/e2e/provision.sh makes that root)")
     (tmp_path / "bin").mkdir()
     shutil.copyfile(source, tmp_path / "bin" / source.name)
-    plan = make_plan(BundleRequest(tmp_path / "bin", tmp_path / "out", load_policy(), detect_layout(root), ("gfx1151",),
-                                   backends=REGISTRY))
+    plan = make_plan(
+        BundleRequest(
+            tmp_path / "bin", tmp_path / "out", load_policy(), detect_layout(root), ("gfx1151",), backends=REGISTRY
+        )
+    )
     assert not plan.errors
     assert {f.path for f in plan.files if f.kind != "data"} == {
-        "libhipblas.so.3", "librocsolver.so.0", "librocblas.so.5", "libroctx64.so.4", "libfmt.so.11",
-        "libamdhip64.so.7", "libhsa-runtime64.so.1", "libelf.so.1", "libdrm.so.2", "libdrm_amdgpu.so.1",
-        "libnuma.so.1", "libz.so.1", "libzstd.so.1", "libamd_comgr.so.3", "libLLVM.so.22.1", "libz3.so.4",
-        "libxml2.so.16", "libedit.so.2", "libtinfo.so.6", "libffi.so.8", "libbsd.so.0", "libmd.so.0",
+        "libhipblas.so.3",
+        "librocsolver.so.0",
+        "librocblas.so.5",
+        "libroctx64.so.4",
+        "libfmt.so.11",
+        "libamdhip64.so.7",
+        "libhsa-runtime64.so.1",
+        "libelf.so.1",
+        "libdrm.so.2",
+        "libdrm_amdgpu.so.1",
+        "libnuma.so.1",
+        "libz.so.1",
+        "libzstd.so.1",
+        "libamd_comgr.so.3",
+        "libLLVM.so.22.1",
+        "libz3.so.4",
+        "libxml2.so.16",
+        "libedit.so.2",
+        "libtinfo.so.6",
+        "libffi.so.8",
+        "libbsd.so.0",
+        "libmd.so.0",
     }
     assert {lib.name for lib in plan.closure.with_status(SYSTEM)} == {
-        "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2"}
+        "libc.so.6",
+        "libm.so.6",
+        "libstdc++.so.6",
+        "libgcc_s.so.1",
+        "ld-linux-x86-64.so.2",
+    }
     # 1.7 s alone; 7-43 s seen while a llama.cpp build shared the 2 cores: a bound that catches a planner gone
     # quadratic, not a busy machine
     assert plan.seconds < 90

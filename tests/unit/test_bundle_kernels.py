@@ -75,8 +75,10 @@ def test_subfolders_keep_their_relative_paths(tmp_path):
     source = fill(tmp_path / "library", {"a_gfx1151.dat": 1})
     fill(source / "sub" / "deeper", {"b_gfx1151.co": 1, "c_gfx1100.co": 1})
     _, copies = prune_kernel_folder("hipblaslt", source, "hipblaslt/library", ["gfx1151"])
-    assert sorted(d for _, d in copies) == ["hipblaslt/library/a_gfx1151.dat",
-                                                   "hipblaslt/library/sub/deeper/b_gfx1151.co"]
+    assert sorted(d for _, d in copies) == [
+        "hipblaslt/library/a_gfx1151.dat",
+        "hipblaslt/library/sub/deeper/b_gfx1151.co",
+    ]
 
 
 def test_therock_layout_folders_used_by_shipped_libraries(tmp_path):
@@ -90,7 +92,10 @@ def test_therock_layout_folders_used_by_shipped_libraries(tmp_path):
     assert not report.errors and len(copies) == 7 + 6 + 3
     dests = {f.component: f for f in report.folders}
     assert {c: f.dest for c, f in dests.items()} == {
-        "rocblas": "rocblas/library", "hipblaslt": "hipblaslt/library", "kpack": ".kpack"}
+        "rocblas": "rocblas/library",
+        "hipblaslt": "hipblaslt/library",
+        "kpack": ".kpack",
+    }
     assert (dests["hipblaslt"].files_kept, dests["hipblaslt"].generic_files) == (6, 3)
     assert (dests["kpack"].files_kept, dests["kpack"].files_dropped) == (3, 1)
     summary = report.to_dict()
@@ -132,8 +137,9 @@ def test_debian_root_bundle_lands_rocblas_5_library_as_rocblas_library(tmp_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("#!/bin/sh\n")
         path.chmod(0o755)
-    hip = cc(libdir / "libamdhip64.so.7.2.53211", "int hip_value(void){return 42;}", shared=True,
-             soname="libamdhip64.so.7")
+    hip = cc(
+        libdir / "libamdhip64.so.7.2.53211", "int hip_value(void){return 42;}", shared=True, soname="libamdhip64.so.7"
+    )
     (libdir / "libamdhip64.so.7").symlink_to("/usr/lib/x86_64-linux-gnu/libamdhip64.so.7.2.53211")
     comgr = cc(libdir / "libamd_comgr.so.3.0.0", "int c(void){return 1;}", shared=True, soname="libamd_comgr.so.3")
     (libdir / "libamd_comgr.so.3").symlink_to(comgr.name)
@@ -143,28 +149,36 @@ def test_debian_root_bundle_lands_rocblas_5_library_as_rocblas_library(tmp_path)
     fill(libdir / "hipblaslt" / "library", HIPBLASLT)
     build = root / "build" / "bin"
     # the build ran inside the chroot: its RUNPATH names the chroot's paths
-    cc(build / "llama-cli", '#include <stdio.h>\nint hip_value(void);int blas_value(void);\n'
-       'int main(void){printf("%d\\n", hip_value()+blas_value());return 0;}',
-       libs=(hip, blas), runpath=("/build/bin", "/usr/lib/x86_64-linux-gnu"))
+    cc(
+        build / "llama-cli",
+        "#include <stdio.h>\nint hip_value(void);int blas_value(void);\n"
+        'int main(void){printf("%d\\n", hip_value()+blas_value());return 0;}',
+        libs=(hip, blas),
+        runpath=("/build/bin", "/usr/lib/x86_64-linux-gnu"),
+    )
     layout = detect_layout(root)
     assert str(layout.kind) == "debian" and layout.sysroot == root
     out = tmp_path / "bundle"
     report = make_bundle(root / "build", layout, ["gfx1151"], out)
     assert tree_files(out) == sorted(
         ["bundle.json", "llama-cli", "libamd_comgr.so.3", "libamdhip64.so.7", "librocblas.so.5"]
-        + [f"rocblas/library/{n}" for n in ROCBLAS if "gfx1151" in n or n.endswith("_fallback.dat")])
+        + [f"rocblas/library/{n}" for n in ROCBLAS if "gfx1151" in n or n.endswith("_fallback.dat")]
+    )
     assert "hipblaslt" not in {f.component for f in report.plan.kernels.folders}  # Debian's rocBLAS never loads it
     assert report.audit.check("code-objects").warnings  # no libggml-hip in this build
     assert report.audit.ok, report.audit.failures
     assert run_clean(out / "llama-cli").stdout == "47\n"
 
 
-@pytest.mark.skipif(not (Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root").is_dir(),
-                    reason="the Debian ROCm root is absent (tests/e2e/provision.sh makes it)")
+@pytest.mark.skipif(
+    not (Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root").is_dir(),
+    reason="the Debian ROCm root is absent (tests/e2e/provision.sh makes it)",
+)
 def test_real_debian_rocblas_folder_for_gfx1151():
     layout = detect_layout(Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root")
-    report, _ = plan_kernel_data(layout.kernel_data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux,
-                                 sysroot=layout.sysroot)
+    report, _ = plan_kernel_data(
+        layout.kernel_data, ["librocblas.so.5"], ["gfx1151"], load_policy().linux, sysroot=layout.sysroot
+    )
     (folder,) = report.folders
     # bundling.md 4: 96 gfx1151 files + 54 fallbacks = 150 files, 21,505,425 bytes, from rocblas/5/library
     assert folder.source.parts[-3:] == ("rocblas", "5", "library") and folder.dest == "rocblas/library"
@@ -175,8 +189,9 @@ def test_real_debian_rocblas_folder_for_gfx1151():
 def test_kpack_covers_targets_missing_from_the_database_folders(tmp_path):
     # TheRock multi-arch: rocblas/library keeps generic files only, the per-target kernels are in .kpack archives
     data = [
-        KernelData("rocblas", fill(tmp_path / "lib/rocblas/library", {"TensileLibrary_Type_ZZ_fallback.dat": 1}),
-                   (), 1, 1),
+        KernelData(
+            "rocblas", fill(tmp_path / "lib/rocblas/library", {"TensileLibrary_Type_ZZ_fallback.dat": 1}), (), 1, 1
+        ),
         KernelData("kpack", fill(tmp_path / ".kpack", KPACK), ("gfx1100", "gfx1151"), 4, 2),
     ]
     policy = load_policy().linux

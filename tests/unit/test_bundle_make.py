@@ -48,8 +48,16 @@ def test_the_build_tree_itself_cannot_find_comgr(tree):
 def test_bundle_is_flat_without_symlinks_and_named_by_soname(bundled):
     report, out = bundled
     assert tree_files(out) == [
-        "app", "bundle.json", "libamd_comgr.so.3", "libamdhip64.so.7", "libggml-base.so.0", "libggml-hip.so.0",
-        "libhsa.so.1", "libplug.so.1", "librocblas.so.5", "libzz.so.1",
+        "app",
+        "bundle.json",
+        "libamd_comgr.so.3",
+        "libamdhip64.so.7",
+        "libggml-base.so.0",
+        "libggml-hip.so.0",
+        "libhsa.so.1",
+        "libplug.so.1",
+        "librocblas.so.5",
+        "libzz.so.1",
         "rocblas/library/TensileLibrary_Type_HH_Contraction_l_Ailk_Bljk_Cijk_Dijk_gfx1151.co",
         "rocblas/library/TensileLibrary_Type_SS_Contraction_l_Alik_Bljk_Cijk_Dijk_fallback_gfx1151.hsaco",
         "rocblas/library/TensileLibrary_Type_ZZ_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat",
@@ -135,8 +143,9 @@ def test_shipped_policy_ships_comgr_but_not_an_undeclared_plugin(tree, tmp_path)
 
 def test_dry_run_writes_nothing_and_shows_the_plan(tree, plugin_policy, tmp_path):
     out = tmp_path / "b"
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, dry_run=True,
-                         policy=plugin_policy)
+    report = make_bundle(
+        tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, dry_run=True, policy=plugin_policy
+    )
     assert not out.exists() and not out.with_name("b.partial").exists()
     text = report.plan.render()
     assert "libamdhip64.so.7" in text and "set RPATH" in text and "rocblas/library/" in text
@@ -148,8 +157,16 @@ def test_missing_library_is_an_error_naming_who_needs_it(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken / "rocm", symlinks=True)
     shutil.copytree(tree["build"], broken / "build", symlinks=True)
     (broken / "rocm" / "lib" / "sub" / "libhsa.so.1").unlink()
-    plan = make_plan(BundleRequest(broken / "build" / "bin", tmp_path / "o", load_policy(), detect_layout(broken / "rocm"),
-                                   ("gfx1151",), backends=REGISTRY))
+    plan = make_plan(
+        BundleRequest(
+            broken / "build" / "bin",
+            tmp_path / "o",
+            load_policy(),
+            detect_layout(broken / "rocm"),
+            ("gfx1151",),
+            backends=REGISTRY,
+        )
+    )
     assert any("libhsa.so.1 (needed by libamdhip64.so.7)" in e for e in plan.errors)
     with pytest.raises(BundleError, match=r"libhsa.so.1 \(needed by libamdhip64.so.7\)"):
         make_bundle(broken / "build", detect_layout(broken / "rocm"), ["gfx1151"], tmp_path / "o")
@@ -161,14 +178,25 @@ def test_required_extra_missing_is_an_error(tree, tmp_path):
     shutil.copytree(tree["rocm"], broken, symlinks=True)
     for p in broken.joinpath("lib").glob("libamd_comgr.so*"):
         p.unlink()
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",),
-                                   backends=REGISTRY))
+    plan = make_plan(
+        BundleRequest(
+            tree["bin"], tmp_path / "o", load_policy(), detect_layout(broken), ("gfx1151",), backends=REGISTRY
+        )
+    )
     assert any("libamd_comgr.so.* (declared extra, for libamdhip64.so.7)" in e for e in plan.errors), plan.errors
 
 
 def test_target_without_kernel_files_is_an_error(tree, tmp_path):
-    plan = make_plan(BundleRequest(tree["bin"], tmp_path / "o", load_policy(), detect_layout(tree["rocm"]),
-                                   ("gfx1151", "gfx1201"), backends=REGISTRY))
+    plan = make_plan(
+        BundleRequest(
+            tree["bin"],
+            tmp_path / "o",
+            load_policy(),
+            detect_layout(tree["rocm"]),
+            ("gfx1151", "gfx1201"),
+            backends=REGISTRY,
+        )
+    )
     assert any("no files for gfx1201" in e for e in plan.errors), plan.errors
 
 
@@ -205,7 +233,9 @@ def test_static_program_ships_unpatched(tree, plugin_policy, tmp_path):
         if "cannot find -lc" not in exc.stderr:
             raise  # a compile failure of any other kind is a failure of this test, not a missing package
         pytest.skip("no static libc (apt-get install libc6-dev)")
-    report = make_bundle(tmp_path / "st", detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, audit=False)
+    report = make_bundle(
+        tmp_path / "st", detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, audit=False
+    )
     assert [f.patchelf for f in report.plan.files] == [()]
     assert run_clean(out / "static").returncode == 0
 
@@ -249,12 +279,34 @@ def test_shipped_policy_keeps_glibc_and_compiler_runtime_on_the_host():
 def test_cli_bundle_and_audit(tree, tmp_path, run_rockbuild):
     out = tmp_path / "b"
     policy = write_policy(tmp_path / "p.yaml")
-    dry = run_rockbuild("bundle", str(tree["build"]), "--rocm", str(tree["rocm"]), "--targets", "gfx1151",
-                        "--out", str(out), "--dry-run", "--policy", str(policy))
+    dry = run_rockbuild(
+        "bundle",
+        str(tree["build"]),
+        "--rocm",
+        str(tree["rocm"]),
+        "--targets",
+        "gfx1151",
+        "--out",
+        str(out),
+        "--dry-run",
+        "--policy",
+        str(policy),
+    )
     assert dry.returncode == 0, dry.stderr
     assert "libamd_comgr.so.3" in dry.stdout and not out.exists()
-    made = run_rockbuild("bundle", str(tree["build"]), "--rocm", str(tree["rocm"]), "--targets", "gfx1151",
-                         "--out", str(out), "--json", "--policy", str(policy))
+    made = run_rockbuild(
+        "bundle",
+        str(tree["build"]),
+        "--rocm",
+        str(tree["rocm"]),
+        "--targets",
+        "gfx1151",
+        "--out",
+        str(out),
+        "--json",
+        "--policy",
+        str(policy),
+    )
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["audit"]["ok"] is True
     audit = run_rockbuild("audit", str(out), "--json", "--policy", str(policy))
@@ -264,8 +316,9 @@ def test_cli_bundle_and_audit(tree, tmp_path, run_rockbuild):
     assert failed.returncode == 10
     assert "[FAIL] needed" in failed.stdout and "libhsa.so.1 (needed by libamdhip64.so.7)" in failed.stdout
     assert failed.stderr.startswith("error: ")
-    missing = run_rockbuild("bundle", str(tree["build"]), "--rocm", str(tree["rocm"]), "--targets", "gfx1201",
-                            "--out", str(tmp_path / "c"))
+    missing = run_rockbuild(
+        "bundle", str(tree["build"]), "--rocm", str(tree["rocm"]), "--targets", "gfx1201", "--out", str(tmp_path / "c")
+    )
     assert missing.returncode == 9 and "no files for gfx1201" in missing.stderr
 
 
@@ -277,7 +330,9 @@ def test_prune_fatbin_keeps_the_job_targets_and_the_bundle_running(tree, plugin_
     out = tmp_path / "b"
     assert read_fatbin(tree["lib"] / "librocblas.so.5.0").targets == ("gfx90a", "gfx1100", "gfx1151")
     tool = fake_offload_bundler(tree["rocm"] / "lib" / "llvm" / "bin")  # pruning needs a tool to prove it
-    report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, prune_fatbin=True)
+    report = make_bundle(
+        tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], out, policy=plugin_policy, prune_fatbin=True
+    )
     tool.unlink()  # the module's other tests bundle this tree without one
     assert report.audit.ok, report.audit.failures
     (pruned,) = report.pruned
@@ -295,7 +350,8 @@ def test_prune_fatbin_keeps_the_job_targets_and_the_bundle_running(tree, plugin_
     again = audit_bundle(out, policy=plugin_policy, backends=REGISTRY)
     assert again.check("code-objects").failures == (
         "librocblas.so.5 has device code for gfx90a, gfx1100, gfx1151: also has gfx90a, gfx1100",
-        "librocblas.so.5 changed since it was verified (sha256 differs)")
+        "librocblas.so.5 changed since it was verified (sha256 differs)",
+    )
 
 
 def test_hipblaslt_ships_only_when_the_shipped_rocblas_names_it(tmp_path):
@@ -307,24 +363,39 @@ def test_hipblaslt_ships_only_when_the_shipped_rocblas_names_it(tmp_path):
 
     policy_path = write_policy(tmp_path / "policy.yaml")
     text = policy_path.read_text(encoding="utf-8")
-    policy_path.write_text(text.replace("  kernel_data:\n", """    - names: [libhipblaslt.so*]
+    policy_path.write_text(
+        text.replace(
+            "  kernel_data:\n",
+            """    - names: [libhipblaslt.so*]
       when: [librocblas.so*]
       only_if_named: true
       required: false
       reason: rocBLAS hands GEMMs to hipBLASLt
   kernel_data:
-""", 1), encoding="utf-8")
+""",
+            1,
+        ),
+        encoding="utf-8",
+    )
     policy = load_policy(policy_path)
     shipped = {}
-    for case, blas_source in (("names", 'const char *lt = "libhipblaslt.so.1";\nint blas_value(void){return 5;}'),
-                              ("silent", "int blas_value(void){return 5;}")):
+    for case, blas_source in (
+        ("names", 'const char *lt = "libhipblaslt.so.1";\nint blas_value(void){return 5;}'),
+        ("silent", "int blas_value(void){return 5;}"),
+    ):
         tree = make_tree(tmp_path / case)
         cc(tree["lib"] / "libhipblaslt.so.1", "int lt_value(void){return 1;}", shared=True, soname="libhipblaslt.so.1")
         # rocBLAS rebuilt with (or without) the string a dlopen of hipBLASLt carries
         real = (tree["lib"] / "librocblas.so.5").resolve()
         cc(real, blas_source, shared=True, soname="librocblas.so.5")
-        report = make_bundle(tree["build"], detect_layout(tree["rocm"]), ["gfx1151"], tmp_path / f"{case}-out",
-                             policy=policy, audit=False)
+        report = make_bundle(
+            tree["build"],
+            detect_layout(tree["rocm"]),
+            ["gfx1151"],
+            tmp_path / f"{case}-out",
+            policy=policy,
+            audit=False,
+        )
         shipped[case] = (tmp_path / f"{case}-out" / "libhipblaslt.so.1").is_file()
         assert report is not None
     assert shipped == {"names": True, "silent": False}

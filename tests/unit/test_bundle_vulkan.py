@@ -25,17 +25,28 @@ def vulkan_tree(tmp_path_factory):
     outside every search path, as on a build host whose loader the bundle must not take)."""
     base = tmp_path_factory.mktemp("vulkan")
     host = base / "host"
-    loader = cc(host / "libvulkan.so.1", "int vkCreateInstance(void) { return 12; }\n", shared=True,
-                soname="libvulkan.so.1")
+    loader = cc(
+        host / "libvulkan.so.1", "int vkCreateInstance(void) { return 12; }\n", shared=True, soname="libvulkan.so.1"
+    )
     bin_dir = base / "build" / "bin"
-    ggml_base = cc(bin_dir / "libggml-base.so.0", "int ggml_base(void) { return 30; }\n", shared=True,
-                   soname="libggml-base.so.0")
-    vulkan = cc(bin_dir / "libggml-vulkan.so.0",
-                "int ggml_base(void); int vkCreateInstance(void);\n"
-                "int ggml_vk(void) { return ggml_base() + vkCreateInstance(); }\n",
-                shared=True, soname="libggml-vulkan.so.0", libs=(ggml_base, loader), runpath=(str(bin_dir),))
-    cc(bin_dir / "llama-cli", '#include <stdio.h>\nint ggml_vk(void);\nint main(void) { printf("vk=%d\\n", ggml_vk());'
-       " return 0; }\n", libs=(vulkan,), runpath=(str(bin_dir),))
+    ggml_base = cc(
+        bin_dir / "libggml-base.so.0", "int ggml_base(void) { return 30; }\n", shared=True, soname="libggml-base.so.0"
+    )
+    vulkan = cc(
+        bin_dir / "libggml-vulkan.so.0",
+        "int ggml_base(void); int vkCreateInstance(void);\n"
+        "int ggml_vk(void) { return ggml_base() + vkCreateInstance(); }\n",
+        shared=True,
+        soname="libggml-vulkan.so.0",
+        libs=(ggml_base, loader),
+        runpath=(str(bin_dir),),
+    )
+    cc(
+        bin_dir / "llama-cli",
+        '#include <stdio.h>\nint ggml_vk(void);\nint main(void) { printf("vk=%d\\n", ggml_vk()); return 0; }\n',
+        libs=(vulkan,),
+        runpath=(str(bin_dir),),
+    )
     return {"base": base, "host": host, "bin": bin_dir}
 
 
@@ -107,7 +118,13 @@ def test_gpu_targets_or_a_missing_rocm_root_are_refused(vulkan_tree, tmp_path):
 def test_the_shipped_policy_keeps_every_vulkan_driver_on_the_host():
     policy = load_policy()
     linux, windows = policy.for_platform("linux"), policy.for_platform("windows")
-    for name in ("libvulkan.so.1", "libvulkan_lvp.so", "libvulkan_radeon.so", "amdvlk64.so", "libVkLayer_khronos_validation.so"):
+    for name in (
+        "libvulkan.so.1",
+        "libvulkan_lvp.so",
+        "libvulkan_radeon.so",
+        "amdvlk64.so",
+        "libVkLayer_khronos_validation.so",
+    ):
         assert "driver stack" in (linux.system_reason(name) or ""), name
     for name in ("vulkan-1.dll", "amdvlk64.dll"):
         assert "driver stack" in (windows.system_reason(name) or ""), name
@@ -117,7 +134,9 @@ def test_the_shipped_policy_keeps_every_vulkan_driver_on_the_host():
 def test_cli_bundle_checks_backend_arguments(run_rockbuild, tmp_path):
     build = tmp_path / "bin"
     build.mkdir()
-    vulkan = run_rockbuild("bundle", str(build), "--backend", "vulkan", "--targets", "gfx1151", "--out", str(tmp_path / "b"))
+    vulkan = run_rockbuild(
+        "bundle", str(build), "--backend", "vulkan", "--targets", "gfx1151", "--out", str(tmp_path / "b")
+    )
     assert vulkan.returncode == 2 and "a Vulkan bundle takes no --rocm and no --targets" in vulkan.stderr
     rocm = run_rockbuild("bundle", str(build), "--out", str(tmp_path / "b"))
     assert rocm.returncode == 2 and "a ROCm bundle needs --rocm ROOT and --targets" in rocm.stderr

@@ -88,24 +88,34 @@ def options() -> dict[tuple[str, ...], list[str]]:
 
 def test_the_cli_reference_is_the_cli():
     assert PAGE.exists(), "docs/cli.md is missing: python tests/unit/test_cli_reference.py writes it"
-    assert PAGE.read_text(encoding="utf-8") == reference(), \
+    assert PAGE.read_text(encoding="utf-8") == reference(), (
         "docs/cli.md differs from the CLI: python tests/unit/test_cli_reference.py rewrites it"
+    )
 
 
 def test_every_option_says_what_it_does():
     from rockbuild.cli import cli
 
-    silent = [f"{' '.join(path)} {param.opts[0]}" for path, command, _ in _commands(cli, ["rockbuild"])
-              for param in command.params
-              if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()]
+    silent = [
+        f"{' '.join(path)} {param.opts[0]}"
+        for path, command, _ in _commands(cli, ["rockbuild"])
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()
+    ]
     assert not silent, f"options without help: {silent}"
 
 
 def test_every_option_is_in_a_guide_too():
-    guides = "\n".join(p.read_text(encoding="utf-8") for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-                       if p.name != "cli.md")
-    missing = {"/".join(names): cmds for names, cmds in options().items()
-               if not any(re.search(re.escape(name) + r"(?![\w-])", guides) for name in names)}
+    guides = "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        if p.name != "cli.md"
+    )
+    missing = {
+        "/".join(names): cmds
+        for names, cmds in options().items()
+        if not any(re.search(re.escape(name) + r"(?![\w-])", guides) for name in names)
+    }
     assert not missing, f"options no guide mentions (say what they are for in docs/commands.md): {missing}"
 
 

@@ -65,8 +65,9 @@ def test_a_wait_speaks_after_a_silence_then_every_few_seconds_and_stops_with_its
     waited(1.5, after=0.2, every=0.3)
     lines = capsys.readouterr().err.splitlines()
     assert 2 <= len(lines) <= 6, lines  # at 0.2 s, then every 0.3 s (the watch looks four times a second)
-    assert all(re.fullmatch(r"    waiting for h \(GET /x\): nothing for [0-2]s \(15s timeout\)", line)
-               for line in lines), lines
+    assert all(
+        re.fullmatch(r"    waiting for h \(GET /x\): nothing for [0-2]s \(15s timeout\)", line) for line in lines
+    ), lines
     time.sleep(0.5)
     assert capsys.readouterr().err == ""  # its thread ended with the block
 
@@ -76,8 +77,10 @@ def test_a_call_that_may_be_busy_says_how_long_it_has_taken(capsys):
 
     with console.waiting("api.github.com (uploading a.tar.gz)", timeout=120, after=0.2, every=10, idle=False):
         time.sleep(0.6)
-    assert re.fullmatch(r"    waiting for api\.github\.com \(uploading a\.tar\.gz\): [01]s so far \(120s timeout\)\n",
-                        capsys.readouterr().err)
+    assert re.fullmatch(
+        r"    waiting for api\.github\.com \(uploading a\.tar\.gz\): [01]s so far \(120s timeout\)\n",
+        capsys.readouterr().err,
+    )
 
 
 def test_another_line_restarts_the_silence_and_touch_says_something_arrived(capsys):
@@ -108,12 +111,20 @@ def test_a_quiet_console_and_a_nested_wait_add_no_lines(capsys):
 
 
 def columns() -> list[console.Column]:
-    return [console.Column("id", ("linux-gfx1151+gfx120X", "windows-gfx110X"), rank=0),
-            console.Column("targets", ("gfx1151,gfx1200,gfx1201", "gfx1100,gfx1101,gfx1102,gfx1103"), rank=1,
-                           wrap=True, narrow=16, split=","),
-            console.Column("runner", ("ubuntu-22.04", "windows-2022"), rank=3),
-            console.Column("llama.cpp", ("master", "master"), rank=4, fold=True),
-            console.Column("required", ("yes", "no"), rank=2)]
+    return [
+        console.Column("id", ("linux-gfx1151+gfx120X", "windows-gfx110X"), rank=0),
+        console.Column(
+            "targets",
+            ("gfx1151,gfx1200,gfx1201", "gfx1100,gfx1101,gfx1102,gfx1103"),
+            rank=1,
+            wrap=True,
+            narrow=16,
+            split=",",
+        ),
+        console.Column("runner", ("ubuntu-22.04", "windows-2022"), rank=3),
+        console.Column("llama.cpp", ("master", "master"), rank=4, fold=True),
+        console.Column("required", ("yes", "no"), rank=2),
+    ]
 
 
 def note(table: str) -> str:

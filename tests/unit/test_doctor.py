@@ -38,11 +38,15 @@ def dev_root(base: Path, minors=(128,), mode: int = 0o660) -> Path:
     return root
 
 
-def doctor(name: str, tmp_path: Path, *, env=None, minors=(128,), dev: Path | None = None,
-           bundle: Path | None = None):
+def doctor(name: str, tmp_path: Path, *, env=None, minors=(128,), dev: Path | None = None, bundle: Path | None = None):
     sys_root, proc_root = machine(name)
-    host = Machine(sysfs_root=sys_root, dev_root=dev or dev_root(tmp_path, minors), proc_root=proc_root,
-                   env=env or {}, kernel="6.16.0-test")
+    host = Machine(
+        sysfs_root=sys_root,
+        dev_root=dev or dev_root(tmp_path, minors),
+        proc_root=proc_root,
+        env=env or {},
+        kernel="6.16.0-test",
+    )
     return run_doctor(host, bundle=BundleCheck(bundle) if bundle else None)
 
 
@@ -50,16 +54,36 @@ def by_topic(report, topic, severity=None):
     return [f for f in report.findings if f.topic == topic and (severity is None or f.severity == severity)]
 
 
-@pytest.mark.parametrize("version,name", [
-    (90010, "gfx90a"), (90402, "gfx942"), (100306, "gfx1036"), (110501, "gfx1151"), (110000, "gfx1100"),
-    (90012, "gfx90c"), (90000, "gfx900"), (120001, "gfx1201"), (100100, "gfx1010"),
-])
+@pytest.mark.parametrize(
+    "version,name",
+    [
+        (90010, "gfx90a"),
+        (90402, "gfx942"),
+        (100306, "gfx1036"),
+        (110501, "gfx1151"),
+        (110000, "gfx1100"),
+        (90012, "gfx90c"),
+        (90000, "gfx900"),
+        (120001, "gfx1201"),
+        (100100, "gfx1010"),
+    ],
+)
 def test_gfx_target_version_names(version, name):
     assert gfx_name(version) == name
 
 
-@pytest.mark.parametrize("value,name", [("11.0.0", "gfx1100"), ("10.3.0", "gfx1030"), ("9.0.10", "gfx90a"),
-                                        ("11.5.1", "gfx1151"), ("gfx1100", None), ("11.0", None), ("9.0.16", None)])
+@pytest.mark.parametrize(
+    "value,name",
+    [
+        ("11.0.0", "gfx1100"),
+        ("10.3.0", "gfx1030"),
+        ("9.0.10", "gfx90a"),
+        ("11.5.1", "gfx1151"),
+        ("gfx1100", None),
+        ("11.0", None),
+        ("9.0.16", None),
+    ],
+)
 def test_override_values(value, name):
     assert gfx_from_override(value) == name
 
@@ -75,9 +99,11 @@ def test_discrete_rdna3(tmp_path):
     assert by_topic(report, "kernel")[0].message == "Linux kernel 6.16.0-test"
     (rec,) = report.recommendations
     assert rec.flavour == "both" and "RDNA3" in rec.reason
-    assert rec.command == ("rockbuild install --target gfx1100 --dest llama-rocm-gfx1100 && rockbuild install "
-                           "--backend vulkan --dest llama-vulkan && rockbuild compare llama-rocm-gfx1100 llama-vulkan "
-                           "--model MODEL.gguf")
+    assert rec.command == (
+        "rockbuild install --target gfx1100 --dest llama-rocm-gfx1100 && rockbuild install "
+        "--backend vulkan --dest llama-vulkan && rockbuild compare llama-rocm-gfx1100 llama-vulkan "
+        "--model MODEL.gguf"
+    )
 
 
 def test_strix_halo_apu_with_default_gtt_limit(tmp_path):
@@ -88,8 +114,10 @@ def test_strix_halo_apu_with_default_gtt_limit(tmp_path):
     (warning,) = by_topic(report, "memory", "warning")
     assert "may map only 61.8 GiB of 123.6 GiB RAM" in warning.message
     pages = int(129558720 * 1024 * 0.9) // 4096
-    assert warning.action == f"add ttm.pages_limit={pages} (90% of RAM in 4 KiB pages) to the kernel command line and " \
+    assert (
+        warning.action == f"add ttm.pages_limit={pages} (90% of RAM in 4 KiB pages) to the kernel command line and "
         "reboot"
+    )
     assert any("512" in f.message or "0.5 GiB" in f.message for f in by_topic(report, "memory", "info"))
     assert report.ok  # a warning, not an error
     assert report.recommendations[0].flavour == "both" and "APU" in report.recommendations[0].reason
@@ -125,16 +153,20 @@ def test_no_gpu(tmp_path):
     nodes = machine("no-gpu")[0] / "class/kfd/kfd/topology/nodes"
     assert report.gpus == () and not report.ok
     (error,) = report.errors
-    assert error.message == (f"no AMD GPU found: the KFD topology ({nodes}) lists only CPU nodes and {tmp_path}/dev/kfd "
-                             "exists: the amdgpu driver is loaded but drives no GPU")
+    assert error.message == (
+        f"no AMD GPU found: the KFD topology ({nodes}) lists only CPU nodes and {tmp_path}/dev/kfd "
+        "exists: the amdgpu driver is loaded but drives no GPU"
+    )
     assert "enabled in the firmware" in error.action and "pass the GPU through" in error.action
     (rec,) = report.recommendations
     assert (rec.target, rec.flavour, rec.command) == ("", "vulkan", "rockbuild install --backend vulkan")
     assert rec.reason.startswith("the ROCm builds need one; the Vulkan build runs on any GPU with a Vulkan driver")
     empty = run_doctor(Machine(sysfs_root=tmp_path / "nothing", dev_root=tmp_path / "nodev", env={}))
     (error,) = empty.errors
-    assert error.message == (f"no AMD GPU found: {tmp_path}/nothing/class/kfd does not exist and {tmp_path}/nodev/kfd "
-                             "is missing: the amdgpu kernel driver is not loaded (or has no KFD)")
+    assert error.message == (
+        f"no AMD GPU found: {tmp_path}/nothing/class/kfd does not exist and {tmp_path}/nodev/kfd "
+        "is missing: the amdgpu kernel driver is not loaded (or has no KFD)"
+    )
     assert "lsmod | grep amdgpu" in error.action and "in a VM, pass the GPU through" in error.action
     assert [r.flavour for r in empty.recommendations] == ["vulkan"]
     assert not [f for f in empty.findings if f.topic == "access"]  # /dev/kfd is told in the one finding
@@ -156,8 +188,10 @@ def test_cli_without_a_gpu_says_once_what_it_found_what_to_do_and_which_build(ru
     assert output.count(error.action) == 1, output
     assert output.count("no AMD GPU found") == 1, output
     assert f"  [error] {error.message}\n      -> {error.action}\n" in result.stdout
-    assert ("Which build to try first:\n  no AMD GPU: vulkan (the ROCm builds need one; the Vulkan build runs on any "
-            "GPU with a Vulkan driver") in result.stdout
+    assert (
+        "Which build to try first:\n  no AMD GPU: vulkan (the ROCm builds need one; the Vulkan build runs on any "
+        "GPU with a Vulkan driver"
+    ) in result.stdout
     assert "      $ rockbuild install --backend vulkan" in result.stdout
     assert result.stderr.splitlines() == ["error: 1 problem found (gpu): the finding marked error says what to do"]
 
@@ -165,16 +199,18 @@ def test_cli_without_a_gpu_says_once_what_it_found_what_to_do_and_which_build(ru
 def test_override_on_a_gpu_that_has_a_build(tmp_path):
     report = doctor("strix-halo", tmp_path, env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0", "HSA_ENABLE_SDMA": "0"})
     (warning,) = by_topic(report, "override", "warning")
-    assert warning.message == ("HSA_OVERRIDE_GFX_VERSION=11.0.0 makes ROCm run gfx1100 code on gfx1151, for which "
-                               "real builds exist")
+    assert warning.message == (
+        "HSA_OVERRIDE_GFX_VERSION=11.0.0 makes ROCm run gfx1100 code on gfx1151, for which real builds exist"
+    )
     assert warning.action.endswith("(rockbuild install --target gfx1151)")
     assert [f.message for f in by_topic(report, "override", "info")] == ["HSA_ENABLE_SDMA=0 is set (a workaround)"]
 
 
 def test_visibility_variable_hiding_every_gpu_is_an_error(tmp_path):
     report = doctor("rdna3-dgpu", tmp_path, env={"ROCR_VISIBLE_DEVICES": "3"})
-    assert [f.message for f in report.errors] == ["ROCR_VISIBLE_DEVICES='3' hides every GPU: llama.cpp will run on "
-                                                  "the CPU"]
+    assert [f.message for f in report.errors] == [
+        "ROCR_VISIBLE_DEVICES='3' hides every GPU: llama.cpp will run on the CPU"
+    ]
 
 
 def test_missing_device_nodes(tmp_path):
@@ -203,16 +239,23 @@ def test_permissions_missing(run_rockbuild, request):
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("running as root without setpriv (util-linux): cannot drop privileges to test access")
-        result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", rockbuild_exe(), *args],
-                                capture_output=True, text=True, timeout=60, cwd=base,
-                                env={"PATH": os.environ.get("PATH", ""), "HOME": str(base)})
+        result = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", rockbuild_exe(), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=base,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": str(base)},
+        )
     else:
         result = run_rockbuild(*args)
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
     errors = [f for f in data["findings"] if f["severity"] == "error"]
-    assert [e["message"].split(" (")[0] for e in errors] == [f"this user cannot open {dev}/kfd",
-                                                            f"this user cannot open {dev}/dri/renderD128"]
+    assert [e["message"].split(" (")[0] for e in errors] == [
+        f"this user cannot open {dev}/kfd",
+        f"this user cannot open {dev}/dri/renderD128",
+    ]
     assert all("silently runs on the CPU" in e["message"] and "sudo usermod -aG" in e["action"] for e in errors)
     assert result.stderr.splitlines() == ["error: 2 problems found (access): the findings marked error say what to do"]
 
@@ -261,8 +304,9 @@ def vulkan_bundle(base: Path, mode: str) -> Path:
 
     bundle = base / f"bundle-{mode}"
     bundle.mkdir(parents=True)
-    (bundle / "bundle.json").write_text(json.dumps({"format": 1, "platform": "linux", "backend": "vulkan",
-                                                    "targets": []}))
+    (bundle / "bundle.json").write_text(
+        json.dumps({"format": 1, "platform": "linux", "backend": "vulkan", "targets": []})
+    )
     cli = bundle / "llama-cli"
     cli.write_text(FAKE_VULKAN_CLI.format(python=sys.executable, mode=mode))
     cli.chmod(0o755)
@@ -275,17 +319,20 @@ def test_vulkan_bundle_lists_the_devices_it_sees_and_never_asks_for_gfx_kernels(
     assert report.ok, report.errors
     (seen,) = by_topic(report, "vulkan")
     assert seen.severity == "ok" and seen.message == (
-        "the Vulkan build sees Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)")
+        "the Vulkan build sees Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"
+    )
     assert not [f for f in by_topic(report, "bundle") if "kernels" in f.message]
     assert report.bundle["backend"] == "vulkan" and report.bundle["vulkan_devices"] == [
-        "Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"]
+        "Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"
+    ]
 
 
 def test_vulkan_bundle_without_a_driver_or_without_the_loader(tmp_path):
     none = doctor("rdna3-dgpu", tmp_path / "a", bundle=vulkan_bundle(tmp_path, "none"))
     (error,) = none.errors
-    assert error.message == ("the Vulkan build sees no Vulkan device although an AMD GPU is present: it would run "
-                             "on the CPU")
+    assert error.message == (
+        "the Vulkan build sees no Vulkan device although an AMD GPU is present: it would run on the CPU"
+    )
     assert "mesa-vulkan-drivers" in error.action
     loader = doctor("rdna3-dgpu", tmp_path / "b", bundle=vulkan_bundle(tmp_path, "noloader"))
     (error,) = loader.errors
@@ -299,12 +346,21 @@ def _gpu(target: str, integrated: bool = False) -> Gpu:
     return Gpu(0, 1, target, products, integrated, "", 10, 20, 0, 128, 0)
 
 
-@pytest.mark.parametrize("target,integrated,flavour", [
-    ("gfx90a", False, "rocm"), ("gfx942", False, "rocm"),  # Instinct
-    ("gfx1201", False, "both"), ("gfx1100", False, "both"), ("gfx1151", True, "both"), ("gfx1036", True, "both"),
-    ("gfx1031", False, "vulkan"), ("gfx1010", False, "vulkan"),  # older Radeon
-    ("gfx902", True, "vulkan"), ("gfx1013", False, "vulkan"),  # no ROCm build at all
-])
+@pytest.mark.parametrize(
+    "target,integrated,flavour",
+    [
+        ("gfx90a", False, "rocm"),
+        ("gfx942", False, "rocm"),  # Instinct
+        ("gfx1201", False, "both"),
+        ("gfx1100", False, "both"),
+        ("gfx1151", True, "both"),
+        ("gfx1036", True, "both"),
+        ("gfx1031", False, "vulkan"),
+        ("gfx1010", False, "vulkan"),  # older Radeon
+        ("gfx902", True, "vulkan"),
+        ("gfx1013", False, "vulkan"),  # no ROCm build at all
+    ],
+)
 def test_flavour_recommendation(target, integrated, flavour):
     (rec,) = recommend_flavours([_gpu(target, integrated)], load_families())
     assert rec.flavour == flavour, rec
@@ -319,8 +375,9 @@ def test_flavour_recommendation(target, integrated, flavour):
 def test_cli_json_and_exit_codes(run_rockbuild, tmp_path):
     sys_root, proc_root = machine("strix-halo")
     dev = dev_root(tmp_path)
-    ok = run_rockbuild("doctor", "--json", "--sysfs-root", str(sys_root), "--dev-root", str(dev),
-                       "--proc-root", str(proc_root))
+    ok = run_rockbuild(
+        "doctor", "--json", "--sysfs-root", str(sys_root), "--dev-root", str(dev), "--proc-root", str(proc_root)
+    )
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
     assert data["ok"] is True and [g["target"] for g in data["gpus"]] == ["gfx1151"]
@@ -356,7 +413,9 @@ def test_no_amd_gpu_is_not_a_problem_for_a_vulkan_bundle_that_sees_a_gpu(tmp_pat
     assert report.ok, report.errors
     (gpu,) = by_topic(report, "gpu")
     assert gpu.severity == "info" and gpu.message.startswith("no AMD GPU: ")
-    assert gpu.action == "nothing to do for the Vulkan build, which runs on Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"
+    assert (
+        gpu.action == "nothing to do for the Vulkan build, which runs on Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31)"
+    )
     without = doctor("no-gpu", tmp_path / "plain")
     assert not without.ok and by_topic(without, "gpu")[0].severity == "error"
 
@@ -368,11 +427,14 @@ def test_gpus_of_two_families_get_one_mixed_bundle_recommended(tmp_path):
     assert [r.target for r in report.recommendations] == ["gfx1036", "gfx1100", "gfx1036+gfx1100"]
     mixed = report.recommendations[-1]
     assert mixed.flavour == "rocm"
-    assert mixed.reason == ("GPUs of 2 families, gfx1036 (gfx103X), gfx1100 (gfx110X): to use them together, one "
-                            "mixed-GPU bundle carries exactly these targets (job linux-gfx1036+gfx1100, asset "
-                            "...-rocm-gfx1036-gfx1100-x64)")
-    assert mixed.command == ("add '- target: [gfx1036, gfx1100]' to the matrix, then rockbuild build --job "
-                             "linux-gfx1036+gfx1100")
+    assert mixed.reason == (
+        "GPUs of 2 families, gfx1036 (gfx103X), gfx1100 (gfx110X): to use them together, one "
+        "mixed-GPU bundle carries exactly these targets (job linux-gfx1036+gfx1100, asset "
+        "...-rocm-gfx1036-gfx1100-x64)"
+    )
+    assert mixed.command == (
+        "add '- target: [gfx1036, gfx1100]' to the matrix, then rockbuild build --job linux-gfx1036+gfx1100"
+    )
     assert "gfx1036+gfx1100: rocm (GPUs of 2 families" in report.render()
     # Strix Halo beside an RDNA4 card, in either order: the same job
     table = load_families()
@@ -380,16 +442,19 @@ def test_gpus_of_two_families_get_one_mixed_bundle_recommended(tmp_path):
     assert strix_rdna4[-1].target == "gfx1151+gfx1201" and "job linux-gfx1151+gfx1201" in strix_rdna4[-1].reason
     # one family (two RDNA3 cards), or a GPU without any ROCm build beside one: nothing to mix
     assert [r.target for r in recommend_flavours([_gpu("gfx1100"), _gpu("gfx1101")], table)] == ["gfx1100", "gfx1101"]
-    assert [r.target for r in recommend_flavours([_gpu("gfx902", True), _gpu("gfx1100")], table)] == ["gfx902",
-                                                                                                       "gfx1100"]
+    assert [r.target for r in recommend_flavours([_gpu("gfx902", True), _gpu("gfx1100")], table)] == [
+        "gfx902",
+        "gfx1100",
+    ]
 
 
 def test_no_amd_gpu_is_not_a_problem_for_a_cpu_bundle(tmp_path):
     """A CPU build (the Windows end-to-end job's flavour) needs no GPU: doctor says there is none, as information."""
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    (bundle / "bundle.json").write_text(json.dumps({"backend": "cpu", "platform": "linux", "targets": [],
-                                                     "audit": {"ok": True}}), encoding="utf-8")
+    (bundle / "bundle.json").write_text(
+        json.dumps({"backend": "cpu", "platform": "linux", "targets": [], "audit": {"ok": True}}), encoding="utf-8"
+    )
     report = doctor("no-gpu", tmp_path, bundle=bundle)
     (gpu,) = by_topic(report, "gpu")
     assert gpu.severity == "info" and gpu.message.startswith("no AMD GPU: ")
@@ -416,7 +481,8 @@ def test_doctor_names_the_image_that_fits_each_gpu(tmp_path):
     assert rdna3.images[0].endswith(":" + image_flavour(job))  # the moving tag of the image the release pushed
     assert rdna3.image_command == (
         "podman run -d --name llama-server --device /dev/kfd --device /dev/dri --group-add keep-groups -p 8080:8080 "
-        f"-v ~/models:/models:ro,Z {IMAGES}:rocm-gfx110x -m /models/MODEL.gguf")
+        f"-v ~/models:/models:ro,Z {IMAGES}:rocm-gfx110x -m /models/MODEL.gguf"
+    )
     (strix,) = doctor("strix-halo", tmp_path / "b").recommendations
     assert strix.images[0] == f"{IMAGES}:rocm-gfx1151"
     (none,) = doctor("no-gpu", tmp_path / "c").recommendations
@@ -426,10 +492,15 @@ def test_doctor_names_the_image_that_fits_each_gpu(tmp_path):
     assert f"      container: {IMAGES}:rocm-gfx110x (or {IMAGES}:vulkan)\n      $ podman run -d" in text
 
 
-@pytest.mark.parametrize("target,integrated,images", [
-    ("gfx90a", False, ["rocm-gfx90a"]), ("gfx1031", False, ["vulkan"]),  # Instinct; an older Radeon: Vulkan first
-    ("gfx1201", False, ["rocm-gfx120x", "vulkan"]), ("gfx902", True, ["vulkan"]),  # no ROCm build: no ROCm image
-])
+@pytest.mark.parametrize(
+    "target,integrated,images",
+    [
+        ("gfx90a", False, ["rocm-gfx90a"]),
+        ("gfx1031", False, ["vulkan"]),  # Instinct; an older Radeon: Vulkan first
+        ("gfx1201", False, ["rocm-gfx120x", "vulkan"]),
+        ("gfx902", True, ["vulkan"]),  # no ROCm build: no ROCm image
+    ],
+)
 def test_the_image_follows_the_recommendation(target, integrated, images):
     (rec,) = recommend_flavours([_gpu(target, integrated)], load_families())
     assert [i.rsplit(":", 1)[1] for i in rec.images] == images
@@ -440,9 +511,18 @@ def test_the_image_follows_the_recommendation(target, integrated, images):
 
 def test_cli_json_names_the_images(run_rockbuild, tmp_path):
     sys_root, proc_root = machine("strix-halo")
-    ok = run_rockbuild("doctor", "--json", "--sysfs-root", str(sys_root), "--dev-root", str(dev_root(tmp_path)),
-                       "--proc-root", str(proc_root))
+    ok = run_rockbuild(
+        "doctor",
+        "--json",
+        "--sysfs-root",
+        str(sys_root),
+        "--dev-root",
+        str(dev_root(tmp_path)),
+        "--proc-root",
+        str(proc_root),
+    )
     assert ok.returncode == 0, ok.stderr
     (rec,) = json.loads(ok.stdout)["recommendations"]
-    assert rec["images"] == [f"{IMAGES}:rocm-gfx1151", f"{IMAGES}:vulkan"] and "--device /dev/kfd" in \
-        rec["image_command"]
+    assert (
+        rec["images"] == [f"{IMAGES}:rocm-gfx1151", f"{IMAGES}:vulkan"] and "--device /dev/kfd" in rec["image_command"]
+    )

@@ -100,14 +100,18 @@ def test_the_scripts_embed_rockbuild_calls() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_embedded_python_calls_bind_to_rockbuild(script: Path) -> None:
-    breaks = [f"{script.name}:{line}: {b}" for line, src in embedded_programs(script.read_text())
-              for b in call_breaks(src)]
+    breaks = [
+        f"{script.name}:{line}: {b}" for line, src in embedded_programs(script.read_text()) for b in call_breaks(src)
+    ]
     assert not breaks, "\n".join(breaks)
 
 
 def test_a_dropped_keyword_is_caught() -> None:
-    src = ("from rockbuild.smoke.models import provide_model\n"
-           "provide_model('smollm2', context=None, smoke={}, quiet=True)\n")
+    src = (
+        "from rockbuild.smoke.models import provide_model\n"
+        "provide_model('smollm2', context=None, smoke={}, quiet=True)\n"
+    )
     assert call_breaks(src) == ["provide_model(): got an unexpected keyword argument 'quiet'"]
     assert call_breaks("from rockbuild.smoke.models import no_such_thing\n") == [
-        "rockbuild.smoke.models.no_such_thing does not exist"]
+        "rockbuild.smoke.models.no_such_thing does not exist"
+    ]

@@ -18,9 +18,10 @@ def test_the_ci_guide_says_how_many_jobs_a_night_builds():
     inputs = workflow[True]["workflow_dispatch"]["inputs"]  # YAML 1.1 reads the key `on` as true
     settings = Settings.from_environment({})
     whole = settings.jobs()
-    dispatched = settings.jobs(os_override=split_list([inputs["operating_systems"]["default"]],
-                                                      aliases={"ubuntu": "linux"}),
-                               target_override=split_list([inputs["gfx_target"]["default"]]))
+    dispatched = settings.jobs(
+        os_override=split_list([inputs["operating_systems"]["default"]], aliases={"ubuntu": "linux"}),
+        target_override=split_list([inputs["gfx_target"]["default"]]),
+    )
     said_whole = re.search(r"builds the whole of \[`config/nightly\.yaml`\]\([^)]*\) \((\d+) jobs today", guide)
     said_dispatched = re.search(r"with the defaults it builds (\d+) jobs", guide)
     assert said_whole and said_dispatched, "docs/guides/ci.md no longer says how many jobs a night builds"

@@ -22,8 +22,14 @@ LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or sh
 def lint(package_parent: Path, config: Path) -> subprocess.CompletedProcess[str]:
     assert LINT, "import-linter is not installed (pip install '.[test]')"
     env = {**os.environ, "PYTHONPATH": str(package_parent)}
-    return subprocess.run([LINT, "--config", str(config), "--no-cache"], cwd=package_parent, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [LINT, "--config", str(config), "--no-cache"],
+        cwd=package_parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def copy_of_the_package(tmp_path: Path) -> Path:
@@ -38,12 +44,18 @@ def test_the_layers_contract_holds():
     assert "3 kept, 0 broken" in result.stdout
 
 
-@pytest.mark.parametrize(("module", "line"), [
-    ("core/errors.py", "from rockbuild.settings import Settings  # an upward import"),
-    ("backends/rocm.py", "if TYPE_CHECKING:\n    from rockbuild.bundle.plan import BundleReport  # upward, as a type"),
-    ("gpu.py", "import yaml  # a data file parsed outside rockbuild.core.data"),
-    ("bundle/audit.py", "from rockbuild.backends import REGISTRY  # a stage looking its backend up"),
-])
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        ("core/errors.py", "from rockbuild.settings import Settings  # an upward import"),
+        (
+            "backends/rocm.py",
+            "if TYPE_CHECKING:\n    from rockbuild.bundle.plan import BundleReport  # upward, as a type",
+        ),
+        ("gpu.py", "import yaml  # a data file parsed outside rockbuild.core.data"),
+        ("bundle/audit.py", "from rockbuild.backends import REGISTRY  # a stage looking its backend up"),
+    ],
+)
 def test_an_upward_import_breaks_the_contract(tmp_path, module, line):
     """The contract is no decoration: one new upward import (a type only, too) fails CI."""
     tree = copy_of_the_package(tmp_path)
@@ -51,8 +63,10 @@ def test_an_upward_import_breaks_the_contract(tmp_path, module, line):
     text = path.read_text(encoding="utf-8")
     if "TYPE_CHECKING" in line and "from typing import" not in text.split("if TYPE_CHECKING")[0]:
         line = "from typing import TYPE_CHECKING\n" + line
-    path.write_text(text.replace("from __future__ import annotations\n",
-                                 f"from __future__ import annotations\n\n{line}\n", 1), encoding="utf-8")
+    path.write_text(
+        text.replace("from __future__ import annotations\n", f"from __future__ import annotations\n\n{line}\n", 1),
+        encoding="utf-8",
+    )
     result = lint(tree, tree / "pyproject.toml")
     assert result.returncode != 0
     assert "BROKEN" in result.stdout
@@ -118,9 +132,13 @@ def test_no_import_cycles():
 def test_only_the_environment_module_reads_the_environment():
     """A stage is handed what it needs (a Context, a policy, a family table); it never looks it up itself."""
     readers = re.compile(r"\bos\.environ\b|\bos\.getenv\b")
-    offenders = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
-                 for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "core" / "environment.py"
-                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if readers.search(line)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != PACKAGE / "core" / "environment.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if readers.search(line)
+    ]
     assert offenders == []
 
 
@@ -150,8 +168,9 @@ def test_every_module_sits_in_the_layers_contract():
     listed = _layers()
     modules = _modules()
     packages = {m.rsplit(".", 1)[0] for m in modules if "." in m}
-    loose = [m for m in modules if m not in packages
-             and not any(m == layer or m.startswith(layer + ".") for layer in listed)]
+    loose = [
+        m for m in modules if m not in packages and not any(m == layer or m.startswith(layer + ".") for layer in listed)
+    ]
     assert not loose, f"modules outside pyproject's layers contract: {loose}"
 
 

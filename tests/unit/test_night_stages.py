@@ -10,9 +10,21 @@ from rockbuild.core.records import BuildErrorInfo, BuildRecord, LlamaCpp
 from rockbuild.jobfolder import JobFolder
 from rockbuild.pipeline.stages import Stage, StageLog, fingerprint, run_stages
 
-JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
-          targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
-          cmake=(), runner="ubuntu-22.04")
+JOB = Job(
+    id="linux-gfx1151",
+    os="linux",
+    name="gfx1151",
+    family="gfx1151",
+    group="gfx1151",
+    legacy_groups=(),
+    targets=("gfx1151",),
+    required=True,
+    llama_ref="master",
+    rocm_channel="nightly",
+    rocm_version="latest",
+    cmake=(),
+    runner="ubuntu-22.04",
+)
 
 
 def stages(log: list[str], *, fail: str | None = None, gone: str | None = None):
@@ -51,9 +63,12 @@ def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsy
     outcome = run_stages(JOB.id, True, folder, stages(ran, fail="build"))
     assert outcome.status == "failed" and outcome.failed_stage == "build" and outcome.message == "build broke"
     assert ran == ["fetch", "build"] and "bundle" not in outcome.stages
-    assert StageLog(folder).stages["build"] == {"key": fingerprint("build", 1), "result": "failed",
-                                                "seconds": StageLog(folder).stages["build"]["seconds"],
-                                                "message": "build broke"}
+    assert StageLog(folder).stages["build"] == {
+        "key": fingerprint("build", 1),
+        "result": "failed",
+        "seconds": StageLog(folder).stages["build"]["seconds"],
+        "message": "build broke",
+    }
     assert "linux-gfx1151: build failed: build broke" in capsys.readouterr().err
     # the failed stage runs again next time; the passed one before it does not
     ran.clear()
@@ -63,21 +78,34 @@ def test_a_failure_is_recorded_and_stops_the_job_without_raising(tmp_path, capsy
 def test_job_folder_records_a_failure_before_the_build(tmp_path):
     folder = JobFolder.of(tmp_path, JOB.id)
     assert folder.path == tmp_path.absolute() / JOB.id and folder.id == JOB.id
-    assert (folder.bundle_json, folder.bin_dir) == (folder.path / "bundle" / "bundle.json",
-                                                    folder.path / "build" / "bin")
-    folder.record_failure(JOB, "rocm", BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
-                          LlamaCpp(commit="c0ffee", build_number="b1"))
+    assert (folder.bundle_json, folder.bin_dir) == (
+        folder.path / "bundle" / "bundle.json",
+        folder.path / "build" / "bin",
+    )
+    folder.record_failure(
+        JOB,
+        "rocm",
+        BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
+        LlamaCpp(commit="c0ffee", build_number="b1"),
+    )
     build = folder.build()
     assert build is not None and build.status == "failed" and build.failed_step == "rocm"
     assert build.llama_cpp == LlamaCpp(commit="c0ffee", build_number="b1") and build.job.id == JOB.id
     # the same `error` as the build driver's: message, hint, exit code, type (it was a bare string)
     assert json.loads(folder.build_json.read_text())["error"] == {
-        "message": "no tarball for gfx1151", "hint": None, "exit_code": 4, "type": "NotFoundError"}
+        "message": "no tarball for gfx1151",
+        "hint": None,
+        "exit_code": 4,
+        "type": "NotFoundError",
+    }
     assert folder.build_log.read_text().endswith("failed at rocm\nno tarball for gfx1151\n")
     assert not folder.built_from("c0ffee")
 
-    folder.write_build(BuildRecord.from_dict({"schema": 1, "status": "ok", "llama_cpp": {"commit": "c0ffee"},
-                                              "rocm": {"version": "7.2"}}))
+    folder.write_build(
+        BuildRecord.from_dict(
+            {"schema": 1, "status": "ok", "llama_cpp": {"commit": "c0ffee"}, "rocm": {"version": "7.2"}}
+        )
+    )
     assert not folder.built_from("c0ffee")  # no programs left
     folder.bin_dir.mkdir(parents=True)
     assert folder.built_from("c0ffee") and not folder.built_from("other")

@@ -21,4 +21,5 @@ def test_the_same_inputs_on_a_common_part_are_unchanged():
     assert manifest_differences(inputs, manifest, ids) == []
     moved = replace(inputs, llama_cpp=replace(inputs.llama_cpp, commit="f" * 40))
     assert manifest_differences(moved, manifest, ids) == [
-        f"llama.cpp {manifest['llama_cpp']['commit'][:12]} -> {'f' * 12}"]
+        f"llama.cpp {manifest['llama_cpp']['commit'][:12]} -> {'f' * 12}"
+    ]

@@ -13,8 +13,17 @@ PY = sys.executable
 
 
 def test_child_env_keeps_the_allowlist_and_drops_every_secret():
-    base = {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C", "GITHUB_TOKEN": "ghp_x", "GH_TOKEN": "x", "HF_TOKEN": "x",
-            "MY_API_KEY": "x", "AWS_SECRET_ACCESS_KEY": "x", "RANDOM_VAR": "y"}
+    base = {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "LC_ALL": "C",
+        "GITHUB_TOKEN": "ghp_x",
+        "GH_TOKEN": "x",
+        "HF_TOKEN": "x",
+        "MY_API_KEY": "x",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "RANDOM_VAR": "y",
+    }
     env = child_env({"ROCM_PATH": "/opt/rocm", "HF_TOKEN": "passed-by-mistake"}, base=base)
     assert env == {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C", "ROCM_PATH": "/opt/rocm"}
     assert all(is_secret(k) for k in ("GITHUB_TOKEN", "gh_token", "HF_TOKEN", "DB_PASSWORD", "MY_API_KEY"))
@@ -23,11 +32,24 @@ def test_child_env_keeps_the_allowlist_and_drops_every_secret():
 def test_a_child_reaches_the_network_as_this_machine_does():
     """Behind a TLS-inspecting proxy npm, git and CMake need the proxy and the CA bundle that trusts it (the
     rehearsal's webui root: npm ci failed with SELF_SIGNED_CERT_IN_CHAIN when NODE_EXTRA_CA_CERTS was dropped)."""
-    base = {"PATH": "/bin", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost", "SSL_CERT_FILE": "/ca.crt",
-            "NODE_EXTRA_CA_CERTS": "/ca.crt", "GIT_SSL_CAINFO": "/ca.crt", "NPM_TOKEN": "x", "PROXY_PASSWORD": "x"}
-    assert child_env(base=base) == {"PATH": "/bin", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost",
-                                    "SSL_CERT_FILE": "/ca.crt", "NODE_EXTRA_CA_CERTS": "/ca.crt",
-                                    "GIT_SSL_CAINFO": "/ca.crt"}
+    base = {
+        "PATH": "/bin",
+        "https_proxy": "http://proxy:3128",
+        "NO_PROXY": "localhost",
+        "SSL_CERT_FILE": "/ca.crt",
+        "NODE_EXTRA_CA_CERTS": "/ca.crt",
+        "GIT_SSL_CAINFO": "/ca.crt",
+        "NPM_TOKEN": "x",
+        "PROXY_PASSWORD": "x",
+    }
+    assert child_env(base=base) == {
+        "PATH": "/bin",
+        "https_proxy": "http://proxy:3128",
+        "NO_PROXY": "localhost",
+        "SSL_CERT_FILE": "/ca.crt",
+        "NODE_EXTRA_CA_CERTS": "/ca.crt",
+        "GIT_SSL_CAINFO": "/ca.crt",
+    }
 
 
 def test_a_child_never_sees_a_token_even_if_the_caller_passes_one(monkeypatch, tmp_path):
@@ -41,8 +63,11 @@ def test_a_child_never_sees_a_token_even_if_the_caller_passes_one(monkeypatch, t
 def test_output_goes_to_the_log_and_to_on_line(tmp_path):
     log = tmp_path / "step.log"
     seen: list[str] = []
-    result = run([PY, "-c", "import sys; print('one', flush=True); print('two', file=sys.stderr)"], log=log,
-                 output=Output(on_line=seen.append))
+    result = run(
+        [PY, "-c", "import sys; print('one', flush=True); print('two', file=sys.stderr)"],
+        log=log,
+        output=Output(on_line=seen.append),
+    )
     assert result.returncode == 0 and seen == ["one", "two"]
     assert log.read_text().splitlines() == ["one", "two"]
 

@@ -47,12 +47,32 @@ from rockbuild.core.records import (
 from rockbuild.jobfolder import JobFolder
 
 SCHEMAS = REPO / "docs" / "schemas"
-FILES = {"build.json": BuildRecord, "bundle.json": BundleRecord, "smoke.json": SmokeRecord,
-         "stages.json": StagesRecord, "fallback.json": FallbackRecord, "triage.json": TriageRecord,
-         "held-back.json": HeldBack, "inputs.json": InputsRecord, "manifest.json": ManifestRecord}
-JOB = Job(id="linux-gfx1151", os="linux", name="gfx1151", family="gfx1151", group="gfx1151", legacy_groups=(),
-          targets=("gfx1151",), required=True, llama_ref="master", rocm_channel="nightly", rocm_version="latest",
-          cmake=(), runner="ubuntu-22.04")
+FILES = {
+    "build.json": BuildRecord,
+    "bundle.json": BundleRecord,
+    "smoke.json": SmokeRecord,
+    "stages.json": StagesRecord,
+    "fallback.json": FallbackRecord,
+    "triage.json": TriageRecord,
+    "held-back.json": HeldBack,
+    "inputs.json": InputsRecord,
+    "manifest.json": ManifestRecord,
+}
+JOB = Job(
+    id="linux-gfx1151",
+    os="linux",
+    name="gfx1151",
+    family="gfx1151",
+    group="gfx1151",
+    legacy_groups=(),
+    targets=("gfx1151",),
+    required=True,
+    llama_ref="master",
+    rocm_channel="nightly",
+    rocm_version="latest",
+    cmake=(),
+    runner="ubuntu-22.04",
+)
 
 
 # -- the schema a record's types give ---------------------------------------------------------------------------------
@@ -76,8 +96,11 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
             defs[tp.__name__] = {}
             defs[tp.__name__] = _object_schema(tp, defs)
         return {"$ref": f"#/$defs/{tp.__name__}"}
-    return {"type": {str: "string", Path: "string", int: "integer", float: "number", bool: "boolean",
-                     type(None): "null"}[tp]}
+    return {
+        "type": {str: "string", Path: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}[
+            tp
+        ]
+    }
 
 
 def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
@@ -85,11 +108,16 @@ def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
 
     hints = typing.get_type_hints(cls)
     fields = cls._fields()
-    required = [key_of(f) for f in fields if f.default is dataclasses.MISSING
-                and f.default_factory is dataclasses.MISSING]
-    out: dict[str, Any] = {"type": "object", "properties": {
-        key_of(f): _type_schema(form.json_type if (form := form_of(f)) is not None else hints[f.name], defs)
-        for f in fields}}
+    required = [
+        key_of(f) for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    out: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            key_of(f): _type_schema(form.json_type if (form := form_of(f)) is not None else hints[f.name], defs)
+            for f in fields
+        },
+    }
     if required:
         out["required"] = required
     return out
@@ -98,9 +126,13 @@ def _object_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
 def schema_of(name: str, cls: type[Record]) -> dict[str, Any]:
     defs: dict[str, Any] = {}
     body = _object_schema(cls, defs)
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-              "$id": f"https://github.com/rockbuild/rockbuild/docs/schemas/{name.removesuffix('.json')}.schema.json",
-              "title": name, "description": (cls.__doc__ or "").strip().splitlines()[0], **body}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://github.com/rockbuild/rockbuild/docs/schemas/{name.removesuffix('.json')}.schema.json",
+        "title": name,
+        "description": (cls.__doc__ or "").strip().splitlines()[0],
+        **body,
+    }
     if defs:
         schema["$defs"] = dict(sorted(defs.items()))
     return schema
@@ -156,8 +188,12 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     from rockbuild.publish.manifest import AssetFile, ReleaseContent, build_manifest, write_json
 
     folder = JobFolder.of(tmp_path / "out", JOB.id)
-    folder.record_failure(JOB, "rocm", BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
-                          LlamaCpp(commit="c0ffee", build_number="b1"))
+    folder.record_failure(
+        JOB,
+        "rocm",
+        BuildErrorInfo.of(NotFoundError("no tarball for gfx1151")),
+        LlamaCpp(commit="c0ffee", build_number="b1"),
+    )
     build = _check("build.json", folder.build_json)
     assert isinstance(build, BuildRecord) and build.error is not None and build.error.exit_code == 4
 
@@ -167,26 +203,48 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     night = _check("stages.json", folder.stages_json)
     assert isinstance(night, StagesRecord) and night.stages["build"].result == "failed"
 
-    fallback = FallbackRecord(schema=1, newest=TarballRef(name="n.tar.gz", version="7.2.0a1", date="2026-12-01"),
-                              failed_stage="smoke", reason="cli failed", log_tail=("x",), attempt_dir="/a",
-                              last_good=TarballRef(name="g.tar.gz", version="7.2.0a0", release="b1"))
+    fallback = FallbackRecord(
+        schema=1,
+        newest=TarballRef(name="n.tar.gz", version="7.2.0a1", date="2026-12-01"),
+        failed_stage="smoke",
+        reason="cli failed",
+        log_tail=("x",),
+        attempt_dir="/a",
+        last_good=TarballRef(name="g.tar.gz", version="7.2.0a0", release="b1"),
+    )
     fallback.write(folder.fallback_json)
     _check("fallback.json", folder.fallback_json)
 
     from rockbuild.nightly.triage import Failure, bisect_commits
     from rockbuild.pipeline.stages import StagesOutcome
 
-    trial = TriageTrial(llama_commit="a" * 40, rocm="n.tar.gz", verdict="good", seconds=1.5,
-                        ccache={"hits": 3, "misses": 1, "hit_rate": 0.75})
-    bisect = bisect_commits([("b" * 40, "ggml : x (#12)"), ("c" * 40, "y")], "a" * 40,
-                            lambda commit, subject: dataclasses.replace(trial, llama_commit=commit, verdict="bad",
-                                                                        subject=subject),
-                            steps=4, minutes=60, tails={"b" * 40: ("error: x",)})
+    trial = TriageTrial(
+        llama_commit="a" * 40,
+        rocm="n.tar.gz",
+        verdict="good",
+        seconds=1.5,
+        ccache={"hits": 3, "misses": 1, "hit_rate": 0.75},
+    )
+    bisect = bisect_commits(
+        [("b" * 40, "ggml : x (#12)"), ("c" * 40, "y")],
+        "a" * 40,
+        lambda commit, subject: dataclasses.replace(trial, llama_commit=commit, verdict="bad", subject=subject),
+        steps=4,
+        minutes=60,
+        tails={"b" * 40: ("error: x",)},
+    )
     failed = StagesOutcome(JOB.id, True, "failed", {"build": "failed"}, "build", "compile failed", 3.0)
-    failure = Failure(JOB, failed, InputsLlama(ref="master", commit="c" * 40, url="https://github.com/x/llama.cpp"),
-                      None, JobLastGood(release="b1", llama_commit="a" * 40, rocm="n.tar.gz"), ("x",))
-    failure.record("llama.cpp", "only llama.cpp changed", ship="missing", trials=(trial,),
-                   bisect=bisect).write(folder.triage_json)
+    failure = Failure(
+        JOB,
+        failed,
+        InputsLlama(ref="master", commit="c" * 40, url="https://github.com/x/llama.cpp"),
+        None,
+        JobLastGood(release="b1", llama_commit="a" * 40, rocm="n.tar.gz"),
+        ("x",),
+    )
+    failure.record("llama.cpp", "only llama.cpp changed", ship="missing", trials=(trial,), bisect=bisect).write(
+        folder.triage_json
+    )
     triage = _check("triage.json", folder.triage_json)
     assert isinstance(triage, TriageRecord) and triage.bisect is not None
     assert triage.bisect.first_bad is not None and triage.bisect.first_bad.pr == 12 and triage.bisect.complete
@@ -198,15 +256,26 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     held.write(tmp_path / "held-back.json")
     assert _check("held-back.json", tmp_path / "held-back.json") == held
 
-    stale = InputsRocm(key="linux-gfx1151-nightly-latest", os="linux", groups=("gfx1151",), channel="nightly",
-                       requested="latest", error="the newest gfx1151 tarball is 9 days old", error_kind="stale",
-                       last_good={"name": "g.tar.gz", "url": "https://example.invalid/g.tar.gz", "release": "b0"})
+    stale = InputsRocm(
+        key="linux-gfx1151-nightly-latest",
+        os="linux",
+        groups=("gfx1151",),
+        channel="nightly",
+        requested="latest",
+        error="the newest gfx1151 tarball is 9 days old",
+        error_kind="stale",
+        last_good={"name": "g.tar.gz", "url": "https://example.invalid/g.tar.gz", "release": "b0"},
+    )
     vulkan = JOB.narrow(Job)
     vulkan = dataclasses.replace(vulkan, id="linux-vulkan", backend="vulkan", family="", group="", targets=())
-    inputs = inputs_record(InputsLlama(ref="master", commit="c0ffee", build_number="b1",
-                                       url="https://example.invalid/llama.cpp"), {stale.key: stale},
-                           (InputsJob.of(JOB, stale.key), InputsJob.of(vulkan, None)),
-                           resolved_at="2026-12-01T00:00:00+00:00", max_age_days=3, index_url=None)
+    inputs = inputs_record(
+        InputsLlama(ref="master", commit="c0ffee", build_number="b1", url="https://example.invalid/llama.cpp"),
+        {stale.key: stale},
+        (InputsJob.of(JOB, stale.key), InputsJob.of(vulkan, None)),
+        resolved_at="2026-12-01T00:00:00+00:00",
+        max_age_days=3,
+        index_url=None,
+    )
     inputs.write(tmp_path / "inputs.json")
     record = _check("inputs.json", tmp_path / "inputs.json")
     assert isinstance(record, InputsRecord) and record == inputs  # what resolve made is what every reader loads
@@ -217,8 +286,11 @@ def test_the_writers_files_pass_their_schemas(tmp_path):
     ok = load_job(make_job(out, "linux-gfx1151", smoke=smoke_ok()))
     failed = load_job(make_job(out, "linux-gfx1100", status="failed", failed_step="compile"))
     asset = AssetFile("a.zip", out / "a.zip", 3, "00" * 32, "zip", ok.id)
-    manifest = build_manifest(ReleaseContent(tag="b1", fingerprint="f" * 16, jobs=[ok], failed=[failed],
-                                             assets=[asset], repo="o/r"), floors={}, floor_config={"linux": "2.35"})
+    manifest = build_manifest(
+        ReleaseContent(tag="b1", fingerprint="f" * 16, jobs=[ok], failed=[failed], assets=[asset], repo="o/r"),
+        floors={},
+        floor_config={"linux": "2.35"},
+    )
     write_json(tmp_path / "manifest.json", manifest)
     record = ManifestRecord.from_dict(manifest, "manifest.json")
     assert valid("manifest.json", manifest) and record.job("linux-gfx1151") is not None
@@ -242,24 +314,47 @@ def test_an_inputs_file_is_refused_when_loaded_if_a_job_has_no_tarball_it_can_bu
     with pytest.raises(ConfigError, match=rf"^{path} has no ROCm tarball for linux-gfx1151; write it again"):
         load_inputs(path)
     # a key none of its tarballs has (before: a KeyError, a bug's exit, when the job got to fetch)
-    path.write_text(json.dumps({"schema": 1, "tool": "rockbuild", "llama_cpp": llama,
-                                "jobs": [{**job, "rocm_key": "linux-gfx1151-nightly-latest"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "tool": "rockbuild",
+                "llama_cpp": llama,
+                "jobs": [{**job, "rocm_key": "linux-gfx1151-nightly-latest"}],
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="linux-gfx1151's rocm_key 'linux-gfx1151-nightly-latest' is none of its"):
         load_inputs(path)
     # a build number written as a number by hand is read as its text (as build.json and the build key take it)
     rocm = {"key": "k", "os": "linux", "groups": ["gfx1151"], "channel": "nightly", "requested": "latest"}
-    path.write_text(json.dumps({"schema": 1, "tool": "rockbuild", "llama_cpp": llama, "rocm": {"k": rocm},
-                                "jobs": [{**job, "rocm_key": "k"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "tool": "rockbuild",
+                "llama_cpp": llama,
+                "rocm": {"k": rocm},
+                "jobs": [{**job, "rocm_key": "k"}],
+            }
+        )
+    )
     inputs = load_inputs(path)
-    assert inputs.llama_cpp.build_number == "1000" and inputs.llama_cpp.pin() == {"commit": "c0ffee",
-                                                                                     "build_number": "1000"}
+    assert inputs.llama_cpp.build_number == "1000" and inputs.llama_cpp.pin() == {
+        "commit": "c0ffee",
+        "build_number": "1000",
+    }
     assert inputs.rocm_for(JOB.id) == InputsRocm.from_dict(rocm)
 
 
 # -- (3) malformed input is rejected, in one line naming the file and the key ------------------------------------------
 
 BAD = [
-    ("build.json", {"schema": 1, "status": "ok", "llama_cpp": {"commit": 3}}, "llama_cpp.commit must be a string, not int"),
+    (
+        "build.json",
+        {"schema": 1, "status": "ok", "llama_cpp": {"commit": 3}},
+        "llama_cpp.commit must be a string, not int",
+    ),
     ("build.json", {"schema": 1}, "status is missing"),
     ("build.json", {"status": "failed", "error": "boom"}, "error must be an object, not string"),
     ("build.json", [1], "must be an object, not array"),
@@ -272,25 +367,68 @@ BAD = [
     ("fallback.json", {"schema": 1}, "newest is missing"),
     ("fallback.json", {"newest": {"name": 1}}, "newest.name must be a string, not int"),
     ("triage.json", {"job": "j", "cause": "llama.cpp", "evidence": "e"}, "llama_commit is missing"),
-    ("triage.json", {"job": "j", "cause": "llama.cpp", "evidence": "e", "llama_commit": "c",
-                     "bisect": {"good": "a", "bad": "c", "candidates": "5"}}, "bisect.candidates must be an integer"),
+    (
+        "triage.json",
+        {
+            "job": "j",
+            "cause": "llama.cpp",
+            "evidence": "e",
+            "llama_commit": "c",
+            "bisect": {"good": "a", "bad": "c", "candidates": "5"},
+        },
+        "bisect.candidates must be an integer",
+    ),
     # a closed set (a Literal field): one of its values, named in the message
-    ("triage.json", {"job": "j", "cause": "ROCm", "evidence": "e", "llama_commit": "c"},
-     "cause must be one of 'llama.cpp', 'rocm', 'machine', 'unknown', not 'ROCm'"),
-    ("triage.json", {"job": "j", "cause": "rocm", "evidence": "e", "llama_commit": "c", "ship": None},
-     "ship must be one of 'missing', 'newest-good', 'blocked', 'fallback', not null"),
+    (
+        "triage.json",
+        {"job": "j", "cause": "ROCm", "evidence": "e", "llama_commit": "c"},
+        "cause must be one of 'llama.cpp', 'rocm', 'machine', 'unknown', not 'ROCm'",
+    ),
+    (
+        "triage.json",
+        {"job": "j", "cause": "rocm", "evidence": "e", "llama_commit": "c", "ship": None},
+        "ship must be one of 'missing', 'newest-good', 'blocked', 'fallback', not null",
+    ),
     ("build.json", {"schema": 1, "status": "done"}, "status must be one of 'ok', 'failed', not 'done'"),
     ("inputs.json", {"schema": 1, "tool": "rockbuild"}, "llama_cpp is missing"),
-    ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
-                     "jobs": [{"os": "linux"}]}, "jobs[0].id is missing"),
-    ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
-                     "rocm": {"k": {"key": "k", "os": "linux", "groups": "gfx1151", "channel": "nightly",
-                                    "requested": "latest"}}}, "rocm.k.groups must be an array, not string"),
-    ("inputs.json", {"schema": 1, "tool": "rockbuild", "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
-                     "rocm": {"k": {"key": "k", "os": "linux", "groups": []}}}, "rocm.k.channel is missing"),
+    (
+        "inputs.json",
+        {
+            "schema": 1,
+            "tool": "rockbuild",
+            "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
+            "jobs": [{"os": "linux"}],
+        },
+        "jobs[0].id is missing",
+    ),
+    (
+        "inputs.json",
+        {
+            "schema": 1,
+            "tool": "rockbuild",
+            "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
+            "rocm": {
+                "k": {"key": "k", "os": "linux", "groups": "gfx1151", "channel": "nightly", "requested": "latest"}
+            },
+        },
+        "rocm.k.groups must be an array, not string",
+    ),
+    (
+        "inputs.json",
+        {
+            "schema": 1,
+            "tool": "rockbuild",
+            "llama_cpp": {"ref": "m", "commit": "c", "url": "u"},
+            "rocm": {"k": {"key": "k", "os": "linux", "groups": []}},
+        },
+        "rocm.k.channel is missing",
+    ),
     ("manifest.json", {"schema": 1, "jobs": 3}, "jobs must be an array, not int"),
-    ("manifest.json", {"schema": 1, "jobs": [{"id": "x", "gpu_smoke": {"bench": [{"tokens_per_second": "9"}]}}]},
-     "jobs[0].gpu_smoke.bench[0].tokens_per_second must be a number"),
+    (
+        "manifest.json",
+        {"schema": 1, "jobs": [{"id": "x", "gpu_smoke": {"bench": [{"tokens_per_second": "9"}]}}]},
+        "jobs[0].gpu_smoke.bench[0].tokens_per_second must be a number",
+    ),
     ("manifest.json", "<html>", "must be an object, not string"),
 ]
 
@@ -355,11 +493,14 @@ def test_the_engine_writes_paths_derived_fields_and_json_forms_and_reads_them_ba
     assert _SampleWithKey.from_dict({**data, "key": "k"}).narrow(_Sample) == sample
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"where": 5}, "sample.json: where must be a path (a string), not int"),
-    ({"where": "/x", "defines": ["Z", "1"]}, "sample.json: defines must be an object, not array"),
-    ({"where": "/x", "defines": {"Z": 1}}, "sample.json: defines.Z must be a string, not int"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"where": 5}, "sample.json: where must be a path (a string), not int"),
+        ({"where": "/x", "defines": ["Z", "1"]}, "sample.json: defines must be an object, not array"),
+        ({"where": "/x", "defines": {"Z": 1}}, "sample.json: defines.Z must be a string, not int"),
+    ],
+)
 def test_the_engine_rejects_a_wrong_path_or_json_form_in_one_line(data, message):
     with pytest.raises(RecordError) as caught:
         _Sample.from_dict(data)

@@ -24,9 +24,16 @@ def _tree(root: Path, sha256: str) -> Path:
 
 def _toolchain(root: Path) -> Toolchain:
     bin_dir = root / "lib/llvm/bin"
-    return Toolchain(platform="linux", kind="therock", prefix=str(root), llvm_bin=str(bin_dir),
-                     c_compiler=str(bin_dir / "clang"), cxx_compiler=str(bin_dir / "clang++"),
-                     device_lib_dir=str(root / "lib/llvm/amdgcn/bitcode"), device_lib_in_resource_dir=False)
+    return Toolchain(
+        platform="linux",
+        kind="therock",
+        prefix=str(root),
+        llvm_bin=str(bin_dir),
+        c_compiler=str(bin_dir / "clang"),
+        cxx_compiler=str(bin_dir / "clang++"),
+        device_lib_dir=str(root / "lib/llvm/amdgcn/bitcode"),
+        device_lib_in_resource_dir=False,
+    )
 
 
 def test_a_build_folder_is_emptied_when_the_tree_behind_its_path_changed(tmp_path):

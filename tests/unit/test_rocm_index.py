@@ -312,9 +312,7 @@ def test_s3_v1_listing_follows_markers_across_pages(hosts):
     assert first.url == hosts["bucket"] + linux[0]
     # A path-style bucket URL without the trailing slash: keys still land under the bucket.
     hosts["server"].expect_request("/bucket").respond_with_handler(s3)
-    entries = read_index(
-        hosts["bucket"].rstrip("/") + "?prefix=therock-dist-windows-", fetch_text=get_text
-    )
+    entries = read_index(hosts["bucket"].rstrip("/") + "?prefix=therock-dist-windows-", fetch_text=get_text)
     assert {e.url for e in entries} == {hosts["bucket"] + n for n in PER_FAMILY if "-windows-" in n}
 
 
@@ -323,9 +321,7 @@ def test_s3_v2_listing_follows_continuation_tokens(httpserver):
     bucket = FakeS3(keys, page_size=4)
     httpserver.expect_request("/bucket2/").respond_with_handler(bucket)
     base = httpserver.url_for("/bucket2/")
-    entries = read_index(
-        base + "?list-type=2&prefix=v4/tarball/therock-dist-windows-", fetch_text=get_text
-    )
+    entries = read_index(base + "?list-type=2&prefix=v4/tarball/therock-dist-windows-", fetch_text=get_text)
     expected = sorted(n for n in MULTI_ARCH if "-windows-" in n)
     assert sorted(e.name.filename for e in entries) == expected
     assert len(bucket.queries) == 3  # 10 keys, 4 per page
@@ -368,29 +364,33 @@ def test_bundled_channels_file_matches_therock_hosts():
 
 def test_latest_reads_the_host_that_covers_today(hosts, channels_file):
     server = hosts["server"]
-    entry = resolve_tarball(platform="linux", groups="gfx1151", today=D(2026, 9, 15),
-                            source=IndexSource(channels_file=channels_file))
+    entry = resolve_tarball(
+        platform="linux", groups="gfx1151", today=D(2026, 9, 15), source=IndexSource(channels_file=channels_file)
+    )
     assert entry.name.version.text == "10.1.0a20260910"
     assert requested_paths(server) == ["/rocm/core/tarball/"]
     # Pretending it is 2026-07-01 reads the multi-arch host instead (and never the current one).
     server.clear_log()
-    entry = resolve_tarball(platform="linux", groups="gfx1151", today=D(2026, 7, 1),
-                            source=IndexSource(channels_file=channels_file))
+    entry = resolve_tarball(
+        platform="linux", groups="gfx1151", today=D(2026, 7, 1), source=IndexSource(channels_file=channels_file)
+    )
     assert entry.name.version.text == "10.1.0a20260822"
     assert requested_paths(server) == ["/tarball-multi-arch/"]
 
 
 def test_explicit_version_goes_to_the_host_for_its_date(hosts, channels_file):
-    entry = resolve_tarball(platform="linux", groups="gfx1151", version="7.15.0a20260719",
-                            source=IndexSource(channels_file=channels_file))
+    entry = resolve_tarball(
+        platform="linux", groups="gfx1151", version="7.15.0a20260719", source=IndexSource(channels_file=channels_file)
+    )
     assert entry.url == hosts["multi"] + "therock-dist-linux-gfx1151-7.15.0a20260719.tar.gz"
     assert requested_paths(hosts["server"]) == ["/tarball-multi-arch/"]
 
 
 def test_explicit_version_falls_back_to_the_next_candidate_host(hosts, channels_file):
     # 2026-06-12 is covered by both frozen hosts; multi-arch (tried first) lacks it, the S3 bucket has it.
-    entry = resolve_tarball(platform="linux", groups="gfx1151", version="7.14.0a20260612",
-                            source=IndexSource(channels_file=channels_file))
+    entry = resolve_tarball(
+        platform="linux", groups="gfx1151", version="7.14.0a20260612", source=IndexSource(channels_file=channels_file)
+    )
     assert entry.url == hosts["bucket"] + "therock-dist-linux-gfx1151-7.14.0a20260612.tar.gz"
     assert entry.size is not None and entry.mtime == _mtime(entry.name.filename)
     paths = requested_paths(hosts["server"])
@@ -412,27 +412,43 @@ def test_explicit_version_on_an_unreachable_host_falls_back(hosts, tmp_path, htt
         f"      - {{url: '{hosts['current']}', from: 2026-08-23}}\n",
         encoding="utf-8",
     )
-    entry = resolve_tarball(platform="linux", groups="gfx1151", version="10.1.0a20260824",
-                            source=IndexSource(channels_file=path, fetch_text=fetch_text))
+    entry = resolve_tarball(
+        platform="linux",
+        groups="gfx1151",
+        version="10.1.0a20260824",
+        source=IndexSource(channels_file=path, fetch_text=fetch_text),
+    )
     assert entry.url.startswith(hosts["current"])
     # Not found on the hosts that answered: the message says a host could not be read (it may hold the version).
     with pytest.raises(NotFoundError, match=r"nearest available: .*\(1 host\(s\) could not be read: .*HTTP 503"):
-        resolve_tarball(platform="linux", groups="gfx1151", version="10.1.0a20260825",
-                        source=IndexSource(channels_file=path, fetch_text=fetch_text))
+        resolve_tarball(
+            platform="linux",
+            groups="gfx1151",
+            version="10.1.0a20260825",
+            source=IndexSource(channels_file=path, fetch_text=fetch_text),
+        )
     # When every host fails, the error is the fetch failure, not "not found".
     path.write_text(
         f"channels:\n  nightly:\n    hosts:\n      - url: {httpserver.url_for('/down/')}\n", encoding="utf-8"
     )
     with pytest.raises(FetchError, match="HTTP 503") as info:
-        resolve_tarball(platform="linux", groups="gfx1151", version="10.1.0a20260824",
-                        source=IndexSource(channels_file=path, fetch_text=fetch_text))
+        resolve_tarball(
+            platform="linux",
+            groups="gfx1151",
+            version="10.1.0a20260824",
+            source=IndexSource(channels_file=path, fetch_text=fetch_text),
+        )
     assert not isinstance(info.value, NotFoundError)
 
 
 def test_missing_version_names_the_nearest_by_date(hosts, channels_file):
     with pytest.raises(NotFoundError) as info:
-        resolve_tarball(platform="linux", groups="gfx1151", version="10.1.0a20260901",
-                        source=IndexSource(channels_file=channels_file))
+        resolve_tarball(
+            platform="linux",
+            groups="gfx1151",
+            version="10.1.0a20260901",
+            source=IndexSource(channels_file=channels_file),
+        )
     message = str(info.value)
     assert "\n" not in message
     nearest = message.split("nearest available: ")[1].split(", ")
@@ -455,14 +471,21 @@ def test_missing_group_lists_the_groups_that_are_there(hosts):
 
 def test_missing_group_for_an_explicit_version_lists_groups_of_every_host_tried(hosts, channels_file):
     with pytest.raises(NotFoundError, match=r"groups there for linux: .*gfx103X-all.*gfx110X-dgpu.*multiarch"):
-        resolve_tarball(platform="linux", groups="gfx1036", version="7.14.0a20260612",
-                        source=IndexSource(channels_file=channels_file))
+        resolve_tarball(
+            platform="linux",
+            groups="gfx1036",
+            version="7.14.0a20260612",
+            source=IndexSource(channels_file=channels_file),
+        )
 
 
 def test_legacy_group_names(hosts, channels_file):
     # Asking only for the old name finds the stale old files: the rename left -dgpu behind on 2025-11-20.
-    stale = resolve_tarball(platform="linux", groups="gfx110X-dgpu",
-                            source=IndexSource(index_url=hosts["bucket"] + "?prefix=therock-dist-linux-"))
+    stale = resolve_tarball(
+        platform="linux",
+        groups="gfx110X-dgpu",
+        source=IndexSource(index_url=hosts["bucket"] + "?prefix=therock-dist-linux-"),
+    )
     assert stale.name.version.text == "7.11.0a20251120"
     # current + legacy names: the newest file under either name.
     both = list_tarballs(
@@ -474,24 +497,39 @@ def test_legacy_group_names(hosts, channels_file):
         "7.14.0a20260612", "7.11.0a20251121", "7.11.0a20251120", "7.10.0a20251022", "7.9.0rc20251008",
     ]  # fmt: skip
     # An old version is found under the legacy name through the channel's date-based host choice.
-    old = resolve_tarball(platform="linux", groups=["gfx110X-all", "gfx110X-dgpu"], version="7.10.0a20251022",
-                          source=IndexSource(channels_file=channels_file))
+    old = resolve_tarball(
+        platform="linux",
+        groups=["gfx110X-all", "gfx110X-dgpu"],
+        version="7.10.0a20251022",
+        source=IndexSource(channels_file=channels_file),
+    )
     assert old.name.group == "gfx110X-dgpu" and old.url.startswith(hosts["bucket"])
 
 
 def test_s3_channel_host_is_listed_per_platform(hosts, channels_file):
-    entry = resolve_tarball(platform="windows", groups="gfx1151", today=D(2026, 3, 1),
-                            source=IndexSource(channels_file=channels_file))
+    entry = resolve_tarball(
+        platform="windows", groups="gfx1151", today=D(2026, 3, 1), source=IndexSource(channels_file=channels_file)
+    )
     assert entry.name.filename == "therock-dist-windows-gfx1151-7.14.0a20260612.tar.gz"
     assert {q["prefix"] for q in hosts["s3"].queries} == {"therock-dist-windows-"}
 
 
 def test_max_age_flags_a_frozen_host(hosts):
     with pytest.raises(StaleInputError, match="is 95 days old"):
-        resolve_tarball(platform="linux", groups="gfx1151", today=D(2026, 11, 25), max_age_days=14,
-                        source=IndexSource(index_url=hosts["multi"]))
-    fresh = resolve_tarball(platform="linux", groups="gfx1151", today=D(2026, 9, 12), max_age_days=14,
-                            source=IndexSource(index_url=hosts["current"]))
+        resolve_tarball(
+            platform="linux",
+            groups="gfx1151",
+            today=D(2026, 11, 25),
+            max_age_days=14,
+            source=IndexSource(index_url=hosts["multi"]),
+        )
+    fresh = resolve_tarball(
+        platform="linux",
+        groups="gfx1151",
+        today=D(2026, 9, 12),
+        max_age_days=14,
+        source=IndexSource(index_url=hosts["current"]),
+    )
     assert fresh.name.date == D(2026, 9, 10)
 
 
@@ -500,11 +538,13 @@ def test_max_age_flags_a_frozen_host(hosts):
 
 def test_bad_inputs_are_typed_one_line_errors(tmp_path, hosts, channels_file):
     with pytest.raises(UsageError, match="unknown ROCm channel 'weekly'; known channels: nightly"):
-        resolve_tarball(platform="linux", groups="gfx1151", channel="weekly",
-                        source=IndexSource(channels_file=channels_file))
+        resolve_tarball(
+            platform="linux", groups="gfx1151", channel="weekly", source=IndexSource(channels_file=channels_file)
+        )
     with pytest.raises(UsageError, match="not a TheRock ROCm version"):
-        resolve_tarball(platform="linux", groups="gfx1151", version="7.14",
-                        source=IndexSource(channels_file=channels_file))
+        resolve_tarball(
+            platform="linux", groups="gfx1151", version="7.14", source=IndexSource(channels_file=channels_file)
+        )
     with pytest.raises(UsageError, match="unknown platform"):
         list_tarballs(platform="macos", groups="gfx1151", index_url=hosts["current"])
     bad = tmp_path / "bad.yaml"

@@ -57,10 +57,15 @@ def too_long() -> dict[str, tuple[int, int]]:
 
 
 def test_no_function_outside_the_commands_takes_more_than_8_parameters():
-    over = [f"rockbuild/{key.replace('::', ':' + str(line) + ' ')} takes {n} parameters"
-            for key, (n, line) in too_long().items() if n > ALLOWED.get(key, MOST)]
-    assert not over, ("group the parameters that travel together into one frozen value (see "
-                      "docs/architecture.md, 'Values, not lookups'):\n" + "\n".join(over))
+    over = [
+        f"rockbuild/{key.replace('::', ':' + str(line) + ' ')} takes {n} parameters"
+        for key, (n, line) in too_long().items()
+        if n > ALLOWED.get(key, MOST)
+    ]
+    assert not over, (
+        "group the parameters that travel together into one frozen value (see "
+        "docs/architecture.md, 'Values, not lookups'):\n" + "\n".join(over)
+    )
 
 
 def test_the_count_sees_what_it_should():

@@ -26,8 +26,10 @@ def fixture(name: str) -> str:
 
 
 def test_log_prefixes_are_stripped_in_all_three_formats():
-    assert strip_log_prefix("0.00.487.885 I load_tensors: offloaded 3/3 layers to GPU") == \
-        "load_tensors: offloaded 3/3 layers to GPU"
+    assert (
+        strip_log_prefix("0.00.487.885 I load_tensors: offloaded 3/3 layers to GPU")
+        == "load_tensors: offloaded 3/3 layers to GPU"
+    )
     assert strip_log_prefix("I load_tensors: x") == "load_tensors: x"
     assert strip_log_prefix("load_tensors: x") == "load_tensors: x"
 
@@ -102,9 +104,11 @@ def test_ngl_lines_the_last_load_counts():
 
 
 def test_llama_cli_fit_probe_block_is_skipped():
-    probe = ("0.00.100.000 I load_tensors: loading model tensors, this can take a while... (load_mode = mmap)\n"
-             "0.00.100.001 I load_tensors: offloaded 3/3 layers to GPU\n"
-             "0.00.100.002 I load_tensors:          CPU model buffer size =     0.00 MiB\n")
+    probe = (
+        "0.00.100.000 I load_tensors: loading model tensors, this can take a while... (load_mode = mmap)\n"
+        "0.00.100.001 I load_tensors: offloaded 3/3 layers to GPU\n"
+        "0.00.100.002 I load_tensors:          CPU model buffer size =     0.00 MiB\n"
+    )
     load = parse_load(probe + fixture("rocm0-buffers.constructed.txt"))
     assert Buffer("ROCm0", 321.94) in load.buffers and Buffer("CPU", 0.0) not in load.buffers
 
@@ -169,17 +173,26 @@ def test_bench_markdown_is_not_json():
     assert parse_bench_json(fixture("bench.md.txt")) == []
 
 
-@pytest.mark.parametrize("text,problem", [
-    ("", "empty"), ("   \n", "empty"), ("GGGGGGGGGGGG", "one symbol"), ("the the the the the the", "repeats one word"),
-    (" Needle덤덤 nationalists", None), ("To be happy.", None),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        ("GGGGGGGGGGGG", "one symbol"),
+        ("the the the the the the", "repeats one word"),
+        (" Needle덤덤 nationalists", None),
+        ("To be happy.", None),
+    ],
+)
 def test_text_problems(text, problem):
     found = text_problem(text)
     assert (found is None) if problem is None else (problem in found)
 
 
-REAL_REPLY = ".SimpleButton AppBar_found Tangoentropy交易中心lake RuntimeObjectentropy acquainted sewer+n " \
-             "AbleentropyInChildrenedited"
+REAL_REPLY = (
+    ".SimpleButton AppBar_found Tangoentropy交易中心lake RuntimeObjectentropy acquainted sewer+n "
+    "AbleentropyInChildrenedited"
+)
 
 
 def test_real_merged_llama_cli_log_gives_the_whole_reply():
@@ -194,10 +207,14 @@ def test_real_merged_llama_cli_log_gives_the_whole_reply():
 
 def test_reply_continued_after_interleaved_log_lines():
     # seen in another real run: stdout's last piece arrived after the slot's log lines
-    text = fixture("real-llama-cli-lv4.merged.txt").replace(
-        "AbleentropyInChildrenedited0.00.882.156 I slot print_timing:",
-        "AbleentropyInChildren0.00.882.156 I slot print_timing:").replace(
-        "all slots are idle\n\n", "all slots are idle\nedited\n")
+    text = (
+        fixture("real-llama-cli-lv4.merged.txt")
+        .replace(
+            "AbleentropyInChildrenedited0.00.882.156 I slot print_timing:",
+            "AbleentropyInChildren0.00.882.156 I slot print_timing:",
+        )
+        .replace("all slots are idle\n\n", "all slots are idle\nedited\n")
+    )
     assert parse_cli(text, "I believe the meaning of life is").text == REAL_REPLY
 
 
@@ -210,10 +227,14 @@ def test_real_bench_json_among_log_lines():
 def test_list_devices_output():
     from rockbuild.smoke.parse import parse_list_devices
 
-    text = ("ggml_vulkan: Found 1 Vulkan devices:\nAvailable devices:\n"
-            "  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)\n"
-            "  ROCm0: AMD Radeon Graphics (98304 MiB, 97000 MiB free)\n")
-    assert parse_list_devices(text) == [("Vulkan0", "llvmpipe (LLVM 22.1.8, 256 bits)"),
-                                        ("ROCm0", "AMD Radeon Graphics")]
+    text = (
+        "ggml_vulkan: Found 1 Vulkan devices:\nAvailable devices:\n"
+        "  Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits) (24105 MiB, 23528 MiB free)\n"
+        "  ROCm0: AMD Radeon Graphics (98304 MiB, 97000 MiB free)\n"
+    )
+    assert parse_list_devices(text) == [
+        ("Vulkan0", "llvmpipe (LLVM 22.1.8, 256 bits)"),
+        ("ROCm0", "AMD Radeon Graphics"),
+    ]
     assert parse_list_devices("Available devices:\n  (none)\n") == []
     assert parse_list_devices("error: something else\n") == []

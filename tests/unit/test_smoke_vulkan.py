@@ -48,8 +48,10 @@ def test_ngl0_keeps_a_vulkan_compute_buffer_but_no_layer_on_the_device():
     verdict = gpu_verdict([load], expect_gpu=True, backends=REGISTRY)
     assert not verdict.ok and verdict.summary.startswith("gpu: FAILED, silent CPU fallback")
     # llama-bench -ngl 0 still says "Vulkan" with the llvmpipe gpu_info: only n_gpu_layers tells
-    bench = [b.__class__(**{**b.__dict__, "n_gpu_layers": 0}) for b in parse_bench_json(fixture(
-        "vulkan-bench.constructed.txt"))]
+    bench = [
+        b.__class__(**{**b.__dict__, "n_gpu_layers": 0})
+        for b in parse_bench_json(fixture("vulkan-bench.constructed.txt"))
+    ]
     assert vulkan_bench_problem(bench) == "llama-bench ran with -ngl 0: no layer on the Vulkan device"
 
 
@@ -61,8 +63,9 @@ def test_no_icd_is_a_cpu_fallback_with_its_warning_despite_offloaded_3_of_3():
     # ...so the bundle's backend has to be named; the warning is the reason given
     verdict = gpu_verdict([load], expect_gpu=True, backend="vulkan", backends=REGISTRY)
     assert not verdict.ok and verdict.placement == "cpu"
-    assert verdict.summary == ("gpu: FAILED, llama.cpp found no usable GPU and ran on the CPU "
-                               "(model buffers: CPU_Mapped 10.18 MiB)")
+    assert verdict.summary == (
+        "gpu: FAILED, llama.cpp found no usable GPU and ran on the CPU (model buffers: CPU_Mapped 10.18 MiB)"
+    )
     assert any("offloaded 3/3" in n and "no Vulkan buffer" in n for n in verdict.notes)
     bench = parse_bench_json(fixture("vulkan-bench-no-icd.constructed.txt"))
     assert vulkan_bench_problem(bench) == "llama-bench ran on backend 'CPU', not Vulkan"
@@ -70,8 +73,9 @@ def test_no_icd_is_a_cpu_fallback_with_its_warning_despite_offloaded_3_of_3():
 
 def test_a_bench_that_found_no_device_fails_an_expected_gpu_run():
     load = parse_load(fixture("vulkan-completion-lv4.txt"))
-    bench = [b.__class__(**{**b.__dict__, "gpu_info": ""}) for b in parse_bench_json(fixture(
-        "vulkan-bench.constructed.txt"))]
+    bench = [
+        b.__class__(**{**b.__dict__, "gpu_info": ""}) for b in parse_bench_json(fixture("vulkan-bench.constructed.txt"))
+    ]
     verdict = gpu_verdict([load], expect_gpu=True, backend="vulkan", bench=bench, backends=REGISTRY)
     assert not verdict.ok
     assert verdict.summary == "gpu: FAILED, llama-bench reports no GPU (gpu_info is empty): no Vulkan device was used"
@@ -90,9 +94,13 @@ def test_rocm_logs_are_judged_as_before():
     for name in ("rocm0-buffers.constructed.txt", "completion-lv4-cpu.txt", "rpc-offload.txt"):
         load = parse_load(fixture(name))
         assert load.vulkan is None and "vulkan" not in load.to_dict()
-    assert gpu_verdict([parse_load(fixture("rocm0-buffers.constructed.txt"))], expect_gpu=True,
-                       backends=REGISTRY).summary.startswith(
-        "gpu: ROCm")
+    assert gpu_verdict(
+        [parse_load(fixture("rocm0-buffers.constructed.txt"))], expect_gpu=True, backends=REGISTRY
+    ).summary.startswith("gpu: ROCm")
     # and a Vulkan0 buffer is no ROCm buffer when the ROCm verdict is asked for explicitly
-    assert gpu_verdict([parse_load(fixture("vulkan-completion-lv4.txt"))], expect_gpu=True,
-                       backend="rocm", backends=REGISTRY).placement == "cpu"
+    assert (
+        gpu_verdict(
+            [parse_load(fixture("vulkan-completion-lv4.txt"))], expect_gpu=True, backend="rocm", backends=REGISTRY
+        ).placement
+        == "cpu"
+    )

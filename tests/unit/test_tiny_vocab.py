@@ -64,11 +64,15 @@ def test_no_vocab_anywhere_is_one_line_naming_the_way_to_get_one(tmp_path):
         find_vocab(None, spec(tmp_path / "nope.gguf", "src/nope.gguf"), cache)
     message, hint = err.value.message, err.value.hint or ""
     assert "\n" not in message and "\n" not in hint
-    assert message == (f"--model tiny needs llama.cpp's models/ggml-vocab-qwen2.gguf: no llama.cpp tree in {cache} "
-                       f"(rockbuild build keeps one there) nor at smoke.yaml's tiny.vocab ({tmp_path / 'nope.gguf'}, "
-                       "src/nope.gguf)")
-    assert hint.startswith("pass --vocab FILE, e.g. after curl -fLO https://raw.githubusercontent.com/ggml-org/"
-                           "llama.cpp/master/models/ggml-vocab-qwen2.gguf")
+    assert message == (
+        f"--model tiny needs llama.cpp's models/ggml-vocab-qwen2.gguf: no llama.cpp tree in {cache} "
+        f"(rockbuild build keeps one there) nor at smoke.yaml's tiny.vocab ({tmp_path / 'nope.gguf'}, "
+        "src/nope.gguf)"
+    )
+    assert hint.startswith(
+        "pass --vocab FILE, e.g. after curl -fLO https://raw.githubusercontent.com/ggml-org/"
+        "llama.cpp/master/models/ggml-vocab-qwen2.gguf"
+    )
     assert "run rockbuild build once" in hint
     with pytest.raises(ModelError, match=r"vocab file .*missing.gguf does not exist"):
         find_vocab(tmp_path / "missing.gguf", spec(), cache)
@@ -78,6 +82,7 @@ def test_the_gguf_hint_names_what_works_from_a_checkout():
     hint = tiny_extra_hint()
     # rockbuild is installed from its checkout (README: pip install .), not from an index: 'rockbuild[tiny]' would
     # find nothing; the interpreter that runs rockbuild installs gguf into the right environment
-    assert hint.startswith(f"{sys.executable} -m pip install 'gguf>=0.19' (in a rockbuild checkout: pip install "
-                           "'.[tiny]')")
+    assert hint.startswith(
+        f"{sys.executable} -m pip install 'gguf>=0.19' (in a rockbuild checkout: pip install '.[tiny]')"
+    )
     assert "rockbuild[tiny]" not in hint

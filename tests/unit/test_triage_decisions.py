@@ -25,8 +25,13 @@ def rocm(name: str = NEW) -> InputsRocm:
 
 
 def trial(commit: str, verdict: str) -> TriageTrial:
-    return TriageTrial(llama_commit=commit, rocm=NEW, verdict=verdict, failed_stage=None if verdict == "good"
-                       else "build", message=None if verdict == "good" else "compile failed")
+    return TriageTrial(
+        llama_commit=commit,
+        rocm=NEW,
+        verdict=verdict,
+        failed_stage=None if verdict == "good" else "build",
+        message=None if verdict == "good" else "compile failed",
+    )
 
 
 class Builds:
@@ -42,16 +47,28 @@ class Builds:
 
 def test_only_llama_cpp_changed_blames_it_without_a_build():
     builds = Builds()
-    found = diagnose(FAILED, C, rocm(), JobLastGood(release="b1000", llama_commit=A, rocm=NEW), can_fall_back=True,
-                     try_last_good=builds)
+    found = diagnose(
+        FAILED,
+        C,
+        rocm(),
+        JobLastGood(release="b1000", llama_commit=A, rocm=NEW),
+        can_fall_back=True,
+        try_last_good=builds,
+    )
     assert (found.cause, found.retry_rocm, builds.asked) == ("llama.cpp", False, [])
     assert "only llama.cpp changed since release b1000" in found.evidence
 
 
 def test_only_rocm_changed_is_retried_on_the_last_good_rocm_without_another_build():
     builds = Builds()
-    found = diagnose(FAILED, A, rocm(), JobLastGood(release="b1000", llama_commit=A, rocm=OLD), can_fall_back=True,
-                     try_last_good=builds)
+    found = diagnose(
+        FAILED,
+        A,
+        rocm(),
+        JobLastGood(release="b1000", llama_commit=A, rocm=OLD),
+        can_fall_back=True,
+        try_last_good=builds,
+    )
     assert (found.cause, found.retry_rocm, builds.asked) == ("rocm", True, [])
     assert after_fallback(found, True, JobLastGood(release="b1000", llama_commit=A, rocm=OLD), OLD)[0] == "rocm"
     # the same llama.cpp fails on the very tarball it passed on: not the inputs
@@ -75,16 +92,29 @@ def test_both_changed_spends_one_build_on_the_last_good_llama_cpp():
 
 def test_unchanged_inputs_blame_the_machine_and_no_history_blames_nothing():
     builds = Builds()
-    same = diagnose(FAILED, A, rocm(), JobLastGood(release="b1000", llama_commit=A, rocm=NEW), can_fall_back=True,
-                    try_last_good=builds)
+    same = diagnose(
+        FAILED,
+        A,
+        rocm(),
+        JobLastGood(release="b1000", llama_commit=A, rocm=NEW),
+        can_fall_back=True,
+        try_last_good=builds,
+    )
     assert (same.cause, same.retry_rocm) == ("machine", False) and "did not change" in same.evidence
     new = diagnose(FAILED, A, rocm(), None, can_fall_back=True, try_last_good=builds)
     assert (new.cause, new.retry_rocm) == ("unknown", True)  # a group's last good ROCm is still worth a retry
-    vulkan = diagnose(FAILED, C, None, JobLastGood(release="b1000", llama_commit=A), can_fall_back=False,
-                      try_last_good=builds)
+    vulkan = diagnose(
+        FAILED, C, None, JobLastGood(release="b1000", llama_commit=A), can_fall_back=False, try_last_good=builds
+    )
     assert vulkan.cause == "llama.cpp" and builds.asked == []
-    fetch = diagnose(StagesOutcome("j", True, "failed", {}, "fetch", "404"), C, rocm(), None, can_fall_back=True,
-                     try_last_good=builds)
+    fetch = diagnose(
+        StagesOutcome("j", True, "failed", {}, "fetch", "404"),
+        C,
+        rocm(),
+        None,
+        can_fall_back=True,
+        try_last_good=builds,
+    )
     assert (fetch.cause, fetch.retry_rocm) == ("rocm", True)
 
 
@@ -137,14 +167,20 @@ def test_the_matrix_says_how_far_to_bisect_and_what_to_ship(tmp_path):
     assert load_regression_policy(given) == RegressionPolicy(bisect_steps=0, ship="blocked")
     coherent = write(tmp_path / "coherent.yaml", base + "regressions:\n  ship: newest-good\n")
     assert load_regression_policy(coherent) == RegressionPolicy(ship="newest-good")
-    for text, words in (("regressions:\n  ship: mising\n", "regressions.ship must be one of missing, newest-good, blocked, not "
-                         "'mising' (did you mean missing"),
-                        ("regressions:\n  bisect_steps: -1\n", "regressions.bisect_steps must be a whole number"),
-                        ("regressions:\n  bisect_steps: 0\n  ship: newest-good\n",
-                         "regressions.ship newest-good builds from the commit before the first bad one, which only a "
-                         "bisect names: bisect_steps must be at least 1"),
-                        ("regressions:\n  bisect_minute: 5\n", "unknown key 'bisect_minute' in regressions"),
-                        ("regressions: 3\n", "regressions must be a mapping")):
+    for text, words in (
+        (
+            "regressions:\n  ship: mising\n",
+            "regressions.ship must be one of missing, newest-good, blocked, not 'mising' (did you mean missing",
+        ),
+        ("regressions:\n  bisect_steps: -1\n", "regressions.bisect_steps must be a whole number"),
+        (
+            "regressions:\n  bisect_steps: 0\n  ship: newest-good\n",
+            "regressions.ship newest-good builds from the commit before the first bad one, which only a "
+            "bisect names: bisect_steps must be at least 1",
+        ),
+        ("regressions:\n  bisect_minute: 5\n", "unknown key 'bisect_minute' in regressions"),
+        ("regressions: 3\n", "regressions must be a mapping"),
+    ):
         bad = write(tmp_path / "bad.yaml", base + text)
         with pytest.raises(ConfigError, match=r"bad\.yaml:\d+: ") as caught:
             load_matrix(bad)  # `rockbuild matrix` checks it with the rest of the file
@@ -155,8 +191,14 @@ def test_newest_good_holds_back_only_a_required_job_with_a_named_first_bad_commi
     from rockbuild.core.records import CommitRef, LlamaBisect
     from rockbuild.nightly.triage import ship_mode
 
-    named = LlamaBisect(good=A, bad=C, candidates=5, complete=True, first_bad=CommitRef(commit="d" * 40),
-                        last_good=CommitRef(commit="b" * 40))
+    named = LlamaBisect(
+        good=A,
+        bad=C,
+        candidates=5,
+        complete=True,
+        first_bad=CommitRef(commit="d" * 40),
+        last_good=CommitRef(commit="b" * 40),
+    )
     coherent, fresh = RegressionPolicy(ship="newest-good"), RegressionPolicy()
     assert ship_mode(coherent, named, required=True, held_back=False) == "newest-good"
     assert ship_mode(fresh, named, required=True, held_back=False) == "missing"
@@ -164,8 +206,15 @@ def test_newest_good_holds_back_only_a_required_job_with_a_named_first_bad_commi
     # an optional job never holds a release; a night already held back never is again; no named commit: no target
     assert ship_mode(coherent, named, required=False, held_back=False) == "missing"
     assert ship_mode(coherent, named, required=True, held_back=True) == "missing"
-    stopped = LlamaBisect(good=A, bad=C, candidates=5, complete=False, stopped="after 1 build(s)",
-                          first_bad=CommitRef(commit=C), last_good=CommitRef(commit="b" * 40))
+    stopped = LlamaBisect(
+        good=A,
+        bad=C,
+        candidates=5,
+        complete=False,
+        stopped="after 1 build(s)",
+        first_bad=CommitRef(commit=C),
+        last_good=CommitRef(commit="b" * 40),
+    )
     assert ship_mode(coherent, stopped, required=True, held_back=False) == "missing"
     assert ship_mode(coherent, None, required=True, held_back=False) == "missing"
 
@@ -175,10 +224,18 @@ def test_the_night_is_held_back_to_the_oldest_good_commit_its_jobs_name():
     from rockbuild.nightly.triage import held_back_of
 
     def triage(job: str, good: str, bad: str, ship: str = "newest-good", cause: str = "llama.cpp") -> TriageRecord:
-        bisect = LlamaBisect(good=A, bad=C, candidates=9, complete=True, first_bad=CommitRef(commit=bad, pr=7),
-                             last_good=CommitRef(commit=good), failed_stage="smoke")
-        return TriageRecord(job=job, cause=cause, evidence="e", llama_commit=C, bisect=bisect, ship=ship,
-                            failed_stage="smoke")
+        bisect = LlamaBisect(
+            good=A,
+            bad=C,
+            candidates=9,
+            complete=True,
+            first_bad=CommitRef(commit=bad, pr=7),
+            last_good=CommitRef(commit=good),
+            failed_stage="smoke",
+        )
+        return TriageRecord(
+            job=job, cause=cause, evidence="e", llama_commit=C, bisect=bisect, ship=ship, failed_stage="smoke"
+        )
 
     tip = InputsLlama(ref="master", commit=C, build_number="b1005", url="u")
     asked: list[list[str]] = []
@@ -195,5 +252,6 @@ def test_the_night_is_held_back_to_the_oldest_good_commit_its_jobs_name():
     two = held_back_of([triage("x", "5" * 40, "6" * 40), triage("y", "3" * 40, "4" * 40)], tip, oldest=oldest)
     assert asked == [["5" * 40, "3" * 40]] and two is not None
     assert (two.good.commit, two.first_bad.commit) == ("3" * 40, "4" * 40)
-    assert two.describe() == (f"llama.cpp {'4' * 12} broke x, y at smoke: built from {'3' * 12}, the commit before "
-                              f"it (tonight's is {C[:12]})")
+    assert two.describe() == (
+        f"llama.cpp {'4' * 12} broke x, y at smoke: built from {'3' * 12}, the commit before it (tonight's is {C[:12]})"
+    )

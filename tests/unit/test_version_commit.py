@@ -25,8 +25,10 @@ def test_a_branch_a_detached_head_and_packed_refs(tmp_path):
     write(top / ".git" / "refs" / "heads" / "main", A + "\n")
     assert checkout_commit(top) == A
     (top / ".git" / "refs" / "heads" / "main").unlink()  # after `git gc` the branch lives in packed-refs
-    write(top / ".git" / "packed-refs", f"# pack-refs with: peeled fully-peeled sorted\n{B} refs/heads/main\n"
-                                        f"{A} refs/tags/v1\n^{B}\n")
+    write(
+        top / ".git" / "packed-refs",
+        f"# pack-refs with: peeled fully-peeled sorted\n{B} refs/heads/main\n{A} refs/tags/v1\n^{B}\n",
+    )
     assert checkout_commit(top) == B
     write(top / ".git" / "HEAD", A + "\n")  # a detached HEAD
     assert checkout_commit(top) == A
