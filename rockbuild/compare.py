@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rockbuild import __version__, console
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import ProcessError, SmokeError, UsageError
+from rockbuild.core.record import SECONDS, Record, json_form, json_key, written
 from rockbuild.core.records import BenchFigure
 from rockbuild.core.vocabulary import GpuDevice
 from rockbuild.process import log_tail, run
@@ -45,13 +46,15 @@ def default_threads() -> int:
 
 
 @dataclass(frozen=True)
-class CompareOptions:
-    """The settings every bundle gets, identical by construction (one argument list, only the binary differs)."""
+class CompareOptions(Record):
+    """The settings every bundle gets, identical by construction (one argument list, only the binary differs); a
+    record: ``compare --json``'s ``settings``, the threads as resolved."""
 
     n_prompt: int = 512
     n_gen: int = 128
     repetitions: int = 5
-    threads: int = 0  # 0: default_threads()
+    threads: int = field(default=0, metadata=json_form(int, int, lambda threads: threads or default_threads()))
+    """0: default_threads(), written as the number it is."""
     gpu_layers: int = 99
     flash_attn: int | None = None  # None: llama-bench's default
     timeout: float = 1800.0
@@ -75,56 +78,43 @@ class CompareOptions:
             args += ["-fa", str(self.flash_attn)]
         return args + ["-o", "json"]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "n_prompt": self.n_prompt,
-            "n_gen": self.n_gen,
-            "repetitions": self.repetitions,
-            "threads": self.threads or default_threads(),
-            "gpu_layers": self.gpu_layers,
-            "flash_attn": self.flash_attn,
-            "timeout": self.timeout,
-        }
 
-
-@dataclass(frozen=True)
-class BundleBench:
-    """One bundle's llama-bench run."""
+@dataclass(frozen=True, kw_only=True)
+class BundleBench(Record):
+    """One bundle's llama-bench run (a record: ``compare --json``'s ``bundles[]``)."""
 
     label: str
     bundle: Path
     command: tuple[str, ...]
-    seconds: float
-    results: tuple[BenchFigure, ...]
+    seconds: float = field(metadata=SECONDS)
+    # derived from the results: llama-bench's backends ("?": none said), its gpu_info (empty: no GPU device was used,
+    # a CPU run or a silent fallback), the first line's GPU layers and build
+    backends: str = field(init=False, default="?")
+    gpu_info: str = field(init=False, default="")
+    n_gpu_layers: int | None = field(init=False, default=None)
+    build: str | None = field(init=False, default="")
     log: Path
-    numerics: Numerics | None = None  # --numerics: the smoke's numerics step on this bundle
+    results: tuple[BenchFigure, ...]
+    numerics: Numerics | None = field(  # --numerics: the smoke's numerics step on this bundle
+        default=None, metadata=written(lambda numerics: numerics.to_dict() if numerics is not None else None)
+    )
 
-    @property
-    def backends(self) -> str:
-        return ",".join(dict.fromkeys(b.backends for b in self.results if b.backends)) or "?"
+    def __post_init__(self) -> None:
+        first = self.results[0] if self.results else None
+        object.__setattr__(
+            self, "backends", ",".join(dict.fromkeys(b.backends for b in self.results if b.backends)) or "?"
+        )
+        object.__setattr__(self, "gpu_info", next((b.gpu_info for b in self.results if b.gpu_info), None) or "")
+        object.__setattr__(self, "n_gpu_layers", first.n_gpu_layers if first is not None else None)
+        object.__setattr__(self, "build", first.build if first is not None else "")
 
     @property
     def device(self) -> str:
         """llama-bench's ``gpu_info``; empty means no GPU device was used (a CPU run or a silent fallback)."""
-        return next((b.gpu_info for b in self.results if b.gpu_info), None) or ""
+        return self.gpu_info
 
     def result(self, test: str) -> BenchFigure | None:
         return next((b for b in self.results if b.test == test), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "bundle": str(self.bundle),
-            "command": list(self.command),
-            "seconds": round(self.seconds, 3),
-            "backends": self.backends,
-            "gpu_info": self.device,
-            "n_gpu_layers": next((b.n_gpu_layers for b in self.results), None),
-            "build": next((b.build for b in self.results), ""),
-            "log": str(self.log),
-            "results": [b.to_dict() for b in self.results],
-            "numerics": self.numerics.to_dict() if self.numerics is not None else None,
-        }
 
     @property
     def backend(self) -> str:
@@ -133,19 +123,37 @@ class BundleBench:
         return "rocm" if "rocm" in names or "hip" in names else "vulkan" if "vulkan" in names else "cpu"
 
 
-@dataclass(frozen=True)
-class Comparison:
+def _figures(line: BenchFigure | None) -> dict[str, float | None] | None:
+    return None if line is None else {"tokens_per_second": line.tokens_per_second, "stddev": line.stddev}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison(Record):
+    """``rockbuild compare``'s result (a record: its ``--json``): the model, the settings, each bundle's run, and its
+    figures side by side (``tests``: test -> bundle label -> tokens per second and stddev, or None)."""
+
+    schema: int = field(init=False, default=SCHEMA)
+    tool: str = field(init=False, default="rockbuild")
+    rockbuild_version: str = field(init=False, default=__version__)
     model: ModelFile
-    options: CompareOptions
-    runs: tuple[BundleBench, ...]
-    env_removed: tuple[str, ...] = ()
+    options: CompareOptions = field(metadata=json_key("settings"))
+    runs: tuple[BundleBench, ...] = field(metadata=json_key("bundles"))
+    table: Mapping[str, Mapping[str, Any]] = field(
+        init=False, default_factory=dict, hash=False, metadata=json_key("tests")
+    )
+    notes: tuple[str, ...] = field(init=False, default=())  # derived: see _notes
+    env_removed: tuple[str, ...] = field(default=(), metadata=json_key("environment_removed"))
+
+    def __post_init__(self) -> None:
+        table = {test: {r.label: _figures(r.result(test)) for r in self.runs} for test in self.tests}
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "notes", self._notes())
 
     @property
     def tests(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(b.test or "?" for r in self.runs for b in r.results))
 
-    @property
-    def notes(self) -> tuple[str, ...]:
+    def _notes(self) -> tuple[str, ...]:
         """A GPU backend that used no GPU device: ggml fell back to the CPU with exit code 0, so those figures are the
         CPU's, whatever the column says."""
         if self.options.gpu_layers == 0:
@@ -177,26 +185,6 @@ class Comparison:
                 f"the numbers of {first.label} are wrong: {first.numerics.failures[0]}{more}",
                 hint=f"logs: {first.numerics.logs}",
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        table: dict[str, dict[str, Any]] = {}
-        for test in self.tests:
-            row: dict[str, Any] = {}
-            for r in self.runs:
-                b = r.result(test)
-                row[r.label] = None if b is None else {"tokens_per_second": b.tokens_per_second, "stddev": b.stddev}
-            table[test] = row
-        return {
-            "schema": SCHEMA,
-            "tool": "rockbuild",
-            "rockbuild_version": __version__,
-            "model": self.model.to_dict(),
-            "settings": self.options.to_dict(),
-            "bundles": [r.to_dict() for r in self.runs],
-            "tests": table,
-            "notes": list(self.notes),
-            "environment_removed": list(self.env_removed),
-        }
 
     def render(self) -> str:
         """pp and tg side by side (mean ± stddev over the repetitions), the first bundle as the 1.00x reference."""
@@ -315,7 +303,9 @@ def bench_bundle(
         )
     if not results:
         raise SmokeError(f"llama-bench of {label} printed no JSON results{last}", hint=f"full log: {log}")
-    return BundleBench(label, bundle, tuple(args), result.seconds, results, log)
+    return BundleBench(
+        label=label, bundle=bundle, command=tuple(args), seconds=result.seconds, results=results, log=log
+    )
 
 
 def bundle_folders(bundles: Sequence[Path]) -> list[Path]:
@@ -358,4 +348,4 @@ def run_compare(
             with console.step(f"compare: numerics of {run_.label}"):
                 checked = compare_numerics(run_, model, numerics, gpu_layers=options.gpu_layers, env=child, logs=folder)
             runs[i] = replace(run_, numerics=checked)
-    return Comparison(model, options, tuple(runs), tuple(removed))
+    return Comparison(model=model, options=options, runs=tuple(runs), env_removed=tuple(removed))

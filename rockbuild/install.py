@@ -47,6 +47,7 @@ from rockbuild.core.errors import (
     UsageError,
 )
 from rockbuild.core.jobs import DEFAULT_BACKEND, FamilyTable
+from rockbuild.core.record import Record
 from rockbuild.core.records import FailedJob, ManifestRecord
 from rockbuild.dllsearch import outside_shadows, shadow_lines
 from rockbuild.downloader import Downloader, get_text
@@ -84,7 +85,9 @@ def asset_family(target: str) -> str:
 
 
 @dataclass(frozen=True)
-class AssetChoice:
+class AssetChoice(Record):
+    """The release asset chosen (a record: ``install --json``'s ``asset``)."""
+
     name: str
     url: str
     size: int | None
@@ -92,12 +95,11 @@ class AssetChoice:
     isas: tuple[str, ...]  # the gfx targets the asset carries (empty: not listed)
     source: str  # manifest | name
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "url": self.url, "size": self.size, "isas": list(self.isas), "source": self.source}
 
+@dataclass(frozen=True, kw_only=True)
+class InstallReport(Record):
+    """What ``rockbuild install`` did (a record: its ``--json``)."""
 
-@dataclass(frozen=True)
-class InstallReport:
     repo: str
     tag: str
     target: str | None
@@ -106,26 +108,10 @@ class InstallReport:
     sha256: str
     dest: Path
     audit_ok: bool
-    command: str
     visible_devices: str | None
-    warnings: tuple[str, ...] = field(default_factory=tuple)
+    command: str
     attestation: str = "not checked"  # verified | not checked (why)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "tag": self.tag,
-            "target": self.target,
-            "backend": self.backend,
-            "asset": self.asset.to_dict(),
-            "sha256": self.sha256,
-            "dest": str(self.dest),
-            "audit_ok": self.audit_ok,
-            "visible_devices": self.visible_devices,
-            "command": self.command,
-            "attestation": self.attestation,
-            "warnings": list(self.warnings),
-        }
+    warnings: tuple[str, ...] = ()
 
     def render(self) -> str:
         isas = ", ".join(self.asset.isas) or "not listed"
@@ -652,16 +638,16 @@ def install(options: InstallOptions) -> InstallReport:
     if not flavour.needs_rocm:  # HIP_VISIBLE_DEVICES means nothing to it
         visible = None
     return InstallReport(
-        options.repo,
-        tag,
-        target,
-        options.backend,
-        chosen,
-        got.sha256,
-        dest,
-        True,
-        server_command(dest, os_name, visible),
-        visible,
-        tuple(warnings),
-        attestation,
+        repo=options.repo,
+        tag=tag,
+        target=target,
+        backend=options.backend,
+        asset=chosen,
+        sha256=got.sha256,
+        dest=dest,
+        audit_ok=True,
+        visible_devices=visible,
+        command=server_command(dest, os_name, visible),
+        attestation=attestation,
+        warnings=tuple(warnings),
     )

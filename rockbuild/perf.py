@@ -32,7 +32,7 @@ from typing import Any
 
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError, RockbuildError
-from rockbuild.core.record import Record
+from rockbuild.core.record import JsonForm, Record, json_form, json_key, written
 from rockbuild.core.records import ManifestRecord
 from rockbuild.publish.alert import IssueReport, file_issue
 from rockbuild.publish.github import GitHub
@@ -52,8 +52,13 @@ class PerfRegression(RockbuildError):
     exit_code = 1
 
 
+def _rounded(digits: int) -> dict[str, JsonForm]:
+    """A figure written to ``digits`` decimals."""
+    return json_form(float, float, lambda value: round(value, digits))
+
+
 @dataclass(frozen=True)
-class Point:
+class Point(Record):
     tag: str
     tokens_per_second: float
     gpu: str | None = None
@@ -64,16 +69,16 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Drop:
+class Drop(Record):
     job: str
     test: str
     tag: str
-    value: float
-    median: float
+    value: float = field(metadata=json_key("tokens_per_second"))
+    median: float = field(metadata=json_key("median_before"))
+    percent: float = field(init=False, default=0.0, metadata=_rounded(2))  # derived: below the median
 
-    @property
-    def percent(self) -> float:
-        return 100.0 * (self.median - self.value) / self.median
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "percent", 100.0 * (self.median - self.value) / self.median)
 
     def render(self) -> str:
         return (
@@ -83,7 +88,7 @@ class Drop:
 
 
 @dataclass(frozen=True)
-class Series:
+class Series(Record):
     job: str  # the job id (one asset family: linux-gfx1151, linux-vulkan ...)
     test: str  # pp512 | tg128
     points: tuple[Point, ...]  # oldest first
@@ -124,18 +129,18 @@ class NumericsPoint(Record):
 
 
 @dataclass(frozen=True)
-class NumericsChange:
+class NumericsChange(Record):
     job: str
     tag: str
     before_tag: str
-    ppl: float
+    ppl: float = field(metadata=json_key("cpu_ppl"))
     before: float
+    percent: float = field(init=False, default=0.0, metadata=_rounded(3))  # derived: from ``before``
     model: str | None
     cpu_variant: str | None
 
-    @property
-    def percent(self) -> float:
-        return 100.0 * (self.ppl - self.before) / self.before
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "percent", 100.0 * (self.ppl - self.before) / self.before)
 
     def render(self) -> str:
         return (
@@ -217,22 +222,48 @@ def ops_from_manifests(
     return {job: tuple(points) for job, points in sorted(out.items())}
 
 
-@dataclass(frozen=True)
-class PerfReport:
+@dataclass(frozen=True, kw_only=True)
+class PerfReport(Record):
+    """``rockbuild perf``'s result (a record: its ``--json``); the drops, the noisy figures, the numerics changes and
+    the failed op tests are derived from the histories."""
+
     repo: str
     releases: tuple[str, ...]  # oldest first
+    threshold: float = field(default=DEFAULT_THRESHOLD, metadata=json_key("threshold_percent"))
+    max_spread: float = field(default=DEFAULT_MAX_SPREAD, metadata=json_key("max_spread_percent"))
     series: tuple[Series, ...]
-    threshold: float = DEFAULT_THRESHOLD
-    alert: str | None = None
-    untested: dict[str, tuple[str, ...]] = field(default_factory=dict)  # release -> jobs shipped without GPU figures
-    max_spread: float = DEFAULT_MAX_SPREAD
+    noisy: tuple[tuple[Series, Point], ...] = field(  # the newest figures whose spread is beyond the limit: not judged
+        init=False,
+        default=(),
+        metadata=written(
+            lambda noisy: [{"job": s.job, "test": s.test, "tag": p.tag, "spread_pct": p.spread_pct} for s, p in noisy]
+        ),
+    )
     numerics: Mapping[str, tuple[NumericsPoint, ...]] = field(default_factory=dict)  # job -> oldest first
+    numerics_changes: tuple[NumericsChange, ...] = field(init=False, default=())
     ops: Mapping[str, tuple[OpsPoint, ...]] = field(default_factory=dict)  # job -> test-backend-ops, oldest first
+    ops_failed: tuple[tuple[str, OpsPoint], ...] = field(  # (job, point): a test-backend-ops case (or the step) failed
+        init=False,
+        default=(),
+        metadata=written(
+            lambda failed: [{"job": j, "tag": p.tag, "failed": p.failed, "device": p.device} for j, p in failed]
+        ),
+    )
+    drops: tuple[Drop, ...] = field(init=False, default=())
+    untested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # release -> jobs shipped without GPU figures
+    alert: str | None = None
 
-    @property
-    def ops_failed(self) -> tuple[tuple[str, OpsPoint], ...]:
-        """(job, point) of every release where a test-backend-ops case failed (or the step failed)."""
-        return tuple((job, p) for job, points in self.ops.items() for p in points if p.failed or p.result == "failed")
+    def __post_init__(self) -> None:
+        derived = {
+            "noisy": tuple((s, s.points[-1]) for s in self.series if s.points and s.points[-1].noisy(self.max_spread)),
+            "numerics_changes": numerics_changes(self.numerics),
+            "ops_failed": tuple(
+                (job, p) for job, points in self.ops.items() for p in points if p.failed or p.result == "failed"
+            ),
+            "drops": tuple(d for s in self.series if (d := s.drop(self.threshold, self.max_spread)) is not None),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def _ops_table(self) -> str:
         from rich.table import Table
@@ -250,19 +281,6 @@ class PerfReport:
                 *(by_tag[t].cell() if t in by_tag else "-" for t in tags),
             )
         return _text(table)
-
-    @property
-    def numerics_changes(self) -> tuple[NumericsChange, ...]:
-        return numerics_changes(self.numerics)
-
-    @property
-    def drops(self) -> tuple[Drop, ...]:
-        return tuple(d for s in self.series if (d := s.drop(self.threshold, self.max_spread)) is not None)
-
-    @property
-    def noisy(self) -> tuple[tuple[Series, Point], ...]:
-        """The newest figures whose spread is beyond the limit: not judged."""
-        return tuple((s, s.points[-1]) for s in self.series if s.points and s.points[-1].noisy(self.max_spread))
 
     def _numerics_table(self) -> str:
         from rich.table import Table
@@ -282,62 +300,6 @@ class PerfReport:
                 job, last.model or "?", last.cpu_variant or "?", *(_numerics_cell(by_tag.get(t)) for t in tags)
             )
         return _text(table)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "releases": list(self.releases),
-            "threshold_percent": self.threshold,
-            "max_spread_percent": self.max_spread,
-            "series": [
-                {
-                    "job": s.job,
-                    "test": s.test,
-                    "points": [
-                        {
-                            "tag": p.tag,
-                            "tokens_per_second": p.tokens_per_second,
-                            "gpu": p.gpu,
-                            "spread_pct": p.spread_pct,
-                        }
-                        for p in s.points
-                    ],
-                }
-                for s in self.series
-            ],
-            "noisy": [{"job": s.job, "test": s.test, "tag": p.tag, "spread_pct": p.spread_pct} for s, p in self.noisy],
-            "numerics": {job: [p.to_dict() for p in points] for job, points in self.numerics.items()},
-            "numerics_changes": [
-                {
-                    "job": c.job,
-                    "tag": c.tag,
-                    "before_tag": c.before_tag,
-                    "cpu_ppl": c.ppl,
-                    "before": c.before,
-                    "percent": round(c.percent, 3),
-                    "model": c.model,
-                    "cpu_variant": c.cpu_variant,
-                }
-                for c in self.numerics_changes
-            ],
-            "ops": {job: [p.to_dict() for p in points] for job, points in self.ops.items()},
-            "ops_failed": [
-                {"job": job, "tag": p.tag, "failed": p.failed, "device": p.device} for job, p in self.ops_failed
-            ],
-            "drops": [
-                {
-                    "job": d.job,
-                    "test": d.test,
-                    "tag": d.tag,
-                    "tokens_per_second": d.value,
-                    "median_before": d.median,
-                    "percent": round(d.percent, 2),
-                }
-                for d in self.drops
-            ],
-            "untested": {tag: list(jobs) for tag, jobs in self.untested.items()},
-            "alert": self.alert,
-        }
 
     def render(self) -> str:
         from rich.table import Table
@@ -484,10 +446,10 @@ def read_perf(
         manifests = list(gh.manifests(last))[::-1]  # oldest first
         series, untested = series_from_manifests(manifests)
         report = PerfReport(
-            repo,
-            tuple(tag for tag, _ in manifests),
-            series,
-            threshold,
+            repo=repo,
+            releases=tuple(tag for tag, _ in manifests),
+            series=series,
+            threshold=threshold,
             untested=untested,
             max_spread=max_spread,
             numerics=numerics_from_manifests(manifests),

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rockbuild.llamacpp.patches import PatchSeries
     from rockbuild.publish.config import PublishConfig
     from rockbuild.rocm.channels import Channel
+    from rockbuild.smoke.config import SmokeConfig
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ class Settings(Context):
         return load_policy(self.policy_file)
 
     @cached_property
-    def smoke(self) -> dict[str, Any]:
+    def smoke(self) -> SmokeConfig:
+        """smoke.yaml, read and checked once: its typed sections (``run``, ``numerics``, ``ops``) and, as a mapping,
+        the document (the model pins and the tiny model's spec)."""
         from rockbuild.smoke.config import load_smoke_config
 
         return load_smoke_config(self.smoke_file)

@@ -137,9 +137,18 @@ def _get(node: Any, key: Any, default: Any) -> Any:
 
 
 def whole(
-    path: Path | str, node: Any, key: str, default: int, what: str, *, least: int | None = None, most: int | None = None
+    path: Path | str,
+    node: Any,
+    key: str,
+    default: int,
+    what: str,
+    *,
+    least: int | None = None,
+    most: int | None = None,
+    of: str = "",
 ) -> int:
-    """``node[key]`` as a whole number in [least, most] (``default`` when absent)."""
+    """``node[key]`` as a whole number in [least, most] (``default`` when absent); ``of`` names what it counts in the
+    message (``a whole number of tokens``)."""
     value = _get(node, key, default)
     if (
         isinstance(value, bool)
@@ -156,22 +165,33 @@ def whole(
             if most is not None
             else ""
         )
-        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a whole number{bounds}, not {value!r}")
+        counts = f" of {of}" if of else ""
+        raise ConfigError(
+            f"{where(path, node, key)}: {what}.{key} must be a whole number{counts}{bounds}, not {value!r}"
+        )
     return value
 
 
 def number(path: Path | str, node: Any, key: str, default: float, what: str, *, positive: bool = False) -> float:
     """``node[key]`` as a finite number (> 0 when ``positive``; ``default`` when absent)."""
     value = _get(node, key, default)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or (positive and not value > 0)
-    ):
+    if not _finite(value) or (positive and not value > 0):
         kind = "a positive number" if positive else "a finite number"
         raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be {kind}, not {value!r}")
     return float(value)
+
+
+def seconds(path: Path | str, node: Any, key: str, default: float, what: str) -> float:
+    """``node[key]`` as a duration: a positive, finite number of seconds (``default`` when absent)."""
+    value = _get(node, key, default)
+    if not _finite(value) or not value > 0:
+        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be seconds (a positive number), not {value!r}")
+    return float(value)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a value read from a file is a finite number (true and false are not numbers here)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def flag(path: Path | str, node: Any, key: str, default: bool, what: str) -> bool:

@@ -71,6 +71,9 @@ class Program:
         return self.file_name + (".exe" if platform == "windows" else "")
 
     def to_dict(self) -> dict[str, Any]:
+        """build.json's ``programs[]``: ``file`` is :attr:`file_name` (the target's when none was given; the field
+        stays empty, which :meth:`ProgramList.select` and the whole-release check read as "named after the target"),
+        ``exit`` the exit code."""
         return {
             "target": self.target,
             "file": self.file_name,

@@ -17,7 +17,11 @@ what the files need (unknown keys kept and written back, a file's key order kept
   ``cmake`` definitions: an ordered tuple of pairs in Python, an object in JSON);
 - ``field(metadata=json_key("from"))`` gives a field a JSON key other than its name (a key that is a Python keyword);
 - ``field(metadata=DATE)``: a day (or None), an ISO date string in JSON; ``HEX``: a number, hexadecimal in JSON;
-  ``SECONDS``: a duration, written to the millisecond.
+  ``SECONDS``: a duration, written to the millisecond;
+- ``field(metadata=INLINE)``: a nested record whose keys are this object's own, where the field stands (``rocm
+  list``'s entry: its tarball name's keys, then its url);
+- ``field(metadata=written(write))``: a field of a report (a command's ``--json``) whose value is no record (a
+  release's files, its failed jobs); ``write`` makes its JSON, and a report is never read back.
 """
 
 from __future__ import annotations
@@ -160,8 +164,10 @@ def _dump(value: Any) -> Any:
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_SPOTS: dict[type, dict[str, dataclasses.Field[Any]]] = {}
 _FORM = "rockbuild.json_form"
 _KEY = "rockbuild.json_key"
+_INLINE = "rockbuild.inline"
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,22 @@ def json_key(key: str) -> dict[str, str]:
 def key_of(f: dataclasses.Field[Any]) -> str:
     """The JSON key of a record's field: its name, or the one ``json_key`` gave it."""
     return str(f.metadata.get(_KEY, f.name))
+
+
+def _never_read(value: Any) -> Any:
+    raise ValueError("is written by a report and never read back")
+
+
+def written(write: Callable[[Any], Any]) -> dict[str, JsonForm]:
+    """``field(metadata=written(...))``: a report's field whose value is no record (a release's files, a job folder's
+    outcome); ``write`` makes its JSON (or the records it is written as). A report is written, not read: reading one
+    back refuses the field."""
+    return json_form(Any, _never_read, write)
+
+
+INLINE = {_INLINE: True}
+"""A nested record written as this object's own keys, where the field stands, and read back from them (``rocm
+list``'s entry: its tarball name's keys, then its url)."""
 
 
 PAIRS = json_form(Mapping[str, str], lambda value: tuple(value.items()), lambda pairs: dict(pairs))
@@ -246,13 +268,42 @@ class Record:
         return hints
 
     @classmethod
+    def _inline(cls, f: dataclasses.Field[Any]) -> type[Record] | None:
+        """The record class of an INLINE field (None: a field of its own key)."""
+        if not f.metadata.get(_INLINE):
+            return None
+        tp = cls._hints()[f.name]
+        if not (isinstance(tp, type) and issubclass(tp, Record)):
+            raise TypeError(f"{cls.__name__}.{f.name} is INLINE but not a record")
+        return tp
+
+    @classmethod
+    def _spots(cls) -> dict[str, dataclasses.Field[Any]]:
+        """Each JSON key, in the fields' order, and the field that writes it (an INLINE record's keys: that field)."""
+        spots = _SPOTS.get(cls)
+        if spots is None:
+            spots = {}
+            for f in cls._fields():
+                inline = cls._inline(f)
+                spots.update(dict.fromkeys(inline._spots(), f) if inline is not None else {key_of(f): f})
+            _SPOTS[cls] = spots
+        return spots
+
+    @classmethod
     def _load(cls: type[R], data: Any, where: str, source: str) -> R:
         if not isinstance(data, dict):
             raise _Wrong(where, f"{where or 'the file'} must be an object, not {_what(data)}")
         hints = cls._hints()
         values: dict[str, Any] = {}
-        known = set()
+        known: set[str] = set()
         for f in cls._fields():
+            inline = cls._inline(f)
+            if inline is not None:  # its keys are this object's
+                own = inline._spots()
+                known.update(own)
+                if f.init:
+                    values[f.name] = inline._load({k: v for k, v in data.items() if k in own}, where, source)
+                continue
             key = key_of(f)
             known.add(key)
             if not f.init:
@@ -322,19 +373,26 @@ class Record:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        names = {key_of(f): f.name for f in self._fields()}  # JSON key -> field name
-        order = [k for k in self.keys if k in names or k in self.extra] if self.keys else list(names)
-        order += [k for k, n in names.items() if k not in order and (not self.keys or self._set(n))]
+        spots = self._spots()  # JSON key -> the field that writes it
+        order = [k for k in self.keys if k in spots or k in self.extra] if self.keys else list(spots)
+        order += [k for k, f in spots.items() if k not in order and (not self.keys or self._set(f.name))]
         order += [k for k in self.extra if k not in order]
-        forms = {key_of(f): form for f in self._fields() if (form := form_of(f)) is not None}
-        return {
-            k: (
-                forms[k].write(getattr(self, names[k]))
-                if k in forms
-                else _dump(getattr(self, names[k]) if k in names else self.extra[k])
-            )
-            for k in order
-        }
+        inline = {f.name for f in self._fields() if self._inline(f) is not None}
+        done: set[str] = set()
+        out: dict[str, Any] = {}
+        for k in order:
+            f = spots.get(k)
+            if f is None:
+                out[k] = _dump(self.extra[k])
+            elif f.name in inline:  # at its first key, the nested record's keys, as it writes them
+                if f.name not in done:
+                    done.add(f.name)
+                    out.update(getattr(self, f.name).to_dict())
+            elif (form := form_of(f)) is not None:
+                out[k] = _dump(form.write(getattr(self, f.name)))  # (a form may make records: written as such)
+            else:
+                out[k] = _dump(getattr(self, f.name))
+        return out
 
     def _set(self, name: str) -> bool:
         """A field a record read from a file did not have, set since (replace()): written too."""

@@ -47,6 +47,7 @@ class Package:
     depends: tuple[tuple[str, ...], ...]  # each a group of alternatives
 
     def to_dict(self) -> dict[str, str]:
+        """manifest.json's ``images[].base_packages[]``: what the package is, not its dependencies."""
         return {"name": self.name, "version": self.version, "architecture": self.architecture}
 
 

@@ -164,15 +164,6 @@ class PatchSeries:
             )
         return h.hexdigest()[:16]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "digest": self.digest,
-            "file": str(self.path) if self.path else None,
-            "patches": [
-                {"id": p.id, "file": p.path.name, "url": p.url, "why": p.why, "sha256": p.sha256} for p in self.patches
-            ],
-        }
-
 
 def patch_files(text: str) -> tuple[str, ...]:
     """The files a unified diff changes, in order (a deleted file by its old name)."""

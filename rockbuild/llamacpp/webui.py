@@ -35,6 +35,7 @@ from filelock import FileLock
 
 from rockbuild import console
 from rockbuild.core.errors import BuildError, ProcessError, UsageError
+from rockbuild.core.record import INLINE, Record
 from rockbuild.core.records import WebUi
 from rockbuild.process import INHERITED, STREAMED, child_env, run
 
@@ -362,15 +363,13 @@ def _with(record: WebUi, start: float, **changes: Any) -> WebUi:
 
 
 @dataclass(frozen=True)
-class Exported:
-    """``rockbuild webui``'s result: the web UI of a tree, copied to ``out`` for ``rockbuild build --web-ui``."""
+class Exported(Record):
+    """``rockbuild webui``'s result: the web UI of a tree, copied to ``out`` for ``rockbuild build --web-ui`` (a
+    record: its ``--json``, the two folders, then the web UI's keys)."""
 
     tree: Path
     out: Path
-    web_ui: WebUi
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tree": str(self.tree), "out": str(self.out), **self.web_ui.to_dict()}
+    web_ui: WebUi = field(metadata=INLINE)
 
     def render(self) -> str:
         return f"{describe(self.web_ui)}\n  dist: {self.out} (rockbuild build --web-ui {self.out})"

@@ -77,6 +77,7 @@ from rockbuild.publish.github import GitHub
 from rockbuild.publish.image import ImageOptions
 from rockbuild.publish.jobs import load_job
 from rockbuild.publish.release import PublishOptions, publish
+from rockbuild.smoke.config import SmokeConfig
 from rockbuild.smoke.models import provide_model
 
 from .triage import (
@@ -104,7 +105,7 @@ class NightData:
 
     jobs: tuple[Job, ...]
     publish: PublishConfig
-    smoke: Mapping[str, Any]
+    smoke: SmokeConfig  # config/smoke.yaml, read and checked once
     policy: BundlePolicy
     programs: ProgramList = field(default_factory=load_programs)  # config/programs.yaml
     patches: PatchSeries = field(default_factory=load_patch_series)  # patches/patches.yaml, or --patches FILE

@@ -11,7 +11,7 @@ imports no command and nothing of the night.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from rockbuild.llamacpp.common_part import build_json_sha256, read_common
 from rockbuild.llamacpp.driver import BuildOptions, BuildPlan, build_job, plan_build
 from rockbuild.llamacpp.patches import NO_PATCHES, PatchSeries, load_patch_series
 from rockbuild.rocm.fetch import fetch_pinned
+from rockbuild.smoke.config import SmokeConfig
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 
 from .stages import EventHook, Stage, StagesOutcome, fingerprint, run_stages
@@ -58,7 +59,7 @@ class JobPipeline:
     compile_jobs: int | None = None
     programs: ProgramList = field(default_factory=load_programs)
     patches: PatchSeries = field(default_factory=load_patch_series)
-    smoke_config: Mapping[str, Any] = field(default_factory=dict)
+    smoke_config: SmokeConfig = field(default_factory=SmokeConfig)  # smoke.yaml, read once
     smoke: bool = True
     on_event: EventHook | None = None
 

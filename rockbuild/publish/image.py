@@ -31,6 +31,7 @@ from rockbuild.backends import get_backend
 from rockbuild.bundle.elf import version_key
 from rockbuild.core.data import YDict, check_keys, load_data_file, mapping, text, texts, whole
 from rockbuild.core.errors import ConfigError, ImageError
+from rockbuild.core.record import Record, written
 from rockbuild.core.records import ManifestImage
 from rockbuild.image import oci
 from rockbuild.image.base import (
@@ -464,20 +465,20 @@ def image_folder(out_dir: Path, image_flavour_name: str) -> Path:
     return out_dir / "images" / _SAFE.sub("-", image_flavour_name)
 
 
+IMAGES = written(lambda images: [i.to_dict() for i in images])
+"""A report's images (:meth:`ReleaseImage.to_dict`: the manifest's record, what the test and the push saw)."""
+
+
 @dataclass(frozen=True)
-class ImagesReport:
-    """What ``rockbuild image`` did: each image, and what was skipped (a Windows job) and why."""
+class ImagesReport(Record):
+    """What ``rockbuild image`` did: each image, and what was skipped (a Windows job) and why (a record: its
+    ``--json``)."""
 
     tag: str
-    images: tuple[ReleaseImage, ...]
-    skipped: tuple[tuple[str, str], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tag": self.tag,
-            "images": [i.to_dict() for i in self.images],
-            "skipped": [{"job": j, "why": w} for j, w in self.skipped],
-        }
+    images: tuple[ReleaseImage, ...] = field(metadata=IMAGES)
+    skipped: tuple[tuple[str, str], ...] = field(  # (job, why)
+        default=(), metadata=written(lambda skipped: [{"job": j, "why": w} for j, w in skipped])
+    )
 
     def render(self) -> str:
         lines = []

@@ -385,6 +385,8 @@ class BuiltJob:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The head of the job's manifest.json entry (:func:`~rockbuild.publish.manifest.build_manifest` adds the
+        rest): what it is and was built from, a few of the job folder's many values, summarised."""
         return {
             "id": self.id,
             "os": self.os,

@@ -35,6 +35,7 @@ from rockbuild.backends import get_backend
 from rockbuild.core.environment import Context
 from rockbuild.core.errors import PublishError
 from rockbuild.core.programs import ProgramList, load_programs
+from rockbuild.core.record import Record, json_key, written
 from rockbuild.core.records import HeldBack
 from rockbuild.downloader import sha256_file
 from rockbuild.rocm.names import parse_rocm_version
@@ -45,6 +46,7 @@ from .deb import write_deb
 from .floor import bundle_floor, floor_violations
 from .github import GitHub
 from .image import (
+    IMAGES,
     ImageOptions,
     ReleaseImage,
     manifest_entries,
@@ -85,38 +87,28 @@ class PublishOptions:
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
-@dataclass(frozen=True)
-class PublishReport:
+@dataclass(frozen=True, kw_only=True)
+class PublishReport(Record):
+    """What ``rockbuild publish`` did (a record: its ``--json``): each asset as manifest.json has it, each failed job
+    as its ``failed_jobs``."""
+
     tag: str
     state: str  # published | draft | unchanged | dry-run
     message: str
     fingerprint: str
     release_url: str | None = None
-    assets: tuple[AssetFile, ...] = ()
-    actions: tuple[tuple[str, str], ...] = ()  # (asset name, uploaded | replaced | kept | would upload ...)
+    assets: tuple[AssetFile, ...] = field(default=(), metadata=written(lambda assets: [a.record for a in assets]))
+    actions: tuple[tuple[str, str], ...] = field(  # (asset name, uploaded | replaced | kept | would upload ...)
+        default=(), metadata=written(lambda actions: [{"asset": n, "action": a} for n, a in actions])
+    )
     jobs: tuple[str, ...] = ()
-    failed: tuple[BuiltJob, ...] = ()
+    failed: tuple[BuiltJob, ...] = field(
+        default=(), metadata={**json_key("failed_jobs"), **written(lambda failed: [j.failure() for j in failed])}
+    )
     out_dir: Path | None = None
     pruned: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
-    images: tuple[ReleaseImage, ...] = ()  # with --images: each image, its test and (once published) its push
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tag": self.tag,
-            "state": self.state,
-            "message": self.message,
-            "fingerprint": self.fingerprint,
-            "release_url": self.release_url,
-            "assets": [a.record.to_dict() for a in self.assets],
-            "actions": [{"asset": n, "action": a} for n, a in self.actions],
-            "jobs": list(self.jobs),
-            "failed_jobs": [j.failure().to_dict() for j in self.failed],
-            "out_dir": str(self.out_dir) if self.out_dir else None,
-            "pruned": list(self.pruned),
-            "warnings": list(self.warnings),
-            "images": [i.to_dict() for i in self.images],
-        }
+    warnings: tuple[str, ...] = ()
+    images: tuple[ReleaseImage, ...] = field(default=(), metadata=IMAGES)  # with --images: each image, its test, push
 
     def render(self) -> str:
         lines = [f"{self.tag}: {self.state}: {self.message}"]

@@ -12,12 +12,13 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urljoin, urlsplit, urlunsplit
 
 from rockbuild.core.errors import FetchError, NotFoundError, StaleInputError, UsageError
+from rockbuild.core.record import INLINE, Record
 from rockbuild.downloader import get_text
 from rockbuild.rocm.channels import IndexHost, directory_url, get_channel, with_query
 from rockbuild.rocm.names import PLATFORMS, TarballName, parse_rocm_version, parse_tarball_name
@@ -36,11 +37,11 @@ _NEAREST_SHOWN = 5
 # ------------------------------------------------------------------------------------------------------- listing
 
 
-@dataclass(frozen=True)
-class TarballEntry:
-    """One tarball as an index lists it."""
+@dataclass(frozen=True, kw_only=True)
+class TarballEntry(Record):
+    """One tarball as an index lists it (a record: ``rockbuild rocm list --json``'s entry, its name's keys first)."""
 
-    name: TarballName
+    name: TarballName = field(metadata=INLINE)
     url: str
     mtime: float | None = None
     size: int | None = None
@@ -50,15 +51,6 @@ class TarballEntry:
     @property
     def sort_key(self) -> tuple[Any, ...]:
         return self.name.sort_key(self.mtime)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.name.to_dict(),
-            "url": self.url,
-            "mtime": self.mtime,
-            "size": self.size,
-            "index_url": self.index_url,
-        }
 
 
 def _file_url(base: str, name_or_href: str) -> str:

@@ -61,14 +61,18 @@ def _base(text: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+_KIND = json_form(str, VersionKind, str)
+_BASE = json_form(str, _base, lambda base: ".".join(map(str, base)))
+
+
 @dataclass(frozen=True)
 class RocmVersion(Record):
     """A TheRock package version such as ``10.2.0a20260915`` or ``7.14.0rc2`` (a record: ``rockbuild rocm list
     --json``'s ``version``; its base ``10.2.0`` and its dates are strings in JSON)."""
 
     text: str
-    kind: VersionKind = field(metadata=json_form(str, VersionKind, str))
-    base: tuple[int, int, int] = field(metadata=json_form(str, _base, lambda base: ".".join(map(str, base))))
+    kind: VersionKind = field(metadata=_KIND)
+    base: tuple[int, int, int] = field(metadata=_BASE)
     date: datetime.date | None = field(metadata=DATE)
     """The build date: the nightly date, or for a BKC build the ``+bkc.`` date (its nightly's date is ``base_date``)."""
     base_date: datetime.date | None = field(default=None, metadata=DATE)
@@ -112,9 +116,17 @@ def parse_rocm_version(text: str) -> RocmVersion | None:
     return RocmVersion(text, VersionKind.STABLE, base, None)
 
 
-@dataclass(frozen=True)
-class TarballName:
-    """One parsed ``therock-dist-…`` file name."""
+def _version(text: str) -> RocmVersion:
+    version = parse_rocm_version(text)
+    if version is None:
+        raise ValueError(f"{text!r} is no TheRock version")
+    return version
+
+
+@dataclass(frozen=True, kw_only=True)
+class TarballName(Record):
+    """One parsed ``therock-dist-…`` file name (a record: ``rockbuild rocm list --json``'s entry has its keys; the
+    version is its text there, with its kind, date and base version beside it)."""
 
     filename: str
     platform: str
@@ -122,21 +134,17 @@ class TarballName:
     """The GPU group (``gfx1151``, ``gfx110X-all``, ``multiarch``); for an unknown variant the part before it."""
     tests: bool
     """True for the ``-tests-`` twin, which carries test clients rather than a runtime."""
-    version: RocmVersion
     variant: str | None = None
     """An unknown suffix after the group (``ADHOCBUILD``): not a release; listings skip it."""
+    version: RocmVersion = field(metadata=json_form(str, _version, lambda version: version.text))
+    kind: VersionKind = field(init=False, metadata=_KIND)  # derived: the version's
+    date: datetime.date | None = field(init=False, metadata=DATE)
+    base_version: tuple[int, int, int] = field(init=False, metadata=_BASE)
 
-    @property
-    def kind(self) -> VersionKind:
-        return self.version.kind
-
-    @property
-    def date(self) -> datetime.date | None:
-        return self.version.date
-
-    @property
-    def base_version(self) -> tuple[int, int, int]:
-        return self.version.base
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", self.version.kind)
+        object.__setattr__(self, "date", self.version.date)
+        object.__setattr__(self, "base_version", self.version.base)
 
     @property
     def is_release(self) -> bool:
@@ -152,19 +160,6 @@ class TarballName:
         date = self.date or datetime.date.min
         undated_version = self.version.version_key if self.date is None else ()
         return (date, undated_version, mtime if mtime is not None else float("-inf"), self.version.version_key)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "filename": self.filename,
-            "platform": self.platform,
-            "group": self.group,
-            "tests": self.tests,
-            "variant": self.variant,
-            "version": self.version.text,
-            "kind": str(self.kind),
-            "date": self.date.isoformat() if self.date else None,
-            "base_version": ".".join(map(str, self.base_version)),
-        }
 
 
 def parse_tarball_name(filename: str) -> TarballName | None:

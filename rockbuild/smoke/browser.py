@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ PLAYWRIGHT_HINT = "pip install 'rockbuild[browser]'"
 @dataclass(frozen=True)
 class ChatPage:
     """How to chat with a page: CSS selectors of the chat box, the send button ("" presses Enter) and the answer,
-    what to type, and how long to wait (smoke.yaml's ``run.browser``)."""
+    what to type, and how long to wait (smoke.yaml's ``run.browser``, read by
+    :func:`rockbuild.smoke.config.parse_browser`)."""
 
     input: str = "textarea, [contenteditable='true'][role='textbox']"
     send: str = "button[type=submit]"
@@ -49,17 +50,6 @@ class ChatPage:
     settle: float = 3.0  # the answer unchanged this long (or the timeout) before the screenshot
     width: int = 1280
     height: int = 800
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> ChatPage:
-        """From smoke.yaml's ``run.browser`` mapping (its ``enabled`` key is the smoke's, not the page's)."""
-        known = {f.name: f.type for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in (config or {}).items():
-            if key in known:
-                kind = {"float": float, "int": int}.get(str(known[key]), str)
-                values[key] = kind(value)
-        return cls(**values)
 
 
 _CHECK_KEYS = ("result", "detail", "seconds", "url", "screenshot", "answer", "browser")

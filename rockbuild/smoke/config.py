@@ -4,16 +4,19 @@ program runs. Parsed here, its owner; :class:`rockbuild.settings.Settings` loads
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rockbuild.core.data import (
-    YDict,
     check_keys,
     expect_type,
+    flag,
     kind_of,
     load_data_file,
     mapping,
+    seconds,
     text,
     texts,
     where,
@@ -21,116 +24,197 @@ from rockbuild.core.data import (
 )
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.options import CPU_VARIANT_CHECKS
-from rockbuild.smoke.numerics import parse_numerics_config
-from rockbuild.smoke.ops import parse_ops_config
+from rockbuild.smoke.browser import ChatPage
+from rockbuild.smoke.numerics import NumericsConfig, parse_numerics_config
+from rockbuild.smoke.ops import OpsConfig, parse_ops_config
 
 CPU_VARIANT_KEYS = ("check", "n_gen")
-
-
-def parse_cpu_variants(node: Any, path: Path | str, parent: Any = None) -> dict[str, Any]:
-    """``run.cpu_variants``: ``{check: all|picked|none, n_gen: N}`` (both optional); a mistake is a ConfigError
-    naming ``file:line``."""
-    if node is None:
-        return {}
-    if not isinstance(node, dict):
-        raise ConfigError(
-            f"{where(path, parent, 'cpu_variants')}: run.cpu_variants must be a mapping such as "
-            f"{{check: all, n_gen: 8}}, not {kind_of(node)}"
-        )
-    if isinstance(node, YDict):
-        check_keys(path, node, CPU_VARIANT_KEYS, "run.cpu_variants")
-    else:
-        unknown = [k for k in node if k not in CPU_VARIANT_KEYS]
-        if unknown:
-            raise ConfigError(
-                f"{path}: unknown key {unknown[0]!r} in run.cpu_variants; allowed: {', '.join(CPU_VARIANT_KEYS)}"
-            )
-    out: dict[str, Any] = {}
-    if "check" in node:
-        check = node["check"]
-        if not isinstance(check, str) or check not in CPU_VARIANT_CHECKS:
-            raise ConfigError(
-                f"{where(path, node, 'check')}: run.cpu_variants.check must be one of "
-                f"{', '.join(CPU_VARIANT_CHECKS)}, not {check!r}"
-            )
-        out["check"] = check
-    if "n_gen" in node:
-        n_gen = node["n_gen"]
-        if isinstance(n_gen, bool) or not isinstance(n_gen, int) or n_gen < 1:
-            raise ConfigError(
-                f"{where(path, node, 'n_gen')}: run.cpu_variants.n_gen must be a whole number of "
-                f"tokens, at least 1, not {n_gen!r}"
-            )
-        out["n_gen"] = n_gen
-    return out
-
-
-# smoke.yaml's run section: each whole-number setting and its least value (seed: any; gpu_layers: -1 is "all")
-RUN_WHOLE = {"n_predict": 1, "ctx_size": 16, "threads": 1, "seed": None, "gpu_layers": -1}
-RUN_KEYS = ("prompt", *RUN_WHOLE, "bench", "gpu_bench", "timeouts", "cpu_variants", "browser")
-BENCH_WHOLE = {"n_prompt": 0, "n_gen": 0, "repetitions": 1, "threads": 1, "warmup": 0}
+RUN_KEYS = (
+    "prompt",
+    "n_predict",
+    "ctx_size",
+    "threads",
+    "seed",
+    "gpu_layers",
+    "bench",
+    "gpu_bench",
+    "timeouts",
+    "cpu_variants",
+    "browser",
+)
+BENCH_KEYS = ("n_prompt", "n_gen", "repetitions", "threads", "warmup")
 TIMEOUT_KEYS = ("cli", "server_start", "request", "bench")
 BROWSER_KEYS = ("enabled", "input", "send", "answer", "message", "timeout", "settle")
 
 
-def _whole(path: Path | str, node: Any, key: str, least: int | None, what: str) -> None:
-    value = node[key]
-    if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
-        floor = f", at least {least}" if least is not None else ""
-        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a whole number{floor}, not {value!r}")
+@dataclass(frozen=True)
+class BenchConfig:
+    """``run.bench`` (the smoke's llama-bench) or ``run.gpu_bench`` (``--bench gpu``: the figures a release
+    publishes)."""
+
+    # a real batch: pp512 is where a CPU variant this CPU cannot run died of SIGILL while -p 8 ran (config/smoke.yaml)
+    n_prompt: int = 512
+    n_gen: int = 16
+    repetitions: int = 1
+    # llama-bench's CPU threads when they differ from the other runs' (the GPU figures: one thread makes pp512 on a
+    # GPU half as fast and its repetitions spread by 70 %, bench/gpu_threads.py); None: the run's threads
+    threads: int | None = None
+    # discarded llama-bench runs before the measured one: a GPU fresh from idle clocks up during the first (on the
+    # H200 pp512 gave 8,040 +- 2,399 t/s cold, 20,624 +- 114 a minute later: issue 26)
+    warmup: int = 0
 
 
-def _seconds(path: Path | str, node: Any, key: str, what: str) -> None:
-    value = node[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value == float("inf"):
-        raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be seconds (a positive number), not {value!r}")
+@dataclass(frozen=True)
+class CpuVariantConfig:
+    """``run.cpu_variants``: which CPU variant modules the smoke runs alone (all | picked | none) and the tokens of
+    each one's tg."""
+
+    check: str = "all"
+    n_gen: int = 8
 
 
-def _mapping(path: Path | str, parent: Any, key: str, what: str, keys: tuple[str, ...]) -> Any:
-    node = parent.get(key)
-    if node is None:
-        return None
-    if not isinstance(node, dict):
-        raise ConfigError(f"{where(path, parent, key)}: {what} must be a mapping, not {node!r}")
-    if isinstance(node, YDict):
-        check_keys(path, node, keys, what)
+@dataclass(frozen=True)
+class BrowserConfig:
+    """``run.browser``: whether a real browser chats with llama-server's page, and how (the page's selectors, what to
+    type, how long to wait)."""
+
+    enabled: bool = False
+    page: ChatPage = field(default_factory=ChatPage)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """smoke.yaml's ``run`` section, read once on load: how each program runs. A key left out keeps its default
+    here (and :class:`rockbuild.smoke.runner.SmokeOptions` takes its defaults from these)."""
+
+    prompt: str = "I believe the meaning of life is"
+    n_predict: int = 16
+    ctx_size: int = 1024
+    threads: int = 1
+    seed: int = 42
+    gpu_layers: int = 99  # -1: all
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    gpu_bench: BenchConfig = field(default_factory=BenchConfig)
+    timeouts: Mapping[str, float] = field(
+        default_factory=lambda: {"cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0}
+    )
+    cpu_variants: CpuVariantConfig = field(default_factory=CpuVariantConfig)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
+
+
+def _section(path: Path | str, parent: Any, key: str, keys: tuple[str, ...]) -> Mapping[Any, Any]:
+    """``run.<key>``: a mapping of known keys (empty when absent or null)."""
+    node = mapping(path, parent, key, "run")
+    check_keys(path, node, keys, f"run.{key}")
     return node
 
 
-def parse_run(run: Any, path: Path | str) -> None:
-    """``run``: every key known, every value of its type and range; a mistake is a ConfigError naming ``file:line``
-    and the key (``n_predict: many`` was a ValueError deep in the smoke, exit 70)."""
-    if isinstance(run, YDict):
-        check_keys(path, run, RUN_KEYS, "run")
-    if "prompt" in run and (not isinstance(run["prompt"], str) or not run["prompt"].strip()):
+def parse_cpu_variants(node: Any, path: Path | str, parent: Any = None) -> CpuVariantConfig:
+    """``run.cpu_variants``: ``{check: all|picked|none, n_gen: N}`` (both optional); a mistake is a ConfigError
+    naming ``file:line``."""
+    defaults = CpuVariantConfig()
+    if node is None:
+        return defaults
+    if not isinstance(node, Mapping):
+        raise ConfigError(
+            f"{where(path, parent, 'cpu_variants')}: run.cpu_variants must be a mapping such as "
+            f"{{check: all, n_gen: 8}}, not {kind_of(node)}"
+        )
+    check_keys(path, node, CPU_VARIANT_KEYS, "run.cpu_variants")
+    check = node.get("check", defaults.check)
+    if not isinstance(check, str) or check not in CPU_VARIANT_CHECKS:
+        raise ConfigError(
+            f"{where(path, node, 'check')}: run.cpu_variants.check must be one of "
+            f"{', '.join(CPU_VARIANT_CHECKS)}, not {check!r}"
+        )
+    n_gen = whole(path, node, "n_gen", defaults.n_gen, "run.cpu_variants", least=1, of="tokens")
+    return CpuVariantConfig(check=check, n_gen=n_gen)
+
+
+def parse_bench(path: Path | str, run: Any, key: str) -> BenchConfig:
+    """``run.bench`` or ``run.gpu_bench``: whole numbers, each from its least value."""
+    node, what, defaults = _section(path, run, key, BENCH_KEYS), f"run.{key}", BenchConfig()
+    return BenchConfig(
+        n_prompt=whole(path, node, "n_prompt", defaults.n_prompt, what, least=0),
+        n_gen=whole(path, node, "n_gen", defaults.n_gen, what, least=0),
+        repetitions=whole(path, node, "repetitions", defaults.repetitions, what, least=1),
+        threads=whole(path, node, "threads", 1, what, least=1) if "threads" in node else defaults.threads,
+        warmup=whole(path, node, "warmup", defaults.warmup, what, least=0),
+    )
+
+
+def parse_timeouts(path: Path | str, run: Any) -> dict[str, float]:
+    """``run.timeouts``: seconds for each of the runs it names (the others keep their defaults)."""
+    node = _section(path, run, "timeouts", TIMEOUT_KEYS)
+    return {**RunConfig().timeouts, **{key: seconds(path, node, key, 0, "run.timeouts") for key in node}}
+
+
+def parse_browser(path: Path | str, run: Any) -> BrowserConfig:
+    """``run.browser``: ``enabled`` and the chat page's selectors and message (texts; ``send: ""`` presses Enter)
+    and seconds."""
+    node, what, page = _section(path, run, "browser", BROWSER_KEYS), "run.browser", ChatPage()
+    enabled = flag(path, node, "enabled", False, what)
+    words = {key: text(path, node, key, getattr(page, key), what) for key in ("input", "send", "answer", "message")}
+    for key in ("input", "answer", "message"):
+        if not words[key]:
+            raise ConfigError(f"{where(path, node, key)}: {what}.{key} must be a text, not {node[key]!r}")
+    return BrowserConfig(
+        enabled=enabled,
+        page=ChatPage(
+            input=words["input"],
+            send=words["send"],
+            answer=words["answer"],
+            message=words["message"],
+            timeout=seconds(path, node, "timeout", page.timeout, what),
+            settle=seconds(path, node, "settle", page.settle, what),
+        ),
+    )
+
+
+def parse_run(run: Any, path: Path | str) -> RunConfig:
+    """``run``: every key known, every value of its type and range, read once into :class:`RunConfig`; a mistake
+    is a ConfigError naming ``file:line`` and the key (``n_predict: many`` was a ValueError deep in the smoke, exit
+    70)."""
+    check_keys(path, run, RUN_KEYS, "run")
+    defaults = RunConfig()
+    prompt = text(path, run, "prompt", defaults.prompt, "run")
+    if not prompt.strip():
         raise ConfigError(f"{where(path, run, 'prompt')}: run.prompt must be a text, not {run['prompt']!r}")
-    for key, least in RUN_WHOLE.items():
-        if key in run:
-            _whole(path, run, key, least, "run")
-    for section in ("bench", "gpu_bench"):
-        node = _mapping(path, run, section, f"run.{section}", tuple(BENCH_WHOLE))
-        for key, least in BENCH_WHOLE.items():
-            if node is not None and key in node:
-                _whole(path, node, key, least, f"run.{section}")
-    timeouts = _mapping(path, run, "timeouts", "run.timeouts", TIMEOUT_KEYS)
-    for key in timeouts or ():
-        _seconds(path, timeouts, key, "run.timeouts")
-    browser = _mapping(path, run, "browser", "run.browser", BROWSER_KEYS)
-    if browser is not None:
-        if "enabled" in browser and not isinstance(browser["enabled"], bool):
-            raise ConfigError(
-                f"{where(path, browser, 'enabled')}: run.browser.enabled must be true or false, "
-                f"not {browser['enabled']!r}"
-            )
-        for key in ("timeout", "settle"):
-            if key in browser:
-                _seconds(path, browser, key, "run.browser")
-        for key in ("input", "send", "answer", "message"):
-            if key in browser and (not isinstance(browser[key], str) or not browser[key]):
-                raise ConfigError(
-                    f"{where(path, browser, key)}: run.browser.{key} must be a text, not {browser[key]!r}"
-                )
-    parse_cpu_variants(run.get("cpu_variants"), path, run)
+    return RunConfig(
+        prompt=prompt,
+        n_predict=whole(path, run, "n_predict", defaults.n_predict, "run", least=1),
+        ctx_size=whole(path, run, "ctx_size", defaults.ctx_size, "run", least=16),
+        threads=whole(path, run, "threads", defaults.threads, "run", least=1),
+        seed=whole(path, run, "seed", defaults.seed, "run"),
+        gpu_layers=whole(path, run, "gpu_layers", defaults.gpu_layers, "run", least=-1),
+        bench=parse_bench(path, run, "bench"),
+        gpu_bench=parse_bench(path, run, "gpu_bench"),
+        timeouts=parse_timeouts(path, run),
+        cpu_variants=parse_cpu_variants(run.get("cpu_variants"), path, run),
+        browser=parse_browser(path, run),
+    )
+
+
+@dataclass(frozen=True)
+class SmokeConfig(Mapping[str, Any]):
+    """``config/smoke.yaml``, read and checked once, on load (cibuildwheel's ``BuildOptions``, for the smoke): the
+    typed sections the smoke runs by (``run``, ``numerics``, ``ops``), and, as a read-only mapping, the document
+    itself (``model``, ``models`` and ``tiny`` for :mod:`rockbuild.smoke.models`). ``SmokeConfig()``: an empty
+    smoke.yaml, every default."""
+
+    document: Mapping[str, Any] = field(default_factory=dict)
+    run: RunConfig = field(default_factory=RunConfig)
+    numerics: NumericsConfig = field(default_factory=lambda: parse_numerics_config(None))
+    ops: OpsConfig = field(default_factory=OpsConfig)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.document[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.document)
+
+    def __len__(self) -> int:
+        return len(self.document)
 
 
 TOP_KEYS = ("model", "models", "tiny", "run", "numerics", "ops")
@@ -173,7 +257,7 @@ def parse_models(doc: Any, path: Path | str) -> None:
     texts(path, tiny, "vocab", (), "tiny")
 
 
-def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
+def parse_smoke_config(doc: Any, path: Path) -> SmokeConfig:
     """The smoke configuration from a parsed ``smoke.yaml`` (read by :func:`load_smoke_config`): every section
     checked here, on load, so a mistake is one ConfigError naming ``file:line`` and the key."""
     if not isinstance(doc, dict):
@@ -188,16 +272,18 @@ def parse_smoke_config(doc: Any, path: Path) -> dict[str, Any]:
                 f"mapping (see the shipped config/smoke.yaml), not {doc.get(key)!r}"
             )
     parse_models(doc, path)
-    parse_run(doc["run"], path)
-    # the smoke's steps read their sections when they run; a mistake in them is found here, on load, with its line
+    run = parse_run(doc["run"], path)
     for key in ("numerics", "ops"):
         if doc.get(key) is not None:
             expect_type(path, doc, key, doc[key], dict, key)
-    parse_numerics_config(doc.get("numerics"), path=path)
-    parse_ops_config(doc.get("ops"), path)
-    return dict(doc)
+    return SmokeConfig(
+        document=doc,
+        run=run,
+        numerics=parse_numerics_config(doc.get("numerics"), path=path),
+        ops=parse_ops_config(doc.get("ops"), path),
+    )
 
 
-def load_smoke_config(path: Path | None = None) -> dict[str, Any]:
+def load_smoke_config(path: Path | None = None) -> SmokeConfig:
     """The smoke configuration (default: the shipped ``config/smoke.yaml``)."""
     return load_data_file(path, "smoke.yaml", parse_smoke_config)

@@ -34,10 +34,10 @@ from rockbuild.core.vocabulary import Backends, GpuDevice, SmokeDevices
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
-from rockbuild.smoke.config import parse_cpu_variants
+from rockbuild.smoke.config import RunConfig, SmokeConfig
 from rockbuild.smoke.models import ModelFile, check_gguf
-from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, parse_numerics_config, run_numerics
-from rockbuild.smoke.ops import Ops, OpsConfig, find_op_test, parse_ops_config, run_ops
+from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, run_numerics
+from rockbuild.smoke.ops import Ops, OpsConfig, find_op_test, run_ops
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 from rockbuild.smoke.variants import NONE as NO_CPU_VARIANTS
 from rockbuild.smoke.variants import VariantRuns, run_cpu_variants, shipped_variants
@@ -61,27 +61,24 @@ SMOKE_JSON = "smoke.json"
 TAIL_LINES = 30
 
 
+_RUN = RunConfig()  # an empty run section: the options' defaults are smoke.yaml's
+
+
 @dataclass(frozen=True)
 class SmokeOptions:
-    prompt: str = "I believe the meaning of life is"
-    n_predict: int = 16
-    ctx_size: int = 1024
-    threads: int = 1
-    seed: int = 42
-    gpu_layers: int = 99
-    # a real batch: pp512 is where a CPU variant this CPU cannot run died of SIGILL while -p 8 ran (config/smoke.yaml)
-    bench_prompt: int = 512
-    bench_gen: int = 16
-    bench_repetitions: int = 1
-    # llama-bench's CPU threads when they differ from the other runs' (the GPU figures: one thread makes pp512 on a
-    # GPU half as fast and its repetitions spread by 70 %, bench/gpu_threads.py); capped at this machine's CPUs
-    bench_threads: int | None = None
-    # discarded llama-bench runs before the measured one: a GPU fresh from idle clocks up during the first (on the
-    # H200 pp512 gave 8,040 +- 2,399 t/s cold, 20,624 +- 114 a minute later: issue 26)
-    bench_warmup: int = 0
-    timeouts: Mapping[str, float] = field(
-        default_factory=lambda: {"cli": 300.0, "server_start": 300.0, "request": 300.0, "bench": 600.0}
-    )
+    prompt: str = _RUN.prompt
+    n_predict: int = _RUN.n_predict
+    ctx_size: int = _RUN.ctx_size
+    threads: int = _RUN.threads
+    seed: int = _RUN.seed
+    gpu_layers: int = _RUN.gpu_layers
+    # llama-bench: run.bench's settings, or run.gpu_bench's (rockbuild.smoke.config.BenchConfig says why each)
+    bench_prompt: int = _RUN.bench.n_prompt
+    bench_gen: int = _RUN.bench.n_gen
+    bench_repetitions: int = _RUN.bench.repetitions
+    bench_threads: int | None = _RUN.bench.threads  # capped at this machine's CPUs; None: the runs' threads
+    bench_warmup: int = _RUN.bench.warmup
+    timeouts: Mapping[str, float] = field(default_factory=lambda: dict(_RUN.timeouts))
     expect_gpu: str = "auto"  # auto | yes | no
     runs: tuple[str, ...] = ("cli", "server", "bench")
     # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
@@ -94,48 +91,46 @@ class SmokeOptions:
     # ``browser``: a real browser chats with it too (--browser, smoke.yaml's run.browser.enabled)
     web_ui: bool | None = None
     web_ui_reason: str = ""
-    browser: bool = False
-    chat_page: Mapping[str, Any] = field(default_factory=dict)  # run.browser: the page's selectors, the timeout
+    browser: bool = _RUN.browser.enabled
+    chat_page: ChatPage = _RUN.browser.page  # run.browser: the page's selectors, the timeout
     # the numerics step (smoke.yaml's numerics; rockbuild.smoke.numerics): None or disabled: not run
     numerics: NumericsConfig | None = None
     # the cpu_variants step (rockbuild.smoke.variants; smoke.yaml's run.cpu_variants, --cpu-variants): each CPU variant
     # module alone, all | picked | none, pp512 and a tg of cpu_variant_gen tokens, one repetition
-    cpu_variants: str = "all"
-    cpu_variant_gen: int = 8
+    cpu_variants: str = _RUN.cpu_variants.check
+    cpu_variant_gen: int = _RUN.cpu_variants.n_gen
     # the ops step (rockbuild.smoke.ops; smoke.yaml's ops): test-backend-ops on the GPU; None: not run
     ops: OpsConfig | None = None
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
-        """The options of smoke.yaml's ``run`` section; ``bench_preset`` ``gpu`` takes llama-bench's settings from
-        ``run.gpu_bench`` (pp512/tg128, the figures a release publishes) instead of ``run.bench``."""
-        run_cfg = config.get("run") or {}
-        bench = run_cfg.get("gpu_bench" if bench_preset == "gpu" else "bench") or {}
-        defaults = cls()
-        variants = parse_cpu_variants(run_cfg.get("cpu_variants"), "smoke.yaml", run_cfg)
-        timeouts = {**defaults.timeouts, **{k: float(v) for k, v in (run_cfg.get("timeouts") or {}).items()}}
-        values: dict[str, Any] = dict(
-            prompt=str(run_cfg.get("prompt", defaults.prompt)),
-            n_predict=int(run_cfg.get("n_predict", defaults.n_predict)),
-            ctx_size=int(run_cfg.get("ctx_size", defaults.ctx_size)),
-            threads=int(run_cfg.get("threads", defaults.threads)),
-            seed=int(run_cfg.get("seed", defaults.seed)),
-            gpu_layers=int(run_cfg.get("gpu_layers", defaults.gpu_layers)),
-            bench_prompt=int(bench.get("n_prompt", defaults.bench_prompt)),
-            bench_gen=int(bench.get("n_gen", defaults.bench_gen)),
-            bench_repetitions=int(bench.get("repetitions", defaults.bench_repetitions)),
-            timeouts=timeouts,
-            bench_threads=int(bench["threads"]) if bench.get("threads") else None,
-            bench_warmup=int(bench.get("warmup", defaults.bench_warmup)),
-            browser=bool((run_cfg.get("browser") or {}).get("enabled", False)),
-            chat_page=dict(run_cfg.get("browser") or {}),
-            numerics=parse_numerics_config(config.get("numerics")),
-            cpu_variants=variants.get("check", defaults.cpu_variants),
-            cpu_variant_gen=variants.get("n_gen", defaults.cpu_variant_gen),
-            ops=parse_ops_config(config.get("ops")),
+    def from_config(cls, config: SmokeConfig, *, bench_preset: str = "smoke", **overrides: Any) -> SmokeOptions:
+        """The options of smoke.yaml as :func:`rockbuild.smoke.config.load_smoke_config` read and checked it (once,
+        on load: nothing is parsed here); ``bench_preset`` ``gpu`` takes llama-bench's settings from
+        ``run.gpu_bench`` (pp512/tg128, the figures a release publishes) instead of ``run.bench``. ``overrides``:
+        the command line's flags, over smoke.yaml's values."""
+        run = config.run
+        bench = run.gpu_bench if bench_preset == "gpu" else run.bench
+        smoke_yaml = cls(
+            prompt=run.prompt,
+            n_predict=run.n_predict,
+            ctx_size=run.ctx_size,
+            threads=run.threads,
+            seed=run.seed,
+            gpu_layers=run.gpu_layers,
+            bench_prompt=bench.n_prompt,
+            bench_gen=bench.n_gen,
+            bench_repetitions=bench.repetitions,
+            bench_threads=bench.threads,
+            bench_warmup=bench.warmup,
+            timeouts=run.timeouts,
+            browser=run.browser.enabled,
+            chat_page=run.browser.page,
+            numerics=config.numerics,
+            cpu_variants=run.cpu_variants.check,
+            cpu_variant_gen=run.cpu_variants.n_gen,
+            ops=config.ops,
         )
-        values.update(overrides)
-        return cls(**values)
+        return replace(smoke_yaml, **overrides)
 
 
 @dataclass(frozen=True)
@@ -739,7 +734,7 @@ def check_pages(
         return f"GET / answered {page['detail']}, not the web UI the build has"
     if not options.browser:
         return None
-    chat = check_chat(f"{base}/", ChatPage.from_config(options.chat_page), screenshot=logs / "web-ui.png", env=env)
+    chat = check_chat(f"{base}/", options.chat_page, screenshot=logs / "web-ui.png", env=env)
     details["browser"] = chat
     if chat.result == "not checked":
         console.warn(f"browser check not run: {chat.detail}")

@@ -225,7 +225,7 @@ browser_check() {
 import json, sys, time
 from pathlib import Path
 import requests
-from rockbuild.smoke.browser import ChatPage, check_chat
+from rockbuild.smoke.browser import check_chat
 from rockbuild.smoke.config import load_smoke_config
 url, shot, config = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 for _ in range(600):
@@ -236,7 +236,7 @@ for _ in range(600):
         pass
     time.sleep(0.2)
 page = requests.get(url, timeout=10)
-result = check_chat(url, ChatPage.from_config(load_smoke_config(config)["run"].get("browser")), screenshot=shot)
+result = check_chat(url, load_smoke_config(config).run.browser.page, screenshot=shot)
 out = {"get": {"status": page.status_code, "content_type": page.headers.get("Content-Type"), "bytes": len(page.content)},
        "browser": result.to_dict()}
 print(json.dumps(out, indent=2))

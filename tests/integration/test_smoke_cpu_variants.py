@@ -24,7 +24,7 @@ from support.smoke import fast_smoke, header_model, make_bundle
 from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import ConfigError, SmokeError
 from rockbuild.core.records import SmokeRecord
-from rockbuild.smoke.config import load_smoke_config
+from rockbuild.smoke.config import SmokeConfig, load_smoke_config
 from rockbuild.smoke.numerics import KnownAnswer, NumericsConfig
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
 from rockbuild.smoke.variants import one_variant_folder
@@ -311,7 +311,7 @@ def test_the_shipped_setting_and_the_command_line_option(tmp_path):
     shipped = load_smoke_config()
     assert shipped["run"]["cpu_variants"] == {"check": "all", "n_gen": 8}
     assert SmokeOptions.from_config(shipped).cpu_variants == "all"
-    assert SmokeOptions.from_config({"run": {}}).cpu_variants == "all"  # the default on a bundle with modules
+    assert SmokeOptions.from_config(SmokeConfig()).cpu_variants == "all"  # the default on a bundle with modules
 
     @click.command()
     @CPU_VARIANTS

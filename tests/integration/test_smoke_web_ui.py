@@ -93,17 +93,17 @@ def test_a_build_json_that_does_not_say_is_not_checked(tmp_path, model):
 
 
 def test_smoke_yaml_turns_the_browser_on_and_names_the_page(tmp_path):
-    config = {"run": {"browser": {"enabled": True, "message": "Hi", "timeout": 5, "send": ""}}}
-    options = SmokeOptions.from_config(config)
-    assert options.browser is True
-    page = ChatPage.from_config(options.chat_page)
-    assert (page.message, page.timeout, page.send) == ("Hi", 5.0, "")
-    assert page.answer == ChatPage().answer  # what the config leaves out keeps llama.cpp's selectors
-    assert SmokeOptions.from_config({"run": {}}).browser is False
-    from rockbuild.smoke.config import load_smoke_config
+    from rockbuild.smoke.config import SmokeConfig, load_smoke_config, parse_run
 
-    shipped = load_smoke_config()["run"]["browser"]
-    assert shipped["enabled"] is False and ChatPage.from_config(shipped) == ChatPage(timeout=180.0, settle=3.0)
+    run = parse_run({"browser": {"enabled": True, "message": "Hi", "timeout": 5, "send": ""}}, "smoke.yaml")
+    options = SmokeOptions.from_config(SmokeConfig(run=run))
+    assert options.browser is True
+    page = options.chat_page  # read on load, handed to the browser as it is
+    assert (page.message, page.timeout, page.send) == ("Hi", 5.0, "")  # send "": Enter
+    assert page.answer == ChatPage().answer  # what the config leaves out keeps llama.cpp's selectors
+    assert SmokeOptions.from_config(SmokeConfig()).browser is False
+    shipped = load_smoke_config().run.browser
+    assert shipped.enabled is False and shipped.page == ChatPage(timeout=180.0, settle=3.0)
 
 
 def test_without_a_browser_the_chat_is_not_checked(tmp_path):
@@ -208,7 +208,7 @@ def test_a_page_without_a_chat_box_fails_naming_the_step(tmp_path):
 @needs_browser
 def test_smoke_with_the_browser_chats_with_the_servers_page(tmp_path, model):
     job, envlog = make_bundle(tmp_path, {"ui": "chat"}, web_ui=BUILT)
-    options = SmokeOptions(**FAST, browser=True, chat_page={"settle": 0.5, "timeout": 60})
+    options = SmokeOptions(**FAST, browser=True, chat_page=ChatPage(settle=0.5, timeout=60))
     report = run_smoke(job, model, options, kfd_topology=tmp_path, backends=REGISTRY)
     assert report.ok, report.failures
     browser = server_run(report).to_dict()["browser"]

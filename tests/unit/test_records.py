@@ -22,7 +22,7 @@ from support.publishing import make_job, smoke_ok
 
 from rockbuild.core.errors import NotFoundError, RecordError
 from rockbuild.core.jobs import Job
-from rockbuild.core.record import PAIRS, Record, form_of, key_of
+from rockbuild.core.record import PAIRS, Record, form_of, key_of, written
 from rockbuild.core.records import (
     RECORDS,
     BuildErrorInfo,
@@ -539,3 +539,61 @@ def test_a_date_field_is_an_iso_day_in_json_and_a_wrong_one_is_one_line():
     with pytest.raises(RecordError) as caught:
         FamilySource.from_dict({"ref": "r", "since": 20260427}, "families.json")
     assert caught.value.message == "families.json: since must be a string, not int"
+
+
+def test_an_inline_record_is_written_as_the_objects_own_keys_and_read_back_from_them():
+    """``rocm list --json``'s entry: its tarball name's keys (the version as its text, its kind, date and base derived),
+    then the entry's own; read back from the same object, a file's key order and unknown keys kept."""
+    from rockbuild.rocm.index import TarballEntry
+    from rockbuild.rocm.names import parse_tarball_name
+
+    name = parse_tarball_name("therock-dist-linux-gfx1151-10.2.0a20260915.tar.gz")
+    assert name is not None
+    entry = TarballEntry(name=name, url="https://x/t.tar.gz", size=3)
+    data = entry.to_dict()
+    assert list(data) == [
+        *("filename", "platform", "group", "tests", "variant", "version", "kind", "date", "base_version"),
+        *("url", "mtime", "size", "index_url"),
+    ]
+    assert (data["version"], data["kind"], data["date"], data["base_version"]) == (
+        "10.2.0a20260915",
+        "nightly",
+        "2026-09-15",
+        "10.2.0",
+    )
+    back = TarballEntry.from_dict(json.loads(json.dumps(data)))
+    assert back == entry and back.to_dict() == data
+    shuffled = {"url": data["url"], "zzz": 1, **{k: v for k, v in data.items() if k != "url"}}
+    assert list(TarballEntry.from_dict(shuffled).to_dict()) == list(shuffled)
+    with pytest.raises(RecordError) as caught:
+        TarballEntry.from_dict({k: v for k, v in data.items() if k != "platform"}, "list.json")
+    assert caught.value.message == "list.json: platform is missing"
+    with pytest.raises(RecordError) as caught:
+        TarballEntry.from_dict({**data, "version": "10.2"}, "list.json")
+    assert caught.value.message == "list.json: version: '10.2' is no TheRock version"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Report(Record):
+    FILE: ClassVar[str] = "report.json"
+
+    sizes: tuple[tuple[str, int], ...] = dataclasses.field(
+        default=(), metadata=written(lambda sizes: [{"name": n, "size": s} for n, s in sizes])
+    )
+    samples: tuple[Path, ...] = dataclasses.field(
+        default=(), metadata=written(lambda paths: [_Sample(where=p) for p in paths])
+    )
+
+
+def test_a_reports_written_field_is_made_by_its_form_and_refused_on_read():
+    """A command's report holds values that are no records (a release's files, its jobs): a form writes them (as JSON
+    or as the records they are written as), and nothing reads a report back."""
+    report = _Report(sizes=(("a", 1),), samples=(Path("/x"),))
+    data = report.to_dict()
+    assert data == {
+        "sizes": [{"name": "a", "size": 1}],
+        "samples": [{"where": "/x", "names": [], "joined": "", "defines": {}}],
+    }
+    with pytest.raises(RecordError) as caught:
+        _Report.from_dict(data)
+    assert caught.value.message == "report.json: sizes: is written by a report and never read back"

@@ -102,3 +102,68 @@ def test_the_four_bad_values_of_the_issue_are_one_config_line_and_exit_2(tmp_pat
     assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr
     assert result.stderr.startswith(f"error: {path}:{line}: {key} must be"), result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_run_section_is_read_once_into_a_typed_config_the_options_are_built_from(monkeypatch):
+    """Issue 58, item 2: smoke.yaml is read once, on load, into a typed config (cibuildwheel's BuildOptions);
+    SmokeOptions.from_config copies them and never reads the document's run section again."""
+    from dataclasses import replace
+
+    import rockbuild.smoke.config as smoke_config
+    from rockbuild.smoke.config import RunConfig, SmokeConfig
+    from rockbuild.smoke.runner import SmokeOptions
+
+    read: list[object] = []
+    parse_run = smoke_config.parse_run
+    monkeypatch.setattr(smoke_config, "parse_run", lambda run, path: read.append(path) or parse_run(run, path))
+    config = load_smoke_config()
+    assert read == [data_path("config", "smoke.yaml")]  # one reading of the run section, on load
+    assert isinstance(config.run, RunConfig)
+    assert (config.run.gpu_bench.threads, config.run.cpu_variants.n_gen, config.run.timeouts["bench"]) == (8, 8, 600.0)
+    assert config["run"]["n_predict"] == config.run.n_predict  # the document stays readable as a mapping
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("smoke.yaml parsed a second time")
+
+    for name in ("parse_run", "parse_cpu_variants", "parse_bench", "parse_browser", "parse_timeouts"):
+        monkeypatch.setattr(smoke_config, name, refuse)
+    # the options come from the typed config alone: a document whose run section says otherwise is not looked at
+    typed = replace(config, document={"run": {"n_predict": "many", "cpu_variants": "all"}})
+    gpu = SmokeOptions.from_config(typed, bench_preset="gpu", cpu_variants="picked")
+    assert (gpu.n_predict, gpu.bench_prompt, gpu.bench_gen, gpu.bench_threads, gpu.bench_warmup) == (16, 512, 128, 8, 1)
+    assert (gpu.cpu_variants, gpu.cpu_variant_gen) == ("picked", 8)  # a flag overrides smoke.yaml's value
+    assert gpu.numerics is config.numerics and gpu.ops is config.ops and gpu.chat_page is config.run.browser.page
+    assert SmokeOptions.from_config(typed).bench_threads is None  # run.bench names no threads
+    # an empty smoke.yaml's settings are SmokeOptions' own defaults (one place says what each default is)
+    empty = SmokeOptions.from_config(SmokeConfig())
+    assert replace(empty, numerics=None, ops=None) == SmokeOptions()
+
+
+def test_a_bad_run_value_fails_on_load_before_any_options_are_made(tmp_path):
+    """What from_config once met as int(...) of a raw value is a ConfigError naming file and line, on load."""
+    text = SHIPPED.replace("threads: 8, warmup: 1}", "threads: 0, warmup: 1}", 1)
+    assert text != SHIPPED
+    path = tmp_path / "smoke.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_smoke_config(path)
+    line = line_of(text, "  gpu_bench:")
+    assert info.value.message == f"{path}:{line}: run.gpu_bench.threads must be a whole number, at least 1, not 0"
+    path.write_text(SHIPPED.replace("  timeouts: {cli: 300,", "  timeouts: {cli: .inf,", 1))
+    with pytest.raises(ConfigError) as info:
+        load_smoke_config(path)
+    said = info.value.message
+    assert (
+        said
+        == f"{path}:{line_of(SHIPPED, '  timeouts:')}: run.timeouts.cli must be seconds (a positive number), not inf"
+    )
+
+
+def test_only_the_timeouts_smoke_yaml_names_change(tmp_path):
+    from rockbuild.smoke.config import RunConfig
+
+    path = tmp_path / "smoke.yaml"
+    path.write_text(
+        SHIPPED.replace("  timeouts: {cli: 300, server_start: 300, request: 300, bench: 600}", "  timeouts: {cli: 5}")
+    )
+    assert load_smoke_config(path).run.timeouts == {**RunConfig().timeouts, "cli": 5.0}
