@@ -288,10 +288,9 @@ def check_vulkan_host(gpus: Sequence[Gpu], bundle: Path, env: Mapping[str, str])
         ], devices
     if devices:
         return [Finding("ok", "vulkan", f"the Vulkan build sees {d}") for d in devices], devices
-    severity = "error" if gpus else "warning"
     return [
         Finding(
-            severity,
+            "error" if gpus else "warning",
             "vulkan",
             "the Vulkan build sees no Vulkan device"
             + (" although an AMD GPU is present" if gpus else "")

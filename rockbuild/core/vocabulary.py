@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from rockbuild.core.record import HEX, Record
 
@@ -49,7 +49,7 @@ class Gpu(Record):
 
 @dataclass(frozen=True)
 class Finding(Record):
-    severity: str  # ok | info | warning | error
+    severity: Literal["ok", "info", "warning", "error"]
     topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll | cpu
     message: str
     action: str = ""  # one line: what to do

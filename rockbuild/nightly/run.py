@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild import console, matrix
 from rockbuild.bundle.policy import BundlePolicy
@@ -142,11 +142,15 @@ class NightOptions:
     context: Context = field(kw_only=True, repr=False, compare=False)  # the cache, GitHub's context, the host OS
 
 
+# how a night (or one of its CI modes) ended; exit 0 for the first six
+NightState = Literal["unchanged", "published", "draft", "dry-run", "built", "held-back", "blocked", "failed"]
+
+
 @dataclass(frozen=True)
 class NightReport(Record):
     """How the night (or one of its CI modes) ended (a record: ``rockbuild nightly --json``)."""
 
-    state: str  # unchanged | published | draft | built | held-back | blocked | failed
+    state: NightState
     message: str
     exit_code: int = field(init=False)  # 0 for a night that did what it should (derived from the state)
     inputs: Path | None
@@ -728,7 +732,7 @@ def run_night_job(options: NightOptions, job_id: str, *, inputs_file: Path | Non
     elif job.os != options.context.host_os:
         raise UsageError(f"job {job.id} builds for {job.os}; run it on a {job.os} machine")
     outcome = _run_guarded(job, Night(options, inputs))
-    state = "built" if outcome.status == "ok" else "failed"
+    state: NightState = "built" if outcome.status == "ok" else "failed"
     message = (
         f"{job.id}: every stage passed"
         if outcome.status == "ok"
@@ -775,7 +779,8 @@ def release_night(
     failed_optional = [o for o in outcomes if o.status != "ok" and not o.required]
     release: dict[str, Any] | None = None
     legs: list[LegFailure] = []
-    state, message = "built", f"{sum(o.status == 'ok' for o in outcomes)} of {len(outcomes)} jobs passed"
+    state: NightState = "built"
+    message = f"{sum(o.status == 'ok' for o in outcomes)} of {len(outcomes)} jobs passed"
     if failed_optional:
         message += f"; optional jobs failed: {', '.join(o.id for o in failed_optional)}"
     if missing:

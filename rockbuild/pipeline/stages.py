@@ -14,12 +14,12 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild import console
 from rockbuild.core.errors import RockbuildError
 from rockbuild.core.record import SECONDS, Record
-from rockbuild.core.records import STAGES_SCHEMA, StagesRecord
+from rockbuild.core.records import STAGES_SCHEMA, Cause, Ship, StagesRecord
 from rockbuild.jobfolder import JobFolder
 
 STAGES = ("fetch", "build", "bundle", "smoke")
@@ -65,14 +65,14 @@ class StagesOutcome(Record):
 
     id: str
     required: bool
-    status: str  # ok | failed | not-run
+    status: Literal["ok", "failed", "not-run"]
     stages: dict[str, str]  # stage -> done | reused | failed | skipped
     failed_stage: str | None = None
     message: str | None = None
     seconds: float = field(default=0.0, metadata=SECONDS)
     fallback: str | None = None  # ran on its group's last good ROCm because the newest failed: what and why
-    cause: str | None = None  # a failed job's triage (triage.json): llama.cpp | rocm | machine | unknown
-    ship: str | None = None  # what the night does with it: missing (the release goes without it) | blocked | fallback
+    cause: Cause | None = None  # a failed job's triage (triage.json)
+    ship: Ship | None = None  # what the night does with it (missing: the release goes without it)
 
 
 def _never(_entry: dict[str, Any]) -> None:

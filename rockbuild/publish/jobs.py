@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild.backends import get_backend
 from rockbuild.core.errors import RecordError
@@ -87,7 +87,7 @@ class BuiltJob:
     name: str  # family short name or single target: the asset name's <name>
     targets: tuple[str, ...]
     required: bool
-    status: str  # ok | failed
+    status: Literal["ok", "failed"]
     failed_step: str | None = None
     reason: str | None = None
     log: Path | None = None

@@ -28,7 +28,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild import console
 from rockbuild.backends import get_backend
@@ -87,13 +87,16 @@ class PublishOptions:
     context: Context = field(kw_only=True, repr=False, compare=False)  # GitHub's context, SOURCE_DATE_EPOCH
 
 
+PublishState = Literal["published", "draft", "unchanged", "dry-run"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PublishReport(Record):
     """What ``rockbuild publish`` did (a record: its ``--json``): each asset as manifest.json has it, each failed job
     as its ``failed_jobs``."""
 
     tag: str
-    state: str  # published | draft | unchanged | dry-run
+    state: PublishState
     message: str
     fingerprint: str
     release_url: str | None = None
@@ -461,6 +464,7 @@ def publish(
                 state="dry-run", message=message, actions=tuple(actions), warnings=tuple(warnings), **base_report
             )
         release, actions = _complete_draft(gh, existing, tag, notes, assets, warnings, say)
+        state: PublishState
         if options.draft:
             state, message = (
                 "draft",
