@@ -46,7 +46,7 @@ import click  # noqa: E402
 
 from rockbuild import __version__, console  # noqa: E402
 from rockbuild.commands import night, stages, users  # noqa: E402
-from rockbuild.commands.common import CONTEXT, OrderedGroup  # noqa: E402
+from rockbuild.commands.common import CONTEXT, OrderedGroup, configure_network  # noqa: E402
 from rockbuild.core.data import DataRoots, is_checkout, use_data_roots  # noqa: E402
 from rockbuild.core.errors import BUG_EXIT_CODE, RockbuildError  # noqa: E402
 from rockbuild.settings import Settings  # noqa: E402
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
                 announce=(lambda line: console.info(f"debug: read {line}")) if debug else None,
             )
         )
+        configure_network(resolved)  # the network's timeouts and retries, for every request the command makes
         # without standalone mode click *returns* the code of a ctx.exit(code) instead of exiting with it
         code = cli.main(args=argv, prog_name="rockbuild", standalone_mode=False, obj=resolved)
         if isinstance(code, int) and code:

@@ -38,16 +38,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class OrderedGroup(click.Group):
-    """Lists commands in pipeline order, not alphabetically. As the root group, hands the network's timeouts of the
-    settings :func:`main` resolved to the downloader before the command runs."""
+    """Lists commands in pipeline order, not alphabetically."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        if ctx.parent is None and isinstance(ctx.obj, Settings):
-            configure_network(ctx.obj)
-        return super().invoke(ctx)
 
 
 def configure_network(context: Settings) -> None:

@@ -273,6 +273,8 @@ def nightly(
     if not as_json:
         overview.print_summary(report)
     write_image_output(report)
+    if mode == "release" and report.held_back is not None:  # the whole night builds it again itself
+        write_held_back_output(report.held_back, out_dir)
     show(report, as_json)
     ctx.exit(report.exit_code)
 
@@ -296,6 +298,17 @@ def held_back_pins(path: Path, pins: Pins) -> tuple[HeldBack, Pins]:
             hint="leave --llama-ref out, or give that commit",
         )
     return held, replace(pins, llama_ref=held.good.commit)
+
+
+def write_held_back_output(held: HeldBack, out_dir: Path) -> None:
+    """``held_back_ref=`` and ``held_back=`` in $GITHUB_OUTPUT (in CI) for a night ``--release`` held back
+    (regressions.ship: newest-good): the commit the workflow dispatches the night again from, and the held-back.json
+    that run's ``--plan --held-back`` takes."""
+    output = settings().github.output
+    if output is None:
+        return
+    with open(output, "a", encoding="utf-8") as fh:
+        fh.write(f"held_back_ref={held.good.commit}\nheld_back={Path(out_dir).absolute() / held.FILE}\n")
 
 
 def write_image_output(report: NightReport) -> None:

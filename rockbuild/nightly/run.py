@@ -856,14 +856,10 @@ def _hold_back(
     outcomes: tuple[StagesOutcome, ...],
     changes: tuple[str, ...],
 ) -> NightReport:
-    """``ship: newest-good``: publish nothing from tonight's commit; write ``OUT/held-back.json`` (and
-    ``held_back_ref=`` in $GITHUB_OUTPUT, for the workflow to dispatch the night again), and alert upstream's
-    regression now."""
-    file = hold.write(Path(options.out).absolute() / HeldBack.FILE)
-    output = options.context.github.output
-    if output is not None:
-        with open(output, "a", encoding="utf-8") as fh:
-            fh.write(f"held_back_ref={hold.good.commit}\nheld_back={file}\n")
+    """``ship: newest-good``: publish nothing from tonight's commit; write ``OUT/held-back.json`` (what the night is
+    built again from: here by :func:`run_night`, in the CI fan-out by the workflow, see the command's GitHub output),
+    and alert upstream's regression now."""
+    hold.write(Path(options.out).absolute() / HeldBack.FILE)
     console.warn(
         f"held back: {hold.describe()} (regressions.ship: newest-good); every job is built again from "
         f"{hold.good.commit[:12]}"

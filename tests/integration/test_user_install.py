@@ -48,25 +48,15 @@ def user_site(tmp_path: Path) -> Path:
     """A folder holding links to rockbuild and to the top-level modules of :func:`user_distributions` only."""
     site = tmp_path / "user-site"
     site.mkdir()
-    tops: set[str] = set()
-    for name in user_distributions():
-        dist = md.distribution(name)
-        for f in dist.files or []:
-            first = f.parts[0]
-            if first.endswith((".dist-info", ".data")) or first == "..":
-                continue
-            tops.add(first.removesuffix(".py") if len(f.parts) == 1 else first)
     import rockbuild
 
-    package = Path(rockbuild.__file__).resolve().parent
-    (site / "rockbuild").symlink_to(package)
-    for top in sorted(tops):
-        for candidate in (
-            Path(md.distribution("pyyaml").locate_file("")) / top,
-            Path(md.distribution("pyyaml").locate_file("")) / f"{top}.py",
-        ):
-            if candidate.exists() and not (site / candidate.name).exists():
-                (site / candidate.name).symlink_to(candidate)
+    (site / "rockbuild").symlink_to(Path(rockbuild.__file__).resolve().parent)
+    for name in user_distributions():
+        dist = md.distribution(name)
+        for first in sorted({f.parts[0] for f in dist.files or []}):
+            if first.endswith((".dist-info", ".data")) or first in ("..", "__pycache__") or (site / first).exists():
+                continue
+            (site / first).symlink_to(Path(str(dist.locate_file(first))))
     return site
 
 
