@@ -83,7 +83,7 @@ install_rockbuild() {
     local root=$1
     copy_repo "$root$RB_SRC"
     [[ -x $root$VENV/bin/python ]] || { log "creating $VENV in $root"; chroot_env "$root" python3 -m venv "$VENV"; }
-    chroot_env "$root" "$VENV/bin/pip" install --quiet --editable "${RB_SRC}[tiny]"
+    chroot_env "$root" "$VENV/bin/pip" install --quiet --editable "${RB_SRC}[build,tiny]"
     log "rockbuild in $root: $(chroot_env "$root" "$VENV/bin/rockbuild" --version)"
 }
 

@@ -28,7 +28,7 @@ ROOT_PATH=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # d
 [[ -f $JOB_DIR/bundle/bundle.json ]] \
     || die "no bundle in $JOB_DIR (the .deb is made from run.sh's build; run: tests/e2e/run.sh build)"
 [[ -d $CLEAN && -f $E2E/.clean-root.stamp ]] || die "$CLEAN is not provisioned; run tests/e2e/provision.sh"
-[[ -x $PYTHON ]] || die "$PYTHON is missing: make this checkout's venv (python3 -m venv .venv && .venv/bin/pip install -e .)"
+[[ -x $PYTHON ]] || die "$PYTHON is missing: make this checkout's venv (python3 -m venv .venv && .venv/bin/pip install -e '.[build]')"
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing on this host (apt-get install dpkg)"
 [[ -f $MODELS/tiny-qwen3.gguf ]] || die "no tiny model in $MODELS; run tests/e2e/run.sh clean first"
 

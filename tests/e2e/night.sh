@@ -221,7 +221,7 @@ prepare_host() {
     mkdir -p /e2e
     ln -sfn "$NIGHT" /e2e/night
     [[ -x $HOST_VENV/bin/python ]] || "$HOST_PY" -m venv "$HOST_VENV"
-    "$HOST_VENV/bin/pip" install -q --disable-pip-version-check "${REPO}[browser]"
+    "$HOST_VENV/bin/pip" install -q --disable-pip-version-check "${REPO}[build,browser]"
     "$HOST_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$REPO"
     if ! command -v podman > /dev/null || ! command -v docker-registry > /dev/null; then
         die "the publish leg needs podman, runc and docker-registry on the host (apt-get install podman runc docker-registry)"

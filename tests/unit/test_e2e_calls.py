@@ -115,3 +115,21 @@ def test_a_dropped_keyword_is_caught() -> None:
     assert call_breaks("from rockbuild.smoke.models import no_such_thing\n") == [
         "rockbuild.smoke.models.no_such_thing does not exist"
     ]
+
+
+# `pip install [--editable] <the working tree>[extras]`: rockbuild itself, as the scripts install it into a root
+_TREE_INSTALL = re.compile(r"pip\"?\s+install\b(?P<args>[^\n]*?)\"\$\{(?:RB_SRC|REPO)\}(?:\[(?P<extras>[\w,]+)\])?\"")
+
+
+def test_the_scripts_install_rockbuild_with_its_build_extra() -> None:
+    """The build, bundle, smoke and publish machinery is the `build` extra (pyproject.toml): an e2e script that
+    installs the working tree with its dependencies but without it fails in the root with exit 3 (it did, once)."""
+    installs = []
+    for script in SCRIPTS:
+        for m in _TREE_INSTALL.finditer(script.read_text(encoding="utf-8")):
+            if "--no-deps" in m.group("args"):
+                continue
+            installs.append((script.name, m.group("extras") or ""))
+    assert installs, "no script installs the working tree: the pattern is stale"
+    missing = [name for name, extras in installs if "build" not in extras.split(",")]
+    assert not missing, f"installed without the build extra in {missing}"
