@@ -114,8 +114,10 @@ def test_a_program_that_imports_rockbuild_cli_keeps_its_keyboardinterrupt():
     import sys
 
     code = (
-        "import time, rockbuild.cli\nprint('imported', flush=True)\n"
-        "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n"
+        # 'imported' is printed inside the try: a signal sent right after it can never land outside it
+        "import time, rockbuild.cli\n"
+        "try:\n    print('imported', flush=True)\n    time.sleep(30)\n"
+        "except KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
