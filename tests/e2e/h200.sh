@@ -354,11 +354,11 @@ ops() {
         "$OUT/ops-smoke.json" | tee "$OUT/ops-summary.txt"
 }
 
-# Issue 39's mutants: each series of tests/e2e/mutants/ (the release's carried fixes plus one fault) applied to a mirror
-# of the pinned tree by rockbuild's patch mechanism, in the build folder `rockbuild build --patches` configured; only
-# the library the mutant changes is rebuilt (libllama for (b), libggml-vulkan for the others), then swapped into a copy
-# of the release's bundle
-MUTANTS="a-q4_1-dequant:libggml-vulkan.so b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so"
+# Issue 39's and 59's mutants: each series of tests/e2e/mutants/ (the release's carried fixes plus one fault) applied
+# to a mirror of the pinned tree by rockbuild's patch mechanism, in the build folder `rockbuild build --patches`
+# configured; only the library the mutant changes is rebuilt (libllama for (b), libggml-vulkan for the others), then
+# swapped into a copy of the release's bundle
+MUTANTS="a-q4_1-dequant:libggml-vulkan.so b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so e-rope-past-2048:libggml-vulkan.so f-kv-rows-past-2048:libggml-vulkan.so"
 MUT=${ROCKBUILD_MUTANTS:-/var/cache/rockbuild/mutants}
 
 mutants_build() {
@@ -380,7 +380,7 @@ from pathlib import Path
 from rockbuild.llamacpp.patches import apply_patch_series, load_patch_series
 done = apply_patch_series(load_patch_series(Path(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]),
                           build_number=11312, tree_label="llama.cpp b11312", os_name="linux", backend="vulkan")
-print(" ".join(f"{o.id}:{o.status}" for o in done.outcomes))
+print(" ".join(f"{o.id}:{o.status}" for o in done.patches))
 PY
         CCACHE_DIR=$MUT/ccache ninja -C "$b" -j 2 "$target" > "$MUT/libs/$name.ninja.log" 2>&1 || die "ninja $target for $name"
         mkdir -p "$MUT/libs/$name" && cp -L "$b/bin/$lib" "$MUT/libs/$name/$lib"

@@ -343,7 +343,7 @@ mutants_vulkan() {
     local job_dir=${ROCKBUILD_E2E_VK_JOB:-$ROOT$OUT/$JOB_ID} results=$BENCH/mutants-lavapipe
     [[ -f $MODELS/$name ]] || die "no $MODELS/$name: run $0 numerics first"
     mkdir -p "$results"  # a later call for other mutants adds to it
-    for spec in clean ${MUTANTS:-b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so a-q4_1-dequant:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so}; do
+    for spec in clean ${MUTANTS:-b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so a-q4_1-dequant:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so e-rope-past-2048:libggml-vulkan.so f-kv-rows-past-2048:libggml-vulkan.so}; do
         m=${spec%%:*} lib=${spec#*:}
         rm -rf "$HOST/opt/mutant" && mkdir -p "$HOST/opt/mutant"
         cp -a "$job_dir/bundle" "$job_dir/build.json" "$HOST/opt/mutant/"

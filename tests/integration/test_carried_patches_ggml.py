@@ -1,9 +1,9 @@
 """The carried patches (patches/patches.yaml) on the real llama.cpp tree the e2e tests pin (b11312, from the sdist in
 the cache), compiled by this machine's g++: they apply, the AMX tile configuration survives the compiler, and the x86
-variant scorer agrees with what this CPU and its kernel enable.
+variant scorer agrees with what this CPU and its kernel enable; the op test with the long-position cases compiles.
 
 Skipped where the pinned source (tests/e2e/provision.sh puts it in /var/cache/rockbuild/src) or g++ is missing. Only
-ggml/ is unpacked, into a temporary folder; the patches go to a mirror of it, as a build applies them.
+ggml/ and the op test are unpacked, into a temporary folder; the patches go to a mirror of it, as a build applies them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SDIST = Path("/var/cache/rockbuild/src/llama_cpp_python-0.3.36.tar.gz")
 PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
 MMQ = "ggml/src/ggml-cpu/amx/mmq.cpp"
 FEATS = "ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp"
+OP_TEST = "tests/test-backend-ops.cpp"
 
 pytestmark = [
     pytest.mark.skipif(not SDIST.is_file(), reason=f"the pinned llama.cpp source is not in the cache ({SDIST})"),
@@ -61,12 +62,13 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):
-    """(pristine, patched): ggml/ of b11312, and its mirror with the shipped series applied."""
+    """(pristine, patched): ggml/ and the op test of b11312, and its mirror with the shipped series applied."""
     base = tmp_path_factory.mktemp("ggml-b11312")
     pristine = base / "llama.cpp"
     with tarfile.open(SDIST) as tar:
         for member in tar:
-            if member.name.startswith(PREFIX + "ggml/") and (member.isfile() or member.isdir()):
+            wanted = member.name.startswith(PREFIX + "ggml/") or member.name == PREFIX + OP_TEST
+            if wanted and (member.isfile() or member.isdir()):
                 member.name = member.name[len(PREFIX) :]
                 tar.extract(member, pristine, filter="data")
     patched = apply_patch_series(
@@ -82,6 +84,7 @@ def trees(tmp_path_factory):
         ("amx-tile-config", APPLIED),
         ("x86-os-state", APPLIED),
         ("vulkan-shaders-depfile", APPLIED),
+        ("ops-long-positions", APPLIED),
     ]
     return pristine, patched.tree
 
@@ -198,3 +201,19 @@ def test_the_patched_scorer_agrees_with_what_this_cpu_and_kernel_enable(trees, t
     score = ctypes.CDLL(str(lib)).ggml_backend_score()
     runnable = set(flags) <= _cpu_flags()
     assert (score > 0) == runnable, (variant, score, sorted(set(flags) - _cpu_flags()))
+
+
+def test_the_op_test_with_the_long_position_cases_compiles(trees):
+    """ops-long-positions adds cases to test-backend-ops (positions up to 8,192, caches of 4,096 rows) that the
+    smoke's ops subset selects by their parameters; the patched file must still compile, and name its new cases so."""
+    pristine, patched = trees
+    source = (patched / OP_TEST).read_text()
+    assert "int mode, int n_ctx = 512)" not in (pristine / OP_TEST).read_text()
+    assert "int mode, int n_ctx = 512)" in source and source.count("mode, 8192") == 2
+    done = subprocess.run(
+        ["g++", "-std=c++17", "-fsyntax-only", f"-I{patched / 'ggml/include'}", str(patched / OP_TEST)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

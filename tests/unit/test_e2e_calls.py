@@ -6,9 +6,11 @@ into an e2e run."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,47 @@ def call_breaks(source: str) -> list[str]:
             sig.bind(*([None] * len(node.args)), **{k.arg: None for k in node.keywords if k.arg})
         except TypeError as e:
             breaks.append(f"{label}(): {e}")
+    return breaks + attribute_breaks(tree, names)
+
+
+def _result_record(target: Any) -> type | None:
+    """The record (a dataclass) a call of ``target`` returns, from its annotation; None when that is not one."""
+    if isinstance(target, type):
+        result: Any = target
+    else:
+        try:
+            result = typing.get_type_hints(target).get("return")
+        except Exception:  # an annotation that does not resolve: nothing to check against
+            return None
+    return result if isinstance(result, type) and dataclasses.is_dataclass(result) else None
+
+
+def attribute_breaks(tree: ast.AST, names: dict[str, Any]) -> list[str]:
+    """``x = f(...)`` then ``x.attr``: f's annotated result (a record) must have ``attr`` (a field, a property or a
+    method). A record that loses or renames a field breaks the harness as surely as a dropped keyword."""
+    results: dict[str, tuple[str, type]] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        call = node.value
+        if not isinstance(call, ast.Call):
+            continue
+        chain: list[str] = []
+        func = call.func
+        while isinstance(func, ast.Attribute):
+            chain.insert(0, func.attr)
+            func = func.value
+        if isinstance(func, ast.Name) and func.id in names:
+            record = _result_record(_resolve(names[func.id], chain))
+            if record is not None:
+                results[node.targets[0].id] = (".".join([func.id, *chain]), record)
+    breaks = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in results:
+            label, record = results[node.value.id]
+            known = set(dir(record)) | {f.name for f in dataclasses.fields(record)}
+            if node.attr not in known:
+                breaks.append(f"{label}() returns {record.__name__}, which has no {node.attr!r}")
     return breaks
 
 
@@ -115,6 +158,16 @@ def test_a_dropped_keyword_is_caught() -> None:
     assert call_breaks("from rockbuild.smoke.models import no_such_thing\n") == [
         "rockbuild.smoke.models.no_such_thing does not exist"
     ]
+
+
+def test_an_attribute_the_result_lacks_is_caught() -> None:
+    # h200.sh's mutants-build read `.outcomes` of apply_patch_series' PatchSet after the field became `patches`
+    src = (
+        "from rockbuild.llamacpp.patches import apply_patch_series\n"
+        "done = apply_patch_series(a, b, c, build_number=1, tree_label='t', os_name='linux', backend='vulkan')\n"
+        "print(done.outcomes, done.patches, done.applied)\n"
+    )
+    assert call_breaks(src) == ["apply_patch_series() returns PatchSet, which has no 'outcomes'"]
 
 
 # `pip install [--editable] <the working tree>[extras]`: rockbuild itself, as the scripts install it into a root
