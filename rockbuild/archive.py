@@ -1,28 +1,14 @@
-"""Safe, fast, streaming extraction of gzip tarballs (TheRock's ROCm tarballs, rockbuild's own release archives).
+"""Safe, streaming extraction of gzip tarballs: TheRock's ROCm tarballs and rockbuild's own release archives.
 
-Why not ``tarfile.extractall``: the extraction filters of Python 3.11.7 predate the 2025 filter-bypass fixes, and
-TheRock tarballs are 1-3 GB, so we want decompression on another core and extraction while the download runs.
+Used by ``rockbuild fetch`` (:mod:`rockbuild.rocm.fetch`: :class:`StreamExtractor`, fed while the 1-3 GB download
+runs, decompressed on another core), by ``rockbuild install`` (:func:`extract_tarball`, :func:`copy_sparse`) and by the
+bundle stage (:func:`make_sparse`). Every member is checked before anything is written for it, the tree is built in a
+staging folder beside the destination and renamed into place only when the whole stream was read and verified; the
+first refusal aborts and leaves nothing behind. All-zero 4 KiB blocks are written as holes (:class:`SparseWriter`).
+:func:`write_marker` and :func:`read_marker` record what a folder holds.
 
-How: compressed bytes go to a decompressor (an external ``pigz -dc`` or ``gzip -dc`` process, or Python's zlib in a
-thread); an extraction thread parses the decompressed stream with :mod:`tarfile` in stream mode (``r|``) but creates
-every file, directory and link itself, inside a staging directory beside the destination. Every member is checked
-before anything is written for it, and every symlink is checked again after the last member (a chain such as
-``y -> .`` then ``x -> y/../outside`` only escapes once both exist). The staging directory is renamed into place only
-when the whole stream, the gzip trailer included, was read and verified; any refusal or error removes it.
-
-Policy, member by member (the first refusal aborts the whole extraction, nothing is left behind):
-
-* names: absolute paths, ``..`` components, NUL bytes and paths through an earlier symlink or file are refused;
-* regular files: written with ``O_CREAT | O_EXCL | O_NOFOLLOW``; permission bits kept, setuid/setgid/sticky dropped;
-  every all-zero 4 KiB block is left as a hole (:class:`SparseWriter`: the same bytes, no disk space for the
-  zero-filled code objects of a pruned fat binary);
-* directories: created as needed; modes (special bits dropped, owner rwx added so the tree can always be deleted)
-  and mtimes applied at the end;
-* symlinks: absolute targets and targets that leave the root, lexically or through other symlinks, are refused;
-* hard links: only to a regular file extracted earlier from the same archive, never through or to a symlink;
-* a second member with the path of an earlier non-directory member is refused (tar would overwrite it, following a
-  symlink when it did); devices, FIFOs and any other member type are refused.
-"""
+docs/commands.md ("Fetching ROCm", "Extracting") gives the policy member by member and why ``tarfile.extractall`` is
+not used."""
 
 from __future__ import annotations
 

@@ -1,29 +1,15 @@
 """Which copy of a HIP runtime DLL Windows loads for a bundle: the bundle's own, or a stale one that shadows it.
 
-A driver or an old HIP SDK leaves ``amdhip64_7.dll`` (``amd_comgr*.dll``, ``hiprtc*.dll``) in ``System32`` or in a
-folder on ``PATH``; a llama.cpp built against the bundle's copy crashes on another one. Which copy wins is decided by
-the search Windows makes for a DLL named without a path: an implicit import, a delay-load, ``LoadLibrary("name.dll")``
-and every dependency of a DLL loaded by its full path ("as if loaded with just its module name", Microsoft's
-"Dynamic-link library search order", standard order for unpackaged apps, SafeDllSearchMode on, the default):
+A driver or an old HIP SDK leaves ``amdhip64_7.dll`` (``amd_comgr*.dll``, ``hiprtc*.dll``) in ``System32`` or on
+``PATH``, and llama.cpp crashes on a copy it was not built with. This module models Windows' standard DLL search order
+(:func:`search_folders`, :func:`locate`; names matched case-insensitively) for ``rockbuild doctor --bundle`` and
+``--loader`` (:func:`resolve_bundle_dlls`) and for ``rockbuild install`` on Windows (:func:`outside_shadows`,
+:func:`shadow_lines`). It reads no environment: ``SystemRoot`` and ``PATH`` come in as a
+:class:`~rockbuild.core.environment.WindowsHost` (``Settings.windows``). tests/integration/test_dllsearch.py proves
+each case with wine's loader.
 
-1. DLL redirection, API sets, SxS manifests, the loaded-module list, KnownDLLs: not modelled (none names a HIP DLL,
-   and what a process loaded before cannot be read from files);
-2. the application folder: the folder of the process's exe; for the dependencies of a DLL loaded with
-   ``LoadLibraryEx(path, NULL, LOAD_WITH_ALTERED_SEARCH_PATH)``, that DLL's folder instead;
-3. the system folder, ``%SystemRoot%\\System32`` for a 64-bit process (a 32-bit one gets ``SysWOW64``: the bundles
-   are x64 only, so a copy in SysWOW64 never loads into them);
-4. the 16-bit system folder (``%SystemRoot%\\System``), then the Windows folder (``%SystemRoot%``);
-5. the current folder;
-6. the folders of ``PATH``, in order.
-
-So a program of the bundle (``llama-server.exe`` started by any path, from any folder) always gets the bundle's
-copies: the application folder comes first. Another program that loads the bundle's DLLs (a wrapper, Python) gets a
-copy from System32 even with the bundle first on PATH or as its current folder; a copy on PATH wins only over a
-bundle reached through a later PATH entry. tests/integration/test_dllsearch.py proves each case with wine's loader.
-
-File names are matched case-insensitively, as Windows does. Nothing here reads the environment: ``SystemRoot`` and
-``PATH`` come in as a :class:`WindowsHost` (``Settings.windows``).
-"""
+docs/commands.md ("Windows: HIP DLLs that shadow the bundle's") gives the order, who wins in each case and what is not
+modelled."""
 
 from __future__ import annotations
 

@@ -1,27 +1,14 @@
 """``rockbuild perf``: each asset's llama-bench figures on a real GPU, release after release, and the drops.
 
-Every release's ``manifest.json`` carries, per job, the GPU smoke's ``llama-bench`` figures (pp512 and tg128 with the
-same settings every night, on the runner's GPU: ``jobs[].gpu_smoke.bench``). This reads the manifests of the last N
-published releases, prints each asset's history (a table and a small plot in the terminal), and flags a figure
-that dropped by more than the threshold (default 5 %) below the median of the previous seven releases. ``--alert``
-files the drops as an issue (one per run, commented on while it stays open).
+A maintainer's command, run after the night has published: :func:`read_perf` reads the ``manifest.json`` of the last
+N published releases and returns a :class:`PerfReport`: per job and test, the GPU smoke's pp512 and tg128
+(``jobs[].gpu_smoke.bench``), a figure more than the threshold (default 5 %) below the median of the seven releases
+before it flagged as a :class:`Drop` (a noisy one, beyond ``--max-spread``, never), the CPU's numerics
+(:func:`numerics_changes`: reported, never failing) and the op test's counts (``jobs[].gpu_smoke.ops``, else
+``jobs[].smoke.ops``). A drop exits 1 (:class:`PerfRegression`); ``--alert`` files it as one issue.
 
-A figure is only as good as its repetitions: one whose spread (llama-bench's standard deviation over its
-repetitions, in per cent of their mean) is beyond ``--max-spread`` is *noisy*: it is neither flagged nor alerted on,
-and it is left out of the median later figures are compared with; the report lists it. The limit defaults to the
-threshold (5 %): a figure that varies by more than that within one run cannot tell a 5 % drop from its own noise.
-Releases that published no spread (older manifests) count as within the limit.
-
-Beside the speed, each release's numbers (``jobs[].smoke.numerics``: the CPU's perplexity on the numerics text and
-the CPU variant it ran on, the GPU's KL divergence from the CPU, the known answers) are listed release after release.
-A CPU perplexity that moved by more than ``NUMERICS_NOTICE`` per cent since the last release with the same model and
-CPU variant is reported as a *numerics change*: it never fails ``perf`` or files an alert (docs/numerics.md says
-why: a new llama.cpp commit may change the CPU's kernels legitimately, and a broken model fails the smoke's known
-answers first).
-
-And each release's op test (``jobs[].gpu_smoke.ops``, else ``jobs[].smoke.ops``: test-backend-ops' passed, failed and
-not supported cases, rockbuild.smoke.ops) is listed per job; a release with a failed case is flagged.
-"""
+docs/gpu.md ("Speed, release after release") explains the figures and their spread; docs/numerics.md the numerics and
+the op test."""
 
 from __future__ import annotations
 

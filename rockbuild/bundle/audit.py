@@ -1,31 +1,14 @@
 """The bundle audit: is this folder self-contained, and does it carry exactly the job's GPU code?
 
-Checks (each a named :class:`Check`; any failure makes the report fail and the CLI exit non-zero):
+Run at the end of every bundle (:mod:`.plan`), by ``rockbuild audit``, and on what ``rockbuild install`` and
+``rockbuild doctor --bundle`` check. :func:`audit_bundle` returns an :class:`~rockbuild.core.records.AuditRecord` of
+named checks (:class:`Check`; one failed check fails the audit, exit 10): the generic ones here (symlinks, file
+formats, programs, architecture, needed libraries, run paths, kpack references, dlopen extras, CPU backends,
+:func:`check_backend_abi`, symbol versions up to ``max_versions``), then the backend's own
+(:meth:`.backend.BundleBackend.audit_checks`); pruned fat binaries are held to their proof (:mod:`.pruning`), checked
+again when the ROCm root is given.
 
-* ``no-symlinks``: a bundle stores every library once under its loader name (zip and tar.gz hold the same bytes);
-* ``file-formats``: every file named like a shared library (``*.so``, ``*.so.N...``; ``*.dll`` and ``*.exe`` on
-  Windows) is a valid ELF (PE) file, and no ELF (PE) file is truncated or damaged: what cannot be read is reported
-  here, never raised;
-* ``programs``: the bundle holds at least one program (an ELF executable or PIE with the execute permission, such as
-  llama-server; a ``.exe`` on Windows): an empty folder or a folder of libraries alone is no bundle;
-* ``architecture``: every program and library is of one ELF class/machine (PE machine on Windows);
-* ``needed``: every DT_NEEDED / import / delay-load import resolves inside the bundle or is a host library by policy;
-* ``run-paths``: every shipped ELF has its own run path, and no entry is absolute or leads out of the bundle;
-* ``extras``: the required dlopen extras (comgr...) are there when what loads them is;
-* the backend's own checks (:meth:`.backend.BundleBackend.audit_checks`): for ROCm ``kernel-data`` (every job
-  target has files in each kernel folder a shipped library uses, and no stray ``library/`` folder) and
-  ``code-objects`` (libggml-hip's ``.hip_fatbin`` holds device code for exactly the job's targets, and every fat
-  binary bundle.json says was pruned holds exactly them too, carries the record of its independent check by LLVM's
-  tools, :func:`pruning_proof`, and is still the file that was checked; given the ROCm root it was made from, the
-  check is run again, :func:`reverify_pruned`); for Vulkan
-  (SPIR-V, no gfx targets) ``no-rocm`` (no ROCm library or kernel folder and no host library by policy, such as the
-  Vulkan loader or a driver, ships in it);
-* ``backend-abi``: every ggml backend module (the GPU library, the CPU variants) finds each ``ggml_``/``gguf_``
-  function it needs in the bundle's ggml core libraries (:func:`check_backend_abi`): a GPU library built on a common
-  part of another tree or other flags fails here;
-* ``symbol-versions``: the highest GLIBC_/GLIBCXX_/CXXABI_/GCC_ version needed and by which file (the oldest distro
-  the bundle runs on); a failure only when a ceiling is given (``max_versions``).
-"""
+docs/commands.md ("Bundling") says what each check asks; docs/common-part.md explains ``backend-abi``."""
 
 from __future__ import annotations
 

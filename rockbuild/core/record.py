@@ -1,28 +1,13 @@
 """The engine of rockbuild's typed records: a frozen dataclass whose fields are a JSON object's keys.
 
-One mechanism for every file rockbuild writes and reads back (build.json, smoke.json, manifest.json, the job of a
-matrix...): :meth:`Record.to_dict` writes a record, :meth:`Record.from_dict` / :meth:`Record.read` read one and
-*reject* what is malformed (not a JSON object, a required key missing, a value of the wrong type) with one
-:class:`~rockbuild.core.errors.RecordError` line naming the file and the key path.
+Every file rockbuild writes and reads back (build.json, smoke.json, manifest.json, a matrix's job...) and every
+command's ``--json`` is a :class:`Record` subclass, mostly in :mod:`rockbuild.core.records`. :meth:`Record.to_dict`
+and :meth:`Record.write` write one; :meth:`Record.from_dict`, :meth:`Record.loads` and :meth:`Record.read` read one
+and reject what is malformed with one :class:`~rockbuild.core.errors.RecordError` line naming the file and the key
+path. A field's annotation is what its key must hold; its metadata can change its JSON form (:func:`json_form`,
+``DATE``, ``HEX``, ``SECONDS``, :func:`written`), its key (:func:`json_key`) or inline a nested record (``INLINE``).
 
-Why dataclasses and this converter rather than pydantic or msgspec: the records are plain frozen values that every
-layer passes around; the converter is ~250 lines, has no dependency, gives rockbuild's own one-line messages, and keeps
-what the files need (unknown keys kept and written back, a file's key order kept). A field says how it is written:
-
-- its annotation (a record, ``tuple[X, ...]``, ``Mapping[str, X]``, a union, a scalar, a ``Path``: a string in
-  JSON, a ``Literal`` of strings: a closed set, one of them) is checked on read;
-- a field without a default is required; ``init=False`` marks a *derived* field (computed in ``__post_init__``,
-  written, ignored on read);
-- ``field(metadata=json_form(load, dump))`` gives a field a JSON form other than its Python one (the matrix's
-  ``cmake`` definitions: an ordered tuple of pairs in Python, an object in JSON);
-- ``field(metadata=json_key("from"))`` gives a field a JSON key other than its name (a key that is a Python keyword);
-- ``field(metadata=DATE)``: a day (or None), an ISO date string in JSON; ``HEX``: a number, hexadecimal in JSON;
-  ``SECONDS``: a duration, written to the millisecond;
-- ``field(metadata=INLINE)``: a nested record whose keys are this object's own, where the field stands (``rocm
-  list``'s entry: its tarball name's keys, then its url);
-- ``field(metadata=written(write))``: a field of a report (a command's ``--json``) whose value is no record (a
-  release's files, its failed jobs); ``write`` makes its JSON, and a report is never read back.
-"""
+docs/architecture.md ("Records") explains the rules and why this converter rather than pydantic or msgspec."""
 
 from __future__ import annotations
 

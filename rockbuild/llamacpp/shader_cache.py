@@ -1,35 +1,13 @@
-"""A cache of glslc's outputs across build trees: what ccache is for the C++ compiler, for the Vulkan shaders.
+"""glslc's outputs kept across build trees: what ccache is for the C++ compiler, for the Vulkan shaders.
 
-A Vulkan build runs glslc about 1,100 times (vulkan-shaders-gen: every variant of ~155 shader sources), and each
-night's leg starts from a new build tree, which ccache cannot help with. rockbuild therefore configures a Vulkan
-build with ``-DVulkan_GLSLC_EXECUTABLE=<build>/rockbuild-glslc``, a small script (:func:`install_wrapper`) that runs
-:func:`main` with the real glslc and the cache folder written into it. Per compile (``glslc [flags] IN -o OUT
-[-MD -MF DEP]``) it looks the result up by
+Used by the build stage of a Vulkan job (Linux): :func:`install_wrapper` (called by :mod:`rockbuild.backends.vulkan`)
+writes ``<build>/rockbuild-glslc``, which CMake is given as ``Vulkan_GLSLC_EXECUTABLE`` and which runs :func:`main`
+for each of the ~1,100 glslc compiles of a build: a compile found again (by glslc's identity, its arguments and the
+content of its source and includes) is written byte for byte, a miss runs glslc. :func:`disabled` and :func:`size_mib`
+read the switch and the bound; :func:`log_counts` gives build.json's counts. Standard library only: the wrapper
+imports this module with ``python -IS`` on every compile.
 
-- the compiler's identity: the bytes of glslc and of the shaderc/glslang/SPIRV-Tools libraries it loads, and its
-  ``--version`` (computed once, when the wrapper is written; a glslc whose size, mtime or inode changed since is run
-  without the cache);
-- the arguments with the paths of IN, OUT and DEP left out (IN's name stays; with ``-g``, whose debug information
-  holds the path, and for a relative IN the path or the working folder stays too);
-- the content of IN and of every file it includes, as glslc's own dependency output listed them (a manifest per
-  arguments and input, as ccache's direct mode keeps one: each entry names the included files and their sha256).
-
-A hit writes OUT byte for byte as glslc wrote it, DEP (when asked) with the current paths, and glslc's stdout and
-stderr; a miss runs glslc, always with ``-MD`` so the includes are known, and stores its result. Anything else
-(``--version``, ``-E``, ``-o -``, an option not known here) is glslc itself (exec).
-
-Layout, under ``<ccache-dir>/glslc/`` (default ``<cache>/ccache/glslc``: kept wherever ccache's folder is kept, as a
-CI's cache of it): ``m/<xx>/<key>`` manifests (JSON), ``r/<xx>/<key>`` results (a JSON header line
-with the sha256 of the SPIR-V, then the SPIR-V), ``tmp/``. Every file is written whole to ``tmp/`` and renamed into
-place, so concurrent builds never read half a file; two writers of one manifest may lose an entry (a later miss, never
-a wrong hit). A result whose checksum or header does not hold is a miss (and is deleted), never a failure. Size: after
-about one store in 16 the folder is measured, and over its bound (``ROCKBUILD_SHADER_CACHE_SIZE`` in MiB when rockbuild
-configures the build, default 1024) the least recently used files (a hit touches its result) go until it is under
-80 % of it.
-
-This module uses only the standard library: the wrapper imports it with ``python -I -S`` for each of the ~1,100 glslc
-runs of a build.
-"""
+docs/vulkan.md ("Warm shaders") explains the keys, the folder's layout, its size and how to turn it off."""
 
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
 """Every op on the GPU: llama.cpp's own op-level test, ``test-backend-ops``, run against the bundle's backend.
 
-The smoke's model exercises a handful of quant types and shapes; users run dozens. ``test-backend-ops test -b DEV``
-computes every op of ggml's test list (thousands of cases: each quant type of MUL_MAT, FLASH_ATTN_EXT's head sizes
-and KV types, ROPE's modes...) on the device and on the CPU's reference implementation and compares them (a RX
-7900 XT passed all 14,439 on Vulkan0 and crashed in a FLASH_ATTN_EXT case on ROCm0: llama.cpp #24521).
+The ``ops`` step of the smoke (:mod:`rockbuild.smoke.runner`, after numerics): :func:`find_op_test` finds the binary
+the job's build left in ``<job>/tools/`` (never shipped), :func:`op_test_folder` runs it from a folder of links to
+the bundle so that ggml loads the bundle's own backend modules, and :func:`run_ops` runs ``test`` (a real GPU: every
+case; lavapipe/llvmpipe: smoke.yaml's ``ops.subset``) and ``support``, parsed by :func:`parse_test_output` and
+:func:`parse_support_output` into :class:`Ops` (smoke.json's ``ops``). One failed case, a crash, a timeout or an
+empty subset fails the smoke; no GPU device or no binary is *not checked*, never a pass. :func:`parse_ops_config`
+reads smoke.yaml's ``ops``.
 
-The binary is built by the job's build from the same tree and flags as the bundle (:mod:`rockbuild.llamacpp.driver`
-puts it in ``<job>/tools/``, outside ``bundle/``, so no release ships it) and travels with the job folder. It is run
-from a temporary folder holding symbolic links to every file of the bundle and a copy of the binary
-(:func:`op_test_folder`): ggml loads its backend modules from the executable's folder, so the test runs the bundle's
-own ``libggml-vulkan.so`` / ``libggml-hip.so`` and CPU variants, never the build tree's.
-
-What runs depends on the device (smoke.yaml's ``ops``): a real GPU gets the ``full`` test mode; a software Vulkan
-device (lavapipe/llvmpipe: its description says so), far too slow for 20,000 cases, a named ``subset`` (one run per
-op with a parameter regex: the quant types releases are used with) measured to fit the CI leg's budget
-(docs/numerics.md). ``support`` mode's list is recorded too, summarised per op: the ops that fall back to the CPU on
-this backend.
-
-One failed case fails the smoke with a line naming the op and its parameters; a crash names the last case that
-finished; a timeout, an op filter that selects nothing, or a device the binary does not know fail as well. No GPU
-device, or no binary (and why: build.json says), is *not checked*, never a pass.
-"""
+docs/numerics.md ("Every op: test-backend-ops") explains the modes, the subset and its figures."""
 
 from __future__ import annotations
 
