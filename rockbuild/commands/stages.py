@@ -722,17 +722,18 @@ def compare(
 )
 @click.option(
     "--only",
-    type=click.Choice(["ppl", "long"]),
+    type=click.Choice(["ppl", "long", "variants"]),
     default=None,
-    help="Record only the CPU perplexity (ppl) or only the long-context reference (long); default: each "
-    "the smoke.json has.",
+    help="Record only the CPU perplexity (ppl), only the long-context reference (long) or only the CPU variants' own "
+    "references (variants); default: each the smoke.json has.",
 )
 @JSON
 def baseline(
     smoke_json: Path, baselines_file: Path | None, measured: str | None, only: str | None, as_json: bool
 ) -> None:
-    """Take a smoke.json's CPU perplexity as its model's baseline and its long-context run (the CPU's top-k past one
-    ubatch) as its reference, after a human checked that the move is right."""
+    """Take a smoke.json's CPU perplexity as its model's baseline, its long-context run (the CPU's top-k past one
+    ubatch) as its reference and each CPU variant's short run as that variant's, after a human checked that the move
+    is right."""
     from rockbuild.core.errors import UsageError
     from rockbuild.core.records import SmokeRecord
     from rockbuild.smoke.baselines import Rebaselined, Recorded, Rereferenced, rebaseline, rereference
@@ -750,10 +751,23 @@ def baseline(
     words = measured or ", ".join(v for v in said if v)
     long = dict(numerics.get("long_reference") or {})
     done: list[Rebaselined | Rereferenced] = []
-    if only != "long":
+    if only in (None, "ppl"):
         done.append(rebaseline(target, dict(numerics.get("cpu") or {}), words))
     if only == "long" or (only is None and long.get("topk")):
         done.append(rereference(target, long, words))
+    runs = record.cpu_variants.variants if record.cpu_variants is not None else ()
+    kept = [v for v in runs if v.reference is not None and v.reference.topk]
+    if only == "variants" and not kept:
+        raise UsageError(
+            f"{smoke_json} has no CPU variant's top-k to record (its smoke ran no variant against a reference: "
+            "smoke.yaml's run.cpu_variants.reference)"
+        )
+    if only in (None, "variants"):
+        when = f", smoke of {record.finished}" if record.finished else ""
+        for v in kept:
+            assert v.reference is not None
+            ref = {"topk": v.reference.topk, "about": v.reference.about}
+            done.append(rereference(target, ref, measured or f"CPU variant {v.variant} alone{when}"))
     show(Recorded(tuple(done)), as_json)
 
 

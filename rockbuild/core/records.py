@@ -844,6 +844,21 @@ NOT_RUN = "not run"  # known answers: the model has none, or numerics are off
 
 
 @dataclass(frozen=True, kw_only=True)
+class VariantReferenceCheck(Record):
+    """One CPU variant's short run against its own reference (rockbuild.smoke.variants makes it): the verdict, the
+    figures, and the top-k it kept in the smoke logs (what ``rockbuild baseline`` records)."""
+
+    result: str  # passed | failed | not checked
+    detail: str = ""
+    mean_kld: float | None = None  # folded onto the reference's top-k: a lower bound of the true KL divergence
+    same_top: float | None = None  # percent of positions whose top token is the reference's
+    positions: int | None = None
+    topk: str | None = None
+    about: dict[str, Any] = field(default_factory=dict)  # model, model_sha256, text, ctx, variant, os
+    seconds: float | None = None  # the run's (what the check adds to the variant's time)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmokeCpuVariant(Record):
     """One CPU variant module run alone (rockbuild.smoke.variants makes it): whether ggml runs it here, its figures,
     why it failed."""
@@ -856,6 +871,7 @@ class SmokeCpuVariant(Record):
     known_answers: str | None = NOT_RUN  # passed | failed | not run
     seconds: float | None = 0.0
     failure: str | None = None  # "llama-bench died of SIGILL (illegal instruction) on pp512"
+    reference: VariantReferenceCheck | None = None  # its numbers against its own reference (None: not made)
 
     def describe(self, tg_test: str = "tg") -> str:
         """``passed (pp512 230.1 t/s, tg8 23.4 t/s, known answers passed) in 12.3s``, ``not runnable here``, or the
@@ -869,6 +885,10 @@ class SmokeCpuVariant(Record):
         ]
         if self.known_answers not in (None, NOT_RUN):
             parts.append(f"known answers {self.known_answers}")
+        if self.reference is not None and self.reference.mean_kld is not None:
+            parts.append(f"KLD {self.reference.mean_kld:.6f} against its reference")
+        elif self.reference is not None:
+            parts.append(f"reference {self.reference.result}")
         figures = f" ({', '.join(parts)})" if parts else ""
         return f"{self.result}{figures} in {self.seconds or 0:.1f}s" + (f": {self.failure}" if self.failure else "")
 

@@ -32,7 +32,7 @@ from rockbuild.core.record import Record, json_form, json_key
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
 _KEYS = ("model", "text", "ctx", "chunks", "ppl", "measured")
-_REF_KEYS = ("model", "sha256", "text", "ctx", "os", "file", "max_mean_kld", "min_same_top", "measured")
+_REF_KEYS = ("model", "sha256", "text", "ctx", "os", "variant", "file", "max_mean_kld", "min_same_top", "measured")
 # the OS of a reference entry without ``os``: the entries made before the key were Linux runs
 REFERENCE_OS = "linux"
 # a new reference's limits when no entry had any: measured on SmolLM2 (docs/numerics.md, "Long prompts")
@@ -75,17 +75,26 @@ class Reference(Record):
     # the OS of the bundles it judges: one CPU variant gives one answer across Linux compilers, but a Windows build's
     # (mingw-w64) differs from it by as much as a fault would (docs/numerics.md), so each OS has its own reference
     os: str = REFERENCE_OS
+    # "": the long-context reference (the haswell module alone, numerics.long_context); a CPU variant's name: that
+    # variant's own short reference, judged by the cpu_variants step (one module gives one answer on any machine)
+    variant: str = ""
 
-    def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str | None) -> bool:
+    def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str | None, variant: str = "") -> bool:
         """Whether it is the reference of ``model``'s file on ``text`` at ``ctx`` tokens for ``os_name`` (None: on
-        any OS)."""
+        any OS) and ``variant`` ("": the long-context one)."""
         return (
             fnmatchcase(model, self.model)
             and sha256.lower() == self.sha256
             and text == self.text
             and ctx == self.ctx
             and os_name in (None, self.os)
+            and variant == self.variant
         )
+
+    @property
+    def what(self) -> str:
+        """``long-context reference`` or ``reference of CPU variant zen4``: for messages."""
+        return f"reference of CPU variant {self.variant}" if self.variant else "long-context reference"
 
 
 @dataclass(frozen=True)
@@ -98,10 +107,12 @@ class Baselines:
     def find(self, model: str, text: str, ctx: int, chunks: int) -> Baseline | None:
         return next((b for b in self.entries if b.matches(model, text, ctx, chunks)), None)
 
-    def reference(self, model: str, text: str, ctx: int, sha256: str, os_name: str) -> Reference | None:
+    def reference(
+        self, model: str, text: str, ctx: int, sha256: str, os_name: str, variant: str = ""
+    ) -> Reference | None:
         """The reference of ``model``'s file (by ``sha256``) on ``text`` at ``ctx`` tokens for bundles of
-        ``os_name``, or None."""
-        return next((r for r in self.references if r.matches(model, text, ctx, sha256, os_name)), None)
+        ``os_name`` (of CPU variant ``variant``; "": the long-context one), or None."""
+        return next((r for r in self.references if r.matches(model, text, ctx, sha256, os_name, variant)), None)
 
 
 def _positive(path: Path, node: Any, key: str, value: Any, what: str, kind: type) -> Any:
@@ -173,6 +184,12 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
             raise ConfigError(
                 f"{where(path, node, 'os')}: references[{i}].os is one of {', '.join(OSES)}, not {os_name!r}"
             )
+        variant = node.get("variant", "")
+        if not isinstance(variant, str) or not re.fullmatch(r"[a-z0-9_]*", variant):
+            raise ConfigError(
+                f"{where(path, node, 'variant')}: references[{i}].variant is a CPU variant's name such as zen4, "
+                f"not {variant!r}"
+            )
         file = Path(node["file"].strip())
         out.append(
             Reference(
@@ -187,16 +204,16 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
                 min_same_top=same_top,
                 measured=str(node.get("measured") or ""),
                 os=os_name,
+                variant=variant,
             )
         )
         new = out[-1]
-        if any(
-            (r.model, r.sha256, r.text, r.ctx, r.os) == (new.model, new.sha256, new.text, new.ctx, new.os)
-            for r in out[:-1]
-        ):
+        key = (new.model, new.sha256, new.text, new.ctx, new.os, new.variant)
+        if any((r.model, r.sha256, r.text, r.ctx, r.os, r.variant) == key for r in out[:-1]):
+            of = f", CPU variant {new.variant}" if new.variant else ""
             raise ConfigError(
                 f"{where(path, node, None)}: references[{i}] is a second reference of {new.model} on "
-                f"{new.text}, {new.ctx} tokens, {new.os}: one per model file, text, context and OS"
+                f"{new.text}, {new.ctx} tokens, {new.os}{of}: one per model file, text, context, OS and variant"
             )
     return tuple(out)
 
@@ -254,10 +271,11 @@ def _line(b: Baseline) -> str:
 
 def _ref_line(r: Reference, folder: Path) -> str:
     file = r.file.relative_to(folder) if r.file.is_relative_to(folder) else r.file
+    variant = f", variant: {r.variant}" if r.variant else ""
     return (
         f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
-        f"ctx: {r.ctx}, os: {r.os},\n     file: {json.dumps(str(file))},\n     max_mean_kld: {r.max_mean_kld!r}, "
-        f"min_same_top: {r.min_same_top!r},\n     measured: {json.dumps(r.measured)}}}\n"
+        f"ctx: {r.ctx}, os: {r.os}{variant},\n     file: {json.dumps(str(file))},\n     max_mean_kld: "
+        f"{r.max_mean_kld!r}, min_same_top: {r.min_same_top!r},\n     measured: {json.dumps(r.measured)}}}\n"
     )
 
 
@@ -337,30 +355,33 @@ class Rereferenced(_Replaced):
 
     def render(self) -> str:
         return (
-            f"{self.path}: long-context reference of {self.new.model} on {self.new.text}, {self.new.ctx} tokens, "
+            f"{self.path}: {self.new.what} of {self.new.model} on {self.new.text}, {self.new.ctx} tokens, "
             f"{self.new.os}: "
             f"{'replaced' if self.old else 'new'}, {self.new.file.name} "
             f"({self.new.measured or 'measured: not said'})"
         )
 
 
-def reference_name(model: str, text: str, ctx: int, os_name: str = REFERENCE_OS) -> str:
-    """The file a new reference is written to, beside baselines.yaml (a Linux one's name has no OS in it)."""
-    suffix = "" if os_name == REFERENCE_OS else f"-{os_name}"
+def reference_name(model: str, text: str, ctx: int, os_name: str = REFERENCE_OS, variant: str = "") -> str:
+    """The file a new reference is written to, beside baselines.yaml (a Linux one's name has no OS in it; a CPU
+    variant's ends in its name)."""
+    suffix = ("" if os_name == REFERENCE_OS else f"-{os_name}") + (f"-{variant}" if variant else "")
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model.removesuffix('.gguf')}-{Path(text).stem}-{ctx}{suffix}").strip("-")
     return f"references/{stem}.topk"
 
 
 def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rereferenced:
     """Record the night's long-context top-k (a smoke.json's ``numerics.long_reference``: its ``topk`` file and
-    ``about``) as the reference of its model, text, context and OS; an entry's limits are kept (a new OS's entry
-    starts from the limits of the same model's reference on another OS, else the defaults)."""
+    ``about``), or a CPU variant's own (``cpu_variants.variants[]``'s ``reference``, whose ``about`` names the
+    ``variant``), as the reference of its model, text, context, OS and variant; an entry's limits are kept (a new
+    entry starts from the limits of the same model's reference on another OS, else the defaults)."""
     topk = Path(str(long_check.get("topk") or ""))
     about = long_check.get("about") or {}
     try:
         model, text, ctx = str(about["model"]), str(about["text"]), int(about["ctx"])
         sha256 = str(about["model_sha256"]).lower()
         os_name = str(about.get("os", REFERENCE_OS))  # a smoke.json from before the key: a Linux run
+        variant = str(about.get("variant") or "")
         if not re.fullmatch(r"[0-9a-f]{64}", sha256) or os_name not in OSES:
             raise ValueError(sha256)
     except (KeyError, TypeError, ValueError):
@@ -373,11 +394,11 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
             f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the smoke again"
         )
     baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
-    old = baselines.reference(model, text, ctx, sha256, os_name)
-    target = old.file if old else path.parent / reference_name(model, text, ctx, os_name)
+    old = baselines.reference(model, text, ctx, sha256, os_name, variant)
+    target = old.file if old else path.parent / reference_name(model, text, ctx, os_name, variant)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(topk, target)
-    kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, None)), None)
+    kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, None, variant)), None)
     limits = {"max_mean_kld": kin.max_mean_kld, "min_same_top": kin.min_same_top} if kin else DEFAULT_REF_LIMITS
     new = Reference(
         old.model if old else model,
@@ -389,6 +410,7 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
         limits["min_same_top"],
         measured,
         os=os_name,
+        variant=variant,
     )
     refs = [new if r is old else r for r in baselines.references] if old else [*baselines.references, new]
     write_baselines(path, Baselines(baselines.entries, baselines.tolerance, path, tuple(refs)))
@@ -402,7 +424,13 @@ class Recorded:
     items: tuple[Rebaselined | Rereferenced, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {("reference" if isinstance(i, Rereferenced) else "baseline"): i.to_dict() for i in self.items}
+        out: dict[str, Any] = {}
+        for i in self.items:
+            if isinstance(i, Rereferenced) and i.new.variant:
+                out.setdefault("variants", []).append(i.to_dict())
+            else:
+                out["reference" if isinstance(i, Rereferenced) else "baseline"] = i.to_dict()
+        return out
 
     def render(self) -> str:
         return "\n".join(i.render() for i in self.items)

@@ -28,7 +28,8 @@ from rockbuild.smoke.browser import ChatPage
 from rockbuild.smoke.numerics import NumericsConfig, parse_numerics_config
 from rockbuild.smoke.ops import OpsConfig, parse_ops_config
 
-CPU_VARIANT_KEYS = ("check", "n_gen")
+CPU_VARIANT_KEYS = ("check", "n_gen", "reference")
+VARIANT_REFERENCE_KEYS = ("ctx", "chunks")
 RUN_KEYS = (
     "prompt",
     "n_predict",
@@ -65,12 +66,22 @@ class BenchConfig:
 
 
 @dataclass(frozen=True)
+class VariantReferenceShape:
+    """``run.cpu_variants.reference``: each variant's short run against its own reference (the long-context text,
+    ``chunks`` x ``ctx`` tokens)."""
+
+    ctx: int = 512
+    chunks: int = 1
+
+
+@dataclass(frozen=True)
 class CpuVariantConfig:
-    """``run.cpu_variants``: which CPU variant modules the smoke runs alone (all | picked | none) and the tokens of
-    each one's tg."""
+    """``run.cpu_variants``: which CPU variant modules the smoke runs alone (all | picked | none), the tokens of
+    each one's tg, and the shape of each one's run against its own reference (None: not made)."""
 
     check: str = "all"
     n_gen: int = 8
+    reference: VariantReferenceShape | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,28 @@ def parse_cpu_variants(node: Any, path: Path | str, parent: Any = None) -> CpuVa
             f"{', '.join(CPU_VARIANT_CHECKS)}, not {check!r}"
         )
     n_gen = whole(path, node, "n_gen", defaults.n_gen, "run.cpu_variants", least=1, of="tokens")
-    return CpuVariantConfig(check=check, n_gen=n_gen)
+    return CpuVariantConfig(check=check, n_gen=n_gen, reference=_variant_reference(node, path))
+
+
+def _variant_reference(node: Mapping[Any, Any], path: Path | str) -> VariantReferenceShape | None:
+    """``run.cpu_variants.reference``: ``{ctx: N, chunks: N}`` (both optional), or false/absent: not made."""
+    ref = node.get("reference")
+    if ref is None or ref is False:
+        return None
+    what = "run.cpu_variants.reference"
+    if ref is True:
+        return VariantReferenceShape()
+    if not isinstance(ref, Mapping):
+        raise ConfigError(
+            f"{where(path, node, 'reference')}: {what} must be a mapping such as {{ctx: 512, chunks: 2}} or false, "
+            f"not {kind_of(ref)}"
+        )
+    check_keys(path, ref, VARIANT_REFERENCE_KEYS, what)
+    shape = VariantReferenceShape()
+    return VariantReferenceShape(
+        ctx=whole(path, ref, "ctx", shape.ctx, what, least=64, of="tokens"),
+        chunks=whole(path, ref, "chunks", shape.chunks, what, least=1),
+    )
 
 
 def parse_bench(path: Path | str, run: Any, key: str) -> BenchConfig:

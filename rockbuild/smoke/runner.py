@@ -34,13 +34,13 @@ from rockbuild.core.vocabulary import Backends, GpuDevice, SmokeDevices
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
-from rockbuild.smoke.config import RunConfig, SmokeConfig
+from rockbuild.smoke.config import RunConfig, SmokeConfig, VariantReferenceShape
 from rockbuild.smoke.models import ModelFile, check_gguf
 from rockbuild.smoke.numerics import Numerics, NumericsConfig, Target, run_numerics
 from rockbuild.smoke.ops import Ops, OpsConfig, find_op_test, run_ops
 from rockbuild.smoke.probe import exit_reason, run_program, smoke_env
 from rockbuild.smoke.variants import NONE as NO_CPU_VARIANTS
-from rockbuild.smoke.variants import VariantRuns, run_cpu_variants, shipped_variants
+from rockbuild.smoke.variants import VariantReference, VariantRuns, run_cpu_variants, shipped_variants
 
 from .backend import SmokeBackend
 from .parse import (
@@ -99,6 +99,8 @@ class SmokeOptions:
     # module alone, all | picked | none, pp512 and a tg of cpu_variant_gen tokens, one repetition
     cpu_variants: str = _RUN.cpu_variants.check
     cpu_variant_gen: int = _RUN.cpu_variants.n_gen
+    # each variant's short run against its own reference (run.cpu_variants.reference; None: not made)
+    cpu_variant_reference: VariantReferenceShape | None = _RUN.cpu_variants.reference
     # the ops step (rockbuild.smoke.ops; smoke.yaml's ops): test-backend-ops on the GPU; None: not run
     ops: OpsConfig | None = None
 
@@ -128,6 +130,7 @@ class SmokeOptions:
             numerics=config.numerics,
             cpu_variants=run.cpu_variants.check,
             cpu_variant_gen=run.cpu_variants.n_gen,
+            cpu_variant_reference=run.cpu_variants.reference,
             ops=config.ops,
         )
         return replace(smoke_yaml, **overrides)
@@ -661,12 +664,25 @@ def run_variants_step(
     # run 14 of them every night (x64 alone does pp512 of Qwen3-0.6B at a few t/s on one thread); many threads also
     # take the paths one thread never does (the AMX tile permission is asked per thread)
     threads = max(bench_threads(options), min(os.cpu_count() or 1, VARIANT_THREADS))
+    checked = numerics if numerics is not None and numerics.enabled else None
+    shape, long = options.cpu_variant_reference, checked.long if checked is not None else None
+    reference = None
+    if shape is not None and checked is not None and long is not None:
+        reference = VariantReference(
+            text=long.text,
+            ctx=shape.ctx,
+            chunks=shape.chunks,
+            baselines=checked.baselines,
+            model_sha256=model.sha256,
+            os_name=platform,
+        )
     runs = VariantRuns(
         check=options.cpu_variants,
         n_gen=options.cpu_variant_gen,
         threads=threads,
         timeout=options.timeouts["bench"],
-        answers=numerics if numerics is not None and numerics.enabled else None,
+        answers=checked,
+        reference=reference,
     )
 
     def run(progress: Callable[[str], None] | None = None) -> SmokeCpuVariants:

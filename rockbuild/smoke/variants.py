@@ -11,7 +11,11 @@ and, from there:
   loaded means *not runnable here*, skipped, never failed);
 * runs a real batch on it (``llama-bench -p 512 -n N -r 1 -dev none -ngl 0``: the CPU variant does every matrix
   product; pp512 is where the sapphirerapids variant died while ``-p 8`` ran);
-* with a model that has known answers (smoke.yaml's ``numerics.known_answers``), checks them with that variant only.
+* with a model that has known answers (smoke.yaml's ``numerics.known_answers``), checks them with that variant only;
+* with ``run.cpu_variants.reference`` and a reference of that variant in baselines.yaml, compares a short run of the
+  long-context text (one chunk of 512 tokens) with the variant's own top-k from the last good build: one variant
+  module gives one answer on any machine, so a tight limit catches a few-percent fault in a variant this machine
+  does not pick (docs/numerics.md, "Every CPU variant against its own reference").
 
 A crash, a variant other than the one meant being loaded, or a wrong answer fails the smoke with one line naming the
 variant. The variant the whole bundle's default dispatch picks is recorded too. The step makes smoke.json's record
@@ -21,6 +25,7 @@ variant).
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import time
@@ -29,10 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rockbuild.core.errors import ConfigError
 from rockbuild.core.options import CPU_VARIANT_CHECKS
-from rockbuild.core.records import NOT_RUNNABLE, SmokeCpuVariant, SmokeCpuVariants
+from rockbuild.core.records import NOT_RUNNABLE, SmokeCpuVariant, SmokeCpuVariants, VariantReferenceCheck
 from rockbuild.core.vocabulary import ModelFile
-from rockbuild.smoke.numerics import FAILED, PASSED, NumericsConfig, Target, run_known_answers
+from rockbuild.smoke.baselines import Baselines
+from rockbuild.smoke.numerics import FAILED, NOT_CHECKED, PASSED, NumericsConfig, Target, run_known_answers
 from rockbuild.smoke.parse import (
     BackendLoads,
     died_of_sigill,
@@ -63,6 +70,33 @@ class VariantRuns:
     threads: int = 1
     timeout: float = 600.0
     answers: NumericsConfig | None = None
+    reference: VariantReference | None = None
+
+
+@dataclass(frozen=True)
+class VariantReference:
+    """Each variant's short run against its own reference: the text (the long-context one), its shape, and where
+    the references are (baselines.yaml), for the model file (by sha256) and the bundle's OS."""
+
+    text: Path
+    ctx: int
+    chunks: int
+    baselines: Baselines
+    model_sha256: str
+    os_name: str
+
+    def about(self, model: str, variant: str) -> dict[str, Any]:
+        """What a top-k of this run says it is (``rockbuild baseline`` files it by these)."""
+        return {
+            "model": model,
+            "model_sha256": self.model_sha256,
+            "text": self.text.name,
+            "ctx": self.ctx,
+            "chunks": self.chunks,
+            "cpu_variant": variant,
+            "variant": variant,
+            "os": self.os_name,
+        }
 
 
 @dataclass(frozen=True)
@@ -228,14 +262,105 @@ def _run_variant(
         )
 
     config = runs.answers
-    if config is None or not config.answers_for(model.name):
-        return ended(runnable=True, result=PASSED, **figures)
-    target = Target.of_bundle(folder, platform=platform, model=model, backend="cpu", gpu=None)
-    answers = run_known_answers(config, target, cwd=folder, env=env, logs=logs)
-    problem = _answers_problem(answers, variant.file)
-    if problem is None:
-        return ended(runnable=True, result=PASSED, known_answers=PASSED, **figures)
-    return ended(runnable=True, result=FAILED, known_answers=FAILED, failure=problem, **figures)
+    answered: dict[str, Any] = {}
+    if config is not None and config.answers_for(model.name):
+        target = Target.of_bundle(folder, platform=platform, model=model, backend="cpu", gpu=None)
+        answers = run_known_answers(config, target, cwd=folder, env=env, logs=logs)
+        problem = _answers_problem(answers, variant.file)
+        if problem is not None:
+            return ended(runnable=True, result=FAILED, known_answers=FAILED, failure=problem, **figures)
+        answered = {"known_answers": PASSED}
+    if runs.reference is None:
+        return ended(runnable=True, result=PASSED, **answered, **figures)
+    check = against_reference(folder, variant.name, model=model, runs=runs, platform=platform, env=env, logs=logs)
+    failure = None if check.result != FAILED else f"its numbers differ from its own reference: {check.detail}"
+    return ended(
+        runnable=True, result=FAILED if failure else PASSED, failure=failure, reference=check, **answered, **figures
+    )
+
+
+def against_reference(
+    folder: Path,
+    variant: str,
+    *,
+    model: ModelFile,
+    runs: VariantRuns,
+    platform: str,
+    env: Mapping[str, str],
+    logs: Path,
+) -> VariantReferenceCheck:
+    """The variant alone (``folder``) on ``chunks`` x ``ctx`` tokens of the text, its top-k kept in ``logs``, judged
+    against the variant's own reference in baselines.yaml (none: not checked, and the top-k is there to record)."""
+    from rockbuild.smoke.logprobs import DEFAULT_K, compare, read_base, read_topk, top_k, write_topk
+    from rockbuild.smoke.numerics import parse_final_ppl
+
+    ref = runs.reference
+    assert ref is not None
+    about = ref.about(model.name, variant)
+    if not ref.text.is_file():
+        return VariantReferenceCheck(result=NOT_CHECKED, detail=f"no text {ref.text}", about=about)
+    exe = _program(folder, "llama-perplexity", platform)
+    if not exe.is_file():
+        return VariantReferenceCheck(result=NOT_CHECKED, detail=f"the bundle has no {exe.name}", about=about)
+    base = logs / "reference.kld"  # the whole vocabulary per position (50 MB for SmolLM2): folded, then deleted
+    shape = ["-c", str(ref.ctx), "-b", str(ref.ctx), "-ub", str(ref.ctx), "--chunks", str(ref.chunks)]
+    args = [str(exe), "-m", str(model.path), "-f", str(ref.text), *shape, "-t", str(runs.threads)]
+    args += ["-ngl", "0", "-dev", "none", "--kl-divergence-base", str(base)]
+    log = logs / "reference.log"
+    took: float | None = None
+    try:
+        output, rc, failure, seconds = run_program(
+            "perplexity", args, cwd=folder, env=env, timeout=runs.timeout, log=log
+        )
+        took = round(seconds, 3)
+        ppl = parse_final_ppl(output or "")
+        if failure is None and (ppl is None or not math.isfinite(ppl)):
+            failure = "printed no finite perplexity"
+        if failure is not None:
+            return VariantReferenceCheck(
+                result=FAILED,
+                detail=_how_it_ended(exe.name, rc, failure, output or "") + " on its short run",
+                about=about,
+                seconds=took,
+            )
+        night = read_base(base)
+        topk = write_topk(top_k(night, DEFAULT_K, about), logs / "reference.topk")
+        entry = ref.baselines.reference(model.name, ref.text.name, ref.ctx, ref.model_sha256, ref.os_name, variant)
+        if entry is None:
+            return VariantReferenceCheck(
+                result=NOT_CHECKED,
+                detail=f"no reference of CPU variant {variant} for {model.name} on {ref.text.name}, {ref.ctx} "
+                f"tokens, {ref.os_name} (record one: rockbuild baseline <smoke.json>)",
+                topk=str(topk),
+                about=about,
+                seconds=took,
+            )
+        got = compare(night, read_topk(entry.file), window=ref.ctx)
+    except ConfigError as exc:  # LogProbsError: a damaged file, other tokens, another shape
+        return VariantReferenceCheck(result=FAILED, detail=str(exc), about=about, seconds=took)
+    finally:
+        base.unlink(missing_ok=True)
+    problems = []
+    if not math.isfinite(got.mean_kld):
+        problems.append("NaN or inf in its numbers")
+    elif got.mean_kld > entry.max_mean_kld:
+        problems.append(f"mean KLD {got.mean_kld:.5f} > {entry.max_mean_kld:g}")
+    if got.same_top < entry.min_same_top:
+        problems.append(f"same top token {got.same_top:.1f} % < {entry.min_same_top:g} %")
+    shown = (
+        f"mean KLD {got.mean_kld:.6f} (limit {entry.max_mean_kld:g}), same top token {got.same_top:.1f} % (limit "
+        f"{entry.min_same_top:g} %) over {got.positions} positions ({entry.measured or entry.file.name})"
+    )
+    return VariantReferenceCheck(
+        result=FAILED if problems else PASSED,
+        detail=", ".join(problems) + f" ({shown})" if problems else shown,
+        mean_kld=got.mean_kld,
+        same_top=got.same_top,
+        positions=got.positions,
+        topk=str(topk),
+        about=about,
+        seconds=took,
+    )
 
 
 def _answers_problem(answers: Mapping[str, Any], variant_file: str) -> str | None:

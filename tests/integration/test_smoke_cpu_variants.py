@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -24,10 +25,11 @@ from support.smoke import fast_smoke, header_model, make_bundle
 from rockbuild.backends import REGISTRY
 from rockbuild.core.errors import ConfigError, SmokeError
 from rockbuild.core.records import SmokeRecord
-from rockbuild.smoke.config import SmokeConfig, load_smoke_config
+from rockbuild.smoke.baselines import load_baselines
+from rockbuild.smoke.config import SmokeConfig, VariantReferenceShape, load_smoke_config
 from rockbuild.smoke.numerics import KnownAnswer, NumericsConfig
 from rockbuild.smoke.runner import SmokeOptions, run_smoke
-from rockbuild.smoke.variants import one_variant_folder
+from rockbuild.smoke.variants import VariantReference, VariantRuns, one_variant_folder, run_cpu_variants
 
 FAST = fast_smoke()
 ONLY_THE_STEP = SmokeOptions(timeouts=FAST.timeouts, runs=())  # no cli, server or bench run: the step alone
@@ -83,6 +85,7 @@ def test_every_variant_this_cpu_runs_passes_alone_and_the_picked_one_is_recorded
         "known_answers": "not run",
         "seconds": variants["sapphirerapids"]["seconds"],
         "failure": None,
+        "reference": None,
     }
     assert variants["zen4"]["pp512_tps"] == 200.0 and variants["zen4"]["tg_tps"] == 20.0  # zen4's own figures
     assert variants["x64"]["pp512_tps"] == pytest.approx(10.0) and variants["x64"]["result"] == "passed"
@@ -291,6 +294,18 @@ def test_the_one_variant_folder_holds_the_bundle_with_one_variant(tmp_path):
             "  cpu_variants: all\n",
             ":{line}: run.cpu_variants must be a mapping such as {{check: all, n_gen: 8}}, not the text 'all'",
         ),
+        (
+            "  cpu_variants: {check: all, reference: {ctx: 32}}\n",
+            ":{line}: run.cpu_variants.reference.ctx must be a whole number of tokens, at least 64, not 32",
+        ),
+        (
+            "  cpu_variants: {check: all, reference: 512}\n",
+            ":{line}: run.cpu_variants.reference must be a mapping such as {{ctx: 512, chunks: 2}} or false, not",
+        ),
+        (
+            "  cpu_variants: {check: all, reference: {chunk: 2}}\n",
+            ":{line}: unknown key 'chunk' in run.cpu_variants.reference (did you mean chunks?)",
+        ),
     ],
 )
 def test_a_bad_setting_in_smoke_yaml_is_a_config_error_naming_file_and_line(tmp_path, body, error):
@@ -309,8 +324,10 @@ def test_the_shipped_setting_and_the_command_line_option(tmp_path):
     from rockbuild.commands.common import CPU_VARIANTS
 
     shipped = load_smoke_config()
-    assert shipped["run"]["cpu_variants"] == {"check": "all", "n_gen": 8}
+    assert shipped["run"]["cpu_variants"] == {"check": "all", "n_gen": 8, "reference": {"ctx": 512, "chunks": 1}}
     assert SmokeOptions.from_config(shipped).cpu_variants == "all"
+    assert SmokeOptions.from_config(shipped).cpu_variant_reference == VariantReferenceShape(512, 1)
+    assert SmokeOptions.from_config(SmokeConfig()).cpu_variant_reference is None  # not made unless configured
     assert SmokeOptions.from_config(SmokeConfig()).cpu_variants == "all"  # the default on a bundle with modules
 
     @click.command()
@@ -336,3 +353,83 @@ def test_the_stand_in_dies_of_a_real_sigill_in_its_one_variant_folder(tmp_path):
     )
     assert got.returncode == -signal.SIGILL
     assert got.stderr.splitlines()[-1] == "llama-bench: benchmark 1/2: prompt run 1/5"
+
+
+# -- each variant against its own reference (issue 59 item 2) ---------------------------------------------------------
+
+SHA = "ab" * 32
+
+
+def reference_runs(tmp_path: Path, baselines: Path) -> VariantRuns:
+    text = tmp_path / "long.txt"
+    text.write_text("the long text\n")
+    ref = VariantReference(text, 64, 2, load_baselines(baselines), SHA, "linux")
+    return VariantRuns(check="all", n_gen=8, threads=1, timeout=60, reference=ref)
+
+
+def test_each_variant_is_judged_against_its_own_reference_and_a_drifted_one_fails(tmp_path, model, run_rockbuild):
+    """First night: no reference, every runnable variant's top-k is kept and the step passes saying "not checked";
+    `rockbuild baseline --only variants` records one reference per variant; the next night a variant whose numbers
+    moved (a faulty kernel in a module this CPU may never pick) fails, naming the variant and its KLD."""
+    baselines = tmp_path / "config" / "baselines.yaml"
+    baselines.parent.mkdir()
+    baselines.write_text("tolerance: 0.02\nbaselines: []\n")
+    job = variant_job(tmp_path, ("haswell", "icelake", "zen4", "sapphirerapids"), supported=RANK[:-1])
+    make_variant_bundle(job / "bundle", (), programs=("llama-perplexity",), supported=RANK[:-1])
+    model = replace(model, sha256=SHA)
+    logs = job / "smoke-logs" / "cpu-variants"
+    first = run_cpu_variants(
+        job / "bundle", model=model, runs=reference_runs(tmp_path, baselines), platform="linux", env={}, logs=logs
+    )
+    assert first.ok, first.failures
+    checks = {v.variant: v.reference for v in first.variants}
+    assert checks["sapphirerapids"] is None  # not runnable here: no run, no reference
+    for name in ("haswell", "icelake", "zen4"):
+        check = checks[name]
+        assert (
+            check is not None
+            and check.result == "not checked"
+            and "no reference of CPU variant " + name in check.detail
+        )
+        assert check.topk == str(logs / name / "reference.topk") and Path(check.topk).is_file()
+        assert check.about["variant"] == name and check.about["ctx"] == 64 and check.about["chunks"] == 2
+        assert not (logs / name / "reference.kld").exists()  # the whole-vocabulary file is folded, then deleted
+    smoke = job / "smoke.json"
+    SmokeRecord(ok=True, cpu_variants=first, finished="2026-12-07T23:00:00Z").write(smoke)
+    got = run_rockbuild("baseline", str(smoke), "--file", str(baselines), "--only", "variants", "--json")
+    assert got.returncode == 0, got.stderr
+    recorded = json.loads(got.stdout)["variants"]
+    assert [r["new"]["variant"] for r in recorded] == ["haswell", "icelake", "zen4"]
+    assert [r["new"]["file"] for r in recorded] == [f"model-long-64-{n}.topk" for n in ("haswell", "icelake", "zen4")]
+    written = load_baselines(baselines)
+    assert {(r.variant, r.max_mean_kld, r.min_same_top) for r in written.references} == {
+        (n, 0.001, 99.0) for n in ("haswell", "icelake", "zen4")
+    }
+    assert "variant: icelake" in baselines.read_text()
+
+    # the next night: icelake's module computes other numbers
+    make_variant_bundle(job / "bundle", (), programs=("llama-perplexity",), supported=RANK[:-1], drifts=("icelake",))
+    second = run_cpu_variants(
+        job / "bundle", model=model, runs=reference_runs(tmp_path, baselines), platform="linux", env={}, logs=logs
+    )
+    assert not second.ok
+    by_name = {v.variant: v for v in second.variants}
+    assert [v.reference.result for v in (by_name["haswell"], by_name["zen4"])] == ["passed", "passed"]
+    assert by_name["zen4"].reference.mean_kld == 0.0 and by_name["zen4"].reference.same_top == 100.0
+    icelake = by_name["icelake"]
+    assert icelake.result == "failed" and icelake.reference.result == "failed"
+    assert icelake.reference.same_top == pytest.approx(100 * 23 / 31)  # every fourth of 31 positions a chunk moved
+    assert second.failures == (
+        f"CPU variant icelake: its numbers differ from its own reference: mean KLD "
+        f"{icelake.reference.mean_kld:.5f} > 0.001, same top token 74.2 % < 99 % ({icelake.reference.detail.split(' (', 1)[1]}",
+    )
+    assert "KLD 0.000000 against its reference" in by_name["zen4"].describe("tg8")
+
+
+def test_without_a_perplexity_program_or_text_the_reference_is_not_checked(tmp_path, model):
+    job = variant_job(tmp_path, ("haswell",), supported=RANK)
+    (tmp_path / "baselines.yaml").write_text("tolerance: 0.02\n")
+    runs = reference_runs(tmp_path, tmp_path / "baselines.yaml")
+    done = run_cpu_variants(job / "bundle", model=model, runs=runs, platform="linux", env={}, logs=tmp_path / "logs")
+    assert done.ok and done.variants[0].reference.result == "not checked"
+    assert done.variants[0].reference.detail == "the bundle has no llama-perplexity"

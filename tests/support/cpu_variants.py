@@ -75,6 +75,27 @@ if "--help" in args or "--version" in args:
 if chosen is None and not (here / "libggml-cpu.so").exists():
     sys.stderr.write("llama_model_load: error loading model: make_cpu_buft_list: no CPU backend found\n")
     sys.exit(1)
+if Path(sys.argv[0]).name == "llama-perplexity":
+    # a --kl-divergence-base file in perplexity.cpp's format (rockbuild/smoke/logprobs.py), a vocabulary of 8: every
+    # variant gives one answer, but a variant in ``drifts`` moves every fourth position's top token to the next one
+    import struct
+    n_ctx, n_chunk, n_vocab = int(arg("-c")), int(arg("--chunks", "1")), 8
+    out = bytearray(b"_logits_" + struct.pack("<Iii", n_ctx, n_vocab, n_chunk))
+    out += struct.pack("<%di" % (n_ctx * n_chunk), *[(i * 7) % n_vocab for i in range(n_ctx * n_chunk)])
+    for chunk in range(n_chunk):
+        for r in range(n_ctx - 1 - n_ctx // 2):
+            top = (r * 3 + chunk) % n_vocab
+            if variant in CONFIG["drifts"] and r % 4 == 0:
+                top = (top + 1) % n_vocab
+            logp = [-0.2 if v == top else -4.5 - 0.1 * v for v in range(n_vocab)]
+            lo, hi = min(logp), max(logp)
+            scale = (hi - lo) / 65535
+            out += struct.pack("<ff", scale, lo)
+            out += struct.pack("<%dH" % n_vocab, *[round((x - lo) / scale) for x in logp])
+    open(arg("--kl-divergence-base"), "wb").write(bytes(out))
+    print("perplexity: calculating perplexity over " + str(n_chunk) + " chunks, n_ctx=" + str(n_ctx))
+    print("Final estimate: PPL = 12.3456 +/- 0.5")
+    sys.exit(0)
 bench = Path(sys.argv[0]).name == "llama-bench"
 n_prompt = int(arg("-p", "512").split(",")[0]) if bench else 8  # llama-cli: a short prompt, no real batch
 def progress(what):  # llama-bench --progress: where a run that dies was
@@ -124,11 +145,21 @@ print("[ Prompt: 100.0 t/s | Generation: " + str(10.0 * speed) + " t/s ]")
 
 
 def write_program(
-    path: Path, *, supported=RANK, crashes=(), speeds=None, gpu=None, log: Path | None = None, factors=(1.0,)
+    path: Path,
+    *,
+    supported=RANK,
+    crashes=(),
+    speeds=None,
+    gpu=None,
+    log: Path | None = None,
+    factors=(1.0,),
+    drifts=(),
 ) -> Path:
-    """One fake llama.cpp program at ``path`` (llama-bench behaves as llama-bench, any other name as llama-cli).
-    With ``log`` each run is appended to it, and the n-th run of a variant is ``factors[n]`` times as fast."""
+    """One fake llama.cpp program at ``path`` (llama-bench behaves as llama-bench, llama-perplexity writes its
+    log-probabilities, any other name is llama-cli). With ``log`` each run is appended to it, and the n-th run of a
+    variant is ``factors[n]`` times as fast; a variant in ``drifts`` computes other numbers (a faulty kernel)."""
     config = {
+        "drifts": list(drifts),
         "rank": list(RANK),
         "supported": list(supported),
         "crashes": list(crashes),
