@@ -347,13 +347,14 @@ def against_reference(
         problems.append(f"mean KLD {got.mean_kld:.5f} > {entry.max_mean_kld:g}")
     if got.same_top < entry.min_same_top:
         problems.append(f"same top token {got.same_top:.1f} % < {entry.min_same_top:g} %")
+    over = f"over {got.positions} positions (reference: {entry.measured or entry.file.name})"
     shown = (
         f"mean KLD {got.mean_kld:.6f} (limit {entry.max_mean_kld:g}), same top token {got.same_top:.1f} % (limit "
-        f"{entry.min_same_top:g} %) over {got.positions} positions ({entry.measured or entry.file.name})"
+        f"{entry.min_same_top:g} %) {over}"
     )
     return VariantReferenceCheck(
         result=FAILED if problems else PASSED,
-        detail=", ".join(problems) + f" ({shown})" if problems else shown,
+        detail=", ".join(problems) + f" {over}" if problems else shown,
         mean_kld=got.mean_kld,
         same_top=got.same_top,
         positions=got.positions,
