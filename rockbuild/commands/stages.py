@@ -695,9 +695,8 @@ def compare(
     checks = None
     if numerics:
         from rockbuild.core.errors import UsageError
-        from rockbuild.smoke.numerics import parse_numerics_config
 
-        checks = parse_numerics_config(settings().smoke.get("numerics"))
+        checks = settings().smoke.numerics  # parsed once, with smoke.yaml's own path in its messages
         if not checks.enabled:
             raise UsageError("--numerics: smoke.yaml's numerics section is missing or disabled")
     comparison = run_compare(list(bundle_dirs), model, options, env=settings().env, numerics=checks)
@@ -737,13 +736,12 @@ def baseline(
     from rockbuild.core.errors import UsageError
     from rockbuild.core.records import SmokeRecord
     from rockbuild.smoke.baselines import Rebaselined, Recorded, Rereferenced, rebaseline, rereference
-    from rockbuild.smoke.numerics import parse_numerics_config
 
     record = SmokeRecord.read(smoke_json)
     if record is None:
         raise UsageError(f"{smoke_json} is not a smoke.json")
     numerics = record.numerics or {}
-    target = baselines_file or parse_numerics_config(settings().smoke.get("numerics")).baselines.path
+    target = baselines_file or settings().smoke.numerics.baselines.path
     if target is None:
         raise UsageError("smoke.yaml's numerics names no baselines file: give --file FILE")
     variant = record.backends.cpu_variant if record.backends is not None else None

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import where
+from rockbuild.core.data import check_keys, seconds, where, whole
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.record import Record
 from rockbuild.process import spawn, stop
@@ -112,23 +112,6 @@ _LONG_KEYS = (
 _PASSKEY_KEYS = ("key", "chars", "at", "min_tokens", "n_predict", "server_ctx")
 
 
-def _whole(path: Path, node: Mapping[str, Any], key: str, default: int, what: str, least: int = 1) -> int:
-    value = node.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(
-            f"{where(path, node, key)}: {what}.{key} must be a whole number, at least {least}, not {value!r}"
-        )
-    return value
-
-
-def _known(path: Path, node: Mapping[str, Any], keys: tuple[str, ...], what: str) -> None:
-    unknown = [k for k in node if k not in keys]
-    if unknown:
-        raise ConfigError(
-            f"{where(path, node, unknown[0])}: unknown key {unknown[0]!r} in {what}; allowed: {', '.join(keys)}"
-        )
-
-
 def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig | None:
     """``numerics.long_context`` (None: absent); a mistake is a ConfigError naming ``file:line`` and the key."""
     what = "numerics.long_context"
@@ -136,7 +119,7 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig
         return None
     if not isinstance(node, Mapping):
         raise ConfigError(f"{path}: {what} must be a mapping (see the shipped config/smoke.yaml)")
-    _known(path, node, _LONG_KEYS, what)
+    check_keys(path, node, _LONG_KEYS, what)
     name, digest = node.get("text"), node.get("sha256")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(
@@ -147,16 +130,12 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig
             f"{where(path, node, 'sha256' if 'sha256' in node else None)}: {what}.sha256 must be the "
             "text's sha256 (64 hex digits)"
         )
-    ctx = _whole(path, node, "ctx", 4096, what, least=64)
-    batch = _whole(path, node, "batch", 2048, what)
-    ubatch = _whole(path, node, "ubatch", 512, what)
+    ctx = whole(path, node, "ctx", 4096, what, least=64)
+    batch = whole(path, node, "batch", 2048, what, least=1)
+    ubatch = whole(path, node, "ubatch", 512, what, least=1)
     if ubatch > batch:
         raise ConfigError(f"{where(path, node, 'ubatch')}: {what}.ubatch ({ubatch}) cannot exceed batch ({batch})")
-    timeout = node.get("timeout", 1200)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-        raise ConfigError(
-            f"{where(path, node, 'timeout')}: {what}.timeout must be seconds (a positive number), not {timeout!r}"
-        )
+    timeout = seconds(path, node, "timeout", 1200, what)
     passkey: Passkey | None = None
     pk = node.get("passkey")
     if pk is not None:
@@ -165,23 +144,23 @@ def parse_long_context(node: Any, path: Path, folder: Path) -> LongContextConfig
                 f"{where(path, node, 'passkey')}: {what}.passkey must be a mapping such as "
                 "{key: '71432', chars: 20000}"
             )
-        _known(path, pk, _PASSKEY_KEYS, f"{what}.passkey")
+        check_keys(path, pk, _PASSKEY_KEYS, f"{what}.passkey")
         key = pk.get("key", Passkey.key)
         if not isinstance(key, str | int) or isinstance(key, bool) or not re.fullmatch(r"\d{3,12}", str(key)):
             raise ConfigError(
                 f"{where(path, pk, 'key')}: {what}.passkey.key must be a number of 3 to 12 digits (quoted), not {key!r}"
             )
-        chars = _whole(path, pk, "chars", Passkey.chars, f"{what}.passkey", least=1000)
-        at = _whole(path, pk, "at", Passkey.at, f"{what}.passkey", least=0)
+        chars = whole(path, pk, "chars", Passkey.chars, f"{what}.passkey", least=1000)
+        at = whole(path, pk, "at", Passkey.at, f"{what}.passkey", least=0)
         if at >= chars:
             raise ConfigError(f"{where(path, pk, 'at')}: {what}.passkey.at ({at}) must lie inside its chars ({chars})")
         passkey = Passkey(
             key=str(key),
             chars=chars,
             at=at,
-            min_tokens=_whole(path, pk, "min_tokens", Passkey.min_tokens, f"{what}.passkey"),
-            n_predict=_whole(path, pk, "n_predict", Passkey.n_predict, f"{what}.passkey"),
-            server_ctx=_whole(path, pk, "server_ctx", Passkey.server_ctx, f"{what}.passkey", least=64),
+            min_tokens=whole(path, pk, "min_tokens", Passkey.min_tokens, f"{what}.passkey", least=1),
+            n_predict=whole(path, pk, "n_predict", Passkey.n_predict, f"{what}.passkey", least=1),
+            server_ctx=whole(path, pk, "server_ctx", Passkey.server_ctx, f"{what}.passkey", least=64),
         )
     variant = node.get("cpu_variant", LongContextConfig.cpu_variant)
     if variant is not None and (not isinstance(variant, str) or not re.fullmatch(r"[a-z0-9_]+", variant)):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rockbuild.core.data import YDict, YList, check_keys, kind_of, where
+from rockbuild.core.data import YList, check_keys, kind_of, seconds, where, whole
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.programs import OP_TEST_PROGRAM
 from rockbuild.core.record import SECONDS, Record
@@ -74,25 +74,6 @@ class OpsConfig:
         return "software" if any(name.lower() in low for name in self.software_devices) else "gpu"
 
 
-def _positive(path: Path | str, node: Any, key: str, value: Any, what: str, *, whole: bool = False) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, int | float) and value > 0
-    if ok and whole and not isinstance(value, int):
-        ok = False
-    if not ok:
-        kind = "a whole number, at least 1" if whole else "a number of seconds above 0"
-        raise ConfigError(f"{where(path, node, key)}: {what} must be {kind}, not {value!r}")
-    return value
-
-
-def _keys(path: Path | str, node: Any, allowed: Sequence[str], what: str) -> None:
-    if isinstance(node, YDict):
-        check_keys(path, node, allowed, what)
-        return
-    unknown = [k for k in node if k not in allowed]
-    if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r} in {what}; allowed: {', '.join(allowed)}")
-
-
 def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
     """smoke.yaml's ``ops`` section (None: the defaults, with no subset); a mistake is one ConfigError naming
     ``file:line`` and the key."""
@@ -103,7 +84,7 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
         raise ConfigError(
             f"{where(path, node)}: ops must be a mapping (mode, subset, timeouts...), not {kind_of(node)}"
         )
-    _keys(path, node, CONFIG_KEYS, "ops")
+    check_keys(path, node, CONFIG_KEYS, "ops")
     values: dict[str, Any] = {}
     if "enabled" in node:
         if not isinstance(node["enabled"], bool):
@@ -118,7 +99,7 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
                 f"{where(path, node, 'mode')}: ops.mode must map a device kind "
                 f"({', '.join(DEVICE_KINDS)}) to {'|'.join(MODES)}, not {mode!r}"
             )
-        _keys(path, mode, DEVICE_KINDS, "ops.mode")
+        check_keys(path, mode, DEVICE_KINDS, "ops.mode")
         for kind, value in mode.items():
             if value not in MODES:
                 raise ConfigError(
@@ -134,7 +115,7 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
             )
         values["software_devices"] = tuple(names)
     if "jobs" in node:
-        values["jobs"] = int(_positive(path, node, "jobs", node["jobs"], "ops.jobs", whole=True))
+        values["jobs"] = whole(path, node, "jobs", defaults.jobs, "ops", least=1)
     if "timeouts" in node:
         timeouts = node["timeouts"]
         if not isinstance(timeouts, Mapping):
@@ -142,10 +123,10 @@ def parse_ops_config(node: Any, path: Path | str = "smoke.yaml") -> OpsConfig:
                 f"{where(path, node, 'timeouts')}: ops.timeouts must be a mapping such as "
                 f"{{full: 1800, op: 300, support: 120}}, not {timeouts!r}"
             )
-        _keys(path, timeouts, TIMEOUT_KEYS, "ops.timeouts")
+        check_keys(path, timeouts, TIMEOUT_KEYS, "ops.timeouts")
         values["timeouts"] = {
             **defaults.timeouts,
-            **{str(k): float(_positive(path, timeouts, k, v, f"ops.timeouts.{k}")) for k, v in timeouts.items()},
+            **{str(k): seconds(path, timeouts, k, 0.0, "ops.timeouts") for k in timeouts},
         }
     if "subset" in node:
         values["subset"] = _parse_subset(node["subset"], path, node)
@@ -165,7 +146,7 @@ def _parse_subset(items: Any, path: Path | str, parent: Any) -> tuple[SubsetEntr
             raise ConfigError(
                 f"{at}: each ops.subset entry must be a mapping {{op: NAME, params: REGEX}}, not {item!r}"
             )
-        _keys(path, item, ("op", "params"), "ops.subset[]")
+        check_keys(path, item, ("op", "params"), "ops.subset[]")
         op = item.get("op")
         if not isinstance(op, str) or not re.fullmatch(r"[A-Z][A-Z0-9_]*", op):
             raise ConfigError(f"{at}: ops.subset[{i}].op must be a ggml op name such as MUL_MAT, not {op!r}")

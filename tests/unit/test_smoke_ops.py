@@ -148,7 +148,7 @@ def test_shipped_smoke_yaml_has_an_ops_section_with_the_lavapipe_subset():
             "ops.subset[0].op must be a ggml op name such as MUL_MAT, not 'mul_mat'",
         ),
         ("ops:\n  subset:\n    - {op: ROPE, params: 'type=(f32'}", "ops.subset[0].params 'type=(f32' is not a regular"),
-        ("ops:\n  timeouts: {full: -1}", "ops.yaml:2: ops.timeouts.full must be a number of seconds above 0, not -1"),
+        ("ops:\n  timeouts: {full: -1}", "ops.yaml:2: ops.timeouts.full must be seconds (a positive number), not -1"),
         ("ops:\n  jobs: 2.5", "ops.yaml:2: ops.jobs must be a whole number, at least 1, not 2.5"),
         ("ops:\n  enabled: yes please", "ops.enabled must be true or false"),
     ],
