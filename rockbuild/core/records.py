@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Final, Literal, get_args
 
 from rockbuild.core.data import suggest
 from rockbuild.core.errors import (
@@ -838,9 +838,11 @@ class SmokeRun(Record):
 
 
 # the cpu_variants step's words (rockbuild.smoke.variants uses them too)
-_PASSED, _FAILED, _SKIPPED = "passed", "failed", "skipped"
-NOT_RUNNABLE = "not runnable here"  # a CPU variant ggml's scorer does not load on this CPU: not failed
-NOT_RUN = "not run"  # known answers: the model has none, or numerics are off
+_PASSED: Final = "passed"
+_FAILED: Final = "failed"
+_SKIPPED: Final = "skipped"
+NOT_RUNNABLE: Final = "not runnable here"  # a CPU variant ggml's scorer does not load on this CPU: not failed
+NOT_RUN: Final = "not run"  # known answers: the model has none, or numerics are off
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -848,7 +850,7 @@ class VariantReferenceCheck(Record):
     """One CPU variant's short run against its own reference (rockbuild.smoke.variants makes it): the verdict, the
     figures, and the top-k it kept in the smoke logs (what ``rockbuild baseline`` records)."""
 
-    result: str  # passed | failed | not checked
+    result: Literal["passed", "failed", "not checked"]
     detail: str = ""
     mean_kld: float | None = None  # folded onto the reference's top-k: a lower bound of the true KL divergence
     same_top: float | None = None  # percent of positions whose top token is the reference's
@@ -865,10 +867,10 @@ class SmokeCpuVariant(Record):
 
     variant: str  # zen4
     runnable: bool  # ggml's scorer loaded it on this CPU
-    result: str  # passed | failed | not runnable here
+    result: Literal["passed", "failed", "not runnable here"]
     pp512_tps: float | None = None
     tg_tps: float | None = None
-    known_answers: str | None = NOT_RUN  # passed | failed | not run
+    known_answers: Literal["passed", "failed", "not run"] | None = NOT_RUN
     seconds: float | None = 0.0
     failure: str | None = None  # "llama-bench died of SIGILL (illegal instruction) on pp512"
     reference: VariantReferenceCheck | None = None  # its numbers against its own reference (None: not made)
@@ -898,7 +900,7 @@ class SmokeCpuVariants(Record):
     """The smoke's cpu_variants step: every CPU variant this machine runs, each alone, and the one ggml picks from
     the whole bundle (rockbuild.smoke.variants makes it; a skipped step has the first four keys alone)."""
 
-    result: str  # passed | failed | skipped
+    result: Literal["passed", "failed", "skipped"]
     detail: str | None = None
     picked: str | None = None  # the variant the default dispatch (the whole bundle) loads here
     variants: tuple[SmokeCpuVariant, ...] = ()

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rockbuild.core.data import check_keys, data_path, expect_type, flag, mapping, number, text, where, whole
 from rockbuild.core.errors import ConfigError
@@ -54,7 +54,9 @@ from rockbuild.smoke.longctx import (
 from rockbuild.smoke.probe import run_program
 from rockbuild.smoke.variant_folder import one_variant_folder, shipped_variants, work_folder
 
-PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
+PASSED: Final = "passed"
+FAILED: Final = "failed"
+NOT_CHECKED: Final = "not checked"
 LONG_CHECKS = ("long_reference", "long_cross_backend", "long_answer")  # rockbuild.smoke.longctx
 _NUMBER = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|-?inf))"
 
