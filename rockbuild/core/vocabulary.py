@@ -50,7 +50,7 @@ class Gpu(Record):
 @dataclass(frozen=True)
 class Finding(Record):
     severity: Literal["ok", "info", "warning", "error"]
-    topic: str  # gpu | access | override | memory | kernel | bundle | vulkan | dll | cpu
+    topic: Literal["gpu", "access", "override", "memory", "kernel", "bundle", "vulkan", "dll", "cpu"]
     message: str
     action: str = ""  # one line: what to do
 
