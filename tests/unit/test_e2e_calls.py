@@ -35,6 +35,15 @@ def embedded_programs(text: str) -> list[tuple[int, str]]:
     return [(line, src) for line, src in found if "rockbuild" in src]
 
 
+def _dotted(func: ast.expr) -> tuple[str | None, list[str]]:
+    """``a.b.c`` of a call: ("a", ["b", "c"]); (None, ...) when it does not start with a name."""
+    chain: list[str] = []
+    while isinstance(func, ast.Attribute):
+        chain.insert(0, func.attr)
+        func = func.value
+    return (func.id if isinstance(func, ast.Name) else None), chain
+
+
 def _resolve(module: Any, dotted: list[str]) -> Any:
     obj = module
     for part in dotted:
@@ -69,15 +78,11 @@ def call_breaks(source: str) -> list[str]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        chain: list[str] = []
-        func = node.func
-        while isinstance(func, ast.Attribute):
-            chain.insert(0, func.attr)
-            func = func.value
-        if not isinstance(func, ast.Name) or func.id not in names:
+        root, chain = _dotted(node.func)
+        if root not in names:
             continue
-        target = _resolve(names[func.id], chain)
-        label = ".".join([func.id, *chain])
+        target = _resolve(names[root], chain)
+        label = ".".join([root, *chain])
         if target is None:
             breaks.append(f"{label} does not exist")
             continue
@@ -116,15 +121,11 @@ def attribute_breaks(tree: ast.AST, names: dict[str, Any]) -> list[str]:
         call = node.value
         if not isinstance(call, ast.Call):
             continue
-        chain: list[str] = []
-        func = call.func
-        while isinstance(func, ast.Attribute):
-            chain.insert(0, func.attr)
-            func = func.value
-        if isinstance(func, ast.Name) and func.id in names:
-            record = _result_record(_resolve(names[func.id], chain))
+        root, chain = _dotted(call.func)
+        if root in names:
+            record = _result_record(_resolve(names[root], chain))
             if record is not None:
-                results[node.targets[0].id] = (".".join([func.id, *chain]), record)
+                results[node.targets[0].id] = (".".join([root, *chain]), record)
     breaks = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in results:
