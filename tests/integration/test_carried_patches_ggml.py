@@ -204,12 +204,12 @@ def test_the_patched_scorer_agrees_with_what_this_cpu_and_kernel_enable(trees, t
 
 
 def test_the_op_test_with_the_long_position_cases_compiles(trees):
-    """ops-long-positions adds cases to test-backend-ops (positions up to 8,192, caches of 4,096 rows) that the
+    """ops-long-positions adds cases to test-backend-ops (positions below 4,096, caches of 4,096 rows) that the
     smoke's ops subset selects by their parameters; the patched file must still compile, and name its new cases so."""
     pristine, patched = trees
     source = (patched / OP_TEST).read_text()
     assert "int mode, int n_ctx = 512)" not in (pristine / OP_TEST).read_text()
-    assert "int mode, int n_ctx = 512)" in source and source.count("mode, 8192") == 2
+    assert "int mode, int n_ctx = 512)" in source and source.count("mode, 4096") == 2
     done = subprocess.run(
         ["g++", "-std=c++17", "-fsyntax-only", f"-I{patched / 'ggml/include'}", str(patched / OP_TEST)],
         capture_output=True,

@@ -128,7 +128,7 @@ def test_shipped_smoke_yaml_has_an_ops_section_with_the_lavapipe_subset():
     # past position 2,048 (issue 59): the carried cases of ops-long-positions and upstream's 4,096-key attention
     past = {e.op: e.params for e in config.subset[6:]}
     assert set(past) == {"ROPE", "ROPE_SET_ROWS", "SET_ROWS", "SOFT_MAX", "FLASH_ATTN_EXT"}
-    assert "n_ctx=8192" in past["ROPE"] and "4096" in past["SET_ROWS"] and "kv=4096" in past["FLASH_ATTN_EXT"]
+    assert "n_ctx=4096" in past["ROPE"] and "4096" in past["SET_ROWS"] and "kv=4096" in past["FLASH_ATTN_EXT"]
     assert config.kind_of("Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)") == "software"
     assert config.kind_of("Vulkan0: NVIDIA H200") == config.kind_of("") == "gpu"
 
