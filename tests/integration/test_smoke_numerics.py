@@ -105,7 +105,7 @@ def test_thresholds_come_from_smoke_yaml_each_with_its_floor():
     config = numerics_config()
     assert config.text.is_file() and len(config.text.read_text().split()) > 1600  # 8 x 256 tokens and more
     lava = config.threshold("vulkan", SMOLLM2, "Vulkan0: llvmpipe (LLVM 22.1.8, 256 bits)")
-    assert lava is not None and lava.max_mean_kld == 0.017 and lava.min_same_top == 94.0
+    assert lava is not None and lava.max_mean_kld == 0.017 and lava.min_same_top == 88.0
     assert "0.0057" in lava.floor and "96.4" in lava.floor
     assert config.threshold("vulkan", "tiny-qwen3.gguf", "") is None  # no floor measured: not judged by a guess
     shaped = config.threshold("vulkan", "qwen3-0.6b-shaped.gguf", "Vulkan0: NVIDIA H200")
@@ -191,7 +191,7 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
 @pytest.mark.parametrize(
     ("mode", "words"),
     [
-        ("wrong", "wrong numbers against the CPU: mean KLD 0.26000 > 0.017, same top token 71.2 % < 94 %"),
+        ("wrong", "wrong numbers against the CPU: mean KLD 0.26000 > 0.017, same top token 71.2 % < 88 %"),
         ("garbage", "wrong numbers against the CPU: mean KLD 9.81000 > 0.017"),
         ("nan", "NaN or inf in the GPU's numbers"),
         ("crash", "llama-perplexity on Vulkan0: killed by SIGSEGV"),
