@@ -302,7 +302,7 @@ def against_reference(
     exe = _program(folder, "llama-perplexity", platform)
     if not exe.is_file():
         return VariantReferenceCheck(result=NOT_CHECKED, detail=f"the bundle has no {exe.name}", about=about)
-    base = logs / "reference.kld"  # the whole vocabulary per position (50 MB for SmolLM2): folded, then deleted
+    base = logs / "reference.kld"  # the whole vocabulary per position (25 MB a chunk of SmolLM2): folded, deleted
     shape = ["-c", str(ref.ctx), "-b", str(ref.ctx), "-ub", str(ref.ctx), "--chunks", str(ref.chunks)]
     args = [str(exe), "-m", str(model.path), "-f", str(ref.text), *shape, "-t", str(runs.threads)]
     args += ["-ngl", "0", "-dev", "none", "--kl-divergence-base", str(base)]

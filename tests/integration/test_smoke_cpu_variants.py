@@ -434,3 +434,21 @@ def test_without_a_perplexity_program_or_text_the_reference_is_not_checked(tmp_p
     done = run_cpu_variants(job / "bundle", model=model, runs=runs, platform="linux", env={}, logs=tmp_path / "logs")
     assert done.ok and done.variants[0].reference.result == "not checked"
     assert done.variants[0].reference.detail == "the bundle has no llama-perplexity"
+
+
+def test_baseline_only_variants_of_a_smoke_without_their_runs_is_one_line_exit_2(tmp_path, model, run_rockbuild):
+    job = variant_job(tmp_path, ("haswell",), supported=RANK)
+    done = run_cpu_variants(
+        job / "bundle", model=model, runs=VariantRuns(check="all"), platform="linux", env={}, logs=tmp_path / "logs"
+    )
+    SmokeRecord(ok=True, cpu_variants=done).write(job / "smoke.json")
+    (tmp_path / "baselines.yaml").write_text("tolerance: 0.02\n")
+    got = run_rockbuild(
+        "baseline", str(job / "smoke.json"), "--file", str(tmp_path / "baselines.yaml"), "--only", "variants"
+    )
+    assert got.returncode == 2
+    assert got.stderr.strip().splitlines() == [
+        f"error: {job / 'smoke.json'} has no CPU variant's top-k to record (its smoke ran no variant against a "
+        "reference: smoke.yaml's run.cpu_variants.reference)"
+    ]
+    assert (tmp_path / "baselines.yaml").read_text() == "tolerance: 0.02\n"  # nothing written

@@ -119,6 +119,20 @@ def test_a_mistake_in_a_data_file_names_its_line(tmp_path):
             "references:\n  - {model: m, sha256: abc, text: t, ctx: 4096, file: f, max_mean_kld: 0.1, min_same_top: 99}\n",
             "references[0] needs the model file's sha256",
         ),
+        (
+            "references:\n  - {model: m, sha256: '%s', text: t, ctx: 512, variant: Zen 4, file: f, max_mean_kld: 0.1,\n"
+            "     min_same_top: 99}\n" % ("a" * 64),
+            "references[0].variant is a CPU variant's name such as zen4, not 'Zen 4'",
+        ),
+        (
+            "references:\n"
+            + "".join(
+                "  - {model: m, sha256: '%s', text: t, ctx: 512, variant: zen4, file: f, max_mean_kld: 0.1,\n"
+                "     min_same_top: 99}\n" % ("a" * 64)
+                for _ in range(2)
+            ),
+            "references[1] is a second reference of m on t, 512 tokens, linux, CPU variant zen4",
+        ),
     ],
 )
 def test_a_wrong_reference_entry_is_a_config_error(tmp_path, text, message):
