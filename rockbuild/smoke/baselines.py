@@ -22,12 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.jobs import OSES
 from rockbuild.core.record import Record, json_form, json_key
+
+if TYPE_CHECKING:
+    from rockbuild.smoke.logprobs import Comparison
 
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
@@ -89,6 +92,18 @@ class Reference(Record):
             and ctx == self.ctx
             and os_name in (None, self.os)
             and variant == self.variant
+        )
+
+    def missed(self, got: Comparison) -> tuple[bool, bool]:
+        """Whether a run's comparison with this reference exceeds its mean KLD limit, and falls under its same-top
+        limit (a NaN is neither: the caller says NaN)."""
+        return got.mean_kld > self.max_mean_kld, got.same_top < self.min_same_top
+
+    def figures(self, got: Comparison) -> str:
+        """``mean KLD 0.000000 (limit 0.001), same top token 100.0 % (limit 99 %) over 255 positions``."""
+        return (
+            f"mean KLD {got.mean_kld:.6f} (limit {self.max_mean_kld:g}), same top token {got.same_top:.1f} % "
+            f"(limit {self.min_same_top:g} %) over {got.positions} positions"
         )
 
     @property

@@ -249,22 +249,19 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
         return out
     out["figures"] = got.to_dict()
     problems = []
+    high_kld, low_top = reference.missed(got)
     if not math.isfinite(got.mean_kld):
         problems.append("NaN or inf in the CPU's long-context numbers")
     else:
-        if got.mean_kld > reference.max_mean_kld:
+        if high_kld:
             worst = max(got.windows, key=lambda w: w.mean_kld)
             problems.append(
                 f"mean KLD {got.mean_kld:.5f} > {reference.max_mean_kld:g} (worst from position "
                 f"{worst.start}: {worst.mean_kld:.5f})"
             )
-        if got.same_top < reference.min_same_top:
+        if low_top:
             problems.append(f"same top token {got.same_top:.1f} % < {reference.min_same_top:g} %")
-    shown = (
-        f"mean KLD {got.mean_kld:.6f} (limit {reference.max_mean_kld:g}), same top token {got.same_top:.1f} % "
-        f"(limit {reference.min_same_top:g} %) over {got.positions} positions against the reference "
-        f"({reference.measured or reference.file.name})"
-    )
+    shown = f"{reference.figures(got)} against the reference ({reference.measured or reference.file.name})"
     if problems:
         out.update(
             result=FAILED,

@@ -341,20 +341,19 @@ def against_reference(
     finally:
         base.unlink(missing_ok=True)
     problems = []
+    high_kld, low_top = entry.missed(got)
     if not math.isfinite(got.mean_kld):
         problems.append("NaN or inf in its numbers")
-    elif got.mean_kld > entry.max_mean_kld:
+    elif high_kld:
         problems.append(f"mean KLD {got.mean_kld:.5f} > {entry.max_mean_kld:g}")
-    if got.same_top < entry.min_same_top:
+    if low_top:
         problems.append(f"same top token {got.same_top:.1f} % < {entry.min_same_top:g} %")
-    over = f"over {got.positions} positions (reference: {entry.measured or entry.file.name})"
-    shown = (
-        f"mean KLD {got.mean_kld:.6f} (limit {entry.max_mean_kld:g}), same top token {got.same_top:.1f} % (limit "
-        f"{entry.min_same_top:g} %) {over}"
-    )
+    whose = f"(reference: {entry.measured or entry.file.name})"
     return VariantReferenceCheck(
         result=FAILED if problems else PASSED,
-        detail=", ".join(problems) + f" {over}" if problems else shown,
+        detail=f"{', '.join(problems)} over {got.positions} positions {whose}"
+        if problems
+        else f"{entry.figures(got)} {whose}",
         mean_kld=got.mean_kld,
         same_top=got.same_top,
         positions=got.positions,
