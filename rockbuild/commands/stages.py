@@ -721,18 +721,19 @@ def compare(
 )
 @click.option(
     "--only",
-    type=click.Choice(["ppl", "long", "variants"]),
+    type=click.Choice(["ppl", "long", "device", "variants"]),
     default=None,
-    help="Record only the CPU perplexity (ppl), only the long-context reference (long) or only the CPU variants' own "
-    "references (variants); default: each the smoke.json has.",
+    help="Record only the CPU perplexity (ppl), only the long-context reference (long), only the GPU's own long run "
+    "as its device's reference (device) or only the CPU variants' own references (variants); default: each the "
+    "smoke.json has.",
 )
 @JSON
 def baseline(
     smoke_json: Path, baselines_file: Path | None, measured: str | None, only: str | None, as_json: bool
 ) -> None:
     """Take a smoke.json's CPU perplexity as its model's baseline, its long-context run (the CPU's top-k past one
-    ubatch) as its reference and each CPU variant's short run as that variant's, after a human checked that the move
-    is right."""
+    ubatch) as its reference, the GPU's long run as its device's and each CPU variant's short run as that variant's,
+    after a human checked that the move is right."""
     from rockbuild.core.errors import UsageError
     from rockbuild.core.records import SmokeRecord
     from rockbuild.smoke.baselines import Rebaselined, Recorded, Rereferenced, rebaseline, rereference
@@ -753,6 +754,15 @@ def baseline(
         done.append(rebaseline(target, dict(numerics.get("cpu") or {}), words))
     if only == "long" or (only is None and long.get("topk")):
         done.append(rereference(target, long, words))
+    own = dict(numerics.get("long_device") or {})
+    if only == "device" and not own.get("topk"):
+        raise UsageError(
+            f"{smoke_json} has no GPU long run to record (its smoke made none: no real GPU, or the long checks were "
+            "off; numerics.long_device says why)"
+        )
+    if only in (None, "device") and own.get("topk"):
+        when = f", smoke of {record.finished}" if record.finished else ""
+        done.append(rereference(target, own, measured or f"GPU {own.get('device', '')} long run{when}"))
     runs = record.cpu_variants.variants if record.cpu_variants is not None else ()
     kept = [v for v in runs if v.reference is not None and v.reference.topk]
     if only == "variants" and not kept:

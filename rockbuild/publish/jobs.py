@@ -323,7 +323,15 @@ class BuiltJob:
                 n.get("long_reference_same_top"),
             ),
             ("GPU vs CPU", n.get("long_cross_backend"), n.get("long_mean_kld"), n.get("long_same_top")),
+            (
+                "the GPU against its last good run",
+                n.get("long_device"),
+                n.get("long_device_kld"),
+                n.get("long_device_same_top"),
+            ),
         ):
+            if label.startswith("the GPU against") and result in (None, "not checked"):
+                continue  # a smoke before the check, or on a machine with no real GPU: nothing to say
             text = f"{label} {result or 'not checked'}"
             if kld is not None and top is not None:
                 text += f" (mean KLD {kld:.4g}, same top token {top:.1f} %)"

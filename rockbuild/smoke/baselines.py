@@ -30,12 +30,24 @@ from rockbuild.core.jobs import OSES
 from rockbuild.core.record import Record, json_form, json_key
 
 if TYPE_CHECKING:
-    from rockbuild.smoke.logprobs import Comparison
+    from rockbuild.smoke.logprobs import Comparison, Window
 
 BASELINES_FILE = "baselines.yaml"
 DEFAULT_TOLERANCE = 0.02
 _KEYS = ("model", "text", "ctx", "chunks", "ppl", "measured")
-_REF_KEYS = ("model", "sha256", "text", "ctx", "os", "variant", "file", "max_mean_kld", "min_same_top", "measured")
+_REF_KEYS = (
+    "model",
+    "sha256",
+    "text",
+    "ctx",
+    "os",
+    "variant",
+    "device",
+    "file",
+    "max_mean_kld",
+    "min_same_top",
+    "measured",
+)
 # the OS of a reference entry without ``os``: the entries made before the key were Linux runs
 REFERENCE_OS = "linux"
 # a new reference's limits when no entry had any: measured on SmolLM2 (docs/numerics.md, "Long prompts")
@@ -81,10 +93,15 @@ class Reference(Record):
     # "": the long-context reference (the haswell module alone, numerics.long_context); a CPU variant's name: that
     # variant's own short reference, judged by the cpu_variants step (one module gives one answer on any machine)
     variant: str = ""
+    # "": a CPU run's; a GPU device's description (a glob: "NVIDIA H200*"): that device's own long run, judged by
+    # long_device (one GPU with one driver and one library repeats its numbers; another GPU does not)
+    device: str = ""
 
-    def matches(self, model: str, text: str, ctx: int, sha256: str, os_name: str | None, variant: str = "") -> bool:
+    def matches(
+        self, model: str, text: str, ctx: int, sha256: str, os_name: str | None, variant: str = "", device: str = ""
+    ) -> bool:
         """Whether it is the reference of ``model``'s file on ``text`` at ``ctx`` tokens for ``os_name`` (None: on
-        any OS) and ``variant`` ("": the long-context one)."""
+        any OS), ``variant`` ("": the long-context one) and GPU ``device`` (its description; "": a CPU run)."""
         return (
             fnmatchcase(model, self.model)
             and sha256.lower() == self.sha256
@@ -92,12 +109,38 @@ class Reference(Record):
             and ctx == self.ctx
             and os_name in (None, self.os)
             and variant == self.variant
+            and (fnmatchcase(device, self.device) if self.device and device else device == self.device)
         )
 
     def missed(self, got: Comparison) -> tuple[bool, bool]:
         """Whether a run's comparison with this reference exceeds its mean KLD limit, and falls under its same-top
-        limit (a NaN is neither: the caller says NaN)."""
-        return got.mean_kld > self.max_mean_kld, got.same_top < self.min_same_top
+        limit, overall or in any window of positions (a NaN is neither: the caller says NaN)."""
+        high = got.mean_kld > self.max_mean_kld or bool(self.over(got))
+        low = got.same_top < self.min_same_top or any(w.same_top < self.min_same_top for w in got.windows)
+        return high, low
+
+    def over(self, got: Comparison) -> list[Window]:
+        """The windows of positions (ubatches) whose mean KLD exceeds the limit: a fault in one region of the
+        positions fails where its figure moved, however many positions it leaves alone."""
+        return [w for w in got.windows if w.mean_kld > self.max_mean_kld]
+
+    def problems(self, got: Comparison) -> list[str]:
+        """What a run's comparison misses, in words naming the windows it failed in; [] when it passes."""
+        if not math.isfinite(got.mean_kld):
+            return ["NaN or inf in its numbers"]
+        out = []
+        high, low = self.missed(got)
+        if high:
+            many = len(got.windows) > 1  # one window is the whole run: nothing to say where
+            bad = (self.over(got) or [max(got.windows, key=lambda w: w.mean_kld)]) if many else []
+            at = ", ".join(f"from position {w.start}: {w.mean_kld:.5f}" for w in bad[:4])
+            at += f" and {len(bad) - 4} more windows" if len(bad) > 4 else ""
+            out.append(f"mean KLD {got.mean_kld:.5f} > {self.max_mean_kld:g}" + (f" ({at})" if at else ""))
+        if low:
+            worst = min(got.windows, key=lambda w: w.same_top) if len(got.windows) > 1 else None
+            at = f" (from position {worst.start}: {worst.same_top:.1f} %)" if worst else ""
+            out.append(f"same top token {got.same_top:.1f} % < {self.min_same_top:g} %{at}")
+        return out
 
     def figures(self, got: Comparison) -> str:
         """``mean KLD 0.000000 (limit 0.001), same top token 100.0 % (limit 99 %) over 255 positions``."""
@@ -108,7 +151,10 @@ class Reference(Record):
 
     @property
     def what(self) -> str:
-        """``long-context reference`` or ``reference of CPU variant zen4``: for messages."""
+        """``long-context reference``, ``reference of CPU variant zen4`` or ``long-context reference of GPU NVIDIA
+        H200``: for messages."""
+        if self.device:
+            return f"long-context reference of GPU {self.device}"
         return f"reference of CPU variant {self.variant}" if self.variant else "long-context reference"
 
 
@@ -123,11 +169,12 @@ class Baselines:
         return next((b for b in self.entries if b.matches(model, text, ctx, chunks)), None)
 
     def reference(
-        self, model: str, text: str, ctx: int, sha256: str, os_name: str, variant: str = ""
+        self, model: str, text: str, ctx: int, sha256: str, os_name: str, variant: str = "", device: str = ""
     ) -> Reference | None:
         """The reference of ``model``'s file (by ``sha256``) on ``text`` at ``ctx`` tokens for bundles of
-        ``os_name`` (of CPU variant ``variant``; "": the long-context one), or None."""
-        return next((r for r in self.references if r.matches(model, text, ctx, sha256, os_name, variant)), None)
+        ``os_name`` (of CPU variant ``variant``; "": the long-context one; of GPU ``device``, its description), or
+        None."""
+        return next((r for r in self.references if r.matches(model, text, ctx, sha256, os_name, variant, device)), None)
 
 
 def _positive(path: Path, node: Any, key: str, value: Any, what: str, kind: type) -> Any:
@@ -205,6 +252,12 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
                 f"{where(path, node, 'variant')}: references[{i}].variant is a CPU variant's name such as zen4, "
                 f"not {variant!r}"
             )
+        device = node.get("device", "")
+        if not isinstance(device, str) or device != device.strip() or (device and variant):
+            raise ConfigError(
+                f"{where(path, node, 'device')}: references[{i}].device is a GPU device's description (a glob such "
+                f"as 'NVIDIA H200*') of a long-context reference with no variant, not {device!r}"
+            )
         file = Path(node["file"].strip())
         out.append(
             Reference(
@@ -220,15 +273,16 @@ def _parse_references(data: Any, path: Path) -> tuple[Reference, ...]:
                 measured=str(node.get("measured") or ""),
                 os=os_name,
                 variant=variant,
+                device=device,
             )
         )
         new = out[-1]
-        key = (new.model, new.sha256, new.text, new.ctx, new.os, new.variant)
-        if any((r.model, r.sha256, r.text, r.ctx, r.os, r.variant) == key for r in out[:-1]):
-            of = f", CPU variant {new.variant}" if new.variant else ""
+        key = (new.model, new.sha256, new.text, new.ctx, new.os, new.variant, new.device)
+        if any((r.model, r.sha256, r.text, r.ctx, r.os, r.variant, r.device) == key for r in out[:-1]):
+            of = f", CPU variant {new.variant}" if new.variant else (f", GPU {new.device}" if new.device else "")
             raise ConfigError(
                 f"{where(path, node, None)}: references[{i}] is a second reference of {new.model} on "
-                f"{new.text}, {new.ctx} tokens, {new.os}{of}: one per model file, text, context, OS and variant"
+                f"{new.text}, {new.ctx} tokens, {new.os}{of}: one per model file, text, context, OS, variant and device"
             )
     return tuple(out)
 
@@ -287,6 +341,7 @@ def _line(b: Baseline) -> str:
 def _ref_line(r: Reference, folder: Path) -> str:
     file = r.file.relative_to(folder) if r.file.is_relative_to(folder) else r.file
     variant = f", variant: {r.variant}" if r.variant else ""
+    variant += f", device: {json.dumps(r.device)}" if r.device else ""
     return (
         f"  - {{model: {json.dumps(r.model)}, sha256: {json.dumps(r.sha256)},\n     text: {json.dumps(r.text)}, "
         f"ctx: {r.ctx}, os: {r.os}{variant},\n     file: {json.dumps(str(file))},\n     max_mean_kld: "
@@ -377,19 +432,23 @@ class Rereferenced(_Replaced):
         )
 
 
-def reference_name(model: str, text: str, ctx: int, os_name: str = REFERENCE_OS, variant: str = "") -> str:
+def reference_name(
+    model: str, text: str, ctx: int, os_name: str = REFERENCE_OS, variant: str = "", device: str = ""
+) -> str:
     """The file a new reference is written to, beside baselines.yaml (a Linux one's name has no OS in it; a CPU
-    variant's ends in its name)."""
+    variant's ends in its name, a GPU device's in its description)."""
     suffix = ("" if os_name == REFERENCE_OS else f"-{os_name}") + (f"-{variant}" if variant else "")
+    suffix += f"-{device}" if device else ""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model.removesuffix('.gguf')}-{Path(text).stem}-{ctx}{suffix}").strip("-")
     return f"references/{stem}.topk"
 
 
 def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rereferenced:
     """Record the night's long-context top-k (a smoke.json's ``numerics.long_reference``: its ``topk`` file and
-    ``about``), or a CPU variant's own (``cpu_variants.variants[]``'s ``reference``, whose ``about`` names the
-    ``variant``), as the reference of its model, text, context, OS and variant; an entry's limits are kept (a new
-    entry starts from the limits of the same model's reference on another OS, else the defaults)."""
+    ``about``), a CPU variant's own (``cpu_variants.variants[]``'s ``reference``, whose ``about`` names the
+    ``variant``) or a GPU's own (``numerics.long_device``, whose ``about`` names the ``device``), as the reference of
+    its model, text, context, OS, variant and device; an entry's limits are kept (a new entry starts from the limits
+    of the same model's reference on another OS, else the defaults)."""
     topk = Path(str(long_check.get("topk") or ""))
     about = long_check.get("about") or {}
     try:
@@ -397,6 +456,7 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
         sha256 = str(about["model_sha256"]).lower()
         os_name = str(about.get("os", REFERENCE_OS))  # a smoke.json from before the key: a Linux run
         variant = str(about.get("variant") or "")
+        device = str(about.get("device") or "")
         if not re.fullmatch(r"[0-9a-f]{64}", sha256) or os_name not in OSES:
             raise ValueError(sha256)
     except (KeyError, TypeError, ValueError):
@@ -409,11 +469,18 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
             f"the smoke.json's long-context top-k {topk} is gone (it lives in the smoke's logs): run the smoke again"
         )
     baselines = load_baselines(path) if path.is_file() else Baselines((), DEFAULT_TOLERANCE, path)
-    old = baselines.reference(model, text, ctx, sha256, os_name, variant)
-    target = old.file if old else path.parent / reference_name(model, text, ctx, os_name, variant)
+    old = baselines.reference(model, text, ctx, sha256, os_name, variant, device)
+    target = old.file if old else path.parent / reference_name(model, text, ctx, os_name, variant, device)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(topk, target)
-    kin = old or next((r for r in baselines.references if r.matches(model, text, ctx, sha256, None, variant)), None)
+    kin = old or next(
+        (
+            r
+            for r in baselines.references
+            if r.matches(model, text, ctx, sha256, None, variant, r.device) and bool(r.device) == bool(device)
+        ),
+        None,
+    )
     limits = {"max_mean_kld": kin.max_mean_kld, "min_same_top": kin.min_same_top} if kin else DEFAULT_REF_LIMITS
     new = Reference(
         old.model if old else model,
@@ -426,6 +493,7 @@ def rereference(path: Path, long_check: Mapping[str, Any], measured: str) -> Rer
         measured,
         os=os_name,
         variant=variant,
+        device=device,
     )
     refs = [new if r is old else r for r in baselines.references] if old else [*baselines.references, new]
     write_baselines(path, Baselines(baselines.entries, baselines.tolerance, path, tuple(refs)))
@@ -443,6 +511,8 @@ class Recorded:
         for i in self.items:
             if isinstance(i, Rereferenced) and i.new.variant:
                 out.setdefault("variants", []).append(i.to_dict())
+            elif isinstance(i, Rereferenced) and i.new.device:
+                out["device"] = i.to_dict()
             else:
                 out["reference" if isinstance(i, Rereferenced) else "baseline"] = i.to_dict()
         return out

@@ -11,6 +11,9 @@ gibberish from about 4-5K tokens with llama-server's defaults). Three checks, ea
   :mod:`rockbuild.smoke.logprobs`). A fault in code every backend runs (positions, KV-cache bookkeeping, batching on
   the host) moves the perplexity 0.05 % (inside any baseline's tolerance) but not the distributions: this sees it.
 * **long_cross_backend**: the same sequence on the GPU against that CPU run, judged by the numerics thresholds.
+* **long_device**: on a real GPU, the same sequence again, against this device's own last good run (a reference with
+  ``device:``), per window of ``ubatch`` positions: one GPU repeats its numbers far more closely than it matches the
+  CPU, so a fault in the GPU's code at some positions fails where it moved (issue 59).
 * **long_answer**: a pass key placed early in a prompt of several thousand tokens, asked for at its end, through
   llama-server's HTTP API (``/completion``, greedy) on the GPU (on the CPU where there is none): the path users take.
 """
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -37,6 +39,7 @@ from .probe import exit_reason
 
 PASSED, FAILED, NOT_CHECKED = "passed", "failed", "not checked"
 TOPK_NAME = "long-cpu.topk"  # the night's own top-k, kept in the logs: `rockbuild baseline` records it
+DEVICE_TOPK_NAME = "long-gpu.topk"  # the GPU's own, kept beside it: recorded as that device's reference
 
 
 @dataclass(frozen=True)
@@ -213,20 +216,26 @@ def read_text(config: LongContextConfig) -> tuple[str | None, str | None]:
 # The CPU's long run against the last good build's reference
 
 
-def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep this run's top-k (``logs/long-cpu.topk``: what ``rockbuild baseline`` records once a human has looked),
-    then judge it against ``reference`` (a :class:`rockbuild.smoke.baselines.Reference`, or None)."""
+def reference_check(
+    base: Path, reference: Any, *, logs: Path, about: Mapping[str, Any], on: str = "CPU"
+) -> dict[str, Any]:
+    """Keep this run's top-k (``logs/long-cpu.topk``, ``long-gpu.topk`` for a GPU's run: what ``rockbuild baseline``
+    records once a human has looked), then judge it against ``reference`` (a
+    :class:`rockbuild.smoke.baselines.Reference`, or None) overall and per window of ``ubatch`` positions. ``on``:
+    CPU (the last good build's CPU run) or GPU (``about`` names the device: its own last good run)."""
+    topk = logs / (DEVICE_TOPK_NAME if on == "GPU" else TOPK_NAME)
     try:
         night = read_base(base)
-        write_topk(top_k(night, DEFAULT_K, dict(about)), logs / TOPK_NAME)
+        write_topk(top_k(night, DEFAULT_K, dict(about)), topk)
     except LogProbsError as exc:
-        return {"result": FAILED, "detail": f"the CPU's long run left no usable log-probabilities: {exc}"}
-    out: dict[str, Any] = {"topk": str(logs / TOPK_NAME)}
+        return {"result": FAILED, "detail": f"the {on}'s long run left no usable log-probabilities: {exc}"}
+    out: dict[str, Any] = {"topk": str(topk)}
     if reference is None:
+        device = f", GPU {about.get('device')}" if on == "GPU" else ""
         out.update(
             not_checked(
                 f"no reference for {about.get('model')} (sha256 {str(about.get('model_sha256'))[:12]}) "
-                f"on {about.get('text')}, {about.get('ctx')} tokens, {about.get('os')}, in "
+                f"on {about.get('text')}, {about.get('ctx')} tokens, {about.get('os')}{device}, in "
                 "baselines.yaml (record one: rockbuild baseline <smoke.json>)"
             )
         )
@@ -248,24 +257,13 @@ def reference_check(base: Path, reference: Any, *, logs: Path, about: Mapping[st
         out.update(result=FAILED, detail=f"against the reference {reference.file.name}: {exc}")
         return out
     out["figures"] = got.to_dict()
-    problems = []
-    high_kld, low_top = reference.missed(got)
-    if not math.isfinite(got.mean_kld):
-        problems.append("NaN or inf in the CPU's long-context numbers")
-    else:
-        if high_kld:
-            worst = max(got.windows, key=lambda w: w.mean_kld)
-            problems.append(
-                f"mean KLD {got.mean_kld:.5f} > {reference.max_mean_kld:g} (worst from position "
-                f"{worst.start}: {worst.mean_kld:.5f})"
-            )
-        if low_top:
-            problems.append(f"same top token {got.same_top:.1f} % < {reference.min_same_top:g} %")
+    problems = reference.problems(got)
     shown = f"{reference.figures(got)} against the reference ({reference.measured or reference.file.name})"
     if problems:
+        whose = "this GPU's last good run" if on == "GPU" else "the last good build's"
         out.update(
             result=FAILED,
-            detail="the CPU's long context differs from the last good build's: "
+            detail=f"the {on}'s long context differs from {whose}: "
             + ", ".join(problems)
             + f" (reference: {reference.measured or reference.file.name})",
         )

@@ -17,8 +17,9 @@ Three checks, each ``passed``, ``failed`` or ``not checked`` (with why), never a
   ``rockbuild perf`` follows it from night to night (it reports, it does not gate: see docs/numerics.md).
 
 * **past one ubatch** (``numerics.long_context``, :mod:`rockbuild.smoke.longctx`): one 4,096-token sequence with
-  llama-server's batches on the CPU against the last good build's reference, on the GPU against the CPU, and a pass
-  key through llama-server's HTTP API (``long_reference``, ``long_cross_backend``, ``long_answer``).
+  llama-server's batches on the CPU against the last good build's reference, on the GPU against the CPU and against
+  the same device's own last good run, and a pass key through llama-server's HTTP API (``long_reference``,
+  ``long_cross_backend``, ``long_device``, ``long_answer``).
 
 NaN or inf anywhere in a figure fails: a NaN never compares above a threshold.
 """
@@ -57,7 +58,7 @@ from rockbuild.smoke.variant_folder import one_variant_folder, shipped_variants,
 PASSED: Final = "passed"
 FAILED: Final = "failed"
 NOT_CHECKED: Final = "not checked"
-LONG_CHECKS = ("long_reference", "long_cross_backend", "long_answer")  # rockbuild.smoke.longctx
+LONG_CHECKS = ("long_reference", "long_cross_backend", "long_device", "long_answer")  # rockbuild.smoke.longctx
 _NUMBER = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|-?inf))"
 
 
@@ -360,7 +361,7 @@ class Numerics:
         """The figures a release carries (manifest.json, notes, perf)."""
         cross, answers, cpu = (self.checks.get(k) or {} for k in ("cross_backend", "known_answers", "cpu"))
         figures = cross.get("figures") or {}
-        ref, long_cross, long_answer = (self.checks.get(k) or {} for k in LONG_CHECKS)
+        ref, long_cross, long_own, long_answer = (self.checks.get(k) or {} for k in LONG_CHECKS)
         long = {
             "long_ctx": ref.get("ctx") or long_cross.get("ctx"),
             "long_reference": ref.get("result", NOT_CHECKED),
@@ -369,6 +370,9 @@ class Numerics:
             "long_cross_backend": long_cross.get("result", NOT_CHECKED),
             "long_mean_kld": (long_cross.get("figures") or {}).get("mean_kld"),
             "long_same_top": (long_cross.get("figures") or {}).get("same_top"),
+            "long_device": long_own.get("result", NOT_CHECKED),
+            "long_device_kld": (long_own.get("figures") or {}).get("mean_kld"),
+            "long_device_same_top": (long_own.get("figures") or {}).get("same_top"),
             "long_answer": long_answer.get("result", NOT_CHECKED),
             "long_answer_tokens": long_answer.get("prompt_tokens"),
         }
@@ -662,13 +666,15 @@ def run_long_context(
     config: NumericsConfig, long: LongContextConfig, target: Target, *, cwd: Path, env: Mapping[str, str], logs: Path
 ) -> dict[str, dict[str, Any]]:
     """The checks past one ubatch (:mod:`rockbuild.smoke.longctx`): the CPU's long run against the last good build's
-    reference, the GPU's against the CPU's, and the pass key through llama-server. The CPU's full log-probabilities
-    (200 MB per 4,096 tokens) are removed whatever happens; the run's top-k stays in the logs."""
+    reference, the GPU's against the CPU's and against its own last good run, and the pass key through llama-server.
+    The full log-probabilities (200 MB per 4,096 tokens) are removed whatever happens; the runs' top-k stay in the
+    logs."""
     base = logs / "long-cpu.kld"
     try:
         return _long_context(config, long, target, base, cwd=cwd, env=env, logs=logs)
     finally:
         base.unlink(missing_ok=True)
+        (logs / "long-gpu.kld").unlink(missing_ok=True)
 
 
 def _long_context(
@@ -699,7 +705,7 @@ def _long_context(
     answer = passkey_check(long, text, server, cwd=cwd, env=env, logs=logs)
     if target.perplexity is None:
         why = "llama-perplexity is not in the bundle"
-        return {"long_reference": not_checked(why), "long_cross_backend": not_checked(why), "long_answer": answer}
+        return {"long_reference": not_checked(why), "long_answer": answer, **_long_gpu_not_checked(why)}
     shape = ["-c", str(long.ctx), "-b", str(long.batch), "-ub", str(long.ubatch), "--chunks", "1"]
     common = [*shape, "-t", str(config.run_threads), "--seed", str(target.seed)]
     with _one_variant(target.perplexity, long.cpu_variant, logs) as (cpu_program, variant):
@@ -736,35 +742,27 @@ def _long_context(
     run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
     if failure is not None:
         ref = {**run, "result": FAILED, "detail": f"llama-perplexity on the CPU, {long.ctx} tokens: {failure}"}
-        return {
-            "long_reference": ref,
-            "long_cross_backend": not_checked("the CPU's long run failed"),
-            "long_answer": answer,
-        }
+        return {"long_reference": ref, "long_answer": answer, **_long_gpu_not_checked("the CPU's long run failed")}
     reference = config.baselines.reference(
         target.model_name, long.text.name, long.ctx, target.model_sha256, target.platform
     )
     ref = {**run, **reference_check(base, reference, logs=logs, about=about)}
     if target.gpu_device is None:
-        return {
-            "long_reference": ref,
-            "long_answer": answer,
-            "long_cross_backend": not_checked("no GPU device on this machine: the GPU's numbers were not compared"),
-        }
+        why = "no GPU device on this machine: the GPU's numbers were not compared"
+        return {"long_reference": ref, "long_answer": answer, **_long_gpu_not_checked(why)}
     if software:
-        return {
-            "long_reference": ref,
-            "long_answer": answer,
-            "long_cross_backend": not_checked(
-                f"{target.device_description or target.gpu_device} is a software device: its long runs are not made "
-                "(the pass key ran on the CPU); a real GPU's smoke compares them"
-            ),
-        }
+        why = (
+            f"{target.device_description or target.gpu_device} is a software device: its long runs are not made "
+            "(the pass key ran on the CPU); a real GPU's smoke compares them"
+        )
+        return {"long_reference": ref, "long_answer": answer, **_long_gpu_not_checked(why)}
+    own = _long_device(config, long, target, common, about, cwd=cwd, env=env, logs=logs)
     limit = config.threshold(target.backend, target.model_name, target.device_description)
     if limit is None:
         return {
             "long_reference": ref,
             "long_answer": answer,
+            "long_device": own,
             "long_cross_backend": not_checked(
                 f"no threshold in smoke.yaml for backend {target.backend}, model {target.model_name}"
             ),
@@ -807,4 +805,45 @@ def _long_context(
                 f"(limit {limit.min_same_top:g} %)"
             ),
         )
-    return {"long_reference": ref, "long_cross_backend": cross, "long_answer": answer}
+    return {"long_reference": ref, "long_cross_backend": cross, "long_device": own, "long_answer": answer}
+
+
+def _long_gpu_not_checked(why: str) -> dict[str, dict[str, Any]]:
+    return {"long_cross_backend": not_checked(why), "long_device": not_checked(why)}
+
+
+def _long_device(
+    config: NumericsConfig,
+    long: LongContextConfig,
+    target: Target,
+    common: list[str],
+    cpu_about: Mapping[str, Any],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    logs: Path,
+) -> dict[str, Any]:
+    """The GPU's long run against this device's own last good run (``baselines.yaml``'s reference with its
+    ``device``), per window of ``ubatch`` positions: one GPU, driver and library repeat their numbers far more
+    closely than the GPU matches the CPU, so a fault in one region of the positions fails where its figure moved."""
+    base = logs / "long-gpu.kld"
+    # the device as the bundle lists it, without ggml's name for it (Vulkan0: NVIDIA H200 -> NVIDIA H200)
+    device = target.device_description.removeprefix(f"{target.gpu_device}: ") or target.gpu_device or ""
+    about = {k: v for k, v in cpu_about.items() if k != "cpu_variant"} | {"device": device}
+    args = [str(target.perplexity), "-m", str(target.model), *common, "-f", str(long.text)]
+    args += ["--kl-divergence-base", str(base), *_gpu_args(target)]
+    log = logs / "long-gpu-own.log"
+    output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
+    ppl = parse_final_ppl(output or "")
+    if failure is None and (ppl is None or not math.isfinite(ppl)):
+        failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
+    run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
+    if failure is not None:
+        return {**run, "result": FAILED, "detail": f"llama-perplexity on {device}, {long.ctx} tokens: {failure}"}
+    reference = config.baselines.reference(
+        target.model_name, long.text.name, long.ctx, target.model_sha256, target.platform, device=device
+    )
+    try:
+        return {**run, **reference_check(base, reference, logs=logs, about=about, on="GPU")}
+    finally:
+        base.unlink(missing_ok=True)

@@ -340,14 +340,7 @@ def against_reference(
         return VariantReferenceCheck(result=FAILED, detail=str(exc), about=about, seconds=took)
     finally:
         base.unlink(missing_ok=True)
-    problems = []
-    high_kld, low_top = entry.missed(got)
-    if not math.isfinite(got.mean_kld):
-        problems.append("NaN or inf in its numbers")
-    elif high_kld:
-        problems.append(f"mean KLD {got.mean_kld:.5f} > {entry.max_mean_kld:g}")
-    if low_top:
-        problems.append(f"same top token {got.same_top:.1f} % < {entry.min_same_top:g} %")
+    problems = entry.problems(got)
     whose = f"(reference: {entry.measured or entry.file.name})"
     return VariantReferenceCheck(
         result=FAILED if problems else PASSED,

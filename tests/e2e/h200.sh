@@ -358,7 +358,7 @@ ops() {
 # to a mirror of the pinned tree by rockbuild's patch mechanism, in the build folder `rockbuild build --patches`
 # configured; only the library the mutant changes is rebuilt (libllama for (b), libggml-vulkan for the others), then
 # swapped into a copy of the release's bundle
-MUTANTS="a-q4_1-dequant:libggml-vulkan.so b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so e-rope-past-2048:libggml-vulkan.so f-kv-rows-past-2048:libggml-vulkan.so"
+MUTANTS=${H200_MUTANTS:-"a-q4_1-dequant:libggml-vulkan.so b-positions:libllama.so.0 c-softmax-nan:libggml-vulkan.so d-q4_0-unused:libggml-vulkan.so e-rope-past-2048:libggml-vulkan.so f-kv-rows-past-2048:libggml-vulkan.so"}
 MUT=${ROCKBUILD_MUTANTS:-/var/cache/rockbuild/mutants}
 
 mutants_build() {
@@ -425,18 +425,65 @@ long_env() {
     export PYTHONPATH=/var/tmp/h200/rbsite
 }
 
+# smoke.yaml's op mode on a GPU (full: every case, 250 s on the H200; subset: the cases smoke.yaml lists), in the file
+# rockbuild reads (`python3 -m rockbuild` from this checkout imports the checkout's package first)
+ops_mode() {
+    local yaml
+    yaml=$(python3 -c 'from rockbuild.core.data import data_path; print(data_path("config", "smoke.yaml"))')
+    sed -i "s/^  mode: {gpu: [a-z]*, software: subset}/  mode: {gpu: $1, software: subset}/" "$yaml"
+    grep -q "^  mode: {gpu: $1" "$yaml" || { echo "warning: the op mode was not switched to $1" >&2; return 1; }
+}
+
+# one line per smoke report: its exit and the checks a reader of this proof looks at (the long runs, the ops)
+summarize() {
+    python3 - "$@" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    try:
+        data = json.load(open(path))
+    except (OSError, ValueError) as exc:
+        print(f"{path}: no report ({exc})")
+        continue
+    n = data.get("numerics") or {}
+    parts = [f"{path.rsplit('/', 1)[-1]}: ok={data.get('ok')}"]
+    for key in ("long_reference", "long_cross_backend", "long_device", "cross_backend", "known_answers"):
+        check = n.get(key) or {}
+        parts.append(f"  {key}: {check.get('result')}: {check.get('detail', '')[:300]}")
+        windows = (check.get("figures") or {}).get("windows")
+        if windows:
+            parts.append("    windows: " + ", ".join(f"{w['from']}: {w['mean_kld']:.6f}/{w['same_top']:.1f}%" for w in windows))
+    ops = data.get("ops") or {}
+    parts.append(f"  ops: {ops.get('result')}: {str(ops.get('detail', ''))[:200]}")
+    print("\n".join(parts))
+PY
+}
+
+# the clean bundle's smoke twice (the op subset: both fit one call): the first's GPU long run recorded as this
+# device's own reference (rockbuild baseline --only device; kept in /var/tmp/h200/device-ref for the mutants' call),
+# the second judged against it: how closely one GPU repeats its numbers
 long() {
     : "${OUT:?run me through the device tool}"
-    local V=/var/tmp/h200 R=/tmp/long-results
+    local V=/var/tmp/h200 R=/tmp/long-results m=/var/tmp/h200/SmolLM2-135M-Instruct.Q4_1.gguf
     rm -rf $R && mkdir -p $R
     long_setup > $R/setup.txt 2>&1 || { cat $R/setup.txt; exit 1; }
     long_env
     { python3 -m rockbuild --version; nvidia-smi -L; lscpu | grep -E '^Model name'; } > $R/versions.txt 2>&1
+    ops_mode "${H200_OPS:-subset}" 2>> $R/notes.txt || true
     set +e
-    python3 -m rockbuild smoke $V/job --model $V/SmolLM2-135M-Instruct.Q4_1.gguf --expect-gpu yes --cpu-variants none \
+    python3 -m rockbuild smoke $V/job --model $m --expect-gpu yes --cpu-variants none \
         --report $R/clean-smoke.json > $R/clean-smoke.txt 2>&1
     echo "smoke exit $?" >> $R/clean-smoke.txt
+    python3 -m rockbuild baseline $R/clean-smoke.json --only device --file config/baselines.yaml --json \
+        > $R/baseline.json 2> $R/baseline.txt
+    echo "baseline exit $?" >> $R/baseline.txt
+    rm -rf $V/device-ref && mkdir -p $V/device-ref/references
+    cp config/baselines.yaml $V/device-ref/ && cp config/references/*.topk $V/device-ref/references/
+    python3 -m rockbuild smoke $V/job --model $m --expect-gpu yes --cpu-variants none \
+        --report $R/clean2-smoke.json > $R/clean2-smoke.txt 2>&1
+    echo "smoke exit $?" >> $R/clean2-smoke.txt
     set -e
+    summarize $R/clean-smoke.json $R/clean2-smoke.json | tee $R/summary.txt
+    tail -n 3 $R/baseline.txt $R/clean-smoke.txt $R/clean2-smoke.txt
     tar -C $R -czf "$OUT/long-results.tar.gz" .
 }
 
@@ -447,11 +494,13 @@ mutants_run() {
     long_env
     rm -rf $R && mkdir -p $R
     # the op subset instead of the full test: four full runs (250 s each) do not fit the device's calls
-    # (the file rockbuild reads: `python3 -m rockbuild` from this checkout imports the checkout's package first)
-    local yaml
-    yaml=$(python3 -c 'from rockbuild.core.data import data_path; print(data_path("config", "smoke.yaml"))')
-    sed -i 's/^  mode: {gpu: full, software: subset}/  mode: {gpu: subset, software: subset}/' "$yaml"
-    grep -q '^  mode: {gpu: subset' "$yaml" || echo "warning: the op mode was not switched to the subset" >> $R/notes.txt
+    ops_mode subset 2>> $R/notes.txt || true
+    # this device's own reference, recorded by the `long` call of the clean bundle (the checkout is new each call)
+    if [ -f $V/device-ref/baselines.yaml ]; then
+        cp $V/device-ref/baselines.yaml config/ && cp $V/device-ref/references/*.topk config/references/
+    else
+        echo "no $V/device-ref: the GPU's own long run is not checked (run 'long' first)" >> $R/notes.txt
+    fi
     set +e
     for name in "$@"; do
         spec=$(echo "$MUTANTS" | tr ' ' '\n' | grep "^$name:") lib=${spec#*:}
@@ -462,7 +511,7 @@ mutants_run() {
         echo "smoke exit $?" >> "$R/$name.txt"
     done
     set -e
-    sed -i 's/^  mode: {gpu: subset, software: subset}/  mode: {gpu: full, software: subset}/' "$yaml"
+    for name in "$@"; do summarize "$R/$name.json"; tail -n 1 "$R/$name.txt"; done | tee $R/summary.txt
     tar -C $R -czf "$OUT/mutant-results-$1.tar.gz" .
 }
 

@@ -171,6 +171,9 @@ def test_right_numbers_and_right_answers_pass_with_their_figures(tmp_path, smoll
         "long_cross_backend": NOT_CHECKED,
         "long_mean_kld": None,
         "long_same_top": None,
+        "long_device": NOT_CHECKED,
+        "long_device_kld": None,
+        "long_device_same_top": None,
         "long_answer": PASSED,
         "long_answer_tokens": numerics["long_answer"]["prompt_tokens"],
     }

@@ -160,8 +160,12 @@ LONG = "-ub" in sys.argv  # the long-context runs (rockbuild/smoke/longctx.py): 
 if "--kl-divergence" not in sys.argv and LONG:
     if MODE.get("long") == "cpu-crash":
         os.kill(os.getpid(), 11)
-    # MODE["long"] drift: a fault in code every backend runs, from position 3,072 on (rockbuild's own mutant (b))
-    write_long_base(arg("--kl-divergence-base"), int(arg("-c")), 3072 if MODE.get("long") == "drift" else None)
+    # MODE["long"] drift: a fault in code every backend runs, from position 3,072 on (rockbuild's own mutant (b));
+    # gpu-drift: the same fault in the GPU's code only (its own run: -dev Vulkan0), which the GPU-vs-CPU figures
+    # below do not see (rockbuild's mutants (e) and (f) on a real GPU)
+    on_gpu = arg("-dev") != "none"
+    drift = MODE.get("long") == "drift" or (MODE.get("long") == "gpu-drift" and on_gpu)
+    write_long_base(arg("--kl-divergence-base"), int(arg("-c")), 3072 if drift else None)
     print("perplexity: calculating perplexity over 1 chunks, n_ctx=" + arg("-c") + ", batch_size=2048, n_seq=1")
     print("Final estimate: PPL = 52.1555 +/- 3.76961")
     sys.exit(0)

@@ -204,3 +204,53 @@ def test_rockbuild_baseline_refuses_a_run_of_an_unknown_os_in_one_line(tmp_path,
         "an os of linux, windows if any)"
     )
     assert target.read_text() == before
+
+
+def test_a_gpus_own_reference_is_found_by_its_device_alone(tmp_path):
+    """A GPU's long run is judged against that device's own last good run (a glob over its description); a CPU
+    lookup never finds it, and a GPU without an entry of its own finds none."""
+    path = write(tmp_path / "baselines.yaml", LINUX_REF + _ref('device: "NVIDIA H*", ', file="h.topk"))
+    loaded = load_baselines(path)
+    cpu = loaded.reference("m.gguf", "t.txt", 4096, SHA, "linux")
+    gpu = loaded.reference("m.gguf", "t.txt", 4096, SHA, "linux", device="NVIDIA H200")
+    assert cpu is not None and cpu.device == "" and cpu.file.name == "m-t-4096.topk"
+    assert gpu is not None and gpu.device == "NVIDIA H*" and gpu.what == "long-context reference of GPU NVIDIA H*"
+    assert loaded.reference("m.gguf", "t.txt", 4096, SHA, "linux", device="AMD Radeon 8060S") is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (_ref("variant: zen4, device: NVIDIA, "), "references[1].device is a GPU device's description"),
+        (_ref("device: 7, "), "references[1].device is a GPU device's description"),
+        (
+            _ref('device: "NVIDIA H200", ') + _ref('device: "NVIDIA H200", '),
+            "references[2] is a second reference of m.gguf on t.txt, 4096 tokens, linux, GPU NVIDIA H200",
+        ),
+    ],
+)
+def test_a_wrong_or_second_device_reference_is_a_config_error(tmp_path, extra, message):
+    path = write(tmp_path / "baselines.yaml", LINUX_REF + extra)
+    with pytest.raises(ConfigError) as info:
+        load_baselines(path)
+    assert message in info.value.message, info.value.message
+
+
+def test_a_reference_judges_every_window_and_names_where_a_run_moved():
+    """Per ubatch window: a fault in one region of the positions fails there, even when the mean over all of them
+    stays under the limit (mutant (e) on the H100 moved the whole figure by a fifth)."""
+    from rockbuild.smoke.baselines import Reference
+    from rockbuild.smoke.logprobs import Comparison, Window
+
+    ref = Reference("m.gguf", SHA, "t.txt", 4096, Path("r.topk"), max_mean_kld=0.001, min_same_top=99.0)
+    windows = (Window(2048, 0.0, 100.0), Window(2560, 0.0, 100.0), Window(3072, 0.0035, 99.2), Window(3584, 0.0, 100.0))
+    got = Comparison(2047, 0.0009, 0.2, 0.004, 99.8, 512, windows, 3100)
+    assert ref.missed(got) == (True, False)
+    assert ref.problems(got) == ["mean KLD 0.00090 > 0.001 (from position 3072: 0.00350)"]
+    clean = Comparison(2047, 0.0, 0.0, 0.0, 100.0, 512, tuple(Window(w.start, 0.0, 100.0) for w in windows), 2049)
+    assert ref.missed(clean) == (False, False) and ref.problems(clean) == []
+    low = Comparison(2047, 0.0, 0.0, 0.0, 99.5, 512, (*windows[:2], Window(3072, 0.0, 98.0), windows[3]), 2049)
+    assert ref.problems(low) == ["same top token 99.5 % < 99 % (from position 3072: 98.0 %)"]
+    assert ref.problems(Comparison(2047, float("nan"), 0.0, 0.0, 99.5, 512, windows, 2049)) == [
+        "NaN or inf in its numbers"
+    ]
