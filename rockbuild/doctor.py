@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild.backends import REGISTRY, get_backend
 from rockbuild.bundle.audit import audit_bundle
@@ -90,7 +90,7 @@ def gfx_from_override(value: str) -> str | None:
 @dataclass(frozen=True)
 class Recommendation(Record):
     target: str
-    flavour: str  # rocm | vulkan | both
+    flavour: Literal["rocm", "vulkan", "both"]
     reason: str
     command: str  # what to run
     images: tuple[str, ...] = ()  # the container images that fit, the one to try first first (Linux only)

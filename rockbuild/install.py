@@ -29,7 +29,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rockbuild.archive import copy_sparse, extract_tarball
 from rockbuild.bundle.audit import audit_bundle
@@ -73,6 +73,7 @@ _LEMONADE_FAMILIES = {
     "gfx1200": "gfx120X",
     "gfx1201": "gfx120X",
 }
+AssetSource = Literal["manifest", "name"]  # how an asset was chosen: its job in manifest.json, or its name alone
 
 
 def asset_family(target: str) -> str:
@@ -93,7 +94,7 @@ class AssetChoice(Record):
     size: int | None
     digest: str | None  # the API's sha256 of the asset, when it gives one
     isas: tuple[str, ...]  # the gfx targets the asset carries (empty: not listed)
-    source: str  # manifest | name
+    source: AssetSource
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,7 +241,7 @@ def choose_asset(
     ours = {n: m for n, m in archives.items() if m}
     warnings: list[str] = []
 
-    def choice(names: Sequence[str], isas: Sequence[str], source: str) -> AssetChoice | None:
+    def choice(names: Sequence[str], isas: Sequence[str], source: AssetSource) -> AssetChoice | None:
         name = _preferred([n for n in names if n in ours], os_name)
         if name is None:
             return None

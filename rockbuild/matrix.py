@@ -36,6 +36,7 @@ from rockbuild.core.jobs import (
     FamilyTable,
     GpuSmoke,
     Job,
+    JobOs,
     load_families,
 )
 from rockbuild.core.options import SHIP_MODES, RegressionPolicy
@@ -403,7 +404,7 @@ def _with_common_parts(made: Sequence[tuple[Job, _Combo]], options: dict[str, An
     """The jobs, each GPU job whose options ask for it (``common_part: true``) and match the matrix's own (cmake,
     llama_ref: what reaches ggml) built on its OS's common part, that part's job (``<os>-common``, the cpu backend,
     first in the list: a night builds it before them) added once per OS. Any other job builds whole."""
-    on_common: dict[str, list[str]] = {}
+    on_common: dict[JobOs, list[str]] = {}
     jobs: list[Job] = []
     for job, combo in made:
         opts = combo.options

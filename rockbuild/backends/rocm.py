@@ -23,7 +23,7 @@ from rockbuild.bundle.policy import name_matches
 from rockbuild.bundle.pruning import with_pruning_proof
 from rockbuild.core.errors import BundleError, ConfigError, LayoutError
 from rockbuild.core.records import BundleRecord
-from rockbuild.core.vocabulary import Check, Finding, SmokeDevices, Toolchain
+from rockbuild.core.vocabulary import Check, Finding, SmokeDevices, Toolchain, ToolchainKind
 from rockbuild.gpu import gpus_in_topology
 from rockbuild.llamacpp.cmake import compose_definitions, compose_environment, host_build_variables
 from rockbuild.process import first_line
@@ -48,6 +48,13 @@ KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
 # ---------------------------------------------------------------------------------------------------------------------
 # Toolchain: the layout's compilers and prefix, as the build (running on the layout's platform) must spell them.
 
+# a layout's kind as its toolchain records it (build.json's toolchain.kind): the same words
+TOOLCHAIN_KINDS: dict[LayoutKind, ToolchainKind] = {
+    LayoutKind.THEROCK: "therock",
+    LayoutKind.OPT_ROCM: "opt-rocm",
+    LayoutKind.DEBIAN: "debian",
+}
+
 
 def toolchain_from_layout(layout: RocmLayout) -> Toolchain:
     """The toolchain as a build running *in* the root sees it (a Debian chroot's /usr/lib/llvm-22/bin/clang)."""
@@ -59,7 +66,7 @@ def toolchain_from_layout(layout: RocmLayout) -> Toolchain:
     in_resource = layout.device_lib_dir is not None and layout.device_lib_dir.is_relative_to(resource)
     return Toolchain(
         platform=layout.platform,
-        kind=str(layout.kind),
+        kind=TOOLCHAIN_KINDS[layout.kind],
         prefix=seen(layout.prefix),
         llvm_bin=seen(layout.llvm_dir / "bin"),
         c_compiler=seen(layout.clang),

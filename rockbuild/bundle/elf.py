@@ -33,7 +33,7 @@ from elftools.common.utils import struct_parse
 from elftools.elf.structs import ELFStructs
 
 from rockbuild.core.errors import BundleError
-from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library, LibraryKind, LibraryStatus
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library, LibraryKind, LibraryStatus, RootVia
 from rockbuild.paths import MAX_SYMLINK_HOPS as _MAX_SYMLINK_HOPS
 from rockbuild.paths import follow_in_root
 
@@ -383,7 +383,7 @@ class Root:
     name: str  # the name it is stored under
     path: Path
     info: ElfInfo
-    via: str  # bin | extra
+    via: RootVia
     reason: str = ""
     aliases: tuple[str, ...] = ()  # other names it is known by (symlinks in bin/, its file name)
 

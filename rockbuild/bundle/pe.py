@@ -21,7 +21,7 @@ import pefile
 
 from rockbuild.core.environment import environment
 from rockbuild.core.errors import BundleError
-from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library, LibraryKind, LibraryStatus
+from rockbuild.core.records import MISSING, ROOT, SHIPS, SYSTEM, Closure, Library, LibraryKind, LibraryStatus, RootVia
 
 from .policy import PlatformPolicy, name_matches
 
@@ -93,7 +93,7 @@ class PeRoot:
     name: str
     path: Path
     info: PeInfo
-    via: str  # bin | extra
+    via: RootVia
     reason: str = ""
 
 

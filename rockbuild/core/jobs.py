@@ -12,13 +12,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rockbuild.core.data import YDict, YList, check_keys, expect_type, load_data_file, suggest, where
 from rockbuild.core.errors import ConfigError
 from rockbuild.core.record import DATE, PAIRS, Record
+from rockbuild.core.vocabulary import Os
 
-OSES = ("linux", "windows")
+OSES: tuple[Os, ...] = get_args(Os)
+JobOs = Literal["", Os]  # a job's os: "" only in a partial file (a build.json written by hand)
 GFX_TARGET_RE = re.compile(r"^gfx[0-9]{2,3}[0-9a-f]$")
 # the backend (rockbuild.backends) a matrix without a backend axis, a bundle without bundle.json and `--backend` mean
 DEFAULT_BACKEND = "rocm"
@@ -280,7 +282,7 @@ class Job(Record):
     ``jobs[]`` (Job.to_dict() / Job.from_dict(); older files lack the later keys: their defaults)."""
 
     id: str  # stable: <os>-<short>, e.g. linux-gfx1151, windows-gfx110X
-    os: str = ""  # linux | windows ("" only in a partial file: a build.json written by hand)
+    os: JobOs = ""
     name: str = ""  # the family short name or single target the job builds for (used in ids and asset names)
     family: str = ""  # TheRock family, e.g. gfx110X-all ("": a Vulkan job)
     group: str = ""  # TheRock tarball group for this OS ("": a Vulkan job)

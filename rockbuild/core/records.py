@@ -78,6 +78,10 @@ class LlamaCpp(Record):
         return self.commit[:7] if full and self.commit is not None else self.commit
 
 
+# What became of a carried fix on a tree ("": no outcome recorded)
+PatchStatus = Literal["", "applied", "upstream", "not for this tree"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PatchEntry(Record):
     """One carried fix and what became of it on a tree (rockbuild.llamacpp.patches makes it)."""
@@ -85,7 +89,7 @@ class PatchEntry(Record):
     id: str
     url: str = ""
     why: str = ""
-    status: str = ""  # applied | upstream | not for this tree
+    status: PatchStatus = ""
     note: str = ""
     files: tuple[str, ...] = ()  # the tree's files it changes
     sha256: str = ""
@@ -483,6 +487,7 @@ class KernelsRecord(Record):
 # Where a library came from / why it is (not) in the bundle.
 LibraryStatus = Literal["root", "ships", "system", "missing"]
 LibraryKind = Literal["lib", "exe"]
+RootVia = Literal["bin", "extra"]  # how a root of the closure came: a file of bin/, or an extra (dlopen'ed) library
 ROOT: Literal["root"] = "root"  # a file of the build's bin/ (executables keep their names)
 SHIPS: Literal["ships"] = "ships"  # found by the closure or declared as an extra: copied
 SYSTEM: Literal["system"] = "system"  # left to the host by the policy

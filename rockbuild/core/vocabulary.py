@@ -11,6 +11,9 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from rockbuild.core.record import HEX, Record
 
+Os = Literal["linux", "windows"]  # a job's, a bundle's, a toolchain's operating system
+ToolchainKind = Literal["therock", "opt-rocm", "debian"]  # the ROCm layout a toolchain is from (rocm.layout.LayoutKind)
+
 
 @dataclass(frozen=True)
 class Check(Record):
@@ -92,7 +95,7 @@ class ModelFile(Record):
     path: Path
     sha256: str
     size: int
-    source: str  # default | url | path | tiny | package
+    source: Literal["default", "url", "path", "tiny", "package"]  # where it came from
     url: str | None = None
     note: str = ""
 
@@ -101,8 +104,8 @@ class ModelFile(Record):
 class Toolchain(Record):
     """The compiler toolchain of a ROCm build (build.json's ``toolchain``): ROCm's clang and where its parts are."""
 
-    platform: str  # linux | windows
-    kind: str  # therock | opt-rocm | debian
+    platform: Os
+    kind: ToolchainKind
     prefix: str  # the real ROCm prefix (/usr on Debian)
     llvm_bin: str
     c_compiler: str

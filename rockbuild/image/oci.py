@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
@@ -43,7 +43,7 @@ class Member:
     """One entry of a layer: ``path`` relative to the image's root (``opt/llama/llama-server``)."""
 
     path: str
-    kind: str  # file | dir | symlink
+    kind: Literal["file", "dir", "symlink"]
     mode: int = 0o644
     source: Path | None = None  # a file's content on this machine
     data: bytes | None = None  # or the content itself

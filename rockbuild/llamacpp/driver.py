@@ -1118,12 +1118,13 @@ def _planned_source(job: Job, options: BuildOptions, cache: Path) -> tuple[Plann
 
 def _toolchain_to_come(job: Job) -> Toolchain:
     """The compilers of a TheRock root not extracted yet (its layout: lib/llvm/bin), named under :data:`ROCM_ROOT`."""
-    from rockbuild.core.vocabulary import Toolchain
+    from rockbuild.core.vocabulary import Os, Toolchain
 
-    exe = ".exe" if job.os == "windows" else ""
+    platform: Os = "windows" if job.os == "windows" else "linux"  # a job's os is "" only in a hand-written build.json
+    exe = ".exe" if platform == "windows" else ""
     llvm = f"{ROCM_ROOT}/lib/llvm/bin"
     return Toolchain(
-        platform=job.os,
+        platform=platform,
         kind="therock",
         prefix=ROCM_ROOT,
         llvm_bin=llvm,

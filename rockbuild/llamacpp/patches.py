@@ -25,16 +25,18 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild.core.data import YDict, YList, check_keys, data_path, expect_type, load_yaml, where
 from rockbuild.core.errors import BuildError, ConfigError, ProcessError
 from rockbuild.core.record import Record, json_form
-from rockbuild.core.records import PatchEntry, PatchSet
+from rockbuild.core.records import PatchEntry, PatchSet, PatchStatus
 from rockbuild.process import child_env, run
 
 SERIES_FILE = "patches.yaml"
-APPLIED, UPSTREAM, NOT_FOR_TREE = "applied", "upstream", "not for this tree"
+APPLIED: Literal["applied"] = "applied"
+UPSTREAM: Literal["upstream"] = "upstream"
+NOT_FOR_TREE: Literal["not for this tree"] = "not for this tree"
 NO_PATCHES = "none"  # the digest of an empty series (or --no-patches)
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -124,7 +126,7 @@ class Patch:
         """The tree's files the patch changes (its ``+++``/``---`` paths)."""
         return patch_files(self.data.decode("utf-8", errors="replace"))
 
-    def outcome(self, status: str, note: str = "") -> PatchEntry:
+    def outcome(self, status: PatchStatus, note: str = "") -> PatchEntry:
         return PatchEntry(
             id=self.id, url=self.url, why=self.why, status=status, note=note, files=self.files, sha256=self.sha256
         )

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from filelock import FileLock
 
@@ -26,7 +26,7 @@ from rockbuild.core.records import LlamaCpp
 from rockbuild.process import ProcessError, child_env, run
 
 DEFAULT_GIT_URL = "https://github.com/ggml-org/llama.cpp"
-UNKNOWN = "unknown"
+UNKNOWN: Final = "unknown"
 
 FULL_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHORT_COMMIT_RE = re.compile(r"^[0-9a-f]{7,39}$")
@@ -43,7 +43,7 @@ class LlamaSource(LlamaCpp):
 
     path: Path
     commit: str  # full commit (or what the caller gave), else "unknown"
-    commit_source: str  # git | given | unknown
+    commit_source: Literal["git", "given", "unknown"]
     build_number: str  # "b1234" or "unknown"
     build_number_source: str  # "tag b1234" | rev-list | given | unknown
     origin: str  # tree (--source) | clone (--ref)

@@ -26,7 +26,7 @@ from rockbuild.backends import get_backend
 from rockbuild.core.errors import FetchError, NotFoundError, UsageError
 from rockbuild.core.options import RegressionPolicy
 from rockbuild.core.record import SECONDS, Record
-from rockbuild.core.records import InputsJob, InputsRocm, LlamaBisect
+from rockbuild.core.records import InputsJob, InputsRocm, LlamaBisect, Verdict
 from rockbuild.downloader import get_text
 from rockbuild.llamacpp.source import DEFAULT_GIT_URL, commits_between
 from rockbuild.matrix import find_job
@@ -62,7 +62,7 @@ class Trial(Record):
     version: str
     date: str
     tarball: str
-    verdict: str  # good | bad
+    verdict: Verdict
     failed_stage: str | None = None
     message: str | None = None
     seconds: float = field(default=0.0, metadata=SECONDS)
@@ -174,7 +174,7 @@ def bisect_rocm(
                 f"{rocm.name} could not be fetched: {outcome.message}",
                 hint="check the index and the network, then run bisect again (it resumes)",
             )
-        verdict = "good" if outcome.status == "ok" else "bad"
+        verdict: Verdict = "good" if outcome.status == "ok" else "bad"
         trials.append(
             Trial(
                 str(rocm.version),

@@ -11,7 +11,7 @@ import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild import console
 from rockbuild.core.environment import Context
@@ -28,7 +28,7 @@ from .notes import marker, read_marker, render
 class AlertReport(Record):
     """What ``rockbuild alert`` did (a record: its ``--json``)."""
 
-    action: str  # commented | opened | already-reported | nothing-failed
+    action: Literal["commented", "opened", "already-reported", "nothing-failed"]
     message: str
     issue_number: int | None = field(default=None, metadata=json_key("issue"))
     issue_url: str | None = None

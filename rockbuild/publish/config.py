@@ -6,18 +6,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rockbuild.core.data import YDict, check_keys, flag, load_data_file, text, text_map, texts, where, whole
 from rockbuild.core.errors import ConfigError
 
 GITHUB_ASSET_LIMIT = 2 * 1024**3  # GitHub: "each file must be under 2 GiB"
 _MAINTAINER_RE = re.compile(r"[^<>,]+ <[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+>")  # Debian policy 5.6.2: "Name <address>"
+# publish.yaml's tags.scheme: the next b#### of the sequence, or one tag per llama.cpp build and ROCm (tags.llama)
+TagScheme = Literal["sequential", "llama"]
+TAG_SCHEMES: tuple[TagScheme, ...] = get_args(TagScheme)
 
 
 @dataclass(frozen=True)
 class PublishConfig:
-    tag_scheme: str = "sequential"  # sequential | llama
+    tag_scheme: TagScheme = "sequential"
     tag_first: int = 1000
     tag_width: int = 4
     llama_tag: str = "b{build}-rocm{rocm}"
@@ -60,9 +63,10 @@ def parse_publish_config(doc: Any, path: Path) -> PublishConfig:
         return value
 
     tags, assets, release, retention, alert = (section(n) for n in ("tags", "assets", "release", "retention", "alert"))
-    scheme = str(tags.get("scheme", "sequential"))
-    if scheme not in ("sequential", "llama"):
-        raise ConfigError(f"{where(path, tags, 'scheme')}: tags.scheme must be 'sequential' or 'llama', not {scheme!r}")
+    given = tags.get("scheme", "sequential")
+    scheme = next((s for s in TAG_SCHEMES if s == given), None)
+    if scheme is None:
+        raise ConfigError(f"{where(path, tags, 'scheme')}: tags.scheme must be 'sequential' or 'llama', not {given!r}")
     floor = {str(k).upper(): str(v) for k, v in section("glibc_floor").items()}
     for family, version in floor.items():
         if not version.replace(".", "").isdigit():

@@ -31,6 +31,7 @@ from rockbuild.core.records import (
     TriageRecord,
     WebUi,
 )
+from rockbuild.core.vocabulary import Os
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import log_tail
 from rockbuild.rocm.names import parse_rocm_version, parse_tarball_name
@@ -83,7 +84,7 @@ def public_cmake(cmake: Mapping[str, str]) -> dict[str, str]:
 class BuiltJob:
     dir: Path
     id: str
-    os: str  # linux | windows
+    os: Os
     name: str  # family short name or single target: the asset name's <name>
     targets: tuple[str, ...]
     required: bool

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild import __version__
 from rockbuild.core.data import write_json_atomic
@@ -20,6 +20,9 @@ from rockbuild.core.records import MANIFEST_SCHEMA, HeldBack, ManifestAsset, Smo
 from .jobs import BuiltJob, ops_summary, public_cmake
 
 SCHEMA = MANIFEST_SCHEMA
+# what a release asset is: a bundle's archive (zip, tar.gz), its .deb and SBOM, manifest.json, SHA256SUMS, or
+# rockbuild's own wheel (tool)
+AssetKind = Literal["zip", "tar.gz", "deb", "sbom", "manifest", "checksums", "tool"]
 CONTENT_TYPES = {
     ".zip": "application/zip",
     ".tar.gz": "application/gzip",
@@ -38,7 +41,7 @@ class AssetFile:
     path: Path
     size: int
     sha256: str
-    kind: str  # zip | tar.gz | deb | sbom | manifest | checksums | tool (rockbuild's own wheel)
+    kind: AssetKind
     job: str | None = None
 
     @property

@@ -25,7 +25,7 @@ import json
 import re
 import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -55,7 +55,7 @@ from .image import (
     release_images,
 )
 from .jobs import BuiltJob, load_job, with_failure
-from .manifest import AssetFile, ReleaseContent, build_manifest, fingerprint, sha256sums, write_json
+from .manifest import AssetFile, AssetKind, ReleaseContent, build_manifest, fingerprint, sha256sums, write_json
 from .notes import notes_context, read_marker, render
 from .sbom import SBOM_SUFFIX, make_sbom
 from .tags import llama_tag, next_sequential_tag
@@ -231,7 +231,9 @@ def write_job_archives(
         "level": config.compress_level,
     }
     base = asset_base(config, tag, job)
-    kinds = [("zip", write_zip)] + ([("tar.gz", write_tar_gz)] if job.os in config.tar_gz_for else [])
+    kinds: list[tuple[AssetKind, Callable[..., Path]]] = [("zip", write_zip)]
+    if job.os in config.tar_gz_for:
+        kinds.append(("tar.gz", write_tar_gz))
     out = []
     for kind, writer in kinds:
         dest = folder / f"{base}.{kind}"

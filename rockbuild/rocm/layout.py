@@ -18,6 +18,7 @@ from typing import Any
 from rockbuild.core.errors import LayoutError
 from rockbuild.core.record import Record, json_form
 from rockbuild.core.records import BuildRocm
+from rockbuild.core.vocabulary import Os
 from rockbuild.paths import follow_in_root
 
 # The GPU target a kernel file serves is the LAST token of its name (TensileLibrary_…_gfx90a-xnack+.dat); files
@@ -59,7 +60,7 @@ class RocmLayout(Record):
 
     root: Path
     kind: LayoutKind = field(metadata=json_form(str, LayoutKind, str))
-    platform: str
+    platform: Os
     """``linux`` or ``windows`` (a Windows TheRock tree extracted anywhere)."""
     prefix: Path
     """The directory holding bin/, include/, lib/: the root itself, or root/usr for a Debian chroot."""
@@ -251,6 +252,7 @@ def _detect_rocm_tree(root: Path) -> RocmLayout | None:
     llvm_dir = fs.first_dir(root / "lib" / "llvm", root / "llvm")
     if llvm_dir is None:
         return None
+    platform: Os
     if fs.is_file(llvm_dir / "bin" / "clang.exe"):
         platform, exe = "windows", ".exe"
     elif fs.is_file(llvm_dir / "bin" / "clang"):

@@ -30,7 +30,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rockbuild import console
 from rockbuild.core.environment import Context
@@ -41,7 +41,7 @@ from rockbuild.llamacpp.source import cached_trees
 from rockbuild.smoke.config import load_smoke_config
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
-TINY = "tiny"
+TINY: Final = "tiny"
 TINY_NOTE = "random-weight tiny Qwen3: proves the bundle loads a Qwen3 GGUF and generates, not output quality"
 
 # The Qwen2/Qwen3 special tokens the tiny model declares (ids of the vocab file's tokens).

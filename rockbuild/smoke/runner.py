@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rockbuild import __version__, console
 from rockbuild.core.environment import environment, host_os
 from rockbuild.core.errors import SmokeError
+from rockbuild.core.jobs import OSES
 from rockbuild.core.programs import Program
 from rockbuild.core.records import (
     BenchFigure,
@@ -30,7 +31,7 @@ from rockbuild.core.records import (
     SmokeRecord,
     SmokeRun,
 )
-from rockbuild.core.vocabulary import Backends, GpuDevice, SmokeDevices
+from rockbuild.core.vocabulary import Backends, GpuDevice, Os, SmokeDevices
 from rockbuild.jobfolder import JobFolder
 from rockbuild.process import find_wine, log_tail, spawn, stop
 from rockbuild.smoke.browser import ChatPage, check_chat
@@ -79,7 +80,7 @@ class SmokeOptions:
     bench_threads: int | None = _RUN.bench.threads  # capped at this machine's CPUs; None: the runs' threads
     bench_warmup: int = _RUN.bench.warmup
     timeouts: Mapping[str, float] = field(default_factory=lambda: dict(_RUN.timeouts))
-    expect_gpu: str = "auto"  # auto | yes | no
+    expect_gpu: Literal["auto", "yes", "no"] = "auto"
     runs: tuple[str, ...] = ("cli", "server", "bench")
     # "-dev NAME" for every run (e.g. Vulkan1); None: a Vulkan bundle expected on a GPU pins its first Vulkan device,
     # so a missing device fails in the command itself instead of falling back to the CPU with exit code 0
@@ -240,13 +241,16 @@ def web_ui_facts(job_dir: Path | None) -> tuple[bool | None, str]:
     return web_ui.available, web_ui.reason or ""
 
 
-def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[str, tuple[str, ...], str | None]:
+def bundle_facts(bundle: Path, job_dir: Path | None) -> tuple[Os, tuple[str, ...], str | None]:
     """(platform, gfx targets, job id) from bundle.json / build.json, guessed from the files when absent."""
     meta = BundleRecord.read(bundle / "bundle.json")
     build = JobFolder(job_dir).build() if job_dir else None
     job = build.job if build is not None else None
-    platform = (meta.platform if meta else None) or (job.os if job else None) or ""
-    if not platform:
+    recorded = (meta.platform if meta else None) or (job.os if job else None) or ""
+    platform = next((os_name for os_name in OSES if os_name == recorded), None)
+    if platform is None:
+        if recorded:
+            raise SmokeError(f"{bundle} is a {recorded} bundle; rockbuild smoke-tests {' and '.join(OSES)} bundles")
         platform = "windows" if (bundle / "llama-cli.exe").exists() else "linux"
     targets = (
         (meta.targets if meta else ()) or (build.gpu_targets if build else ()) or (job.targets if job else ()) or ()
@@ -849,7 +853,7 @@ class SmokeBundle:
 
     bundle: Path  # the bundle folder
     job_dir: Path | None  # its job folder (out/<job-id>), when it sits in one
-    platform: str  # linux | windows
+    platform: Os
     targets: tuple[str, ...]
     job_id: str | None
     host: str  # this machine's OS

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PureWindowsPath
+from typing import get_args
 
 import pytest
 from support.files import touch
 from support.trees import therock_tree
 
-from rockbuild.backends.rocm import build_environment, cmake_definitions, toolchain_from_layout
+from rockbuild.backends.rocm import TOOLCHAIN_KINDS, build_environment, cmake_definitions, toolchain_from_layout
 from rockbuild.core.errors import BuildError, ConfigError
 from rockbuild.core.programs import load_programs
-from rockbuild.core.vocabulary import Toolchain
+from rockbuild.core.vocabulary import Toolchain, ToolchainKind
 from rockbuild.llamacpp.cmake import (
     OFFLINE_DEFINITIONS,
     SEED_DEFINITIONS,
@@ -30,7 +31,7 @@ from rockbuild.llamacpp.cmake import (
     vcvars_script,
     vswhere_command,
 )
-from rockbuild.rocm.layout import detect_layout
+from rockbuild.rocm.layout import LayoutKind, detect_layout
 
 REAL_ROCM_ROOT = Path(os.environ.get("ROCKBUILD_E2E", "/var/cache/rockbuild/e2e")) / "rocm-root"
 TOKENS = {"GITHUB_TOKEN": "ghp_x", "GH_TOKEN": "gho_x", "HF_TOKEN": "hf_x"}
@@ -252,6 +253,15 @@ def test_debian_environment_sets_no_rocm_paths(tmp_path):
     # /usr/bin is already there: not added twice
     assert env["PATH"] == "/usr/lib/llvm-22/bin:/usr/local/bin:/usr/bin:/bin"
     assert not set(TOKENS) & set(env)
+
+
+def test_every_layout_kind_is_the_toolchain_kind_of_the_same_word():
+    """build.json's toolchain.kind is a closed set (ToolchainKind, read and checked by the record): every ROCm layout
+    rockbuild detects has its word there, the same as LayoutKind's."""
+    assert {kind.value: word for kind, word in TOOLCHAIN_KINDS.items()} == {
+        kind.value: kind.value for kind in LayoutKind
+    }
+    assert set(get_args(ToolchainKind)) == {kind.value for kind in LayoutKind}
 
 
 @pytest.mark.skipif(not (REAL_ROCM_ROOT / "usr" / "bin" / "hipconfig").exists(), reason="no e2e ROCm root")

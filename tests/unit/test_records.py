@@ -444,6 +444,34 @@ def test_from_dict_rejects_what_the_schema_rejects(name, data, why):
     assert not valid(name, data)  # the schema says no as well
 
 
+def test_a_value_outside_a_closed_set_once_only_in_a_comment_is_refused_on_read():
+    """A field whose values were listed only in a comment is a Literal now (issue 58, item 2): build.json's
+    ``patches[].status`` and ``job.os`` refuse what rockbuild never writes, in one line naming the key and the values
+    it may hold, and the schema refuses it too; the values rockbuild writes still read back."""
+    source = "out/linux-gfx1151/build.json"
+    good = {
+        "schema": 1,
+        "status": "ok",
+        "job": {"id": "linux-gfx1151", "os": "linux"},
+        "patches": {"digest": "d", "patches": [{"id": "amx-tile-config", "status": "not for this tree"}]},
+    }
+    assert BuildRecord.from_dict(good, source).patches.patches[0].status == "not for this tree"
+    assert valid("build.json", good)
+    skipped = {**good, "patches": {"digest": "d", "patches": [{"id": "amx-tile-config", "status": "skipped"}]}}
+    with pytest.raises(RecordError) as caught:
+        BuildRecord.from_dict(skipped, source)
+    assert caught.value.message == (
+        f"{source}: patches.patches[0].status must be one of '', 'applied', 'upstream', 'not for this tree', "
+        "not 'skipped'"
+    )
+    assert not valid("build.json", skipped)
+    macos = {**good, "job": {"id": "macos-gfx1151", "os": "macos"}}
+    with pytest.raises(RecordError) as caught:
+        BuildRecord.from_dict(macos, source)
+    assert caught.value.message == f"{source}: job.os must be one of '', 'linux', 'windows', not 'macos'"
+    assert not valid("build.json", macos)
+
+
 @pytest.mark.parametrize("text", ['{"schema": 1, "jobs": [', "<!DOCTYPE html><html></html>", ""])
 def test_a_truncated_or_html_manifest_is_a_record_error(text, tmp_path):
     path = tmp_path / "manifest.json"
