@@ -12,7 +12,8 @@ compression for 4,096 tokens), the sha256 of the evaluated tokens, and what made
 run's full distributions against it: the KL divergence of the two distributions folded onto the reference's k tokens
 plus one bin for all the rest (the data-processing inequality makes that a lower bound of the true KL divergence, and
 it is exact where the reference's k tokens hold all the mass), the share of positions whose top token is the
-reference's, and the mean divergence per ubatch-sized window of positions, which shows *where* a long prompt goes wrong.
+reference's (a tie of two tokens counts as the same answer: on a GPU, ties at the top of a row are common), and
+the mean divergence per ubatch-sized window of positions, which shows *where* a long prompt goes wrong.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def top_k(base: BaseFile, k: int = DEFAULT_K, about: dict[str, Any] | None = Non
     for _, block, _ in base.blocks():
         part = np.argpartition(-block, k - 1, axis=1)[:, :k]
         values = np.take_along_axis(block, part, axis=1)
-        order = np.argsort(-values, axis=1, kind="stable")
+        # most likely first, a tie (two tokens of one quantized log-probability) by the lower id: argmax's choice
+        order = np.lexsort((part, -values), axis=1)
         ids.append(np.take_along_axis(part, order, axis=1).astype("<i4"))
         logp.append(np.take_along_axis(values, order, axis=1).astype("<f4"))
     return TopK(
@@ -245,7 +247,7 @@ def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
         )
     klds = np.empty(base.rows.shape[0], dtype=np.float64)
     same = np.empty(base.rows.shape[0], dtype=bool)
-    for start, logp, top in base.blocks():
+    for start, logp, _ in base.blocks():
         n = logp.shape[0]
         a = ref.logp[start : start + n].astype(np.float64)
         b = np.take_along_axis(logp, ref.ids[start : start + n].astype(np.int64), axis=1).astype(np.float64)
@@ -255,7 +257,8 @@ def compare(base: BaseFile, ref: TopK, *, window: int = 512) -> Comparison:
         with np.errstate(divide="ignore", invalid="ignore"):
             rest = np.where(p_rest > 1e-12, p_rest * (np.log(np.maximum(p_rest, 1e-12)) - np.log(q_rest)), 0.0)
         klds[start : start + n] = (p * (a - b)).sum(axis=1) + rest
-        same[start : start + n] = top == ref.ids[start : start + n, 0]
+        # the reference's top token is (one of) the run's most likely: a tie is the same answer, whichever id won it
+        same[start : start + n] = b[:, 0] >= logp.max(axis=1)
     finite = bool(np.isfinite(klds).all())
     scored = base.scored_per_chunk
     # position in the sequence of row r of a chunk: the chunk's second half, first scored token at n_ctx // 2 + 1

@@ -18,6 +18,7 @@ import pytest
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 SCRIPTS = sorted(E2E.glob("*.sh"))
+HARNESS = sorted((E2E / "harness").glob("*.py"))  # the proofs moved to Python (issue 58): checked whole
 
 # a heredoc fed to a python: `python3 - ARGS <<'TAG'` ... TAG (quoted tags only: the shell expands nothing inside)
 _HEREDOC = re.compile(r"python3?\b[^\n]*<<-?'(\w+)'\n(.*?)\n\s*\1\n", re.S)
@@ -137,9 +138,16 @@ def attribute_breaks(tree: ast.AST, names: dict[str, Any]) -> list[str]:
 
 
 def test_the_scripts_embed_rockbuild_calls() -> None:
-    # the extractor must find what it guards: the model step of h200.sh, vulkan.sh and windows.sh at least
+    # the extractor must find what it guards: the model step of vulkan.sh and windows.sh at least, and of the harness
     found = {s.name for s in SCRIPTS if any("provide_model" in src for _, src in embedded_programs(s.read_text()))}
-    assert {"h200.sh", "vulkan.sh", "windows.sh"} <= found
+    assert {"vulkan.sh", "windows.sh"} <= found
+    assert any("provide_model(" in h.read_text() for h in HARNESS)
+
+
+@pytest.mark.parametrize("module", HARNESS, ids=lambda p: p.name)
+def test_the_harness_calls_bind_to_rockbuild(module: Path) -> None:
+    breaks = [f"{module.name}: {b}" for b in call_breaks(module.read_text())]
+    assert not breaks, "\n".join(breaks)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
