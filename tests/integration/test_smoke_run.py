@@ -237,6 +237,13 @@ def test_a_windows_bundle_is_refused_on_linux_without_wine(tmp_path, model, monk
         run_smoke(job, model, FAST, backends=REGISTRY)
 
 
+def test_a_bundle_of_an_os_rockbuild_does_not_build_is_refused_in_one_line(tmp_path, model):
+    job, _ = make_bundle(tmp_path)
+    (job / "bundle" / "bundle.json").write_text(json.dumps({"platform": "macos", "targets": ["gfx1151"]}))
+    with pytest.raises(SmokeError, match=r"is a macos bundle; rockbuild smoke-tests linux and windows bundles$"):
+        run_smoke(job, model, FAST, backends=REGISTRY)
+
+
 # --- Vulkan bundles: ask the bundle which devices it sees, pin one when a GPU run is expected ------------------------
 
 
