@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {"without references (baseline)": plain, "with references": replace(plain, reference=reference)}
     best: dict[str, float] = {}
     per_variant: dict[str, float] = {}
+    verdicts: dict[str, str] = {}  # each variant against its own reference: passed (figures) | not checked (why)
     for _ in range(args.rounds):
         for label, how in runs.items():
             with tempfile.TemporaryDirectory(prefix="variant-reference-") as logs:
@@ -68,13 +69,18 @@ def main(argv: list[str] | None = None) -> int:
             for v in step.variants:
                 if v.reference is not None and v.reference.seconds is not None:
                     per_variant[v.variant] = min(per_variant.get(v.variant, float("inf")), v.reference.seconds)
+                if v.reference is not None:
+                    verdicts[v.variant] = f"{v.reference.result}: {v.reference.detail}"
     base, new = best["without references (baseline)"], best["with references"]
     for label, seconds in best.items():
         print(f"{label:32} {seconds:8.1f} s")
     print(f"{'ratio (with / without)':32} {new / base:8.3f}")
     print("reference runs: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(per_variant.items())))
+    for variant, verdict in sorted(verdicts.items()):
+        print(f"  {variant}: {verdict}")
     if args.json:
         figures = {"seconds": best, "ratio": new / base, "reference_seconds": per_variant, "threads": args.threads}
+        figures["verdicts"] = verdicts
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 

@@ -518,3 +518,13 @@ def test_a_tie_at_the_top_is_the_same_answer_whichever_id_won_it(tmp_path):
     for reference in (ref, swapped):
         got = compare(base, reference)
         assert (got.mean_kld, got.same_top) == (0.0, 100.0)
+
+
+def test_a_gpu_long_run_that_dies_fails_long_device_and_loses_nothing_else(tmp_path, smollm2):
+    report, data, _ = smoke(tmp_path, smollm2, {"long": "gpu-crash"})
+    numerics = data["numerics"]
+    own = numerics["long_device"]
+    assert not report.ok and own["result"] == FAILED
+    assert own["detail"] == "llama-perplexity on NVIDIA H200, 4096 tokens: killed by SIGSEGV (exit code -11)"
+    assert numerics["long_reference"]["result"] == PASSED and numerics["long_cross_backend"]["result"] == PASSED
+    assert not (tmp_path / "out" / "linux-gfx1151" / "smoke-logs" / "numerics" / "long-gpu.kld").exists()

@@ -164,6 +164,8 @@ if "--kl-divergence" not in sys.argv and LONG:
     # gpu-drift: the same fault in the GPU's code only (its own run: -dev Vulkan0), which the GPU-vs-CPU figures
     # below do not see (rockbuild's mutants (e) and (f) on a real GPU)
     on_gpu = arg("-dev") != "none"
+    if MODE.get("long") == "gpu-crash" and on_gpu:
+        os.kill(os.getpid(), 11)
     drift = MODE.get("long") == "drift" or (MODE.get("long") == "gpu-drift" and on_gpu)
     write_long_base(arg("--kl-divergence-base"), int(arg("-c")), 3072 if drift else None)
     print("perplexity: calculating perplexity over 1 chunks, n_ctx=" + arg("-c") + ", batch_size=2048, n_seq=1")
