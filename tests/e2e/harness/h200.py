@@ -790,6 +790,7 @@ def step_cpu() -> None:
     """Every CPU variant on the AMX host with rockbuild's own commands, no --fix-cpu (issue 38): doctor on a real
     batch, the smoke with every variant alone, the default dispatch's pp512, and the bundle with the unpatched AMX
     variant (its smoke must fail, naming sapphirerapids)."""
+    out_dir()  # before anything runs: the results go there
     s = smollm2_job(Path("/tmp/job"), with_tools=False)
     r = Path("/tmp/cpu-results")
     shutil.rmtree(r, ignore_errors=True)
@@ -823,6 +824,7 @@ def step_cpu() -> None:
 def step_cpubench() -> None:
     """sapphirerapids (AMX) against zen4 and haswell, each alone (bench/cpu_variants.py), pp512 at 16 threads and 1,
     on a Qwen3-0.6B-shaped Q4_0 (random weights, quantized by the bundle's llama-quantize) and on SmolLM2 Q4_1."""
+    out_dir()  # before anything runs: the results go there
     s = smollm2_job(Path("/tmp/job"), with_tools=False)
     r = Path("/tmp/cpubench-results")
     shutil.rmtree(r, ignore_errors=True)
@@ -858,7 +860,7 @@ def step_long() -> None:
     """The clean bundle's smoke twice (the op subset: both fit one call; H200_OPS=full for every op): the first's GPU
     long run recorded as this device's own reference (rockbuild baseline --only device, kept in /var/tmp/h200 for the
     mutants' call), the second judged against it: how closely one GPU repeats its numbers."""
-    out = out_dir()
+    out_dir()  # before anything runs: the results go there
     r = Path("/tmp/long-results")
     shutil.rmtree(r, ignore_errors=True)
     r.mkdir()
@@ -886,12 +888,12 @@ def step_long() -> None:
     (r / "summary.txt").write_text(text + "\n")
     print(text)
     tar_results(r, "long-results.tar.gz")
-    del out
 
 
 def step_mutants(names: Sequence[str]) -> None:
     """The same smoke on a copy of the clean job with each mutant's library (the op subset: four full runs do not fit
     a call), judged against this device's own reference when `long` recorded one on this machine."""
+    out_dir()  # before anything runs: the results go there
     by_name = {m.name: m for m in mutants()}
     unknown = [n for n in names if n not in by_name]
     if not names or unknown:
