@@ -595,8 +595,8 @@ def versions(env: dict[str, str]) -> str:
     ]
     for cmd in (["ldd", "--version"], ["nvidia-smi", "-L"], ["lscpu"]):
         with contextlib.suppress(OSError):
-            text = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-            lines += [line for line in text.splitlines()[:2] if cmd[0] != "lscpu" or line.startswith("Model name")]
+            text = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.splitlines()
+            lines += [line for line in text if line.startswith("Model name")] if cmd[0] == "lscpu" else text[:2]
     return "\n".join(lines) + "\n"
 
 
@@ -702,9 +702,8 @@ def smollm2_job(job: Path = VAR / "job", *, with_tools: bool = True) -> SmolLM2J
     if with_tools and tool.is_file():
         (job / "tools").mkdir(exist_ok=True)
         shutil.copy2(tool, job / "tools")
-    model = VAR / SMOLLM2
-    if not model.is_file():
-        join_parts(first, NUMERICS_CALL / "smollm2.part2", NUMERICS_CALL / "smollm2.sha256", model)
+    model = VAR / SMOLLM2  # put together anew each call: a model of an earlier split must not pass for this one
+    join_parts(first, NUMERICS_CALL / "smollm2.part2", NUMERICS_CALL / "smollm2.sha256", model)
     return SmolLM2Job(env, job, model)
 
 
