@@ -730,16 +730,9 @@ def _long_context(
             str(base),
             *_cpu_args(),
         ]
-        log = logs / "long-cpu.log"
         # from the one-variant folder: ggml also loads CPU modules from the current folder, which for the bundle
         # would bring every variant back (and its best one wins)
-        output, _, failure, seconds = run_program(
-            "perplexity", args, cwd=cpu_program.parent, env=env, timeout=long.timeout, log=log
-        )
-    ppl = parse_final_ppl(output or "")
-    if failure is None and (ppl is None or not math.isfinite(ppl)):
-        failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
-    run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
+        run, failure = _long_run(args, about, cwd=cpu_program.parent, env=env, long=long, log=logs / "long-cpu.log")
     if failure is not None:
         ref = {**run, "result": FAILED, "detail": f"llama-perplexity on the CPU, {long.ctx} tokens: {failure}"}
         return {"long_reference": ref, "long_answer": answer, **_long_gpu_not_checked("the CPU's long run failed")}
@@ -808,6 +801,19 @@ def _long_context(
     return {"long_reference": ref, "long_cross_backend": cross, "long_device": own, "long_answer": answer}
 
 
+def _long_run(
+    args: list[str], about: Mapping[str, Any], *, cwd: Path, env: Mapping[str, str], long: LongContextConfig, log: Path
+) -> tuple[dict[str, Any], str | None]:
+    """One long llama-perplexity run that writes its distributions (``--kl-divergence-base``): its record (the
+    command, seconds, log, perplexity and what it was) and why it failed, None when it printed a finite perplexity."""
+    output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
+    ppl = parse_final_ppl(output or "")
+    if failure is None and (ppl is None or not math.isfinite(ppl)):
+        failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
+    run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
+    return run, failure
+
+
 def _long_gpu_not_checked(why: str) -> dict[str, dict[str, Any]]:
     return {"long_cross_backend": not_checked(why), "long_device": not_checked(why)}
 
@@ -832,12 +838,7 @@ def _long_device(
     about = {k: v for k, v in cpu_about.items() if k != "cpu_variant"} | {"device": device}
     args = [str(target.perplexity), "-m", str(target.model), *common, "-f", str(long.text)]
     args += ["--kl-divergence-base", str(base), *_gpu_args(target)]
-    log = logs / "long-gpu-own.log"
-    output, _, failure, seconds = run_program("perplexity", args, cwd=cwd, env=env, timeout=long.timeout, log=log)
-    ppl = parse_final_ppl(output or "")
-    if failure is None and (ppl is None or not math.isfinite(ppl)):
-        failure = "no finite 'Final estimate: PPL' in its output" if ppl is None else f"perplexity {ppl}"
-    run = {"command": args, "seconds": round(seconds, 3), "log": str(log), "ppl": ppl, "about": about, **about}
+    run, failure = _long_run(args, about, cwd=cwd, env=env, long=long, log=logs / "long-gpu-own.log")
     if failure is not None:
         return {**run, "result": FAILED, "detail": f"llama-perplexity on {device}, {long.ctx} tokens: {failure}"}
     reference = config.baselines.reference(
