@@ -41,7 +41,6 @@ import json
 import lzma
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -50,6 +49,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the harness's shared part, run as a script too
+from e2e.harness.common import Failed, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 E2E = REPO / "tests" / "e2e"
@@ -80,10 +82,6 @@ ALL_MUTANTS = (
 )
 
 
-class Failed(Exception):
-    """A step that cannot go on: one line, printed as ``error: ...``."""
-
-
 def log(message: str) -> None:
     print(f"[h200 {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -106,15 +104,6 @@ def job_out() -> Path:
 
 def venv(program: str) -> str:
     return str(REPO / ".venv" / "bin" / program)
-
-
-def run(args: Sequence[object], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """A program that must succeed; its failure is one line naming it."""
-    argv = [str(a) for a in args]
-    done = subprocess.run(argv, text=True, check=False, **kwargs)  # type: ignore[call-overload]
-    if done.returncode != 0:
-        raise Failed(f"{shlex.join(argv[:4])}{' ...' if len(argv) > 4 else ''} exited {done.returncode}")
-    return done
 
 
 def exclude(*names: str) -> None:

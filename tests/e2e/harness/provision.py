@@ -29,6 +29,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the harness's shared part, run as a script too
+from e2e.harness.common import Failed, run  # noqa: E402
+
 # Only ROCm comes from experimental: `-t experimental` would also upgrade glibc, perl, openssl, cmake
 # (proving-it-here.md section 2)
 ROCM_PIN = (
@@ -67,10 +70,6 @@ LLAMA_SDIST_REQ = "llama-cpp-python==0.3.36"
 LLAMA_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 
 
-class Failed(Exception):
-    """A provisioning step that cannot go on: one line, printed as ``error: ...``."""
-
-
 def log(message: str) -> None:
     print(f"[provision {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -81,14 +80,6 @@ def timed(name: str) -> Iterator[None]:
     log(f"start: {name}")
     yield
     log(f"done:  {name} in {time.monotonic() - start:.1f} s")
-
-
-def run(args: Sequence[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    argv = [str(a) for a in args]
-    done = subprocess.run(argv, text=True, check=False, **kwargs)  # type: ignore[call-overload]
-    if done.returncode != 0:
-        raise Failed(f"{' '.join(argv[:5])}{' ...' if len(argv) > 5 else ''} exited {done.returncode}")
-    return done
 
 
 # ---------------------------------------------------------------------------------------------------------------------
