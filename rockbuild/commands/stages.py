@@ -748,6 +748,7 @@ def baseline(
     variant = record.backends.cpu_variant if record.backends is not None else None
     said = (f"CPU variant {variant}" if variant else None, f"smoke of {record.finished}" if record.finished else None)
     words = measured or ", ".join(v for v in said if v)
+    when = f", smoke of {record.finished}" if record.finished else ""  # the words of a GPU's or a variant's entry
     long = dict(numerics.get("long_reference") or {})
     done: list[Rebaselined | Rereferenced] = []
     if only in (None, "ppl"):
@@ -761,7 +762,6 @@ def baseline(
             "off; numerics.long_device says why)"
         )
     if only in (None, "device") and own.get("topk"):
-        when = f", smoke of {record.finished}" if record.finished else ""
         done.append(rereference(target, own, measured or f"GPU {own.get('device', '')} long run{when}"))
     runs = record.cpu_variants.variants if record.cpu_variants is not None else ()
     kept = [v for v in runs if v.reference is not None and v.reference.topk]
@@ -771,7 +771,6 @@ def baseline(
             "smoke.yaml's run.cpu_variants.reference)"
         )
     if only in (None, "variants"):
-        when = f", smoke of {record.finished}" if record.finished else ""
         for v in kept:
             assert v.reference is not None
             ref = {"topk": v.reference.topk, "about": v.reference.about}
