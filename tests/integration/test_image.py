@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.publishing import config as publish_config
-from support.publishing import make_job
+from support.publishing import image_packages_missing, make_job
 
 from rockbuild.core.errors import ImageError
 from rockbuild.image import oci
@@ -227,6 +227,8 @@ def test_podman_runs_the_real_bundle_as_a_service(tmp_path, registry):
         pytest.skip("podman is not installed (apt-get install podman runc): the image test needs it")
     if not (REAL_BUNDLE_JOB / "bundle" / "llama-server").exists() or not REAL_MODEL.exists():
         pytest.skip(f"no real bundle ({REAL_BUNDLE_JOB}) or model ({REAL_MODEL}) on this machine")
+    if missing := image_packages_missing("vulkan"):
+        pytest.skip(f"the image copies this machine's {', '.join(missing)}: apt-get install them to run it")
     address, _proc = registry
     job = load_job(REAL_BUNDLE_JOB)
     options = ImageOptions(repository=f"{address}/owner/rockbuild", model=REAL_MODEL, runtime="runc")

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 from support.options import context
 from support.paths import REPO
-from support.publishing import TOKEN, config, make_job, smoke_ok
+from support.publishing import TOKEN, config, image_packages_missing, make_job, smoke_ok
 from support.registry import free_port, local_registry
 
 from rockbuild.core.errors import ImageError
@@ -220,6 +220,8 @@ def test_nightly_release_tests_pushes_and_publishes_the_real_image(tmp_path):
     image's digest into $GITHUB_OUTPUT for the attestation."""
     if shutil.which("podman") is None or not (REAL_JOB / "bundle" / "llama-server").exists() or not REAL_MODEL.exists():
         pytest.skip("needs podman (apt-get install podman runc), a real bundle and the real model on this machine")
+    if missing := image_packages_missing("vulkan"):
+        pytest.skip(f"the image copies this machine's {', '.join(missing)}: apt-get install them to run it")
     from conftest import rockbuild_exe
     from support.github import GitHubAPIServer
 

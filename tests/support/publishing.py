@@ -220,3 +220,14 @@ def compile_needing_glibc_236(dest: Path) -> Path:
     subprocess.run(["gcc", "-O1", "-o", str(dest), str(src)], check=True, capture_output=True)
     src.unlink()
     return dest
+
+
+def image_packages_missing(backend: str) -> list[str]:
+    """The Debian packages an image of ``backend`` copies from this machine (config/images.yaml) that it has not
+    installed: a test that builds a real image needs none missing, as the publishing machine does."""
+    from rockbuild.image.base import installed_packages
+    from rockbuild.publish.image import load_images_config
+
+    wanted = load_images_config().packages
+    installed = installed_packages()
+    return [p for p in (*wanted.get("all", ()), *wanted.get(backend, ())) if p not in installed]
